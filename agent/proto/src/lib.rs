@@ -1,0 +1,126 @@
+//! The interface between `gpushare-agent` and its clients.
+//!
+//! Shared by the agent and `gpushare-ctl` (and anyone else who drives the agent): the bus
+//! and object names, the zbus proxies, the D-Bus error names, and the JSON documents that
+//! methods return. Methods that return structured data return one JSON document as a
+//! D-Bus string; its shape is the one `gpushare-ctl --json` prints, defined by the types
+//! in [`types`]. Fields may be added; none are renamed or removed.
+
+pub mod types;
+
+use std::collections::HashMap;
+
+use zbus::zvariant::{OwnedObjectPath, Value};
+
+/// Well-known bus name the agent owns.
+pub const BUS_NAME: &str = "io.gpushare.Agent1";
+/// Object path of the agent's main object.
+pub const OBJECT_PATH: &str = "/io/gpushare/Agent1";
+/// Interface of the main object.
+pub const INTERFACE: &str = "io.gpushare.Agent1";
+/// Interface of job objects (`/io/gpushare/Agent1/jobs/<n>`).
+pub const JOB_INTERFACE: &str = "io.gpushare.Job1";
+/// Prefix of job object paths.
+pub const JOB_PATH_PREFIX: &str = "/io/gpushare/Agent1/jobs";
+/// Prefix of the D-Bus error names the agent returns.
+pub const ERROR_PREFIX: &str = "io.gpushare.Agent1.Error";
+/// Environment variable naming the bus address clients use instead of the system bus.
+pub const BUS_ADDRESS_ENV: &str = "GPUSHARE_BUS_ADDRESS";
+
+/// Option key of `Apply`: proceed although compute processes use what must change.
+pub const OPTION_FORCE: &str = "force";
+
+/// Errors the agent returns, as D-Bus errors named `io.gpushare.Agent1.Error.<Variant>`.
+/// Each carries a one-line, human-readable reason.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "io.gpushare.Agent1.Error")]
+pub enum AgentError {
+    /// A transport error from zbus itself.
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// No profile of that name exists; the message lists the known ones.
+    UnknownProfile(String),
+    /// A profile file or text is malformed; the message names file, line and column.
+    InvalidProfile(String),
+    /// A profile cannot be carried out on this node; the message names GPU, model and why.
+    Infeasible(String),
+    /// Another job is changing the GPUs right now; the message names it.
+    Busy(String),
+    /// The caller may not do this; the message names what is missing.
+    AccessDenied(String),
+    /// Compute processes use what the change would destroy; the message lists their PIDs.
+    GpuBusy(String),
+    /// The GPU backend (driver or simulator) failed.
+    Backend(String),
+    /// Anything else.
+    Failed(String),
+}
+
+pub use proxies::*;
+
+/// The zbus proxies (their generated signal types carry no docs of their own).
+#[allow(missing_docs)]
+mod proxies {
+    use super::*;
+
+    /// The agent's main object.
+    #[zbus::proxy(
+        interface = "io.gpushare.Agent1",
+        default_service = "io.gpushare.Agent1",
+        default_path = "/io/gpushare/Agent1",
+        gen_blocking = false
+    )]
+    pub trait Agent {
+        /// Observed state of every GPU and the active profile: a [`types::Status`] as JSON.
+        fn status(&self) -> Result<String, AgentError>;
+
+        /// The steps that applying `profile` would take, changing nothing: a [`types::PlanReport`].
+        fn plan(&self, profile: &str) -> Result<String, AgentError>;
+
+        /// Starts applying `profile` and returns the job object at once. Options:
+        /// `force` (b). Progress and the outcome arrive as signals of the job.
+        fn apply(
+            &self,
+            profile: &str,
+            options: HashMap<&str, Value<'_>>,
+        ) -> Result<OwnedObjectPath, AgentError>;
+
+        /// Every known profile: a [`types::ProfileList`].
+        fn list_profiles(&self) -> Result<String, AgentError>;
+
+        /// One profile with its source text: a [`types::ProfileDetail`].
+        fn show_profile(&self, name: &str) -> Result<String, AgentError>;
+
+        /// Parses and validates profile text (named `origin` in messages) and plans it against
+        /// this node without changing anything: a [`types::Validation`].
+        fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError>;
+
+        /// The agent's version (`0.1.0`).
+        #[zbus(property)]
+        fn version(&self) -> zbus::Result<String>;
+    }
+
+    /// A job the agent runs in the background (an apply).
+    #[zbus::proxy(
+        interface = "io.gpushare.Job1",
+        default_service = "io.gpushare.Agent1",
+        gen_blocking = false
+    )]
+    pub trait Job {
+        /// `running`, `succeeded` or `failed`.
+        #[zbus(property)]
+        fn state(&self) -> zbus::Result<String>;
+
+        /// The outcome as a [`types::JobOutcome`] in JSON; empty while running.
+        #[zbus(property)]
+        fn outcome(&self) -> zbus::Result<String>;
+
+        /// Emitted before each step: steps done so far, total steps, what comes next.
+        #[zbus(signal)]
+        fn progress(&self, done: u32, total: u32, step: String) -> zbus::Result<()>;
+
+        /// Emitted once when the job ends, with its [`types::JobOutcome`] as JSON.
+        #[zbus(signal)]
+        fn finished(&self, outcome: String) -> zbus::Result<()>;
+    }
+}

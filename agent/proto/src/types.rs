@@ -1,0 +1,190 @@
+//! JSON documents exchanged over D-Bus and printed by `gpushare-ctl --json`.
+//!
+//! Stable: fields may be added, none renamed or removed. Optional fields are `null` when
+//! unknown rather than missing.
+
+use serde::{Deserialize, Serialize};
+
+/// What `Status` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The profile last applied successfully, if any.
+    pub active_profile: Option<String>,
+    /// What the agent drives: `nvml` or `simulated`.
+    pub backend: String,
+    /// Every GPU, by index.
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// One GPU in [`Status`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Model as the catalog names it (`A100-SXM4-40GB`), else NVML's name.
+    pub model: String,
+    /// Total device memory in bytes.
+    pub memory_total_bytes: u64,
+    /// Whether MIG mode is on now.
+    pub mig_enabled: bool,
+    /// The MIG mode that takes effect at the next GPU reset, when it differs.
+    pub mig_pending: Option<bool>,
+    /// `default`, `exclusive_process` or `prohibited`.
+    pub compute_mode: String,
+    /// How the whole GPU is shared (meaningful when MIG is off).
+    pub sharing: Sharing,
+    /// MIG instances, by placement.
+    pub instances: Vec<InstanceStatus>,
+    /// PIDs of compute processes on the GPU or its instances.
+    pub processes: Vec<u32>,
+}
+
+/// One MIG instance (a GPU instance with its compute instance) in [`GpuStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// Profile name (`1g.5gb`).
+    pub profile: String,
+    /// First memory slot.
+    pub placement_start: u32,
+    /// Memory slots occupied.
+    pub placement_size: u32,
+    /// NVML GPU instance id.
+    pub gpu_instance_id: u32,
+    /// NVML compute instance id, if one exists.
+    pub compute_instance_id: Option<u32>,
+    /// `MIG-…` of the compute instance, if one exists.
+    pub uuid: Option<String>,
+    /// Instance memory in bytes.
+    pub memory_bytes: u64,
+    /// How the instance is shared.
+    pub sharing: Sharing,
+}
+
+/// Sharing state of a GPU or MIG instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sharing {
+    /// `exclusive`, `time-slicing` or `mps`.
+    pub strategy: String,
+}
+
+impl Sharing {
+    /// No sharing set up by gpushare.
+    pub fn exclusive() -> Self {
+        Self {
+            strategy: "exclusive".into(),
+        }
+    }
+}
+
+/// What `Plan` returns and `apply --dry-run` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Profile planned.
+    pub profile: String,
+    /// Whether anything would change.
+    pub changes: bool,
+    /// Steps in the order they run.
+    pub steps: Vec<PlanStep>,
+    /// The GPUs the profile selects and what each becomes.
+    pub targets: Vec<GpuTarget>,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanStep {
+    /// GPU index.
+    pub gpu: u32,
+    /// Backend operation: `set_mig_mode`, `create_gpu_instance`, `create_compute_instance`,
+    /// `destroy_compute_instance`, `destroy_gpu_instance` or `set_compute_mode`.
+    pub operation: String,
+    /// One line for people.
+    pub description: String,
+}
+
+/// The end state of one GPU that a plan aims at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuTarget {
+    /// GPU index.
+    pub gpu: u32,
+    /// Model display name.
+    pub model: String,
+    /// MIG on or off.
+    pub mig_enabled: bool,
+    /// Instances as `(profile, placement_start)`, by placement.
+    pub instances: Vec<TargetInstance>,
+    /// Whether this GPU already matches.
+    pub unchanged: bool,
+}
+
+/// A MIG instance a plan aims at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetInstance {
+    /// Profile name.
+    pub profile: String,
+    /// First memory slot.
+    pub placement_start: u32,
+}
+
+/// Outcome of a job: the `Outcome` property and the `Finished` signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    /// Whether the job succeeded.
+    pub ok: bool,
+    /// Profile the job applied.
+    pub profile: String,
+    /// Whether the GPUs changed (false for an apply of the profile already in place).
+    pub changed: bool,
+    /// Steps carried out.
+    pub steps_done: u32,
+    /// Steps planned.
+    pub steps_total: u32,
+    /// Wall time of the job in seconds.
+    pub duration_seconds: f64,
+    /// D-Bus error name when failed (`io.gpushare.Agent1.Error.Backend`).
+    pub error_name: Option<String>,
+    /// One-line reason when failed.
+    pub error: Option<String>,
+}
+
+/// What `ListProfiles` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileList {
+    /// Profiles by name.
+    pub profiles: Vec<ProfileSummary>,
+    /// Profile files that failed to load, with the reason (file, line, column).
+    pub errors: Vec<String>,
+}
+
+/// One entry of [`ProfileList`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSummary {
+    /// Name used with `apply`.
+    pub name: String,
+    /// One line.
+    pub description: String,
+    /// `built-in` or the file it came from.
+    pub source: String,
+    /// Whether this is the profile last applied.
+    pub active: bool,
+}
+
+/// What `ShowProfile` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileDetail {
+    /// Name, description, source.
+    #[serde(flatten)]
+    pub summary: ProfileSummary,
+    /// The profile's TOML text.
+    pub text: String,
+}
+
+/// What `ValidateProfile` returns for a valid profile (an invalid one is an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Validation {
+    /// Name of the profile in the text.
+    pub name: String,
+    /// The plan against this node.
+    pub plan: PlanReport,
+}

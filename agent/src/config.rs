@@ -1,0 +1,136 @@
+//! `agent.toml`: where the agent keeps its files and what it may change on the GPUs.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/agent.toml";
+/// Default profile directory.
+pub const DEFAULT_PROFILES_DIR: &str = "/etc/gpushare/profiles.d";
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpushare";
+
+/// The agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Directory of profile files (`*.toml`).
+    pub profiles_dir: PathBuf,
+    /// Directory of the journal, the simulator's state and probe results.
+    pub state_dir: PathBuf,
+    /// What the agent may change.
+    pub gpu: GpuPolicy,
+}
+
+/// What the agent may change on the GPUs. On a shared host you do not own, set both to
+/// false: the agent then observes, plans and refuses any plan that would change MIG, and
+/// leaves compute modes alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuPolicy {
+    /// MIG mode and MIG instances.
+    pub manage_mig: bool,
+    /// Compute modes.
+    pub manage_compute_mode: bool,
+}
+
+impl Default for GpuPolicy {
+    fn default() -> Self {
+        Self {
+            manage_mig: true,
+            manage_compute_mode: true,
+        }
+    }
+}
+
+impl GpuPolicy {
+    /// Changes nothing on the GPUs.
+    pub fn hands_off() -> Self {
+        Self {
+            manage_mig: false,
+            manage_compute_mode: false,
+        }
+    }
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            profiles_dir: PathBuf::from(DEFAULT_PROFILES_DIR),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            gpu: GpuPolicy::default(),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Parses configuration text; errors name `origin:line:column`.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| {
+            let offset = e.span().map_or(0, |s| s.start).min(text.len());
+            let before = &text[..offset];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!(
+                "{origin}:{line}:{column}: {}",
+                e.message().trim().replace('\n', " ")
+            )
+        })
+    }
+
+    /// Reads `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(
+            AgentConfig::parse("", "a.toml").unwrap(),
+            AgentConfig::default()
+        );
+        let c = AgentConfig::parse(
+            "state_dir = \"/tmp/s\"\n[gpu]\nmanage_mig = false\n",
+            "a.toml",
+        )
+        .unwrap();
+        assert_eq!(c.state_dir, PathBuf::from("/tmp/s"));
+        assert_eq!(
+            c.gpu,
+            GpuPolicy {
+                manage_mig: false,
+                manage_compute_mode: true
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_place() {
+        let e = AgentConfig::parse("[gpu]\nmanage_mig = \"no\"\n", "agent.toml").unwrap_err();
+        assert!(e.starts_with("agent.toml:2:14: "), "{e}");
+        let e = AgentConfig::parse("[gpu]\nmanage_mgi = false\n", "agent.toml").unwrap_err();
+        assert!(
+            e.starts_with("agent.toml:2:1: unknown field `manage_mgi`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_shipped_file_parses() {
+        let text = include_str!("../../etc/gpushare/agent.toml");
+        assert_eq!(
+            AgentConfig::parse(text, "etc/gpushare/agent.toml").unwrap(),
+            AgentConfig::default()
+        );
+    }
+}

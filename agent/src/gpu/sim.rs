@@ -1,0 +1,705 @@
+//! Simulated GPUs: an in-process node that follows the driver's rules and answers with
+//! the driver's error codes.
+//!
+//! State persists to a JSON file (written atomically after every change) so that a
+//! restarted agent finds the GPUs as it left them, like real hardware. Faults, delays and
+//! compute processes are injected through [`SimOptions`], which the agent reads from the
+//! `GPUSHARE_SIM_*` environment variables.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    ComputeInstance, ComputeMode, ComputeProcess, ErrorCode, GpuBackend, GpuError, GpuInstance,
+    GpuState, MigModeActivation, NodeState, Operation,
+};
+use crate::catalog::{self, GpuModel, MigProfile};
+use crate::state::write_atomically;
+
+/// Parses `MODEL[:N|xN],...` (`a100-40gb:8`, `h100-80gbx2,a30:2`) into one model per GPU.
+pub fn parse_spec(spec: &str) -> Result<Vec<&'static GpuModel>, String> {
+    let mut gpus = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, count) = split_count(part)
+            .ok_or_else(|| format!("--simulate: bad GPU count in {part:?}: write MODEL:N"))?;
+        let model = catalog::model_by_key(name).ok_or_else(|| {
+            let keys: Vec<&str> = catalog::models().iter().map(|m| m.key).collect();
+            format!(
+                "--simulate: unknown GPU model {name:?}; known models: {}",
+                keys.join(", ")
+            )
+        })?;
+        if count == 0 || count > 64 {
+            return Err(format!(
+                "--simulate: {part:?}: the count must be from 1 to 64"
+            ));
+        }
+        gpus.extend(std::iter::repeat_n(model, count));
+    }
+    if gpus.is_empty() {
+        return Err("--simulate: no GPUs given: write MODEL:N, e.g. a100-40gb:8".into());
+    }
+    if gpus.len() > 64 {
+        return Err("--simulate: at most 64 GPUs".into());
+    }
+    Ok(gpus)
+}
+
+fn split_count(part: &str) -> Option<(&str, usize)> {
+    if let Some((name, n)) = part.split_once(':') {
+        return Some((name, n.parse().ok()?));
+    }
+    if let Some((name, n)) = part.rsplit_once('x')
+        && catalog::model_by_key(name).is_some()
+    {
+        return Some((name, n.parse().ok()?));
+    }
+    Some((part, 1))
+}
+
+/// Fault injection and observation knobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimOptions {
+    /// `(operation, n)`: the n-th call (1-based) of that operation fails.
+    pub failures: Vec<(Operation, u32)>,
+    /// Delay before every mutating call.
+    pub delay: Duration,
+    /// Compute processes shown: `(gpu index, gpu instance id, pid)`.
+    pub processes: Vec<(u32, Option<u32>, u32)>,
+}
+
+impl SimOptions {
+    /// Reads `GPUSHARE_SIM_FAIL`, `GPUSHARE_SIM_DELAY_MS` and `GPUSHARE_SIM_PROCESSES`.
+    pub fn from_env() -> Result<Self, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut options = SimOptions::default();
+        if let Some(v) = var("GPUSHARE_SIM_FAIL") {
+            options.failures = parse_failures(&v)?;
+        }
+        if let Some(v) = var("GPUSHARE_SIM_DELAY_MS") {
+            let ms: u64 = v.trim().parse().map_err(|_| {
+                format!("GPUSHARE_SIM_DELAY_MS: {v:?} is not a number of milliseconds")
+            })?;
+            options.delay = Duration::from_millis(ms);
+        }
+        if let Some(v) = var("GPUSHARE_SIM_PROCESSES") {
+            options.processes = parse_processes(&v)?;
+        }
+        Ok(options)
+    }
+}
+
+/// Parses `operation:n[,...]`.
+pub fn parse_failures(text: &str) -> Result<Vec<(Operation, u32)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            let (op, n) = part
+                .split_once(':')
+                .ok_or_else(|| format!("GPUSHARE_SIM_FAIL: {part:?}: write <operation>:<n>"))?;
+            let op = Operation::from_name(op.trim()).ok_or_else(|| {
+                let names: Vec<&str> = Operation::ALL.iter().map(|o| o.as_str()).collect();
+                format!(
+                    "GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}",
+                    names.join(", ")
+                )
+            })?;
+            match n.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Ok((op, n)),
+                _ => Err(format!(
+                    "GPUSHARE_SIM_FAIL: {part:?}: n must be a number from 1"
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Parses `<gpu>[/<gpu instance id>]:<pid>[,...]`.
+pub fn parse_processes(text: &str) -> Result<Vec<(u32, Option<u32>, u32)>, String> {
+    let bad = |part: &str| format!("GPUSHARE_SIM_PROCESSES: {part:?}: write <gpu>[/<gi>]:<pid>");
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            let (place, pid) = part.split_once(':').ok_or_else(|| bad(part))?;
+            let (gpu, gi) = match place.split_once('/') {
+                Some((g, i)) => (g, Some(i.trim().parse().map_err(|_| bad(part))?)),
+                None => (place, None),
+            };
+            Ok((
+                gpu.trim().parse().map_err(|_| bad(part))?,
+                gi,
+                pid.trim().parse().map_err(|_| bad(part))?,
+            ))
+        })
+        .collect()
+}
+
+/// The persisted state of the simulated node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SimNode {
+    gpus: Vec<SimGpu>,
+    /// Bumped for every compute instance created, so MIG UUIDs change like real ones.
+    generation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SimGpu {
+    model: String,
+    uuid: String,
+    mig_enabled: bool,
+    compute_mode: ComputeMode,
+    instances: Vec<SimInstance>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SimInstance {
+    id: u32,
+    profile_id: u32,
+    start: u8,
+    size: u8,
+    compute_instances: Vec<(u32, String)>,
+}
+
+impl SimNode {
+    fn new(models: &[&'static GpuModel]) -> Self {
+        let gpus = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| SimGpu {
+                model: m.key.to_string(),
+                uuid: format!(
+                    "GPU-{}",
+                    uuid_like(&[m.key.as_bytes(), &(i as u64).to_le_bytes()])
+                ),
+                mig_enabled: false,
+                compute_mode: ComputeMode::Default,
+                instances: Vec::new(),
+            })
+            .collect();
+        SimNode {
+            gpus,
+            generation: 0,
+        }
+    }
+
+    fn models(&self) -> Vec<&str> {
+        self.gpus.iter().map(|g| g.model.as_str()).collect()
+    }
+}
+
+/// A simulated node.
+#[derive(Debug)]
+pub struct SimBackend {
+    node: Mutex<SimNode>,
+    path: Option<PathBuf>,
+    options: SimOptions,
+    calls: Mutex<HashMap<Operation, u32>>,
+}
+
+impl SimBackend {
+    /// A node of these GPUs, kept in memory only.
+    pub fn new(models: &[&'static GpuModel], options: SimOptions) -> Self {
+        SimBackend {
+            node: Mutex::new(SimNode::new(models)),
+            path: None,
+            options,
+            calls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A node of these GPUs persisted at `path`: the state found there is taken up when it
+    /// holds the same models; otherwise the node starts fresh (MIG off everywhere).
+    pub fn persistent(
+        models: &[&'static GpuModel],
+        path: &Path,
+        options: SimOptions,
+    ) -> Result<Self, String> {
+        let fresh = SimNode::new(models);
+        let node = match std::fs::read(path) {
+            Ok(bytes) => match serde_json::from_slice::<SimNode>(&bytes) {
+                Ok(saved) if saved.models() == fresh.models() => saved,
+                Ok(_) => {
+                    tracing::warn!(path = %path.display(), "simulated GPUs differ from the saved ones: starting fresh");
+                    fresh
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "{}: unreadable simulator state: {e}",
+                        path.display()
+                    ));
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let backend = SimBackend {
+            node: Mutex::new(node),
+            path: Some(path.to_path_buf()),
+            options,
+            calls: Mutex::new(HashMap::new()),
+        };
+        backend
+            .save(&backend.node.lock().expect("sim lock"))
+            .map_err(|e| e.to_string())?;
+        Ok(backend)
+    }
+
+    /// Delay, count the call, and fail it when injected; then run `change` on the node and
+    /// persist it.
+    fn mutate<T>(
+        &self,
+        op: Operation,
+        gpu: u32,
+        change: impl FnOnce(&mut SimGpu, &mut u64) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        if !self.options.delay.is_zero() {
+            std::thread::sleep(self.options.delay);
+        }
+        let n = {
+            let mut calls = self.calls.lock().expect("sim calls lock");
+            let n = calls.entry(op).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if self.options.failures.contains(&(op, n)) {
+            return Err(GpuError::new(op.as_str(), Some(gpu), injected_code(op))
+                .with_detail(format!("injected by GPUSHARE_SIM_FAIL={}:{n}", op.as_str())));
+        }
+        let mut node = self.node.lock().expect("sim lock");
+        let mut draft = node.clone();
+        let SimNode { gpus, generation } = &mut draft;
+        let sim_gpu = gpus
+            .get_mut(gpu as usize)
+            .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::InvalidArgument))?;
+        let out = change(sim_gpu, generation)?;
+        self.save(&draft)?;
+        *node = draft;
+        Ok(out)
+    }
+
+    fn save(&self, node: &SimNode) -> Result<(), GpuError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let bytes = serde_json::to_vec_pretty(node).expect("simulator state serializes");
+        write_atomically(path, &bytes).map_err(|e| {
+            GpuError::new("save", None, ErrorCode::Unknown)
+                .with_detail(format!("{}: {e}", path.display()))
+        })
+    }
+}
+
+/// The error the real driver gives when such a call fails for reasons outside the
+/// agent's control (something else holds the GPU, resources ran out).
+fn injected_code(op: Operation) -> ErrorCode {
+    match op {
+        Operation::SetMigMode
+        | Operation::DestroyGpuInstance
+        | Operation::DestroyComputeInstance => ErrorCode::InUse,
+        Operation::CreateGpuInstance | Operation::CreateComputeInstance => {
+            ErrorCode::InsufficientResources
+        }
+        Operation::SetComputeMode => ErrorCode::NoPermission,
+    }
+}
+
+fn model_of(gpu: &SimGpu) -> &'static GpuModel {
+    catalog::model_by_key(&gpu.model).expect("simulated models come from the catalog")
+}
+
+impl GpuBackend for SimBackend {
+    fn kind(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn observe(&self) -> Result<NodeState, GpuError> {
+        let node = self.node.lock().expect("sim lock");
+        let gpus = node
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let model = model_of(g);
+                let index = i as u32;
+                let mut instances: Vec<GpuInstance> = g
+                    .instances
+                    .iter()
+                    .map(|gi| GpuInstance {
+                        id: gi.id,
+                        profile_id: gi.profile_id,
+                        placement_start: gi.start,
+                        placement_size: gi.size,
+                        compute_instances: gi
+                            .compute_instances
+                            .iter()
+                            .map(|(id, uuid)| ComputeInstance {
+                                id: *id,
+                                uuid: uuid.clone(),
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                instances.sort_by_key(|gi| gi.placement_start);
+                GpuState {
+                    index,
+                    uuid: g.uuid.clone(),
+                    name: model.nvml_name.to_string(),
+                    pci_device_id: model.pci_device_ids[0],
+                    model: Some(model),
+                    memory_total_bytes: model.memory_mib << 20,
+                    mig_enabled: g.mig_enabled,
+                    mig_pending: None,
+                    compute_mode: g.compute_mode,
+                    instances,
+                    processes: self
+                        .options
+                        .processes
+                        .iter()
+                        .filter(|(gpu, _, _)| *gpu == index)
+                        .map(|&(_, gi, pid)| ComputeProcess {
+                            pid,
+                            gpu_instance_id: gi,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(NodeState { gpus })
+    }
+
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
+        let op = Operation::SetMigMode;
+        self.mutate(op, gpu, |g, _| {
+            if !model_of(g).supports_mig() {
+                return Err(GpuError::new(
+                    op.as_str(),
+                    Some(gpu),
+                    ErrorCode::NotSupported,
+                ));
+            }
+            if !enabled && !g.instances.is_empty() {
+                return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::InUse)
+                    .with_detail("GPU instances exist"));
+            }
+            g.mig_enabled = enabled;
+            Ok(MigModeActivation::Activated)
+        })
+    }
+
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &MigProfile,
+        start: u8,
+    ) -> Result<u32, GpuError> {
+        let op = Operation::CreateGpuInstance;
+        let err = |code| GpuError::new(op.as_str(), Some(gpu), code);
+        self.mutate(op, gpu, |g, _| {
+            let model = model_of(g);
+            if !g.mig_enabled {
+                return Err(err(ErrorCode::NotSupported).with_detail("MIG mode is off"));
+            }
+            let known = model
+                .profile_by_id(profile.id)
+                .filter(|p| p.nvml_enum == profile.nvml_enum);
+            let Some(known) = known else {
+                return Err(err(ErrorCode::InvalidArgument).with_detail(format!(
+                    "{} has no profile id {}",
+                    model.display_name, profile.id
+                )));
+            };
+            if !known.placements.contains(&start) {
+                return Err(err(ErrorCode::InvalidArgument)
+                    .with_detail(format!("{} cannot start at slot {start}", known.name)));
+            }
+            let end = start + known.memory_slices;
+            let overlaps = g
+                .instances
+                .iter()
+                .any(|i| start < i.start + i.size && i.start < end);
+            let same = g
+                .instances
+                .iter()
+                .filter(|i| i.profile_id == known.id)
+                .count();
+            let compute: u8 = g
+                .instances
+                .iter()
+                .filter_map(|i| model.profile_by_id(i.profile_id))
+                .map(|p| p.compute_slices)
+                .sum();
+            if overlaps
+                || same >= usize::from(known.max_count)
+                || compute + known.compute_slices > model.compute_slices
+            {
+                return Err(err(ErrorCode::InsufficientResources));
+            }
+            let id = (1..)
+                .find(|id| g.instances.iter().all(|i| i.id != *id))
+                .expect("free id");
+            g.instances.push(SimInstance {
+                id,
+                profile_id: known.id,
+                start,
+                size: known.memory_slices,
+                compute_instances: Vec::new(),
+            });
+            Ok(id)
+        })
+    }
+
+    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+        let op = Operation::CreateComputeInstance;
+        self.mutate(op, gpu, |g, generation| {
+            let uuid_seed = g.uuid.clone();
+            let gi = g
+                .instances
+                .iter_mut()
+                .find(|i| i.id == gpu_instance)
+                .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
+            if !gi.compute_instances.is_empty() {
+                return Err(GpuError::new(
+                    op.as_str(),
+                    Some(gpu),
+                    ErrorCode::InsufficientResources,
+                )
+                .with_detail("the GPU instance already has its full-size compute instance"));
+            }
+            *generation += 1;
+            let uuid = format!(
+                "MIG-{}",
+                uuid_like(&[
+                    uuid_seed.as_bytes(),
+                    &gi.id.to_le_bytes(),
+                    &generation.to_le_bytes()
+                ])
+            );
+            gi.compute_instances.push((0, uuid));
+            Ok(0)
+        })
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), GpuError> {
+        let op = Operation::DestroyComputeInstance;
+        self.mutate(op, gpu, |g, _| {
+            let gi = g.instances.iter_mut().find(|i| i.id == gpu_instance);
+            let cis = gi
+                .map(|gi| &mut gi.compute_instances)
+                .filter(|cis| cis.iter().any(|(id, _)| *id == compute_instance))
+                .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
+            cis.retain(|(id, _)| *id != compute_instance);
+            Ok(())
+        })
+    }
+
+    fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
+        let op = Operation::DestroyGpuInstance;
+        self.mutate(op, gpu, |g, _| {
+            let pos = g
+                .instances
+                .iter()
+                .position(|i| i.id == gpu_instance)
+                .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
+            if !g.instances[pos].compute_instances.is_empty() {
+                return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::InUse)
+                    .with_detail("compute instances exist"));
+            }
+            g.instances.remove(pos);
+            Ok(())
+        })
+    }
+
+    fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
+        self.mutate(Operation::SetComputeMode, gpu, |g, _| {
+            g.compute_mode = mode;
+            Ok(())
+        })
+    }
+}
+
+/// A UUID-shaped hex string derived from `parts` (FNV-1a, then split 8-4-4-4-12).
+fn uuid_like(parts: &[&[u8]]) -> String {
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for part in parts {
+        for b in part.iter().chain(b"|") {
+            h ^= u128::from(*b);
+            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013B);
+        }
+    }
+    let hex = format!("{h:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a100(n: usize) -> Vec<&'static GpuModel> {
+        parse_spec(&format!("a100-40gb:{n}")).unwrap()
+    }
+
+    #[test]
+    fn specs() {
+        assert_eq!(parse_spec("a100-40gb:8").unwrap().len(), 8);
+        let mixed = parse_spec("h100-80gbx4,a30:2").unwrap();
+        assert_eq!(mixed.len(), 6);
+        assert_eq!(mixed[5].key, "a30-24gb");
+        assert_eq!(parse_spec("l40s").unwrap().len(), 1);
+        assert!(
+            parse_spec("v100:2")
+                .unwrap_err()
+                .contains("unknown GPU model \"v100\"")
+        );
+        assert!(parse_spec("a100-40gb:0").is_err());
+        assert!(parse_spec("").is_err());
+    }
+
+    #[test]
+    fn knobs() {
+        assert_eq!(
+            parse_failures("create_gpu_instance:3, set_mig_mode:1").unwrap(),
+            vec![
+                (Operation::CreateGpuInstance, 3),
+                (Operation::SetMigMode, 1)
+            ]
+        );
+        assert!(
+            parse_failures("reset:1")
+                .unwrap_err()
+                .contains("unknown operation")
+        );
+        assert!(parse_failures("set_mig_mode:0").is_err());
+        assert_eq!(
+            parse_processes("0:1234,2/1:99").unwrap(),
+            vec![(0, None, 1234), (2, Some(1), 99)]
+        );
+        assert!(parse_processes("x:1").is_err());
+    }
+
+    #[test]
+    fn follows_the_drivers_rules() {
+        let sim = SimBackend::new(&a100(1), SimOptions::default());
+        let p3g = catalog::model_by_key("a100-40gb")
+            .unwrap()
+            .profile_by_name("3g.20gb")
+            .unwrap();
+        let p7g = catalog::model_by_key("a100-40gb")
+            .unwrap()
+            .profile_by_name("7g.40gb")
+            .unwrap();
+        let code = |r: Result<u32, GpuError>| r.unwrap_err().code;
+        assert_eq!(
+            code(sim.create_gpu_instance(0, p3g, 0)),
+            ErrorCode::NotSupported
+        );
+        sim.set_mig_mode(0, true).unwrap();
+        assert_eq!(
+            code(sim.create_gpu_instance(0, p3g, 2)),
+            ErrorCode::InvalidArgument
+        );
+        let gi = sim.create_gpu_instance(0, p3g, 4).unwrap();
+        assert_eq!(
+            code(sim.create_gpu_instance(0, p7g, 0)),
+            ErrorCode::InsufficientResources
+        );
+        let ci = sim.create_compute_instance(0, gi).unwrap();
+        assert_eq!(
+            sim.destroy_gpu_instance(0, gi).unwrap_err().code,
+            ErrorCode::InUse
+        );
+        assert_eq!(
+            sim.set_mig_mode(0, false).unwrap_err().code,
+            ErrorCode::InUse
+        );
+        let seen = sim.observe().unwrap();
+        let inst = &seen.gpus[0].instances[0];
+        assert_eq!(
+            (inst.profile_id, inst.placement_start, inst.placement_size),
+            (9, 4, 4)
+        );
+        assert!(inst.compute_instances[0].uuid.starts_with("MIG-"));
+        sim.destroy_compute_instance(0, gi, ci).unwrap();
+        sim.destroy_gpu_instance(0, gi).unwrap();
+        sim.set_mig_mode(0, false).unwrap();
+        let l40s = SimBackend::new(&parse_spec("l40s").unwrap(), SimOptions::default());
+        assert_eq!(
+            l40s.set_mig_mode(0, true).unwrap_err().code,
+            ErrorCode::NotSupported
+        );
+    }
+
+    #[test]
+    fn injected_failures_hit_the_nth_call_and_change_nothing() {
+        let options = SimOptions {
+            failures: vec![(Operation::SetComputeMode, 2)],
+            ..SimOptions::default()
+        };
+        let sim = SimBackend::new(&a100(2), options);
+        sim.set_compute_mode(0, ComputeMode::Prohibited).unwrap();
+        let e = sim
+            .set_compute_mode(1, ComputeMode::Prohibited)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoPermission);
+        assert_eq!(
+            e.to_string(),
+            "set_compute_mode on GPU 1: Insufficient Permissions (injected by GPUSHARE_SIM_FAIL=set_compute_mode:2)"
+        );
+        assert_eq!(
+            sim.observe().unwrap().gpus[1].compute_mode,
+            ComputeMode::Default
+        );
+        sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap();
+    }
+
+    #[test]
+    fn state_persists_across_instances_of_the_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.json");
+        let first = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
+        first.set_mig_mode(1, true).unwrap();
+        let uuid = first.observe().unwrap().gpus[1].uuid.clone();
+        drop(first);
+        let again = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
+        let seen = again.observe().unwrap();
+        assert!(seen.gpus[1].mig_enabled);
+        assert_eq!(seen.gpus[1].uuid, uuid);
+        let other = SimBackend::persistent(&a100(3), &path, SimOptions::default()).unwrap();
+        assert!(!other.observe().unwrap().gpus[1].mig_enabled);
+    }
+
+    #[test]
+    fn processes_are_shown_where_injected() {
+        let options = SimOptions {
+            processes: vec![(1, Some(2), 4242)],
+            ..SimOptions::default()
+        };
+        let sim = SimBackend::new(&a100(2), options);
+        let seen = sim.observe().unwrap();
+        assert!(seen.gpus[0].processes.is_empty());
+        assert_eq!(
+            seen.gpus[1].processes,
+            vec![ComputeProcess {
+                pid: 4242,
+                gpu_instance_id: Some(2)
+            }]
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! `gpushare-agent`: serves the engine on D-Bus, on real GPUs through NVML or on
+//! simulated ones.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
+use gpushare_agent::engine::Engine;
+use gpushare_agent::gpu::GpuBackend;
+use gpushare_agent::gpu::nvml::NvmlBackend;
+use gpushare_agent::gpu::sim::{self, SimBackend, SimOptions};
+use gpushare_agent::profile::ProfileStore;
+use gpushare_agent::service::AgentService;
+use gpushare_proto::{BUS_NAME, OBJECT_PATH};
+use tracing_subscriber::EnvFilter;
+
+/// The gpushare agent: turns named sharing profiles into GPU state.
+#[derive(Debug, Parser)]
+#[command(name = "gpushare-agent", version, about)]
+struct Args {
+    /// Run on simulated GPUs instead of NVML, e.g. `a100-40gb:8` or `h100-80gb:4,a30:2`.
+    #[arg(long, value_name = "MODEL:N,...")]
+    simulate: Option<String>,
+
+    /// Bus to serve on: `system`, `session` or a D-Bus address. Default: the system bus
+    /// when running as root, the session bus otherwise.
+    #[arg(long, value_name = "BUS")]
+    bus: Option<String>,
+
+    /// Configuration file.
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
+
+    /// State directory (journal, simulator state); overrides the configuration file.
+    /// Default without root: $XDG_STATE_HOME/gpushare.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    /// Profile directory; overrides the configuration file.
+    #[arg(long, value_name = "DIR")]
+    profiles_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpushare-agent: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpushare-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn user_state_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("gpushare")
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = match AgentConfig::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            // Never act on half-read configuration: run, but change nothing on the GPUs.
+            tracing::error!("{e}; running with defaults and changing nothing on the GPUs");
+            AgentConfig {
+                gpu: GpuPolicy::hands_off(),
+                ..AgentConfig::default()
+            }
+        }
+    };
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| {
+        if is_root() || config.state_dir != Path::new(config::DEFAULT_STATE_DIR) {
+            config.state_dir.clone()
+        } else {
+            user_state_dir()
+        }
+    });
+    let profiles_dir = args
+        .profiles_dir
+        .clone()
+        .unwrap_or(config.profiles_dir.clone());
+
+    let backend: Arc<dyn GpuBackend> = match &args.simulate {
+        Some(spec) => {
+            let models = sim::parse_spec(spec)?;
+            let options = SimOptions::from_env()?;
+            std::fs::create_dir_all(&state_dir)
+                .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
+            let backend =
+                SimBackend::persistent(&models, &state_dir.join("simulated-gpus.json"), options)?;
+            tracing::info!(gpus = models.len(), spec = %spec, "simulating GPUs");
+            Arc::new(backend)
+        }
+        None => Arc::new(NvmlBackend::new().map_err(|e| {
+            format!("{e}; to try gpushare without a GPU, run with --simulate a100-40gb:8")
+        })?),
+    };
+
+    let profiles = ProfileStore::load(Some(&profiles_dir));
+    for error in profiles.errors() {
+        tracing::error!("profile left out: {error}");
+    }
+    let engine = Arc::new(Engine::new(backend, profiles, &state_dir, config.gpu)?);
+
+    let bus = args
+        .bus
+        .clone()
+        .unwrap_or_else(|| if is_root() { "system" } else { "session" }.into());
+    let builder = match bus.as_str() {
+        "system" => zbus::connection::Builder::system(),
+        "session" => zbus::connection::Builder::session(),
+        address => zbus::connection::Builder::address(address),
+    }
+    .map_err(|e| format!("bus {bus}: {e}"))?;
+    let connection = builder
+        .serve_at(OBJECT_PATH, AgentService::new(Arc::clone(&engine)))
+        .and_then(|b| b.name(BUS_NAME))
+        .map_err(|e| format!("bus {bus}: {e}"))?
+        .build()
+        .await
+        .map_err(|e| match e {
+            zbus::Error::NameTaken => {
+                format!("{BUS_NAME} is already owned on the {bus} bus: is another gpushare-agent running?")
+            }
+            e => format!("cannot serve on the {bus} bus: {e}"),
+        })?;
+    tracing::info!(
+        bus = %bus,
+        address = %connection.unique_name().map(|n| n.to_string()).unwrap_or_default(),
+        backend = engine.backend_kind(),
+        state_dir = %state_dir.display(),
+        "serving {BUS_NAME}"
+    );
+
+    wait_for_termination().await;
+    tracing::info!("stopping once no apply runs");
+    let _idle = engine.quiesce().await;
+    drop(connection);
+    Ok(())
+}
+
+async fn wait_for_termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,560 @@
+//! Planning: a pure function from the observed node and a profile to the ordered steps
+//! that turn one into the other.
+//!
+//! Everything that can fail for reasons of the profile fails here, before anything is
+//! touched: a MIG profile a model lacks, a layout that does not fit, a GPU without MIG
+//! asked for MIG, processes on an instance that must go. Same inputs, same plan.
+
+pub mod placement;
+
+use std::fmt;
+
+use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
+
+use crate::catalog::MigProfile;
+use crate::gpu::{ComputeMode, GpuState, NodeState, Operation};
+use crate::profile::{GpuRule, MigLayout, Profile};
+pub use placement::Placed;
+
+/// What the agent may change, and whether busy instances may be destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Whether MIG mode and instances may change (agent.toml `[gpu] manage_mig`).
+    pub manage_mig: bool,
+    /// Whether compute modes may change (agent.toml `[gpu] manage_compute_mode`).
+    pub manage_compute_mode: bool,
+    /// Proceed although compute processes use what must change.
+    pub force: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            manage_mig: true,
+            manage_compute_mode: true,
+            force: false,
+        }
+    }
+}
+
+/// The steps that apply a profile, grouped by GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Profile name.
+    pub profile: String,
+    /// Every GPU the profile selects, by index, including those already in shape.
+    pub gpus: Vec<GpuPlan>,
+}
+
+impl Plan {
+    /// Every step in execution order (GPU by GPU).
+    pub fn steps(&self) -> impl Iterator<Item = &Step> {
+        self.gpus.iter().flat_map(|g| g.steps.iter())
+    }
+
+    /// Number of steps.
+    pub fn step_count(&self) -> usize {
+        self.gpus.iter().map(|g| g.steps.len()).sum()
+    }
+
+    /// Whether applying changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.step_count() == 0
+    }
+
+    /// The plan as the JSON document clients get.
+    pub fn report(&self) -> PlanReport {
+        PlanReport {
+            profile: self.profile.clone(),
+            changes: !self.is_empty(),
+            steps: self
+                .steps()
+                .map(|s| PlanStep {
+                    gpu: s.gpu(),
+                    operation: s.operation().as_str().to_string(),
+                    description: s.to_string(),
+                })
+                .collect(),
+            targets: self
+                .gpus
+                .iter()
+                .map(|g| ReportTarget {
+                    gpu: g.gpu,
+                    model: g.model.clone(),
+                    mig_enabled: g.target.mig_enabled,
+                    instances: g
+                        .target
+                        .instances
+                        .iter()
+                        .map(|p| TargetInstance {
+                            profile: p.profile.name.to_string(),
+                            placement_start: u32::from(p.start),
+                        })
+                        .collect(),
+                    unchanged: g.steps.is_empty(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The plan for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuPlan {
+    /// GPU index.
+    pub gpu: u32,
+    /// Model display name.
+    pub model: String,
+    /// What the GPU becomes.
+    pub target: GpuTarget,
+    /// Steps in order; empty when the GPU already matches.
+    pub steps: Vec<Step>,
+}
+
+/// The end state of one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTarget {
+    /// MIG on or off.
+    pub mig_enabled: bool,
+    /// MIG instances, by placement start.
+    pub instances: Vec<Placed>,
+    /// Compute mode, when the agent manages it.
+    pub compute_mode: Option<ComputeMode>,
+}
+
+/// One backend call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Destroy a compute instance.
+    DestroyComputeInstance {
+        /// GPU index.
+        gpu: u32,
+        /// GPU instance id.
+        gpu_instance: u32,
+        /// Compute instance id.
+        compute_instance: u32,
+        /// Profile of the GPU instance, for people.
+        profile: &'static str,
+        /// Placement start of the GPU instance, for people.
+        start: u8,
+    },
+    /// Destroy a GPU instance.
+    DestroyGpuInstance {
+        /// GPU index.
+        gpu: u32,
+        /// GPU instance id.
+        gpu_instance: u32,
+        /// Profile name, for people.
+        profile: &'static str,
+        /// Placement start, for people.
+        start: u8,
+    },
+    /// Turn MIG mode on or off.
+    SetMigMode {
+        /// GPU index.
+        gpu: u32,
+        /// The new mode.
+        enabled: bool,
+    },
+    /// Create a GPU instance at a placement.
+    CreateGpuInstance {
+        /// GPU index.
+        gpu: u32,
+        /// Profile.
+        profile: &'static MigProfile,
+        /// Placement start.
+        start: u8,
+    },
+    /// Create the full-size compute instance of the GPU instance at `start`.
+    CreateComputeInstance {
+        /// GPU index.
+        gpu: u32,
+        /// Placement start of the GPU instance (its id is known only once created).
+        start: u8,
+        /// Id of the GPU instance when it exists already.
+        gpu_instance: Option<u32>,
+        /// Profile name, for people.
+        profile: &'static str,
+    },
+    /// Set the compute mode.
+    SetComputeMode {
+        /// GPU index.
+        gpu: u32,
+        /// The new mode.
+        mode: ComputeMode,
+    },
+}
+
+impl Step {
+    /// The GPU the step changes.
+    pub fn gpu(&self) -> u32 {
+        match self {
+            Step::DestroyComputeInstance { gpu, .. }
+            | Step::DestroyGpuInstance { gpu, .. }
+            | Step::SetMigMode { gpu, .. }
+            | Step::CreateGpuInstance { gpu, .. }
+            | Step::CreateComputeInstance { gpu, .. }
+            | Step::SetComputeMode { gpu, .. } => *gpu,
+        }
+    }
+
+    /// The backend operation the step calls.
+    pub fn operation(&self) -> Operation {
+        match self {
+            Step::DestroyComputeInstance { .. } => Operation::DestroyComputeInstance,
+            Step::DestroyGpuInstance { .. } => Operation::DestroyGpuInstance,
+            Step::SetMigMode { .. } => Operation::SetMigMode,
+            Step::CreateGpuInstance { .. } => Operation::CreateGpuInstance,
+            Step::CreateComputeInstance { .. } => Operation::CreateComputeInstance,
+            Step::SetComputeMode { .. } => Operation::SetComputeMode,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::DestroyComputeInstance {
+                gpu,
+                gpu_instance,
+                compute_instance,
+                profile,
+                start,
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu}: destroy compute instance {compute_instance} of {profile} at slot {start} (GI {gpu_instance})"
+                )
+            }
+            Step::DestroyGpuInstance {
+                gpu,
+                gpu_instance,
+                profile,
+                start,
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu}: destroy {profile} at slot {start} (GI {gpu_instance})"
+                )
+            }
+            Step::SetMigMode { gpu, enabled } => {
+                write!(
+                    f,
+                    "GPU {gpu}: {} MIG mode",
+                    if *enabled { "enable" } else { "disable" }
+                )
+            }
+            Step::CreateGpuInstance {
+                gpu,
+                profile,
+                start,
+            } => {
+                write!(f, "GPU {gpu}: create {} at slot {start}", profile.name)
+            }
+            Step::CreateComputeInstance {
+                gpu,
+                start,
+                profile,
+                ..
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu}: create the compute instance of {profile} at slot {start}"
+                )
+            }
+            Step::SetComputeMode { gpu, mode } => {
+                write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
+            }
+        }
+    }
+}
+
+/// Why a profile cannot be carried out here. Each message is one line naming the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The profile asks for something the GPU cannot be.
+    #[error("{0}")]
+    Infeasible(String),
+    /// The profile asks for something this version does not carry out.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The agent's configuration forbids the change.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Compute processes use what must change, and the apply is not forced.
+    #[error("{0}")]
+    GpuBusy(String),
+}
+
+/// Plans `profile` against the observed `node`.
+pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let gpu_count = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+    let mut gpus = Vec::new();
+    for gpu in &node.gpus {
+        let Some(rule) = profile.rule_for(gpu.index, gpu_count, &gpu.uuid, gpu.model) else {
+            continue;
+        };
+        gpus.push(plan_gpu(gpu, rule, options)?);
+    }
+    Ok(Plan {
+        profile: profile.name.clone(),
+        gpus,
+    })
+}
+
+fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<GpuPlan, PlanError> {
+    let label = gpu.label();
+    let sharing_asked = std::iter::once(&rule.sharing)
+        .chain(rule.instance_sharing.iter().map(|(_, s)| s))
+        .find(|s| !s.is_exclusive());
+    if let Some(sharing) = sharing_asked {
+        return Err(PlanError::Unsupported(format!(
+            "{label}: the rule at {} asks for {} sharing, which this version of gpushare-agent validates but does not carry out yet",
+            rule.location,
+            sharing.strategy()
+        )));
+    }
+
+    let target_instances = match &rule.mig {
+        MigLayout::Disabled => Vec::new(),
+        MigLayout::Enabled(requests) => {
+            let model = gpu.model.filter(|m| m.supports_mig()).ok_or_else(|| {
+                PlanError::Infeasible(format!(
+                    "{label}: has no MIG, but the rule at {} asks for a MIG layout",
+                    rule.location
+                ))
+            })?;
+            let mut wanted = Vec::new();
+            for (key, count) in requests {
+                let profile = key.resolve(model).ok_or_else(|| {
+                    let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name).collect();
+                    PlanError::Infeasible(format!(
+                        "{label}: no MIG profile {key} (the rule at {}); {} has {}",
+                        rule.location,
+                        model.display_name,
+                        names.join(", ")
+                    ))
+                })?;
+                wanted.extend(std::iter::repeat_n(profile, *count as usize));
+            }
+            let preferred = current_layout(gpu);
+            placement::solve(model, &wanted, &preferred)
+                .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?
+        }
+    };
+    let target = GpuTarget {
+        mig_enabled: matches!(rule.mig, MigLayout::Enabled(_)),
+        instances: target_instances,
+        compute_mode: options.manage_compute_mode.then_some(ComputeMode::Default),
+    };
+
+    let mut steps = Vec::new();
+    let mut freed = Vec::new();
+    for gi in &gpu.instances {
+        let profile = profile_of(gpu, gi.profile_id);
+        let stays = gpu.mig_enabled
+            && target.mig_enabled
+            && target
+                .instances
+                .iter()
+                .any(|p| p.profile.id == gi.profile_id && p.start == gi.placement_start);
+        if stays {
+            continue;
+        }
+        freed.push(gi);
+        for ci in &gi.compute_instances {
+            steps.push(Step::DestroyComputeInstance {
+                gpu: gpu.index,
+                gpu_instance: gi.id,
+                compute_instance: ci.id,
+                profile,
+                start: gi.placement_start,
+            });
+        }
+        steps.push(Step::DestroyGpuInstance {
+            gpu: gpu.index,
+            gpu_instance: gi.id,
+            profile,
+            start: gi.placement_start,
+        });
+    }
+    if gpu.mig_enabled != target.mig_enabled {
+        steps.push(Step::SetMigMode {
+            gpu: gpu.index,
+            enabled: target.mig_enabled,
+        });
+    }
+    for placed in &target.instances {
+        let existing = gpu.instances.iter().find(|gi| {
+            gpu.mig_enabled
+                && gi.profile_id == placed.profile.id
+                && gi.placement_start == placed.start
+        });
+        if existing.is_none() {
+            steps.push(Step::CreateGpuInstance {
+                gpu: gpu.index,
+                profile: placed.profile,
+                start: placed.start,
+            });
+        }
+        if existing.is_none_or(|gi| gi.compute_instances.is_empty()) {
+            steps.push(Step::CreateComputeInstance {
+                gpu: gpu.index,
+                start: placed.start,
+                gpu_instance: existing.map(|gi| gi.id),
+                profile: placed.profile.name,
+            });
+        }
+    }
+
+    let changes_mig = !steps.is_empty();
+    if changes_mig && !options.manage_mig {
+        return Err(PlanError::Forbidden(format!(
+            "{label}: the profile changes MIG ({} steps), but the agent's configuration sets manage_mig = false",
+            steps.len()
+        )));
+    }
+    if changes_mig && !options.force {
+        check_not_busy(gpu, &freed, &steps)?;
+    }
+    if let Some(mode) = target.compute_mode
+        && gpu.compute_mode != mode
+    {
+        steps.push(Step::SetComputeMode {
+            gpu: gpu.index,
+            mode,
+        });
+    }
+    Ok(GpuPlan {
+        gpu: gpu.index,
+        model: gpu.model_name().to_string(),
+        target,
+        steps,
+    })
+}
+
+/// Refuses to destroy instances, or to switch MIG mode, under running processes.
+fn check_not_busy(
+    gpu: &GpuState,
+    freed: &[&crate::gpu::GpuInstance],
+    steps: &[Step],
+) -> Result<(), PlanError> {
+    let mode_change = steps.iter().any(|s| matches!(s, Step::SetMigMode { .. }));
+    let mut pids: Vec<u32> = gpu
+        .processes
+        .iter()
+        .filter(|p| {
+            mode_change
+                || p.gpu_instance_id
+                    .is_some_and(|id| freed.iter().any(|gi| gi.id == id))
+        })
+        .map(|p| p.pid)
+        .collect();
+    if pids.is_empty() {
+        return Ok(());
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let what = if mode_change {
+        "the MIG mode change"
+    } else {
+        "the instances the profile removes"
+    };
+    Err(PlanError::GpuBusy(format!(
+        "{}: compute processes (PID {}) use what {what} touches; stop them, or apply with --force",
+        gpu.label(),
+        list.join(", ")
+    )))
+}
+
+fn current_layout(gpu: &GpuState) -> Vec<Placed> {
+    let Some(model) = gpu.model else {
+        return Vec::new();
+    };
+    if !gpu.mig_enabled {
+        return Vec::new();
+    }
+    gpu.instances
+        .iter()
+        .filter_map(|gi| {
+            model.profile_by_id(gi.profile_id).map(|profile| Placed {
+                profile,
+                start: gi.placement_start,
+            })
+        })
+        .collect()
+}
+
+fn profile_of(gpu: &GpuState, profile_id: u32) -> &'static str {
+    gpu.model
+        .and_then(|m| m.profile_by_id(profile_id))
+        .map_or("MIG instance", |p| p.name)
+}
+
+/// Checks a fresh observation against what the plan aimed at; the error names every GPU
+/// that differs.
+pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for target in &plan.gpus {
+        let Some(gpu) = node.gpu(target.gpu) else {
+            problems.push(format!("GPU {} is gone", target.gpu));
+            continue;
+        };
+        let want = &target.target;
+        if gpu.mig_enabled != want.mig_enabled {
+            problems.push(format!(
+                "{}: MIG is {} instead of {}",
+                gpu.label(),
+                on_off(gpu.mig_enabled),
+                on_off(want.mig_enabled)
+            ));
+        }
+        let mut have: Vec<(u32, u8, bool)> = gpu
+            .instances
+            .iter()
+            .map(|gi| {
+                (
+                    gi.profile_id,
+                    gi.placement_start,
+                    !gi.compute_instances.is_empty(),
+                )
+            })
+            .collect();
+        let mut expect: Vec<(u32, u8, bool)> = want
+            .instances
+            .iter()
+            .map(|p| (p.profile.id, p.start, true))
+            .collect();
+        have.sort_unstable();
+        expect.sort_unstable();
+        if have != expect {
+            problems.push(format!(
+                "{}: the MIG instances differ from the plan",
+                gpu.label()
+            ));
+        }
+        if let Some(mode) = want.compute_mode
+            && gpu.compute_mode != mode
+        {
+            problems.push(format!(
+                "{}: compute mode is {} instead of {}",
+                gpu.label(),
+                gpu.compute_mode.as_str(),
+                mode.as_str()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+#[cfg(test)]
+mod tests;

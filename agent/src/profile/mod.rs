@@ -1,0 +1,283 @@
+//! The sharing-profile format: parsing, validation, built-in profiles and the profile
+//! store.
+//!
+//! A profile is a TOML document with a list of `[[gpu]]` rules. Each rule selects GPUs
+//! and says what they become: MIG off or a MIG layout, and how the whole GPU or each
+//! instance is shared. A GPU takes the first rule that selects it; GPUs no rule selects
+//! are left as they are. Everything that can be checked without knowing the node is
+//! checked here, with errors naming `file:line:column`; what depends on the GPUs
+//! (profile names per model, whether a layout fits) is the planner's.
+
+mod parse;
+mod store;
+
+pub use parse::parse_profile;
+pub use store::{ProfileSource, ProfileStore, StoredProfile};
+
+use std::fmt;
+
+use crate::catalog::{GpuModel, MigProfile};
+
+/// A parsed, validated profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Name used with `apply`.
+    pub name: String,
+    /// One line for people.
+    pub description: String,
+    /// Rules in file order; a GPU takes the first rule that selects it.
+    pub rules: Vec<GpuRule>,
+}
+
+impl Profile {
+    /// The first rule that selects `gpu_index` of a node with `gpu_count` GPUs.
+    pub fn rule_for(
+        &self,
+        gpu_index: u32,
+        gpu_count: u32,
+        uuid: &str,
+        model: Option<&GpuModel>,
+    ) -> Option<&GpuRule> {
+        self.rules
+            .iter()
+            .find(|r| r.select.matches(gpu_index, gpu_count, uuid, model))
+    }
+
+    /// Whether any rule asks for MPS or time-slicing.
+    pub fn uses_sharing(&self) -> bool {
+        self.rules.iter().any(|r| {
+            !r.sharing.is_exclusive() || r.instance_sharing.iter().any(|(_, s)| !s.is_exclusive())
+        })
+    }
+}
+
+/// One `[[gpu]]` rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRule {
+    /// Which GPUs the rule applies to.
+    pub select: Selector,
+    /// Where the rule starts, for messages (`profiles.d/x.toml:7:1`).
+    pub location: Location,
+    /// MIG off, or MIG on with these instances.
+    pub mig: MigLayout,
+    /// Sharing of the whole GPU (MIG off) or of every instance (MIG on).
+    pub sharing: Sharing,
+    /// Per-instance-kind sharing that overrides `sharing` under MIG.
+    pub instance_sharing: Vec<(MigKey, Sharing)>,
+}
+
+impl GpuRule {
+    /// The sharing of an instance of `profile`, per `instance_sharing` then `sharing`.
+    pub fn sharing_for(&self, profile: &MigProfile) -> &Sharing {
+        self.instance_sharing
+            .iter()
+            .find(|(key, _)| key.matches(profile))
+            .map(|(_, s)| s)
+            .unwrap_or(&self.sharing)
+    }
+}
+
+/// A place in a profile's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// File path, or `built-in:<name>`.
+    pub origin: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.origin, self.line, self.column)
+    }
+}
+
+/// Which GPUs a rule applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// Every GPU.
+    All,
+    /// Indices below half the GPU count (rounded down): GPUs 0-3 of 8, none of 1.
+    FirstHalf,
+    /// The other indices: GPUs 4-7 of 8, GPU 0 of 1.
+    SecondHalf,
+    /// Listed indices and inclusive ranges.
+    Indices(Vec<(u32, u32)>),
+    /// GPUs of one catalog model (its key).
+    Model(&'static str),
+    /// One GPU by UUID (`GPU-…`).
+    Uuid(String),
+}
+
+impl Selector {
+    /// Whether the selector picks this GPU.
+    pub fn matches(
+        &self,
+        index: u32,
+        gpu_count: u32,
+        uuid: &str,
+        model: Option<&GpuModel>,
+    ) -> bool {
+        match self {
+            Selector::All => true,
+            Selector::FirstHalf => index < gpu_count / 2,
+            Selector::SecondHalf => index >= gpu_count / 2,
+            Selector::Indices(ranges) => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&index)),
+            Selector::Model(key) => model.is_some_and(|m| m.key == *key),
+            Selector::Uuid(u) => u.eq_ignore_ascii_case(uuid),
+        }
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Selector::All => f.write_str("all"),
+            Selector::FirstHalf => f.write_str("first-half"),
+            Selector::SecondHalf => f.write_str("second-half"),
+            Selector::Indices(ranges) => {
+                let parts: Vec<String> = ranges
+                    .iter()
+                    .map(|&(lo, hi)| {
+                        if lo == hi {
+                            lo.to_string()
+                        } else {
+                            format!("{lo}-{hi}")
+                        }
+                    })
+                    .collect();
+                f.write_str(&parts.join(","))
+            }
+            Selector::Model(key) => f.write_str(key),
+            Selector::Uuid(u) => f.write_str(u),
+        }
+    }
+}
+
+/// The MIG part of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigLayout {
+    /// MIG mode off: the GPU is used whole.
+    Disabled,
+    /// MIG mode on with these instances (possibly none).
+    Enabled(Vec<(MigKey, u32)>),
+}
+
+/// How a profile names a MIG instance kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigKey {
+    /// By compute slices (`3g`), resolved per model.
+    Slices(u8),
+    /// By exact profile name (`3g.20gb`, `1g.5gb+me`).
+    Name(String),
+}
+
+impl MigKey {
+    /// The profile this key stands for on `model`.
+    pub fn resolve(&self, model: &GpuModel) -> Option<&'static MigProfile> {
+        match self {
+            MigKey::Slices(n) => model.profile_by_compute_slices(*n),
+            MigKey::Name(name) => model.profile_by_name(name),
+        }
+    }
+
+    /// Whether an instance of `profile` is what this key names.
+    pub fn matches(&self, profile: &MigProfile) -> bool {
+        match self {
+            MigKey::Slices(n) => profile.compute_slices == *n && !profile.media_extensions,
+            MigKey::Name(name) => profile.name == name,
+        }
+    }
+}
+
+impl fmt::Display for MigKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MigKey::Slices(n) => write!(f, "{n}g"),
+            MigKey::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// How a GPU or MIG instance is shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sharing {
+    /// No sharing set up: the driver's default behaviour for whoever opens it.
+    Exclusive,
+    /// Time-slicing with a scheduler interval.
+    TimeSlicing {
+        /// Scheduler time slice.
+        interval: TimeSliceInterval,
+        /// Clients the GPU or instance is meant to serve.
+        replicas: Option<u32>,
+    },
+    /// An MPS server with limits.
+    Mps(MpsSettings),
+}
+
+impl Sharing {
+    /// Whether no sharing is asked for.
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self, Sharing::Exclusive)
+    }
+
+    /// `exclusive`, `time-slicing` or `mps`.
+    pub fn strategy(&self) -> &'static str {
+        match self {
+            Sharing::Exclusive => "exclusive",
+            Sharing::TimeSlicing { .. } => "time-slicing",
+            Sharing::Mps(_) => "mps",
+        }
+    }
+}
+
+/// Time-slice intervals `nvidia-smi compute-policy --set-timeslice` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSliceInterval {
+    /// 0.
+    Default,
+    /// 1.
+    Short,
+    /// 2.
+    Medium,
+    /// 3.
+    Long,
+}
+
+impl TimeSliceInterval {
+    /// Parses `default`, `short`, `medium` or `long`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::Default),
+            "short" => Some(Self::Short),
+            "medium" => Some(Self::Medium),
+            "long" => Some(Self::Long),
+            _ => None,
+        }
+    }
+}
+
+/// MPS settings as written; limits not given derive from `replicas` when carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MpsSettings {
+    /// Clients the GPU or instance is meant to serve.
+    pub replicas: Option<u32>,
+    /// Default active thread percentage of clients (1-100).
+    pub active_thread_percentage: Option<u32>,
+    /// Default pinned device memory limit of clients, in bytes.
+    pub pinned_memory_limit_bytes: Option<u64>,
+    /// Most clients the server accepts.
+    pub max_clients: Option<u32>,
+}
+
+/// A profile that failed to parse or validate: where, and why, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct ProfileError {
+    /// Where.
+    pub location: Location,
+    /// Why.
+    pub message: String,
+}

@@ -1,0 +1,566 @@
+//! TOML → [`Profile`], with every error tied to a line and column.
+//!
+//! serde and the `toml` crate do the syntax and the field names (`deny_unknown_fields`
+//! turns typos into errors); the values whose meaning is ours (selectors, MIG layouts,
+//! sizes, ranges) are read from spanned values and checked here.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{
+    GpuRule, Location, MigKey, MigLayout, MpsSettings, Profile, ProfileError, Selector, Sharing,
+    TimeSliceInterval,
+};
+use crate::catalog;
+
+/// Most MPS clients per device on Volta and later.
+const MPS_MAX_CLIENTS: u32 = 48;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: Option<Spanned<String>>,
+    description: Option<String>,
+    #[serde(default)]
+    gpu: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    select: Spanned<toml::Value>,
+    mig: Option<Spanned<toml::Value>>,
+    sharing: Option<Spanned<RawSharing>>,
+    #[serde(default)]
+    instance_sharing: BTreeMap<String, Spanned<RawSharing>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+enum RawSharing {
+    Exclusive,
+    TimeSlicing(RawTimeSlicing),
+    Mps(RawMps),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeSlicing {
+    interval: Option<String>,
+    replicas: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMps {
+    replicas: Option<u32>,
+    active_thread_percentage: Option<u32>,
+    pinned_memory_limit: Option<toml::Value>,
+    max_clients: Option<u32>,
+}
+
+/// Parses and validates a profile. `origin` names the text in errors (a path or
+/// `built-in:<name>`); `default_name` is used when the text has no `name` (a file's stem).
+pub fn parse_profile(
+    text: &str,
+    origin: &str,
+    default_name: Option<&str>,
+) -> Result<Profile, ProfileError> {
+    let cx = Context { text, origin };
+    let raw: RawProfile = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        cx.error(&span, e.message().trim().replace('\n', " "))
+    })?;
+
+    let (name, name_span) = match &raw.name {
+        Some(n) => (n.get_ref().clone(), n.span()),
+        None => match default_name {
+            Some(d) => (d.to_string(), 0..0),
+            None => return Err(cx.error(&(0..0), "missing `name`".into())),
+        },
+    };
+    if !is_valid_name(&name) {
+        return Err(cx.error(
+            &name_span,
+            format!(
+                "invalid profile name {name:?}: use 1-64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+            ),
+        ));
+    }
+    if raw.gpu.is_empty() {
+        return Err(cx.error(&(0..0), "the profile has no [[gpu]] rule".into()));
+    }
+
+    let rules = raw
+        .gpu
+        .iter()
+        .map(|r| cx.rule(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Profile {
+        name,
+        description: raw.description.unwrap_or_default(),
+        rules,
+    })
+}
+
+fn is_valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+}
+
+struct Context<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Context<'_> {
+    fn location(&self, offset: usize) -> Location {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Location {
+            origin: self.origin.to_string(),
+            line,
+            column,
+        }
+    }
+
+    fn error(&self, span: &Range<usize>, message: String) -> ProfileError {
+        ProfileError {
+            location: self.location(span.start),
+            message,
+        }
+    }
+
+    fn rule(&self, raw: &Spanned<RawRule>) -> Result<GpuRule, ProfileError> {
+        let location = self.location(raw.span().start);
+        let raw = raw.get_ref();
+        let select = self.selector(&raw.select)?;
+        let mig = match &raw.mig {
+            None => MigLayout::Disabled,
+            Some(m) => self.mig(m)?,
+        };
+        let sharing = match &raw.sharing {
+            None => Sharing::Exclusive,
+            Some(s) => self.sharing(s)?,
+        };
+
+        let mut instance_sharing = Vec::new();
+        for (key, value) in &raw.instance_sharing {
+            let MigLayout::Enabled(instances) = &mig else {
+                return Err(self.error(
+                    &value.span(),
+                    "instance_sharing needs a MIG layout (`mig = { ... }`) in the same rule".into(),
+                ));
+            };
+            let key = parse_mig_key(key).map_err(|m| self.error(&value.span(), m))?;
+            if !instances.iter().any(|(k, _)| *k == key) {
+                return Err(self.error(
+                    &value.span(),
+                    format!("instance_sharing names {key}, which the rule's `mig` layout does not contain"),
+                ));
+            }
+            instance_sharing.push((key, self.sharing(value)?));
+        }
+
+        let strategies: Vec<&Sharing> = std::iter::once(&sharing)
+            .chain(instance_sharing.iter().map(|(_, s)| s))
+            .collect();
+        let mps = strategies.iter().any(|s| matches!(s, Sharing::Mps(_)));
+        let time_slicing = strategies
+            .iter()
+            .any(|s| matches!(s, Sharing::TimeSlicing { .. }));
+        if mps && time_slicing {
+            let span = raw.sharing.as_ref().map_or(raw.select.span(), |s| s.span());
+            return Err(self.error(
+                &span,
+                "MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode EXCLUSIVE_PROCESS, time-slicing DEFAULT)".into(),
+            ));
+        }
+        Ok(GpuRule {
+            select,
+            location,
+            mig,
+            sharing,
+            instance_sharing,
+        })
+    }
+
+    fn selector(&self, value: &Spanned<toml::Value>) -> Result<Selector, ProfileError> {
+        let err = |m: String| self.error(&value.span(), m);
+        match value.get_ref() {
+            toml::Value::Integer(i) => {
+                let i = u32::try_from(*i).map_err(|_| err(format!("select: bad GPU index {i}")))?;
+                Ok(Selector::Indices(vec![(i, i)]))
+            }
+            toml::Value::Array(items) => {
+                let mut ranges = Vec::new();
+                for item in items {
+                    match item.as_integer().and_then(|i| u32::try_from(i).ok()) {
+                        Some(i) => ranges.push((i, i)),
+                        None => return Err(err("select: a list holds GPU indices only".into())),
+                    }
+                }
+                if ranges.is_empty() {
+                    return Err(err("select: the list is empty".into()));
+                }
+                Ok(Selector::Indices(ranges))
+            }
+            toml::Value::String(s) => parse_selector(s).map_err(err),
+            other => Err(err(format!(
+                "select: expected a string or an index, found {}",
+                other.type_str()
+            ))),
+        }
+    }
+
+    fn mig(&self, value: &Spanned<toml::Value>) -> Result<MigLayout, ProfileError> {
+        let err = |m: String| self.error(&value.span(), m);
+        match value.get_ref() {
+            toml::Value::Boolean(false) => Ok(MigLayout::Disabled),
+            toml::Value::String(s) if s == "disabled" => Ok(MigLayout::Disabled),
+            toml::Value::Table(table) => {
+                let mut instances = Vec::new();
+                for (key, count) in table {
+                    let key = parse_mig_key(key).map_err(&err)?;
+                    let count = count
+                        .as_integer()
+                        .and_then(|c| u32::try_from(c).ok())
+                        .filter(|&c| c <= 8)
+                        .ok_or_else(|| err(format!("mig: the count of {key} must be a whole number from 0 to 8")))?;
+                    if count > 0 {
+                        instances.push((key, count));
+                    }
+                }
+                Ok(MigLayout::Enabled(instances))
+            }
+            _ => Err(err(
+                "mig: expected \"disabled\" or a table of instance counts such as { \"1g\" = 2, \"3g.20gb\" = 1 }".into(),
+            )),
+        }
+    }
+
+    fn sharing(&self, value: &Spanned<RawSharing>) -> Result<Sharing, ProfileError> {
+        let err = |m: String| self.error(&value.span(), m);
+        let in_range = |what: &str, v: Option<u32>, lo: u32, hi: u32| match v {
+            Some(x) if !(lo..=hi).contains(&x) => {
+                Err(err(format!("{what} must be from {lo} to {hi}, not {x}")))
+            }
+            _ => Ok(v),
+        };
+        match value.get_ref() {
+            RawSharing::Exclusive => Ok(Sharing::Exclusive),
+            RawSharing::TimeSlicing(ts) => {
+                let interval = match &ts.interval {
+                    None => TimeSliceInterval::Default,
+                    Some(name) => TimeSliceInterval::from_name(name).ok_or_else(|| {
+                        err(format!(
+                            "time-slicing interval {name:?}: use default, short, medium or long"
+                        ))
+                    })?,
+                };
+                let replicas = in_range("time-slicing replicas", ts.replicas, 1, 256)?;
+                Ok(Sharing::TimeSlicing { interval, replicas })
+            }
+            RawSharing::Mps(mps) => {
+                let pinned_memory_limit_bytes = match &mps.pinned_memory_limit {
+                    None => None,
+                    Some(v) => Some(
+                        parse_size(v).map_err(|m| err(format!("mps pinned_memory_limit: {m}")))?,
+                    ),
+                };
+                Ok(Sharing::Mps(MpsSettings {
+                    replicas: in_range("mps replicas", mps.replicas, 1, MPS_MAX_CLIENTS)?,
+                    active_thread_percentage: in_range(
+                        "mps active_thread_percentage",
+                        mps.active_thread_percentage,
+                        1,
+                        100,
+                    )?,
+                    pinned_memory_limit_bytes,
+                    max_clients: in_range("mps max_clients", mps.max_clients, 1, MPS_MAX_CLIENTS)?,
+                }))
+            }
+        }
+    }
+}
+
+/// Parses a selector string: `all`, `first-half`, `second-half`, `2`, `0-3`, `0,2,5-7`, a
+/// model key (`a100-40gb`) or a GPU UUID (`GPU-…`).
+pub fn parse_selector(s: &str) -> Result<Selector, String> {
+    let s = s.trim();
+    match s {
+        "all" => return Ok(Selector::All),
+        "first-half" => return Ok(Selector::FirstHalf),
+        "second-half" => return Ok(Selector::SecondHalf),
+        _ => {}
+    }
+    if s.len() > 4 && s[..4].eq_ignore_ascii_case("GPU-") {
+        return Ok(Selector::Uuid(s.to_string()));
+    }
+    if let Some(model) = catalog::model_by_key(s) {
+        return Ok(Selector::Model(model.key));
+    }
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        let mut ranges = Vec::new();
+        for part in s.split(',') {
+            let part = part.trim();
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            match (lo.trim().parse::<u32>(), hi.trim().parse::<u32>()) {
+                (Ok(lo), Ok(hi)) if lo <= hi => ranges.push((lo, hi)),
+                _ => return Err(format!("select: bad index or range {part:?} in {s:?}")),
+            }
+        }
+        return Ok(Selector::Indices(ranges));
+    }
+    let models: Vec<&str> = catalog::models().iter().map(|m| m.key).collect();
+    Err(format!(
+        "select: unknown selector {s:?}: use all, first-half, second-half, an index (2), a range (0-3), a list (0,2,5), a GPU UUID or a model ({})",
+        models.join(", ")
+    ))
+}
+
+/// Parses a MIG key: `3g` or an exact name like `3g.20gb` / `1g.5gb+me`.
+pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
+    let bad = || {
+        format!(
+            "mig: {key:?} is not a MIG profile: write a slice count (\"3g\") or a profile name (\"3g.20gb\", \"1g.5gb+me\")"
+        )
+    };
+    let (slices, rest) = key.split_once('g').ok_or_else(bad)?;
+    let slices: u8 = slices.parse().map_err(|_| bad())?;
+    if !(1..=8).contains(&slices) {
+        return Err(bad());
+    }
+    if rest.is_empty() {
+        return Ok(MigKey::Slices(slices));
+    }
+    let size = rest.strip_prefix('.').ok_or_else(bad)?;
+    let size = size.strip_suffix("+me").unwrap_or(size);
+    let digits = size.strip_suffix("gb").ok_or_else(bad)?;
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    Ok(MigKey::Name(key.to_string()))
+}
+
+/// Parses a byte size: an integer of bytes, or a string like `2GiB`, `512MiB`, `2G`, `512M`.
+pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
+    let text = match value {
+        toml::Value::Integer(i) if *i > 0 => return Ok(*i as u64),
+        toml::Value::String(s) => s.trim(),
+        _ => return Err("expected a size such as \"2GiB\" or \"512MiB\"".into()),
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("bad size {text:?}"))?;
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "bad size unit in {text:?}: use B, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    match n.checked_mul(factor) {
+        Some(0) => Err("the size must be above zero".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(format!("size {text:?} is too large")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Profile, ProfileError> {
+        parse_profile(text, "test.toml", None)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_a_layered_profile() {
+        let p = parse(
+            r#"
+name = "mixed"
+description = "MIG on the first half, MPS on the 3g instances"
+
+[[gpu]]
+select = "first-half"
+mig = { "1g" = 2, "2g.10gb" = 1, "3g" = 1 }
+instance_sharing."3g" = { mps = { replicas = 4, pinned_memory_limit = "2GiB" } }
+
+[[gpu]]
+select = "4-5,7"
+sharing = { time-slicing = { interval = "short", replicas = 3 } }
+
+[[gpu]]
+select = "all"
+"#,
+        )
+        .unwrap();
+        assert_eq!(p.name, "mixed");
+        assert_eq!(p.rules.len(), 3);
+        let r0 = &p.rules[0];
+        assert_eq!(r0.select, Selector::FirstHalf);
+        assert_eq!(
+            r0.mig,
+            MigLayout::Enabled(vec![
+                (MigKey::Slices(1), 2),
+                (MigKey::Name("2g.10gb".into()), 1),
+                (MigKey::Slices(3), 1)
+            ])
+        );
+        assert_eq!(
+            r0.instance_sharing,
+            vec![(
+                MigKey::Slices(3),
+                Sharing::Mps(MpsSettings {
+                    replicas: Some(4),
+                    pinned_memory_limit_bytes: Some(2 << 30),
+                    ..Default::default()
+                })
+            )]
+        );
+        assert_eq!(r0.location.line, 5);
+        assert_eq!(p.rules[1].select, Selector::Indices(vec![(4, 5), (7, 7)]));
+        assert_eq!(
+            p.rules[1].sharing,
+            Sharing::TimeSlicing {
+                interval: TimeSliceInterval::Short,
+                replicas: Some(3)
+            }
+        );
+        assert_eq!(p.rules[2].mig, MigLayout::Disabled);
+        assert!(p.uses_sharing());
+    }
+
+    #[test]
+    fn name_defaults_to_the_file_stem() {
+        let p = parse_profile("[[gpu]]\nselect = 0\n", "x/whole.toml", Some("whole")).unwrap();
+        assert_eq!(p.name, "whole");
+        assert!(!p.uses_sharing());
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        assert_eq!(
+            err("name = \"a\"\n[[gpu]\n"),
+            "test.toml:2:1: unclosed array table header, expected `]]`".replace(
+                "unclosed array table header, expected `]]`",
+                &toml::from_str::<toml::Table>("name = \"a\"\n[[gpu]\n")
+                    .unwrap_err()
+                    .message()
+                    .trim()
+                    .replace('\n', " ")
+            )
+        );
+        let e = err("name = \"a\"\n[[gpu]]\nselect = \"all\"\nmigg = false\n");
+        assert!(e.starts_with("test.toml:4:1: unknown field `migg`"), "{e}");
+    }
+
+    #[test]
+    fn value_errors_point_at_the_value() {
+        let e = err("name = \"a\"\n[[gpu]]\nselect = \"halfway\"\n");
+        assert!(
+            e.starts_with("test.toml:3:10: select: unknown selector \"halfway\""),
+            "{e}"
+        );
+        let e = err("name = \"a\"\n[[gpu]]\nselect = \"all\"\nmig = { \"5x\" = 1 }\n");
+        assert!(
+            e.starts_with("test.toml:4:7: mig: \"5x\" is not a MIG profile"),
+            "{e}"
+        );
+        let e = err("name = \"a\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 9 }\n");
+        assert!(
+            e.contains("test.toml:4:7: mig: the count of 1g must be"),
+            "{e}"
+        );
+        let e = err(
+            "name = \"a\"\n[[gpu]]\nselect = 0\nsharing = { mps = { active_thread_percentage = 0 } }\n",
+        );
+        assert!(
+            e.contains("test.toml:4:11: mps active_thread_percentage must be from 1 to 100"),
+            "{e}"
+        );
+        let e = err("name = \"a\"\n[[gpu]]\nselect = 0\nsharing = \"mpss\"\n");
+        assert!(
+            e.starts_with("test.toml:4:11: unknown variant `mpss`"),
+            "{e}"
+        );
+        let e = err(
+            "name = \"a\"\n[[gpu]]\nselect = 0\nsharing.mps = { pinned_memory_limit = \"2 parsecs\" }\n",
+        );
+        assert!(e.contains("bad size unit"), "{e}");
+    }
+
+    #[test]
+    fn instance_sharing_must_name_an_instance_of_the_layout() {
+        let e = err(
+            "name = \"a\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 7 }\ninstance_sharing.\"3g\" = \"exclusive\"\n",
+        );
+        assert!(e.contains(":5:") && e.contains("does not contain"), "{e}");
+        let e = err("name = \"a\"\n[[gpu]]\nselect = 0\ninstance_sharing.\"3g\" = \"exclusive\"\n");
+        assert!(e.contains("needs a MIG layout"), "{e}");
+    }
+
+    #[test]
+    fn mps_and_time_slicing_do_not_mix_on_one_gpu() {
+        let e = err(
+            "name = \"a\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"3g\" = 1 }\nsharing.time-slicing = {}\ninstance_sharing.\"3g\".mps = {}\n",
+        );
+        assert!(e.contains("cannot be mixed"), "{e}");
+    }
+
+    #[test]
+    fn names_and_rules_are_required() {
+        assert!(err("[[gpu]]\nselect = 0\n").contains("missing `name`"));
+        assert!(err("name = \"a\"\n").contains("no [[gpu]] rule"));
+        assert!(err("name = \"Bad Name\"\n[[gpu]]\nselect = 0\n").contains("invalid profile name"));
+    }
+
+    #[test]
+    fn selectors() {
+        assert_eq!(parse_selector("a30").unwrap(), Selector::Model("a30-24gb"));
+        assert_eq!(
+            parse_selector("GPU-abc").unwrap(),
+            Selector::Uuid("GPU-abc".into())
+        );
+        assert_eq!(
+            parse_selector("0-3").unwrap(),
+            Selector::Indices(vec![(0, 3)])
+        );
+        assert!(parse_selector("3-1").is_err());
+        let s = Selector::FirstHalf;
+        assert!(s.matches(3, 8, "", None) && !s.matches(4, 8, "", None));
+        assert!(!s.matches(0, 1, "", None));
+        assert!(Selector::SecondHalf.matches(0, 1, "", None));
+        assert!(Selector::Uuid("GPU-AB".into()).matches(0, 1, "gpu-ab", None));
+    }
+
+    #[test]
+    fn sizes() {
+        let s = |t: &str| parse_size(&toml::Value::String(t.into()));
+        assert_eq!(s("2GiB"), Ok(2 << 30));
+        assert_eq!(s("512M"), Ok(512 << 20));
+        assert_eq!(parse_size(&toml::Value::Integer(4096)), Ok(4096));
+        assert!(s("0G").is_err());
+        assert!(s("G").is_err());
+    }
+}

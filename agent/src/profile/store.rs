@@ -1,0 +1,230 @@
+//! The profiles an agent knows: the built-ins compiled in, then the files of
+//! `profiles.d/` (a file may replace a built-in of the same name).
+//!
+//! A file that fails to parse is left out whole and its error kept for `profiles list`
+//! and the log: the agent never uses half-read configuration.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::{Profile, parse_profile};
+
+/// The built-in profiles, as TOML text parsed by the same parser as files.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("all-disabled", include_str!("builtin/all-disabled.toml")),
+    ("all-balanced", include_str!("builtin/all-balanced.toml")),
+    ("half-balanced", include_str!("builtin/half-balanced.toml")),
+    ("all-mps", include_str!("builtin/all-mps.toml")),
+    (
+        "all-time-sliced",
+        include_str!("builtin/all-time-sliced.toml"),
+    ),
+];
+
+/// Where a profile came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileSource {
+    /// Compiled into the agent.
+    BuiltIn,
+    /// A file of the profile directory.
+    File(PathBuf),
+}
+
+impl fmt::Display for ProfileSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileSource::BuiltIn => f.write_str("built-in"),
+            ProfileSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A profile with its source and text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredProfile {
+    /// The parsed profile.
+    pub profile: Profile,
+    /// Where it came from.
+    pub source: ProfileSource,
+    /// Its TOML text.
+    pub text: String,
+}
+
+/// Every profile the agent knows, by name.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileStore {
+    profiles: BTreeMap<String, StoredProfile>,
+    errors: Vec<String>,
+}
+
+impl ProfileStore {
+    /// The built-in profiles only.
+    pub fn built_in() -> Self {
+        let mut store = ProfileStore::default();
+        for (name, text) in BUILT_IN {
+            let profile = parse_profile(text, &format!("built-in:{name}"), None)
+                .expect("built-in profiles parse (checked by tests)");
+            store.profiles.insert(
+                profile.name.clone(),
+                StoredProfile {
+                    profile,
+                    source: ProfileSource::BuiltIn,
+                    text: text.to_string(),
+                },
+            );
+        }
+        store
+    }
+
+    /// The built-ins plus every `*.toml` of `dir` in name order. A missing directory is
+    /// not an error; an unreadable or invalid file is recorded in [`ProfileStore::errors`].
+    pub fn load(dir: Option<&Path>) -> Self {
+        let mut store = Self::built_in();
+        let Some(dir) = dir else { return store };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return store,
+            Err(e) => {
+                store.errors.push(format!("{}: {e}", dir.display()));
+                return store;
+            }
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            if let Err(e) = store.add_file(&path) {
+                store.errors.push(e);
+            }
+        }
+        store
+    }
+
+    fn add_file(&mut self, path: &Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let stem = path.file_stem().and_then(|s| s.to_str());
+        let profile =
+            parse_profile(&text, &path.display().to_string(), stem).map_err(|e| e.to_string())?;
+        if let Some(existing) = self.profiles.get(&profile.name)
+            && let ProfileSource::File(other) = &existing.source
+        {
+            return Err(format!(
+                "{}: profile {:?} is already defined in {}",
+                path.display(),
+                profile.name,
+                other.display()
+            ));
+        }
+        let source = ProfileSource::File(path.to_path_buf());
+        self.profiles.insert(
+            profile.name.clone(),
+            StoredProfile {
+                profile,
+                source,
+                text,
+            },
+        );
+        Ok(())
+    }
+
+    /// The profile called `name`, or a one-line error listing the known names.
+    pub fn get(&self, name: &str) -> Result<&StoredProfile, String> {
+        self.profiles.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+            format!(
+                "unknown profile {name:?}; known profiles: {}",
+                known.join(", ")
+            )
+        })
+    }
+
+    /// Every profile, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &StoredProfile> {
+        self.profiles.values()
+    }
+
+    /// Files that could not be loaded, one line each with file, line and column.
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{MigKey, MigLayout, Selector};
+
+    #[test]
+    fn built_ins_parse_and_are_named_as_designed() {
+        let store = ProfileStore::built_in();
+        let names: Vec<&str> = store.iter().map(|p| p.profile.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "all-balanced",
+                "all-disabled",
+                "all-mps",
+                "all-time-sliced",
+                "half-balanced"
+            ]
+        );
+        let half = &store.get("half-balanced").unwrap().profile;
+        assert_eq!(half.rules[0].select, Selector::FirstHalf);
+        assert_eq!(
+            half.rules[0].mig,
+            MigLayout::Enabled(vec![
+                (MigKey::Slices(1), 2),
+                (MigKey::Slices(2), 1),
+                (MigKey::Slices(3), 1)
+            ])
+        );
+        assert_eq!(half.rules[1].mig, MigLayout::Disabled);
+        assert!(store.get("all-mps").unwrap().profile.uses_sharing());
+    }
+
+    #[test]
+    fn unknown_names_list_the_known_ones() {
+        let e = ProfileStore::built_in().get("half").unwrap_err();
+        assert!(
+            e.starts_with("unknown profile \"half\"; known profiles: all-balanced, "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn files_override_built_ins_and_bad_files_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("all-balanced.toml"),
+            "description = \"mine\"\n[[gpu]]\nselect = \"all\"\nmig = { \"7g\" = 1 }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("broken.toml"),
+            "name = \"broken\"\n[[gpu]]\nselect = [\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not a profile").unwrap();
+        let store = ProfileStore::load(Some(dir.path()));
+        let mine = store.get("all-balanced").unwrap();
+        assert_eq!(mine.profile.description, "mine");
+        assert!(matches!(mine.source, ProfileSource::File(_)));
+        assert!(store.get("broken").is_err());
+        assert_eq!(store.errors().len(), 1);
+        assert!(
+            store.errors()[0].contains("broken.toml:"),
+            "{:?}",
+            store.errors()
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_is_fine() {
+        let store = ProfileStore::load(Some(Path::new("/nonexistent/gpushare")));
+        assert!(store.errors().is_empty());
+        assert_eq!(store.iter().count(), BUILT_IN.len());
+    }
+}

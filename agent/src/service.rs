@@ -1,0 +1,230 @@
+//! The D-Bus interface: transport only. Each method calls the [`Engine`] and turns its
+//! answer into JSON or a D-Bus error; apply jobs become objects that emit progress.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gpushare_proto::{AgentError, JOB_PATH_PREFIX, OPTION_FORCE};
+use serde::Serialize;
+use tokio::sync::Mutex as AsyncMutex;
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+use zbus::{Connection, ObjectServer, interface};
+
+use crate::engine::{Engine, EngineError};
+
+/// Job objects kept for late readers; older ones are removed from the bus.
+const JOBS_KEPT: usize = 16;
+
+fn to_dbus(e: EngineError) -> AgentError {
+    let message = e.to_string();
+    match e {
+        EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
+        EngineError::InvalidProfile(_) => AgentError::InvalidProfile(message),
+        EngineError::Plan(crate::plan::PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
+        EngineError::Plan(_) => AgentError::Infeasible(message),
+        EngineError::Busy(_) => AgentError::Busy(message),
+        EngineError::Backend(_) => AgentError::Backend(message),
+        EngineError::Failed(_) => AgentError::Failed(message),
+    }
+}
+
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("protocol documents serialize")
+}
+
+/// The `io.gpushare.Agent1` object.
+pub struct AgentService {
+    engine: Arc<Engine>,
+    next_job: AtomicU64,
+    jobs: Arc<AsyncMutex<VecDeque<OwnedObjectPath>>>,
+}
+
+impl AgentService {
+    /// The service over `engine`.
+    pub fn new(engine: Arc<Engine>) -> Self {
+        AgentService {
+            engine,
+            next_job: AtomicU64::new(1),
+            jobs: Arc::default(),
+        }
+    }
+}
+
+#[interface(name = "io.gpushare.Agent1")]
+impl AgentService {
+    /// Observed GPUs and the active profile (JSON `Status`).
+    async fn status(&self) -> Result<String, AgentError> {
+        self.engine
+            .status()
+            .await
+            .map(|s| json(&s))
+            .map_err(to_dbus)
+    }
+
+    /// What applying a profile would do (JSON `PlanReport`).
+    async fn plan(&self, profile: &str) -> Result<String, AgentError> {
+        self.engine
+            .plan(profile)
+            .await
+            .map(|p| json(&p.report()))
+            .map_err(to_dbus)
+    }
+
+    /// Starts an apply and returns its job object.
+    async fn apply(
+        &self,
+        profile: &str,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        let force = match options.get(OPTION_FORCE) {
+            None => false,
+            Some(v) => bool::try_from(v).map_err(|_| {
+                AgentError::Failed(format!("option {OPTION_FORCE:?} must be a boolean"))
+            })?,
+        };
+        for key in options.keys().filter(|k| k.as_str() != OPTION_FORCE) {
+            return Err(AgentError::Failed(format!("unknown option {key:?}")));
+        }
+        let number = self.next_job.fetch_add(1, Ordering::Relaxed);
+        let path = OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}/{number}"))
+            .expect("job paths are valid object paths");
+        let job = self
+            .engine
+            .begin_apply(profile, force, path.as_str())
+            .await
+            .map_err(to_dbus)?;
+        tracing::info!(job = %path.as_str(), profile, steps = job.plan().step_count(), "apply started");
+        server.at(&path, JobObject::default()).await?;
+        self.remember(server, path.clone()).await;
+
+        let engine = Arc::clone(&self.engine);
+        let connection = connection.clone();
+        let job_path = path.clone();
+        tokio::spawn(async move {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::apply::Progress>();
+            let emitter = SignalEmitter::new(&connection, job_path.clone())
+                .expect("job paths are valid")
+                .into_owned();
+            let forward = async {
+                while let Some(p) = rx.recv().await {
+                    let _ = JobObject::progress(&emitter, p.done, p.total, &p.step).await;
+                }
+            };
+            let (outcome, ()) = tokio::join!(engine.run_apply(job, tx), forward);
+            match &outcome.error {
+                None => {
+                    tracing::info!(job = %job_path.as_str(), profile = %outcome.profile, steps = outcome.steps_done, "apply succeeded")
+                }
+                Some(e) => tracing::error!(job = %job_path.as_str(), "{e}"),
+            }
+            let text = json(&outcome);
+            let server = connection.object_server();
+            if let Ok(iface) = server.interface::<_, JobObject>(&job_path).await {
+                let mut job = iface.get_mut().await;
+                job.state = if outcome.ok { "succeeded" } else { "failed" }.into();
+                job.outcome = text.clone();
+                let _ = job.state_changed(iface.signal_emitter()).await;
+                let _ = job.outcome_changed(iface.signal_emitter()).await;
+            }
+            let _ = JobObject::finished(&emitter, &text).await;
+        });
+        Ok(path)
+    }
+
+    /// Every known profile (JSON `ProfileList`).
+    async fn list_profiles(&self) -> String {
+        json(&self.engine.list_profiles())
+    }
+
+    /// One profile with its text (JSON `ProfileDetail`).
+    async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
+        self.engine
+            .show_profile(name)
+            .map(|p| json(&p))
+            .map_err(to_dbus)
+    }
+
+    /// Validates profile text and plans it here (JSON `Validation`).
+    async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
+        self.engine
+            .validate(text, origin)
+            .await
+            .map(|v| json(&v))
+            .map_err(to_dbus)
+    }
+
+    /// The agent's version.
+    #[zbus(property)]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+}
+
+impl AgentService {
+    async fn remember(&self, server: &ObjectServer, path: OwnedObjectPath) {
+        let mut jobs = self.jobs.lock().await;
+        jobs.push_back(path);
+        while jobs.len() > JOBS_KEPT {
+            if let Some(old) = jobs.pop_front() {
+                let _ = server.remove::<JobObject, _>(&old).await;
+            }
+        }
+    }
+}
+
+use job::JobObject;
+
+/// The job objects; the interface macro generates undocumented `*_changed` methods.
+#[allow(missing_docs)]
+mod job {
+    use zbus::interface;
+    use zbus::object_server::SignalEmitter;
+
+    /// An `io.gpushare.Job1` object.
+    #[derive(Debug)]
+    pub struct JobObject {
+        pub state: String,
+        pub outcome: String,
+    }
+
+    impl Default for JobObject {
+        fn default() -> Self {
+            JobObject {
+                state: "running".into(),
+                outcome: String::new(),
+            }
+        }
+    }
+
+    #[interface(name = "io.gpushare.Job1")]
+    impl JobObject {
+        /// `running`, `succeeded` or `failed`.
+        #[zbus(property)]
+        async fn state(&self) -> String {
+            self.state.clone()
+        }
+
+        /// The JSON `JobOutcome`; empty while running.
+        #[zbus(property)]
+        async fn outcome(&self) -> String {
+            self.outcome.clone()
+        }
+
+        /// Before each step.
+        #[zbus(signal)]
+        pub async fn progress(
+            emitter: &SignalEmitter<'_>,
+            done: u32,
+            total: u32,
+            step: &str,
+        ) -> zbus::Result<()>;
+
+        /// Once, at the end.
+        #[zbus(signal)]
+        pub async fn finished(emitter: &SignalEmitter<'_>, outcome: &str) -> zbus::Result<()>;
+    }
+}

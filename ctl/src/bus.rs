@@ -1,0 +1,330 @@
+//! Finding the agent: which bus, one connection, and turning call failures into one line.
+//!
+//! The happy path is one connection and one method call: no name-owner lookup, no
+//! `Version` read, no property cache. Only when a call fails does ctl look further: when
+//! nobody owns `io.gpushare.Agent1` on the system bus (or the system bus is unreachable)
+//! and `DBUS_SESSION_BUS_ADDRESS` is set, the same call is retried on the session bus,
+//! where a newcomer's agent runs without root; when the agent does not know a method, its
+//! `Version` is read to say which agent is too old.
+
+use gpushare_proto::{AgentError, AgentProxy, BUS_NAME};
+use zbus::Connection;
+use zbus::proxy::CacheProperties;
+
+use crate::error::{self, CtlError, Kind};
+
+/// What `--address` (or `GPUSHARE_BUS_ADDRESS`) asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusChoice {
+    /// Nothing given: the system bus, then the session bus if the agent is not there.
+    Auto,
+    /// `system`.
+    System,
+    /// `session`.
+    Session,
+    /// A D-Bus address (`unix:path=/tmp/bus`).
+    Address(String),
+}
+
+impl BusChoice {
+    /// Reads the `--address` value.
+    pub fn parse(address: Option<&str>) -> Self {
+        match address.map(str::trim) {
+            None | Some("") => BusChoice::Auto,
+            Some("system") => BusChoice::System,
+            Some("session") => BusChoice::Session,
+            Some(other) => BusChoice::Address(other.to_owned()),
+        }
+    }
+}
+
+/// One bus ctl connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bus {
+    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the standard socket).
+    System,
+    /// The session bus (`DBUS_SESSION_BUS_ADDRESS`).
+    Session,
+    /// An explicit address.
+    Address(String),
+}
+
+impl Bus {
+    /// How messages name it: `system bus`, `session bus`, `bus at unix:path=/x`.
+    pub fn describe(&self) -> String {
+        match self {
+            Bus::System => "system bus".into(),
+            Bus::Session => "session bus".into(),
+            Bus::Address(a) => format!("bus at {a}"),
+        }
+    }
+
+    /// How to start an agent on this bus.
+    pub fn start_hint(&self) -> String {
+        match self {
+            Bus::System => "`systemctl start gpushare-agent`".into(),
+            Bus::Session => "`gpushare-agent --bus session`".into(),
+            Bus::Address(a) => format!("`gpushare-agent --bus {a}`"),
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection, CtlError> {
+        let result = match self {
+            Bus::System => Connection::system().await,
+            Bus::Session => Connection::session().await,
+            Bus::Address(a) => match zbus::connection::Builder::address(a.as_str()) {
+                Ok(builder) => builder.build().await,
+                Err(e) => {
+                    return Err(CtlError::ctl(
+                        Kind::InvalidAddress,
+                        format!("invalid bus address `{a}`: {}", address_error(&e)),
+                    ));
+                }
+            },
+        };
+        result.map_err(|e| {
+            if let (Bus::Address(a), zbus::Error::Address(_)) = (self, &e) {
+                return CtlError::ctl(
+                    Kind::InvalidAddress,
+                    format!("invalid bus address `{a}`: {}", address_error(&e)),
+                );
+            }
+            CtlError::ctl(
+                Kind::BusUnreachable,
+                format!(
+                    "cannot connect to the {}: {}",
+                    self.describe(),
+                    connect_error(&e)
+                ),
+            )
+        })
+    }
+}
+
+fn address_error(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::Address(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A connection error in a few words (`No such file or directory (os error 2)`).
+fn connect_error(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::InputOutput(io) => io.to_string(),
+        zbus::Error::Connection(io, _) => io.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A connection to the bus the agent was found on.
+pub struct Agent {
+    /// The bus connection (for signal subscriptions).
+    pub conn: Connection,
+    /// The agent's main object, without a property cache.
+    pub proxy: AgentProxy<'static>,
+    /// Which bus it is.
+    pub bus: Bus,
+}
+
+impl Agent {
+    async fn open(bus: Bus) -> Result<Self, CtlError> {
+        let conn = bus.connect().await?;
+        // CacheProperties::No: building the proxy costs no round trip.
+        let proxy = AgentProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| error::from_zbus_error(e, "connect", &bus.describe()))?;
+        Ok(Self { conn, proxy, bus })
+    }
+
+    /// Maps the failure of `method` to one line; an unknown method reads `Version` first.
+    pub async fn explain(&self, method: &str, e: AgentError) -> CtlError {
+        if error::is_unknown_method(&e) {
+            let version = match self.proxy.version().await {
+                Ok(v) => format!("version {v}"),
+                Err(_) => "version unknown".into(),
+            };
+            return CtlError::ctl(
+                Kind::AgentOutdated,
+                format!("the agent ({version}) does not know {method}: upgrade gpushare-agent"),
+            );
+        }
+        error::from_agent_error(e, method, &self.bus.describe())
+    }
+}
+
+/// The agent client: connects on the first call, then keeps the connection.
+pub struct Client {
+    choice: BusChoice,
+    agent: Option<Agent>,
+}
+
+impl Client {
+    /// A client for the bus `--address` names; nothing is connected yet.
+    pub fn new(choice: BusChoice) -> Self {
+        Self {
+            choice,
+            agent: None,
+        }
+    }
+
+    /// The connection of the last successful call, if any.
+    pub fn agent(&self) -> Option<&Agent> {
+        self.agent.as_ref()
+    }
+
+    /// Runs `f` (named `method` in messages) against the agent. The first call connects:
+    /// on the bus asked for, or by default on the system bus and then, if the agent is not
+    /// there and a session bus is configured, on the session bus. `f` may be run twice,
+    /// once per bus, so it must not have done anything the agent sees when it fails with
+    /// "no owner" (subscriptions are fine).
+    pub async fn call<T>(
+        &mut self,
+        method: &str,
+        f: impl AsyncFn(&Agent) -> Result<T, AgentError>,
+    ) -> Result<T, CtlError> {
+        if let Some(agent) = &self.agent {
+            return match f(agent).await {
+                Ok(v) => Ok(v),
+                Err(e) => Err(agent.explain(method, e).await),
+            };
+        }
+        let (primary, fallback) = match &self.choice {
+            BusChoice::Auto => (Bus::System, session_bus_configured()),
+            BusChoice::System => (Bus::System, false),
+            BusChoice::Session => (Bus::Session, false),
+            BusChoice::Address(a) => (Bus::Address(a.clone()), false),
+        };
+        let not_running = |bus: &Bus| {
+            CtlError::ctl(
+                Kind::NotRunning,
+                format!(
+                    "gpushare-agent is not running on the {} ({BUS_NAME} has no owner); start it with {}, or point --address at its bus",
+                    bus.describe(),
+                    bus.start_hint()
+                ),
+            )
+        };
+
+        let primary_error = match Agent::open(primary.clone()).await {
+            Ok(agent) => {
+                let result = f(&agent).await;
+                match result {
+                    Err(e) if error::is_no_owner(&e) => {
+                        if !fallback {
+                            return Err(not_running(&primary));
+                        }
+                        not_running(&primary)
+                    }
+                    other => return self.keep(agent, method, other).await,
+                }
+            }
+            Err(e) if fallback && e.is(Kind::BusUnreachable) => e,
+            Err(e) => return Err(e),
+        };
+
+        // The session bus, as a fallback of the system bus.
+        let session = match Agent::open(Bus::Session).await {
+            Ok(agent) => agent,
+            // No usable session bus: report what the system bus said.
+            Err(_) => return Err(primary_error),
+        };
+        match f(&session).await {
+            Err(e) if error::is_no_owner(&e) => {
+                let message = if primary_error.is(Kind::NotRunning) {
+                    format!(
+                        "gpushare-agent is not running on the system bus or the session bus ({BUS_NAME} has no owner on either); start it with {}, or point --address at its bus",
+                        Bus::System.start_hint()
+                    )
+                } else {
+                    format!(
+                        "gpushare-agent is not running: {} and {BUS_NAME} has no owner on the session bus; start it with {}, or point --address at its bus",
+                        primary_error.message,
+                        Bus::System.start_hint()
+                    )
+                };
+                Err(CtlError::ctl(Kind::NotRunning, message))
+            }
+            other => self.keep(session, method, other).await,
+        }
+    }
+
+    async fn keep<T>(
+        &mut self,
+        agent: Agent,
+        method: &str,
+        result: Result<T, AgentError>,
+    ) -> Result<T, CtlError> {
+        let agent = self.agent.insert(agent);
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => Err(agent.explain(method, e).await),
+        }
+    }
+}
+
+/// Whether a session bus is configured to fall back to.
+fn session_bus_configured() -> bool {
+    std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some_and(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_choices() {
+        assert_eq!(BusChoice::parse(None), BusChoice::Auto);
+        assert_eq!(BusChoice::parse(Some("")), BusChoice::Auto);
+        assert_eq!(BusChoice::parse(Some("system")), BusChoice::System);
+        assert_eq!(BusChoice::parse(Some("session")), BusChoice::Session);
+        assert_eq!(
+            BusChoice::parse(Some("unix:path=/tmp/x")),
+            BusChoice::Address("unix:path=/tmp/x".into())
+        );
+    }
+
+    #[test]
+    fn bus_descriptions() {
+        assert_eq!(Bus::System.describe(), "system bus");
+        assert_eq!(
+            Bus::Address("unix:path=/x".into()).describe(),
+            "bus at unix:path=/x"
+        );
+        assert!(Bus::Session.start_hint().contains("--bus session"));
+    }
+
+    #[test]
+    fn explicit_bus_errors_are_one_line() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut client = Client::new(BusChoice::Address(
+            "unix:path=/nonexistent/gpushare-test".into(),
+        ));
+        let e = rt
+            .block_on(client.call("Status", async |a: &Agent| a.proxy.status().await))
+            .unwrap_err();
+        assert!(e.is(Kind::BusUnreachable), "{e:?}");
+        assert!(
+            e.message
+                .starts_with("cannot connect to the bus at unix:path=/nonexistent/gpushare-test: "),
+            "{}",
+            e.message
+        );
+
+        let mut client = Client::new(BusChoice::Address("bogus".into()));
+        let e = rt
+            .block_on(client.call("Status", async |a: &Agent| a.proxy.status().await))
+            .unwrap_err();
+        assert!(e.is(Kind::InvalidAddress), "{e:?}");
+        assert!(
+            e.message.starts_with("invalid bus address `bogus`"),
+            "{}",
+            e.message
+        );
+    }
+}

@@ -1,0 +1,35 @@
+//! The verbs, one module each. Each module has a `run` that talks to the agent through
+//! [`Client`] and prints through [`Output`], and pure `render_*` functions from the proto
+//! documents to text, unit-tested with hand-built documents.
+//!
+//! Adding a verb: a variant in [`crate::cli::Command`], a module here, an arm in [`run`].
+
+pub mod apply;
+pub mod plan;
+pub mod profiles;
+pub mod status;
+pub mod validate;
+
+use crate::bus::Client;
+use crate::cli::Command;
+use crate::error::CtlError;
+use crate::output::Output;
+
+/// Exit status of a verb that ran to its end: 0, or 1 when its result is a failure that it
+/// printed itself (`apply --json` of a failed job).
+pub type ExitStatus = u8;
+
+/// Runs one verb.
+pub async fn run(
+    command: Command,
+    client: &mut Client,
+    out: &Output,
+) -> Result<ExitStatus, CtlError> {
+    match command {
+        Command::Apply(args) => apply::run(client, out, &args).await,
+        Command::Plan(args) => plan::run(client, out, &args.profile).await,
+        Command::Status => status::run(client, out).await,
+        Command::Profiles(args) => profiles::run(client, out, args.command).await,
+        Command::Validate(args) => validate::run(client, out, &args.file).await,
+    }
+}

@@ -1,0 +1,276 @@
+//! `gpushare-ctl status`: the GPUs, their MIG instances and sharing, the active profile.
+//!
+//! ```text
+//! Active profile: half-balanced  (backend: simulated)
+//! GPU  MODEL           MIG                 COMPUTE MODE  SHARING    MEMORY    PROCS  PLACEMENT  GI/CI  UUID
+//! 0    A100-SXM4-40GB  on                  default       exclusive  40.0 GiB  0
+//!      |- 3g.20gb                                        exclusive  19.6 GiB         4:4        1/0    MIG-…
+//!      `- 1g.5gb                                         mps         4.8 GiB         0:1        9/0    MIG-…
+//! 1    A100-SXM4-40GB  off -> on after reset  default   exclusive  40.0 GiB  2
+//! ```
+//!
+//! The PLACEMENT, GI/CI and UUID columns appear only when some GPU has MIG instances.
+
+use comfy_table::{Cell, CellAlignment};
+use gpushare_proto::types::Status;
+
+use super::ExitStatus;
+use crate::bus::Client;
+use crate::error::CtlError;
+use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+
+/// Runs `status`.
+pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
+    let raw = client
+        .call("Status", async |a| a.proxy.status().await)
+        .await?;
+    if out.json {
+        out.print_document(&raw, "Status")?;
+    } else {
+        let status: Status = parse_document(&raw, "Status")?;
+        out.print(&render_status(&status, out.glyphs()));
+    }
+    Ok(0)
+}
+
+/// Bytes as GiB with one decimal: `40.0 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+/// The MIG cell: `on`, `off`, or `off → on after reset` when a change waits for a reset.
+pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String {
+    match pending {
+        Some(p) if p != enabled => {
+            format!(
+                "{} {} {} after reset",
+                on_off(enabled),
+                glyphs.arrow,
+                on_off(p)
+            )
+        }
+        _ => on_off(enabled).to_owned(),
+    }
+}
+
+/// Renders a status document for people.
+pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
+    let mut out = format!(
+        "Active profile: {}  (backend: {})\n",
+        status.active_profile.as_deref().unwrap_or("(none)"),
+        status.backend
+    );
+    if status.gpus.is_empty() {
+        out.push_str("No GPUs found.\n");
+        return out;
+    }
+    let with_instances = status
+        .gpus
+        .iter()
+        .any(|g| g.mig_enabled || !g.instances.is_empty());
+    let mut header = vec![
+        "GPU",
+        "MODEL",
+        "MIG",
+        "COMPUTE MODE",
+        "SHARING",
+        "MEMORY",
+        "PROCS",
+    ];
+    if with_instances {
+        header.extend(["PLACEMENT", "GI/CI", "UUID"]);
+    }
+    let mut table = plain_table(header);
+    for column in [5, 6] {
+        if let Some(c) = table.column_mut(column) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+
+    for gpu in &status.gpus {
+        table.add_row(vec![
+            gpu.index.to_string(),
+            gpu.model.clone(),
+            mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
+            gpu.compute_mode.clone(),
+            gpu.sharing.strategy.clone(),
+            gib(gpu.memory_total_bytes),
+            gpu.processes.len().to_string(),
+        ]);
+        if gpu.mig_enabled && gpu.instances.is_empty() {
+            table.add_row(vec![
+                String::new(),
+                format!("{} (no instances)", glyphs.tree_last),
+            ]);
+        }
+        let last = gpu.instances.len().saturating_sub(1);
+        for (i, inst) in gpu.instances.iter().enumerate() {
+            let branch = if i == last {
+                glyphs.tree_last
+            } else {
+                glyphs.tree_mid
+            };
+            let ids = format!(
+                "{}/{}",
+                inst.gpu_instance_id,
+                inst.compute_instance_id
+                    .map_or_else(|| "-".to_owned(), |c| c.to_string())
+            );
+            table.add_row(vec![
+                Cell::new(""),
+                Cell::new(format!("{branch} {}", inst.profile)),
+                Cell::new(""),
+                Cell::new(""),
+                Cell::new(&inst.sharing.strategy),
+                Cell::new(gib(inst.memory_bytes)),
+                Cell::new(""),
+                Cell::new(format!("{}:{}", inst.placement_start, inst.placement_size)),
+                Cell::new(ids),
+                Cell::new(inst.uuid.as_deref().unwrap_or("-")),
+            ]);
+        }
+    }
+    out.push_str(&render_table(&table));
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use gpushare_proto::types::{GpuStatus, InstanceStatus, Sharing};
+
+    const GIB: u64 = 1 << 30;
+
+    /// Two A100s: GPU 0 in MIG with two instances, GPU 1 whole with MPS, two processes and
+    /// MIG pending on.
+    pub(crate) fn sample_status() -> Status {
+        Status {
+            active_profile: Some("half-balanced".into()),
+            backend: "simulated".into(),
+            gpus: vec![
+                GpuStatus {
+                    index: 0,
+                    uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                    model: "A100-SXM4-40GB".into(),
+                    memory_total_bytes: 40 * GIB,
+                    mig_enabled: true,
+                    mig_pending: None,
+                    compute_mode: "default".into(),
+                    sharing: Sharing::exclusive(),
+                    instances: vec![
+                        InstanceStatus {
+                            profile: "3g.20gb".into(),
+                            placement_start: 4,
+                            placement_size: 4,
+                            gpu_instance_id: 1,
+                            compute_instance_id: Some(0),
+                            uuid: Some("MIG-11111111-1111-1111-1111-111111111111".into()),
+                            memory_bytes: 19968 * (1 << 20),
+                            sharing: Sharing::exclusive(),
+                        },
+                        InstanceStatus {
+                            profile: "1g.5gb".into(),
+                            placement_start: 0,
+                            placement_size: 1,
+                            gpu_instance_id: 9,
+                            compute_instance_id: None,
+                            uuid: None,
+                            memory_bytes: 4864 * (1 << 20),
+                            sharing: Sharing {
+                                strategy: "mps".into(),
+                            },
+                        },
+                    ],
+                    processes: vec![],
+                },
+                GpuStatus {
+                    index: 1,
+                    uuid: "GPU-11111111-0000-0000-0000-000000000000".into(),
+                    model: "A100-SXM4-40GB".into(),
+                    memory_total_bytes: 40 * GIB,
+                    mig_enabled: false,
+                    mig_pending: Some(true),
+                    compute_mode: "exclusive_process".into(),
+                    sharing: Sharing {
+                        strategy: "time-slicing".into(),
+                    },
+                    instances: vec![],
+                    processes: vec![4242, 4243],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn status_with_mig_instances() {
+        let text = render_status(&sample_status(), Glyphs::ASCII);
+        let expected = "\
+Active profile: half-balanced  (backend: simulated)
+GPU  MODEL           MIG                   COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+0    A100-SXM4-40GB  on                    default            exclusive     40.0 GiB      0
+     |- 3g.20gb                                               exclusive     19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
+     `- 1g.5gb                                                mps            4.8 GiB         0:1        9/-    -
+1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
+";
+        assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn status_unicode_glyphs() {
+        let text = render_status(&sample_status(), Glyphs::UNICODE);
+        assert!(text.contains("├─ 3g.20gb"), "{text}");
+        assert!(text.contains("└─ 1g.5gb"), "{text}");
+        assert!(text.contains("off → on after reset"), "{text}");
+    }
+
+    #[test]
+    fn status_without_mig_has_no_instance_columns() {
+        let mut status = sample_status();
+        status.gpus.remove(0);
+        status.active_profile = None;
+        status.backend = "nvml".into();
+        let text = render_status(&status, Glyphs::ASCII);
+        let expected = "\
+Active profile: (none)  (backend: nvml)
+GPU  MODEL           MIG                   COMPUTE MODE       SHARING         MEMORY  PROCS
+1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
+";
+        assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn status_of_empty_mig_gpu_and_no_gpus() {
+        let mut status = sample_status();
+        status.gpus[0].instances.clear();
+        let text = render_status(&status, Glyphs::ASCII);
+        assert!(text.contains("\n     `- (no instances)\n"), "{text}");
+        status.gpus.clear();
+        assert_eq!(
+            render_status(&status, Glyphs::ASCII),
+            "Active profile: half-balanced  (backend: simulated)\nNo GPUs found.\n"
+        );
+    }
+
+    #[test]
+    fn status_document_round_trips_through_json() {
+        let raw = serde_json::to_string(&sample_status()).unwrap();
+        let parsed: Status = parse_document(&raw, "Status").unwrap();
+        assert_eq!(parsed, sample_status());
+    }
+
+    #[test]
+    fn memory_and_mig_cells() {
+        assert_eq!(gib(40 * GIB), "40.0 GiB");
+        assert_eq!(gib(81920 * (1 << 20)), "80.0 GiB");
+        assert_eq!(gib(0), "0.0 GiB");
+        assert_eq!(mig_cell(true, Some(true), Glyphs::ASCII), "on");
+        assert_eq!(
+            mig_cell(true, Some(false), Glyphs::ASCII),
+            "on -> off after reset"
+        );
+    }
+}

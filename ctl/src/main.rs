@@ -1,0 +1,76 @@
+//! `gpushare-ctl`: the command-line client of gpushare-agent.
+//!
+//! It links the protocol crate only (names, proxies, documents, errors) and talks to the
+//! agent over D-Bus. Modules:
+//!
+//! - [`cli`]: the command-line syntax (clap derive);
+//! - [`bus`]: finding the agent on a bus and explaining call failures in one line;
+//! - [`output`]: stdout/stderr, `--json`, tables;
+//! - [`error`]: the error type, with stable names for `--json`;
+//! - [`commands`]: one module per verb (`run` plus pure `render_*` functions).
+//!
+//! Exit status: 0 on success, 1 on any failure, 2 on a usage error, 130 when interrupted
+//! while following a job.
+
+mod bus;
+mod cli;
+mod commands;
+mod error;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::bus::{BusChoice, Client};
+use crate::cli::Cli;
+use crate::error::{CtlError, Kind};
+use crate::output::Output;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let out = Output::detect(cli.json);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.error(&CtlError::ctl(
+                Kind::Failed,
+                format!("cannot start the async runtime: {e}"),
+            ));
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut client = Client::new(BusChoice::parse(cli.address.as_deref()));
+    match runtime.block_on(commands::run(cli.command, &mut client, &out)) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) => {
+            out.error(&e);
+            ExitCode::from(e.exit_code)
+        }
+    }
+}
+
+/// Help and version go to stdout as clap prints them; real usage errors are clap's text on
+/// stderr (exit 2), or with `--json` the JSON error object on stdout (exit 2).
+fn usage_error(e: clap::Error) -> ExitCode {
+    if e.use_stderr() && cli::args_request_json(std::env::args_os()) {
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or("invalid command line");
+        let message = first.strip_prefix("error: ").unwrap_or(first);
+        let error = CtlError::ctl(Kind::Usage, message).with_exit_code(2);
+        Output {
+            json: true,
+            stdout_tty: false,
+            stderr_tty: false,
+        }
+        .error(&error);
+        return ExitCode::from(2);
+    }
+    e.exit()
+}

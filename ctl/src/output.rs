@@ -1,0 +1,197 @@
+//! Where and how ctl prints: stdout for results, stderr for progress and warnings, one
+//! JSON object with `--json`, plain ASCII unless stdout is a terminal.
+
+use std::io::{IsTerminal, Write};
+
+use comfy_table::{ContentArrangement, Table, presets};
+use serde::de::DeserializeOwned;
+
+use crate::error::{CtlError, Kind};
+
+/// Characters that differ between a terminal (UTF-8) and plain output (ASCII).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Glyphs {
+    /// Branch to an instance that has a sibling below it.
+    pub tree_mid: &'static str,
+    /// Branch to the last instance.
+    pub tree_last: &'static str,
+    /// "becomes".
+    pub arrow: &'static str,
+}
+
+impl Glyphs {
+    /// For terminals.
+    pub const UNICODE: Glyphs = Glyphs {
+        tree_mid: "├─",
+        tree_last: "└─",
+        arrow: "→",
+    };
+    /// For pipes and files.
+    pub const ASCII: Glyphs = Glyphs {
+        tree_mid: "|-",
+        tree_last: "`-",
+        arrow: "->",
+    };
+}
+
+/// The output mode of this run.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// `--json`.
+    pub json: bool,
+    /// Whether stdout is a terminal.
+    pub stdout_tty: bool,
+    /// Whether stderr is a terminal.
+    pub stderr_tty: bool,
+}
+
+impl Output {
+    /// Looks at the terminals.
+    pub fn detect(json: bool) -> Self {
+        Self {
+            json,
+            stdout_tty: std::io::stdout().is_terminal(),
+            stderr_tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Glyphs for stdout.
+    pub fn glyphs(&self) -> Glyphs {
+        if self.stdout_tty {
+            Glyphs::UNICODE
+        } else {
+            Glyphs::ASCII
+        }
+    }
+
+    /// Whether to draw a progress bar (stderr is a terminal, not `--json`).
+    pub fn progress_bar(&self) -> bool {
+        self.stderr_tty && !self.json
+    }
+
+    /// Prints a result on stdout, with a final newline. A closed pipe is not an error.
+    pub fn print(&self, text: &str) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        if !text.ends_with('\n') {
+            let _ = stdout.write_all(b"\n");
+        }
+        let _ = stdout.flush();
+    }
+
+    /// Prints a warning on stderr (not with `--json`).
+    pub fn warn(&self, text: &str) {
+        if !self.json {
+            eprintln!("gpushare-ctl: warning: {text}");
+        }
+    }
+
+    /// Reports a failure: the JSON error object on stdout with `--json`, else one line on
+    /// stderr.
+    pub fn error(&self, e: &CtlError) {
+        if self.json {
+            self.print(&e.to_json().to_string());
+        } else {
+            eprintln!("gpushare-ctl: {}", e.message);
+        }
+    }
+
+    /// Prints an agent document as it came (with `--json`), after checking that it is one
+    /// JSON object; `what` names it in errors (`Status`).
+    pub fn print_document(&self, raw: &str, what: &str) -> Result<(), CtlError> {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(raw)
+            .map_err(|e| bad_reply(what, &e))?;
+        self.print(raw.trim());
+        Ok(())
+    }
+}
+
+/// Reads an agent document into its proto type.
+pub fn parse_document<T: DeserializeOwned>(raw: &str, what: &str) -> Result<T, CtlError> {
+    serde_json::from_str(raw).map_err(|e| bad_reply(what, &e))
+}
+
+fn bad_reply(what: &str, e: &serde_json::Error) -> CtlError {
+    CtlError::ctl(
+        Kind::BadReply,
+        format!(
+            "the agent sent a {what} document that gpushare-ctl cannot read ({e}); are gpushare-ctl and gpushare-agent the same version?"
+        ),
+    )
+}
+
+/// A borderless table, aligned with two spaces between columns, never wrapped.
+pub fn plain_table<S: ToString>(header: impl IntoIterator<Item = S>) -> Table {
+    let mut table = Table::new();
+    table
+        .load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(
+            header
+                .into_iter()
+                .map(|h| h.to_string())
+                .collect::<Vec<_>>(),
+        );
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    table
+}
+
+/// Renders a table made by [`plain_table`] without trailing blanks.
+pub fn render_table(table: &Table) -> String {
+    let mut out = String::new();
+    for line in table.lines() {
+        let line = line.trim_end();
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `"1 step"`, `"3 steps"`.
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_aligned_without_borders_or_trailing_blanks() {
+        let mut t = plain_table(["A", "LONGER", "C"]);
+        t.add_row(vec!["xyz", "1", ""]);
+        t.add_row(vec!["", "22", "end"]);
+        assert_eq!(
+            render_table(&t),
+            "A    LONGER  C\nxyz  1\n     22      end\n"
+        );
+    }
+
+    #[test]
+    fn documents_must_be_objects() {
+        let out = Output {
+            json: true,
+            stdout_tty: false,
+            stderr_tty: false,
+        };
+        let e = out.print_document("[1]", "Status").unwrap_err();
+        assert!(e.is(Kind::BadReply));
+        assert!(
+            e.message.starts_with("the agent sent a Status document"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1, "step"), "1 step");
+        assert_eq!(plural(0, "GPU"), "0 GPUs");
+    }
+}
