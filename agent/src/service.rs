@@ -86,7 +86,7 @@ impl AgentService {
                 AgentError::Failed(format!("option {OPTION_FORCE:?} must be a boolean"))
             })?,
         };
-        for key in options.keys().filter(|k| k.as_str() != OPTION_FORCE) {
+        if let Some(key) = options.keys().find(|k| k.as_str() != OPTION_FORCE) {
             return Err(AgentError::Failed(format!("unknown option {key:?}")));
         }
         let number = self.next_job.fetch_add(1, Ordering::Relaxed);

@@ -68,36 +68,48 @@ impl Bus {
         }
     }
 
-    async fn connect(&self) -> Result<Connection, CtlError> {
+    async fn connect(&self) -> Result<Connection, ConnectError> {
         let result = match self {
             Bus::System => Connection::system().await,
             Bus::Session => Connection::session().await,
             Bus::Address(a) => match zbus::connection::Builder::address(a.as_str()) {
                 Ok(builder) => builder.build().await,
-                Err(e) => {
-                    return Err(CtlError::ctl(
-                        Kind::InvalidAddress,
-                        format!("invalid bus address `{a}`: {}", address_error(&e)),
-                    ));
-                }
+                Err(e) => return Err(ConnectError::InvalidAddress(a.clone(), address_error(&e))),
             },
         };
-        result.map_err(|e| {
-            if let (Bus::Address(a), zbus::Error::Address(_)) = (self, &e) {
-                return CtlError::ctl(
-                    Kind::InvalidAddress,
-                    format!("invalid bus address `{a}`: {}", address_error(&e)),
-                );
+        result.map_err(|e| match (self, &e) {
+            (Bus::Address(a), zbus::Error::Address(_)) => {
+                ConnectError::InvalidAddress(a.clone(), address_error(&e))
             }
-            CtlError::ctl(
+            _ => ConnectError::Unreachable(self.clone(), connect_error(&e)),
+        })
+    }
+}
+
+/// Why a bus could not be connected to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ConnectError {
+    /// `--address` does not parse: the address and why.
+    InvalidAddress(String, String),
+    /// The bus is not there: which bus, and the reason in a few words.
+    Unreachable(Bus, String),
+}
+
+impl From<ConnectError> for CtlError {
+    fn from(e: ConnectError) -> Self {
+        match e {
+            ConnectError::InvalidAddress(a, why) => CtlError::ctl(
+                Kind::InvalidAddress,
+                format!("invalid bus address `{a}`: {why}"),
+            ),
+            ConnectError::Unreachable(bus, why) => CtlError::ctl(
                 Kind::BusUnreachable,
                 format!(
-                    "cannot connect to the {}: {}",
-                    self.describe(),
-                    connect_error(&e)
+                    "cannot connect to the {}: {why}; is D-Bus running? Otherwise point --address at the agent's bus",
+                    bus.describe()
                 ),
-            )
-        })
+            ),
+        }
     }
 }
 
@@ -128,14 +140,14 @@ pub struct Agent {
 }
 
 impl Agent {
-    async fn open(bus: Bus) -> Result<Self, CtlError> {
+    async fn open(bus: Bus) -> Result<Self, ConnectError> {
         let conn = bus.connect().await?;
         // CacheProperties::No: building the proxy costs no round trip.
         let proxy = AgentProxy::builder(&conn)
             .cache_properties(CacheProperties::No)
             .build()
             .await
-            .map_err(|e| error::from_zbus_error(e, "connect", &bus.describe()))?;
+            .map_err(|e| ConnectError::Unreachable(bus.clone(), e.to_string()))?;
         Ok(Self { conn, proxy, bus })
     }
 
@@ -168,11 +180,6 @@ impl Client {
             choice,
             agent: None,
         }
-    }
-
-    /// The connection of the last successful call, if any.
-    pub fn agent(&self) -> Option<&Agent> {
-        self.agent.as_ref()
     }
 
     /// Runs `f` (named `method` in messages) against the agent. The first call connects:
@@ -208,42 +215,43 @@ impl Client {
             )
         };
 
-        let primary_error = match Agent::open(primary.clone()).await {
-            Ok(agent) => {
-                let result = f(&agent).await;
-                match result {
-                    Err(e) if error::is_no_owner(&e) => {
-                        if !fallback {
-                            return Err(not_running(&primary));
-                        }
-                        not_running(&primary)
-                    }
-                    other => return self.keep(agent, method, other).await,
-                }
-            }
-            Err(e) if fallback && e.is(Kind::BusUnreachable) => e,
-            Err(e) => return Err(e),
+        // Why the agent was not found on the primary bus, when the session bus may have it.
+        enum Missed {
+            NoOwner,
+            Unreachable(String),
+        }
+        let missed = match Agent::open(primary.clone()).await {
+            Ok(agent) => match f(&agent).await {
+                Err(e) if error::is_no_owner(&e) && fallback => Missed::NoOwner,
+                Err(e) if error::is_no_owner(&e) => return Err(not_running(&primary)),
+                other => return self.keep(agent, method, other).await,
+            },
+            Err(ConnectError::Unreachable(_, why)) if fallback => Missed::Unreachable(why),
+            Err(e) => return Err(e.into()),
         };
 
         // The session bus, as a fallback of the system bus.
         let session = match Agent::open(Bus::Session).await {
             Ok(agent) => agent,
             // No usable session bus: report what the system bus said.
-            Err(_) => return Err(primary_error),
+            Err(_) => {
+                return Err(match missed {
+                    Missed::NoOwner => not_running(&primary),
+                    Missed::Unreachable(why) => ConnectError::Unreachable(primary, why).into(),
+                });
+            }
         };
         match f(&session).await {
             Err(e) if error::is_no_owner(&e) => {
-                let message = if primary_error.is(Kind::NotRunning) {
-                    format!(
+                let message = match missed {
+                    Missed::NoOwner => format!(
                         "gpushare-agent is not running on the system bus or the session bus ({BUS_NAME} has no owner on either); start it with {}, or point --address at its bus",
                         Bus::System.start_hint()
-                    )
-                } else {
-                    format!(
-                        "gpushare-agent is not running: {} and {BUS_NAME} has no owner on the session bus; start it with {}, or point --address at its bus",
-                        primary_error.message,
-                        Bus::System.start_hint()
-                    )
+                    ),
+                    Missed::Unreachable(why) => format!(
+                        "gpushare-agent is not running: the system bus is unreachable ({why}) and {BUS_NAME} has no owner on the session bus; start it with {}, or point --address at its bus",
+                        Bus::Session.start_hint()
+                    ),
                 };
                 Err(CtlError::ctl(Kind::NotRunning, message))
             }

@@ -9,15 +9,16 @@ use gpushare_proto::BUS_ADDRESS_ENV;
 /// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing) and shows
 /// the GPUs' state.
 #[derive(Debug, Parser)]
-#[command(name = "gpushare-ctl", version, about, max_term_width = 100)]
+#[command(name = "gpushare-ctl", version, about)]
 pub struct Cli {
     /// Print exactly one JSON object on stdout (errors too); no prompts, no progress.
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// Bus of the agent: `system`, `session`, or a D-Bus address such as
-    /// `unix:path=/run/x`. Default: the system bus, then the session bus when the agent is
-    /// not on the system bus and DBUS_SESSION_BUS_ADDRESS is set.
+    /// Bus of the agent: `system`, `session`, or a D-Bus address (`unix:path=/run/x`).
+    ///
+    /// By default ctl calls the agent on the system bus and, when nobody serves
+    /// io.gpushare.Agent1 there and DBUS_SESSION_BUS_ADDRESS is set, on the session bus.
     #[arg(long, global = true, value_name = "ADDR", env = BUS_ADDRESS_ENV)]
     pub address: Option<String>,
 

@@ -108,13 +108,29 @@ impl CtlError {
     }
 
     /// Whether this is ctl's own error of `kind`.
+    #[cfg(test)]
     pub fn is(&self, kind: Kind) -> bool {
         self.name == kind.name()
     }
 
-    /// The `--json` form: `{"error": {"name": ..., "message": ...}}`.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"error": {"name": self.name, "message": self.message}})
+    /// The `--json` form: `{"error": {"name": ..., "message": ...}}`, in that order.
+    pub fn to_json(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            error: Inner<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Inner<'a> {
+            name: &'a str,
+            message: &'a str,
+        }
+        let doc = Document {
+            error: Inner {
+                name: &self.name,
+                message: &self.message,
+            },
+        };
+        serde_json::to_string(&doc).unwrap_or_default()
     }
 }
 
@@ -346,8 +362,12 @@ mod tests {
         let e = CtlError::ctl(Kind::ReadFile, "cannot read p.toml: No such file");
         assert_eq!(
             e.to_json(),
-            serde_json::json!({"error": {"name": "gpushare.Ctl.Error.ReadFile",
-                                         "message": "cannot read p.toml: No such file"}})
+            r#"{"error":{"name":"gpushare.Ctl.Error.ReadFile","message":"cannot read p.toml: No such file"}}"#
+        );
+        let e = CtlError::new("x", "quote \" and\nnewline");
+        assert_eq!(
+            e.to_json(),
+            r#"{"error":{"name":"x","message":"quote \" and newline"}}"#
         );
     }
 }

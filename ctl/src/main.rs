@@ -60,10 +60,8 @@ fn main() -> ExitCode {
 /// stderr (exit 2), or with `--json` the JSON error object on stdout (exit 2).
 fn usage_error(e: clap::Error) -> ExitCode {
     if e.use_stderr() && cli::args_request_json(std::env::args_os()) {
-        let rendered = e.render().to_string();
-        let first = rendered.lines().next().unwrap_or("invalid command line");
-        let message = first.strip_prefix("error: ").unwrap_or(first);
-        let error = CtlError::ctl(Kind::Usage, message).with_exit_code(2);
+        let error =
+            CtlError::ctl(Kind::Usage, usage_message(&e.render().to_string())).with_exit_code(2);
         Output {
             json: true,
             stdout_tty: false,
@@ -73,4 +71,41 @@ fn usage_error(e: clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     e.exit()
+}
+
+/// The reason part of clap's usage error text (up to the first blank line), on one line,
+/// without the `error: ` prefix.
+fn usage_message(rendered: &str) -> String {
+    let reason: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let reason = reason.join(" ");
+    let reason = reason.strip_prefix("error: ").unwrap_or(&reason).to_owned();
+    if reason.is_empty() {
+        "invalid command line".into()
+    } else {
+        reason
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn usage_errors_become_one_line() {
+        let e = Cli::try_parse_from(["gpushare-ctl", "apply"]).unwrap_err();
+        assert_eq!(
+            usage_message(&e.render().to_string()),
+            "the following required arguments were not provided: <PROFILE>"
+        );
+        let e = Cli::try_parse_from(["gpushare-ctl", "bogus"]).unwrap_err();
+        assert_eq!(
+            usage_message(&e.render().to_string()),
+            "unrecognized subcommand 'bogus'"
+        );
+    }
 }

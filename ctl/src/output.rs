@@ -90,7 +90,7 @@ impl Output {
     /// stderr.
     pub fn error(&self, e: &CtlError) {
         if self.json {
-            self.print(&e.to_json().to_string());
+            self.print(&e.to_json());
         } else {
             eprintln!("gpushare-ctl: {}", e.message);
         }

@@ -1,1 +1,321 @@
-//! x
+//! Harness for the end-to-end tests: a private `dbus-daemon`, `gpushare-agent` on
+//! simulated GPUs, and `gpushare-ctl` run as a user runs it.
+//!
+//! The binaries are taken from `GPUSHARE_AGENT_BIN` / `GPUSHARE_CTL_BIN` when set (to test
+//! installed ones), else from the cargo target directory beside the test executable
+//! (`cargo test --workspace` builds them).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Path of a workspace binary.
+pub fn binary(name: &str, env: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/e2e-<hash> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (cargo test --workspace builds it) or set {env}",
+        path.display()
+    );
+    path
+}
+
+/// Path of the repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repository root")
+        .to_path_buf()
+}
+
+/// A private dbus-daemon, stopped on drop.
+pub struct Bus {
+    child: Child,
+    address: String,
+    _dir: TempDir,
+}
+
+impl Bus {
+    /// Starts a session-type bus with the repository's test configuration.
+    pub fn start() -> Bus {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let address = format!("unix:path={}", dir.path().join("bus").display());
+        let mut child = Command::new("dbus-daemon")
+            .arg(format!(
+                "--config-file={}",
+                repo_root().join("tests/dbus/session.conf").display()
+            ))
+            .arg(format!("--address={address}"))
+            .args(["--nofork", "--nopidfile", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("dbus-daemon runs (apt-get install dbus-daemon)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("dbus-daemon prints its address");
+        assert!(line.starts_with("unix:"), "dbus-daemon said {line:?}");
+        Bus {
+            child,
+            address: line.trim().to_string(),
+            _dir: dir,
+        }
+    }
+
+    /// The bus address (`unix:path=…,guid=…`).
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How to start an agent.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOptions {
+    /// `--simulate` value.
+    pub simulate: String,
+    /// Extra environment (`GPUSHARE_SIM_*`).
+    pub env: Vec<(String, String)>,
+    /// Profile files to put into the profile directory: (file name, text).
+    pub profiles: Vec<(String, String)>,
+    /// agent.toml text.
+    pub config: Option<String>,
+}
+
+impl AgentOptions {
+    /// Simulating `spec`.
+    pub fn simulate(spec: &str) -> Self {
+        AgentOptions {
+            simulate: spec.into(),
+            ..Self::default()
+        }
+    }
+
+    /// With an environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// With a profile file.
+    pub fn profile(mut self, file: &str, text: &str) -> Self {
+        self.profiles.push((file.into(), text.into()));
+        self
+    }
+}
+
+/// A running `gpushare-agent` on a private bus, stopped on drop. Its state directory
+/// outlives restarts of the agent.
+pub struct Agent {
+    child: Option<Child>,
+    options: AgentOptions,
+    /// The state directory.
+    pub dir: TempDir,
+    /// The bus it serves on.
+    pub bus: Bus,
+}
+
+impl Agent {
+    /// Starts a bus and an agent on it, and waits until it answers.
+    pub fn start(options: AgentOptions) -> Agent {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::create_dir_all(dir.path().join("profiles.d")).unwrap();
+        for (name, text) in &options.profiles {
+            std::fs::write(dir.path().join("profiles.d").join(name), text).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("agent.toml"),
+            options.config.clone().unwrap_or_default(),
+        )
+        .unwrap();
+        let mut agent = Agent {
+            child: None,
+            options,
+            dir,
+            bus: Bus::start(),
+        };
+        agent.spawn();
+        agent
+    }
+
+    fn spawn(&mut self) {
+        let d = self.dir.path();
+        let child = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
+            .args([
+                "--simulate",
+                &self.options.simulate,
+                "--bus",
+                self.bus.address(),
+            ])
+            .arg("--state-dir")
+            .arg(d.join("state"))
+            .arg("--profiles-dir")
+            .arg(d.join("profiles.d"))
+            .arg("--config")
+            .arg(d.join("agent.toml"))
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
+            .env("GPUSHARE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("gpushare-agent starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.ctl(&["status", "--json"]).status.success() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("gpushare-agent exited at start-up: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gpushare-agent did not answer within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the agent with SIGTERM and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill() with a PID we spawned and still own (not yet waited for).
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the agent with SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the agent again on the same bus and state directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Whether the agent process still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// A `gpushare-ctl` command pointed at this agent's bus.
+    pub fn ctl_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"));
+        cmd.args(args)
+            .env("GPUSHARE_BUS_ADDRESS", self.bus.address())
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `gpushare-ctl` and returns its output.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_command(args).output().expect("gpushare-ctl runs")
+    }
+
+    /// Runs `gpushare-ctl ARGS --json`, expects success, and parses stdout.
+    pub fn ctl_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let out = self.ctl(&all);
+        assert!(
+            out.status.success(),
+            "gpushare-ctl {args:?} failed: {}",
+            text(&out)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "gpushare-ctl {args:?} --json printed no JSON ({e}): {}",
+                text(&out)
+            )
+        })
+    }
+
+    /// `status --json`.
+    pub fn status(&self) -> Value {
+        self.ctl_json(&["status"])
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// stdout and stderr of an output, for messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Instance profile names of GPU `index` in a status document, sorted.
+pub fn instance_profiles(status: &Value, index: usize) -> Vec<String> {
+    let mut names: Vec<String> = status["gpus"][index]["instances"]
+        .as_array()
+        .expect("instances array")
+        .iter()
+        .map(|i| i["profile"].as_str().expect("profile name").to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The layout part of a status (MIG mode and instances per GPU), to compare states.
+pub fn layout(status: &Value) -> Vec<(bool, Vec<(String, u64)>)> {
+    status["gpus"]
+        .as_array()
+        .expect("gpus array")
+        .iter()
+        .map(|g| {
+            let instances = g["instances"]
+                .as_array()
+                .expect("instances")
+                .iter()
+                .map(|i| {
+                    (
+                        i["profile"].as_str().unwrap().to_string(),
+                        i["placement_start"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            (g["mig_enabled"].as_bool().unwrap(), instances)
+        })
+        .collect()
+}

@@ -11,8 +11,11 @@
 //! NVML semantics worth knowing when reading this file:
 //! - `nvmlDeviceGetGpuInstanceProfileInfo*` takes the `NVML_GPU_INSTANCE_PROFILE_*` enum
 //!   index; every other call takes the profile *id* it reports (`ProfileInfo.id`).
-//! - Listing GPU/compute instances and the possible placements "requires privileged user"
-//!   (nvml.h): as non-root, observing a GPU with MIG on fails with `NoPermission`.
+//! - Listing GPU/compute instances "requires privileged user" (nvml.h): as non-root,
+//!   observing a GPU with MIG on may fail with `NoPermission`. nvml.h says the same of
+//!   the possible placements, yet a non-root user read them on the test H100.
+//! - The versioned profile query is asked with the v2 struct: driver 580 garbles the
+//!   name of a v3 struct (see `Raw::gi_profile`).
 //! - `sliceCount` counts compute slices; a placement's size counts memory slots.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -29,8 +32,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE, NVML_GPU_INSTANCE_PROFILE_COUNT, NvmlLib,
     nvmlComputeInstance_t, nvmlComputeInstanceInfo_t, nvmlComputeInstanceProfileInfo_t,
     nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
-    nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlGpuInstanceProfileInfo_v3_t,
-    nvmlReturn_t,
+    nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t,
 };
 
 use super::{
@@ -90,8 +92,8 @@ impl NvmlBackend {
     /// The GPU-instance profiles NVML reports for a GPU, with their possible placements.
     ///
     /// Read-only, and works with MIG off. Queries every enum index NVML defines and skips
-    /// those the GPU answers Not Supported or Invalid Argument. The placement query
-    /// needs a privileged user.
+    /// those the GPU answers Not Supported or Invalid Argument. nvml.h says the placement
+    /// query needs a privileged user (a non-root user could run it on the test H100).
     pub fn profile_table(&self, gpu: u32) -> Result<Vec<NvmlProfileInfo>, GpuError> {
         let device = self.device(PROFILE_TABLE, gpu)?;
         let dev = device_handle(&device);
@@ -353,7 +355,7 @@ impl NvmlBackend {
         id: u32,
     ) -> Result<nvmlGpuInstance_t, GpuError> {
         raw.gi_by_id(dev, id)
-            .map_err(|e| with_default_detail(e, format!("GPU instance {id}")))
+            .map_err(|e| with_context(e, format!("GPU instance {id}")))
     }
 }
 
@@ -446,9 +448,7 @@ impl GpuBackend for NvmlBackend {
                 u32::from(start),
                 u32::from(profile.memory_slices),
             )
-            .map_err(|e| {
-                with_default_detail(e, format!("profile {} at slot {start}", profile.name))
-            })?;
+            .map_err(|e| with_context(e, format!("profile {} at slot {start}", profile.name)))?;
         Ok(raw.gi_info(gi)?.id)
     }
 
@@ -496,7 +496,7 @@ impl GpuBackend for NvmlBackend {
         };
         let ci = raw
             .create_ci(gi, ci_profile)
-            .map_err(|e| with_default_detail(e, format!("GPU instance {gpu_instance}")))?;
+            .map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))?;
         Ok(raw.ci_info(ci)?.id)
     }
 
@@ -514,9 +514,8 @@ impl GpuBackend for NvmlBackend {
         let what = || format!("compute instance {compute_instance} of GPU instance {gpu_instance}");
         let ci = raw
             .ci_by_id(gi, compute_instance)
-            .map_err(|e| with_default_detail(e, what()))?;
-        raw.destroy_ci(ci)
-            .map_err(|e| with_default_detail(e, what()))
+            .map_err(|e| with_context(e, what()))?;
+        raw.destroy_ci(ci).map_err(|e| with_context(e, what()))
     }
 
     fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
@@ -526,7 +525,7 @@ impl GpuBackend for NvmlBackend {
         let raw = self.raw(call, gpu);
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
         raw.destroy_gi(gi)
-            .map_err(|e| with_default_detail(e, format!("GPU instance {gpu_instance}")))
+            .map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))
     }
 
     fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
@@ -686,8 +685,8 @@ fn profile_name(raw_name: &[std::os::raw::c_char]) -> String {
     name.strip_prefix("MIG ").unwrap_or(name).trim().to_owned()
 }
 
-/// Sets a detail on an error that has none.
-fn with_default_detail(error: GpuError, detail: String) -> GpuError {
+/// Puts what the call was about in front of an error's detail.
+fn with_context(error: GpuError, detail: String) -> GpuError {
     let detail = match error.detail {
         Some(ref existing) => format!("{detail}: {existing}"),
         None => detail,
@@ -830,13 +829,6 @@ const fn struct_version(size: usize, version: u32) -> u32 {
     size as u32 | (version << 24)
 }
 
-// nvmlDeviceGetGpuInstanceProfileInfoV is declared with the v2 struct; a v3 struct is
-// passed through the same pointer, which is sound only while both have one size.
-const _: () = assert!(
-    std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>()
-        == std::mem::size_of::<nvmlGpuInstanceProfileInfo_v3_t>()
-);
-
 /// nvml.h structs NVML fills in, created all-zero as the C API expects.
 trait Zeroed: Copy {
     /// The all-zero value.
@@ -859,7 +851,6 @@ macro_rules! impl_zeroed {
 impl_zeroed!(
     nvmlGpuInstanceProfileInfo_t,
     nvmlGpuInstanceProfileInfo_v2_t,
-    nvmlGpuInstanceProfileInfo_v3_t,
     nvmlGpuInstanceInfo_t,
     nvmlComputeInstanceProfileInfo_t,
     nvmlComputeInstanceInfo_t,
@@ -897,27 +888,15 @@ impl<'a> Raw<'a> {
         })
     }
 
-    /// The GPU-instance profile at an enum index, `None` where the GPU has none. Tries
-    /// the versioned query (v3, then v2: they carry the name) and falls back to the
+    /// The GPU-instance profile at an enum index, `None` where the GPU has none. Asks
+    /// the versioned query with the v2 struct (it carries the name) and falls back to the
     /// unversioned one on drivers that lack it or reject the version.
+    ///
+    /// Not v3: driver 580.159 fills a v3 struct's numbers in the v3 layout but writes the
+    /// name at the v2 offset, formatted from the wrong fields (`MIG 7g.0gb` for 1g.10gb),
+    /// as seen on a real H100. v3 only adds capability bits, which the agent does not use.
     fn gi_profile(&self, dev: nvmlDevice_t, nvml_enum: u32) -> Result<Option<GiProfile>, GpuError> {
         if self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.is_ok() {
-            match self.gi_profile_info_v3(dev, nvml_enum) {
-                Ok(i) => {
-                    return Ok(Some(GiProfile {
-                        id: i.id,
-                        name: profile_name(&i.name),
-                        slice_count: i.sliceCount,
-                        instance_count: i.instanceCount,
-                        sms: i.multiprocessorCount,
-                        memory_mib: i.memorySizeMB,
-                    }));
-                }
-                Err(e) if e.code == ErrorCode::NotSupported => return Ok(None),
-                // A driver that knows only v2 rejects the v3 version as an invalid argument.
-                Err(e) if e.code == ErrorCode::InvalidArgument => {}
-                Err(e) => return Err(e),
-            }
             match self.gi_profile_info_v2(dev, nvml_enum) {
                 Ok(i) => {
                     return Ok(Some(GiProfile {
@@ -930,6 +909,8 @@ impl<'a> Raw<'a> {
                     }));
                 }
                 Err(e) if e.code == ErrorCode::NotSupported => return Ok(None),
+                // An invalid argument may be the enum index or a rejected struct version:
+                // the unversioned query below tells them apart.
                 Err(e) if e.code == ErrorCode::InvalidArgument => {}
                 Err(e) => return Err(e),
             }
@@ -980,27 +961,6 @@ impl<'a> Raw<'a> {
         // SAFETY: `f` has nvml.h's signature; `dev` is a live device handle (see `Raw`);
         // `info` is a writable v2 struct whose version field says so.
         let ret = unsafe { f(dev, nvml_enum, &mut info) };
-        self.check(F, ret).map(|()| info)
-    }
-
-    fn gi_profile_info_v3(
-        &self,
-        dev: nvmlDevice_t,
-        nvml_enum: u32,
-    ) -> Result<nvmlGpuInstanceProfileInfo_v3_t, GpuError> {
-        const F: &str = "nvmlDeviceGetGpuInstanceProfileInfoV";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref()),
-        )?;
-        let mut info = nvmlGpuInstanceProfileInfo_v3_t::zeroed();
-        info.version = struct_version(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v3_t>(), 3);
-        let out = ptr::from_mut(&mut info).cast::<nvmlGpuInstanceProfileInfo_v2_t>();
-        // SAFETY: `f` has nvml.h's signature, which declares the v2 struct and accepts
-        // "v2 or later" by the version field; `out` points to a writable v3 struct of the
-        // same size (asserted above) whose version field says v3. `dev` is a live device
-        // handle (see `Raw`).
-        let ret = unsafe { f(dev, nvml_enum, out) };
         self.check(F, ret).map(|()| info)
     }
 
@@ -1563,10 +1523,12 @@ mod tests {
 
     #[test]
     fn struct_versions_are_nvml_h_values() {
-        // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2) and (…, 3): 152 bytes each.
+        // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): 152 bytes, version 2.
         assert_eq!(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>(), 152);
-        assert_eq!(struct_version(152, 2), 0x0200_0098);
-        assert_eq!(struct_version(152, 3), 0x0300_0098);
+        assert_eq!(
+            struct_version(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>(), 2),
+            0x0200_0098
+        );
     }
 
     /// Read-only check on a host with GPUs: `cargo test -- --ignored --nocapture

@@ -1,1 +1,308 @@
+//! Planner tests on simulated nodes.
 
+use std::sync::Arc;
+
+use super::*;
+use crate::gpu::GpuBackend;
+use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+use crate::profile::{ProfileStore, parse_profile};
+
+fn node(spec: &str) -> Arc<SimBackend> {
+    Arc::new(SimBackend::new(
+        &parse_spec(spec).unwrap(),
+        SimOptions::default(),
+    ))
+}
+
+fn node_with_processes(spec: &str, processes: Vec<(u32, Option<u32>, u32)>) -> Arc<SimBackend> {
+    let options = SimOptions {
+        processes,
+        ..SimOptions::default()
+    };
+    Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), options))
+}
+
+fn built_in(name: &str) -> Profile {
+    ProfileStore::built_in().get(name).unwrap().profile.clone()
+}
+
+fn profile(text: &str) -> Profile {
+    parse_profile(text, "test.toml", Some("test")).unwrap()
+}
+
+fn plan_on(sim: &SimBackend, profile: &Profile) -> Result<Plan, PlanError> {
+    plan(&sim.observe().unwrap(), profile, &PlanOptions::default())
+}
+
+fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
+    let backend: Arc<dyn GpuBackend> = sim.clone();
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(crate::apply::execute(backend, plan, &tx))
+        .unwrap();
+}
+
+fn layout(sim: &SimBackend, gpu: u32) -> Vec<(String, u8)> {
+    let state = sim.observe().unwrap();
+    let g = state.gpu(gpu).unwrap();
+    g.instances
+        .iter()
+        .map(|gi| {
+            (
+                g.model
+                    .unwrap()
+                    .profile_by_id(gi.profile_id)
+                    .unwrap()
+                    .name
+                    .to_string(),
+                gi.placement_start,
+            )
+        })
+        .collect()
+}
+
+fn names(layout: &[(String, u8)]) -> Vec<&str> {
+    let mut names: Vec<&str> = layout.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names
+}
+
+#[test]
+fn half_balanced_on_eight_a100s() {
+    let sim = node("a100-40gb:8");
+    let p = plan_on(&sim, &built_in("half-balanced")).unwrap();
+    assert_eq!(p.gpus.len(), 8);
+    // Per MIG GPU: enable MIG, then four instances of two calls each.
+    assert_eq!(p.step_count(), 4 * 9);
+    assert!(
+        p.gpus[4..]
+            .iter()
+            .all(|g| g.steps.is_empty() && !g.target.mig_enabled)
+    );
+    apply(&sim, &p);
+    let state = sim.observe().unwrap();
+    for gpu in 0..4 {
+        assert!(state.gpus[gpu].mig_enabled);
+        assert_eq!(
+            names(&layout(&sim, gpu as u32)),
+            ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+        );
+    }
+    for gpu in 4..8 {
+        assert!(!state.gpus[gpu].mig_enabled);
+        assert!(state.gpus[gpu].instances.is_empty());
+    }
+    let again = plan_on(&sim, &built_in("half-balanced")).unwrap();
+    assert!(again.is_empty(), "{:?}", again.steps().collect::<Vec<_>>());
+}
+
+#[test]
+fn half_balanced_on_two_h100s_uses_h100_names() {
+    let sim = node("h100-80gb:2");
+    let p = plan_on(&sim, &built_in("half-balanced")).unwrap();
+    apply(&sim, &p);
+    assert_eq!(
+        names(&layout(&sim, 0)),
+        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    );
+    assert!(!sim.observe().unwrap().gpus[1].mig_enabled);
+}
+
+#[test]
+fn all_balanced_fits_each_model_and_all_disabled_undoes_it() {
+    let sim = node("a100-40gb:1,a30:1,h200:1,a100-80gb:1");
+    let p = plan_on(&sim, &built_in("all-balanced")).unwrap();
+    apply(&sim, &p);
+    assert_eq!(names(&layout(&sim, 1)), ["1g.6gb", "1g.6gb", "2g.12gb"]);
+    assert_eq!(
+        names(&layout(&sim, 2)),
+        ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
+    );
+    assert_eq!(
+        names(&layout(&sim, 3)),
+        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    );
+    let undo = plan_on(&sim, &built_in("all-disabled")).unwrap();
+    // Destroys come before the mode change on each GPU.
+    let ops: Vec<Operation> = undo.gpus[0].steps.iter().map(Step::operation).collect();
+    assert_eq!(ops.last(), Some(&Operation::SetMigMode));
+    apply(&sim, &undo);
+    assert!(
+        sim.observe()
+            .unwrap()
+            .gpus
+            .iter()
+            .all(|g| !g.mig_enabled && g.instances.is_empty())
+    );
+}
+
+#[test]
+fn infeasible_layouts_name_gpu_model_and_reason() {
+    let sim = node("a100-40gb:3");
+    let p = profile("[[gpu]]\nselect = 2\nmig = { \"3g\" = 3 }\n");
+    let e = plan_on(&sim, &p).unwrap_err().to_string();
+    assert!(e.starts_with("GPU 2 (A100-SXM4-40GB): 3g.20gb ×3"), "{e}");
+    let p = profile("[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2, \"2g\" = 1 }\n");
+    let e = plan_on(&sim, &p).unwrap_err().to_string();
+    assert!(
+        e.starts_with("GPU 0 (A100-SXM4-40GB): ") && e.contains("needs 10 of 8 memory slices"),
+        "{e}"
+    );
+    let a30 = node("a30:1");
+    let p = profile("[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 1 }\n");
+    let e = plan_on(&a30, &p).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "GPU 0 (A30-24GB): no MIG profile 3g (the rule at test.toml:1:1); A30-24GB has 1g.6gb"
+        ),
+        "{e}"
+    );
+    let l40s = node("l40s:1");
+    let e = plan_on(&l40s, &built_in("all-balanced"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("GPU 0 (L40S): has no MIG"), "{e}");
+}
+
+#[test]
+fn gpus_without_mig_are_first_class_for_whole_gpu_profiles() {
+    let sim = node("l40s:2");
+    let p = plan_on(&sim, &built_in("all-disabled")).unwrap();
+    assert_eq!(p.gpus.len(), 2);
+    assert!(p.is_empty());
+}
+
+#[test]
+fn instances_that_fit_the_new_layout_stay() {
+    let sim = node("a100-40gb:1");
+    apply(&sim, &plan_on(&sim, &built_in("all-balanced")).unwrap());
+    let before = layout(&sim, 0);
+    let three_g = before.iter().find(|(n, _)| n == "3g.20gb").unwrap().clone();
+    let p = profile("[[gpu]]\nselect = 0\nmig = { \"3g\" = 1, \"1g\" = 4 }\n");
+    let p = plan_on(&sim, &p).unwrap();
+    assert!(
+        !p.steps().any(|s| matches!(
+            s,
+            Step::DestroyGpuInstance {
+                profile: "3g.20gb",
+                ..
+            }
+        )),
+        "{:?}",
+        p.steps().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    assert!(!p.steps().any(|s| matches!(s, Step::SetMigMode { .. })));
+    apply(&sim, &p);
+    assert!(layout(&sim, 0).contains(&three_g));
+}
+
+#[test]
+fn busy_instances_are_refused_with_their_pids_unless_forced() {
+    let sim = node("a100-40gb:1");
+    apply(&sim, &plan_on(&sim, &built_in("all-balanced")).unwrap());
+    let state = sim.observe().unwrap();
+    let gi = state.gpus[0].instances[0].id;
+    let busy = node_with_processes("a100-40gb:1", vec![(0, Some(gi), 4242), (0, Some(gi), 17)]);
+    let forced = PlanOptions {
+        force: true,
+        ..PlanOptions::default()
+    };
+    apply(
+        &busy,
+        &plan(&busy.observe().unwrap(), &built_in("all-balanced"), &forced).unwrap(),
+    );
+    let e = plan_on(&busy, &built_in("all-disabled")).unwrap_err();
+    assert!(matches!(e, PlanError::GpuBusy(_)));
+    assert!(e.to_string().contains("PID 17, 4242"), "{e}");
+    assert!(plan(&busy.observe().unwrap(), &built_in("all-disabled"), &forced).is_ok());
+    // A change that leaves the busy instance in place is not refused.
+    let keep = profile("[[gpu]]\nselect = 0\nmig = { \"2g\" = 1, \"1g\" = 2, \"3g\" = 1 }\n");
+    assert!(plan_on(&busy, &keep).unwrap().is_empty());
+}
+
+#[test]
+fn the_agent_configuration_can_forbid_changes() {
+    let sim = node("h100-80gb:1");
+    let hands_off = PlanOptions {
+        manage_mig: false,
+        manage_compute_mode: false,
+        force: false,
+    };
+    let e = plan(
+        &sim.observe().unwrap(),
+        &built_in("all-balanced"),
+        &hands_off,
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::Forbidden(_)), "{e}");
+    let p = plan(
+        &sim.observe().unwrap(),
+        &built_in("all-disabled"),
+        &hands_off,
+    )
+    .unwrap();
+    assert!(p.is_empty());
+    assert_eq!(p.gpus[0].target.compute_mode, None);
+}
+
+#[test]
+fn compute_modes_return_to_default() {
+    let sim = node("a100-40gb:2");
+    sim.set_compute_mode(1, ComputeMode::ExclusiveProcess)
+        .unwrap();
+    let p = plan_on(&sim, &built_in("all-disabled")).unwrap();
+    assert_eq!(
+        p.steps().map(ToString::to_string).collect::<Vec<_>>(),
+        ["GPU 1: set compute mode default"]
+    );
+}
+
+#[test]
+fn sharing_is_refused_until_it_is_carried_out() {
+    let sim = node("a100-40gb:1");
+    let e = plan_on(&sim, &built_in("all-mps")).unwrap_err();
+    assert!(matches!(e, PlanError::Unsupported(_)));
+    assert!(e.to_string().contains("asks for mps sharing"), "{e}");
+    assert!(plan_on(&sim, &built_in("all-time-sliced")).is_err());
+}
+
+#[test]
+fn gpus_take_the_first_rule_that_selects_them() {
+    let sim = node("a100-40gb:3");
+    let p = profile(
+        "[[gpu]]\nselect = 1\nmig = { \"7g\" = 1 }\n[[gpu]]\nselect = \"all\"\nmig = \"disabled\"\n",
+    );
+    let p = plan_on(&sim, &p).unwrap();
+    assert!(p.gpus[1].target.mig_enabled);
+    assert!(!p.gpus[0].target.mig_enabled && !p.gpus[2].target.mig_enabled);
+}
+
+#[test]
+fn planning_is_deterministic_and_reports_in_protocol_shape() {
+    let sim = node("a100-40gb:8");
+    let a = plan_on(&sim, &built_in("half-balanced")).unwrap();
+    let b = plan_on(&sim, &built_in("half-balanced")).unwrap();
+    assert_eq!(a, b);
+    let report = a.report();
+    assert!(report.changes);
+    assert_eq!(report.steps.len(), 36);
+    assert_eq!(report.steps[0].operation, "set_mig_mode");
+    assert_eq!(report.targets.len(), 8);
+    assert_eq!(report.targets[0].instances.len(), 4);
+}
+
+#[test]
+fn verify_names_what_differs() {
+    let sim = node("a100-40gb:1");
+    let p = plan_on(&sim, &built_in("all-balanced")).unwrap();
+    let e = verify(&p, &sim.observe().unwrap()).unwrap_err();
+    assert!(
+        e.contains("GPU 0 (A100-SXM4-40GB): MIG is off instead of on"),
+        "{e}"
+    );
+    apply(&sim, &p);
+    verify(&p, &sim.observe().unwrap()).unwrap();
+}

@@ -460,17 +460,8 @@ select = "all"
 
     #[test]
     fn syntax_errors_name_line_and_column() {
-        assert_eq!(
-            err("name = \"a\"\n[[gpu]\n"),
-            "test.toml:2:1: unclosed array table header, expected `]]`".replace(
-                "unclosed array table header, expected `]]`",
-                &toml::from_str::<toml::Table>("name = \"a\"\n[[gpu]\n")
-                    .unwrap_err()
-                    .message()
-                    .trim()
-                    .replace('\n', " ")
-            )
-        );
+        let e = err("name = \"a\"\n[[gpu]\n");
+        assert!(e.starts_with("test.toml:2:7: unclosed array table"), "{e}");
         let e = err("name = \"a\"\n[[gpu]]\nselect = \"all\"\nmigg = false\n");
         assert!(e.starts_with("test.toml:4:1: unknown field `migg`"), "{e}");
     }

@@ -120,7 +120,10 @@ pub(crate) mod tests {
     fn numbers_are_right_aligned_and_singular_is_singular() {
         let text = render_plan(&sample_plan(10));
         assert!(text.starts_with("   1. GPU 0: enable MIG mode\n"), "{text}");
-        assert!(text.contains("\n  10. GPU 1: "), "{text}");
+        assert!(
+            text.contains("\n  10. GPU 0: create GPU instance"),
+            "{text}"
+        );
         let text = render_plan(&sample_plan(1));
         assert!(
             text.ends_with("\n1 step on 1 GPU; nothing has been changed\n"),

@@ -2,11 +2,11 @@
 //!
 //! ```text
 //! Active profile: half-balanced  (backend: simulated)
-//! GPU  MODEL           MIG                 COMPUTE MODE  SHARING    MEMORY    PROCS  PLACEMENT  GI/CI  UUID
-//! 0    A100-SXM4-40GB  on                  default       exclusive  40.0 GiB  0
-//!      |- 3g.20gb                                        exclusive  19.6 GiB         4:4        1/0    MIG-…
-//!      `- 1g.5gb                                         mps         4.8 GiB         0:1        9/0    MIG-…
-//! 1    A100-SXM4-40GB  off -> on after reset  default   exclusive  40.0 GiB  2
+//! GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+//! 0    A100-SXM4-40GB  on                     default            exclusive     40.0 GiB      0
+//!      |- 3g.20gb                                                exclusive     19.5 GiB         4:4        1/0    MIG-1111…
+//!      `- 1g.5gb                                                 mps            4.8 GiB         0:1        9/0    MIG-2222…
+//! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
 //! ```
 //!
 //! The PLACEMENT, GI/CI and UUID columns appear only when some GPU has MIG instances.
@@ -210,10 +210,10 @@ pub(crate) mod tests {
         let text = render_status(&sample_status(), Glyphs::ASCII);
         let expected = "\
 Active profile: half-balanced  (backend: simulated)
-GPU  MODEL           MIG                   COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
-0    A100-SXM4-40GB  on                    default            exclusive     40.0 GiB      0
-     |- 3g.20gb                                               exclusive     19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
-     `- 1g.5gb                                                mps            4.8 GiB         0:1        9/-    -
+GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+0    A100-SXM4-40GB  on                     default            exclusive     40.0 GiB      0
+     |- 3g.20gb                                                exclusive     19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
+     `- 1g.5gb                                                 mps            4.8 GiB         0:1        9/-    -
 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
@@ -236,7 +236,7 @@ GPU  MODEL           MIG                   COMPUTE MODE       SHARING         ME
         let text = render_status(&status, Glyphs::ASCII);
         let expected = "\
 Active profile: (none)  (backend: nvml)
-GPU  MODEL           MIG                   COMPUTE MODE       SHARING         MEMORY  PROCS
+GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS
 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
