@@ -1,6 +1,7 @@
 //! `gpushare-agent`: serves the engine on D-Bus, on real GPUs through NVML or on
 //! simulated ones.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use clap::Parser;
 use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
 use gpushare_agent::engine::Engine;
 use gpushare_agent::gpu::GpuBackend;
-use gpushare_agent::gpu::nvml::NvmlBackend;
+use gpushare_agent::gpu::nvml::{NvmlBackend, compare_with_catalog};
 use gpushare_agent::gpu::sim::{self, SimBackend, SimOptions};
 use gpushare_agent::profile::ProfileStore;
 use gpushare_agent::service::AgentService;
@@ -41,6 +42,11 @@ struct Args {
     /// Profile directory; overrides the configuration file.
     #[arg(long, value_name = "DIR")]
     profiles_dir: Option<PathBuf>,
+
+    /// Compare the MIG profile tables NVML reports for each GPU with the built-in
+    /// catalog (read-only), print every difference, and exit: 0 when they agree.
+    #[arg(long, conflicts_with = "simulate")]
+    check_catalog: bool,
 }
 
 fn main() -> ExitCode {
@@ -49,6 +55,7 @@ fn main() -> ExitCode {
             EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -63,8 +70,53 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.check_catalog {
+        return check_catalog();
+    }
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpushare-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
+fn check_catalog() -> ExitCode {
+    let result = (|| -> Result<bool, String> {
+        let nvml = NvmlBackend::new().map_err(|e| e.to_string())?;
+        let node = nvml.observe().map_err(|e| e.to_string())?;
+        let mut agree = true;
+        for gpu in &node.gpus {
+            let Some(model) = gpu.model else {
+                println!(
+                    "{}: not in the catalog (PCI id {:#010X})",
+                    gpu.label(),
+                    gpu.pci_device_id
+                );
+                agree = false;
+                continue;
+            };
+            let table = nvml.profile_table(gpu.index).map_err(|e| e.to_string())?;
+            let differences = compare_with_catalog(&table, model);
+            println!(
+                "{}: {} MIG profiles from NVML, {} differences from the catalog ({})",
+                gpu.label(),
+                table.len(),
+                differences.len(),
+                model.key
+            );
+            for d in &differences {
+                println!("  {d}");
+            }
+            agree &= differences.is_empty();
+        }
+        Ok(agree)
+    })();
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
             ExitCode::FAILURE

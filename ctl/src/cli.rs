@@ -30,7 +30,7 @@ pub struct Cli {
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply a sharing profile to the GPUs (a journaled job, rolled back on failure).
+    /// Apply a sharing profile to the GPUs (the agent runs it as a job and reports progress).
     Apply(ApplyArgs),
     /// Show the steps applying a profile would take, changing nothing.
     Plan(PlanArgs),

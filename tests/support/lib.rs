@@ -19,11 +19,13 @@ pub fn binary(name: &str, env: &str) -> PathBuf {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/e2e-<hash> → target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
+    // target/<profile>/deps/e2e-<hash> or target/<profile>/<bin> → target/<profile>/<name>
+    let dir = exe.parent().expect("target directory");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target directory")
+    } else {
+        dir
+    };
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -33,8 +35,11 @@ pub fn binary(name: &str, env: &str) -> PathBuf {
     path
 }
 
-/// Path of the repository's root.
+/// Path of the repository's root (`GPUSHARE_REPO_ROOT` when the tests run elsewhere).
 pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("GPUSHARE_REPO_ROOT") {
+        return PathBuf::from(root);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("repository root")
@@ -92,7 +97,7 @@ impl Drop for Bus {
 /// How to start an agent.
 #[derive(Debug, Clone, Default)]
 pub struct AgentOptions {
-    /// `--simulate` value.
+    /// `--simulate` value; empty for real GPUs through NVML.
     pub simulate: String,
     /// Extra environment (`GPUSHARE_SIM_*`).
     pub env: Vec<(String, String)>,
@@ -114,6 +119,12 @@ impl AgentOptions {
     /// With an environment variable.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// With this agent.toml text.
+    pub fn config(mut self, text: &str) -> Self {
+        self.config = Some(text.into());
         self
     }
 
@@ -160,13 +171,12 @@ impl Agent {
 
     fn spawn(&mut self) {
         let d = self.dir.path();
-        let child = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
-            .args([
-                "--simulate",
-                &self.options.simulate,
-                "--bus",
-                self.bus.address(),
-            ])
+        let mut command = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"));
+        if !self.options.simulate.is_empty() {
+            command.args(["--simulate", &self.options.simulate]);
+        }
+        let child = command
+            .args(["--bus", self.bus.address()])
             .arg("--state-dir")
             .arg(d.join("state"))
             .arg("--profiles-dir")
@@ -221,6 +231,11 @@ impl Agent {
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// The agent's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the agent process still runs.

@@ -186,12 +186,9 @@ async fn follow(
 
 /// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1.
 pub fn progress_line(done: u32, total: u32, step: &str) -> String {
-    format!(
-        "[{}/{}] {}",
-        done.saturating_add(1).min(total.max(1)),
-        total,
-        step
-    )
+    // Past the last step (verification) the count stays at the total.
+    let number = if done >= total { total } else { done + 1 };
+    format!("[{number}/{total}] {step}")
 }
 
 /// The result line of a finished job, or its failure.

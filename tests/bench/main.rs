@@ -1,0 +1,184 @@
+//! `gpushare-bench`: measures what BENCHMARKS.md reports, through the real binaries on a
+//! private bus, and prints Markdown.
+//!
+//! ```text
+//! gpushare-bench [--simulate a100-40gb:8 | --nvml] [--runs 50] [--applies 100]
+//! ```
+//!
+//! With `--nvml` the agent runs on the real GPUs with `manage_mig = false` and
+//! `manage_compute_mode = false`: it changes nothing, so only status and a no-op apply are
+//! timed. `nvidia-smi` is timed alongside when it is on the PATH.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpushare_tests::{Agent, AgentOptions, text};
+
+struct Args {
+    simulate: Option<String>,
+    runs: usize,
+    applies: usize,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        simulate: Some("a100-40gb:8".into()),
+        runs: 50,
+        applies: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--simulate" => args.simulate = it.next(),
+            "--nvml" => args.simulate = None,
+            "--runs" => args.runs = it.next().and_then(|n| n.parse().ok()).expect("--runs N"),
+            "--applies" => {
+                args.applies = it.next().and_then(|n| n.parse().ok()).expect("--applies N")
+            }
+            other => {
+                eprintln!("gpushare-bench: unknown argument {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    args
+}
+
+/// Wall time of `runs` runs of a command, from spawn to exit; each must succeed.
+fn time_runs(runs: usize, mut command: impl FnMut() -> Command) -> Vec<Duration> {
+    (0..runs)
+        .map(|_| {
+            let mut cmd = command();
+            let start = Instant::now();
+            let out = cmd.output().expect("command runs");
+            let elapsed = start.elapsed();
+            assert!(out.status.success(), "{cmd:?} failed: {}", text(&out));
+            elapsed
+        })
+        .collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn row(what: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let n = samples.len();
+    println!(
+        "| {what} | {n} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        ms(samples[n / 2]),
+        ms(samples[0]),
+        ms(samples[(n * 9 / 10).min(n - 1)]),
+        ms(samples[n - 1])
+    );
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("memory field")
+}
+
+fn main() {
+    let args = parse_args();
+    let options = match &args.simulate {
+        Some(spec) => AgentOptions::simulate(spec),
+        None => AgentOptions::default()
+            .config("[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n"),
+    };
+    let backend = args
+        .simulate
+        .clone()
+        .map_or("NVML (hands off)".to_string(), |s| format!("simulated {s}"));
+    let agent = Agent::start(options);
+    let pid = agent.pid().expect("agent pid");
+    let rss_start = rss_kib(pid, "VmRSS:");
+
+    println!("Backend: {backend}\n");
+    println!("| measurement | runs | median ms | min ms | p90 ms | max ms |");
+    println!("|---|---|---|---|---|---|");
+
+    let mut status = time_runs(args.runs, || agent.ctl_command(&["status"]));
+    row("`gpushare-ctl status`", &mut status);
+    let mut status_json = time_runs(args.runs, || agent.ctl_command(&["status", "--json"]));
+    row("`gpushare-ctl status --json`", &mut status_json);
+
+    if Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let mut smi = time_runs(args.runs, || {
+            let mut c = Command::new("nvidia-smi");
+            c.args([
+                "--query-gpu=index,uuid,name,mig.mode.current,compute_mode,memory.total",
+                "--format=csv",
+            ]);
+            c
+        });
+        row(
+            "`nvidia-smi --query-gpu=index,uuid,name,mig.mode.current,compute_mode,memory.total --format=csv`",
+            &mut smi,
+        );
+    }
+
+    let profile = if args.simulate.is_some() {
+        "half-balanced"
+    } else {
+        "all-disabled"
+    };
+    if args.simulate.is_some() {
+        let mut first = time_runs(1, || agent.ctl_command(&["apply", profile]));
+        row(
+            &format!("`gpushare-ctl apply {profile}` from all MIG off (changes)"),
+            &mut first,
+        );
+    } else {
+        // Hands off: the first apply records the profile, the rest are the timed no-ops.
+        time_runs(1, || agent.ctl_command(&["apply", profile]));
+    }
+    let mut again = time_runs(args.runs, || agent.ctl_command(&["apply", profile]));
+    row(
+        &format!("`gpushare-ctl apply {profile}` again (idempotent)"),
+        &mut again,
+    );
+
+    let mut rss_lines = vec![format!("| after start | {rss_start} |")];
+    if args.simulate.is_some() {
+        let rss_before = rss_kib(pid, "VmRSS:");
+        rss_lines.push(format!("| after the timed runs | {rss_before} |"));
+        let mut changing = Vec::new();
+        // Two rounds: memory must not grow from the first round to the second.
+        for round in 1..=2 {
+            for i in 0..args.applies {
+                let target = if i % 2 == 0 {
+                    "all-balanced"
+                } else {
+                    "half-balanced"
+                };
+                changing.extend(time_runs(1, || agent.ctl_command(&["apply", target])));
+            }
+            rss_lines.push(format!(
+                "| after {} more applies that change the GPUs | {} |",
+                round * args.applies,
+                rss_kib(pid, "VmRSS:")
+            ));
+        }
+        row(
+            &format!(
+                "`gpushare-ctl apply` alternating all-balanced / half-balanced ({} applies)",
+                2 * args.applies
+            ),
+            &mut changing,
+        );
+    }
+    rss_lines.push(format!("| peak (VmHWM) | {} |", rss_kib(pid, "VmHWM:")));
+    println!("\n| agent resident memory | KiB |\n|---|---|");
+    for l in rss_lines {
+        println!("{l}");
+    }
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Read-only run of the real binaries on a GPU host you do not own (NVML backend).
+# Changes nothing: agent.toml sets manage_mig = false and manage_compute_mode = false,
+# and only read-only NVML calls are made. Compares the GPU's MIG mode and compute mode
+# before and after.
+#
+#   tests/device/h100-readonly.sh BIN_DIR [OUT_DIR]
+# BIN_DIR holds release builds of gpushare-agent, gpushare-ctl and gpushare-bench.
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+out=${2:-$(mktemp -d)}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export GPUSHARE_REPO_ROOT=$root GPUSHARE_AGENT_BIN=$bin/gpushare-agent GPUSHARE_CTL_BIN=$bin/gpushare-ctl
+work=$(mktemp -d)
+query="index,name,driver_version,pci.device_id,mig.mode.current,compute_mode"
+
+step() { echo; echo "== $*"; }
+
+step "GPU before"
+nvidia-smi --query-gpu=$query --format=csv | tee "$work/before.csv"
+
+step "gpushare-agent --check-catalog (NVML's MIG profile tables against the catalog)"
+"$bin/gpushare-agent" --check-catalog; echo "exit $?"
+
+step "agent on NVML, hands off, on a private bus"
+printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n' >"$work/agent.toml"
+dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
+  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
+bus_pid=$!
+for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
+export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
+GPUSHARE_LOG=info "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
+  --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$out/agent.log" &
+agent_pid=$!
+for _ in $(seq 200); do "$bin/gpushare-ctl" status --json >/dev/null 2>&1 && break; sleep 0.05; done
+
+ctl() { echo "\$ gpushare-ctl $*"; "$bin/gpushare-ctl" "$@"; echo "exit $?"; }
+ctl status
+ctl status --json
+ctl plan all-disabled
+ctl plan all-balanced
+ctl apply all-disabled
+ctl apply all-disabled --json
+ctl apply all-balanced
+ctl status
+
+kill $agent_pid; wait $agent_pid
+kill $bus_pid
+
+step "timings (gpushare-bench --nvml)"
+"$bin/gpushare-bench" --nvml --runs 50 2>/dev/null
+
+step "GPU after"
+nvidia-smi --query-gpu=$query --format=csv | tee "$work/after.csv"
+if cmp -s "$work/before.csv" "$work/after.csv"; then echo "unchanged: yes"; else echo "unchanged: NO"; fi
