@@ -19,8 +19,47 @@ pub struct AgentConfig {
     pub profiles_dir: PathBuf,
     /// Directory of the journal, the simulator's state and probe results.
     pub state_dir: PathBuf,
+    /// Profile to apply at start-up instead of the active one (MIG instances do not
+    /// survive a reboot, so the agent re-applies at every start).
+    pub boot_profile: Option<String>,
     /// What the agent may change.
     pub gpu: GpuPolicy,
+    /// How applies run.
+    pub apply: ApplySettings,
+    /// Commands around applies.
+    pub hooks: HookSettings,
+}
+
+/// How applies run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApplySettings {
+    /// Most GPUs reconfigured at once; 0 for all.
+    pub max_parallel_gpus: usize,
+}
+
+
+/// `pre_apply` / `post_apply` commands, run through `/bin/sh -c` around every apply that
+/// changes the GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HookSettings {
+    /// Before the first change; a failure aborts the apply.
+    pub pre_apply: Vec<String>,
+    /// After the apply, also when it failed.
+    pub post_apply: Vec<String>,
+    /// Time limit of one command in seconds.
+    pub timeout_seconds: u64,
+}
+
+impl Default for HookSettings {
+    fn default() -> Self {
+        Self {
+            pre_apply: Vec::new(),
+            post_apply: Vec::new(),
+            timeout_seconds: 300,
+        }
+    }
 }
 
 /// What the agent may change on the GPUs. On a shared host you do not own, set both to
@@ -59,7 +98,10 @@ impl Default for AgentConfig {
         Self {
             profiles_dir: PathBuf::from(DEFAULT_PROFILES_DIR),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            boot_profile: None,
             gpu: GpuPolicy::default(),
+            apply: ApplySettings::default(),
+            hooks: HookSettings::default(),
         }
     }
 }

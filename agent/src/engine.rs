@@ -1,27 +1,29 @@
-//! The agent's operations, independent of any transport: status, plan, apply, profiles,
-//! validation. The D-Bus service calls these and does nothing else.
+//! The agent's operations, independent of any transport: status, plan, apply, export,
+//! profiles, validation, recovery. The D-Bus service calls these and does nothing else.
 //!
 //! One apply runs at a time: [`Engine::begin_apply`] takes the apply lock or fails with
 //! [`EngineError::Busy`] at once; the lock travels with the [`ApplyJob`] until it ends.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpushare_proto::ERROR_PREFIX;
 use gpushare_proto::types::{
-    GpuStatus, InstanceStatus, JobOutcome, ProfileDetail, ProfileList, ProfileSummary, Sharing,
-    Status, Validation,
+    Export, GpuStatus, InstanceStatus, JobOutcome, ProfileDetail, ProfileList, ProfileSummary,
+    Sharing, Status, Validation,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::apply::{self, Progress};
-use crate::config::GpuPolicy;
+use crate::apply::hooks::Hooks;
+use crate::apply::journal::{Journal, ProfileDocument};
+use crate::apply::transaction::{TransactionError, Transactions};
+use crate::apply::{self, Executor, Progress};
+use crate::config::AgentConfig;
 use crate::gpu::{GpuBackend, GpuError, GpuState, NodeState};
 use crate::plan::{self, Plan, PlanError, PlanOptions};
-use crate::profile::{ProfileStore, StoredProfile, parse_profile};
-use crate::state::{AgentState, StateFile};
+use crate::profile::{self, Profile, ProfileStore, StoredProfile};
 
 /// Why an operation failed, one line each. The service maps each kind to a D-Bus error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,13 +48,13 @@ pub enum EngineError {
     Failed(String),
 }
 
-/// The agent's engine: one backend, the known profiles, the persistent state.
+/// The agent's engine: one backend, the known profiles, the journal.
 pub struct Engine {
     backend: Arc<dyn GpuBackend>,
     profiles: ProfileStore,
-    state_file: StateFile,
-    state: Mutex<AgentState>,
-    policy: GpuPolicy,
+    journal: Arc<Journal>,
+    transactions: Transactions,
+    policy: PlanOptions,
     apply_lock: Arc<AsyncMutex<()>>,
     running: Arc<Mutex<Option<String>>>,
 }
@@ -60,6 +62,8 @@ pub struct Engine {
 /// An apply that holds the apply lock and has its plan.
 pub struct ApplyJob {
     plan: Plan,
+    document: Option<ProfileDocument>,
+    before: NodeState,
     _guard: RunningGuard,
 }
 
@@ -82,22 +86,57 @@ impl Drop for RunningGuard {
     }
 }
 
+/// A profile given by name or as a document (`apply -f`).
+#[derive(Debug, Clone, Copy)]
+pub enum ProfileRef<'a> {
+    /// A known profile.
+    Named(&'a str),
+    /// A gpushare profile (TOML) or a mig-parted config file with the config to use.
+    Document {
+        /// The document.
+        text: &'a str,
+        /// Its name in messages (a path).
+        origin: &'a str,
+        /// The mig-parted config; empty for TOML.
+        config: &'a str,
+    },
+}
+
 impl Engine {
-    /// An engine over `backend` with `profiles`, keeping its state in `state_dir`.
+    /// An engine over `backend` with `profiles`, keeping its journal in `state_dir`.
     pub fn new(
         backend: Arc<dyn GpuBackend>,
         profiles: ProfileStore,
-        state_dir: &std::path::Path,
-        policy: GpuPolicy,
+        state_dir: &Path,
+        config: &AgentConfig,
     ) -> Result<Self, String> {
-        let state_file = StateFile::open(state_dir)
-            .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
-        let state = state_file.load().map_err(|e| e.to_string())?;
+        let journal = Arc::new(
+            Journal::open(state_dir)
+                .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?,
+        );
+        let policy = PlanOptions {
+            manage_mig: config.gpu.manage_mig,
+            manage_compute_mode: config.gpu.manage_compute_mode,
+            force: false,
+        };
+        let transactions = Transactions {
+            executor: Executor {
+                backend: Arc::clone(&backend),
+                max_parallel_gpus: config.apply.max_parallel_gpus,
+            },
+            journal: Arc::clone(&journal),
+            hooks: Hooks {
+                pre_apply: config.hooks.pre_apply.clone(),
+                post_apply: config.hooks.post_apply.clone(),
+                timeout: Duration::from_secs(config.hooks.timeout_seconds),
+            },
+            policy,
+        };
         Ok(Engine {
             backend,
             profiles,
-            state_file,
-            state: Mutex::new(state),
+            journal,
+            transactions,
             policy,
             apply_lock: Arc::new(AsyncMutex::new(())),
             running: Arc::new(Mutex::new(None)),
@@ -114,24 +153,15 @@ impl Engine {
         &self.profiles
     }
 
-    fn active_profile(&self) -> Option<String> {
-        self.state
-            .lock()
-            .expect("state lock")
-            .active_profile
-            .clone()
+    /// The profile last applied successfully.
+    pub fn active_profile(&self) -> Option<String> {
+        self.journal.active_profile()
     }
 
-    fn set_active_profile(&self, name: Option<String>) -> Result<(), EngineError> {
-        let mut state = self.state.lock().expect("state lock");
-        let next = AgentState {
-            active_profile: name,
-        };
-        self.state_file
-            .store(&next)
-            .map_err(|e| EngineError::Failed(format!("saving the agent state: {e}")))?;
-        *state = next;
-        Ok(())
+    /// Rolls back an apply that the journal shows interrupted (run before serving).
+    pub async fn recover(&self) -> Result<Option<String>, String> {
+        let _lock = self.apply_lock.lock().await;
+        self.transactions.recover().await
     }
 
     /// A fresh observation of the GPUs.
@@ -139,65 +169,94 @@ impl Engine {
         Ok(apply::blocking(&self.backend, |b| b.observe()).await?)
     }
 
-    /// The observed GPUs and the active profile.
+    /// The observed GPUs, the active profile and the apply in progress.
     pub async fn status(&self) -> Result<Status, EngineError> {
         let node = self.observe().await?;
+        let journal = self.journal.snapshot();
         Ok(Status {
-            active_profile: self.active_profile(),
+            active_profile: journal.active_profile,
             backend: self.backend.kind().to_string(),
+            apply_in_progress: self.running.lock().expect("running lock").clone(),
+            rollback_error: journal.transaction.and_then(|t| t.rollback_error),
             gpus: node.gpus.iter().map(gpu_status).collect(),
         })
     }
 
-    fn plan_options(&self, force: bool) -> PlanOptions {
-        PlanOptions {
-            manage_mig: self.policy.manage_mig,
-            manage_compute_mode: self.policy.manage_compute_mode,
-            force,
+    fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
+        match profile {
+            ProfileRef::Named(name) => self
+                .profiles
+                .get(name)
+                .map(|p| p.profile.clone())
+                .map_err(EngineError::UnknownProfile),
+            ProfileRef::Document {
+                text,
+                origin,
+                config,
+            } => profile::parse_document(text, origin, config)
+                .map_err(|e| EngineError::InvalidProfile(e.to_string())),
         }
     }
 
-    fn profile(&self, name: &str) -> Result<&StoredProfile, EngineError> {
-        self.profiles.get(name).map_err(EngineError::UnknownProfile)
-    }
-
-    /// Plans the named profile against a fresh observation.
-    pub async fn plan(&self, name: &str) -> Result<Plan, EngineError> {
-        let profile = &self.profile(name)?.profile;
+    /// Plans a profile against a fresh observation.
+    pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
+        let profile = self.resolve(profile)?;
         let node = self.observe().await?;
-        Ok(plan::plan(&node, profile, &self.plan_options(false))?)
+        Ok(plan::plan(&node, &profile, &self.policy)?)
     }
 
-    /// Takes the apply lock and plans the named profile; fails at once when another apply
-    /// runs or the profile cannot be planned. `job` names the job in Busy messages.
+    /// Takes the apply lock and plans the profile; fails at once when another apply runs
+    /// or the profile cannot be planned. `job` names the job in Busy messages and status.
     pub async fn begin_apply(
         &self,
-        name: &str,
+        source: ProfileRef<'_>,
         force: bool,
         job: &str,
     ) -> Result<ApplyJob, EngineError> {
-        let profile = &self.profile(name)?.profile;
+        let profile = self.resolve(source)?;
         let lock = Arc::clone(&self.apply_lock).try_lock_owned().map_err(|_| {
             let running = self.running.lock().expect("running lock").clone();
             EngineError::Busy(format!(
                 "another apply is running ({}); try again when it has finished",
-                running.unwrap_or_else(|| "starting".into())
+                running.unwrap_or_else(|| "recovery at start-up".into())
             ))
         })?;
-        *self.running.lock().expect("running lock") = Some(format!("{job}, profile {name}"));
+        *self.running.lock().expect("running lock") =
+            Some(format!("{job}, profile {}", profile.name));
         let guard = RunningGuard {
             _lock: lock,
             running: Arc::clone(&self.running),
         };
-        let node = self.observe().await?;
-        let plan = plan::plan(&node, profile, &self.plan_options(force))?;
+        let before = self.observe().await?;
+        let plan = plan::plan(
+            &before,
+            &profile,
+            &PlanOptions {
+                force,
+                ..self.policy
+            },
+        )?;
+        let document = match source {
+            ProfileRef::Named(_) => None,
+            ProfileRef::Document {
+                text,
+                origin,
+                config,
+            } => Some(ProfileDocument {
+                text: text.to_string(),
+                origin: origin.to_string(),
+                config: config.to_string(),
+            }),
+        };
         Ok(ApplyJob {
             plan,
+            document,
+            before,
             _guard: guard,
         })
     }
 
-    /// Carries out an apply job, sending progress, and records the outcome.
+    /// Carries out an apply job as a transaction, sending progress.
     pub async fn run_apply(
         &self,
         job: ApplyJob,
@@ -206,7 +265,10 @@ impl Engine {
         let started = Instant::now();
         let plan = &job.plan;
         let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
-        let result = apply::execute(Arc::clone(&self.backend), plan, &progress).await;
+        let result = self
+            .transactions
+            .apply(plan, job.document.clone(), &job.before, &progress)
+            .await;
         drop(progress);
         let mut outcome = JobOutcome {
             ok: result.is_ok(),
@@ -217,38 +279,71 @@ impl Engine {
             duration_seconds: 0.0,
             error_name: None,
             error: None,
+            warnings: Vec::new(),
         };
-        let recorded = match &result {
-            Ok(done) => {
-                outcome.steps_done = *done;
-                self.set_active_profile(Some(plan.profile.clone()))
+        match result {
+            Ok(applied) => {
+                outcome.steps_done = applied.steps_done;
+                outcome.warnings = applied.warnings;
             }
             Err(e) => {
-                if let apply::ApplyError::Step { number, .. } = e {
-                    outcome.steps_done = number - 1;
-                }
-                outcome.error_name = Some(format!("{ERROR_PREFIX}.Backend"));
-                outcome.error = Some(format!(
-                    "applying {}: {e}; the steps before it were carried out and nothing was rolled back",
-                    plan.profile
-                ));
-                // The GPUs may be between layouts: no profile is active any more.
-                self.set_active_profile(None)
+                let (name, steps_done) = match &e {
+                    TransactionError::Hook(_) | TransactionError::Journal(_) => ("Failed", 0),
+                    TransactionError::RolledBack { steps_done, .. }
+                    | TransactionError::RollbackFailed { steps_done, .. } => {
+                        ("Backend", *steps_done)
+                    }
+                };
+                outcome.changed = matches!(e, TransactionError::RollbackFailed { .. });
+                outcome.steps_done = steps_done;
+                outcome.error_name = Some(format!("{ERROR_PREFIX}.{name}"));
+                outcome.error = Some(format!("applying {}: {e}", plan.profile));
             }
-        };
-        if let Err(e) = recorded {
-            outcome.ok = false;
-            outcome.error_name = Some(format!("{ERROR_PREFIX}.Failed"));
-            outcome.error = Some(e.to_string());
         }
         outcome.duration_seconds = started.elapsed().as_secs_f64();
         drop(job);
         outcome
     }
 
+    /// At start-up, the apply that brings the GPUs back to `boot_profile`, or else to the
+    /// active profile (from its document when it was applied from one); `None` when
+    /// there is nothing to re-apply.
+    pub async fn begin_boot_apply(
+        &self,
+        boot_profile: Option<&str>,
+    ) -> Option<Result<ApplyJob, EngineError>> {
+        let job = "start-up";
+        if let Some(name) = boot_profile {
+            return Some(self.begin_apply(ProfileRef::Named(name), false, job).await);
+        }
+        let active = self.journal.active_profile()?;
+        Some(match self.journal.active_document() {
+            Some(d) => {
+                let source = ProfileRef::Document {
+                    text: &d.text,
+                    origin: &d.origin,
+                    config: &d.config,
+                };
+                self.begin_apply(source, false, job).await
+            }
+            None => {
+                self.begin_apply(ProfileRef::Named(&active), false, job)
+                    .await
+            }
+        })
+    }
+
     /// Waits for a running apply to end and keeps any new one from starting: for shutdown.
     pub async fn quiesce(&self) -> OwnedMutexGuard<()> {
         Arc::clone(&self.apply_lock).lock_owned().await
+    }
+
+    /// The GPUs as they are, as a profile.
+    pub async fn export(&self) -> Result<Export, EngineError> {
+        let node = self.observe().await?;
+        Ok(Export {
+            text: profile::export::profile_text(&node),
+        })
     }
 
     /// Every known profile.
@@ -266,7 +361,10 @@ impl Engine {
 
     /// One profile with its text.
     pub fn show_profile(&self, name: &str) -> Result<ProfileDetail, EngineError> {
-        let stored = self.profile(name)?;
+        let stored = self
+            .profiles
+            .get(name)
+            .map_err(EngineError::UnknownProfile)?;
         Ok(ProfileDetail {
             summary: summary(stored, self.active_profile().as_deref()),
             text: stored.text.clone(),
@@ -279,10 +377,10 @@ impl Engine {
             .file_stem()
             .and_then(|s| s.to_str())
             .map(String::from);
-        let profile = parse_profile(text, origin, stem.as_deref())
+        let profile = profile::parse_profile(text, origin, stem.as_deref())
             .map_err(|e| EngineError::InvalidProfile(e.to_string()))?;
         let node = self.observe().await?;
-        let plan = plan::plan(&node, &profile, &self.plan_options(false))?;
+        let plan = plan::plan(&node, &profile, &self.policy)?;
         Ok(Validation {
             name: profile.name,
             plan: plan.report(),

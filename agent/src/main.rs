@@ -181,7 +181,14 @@ async fn run(args: Args) -> Result<(), String> {
     for error in profiles.errors() {
         tracing::error!("profile left out: {error}");
     }
-    let engine = Arc::new(Engine::new(backend, profiles, &state_dir, config.gpu)?);
+    let engine = Arc::new(Engine::new(backend, profiles, &state_dir, &config)?);
+
+    // Never serve with a GPU between two layouts: an interrupted apply is rolled back first.
+    match engine.recover().await {
+        Ok(Some(report)) => tracing::warn!("{report}"),
+        Ok(None) => {}
+        Err(e) => return Err(format!("{e}; not starting (fix the cause and start again)")),
+    }
 
     let bus = args
         .bus
@@ -213,11 +220,44 @@ async fn run(args: Args) -> Result<(), String> {
         "serving {BUS_NAME}"
     );
 
+    // MIG instances do not survive a reboot: bring the GPUs back to the active profile.
+    {
+        let engine = Arc::clone(&engine);
+        let boot_profile = config.boot_profile.clone();
+        tokio::spawn(async move { boot_apply(&engine, boot_profile.as_deref()).await });
+    }
+
     wait_for_termination().await;
     tracing::info!("stopping once no apply runs");
     let _idle = engine.quiesce().await;
     drop(connection);
     Ok(())
+}
+
+/// Re-applies the boot or active profile at start-up, as a job like any other (status
+/// shows it running).
+async fn boot_apply(engine: &Engine, boot_profile: Option<&str>) {
+    let job = match engine.begin_boot_apply(boot_profile).await {
+        None => return,
+        Some(Ok(job)) => job,
+        Some(Err(e)) => {
+            tracing::error!("re-applying at start-up: {e}");
+            return;
+        }
+    };
+    let profile = job.plan().profile.clone();
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let outcome = engine.run_apply(job, tx).await;
+    match outcome.error {
+        None if outcome.changed => {
+            tracing::info!(
+                steps = outcome.steps_done,
+                "re-applied {profile} at start-up"
+            )
+        }
+        None => tracing::info!("the GPUs match {profile}"),
+        Some(e) => tracing::error!("re-applying at start-up: {e}"),
+    }
 }
 
 async fn wait_for_termination() {

@@ -12,7 +12,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{Connection, ObjectServer, interface};
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, ProfileRef};
 
 /// Job objects kept for late readers; older ones are removed from the bus.
 const JOBS_KEPT: usize = 16;
@@ -65,11 +65,22 @@ impl AgentService {
 
     /// What applying a profile would do (JSON `PlanReport`).
     async fn plan(&self, profile: &str) -> Result<String, AgentError> {
-        self.engine
-            .plan(profile)
-            .await
-            .map(|p| json(&p.report()))
-            .map_err(to_dbus)
+        self.plan_ref(ProfileRef::Named(profile)).await
+    }
+
+    /// `Plan` for a profile document or a mig-parted config (JSON `PlanReport`).
+    async fn plan_document(
+        &self,
+        text: &str,
+        origin: &str,
+        config: &str,
+    ) -> Result<String, AgentError> {
+        self.plan_ref(ProfileRef::Document {
+            text,
+            origin,
+            config,
+        })
+        .await
     }
 
     /// Starts an apply and returns its job object.
@@ -79,6 +90,83 @@ impl AgentService {
         options: HashMap<String, OwnedValue>,
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        self.start_apply(ProfileRef::Named(profile), &options, server, connection)
+            .await
+    }
+
+    /// `Apply` for a profile document or a mig-parted config.
+    async fn apply_document(
+        &self,
+        text: &str,
+        origin: &str,
+        config: &str,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        let profile = ProfileRef::Document {
+            text,
+            origin,
+            config,
+        };
+        self.start_apply(profile, &options, server, connection)
+            .await
+    }
+
+    /// The GPUs as they are, as a profile (JSON `Export`).
+    async fn export(&self) -> Result<String, AgentError> {
+        self.engine
+            .export()
+            .await
+            .map(|e| json(&e))
+            .map_err(to_dbus)
+    }
+
+    /// Every known profile (JSON `ProfileList`).
+    async fn list_profiles(&self) -> String {
+        json(&self.engine.list_profiles())
+    }
+
+    /// One profile with its text (JSON `ProfileDetail`).
+    async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
+        self.engine
+            .show_profile(name)
+            .map(|p| json(&p))
+            .map_err(to_dbus)
+    }
+
+    /// Validates profile text and plans it here (JSON `Validation`).
+    async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
+        self.engine
+            .validate(text, origin)
+            .await
+            .map(|v| json(&v))
+            .map_err(to_dbus)
+    }
+
+    /// The agent's version.
+    #[zbus(property)]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+}
+
+impl AgentService {
+    async fn plan_ref(&self, profile: ProfileRef<'_>) -> Result<String, AgentError> {
+        self.engine
+            .plan(profile)
+            .await
+            .map(|p| json(&p.report()))
+            .map_err(to_dbus)
+    }
+
+    async fn start_apply(
+        &self,
+        profile: ProfileRef<'_>,
+        options: &HashMap<String, OwnedValue>,
+        server: &ObjectServer,
+        connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
         let force = match options.get(OPTION_FORCE) {
             None => false,
@@ -97,7 +185,7 @@ impl AgentService {
             .begin_apply(profile, force, path.as_str())
             .await
             .map_err(to_dbus)?;
-        tracing::info!(job = %path.as_str(), profile, steps = job.plan().step_count(), "apply started");
+        tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
         server.at(&path, JobObject::default()).await?;
         self.remember(server, path.clone()).await;
 
@@ -135,36 +223,6 @@ impl AgentService {
         Ok(path)
     }
 
-    /// Every known profile (JSON `ProfileList`).
-    async fn list_profiles(&self) -> String {
-        json(&self.engine.list_profiles())
-    }
-
-    /// One profile with its text (JSON `ProfileDetail`).
-    async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
-        self.engine
-            .show_profile(name)
-            .map(|p| json(&p))
-            .map_err(to_dbus)
-    }
-
-    /// Validates profile text and plans it here (JSON `Validation`).
-    async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
-        self.engine
-            .validate(text, origin)
-            .await
-            .map(|v| json(&v))
-            .map_err(to_dbus)
-    }
-
-    /// The agent's version.
-    #[zbus(property)]
-    async fn version(&self) -> String {
-        env!("CARGO_PKG_VERSION").to_string()
-    }
-}
-
-impl AgentService {
     async fn remember(&self, server: &ObjectServer, path: OwnedObjectPath) {
         let mut jobs = self.jobs.lock().await;
         jobs.push_back(path);

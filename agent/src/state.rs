@@ -1,14 +1,15 @@
-//! What the agent remembers across restarts, in `<state-dir>/state.json`, and the atomic
-//! file write everything persistent goes through.
+//! Files the agent keeps: every one is written atomically, so that a crash leaves either
+//! the old or the new content.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-/// Writes `bytes` to `path` so that a crash leaves either the old or the new content:
-/// write a temporary file beside it, fsync it, rename it over, fsync the directory.
+/// Writes `bytes` to `path`: a temporary file beside it, fsync, rename over, fsync the
+/// directory.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path
         .parent()
@@ -27,47 +28,24 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The agent's persistent state.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AgentState {
-    /// The profile last applied successfully.
-    pub active_profile: Option<String>,
+/// Reads a JSON file; a missing file is `None`.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
-/// `state.json` in a state directory.
-#[derive(Debug, Clone)]
-pub struct StateFile {
-    path: PathBuf,
-}
-
-impl StateFile {
-    /// The state file of `state_dir`, which is created if missing.
-    pub fn open(state_dir: &Path) -> io::Result<Self> {
-        fs::create_dir_all(state_dir)?;
-        Ok(StateFile {
-            path: state_dir.join("state.json"),
-        })
-    }
-
-    /// Reads the state; a missing file is the empty state.
-    pub fn load(&self) -> io::Result<AgentState> {
-        match fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{}: {e}", self.path.display()),
-                )
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(AgentState::default()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Replaces the state atomically.
-    pub fn store(&self, state: &AgentState) -> io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(state).expect("agent state serializes");
-        write_atomically(&self.path, &bytes)
-    }
+/// Writes a JSON file atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_atomically(path, &bytes)
 }
 
 #[cfg(test)]
@@ -75,16 +53,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_and_starts_empty() {
+    fn round_trips_and_leaves_no_temporary_file() {
         let dir = tempfile::tempdir().unwrap();
-        let file = StateFile::open(&dir.path().join("nested")).unwrap();
-        assert_eq!(file.load().unwrap(), AgentState::default());
-        let state = AgentState {
-            active_profile: Some("half-balanced".into()),
-        };
-        file.store(&state).unwrap();
-        assert_eq!(file.load().unwrap(), state);
-        let leftovers: Vec<_> = fs::read_dir(dir.path().join("nested")).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+        let path = dir.path().join("x.json");
+        assert_eq!(read_json::<Vec<u32>>(&path).unwrap(), None);
+        write_json(&path, &vec![1u32, 2]).unwrap();
+        write_json(&path, &vec![3u32]).unwrap();
+        assert_eq!(read_json::<Vec<u32>>(&path).unwrap(), Some(vec![3]));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        fs::write(&path, "{").unwrap();
+        assert!(read_json::<Vec<u32>>(&path).is_err());
     }
 }

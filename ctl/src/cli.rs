@@ -3,11 +3,11 @@
 //! Global options (`--json`, `--address`) are accepted before or after the verb. A new verb
 //! is a new variant of [`Command`] plus a module under `commands/` that runs it.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use gpushare_proto::BUS_ADDRESS_ENV;
 
-/// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing) and shows
-/// the GPUs' state.
+/// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA
+/// mig-parted configs as they are, and shows the GPUs' state.
 #[derive(Debug, Parser)]
 #[command(name = "gpushare-ctl", version, about)]
 pub struct Cli {
@@ -30,24 +30,64 @@ pub struct Cli {
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply a sharing profile to the GPUs (the agent runs it as a job and reports progress).
+    /// Apply a sharing profile to the GPUs (a journaled job, rolled back on failure).
     Apply(ApplyArgs),
     /// Show the steps applying a profile would take, changing nothing.
     Plan(PlanArgs),
+    /// Check that a profile is applied: exit 0 when it is, 1 when it is not.
+    #[command(after_help = ASSERT_EXIT_HELP)]
+    Assert(AssertArgs),
     /// Show the GPUs, their MIG instances and sharing, and the active profile.
     Status,
+    /// Print the GPUs' current state as a profile (TOML) that `apply -f` accepts.
+    Export,
     /// List the known profiles, or show one.
     Profiles(ProfilesArgs),
     /// Check a profile file and plan it against this node, changing nothing.
     Validate(ValidateArgs),
 }
 
+/// The exit statuses of `assert`, shown under its help.
+const ASSERT_EXIT_HELP: &str = "\
+Exit status:
+  0  the profile is applied: its plan has no steps
+  1  the profile is not applied (stderr says how many steps would change which GPUs;
+     with --json the assert document is printed, \"applied\": false), or the check
+     failed (unknown profile, infeasible, agent not running: stderr or the --json
+     error object says why)
+  2  usage error";
+
+/// Which profile a verb works on: a known profile by name, or a document read from a file.
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["profile", "file"])))]
+pub struct ProfileSource {
+    /// Profile name (see `gpushare-ctl profiles`).
+    pub profile: Option<String>,
+    /// Profile document instead of a name: a gpushare profile (TOML) or NVIDIA mig-parted's
+    /// config.yaml (with -c); `-` reads standard input.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<String>,
+    /// The mig-parted config to use, one of the file's `mig-configs` (`all-balanced`); only
+    /// with -f.
+    // `requires` alone is not enough: clap waives it when `file` conflicts with a present
+    // argument, as it does with PROFILE through the group.
+    #[arg(
+        short = 'c',
+        long,
+        value_name = "NAME",
+        requires = "file",
+        conflicts_with = "profile"
+    )]
+    pub config: Option<String>,
+}
+
 /// Arguments of `apply`.
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
-    /// Profile name (see `gpushare-ctl profiles`).
-    pub profile: String,
-    /// Print the plan instead of applying it (same as `plan PROFILE`).
+    /// The profile.
+    #[command(flatten)]
+    pub source: ProfileSource,
+    /// Print the plan instead of applying it (same as `plan`).
     #[arg(long)]
     pub dry_run: bool,
     /// Proceed although compute processes use what must change (they will lose their GPU).
@@ -58,8 +98,17 @@ pub struct ApplyArgs {
 /// Arguments of `plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Profile name (see `gpushare-ctl profiles`).
-    pub profile: String,
+    /// The profile.
+    #[command(flatten)]
+    pub source: ProfileSource,
+}
+
+/// Arguments of `assert`.
+#[derive(Debug, Args)]
+pub struct AssertArgs {
+    /// The profile.
+    #[command(flatten)]
+    pub source: ProfileSource,
 }
 
 /// Arguments of `profiles`.
@@ -126,12 +175,22 @@ mod tests {
         assert_eq!(cli.address.as_deref(), Some("session"));
     }
 
+    fn source_of(cli: Cli) -> ProfileSource {
+        match cli.command {
+            Command::Apply(a) => a.source,
+            Command::Plan(a) => a.source,
+            Command::Assert(a) => a.source,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn apply_flags() {
         let cli = parse(&["apply", "half-balanced", "--dry-run", "--force"]).unwrap();
         match cli.command {
             Command::Apply(a) => {
-                assert_eq!(a.profile, "half-balanced");
+                assert_eq!(a.source.profile.as_deref(), Some("half-balanced"));
+                assert_eq!(a.source.file, None);
                 assert!(a.dry_run && a.force);
             }
             other => panic!("{other:?}"),
@@ -145,6 +204,121 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn apply_from_a_file() {
+        let cli = parse(&["apply", "-f", "config.yaml", "-c", "all-balanced"]).unwrap();
+        match cli.command {
+            Command::Apply(a) => {
+                assert_eq!(a.source.profile, None);
+                assert_eq!(a.source.file.as_deref(), Some("config.yaml"));
+                assert_eq!(a.source.config.as_deref(), Some("all-balanced"));
+                assert!(!a.dry_run && !a.force);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&[
+            "apply",
+            "--file=-",
+            "--config",
+            "all-1g.10gb",
+            "--dry-run",
+            "--force",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Apply(a) => {
+                assert_eq!(a.source.file.as_deref(), Some("-"));
+                assert_eq!(a.source.config.as_deref(), Some("all-1g.10gb"));
+                assert!(a.dry_run && a.force);
+            }
+            other => panic!("{other:?}"),
+        }
+        // -c is optional with -f (a TOML profile needs none).
+        let source = source_of(parse(&["apply", "-f", "lab.toml"]).unwrap());
+        assert_eq!(source.file.as_deref(), Some("lab.toml"));
+        assert_eq!(source.config, None);
+    }
+
+    #[test]
+    fn plan_and_assert_take_a_name_or_a_file() {
+        for verb in ["plan", "assert"] {
+            let source = source_of(parse(&[verb, "half-balanced"]).unwrap());
+            assert_eq!(source.profile.as_deref(), Some("half-balanced"));
+            assert_eq!((source.file, source.config), (None, None));
+            let source = source_of(parse(&[verb, "-c", "all-balanced", "-f", "c.yaml"]).unwrap());
+            assert_eq!(source.profile, None);
+            assert_eq!(source.file.as_deref(), Some("c.yaml"));
+            assert_eq!(source.config.as_deref(), Some("all-balanced"));
+        }
+        let cli = parse(&["assert", "all-mps", "--json"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Assert(_)));
+    }
+
+    #[test]
+    fn profile_and_file_are_exclusive() {
+        use clap::error::ErrorKind;
+        for verb in ["apply", "plan", "assert"] {
+            assert_eq!(
+                parse(&[verb, "half-balanced", "-f", "c.yaml"])
+                    .unwrap_err()
+                    .kind(),
+                ErrorKind::ArgumentConflict,
+                "{verb}"
+            );
+            assert_eq!(
+                parse(&[verb]).unwrap_err().kind(),
+                ErrorKind::MissingRequiredArgument,
+                "{verb}"
+            );
+            // -c without -f is a usage error, with or without a profile name.
+            let e = parse(&[verb, "half-balanced", "-c", "all-balanced"]).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ArgumentConflict, "{verb}");
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().contains("--config <NAME>"), "{e}");
+            assert_eq!(
+                parse(&[verb, "-c", "all-balanced"]).unwrap_err().kind(),
+                ErrorKind::MissingRequiredArgument,
+                "{verb}"
+            );
+            assert_eq!(
+                parse(&[verb, "-f"]).unwrap_err().kind(),
+                ErrorKind::InvalidValue,
+                "{verb}"
+            );
+        }
+    }
+
+    #[test]
+    fn export_takes_no_arguments() {
+        let cli = parse(&["export", "--json"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Export));
+        assert_eq!(
+            parse(&["export", "x"]).unwrap_err().kind(),
+            clap::error::ErrorKind::UnknownArgument
+        );
+    }
+
+    #[test]
+    fn help_texts() {
+        let cmd = Cli::command();
+        let about = |name: &str| {
+            cmd.find_subcommand(name)
+                .and_then(|c| c.get_about())
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            about("apply"),
+            "Apply a sharing profile to the GPUs (a journaled job, rolled back on failure)"
+        );
+        let mut assert_cmd = cmd.find_subcommand("assert").unwrap().clone();
+        let help = assert_cmd.render_help().to_string();
+        assert!(help.contains("Exit status:"), "{help}");
+        assert!(help.contains("1  the profile is not applied"), "{help}");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub enum Kind {
     Interrupted,
     /// The command line is malformed.
     Usage,
+    /// `assert`: the profile is not applied.
+    NotApplied,
     /// A job failed without naming an error.
     Failed,
 }
@@ -65,6 +67,7 @@ impl Kind {
             Kind::ReadFile => "ReadFile",
             Kind::Interrupted => "Interrupted",
             Kind::Usage => "Usage",
+            Kind::NotApplied => "NotApplied",
             Kind::Failed => "Failed",
         }
     }

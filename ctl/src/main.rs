@@ -1,5 +1,17 @@
 //! `gpushare-ctl`: the command-line client of gpushare-agent.
 //!
+//! Verbs:
+//!
+//! - `apply PROFILE | -f FILE [-c NAME] [--dry-run] [--force]`: apply a profile as a job
+//!   and follow it (`-f` takes a gpushare TOML profile or NVIDIA mig-parted's
+//!   `config.yaml` with `-c` naming the config, `-` for stdin);
+//! - `plan PROFILE | -f FILE [-c NAME]`: the steps an apply would take;
+//! - `assert PROFILE | -f FILE [-c NAME]`: exit 0 exactly when the profile is applied;
+//! - `status`: the GPUs, the active profile, an apply in progress;
+//! - `export`: the GPUs' current state as a TOML profile;
+//! - `profiles [list | show NAME]`: the known profiles;
+//! - `validate FILE`: check a profile file and plan it.
+//!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:
 //!
@@ -9,8 +21,8 @@
 //! - [`error`]: the error type, with stable names for `--json`;
 //! - [`commands`]: one module per verb (`run` plus pure `render_*` functions).
 //!
-//! Exit status: 0 on success, 1 on any failure, 2 on a usage error, 130 when interrupted
-//! while following a job.
+//! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
+//! applied), 2 on a usage error, 130 when interrupted while following a job.
 
 mod bus;
 mod cli;
@@ -100,7 +112,7 @@ mod tests {
         let e = Cli::try_parse_from(["gpushare-ctl", "apply"]).unwrap_err();
         assert_eq!(
             usage_message(&e.render().to_string()),
-            "the following required arguments were not provided: <PROFILE>"
+            "the following required arguments were not provided: <PROFILE|--file <FILE>>"
         );
         let e = Cli::try_parse_from(["gpushare-ctl", "bogus"]).unwrap_err();
         assert_eq!(

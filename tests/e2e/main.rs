@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+mod transactions;
+
 use gpushare_tests::{Agent, AgentOptions, instance_profiles, layout, text};
 
 const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
@@ -97,7 +99,8 @@ fn plan_prints_the_steps_and_changes_nothing() {
     );
     let report = agent.ctl_json(&["plan", "half-balanced"]);
     assert_eq!(report["changes"], true);
-    assert_eq!(report["steps"].as_array().unwrap().len(), 36);
+    // Per MIG GPU: enable, reset (A100s keep the mode pending), four instances × 2 calls.
+    assert_eq!(report["steps"].as_array().unwrap().len(), 40);
     let dry = agent.ctl_json(&["apply", "--dry-run", "half-balanced"]);
     assert_eq!(dry, report);
     assert_eq!(agent.status(), before);
@@ -268,10 +271,27 @@ fn an_injected_driver_failure_is_reported_with_the_step() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains("GPU 0: create 1g.5gb at slot 3") && err.contains("Insufficient Resources"),
+        err.contains("create_gpu_instance on GPU")
+            && err.contains(
+                "Insufficient Resources (injected by GPUSHARE_SIM_FAIL=create_gpu_instance:3)"
+            )
+            && err.contains("rolled back: GPU 0, 1, 2, 3 as before"),
         "{err}"
     );
-    assert_eq!(agent.status()["active_profile"], serde_json::Value::Null);
+    let reasons = err
+        .lines()
+        .filter(|l| l.starts_with("gpushare-ctl:"))
+        .count();
+    assert_eq!(reasons, 1, "{err}");
+    let status = agent.status();
+    assert_eq!(status["active_profile"], serde_json::Value::Null);
+    assert!(
+        status["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["mig_enabled"] == false)
+    );
 }
 
 #[test]

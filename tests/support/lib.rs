@@ -192,8 +192,13 @@ impl Agent {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if self.ctl(&["status", "--json"]).status.success() {
-                return;
+            // Ready: answering, and done with any re-apply at start-up.
+            let out = self.ctl(&["status", "--json"]);
+            if out.status.success() {
+                let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                if status["apply_in_progress"].is_null() {
+                    return;
+                }
             }
             if let Some(status) = self
                 .child
@@ -231,6 +236,30 @@ impl Agent {
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// Starts the agent again with this environment instead of the one it had
+    /// (`GPUSHARE_SIM_*`), on the same bus and state directory.
+    pub fn restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.stop();
+        self.options.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.spawn();
+    }
+
+    /// Starts the agent after it was killed (no SIGTERM to send).
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The journal, `<state-dir>/state.json`.
+    pub fn journal(&self) -> Value {
+        let text = std::fs::read_to_string(self.dir.path().join("state/state.json"))
+            .expect("state.json exists");
+        serde_json::from_str(&text).expect("state.json is JSON")
     }
 
     /// The agent's process id.

@@ -85,6 +85,29 @@ mod proxies {
             options: HashMap<&str, Value<'_>>,
         ) -> Result<OwnedObjectPath, AgentError>;
 
+        /// Like `Plan`, for a profile given as a document rather than by name: a gpushare
+        /// profile (TOML) or NVIDIA mig-parted's `config.yaml` with `config` naming one of
+        /// its `mig-configs` (empty for TOML). `origin` names the document in messages; a
+        /// name ending in `.yaml`/`.yml` or a document with `mig-configs:` is mig-parted's.
+        fn plan_document(
+            &self,
+            text: &str,
+            origin: &str,
+            config: &str,
+        ) -> Result<String, AgentError>;
+
+        /// Like `Apply`, for a document as in `PlanDocument`.
+        fn apply_document(
+            &self,
+            text: &str,
+            origin: &str,
+            config: &str,
+            options: HashMap<&str, Value<'_>>,
+        ) -> Result<OwnedObjectPath, AgentError>;
+
+        /// The current state of the GPUs as a profile: a [`types::Export`].
+        fn export(&self) -> Result<String, AgentError>;
+
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;
 

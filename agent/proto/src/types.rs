@@ -12,6 +12,11 @@ pub struct Status {
     pub active_profile: Option<String>,
     /// What the agent drives: `nvml` or `simulated`.
     pub backend: String,
+    /// The apply changing the GPUs right now (job and profile), if any.
+    pub apply_in_progress: Option<String>,
+    /// Set when an apply failed and so did its rollback: the GPUs may be between layouts.
+    #[serde(default)]
+    pub rollback_error: Option<String>,
     /// Every GPU, by index.
     pub gpus: Vec<GpuStatus>,
 }
@@ -146,6 +151,9 @@ pub struct JobOutcome {
     pub error_name: Option<String>,
     /// One-line reason when failed.
     pub error: Option<String>,
+    /// Problems that did not fail the job (a failing `post_apply` hook).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// What `ListProfiles` returns.
@@ -187,4 +195,11 @@ pub struct Validation {
     pub name: String,
     /// The plan against this node.
     pub plan: PlanReport,
+}
+
+/// What `Export` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Export {
+    /// A profile (TOML) that describes the GPUs as they are; applying it changes nothing.
+    pub text: String,
 }

@@ -145,17 +145,20 @@ pub enum Operation {
     DestroyComputeInstance,
     /// `nvmlDeviceSetComputeMode`.
     SetComputeMode,
+    /// A GPU reset (`nvidia-smi --gpu-reset`; NVML has no public call).
+    ResetGpu,
 }
 
 impl Operation {
     /// Every mutating operation.
-    pub const ALL: [Operation; 6] = [
+    pub const ALL: [Operation; 7] = [
         Operation::SetMigMode,
         Operation::CreateGpuInstance,
         Operation::CreateComputeInstance,
         Operation::DestroyGpuInstance,
         Operation::DestroyComputeInstance,
         Operation::SetComputeMode,
+        Operation::ResetGpu,
     ];
 
     /// The snake_case name used in plans, fault injection and messages.
@@ -167,6 +170,7 @@ impl Operation {
             Operation::DestroyGpuInstance => "destroy_gpu_instance",
             Operation::DestroyComputeInstance => "destroy_compute_instance",
             Operation::SetComputeMode => "set_compute_mode",
+            Operation::ResetGpu => "reset_gpu",
         }
     }
 
@@ -293,4 +297,8 @@ pub trait GpuBackend: Send + Sync {
 
     /// Sets the compute mode.
     fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError>;
+
+    /// Resets the GPU so that a pending MIG mode takes effect. Fails while anything
+    /// holds the GPU; the error's detail says what.
+    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError>;
 }

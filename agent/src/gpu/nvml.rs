@@ -17,11 +17,21 @@
 //! - The versioned profile query is asked with the v2 struct: driver 580 garbles the
 //!   name of a v3 struct (see `Raw::gi_profile`).
 //! - `sliceCount` counts compute slices; a placement's size counts memory slots.
+//! - NVML has no public reset call: [`GpuBackend::reset_gpu`] runs
+//!   `nvidia-smi --gpu-reset -i <index>` (path set with [`NvmlBackend::with_nvidia_smi`])
+//!   and, when it fails, names the processes that have the GPU's device node open.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::CStr;
+use std::fs;
+use std::io::{self, Read};
 use std::os::raw::c_uint;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
 use std::ptr;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode as NvmlComputeMode;
 use nvml_wrapper::error::{NvmlError, nvml_sym};
@@ -47,14 +57,25 @@ const OBSERVE: &str = "observe";
 const INIT: &str = "init";
 /// The call name of errors from [`NvmlBackend::profile_table`].
 const PROFILE_TABLE: &str = "profile_table";
+/// The nvidia-smi that [`NvmlBackend::new`] runs, looked up on `PATH`.
+const DEFAULT_NVIDIA_SMI: &str = "nvidia-smi";
+/// How long `nvidia-smi --gpu-reset` may run before it is killed.
+const RESET_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a running command is checked for exit.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long to wait for a finished command's output pipes to close (a grandchild that
+/// inherited them may keep them open).
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// The GPU backend on real hardware, through NVML.
 ///
 /// Holds the initialized library (which is `Send + Sync`); device handles borrow it, so
-/// every call looks its GPU up again by NVML index.
+/// every call looks its GPU up again by NVML index. GPU resets run nvidia-smi.
 #[derive(Debug)]
 pub struct NvmlBackend {
     nvml: Nvml,
+    /// The nvidia-smi that resets GPUs; a bare name is looked up on `PATH`.
+    nvidia_smi: PathBuf,
 }
 
 /// One GPU-instance profile as NVML reports it (`nvidia-smi mig -lgip` and `-lgipp`).
@@ -83,10 +104,23 @@ impl NvmlBackend {
     /// Loads `libnvidia-ml.so.1` and initializes NVML.
     ///
     /// A missing library or an unloaded kernel driver answers
-    /// [`ErrorCode::DriverNotLoaded`].
+    /// [`ErrorCode::DriverNotLoaded`]. GPU resets run `nvidia-smi` from `PATH`; see
+    /// [`NvmlBackend::with_nvidia_smi`].
     pub fn new() -> Result<Self, GpuError> {
         let nvml = Nvml::init().map_err(|e| wrapper_error(INIT, None, "nvmlInit_v2", e))?;
-        Ok(Self { nvml })
+        Ok(Self {
+            nvml,
+            nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
+        })
+    }
+
+    /// The same backend, resetting GPUs with the nvidia-smi at `path` (a bare name is
+    /// looked up on `PATH`).
+    pub fn with_nvidia_smi(self, path: impl Into<PathBuf>) -> Self {
+        Self {
+            nvidia_smi: path.into(),
+            ..self
+        }
     }
 
     /// The GPU-instance profiles NVML reports for a GPU, with their possible placements.
@@ -540,6 +574,278 @@ impl GpuBackend for NvmlBackend {
             .set_compute_mode(nvml_mode)
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceSetComputeMode", e))
     }
+
+    /// Runs `nvidia-smi --gpu-reset -i <gpu>` (killed after two minutes), then checks
+    /// that no MIG mode is still pending ([`ErrorCode::ResetRequired`] if one is). A
+    /// failure's detail has nvidia-smi's message and the processes, other than the
+    /// agent, that have the GPU's device node open.
+    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
+        let call = Operation::ResetGpu.as_str();
+        // The device node, looked up before the reset while the handle surely works.
+        let device_node = self
+            .device(call, gpu)?
+            .minor_number()
+            .map(|minor| format!("/dev/nvidia{minor}"))
+            .map_err(|e| {
+                wrapper_error(call, Some(gpu), "nvmlDeviceGetMinorNumber", e)
+                    .detail
+                    .unwrap_or_default()
+            });
+        if let Err(error) = run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT) {
+            if error.code == ErrorCode::NotFound {
+                return Err(error);
+            }
+            let holders = match device_node {
+                Ok(node) => holders_sentence(Path::new("/proc"), &node, std::process::id()),
+                Err(why) => format!("cannot tell what holds the GPU: no device node ({why})"),
+            };
+            let detail = match error.detail {
+                Some(ref d) => format!("{d}; {holders}"),
+                None => holders,
+            };
+            return Err(error.with_detail(detail));
+        }
+        tracing::info!(gpu, "GPU reset");
+        // Look the GPU up again: the reset may have invalidated the old handle.
+        let mode = match self.device(call, gpu)?.mig_mode() {
+            Ok(mode) => mode,
+            // A GPU without MIG: nothing can be pending.
+            Err(NvmlError::NotSupported) => return Ok(()),
+            Err(e) => return Err(wrapper_error(call, Some(gpu), "nvmlDeviceGetMigMode", e)),
+        };
+        if mode.pending != mode.current {
+            let what = if mode.pending == NVML_DEVICE_MIG_ENABLE {
+                "enable"
+            } else {
+                "disable"
+            };
+            return Err(
+                GpuError::new(call, Some(gpu), ErrorCode::ResetRequired).with_detail(format!(
+                    "nvidia-smi reset the GPU but the MIG mode change ({what}) is still pending"
+                )),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs `<nvidia_smi> --gpu-reset -i <gpu>` with stdin closed, killing it past
+/// `timeout`. The error's code comes from [`classify_reset`]; its detail names the
+/// command and nvidia-smi's most relevant output line (not what holds the GPU).
+fn run_nvidia_smi_reset(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Result<(), GpuError> {
+    let call = Operation::ResetGpu.as_str();
+    let error = |code| GpuError::new(call, Some(gpu), code);
+    let shown = format!("{} --gpu-reset -i {gpu}", nvidia_smi.display());
+    let mut command = Command::new(nvidia_smi);
+    command.args(["--gpu-reset", "-i", &gpu.to_string()]);
+    let finished = match run_bounded(command, timeout) {
+        Ok(finished) => finished,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let on_path = if nvidia_smi.components().count() == 1 {
+                " (searched PATH)"
+            } else {
+                ""
+            };
+            return Err(error(ErrorCode::NotFound).with_detail(format!(
+                "nvidia-smi not found at {}{on_path}",
+                nvidia_smi.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(
+                error(ErrorCode::NoPermission).with_detail(format!("cannot run {shown}: {e}"))
+            );
+        }
+        Err(e) => {
+            return Err(error(ErrorCode::Unknown).with_detail(format!("cannot run {shown}: {e}")));
+        }
+    };
+    let Some(status) = finished.status else {
+        return Err(error(ErrorCode::Unknown).with_detail(format!(
+            "{shown} did not finish within {} s and was killed",
+            timeout.as_secs_f64()
+        )));
+    };
+    match classify_reset(status.code(), &finished.output) {
+        Ok(()) => Ok(()),
+        Err((code, line)) => {
+            let how = match status.code() {
+                Some(c) => format!("exited with status {c}"),
+                None => "was killed by a signal".to_owned(),
+            };
+            let detail = match line {
+                Some(line) => format!("{shown} {how}: {line}"),
+                None => format!("{shown} {how}"),
+            };
+            Err(error(code).with_detail(detail))
+        }
+    }
+}
+
+/// What `nvidia-smi --gpu-reset` meant, from its exit code (`None`: killed by a signal)
+/// and its stdout and stderr: `Ok` on exit 0, else the agent's code and the output
+/// line that says why (the first non-empty one when none stands out).
+///
+/// In-use wording wins (nvidia-smi exits 255 for it), then permission wording, then
+/// nvidia-smi's documented exit codes; anything else is [`ErrorCode::Unknown`].
+fn classify_reset(exit_code: Option<i32>, output: &str) -> Result<(), (ErrorCode, Option<&str>)> {
+    if exit_code == Some(0) {
+        return Ok(());
+    }
+    let lines = || output.lines().map(str::trim).filter(|l| !l.is_empty());
+    let in_use = |l: &str| {
+        let l = l.to_lowercase();
+        ["in use", "being used by", "processes using"]
+            .iter()
+            .any(|k| l.contains(k))
+    };
+    let no_permission = |l: &str| {
+        let l = l.to_lowercase();
+        [
+            "insufficient permission",
+            "permission denied",
+            "not permitted",
+            "must be root",
+            "requires root",
+            "require root",
+            "as root",
+            "only root",
+            "root user",
+            "root privilege",
+            "root access",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
+    };
+    if let Some(line) = lines().find(|l| in_use(l)) {
+        return Err((ErrorCode::InUse, Some(line)));
+    }
+    if let Some(line) = lines().find(|l| no_permission(l)) {
+        return Err((ErrorCode::NoPermission, Some(line)));
+    }
+    // nvidia-smi(1), RETURN VALUE.
+    let code = match exit_code {
+        Some(2) => ErrorCode::InvalidArgument,
+        Some(3) => ErrorCode::NotSupported,
+        Some(4) => ErrorCode::NoPermission,
+        Some(9 | 12) => ErrorCode::DriverNotLoaded,
+        Some(15) => ErrorCode::GpuLost,
+        _ => ErrorCode::Unknown,
+    };
+    Err((code, lines().next()))
+}
+
+/// A command that ran to its end or was killed.
+struct Finished {
+    /// How it exited; `None` when it ran past its time and was killed.
+    status: Option<ExitStatus>,
+    /// Its stdout, then its stderr, lossily decoded.
+    output: String,
+}
+
+/// Runs `command` with stdin closed and its output captured; kills it (and waits for
+/// it) once it has run for `timeout`. Spawn errors are returned as they are.
+fn run_bounded(mut command: Command, timeout: Duration) -> io::Result<Finished> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn()?;
+    let stdout = child.stdout.take().map(read_in_background);
+    let stderr = child.stderr.take().map(read_in_background);
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) => {}
+            Err(e) => {
+                // Do not leave it running unwatched.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            if let Err(e) = child.kill() {
+                tracing::warn!(error = %e, "cannot kill a command past its time");
+            }
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(POLL_INTERVAL.min(deadline - now));
+    };
+    let mut output = String::new();
+    for pipe in [stdout, stderr].into_iter().flatten() {
+        if let Ok(bytes) = pipe.recv_timeout(OUTPUT_GRACE) {
+            output.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    Ok(Finished { status, output })
+}
+
+/// Reads a pipe to its end on a thread; the bytes arrive on the returned channel.
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        let _ = tx.send(bytes);
+    });
+    rx
+}
+
+/// The processes under `proc_root` (a `/proc`) with a file descriptor open on
+/// `device_path`, as `(pid, comm)` sorted by pid, leaving out `exclude_pid`. Processes
+/// whose descriptors cannot be read (other users', when not root) are not seen.
+fn holders_of(proc_root: &Path, device_path: &str, exclude_pid: u32) -> Vec<(u32, String)> {
+    let Ok(entries) = fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut holders: Vec<(u32, String)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            if pid == exclude_pid || !holds(&entry.path(), device_path) {
+                return None;
+            }
+            let comm = fs::read_to_string(entry.path().join("comm"))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_else(|_| "?".to_owned());
+            Some((pid, comm))
+        })
+        .collect();
+    holders.sort_unstable();
+    holders
+}
+
+/// Whether the process at `pid_dir` (`/proc/<pid>`) has `device_path` open.
+fn holds(pid_dir: &Path, device_path: &str) -> bool {
+    let Ok(fds) = fs::read_dir(pid_dir.join("fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target == Path::new(device_path)))
+}
+
+/// What holds `device_path`, for an error's detail: `/dev/nvidia0 is open in PID 4242
+/// (python3), …`, or that no other process has it open (and whether the agent, `own_pid`,
+/// does).
+fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> String {
+    let holders = holders_of(proc_root, device_path, own_pid);
+    if holders.is_empty() {
+        let own = if holds(&proc_root.join(own_pid.to_string()), device_path) {
+            " (the agent itself does, through NVML)"
+        } else {
+            ""
+        };
+        return format!("no other process has {device_path} open{own}");
+    }
+    let list: Vec<String> = holders
+        .iter()
+        .map(|(pid, comm)| format!("PID {pid} ({comm})"))
+        .collect();
+    format!("{device_path} is open in {}", list.join(", "))
 }
 
 /// Every difference between the profiles NVML reports and a catalog model's table, one
@@ -1529,6 +1835,356 @@ mod tests {
             struct_version(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>(), 2),
             0x0200_0098
         );
+    }
+
+    /// A fake `/proc` entry: `fd/<n>` links to each target, and `comm` when given.
+    fn fake_process(proc_root: &Path, pid: u32, comm: Option<&str>, fds: &[&Path]) {
+        let dir = proc_root.join(pid.to_string());
+        fs::create_dir_all(dir.join("fd")).unwrap();
+        for (n, target) in fds.iter().enumerate() {
+            std::os::unix::fs::symlink(target, dir.join("fd").join(n.to_string())).unwrap();
+        }
+        if let Some(comm) = comm {
+            fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn holders_are_found_on_a_fake_proc_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let proc_root = tmp.path().join("proc");
+        let dev = tmp.path().join("dev");
+        let node = |n: &str| dev.join(n);
+        let gpu0 = node("nvidia0");
+        fake_process(
+            &proc_root,
+            100,
+            Some("python3"),
+            &[Path::new("/dev/null"), &gpu0],
+        );
+        // No comm file: the name is unknown.
+        fake_process(&proc_root, 42, None, &[&gpu0, &gpu0]);
+        // Other device nodes, including one that gpu0's path is a prefix of.
+        fake_process(
+            &proc_root,
+            200,
+            Some("other"),
+            &[&node("nvidia1"), &node("nvidia01")],
+        );
+        fake_process(&proc_root, 201, Some("ctl"), &[&node("nvidiactl")]);
+        // The agent itself.
+        fake_process(
+            &proc_root,
+            300,
+            Some("gpushare-agent"),
+            &[&gpu0, &node("nvidia2")],
+        );
+        // Not processes, or processes without readable descriptors.
+        fs::create_dir_all(proc_root.join("500")).unwrap();
+        fs::create_dir_all(proc_root.join("self/fd")).unwrap();
+        std::os::unix::fs::symlink(&gpu0, proc_root.join("self/fd/3")).unwrap();
+        fs::write(proc_root.join("cpuinfo"), "").unwrap();
+
+        let gpu0 = gpu0.to_str().unwrap();
+        assert_eq!(
+            holders_of(&proc_root, gpu0, 300),
+            vec![(42, "?".to_owned()), (100, "python3".to_owned())]
+        );
+        assert_eq!(
+            holders_of(&proc_root, gpu0, 42),
+            vec![
+                (100, "python3".to_owned()),
+                (300, "gpushare-agent".to_owned())
+            ]
+        );
+        assert_eq!(
+            holders_of(&proc_root, node("nvidia1").to_str().unwrap(), 300),
+            vec![(200, "other".to_owned())]
+        );
+        assert_eq!(
+            holders_sentence(&proc_root, gpu0, 300),
+            format!("{gpu0} is open in PID 42 (?), PID 100 (python3)")
+        );
+        let gpu2 = node("nvidia2");
+        let gpu2 = gpu2.to_str().unwrap();
+        assert_eq!(
+            holders_sentence(&proc_root, gpu2, 300),
+            format!("no other process has {gpu2} open (the agent itself does, through NVML)")
+        );
+        let gpu3 = node("nvidia3");
+        let gpu3 = gpu3.to_str().unwrap();
+        assert_eq!(
+            holders_sentence(&proc_root, gpu3, 300),
+            format!("no other process has {gpu3} open")
+        );
+        assert!(holders_of(&tmp.path().join("no-proc"), gpu0, 0).is_empty());
+    }
+
+    #[test]
+    fn holders_are_found_in_the_real_proc() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let path = file.path().to_str().unwrap();
+        let me = std::process::id();
+        assert!(
+            holders_of(Path::new("/proc"), path, 0)
+                .iter()
+                .any(|(pid, _)| *pid == me)
+        );
+        assert!(
+            !holders_of(Path::new("/proc"), path, me)
+                .iter()
+                .any(|(pid, _)| *pid == me)
+        );
+    }
+
+    #[test]
+    fn nvidia_smi_reset_outputs_are_classified() {
+        let in_use_list = "The following GPUs could not be reset:\n  \
+            GPU 00000000:1A:00.0: In use by another client\n\n\
+            1 device is currently being used by one or more other processes (e.g., Fabric \
+            Manager, CUDA application, graphics application such as an X server, or a \
+            monitoring application such as another instance of nvidia-smi). Please first kill \
+            all processes using this device and all compute applications running in the system.\n";
+        let in_use_single = "GPU 00000000:C1:00.0 is currently in use by another process.\n\n\
+            1 device is currently being used by one or more other processes.\n";
+        let cases: [(Option<i32>, &str, Result<(), (ErrorCode, Option<&str>)>); 14] = [
+            (
+                Some(0),
+                "GPU 00000000:1A:00.0 was successfully reset.\nAll done.\n",
+                Ok(()),
+            ),
+            (Some(0), "", Ok(())),
+            (
+                Some(255),
+                in_use_list,
+                Err((
+                    ErrorCode::InUse,
+                    Some("GPU 00000000:1A:00.0: In use by another client"),
+                )),
+            ),
+            (
+                Some(255),
+                in_use_single,
+                Err((
+                    ErrorCode::InUse,
+                    Some("GPU 00000000:C1:00.0 is currently in use by another process."),
+                )),
+            ),
+            (
+                Some(4),
+                "Unable to reset GPU 00000000:1A:00.0: Insufficient Permissions\n",
+                Err((
+                    ErrorCode::NoPermission,
+                    Some("Unable to reset GPU 00000000:1A:00.0: Insufficient Permissions"),
+                )),
+            ),
+            (
+                Some(255),
+                "\n  Only root users can reset GPUs.  \n",
+                Err((
+                    ErrorCode::NoPermission,
+                    Some("Only root users can reset GPUs."),
+                )),
+            ),
+            (Some(4), "", Err((ErrorCode::NoPermission, None))),
+            (
+                Some(3),
+                "Resetting GPU 00000000:1A:00.0 is not supported.\n",
+                Err((
+                    ErrorCode::NotSupported,
+                    Some("Resetting GPU 00000000:1A:00.0 is not supported."),
+                )),
+            ),
+            (
+                Some(9),
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+                Err((
+                    ErrorCode::DriverNotLoaded,
+                    Some(
+                        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+                    ),
+                )),
+            ),
+            (
+                Some(15),
+                "GPU is lost\n",
+                Err((ErrorCode::GpuLost, Some("GPU is lost"))),
+            ),
+            (
+                Some(2),
+                "Invalid combination of input arguments.\n",
+                Err((
+                    ErrorCode::InvalidArgument,
+                    Some("Invalid combination of input arguments."),
+                )),
+            ),
+            // "root" outside a permission phrase is not about permissions.
+            (
+                Some(255),
+                "\nPCIe root port error on GPU 00000000:1A:00.0\nmore\n",
+                Err((
+                    ErrorCode::Unknown,
+                    Some("PCIe root port error on GPU 00000000:1A:00.0"),
+                )),
+            ),
+            (Some(1), "", Err((ErrorCode::Unknown, None))),
+            // Killed by a signal.
+            (
+                None,
+                "partial\n",
+                Err((ErrorCode::Unknown, Some("partial"))),
+            ),
+        ];
+        for (exit, output, expected) in cases {
+            assert_eq!(
+                classify_reset(exit, output),
+                expected,
+                "{exit:?} {output:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_nvidia_smi_is_not_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("bin/nvidia-smi");
+        let e = run_nvidia_smi_reset(&path, 2, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        assert_eq!(e.call, "reset_gpu");
+        assert_eq!(e.gpu, Some(2));
+        assert_eq!(
+            e.detail.as_deref(),
+            Some(format!("nvidia-smi not found at {}", path.display()).as_str())
+        );
+        let e = run_nvidia_smi_reset(
+            Path::new("gpushare-test-no-such-nvidia-smi"),
+            0,
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("nvidia-smi not found at gpushare-test-no-such-nvidia-smi (searched PATH)")
+        );
+    }
+
+    /// Writes an executable `nvidia-smi` shell script into `dir`.
+    fn fake_nvidia_smi(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("nvidia-smi");
+        fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// `run_nvidia_smi_reset`, retried while another test's fork still holds the fresh
+    /// script open for writing (ETXTBSY).
+    fn reset_with(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Result<(), GpuError> {
+        let mut attempt = 0;
+        loop {
+            let result = run_nvidia_smi_reset(nvidia_smi, gpu, timeout);
+            match &result {
+                Err(e)
+                    if attempt < 20 && e.detail.as_deref().is_some_and(|d| d.contains("busy")) =>
+                {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(50));
+                }
+                _ => return result,
+            }
+        }
+    }
+
+    #[test]
+    fn a_fake_nvidia_smi_is_run_with_the_reset_arguments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ok = fake_nvidia_smi(
+            tmp.path(),
+            r#"[ "$*" = "--gpu-reset -i 2" ] || { echo "wrong arguments: $*"; exit 7; }
+echo "GPU 00000000:1A:00.0 was successfully reset.""#,
+        );
+        assert_eq!(reset_with(&ok, 2, Duration::from_secs(30)), Ok(()));
+        let e = reset_with(&ok, 3, Duration::from_secs(30)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unknown);
+        assert_eq!(
+            e.detail.unwrap(),
+            format!(
+                "{} --gpu-reset -i 3 exited with status 7: wrong arguments: --gpu-reset -i 3",
+                ok.display()
+            )
+        );
+
+        let tmp = tempfile::tempdir().unwrap();
+        let in_use = fake_nvidia_smi(
+            tmp.path(),
+            r#"echo "The following GPUs could not be reset:"
+echo "  GPU 00000000:1A:00.0: In use by another client" >&2
+exit 255"#,
+        );
+        let e = reset_with(&in_use, 0, Duration::from_secs(30)).unwrap_err();
+        assert_eq!(
+            (e.call.as_str(), e.gpu, e.code),
+            ("reset_gpu", Some(0), ErrorCode::InUse)
+        );
+        assert_eq!(
+            e.detail.unwrap(),
+            format!(
+                "{} --gpu-reset -i 0 exited with status 255: GPU 00000000:1A:00.0: In use by another client",
+                in_use.display()
+            )
+        );
+
+        let tmp = tempfile::tempdir().unwrap();
+        let hangs = fake_nvidia_smi(tmp.path(), "exec sleep 30");
+        let started = Instant::now();
+        let e = reset_with(&hangs, 0, Duration::from_millis(200)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(e.code, ErrorCode::Unknown);
+        assert_eq!(
+            e.detail.unwrap(),
+            format!(
+                "{} --gpu-reset -i 0 did not finish within 0.2 s and was killed",
+                hangs.display()
+            )
+        );
+    }
+
+    #[test]
+    fn bounded_commands_capture_output_and_get_killed() {
+        let sh = |script: &str| {
+            let mut command = Command::new("/bin/sh");
+            command.args(["-c", script]);
+            command
+        };
+        let done = run_bounded(
+            sh("echo out; echo err >&2; exit 3"),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(done.status.and_then(|s| s.code()), Some(3));
+        assert_eq!(done.output, "out\nerr\n");
+
+        // Stdin is closed: a reader sees end of file at once.
+        let done = run_bounded(sh("cat; echo done"), Duration::from_secs(30)).unwrap();
+        assert_eq!(done.status.and_then(|s| s.code()), Some(0));
+        assert_eq!(done.output, "done\n");
+
+        let started = Instant::now();
+        let done = run_bounded(
+            sh("echo started; exec sleep 30"),
+            Duration::from_millis(200),
+        )
+        .unwrap();
+        assert!(done.status.is_none());
+        assert_eq!(done.output, "started\n");
+        assert!(started.elapsed() < Duration::from_secs(10));
+
+        // A grandchild keeping the pipes open does not hold the caller up.
+        let started = Instant::now();
+        let done = run_bounded(sh("sleep 5 & exit 4"), Duration::from_secs(30)).unwrap();
+        assert_eq!(done.status.and_then(|s| s.code()), Some(4));
+        assert!(started.elapsed() < Duration::from_secs(4));
     }
 
     /// Read-only check on a host with GPUs: `cargo test -- --ignored --nocapture

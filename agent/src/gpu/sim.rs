@@ -70,6 +70,9 @@ pub struct SimOptions {
     pub delay: Duration,
     /// Compute processes shown: `(gpu index, gpu instance id, pid)`.
     pub processes: Vec<(u32, Option<u32>, u32)>,
+    /// Start as after a reboot: MIG instances gone, pending MIG modes in effect, compute
+    /// modes back to default.
+    pub reboot: bool,
 }
 
 impl SimOptions {
@@ -88,6 +91,13 @@ impl SimOptions {
         }
         if let Some(v) = var("GPUSHARE_SIM_PROCESSES") {
             options.processes = parse_processes(&v)?;
+        }
+        if let Some(v) = var("GPUSHARE_SIM_REBOOT") {
+            options.reboot = match v.trim() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                other => return Err(format!("GPUSHARE_SIM_REBOOT: {other:?}: write 1 or 0")),
+            };
         }
         Ok(options)
     }
@@ -153,6 +163,9 @@ struct SimGpu {
     model: String,
     uuid: String,
     mig_enabled: bool,
+    /// The MIG mode that takes effect at the next reset (Ampere), when it differs.
+    #[serde(default)]
+    mig_pending: Option<bool>,
     compute_mode: ComputeMode,
     instances: Vec<SimInstance>,
 }
@@ -178,6 +191,7 @@ impl SimNode {
                     uuid_like(&[m.key.as_bytes(), &(i as u64).to_le_bytes()])
                 ),
                 mig_enabled: false,
+                mig_pending: None,
                 compute_mode: ComputeMode::Default,
                 instances: Vec::new(),
             })
@@ -191,6 +205,18 @@ impl SimNode {
     fn models(&self) -> Vec<&str> {
         self.gpus.iter().map(|g| g.model.as_str()).collect()
     }
+
+    /// What a reboot does to MIG: instances never survive it; the MIG mode does, and a
+    /// pending one takes effect; compute modes return to default.
+    fn reboot(&mut self) {
+        for gpu in &mut self.gpus {
+            if let Some(mode) = gpu.mig_pending.take() {
+                gpu.mig_enabled = mode;
+            }
+            gpu.instances.clear();
+            gpu.compute_mode = ComputeMode::Default;
+        }
+    }
 }
 
 /// A simulated node.
@@ -199,6 +225,8 @@ pub struct SimBackend {
     node: Mutex<SimNode>,
     path: Option<PathBuf>,
     options: SimOptions,
+    /// The injected processes still alive: a forced destroy of their instance ends them.
+    processes: Mutex<Vec<(u32, Option<u32>, u32)>>,
     calls: Mutex<HashMap<Operation, u32>>,
 }
 
@@ -208,6 +236,7 @@ impl SimBackend {
         SimBackend {
             node: Mutex::new(SimNode::new(models)),
             path: None,
+            processes: Mutex::new(options.processes.clone()),
             options,
             calls: Mutex::new(HashMap::new()),
         }
@@ -221,7 +250,7 @@ impl SimBackend {
         options: SimOptions,
     ) -> Result<Self, String> {
         let fresh = SimNode::new(models);
-        let node = match std::fs::read(path) {
+        let mut node = match std::fs::read(path) {
             Ok(bytes) => match serde_json::from_slice::<SimNode>(&bytes) {
                 Ok(saved) if saved.models() == fresh.models() => saved,
                 Ok(_) => {
@@ -238,9 +267,13 @@ impl SimBackend {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh,
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
+        if options.reboot {
+            node.reboot();
+        }
         let backend = SimBackend {
             node: Mutex::new(node),
             path: Some(path.to_path_buf()),
+            processes: Mutex::new(options.processes.clone()),
             options,
             calls: Mutex::new(HashMap::new()),
         };
@@ -300,6 +333,7 @@ impl SimBackend {
 fn injected_code(op: Operation) -> ErrorCode {
     match op {
         Operation::SetMigMode
+        | Operation::ResetGpu
         | Operation::DestroyGpuInstance
         | Operation::DestroyComputeInstance => ErrorCode::InUse,
         Operation::CreateGpuInstance | Operation::CreateComputeInstance => {
@@ -320,6 +354,7 @@ impl GpuBackend for SimBackend {
 
     fn observe(&self) -> Result<NodeState, GpuError> {
         let node = self.node.lock().expect("sim lock");
+        let processes = self.processes.lock().expect("sim processes lock").clone();
         let gpus = node
             .gpus
             .iter()
@@ -354,12 +389,10 @@ impl GpuBackend for SimBackend {
                     model: Some(model),
                     memory_total_bytes: model.memory_mib << 20,
                     mig_enabled: g.mig_enabled,
-                    mig_pending: None,
+                    mig_pending: g.mig_pending,
                     compute_mode: g.compute_mode,
                     instances,
-                    processes: self
-                        .options
-                        .processes
+                    processes: processes
                         .iter()
                         .filter(|(gpu, _, _)| *gpu == index)
                         .map(|&(_, gi, pid)| ComputeProcess {
@@ -386,6 +419,15 @@ impl GpuBackend for SimBackend {
             if !enabled && !g.instances.is_empty() {
                 return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::InUse)
                     .with_detail("GPU instances exist"));
+            }
+            if enabled == g.mig_enabled {
+                g.mig_pending = None;
+                return Ok(MigModeActivation::Activated);
+            }
+            if model_of(g).mode_change_may_need_reset() {
+                // Ampere keeps the new mode pending until the GPU is reset.
+                g.mig_pending = Some(enabled);
+                return Ok(MigModeActivation::PendingReset);
             }
             g.mig_enabled = enabled;
             Ok(MigModeActivation::Activated)
@@ -517,12 +559,41 @@ impl GpuBackend for SimBackend {
             }
             g.instances.remove(pos);
             Ok(())
-        })
+        })?;
+        // The processes that ran in the instance lost their GPU.
+        self.processes
+            .lock()
+            .expect("sim processes lock")
+            .retain(|&(g, gi, _)| !(g == gpu && gi == Some(gpu_instance)));
+        Ok(())
     }
 
     fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
         self.mutate(Operation::SetComputeMode, gpu, |g, _| {
             g.compute_mode = mode;
+            Ok(())
+        })
+    }
+
+    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
+        let op = Operation::ResetGpu;
+        let holders: Vec<String> = self
+            .processes
+            .lock()
+            .expect("sim processes lock")
+            .iter()
+            .filter(|(g, _, _)| *g == gpu)
+            .map(|(_, _, pid)| pid.to_string())
+            .collect();
+        self.mutate(op, gpu, |g, _| {
+            if !holders.is_empty() {
+                return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::InUse)
+                    .with_detail(format!("held by PID {}", holders.join(", "))));
+            }
+            if let Some(mode) = g.mig_pending.take() {
+                g.mig_enabled = mode;
+            }
+            g.compute_mode = ComputeMode::Default;
             Ok(())
         })
     }
@@ -610,7 +681,18 @@ mod tests {
             code(sim.create_gpu_instance(0, p3g, 0)),
             ErrorCode::NotSupported
         );
-        sim.set_mig_mode(0, true).unwrap();
+        // Ampere: the mode waits for a reset, and instances wait for the mode.
+        assert_eq!(
+            sim.set_mig_mode(0, true).unwrap(),
+            MigModeActivation::PendingReset
+        );
+        assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
+        assert_eq!(
+            code(sim.create_gpu_instance(0, p3g, 4)),
+            ErrorCode::NotSupported
+        );
+        sim.reset_gpu(0).unwrap();
+        assert!(sim.observe().unwrap().gpus[0].mig_enabled);
         assert_eq!(
             code(sim.create_gpu_instance(0, p3g, 2)),
             ErrorCode::InvalidArgument
@@ -675,6 +757,7 @@ mod tests {
         let path = dir.path().join("sim.json");
         let first = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
         first.set_mig_mode(1, true).unwrap();
+        first.reset_gpu(1).unwrap();
         let uuid = first.observe().unwrap().gpus[1].uuid.clone();
         drop(first);
         let again = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
@@ -683,6 +766,55 @@ mod tests {
         assert_eq!(seen.gpus[1].uuid, uuid);
         let other = SimBackend::persistent(&a100(3), &path, SimOptions::default()).unwrap();
         assert!(!other.observe().unwrap().gpus[1].mig_enabled);
+    }
+
+    #[test]
+    fn hopper_switches_at_once_and_resets_fail_while_held() {
+        let sim = SimBackend::new(&parse_spec("h100-80gb:1").unwrap(), SimOptions::default());
+        assert_eq!(
+            sim.set_mig_mode(0, true).unwrap(),
+            MigModeActivation::Activated
+        );
+        let held = SimOptions {
+            processes: vec![(0, None, 77)],
+            ..SimOptions::default()
+        };
+        let sim = SimBackend::new(&a100(1), held);
+        sim.set_mig_mode(0, true).unwrap();
+        let e = sim.reset_gpu(0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "reset_gpu on GPU 0: In use by another client (held by PID 77)"
+        );
+        assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
+    }
+
+    #[test]
+    fn a_reboot_drops_instances_and_settles_pending_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.json");
+        let sim = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
+        let p1g = catalog::model_by_key("a100-40gb")
+            .unwrap()
+            .profile_by_name("1g.5gb")
+            .unwrap();
+        sim.set_mig_mode(0, true).unwrap();
+        sim.reset_gpu(0).unwrap();
+        sim.create_gpu_instance(0, p1g, 0).unwrap();
+        sim.set_mig_mode(1, true).unwrap();
+        sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap();
+        drop(sim);
+        let rebooted = SimOptions {
+            reboot: true,
+            ..SimOptions::default()
+        };
+        let seen = SimBackend::persistent(&a100(2), &path, rebooted)
+            .unwrap()
+            .observe()
+            .unwrap();
+        assert!(seen.gpus[0].mig_enabled && seen.gpus[0].instances.is_empty());
+        assert!(seen.gpus[1].mig_enabled && seen.gpus[1].mig_pending.is_none());
+        assert_eq!(seen.gpus[1].compute_mode, ComputeMode::Default);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, Tar
 
 use crate::catalog::MigProfile;
 use crate::gpu::{ComputeMode, GpuState, NodeState, Operation};
-use crate::profile::{GpuRule, MigLayout, Profile};
+use crate::profile::{GpuRef, GpuRule, MigLayout, Profile};
 pub use placement::Placed;
 
 /// What the agent may change, and whether busy instances may be destroyed.
@@ -176,6 +176,14 @@ pub enum Step {
         /// Profile name, for people.
         profile: &'static str,
     },
+    /// Reset the GPU so that a pending MIG mode takes effect.
+    ResetGpu {
+        /// GPU index.
+        gpu: u32,
+        /// Reset even if the plan's own mode change took effect at once (the mode was
+        /// pending before the plan).
+        always: bool,
+    },
     /// Set the compute mode.
     SetComputeMode {
         /// GPU index.
@@ -194,6 +202,7 @@ impl Step {
             | Step::SetMigMode { gpu, .. }
             | Step::CreateGpuInstance { gpu, .. }
             | Step::CreateComputeInstance { gpu, .. }
+            | Step::ResetGpu { gpu, .. }
             | Step::SetComputeMode { gpu, .. } => *gpu,
         }
     }
@@ -206,6 +215,7 @@ impl Step {
             Step::SetMigMode { .. } => Operation::SetMigMode,
             Step::CreateGpuInstance { .. } => Operation::CreateGpuInstance,
             Step::CreateComputeInstance { .. } => Operation::CreateComputeInstance,
+            Step::ResetGpu { .. } => Operation::ResetGpu,
             Step::SetComputeMode { .. } => Operation::SetComputeMode,
         }
     }
@@ -262,6 +272,15 @@ impl fmt::Display for Step {
                     "GPU {gpu}: create the compute instance of {profile} at slot {start}"
                 )
             }
+            Step::ResetGpu { gpu, always: true } => {
+                write!(f, "GPU {gpu}: reset the GPU (a MIG mode change is pending)")
+            }
+            Step::ResetGpu { gpu, always: false } => {
+                write!(
+                    f,
+                    "GPU {gpu}: reset the GPU if the MIG mode change is pending"
+                )
+            }
             Step::SetComputeMode { gpu, mode } => {
                 write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
             }
@@ -291,7 +310,14 @@ pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Resul
     let gpu_count = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
     let mut gpus = Vec::new();
     for gpu in &node.gpus {
-        let Some(rule) = profile.rule_for(gpu.index, gpu_count, &gpu.uuid, gpu.model) else {
+        let selected = GpuRef {
+            index: gpu.index,
+            count: gpu_count,
+            uuid: &gpu.uuid,
+            pci_device_id: gpu.pci_device_id,
+            model: gpu.model,
+        };
+        let Some(rule) = profile.rule_for(&selected) else {
             continue;
         };
         gpus.push(plan_gpu(gpu, rule, options)?);
@@ -347,7 +373,38 @@ fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<Gpu
         instances: target_instances,
         compute_mode: options.manage_compute_mode.then_some(ComputeMode::Default),
     };
+    plan_gpu_to(gpu, target, options)
+}
 
+/// Plans the named GPUs to explicit targets: how a rollback returns GPUs to a checkpoint.
+pub fn plan_to(
+    node: &NodeState,
+    name: &str,
+    targets: Vec<(u32, GpuTarget)>,
+    options: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let mut gpus = Vec::new();
+    for (index, target) in targets {
+        let gpu = node
+            .gpu(index)
+            .ok_or_else(|| PlanError::Infeasible(format!("GPU {index} is no longer there")))?;
+        gpus.push(plan_gpu_to(gpu, target, options)?);
+    }
+    Ok(Plan {
+        profile: name.to_string(),
+        gpus,
+    })
+}
+
+/// The steps that turn `gpu` into `target`: destroy what does not stay (compute instances
+/// before their GPU instance), switch the MIG mode (and reset where the switch stays
+/// pending), create what is missing, set the compute mode.
+fn plan_gpu_to(
+    gpu: &GpuState,
+    target: GpuTarget,
+    options: &PlanOptions,
+) -> Result<GpuPlan, PlanError> {
+    let label = gpu.label();
     let mut steps = Vec::new();
     let mut freed = Vec::new();
     for gi in &gpu.instances {
@@ -378,12 +435,7 @@ fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<Gpu
             start: gi.placement_start,
         });
     }
-    if gpu.mig_enabled != target.mig_enabled {
-        steps.push(Step::SetMigMode {
-            gpu: gpu.index,
-            enabled: target.mig_enabled,
-        });
-    }
+    steps.extend(mode_steps(gpu, target.mig_enabled));
     for placed in &target.instances {
         let existing = gpu.instances.iter().find(|gi| {
             gpu.mig_enabled
@@ -433,13 +485,49 @@ fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<Gpu
     })
 }
 
+/// MIG mode steps. A mode already pending towards the target needs only the reset; a
+/// mode pending the other way is cancelled by setting the current mode again. On models
+/// whose mode change may stay pending (Ampere) a reset follows the change, carried out
+/// only if the driver reports it pending; Hopper needs none.
+fn mode_steps(gpu: &GpuState, want: bool) -> Vec<Step> {
+    let index = gpu.index;
+    if gpu.mig_enabled == want {
+        return match gpu.mig_pending {
+            Some(_) => vec![Step::SetMigMode {
+                gpu: index,
+                enabled: want,
+            }],
+            None => Vec::new(),
+        };
+    }
+    if gpu.mig_pending == Some(want) {
+        return vec![Step::ResetGpu {
+            gpu: index,
+            always: true,
+        }];
+    }
+    let mut steps = vec![Step::SetMigMode {
+        gpu: index,
+        enabled: want,
+    }];
+    if gpu.model.is_some_and(|m| m.mode_change_may_need_reset()) {
+        steps.push(Step::ResetGpu {
+            gpu: index,
+            always: false,
+        });
+    }
+    steps
+}
+
 /// Refuses to destroy instances, or to switch MIG mode, under running processes.
 fn check_not_busy(
     gpu: &GpuState,
     freed: &[&crate::gpu::GpuInstance],
     steps: &[Step],
 ) -> Result<(), PlanError> {
-    let mode_change = steps.iter().any(|s| matches!(s, Step::SetMigMode { .. }));
+    let mode_change = steps
+        .iter()
+        .any(|s| matches!(s, Step::SetMigMode { .. } | Step::ResetGpu { .. }));
     let mut pids: Vec<u32> = gpu
         .processes
         .iter()

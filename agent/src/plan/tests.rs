@@ -14,14 +14,6 @@ fn node(spec: &str) -> Arc<SimBackend> {
     ))
 }
 
-fn node_with_processes(spec: &str, processes: Vec<(u32, Option<u32>, u32)>) -> Arc<SimBackend> {
-    let options = SimOptions {
-        processes,
-        ..SimOptions::default()
-    };
-    Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), options))
-}
-
 fn built_in(name: &str) -> Profile {
     ProfileStore::built_in().get(name).unwrap().profile.clone()
 }
@@ -37,11 +29,15 @@ fn plan_on(sim: &SimBackend, profile: &Profile) -> Result<Plan, PlanError> {
 fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
     let backend: Arc<dyn GpuBackend> = sim.clone();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = crate::apply::Executor {
+        backend,
+        max_parallel_gpus: 0,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(crate::apply::execute(backend, plan, &tx))
+    rt.block_on(executor.execute(plan, &tx, Arc::new(crate::apply::NoLog)))
         .unwrap();
 }
 
@@ -75,8 +71,9 @@ fn half_balanced_on_eight_a100s() {
     let sim = node("a100-40gb:8");
     let p = plan_on(&sim, &built_in("half-balanced")).unwrap();
     assert_eq!(p.gpus.len(), 8);
-    // Per MIG GPU: enable MIG, then four instances of two calls each.
-    assert_eq!(p.step_count(), 4 * 9);
+    // Per MIG GPU: enable MIG, reset (an A100 keeps the mode pending), then four
+    // instances of two calls each.
+    assert_eq!(p.step_count(), 4 * 10);
     assert!(
         p.gpus[4..]
             .iter()
@@ -128,6 +125,12 @@ fn all_balanced_fits_each_model_and_all_disabled_undoes_it() {
     let undo = plan_on(&sim, &built_in("all-disabled")).unwrap();
     // Destroys come before the mode change on each GPU.
     let ops: Vec<Operation> = undo.gpus[0].steps.iter().map(Step::operation).collect();
+    assert_eq!(
+        ops[ops.len() - 2..],
+        [Operation::SetMigMode, Operation::ResetGpu]
+    );
+    // Hopper switches without a reset.
+    let ops: Vec<Operation> = undo.gpus[2].steps.iter().map(Step::operation).collect();
     assert_eq!(ops.last(), Some(&Operation::SetMigMode));
     apply(&sim, &undo);
     assert!(
@@ -201,22 +204,26 @@ fn instances_that_fit_the_new_layout_stay() {
 
 #[test]
 fn busy_instances_are_refused_with_their_pids_unless_forced() {
-    let sim = node("a100-40gb:1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sim.json");
+    let models = parse_spec("a100-40gb:1").unwrap();
+    let sim = Arc::new(SimBackend::persistent(&models, &path, SimOptions::default()).unwrap());
     apply(&sim, &plan_on(&sim, &built_in("all-balanced")).unwrap());
-    let state = sim.observe().unwrap();
-    let gi = state.gpus[0].instances[0].id;
-    let busy = node_with_processes("a100-40gb:1", vec![(0, Some(gi), 4242), (0, Some(gi), 17)]);
+    let gi = sim.observe().unwrap().gpus[0].instances[0].id;
+    drop(sim);
+    // The same GPUs, now with two processes on the first instance.
+    let options = SimOptions {
+        processes: vec![(0, Some(gi), 4242), (0, Some(gi), 17)],
+        ..SimOptions::default()
+    };
+    let busy = Arc::new(SimBackend::persistent(&models, &path, options).unwrap());
+    let e = plan_on(&busy, &built_in("all-disabled")).unwrap_err();
+    assert!(matches!(e, PlanError::GpuBusy(_)));
+    assert!(e.to_string().contains("PID 17, 4242"), "{e}");
     let forced = PlanOptions {
         force: true,
         ..PlanOptions::default()
     };
-    apply(
-        &busy,
-        &plan(&busy.observe().unwrap(), &built_in("all-balanced"), &forced).unwrap(),
-    );
-    let e = plan_on(&busy, &built_in("all-disabled")).unwrap_err();
-    assert!(matches!(e, PlanError::GpuBusy(_)));
-    assert!(e.to_string().contains("PID 17, 4242"), "{e}");
     assert!(plan(&busy.observe().unwrap(), &built_in("all-disabled"), &forced).is_ok());
     // A change that leaves the busy instance in place is not refused.
     let keep = profile("[[gpu]]\nselect = 0\nmig = { \"2g\" = 1, \"1g\" = 2, \"3g\" = 1 }\n");
@@ -288,7 +295,7 @@ fn planning_is_deterministic_and_reports_in_protocol_shape() {
     assert_eq!(a, b);
     let report = a.report();
     assert!(report.changes);
-    assert_eq!(report.steps.len(), 36);
+    assert_eq!(report.steps.len(), 40);
     assert_eq!(report.steps[0].operation, "set_mig_mode");
     assert_eq!(report.targets.len(), 8);
     assert_eq!(report.targets[0].instances.len(), 4);
@@ -305,4 +312,27 @@ fn verify_names_what_differs() {
     );
     apply(&sim, &p);
     verify(&p, &sim.observe().unwrap()).unwrap();
+}
+
+#[test]
+fn pending_modes_are_finished_or_cancelled() {
+    let sim = node("a100-40gb:2");
+    sim.set_mig_mode(0, true).unwrap();
+    sim.set_mig_mode(1, true).unwrap();
+    let state = sim.observe().unwrap();
+    assert_eq!(state.gpus[0].mig_pending, Some(true));
+    let p = profile("[[gpu]]\nselect = 0\nmig = {}\n[[gpu]]\nselect = 1\nmig = \"disabled\"\n");
+    let p = plan(&state, &p, &PlanOptions::default()).unwrap();
+    let steps: Vec<String> = p.steps().map(ToString::to_string).collect();
+    assert_eq!(
+        steps,
+        [
+            "GPU 0: reset the GPU (a MIG mode change is pending)",
+            "GPU 1: disable MIG mode"
+        ]
+    );
+    apply(&sim, &p);
+    let state = sim.observe().unwrap();
+    assert!(state.gpus[0].mig_enabled && state.gpus[0].mig_pending.is_none());
+    assert!(!state.gpus[1].mig_enabled && state.gpus[1].mig_pending.is_none());
 }

@@ -8,15 +8,45 @@
 //! checked here, with errors naming `file:line:column`; what depends on the GPUs
 //! (profile names per model, whether a layout fits) is the planner's.
 
+pub mod export;
+pub mod migparted;
 mod parse;
 mod store;
 
-pub use parse::parse_profile;
+pub use parse::{parse_pci_device_id, parse_profile};
 pub use store::{ProfileSource, ProfileStore, StoredProfile};
 
 use std::fmt;
 
 use crate::catalog::{GpuModel, MigProfile};
+
+/// Parses a profile document: NVIDIA mig-parted's `config.yaml` (when `origin` ends in
+/// `.yaml`/`.yml` or the text has a top-level `mig-configs:`), with `config` naming the
+/// config to use, or else a gpushare profile (TOML), whose name defaults to the file stem.
+pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile, ProfileError> {
+    let yaml = origin.ends_with(".yaml")
+        || origin.ends_with(".yml")
+        || text.lines().any(|l| l.starts_with("mig-configs:"));
+    if yaml {
+        return migparted::parse_mig_parted(text, origin, config);
+    }
+    if !config.is_empty() {
+        return Err(ProfileError {
+            location: Location {
+                origin: origin.to_string(),
+                line: 1,
+                column: 1,
+            },
+            message: format!(
+                "a config name ({config:?}) is for mig-parted files; this is a gpushare profile"
+            ),
+        });
+    }
+    let stem = std::path::Path::new(origin)
+        .file_stem()
+        .and_then(|s| s.to_str());
+    parse_profile(text, origin, stem)
+}
 
 /// A parsed, validated profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,17 +60,9 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The first rule that selects `gpu_index` of a node with `gpu_count` GPUs.
-    pub fn rule_for(
-        &self,
-        gpu_index: u32,
-        gpu_count: u32,
-        uuid: &str,
-        model: Option<&GpuModel>,
-    ) -> Option<&GpuRule> {
-        self.rules
-            .iter()
-            .find(|r| r.select.matches(gpu_index, gpu_count, uuid, model))
+    /// The first rule that selects `gpu`.
+    pub fn rule_for(&self, gpu: &GpuRef<'_>) -> Option<&GpuRule> {
+        self.rules.iter().find(|r| r.selects(gpu))
     }
 
     /// Whether any rule asks for MPS or time-slicing.
@@ -51,11 +73,28 @@ impl Profile {
     }
 }
 
+/// What selectors look at: one GPU of a node of `count` GPUs.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuRef<'a> {
+    /// NVML index.
+    pub index: u32,
+    /// GPUs on the node.
+    pub count: u32,
+    /// `GPU-…`.
+    pub uuid: &'a str,
+    /// PCI device id (`0x20B010DE`).
+    pub pci_device_id: u32,
+    /// Catalog model, when known.
+    pub model: Option<&'a GpuModel>,
+}
+
 /// One `[[gpu]]` rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuRule {
     /// Which GPUs the rule applies to.
     pub select: Selector,
+    /// PCI device ids the GPU must have (mig-parted's `device-filter`); empty for any.
+    pub device_filter: Vec<u32>,
     /// Where the rule starts, for messages (`profiles.d/x.toml:7:1`).
     pub location: Location,
     /// MIG off, or MIG on with these instances.
@@ -67,6 +106,12 @@ pub struct GpuRule {
 }
 
 impl GpuRule {
+    /// Whether the rule applies to `gpu`.
+    pub fn selects(&self, gpu: &GpuRef<'_>) -> bool {
+        self.select.matches(gpu)
+            && (self.device_filter.is_empty() || self.device_filter.contains(&gpu.pci_device_id))
+    }
+
     /// The sharing of an instance of `profile`, per `instance_sharing` then `sharing`.
     pub fn sharing_for(&self, profile: &MigProfile) -> &Sharing {
         self.instance_sharing
@@ -113,20 +158,16 @@ pub enum Selector {
 
 impl Selector {
     /// Whether the selector picks this GPU.
-    pub fn matches(
-        &self,
-        index: u32,
-        gpu_count: u32,
-        uuid: &str,
-        model: Option<&GpuModel>,
-    ) -> bool {
+    pub fn matches(&self, gpu: &GpuRef<'_>) -> bool {
         match self {
             Selector::All => true,
-            Selector::FirstHalf => index < gpu_count / 2,
-            Selector::SecondHalf => index >= gpu_count / 2,
-            Selector::Indices(ranges) => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&index)),
-            Selector::Model(key) => model.is_some_and(|m| m.key == *key),
-            Selector::Uuid(u) => u.eq_ignore_ascii_case(uuid),
+            Selector::FirstHalf => gpu.index < gpu.count / 2,
+            Selector::SecondHalf => gpu.index >= gpu.count / 2,
+            Selector::Indices(ranges) => ranges
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&gpu.index)),
+            Selector::Model(key) => gpu.model.is_some_and(|m| m.key == *key),
+            Selector::Uuid(u) => u.eq_ignore_ascii_case(gpu.uuid),
         }
     }
 }

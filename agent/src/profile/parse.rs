@@ -32,6 +32,7 @@ struct RawProfile {
 #[serde(deny_unknown_fields)]
 struct RawRule {
     select: Spanned<toml::Value>,
+    device_filter: Option<Spanned<toml::Value>>,
     mig: Option<Spanned<toml::Value>>,
     sharing: Option<Spanned<RawSharing>>,
     #[serde(default)]
@@ -184,8 +185,13 @@ impl Context<'_> {
                 "MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode EXCLUSIVE_PROCESS, time-slicing DEFAULT)".into(),
             ));
         }
+        let device_filter = match &raw.device_filter {
+            None => Vec::new(),
+            Some(v) => self.device_filter(v)?,
+        };
         Ok(GpuRule {
             select,
+            device_filter,
             location,
             mig,
             sharing,
@@ -219,6 +225,26 @@ impl Context<'_> {
                 other.type_str()
             ))),
         }
+    }
+
+    fn device_filter(&self, value: &Spanned<toml::Value>) -> Result<Vec<u32>, ProfileError> {
+        let items: Vec<&toml::Value> = match value.get_ref() {
+            toml::Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        items
+            .into_iter()
+            .map(|item| {
+                item.as_str()
+                    .and_then(|s| parse_pci_device_id(s).ok())
+                    .ok_or_else(|| {
+                        self.error(
+                            &value.span(),
+                            "device_filter: expected PCI device ids such as \"0x20B010DE\"".into(),
+                        )
+                    })
+            })
+            .collect()
     }
 
     fn mig(&self, value: &Spanned<toml::Value>) -> Result<MigLayout, ProfileError> {
@@ -327,6 +353,17 @@ pub fn parse_selector(s: &str) -> Result<Selector, String> {
     ))
 }
 
+/// Parses a PCI device id as mig-parted writes it (`0x20B010DE`).
+pub fn parse_pci_device_id(text: &str) -> Result<u32, String> {
+    let trimmed = text.trim();
+    trimmed
+        .strip_prefix("0x")
+        .or_else(|| trimmed.strip_prefix("0X"))
+        .ok_or(())
+        .and_then(|hex| u32::from_str_radix(hex, 16).map_err(|_| ()))
+        .map_err(|_| format!("{text:?} is not a PCI device id such as 0x20B010DE"))
+}
+
 /// Parses a MIG key: `3g` or an exact name like `3g.20gb` / `1g.5gb+me`.
 pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
     let bad = || {
@@ -385,6 +422,7 @@ pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::GpuRef;
 
     fn parse(text: &str) -> Result<Profile, ProfileError> {
         parse_profile(text, "test.toml", None)
@@ -538,11 +576,20 @@ select = "all"
             Selector::Indices(vec![(0, 3)])
         );
         assert!(parse_selector("3-1").is_err());
+        let gpu = |index, count, uuid| GpuRef {
+            index,
+            count,
+            uuid,
+            pci_device_id: 0,
+            model: None,
+        };
         let s = Selector::FirstHalf;
-        assert!(s.matches(3, 8, "", None) && !s.matches(4, 8, "", None));
-        assert!(!s.matches(0, 1, "", None));
-        assert!(Selector::SecondHalf.matches(0, 1, "", None));
-        assert!(Selector::Uuid("GPU-AB".into()).matches(0, 1, "gpu-ab", None));
+        assert!(s.matches(&gpu(3, 8, "")) && !s.matches(&gpu(4, 8, "")));
+        assert!(!s.matches(&gpu(0, 1, "")));
+        assert!(Selector::SecondHalf.matches(&gpu(0, 1, "")));
+        assert!(Selector::Uuid("GPU-AB".into()).matches(&gpu(0, 1, "gpu-ab")));
+        assert_eq!(parse_pci_device_id("0x20B010DE"), Ok(0x20B0_10DE));
+        assert!(parse_pci_device_id("A100").is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `gpushare-ctl apply PROFILE [--dry-run] [--force]`: starts an apply job and follows it.
+//! `gpushare-ctl apply PROFILE | -f FILE [-c NAME] [--dry-run] [--force]`: starts an apply
+//! job (`Apply` for a name, `ApplyDocument` for a file) and follows it.
 //!
-//! The job signals are subscribed to before `Apply` is called, so none is missed however
+//! Both calls start the same kind of job and share [`run_job`]. The job signals are subscribed to before `Apply` is called, so none is missed however
 //! fast the job is; `NameOwnerChanged` of the agent's name is watched too, so that ctl
 //! stops waiting if the agent exits mid-apply. Progress goes to stderr (a bar on a
 //! terminal, `[3/12] GPU 0: ...` lines otherwise, nothing with `--json`); the result is one
@@ -15,14 +16,15 @@ use std::collections::HashMap;
 
 use futures_util::StreamExt;
 use gpushare_proto::types::JobOutcome;
-use gpushare_proto::{BUS_NAME, JOB_INTERFACE, OPTION_FORCE};
+use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE, OPTION_FORCE};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use zbus::message::Type as MessageType;
 use zbus::zvariant::{OwnedObjectPath, Value};
 use zbus::{MatchRule, Message, MessageStream};
 
 use super::ExitStatus;
-use crate::bus::Client;
+use super::source::Source;
+use crate::bus::{Agent, Client};
 use crate::cli::ApplyArgs;
 use crate::error::{CtlError, Kind};
 use crate::output::{Output, parse_document, plural};
@@ -36,19 +38,50 @@ pub async fn run(
     out: &Output,
     args: &ApplyArgs,
 ) -> Result<ExitStatus, CtlError> {
+    let source = Source::from_args(&args.source)?;
     if args.dry_run {
-        return super::plan::run(client, out, &args.profile).await;
+        return super::plan::run(client, out, &source).await;
     }
-    let profile = args.profile.as_str();
     let force = args.force;
+    let options = || HashMap::from([(OPTION_FORCE, Value::from(force))]);
+    match &source {
+        Source::Named(profile) => {
+            run_job(client, out, "Apply", async |a| {
+                a.proxy.apply(profile, options()).await
+            })
+            .await
+        }
+        Source::Document {
+            text,
+            origin,
+            config,
+        } => {
+            run_job(client, out, "ApplyDocument", async |a| {
+                a.proxy
+                    .apply_document(text, origin, config, options())
+                    .await
+            })
+            .await
+        }
+    }
+}
+
+/// Starts a job with `start` (the call `method`, `Apply` or `ApplyDocument`), follows its
+/// signals to the end and prints the outcome. The job signals are subscribed to before
+/// `start` runs.
+async fn run_job(
+    client: &mut Client,
+    out: &Output,
+    method: &str,
+    start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
+) -> Result<ExitStatus, CtlError> {
     let (job, jobs, owners) = client
-        .call("Apply", async |a| {
-            // Subscribe first: the job may finish before Apply's reply reaches us.
+        .call(method, async |a| {
+            // Subscribe first: the job may finish before the reply reaches us.
             let jobs =
                 MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
             let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
-            let options = HashMap::from([(OPTION_FORCE, Value::from(force))]);
-            let job = a.proxy.apply(profile, options).await?;
+            let job = start(a).await?;
             Ok((job, jobs, owners))
         })
         .await?;
@@ -287,6 +320,7 @@ mod tests {
             error: (!ok).then(|| {
                 "GPU 1: create GPU instance 3g.20gb at slot 4 failed: Insufficient Resources; rolled back to the previous state".into()
             }),
+            warnings: vec![],
         }
     }
 

@@ -3,10 +3,14 @@
 //! documents to text, unit-tested with hand-built documents.
 //!
 //! Adding a verb: a variant in [`crate::cli::Command`], a module here, an arm in [`run`].
+//! [`source`] is shared rather than a verb: the profile given as `PROFILE` or `-f FILE`.
 
 pub mod apply;
+pub mod assert;
+pub mod export;
 pub mod plan;
 pub mod profiles;
+pub mod source;
 pub mod status;
 pub mod validate;
 
@@ -16,7 +20,7 @@ use crate::error::CtlError;
 use crate::output::Output;
 
 /// Exit status of a verb that ran to its end: 0, or 1 when its result is a failure that it
-/// printed itself (`apply --json` of a failed job).
+/// printed itself (`apply --json` of a failed job, `assert --json` of a profile not applied).
 pub type ExitStatus = u8;
 
 /// Runs one verb.
@@ -27,8 +31,13 @@ pub async fn run(
 ) -> Result<ExitStatus, CtlError> {
     match command {
         Command::Apply(args) => apply::run(client, out, &args).await,
-        Command::Plan(args) => plan::run(client, out, &args.profile).await,
+        Command::Plan(args) => {
+            let source = source::Source::from_args(&args.source)?;
+            plan::run(client, out, &source).await
+        }
+        Command::Assert(args) => assert::run(client, out, &args).await,
         Command::Status => status::run(client, out).await,
+        Command::Export => export::run(client, out).await,
         Command::Profiles(args) => profiles::run(client, out, args.command).await,
         Command::Validate(args) => validate::run(client, out, &args.file).await,
     }

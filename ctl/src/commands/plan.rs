@@ -1,5 +1,5 @@
-//! `gpushare-ctl plan PROFILE` (and `apply --dry-run`): the steps applying a profile would
-//! take, changing nothing.
+//! `gpushare-ctl plan PROFILE | -f FILE [-c NAME]` (and `apply --dry-run`): the steps
+//! applying a profile would take, changing nothing.
 //!
 //! ```text
 //!   1. GPU 0: enable MIG mode
@@ -14,15 +14,18 @@ use std::collections::BTreeSet;
 use gpushare_proto::types::PlanReport;
 
 use super::ExitStatus;
+use super::source::{self, Source};
 use crate::bus::Client;
 use crate::error::CtlError;
 use crate::output::{Output, parse_document, plural};
 
-/// Runs `plan PROFILE`.
-pub async fn run(client: &mut Client, out: &Output, profile: &str) -> Result<ExitStatus, CtlError> {
-    let raw = client
-        .call("Plan", async |a| a.proxy.plan(profile).await)
-        .await?;
+/// Runs `plan` (`Plan` for a name, `PlanDocument` for a file).
+pub async fn run(
+    client: &mut Client,
+    out: &Output,
+    source: &Source,
+) -> Result<ExitStatus, CtlError> {
+    let raw = source::plan(client, source).await?;
     if out.json {
         out.print_document(&raw, "PlanReport")?;
     } else {

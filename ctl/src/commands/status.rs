@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! Active profile: half-balanced  (backend: simulated)
+//! Apply in progress: /io/gpushare/Agent1/jobs/3, profile all-mps
 //! GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 //! 0    A100-SXM4-40GB  on                     default            exclusive     40.0 GiB      0
 //!      |- 3g.20gb                                                exclusive     19.5 GiB         4:4        1/0    MIG-1111…
@@ -9,7 +10,8 @@
 //! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
 //! ```
 //!
-//! The PLACEMENT, GI/CI and UUID columns appear only when some GPU has MIG instances.
+//! The `Apply in progress` line appears only while an apply runs. The PLACEMENT, GI/CI and
+//! UUID columns appear only when some GPU has MIG instances.
 
 use comfy_table::{Cell, CellAlignment};
 use gpushare_proto::types::Status;
@@ -64,6 +66,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
         status.active_profile.as_deref().unwrap_or("(none)"),
         status.backend
     );
+    if let Some(apply) = &status.apply_in_progress {
+        out.push_str(&format!("Apply in progress: {apply}\n"));
+    }
     if status.gpus.is_empty() {
         out.push_str("No GPUs found.\n");
         return out;
@@ -151,6 +156,8 @@ pub(crate) mod tests {
         Status {
             active_profile: Some("half-balanced".into()),
             backend: "simulated".into(),
+            apply_in_progress: None,
+            rollback_error: None,
             gpus: vec![
                 GpuStatus {
                     index: 0,
@@ -252,6 +259,24 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING         M
         assert_eq!(
             render_status(&status, Glyphs::ASCII),
             "Active profile: half-balanced  (backend: simulated)\nNo GPUs found.\n"
+        );
+    }
+
+    #[test]
+    fn apply_in_progress_follows_the_active_profile() {
+        let mut status = sample_status();
+        status.apply_in_progress = Some("/io/gpushare/Agent1/jobs/3, profile half-balanced".into());
+        let text = render_status(&status, Glyphs::ASCII);
+        assert!(
+            text.starts_with(
+                "Active profile: half-balanced  (backend: simulated)\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nGPU  MODEL"
+            ),
+            "{text}"
+        );
+        status.gpus.clear();
+        assert_eq!(
+            render_status(&status, Glyphs::ASCII),
+            "Active profile: half-balanced  (backend: simulated)\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nNo GPUs found.\n"
         );
     }
 

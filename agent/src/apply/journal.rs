@@ -1,0 +1,276 @@
+//! The journal: `<state-dir>/state.json`, the agent's durable memory of the active
+//! profile and of the transaction in flight.
+//!
+//! An apply that changes anything begins a transaction holding the checkpoint (the
+//! observed layout of every GPU the plan touches) and the steps; each completed step is
+//! recorded; the transaction ends in a commit (the profile becomes active) or a rollback
+//! (the previous profile stays active). Every change is written atomically before the
+//! agent goes on, so a transaction found at start-up was interrupted.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{ComputeMode, NodeState};
+use crate::state::{read_json, write_json};
+
+/// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
+/// start-up: it is in no profile directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileDocument {
+    /// The document.
+    pub text: String,
+    /// Where it came from (a path, as the client gave it).
+    pub origin: String,
+    /// The mig-parted config; empty for a gpushare profile.
+    pub config: String,
+}
+
+/// What `state.json` holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// The profile last applied successfully.
+    pub active_profile: Option<String>,
+    /// Its document, when it was applied from one.
+    #[serde(default)]
+    pub active_document: Option<ProfileDocument>,
+    /// The transaction in flight, or one that was interrupted or could not be rolled back.
+    #[serde(default)]
+    pub transaction: Option<Transaction>,
+}
+
+/// An apply in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// Profile being applied.
+    pub profile: String,
+    /// The document of the profile being applied, when it came as one.
+    #[serde(default)]
+    pub document: Option<ProfileDocument>,
+    /// Profile active before; active again after a rollback.
+    pub previous_profile: Option<String>,
+    /// Its document, when it came as one.
+    #[serde(default)]
+    pub previous_document: Option<ProfileDocument>,
+    /// The layout of every GPU the plan touches, observed before the first change.
+    pub checkpoint: Vec<GpuCheckpoint>,
+    /// The plan's steps, for people.
+    pub steps: Vec<String>,
+    /// Indices of the steps carried out, in completion order.
+    pub completed: Vec<usize>,
+    /// Set when a rollback failed: what went wrong.
+    #[serde(default)]
+    pub rollback_error: Option<String>,
+}
+
+/// The layout of one GPU at a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuCheckpoint {
+    /// GPU index.
+    pub gpu: u32,
+    /// GPU UUID, to notice a GPU that changed places.
+    pub uuid: String,
+    /// MIG mode (the current one).
+    pub mig_enabled: bool,
+    /// GPU instances as (profile id, placement start).
+    pub instances: Vec<(u32, u8)>,
+    /// Compute mode.
+    pub compute_mode: ComputeMode,
+}
+
+impl GpuCheckpoint {
+    /// The checkpoints of `gpus` in `node`.
+    pub fn of(node: &NodeState, gpus: impl IntoIterator<Item = u32>) -> Vec<GpuCheckpoint> {
+        gpus.into_iter()
+            .filter_map(|index| node.gpu(index))
+            .map(|g| GpuCheckpoint {
+                gpu: g.index,
+                uuid: g.uuid.clone(),
+                mig_enabled: g.mig_enabled,
+                instances: g
+                    .instances
+                    .iter()
+                    .map(|i| (i.profile_id, i.placement_start))
+                    .collect(),
+                compute_mode: g.compute_mode,
+            })
+            .collect()
+    }
+}
+
+/// The journal file and its content in memory.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    state: Mutex<AgentState>,
+}
+
+impl Journal {
+    /// Opens the journal of `state_dir`, creating the directory.
+    pub fn open(state_dir: &Path) -> io::Result<Journal> {
+        std::fs::create_dir_all(state_dir)?;
+        let path = state_dir.join("state.json");
+        let state = read_json(&path)?.unwrap_or_default();
+        Ok(Journal {
+            path,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// A copy of the journal's content.
+    pub fn snapshot(&self) -> AgentState {
+        self.state.lock().expect("journal lock").clone()
+    }
+
+    /// The profile last applied successfully.
+    pub fn active_profile(&self) -> Option<String> {
+        self.state
+            .lock()
+            .expect("journal lock")
+            .active_profile
+            .clone()
+    }
+
+    fn update(&self, change: impl FnOnce(&mut AgentState)) -> io::Result<()> {
+        let mut state = self.state.lock().expect("journal lock");
+        let mut next = state.clone();
+        change(&mut next);
+        if next != *state {
+            write_json(&self.path, &next)?;
+            *state = next;
+        }
+        Ok(())
+    }
+
+    /// The active profile's document, when it was applied from one.
+    pub fn active_document(&self) -> Option<ProfileDocument> {
+        self.state
+            .lock()
+            .expect("journal lock")
+            .active_document
+            .clone()
+    }
+
+    /// Records the active profile outside a transaction (an apply that changed nothing).
+    pub fn set_active(
+        &self,
+        profile: Option<String>,
+        document: Option<ProfileDocument>,
+    ) -> io::Result<()> {
+        self.update(|s| {
+            s.active_profile = profile;
+            s.active_document = document;
+        })
+    }
+
+    /// Begins a transaction.
+    pub fn begin(&self, transaction: Transaction) -> io::Result<()> {
+        self.update(|s| s.transaction = Some(transaction))
+    }
+
+    /// Records a completed step of the transaction.
+    pub fn step_done(&self, index: usize) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(t) = &mut s.transaction {
+                t.completed.push(index);
+            }
+        })
+    }
+
+    /// Ends the transaction: its profile is active.
+    pub fn commit(&self) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(t) = s.transaction.take() {
+                s.active_profile = Some(t.profile);
+                s.active_document = t.document;
+            }
+        })
+    }
+
+    /// Ends the transaction after a successful rollback: the previous profile is active.
+    pub fn rolled_back(&self) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(t) = s.transaction.take() {
+                s.active_profile = t.previous_profile;
+                s.active_document = t.previous_document;
+            }
+        })
+    }
+
+    /// Keeps the transaction, marked with the rollback's failure; no profile is active.
+    pub fn rollback_failed(&self, error: &str) -> io::Result<()> {
+        self.update(|s| {
+            s.active_profile = None;
+            s.active_document = None;
+            if let Some(t) = &mut s.transaction {
+                t.rollback_error = Some(error.to_string());
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transaction() -> Transaction {
+        Transaction {
+            profile: "half-balanced".into(),
+            document: None,
+            previous_profile: Some("all-balanced".into()),
+            previous_document: None,
+            checkpoint: vec![],
+            steps: vec!["GPU 4: disable MIG mode".into()],
+            completed: vec![],
+            rollback_error: None,
+        }
+    }
+
+    #[test]
+    fn commit_and_rollback_settle_the_active_profile_durably() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal
+            .set_active(Some("all-balanced".into()), None)
+            .unwrap();
+        journal.begin(transaction()).unwrap();
+        journal.step_done(0).unwrap();
+        let reopened = Journal::open(dir.path()).unwrap().snapshot();
+        assert_eq!(reopened.transaction.as_ref().unwrap().completed, vec![0]);
+        assert_eq!(reopened.active_profile.as_deref(), Some("all-balanced"));
+        journal.commit().unwrap();
+        assert_eq!(
+            Journal::open(dir.path()).unwrap().snapshot(),
+            AgentState {
+                active_profile: Some("half-balanced".into()),
+                active_document: None,
+                transaction: None
+            }
+        );
+        journal
+            .begin(Transaction {
+                previous_profile: Some("half-balanced".into()),
+                ..transaction()
+            })
+            .unwrap();
+        journal.rolled_back().unwrap();
+        assert_eq!(journal.active_profile().as_deref(), Some("half-balanced"));
+        journal.begin(transaction()).unwrap();
+        journal.rollback_failed("boom").unwrap();
+        let state = Journal::open(dir.path()).unwrap().snapshot();
+        assert_eq!(state.active_profile, None);
+        assert_eq!(
+            state.transaction.unwrap().rollback_error.as_deref(),
+            Some("boom")
+        );
+    }
+
+    #[test]
+    fn an_unreadable_journal_is_an_error_not_a_fresh_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.json"), "{\"active_profile\": 3").unwrap();
+        assert!(Journal::open(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,313 @@
+//! Executing plans: the GPUs of a plan are reconfigured concurrently, each GPU's steps in
+//! order; every completed step is journaled; the result is verified against a fresh
+//! observation. [`transaction`] wraps this in checkpoint, hooks and rollback.
+//!
+//! Backend calls block (NVML is synchronous), so each runs on tokio's blocking pool.
+
+pub mod hooks;
+pub mod journal;
+pub mod transaction;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use futures_util::future::join_all;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::gpu::{ErrorCode, GpuBackend, GpuError, MigModeActivation, Operation};
+use crate::plan::{self, Plan, Step};
+
+/// One progress report: steps done, steps in all, the step about to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// Steps finished so far.
+    pub done: u32,
+    /// Steps in the plan.
+    pub total: u32,
+    /// The step about to run, for people.
+    pub step: String,
+}
+
+/// Why executing a plan failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// A step failed.
+    #[error("step {number} of {total} ({step}) failed: {error}")]
+    Step {
+        /// 1-based step number in plan order.
+        number: u32,
+        /// Steps in the plan.
+        total: u32,
+        /// The step, for people.
+        step: String,
+        /// The backend's answer.
+        error: GpuError,
+    },
+    /// Recording a completed step failed.
+    #[error("writing the journal failed: {0}")]
+    Journal(String),
+    /// Every step ran, but the GPUs do not look as planned.
+    #[error("the GPUs differ from the plan after applying it: {0}")]
+    Verification(String),
+    /// Observing the GPUs failed.
+    #[error("{0}")]
+    Backend(GpuError),
+}
+
+/// Where completed steps are recorded (the journal); [`NoLog`] records nothing.
+pub trait StepLog: Send + Sync {
+    /// Step `index` (0-based, plan order) was carried out.
+    fn step_done(&self, index: usize) -> std::io::Result<()>;
+}
+
+/// A [`StepLog`] that records nothing, for rollbacks and recovery.
+#[derive(Debug, Clone, Copy)]
+pub struct NoLog;
+
+impl StepLog for NoLog {
+    fn step_done(&self, _index: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl StepLog for journal::Journal {
+    fn step_done(&self, index: usize) -> std::io::Result<()> {
+        journal::Journal::step_done(self, index)
+    }
+}
+
+/// How a plan is executed.
+#[derive(Clone)]
+pub struct Executor {
+    /// The hardware.
+    pub backend: Arc<dyn GpuBackend>,
+    /// Most GPUs changed at once; 0 for all of a plan's GPUs.
+    pub max_parallel_gpus: usize,
+}
+
+/// What the per-GPU tasks share.
+struct Shared {
+    backend: Arc<dyn GpuBackend>,
+    progress: UnboundedSender<Progress>,
+    log: Arc<dyn StepLog>,
+    done: AtomicU32,
+    abort: AtomicBool,
+    total: u32,
+}
+
+impl Executor {
+    /// Runs `plan`, sending a [`Progress`] before each step and recording each completed
+    /// step in `log`, then verifies the outcome. On the first failing step no further step
+    /// starts on any GPU; steps already running finish. Returns the steps carried out.
+    pub async fn execute(
+        &self,
+        plan: &Plan,
+        progress: &UnboundedSender<Progress>,
+        log: Arc<dyn StepLog>,
+    ) -> Result<u32, ApplyError> {
+        let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
+        let shared = Arc::new(Shared {
+            backend: Arc::clone(&self.backend),
+            progress: progress.clone(),
+            log,
+            done: AtomicU32::new(0),
+            abort: AtomicBool::new(false),
+            total,
+        });
+        let width = match self.max_parallel_gpus {
+            0 => plan.gpus.len().max(1),
+            n => n,
+        };
+        let permits = Arc::new(Semaphore::new(width));
+        let mut offset = 0;
+        let mut runs = Vec::new();
+        for gpu in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
+            let steps: Vec<(usize, Step)> = gpu
+                .steps
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, s)| (offset + i, s))
+                .collect();
+            offset += steps.len();
+            let shared = Arc::clone(&shared);
+            let permits = Arc::clone(&permits);
+            runs.push(async move {
+                let _permit = permits.acquire_owned().await.expect("semaphore stays open");
+                run_gpu(&shared, steps).await
+            });
+        }
+        let mut failures: Vec<ApplyError> = join_all(runs)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        failures.sort_by_key(|e| match e {
+            ApplyError::Step { number, .. } => *number,
+            _ => 0,
+        });
+        if let Some(first) = failures.into_iter().next() {
+            return Err(first);
+        }
+        let _ = progress.send(Progress {
+            done: total,
+            total,
+            step: "verifying".into(),
+        });
+        let observed = blocking(&self.backend, |b| b.observe())
+            .await
+            .map_err(ApplyError::Backend)?;
+        plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
+        Ok(shared.done.load(Ordering::SeqCst))
+    }
+}
+
+/// Runs one GPU's steps in order.
+async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), ApplyError> {
+    // GPU instances the plan creates are known by placement until the driver gives ids.
+    let mut created: HashMap<u8, u32> = HashMap::new();
+    let mut pending_reset = None;
+    for (index, step) in steps {
+        if shared.abort.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let skip = matches!(step, Step::ResetGpu { always: false, .. }) && pending_reset.is_none();
+        if !skip {
+            // A client that went away must not stop the apply.
+            let _ = shared.progress.send(Progress {
+                done: shared.done.load(Ordering::SeqCst),
+                total: shared.total,
+                step: step.to_string(),
+            });
+            match run_step(&shared.backend, &step, &created).await {
+                Ok(StepEffect::CreatedGpuInstance(start, id)) => {
+                    created.insert(start, id);
+                }
+                Ok(StepEffect::ModePending(gpu)) => pending_reset = Some(gpu),
+                Ok(StepEffect::Reset) => pending_reset = None,
+                Ok(StepEffect::None) => {}
+                Err(error) => {
+                    shared.abort.store(true, Ordering::SeqCst);
+                    return Err(ApplyError::Step {
+                        number: index as u32 + 1,
+                        total: shared.total,
+                        step: step.to_string(),
+                        error,
+                    });
+                }
+            }
+        }
+        let log = Arc::clone(&shared.log);
+        let logged = tokio::task::spawn_blocking(move || log.step_done(index))
+            .await
+            .map_err(|e| ApplyError::Journal(e.to_string()))
+            .and_then(|r| r.map_err(|e| ApplyError::Journal(e.to_string())));
+        if let Err(e) = logged {
+            shared.abort.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        shared.done.fetch_add(1, Ordering::SeqCst);
+    }
+    match pending_reset {
+        // A mode change the driver keeps pending, and no reset planned (unknown model).
+        Some(gpu) => Err(ApplyError::Step {
+            number: shared.total,
+            total: shared.total,
+            step: format!("GPU {gpu}: MIG mode change"),
+            error: GpuError::new(
+                Operation::SetMigMode.as_str(),
+                Some(gpu),
+                ErrorCode::ResetRequired,
+            )
+            .with_detail("the new MIG mode waits for a GPU reset"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What a step did that later steps of the same GPU need to know.
+enum StepEffect {
+    None,
+    CreatedGpuInstance(u8, u32),
+    ModePending(u32),
+    Reset,
+}
+
+async fn run_step(
+    backend: &Arc<dyn GpuBackend>,
+    step: &Step,
+    created: &HashMap<u8, u32>,
+) -> Result<StepEffect, GpuError> {
+    let step = step.clone();
+    let gi_created = match &step {
+        Step::CreateComputeInstance {
+            start,
+            gpu_instance: None,
+            ..
+        } => created.get(start).copied(),
+        _ => None,
+    };
+    blocking(backend, move |b| match step {
+        Step::DestroyComputeInstance {
+            gpu,
+            gpu_instance,
+            compute_instance,
+            ..
+        } => b
+            .destroy_compute_instance(gpu, gpu_instance, compute_instance)
+            .map(|()| StepEffect::None),
+        Step::DestroyGpuInstance {
+            gpu, gpu_instance, ..
+        } => b
+            .destroy_gpu_instance(gpu, gpu_instance)
+            .map(|()| StepEffect::None),
+        Step::SetMigMode { gpu, enabled } => match b.set_mig_mode(gpu, enabled)? {
+            MigModeActivation::Activated => Ok(StepEffect::None),
+            MigModeActivation::PendingReset => Ok(StepEffect::ModePending(gpu)),
+        },
+        Step::ResetGpu { gpu, .. } => b.reset_gpu(gpu).map(|()| StepEffect::Reset),
+        Step::CreateGpuInstance {
+            gpu,
+            profile,
+            start,
+        } => b
+            .create_gpu_instance(gpu, profile, start)
+            .map(|id| StepEffect::CreatedGpuInstance(start, id)),
+        Step::CreateComputeInstance {
+            gpu,
+            gpu_instance,
+            start,
+            ..
+        } => {
+            let gi = gpu_instance.or(gi_created).ok_or_else(|| {
+                GpuError::new(
+                    Operation::CreateComputeInstance.as_str(),
+                    Some(gpu),
+                    ErrorCode::NotFound,
+                )
+                .with_detail(format!("no GPU instance at slot {start}"))
+            })?;
+            b.create_compute_instance(gpu, gi).map(|_| StepEffect::None)
+        }
+        Step::SetComputeMode { gpu, mode } => {
+            b.set_compute_mode(gpu, mode).map(|()| StepEffect::None)
+        }
+    })
+    .await
+}
+
+/// Runs a blocking backend call on tokio's blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    backend: &Arc<dyn GpuBackend>,
+    call: impl FnOnce(&dyn GpuBackend) -> Result<T, GpuError> + Send + 'static,
+) -> Result<T, GpuError> {
+    let backend = Arc::clone(backend);
+    tokio::task::spawn_blocking(move || call(backend.as_ref()))
+        .await
+        .unwrap_or_else(|e| {
+            Err(GpuError::new("backend", None, ErrorCode::Unknown)
+                .with_detail(format!("the backend call panicked: {e}")))
+        })
+}

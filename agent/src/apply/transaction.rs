@@ -1,0 +1,362 @@
+//! Applies as transactions: hooks, checkpoint, journaled steps, verification, and on any
+//! failure a rollback to the checkpoint; recovery of an interrupted transaction at
+//! start-up (always a rollback: the commit record is what makes an apply durable).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::hooks::{Hooks, Phase};
+use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
+use super::{ApplyError, Executor, NoLog, Progress, blocking};
+use crate::gpu::NodeState;
+use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
+
+/// How an apply that changed the GPUs ended well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Steps carried out.
+    pub steps_done: u32,
+    /// Problems that did not fail the apply (a failing `post_apply` hook).
+    pub warnings: Vec<String>,
+}
+
+/// How an apply failed. Every message is one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransactionError {
+    /// `pre_apply` failed: nothing was changed.
+    #[error("{0}; nothing was changed")]
+    Hook(String),
+    /// The journal could not be written before the first change: nothing was changed.
+    #[error("writing the journal failed: {0}; nothing was changed")]
+    Journal(String),
+    /// A step failed (or verification did) and the GPUs were rolled back.
+    #[error("{error}; rolled back: GPU {} as before{}", list(.gpus), warning_suffix(.warnings))]
+    RolledBack {
+        /// The original failure.
+        error: ApplyError,
+        /// The GPUs restored.
+        gpus: Vec<u32>,
+        /// Steps carried out before the failure.
+        steps_done: u32,
+        /// Problems besides (a failing `post_apply` hook).
+        warnings: Vec<String>,
+    },
+    /// A step failed and the rollback failed too.
+    #[error("{error}; the rollback failed too: {rollback}; see `gpushare-ctl status`{}", warning_suffix(.warnings))]
+    RollbackFailed {
+        /// The original failure.
+        error: ApplyError,
+        /// Why the rollback failed.
+        rollback: String,
+        /// Steps carried out before the failure.
+        steps_done: u32,
+        /// Problems besides.
+        warnings: Vec<String>,
+    },
+}
+
+fn list(gpus: &[u32]) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn warning_suffix(w: &[String]) -> String {
+    w.iter().map(|w| format!("; {w}")).collect()
+}
+
+/// Runs transactions against one backend and journal.
+#[derive(Clone)]
+pub struct Transactions {
+    /// Executes plans.
+    pub executor: Executor,
+    /// Records them.
+    pub journal: Arc<Journal>,
+    /// Runs around them.
+    pub hooks: Hooks,
+    /// What the agent may change (rollbacks are forced: they restore what was).
+    pub policy: PlanOptions,
+}
+
+impl Transactions {
+    /// Applies `plan`, made against `before`, of the profile in `document` if it came as
+    /// one. A plan without steps only records the profile as active.
+    pub async fn apply(
+        &self,
+        plan: &Plan,
+        document: Option<ProfileDocument>,
+        before: &NodeState,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<Applied, TransactionError> {
+        if plan.is_empty() {
+            self.journal
+                .set_active(Some(plan.profile.clone()), document)
+                .map_err(|e| TransactionError::Journal(e.to_string()))?;
+            return Ok(Applied {
+                steps_done: 0,
+                warnings: Vec::new(),
+            });
+        }
+        let gpus: Vec<u32> = plan
+            .gpus
+            .iter()
+            .filter(|g| !g.steps.is_empty())
+            .map(|g| g.gpu)
+            .collect();
+        if let Err(e) = self.hooks.run(Phase::PreApply, &plan.profile, &gpus).await {
+            // post_apply undoes what pre_apply did (start what it stopped), so it runs
+            // after a failed pre_apply too.
+            let mut warnings = Vec::new();
+            self.post_hook("failed", &plan.profile, &gpus, &mut warnings)
+                .await;
+            return Err(TransactionError::Hook(format!(
+                "{e}{}",
+                warning_suffix(&warnings)
+            )));
+        }
+
+        let checkpoint = GpuCheckpoint::of(before, gpus.iter().copied());
+        let begun = self.journal.begin(Transaction {
+            profile: plan.profile.clone(),
+            document,
+            previous_profile: self.journal.active_profile(),
+            previous_document: self.journal.active_document(),
+            checkpoint: checkpoint.clone(),
+            steps: plan.steps().map(ToString::to_string).collect(),
+            completed: Vec::new(),
+            rollback_error: None,
+        });
+        if let Err(e) = begun {
+            let mut warnings = Vec::new();
+            self.post_hook("failed", &plan.profile, &gpus, &mut warnings)
+                .await;
+            return Err(TransactionError::Journal(format!(
+                "{e}{}",
+                warning_suffix(&warnings)
+            )));
+        }
+
+        let log: Arc<dyn super::StepLog> = self.journal.clone();
+        let result = self.executor.execute(plan, progress, log).await;
+        let mut warnings = Vec::new();
+        match result {
+            Ok(steps_done) => {
+                let committed = self.journal.commit();
+                self.post_hook("success", &plan.profile, &gpus, &mut warnings)
+                    .await;
+                match committed {
+                    Ok(()) => Ok(Applied {
+                        steps_done,
+                        warnings,
+                    }),
+                    Err(e) => Err(self
+                        .roll_back(
+                            ApplyError::Journal(e.to_string()),
+                            &checkpoint,
+                            steps_done,
+                            progress,
+                            warnings,
+                        )
+                        .await),
+                }
+            }
+            Err(error) => {
+                let steps_done = u32::try_from(
+                    self.journal
+                        .snapshot()
+                        .transaction
+                        .map_or(0, |t| t.completed.len()),
+                )
+                .unwrap_or(u32::MAX);
+                let outcome = self
+                    .roll_back(error, &checkpoint, steps_done, progress, Vec::new())
+                    .await;
+                let result = match outcome {
+                    TransactionError::RolledBack { .. } => "rolled-back",
+                    _ => "failed",
+                };
+                self.post_hook(result, &plan.profile, &gpus, &mut warnings)
+                    .await;
+                Err(match outcome {
+                    TransactionError::RolledBack {
+                        error,
+                        gpus,
+                        steps_done,
+                        ..
+                    } => TransactionError::RolledBack {
+                        error,
+                        gpus,
+                        steps_done,
+                        warnings,
+                    },
+                    TransactionError::RollbackFailed {
+                        error,
+                        rollback,
+                        steps_done,
+                        ..
+                    } => TransactionError::RollbackFailed {
+                        error,
+                        rollback,
+                        steps_done,
+                        warnings,
+                    },
+                    other => other,
+                })
+            }
+        }
+    }
+
+    async fn post_hook(
+        &self,
+        result: &'static str,
+        profile: &str,
+        gpus: &[u32],
+        warnings: &mut Vec<String>,
+    ) {
+        if let Err(e) = self
+            .hooks
+            .run(Phase::PostApply(result), profile, gpus)
+            .await
+        {
+            tracing::warn!("{e}");
+            warnings.push(e);
+        }
+    }
+
+    async fn roll_back(
+        &self,
+        error: ApplyError,
+        checkpoint: &[GpuCheckpoint],
+        steps_done: u32,
+        progress: &UnboundedSender<Progress>,
+        warnings: Vec<String>,
+    ) -> TransactionError {
+        tracing::warn!("{error}; rolling back");
+        match self.restore(checkpoint, progress).await {
+            Ok(()) => match self.journal.rolled_back() {
+                Ok(()) => TransactionError::RolledBack {
+                    error,
+                    gpus: checkpoint.iter().map(|c| c.gpu).collect(),
+                    steps_done,
+                    warnings,
+                },
+                Err(e) => TransactionError::RollbackFailed {
+                    error,
+                    rollback: format!(
+                        "the GPUs were restored, but writing the journal failed: {e}"
+                    ),
+                    steps_done,
+                    warnings,
+                },
+            },
+            Err(rollback) => {
+                if let Err(e) = self.journal.rollback_failed(&rollback) {
+                    tracing::error!("writing the journal failed: {e}");
+                }
+                TransactionError::RollbackFailed {
+                    error,
+                    rollback,
+                    steps_done,
+                    warnings,
+                }
+            }
+        }
+    }
+
+    /// Returns the GPUs of `checkpoint` to their layout there.
+    pub async fn restore(
+        &self,
+        checkpoint: &[GpuCheckpoint],
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<(), String> {
+        let node = blocking(&self.executor.backend, |b| b.observe())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut targets = Vec::new();
+        for cp in checkpoint {
+            let gpu = node
+                .gpu(cp.gpu)
+                .ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;
+            if gpu.uuid != cp.uuid {
+                return Err(format!(
+                    "GPU {} is now {}, not {}",
+                    cp.gpu, gpu.uuid, cp.uuid
+                ));
+            }
+            let mut instances = Vec::new();
+            for &(profile_id, start) in &cp.instances {
+                let profile = gpu
+                    .model
+                    .and_then(|m| m.profile_by_id(profile_id))
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: MIG profile id {profile_id} is not in the catalog",
+                            gpu.label()
+                        )
+                    })?;
+                instances.push(Placed { profile, start });
+            }
+            targets.push((
+                cp.gpu,
+                GpuTarget {
+                    mig_enabled: cp.mig_enabled,
+                    instances,
+                    compute_mode: self.policy.manage_compute_mode.then_some(cp.compute_mode),
+                },
+            ));
+        }
+        let options = PlanOptions {
+            force: true,
+            ..self.policy
+        };
+        let plan =
+            plan::plan_to(&node, "rollback", targets, &options).map_err(|e| e.to_string())?;
+        self.executor
+            .execute(&plan, progress, Arc::new(NoLog))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// At start-up: rolls back a transaction the journal shows in flight. Returns what was
+    /// done, for the log; an error means the GPUs could not be restored.
+    pub async fn recover(&self) -> Result<Option<String>, String> {
+        let Some(transaction) = self.journal.snapshot().transaction else {
+            return Ok(None);
+        };
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let gpus = list(
+            &transaction
+                .checkpoint
+                .iter()
+                .map(|c| c.gpu)
+                .collect::<Vec<_>>(),
+        );
+        match self.restore(&transaction.checkpoint, &tx).await {
+            Ok(()) => {
+                self.journal
+                    .rolled_back()
+                    .map_err(|e| format!("writing the journal failed: {e}"))?;
+                Ok(Some(format!(
+                    "rolled back the interrupted apply of {} ({} of {} steps had completed): GPU {gpus} as before; active profile {}",
+                    transaction.profile,
+                    transaction.completed.len(),
+                    transaction.steps.len(),
+                    transaction.previous_profile.as_deref().unwrap_or("(none)")
+                )))
+            }
+            Err(e) => {
+                let message = format!(
+                    "cannot roll back the interrupted apply of {} on GPU {gpus}: {e}",
+                    transaction.profile
+                );
+                if let Err(e) = self.journal.rollback_failed(&message) {
+                    tracing::error!("writing the journal failed: {e}");
+                }
+                Err(message)
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The observed state of the GPUs written as a profile (`gpushare-ctl export`): applying
+//! it changes nothing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::gpu::{GpuState, NodeState};
+
+/// A GPU's MIG layout as instance counts by profile name; `None` with MIG off.
+type Layout = Option<BTreeMap<String, u32>>;
+
+/// What a GPU looks like, for grouping GPUs that look alike into one rule.
+fn layout(gpu: &GpuState) -> Layout {
+    gpu.mig_enabled.then(|| {
+        let mut counts = BTreeMap::new();
+        for gi in &gpu.instances {
+            let name = gpu
+                .model
+                .and_then(|m| m.profile_by_id(gi.profile_id))
+                .map_or_else(
+                    || format!("profile-id-{}", gi.profile_id),
+                    |p| p.name.to_string(),
+                );
+            *counts.entry(name).or_insert(0) += 1;
+        }
+        counts
+    })
+}
+
+/// A profile named `exported` with one rule per group of GPUs of the same layout. Exact
+/// profile names are used; placements are not written, and the planner keeps instances
+/// where they are, so applying the profile changes nothing.
+pub fn profile_text(node: &NodeState) -> String {
+    let mut groups: Vec<(Layout, Vec<u32>)> = Vec::new();
+    for gpu in &node.gpus {
+        let l = layout(gpu);
+        match groups.iter_mut().find(|(g, _)| *g == l) {
+            Some((_, gpus)) => gpus.push(gpu.index),
+            None => groups.push((l, vec![gpu.index])),
+        }
+    }
+    let mut text = String::from(
+        "name = \"exported\"\ndescription = \"The GPUs as gpushare-ctl export found them\"\n",
+    );
+    for (layout, gpus) in groups {
+        let select = ranges(&gpus);
+        let _ = write!(text, "\n[[gpu]]\nselect = \"{select}\"\n");
+        match layout {
+            None => text.push_str("mig = \"disabled\"\n"),
+            Some(counts) => {
+                let items: Vec<String> = counts
+                    .iter()
+                    .map(|(name, n)| format!("\"{name}\" = {n}"))
+                    .collect();
+                let _ = writeln!(text, "mig = {{ {} }}", items.join(", "));
+            }
+        }
+    }
+    text
+}
+
+/// `0-3,6`.
+fn ranges(indices: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::gpu::GpuBackend;
+    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::plan::{PlanOptions, plan};
+    use crate::profile::{ProfileStore, parse_profile};
+
+    #[test]
+    fn ranges_compress() {
+        assert_eq!(ranges(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(ranges(&[5]), "5");
+    }
+
+    #[test]
+    fn an_exported_node_plans_to_nothing() {
+        let sim = Arc::new(SimBackend::new(
+            &parse_spec("a100-40gb:8").unwrap(),
+            SimOptions::default(),
+        ));
+        let half = ProfileStore::built_in()
+            .get("half-balanced")
+            .unwrap()
+            .profile
+            .clone();
+        let p = plan(&sim.observe().unwrap(), &half, &PlanOptions::default()).unwrap();
+        let backend: Arc<dyn GpuBackend> = sim.clone();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = crate::apply::Executor {
+            backend,
+            max_parallel_gpus: 0,
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(executor.execute(&p, &tx, Arc::new(crate::apply::NoLog)))
+            .unwrap();
+        let node = sim.observe().unwrap();
+        let text = profile_text(&node);
+        assert!(
+            text.contains(
+                "select = \"0-3\"\nmig = { \"1g.5gb\" = 2, \"2g.10gb\" = 1, \"3g.20gb\" = 1 }"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("select = \"4-7\"\nmig = \"disabled\""),
+            "{text}"
+        );
+        let exported = parse_profile(&text, "exported.toml", None).unwrap();
+        assert!(
+            plan(&node, &exported, &PlanOptions::default())
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

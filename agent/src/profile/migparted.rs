@@ -1,0 +1,763 @@
+//! NVIDIA mig-parted configuration files (`config.yaml`) as gpushare [`Profile`]s.
+//!
+//! A mig-parted file holds `version: v1` and a map `mig-configs` of named configs; each
+//! config is a list of entries with the keys `devices` (`all` or a list of GPU indices),
+//! `mig-enabled`, `mig-devices` (MIG profile name → count) and `device-filter` (one PCI
+//! device id such as `"0x20B010DE"` or a list of them). One named config becomes one
+//! profile with one [`GpuRule`] per entry, in file order, and no sharing.
+//!
+//! The whole file is checked, as mig-parted does, before any config is taken from it: a
+//! malformed entry in one config makes every config of the file unusable. Errors name
+//! `origin:line:column`. MIG profile names are only checked for their shape (`<n>g.…`);
+//! whether a model has them is the planner's question.
+//!
+//! Semantics that differ from mig-parted: mig-parted applies *every* entry that matches a
+//! GPU, in file order (so the last one wins where two disagree, after carrying out the
+//! earlier ones); a gpushare profile gives each GPU the *first* rule that selects it.
+//! mig-parted also skips GPUs without MIG under `devices: all` entries, where the planner
+//! refuses a MIG layout on such a GPU. Subsystem-qualified device ids
+//! (`0x20B010DE:0x147E10DE`, newer mig-parted) are refused: a rule filters on the device id
+//! alone. Slightly more is accepted than mig-parted accepts: unquoted device ids
+//! (`device-filter: 0x20B010DE`, which YAML reads as a number) and quoted counts (`"2"`).
+//! As in mig-parted, `devices: []` is accepted and selects no GPU, `mig-devices: {}` with
+//! `mig-enabled: false` is accepted, and duplicate keys are errors.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::{DefaultMessageFormatter, MessageFormatter, Spanned};
+
+use super::parse::parse_pci_device_id;
+use super::{GpuRule, Location, MigKey, MigLayout, Profile, ProfileError, Selector, Sharing};
+
+/// Most instances of one MIG profile an entry may ask for (as in TOML profiles).
+const MAX_COUNT: i64 = 8;
+
+/// The names of the file's `mig-configs`, in file order. The whole file is checked first:
+/// any error in it is returned, as [`parse_mig_parted`] would return it.
+pub fn config_names(text: &str, origin: &str) -> Result<Vec<String>, ProfileError> {
+    let file = load(text, origin)?;
+    Ok(file.configs.into_iter().map(|c| c.name).collect())
+}
+
+/// The mig-parted config `config` of the file `text` as a profile named `config`. `origin`
+/// names the text in errors and in the profile's description (a path, usually). The whole
+/// file is checked first; an unknown `config` is an error that lists the file's configs.
+pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profile, ProfileError> {
+    let file = load(text, origin)?;
+    let names: Vec<&str> = file.configs.iter().map(|c| c.name.as_str()).collect();
+    let Some(found) = file.configs.iter().find(|c| c.name == config) else {
+        return Err(ProfileError {
+            location: file.configs_location,
+            message: format!(
+                "no mig-parted config {config:?}; the file has {}",
+                names.join(", ")
+            ),
+        });
+    };
+    Ok(Profile {
+        name: config.to_string(),
+        description: format!("mig-parted config {config} from {origin}"),
+        rules: found.rules.clone(),
+    })
+}
+
+/// A checked file: every config converted.
+struct File {
+    /// Where `mig-configs` is, for errors about configs the file lacks.
+    configs_location: Location,
+    configs: Vec<Config>,
+}
+
+struct Config {
+    name: String,
+    rules: Vec<GpuRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    version: Option<Spanned<String>>,
+    #[serde(rename = "mig-configs")]
+    mig_configs: Option<Spanned<Ordered<Spanned<String>, Spanned<Vec<Spanned<RawEntry>>>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    devices: Option<Spanned<RawDevices>>,
+    #[serde(rename = "mig-enabled")]
+    mig_enabled: Option<Spanned<bool>>,
+    #[serde(rename = "mig-devices")]
+    mig_devices: Option<Spanned<Ordered<Spanned<String>, Spanned<i64>>>>,
+    #[serde(rename = "device-filter")]
+    device_filter: Option<Spanned<RawFilter>>,
+}
+
+/// A YAML mapping with its order kept.
+struct Ordered<K, V>(Vec<(K, V)>);
+
+impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for Ordered<K, V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OrderedVisitor<K, V>(PhantomData<(K, V)>);
+
+        impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Visitor<'de> for OrderedVisitor<K, V> {
+            type Value = Ordered<K, V>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = map.next_entry()? {
+                    items.push(item);
+                }
+                Ok(Ordered(items))
+            }
+        }
+
+        deserializer.deserialize_map(OrderedVisitor(PhantomData))
+    }
+}
+
+/// `devices`: `all`, another string (an error, reported with its location), or indices.
+enum RawDevices {
+    All,
+    Other(String),
+    Indices(Vec<Spanned<i64>>),
+}
+
+impl<'de> Deserialize<'de> for RawDevices {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DevicesVisitor;
+
+        impl<'de> Visitor<'de> for DevicesVisitor {
+            type Value = RawDevices;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`all` or a list of GPU indices")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(if v == "all" {
+                    RawDevices::All
+                } else {
+                    RawDevices::Other(v.to_string())
+                })
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(RawDevices::Indices(items))
+            }
+        }
+
+        deserializer.deserialize_any(DevicesVisitor)
+    }
+}
+
+/// `device-filter`: one id or a list of ids, as written, or a number (YAML reads a lone
+/// unquoted `0x20B010DE` as one; in a list it stays text).
+enum RawFilter {
+    One(String),
+    Many(Vec<Spanned<String>>),
+    Number(u64),
+}
+
+impl<'de> Deserialize<'de> for RawFilter {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FilterVisitor;
+
+        impl<'de> Visitor<'de> for FilterVisitor {
+            type Value = RawFilter;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a PCI device id such as \"0x20B010DE\" or a list of them")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawFilter::One(v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawFilter::Number(v))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(RawFilter::Many(items))
+            }
+        }
+
+        deserializer.deserialize_any(FilterVisitor)
+    }
+}
+
+/// Parses and checks the whole file.
+fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
+    let cx = Context { origin };
+    let raw: RawFile = serde_saphyr::from_str(text).map_err(|e| {
+        let location = e.location().map_or_else(|| cx.start(), |l| cx.location(&l));
+        let message = DefaultMessageFormatter.format_message(&e);
+        // One line, without advice about the library's options.
+        let message = message
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or_default();
+        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        ProfileError { location, message }
+    })?;
+
+    let Some(version) = &raw.version else {
+        return Err(cx.error_at(
+            cx.start(),
+            "missing `version` (mig-parted files start with `version: v1`)",
+        ));
+    };
+    if version.value != "v1" {
+        return Err(cx.error(
+            &version.referenced,
+            format!("unsupported version {:?}: only v1 is known", version.value),
+        ));
+    }
+    let Some(configs) = &raw.mig_configs else {
+        return Err(cx.error_at(cx.start(), "missing `mig-configs`"));
+    };
+    if configs.value.0.is_empty() {
+        return Err(cx.error(&configs.referenced, "`mig-configs` holds no config"));
+    }
+    let configs_location = cx.location(&configs.referenced);
+    let configs = configs
+        .value
+        .0
+        .iter()
+        .map(|(name, entries)| {
+            if entries.value.is_empty() {
+                return Err(cx.error(
+                    &name.referenced,
+                    format!("config {:?} has no entries", name.value),
+                ));
+            }
+            let rules = entries
+                .value
+                .iter()
+                .map(|e| cx.rule(e))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Config {
+                name: name.value.clone(),
+                rules,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(File {
+        configs_location,
+        configs,
+    })
+}
+
+struct Context<'a> {
+    origin: &'a str,
+}
+
+impl Context<'_> {
+    fn location(&self, at: &serde_saphyr::Location) -> Location {
+        let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).max(1);
+        Location {
+            origin: self.origin.to_string(),
+            line: n(at.line()),
+            column: n(at.column()),
+        }
+    }
+
+    fn start(&self) -> Location {
+        Location {
+            origin: self.origin.to_string(),
+            line: 1,
+            column: 1,
+        }
+    }
+
+    fn error(&self, at: &serde_saphyr::Location, message: impl Into<String>) -> ProfileError {
+        self.error_at(self.location(at), message)
+    }
+
+    fn error_at(&self, location: Location, message: impl Into<String>) -> ProfileError {
+        ProfileError {
+            location,
+            message: message.into(),
+        }
+    }
+
+    fn rule(&self, raw: &Spanned<RawEntry>) -> Result<GpuRule, ProfileError> {
+        let at = &raw.referenced;
+        let raw = &raw.value;
+        let devices = raw.devices.as_ref().ok_or_else(|| {
+            self.error(
+                at,
+                "missing `devices`: write `devices: all` or a list of GPU indices",
+            )
+        })?;
+        let select = self.selector(devices)?;
+        let enabled = raw.mig_enabled.as_ref().ok_or_else(|| {
+            self.error(
+                at,
+                "missing `mig-enabled`: write `mig-enabled: true` or `false`",
+            )
+        })?;
+        let mig = match (enabled.value, &raw.mig_devices) {
+            (false, Some(devices)) if !devices.value.0.is_empty() => {
+                return Err(self.error(
+                    &devices.referenced,
+                    "mig-devices given with `mig-enabled: false`: remove them or enable MIG",
+                ));
+            }
+            (false, _) => MigLayout::Disabled,
+            (true, None) => {
+                return Err(self.error(
+                    &enabled.referenced,
+                    "`mig-enabled: true` needs `mig-devices` (`mig-devices: {}` for MIG on without instances)",
+                ));
+            }
+            (true, Some(devices)) => self.layout(&devices.value)?,
+        };
+        let device_filter = match &raw.device_filter {
+            None => Vec::new(),
+            Some(filter) => self.device_filter(filter)?,
+        };
+        Ok(GpuRule {
+            select,
+            device_filter,
+            location: self.location(at),
+            mig,
+            sharing: Sharing::Exclusive,
+            instance_sharing: Vec::new(),
+        })
+    }
+
+    fn selector(&self, devices: &Spanned<RawDevices>) -> Result<Selector, ProfileError> {
+        match &devices.value {
+            RawDevices::All => Ok(Selector::All),
+            RawDevices::Other(s) => Err(self.error(
+                &devices.referenced,
+                format!("devices: expected `all` or a list of GPU indices, found {s:?}"),
+            )),
+            RawDevices::Indices(items) => items
+                .iter()
+                .map(|i| {
+                    u32::try_from(i.value).map(|i| (i, i)).map_err(|_| {
+                        self.error(&i.referenced, format!("devices: bad GPU index {}", i.value))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Selector::Indices),
+        }
+    }
+
+    fn layout(
+        &self,
+        devices: &Ordered<Spanned<String>, Spanned<i64>>,
+    ) -> Result<MigLayout, ProfileError> {
+        let mut instances = Vec::new();
+        for (name, count) in &devices.0 {
+            if !is_mig_name(&name.value) {
+                return Err(self.error(
+                    &name.referenced,
+                    format!(
+                        "mig-devices: {:?} is not a MIG profile name such as \"1g.5gb\" or \"3g.20gb\"",
+                        name.value
+                    ),
+                ));
+            }
+            if !(0..=MAX_COUNT).contains(&count.value) {
+                return Err(self.error(
+                    &count.referenced,
+                    format!(
+                        "mig-devices: the count of {} must be a whole number from 0 to {MAX_COUNT}, not {}",
+                        name.value, count.value
+                    ),
+                ));
+            }
+            if count.value > 0 {
+                let count = u32::try_from(count.value).unwrap_or(u32::MAX);
+                instances.push((MigKey::Name(name.value.clone()), count));
+            }
+        }
+        Ok(MigLayout::Enabled(instances))
+    }
+
+    fn device_filter(&self, filter: &Spanned<RawFilter>) -> Result<Vec<u32>, ProfileError> {
+        let parse = |text: &str, at: &serde_saphyr::Location| {
+            if text.contains(':') {
+                return Err(self.error(
+                    at,
+                    format!(
+                        "device-filter: {text:?}: subsystem-qualified ids are not supported; \
+                         give the device id alone (\"0x20B010DE\")"
+                    ),
+                ));
+            }
+            parse_pci_device_id(text).map_err(|m| self.error(at, format!("device-filter: {m}")))
+        };
+        match &filter.value {
+            RawFilter::One(text) => parse(text, &filter.referenced).map(|id| vec![id]),
+            RawFilter::Number(n) => u32::try_from(*n).map(|id| vec![id]).map_err(|_| {
+                self.error(
+                    &filter.referenced,
+                    format!("device-filter: {n} is not a PCI device id such as \"0x20B010DE\""),
+                )
+            }),
+            RawFilter::Many(items) => items
+                .iter()
+                .map(|item| parse(&item.value, &item.referenced))
+                .collect(),
+        }
+    }
+}
+
+/// Whether `name` looks like a MIG profile name: `<n>g.` and more (`1g.5gb`,
+/// `1g.5gb+me`, `1g.24gb+gfx`).
+fn is_mig_name(name: &str) -> bool {
+    let Some((slices, rest)) = name.split_once("g.") else {
+        return false;
+    };
+    !rest.is_empty() && slices.parse::<u8>().is_ok_and(|n| (1..=8).contains(&n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::gpu::{GpuBackend, NodeState};
+    use crate::plan::{self, PlanOptions};
+
+    fn loc(line: usize, column: usize) -> Location {
+        Location {
+            origin: "t.yaml".into(),
+            line,
+            column,
+        }
+    }
+
+    const SMALL: &str = r#"version: v1
+mig-configs:
+  mixed:
+    - devices: [0, 1]
+      device-filter: "0x20B010DE"
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 2
+        "2g.10gb": 1
+        "3g.20gb": 1
+        "7g.40gb": 0
+    - devices: all
+      mig-enabled: false
+
+  on-empty:
+    - device-filter: ["0x233010DE", "0x20b010de"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {}
+"#;
+
+    fn node(spec: &str) -> NodeState {
+        SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default())
+            .observe()
+            .unwrap()
+    }
+
+    #[test]
+    fn small_config_round_trip() {
+        assert_eq!(
+            config_names(SMALL, "t.yaml").unwrap(),
+            ["mixed", "on-empty"]
+        );
+        let p = parse_mig_parted(SMALL, "t.yaml", "mixed").unwrap();
+        assert_eq!(
+            p,
+            Profile {
+                name: "mixed".into(),
+                description: "mig-parted config mixed from t.yaml".into(),
+                rules: vec![
+                    GpuRule {
+                        select: Selector::Indices(vec![(0, 0), (1, 1)]),
+                        device_filter: vec![0x20B0_10DE],
+                        location: loc(4, 7),
+                        mig: MigLayout::Enabled(vec![
+                            (MigKey::Name("1g.5gb".into()), 2),
+                            (MigKey::Name("2g.10gb".into()), 1),
+                            (MigKey::Name("3g.20gb".into()), 1),
+                        ]),
+                        sharing: Sharing::Exclusive,
+                        instance_sharing: vec![],
+                    },
+                    GpuRule {
+                        select: Selector::All,
+                        device_filter: vec![],
+                        location: loc(12, 7),
+                        mig: MigLayout::Disabled,
+                        sharing: Sharing::Exclusive,
+                        instance_sharing: vec![],
+                    },
+                ],
+            }
+        );
+        let q = parse_mig_parted(SMALL, "t.yaml", "on-empty").unwrap();
+        assert_eq!(q.rules.len(), 1);
+        assert_eq!(q.rules[0].device_filter, vec![0x2330_10DE, 0x20B0_10DE]);
+        assert_eq!(q.rules[0].mig, MigLayout::Enabled(vec![]));
+        assert_eq!(q.rules[0].location, loc(16, 7));
+
+        // GPUs 0 and 1 get the balanced layout, 2 and 3 MIG off.
+        let plan = plan::plan(&node("a100-40gb:4"), &p, &PlanOptions::default()).unwrap();
+        let targets: Vec<(u32, bool, usize)> = plan
+            .gpus
+            .iter()
+            .map(|g| (g.gpu, g.target.mig_enabled, g.target.instances.len()))
+            .collect();
+        assert_eq!(
+            targets,
+            [(0, true, 4), (1, true, 4), (2, false, 0), (3, false, 0)]
+        );
+        // A GPU the filter does not name is left alone.
+        let plan = plan::plan(&node("a30:2"), &q, &PlanOptions::default()).unwrap();
+        assert!(plan.gpus.is_empty());
+    }
+
+    fn err(text: &str) -> String {
+        config_names(text, "t.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let head = "version: v1\nmig-configs:\n  c:\n";
+        // An unknown key in an entry.
+        let e = err(&format!(
+            "{head}    - devices: all\n      mig-enabled: false\n      mig-devics: {{}}\n"
+        ));
+        assert!(e.starts_with("t.yaml:6:7: "), "{e}");
+        assert!(e.contains("mig-devics"), "{e}");
+        // A bad device id in a filter list.
+        let e = err(&format!(
+            "{head}    - devices: all\n      device-filter: [\"0x20B010DE\", \"A100\"]\n      mig-enabled: false\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:5:37: device-filter: \"A100\" is not a PCI device id"),
+            "{e}"
+        );
+        // A negative count.
+        let e = err(&format!(
+            "{head}    - devices: all\n      mig-enabled: true\n      mig-devices:\n        \"1g.5gb\": -1\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:7:19: mig-devices: the count of 1g.5gb must be"),
+            "{e}"
+        );
+        // mig-devices with MIG off.
+        let e = err(&format!(
+            "{head}    - devices: all\n      mig-enabled: false\n      mig-devices: {{\"1g.5gb\": 1}}\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:6:20: mig-devices given with `mig-enabled: false`"),
+            "{e}"
+        );
+        // Not a MIG profile name.
+        let e = err(&format!(
+            "{head}    - devices: all\n      mig-enabled: true\n      mig-devices: {{\"5x\": 1}}\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:6:21: mig-devices: \"5x\" is not a MIG profile name"),
+            "{e}"
+        );
+        // A bad index and a bad `devices` string.
+        let e = err(&format!(
+            "{head}    - devices: [0, -2]\n      mig-enabled: false\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:4:20: devices: bad GPU index -2"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{head}    - devices: some\n      mig-enabled: false\n"
+        ));
+        assert!(e.starts_with("t.yaml:4:16: devices: expected `all`"), "{e}");
+        // The version.
+        let e =
+            err("version: v2\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: false\n");
+        assert!(
+            e.starts_with("t.yaml:1:10: unsupported version \"v2\""),
+            "{e}"
+        );
+        // YAML syntax.
+        let e = err("version: v1\nmig-configs:\n  c: [\n");
+        assert!(e.starts_with("t.yaml:"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        // Missing fields and empty configs.
+        let e = err(&format!("{head}    - devices: all\n"));
+        assert!(e.starts_with("t.yaml:4:7: missing `mig-enabled`"), "{e}");
+        let e = err(&format!(
+            "{head}    - devices: all\n      mig-enabled: true\n"
+        ));
+        assert!(
+            e.starts_with("t.yaml:5:20: `mig-enabled: true` needs `mig-devices`"),
+            "{e}"
+        );
+        let e = err("version: v1\nmig-configs:\n  c: []\n");
+        assert!(
+            e.starts_with("t.yaml:3:3: config \"c\" has no entries"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{head}    - devices: all\n      device-filter: \"0x20B010DE:0x147E10DE\"\n      mig-enabled: false\n"
+        ));
+        assert!(e.contains("subsystem-qualified"), "{e}");
+    }
+
+    #[test]
+    fn unknown_config_lists_the_known_ones() {
+        let e = parse_mig_parted(SMALL, "t.yaml", "nope").unwrap_err();
+        assert_eq!(e.location.line, 3, "{e}");
+        assert_eq!(
+            e.message,
+            "no mig-parted config \"nope\"; the file has mixed, on-empty"
+        );
+    }
+
+    #[test]
+    fn unquoted_device_ids_and_duplicates() {
+        let entry = |filter: &str| {
+            format!(
+                "version: v1\nmig-configs:\n  c:\n    - devices: all\n      device-filter: {filter}\n      mig-enabled: false\n"
+            )
+        };
+        for filter in ["0x20B010DE", "[0x20B010DE]", "\"0x20b010de\""] {
+            let p = parse_mig_parted(&entry(filter), "t.yaml", "c").unwrap();
+            assert_eq!(p.rules[0].device_filter, vec![0x20B0_10DE], "{filter}");
+        }
+        let e = err(&entry("[\"0x20B010DE\", 12]"));
+        assert!(
+            e.starts_with("t.yaml:5:37: device-filter: \"12\" is not a PCI device id"),
+            "{e}"
+        );
+        let e = err(
+            "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1, \"1g.5gb\": 2}\n",
+        );
+        assert_eq!(e, "t.yaml:6:34: duplicate mapping key: 1g.5gb");
+    }
+
+    #[test]
+    fn the_loose_profile_names_of_the_default_file_are_accepted() {
+        let text = "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.24gb.gfx\": 1, \"1g.24gb-me\": 1, \"1g.5gb+me\": 1}\n";
+        let p = parse_mig_parted(text, "t.yaml", "c").unwrap();
+        let MigLayout::Enabled(instances) = &p.rules[0].mig else {
+            panic!("MIG off");
+        };
+        assert_eq!(instances.len(), 3);
+    }
+
+    /// NVIDIA's shipped file: every config parses, and every config that names a model of
+    /// ours plans on a simulated node of it.
+    #[test]
+    fn nvidia_default_file_plans_on_every_mig_model() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/mig-parted-config-default.yaml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let names = config_names(&text, path).unwrap();
+        assert!(names.len() > 50, "{names:?}");
+        let models: Vec<_> = catalog::models()
+            .iter()
+            .filter(|m| m.supports_mig())
+            .collect();
+        assert_eq!(models.len(), 5);
+
+        let mut planned: Vec<(String, &str)> = Vec::new();
+        let mut naming_none = Vec::new();
+        for name in &names {
+            let profile = parse_mig_parted(&text, path, name).unwrap();
+            assert_eq!(&profile.name, name);
+            let mut named_any = false;
+            for model in &models {
+                let applicable: Vec<&GpuRule> = profile
+                    .rules
+                    .iter()
+                    .filter(|r| {
+                        r.device_filter.is_empty()
+                            || model
+                                .pci_device_ids
+                                .iter()
+                                .any(|id| r.device_filter.contains(id))
+                    })
+                    .collect();
+                let names_model = !applicable.is_empty()
+                    && applicable.iter().all(|r| match &r.mig {
+                        MigLayout::Disabled => true,
+                        MigLayout::Enabled(instances) => instances
+                            .iter()
+                            .all(|(key, _)| key.resolve(model).is_some()),
+                    });
+                if !names_model {
+                    continue;
+                }
+                named_any = true;
+                for count in [1usize, 8] {
+                    let observed = node(&format!("{}:{count}", model.key));
+                    // Whichever of the model's PCI ids the GPUs have, the plan must hold;
+                    // with at least one of them, the config selects every GPU.
+                    let mut most = 0;
+                    for &id in model.pci_device_ids {
+                        let mut n = observed.clone();
+                        for g in &mut n.gpus {
+                            g.pci_device_id = id;
+                        }
+                        let plan = plan::plan(&n, &profile, &PlanOptions::default())
+                            .unwrap_or_else(|e| {
+                                panic!("{name} on {}:{count} ({id:#010X}): {e}", model.key)
+                            });
+                        most = most.max(plan.gpus.len());
+                    }
+                    assert_eq!(most, count, "{name} on {}:{count}", model.key);
+                }
+                planned.push((name.clone(), model.key));
+            }
+            if !named_any {
+                naming_none.push(name.as_str());
+            }
+        }
+
+        for model in &models {
+            let configs: Vec<&str> = planned
+                .iter()
+                .filter(|(_, m)| *m == model.key)
+                .map(|(c, _)| c.as_str())
+                .collect();
+            println!(
+                "{}: {} configs: {}",
+                model.key,
+                configs.len(),
+                configs.join(" ")
+            );
+            assert!(configs.len() >= 3, "{}: {configs:?}", model.key);
+            for needed in ["all-balanced", "all-disabled", "all-enabled"] {
+                assert!(configs.contains(&needed), "{needed} on {}", model.key);
+            }
+        }
+        println!(
+            "{} configs, {} (config, model) pairs planned; naming none of our models ({}): {}",
+            names.len(),
+            planned.len(),
+            naming_none.len(),
+            naming_none.join(" ")
+        );
+    }
+}

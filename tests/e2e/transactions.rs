@@ -1,0 +1,364 @@
+//! The MIG engine's promises, end to end: no GPU is ever left half-configured.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpushare_tests::{Agent, AgentOptions, instance_profiles, layout, text};
+use serde_json::Value;
+
+const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An 8 × A100 node with `all-balanced` applied.
+fn balanced_node(options: AgentOptions) -> Agent {
+    let agent = Agent::start(options);
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+    agent
+}
+
+/// Asserts the journal has no transaction and agrees with status on the active profile.
+fn assert_journal_settled(agent: &Agent, active: &str) {
+    let journal = agent.journal();
+    assert_eq!(journal["transaction"], Value::Null, "{journal}");
+    assert_eq!(journal["active_profile"], active, "{journal}");
+    assert_eq!(agent.status()["active_profile"], active);
+}
+
+#[test]
+fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
+    let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
+    let before = layout(&agent.status());
+    let plan = agent.ctl_json(&["plan", "half-balanced"]);
+    let mut calls: BTreeMap<String, u32> = BTreeMap::new();
+    for step in plan["steps"].as_array().unwrap() {
+        *calls
+            .entry(step["operation"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    // GPUs 4-7 lose their four instances and MIG: every kind of destroy, the mode change
+    // and the reset the A100 needs.
+    assert_eq!(
+        calls,
+        BTreeMap::from([
+            ("destroy_compute_instance".to_string(), 16),
+            ("destroy_gpu_instance".to_string(), 16),
+            ("reset_gpu".to_string(), 4),
+            ("set_mig_mode".to_string(), 4),
+        ])
+    );
+    let mut cases = 0;
+    for (operation, count) in &calls {
+        for n in 1..=*count {
+            let fail = format!("{operation}:{n}");
+            agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", &fail)]);
+            let out = agent.ctl(&["apply", "half-balanced"]);
+            assert!(!out.status.success(), "{fail}: {}", text(&out));
+            let err = stderr(&out);
+            let reasons = err
+                .lines()
+                .filter(|l| l.starts_with("gpushare-ctl:"))
+                .count();
+            assert_eq!(reasons, 1, "{fail}: {err}");
+            assert!(
+                err.contains(&format!("failed: {operation} on GPU"))
+                    && err.contains(&format!("injected by GPUSHARE_SIM_FAIL={fail}"))
+                    && err.contains("rolled back: GPU 4, 5, 6, 7 as before"),
+                "{fail}: {err}"
+            );
+            assert!(err.contains("(GPU "), "the failed step is named: {err}");
+            assert_eq!(
+                layout(&agent.status()),
+                before,
+                "{fail}: the GPUs are as before"
+            );
+            assert_journal_settled(&agent, "all-balanced");
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 40);
+}
+
+#[test]
+fn failures_while_creating_are_rolled_back_too() {
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2,h100-80gb:2"));
+    let before = layout(&agent.status());
+    for fail in [
+        "create_gpu_instance:5",
+        "create_compute_instance:7",
+        "set_mig_mode:3",
+        "reset_gpu:2",
+    ] {
+        agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", fail)]);
+        let out = agent.ctl(&["apply", "all-balanced"]);
+        assert!(!out.status.success(), "{fail}: {}", text(&out));
+        assert!(
+            stderr(&out).contains("rolled back: GPU 0, 1, 2, 3 as before"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(layout(&agent.status()), before, "{fail}");
+        assert_eq!(agent.journal()["transaction"], Value::Null);
+    }
+}
+
+/// Kill delays in milliseconds, spread over an apply that takes about 100 ms.
+fn kill_points() -> Vec<u64> {
+    // A fixed linear congruential sequence: "random" points that reproduce.
+    let mut x: u64 = 0x2545_F491;
+    (0..10)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % 120
+        })
+        .collect()
+}
+
+#[test]
+fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
+    let delay = [("GPUSHARE_SIM_DELAY_MS", "8")];
+    let mut outcomes = BTreeMap::new();
+    for kill_after in kill_points() {
+        let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
+        let old = layout(&agent.status());
+        agent.restart_with_env(&delay);
+        let mut ctl = agent
+            .ctl_command(&["apply", "half-balanced", "--json"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(kill_after));
+        agent.kill();
+        let _ = ctl.wait();
+
+        agent.restart_with_env(&[]);
+        let status = agent.status();
+        let now = layout(&status);
+        let new: Vec<_> = (0..8)
+            .map(|i| {
+                if i < 4 {
+                    old[i].clone()
+                } else {
+                    (false, vec![])
+                }
+            })
+            .collect();
+        let active = status["active_profile"].as_str().unwrap().to_string();
+        if now == old {
+            assert_eq!(active, "all-balanced", "killed at {kill_after} ms");
+        } else {
+            assert_eq!(
+                now, new,
+                "killed at {kill_after} ms: neither the old nor the new layout"
+            );
+            assert_eq!(active, "half-balanced", "killed at {kill_after} ms");
+        }
+        for (i, gpu) in status["gpus"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(
+                gpu["mig_pending"],
+                Value::Null,
+                "GPU {i} left with a pending mode"
+            );
+        }
+        assert_journal_settled(&agent, &active);
+        *outcomes.entry(active).or_insert(0) += 1;
+    }
+    // The points reach into the apply: some kills land mid-way and are rolled back.
+    assert!(
+        outcomes.get("all-balanced").copied().unwrap_or(0) > 0,
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+fn instances_in_use_are_refused_with_their_pids_unless_forced() {
+    let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
+    let before = agent.status();
+    // GPU 4's first instance (GPU instance 1) runs PID 4242.
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "4/1:4242")]);
+    let sevens = "name = \"sevens\"\n[[gpu]]\nselect = 4\nmig = { \"1g\" = 7 }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sevens.toml");
+    std::fs::write(&file, sevens).unwrap();
+    let file = file.to_str().unwrap();
+
+    let out = agent.ctl(&["apply", "-f", file]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("PID 4242"), "{}", text(&out));
+    assert!(stderr(&out).contains("--force"), "{}", text(&out));
+    assert_eq!(layout(&agent.status()), layout(&before), "nothing changed");
+
+    let out = agent.ctl(&["apply", "-f", file, "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
+    // A profile applied from a file is re-applied from the journal at start-up.
+    agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
+    assert_eq!(agent.status()["active_profile"], "sevens");
+    assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
+
+    // A GPU that must be reset is reported with what holds it, and rolled back.
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "5:999")]);
+    let before = layout(&agent.status());
+    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(stderr(&out).contains("PID 999"), "{}", text(&out));
+    let out = agent.ctl(&["apply", "half-balanced", "--force"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("reset_gpu on GPU 5: In use by another client (held by PID 999)"),
+        "{err}"
+    );
+    assert!(err.contains("rolled back"), "{err}");
+    assert_eq!(layout(&agent.status()), before);
+}
+
+#[test]
+fn gpus_are_reconfigured_concurrently() {
+    let time = |spec: &str| {
+        let agent = Agent::start(AgentOptions::simulate(spec).env("GPUSHARE_SIM_DELAY_MS", "20"));
+        let outcome = agent.ctl_json(&["apply", "all-balanced"]);
+        assert_eq!(outcome["ok"], true);
+        outcome["duration_seconds"].as_f64().unwrap()
+    };
+    let one = time("a100-40gb:1");
+    let eight = time("a100-40gb:8");
+    // Each GPU takes 10 calls of at least 20 ms; one at a time, 8 GPUs would take 8×.
+    assert!(one >= 0.2, "one GPU took {one} s");
+    assert!(eight < 3.0 * one, "8 GPUs took {eight} s, one took {one} s");
+}
+
+#[test]
+fn hooks_run_around_applies_that_change_something() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hooks.log");
+    let record = |phase: &str| {
+        format!(
+            "echo \"{phase} $GPUSHARE_PROFILE $GPUSHARE_GPUS ${{GPUSHARE_RESULT:-}}\" >> {}",
+            log.display()
+        )
+    };
+    let config = format!(
+        "[hooks]\npre_apply = [{:?}]\npost_apply = [{:?}]\n",
+        record("pre"),
+        record("post")
+    );
+    let mut agent = Agent::start(AgentOptions {
+        config: Some(config.clone()),
+        ..AgentOptions::simulate("h100-80gb:2")
+    });
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "create_compute_instance:2")]);
+    assert!(!agent.ctl(&["apply", "all-balanced"]).status.success());
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "pre half-balanced 0 \npost half-balanced 0 success\n\
+         pre all-balanced 1 \npost all-balanced 1 rolled-back\n",
+        "no hooks for an apply that changes nothing"
+    );
+
+    // A failing pre_apply aborts before any change; post_apply still runs.
+    let failing = format!(
+        "[hooks]\npre_apply = [\"echo cannot stop dcgm-exporter >&2; exit 1\"]\npost_apply = [{:?}]\n",
+        record("post")
+    );
+    let agent = Agent::start(AgentOptions {
+        config: Some(failing),
+        ..AgentOptions::simulate("h100-80gb:2")
+    });
+    let before = layout(&agent.status());
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("pre_apply hook")
+            && err.contains("cannot stop dcgm-exporter")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(layout(&agent.status()), before);
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .ends_with("post all-balanced 0,1 failed\n")
+    );
+}
+
+#[test]
+fn the_active_profile_is_reapplied_after_a_reboot() {
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:8"));
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    let applied = layout(&agent.status());
+    agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
+    let status = agent.status();
+    assert_eq!(status["active_profile"], "half-balanced");
+    assert_eq!(layout(&status), applied);
+    for i in 0..4 {
+        assert_eq!(instance_profiles(&status, i), BALANCED_A100);
+    }
+
+    // boot_profile wins over the active profile.
+    let mut agent = Agent::start(AgentOptions {
+        config: Some("boot_profile = \"all-balanced\"\n".into()),
+        ..AgentOptions::simulate("a100-40gb:4")
+    });
+    assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
+    agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
+    let status = agent.status();
+    assert_eq!(status["active_profile"], "all-balanced");
+    assert_eq!(instance_profiles(&status, 3), BALANCED_A100);
+}
+
+#[test]
+fn mig_parted_configs_apply_as_they_are_and_export_round_trips() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:8"));
+    let yaml = gpushare_tests::repo_root().join("tests/data/mig-parted-config-default.yaml");
+    let yaml = yaml.to_str().unwrap();
+    let out = agent.ctl(&["apply", "-f", yaml, "-c", "all-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    assert_eq!(status["active_profile"], "all-balanced");
+    for i in 0..8 {
+        assert_eq!(instance_profiles(&status, i), BALANCED_A100);
+    }
+    let out = agent.ctl(&["apply", "-f", yaml, "-c", "all-balancd"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("all-balanced"),
+        "names the known configs: {}",
+        text(&out)
+    );
+
+    assert!(
+        agent
+            .ctl(&["assert", "-f", yaml, "-c", "all-balanced"])
+            .status
+            .success()
+    );
+    assert!(agent.ctl(&["assert", "all-balanced"]).status.success());
+    let out = agent.ctl(&["assert", "half-balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+
+    let exported = agent.ctl(&["export"]);
+    assert!(exported.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("exported.toml");
+    std::fs::write(&file, &exported.stdout).unwrap();
+    let file = file.to_str().unwrap();
+    assert!(agent.ctl(&["assert", "-f", file]).status.success());
+    let outcome = agent.ctl_json(&["apply", "-f", file]);
+    assert_eq!(outcome["changed"], false);
+    assert_eq!(agent.status()["active_profile"], "exported");
+
+    assert!(
+        agent
+            .ctl(&["apply", "-f", yaml, "-c", "all-1g.5gb"])
+            .status
+            .success()
+    );
+    assert_eq!(instance_profiles(&agent.status(), 7), vec!["1g.5gb"; 7]);
+}
