@@ -251,59 +251,27 @@ const fn seven_slice(
 }
 
 static A100_40GB: [MigProfile; 7] = seven_slice(
-    [
-        "1g.5gb",
-        "1g.5gb+me",
-        "1g.10gb",
-        "2g.10gb",
-        "3g.20gb",
-        "4g.20gb",
-        "7g.40gb",
-    ],
+    ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
     [4864, 4864, 9856, 9856, 19968, 19968, 40192],
     [14, 14, 14, 28, 42, 56, 98],
 );
 
 static A100_80GB: [MigProfile; 7] = seven_slice(
-    [
-        "1g.10gb",
-        "1g.10gb+me",
-        "1g.20gb",
-        "2g.20gb",
-        "3g.40gb",
-        "4g.40gb",
-        "7g.80gb",
-    ],
+    ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     [9856, 9856, 19968, 19968, 40192, 40192, 80384],
     [14, 14, 14, 28, 42, 56, 98],
 );
 
 // memorySizeMB as NVML reported it on a real H100 80GB HBM3 (driver 580.159.04).
 static H100_80GB: [MigProfile; 7] = seven_slice(
-    [
-        "1g.10gb",
-        "1g.10gb+me",
-        "1g.20gb",
-        "2g.20gb",
-        "3g.40gb",
-        "4g.40gb",
-        "7g.80gb",
-    ],
+    ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     [9984, 9984, 20096, 20096, 40448, 40448, 81152],
     [16, 16, 26, 32, 60, 64, 132],
 );
 
 // From GiB figures with two decimals (16.00, 32.25, 69.50, about 140): not read off an H200.
 static H200_141GB: [MigProfile; 7] = seven_slice(
-    [
-        "1g.18gb",
-        "1g.18gb+me",
-        "1g.35gb",
-        "2g.35gb",
-        "3g.71gb",
-        "4g.71gb",
-        "7g.141gb",
-    ],
+    ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
     [16384, 16384, 33024, 33024, 71168, 71168, 143360],
     [16, 16, 26, 32, 60, 64, 132],
 );
@@ -519,14 +487,7 @@ mod tests {
         for (e, id, name, slices, max, sms, mib) in nvml {
             let p = h100.profile_by_name(name).unwrap();
             assert_eq!(
-                (
-                    p.nvml_enum,
-                    p.id,
-                    p.compute_slices,
-                    p.max_count,
-                    p.sms,
-                    p.memory_mib
-                ),
+                (p.nvml_enum, p.id, p.compute_slices, p.max_count, p.sms, p.memory_mib),
                 (e, id, slices, max, sms, mib),
                 "{name}"
             );
@@ -546,12 +507,7 @@ mod tests {
         assert_eq!(h100.profile_by_compute_slices(2).unwrap().name, "2g.20gb");
         assert_eq!(a30.profile_by_compute_slices(2).unwrap().name, "2g.12gb");
         assert!(a30.profile_by_compute_slices(3).is_none());
-        assert!(
-            model_by_key("l40s")
-                .unwrap()
-                .profile_by_compute_slices(1)
-                .is_none()
-        );
+        assert!(model_by_key("l40s").unwrap().profile_by_compute_slices(1).is_none());
     }
 
     #[test]

@@ -38,7 +38,6 @@ pub struct ApplySettings {
     pub max_parallel_gpus: usize,
 }
 
-
 /// `pre_apply` / `post_apply` commands, run through `/bin/sh -c` around every apply that
 /// changes the GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,11 +53,7 @@ pub struct HookSettings {
 
 impl Default for HookSettings {
     fn default() -> Self {
-        Self {
-            pre_apply: Vec::new(),
-            post_apply: Vec::new(),
-            timeout_seconds: 300,
-        }
+        Self { pre_apply: Vec::new(), post_apply: Vec::new(), timeout_seconds: 300 }
     }
 }
 
@@ -76,20 +71,14 @@ pub struct GpuPolicy {
 
 impl Default for GpuPolicy {
     fn default() -> Self {
-        Self {
-            manage_mig: true,
-            manage_compute_mode: true,
-        }
+        Self { manage_mig: true, manage_compute_mode: true }
     }
 }
 
 impl GpuPolicy {
     /// Changes nothing on the GPUs.
     pub fn hands_off() -> Self {
-        Self {
-            manage_mig: false,
-            manage_compute_mode: false,
-        }
+        Self { manage_mig: false, manage_compute_mode: false }
     }
 }
 
@@ -114,10 +103,7 @@ impl AgentConfig {
             let before = &text[..offset];
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!(
-                "{origin}:{line}:{column}: {}",
-                e.message().trim().replace('\n', " ")
-            )
+            format!("{origin}:{line}:{column}: {}", e.message().trim().replace('\n', " "))
         })
     }
 
@@ -137,23 +123,11 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
-        assert_eq!(
-            AgentConfig::parse("", "a.toml").unwrap(),
-            AgentConfig::default()
-        );
-        let c = AgentConfig::parse(
-            "state_dir = \"/tmp/s\"\n[gpu]\nmanage_mig = false\n",
-            "a.toml",
-        )
-        .unwrap();
+        assert_eq!(AgentConfig::parse("", "a.toml").unwrap(), AgentConfig::default());
+        let c = AgentConfig::parse("state_dir = \"/tmp/s\"\n[gpu]\nmanage_mig = false\n", "a.toml")
+            .unwrap();
         assert_eq!(c.state_dir, PathBuf::from("/tmp/s"));
-        assert_eq!(
-            c.gpu,
-            GpuPolicy {
-                manage_mig: false,
-                manage_compute_mode: true
-            }
-        );
+        assert_eq!(c.gpu, GpuPolicy { manage_mig: false, manage_compute_mode: true });
     }
 
     #[test]
@@ -161,10 +135,7 @@ mod tests {
         let e = AgentConfig::parse("[gpu]\nmanage_mig = \"no\"\n", "agent.toml").unwrap_err();
         assert!(e.starts_with("agent.toml:2:14: "), "{e}");
         let e = AgentConfig::parse("[gpu]\nmanage_mgi = false\n", "agent.toml").unwrap_err();
-        assert!(
-            e.starts_with("agent.toml:2:1: unknown field `manage_mgi`"),
-            "{e}"
-        );
+        assert!(e.starts_with("agent.toml:2:1: unknown field `manage_mgi`"), "{e}");
     }
 
     #[test]

@@ -189,12 +189,10 @@ impl Engine {
                 .get(name)
                 .map(|p| p.profile.clone())
                 .map_err(EngineError::UnknownProfile),
-            ProfileRef::Document {
-                text,
-                origin,
-                config,
-            } => profile::parse_document(text, origin, config)
-                .map_err(|e| EngineError::InvalidProfile(e.to_string())),
+            ProfileRef::Document { text, origin, config } => {
+                profile::parse_document(text, origin, config)
+                    .map_err(|e| EngineError::InvalidProfile(e.to_string()))
+            }
         }
     }
 
@@ -223,37 +221,18 @@ impl Engine {
         })?;
         *self.running.lock().expect("running lock") =
             Some(format!("{job}, profile {}", profile.name));
-        let guard = RunningGuard {
-            _lock: lock,
-            running: Arc::clone(&self.running),
-        };
+        let guard = RunningGuard { _lock: lock, running: Arc::clone(&self.running) };
         let before = self.observe().await?;
-        let plan = plan::plan(
-            &before,
-            &profile,
-            &PlanOptions {
-                force,
-                ..self.policy
-            },
-        )?;
+        let plan = plan::plan(&before, &profile, &PlanOptions { force, ..self.policy })?;
         let document = match source {
             ProfileRef::Named(_) => None,
-            ProfileRef::Document {
-                text,
-                origin,
-                config,
-            } => Some(ProfileDocument {
+            ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
                 text: text.to_string(),
                 origin: origin.to_string(),
                 config: config.to_string(),
             }),
         };
-        Ok(ApplyJob {
-            plan,
-            document,
-            before,
-            _guard: guard,
-        })
+        Ok(ApplyJob { plan, document, before, _guard: guard })
     }
 
     /// Carries out an apply job as a transaction, sending progress.
@@ -265,10 +244,8 @@ impl Engine {
         let started = Instant::now();
         let plan = &job.plan;
         let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
-        let result = self
-            .transactions
-            .apply(plan, job.document.clone(), &job.before, &progress)
-            .await;
+        let result =
+            self.transactions.apply(plan, job.document.clone(), &job.before, &progress).await;
         drop(progress);
         let mut outcome = JobOutcome {
             ok: result.is_ok(),
@@ -319,17 +296,11 @@ impl Engine {
         let active = self.journal.active_profile()?;
         Some(match self.journal.active_document() {
             Some(d) => {
-                let source = ProfileRef::Document {
-                    text: &d.text,
-                    origin: &d.origin,
-                    config: &d.config,
-                };
+                let source =
+                    ProfileRef::Document { text: &d.text, origin: &d.origin, config: &d.config };
                 self.begin_apply(source, false, job).await
             }
-            None => {
-                self.begin_apply(ProfileRef::Named(&active), false, job)
-                    .await
-            }
+            None => self.begin_apply(ProfileRef::Named(&active), false, job).await,
         })
     }
 
@@ -341,30 +312,21 @@ impl Engine {
     /// The GPUs as they are, as a profile.
     pub async fn export(&self) -> Result<Export, EngineError> {
         let node = self.observe().await?;
-        Ok(Export {
-            text: profile::export::profile_text(&node),
-        })
+        Ok(Export { text: profile::export::profile_text(&node) })
     }
 
     /// Every known profile.
     pub fn list_profiles(&self) -> ProfileList {
         let active = self.active_profile();
         ProfileList {
-            profiles: self
-                .profiles
-                .iter()
-                .map(|p| summary(p, active.as_deref()))
-                .collect(),
+            profiles: self.profiles.iter().map(|p| summary(p, active.as_deref())).collect(),
             errors: self.profiles.errors().to_vec(),
         }
     }
 
     /// One profile with its text.
     pub fn show_profile(&self, name: &str) -> Result<ProfileDetail, EngineError> {
-        let stored = self
-            .profiles
-            .get(name)
-            .map_err(EngineError::UnknownProfile)?;
+        let stored = self.profiles.get(name).map_err(EngineError::UnknownProfile)?;
         Ok(ProfileDetail {
             summary: summary(stored, self.active_profile().as_deref()),
             text: stored.text.clone(),
@@ -373,18 +335,12 @@ impl Engine {
 
     /// Parses profile text and plans it against this node, changing nothing.
     pub async fn validate(&self, text: &str, origin: &str) -> Result<Validation, EngineError> {
-        let stem = PathBuf::from(origin)
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .map(String::from);
+        let stem = PathBuf::from(origin).file_stem().and_then(|s| s.to_str()).map(String::from);
         let profile = profile::parse_profile(text, origin, stem.as_deref())
             .map_err(|e| EngineError::InvalidProfile(e.to_string()))?;
         let node = self.observe().await?;
         let plan = plan::plan(&node, &profile, &self.policy)?;
-        Ok(Validation {
-            name: profile.name,
-            plan: plan.report(),
-        })
+        Ok(Validation { name: profile.name, plan: plan.report() })
     }
 }
 

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use clap::Parser;
 use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
-use gpushare_agent::engine::Engine;
+use gpushare_agent::engine::{ApplyJob, Engine};
 use gpushare_agent::gpu::GpuBackend;
 use gpushare_agent::gpu::nvml::{NvmlBackend, compare_with_catalog};
 use gpushare_agent::gpu::sim::{self, SimBackend, SimOptions};
 use gpushare_agent::profile::ProfileStore;
 use gpushare_agent::service::AgentService;
+use gpushare_agent::state;
 use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use tracing_subscriber::EnvFilter;
 
@@ -143,10 +144,7 @@ async fn run(args: Args) -> Result<(), String> {
         Err(e) => {
             // Never act on half-read configuration: run, but change nothing on the GPUs.
             tracing::error!("{e}; running with defaults and changing nothing on the GPUs");
-            AgentConfig {
-                gpu: GpuPolicy::hands_off(),
-                ..AgentConfig::default()
-            }
+            AgentConfig { gpu: GpuPolicy::hands_off(), ..AgentConfig::default() }
         }
     };
     let state_dir = args.state_dir.clone().unwrap_or_else(|| {
@@ -156,10 +154,9 @@ async fn run(args: Args) -> Result<(), String> {
             user_state_dir()
         }
     });
-    let profiles_dir = args
-        .profiles_dir
-        .clone()
-        .unwrap_or(config.profiles_dir.clone());
+    let profiles_dir = args.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
+    let _state_lock = state::lock_state_dir(&state_dir)
+        .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
 
     let backend: Arc<dyn GpuBackend> = match &args.simulate {
         Some(spec) => {
@@ -189,11 +186,20 @@ async fn run(args: Args) -> Result<(), String> {
         Ok(None) => {}
         Err(e) => return Err(format!("{e}; not starting (fix the cause and start again)")),
     }
+    // MIG instances do not survive a reboot: the GPUs go back to the active profile (or
+    // boot_profile). The job takes the apply lock before the agent serves, so status
+    // shows it from the first call and no apply slips in before it.
+    let boot_job = match engine.begin_boot_apply(config.boot_profile.as_deref()).await {
+        None => None,
+        Some(Ok(job)) => Some(job),
+        Some(Err(e)) => {
+            tracing::error!("re-applying at start-up: {e}");
+            None
+        }
+    };
 
-    let bus = args
-        .bus
-        .clone()
-        .unwrap_or_else(|| if is_root() { "system" } else { "session" }.into());
+    let bus =
+        args.bus.clone().unwrap_or_else(|| if is_root() { "system" } else { "session" }.into());
     let builder = match bus.as_str() {
         "system" => zbus::connection::Builder::system(),
         "session" => zbus::connection::Builder::session(),
@@ -220,11 +226,9 @@ async fn run(args: Args) -> Result<(), String> {
         "serving {BUS_NAME}"
     );
 
-    // MIG instances do not survive a reboot: bring the GPUs back to the active profile.
-    {
+    if let Some(job) = boot_job {
         let engine = Arc::clone(&engine);
-        let boot_profile = config.boot_profile.clone();
-        tokio::spawn(async move { boot_apply(&engine, boot_profile.as_deref()).await });
+        tokio::spawn(async move { boot_apply(&engine, job).await });
     }
 
     wait_for_termination().await;
@@ -234,26 +238,14 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Re-applies the boot or active profile at start-up, as a job like any other (status
-/// shows it running).
-async fn boot_apply(engine: &Engine, boot_profile: Option<&str>) {
-    let job = match engine.begin_boot_apply(boot_profile).await {
-        None => return,
-        Some(Ok(job)) => job,
-        Some(Err(e)) => {
-            tracing::error!("re-applying at start-up: {e}");
-            return;
-        }
-    };
+/// Carries out the start-up re-apply, as a job like any other.
+async fn boot_apply(engine: &Engine, job: ApplyJob) {
     let profile = job.plan().profile.clone();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let outcome = engine.run_apply(job, tx).await;
     match outcome.error {
         None if outcome.changed => {
-            tracing::info!(
-                steps = outcome.steps_done,
-                "re-applied {profile} at start-up"
-            )
+            tracing::info!(steps = outcome.steps_done, "re-applied {profile} at start-up")
         }
         None => tracing::info!("the GPUs match {profile}"),
         Some(e) => tracing::error!("re-applying at start-up: {e}"),
@@ -262,10 +254,9 @@ async fn boot_apply(engine: &Engine, boot_profile: Option<&str>) {
 
 async fn wait_for_termination() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         return std::future::pending().await;
     };
     tokio::select! {

@@ -44,11 +44,7 @@ pub struct AgentService {
 impl AgentService {
     /// The service over `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
-        AgentService {
-            engine,
-            next_job: AtomicU64::new(1),
-            jobs: Arc::default(),
-        }
+        AgentService { engine, next_job: AtomicU64::new(1), jobs: Arc::default() }
     }
 }
 
@@ -56,11 +52,7 @@ impl AgentService {
 impl AgentService {
     /// Observed GPUs and the active profile (JSON `Status`).
     async fn status(&self) -> Result<String, AgentError> {
-        self.engine
-            .status()
-            .await
-            .map(|s| json(&s))
-            .map_err(to_dbus)
+        self.engine.status().await.map(|s| json(&s)).map_err(to_dbus)
     }
 
     /// What applying a profile would do (JSON `PlanReport`).
@@ -75,12 +67,7 @@ impl AgentService {
         origin: &str,
         config: &str,
     ) -> Result<String, AgentError> {
-        self.plan_ref(ProfileRef::Document {
-            text,
-            origin,
-            config,
-        })
-        .await
+        self.plan_ref(ProfileRef::Document { text, origin, config }).await
     }
 
     /// Starts an apply and returns its job object.
@@ -91,8 +78,7 @@ impl AgentService {
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
-        self.start_apply(ProfileRef::Named(profile), &options, server, connection)
-            .await
+        self.start_apply(ProfileRef::Named(profile), &options, server, connection).await
     }
 
     /// `Apply` for a profile document or a mig-parted config.
@@ -105,22 +91,13 @@ impl AgentService {
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
-        let profile = ProfileRef::Document {
-            text,
-            origin,
-            config,
-        };
-        self.start_apply(profile, &options, server, connection)
-            .await
+        let profile = ProfileRef::Document { text, origin, config };
+        self.start_apply(profile, &options, server, connection).await
     }
 
     /// The GPUs as they are, as a profile (JSON `Export`).
     async fn export(&self) -> Result<String, AgentError> {
-        self.engine
-            .export()
-            .await
-            .map(|e| json(&e))
-            .map_err(to_dbus)
+        self.engine.export().await.map(|e| json(&e)).map_err(to_dbus)
     }
 
     /// Every known profile (JSON `ProfileList`).
@@ -130,19 +107,12 @@ impl AgentService {
 
     /// One profile with its text (JSON `ProfileDetail`).
     async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
-        self.engine
-            .show_profile(name)
-            .map(|p| json(&p))
-            .map_err(to_dbus)
+        self.engine.show_profile(name).map(|p| json(&p)).map_err(to_dbus)
     }
 
     /// Validates profile text and plans it here (JSON `Validation`).
     async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
-        self.engine
-            .validate(text, origin)
-            .await
-            .map(|v| json(&v))
-            .map_err(to_dbus)
+        self.engine.validate(text, origin).await.map(|v| json(&v)).map_err(to_dbus)
     }
 
     /// The agent's version.
@@ -154,11 +124,7 @@ impl AgentService {
 
 impl AgentService {
     async fn plan_ref(&self, profile: ProfileRef<'_>) -> Result<String, AgentError> {
-        self.engine
-            .plan(profile)
-            .await
-            .map(|p| json(&p.report()))
-            .map_err(to_dbus)
+        self.engine.plan(profile).await.map(|p| json(&p.report())).map_err(to_dbus)
     }
 
     async fn start_apply(
@@ -180,11 +146,7 @@ impl AgentService {
         let number = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}/{number}"))
             .expect("job paths are valid object paths");
-        let job = self
-            .engine
-            .begin_apply(profile, force, path.as_str())
-            .await
-            .map_err(to_dbus)?;
+        let job = self.engine.begin_apply(profile, force, path.as_str()).await.map_err(to_dbus)?;
         tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
         server.at(&path, JobObject::default()).await?;
         self.remember(server, path.clone()).await;
@@ -251,10 +213,7 @@ mod job {
 
     impl Default for JobObject {
         fn default() -> Self {
-            JobObject {
-                state: "running".into(),
-                outcome: String::new(),
-            }
+            JobObject { state: "running".into(), outcome: String::new() }
         }
     }
 

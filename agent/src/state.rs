@@ -3,6 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use serde::Serialize;
@@ -11,13 +12,8 @@ use serde::de::DeserializeOwned;
 /// Writes `bytes` to `path`: a temporary file beside it, fsync, rename over, fsync the
 /// directory.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("no file name"))?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| io::Error::other("no file name"))?;
     let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
     {
         let mut file = File::create(&tmp)?;
@@ -28,14 +24,30 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Takes `<dir>/agent.lock` exclusively for as long as the returned file is open, so that
+/// two agents never share a state directory (one would roll back the other's apply).
+pub fn lock_state_dir(dir: &Path) -> io::Result<File> {
+    fs::create_dir_all(dir)?;
+    let file =
+        File::options().create(true).truncate(false).write(true).open(dir.join("agent.lock"))?;
+    // SAFETY: flock on a file descriptor we own and keep open; no memory is shared.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if taken != 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.kind() == io::ErrorKind::WouldBlock {
+            io::Error::other(format!("another gpushare-agent uses {}", dir.display()))
+        } else {
+            e
+        });
+    }
+    Ok(file)
+}
+
 /// Reads a JSON file; a missing file is `None`.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
+            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -51,6 +63,16 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_agent_per_state_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_state_dir(dir.path()).unwrap();
+        let e = lock_state_dir(dir.path()).unwrap_err();
+        assert!(e.to_string().starts_with("another gpushare-agent uses "), "{e}");
+        drop(held);
+        lock_state_dir(dir.path()).unwrap();
+    }
 
     #[test]
     fn round_trips_and_leaves_no_temporary_file() {

@@ -98,10 +98,9 @@ enum ConnectError {
 impl From<ConnectError> for CtlError {
     fn from(e: ConnectError) -> Self {
         match e {
-            ConnectError::InvalidAddress(a, why) => CtlError::ctl(
-                Kind::InvalidAddress,
-                format!("invalid bus address `{a}`: {why}"),
-            ),
+            ConnectError::InvalidAddress(a, why) => {
+                CtlError::ctl(Kind::InvalidAddress, format!("invalid bus address `{a}`: {why}"))
+            }
             ConnectError::Unreachable(bus, why) => CtlError::ctl(
                 Kind::BusUnreachable,
                 format!(
@@ -176,10 +175,7 @@ pub struct Client {
 impl Client {
     /// A client for the bus `--address` names; nothing is connected yet.
     pub fn new(choice: BusChoice) -> Self {
-        Self {
-            choice,
-            agent: None,
-        }
+        Self { choice, agent: None }
     }
 
     /// Runs `f` (named `method` in messages) against the agent. The first call connects:
@@ -297,22 +293,15 @@ mod tests {
     #[test]
     fn bus_descriptions() {
         assert_eq!(Bus::System.describe(), "system bus");
-        assert_eq!(
-            Bus::Address("unix:path=/x".into()).describe(),
-            "bus at unix:path=/x"
-        );
+        assert_eq!(Bus::Address("unix:path=/x".into()).describe(), "bus at unix:path=/x");
         assert!(Bus::Session.start_hint().contains("--bus session"));
     }
 
     #[test]
     fn explicit_bus_errors_are_one_line() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut client = Client::new(BusChoice::Address(
-            "unix:path=/nonexistent/gpushare-test".into(),
-        ));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut client =
+            Client::new(BusChoice::Address("unix:path=/nonexistent/gpushare-test".into()));
         let e = rt
             .block_on(client.call("Status", async |a: &Agent| a.proxy.status().await))
             .unwrap_err();
@@ -329,10 +318,6 @@ mod tests {
             .block_on(client.call("Status", async |a: &Agent| a.proxy.status().await))
             .unwrap_err();
         assert!(e.is(Kind::InvalidAddress), "{e:?}");
-        assert!(
-            e.message.starts_with("invalid bus address `bogus`"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("invalid bus address `bogus`"), "{}", e.message);
     }
 }

@@ -71,13 +71,7 @@ pub struct ProfileSource {
     /// with -f.
     // `requires` alone is not enough: clap waives it when `file` conflicts with a present
     // argument, as it does with PROFILE through the group.
-    #[arg(
-        short = 'c',
-        long,
-        value_name = "NAME",
-        requires = "file",
-        conflicts_with = "profile"
-    )]
+    #[arg(short = 'c', long, value_name = "NAME", requires = "file", conflicts_with = "profile")]
     pub config: Option<String>,
 }
 
@@ -145,10 +139,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    args.into_iter()
-        .skip(1)
-        .take_while(|a| a.as_ref() != "--")
-        .any(|a| a.as_ref() == "--json")
+    args.into_iter().skip(1).take_while(|a| a.as_ref() != "--").any(|a| a.as_ref() == "--json")
 }
 
 #[cfg(test)]
@@ -198,11 +189,7 @@ mod tests {
         let cli = parse(&["apply", "all-mps"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Apply(ApplyArgs {
-                dry_run: false,
-                force: false,
-                ..
-            })
+            Command::Apply(ApplyArgs { dry_run: false, force: false, .. })
         ));
     }
 
@@ -218,15 +205,8 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let cli = parse(&[
-            "apply",
-            "--file=-",
-            "--config",
-            "all-1g.10gb",
-            "--dry-run",
-            "--force",
-        ])
-        .unwrap();
+        let cli = parse(&["apply", "--file=-", "--config", "all-1g.10gb", "--dry-run", "--force"])
+            .unwrap();
         match cli.command {
             Command::Apply(a) => {
                 assert_eq!(a.source.file.as_deref(), Some("-"));
@@ -262,9 +242,7 @@ mod tests {
         use clap::error::ErrorKind;
         for verb in ["apply", "plan", "assert"] {
             assert_eq!(
-                parse(&[verb, "half-balanced", "-f", "c.yaml"])
-                    .unwrap_err()
-                    .kind(),
+                parse(&[verb, "half-balanced", "-f", "c.yaml"]).unwrap_err().kind(),
                 ErrorKind::ArgumentConflict,
                 "{verb}"
             );
@@ -283,11 +261,7 @@ mod tests {
                 ErrorKind::MissingRequiredArgument,
                 "{verb}"
             );
-            assert_eq!(
-                parse(&[verb, "-f"]).unwrap_err().kind(),
-                ErrorKind::InvalidValue,
-                "{verb}"
-            );
+            assert_eq!(parse(&[verb, "-f"]).unwrap_err().kind(), ErrorKind::InvalidValue, "{verb}");
         }
     }
 
@@ -324,22 +298,15 @@ mod tests {
     #[test]
     fn profiles_defaults_to_list() {
         let cli = parse(&["profiles"]).unwrap();
-        assert!(matches!(
-            cli.command,
-            Command::Profiles(ProfilesArgs { command: None })
-        ));
+        assert!(matches!(cli.command, Command::Profiles(ProfilesArgs { command: None })));
         let cli = parse(&["profiles", "list"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Profiles(ProfilesArgs {
-                command: Some(ProfilesCommand::List)
-            })
+            Command::Profiles(ProfilesArgs { command: Some(ProfilesCommand::List) })
         ));
         let cli = parse(&["profiles", "show", "all-mps"]).unwrap();
         match cli.command {
-            Command::Profiles(ProfilesArgs {
-                command: Some(ProfilesCommand::Show { name }),
-            }) => {
+            Command::Profiles(ProfilesArgs { command: Some(ProfilesCommand::Show { name }) }) => {
                 assert_eq!(name, "all-mps")
             }
             other => panic!("{other:?}"),
@@ -349,22 +316,10 @@ mod tests {
     #[test]
     fn usage_errors() {
         use clap::error::ErrorKind;
-        assert_eq!(
-            parse(&["apply"]).unwrap_err().kind(),
-            ErrorKind::MissingRequiredArgument
-        );
-        assert_eq!(
-            parse(&["frobnicate"]).unwrap_err().kind(),
-            ErrorKind::InvalidSubcommand
-        );
-        assert_eq!(
-            parse(&["status", "--bogus"]).unwrap_err().kind(),
-            ErrorKind::UnknownArgument
-        );
-        assert_eq!(
-            parse(&["validate"]).unwrap_err().kind(),
-            ErrorKind::MissingRequiredArgument
-        );
+        assert_eq!(parse(&["apply"]).unwrap_err().kind(), ErrorKind::MissingRequiredArgument);
+        assert_eq!(parse(&["frobnicate"]).unwrap_err().kind(), ErrorKind::InvalidSubcommand);
+        assert_eq!(parse(&["status", "--bogus"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
+        assert_eq!(parse(&["validate"]).unwrap_err().kind(), ErrorKind::MissingRequiredArgument);
         assert_eq!(
             parse(&["profiles", "show"]).unwrap_err().kind(),
             ErrorKind::MissingRequiredArgument
@@ -376,12 +331,7 @@ mod tests {
     #[test]
     fn json_request_is_seen_in_raw_args() {
         assert!(args_request_json(["gpushare-ctl", "apply", "--json"]));
-        assert!(!args_request_json([
-            "gpushare-ctl",
-            "apply",
-            "--",
-            "--json"
-        ]));
+        assert!(!args_request_json(["gpushare-ctl", "apply", "--", "--json"]));
         assert!(!args_request_json(["--json"]));
     }
 }

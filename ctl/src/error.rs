@@ -92,11 +92,7 @@ pub struct CtlError {
 impl CtlError {
     /// An error with the given name; the message is folded onto one line.
     pub fn new(name: impl Into<String>, message: impl AsRef<str>) -> Self {
-        Self {
-            name: name.into(),
-            message: one_line(message.as_ref()),
-            exit_code: 1,
-        }
+        Self { name: name.into(), message: one_line(message.as_ref()), exit_code: 1 }
     }
 
     /// An error ctl diagnosed itself.
@@ -127,12 +123,7 @@ impl CtlError {
             name: &'a str,
             message: &'a str,
         }
-        let doc = Document {
-            error: Inner {
-                name: &self.name,
-                message: &self.message,
-            },
-        };
+        let doc = Document { error: Inner { name: &self.name, message: &self.message } };
         serde_json::to_string(&doc).unwrap_or_default()
     }
 }
@@ -186,18 +177,12 @@ pub fn agent_error_name(e: &AgentError) -> Option<String> {
 
 /// Whether the call failed because nobody owns the agent's name on that bus.
 pub fn is_no_owner(e: &AgentError) -> bool {
-    matches!(
-        agent_error_name(e).as_deref(),
-        Some(DBUS_SERVICE_UNKNOWN | DBUS_NAME_HAS_NO_OWNER)
-    )
+    matches!(agent_error_name(e).as_deref(), Some(DBUS_SERVICE_UNKNOWN | DBUS_NAME_HAS_NO_OWNER))
 }
 
 /// Whether the call failed because the agent lacks the method (it is older than ctl).
 pub fn is_unknown_method(e: &AgentError) -> bool {
-    matches!(
-        agent_error_name(e).as_deref(),
-        Some(DBUS_UNKNOWN_METHOD | DBUS_UNKNOWN_INTERFACE)
-    )
+    matches!(agent_error_name(e).as_deref(), Some(DBUS_UNKNOWN_METHOD | DBUS_UNKNOWN_INTERFACE))
 }
 
 /// Maps an error of calling `method` on the agent on `bus` (`"system bus"`) to a
@@ -235,14 +220,12 @@ pub fn from_zbus_error(e: zbus::Error, method: &str, bus: &str) -> CtlError {
                     "the D-Bus policy of the {bus} does not let you call {method}: it needs root or membership in the `gpushare` group"
                 ),
             ),
-            DBUS_NO_REPLY => CtlError::new(
-                name,
-                format!("gpushare-agent did not reply to {method}: {desc}"),
-            ),
-            n if n.starts_with(DBUS_SPAWN_PREFIX) => CtlError::new(
-                name.clone(),
-                format!("D-Bus could not start gpushare-agent: {desc}"),
-            ),
+            DBUS_NO_REPLY => {
+                CtlError::new(name, format!("gpushare-agent did not reply to {method}: {desc}"))
+            }
+            n if n.starts_with(DBUS_SPAWN_PREFIX) => {
+                CtlError::new(name.clone(), format!("D-Bus could not start gpushare-agent: {desc}"))
+            }
             _ if desc.is_empty() => CtlError::new(name.clone(), format!("{method} failed: {name}")),
             _ => CtlError::new(name, desc),
         };
@@ -264,10 +247,7 @@ mod tests {
     use super::*;
 
     fn method_error(name: &str, desc: &str) -> zbus::Error {
-        let msg = zbus::Message::method_call("/", "Ping")
-            .unwrap()
-            .build(&())
-            .unwrap();
+        let msg = zbus::Message::method_call("/", "Ping").unwrap().build(&()).unwrap();
         zbus::Error::MethodError(
             zbus::names::ErrorName::try_from(name).unwrap().into(),
             Some(desc.to_owned()),
@@ -282,11 +262,7 @@ mod tests {
         assert_eq!(c.name, "io.gpushare.Agent1.Error.UnknownProfile");
         assert_eq!(c.message, "no profile `x`; known: all-mps, half-balanced");
         assert_eq!(c.exit_code, 1);
-        let c = from_agent_error(
-            AgentError::Busy("job 3 applies all-mps".into()),
-            "Apply",
-            "x",
-        );
+        let c = from_agent_error(AgentError::Busy("job 3 applies all-mps".into()), "Apply", "x");
         assert_eq!(c.name, "io.gpushare.Agent1.Error.Busy");
     }
 
@@ -308,14 +284,10 @@ mod tests {
         assert!(!is_unknown_method(&e));
         let c = from_agent_error(e, "Status", "system bus");
         assert!(c.is(Kind::NotRunning));
-        assert!(
-            c.message.contains("not running on the system bus"),
-            "{}",
-            c.message
-        );
-        let fdo = AgentError::ZBus(zbus::Error::FDO(Box::new(
-            zbus::fdo::Error::NameHasNoOwner("x".into()),
-        )));
+        assert!(c.message.contains("not running on the system bus"), "{}", c.message);
+        let fdo = AgentError::ZBus(zbus::Error::FDO(Box::new(zbus::fdo::Error::NameHasNoOwner(
+            "x".into(),
+        ))));
         assert!(is_no_owner(&fdo));
     }
 
@@ -348,10 +320,7 @@ mod tests {
             "session bus",
         );
         assert!(c.is(Kind::ConnectionLost));
-        assert_eq!(
-            c.message,
-            "lost the connection to the session bus during Status: broken pipe"
-        );
+        assert_eq!(c.message, "lost the connection to the session bus during Status: broken pipe");
     }
 
     #[test]
@@ -368,9 +337,6 @@ mod tests {
             r#"{"error":{"name":"gpushare.Ctl.Error.ReadFile","message":"cannot read p.toml: No such file"}}"#
         );
         let e = CtlError::new("x", "quote \" and\nnewline");
-        assert_eq!(
-            e.to_json(),
-            r#"{"error":{"name":"x","message":"quote \" and newline"}}"#
-        );
+        assert_eq!(e.to_json(), r#"{"error":{"name":"x","message":"quote \" and newline"}}"#);
     }
 }

@@ -45,16 +45,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let out = Output::detect(cli.json);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            out.error(&CtlError::ctl(
-                Kind::Failed,
-                format!("cannot start the async runtime: {e}"),
-            ));
+            out.error(&CtlError::ctl(Kind::Failed, format!("cannot start the async runtime: {e}")));
             return ExitCode::FAILURE;
         }
     };
@@ -74,12 +68,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
     if e.use_stderr() && cli::args_request_json(std::env::args_os()) {
         let error =
             CtlError::ctl(Kind::Usage, usage_message(&e.render().to_string())).with_exit_code(2);
-        Output {
-            json: true,
-            stdout_tty: false,
-            stderr_tty: false,
-        }
-        .error(&error);
+        Output { json: true, stdout_tty: false, stderr_tty: false }.error(&error);
         return ExitCode::from(2);
     }
     e.exit()
@@ -88,18 +77,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
 /// The reason part of clap's usage error text (up to the first blank line), on one line,
 /// without the `error: ` prefix.
 fn usage_message(rendered: &str) -> String {
-    let reason: Vec<&str> = rendered
-        .lines()
-        .map(str::trim)
-        .take_while(|l| !l.is_empty())
-        .collect();
+    let reason: Vec<&str> = rendered.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
     let reason = reason.join(" ");
     let reason = reason.strip_prefix("error: ").unwrap_or(&reason).to_owned();
-    if reason.is_empty() {
-        "invalid command line".into()
-    } else {
-        reason
-    }
+    if reason.is_empty() { "invalid command line".into() } else { reason }
 }
 
 #[cfg(test)]
@@ -115,9 +96,6 @@ mod tests {
             "the following required arguments were not provided: <PROFILE|--file <FILE>>"
         );
         let e = Cli::try_parse_from(["gpushare-ctl", "bogus"]).unwrap_err();
-        assert_eq!(
-            usage_message(&e.render().to_string()),
-            "unrecognized subcommand 'bogus'"
-        );
+        assert_eq!(usage_message(&e.render().to_string()), "unrecognized subcommand 'bogus'");
     }
 }

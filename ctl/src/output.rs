@@ -21,17 +21,9 @@ pub struct Glyphs {
 
 impl Glyphs {
     /// For terminals.
-    pub const UNICODE: Glyphs = Glyphs {
-        tree_mid: "├─",
-        tree_last: "└─",
-        arrow: "→",
-    };
+    pub const UNICODE: Glyphs = Glyphs { tree_mid: "├─", tree_last: "└─", arrow: "→" };
     /// For pipes and files.
-    pub const ASCII: Glyphs = Glyphs {
-        tree_mid: "|-",
-        tree_last: "`-",
-        arrow: "->",
-    };
+    pub const ASCII: Glyphs = Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->" };
 }
 
 /// The output mode of this run.
@@ -57,11 +49,7 @@ impl Output {
 
     /// Glyphs for stdout.
     pub fn glyphs(&self) -> Glyphs {
-        if self.stdout_tty {
-            Glyphs::UNICODE
-        } else {
-            Glyphs::ASCII
-        }
+        if self.stdout_tty { Glyphs::UNICODE } else { Glyphs::ASCII }
     }
 
     /// Whether to draw a progress bar (stderr is a terminal, not `--json`).
@@ -126,12 +114,7 @@ pub fn plain_table<S: ToString>(header: impl IntoIterator<Item = S>) -> Table {
     table
         .load_preset(presets::NOTHING)
         .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(
-            header
-                .into_iter()
-                .map(|h| h.to_string())
-                .collect::<Vec<_>>(),
-        );
+        .set_header(header.into_iter().map(|h| h.to_string()).collect::<Vec<_>>());
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
     }
@@ -151,11 +134,7 @@ pub fn render_table(table: &Table) -> String {
 
 /// `"1 step"`, `"3 steps"`.
 pub fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
+    if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
 }
 
 #[cfg(test)]
@@ -167,26 +146,15 @@ mod tests {
         let mut t = plain_table(["A", "LONGER", "C"]);
         t.add_row(vec!["xyz", "1", ""]);
         t.add_row(vec!["", "22", "end"]);
-        assert_eq!(
-            render_table(&t),
-            "A    LONGER  C\nxyz  1\n     22      end\n"
-        );
+        assert_eq!(render_table(&t), "A    LONGER  C\nxyz  1\n     22      end\n");
     }
 
     #[test]
     fn documents_must_be_objects() {
-        let out = Output {
-            json: true,
-            stdout_tty: false,
-            stderr_tty: false,
-        };
+        let out = Output { json: true, stdout_tty: false, stderr_tty: false };
         let e = out.print_document("[1]", "Status").unwrap_err();
         assert!(e.is(Kind::BadReply));
-        assert!(
-            e.message.starts_with("the agent sent a Status document"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("the agent sent a Status document"), "{}", e.message);
     }
 
     #[test]

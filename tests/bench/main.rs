@@ -18,20 +18,23 @@ struct Args {
     simulate: Option<String>,
     runs: usize,
     applies: usize,
+    /// Per-call delay for the parallel-against-serial comparison; none skips it.
+    mig_delay_ms: Option<u64>,
 }
 
 fn parse_args() -> Args {
-    let mut args = Args {
-        simulate: Some("a100-40gb:8".into()),
-        runs: 50,
-        applies: 100,
-    };
+    let mut args =
+        Args { simulate: Some("a100-40gb:8".into()), runs: 50, applies: 100, mig_delay_ms: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--simulate" => args.simulate = it.next(),
             "--nvml" => args.simulate = None,
             "--runs" => args.runs = it.next().and_then(|n| n.parse().ok()).expect("--runs N"),
+            "--mig-delay-ms" => {
+                args.mig_delay_ms = it.next().and_then(|n| n.parse().ok());
+                assert!(args.mig_delay_ms.is_some(), "--mig-delay-ms MS");
+            }
             "--applies" => {
                 args.applies = it.next().and_then(|n| n.parse().ok()).expect("--applies N")
             }
@@ -83,17 +86,44 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .expect("memory field")
 }
 
+/// `half-balanced` on 8 simulated A100s with a delay per driver call, all GPUs at once
+/// against one GPU at a time (`max_parallel_gpus = 1`), from MIG off each time.
+fn parallel_against_serial(delay_ms: u64, runs: usize) {
+    println!(
+        "Per-call delay {delay_ms} ms, `gpushare-ctl apply half-balanced` from all-disabled on 8 simulated A100-40GB (40 calls on 4 GPUs)\n"
+    );
+    println!("| measurement | runs | median ms | min ms | p90 ms | max ms |");
+    println!("|---|---|---|---|---|---|");
+    for (label, config) in [
+        ("all GPUs at once (default)", ""),
+        ("one GPU at a time (`max_parallel_gpus = 1`)", "[apply]\nmax_parallel_gpus = 1\n"),
+    ] {
+        let options = AgentOptions::simulate("a100-40gb:8")
+            .env("GPUSHARE_SIM_DELAY_MS", &delay_ms.to_string())
+            .config(config);
+        let agent = Agent::start(options);
+        let mut samples = Vec::new();
+        for _ in 0..runs {
+            samples.extend(time_runs(1, || agent.ctl_command(&["apply", "half-balanced"])));
+            time_runs(1, || agent.ctl_command(&["apply", "all-disabled"]));
+        }
+        row(label, &mut samples);
+    }
+}
+
 fn main() {
     let args = parse_args();
+    if let Some(delay) = args.mig_delay_ms {
+        parallel_against_serial(delay, 5);
+        return;
+    }
     let options = match &args.simulate {
         Some(spec) => AgentOptions::simulate(spec),
         None => AgentOptions::default()
             .config("[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n"),
     };
-    let backend = args
-        .simulate
-        .clone()
-        .map_or("NVML (hands off)".to_string(), |s| format!("simulated {s}"));
+    let backend =
+        args.simulate.clone().map_or("NVML (hands off)".to_string(), |s| format!("simulated {s}"));
     let agent = Agent::start(options);
     let pid = agent.pid().expect("agent pid");
     let rss_start = rss_kib(pid, "VmRSS:");
@@ -107,11 +137,7 @@ fn main() {
     let mut status_json = time_runs(args.runs, || agent.ctl_command(&["status", "--json"]));
     row("`gpushare-ctl status --json`", &mut status_json);
 
-    if Command::new("nvidia-smi")
-        .arg("-L")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if Command::new("nvidia-smi").arg("-L").output().is_ok_and(|o| o.status.success()) {
         let mut smi = time_runs(args.runs, || {
             let mut c = Command::new("nvidia-smi");
             c.args([
@@ -126,26 +152,16 @@ fn main() {
         );
     }
 
-    let profile = if args.simulate.is_some() {
-        "half-balanced"
-    } else {
-        "all-disabled"
-    };
+    let profile = if args.simulate.is_some() { "half-balanced" } else { "all-disabled" };
     if args.simulate.is_some() {
         let mut first = time_runs(1, || agent.ctl_command(&["apply", profile]));
-        row(
-            &format!("`gpushare-ctl apply {profile}` from all MIG off (changes)"),
-            &mut first,
-        );
+        row(&format!("`gpushare-ctl apply {profile}` from all MIG off (changes)"), &mut first);
     } else {
         // Hands off: the first apply records the profile, the rest are the timed no-ops.
         time_runs(1, || agent.ctl_command(&["apply", profile]));
     }
     let mut again = time_runs(args.runs, || agent.ctl_command(&["apply", profile]));
-    row(
-        &format!("`gpushare-ctl apply {profile}` again (idempotent)"),
-        &mut again,
-    );
+    row(&format!("`gpushare-ctl apply {profile}` again (idempotent)"), &mut again);
 
     let mut rss_lines = vec![format!("| after start | {rss_start} |")];
     if args.simulate.is_some() {
@@ -155,11 +171,7 @@ fn main() {
         // Two rounds: memory must not grow from the first round to the second.
         for round in 1..=2 {
             for i in 0..args.applies {
-                let target = if i % 2 == 0 {
-                    "all-balanced"
-                } else {
-                    "half-balanced"
-                };
+                let target = if i % 2 == 0 { "all-balanced" } else { "half-balanced" };
                 changing.extend(time_runs(1, || agent.ctl_command(&["apply", target])));
             }
             rss_lines.push(format!(

@@ -52,10 +52,7 @@ fn half_balanced_on_a_dgx_a100() {
     let human = agent.ctl(&["status"]);
     assert!(human.status.success());
     let human = stdout(&human);
-    assert!(
-        human.contains("half-balanced") && human.contains("3g.20gb"),
-        "{human}"
-    );
+    assert!(human.contains("half-balanced") && human.contains("3g.20gb"), "{human}");
 }
 
 #[test]
@@ -93,10 +90,7 @@ fn plan_prints_the_steps_and_changes_nothing() {
     assert!(out.status.success(), "{}", text(&out));
     let printed = stdout(&out);
     assert!(printed.contains("GPU 0: enable MIG mode"), "{printed}");
-    assert!(
-        printed.contains("GPU 3: create 3g.20gb at slot 4"),
-        "{printed}"
-    );
+    assert!(printed.contains("GPU 3: create 3g.20gb at slot 4"), "{printed}");
     let report = agent.ctl_json(&["plan", "half-balanced"]);
     assert_eq!(report["changes"], true);
     // Per MIG GPU: enable, reset (A100s keep the mode pending), four instances × 2 calls.
@@ -128,26 +122,17 @@ fn bad_profiles_fail_with_one_line_naming_the_place_and_change_nothing() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(
-        err.contains(&format!("{}:4:7: mig: the count of 1g", file.display())),
-        "{err}"
-    );
+    assert!(err.contains(&format!("{}:4:7: mig: the count of 1g", file.display())), "{err}");
 
     let json = agent.ctl(&["validate", file.to_str().unwrap(), "--json"]);
     assert!(!json.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert!(
-        doc["error"]["message"].as_str().unwrap().contains(":4:7:"),
-        "{doc}"
-    );
+    assert!(doc["error"]["message"].as_str().unwrap().contains(":4:7:"), "{doc}");
 
     let out = agent.ctl(&["apply", "no-such-profile"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(
-        err.contains("known profiles: all-balanced, all-disabled"),
-        "{err}"
-    );
+    assert!(err.contains("known profiles: all-balanced, all-disabled"), "{err}");
     assert!(err.contains("too-big"), "{err}");
 
     assert_eq!(agent.status(), before, "the GPUs must be unchanged");
@@ -169,27 +154,14 @@ fn validate_accepts_a_good_file_and_plans_it_here() {
 fn profiles_list_and_show() {
     let agent = Agent::start(
         AgentOptions::simulate("a30:2")
-            .profile(
-                "mine.toml",
-                "description = \"a test\"\n[[gpu]]\nselect = \"all\"\n",
-            )
+            .profile("mine.toml", "description = \"a test\"\n[[gpu]]\nselect = \"all\"\n")
             .profile("bad.toml", "[[gpu]]\nselect = \n"),
     );
     let list = agent.ctl_json(&["profiles", "list"]);
-    let names: Vec<&str> = list["profiles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
-    assert!(
-        names.contains(&"half-balanced") && names.contains(&"mine"),
-        "{names:?}"
-    );
-    assert!(
-        list["errors"][0].as_str().unwrap().contains("bad.toml:2:"),
-        "{list}"
-    );
+    let names: Vec<&str> =
+        list["profiles"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"half-balanced") && names.contains(&"mine"), "{names:?}");
+    assert!(list["errors"][0].as_str().unwrap().contains("bad.toml:2:"), "{list}");
     let show = agent.ctl_json(&["profiles", "show", "half-balanced"]);
     assert_eq!(show["source"], "built-in");
     assert!(show["text"].as_str().unwrap().contains("first-half"));
@@ -202,10 +174,7 @@ fn profiles_list_and_show() {
 fn the_agent_survives_a_ctl_that_disconnects_mid_apply() {
     let mut agent =
         Agent::start(AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_DELAY_MS", "15"));
-    let mut ctl = agent
-        .ctl_command(&["apply", "half-balanced"])
-        .spawn()
-        .unwrap();
+    let mut ctl = agent.ctl_command(&["apply", "half-balanced"]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(150));
     ctl.kill().unwrap();
     ctl.wait().unwrap();
@@ -217,10 +186,7 @@ fn the_agent_survives_a_ctl_that_disconnects_mid_apply() {
             assert_eq!(instance_profiles(&status, 3), BALANCED_A100);
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the apply never finished: {status}"
-        );
+        assert!(Instant::now() < deadline, "the apply never finished: {status}");
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(agent.is_running());
@@ -230,18 +196,11 @@ fn the_agent_survives_a_ctl_that_disconnects_mid_apply() {
 fn a_second_apply_while_one_runs_is_refused() {
     let agent =
         Agent::start(AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_DELAY_MS", "10"));
-    let first = agent
-        .ctl_command(&["apply", "half-balanced", "--json"])
-        .spawn()
-        .unwrap();
+    let first = agent.ctl_command(&["apply", "half-balanced", "--json"]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let second = agent.ctl(&["apply", "all-disabled"]);
     assert!(!second.status.success(), "{}", text(&second));
-    assert!(
-        stderr(&second).contains("another apply is running"),
-        "{}",
-        text(&second)
-    );
+    assert!(stderr(&second).contains("another apply is running"), "{}", text(&second));
     let first = first.wait_with_output().unwrap();
     assert!(first.status.success(), "{}", text(&first));
     let status = agent.status();
@@ -278,20 +237,11 @@ fn an_injected_driver_failure_is_reported_with_the_step() {
             && err.contains("rolled back: GPU 0, 1, 2, 3 as before"),
         "{err}"
     );
-    let reasons = err
-        .lines()
-        .filter(|l| l.starts_with("gpushare-ctl:"))
-        .count();
+    let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
     assert_eq!(reasons, 1, "{err}");
     let status = agent.status();
     assert_eq!(status["active_profile"], serde_json::Value::Null);
-    assert!(
-        status["gpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|g| g["mig_enabled"] == false)
-    );
+    assert!(status["gpus"].as_array().unwrap().iter().all(|g| g["mig_enabled"] == false));
 }
 
 #[test]
@@ -301,19 +251,10 @@ fn json_errors_are_one_object() {
     assert!(!out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["name"], "io.gpushare.Agent1.Error.Infeasible");
-    assert!(
-        doc["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("GPU 0 (L40S): has no MIG")
-    );
+    assert!(doc["error"]["message"].as_str().unwrap().contains("GPU 0 (L40S): has no MIG"));
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("does not carry out yet"),
-        "{}",
-        text(&out)
-    );
+    assert!(stderr(&out).contains("does not carry out yet"), "{}", text(&out));
 }
 
 #[test]

@@ -35,9 +35,7 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
     let plan = agent.ctl_json(&["plan", "half-balanced"]);
     let mut calls: BTreeMap<String, u32> = BTreeMap::new();
     for step in plan["steps"].as_array().unwrap() {
-        *calls
-            .entry(step["operation"].as_str().unwrap().to_string())
-            .or_default() += 1;
+        *calls.entry(step["operation"].as_str().unwrap().to_string()).or_default() += 1;
     }
     // GPUs 4-7 lose their four instances and MIG: every kind of destroy, the mode change
     // and the reset the A100 needs.
@@ -58,10 +56,7 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
             let out = agent.ctl(&["apply", "half-balanced"]);
             assert!(!out.status.success(), "{fail}: {}", text(&out));
             let err = stderr(&out);
-            let reasons = err
-                .lines()
-                .filter(|l| l.starts_with("gpushare-ctl:"))
-                .count();
+            let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
             assert_eq!(reasons, 1, "{fail}: {err}");
             assert!(
                 err.contains(&format!("failed: {operation} on GPU"))
@@ -70,11 +65,7 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
                 "{fail}: {err}"
             );
             assert!(err.contains("(GPU "), "the failed step is named: {err}");
-            assert_eq!(
-                layout(&agent.status()),
-                before,
-                "{fail}: the GPUs are as before"
-            );
+            assert_eq!(layout(&agent.status()), before, "{fail}: the GPUs are as before");
             assert_journal_settled(&agent, "all-balanced");
             cases += 1;
         }
@@ -86,20 +77,13 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
 fn failures_while_creating_are_rolled_back_too() {
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2,h100-80gb:2"));
     let before = layout(&agent.status());
-    for fail in [
-        "create_gpu_instance:5",
-        "create_compute_instance:7",
-        "set_mig_mode:3",
-        "reset_gpu:2",
-    ] {
+    for fail in
+        ["create_gpu_instance:5", "create_compute_instance:7", "set_mig_mode:3", "reset_gpu:2"]
+    {
         agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", fail)]);
         let out = agent.ctl(&["apply", "all-balanced"]);
         assert!(!out.status.success(), "{fail}: {}", text(&out));
-        assert!(
-            stderr(&out).contains("rolled back: GPU 0, 1, 2, 3 as before"),
-            "{}",
-            text(&out)
-        );
+        assert!(stderr(&out).contains("rolled back: GPU 0, 1, 2, 3 as before"), "{}", text(&out));
         assert_eq!(layout(&agent.status()), before, "{fail}");
         assert_eq!(agent.journal()["transaction"], Value::Null);
     }
@@ -111,9 +95,7 @@ fn kill_points() -> Vec<u64> {
     let mut x: u64 = 0x2545_F491;
     (0..10)
         .map(|_| {
-            x = x
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             (x >> 33) % 120
         })
         .collect()
@@ -127,10 +109,7 @@ fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
         let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
         let old = layout(&agent.status());
         agent.restart_with_env(&delay);
-        let mut ctl = agent
-            .ctl_command(&["apply", "half-balanced", "--json"])
-            .spawn()
-            .unwrap();
+        let mut ctl = agent.ctl_command(&["apply", "half-balanced", "--json"]).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(kill_after));
         agent.kill();
         let _ = ctl.wait();
@@ -138,40 +117,23 @@ fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
         agent.restart_with_env(&[]);
         let status = agent.status();
         let now = layout(&status);
-        let new: Vec<_> = (0..8)
-            .map(|i| {
-                if i < 4 {
-                    old[i].clone()
-                } else {
-                    (false, vec![])
-                }
-            })
-            .collect();
+        let new: Vec<_> =
+            (0..8).map(|i| if i < 4 { old[i].clone() } else { (false, vec![]) }).collect();
         let active = status["active_profile"].as_str().unwrap().to_string();
         if now == old {
             assert_eq!(active, "all-balanced", "killed at {kill_after} ms");
         } else {
-            assert_eq!(
-                now, new,
-                "killed at {kill_after} ms: neither the old nor the new layout"
-            );
+            assert_eq!(now, new, "killed at {kill_after} ms: neither the old nor the new layout");
             assert_eq!(active, "half-balanced", "killed at {kill_after} ms");
         }
         for (i, gpu) in status["gpus"].as_array().unwrap().iter().enumerate() {
-            assert_eq!(
-                gpu["mig_pending"],
-                Value::Null,
-                "GPU {i} left with a pending mode"
-            );
+            assert_eq!(gpu["mig_pending"], Value::Null, "GPU {i} left with a pending mode");
         }
         assert_journal_settled(&agent, &active);
         *outcomes.entry(active).or_insert(0) += 1;
     }
     // The points reach into the apply: some kills land mid-way and are rolled back.
-    assert!(
-        outcomes.get("all-balanced").copied().unwrap_or(0) > 0,
-        "{outcomes:?}"
-    );
+    assert!(outcomes.get("all-balanced").copied().unwrap_or(0) > 0, "{outcomes:?}");
 }
 
 #[test]
@@ -281,11 +243,7 @@ fn hooks_run_around_applies_that_change_something() {
         "{err}"
     );
     assert_eq!(layout(&agent.status()), before);
-    assert!(
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .ends_with("post all-balanced 0,1 failed\n")
-    );
+    assert!(std::fs::read_to_string(&log).unwrap().ends_with("post all-balanced 0,1 failed\n"));
 }
 
 #[test]
@@ -327,18 +285,9 @@ fn mig_parted_configs_apply_as_they_are_and_export_round_trips() {
     }
     let out = agent.ctl(&["apply", "-f", yaml, "-c", "all-balancd"]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("all-balanced"),
-        "names the known configs: {}",
-        text(&out)
-    );
+    assert!(stderr(&out).contains("all-balanced"), "names the known configs: {}", text(&out));
 
-    assert!(
-        agent
-            .ctl(&["assert", "-f", yaml, "-c", "all-balanced"])
-            .status
-            .success()
-    );
+    assert!(agent.ctl(&["assert", "-f", yaml, "-c", "all-balanced"]).status.success());
     assert!(agent.ctl(&["assert", "all-balanced"]).status.success());
     let out = agent.ctl(&["assert", "half-balanced"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -354,11 +303,31 @@ fn mig_parted_configs_apply_as_they_are_and_export_round_trips() {
     assert_eq!(outcome["changed"], false);
     assert_eq!(agent.status()["active_profile"], "exported");
 
-    assert!(
-        agent
-            .ctl(&["apply", "-f", yaml, "-c", "all-1g.5gb"])
-            .status
-            .success()
-    );
+    assert!(agent.ctl(&["apply", "-f", yaml, "-c", "all-1g.5gb"]).status.success());
     assert_eq!(instance_profiles(&agent.status(), 7), vec!["1g.5gb"; 7]);
+}
+
+#[test]
+fn a_failed_rollback_is_reported_and_finished_at_the_next_start() {
+    let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
+    let before = layout(&agent.status());
+    // The apply fails at its third destroy; the rollback fails at its first create.
+    agent
+        .restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3,create_gpu_instance:1")]);
+    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("the rollback failed too"), "{err}");
+    let status = agent.status();
+    assert_eq!(status["active_profile"], Value::Null);
+    assert!(status["rollback_error"].is_string(), "{status}");
+    let human = agent.ctl(&["status"]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("Rollback failed"), "{}", text(&human));
+    assert!(agent.journal()["transaction"]["rollback_error"].is_string());
+
+    // At the next start the agent finishes the rollback before it serves.
+    agent.restart_with_env(&[]);
+    assert_eq!(layout(&agent.status()), before);
+    assert_journal_settled(&agent, "all-balanced");
+    assert_eq!(agent.status()["rollback_error"], Value::Null);
 }

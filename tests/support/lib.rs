@@ -21,11 +21,7 @@ pub fn binary(name: &str, env: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/e2e-<hash> or target/<profile>/<bin> → target/<profile>/<name>
     let dir = exe.parent().expect("target directory");
-    let dir = if dir.ends_with("deps") {
-        dir.parent().expect("target directory")
-    } else {
-        dir
-    };
+    let dir = if dir.ends_with("deps") { dir.parent().expect("target directory") } else { dir };
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -40,10 +36,7 @@ pub fn repo_root() -> PathBuf {
     if let Some(root) = std::env::var_os("GPUSHARE_REPO_ROOT") {
         return PathBuf::from(root);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root").to_path_buf()
 }
 
 /// A private dbus-daemon, stopped on drop.
@@ -59,10 +52,7 @@ impl Bus {
         let dir = tempfile::tempdir().expect("temporary directory");
         let address = format!("unix:path={}", dir.path().join("bus").display());
         let mut child = Command::new("dbus-daemon")
-            .arg(format!(
-                "--config-file={}",
-                repo_root().join("tests/dbus/session.conf").display()
-            ))
+            .arg(format!("--config-file={}", repo_root().join("tests/dbus/session.conf").display()))
             .arg(format!("--address={address}"))
             .args(["--nofork", "--nopidfile", "--print-address=1"])
             .stdout(Stdio::piped())
@@ -74,11 +64,7 @@ impl Bus {
             .read_line(&mut line)
             .expect("dbus-daemon prints its address");
         assert!(line.starts_with("unix:"), "dbus-daemon said {line:?}");
-        Bus {
-            child,
-            address: line.trim().to_string(),
-            _dir: dir,
-        }
+        Bus { child, address: line.trim().to_string(), _dir: dir }
     }
 
     /// The bus address (`unix:path=…,guid=…`).
@@ -110,10 +96,7 @@ pub struct AgentOptions {
 impl AgentOptions {
     /// Simulating `spec`.
     pub fn simulate(spec: &str) -> Self {
-        AgentOptions {
-            simulate: spec.into(),
-            ..Self::default()
-        }
+        AgentOptions { simulate: spec.into(), ..Self::default() }
     }
 
     /// With an environment variable.
@@ -154,17 +137,9 @@ impl Agent {
         for (name, text) in &options.profiles {
             std::fs::write(dir.path().join("profiles.d").join(name), text).unwrap();
         }
-        std::fs::write(
-            dir.path().join("agent.toml"),
-            options.config.clone().unwrap_or_default(),
-        )
-        .unwrap();
-        let mut agent = Agent {
-            child: None,
-            options,
-            dir,
-            bus: Bus::start(),
-        };
+        std::fs::write(dir.path().join("agent.toml"), options.config.clone().unwrap_or_default())
+            .unwrap();
+        let mut agent = Agent { child: None, options, dir, bus: Bus::start() };
         agent.spawn();
         agent
     }
@@ -200,17 +175,10 @@ impl Agent {
                     return;
                 }
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("gpushare-agent exited at start-up: {status}");
             }
-            assert!(
-                Instant::now() < deadline,
-                "gpushare-agent did not answer within 20 s"
-            );
+            assert!(Instant::now() < deadline, "gpushare-agent did not answer within 20 s");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -242,10 +210,7 @@ impl Agent {
     /// (`GPUSHARE_SIM_*`), on the same bus and state directory.
     pub fn restart_with_env(&mut self, env: &[(&str, &str)]) {
         self.stop();
-        self.options.env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        self.options.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         self.spawn();
     }
 
@@ -269,9 +234,7 @@ impl Agent {
 
     /// Whether the agent process still runs.
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// A `gpushare-ctl` command pointed at this agent's bus.
@@ -294,16 +257,9 @@ impl Agent {
         let mut all = args.to_vec();
         all.push("--json");
         let out = self.ctl(&all);
-        assert!(
-            out.status.success(),
-            "gpushare-ctl {args:?} failed: {}",
-            text(&out)
-        );
+        assert!(out.status.success(), "gpushare-ctl {args:?} failed: {}", text(&out));
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "gpushare-ctl {args:?} --json printed no JSON ({e}): {}",
-                text(&out)
-            )
+            panic!("gpushare-ctl {args:?} --json printed no JSON ({e}): {}", text(&out))
         })
     }
 

@@ -77,9 +77,7 @@ pub struct Sharing {
 impl Sharing {
     /// No sharing set up by gpushare.
     pub fn exclusive() -> Self {
-        Self {
-            strategy: "exclusive".into(),
-        }
+        Self { strategy: "exclusive".into() }
     }
 }
 

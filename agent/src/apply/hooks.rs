@@ -54,9 +54,7 @@ impl Hooks {
             if let Some(result) = result {
                 cmd.env("GPUSHARE_RESULT", result);
             }
-            let child = cmd
-                .spawn()
-                .map_err(|e| format!("{name} hook `{command}`: {e}"))?;
+            let child = cmd.spawn().map_err(|e| format!("{name} hook `{command}`: {e}"))?;
             let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
                 Ok(Ok(output)) => output,
                 Ok(Err(e)) => return Err(format!("{name} hook `{command}`: {e}")),
@@ -70,19 +68,11 @@ impl Hooks {
             let stderr = String::from_utf8_lossy(&output.stderr);
             tracing::info!(hook = name, command, status = %output.status, "hook ran");
             if !output.status.success() {
-                let last = stderr
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
+                let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
                 return Err(format!(
                     "{name} hook `{command}` failed ({}){}",
                     output.status,
-                    if last.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", last.trim())
-                    }
+                    if last.is_empty() { String::new() } else { format!(": {}", last.trim()) }
                 ));
             }
         }
@@ -111,12 +101,8 @@ mod tests {
             out.display()
         );
         let h = hooks(&[&record], &[&record]);
-        h.run(Phase::PreApply, "half-balanced", &[4, 5])
-            .await
-            .unwrap();
-        h.run(Phase::PostApply("rolled-back"), "half-balanced", &[4, 5])
-            .await
-            .unwrap();
+        h.run(Phase::PreApply, "half-balanced", &[4, 5]).await.unwrap();
+        h.run(Phase::PostApply("rolled-back"), "half-balanced", &[4, 5]).await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&out).unwrap(),
             "pre_apply half-balanced 4,5 \npost_apply half-balanced 4,5 rolled-back\n"
@@ -140,15 +126,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_hanging_command_is_killed_at_the_timeout() {
-        let h = Hooks {
-            timeout: Duration::from_millis(200),
-            ..hooks(&[], &["sleep 30"])
-        };
+        let h = Hooks { timeout: Duration::from_millis(200), ..hooks(&[], &["sleep 30"]) };
         let started = std::time::Instant::now();
-        let e = h
-            .run(Phase::PostApply("success"), "p", &[0])
-            .await
-            .unwrap_err();
+        let e = h.run(Phase::PostApply("success"), "p", &[0]).await.unwrap_err();
         assert!(e.contains("did not finish"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

@@ -89,11 +89,7 @@ impl GpuCheckpoint {
                 gpu: g.index,
                 uuid: g.uuid.clone(),
                 mig_enabled: g.mig_enabled,
-                instances: g
-                    .instances
-                    .iter()
-                    .map(|i| (i.profile_id, i.placement_start))
-                    .collect(),
+                instances: g.instances.iter().map(|i| (i.profile_id, i.placement_start)).collect(),
                 compute_mode: g.compute_mode,
             })
             .collect()
@@ -113,10 +109,7 @@ impl Journal {
         std::fs::create_dir_all(state_dir)?;
         let path = state_dir.join("state.json");
         let state = read_json(&path)?.unwrap_or_default();
-        Ok(Journal {
-            path,
-            state: Mutex::new(state),
-        })
+        Ok(Journal { path, state: Mutex::new(state) })
     }
 
     /// A copy of the journal's content.
@@ -126,11 +119,7 @@ impl Journal {
 
     /// The profile last applied successfully.
     pub fn active_profile(&self) -> Option<String> {
-        self.state
-            .lock()
-            .expect("journal lock")
-            .active_profile
-            .clone()
+        self.state.lock().expect("journal lock").active_profile.clone()
     }
 
     fn update(&self, change: impl FnOnce(&mut AgentState)) -> io::Result<()> {
@@ -146,11 +135,7 @@ impl Journal {
 
     /// The active profile's document, when it was applied from one.
     pub fn active_document(&self) -> Option<ProfileDocument> {
-        self.state
-            .lock()
-            .expect("journal lock")
-            .active_document
-            .clone()
+        self.state.lock().expect("journal lock").active_document.clone()
     }
 
     /// Records the active profile outside a transaction (an apply that changed nothing).
@@ -232,9 +217,7 @@ mod tests {
     fn commit_and_rollback_settle_the_active_profile_durably() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        journal
-            .set_active(Some("all-balanced".into()), None)
-            .unwrap();
+        journal.set_active(Some("all-balanced".into()), None).unwrap();
         journal.begin(transaction()).unwrap();
         journal.step_done(0).unwrap();
         let reopened = Journal::open(dir.path()).unwrap().snapshot();
@@ -250,10 +233,7 @@ mod tests {
             }
         );
         journal
-            .begin(Transaction {
-                previous_profile: Some("half-balanced".into()),
-                ..transaction()
-            })
+            .begin(Transaction { previous_profile: Some("half-balanced".into()), ..transaction() })
             .unwrap();
         journal.rolled_back().unwrap();
         assert_eq!(journal.active_profile().as_deref(), Some("half-balanced"));
@@ -261,10 +241,7 @@ mod tests {
         journal.rollback_failed("boom").unwrap();
         let state = Journal::open(dir.path()).unwrap().snapshot();
         assert_eq!(state.active_profile, None);
-        assert_eq!(
-            state.transaction.unwrap().rollback_error.as_deref(),
-            Some("boom")
-        );
+        assert_eq!(state.transaction.unwrap().rollback_error.as_deref(), Some("boom"));
     }
 
     #[test]

@@ -124,13 +124,8 @@ impl Executor {
         let mut offset = 0;
         let mut runs = Vec::new();
         for gpu in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
-            let steps: Vec<(usize, Step)> = gpu
-                .steps
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(|(i, s)| (offset + i, s))
-                .collect();
+            let steps: Vec<(usize, Step)> =
+                gpu.steps.iter().cloned().enumerate().map(|(i, s)| (offset + i, s)).collect();
             offset += steps.len();
             let shared = Arc::clone(&shared);
             let permits = Arc::clone(&permits);
@@ -139,11 +134,8 @@ impl Executor {
                 run_gpu(&shared, steps).await
             });
         }
-        let mut failures: Vec<ApplyError> = join_all(runs)
-            .await
-            .into_iter()
-            .filter_map(Result::err)
-            .collect();
+        let mut failures: Vec<ApplyError> =
+            join_all(runs).await.into_iter().filter_map(Result::err).collect();
         failures.sort_by_key(|e| match e {
             ApplyError::Step { number, .. } => *number,
             _ => 0,
@@ -151,14 +143,9 @@ impl Executor {
         if let Some(first) = failures.into_iter().next() {
             return Err(first);
         }
-        let _ = progress.send(Progress {
-            done: total,
-            total,
-            step: "verifying".into(),
-        });
-        let observed = blocking(&self.backend, |b| b.observe())
-            .await
-            .map_err(ApplyError::Backend)?;
+        let _ = progress.send(Progress { done: total, total, step: "verifying".into() });
+        let observed =
+            blocking(&self.backend, |b| b.observe()).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
         Ok(shared.done.load(Ordering::SeqCst))
     }
@@ -242,45 +229,27 @@ async fn run_step(
 ) -> Result<StepEffect, GpuError> {
     let step = step.clone();
     let gi_created = match &step {
-        Step::CreateComputeInstance {
-            start,
-            gpu_instance: None,
-            ..
-        } => created.get(start).copied(),
+        Step::CreateComputeInstance { start, gpu_instance: None, .. } => {
+            created.get(start).copied()
+        }
         _ => None,
     };
     blocking(backend, move |b| match step {
-        Step::DestroyComputeInstance {
-            gpu,
-            gpu_instance,
-            compute_instance,
-            ..
-        } => b
+        Step::DestroyComputeInstance { gpu, gpu_instance, compute_instance, .. } => b
             .destroy_compute_instance(gpu, gpu_instance, compute_instance)
             .map(|()| StepEffect::None),
-        Step::DestroyGpuInstance {
-            gpu, gpu_instance, ..
-        } => b
-            .destroy_gpu_instance(gpu, gpu_instance)
-            .map(|()| StepEffect::None),
+        Step::DestroyGpuInstance { gpu, gpu_instance, .. } => {
+            b.destroy_gpu_instance(gpu, gpu_instance).map(|()| StepEffect::None)
+        }
         Step::SetMigMode { gpu, enabled } => match b.set_mig_mode(gpu, enabled)? {
             MigModeActivation::Activated => Ok(StepEffect::None),
             MigModeActivation::PendingReset => Ok(StepEffect::ModePending(gpu)),
         },
         Step::ResetGpu { gpu, .. } => b.reset_gpu(gpu).map(|()| StepEffect::Reset),
-        Step::CreateGpuInstance {
-            gpu,
-            profile,
-            start,
-        } => b
+        Step::CreateGpuInstance { gpu, profile, start } => b
             .create_gpu_instance(gpu, profile, start)
             .map(|id| StepEffect::CreatedGpuInstance(start, id)),
-        Step::CreateComputeInstance {
-            gpu,
-            gpu_instance,
-            start,
-            ..
-        } => {
+        Step::CreateComputeInstance { gpu, gpu_instance, start, .. } => {
             let gi = gpu_instance.or(gi_created).ok_or_else(|| {
                 GpuError::new(
                     Operation::CreateComputeInstance.as_str(),
@@ -304,10 +273,8 @@ pub async fn blocking<T: Send + 'static>(
     call: impl FnOnce(&dyn GpuBackend) -> Result<T, GpuError> + Send + 'static,
 ) -> Result<T, GpuError> {
     let backend = Arc::clone(backend);
-    tokio::task::spawn_blocking(move || call(backend.as_ref()))
-        .await
-        .unwrap_or_else(|e| {
-            Err(GpuError::new("backend", None, ErrorCode::Unknown)
-                .with_detail(format!("the backend call panicked: {e}")))
-        })
+    tokio::task::spawn_blocking(move || call(backend.as_ref())).await.unwrap_or_else(|e| {
+        Err(GpuError::new("backend", None, ErrorCode::Unknown)
+            .with_detail(format!("the backend call panicked: {e}")))
+    })
 }

@@ -57,10 +57,7 @@ pub enum TransactionError {
 }
 
 fn list(gpus: &[u32]) -> String {
-    gpus.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
 fn warning_suffix(w: &[String]) -> String {
@@ -94,27 +91,16 @@ impl Transactions {
             self.journal
                 .set_active(Some(plan.profile.clone()), document)
                 .map_err(|e| TransactionError::Journal(e.to_string()))?;
-            return Ok(Applied {
-                steps_done: 0,
-                warnings: Vec::new(),
-            });
+            return Ok(Applied { steps_done: 0, warnings: Vec::new() });
         }
-        let gpus: Vec<u32> = plan
-            .gpus
-            .iter()
-            .filter(|g| !g.steps.is_empty())
-            .map(|g| g.gpu)
-            .collect();
+        let gpus: Vec<u32> =
+            plan.gpus.iter().filter(|g| !g.steps.is_empty()).map(|g| g.gpu).collect();
         if let Err(e) = self.hooks.run(Phase::PreApply, &plan.profile, &gpus).await {
             // post_apply undoes what pre_apply did (start what it stopped), so it runs
             // after a failed pre_apply too.
             let mut warnings = Vec::new();
-            self.post_hook("failed", &plan.profile, &gpus, &mut warnings)
-                .await;
-            return Err(TransactionError::Hook(format!(
-                "{e}{}",
-                warning_suffix(&warnings)
-            )));
+            self.post_hook("failed", &plan.profile, &gpus, &mut warnings).await;
+            return Err(TransactionError::Hook(format!("{e}{}", warning_suffix(&warnings))));
         }
 
         let checkpoint = GpuCheckpoint::of(before, gpus.iter().copied());
@@ -130,12 +116,8 @@ impl Transactions {
         });
         if let Err(e) = begun {
             let mut warnings = Vec::new();
-            self.post_hook("failed", &plan.profile, &gpus, &mut warnings)
-                .await;
-            return Err(TransactionError::Journal(format!(
-                "{e}{}",
-                warning_suffix(&warnings)
-            )));
+            self.post_hook("failed", &plan.profile, &gpus, &mut warnings).await;
+            return Err(TransactionError::Journal(format!("{e}{}", warning_suffix(&warnings))));
         }
 
         let log: Arc<dyn super::StepLog> = self.journal.clone();
@@ -144,13 +126,9 @@ impl Transactions {
         match result {
             Ok(steps_done) => {
                 let committed = self.journal.commit();
-                self.post_hook("success", &plan.profile, &gpus, &mut warnings)
-                    .await;
+                self.post_hook("success", &plan.profile, &gpus, &mut warnings).await;
                 match committed {
-                    Ok(()) => Ok(Applied {
-                        steps_done,
-                        warnings,
-                    }),
+                    Ok(()) => Ok(Applied { steps_done, warnings }),
                     Err(e) => Err(self
                         .roll_back(
                             ApplyError::Journal(e.to_string()),
@@ -164,44 +142,23 @@ impl Transactions {
             }
             Err(error) => {
                 let steps_done = u32::try_from(
-                    self.journal
-                        .snapshot()
-                        .transaction
-                        .map_or(0, |t| t.completed.len()),
+                    self.journal.snapshot().transaction.map_or(0, |t| t.completed.len()),
                 )
                 .unwrap_or(u32::MAX);
-                let outcome = self
-                    .roll_back(error, &checkpoint, steps_done, progress, Vec::new())
-                    .await;
+                let outcome =
+                    self.roll_back(error, &checkpoint, steps_done, progress, Vec::new()).await;
                 let result = match outcome {
                     TransactionError::RolledBack { .. } => "rolled-back",
                     _ => "failed",
                 };
-                self.post_hook(result, &plan.profile, &gpus, &mut warnings)
-                    .await;
+                self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
                 Err(match outcome {
-                    TransactionError::RolledBack {
-                        error,
-                        gpus,
-                        steps_done,
-                        ..
-                    } => TransactionError::RolledBack {
-                        error,
-                        gpus,
-                        steps_done,
-                        warnings,
-                    },
-                    TransactionError::RollbackFailed {
-                        error,
-                        rollback,
-                        steps_done,
-                        ..
-                    } => TransactionError::RollbackFailed {
-                        error,
-                        rollback,
-                        steps_done,
-                        warnings,
-                    },
+                    TransactionError::RolledBack { error, gpus, steps_done, .. } => {
+                        TransactionError::RolledBack { error, gpus, steps_done, warnings }
+                    }
+                    TransactionError::RollbackFailed { error, rollback, steps_done, .. } => {
+                        TransactionError::RollbackFailed { error, rollback, steps_done, warnings }
+                    }
                     other => other,
                 })
             }
@@ -215,11 +172,7 @@ impl Transactions {
         gpus: &[u32],
         warnings: &mut Vec<String>,
     ) {
-        if let Err(e) = self
-            .hooks
-            .run(Phase::PostApply(result), profile, gpus)
-            .await
-        {
+        if let Err(e) = self.hooks.run(Phase::PostApply(result), profile, gpus).await {
             tracing::warn!("{e}");
             warnings.push(e);
         }
@@ -255,12 +208,7 @@ impl Transactions {
                 if let Err(e) = self.journal.rollback_failed(&rollback) {
                     tracing::error!("writing the journal failed: {e}");
                 }
-                TransactionError::RollbackFailed {
-                    error,
-                    rollback,
-                    steps_done,
-                    warnings,
-                }
+                TransactionError::RollbackFailed { error, rollback, steps_done, warnings }
             }
         }
     }
@@ -271,26 +219,18 @@ impl Transactions {
         checkpoint: &[GpuCheckpoint],
         progress: &UnboundedSender<Progress>,
     ) -> Result<(), String> {
-        let node = blocking(&self.executor.backend, |b| b.observe())
-            .await
-            .map_err(|e| e.to_string())?;
+        let node =
+            blocking(&self.executor.backend, |b| b.observe()).await.map_err(|e| e.to_string())?;
         let mut targets = Vec::new();
         for cp in checkpoint {
-            let gpu = node
-                .gpu(cp.gpu)
-                .ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;
+            let gpu = node.gpu(cp.gpu).ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;
             if gpu.uuid != cp.uuid {
-                return Err(format!(
-                    "GPU {} is now {}, not {}",
-                    cp.gpu, gpu.uuid, cp.uuid
-                ));
+                return Err(format!("GPU {} is now {}, not {}", cp.gpu, gpu.uuid, cp.uuid));
             }
             let mut instances = Vec::new();
             for &(profile_id, start) in &cp.instances {
-                let profile = gpu
-                    .model
-                    .and_then(|m| m.profile_by_id(profile_id))
-                    .ok_or_else(|| {
+                let profile =
+                    gpu.model.and_then(|m| m.profile_by_id(profile_id)).ok_or_else(|| {
                         format!(
                             "{}: MIG profile id {profile_id} is not in the catalog",
                             gpu.label()
@@ -307,10 +247,7 @@ impl Transactions {
                 },
             ));
         }
-        let options = PlanOptions {
-            force: true,
-            ..self.policy
-        };
+        let options = PlanOptions { force: true, ..self.policy };
         let plan =
             plan::plan_to(&node, "rollback", targets, &options).map_err(|e| e.to_string())?;
         self.executor
@@ -327,13 +264,7 @@ impl Transactions {
             return Ok(None);
         };
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let gpus = list(
-            &transaction
-                .checkpoint
-                .iter()
-                .map(|c| c.gpu)
-                .collect::<Vec<_>>(),
-        );
+        let gpus = list(&transaction.checkpoint.iter().map(|c| c.gpu).collect::<Vec<_>>());
         match self.restore(&transaction.checkpoint, &tx).await {
             Ok(()) => {
                 self.journal

@@ -246,12 +246,7 @@ pub struct GpuError {
 impl GpuError {
     /// An error of `call` on `gpu` with `code`.
     pub fn new(call: impl Into<String>, gpu: Option<u32>, code: ErrorCode) -> Self {
-        Self {
-            call: call.into(),
-            gpu,
-            code,
-            detail: None,
-        }
+        Self { call: call.into(), gpu, code, detail: None }
     }
 
     /// The same error with more context.

@@ -20,6 +20,9 @@
 //! - NVML has no public reset call: [`GpuBackend::reset_gpu`] runs
 //!   `nvidia-smi --gpu-reset -i <index>` (path set with [`NvmlBackend::with_nvidia_smi`])
 //!   and, when it fails, names the processes that have the GPU's device node open.
+//!   nvidia-smi refuses to reset a GPU that any NVML client has open, the agent's own
+//!   session included: the agent shuts NVML down for the reset and initializes it again
+//!   afterwards (see [`NvmlBackend`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::CStr;
@@ -29,7 +32,7 @@ use std::os::raw::c_uint;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::ptr;
-use std::sync::mpsc;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -69,11 +72,23 @@ const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// The GPU backend on real hardware, through NVML.
 ///
-/// Holds the initialized library (which is `Send + Sync`); device handles borrow it, so
-/// every call looks its GPU up again by NVML index. GPU resets run nvidia-smi.
+/// Holds the NVML session (the initialized library, which is `Send + Sync`) behind a
+/// read-write lock. Every call runs on a `Session` borrowing it under the read lock;
+/// device handles borrow the session, so every call looks its GPU up again by NVML index.
+///
+/// GPU resets run nvidia-smi, which refuses to reset a GPU that any NVML client has open,
+/// and an initialized NVML keeps every `/dev/nvidiaN` open: the agent would block its own
+/// resets. So [`GpuBackend::reset_gpu`] closes the session for the reset (`nvmlShutdown`,
+/// by dropping the `Nvml`) under the write lock, which makes every other call, on any GPU,
+/// wait until the session is initialized again afterwards. Should that re-initialization
+/// fail, the slot stays empty and the next call initializes NVML itself. NVML counts
+/// initializations per process, so this closes the device nodes only while the backend is
+/// the process's one NVML client, as it is in the agent.
 #[derive(Debug)]
 pub struct NvmlBackend {
-    nvml: Nvml,
+    /// The NVML session; `None` only while a reset runs or after its re-initialization
+    /// failed.
+    session: RwLock<Option<Nvml>>,
     /// The nvidia-smi that resets GPUs; a bare name is looked up on `PATH`.
     nvidia_smi: PathBuf,
 }
@@ -108,19 +123,13 @@ impl NvmlBackend {
     /// [`NvmlBackend::with_nvidia_smi`].
     pub fn new() -> Result<Self, GpuError> {
         let nvml = Nvml::init().map_err(|e| wrapper_error(INIT, None, "nvmlInit_v2", e))?;
-        Ok(Self {
-            nvml,
-            nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
-        })
+        Ok(Self { session: RwLock::new(Some(nvml)), nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI) })
     }
 
     /// The same backend, resetting GPUs with the nvidia-smi at `path` (a bare name is
     /// looked up on `PATH`).
     pub fn with_nvidia_smi(self, path: impl Into<PathBuf>) -> Self {
-        Self {
-            nvidia_smi: path.into(),
-            ..self
-        }
+        Self { nvidia_smi: path.into(), ..self }
     }
 
     /// The GPU-instance profiles NVML reports for a GPU, with their possible placements.
@@ -129,6 +138,39 @@ impl NvmlBackend {
     /// those the GPU answers Not Supported or Invalid Argument. nvml.h says the placement
     /// query needs a privileged user (a non-root user could run it on the test H100).
     pub fn profile_table(&self, gpu: u32) -> Result<Vec<NvmlProfileInfo>, GpuError> {
+        self.with_session(PROFILE_TABLE, Some(gpu), |s| s.profile_table(gpu))
+    }
+
+    /// Runs `f` on the NVML session, under the read lock. Initializes NVML again first when
+    /// a reset left the session closed (see [`NvmlBackend`]); a failure to do so is the
+    /// error of `call` on `gpu`.
+    fn with_session<T>(
+        &self,
+        call: &'static str,
+        gpu: Option<u32>,
+        f: impl FnOnce(Session<'_>) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        with_slot(
+            &self.session,
+            || {
+                tracing::info!("initializing NVML again (it was closed for a GPU reset)");
+                Nvml::init().map_err(|e| wrapper_error(call, gpu, "nvmlInit_v2", e))
+            },
+            |nvml| f(Session { nvml }),
+        )
+    }
+}
+
+/// The NVML session of an [`NvmlBackend`], borrowed under its lock for one call: what
+/// every NVML call goes through. Device handles borrow it, so none outlives the lock (a
+/// reset closes the session only under the write lock).
+struct Session<'a> {
+    nvml: &'a Nvml,
+}
+
+impl<'a> Session<'a> {
+    /// [`NvmlBackend::profile_table`].
+    fn profile_table(&self, gpu: u32) -> Result<Vec<NvmlProfileInfo>, GpuError> {
         let device = self.device(PROFILE_TABLE, gpu)?;
         let dev = device_handle(&device);
         let raw = self.raw(PROFILE_TABLE, gpu);
@@ -157,15 +199,11 @@ impl NvmlBackend {
         Ok(table)
     }
 
-    fn raw(&self, call: &'static str, gpu: u32) -> Raw<'_> {
-        Raw {
-            lib: self.nvml.lib(),
-            call,
-            gpu,
-        }
+    fn raw(&self, call: &'static str, gpu: u32) -> Raw<'a> {
+        Raw { lib: self.nvml.lib(), call, gpu }
     }
 
-    fn device(&self, call: &'static str, gpu: u32) -> Result<Device<'_>, GpuError> {
+    fn device(&self, call: &'static str, gpu: u32) -> Result<Device<'a>, GpuError> {
         self.nvml
             .device_by_index(gpu)
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetHandleByIndex_v2", e))
@@ -177,16 +215,12 @@ impl NvmlBackend {
         let device = self.device(OBSERVE, index)?;
         let uuid = device.uuid().map_err(err("nvmlDeviceGetUUID"))?;
         let name = device.name().map_err(err("nvmlDeviceGetName"))?;
-        let pci_device_id = device
-            .pci_info()
-            .map_err(err("nvmlDeviceGetPciInfo_v3"))?
-            .pci_device_id;
+        let pci_device_id =
+            device.pci_info().map_err(err("nvmlDeviceGetPciInfo_v3"))?.pci_device_id;
         let model =
             catalog::model_by_pci_id(pci_device_id).or_else(|| catalog::model_by_nvml_name(&name));
-        let memory_total_bytes = device
-            .memory_info()
-            .map_err(err("nvmlDeviceGetMemoryInfo_v2"))?
-            .total;
+        let memory_total_bytes =
+            device.memory_info().map_err(err("nvmlDeviceGetMemoryInfo_v2"))?.total;
 
         let (mig_enabled, mig_pending) = match device.mig_mode() {
             Ok(mode) => {
@@ -246,9 +280,7 @@ impl NvmlBackend {
     ) -> Result<Vec<MigDevice>, GpuError> {
         let err = |function: &'static str| move |e| wrapper_error(call, Some(gpu), function, e);
         let raw = self.raw(call, gpu);
-        let max = device
-            .mig_device_count()
-            .map_err(err("nvmlDeviceGetMaxMigDeviceCount"))?;
+        let max = device.mig_device_count().map_err(err("nvmlDeviceGetMaxMigDeviceCount"))?;
         let mut found = Vec::new();
         for index in 0..max {
             let mig = match device.mig_device_by_index(index) {
@@ -261,12 +293,7 @@ impl NvmlBackend {
             let gpu_instance = raw.mig_gpu_instance_id(handle)?;
             let compute_instance = raw.mig_compute_instance_id(handle)?;
             let uuid = mig.uuid().map_err(err("nvmlDeviceGetUUID"))?;
-            found.push(MigDevice {
-                index,
-                gpu_instance,
-                compute_instance,
-                uuid,
-            });
+            found.push(MigDevice { index, gpu_instance, compute_instance, uuid });
         }
         Ok(found)
     }
@@ -346,10 +373,7 @@ impl NvmlBackend {
         let mut processes: Vec<ComputeProcess> = match running_compute_processes(device) {
             Ok(list) => list
                 .into_iter()
-                .map(|p| ComputeProcess {
-                    pid: p.pid,
-                    gpu_instance_id: p.gpu_instance_id,
-                })
+                .map(|p| ComputeProcess { pid: p.pid, gpu_instance_id: p.gpu_instance_id })
                 .collect(),
             Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
                 let mut list = Vec::new();
@@ -388,14 +412,7 @@ impl NvmlBackend {
         dev: nvmlDevice_t,
         id: u32,
     ) -> Result<nvmlGpuInstance_t, GpuError> {
-        raw.gi_by_id(dev, id)
-            .map_err(|e| with_context(e, format!("GPU instance {id}")))
-    }
-}
-
-impl GpuBackend for NvmlBackend {
-    fn kind(&self) -> &'static str {
-        "nvml"
+        raw.gi_by_id(dev, id).map_err(|e| with_context(e, format!("GPU instance {id}")))
     }
 
     fn observe(&self) -> Result<NodeState, GpuError> {
@@ -403,9 +420,7 @@ impl GpuBackend for NvmlBackend {
             .nvml
             .device_count()
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
-        let gpus = (0..count)
-            .map(|index| self.observe_gpu(index))
-            .collect::<Result<_, _>>()?;
+        let gpus = (0..count).map(|index| self.observe_gpu(index)).collect::<Result<_, _>>()?;
         Ok(NodeState { gpus })
     }
 
@@ -414,11 +429,7 @@ impl GpuBackend for NvmlBackend {
         let device = self.device(call, gpu)?;
         let dev = device_handle(&device);
         let raw = self.raw(call, gpu);
-        let wanted = if enabled {
-            NVML_DEVICE_MIG_ENABLE
-        } else {
-            NVML_DEVICE_MIG_DISABLE
-        };
+        let wanted = if enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
         let status = raw.set_mig_mode(dev, wanted)?;
         if status == sys::nvmlReturn_enum_NVML_SUCCESS {
             return Ok(MigModeActivation::Activated);
@@ -440,12 +451,7 @@ impl GpuBackend for NvmlBackend {
             );
             Ok(MigModeActivation::PendingReset)
         } else {
-            Err(raw_error(
-                call,
-                Some(gpu),
-                "nvmlDeviceSetMigMode (activation status)",
-                status,
-            ))
+            Err(raw_error(call, Some(gpu), "nvmlDeviceSetMigMode (activation status)", status))
         }
     }
 
@@ -460,28 +466,23 @@ impl GpuBackend for NvmlBackend {
         let dev = device_handle(&device);
         let raw = self.raw(call, gpu);
         let Some(info) = raw.gi_profile(dev, profile.nvml_enum)? else {
-            return Err(
-                GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(format!(
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(
+                format!(
                     "NVML does not offer profile {} (enum {}) on this GPU",
                     profile.name, profile.nvml_enum
-                )),
-            );
+                ),
+            ));
         };
         if info.id != profile.id {
-            return Err(
-                GpuError::new(call, Some(gpu), ErrorCode::InvalidArgument).with_detail(format!(
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::InvalidArgument).with_detail(
+                format!(
                     "catalog profile {} has id {} but NVML reports id {} for enum {}",
                     profile.name, profile.id, info.id, profile.nvml_enum
-                )),
-            );
+                ),
+            ));
         }
         let gi = raw
-            .create_gi(
-                dev,
-                info.id,
-                u32::from(start),
-                u32::from(profile.memory_slices),
-            )
+            .create_gi(dev, info.id, u32::from(start), u32::from(profile.memory_slices))
             .map_err(|e| with_context(e, format!("profile {} at slot {start}", profile.name)))?;
         Ok(raw.gi_info(gi)?.id)
     }
@@ -505,11 +506,9 @@ impl GpuBackend for NvmlBackend {
             }
         }
         let Some(gi_slices) = gi_slices else {
-            return Err(
-                GpuError::new(call, Some(gpu), ErrorCode::NotFound).with_detail(format!(
-                    "no GPU instance profile with id {gi_profile_id} (GPU instance {gpu_instance})"
-                )),
-            );
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotFound).with_detail(format!(
+                "no GPU instance profile with id {gi_profile_id} (GPU instance {gpu_instance})"
+            )));
         };
 
         // The full-size compute instance profile: as many compute slices as the GPU
@@ -546,9 +545,7 @@ impl GpuBackend for NvmlBackend {
         let raw = self.raw(call, gpu);
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
         let what = || format!("compute instance {compute_instance} of GPU instance {gpu_instance}");
-        let ci = raw
-            .ci_by_id(gi, compute_instance)
-            .map_err(|e| with_context(e, what()))?;
+        let ci = raw.ci_by_id(gi, compute_instance).map_err(|e| with_context(e, what()))?;
         raw.destroy_ci(ci).map_err(|e| with_context(e, what()))
     }
 
@@ -558,8 +555,7 @@ impl GpuBackend for NvmlBackend {
         let dev = device_handle(&device);
         let raw = self.raw(call, gpu);
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
-        raw.destroy_gi(gi)
-            .map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))
+        raw.destroy_gi(gi).map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))
     }
 
     fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
@@ -575,14 +571,13 @@ impl GpuBackend for NvmlBackend {
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceSetComputeMode", e))
     }
 
-    /// Runs `nvidia-smi --gpu-reset -i <gpu>` (killed after two minutes), then checks
-    /// that no MIG mode is still pending ([`ErrorCode::ResetRequired`] if one is). A
-    /// failure's detail has nvidia-smi's message and the processes, other than the
-    /// agent, that have the GPU's device node open.
-    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
-        let call = Operation::ResetGpu.as_str();
-        // The device node, looked up before the reset while the handle surely works.
-        let device_node = self
+    /// The device node of a GPU (`/dev/nvidia<minor>`), or why it is unknown.
+    fn device_node(
+        &self,
+        call: &'static str,
+        gpu: u32,
+    ) -> Result<Result<String, String>, GpuError> {
+        Ok(self
             .device(call, gpu)?
             .minor_number()
             .map(|minor| format!("/dev/nvidia{minor}"))
@@ -590,22 +585,11 @@ impl GpuBackend for NvmlBackend {
                 wrapper_error(call, Some(gpu), "nvmlDeviceGetMinorNumber", e)
                     .detail
                     .unwrap_or_default()
-            });
-        if let Err(error) = run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT) {
-            if error.code == ErrorCode::NotFound {
-                return Err(error);
-            }
-            let holders = match device_node {
-                Ok(node) => holders_sentence(Path::new("/proc"), &node, std::process::id()),
-                Err(why) => format!("cannot tell what holds the GPU: no device node ({why})"),
-            };
-            let detail = match error.detail {
-                Some(ref d) => format!("{d}; {holders}"),
-                None => holders,
-            };
-            return Err(error.with_detail(detail));
-        }
-        tracing::info!(gpu, "GPU reset");
+            }))
+    }
+
+    /// After a reset: [`ErrorCode::ResetRequired`] if a MIG mode change is still pending.
+    fn check_no_pending_mig_mode(&self, call: &'static str, gpu: u32) -> Result<(), GpuError> {
         // Look the GPU up again: the reset may have invalidated the old handle.
         let mode = match self.device(call, gpu)?.mig_mode() {
             Ok(mode) => mode,
@@ -614,19 +598,184 @@ impl GpuBackend for NvmlBackend {
             Err(e) => return Err(wrapper_error(call, Some(gpu), "nvmlDeviceGetMigMode", e)),
         };
         if mode.pending != mode.current {
-            let what = if mode.pending == NVML_DEVICE_MIG_ENABLE {
-                "enable"
-            } else {
-                "disable"
-            };
-            return Err(
-                GpuError::new(call, Some(gpu), ErrorCode::ResetRequired).with_detail(format!(
+            let what = if mode.pending == NVML_DEVICE_MIG_ENABLE { "enable" } else { "disable" };
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::ResetRequired).with_detail(
+                format!(
                     "nvidia-smi reset the GPU but the MIG mode change ({what}) is still pending"
-                )),
-            );
+                ),
+            ));
         }
         Ok(())
     }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn kind(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn observe(&self) -> Result<NodeState, GpuError> {
+        self.with_session(OBSERVE, None, |s| s.observe())
+    }
+
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
+        let call = Operation::SetMigMode.as_str();
+        self.with_session(call, Some(gpu), |s| s.set_mig_mode(gpu, enabled))
+    }
+
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &MigProfile,
+        start: u8,
+    ) -> Result<u32, GpuError> {
+        let call = Operation::CreateGpuInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.create_gpu_instance(gpu, profile, start))
+    }
+
+    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+        let call = Operation::CreateComputeInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.create_compute_instance(gpu, gpu_instance))
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), GpuError> {
+        let call = Operation::DestroyComputeInstance.as_str();
+        self.with_session(call, Some(gpu), |s| {
+            s.destroy_compute_instance(gpu, gpu_instance, compute_instance)
+        })
+    }
+
+    fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
+        let call = Operation::DestroyGpuInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.destroy_gpu_instance(gpu, gpu_instance))
+    }
+
+    fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
+        let call = Operation::SetComputeMode.as_str();
+        self.with_session(call, Some(gpu), |s| s.set_compute_mode(gpu, mode))
+    }
+
+    /// Closes the NVML session (other calls wait, see [`NvmlBackend`]), runs
+    /// `nvidia-smi --gpu-reset -i <gpu>` (killed after two minutes), initializes NVML
+    /// again, then checks that no MIG mode is still pending ([`ErrorCode::ResetRequired`]
+    /// if one is). A failure's detail has nvidia-smi's message and the processes that have
+    /// the GPU's device node open while the agent's session is closed.
+    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
+        let call = Operation::ResetGpu.as_str();
+        // The device node, looked up before the reset while the handle surely works.
+        let device_node = self.with_session(call, Some(gpu), |s| s.device_node(call, gpu))?;
+        let (reset, reopened) = around_reset(&self.session, Nvml::init, || {
+            // The holders are looked for before NVML is opened again, so the agent is none.
+            run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT)
+                .map_err(|error| with_holders(error, &device_node))
+        });
+        if reset.is_ok() {
+            tracing::info!(gpu, "GPU reset");
+        }
+        let reopened = reopened.map_err(|e| wrapper_error(call, Some(gpu), "nvmlInit_v2", e));
+        reset_outcome(reset, reopened)?;
+        self.with_session(call, Some(gpu), |s| s.check_no_pending_mig_mode(call, gpu))
+    }
+}
+
+/// A failed reset's error with what holds the GPU's device node (`device_node`, or why
+/// it is unknown) added to its detail; unchanged when nvidia-smi was not found.
+fn with_holders(error: GpuError, device_node: &Result<String, String>) -> GpuError {
+    if error.code == ErrorCode::NotFound {
+        return error;
+    }
+    let holders = match device_node {
+        Ok(node) => holders_sentence(Path::new("/proc"), node, std::process::id()),
+        Err(why) => format!("cannot tell what holds the GPU: no device node ({why})"),
+    };
+    let detail = match error.detail {
+        Some(ref d) => format!("{d}; {holders}"),
+        None => holders,
+    };
+    error.with_detail(detail)
+}
+
+/// What a reset comes to, from the reset itself and from initializing NVML again after
+/// it: the reset's error first (noting a failed re-initialization in its detail), else the
+/// re-initialization's, which says that the reset ran and that the next call retries.
+fn reset_outcome(
+    reset: Result<(), GpuError>,
+    reopened: Result<(), GpuError>,
+) -> Result<(), GpuError> {
+    const RETRY: &str = "the next NVML call tries again";
+    match (reset, reopened) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(error), Ok(())) => Err(error),
+        (Ok(()), Err(init)) => Err(with_context(
+            init,
+            format!("the GPU was reset but NVML could not be initialized again ({RETRY})"),
+        )),
+        (Err(error), Err(init)) => {
+            let init = init.detail.unwrap_or_else(|| init.code.nvml_text().to_owned());
+            let note = format!("NVML could not be initialized again after it ({RETRY}): {init}");
+            let detail = match error.detail {
+                Some(ref d) => format!("{d}; {note}"),
+                None => note,
+            };
+            Err(error.with_detail(detail))
+        }
+    }
+}
+
+/// Reads the session slot, whatever a panicking holder of the lock left: the slot only
+/// ever holds a working session or `None`, never a half-changed one.
+fn read_slot<S>(slot: &RwLock<Option<S>>) -> RwLockReadGuard<'_, Option<S>> {
+    slot.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes the session slot; see [`read_slot`] about poisoning.
+fn write_slot<S>(slot: &RwLock<Option<S>>) -> RwLockWriteGuard<'_, Option<S>> {
+    slot.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `f` on the session in `slot` under the read lock. When the slot is empty, takes
+/// the write lock instead, opens a session with `init` (unless another thread did it in
+/// the meantime) and runs `f` on it there; an `init` error leaves the slot empty and is
+/// returned.
+fn with_slot<S, T, E>(
+    slot: &RwLock<Option<S>>,
+    init: impl FnOnce() -> Result<S, E>,
+    f: impl FnOnce(&S) -> Result<T, E>,
+) -> Result<T, E> {
+    {
+        let session = read_slot(slot);
+        if let Some(session) = session.as_ref() {
+            return f(session);
+        }
+    }
+    // Rare (a reset's re-initialization failed): running `f` under the write lock is fine.
+    let mut session = write_slot(slot);
+    let opened = match session.take() {
+        Some(opened) => opened,
+        None => init()?,
+    };
+    f(session.insert(opened))
+}
+
+/// Runs `run` with the session in `slot` closed: under the write lock, so that no call
+/// uses the session meanwhile, drops the session (if any), runs `run`, then opens a new
+/// one with `reinit` and puts it in the slot. Returns what `run` returned and whether
+/// `reinit` succeeded; on its failure the slot is left empty, for [`with_slot`] to fill.
+fn around_reset<S, E, R>(
+    slot: &RwLock<Option<S>>,
+    reinit: impl FnOnce() -> Result<S, E>,
+    run: impl FnOnce() -> R,
+) -> (R, Result<(), E>) {
+    let mut session = write_slot(slot);
+    drop(session.take());
+    let ran = run();
+    let reopened = reinit().map(|opened| *session = Some(opened));
+    (ran, reopened)
 }
 
 /// Runs `<nvidia_smi> --gpu-reset -i <gpu>` with stdin closed, killing it past
@@ -641,11 +790,8 @@ fn run_nvidia_smi_reset(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Resul
     let finished = match run_bounded(command, timeout) {
         Ok(finished) => finished,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let on_path = if nvidia_smi.components().count() == 1 {
-                " (searched PATH)"
-            } else {
-                ""
-            };
+            let on_path =
+                if nvidia_smi.components().count() == 1 { " (searched PATH)" } else { "" };
             return Err(error(ErrorCode::NotFound).with_detail(format!(
                 "nvidia-smi not found at {}{on_path}",
                 nvidia_smi.display()
@@ -682,22 +828,23 @@ fn run_nvidia_smi_reset(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Resul
     }
 }
 
+/// What [`classify_reset`] made of a reset: `Ok`, or the code and the telling line.
+type ResetVerdict<'a> = Result<(), (ErrorCode, Option<&'a str>)>;
+
 /// What `nvidia-smi --gpu-reset` meant, from its exit code (`None`: killed by a signal)
 /// and its stdout and stderr: `Ok` on exit 0, else the agent's code and the output
 /// line that says why (the first non-empty one when none stands out).
 ///
 /// In-use wording wins (nvidia-smi exits 255 for it), then permission wording, then
 /// nvidia-smi's documented exit codes; anything else is [`ErrorCode::Unknown`].
-fn classify_reset(exit_code: Option<i32>, output: &str) -> Result<(), (ErrorCode, Option<&str>)> {
+fn classify_reset(exit_code: Option<i32>, output: &str) -> ResetVerdict<'_> {
     if exit_code == Some(0) {
         return Ok(());
     }
     let lines = || output.lines().map(str::trim).filter(|l| !l.is_empty());
     let in_use = |l: &str| {
         let l = l.to_lowercase();
-        ["in use", "being used by", "processes using"]
-            .iter()
-            .any(|k| l.contains(k))
+        ["in use", "being used by", "processes using"].iter().any(|k| l.contains(k))
     };
     let no_permission = |l: &str| {
         let l = l.to_lowercase();
@@ -746,10 +893,7 @@ struct Finished {
 /// Runs `command` with stdin closed and its output captured; kills it (and waits for
 /// it) once it has run for `timeout`. Spawn errors are returned as they are.
 fn run_bounded(mut command: Command, timeout: Duration) -> io::Result<Finished> {
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn()?;
     let stdout = child.stdout.take().map(read_in_background);
     let stderr = child.stderr.take().map(read_in_background);
@@ -829,22 +973,15 @@ fn holds(pid_dir: &Path, device_path: &str) -> bool {
 }
 
 /// What holds `device_path`, for an error's detail: `/dev/nvidia0 is open in PID 4242
-/// (python3), …`, or that no other process has it open (and whether the agent, `own_pid`,
-/// does).
+/// (python3), …`, or that no other process has it open. The agent (`own_pid`) is left
+/// out: it closed its NVML session for the reset.
 fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> String {
     let holders = holders_of(proc_root, device_path, own_pid);
     if holders.is_empty() {
-        let own = if holds(&proc_root.join(own_pid.to_string()), device_path) {
-            " (the agent itself does, through NVML)"
-        } else {
-            ""
-        };
-        return format!("no other process has {device_path} open{own}");
+        return format!("no other process has {device_path} open");
     }
-    let list: Vec<String> = holders
-        .iter()
-        .map(|(pid, comm)| format!("PID {pid} ({comm})"))
-        .collect();
+    let list: Vec<String> =
+        holders.iter().map(|(pid, comm)| format!("PID {pid} ({comm})")).collect();
     format!("{device_path} is open in {}", list.join(", "))
 }
 
@@ -868,22 +1005,10 @@ pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<S
         if !n.name.is_empty() {
             differ("name", n.name.clone(), p.name.to_owned());
         }
-        differ(
-            "compute slices",
-            n.slice_count.to_string(),
-            p.compute_slices.to_string(),
-        );
-        differ(
-            "instance count",
-            n.instance_count.to_string(),
-            p.max_count.to_string(),
-        );
+        differ("compute slices", n.slice_count.to_string(), p.compute_slices.to_string());
+        differ("instance count", n.instance_count.to_string(), p.max_count.to_string());
         differ("SMs", n.sms.to_string(), p.sms.to_string());
-        differ(
-            "memory MiB",
-            n.memory_mib.to_string(),
-            p.memory_mib.to_string(),
-        );
+        differ("memory MiB", n.memory_mib.to_string(), p.memory_mib.to_string());
         let mut catalog_placements: Vec<(u32, u32)> = p
             .placements
             .iter()
@@ -899,16 +1024,8 @@ pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<S
         );
     }
     for n in info {
-        if !model
-            .mig_profiles
-            .iter()
-            .any(|p| p.nvml_enum == n.nvml_enum)
-        {
-            let name = if n.name.is_empty() {
-                "unnamed"
-            } else {
-                n.name.as_str()
-            };
+        if !model.mig_profiles.iter().any(|p| p.nvml_enum == n.nvml_enum) {
+            let name = if n.name.is_empty() { "unnamed" } else { n.name.as_str() };
             out.push(format!(
                 "{} {name} (enum {}): reported by NVML (id {}, {} SMs, {} MiB), not in the catalog",
                 model.key, n.nvml_enum, n.id, n.sms, n.memory_mib
@@ -923,10 +1040,8 @@ fn format_placements(placements: &[(u32, u32)]) -> String {
     match placements.first() {
         None => "none".to_owned(),
         Some(&(_, size)) if placements.iter().all(|&(_, s)| s == size) => {
-            let starts: Vec<String> = placements
-                .iter()
-                .map(|(start, _)| start.to_string())
-                .collect();
+            let starts: Vec<String> =
+                placements.iter().map(|(start, _)| start.to_string()).collect();
             format!("{{{}}}:{size}", starts.join(","))
         }
         Some(_) => placements
@@ -975,8 +1090,9 @@ fn running_compute_processes(
 fn device_handle(device: &Device<'_>) -> nvmlDevice_t {
     // SAFETY: `handle` is only unsafe to make callers think about the handle's lifetime:
     // it is valid while the `Nvml` that `device` borrows stays initialized, and every raw
-    // call using it happens inside a method of `NvmlBackend`, which owns that `Nvml`. No
-    // second `Device` is built from it.
+    // call using it happens inside a method of `Session`, which borrows that `Nvml` under
+    // the backend's lock: a reset shuts NVML down only under the write lock, once no
+    // `Session` is left. No second `Device` is built from it.
     unsafe { device.handle() }
 }
 
@@ -997,10 +1113,7 @@ fn with_context(error: GpuError, detail: String) -> GpuError {
         Some(ref existing) => format!("{detail}: {existing}"),
         None => detail,
     };
-    GpuError {
-        detail: Some(detail),
-        ..error
-    }
+    GpuError { detail: Some(detail), ..error }
 }
 
 /// NVML's name of a return code (`NVML_ERROR_IN_USE`).
@@ -1124,10 +1237,7 @@ fn wrapper_error(call: &str, gpu: Option<u32>, function: &str, error: NvmlError)
 
 /// Whether a profile query's answer means "no such profile on this GPU".
 fn is_absent(error: &GpuError) -> bool {
-    matches!(
-        error.code,
-        ErrorCode::NotSupported | ErrorCode::InvalidArgument
-    )
+    matches!(error.code, ErrorCode::NotSupported | ErrorCode::InvalidArgument)
 }
 
 /// `NVML_STRUCT_VERSION(data, ver)` from nvml.h: the struct size with the version in the top byte.
@@ -1241,10 +1351,7 @@ impl<'a> Raw<'a> {
         nvml_enum: u32,
     ) -> Result<nvmlGpuInstanceProfileInfo_t, GpuError> {
         const F: &str = "nvmlDeviceGetGpuInstanceProfileInfo";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfo.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfo.as_ref()))?;
         let mut info = nvmlGpuInstanceProfileInfo_t::zeroed();
         // SAFETY: `f` has nvml.h's signature; `dev` is a live device handle (see `Raw`);
         // `info` is a writable struct of the type the function fills.
@@ -1258,10 +1365,7 @@ impl<'a> Raw<'a> {
         nvml_enum: u32,
     ) -> Result<nvmlGpuInstanceProfileInfo_v2_t, GpuError> {
         const F: &str = "nvmlDeviceGetGpuInstanceProfileInfoV";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref()))?;
         let mut info = nvmlGpuInstanceProfileInfo_v2_t::zeroed();
         info.version = struct_version(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>(), 2);
         // SAFETY: `f` has nvml.h's signature; `dev` is a live device handle (see `Raw`);
@@ -1276,14 +1380,8 @@ impl<'a> Raw<'a> {
         profile_id: u32,
     ) -> Result<Vec<nvmlGpuInstancePlacement_t>, GpuError> {
         const F: &str = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
-        let f = self.sym(
-            F,
-            nvml_sym(
-                self.lib
-                    .nvmlDeviceGetGpuInstancePossiblePlacements_v2
-                    .as_ref(),
-            ),
-        )?;
+        let f =
+            self.sym(F, nvml_sym(self.lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2.as_ref()))?;
         let mut count: c_uint = 0;
         // SAFETY: `f` has nvml.h's signature; a null `placements` asks for the count only,
         // written to the live local `count`. `dev` is a live device handle (see `Raw`).
@@ -1350,10 +1448,8 @@ impl<'a> Raw<'a> {
         size: u32,
     ) -> Result<nvmlGpuInstance_t, GpuError> {
         const F: &str = "nvmlDeviceCreateGpuInstanceWithPlacement";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlDeviceCreateGpuInstanceWithPlacement.as_ref()),
-        )?;
+        let f =
+            self.sym(F, nvml_sym(self.lib.nvmlDeviceCreateGpuInstanceWithPlacement.as_ref()))?;
         let placement = nvmlGpuInstancePlacement_t { start, size };
         let mut gi: nvmlGpuInstance_t = ptr::null_mut();
         // SAFETY: `f` has nvml.h's signature; `placement` is a live struct NVML only
@@ -1379,25 +1475,12 @@ impl<'a> Raw<'a> {
         ci_enum: u32,
     ) -> Result<Option<nvmlComputeInstanceProfileInfo_t>, GpuError> {
         const F: &str = "nvmlGpuInstanceGetComputeInstanceProfileInfo";
-        let f = self.sym(
-            F,
-            nvml_sym(
-                self.lib
-                    .nvmlGpuInstanceGetComputeInstanceProfileInfo
-                    .as_ref(),
-            ),
-        )?;
+        let f =
+            self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstanceProfileInfo.as_ref()))?;
         let mut info = nvmlComputeInstanceProfileInfo_t::zeroed();
         // SAFETY: `f` has nvml.h's signature; `gi` came from NVML (see `Raw`); `info` is
         // a writable struct of the type the function fills.
-        let ret = unsafe {
-            f(
-                gi,
-                ci_enum,
-                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-                &mut info,
-            )
-        };
+        let ret = unsafe { f(gi, ci_enum, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut info) };
         match self.check(F, ret) {
             Ok(()) => Ok(Some(info)),
             Err(e) if is_absent(&e) => Ok(None),
@@ -1412,10 +1495,7 @@ impl<'a> Raw<'a> {
         capacity: u32,
     ) -> Result<Vec<nvmlComputeInstance_t>, GpuError> {
         const F: &str = "nvmlGpuInstanceGetComputeInstances";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstances.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstances.as_ref()))?;
         let capacity = capacity.max(1);
         let mut handles: Vec<nvmlComputeInstance_t> = vec![ptr::null_mut(); capacity as usize];
         let mut count: c_uint = capacity;
@@ -1461,10 +1541,7 @@ impl<'a> Raw<'a> {
 
     fn ci_by_id(&self, gi: nvmlGpuInstance_t, id: u32) -> Result<nvmlComputeInstance_t, GpuError> {
         const F: &str = "nvmlGpuInstanceGetComputeInstanceById";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstanceById.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstanceById.as_ref()))?;
         let mut ci: nvmlComputeInstance_t = ptr::null_mut();
         // SAFETY: `f` has nvml.h's signature; `gi` came from NVML (see `Raw`); `ci` is a
         // live local for the returned handle.
@@ -1478,10 +1555,7 @@ impl<'a> Raw<'a> {
         profile_id: u32,
     ) -> Result<nvmlComputeInstance_t, GpuError> {
         const F: &str = "nvmlGpuInstanceCreateComputeInstance";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlGpuInstanceCreateComputeInstance.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceCreateComputeInstance.as_ref()))?;
         let mut ci: nvmlComputeInstance_t = ptr::null_mut();
         // SAFETY: `f` has nvml.h's signature; `gi` came from NVML (see `Raw`); `ci` is a
         // live local for the new handle.
@@ -1510,10 +1584,7 @@ impl<'a> Raw<'a> {
 
     fn mig_compute_instance_id(&self, mig: nvmlDevice_t) -> Result<u32, GpuError> {
         const F: &str = "nvmlDeviceGetComputeInstanceId";
-        let f = self.sym(
-            F,
-            nvml_sym(self.lib.nvmlDeviceGetComputeInstanceId.as_ref()),
-        )?;
+        let f = self.sym(F, nvml_sym(self.lib.nvmlDeviceGetComputeInstanceId.as_ref()))?;
         let mut id: c_uint = 0;
         // SAFETY: `f` has nvml.h's signature; `mig` is a live MIG device handle (see
         // `Raw`); `id` is a live local.
@@ -1535,6 +1606,8 @@ impl<'a> Raw<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
 
     fn h100() -> &'static GpuModel {
@@ -1567,55 +1640,22 @@ mod tests {
     #[test]
     fn raw_codes_map_to_the_agents_codes() {
         let cases = [
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
-                ErrorCode::DriverNotLoaded,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
-                ErrorCode::DriverNotLoaded,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-                ErrorCode::DriverNotLoaded,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
-                ErrorCode::InvalidArgument,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-                ErrorCode::InvalidArgument,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
-                ErrorCode::NotSupported,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND,
-                ErrorCode::NotSupported,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION,
-                ErrorCode::NoPermission,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
-                ErrorCode::NotFound,
-            ),
+            (sys::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED, ErrorCode::DriverNotLoaded),
+            (sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED, ErrorCode::DriverNotLoaded),
+            (sys::nvmlReturn_enum_NVML_ERROR_LIB_RM_VERSION_MISMATCH, ErrorCode::DriverNotLoaded),
+            (sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT, ErrorCode::InvalidArgument),
+            (sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH, ErrorCode::InvalidArgument),
+            (sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED, ErrorCode::NotSupported),
+            (sys::nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND, ErrorCode::NotSupported),
+            (sys::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION, ErrorCode::NoPermission),
+            (sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND, ErrorCode::NotFound),
             (
                 sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES,
                 ErrorCode::InsufficientResources,
             ),
             (sys::nvmlReturn_enum_NVML_ERROR_IN_USE, ErrorCode::InUse),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED,
-                ErrorCode::ResetRequired,
-            ),
-            (
-                sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
-                ErrorCode::GpuLost,
-            ),
+            (sys::nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED, ErrorCode::ResetRequired),
+            (sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST, ErrorCode::GpuLost),
             (sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN, ErrorCode::Unknown),
             (sys::nvmlReturn_enum_NVML_ERROR_MEMORY, ErrorCode::Unknown),
             (12345, ErrorCode::Unknown),
@@ -1637,12 +1677,7 @@ mod tests {
             "create_gpu_instance on GPU 0: Insufficient Resources \
              (nvmlDeviceCreateGpuInstanceWithPlacement returned NVML_ERROR_INSUFFICIENT_RESOURCES)"
         );
-        assert!(
-            raw_error("observe", None, "f", 12345)
-                .detail
-                .unwrap()
-                .contains("NVML code 12345")
-        );
+        assert!(raw_error("observe", None, "f", 12345).detail.unwrap().contains("NVML code 12345"));
     }
 
     #[test]
@@ -1650,14 +1685,8 @@ mod tests {
         let map = |e| wrapper_error("destroy_gpu_instance", Some(1), "nvmlGpuInstanceDestroy", e);
         assert_eq!(map(NvmlError::InUse).code, ErrorCode::InUse);
         assert_eq!(map(NvmlError::NoPermission).code, ErrorCode::NoPermission);
-        assert_eq!(
-            map(NvmlError::DriverNotLoaded).code,
-            ErrorCode::DriverNotLoaded
-        );
-        assert_eq!(
-            map(NvmlError::Uninitialized).code,
-            ErrorCode::DriverNotLoaded
-        );
+        assert_eq!(map(NvmlError::DriverNotLoaded).code, ErrorCode::DriverNotLoaded);
+        assert_eq!(map(NvmlError::Uninitialized).code, ErrorCode::DriverNotLoaded);
         assert_eq!(map(NvmlError::GpuLost).code, ErrorCode::GpuLost);
         assert_eq!(map(NvmlError::InvalidArg).code, ErrorCode::InvalidArgument);
         // nvml-wrapper has no variant for INSUFFICIENT_RESOURCES.
@@ -1856,29 +1885,14 @@ mod tests {
         let dev = tmp.path().join("dev");
         let node = |n: &str| dev.join(n);
         let gpu0 = node("nvidia0");
-        fake_process(
-            &proc_root,
-            100,
-            Some("python3"),
-            &[Path::new("/dev/null"), &gpu0],
-        );
+        fake_process(&proc_root, 100, Some("python3"), &[Path::new("/dev/null"), &gpu0]);
         // No comm file: the name is unknown.
         fake_process(&proc_root, 42, None, &[&gpu0, &gpu0]);
         // Other device nodes, including one that gpu0's path is a prefix of.
-        fake_process(
-            &proc_root,
-            200,
-            Some("other"),
-            &[&node("nvidia1"), &node("nvidia01")],
-        );
+        fake_process(&proc_root, 200, Some("other"), &[&node("nvidia1"), &node("nvidia01")]);
         fake_process(&proc_root, 201, Some("ctl"), &[&node("nvidiactl")]);
         // The agent itself.
-        fake_process(
-            &proc_root,
-            300,
-            Some("gpushare-agent"),
-            &[&gpu0, &node("nvidia2")],
-        );
+        fake_process(&proc_root, 300, Some("gpushare-agent"), &[&gpu0, &node("nvidia2")]);
         // Not processes, or processes without readable descriptors.
         fs::create_dir_all(proc_root.join("500")).unwrap();
         fs::create_dir_all(proc_root.join("self/fd")).unwrap();
@@ -1892,10 +1906,7 @@ mod tests {
         );
         assert_eq!(
             holders_of(&proc_root, gpu0, 42),
-            vec![
-                (100, "python3".to_owned()),
-                (300, "gpushare-agent".to_owned())
-            ]
+            vec![(100, "python3".to_owned()), (300, "gpushare-agent".to_owned())]
         );
         assert_eq!(
             holders_of(&proc_root, node("nvidia1").to_str().unwrap(), 300),
@@ -1907,9 +1918,10 @@ mod tests {
         );
         let gpu2 = node("nvidia2");
         let gpu2 = gpu2.to_str().unwrap();
+        // The agent itself is not named (it closed its NVML session for the reset).
         assert_eq!(
             holders_sentence(&proc_root, gpu2, 300),
-            format!("no other process has {gpu2} open (the agent itself does, through NVML)")
+            format!("no other process has {gpu2} open")
         );
         let gpu3 = node("nvidia3");
         let gpu3 = gpu3.to_str().unwrap();
@@ -1925,16 +1937,8 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         let path = file.path().to_str().unwrap();
         let me = std::process::id();
-        assert!(
-            holders_of(Path::new("/proc"), path, 0)
-                .iter()
-                .any(|(pid, _)| *pid == me)
-        );
-        assert!(
-            !holders_of(Path::new("/proc"), path, me)
-                .iter()
-                .any(|(pid, _)| *pid == me)
-        );
+        assert!(holders_of(Path::new("/proc"), path, 0).iter().any(|(pid, _)| *pid == me));
+        assert!(!holders_of(Path::new("/proc"), path, me).iter().any(|(pid, _)| *pid == me));
     }
 
     #[test]
@@ -1947,20 +1951,13 @@ mod tests {
             all processes using this device and all compute applications running in the system.\n";
         let in_use_single = "GPU 00000000:C1:00.0 is currently in use by another process.\n\n\
             1 device is currently being used by one or more other processes.\n";
-        let cases: [(Option<i32>, &str, Result<(), (ErrorCode, Option<&str>)>); 14] = [
-            (
-                Some(0),
-                "GPU 00000000:1A:00.0 was successfully reset.\nAll done.\n",
-                Ok(()),
-            ),
+        let cases: [(Option<i32>, &str, ResetVerdict<'_>); 14] = [
+            (Some(0), "GPU 00000000:1A:00.0 was successfully reset.\nAll done.\n", Ok(())),
             (Some(0), "", Ok(())),
             (
                 Some(255),
                 in_use_list,
-                Err((
-                    ErrorCode::InUse,
-                    Some("GPU 00000000:1A:00.0: In use by another client"),
-                )),
+                Err((ErrorCode::InUse, Some("GPU 00000000:1A:00.0: In use by another client"))),
             ),
             (
                 Some(255),
@@ -1981,10 +1978,7 @@ mod tests {
             (
                 Some(255),
                 "\n  Only root users can reset GPUs.  \n",
-                Err((
-                    ErrorCode::NoPermission,
-                    Some("Only root users can reset GPUs."),
-                )),
+                Err((ErrorCode::NoPermission, Some("Only root users can reset GPUs."))),
             ),
             (Some(4), "", Err((ErrorCode::NoPermission, None))),
             (
@@ -2005,42 +1999,24 @@ mod tests {
                     ),
                 )),
             ),
-            (
-                Some(15),
-                "GPU is lost\n",
-                Err((ErrorCode::GpuLost, Some("GPU is lost"))),
-            ),
+            (Some(15), "GPU is lost\n", Err((ErrorCode::GpuLost, Some("GPU is lost")))),
             (
                 Some(2),
                 "Invalid combination of input arguments.\n",
-                Err((
-                    ErrorCode::InvalidArgument,
-                    Some("Invalid combination of input arguments."),
-                )),
+                Err((ErrorCode::InvalidArgument, Some("Invalid combination of input arguments."))),
             ),
             // "root" outside a permission phrase is not about permissions.
             (
                 Some(255),
                 "\nPCIe root port error on GPU 00000000:1A:00.0\nmore\n",
-                Err((
-                    ErrorCode::Unknown,
-                    Some("PCIe root port error on GPU 00000000:1A:00.0"),
-                )),
+                Err((ErrorCode::Unknown, Some("PCIe root port error on GPU 00000000:1A:00.0"))),
             ),
             (Some(1), "", Err((ErrorCode::Unknown, None))),
             // Killed by a signal.
-            (
-                None,
-                "partial\n",
-                Err((ErrorCode::Unknown, Some("partial"))),
-            ),
+            (None, "partial\n", Err((ErrorCode::Unknown, Some("partial")))),
         ];
         for (exit, output, expected) in cases {
-            assert_eq!(
-                classify_reset(exit, output),
-                expected,
-                "{exit:?} {output:?}"
-            );
+            assert_eq!(classify_reset(exit, output), expected, "{exit:?} {output:?}");
         }
     }
 
@@ -2123,10 +2099,7 @@ echo "  GPU 00000000:1A:00.0: In use by another client" >&2
 exit 255"#,
         );
         let e = reset_with(&in_use, 0, Duration::from_secs(30)).unwrap_err();
-        assert_eq!(
-            (e.call.as_str(), e.gpu, e.code),
-            ("reset_gpu", Some(0), ErrorCode::InUse)
-        );
+        assert_eq!((e.call.as_str(), e.gpu, e.code), ("reset_gpu", Some(0), ErrorCode::InUse));
         assert_eq!(
             e.detail.unwrap(),
             format!(
@@ -2157,11 +2130,8 @@ exit 255"#,
             command.args(["-c", script]);
             command
         };
-        let done = run_bounded(
-            sh("echo out; echo err >&2; exit 3"),
-            Duration::from_secs(30),
-        )
-        .unwrap();
+        let done =
+            run_bounded(sh("echo out; echo err >&2; exit 3"), Duration::from_secs(30)).unwrap();
         assert_eq!(done.status.and_then(|s| s.code()), Some(3));
         assert_eq!(done.output, "out\nerr\n");
 
@@ -2171,11 +2141,8 @@ exit 255"#,
         assert_eq!(done.output, "done\n");
 
         let started = Instant::now();
-        let done = run_bounded(
-            sh("echo started; exec sleep 30"),
-            Duration::from_millis(200),
-        )
-        .unwrap();
+        let done =
+            run_bounded(sh("echo started; exec sleep 30"), Duration::from_millis(200)).unwrap();
         assert!(done.status.is_none());
         assert_eq!(done.output, "started\n");
         assert!(started.elapsed() < Duration::from_secs(10));
@@ -2185,6 +2152,144 @@ exit 255"#,
         let done = run_bounded(sh("sleep 5 & exit 4"), Duration::from_secs(30)).unwrap();
         assert_eq!(done.status.and_then(|s| s.code()), Some(4));
         assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    /// A stand-in for the NVML session that writes its opening and closing to a log.
+    struct Probe {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Probe {
+        fn open(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Self {
+            log.lock().unwrap().push(format!("open {name}"));
+            Probe { name, log: Arc::clone(log) }
+        }
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.log.lock().unwrap().push(format!("close {}", self.name));
+        }
+    }
+
+    fn take_log(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+        std::mem::take(&mut *log.lock().unwrap())
+    }
+
+    #[test]
+    fn the_session_is_closed_while_a_reset_runs_and_opened_again() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let slot = RwLock::new(Some(Probe::open("first", &log)));
+        let (ran, reopened) = around_reset(
+            &slot,
+            || Ok::<_, String>(Probe::open("second", &log)),
+            || {
+                // Closed before the reset runs, and every other call waits meanwhile.
+                log.lock().unwrap().push("reset".to_owned());
+                assert!(slot.try_read().is_err());
+                "reset done"
+            },
+        );
+        assert_eq!((ran, reopened), ("reset done", Ok(())));
+        assert_eq!(take_log(&log), ["open first", "close first", "reset", "open second"]);
+        assert_eq!(slot.read().unwrap().as_ref().map(|p| p.name), Some("second"));
+
+        // A failed re-initialization leaves the slot empty; the reset's result still
+        // comes back.
+        let (ran, reopened) =
+            around_reset(&slot, || Err::<Probe, _>("no driver"), || log.lock().unwrap().len());
+        assert_eq!(ran, 1);
+        assert_eq!(reopened.map(drop), Err("no driver"));
+        assert_eq!(take_log(&log), ["close second"]);
+        assert!(slot.read().unwrap().is_none());
+
+        // From an empty slot: nothing to close.
+        let (_, reopened) =
+            around_reset(&slot, || Ok::<_, String>(Probe::open("third", &log)), || ());
+        assert!(reopened.is_ok());
+        assert_eq!(take_log(&log), ["open third"]);
+    }
+
+    #[test]
+    fn an_empty_session_slot_is_filled_by_the_next_call() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let slot: RwLock<Option<Probe>> = RwLock::new(None);
+
+        // The re-initialization fails again: the call fails with its error, never runs.
+        let result: Result<(), String> =
+            with_slot(&slot, || Err("no driver".to_owned()), |_| panic!("ran without a session"));
+        assert_eq!(result, Err("no driver".to_owned()));
+        assert!(slot.read().unwrap().is_none());
+
+        let name = with_slot(&slot, || Ok(Probe::open("again", &log)), |p| Ok::<_, String>(p.name));
+        assert_eq!(name, Ok("again"));
+        assert_eq!(take_log(&log), ["open again"]);
+
+        // An open session is used as it is.
+        let name = with_slot(
+            &slot,
+            || -> Result<Probe, String> { panic!("initialized an open session") },
+            |p| Ok(p.name),
+        );
+        assert_eq!(name, Ok("again"));
+        let e = with_slot(&slot, || Ok(Probe::open("unused", &log)), |_| Err::<(), _>("failed"));
+        assert_eq!(e, Err("failed"));
+        assert!(take_log(&log).is_empty());
+    }
+
+    #[test]
+    fn a_failed_reinitialization_after_a_reset_is_reported() {
+        let reset_failed = || {
+            Err(GpuError::new("reset_gpu", Some(1), ErrorCode::InUse)
+                .with_detail("nvidia-smi --gpu-reset -i 1 exited with status 255: In use"))
+        };
+        let init_failed =
+            || Err(wrapper_error("reset_gpu", Some(1), "nvmlInit_v2", NvmlError::DriverNotLoaded));
+        assert_eq!(reset_outcome(Ok(()), Ok(())), Ok(()));
+        assert_eq!(reset_outcome(reset_failed(), Ok(())), reset_failed());
+
+        let e = reset_outcome(Ok(()), init_failed()).unwrap_err();
+        assert_eq!(
+            (e.call.as_str(), e.gpu, e.code),
+            ("reset_gpu", Some(1), ErrorCode::DriverNotLoaded)
+        );
+        assert_eq!(
+            e.detail.unwrap(),
+            "the GPU was reset but NVML could not be initialized again (the next NVML call \
+             tries again): nvmlInit_v2 returned NVML_ERROR_DRIVER_NOT_LOADED: is the nvidia \
+             kernel module loaded?"
+        );
+
+        let e = reset_outcome(reset_failed(), init_failed()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InUse);
+        assert_eq!(
+            e.detail.unwrap(),
+            "nvidia-smi --gpu-reset -i 1 exited with status 255: In use; NVML could not be \
+             initialized again after it (the next NVML call tries again): nvmlInit_v2 returned \
+             NVML_ERROR_DRIVER_NOT_LOADED: is the nvidia kernel module loaded?"
+        );
+    }
+
+    #[test]
+    fn reset_failures_name_the_holders_unless_nvidia_smi_is_missing() {
+        let missing = GpuError::new("reset_gpu", Some(0), ErrorCode::NotFound)
+            .with_detail("nvidia-smi not found at nvidia-smi (searched PATH)");
+        assert_eq!(with_holders(missing.clone(), &Ok("/dev/nvidia0".to_owned())), missing);
+
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let path = file.path().to_str().unwrap().to_owned();
+        let e = with_holders(
+            GpuError::new("reset_gpu", Some(0), ErrorCode::InUse).with_detail("in use"),
+            &Ok(path.clone()),
+        );
+        // The test process holds the file but is the agent here: left out.
+        assert_eq!(e.detail.unwrap(), format!("in use; no other process has {path} open"));
+        let e = with_holders(
+            GpuError::new("reset_gpu", Some(0), ErrorCode::Unknown),
+            &Err("no minor".to_owned()),
+        );
+        assert_eq!(e.detail.unwrap(), "cannot tell what holds the GPU: no device node (no minor)");
     }
 
     /// Read-only check on a host with GPUs: `cargo test -- --ignored --nocapture

@@ -28,15 +28,10 @@ pub fn parse_spec(spec: &str) -> Result<Vec<&'static GpuModel>, String> {
             .ok_or_else(|| format!("--simulate: bad GPU count in {part:?}: write MODEL:N"))?;
         let model = catalog::model_by_key(name).ok_or_else(|| {
             let keys: Vec<&str> = catalog::models().iter().map(|m| m.key).collect();
-            format!(
-                "--simulate: unknown GPU model {name:?}; known models: {}",
-                keys.join(", ")
-            )
+            format!("--simulate: unknown GPU model {name:?}; known models: {}", keys.join(", "))
         })?;
         if count == 0 || count > 64 {
-            return Err(format!(
-                "--simulate: {part:?}: the count must be from 1 to 64"
-            ));
+            return Err(format!("--simulate: {part:?}: the count must be from 1 to 64"));
         }
         gpus.extend(std::iter::repeat_n(model, count));
     }
@@ -114,16 +109,11 @@ pub fn parse_failures(text: &str) -> Result<Vec<(Operation, u32)>, String> {
                 .ok_or_else(|| format!("GPUSHARE_SIM_FAIL: {part:?}: write <operation>:<n>"))?;
             let op = Operation::from_name(op.trim()).ok_or_else(|| {
                 let names: Vec<&str> = Operation::ALL.iter().map(|o| o.as_str()).collect();
-                format!(
-                    "GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}",
-                    names.join(", ")
-                )
+                format!("GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}", names.join(", "))
             })?;
             match n.trim().parse::<u32>() {
                 Ok(n) if n >= 1 => Ok((op, n)),
-                _ => Err(format!(
-                    "GPUSHARE_SIM_FAIL: {part:?}: n must be a number from 1"
-                )),
+                _ => Err(format!("GPUSHARE_SIM_FAIL: {part:?}: n must be a number from 1")),
             }
         })
         .collect()
@@ -186,20 +176,14 @@ impl SimNode {
             .enumerate()
             .map(|(i, m)| SimGpu {
                 model: m.key.to_string(),
-                uuid: format!(
-                    "GPU-{}",
-                    uuid_like(&[m.key.as_bytes(), &(i as u64).to_le_bytes()])
-                ),
+                uuid: format!("GPU-{}", uuid_like(&[m.key.as_bytes(), &(i as u64).to_le_bytes()])),
                 mig_enabled: false,
                 mig_pending: None,
                 compute_mode: ComputeMode::Default,
                 instances: Vec::new(),
             })
             .collect();
-        SimNode {
-            gpus,
-            generation: 0,
-        }
+        SimNode { gpus, generation: 0 }
     }
 
     fn models(&self) -> Vec<&str> {
@@ -258,10 +242,7 @@ impl SimBackend {
                     fresh
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "{}: unreadable simulator state: {e}",
-                        path.display()
-                    ));
+                    return Err(format!("{}: unreadable simulator state: {e}", path.display()));
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh,
@@ -277,9 +258,7 @@ impl SimBackend {
             options,
             calls: Mutex::new(HashMap::new()),
         };
-        backend
-            .save(&backend.node.lock().expect("sim lock"))
-            .map_err(|e| e.to_string())?;
+        backend.save(&backend.node.lock().expect("sim lock")).map_err(|e| e.to_string())?;
         Ok(backend)
     }
 
@@ -373,10 +352,7 @@ impl GpuBackend for SimBackend {
                         compute_instances: gi
                             .compute_instances
                             .iter()
-                            .map(|(id, uuid)| ComputeInstance {
-                                id: *id,
-                                uuid: uuid.clone(),
-                            })
+                            .map(|(id, uuid)| ComputeInstance { id: *id, uuid: uuid.clone() })
                             .collect(),
                     })
                     .collect();
@@ -395,10 +371,7 @@ impl GpuBackend for SimBackend {
                     processes: processes
                         .iter()
                         .filter(|(gpu, _, _)| *gpu == index)
-                        .map(|&(_, gi, pid)| ComputeProcess {
-                            pid,
-                            gpu_instance_id: gi,
-                        })
+                        .map(|&(_, gi, pid)| ComputeProcess { pid, gpu_instance_id: gi })
                         .collect(),
                 }
             })
@@ -410,11 +383,7 @@ impl GpuBackend for SimBackend {
         let op = Operation::SetMigMode;
         self.mutate(op, gpu, |g, _| {
             if !model_of(g).supports_mig() {
-                return Err(GpuError::new(
-                    op.as_str(),
-                    Some(gpu),
-                    ErrorCode::NotSupported,
-                ));
+                return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotSupported));
             }
             if !enabled && !g.instances.is_empty() {
                 return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::InUse)
@@ -447,9 +416,8 @@ impl GpuBackend for SimBackend {
             if !g.mig_enabled {
                 return Err(err(ErrorCode::NotSupported).with_detail("MIG mode is off"));
             }
-            let known = model
-                .profile_by_id(profile.id)
-                .filter(|p| p.nvml_enum == profile.nvml_enum);
+            let known =
+                model.profile_by_id(profile.id).filter(|p| p.nvml_enum == profile.nvml_enum);
             let Some(known) = known else {
                 return Err(err(ErrorCode::InvalidArgument).with_detail(format!(
                     "{} has no profile id {}",
@@ -461,15 +429,8 @@ impl GpuBackend for SimBackend {
                     .with_detail(format!("{} cannot start at slot {start}", known.name)));
             }
             let end = start + known.memory_slices;
-            let overlaps = g
-                .instances
-                .iter()
-                .any(|i| start < i.start + i.size && i.start < end);
-            let same = g
-                .instances
-                .iter()
-                .filter(|i| i.profile_id == known.id)
-                .count();
+            let overlaps = g.instances.iter().any(|i| start < i.start + i.size && i.start < end);
+            let same = g.instances.iter().filter(|i| i.profile_id == known.id).count();
             let compute: u8 = g
                 .instances
                 .iter()
@@ -482,9 +443,7 @@ impl GpuBackend for SimBackend {
             {
                 return Err(err(ErrorCode::InsufficientResources));
             }
-            let id = (1..)
-                .find(|id| g.instances.iter().all(|i| i.id != *id))
-                .expect("free id");
+            let id = (1..).find(|id| g.instances.iter().all(|i| i.id != *id)).expect("free id");
             g.instances.push(SimInstance {
                 id,
                 profile_id: known.id,
@@ -516,11 +475,7 @@ impl GpuBackend for SimBackend {
             *generation += 1;
             let uuid = format!(
                 "MIG-{}",
-                uuid_like(&[
-                    uuid_seed.as_bytes(),
-                    &gi.id.to_le_bytes(),
-                    &generation.to_le_bytes()
-                ])
+                uuid_like(&[uuid_seed.as_bytes(), &gi.id.to_le_bytes(), &generation.to_le_bytes()])
             );
             gi.compute_instances.push((0, uuid));
             Ok(0)
@@ -609,14 +564,7 @@ fn uuid_like(parts: &[&[u8]]) -> String {
         }
     }
     let hex = format!("{h:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
 #[cfg(test)]
@@ -634,11 +582,7 @@ mod tests {
         assert_eq!(mixed.len(), 6);
         assert_eq!(mixed[5].key, "a30-24gb");
         assert_eq!(parse_spec("l40s").unwrap().len(), 1);
-        assert!(
-            parse_spec("v100:2")
-                .unwrap_err()
-                .contains("unknown GPU model \"v100\"")
-        );
+        assert!(parse_spec("v100:2").unwrap_err().contains("unknown GPU model \"v100\""));
         assert!(parse_spec("a100-40gb:0").is_err());
         assert!(parse_spec("").is_err());
     }
@@ -647,16 +591,9 @@ mod tests {
     fn knobs() {
         assert_eq!(
             parse_failures("create_gpu_instance:3, set_mig_mode:1").unwrap(),
-            vec![
-                (Operation::CreateGpuInstance, 3),
-                (Operation::SetMigMode, 1)
-            ]
+            vec![(Operation::CreateGpuInstance, 3), (Operation::SetMigMode, 1)]
         );
-        assert!(
-            parse_failures("reset:1")
-                .unwrap_err()
-                .contains("unknown operation")
-        );
+        assert!(parse_failures("reset:1").unwrap_err().contains("unknown operation"));
         assert!(parse_failures("set_mig_mode:0").is_err());
         assert_eq!(
             parse_processes("0:1234,2/1:99").unwrap(),
@@ -668,86 +605,46 @@ mod tests {
     #[test]
     fn follows_the_drivers_rules() {
         let sim = SimBackend::new(&a100(1), SimOptions::default());
-        let p3g = catalog::model_by_key("a100-40gb")
-            .unwrap()
-            .profile_by_name("3g.20gb")
-            .unwrap();
-        let p7g = catalog::model_by_key("a100-40gb")
-            .unwrap()
-            .profile_by_name("7g.40gb")
-            .unwrap();
+        let p3g = catalog::model_by_key("a100-40gb").unwrap().profile_by_name("3g.20gb").unwrap();
+        let p7g = catalog::model_by_key("a100-40gb").unwrap().profile_by_name("7g.40gb").unwrap();
         let code = |r: Result<u32, GpuError>| r.unwrap_err().code;
-        assert_eq!(
-            code(sim.create_gpu_instance(0, p3g, 0)),
-            ErrorCode::NotSupported
-        );
+        assert_eq!(code(sim.create_gpu_instance(0, p3g, 0)), ErrorCode::NotSupported);
         // Ampere: the mode waits for a reset, and instances wait for the mode.
-        assert_eq!(
-            sim.set_mig_mode(0, true).unwrap(),
-            MigModeActivation::PendingReset
-        );
+        assert_eq!(sim.set_mig_mode(0, true).unwrap(), MigModeActivation::PendingReset);
         assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
-        assert_eq!(
-            code(sim.create_gpu_instance(0, p3g, 4)),
-            ErrorCode::NotSupported
-        );
+        assert_eq!(code(sim.create_gpu_instance(0, p3g, 4)), ErrorCode::NotSupported);
         sim.reset_gpu(0).unwrap();
         assert!(sim.observe().unwrap().gpus[0].mig_enabled);
-        assert_eq!(
-            code(sim.create_gpu_instance(0, p3g, 2)),
-            ErrorCode::InvalidArgument
-        );
+        assert_eq!(code(sim.create_gpu_instance(0, p3g, 2)), ErrorCode::InvalidArgument);
         let gi = sim.create_gpu_instance(0, p3g, 4).unwrap();
-        assert_eq!(
-            code(sim.create_gpu_instance(0, p7g, 0)),
-            ErrorCode::InsufficientResources
-        );
+        assert_eq!(code(sim.create_gpu_instance(0, p7g, 0)), ErrorCode::InsufficientResources);
         let ci = sim.create_compute_instance(0, gi).unwrap();
-        assert_eq!(
-            sim.destroy_gpu_instance(0, gi).unwrap_err().code,
-            ErrorCode::InUse
-        );
-        assert_eq!(
-            sim.set_mig_mode(0, false).unwrap_err().code,
-            ErrorCode::InUse
-        );
+        assert_eq!(sim.destroy_gpu_instance(0, gi).unwrap_err().code, ErrorCode::InUse);
+        assert_eq!(sim.set_mig_mode(0, false).unwrap_err().code, ErrorCode::InUse);
         let seen = sim.observe().unwrap();
         let inst = &seen.gpus[0].instances[0];
-        assert_eq!(
-            (inst.profile_id, inst.placement_start, inst.placement_size),
-            (9, 4, 4)
-        );
+        assert_eq!((inst.profile_id, inst.placement_start, inst.placement_size), (9, 4, 4));
         assert!(inst.compute_instances[0].uuid.starts_with("MIG-"));
         sim.destroy_compute_instance(0, gi, ci).unwrap();
         sim.destroy_gpu_instance(0, gi).unwrap();
         sim.set_mig_mode(0, false).unwrap();
         let l40s = SimBackend::new(&parse_spec("l40s").unwrap(), SimOptions::default());
-        assert_eq!(
-            l40s.set_mig_mode(0, true).unwrap_err().code,
-            ErrorCode::NotSupported
-        );
+        assert_eq!(l40s.set_mig_mode(0, true).unwrap_err().code, ErrorCode::NotSupported);
     }
 
     #[test]
     fn injected_failures_hit_the_nth_call_and_change_nothing() {
-        let options = SimOptions {
-            failures: vec![(Operation::SetComputeMode, 2)],
-            ..SimOptions::default()
-        };
+        let options =
+            SimOptions { failures: vec![(Operation::SetComputeMode, 2)], ..SimOptions::default() };
         let sim = SimBackend::new(&a100(2), options);
         sim.set_compute_mode(0, ComputeMode::Prohibited).unwrap();
-        let e = sim
-            .set_compute_mode(1, ComputeMode::Prohibited)
-            .unwrap_err();
+        let e = sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap_err();
         assert_eq!(e.code, ErrorCode::NoPermission);
         assert_eq!(
             e.to_string(),
             "set_compute_mode on GPU 1: Insufficient Permissions (injected by GPUSHARE_SIM_FAIL=set_compute_mode:2)"
         );
-        assert_eq!(
-            sim.observe().unwrap().gpus[1].compute_mode,
-            ComputeMode::Default
-        );
+        assert_eq!(sim.observe().unwrap().gpus[1].compute_mode, ComputeMode::Default);
         sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap();
     }
 
@@ -771,21 +668,12 @@ mod tests {
     #[test]
     fn hopper_switches_at_once_and_resets_fail_while_held() {
         let sim = SimBackend::new(&parse_spec("h100-80gb:1").unwrap(), SimOptions::default());
-        assert_eq!(
-            sim.set_mig_mode(0, true).unwrap(),
-            MigModeActivation::Activated
-        );
-        let held = SimOptions {
-            processes: vec![(0, None, 77)],
-            ..SimOptions::default()
-        };
+        assert_eq!(sim.set_mig_mode(0, true).unwrap(), MigModeActivation::Activated);
+        let held = SimOptions { processes: vec![(0, None, 77)], ..SimOptions::default() };
         let sim = SimBackend::new(&a100(1), held);
         sim.set_mig_mode(0, true).unwrap();
         let e = sim.reset_gpu(0).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "reset_gpu on GPU 0: In use by another client (held by PID 77)"
-        );
+        assert_eq!(e.to_string(), "reset_gpu on GPU 0: In use by another client (held by PID 77)");
         assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
     }
 
@@ -794,24 +682,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sim.json");
         let sim = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
-        let p1g = catalog::model_by_key("a100-40gb")
-            .unwrap()
-            .profile_by_name("1g.5gb")
-            .unwrap();
+        let p1g = catalog::model_by_key("a100-40gb").unwrap().profile_by_name("1g.5gb").unwrap();
         sim.set_mig_mode(0, true).unwrap();
         sim.reset_gpu(0).unwrap();
         sim.create_gpu_instance(0, p1g, 0).unwrap();
         sim.set_mig_mode(1, true).unwrap();
         sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap();
         drop(sim);
-        let rebooted = SimOptions {
-            reboot: true,
-            ..SimOptions::default()
-        };
-        let seen = SimBackend::persistent(&a100(2), &path, rebooted)
-            .unwrap()
-            .observe()
-            .unwrap();
+        let rebooted = SimOptions { reboot: true, ..SimOptions::default() };
+        let seen = SimBackend::persistent(&a100(2), &path, rebooted).unwrap().observe().unwrap();
         assert!(seen.gpus[0].mig_enabled && seen.gpus[0].instances.is_empty());
         assert!(seen.gpus[1].mig_enabled && seen.gpus[1].mig_pending.is_none());
         assert_eq!(seen.gpus[1].compute_mode, ComputeMode::Default);
@@ -819,19 +698,13 @@ mod tests {
 
     #[test]
     fn processes_are_shown_where_injected() {
-        let options = SimOptions {
-            processes: vec![(1, Some(2), 4242)],
-            ..SimOptions::default()
-        };
+        let options = SimOptions { processes: vec![(1, Some(2), 4242)], ..SimOptions::default() };
         let sim = SimBackend::new(&a100(2), options);
         let seen = sim.observe().unwrap();
         assert!(seen.gpus[0].processes.is_empty());
         assert_eq!(
             seen.gpus[1].processes,
-            vec![ComputeProcess {
-                pid: 4242,
-                gpu_instance_id: Some(2)
-            }]
+            vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2) }]
         );
     }
 }

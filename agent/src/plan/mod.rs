@@ -29,11 +29,7 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        Self {
-            manage_mig: true,
-            manage_compute_mode: true,
-            force: false,
-        }
+        Self { manage_mig: true, manage_compute_mode: true, force: false }
     }
 }
 
@@ -236,50 +232,23 @@ impl fmt::Display for Step {
                     "GPU {gpu}: destroy compute instance {compute_instance} of {profile} at slot {start} (GI {gpu_instance})"
                 )
             }
-            Step::DestroyGpuInstance {
-                gpu,
-                gpu_instance,
-                profile,
-                start,
-            } => {
-                write!(
-                    f,
-                    "GPU {gpu}: destroy {profile} at slot {start} (GI {gpu_instance})"
-                )
+            Step::DestroyGpuInstance { gpu, gpu_instance, profile, start } => {
+                write!(f, "GPU {gpu}: destroy {profile} at slot {start} (GI {gpu_instance})")
             }
             Step::SetMigMode { gpu, enabled } => {
-                write!(
-                    f,
-                    "GPU {gpu}: {} MIG mode",
-                    if *enabled { "enable" } else { "disable" }
-                )
+                write!(f, "GPU {gpu}: {} MIG mode", if *enabled { "enable" } else { "disable" })
             }
-            Step::CreateGpuInstance {
-                gpu,
-                profile,
-                start,
-            } => {
+            Step::CreateGpuInstance { gpu, profile, start } => {
                 write!(f, "GPU {gpu}: create {} at slot {start}", profile.name)
             }
-            Step::CreateComputeInstance {
-                gpu,
-                start,
-                profile,
-                ..
-            } => {
-                write!(
-                    f,
-                    "GPU {gpu}: create the compute instance of {profile} at slot {start}"
-                )
+            Step::CreateComputeInstance { gpu, start, profile, .. } => {
+                write!(f, "GPU {gpu}: create the compute instance of {profile} at slot {start}")
             }
             Step::ResetGpu { gpu, always: true } => {
                 write!(f, "GPU {gpu}: reset the GPU (a MIG mode change is pending)")
             }
             Step::ResetGpu { gpu, always: false } => {
-                write!(
-                    f,
-                    "GPU {gpu}: reset the GPU if the MIG mode change is pending"
-                )
+                write!(f, "GPU {gpu}: reset the GPU if the MIG mode change is pending")
             }
             Step::SetComputeMode { gpu, mode } => {
                 write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
@@ -322,10 +291,7 @@ pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Resul
         };
         gpus.push(plan_gpu(gpu, rule, options)?);
     }
-    Ok(Plan {
-        profile: profile.name.clone(),
-        gpus,
-    })
+    Ok(Plan { profile: profile.name.clone(), gpus })
 }
 
 fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<GpuPlan, PlanError> {
@@ -390,10 +356,7 @@ pub fn plan_to(
             .ok_or_else(|| PlanError::Infeasible(format!("GPU {index} is no longer there")))?;
         gpus.push(plan_gpu_to(gpu, target, options)?);
     }
-    Ok(Plan {
-        profile: name.to_string(),
-        gpus,
-    })
+    Ok(Plan { profile: name.to_string(), gpus })
 }
 
 /// The steps that turn `gpu` into `target`: destroy what does not stay (compute instances
@@ -472,17 +435,9 @@ fn plan_gpu_to(
     if let Some(mode) = target.compute_mode
         && gpu.compute_mode != mode
     {
-        steps.push(Step::SetComputeMode {
-            gpu: gpu.index,
-            mode,
-        });
+        steps.push(Step::SetComputeMode { gpu: gpu.index, mode });
     }
-    Ok(GpuPlan {
-        gpu: gpu.index,
-        model: gpu.model_name().to_string(),
-        target,
-        steps,
-    })
+    Ok(GpuPlan { gpu: gpu.index, model: gpu.model_name().to_string(), target, steps })
 }
 
 /// MIG mode steps. A mode already pending towards the target needs only the reset; a
@@ -493,28 +448,16 @@ fn mode_steps(gpu: &GpuState, want: bool) -> Vec<Step> {
     let index = gpu.index;
     if gpu.mig_enabled == want {
         return match gpu.mig_pending {
-            Some(_) => vec![Step::SetMigMode {
-                gpu: index,
-                enabled: want,
-            }],
+            Some(_) => vec![Step::SetMigMode { gpu: index, enabled: want }],
             None => Vec::new(),
         };
     }
     if gpu.mig_pending == Some(want) {
-        return vec![Step::ResetGpu {
-            gpu: index,
-            always: true,
-        }];
+        return vec![Step::ResetGpu { gpu: index, always: true }];
     }
-    let mut steps = vec![Step::SetMigMode {
-        gpu: index,
-        enabled: want,
-    }];
+    let mut steps = vec![Step::SetMigMode { gpu: index, enabled: want }];
     if gpu.model.is_some_and(|m| m.mode_change_may_need_reset()) {
-        steps.push(Step::ResetGpu {
-            gpu: index,
-            always: false,
-        });
+        steps.push(Step::ResetGpu { gpu: index, always: false });
     }
     steps
 }
@@ -525,16 +468,13 @@ fn check_not_busy(
     freed: &[&crate::gpu::GpuInstance],
     steps: &[Step],
 ) -> Result<(), PlanError> {
-    let mode_change = steps
-        .iter()
-        .any(|s| matches!(s, Step::SetMigMode { .. } | Step::ResetGpu { .. }));
+    let mode_change =
+        steps.iter().any(|s| matches!(s, Step::SetMigMode { .. } | Step::ResetGpu { .. }));
     let mut pids: Vec<u32> = gpu
         .processes
         .iter()
         .filter(|p| {
-            mode_change
-                || p.gpu_instance_id
-                    .is_some_and(|id| freed.iter().any(|gi| gi.id == id))
+            mode_change || p.gpu_instance_id.is_some_and(|id| freed.iter().any(|gi| gi.id == id))
         })
         .map(|p| p.pid)
         .collect();
@@ -544,11 +484,8 @@ fn check_not_busy(
     pids.sort_unstable();
     pids.dedup();
     let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-    let what = if mode_change {
-        "the MIG mode change"
-    } else {
-        "the instances the profile removes"
-    };
+    let what =
+        if mode_change { "the MIG mode change" } else { "the instances the profile removes" };
     Err(PlanError::GpuBusy(format!(
         "{}: compute processes (PID {}) use what {what} touches; stop them, or apply with --force",
         gpu.label(),
@@ -566,18 +503,15 @@ fn current_layout(gpu: &GpuState) -> Vec<Placed> {
     gpu.instances
         .iter()
         .filter_map(|gi| {
-            model.profile_by_id(gi.profile_id).map(|profile| Placed {
-                profile,
-                start: gi.placement_start,
-            })
+            model
+                .profile_by_id(gi.profile_id)
+                .map(|profile| Placed { profile, start: gi.placement_start })
         })
         .collect()
 }
 
 fn profile_of(gpu: &GpuState, profile_id: u32) -> &'static str {
-    gpu.model
-        .and_then(|m| m.profile_by_id(profile_id))
-        .map_or("MIG instance", |p| p.name)
+    gpu.model.and_then(|m| m.profile_by_id(profile_id)).map_or("MIG instance", |p| p.name)
 }
 
 /// Checks a fresh observation against what the plan aimed at; the error names every GPU
@@ -601,26 +535,14 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
         let mut have: Vec<(u32, u8, bool)> = gpu
             .instances
             .iter()
-            .map(|gi| {
-                (
-                    gi.profile_id,
-                    gi.placement_start,
-                    !gi.compute_instances.is_empty(),
-                )
-            })
+            .map(|gi| (gi.profile_id, gi.placement_start, !gi.compute_instances.is_empty()))
             .collect();
-        let mut expect: Vec<(u32, u8, bool)> = want
-            .instances
-            .iter()
-            .map(|p| (p.profile.id, p.start, true))
-            .collect();
+        let mut expect: Vec<(u32, u8, bool)> =
+            want.instances.iter().map(|p| (p.profile.id, p.start, true)).collect();
         have.sort_unstable();
         expect.sort_unstable();
         if have != expect {
-            problems.push(format!(
-                "{}: the MIG instances differ from the plan",
-                gpu.label()
-            ));
+            problems.push(format!("{}: the MIG instances differ from the plan", gpu.label()));
         }
         if let Some(mode) = want.compute_mode
             && gpu.compute_mode != mode
@@ -633,11 +555,7 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
             ));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
 }
 
 fn on_off(b: bool) -> &'static str {

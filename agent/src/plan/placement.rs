@@ -96,31 +96,16 @@ impl fmt::Display for Infeasible {
             Self::ForeignProfile { profile, model } => {
                 write!(f, "{profile} is not a MIG profile of {model}")
             }
-            Self::TooMany {
-                profile,
-                count,
-                max,
-            } => {
+            Self::TooMany { profile, count, max } => {
                 write!(f, "{profile} ×{count} exceeds the maximum of {max} per GPU")
             }
-            Self::MemorySlices {
-                request,
-                needed,
-                available,
-            } => {
+            Self::MemorySlices { request, needed, available } => {
                 write!(f, "{request} needs {needed} of {available} memory slices")
             }
-            Self::ComputeSlices {
-                request,
-                needed,
-                available,
-            } => {
+            Self::ComputeSlices { request, needed, available } => {
                 write!(f, "{request} needs {needed} of {available} compute slices")
             }
-            Self::NoPlacement {
-                request,
-                placements,
-            } => {
+            Self::NoPlacement { request, placements } => {
                 write!(f, "no placement fits {request} (placements: {placements})")
             }
         }
@@ -137,11 +122,7 @@ pub fn describe_request(wanted: &[&'static MigProfile]) -> String {
     if groups.is_empty() {
         return "nothing".to_owned();
     }
-    groups
-        .iter()
-        .map(|(p, n)| format!("{} ×{n}", p.name))
-        .collect::<Vec<_>>()
-        .join(", ")
+    groups.iter().map(|(p, n)| format!("{} ×{n}", p.name)).collect::<Vec<_>>().join(", ")
 }
 
 /// Places exactly the `wanted` multiset of instances on one GPU of `model`.
@@ -169,23 +150,14 @@ pub fn solve(
         return Ok(Vec::new());
     }
     if !model.supports_mig() {
-        return Err(Infeasible::NoMig {
-            model: model.display_name,
-        });
+        return Err(Infeasible::NoMig { model: model.display_name });
     }
     if let Some(p) = wanted.iter().find(|p| !model.mig_profiles.contains(p)) {
-        return Err(Infeasible::ForeignProfile {
-            profile: p.name,
-            model: model.display_name,
-        });
+        return Err(Infeasible::ForeignProfile { profile: p.name, model: model.display_name });
     }
     let groups = group(wanted);
     if let Some((p, n)) = groups.iter().find(|(p, n)| *n > usize::from(p.max_count)) {
-        return Err(Infeasible::TooMany {
-            profile: p.name,
-            count: *n,
-            max: p.max_count,
-        });
+        return Err(Infeasible::TooMany { profile: p.name, count: *n, max: p.max_count });
     }
     let memory: u32 = wanted.iter().map(|p| u32::from(p.memory_slices)).sum();
     if memory > u32::from(model.memory_slots) {
@@ -212,10 +184,7 @@ pub fn solve(
                 .instances
                 .iter()
                 .zip(starts)
-                .map(|(inst, start)| Placed {
-                    profile: inst.profile,
-                    start,
-                })
+                .map(|(inst, start)| Placed { profile: inst.profile, start })
                 .collect();
             layout.sort_by_key(|p| (p.start, size_key(p.profile)));
             Ok(layout)
@@ -278,12 +247,9 @@ pub fn validate_layout(model: &GpuModel, layout: &[Placed]) -> Result<(), String
     let profiles: Vec<&'static MigProfile> = layout.iter().map(|p| p.profile).collect();
     for (p, n) in group(&profiles) {
         if n > usize::from(p.max_count) {
-            return Err(Infeasible::TooMany {
-                profile: p.name,
-                count: n,
-                max: p.max_count,
-            }
-            .to_string());
+            return Err(
+                Infeasible::TooMany { profile: p.name, count: n, max: p.max_count }.to_string()
+            );
         }
     }
     let compute: u32 = profiles.iter().map(|p| u32::from(p.compute_slices)).sum();
@@ -344,11 +310,7 @@ fn span(start: u8, size: u8, slots: u8) -> Option<u128> {
         return None;
     }
     let width = u32::from(size);
-    let ones = if width == 128 {
-        u128::MAX
-    } else {
-        (1u128 << width) - 1
-    };
+    let ones = if width == 128 { u128::MAX } else { (1u128 << width) - 1 };
     Some(ones << start)
 }
 
@@ -398,11 +360,7 @@ impl Search {
             let kept: Vec<u8> = starts
                 .iter()
                 .copied()
-                .filter(|s| {
-                    preferred
-                        .iter()
-                        .any(|p| p.profile == profile && p.start == *s)
-                })
+                .filter(|s| preferred.iter().any(|p| p.profile == profile && p.start == *s))
                 .collect();
             let mut candidates: Vec<(u8, u128, bool)> = Vec::new();
             for (list, is_kept) in [(&kept, true), (&starts, false)] {
@@ -429,13 +387,7 @@ impl Search {
             memory_after[i] = memory_after[i + 1] + u32::from(instances[i].profile.memory_slices);
         }
         let current = Vec::with_capacity(instances.len());
-        Self {
-            instances,
-            memory_after,
-            target,
-            current,
-            best: None,
-        }
+        Self { instances, memory_after, target, current, best: None }
     }
 
     /// Places instance `i` and the ones after it; `true` once the target is reached.
@@ -459,11 +411,8 @@ impl Search {
         }
         // Symmetry breaking among identical instances: those at preferred starts come
         // first, at increasing starts, then the others, at increasing starts.
-        let previous = if self.instances[i].same_as_previous {
-            self.current.last().copied()
-        } else {
-            None
-        };
+        let previous =
+            if self.instances[i].same_as_previous { self.current.last().copied() } else { None };
         for c in 0..self.instances[i].candidates.len() {
             let (start, mask, is_kept) = self.instances[i].candidates[c];
             let in_order = match previous {
@@ -498,27 +447,18 @@ mod tests {
     fn profiles(model: &'static GpuModel, spec: &[(&str, usize)]) -> Vec<&'static MigProfile> {
         let mut out = Vec::new();
         for &(name, n) in spec {
-            let p = model
-                .profile_by_name(name)
-                .unwrap_or_else(|| panic!("{name}"));
+            let p = model.profile_by_name(name).unwrap_or_else(|| panic!("{name}"));
             out.extend(std::iter::repeat_n(p, n));
         }
         out
     }
 
     fn at(model: &'static GpuModel, name: &str, start: u8) -> Placed {
-        Placed {
-            profile: model.profile_by_name(name).unwrap(),
-            start,
-        }
+        Placed { profile: model.profile_by_name(name).unwrap(), start }
     }
 
     fn text(layout: &[Placed]) -> String {
-        layout
-            .iter()
-            .map(Placed::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")
+        layout.iter().map(Placed::to_string).collect::<Vec<_>>().join(" ")
     }
 
     #[test]
@@ -529,10 +469,7 @@ mod tests {
         // 3g.20gb at 0 leaves only slot 6 for the two 1g.5gb, so the 3g goes to 4.
         assert_eq!(text(&layout), "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4");
         validate_layout(a100, &layout).unwrap();
-        assert_eq!(
-            describe_request(&wanted),
-            "1g.5gb ×2, 2g.10gb ×1, 3g.20gb ×1"
-        );
+        assert_eq!(describe_request(&wanted), "1g.5gb ×2, 2g.10gb ×1, 3g.20gb ×1");
     }
 
     #[test]
@@ -548,33 +485,17 @@ mod tests {
     fn seven_small_instances_fill_slots_zero_to_six() {
         let a100 = model("a100-40gb");
         let layout = solve(a100, &profiles(a100, &[("1g.5gb", 7)]), &[]).unwrap();
-        assert_eq!(
-            layout.iter().map(|p| p.start).collect::<Vec<_>>(),
-            [0, 1, 2, 3, 4, 5, 6]
-        );
+        assert_eq!(layout.iter().map(|p| p.start).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6]);
         let err = solve(a100, &profiles(a100, &[("1g.5gb", 8)]), &[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "1g.5gb ×8 exceeds the maximum of 7 per GPU"
-        );
+        assert_eq!(err.to_string(), "1g.5gb ×8 exceeds the maximum of 7 per GPU");
     }
 
     #[test]
     fn three_3g_exceed_the_maximum() {
         let a100 = model("a100-40gb");
         let err = solve(a100, &profiles(a100, &[("3g.20gb", 3)]), &[]).unwrap_err();
-        assert_eq!(
-            err,
-            Infeasible::TooMany {
-                profile: "3g.20gb",
-                count: 3,
-                max: 2
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "3g.20gb ×3 exceeds the maximum of 2 per GPU"
-        );
+        assert_eq!(err, Infeasible::TooMany { profile: "3g.20gb", count: 3, max: 2 });
+        assert_eq!(err.to_string(), "3g.20gb ×3 exceeds the maximum of 2 per GPU");
     }
 
     #[test]
@@ -582,10 +503,7 @@ mod tests {
         let a100 = model("a100-40gb");
         let wanted = profiles(a100, &[("2g.10gb", 1), ("3g.20gb", 2)]);
         let err = solve(a100, &wanted, &[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "2g.10gb ×1, 3g.20gb ×2 needs 10 of 8 memory slices"
-        );
+        assert_eq!(err.to_string(), "2g.10gb ×1, 3g.20gb ×2 needs 10 of 8 memory slices");
     }
 
     #[test]
@@ -593,10 +511,7 @@ mod tests {
         let a100 = model("a100-40gb");
         let wanted = profiles(a100, &[("4g.20gb", 1), ("2g.10gb", 2)]);
         let err = solve(a100, &wanted, &[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "2g.10gb ×2, 4g.20gb ×1 needs 8 of 7 compute slices"
-        );
+        assert_eq!(err.to_string(), "2g.10gb ×2, 4g.20gb ×1 needs 8 of 7 compute slices");
     }
 
     #[test]
@@ -606,10 +521,7 @@ mod tests {
         let layout = solve(a30, &wanted, &[]).unwrap();
         assert_eq!(text(&layout), "2g.12gb@0 1g.6gb@2 1g.6gb@3");
         let err = solve(a30, &profiles(a30, &[("2g.12gb", 2), ("1g.6gb", 1)]), &[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "1g.6gb ×1, 2g.12gb ×2 needs 5 of 4 memory slices"
-        );
+        assert_eq!(err.to_string(), "1g.6gb ×1, 2g.12gb ×2 needs 5 of 4 memory slices");
     }
 
     #[test]
@@ -629,19 +541,9 @@ mod tests {
         // An existing 3g at 0 stays at 0 when that is feasible.
         let wanted = profiles(a100, &[("3g.20gb", 1), ("2g.10gb", 1), ("1g.5gb", 1)]);
         let now = [at(a100, "3g.20gb", 0), at(a100, "7g.40gb", 0)];
-        assert_eq!(
-            text(&solve(a100, &wanted, &now).unwrap()),
-            "3g.20gb@0 2g.10gb@4 1g.5gb@6"
-        );
-        let now = [
-            at(a100, "3g.20gb", 4),
-            at(a100, "1g.5gb", 1),
-            at(a100, "1g.5gb", 1),
-        ];
-        assert_eq!(
-            text(&solve(a100, &wanted, &now).unwrap()),
-            "1g.5gb@1 2g.10gb@2 3g.20gb@4"
-        );
+        assert_eq!(text(&solve(a100, &wanted, &now).unwrap()), "3g.20gb@0 2g.10gb@4 1g.5gb@6");
+        let now = [at(a100, "3g.20gb", 4), at(a100, "1g.5gb", 1), at(a100, "1g.5gb", 1)];
+        assert_eq!(text(&solve(a100, &wanted, &now).unwrap()), "1g.5gb@1 2g.10gb@2 3g.20gb@4");
     }
 
     #[test]
@@ -655,19 +557,11 @@ mod tests {
             "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4"
         );
         // The 3g has to move, but the 1g at 0 and the 2g at 2 can stay.
-        let now = [
-            at(a100, "3g.20gb", 0),
-            at(a100, "1g.5gb", 0),
-            at(a100, "2g.10gb", 2),
-        ];
+        let now = [at(a100, "3g.20gb", 0), at(a100, "1g.5gb", 0), at(a100, "2g.10gb", 2)];
         let layout = solve(a100, &wanted, &now).unwrap();
         assert_eq!(text(&layout), "1g.5gb@0 1g.5gb@1 2g.10gb@2 3g.20gb@4");
         // Junk preferences (unwanted profiles, disallowed starts) are ignored.
-        let junk = [
-            at(a100, "7g.40gb", 0),
-            at(a100, "3g.20gb", 2),
-            at(a100, "1g.5gb", 7),
-        ];
+        let junk = [at(a100, "7g.40gb", 0), at(a100, "3g.20gb", 2), at(a100, "1g.5gb", 7)];
         assert_eq!(solve(a100, &wanted, &junk), solve(a100, &wanted, &[]));
     }
 
@@ -688,10 +582,7 @@ mod tests {
         let a100 = model("a100-40gb");
         let h100 = model("h100");
         let err = solve(a100, &profiles(h100, &[("1g.10gb", 1)]), &[]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "1g.10gb is not a MIG profile of A100-SXM4-40GB"
-        );
+        assert_eq!(err.to_string(), "1g.10gb is not a MIG profile of A100-SXM4-40GB");
     }
 
     static ODD_PROFILES: [MigProfile; 2] = [
@@ -762,21 +653,14 @@ mod tests {
             validate_layout(a100, &bad_start).unwrap_err(),
             "3g.20gb@2 is not an allowed placement of 3g.20gb (starts {0,4})"
         );
-        let full = [
-            at(a100, "4g.20gb", 0),
-            at(a100, "2g.10gb", 4),
-            at(a100, "1g.10gb", 6),
-        ];
+        let full = [at(a100, "4g.20gb", 0), at(a100, "2g.10gb", 4), at(a100, "1g.10gb", 6)];
         validate_layout(a100, &full).unwrap();
         let media = [at(a100, "1g.5gb+me", 0), at(a100, "1g.5gb+me", 1)];
         assert_eq!(
             validate_layout(a100, &media).unwrap_err(),
             "1g.5gb+me ×2 exceeds the maximum of 1 per GPU"
         );
-        let past = [Placed {
-            profile: &ODD_PROFILES[1],
-            start: 1,
-        }];
+        let past = [Placed { profile: &ODD_PROFILES[1], start: 1 }];
         validate_layout(&ODD, &past).unwrap();
     }
 
@@ -858,16 +742,10 @@ mod tests {
                     .into_iter()
                     .map(|(junk, i, j, slot)| {
                         if junk || wanted.is_empty() {
-                            Placed {
-                                profile: i.get(model.mig_profiles),
-                                start: slot,
-                            }
+                            Placed { profile: i.get(model.mig_profiles), start: slot }
                         } else {
                             let profile = *i.get(&wanted);
-                            Placed {
-                                profile,
-                                start: *j.get(profile.placements),
-                            }
+                            Placed { profile, start: *j.get(profile.placements) }
                         }
                     })
                     .collect();
@@ -877,11 +755,7 @@ mod tests {
                 wanted.iter().map(|p| p.placements.len()).product::<usize>() <= BRUTE_FORCE_LEAVES
             })
             .prop_flat_map(|(model, wanted, preferred)| {
-                (
-                    Just(model),
-                    Just(wanted).prop_shuffle(),
-                    Just(preferred).prop_shuffle(),
-                )
+                (Just(model), Just(wanted).prop_shuffle(), Just(preferred).prop_shuffle())
             })
     }
 

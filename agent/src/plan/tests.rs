@@ -8,10 +8,7 @@ use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
 use crate::profile::{ProfileStore, parse_profile};
 
 fn node(spec: &str) -> Arc<SimBackend> {
-    Arc::new(SimBackend::new(
-        &parse_spec(spec).unwrap(),
-        SimOptions::default(),
-    ))
+    Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()))
 }
 
 fn built_in(name: &str) -> Profile {
@@ -29,16 +26,9 @@ fn plan_on(sim: &SimBackend, profile: &Profile) -> Result<Plan, PlanError> {
 fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
     let backend: Arc<dyn GpuBackend> = sim.clone();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = crate::apply::Executor {
-        backend,
-        max_parallel_gpus: 0,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(executor.execute(plan, &tx, Arc::new(crate::apply::NoLog)))
-        .unwrap();
+    let executor = crate::apply::Executor { backend, max_parallel_gpus: 0 };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(executor.execute(plan, &tx, Arc::new(crate::apply::NoLog))).unwrap();
 }
 
 fn layout(sim: &SimBackend, gpu: u32) -> Vec<(String, u8)> {
@@ -48,12 +38,7 @@ fn layout(sim: &SimBackend, gpu: u32) -> Vec<(String, u8)> {
         .iter()
         .map(|gi| {
             (
-                g.model
-                    .unwrap()
-                    .profile_by_id(gi.profile_id)
-                    .unwrap()
-                    .name
-                    .to_string(),
+                g.model.unwrap().profile_by_id(gi.profile_id).unwrap().name.to_string(),
                 gi.placement_start,
             )
         })
@@ -74,19 +59,12 @@ fn half_balanced_on_eight_a100s() {
     // Per MIG GPU: enable MIG, reset (an A100 keeps the mode pending), then four
     // instances of two calls each.
     assert_eq!(p.step_count(), 4 * 10);
-    assert!(
-        p.gpus[4..]
-            .iter()
-            .all(|g| g.steps.is_empty() && !g.target.mig_enabled)
-    );
+    assert!(p.gpus[4..].iter().all(|g| g.steps.is_empty() && !g.target.mig_enabled));
     apply(&sim, &p);
     let state = sim.observe().unwrap();
     for gpu in 0..4 {
         assert!(state.gpus[gpu].mig_enabled);
-        assert_eq!(
-            names(&layout(&sim, gpu as u32)),
-            ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
-        );
+        assert_eq!(names(&layout(&sim, gpu as u32)), ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]);
     }
     for gpu in 4..8 {
         assert!(!state.gpus[gpu].mig_enabled);
@@ -101,10 +79,7 @@ fn half_balanced_on_two_h100s_uses_h100_names() {
     let sim = node("h100-80gb:2");
     let p = plan_on(&sim, &built_in("half-balanced")).unwrap();
     apply(&sim, &p);
-    assert_eq!(
-        names(&layout(&sim, 0)),
-        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
-    );
+    assert_eq!(names(&layout(&sim, 0)), ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]);
     assert!(!sim.observe().unwrap().gpus[1].mig_enabled);
 }
 
@@ -114,32 +89,17 @@ fn all_balanced_fits_each_model_and_all_disabled_undoes_it() {
     let p = plan_on(&sim, &built_in("all-balanced")).unwrap();
     apply(&sim, &p);
     assert_eq!(names(&layout(&sim, 1)), ["1g.6gb", "1g.6gb", "2g.12gb"]);
-    assert_eq!(
-        names(&layout(&sim, 2)),
-        ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
-    );
-    assert_eq!(
-        names(&layout(&sim, 3)),
-        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
-    );
+    assert_eq!(names(&layout(&sim, 2)), ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]);
+    assert_eq!(names(&layout(&sim, 3)), ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]);
     let undo = plan_on(&sim, &built_in("all-disabled")).unwrap();
     // Destroys come before the mode change on each GPU.
     let ops: Vec<Operation> = undo.gpus[0].steps.iter().map(Step::operation).collect();
-    assert_eq!(
-        ops[ops.len() - 2..],
-        [Operation::SetMigMode, Operation::ResetGpu]
-    );
+    assert_eq!(ops[ops.len() - 2..], [Operation::SetMigMode, Operation::ResetGpu]);
     // Hopper switches without a reset.
     let ops: Vec<Operation> = undo.gpus[2].steps.iter().map(Step::operation).collect();
     assert_eq!(ops.last(), Some(&Operation::SetMigMode));
     apply(&sim, &undo);
-    assert!(
-        sim.observe()
-            .unwrap()
-            .gpus
-            .iter()
-            .all(|g| !g.mig_enabled && g.instances.is_empty())
-    );
+    assert!(sim.observe().unwrap().gpus.iter().all(|g| !g.mig_enabled && g.instances.is_empty()));
 }
 
 #[test]
@@ -164,9 +124,7 @@ fn infeasible_layouts_name_gpu_model_and_reason() {
         "{e}"
     );
     let l40s = node("l40s:1");
-    let e = plan_on(&l40s, &built_in("all-balanced"))
-        .unwrap_err()
-        .to_string();
+    let e = plan_on(&l40s, &built_in("all-balanced")).unwrap_err().to_string();
     assert!(e.starts_with("GPU 0 (L40S): has no MIG"), "{e}");
 }
 
@@ -187,13 +145,7 @@ fn instances_that_fit_the_new_layout_stay() {
     let p = profile("[[gpu]]\nselect = 0\nmig = { \"3g\" = 1, \"1g\" = 4 }\n");
     let p = plan_on(&sim, &p).unwrap();
     assert!(
-        !p.steps().any(|s| matches!(
-            s,
-            Step::DestroyGpuInstance {
-                profile: "3g.20gb",
-                ..
-            }
-        )),
+        !p.steps().any(|s| matches!(s, Step::DestroyGpuInstance { profile: "3g.20gb", .. })),
         "{:?}",
         p.steps().map(ToString::to_string).collect::<Vec<_>>()
     );
@@ -220,10 +172,7 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
     let e = plan_on(&busy, &built_in("all-disabled")).unwrap_err();
     assert!(matches!(e, PlanError::GpuBusy(_)));
     assert!(e.to_string().contains("PID 17, 4242"), "{e}");
-    let forced = PlanOptions {
-        force: true,
-        ..PlanOptions::default()
-    };
+    let forced = PlanOptions { force: true, ..PlanOptions::default() };
     assert!(plan(&busy.observe().unwrap(), &built_in("all-disabled"), &forced).is_ok());
     // A change that leaves the busy instance in place is not refused.
     let keep = profile("[[gpu]]\nselect = 0\nmig = { \"2g\" = 1, \"1g\" = 2, \"3g\" = 1 }\n");
@@ -233,24 +182,10 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
 #[test]
 fn the_agent_configuration_can_forbid_changes() {
     let sim = node("h100-80gb:1");
-    let hands_off = PlanOptions {
-        manage_mig: false,
-        manage_compute_mode: false,
-        force: false,
-    };
-    let e = plan(
-        &sim.observe().unwrap(),
-        &built_in("all-balanced"),
-        &hands_off,
-    )
-    .unwrap_err();
+    let hands_off = PlanOptions { manage_mig: false, manage_compute_mode: false, force: false };
+    let e = plan(&sim.observe().unwrap(), &built_in("all-balanced"), &hands_off).unwrap_err();
     assert!(matches!(e, PlanError::Forbidden(_)), "{e}");
-    let p = plan(
-        &sim.observe().unwrap(),
-        &built_in("all-disabled"),
-        &hands_off,
-    )
-    .unwrap();
+    let p = plan(&sim.observe().unwrap(), &built_in("all-disabled"), &hands_off).unwrap();
     assert!(p.is_empty());
     assert_eq!(p.gpus[0].target.compute_mode, None);
 }
@@ -258,8 +193,7 @@ fn the_agent_configuration_can_forbid_changes() {
 #[test]
 fn compute_modes_return_to_default() {
     let sim = node("a100-40gb:2");
-    sim.set_compute_mode(1, ComputeMode::ExclusiveProcess)
-        .unwrap();
+    sim.set_compute_mode(1, ComputeMode::ExclusiveProcess).unwrap();
     let p = plan_on(&sim, &built_in("all-disabled")).unwrap();
     assert_eq!(
         p.steps().map(ToString::to_string).collect::<Vec<_>>(),
@@ -306,10 +240,7 @@ fn verify_names_what_differs() {
     let sim = node("a100-40gb:1");
     let p = plan_on(&sim, &built_in("all-balanced")).unwrap();
     let e = verify(&p, &sim.observe().unwrap()).unwrap_err();
-    assert!(
-        e.contains("GPU 0 (A100-SXM4-40GB): MIG is off instead of on"),
-        "{e}"
-    );
+    assert!(e.contains("GPU 0 (A100-SXM4-40GB): MIG is off instead of on"), "{e}");
     apply(&sim, &p);
     verify(&p, &sim.observe().unwrap()).unwrap();
 }
@@ -326,10 +257,7 @@ fn pending_modes_are_finished_or_cancelled() {
     let steps: Vec<String> = p.steps().map(ToString::to_string).collect();
     assert_eq!(
         steps,
-        [
-            "GPU 0: reset the GPU (a MIG mode change is pending)",
-            "GPU 1: disable MIG mode"
-        ]
+        ["GPU 0: reset the GPU (a MIG mode change is pending)", "GPU 1: disable MIG mode"]
     );
     apply(&sim, &p);
     let state = sim.observe().unwrap();

@@ -17,10 +17,7 @@ fn layout(gpu: &GpuState) -> Layout {
             let name = gpu
                 .model
                 .and_then(|m| m.profile_by_id(gi.profile_id))
-                .map_or_else(
-                    || format!("profile-id-{}", gi.profile_id),
-                    |p| p.name.to_string(),
-                );
+                .map_or_else(|| format!("profile-id-{}", gi.profile_id), |p| p.name.to_string());
             *counts.entry(name).or_insert(0) += 1;
         }
         counts
@@ -48,10 +45,8 @@ pub fn profile_text(node: &NodeState) -> String {
         match layout {
             None => text.push_str("mig = \"disabled\"\n"),
             Some(counts) => {
-                let items: Vec<String> = counts
-                    .iter()
-                    .map(|(name, n)| format!("\"{name}\" = {n}"))
-                    .collect();
+                let items: Vec<String> =
+                    counts.iter().map(|(name, n)| format!("\"{name}\" = {n}")).collect();
                 let _ = writeln!(text, "mig = {{ {} }}", items.join(", "));
             }
         }
@@ -70,11 +65,7 @@ fn ranges(indices: &[u32]) -> String {
             i += 1;
             end = indices[i];
         }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
+        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
         i += 1;
     }
     parts.join(",")
@@ -98,22 +89,13 @@ mod tests {
 
     #[test]
     fn an_exported_node_plans_to_nothing() {
-        let sim = Arc::new(SimBackend::new(
-            &parse_spec("a100-40gb:8").unwrap(),
-            SimOptions::default(),
-        ));
-        let half = ProfileStore::built_in()
-            .get("half-balanced")
-            .unwrap()
-            .profile
-            .clone();
+        let sim =
+            Arc::new(SimBackend::new(&parse_spec("a100-40gb:8").unwrap(), SimOptions::default()));
+        let half = ProfileStore::built_in().get("half-balanced").unwrap().profile.clone();
         let p = plan(&sim.observe().unwrap(), &half, &PlanOptions::default()).unwrap();
         let backend: Arc<dyn GpuBackend> = sim.clone();
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let executor = crate::apply::Executor {
-            backend,
-            max_parallel_gpus: 0,
-        };
+        let executor = crate::apply::Executor { backend, max_parallel_gpus: 0 };
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -128,15 +110,8 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(
-            text.contains("select = \"4-7\"\nmig = \"disabled\""),
-            "{text}"
-        );
+        assert!(text.contains("select = \"4-7\"\nmig = \"disabled\""), "{text}");
         let exported = parse_profile(&text, "exported.toml", None).unwrap();
-        assert!(
-            plan(&node, &exported, &PlanOptions::default())
-                .unwrap()
-                .is_empty()
-        );
+        assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
     }
 }

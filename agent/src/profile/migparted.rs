@@ -51,16 +51,17 @@ pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profil
     let Some(found) = file.configs.iter().find(|c| c.name == config) else {
         return Err(ProfileError {
             location: file.configs_location,
-            message: format!(
-                "no mig-parted config {config:?}; the file has {}",
-                names.join(", ")
-            ),
+            message: format!("no mig-parted config {config:?}; the file has {}", names.join(", ")),
         });
     };
+    // mig-parted carries out every entry that matches a GPU, in file order, so the last
+    // one wins; gpushare gives a GPU the first rule that selects it: reverse the entries.
+    let mut rules = found.rules.clone();
+    rules.reverse();
     Ok(Profile {
         name: config.to_string(),
         description: format!("mig-parted config {config} from {origin}"),
-        rules: found.rules.clone(),
+        rules,
     })
 }
 
@@ -81,8 +82,14 @@ struct Config {
 struct RawFile {
     version: Option<Spanned<String>>,
     #[serde(rename = "mig-configs")]
-    mig_configs: Option<Spanned<Ordered<Spanned<String>, Spanned<Vec<Spanned<RawEntry>>>>>>,
+    mig_configs: Option<Spanned<RawConfigs>>,
 }
+
+/// `mig-configs`: config names and their entries, in file order.
+type RawConfigs = Ordered<Spanned<String>, Spanned<Vec<Spanned<RawEntry>>>>;
+
+/// `mig-devices`: profile names and counts, in file order.
+type RawMigDevices = Ordered<Spanned<String>, Spanned<i64>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,7 +98,7 @@ struct RawEntry {
     #[serde(rename = "mig-enabled")]
     mig_enabled: Option<Spanned<bool>>,
     #[serde(rename = "mig-devices")]
-    mig_devices: Option<Spanned<Ordered<Spanned<String>, Spanned<i64>>>>,
+    mig_devices: Option<Spanned<RawMigDevices>>,
     #[serde(rename = "device-filter")]
     device_filter: Option<Spanned<RawFilter>>,
 }
@@ -142,11 +149,7 @@ impl<'de> Deserialize<'de> for RawDevices {
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(if v == "all" {
-                    RawDevices::All
-                } else {
-                    RawDevices::Other(v.to_string())
-                })
+                Ok(if v == "all" { RawDevices::All } else { RawDevices::Other(v.to_string()) })
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -209,10 +212,7 @@ fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
         let location = e.location().map_or_else(|| cx.start(), |l| cx.location(&l));
         let message = DefaultMessageFormatter.format_message(&e);
         // One line, without advice about the library's options.
-        let message = message
-            .split(", set DuplicateKeyPolicy")
-            .next()
-            .unwrap_or_default();
+        let message = message.split(", set DuplicateKeyPolicy").next().unwrap_or_default();
         let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
         ProfileError { location, message }
     })?;
@@ -242,26 +242,15 @@ fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
         .iter()
         .map(|(name, entries)| {
             if entries.value.is_empty() {
-                return Err(cx.error(
-                    &name.referenced,
-                    format!("config {:?} has no entries", name.value),
-                ));
+                return Err(
+                    cx.error(&name.referenced, format!("config {:?} has no entries", name.value))
+                );
             }
-            let rules = entries
-                .value
-                .iter()
-                .map(|e| cx.rule(e))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Config {
-                name: name.value.clone(),
-                rules,
-            })
+            let rules = entries.value.iter().map(|e| cx.rule(e)).collect::<Result<Vec<_>, _>>()?;
+            Ok(Config { name: name.value.clone(), rules })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(File {
-        configs_location,
-        configs,
-    })
+    Ok(File { configs_location, configs })
 }
 
 struct Context<'a> {
@@ -271,19 +260,11 @@ struct Context<'a> {
 impl Context<'_> {
     fn location(&self, at: &serde_saphyr::Location) -> Location {
         let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).max(1);
-        Location {
-            origin: self.origin.to_string(),
-            line: n(at.line()),
-            column: n(at.column()),
-        }
+        Location { origin: self.origin.to_string(), line: n(at.line()), column: n(at.column()) }
     }
 
     fn start(&self) -> Location {
-        Location {
-            origin: self.origin.to_string(),
-            line: 1,
-            column: 1,
-        }
+        Location { origin: self.origin.to_string(), line: 1, column: 1 }
     }
 
     fn error(&self, at: &serde_saphyr::Location, message: impl Into<String>) -> ProfileError {
@@ -291,27 +272,18 @@ impl Context<'_> {
     }
 
     fn error_at(&self, location: Location, message: impl Into<String>) -> ProfileError {
-        ProfileError {
-            location,
-            message: message.into(),
-        }
+        ProfileError { location, message: message.into() }
     }
 
     fn rule(&self, raw: &Spanned<RawEntry>) -> Result<GpuRule, ProfileError> {
         let at = &raw.referenced;
         let raw = &raw.value;
         let devices = raw.devices.as_ref().ok_or_else(|| {
-            self.error(
-                at,
-                "missing `devices`: write `devices: all` or a list of GPU indices",
-            )
+            self.error(at, "missing `devices`: write `devices: all` or a list of GPU indices")
         })?;
         let select = self.selector(devices)?;
         let enabled = raw.mig_enabled.as_ref().ok_or_else(|| {
-            self.error(
-                at,
-                "missing `mig-enabled`: write `mig-enabled: true` or `false`",
-            )
+            self.error(at, "missing `mig-enabled`: write `mig-enabled: true` or `false`")
         })?;
         let mig = match (enabled.value, &raw.mig_devices) {
             (false, Some(devices)) if !devices.value.0.is_empty() => {
@@ -362,10 +334,7 @@ impl Context<'_> {
         }
     }
 
-    fn layout(
-        &self,
-        devices: &Ordered<Spanned<String>, Spanned<i64>>,
-    ) -> Result<MigLayout, ProfileError> {
+    fn layout(&self, devices: &RawMigDevices) -> Result<MigLayout, ProfileError> {
         let mut instances = Vec::new();
         for (name, count) in &devices.0 {
             if !is_mig_name(&name.value) {
@@ -415,10 +384,9 @@ impl Context<'_> {
                     format!("device-filter: {n} is not a PCI device id such as \"0x20B010DE\""),
                 )
             }),
-            RawFilter::Many(items) => items
-                .iter()
-                .map(|item| parse(&item.value, &item.referenced))
-                .collect(),
+            RawFilter::Many(items) => {
+                items.iter().map(|item| parse(&item.value, &item.referenced)).collect()
+            }
         }
     }
 }
@@ -441,16 +409,14 @@ mod tests {
     use crate::plan::{self, PlanOptions};
 
     fn loc(line: usize, column: usize) -> Location {
-        Location {
-            origin: "t.yaml".into(),
-            line,
-            column,
-        }
+        Location { origin: "t.yaml".into(), line, column }
     }
 
     const SMALL: &str = r#"version: v1
 mig-configs:
   mixed:
+    - devices: all
+      mig-enabled: false
     - devices: [0, 1]
       device-filter: "0x20B010DE"
       mig-enabled: true
@@ -459,8 +425,6 @@ mig-configs:
         "2g.10gb": 1
         "3g.20gb": 1
         "7g.40gb": 0
-    - devices: all
-      mig-enabled: false
 
   on-empty:
     - device-filter: ["0x233010DE", "0x20b010de"]
@@ -470,28 +434,24 @@ mig-configs:
 "#;
 
     fn node(spec: &str) -> NodeState {
-        SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default())
-            .observe()
-            .unwrap()
+        SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()).observe().unwrap()
     }
 
     #[test]
     fn small_config_round_trip() {
-        assert_eq!(
-            config_names(SMALL, "t.yaml").unwrap(),
-            ["mixed", "on-empty"]
-        );
+        assert_eq!(config_names(SMALL, "t.yaml").unwrap(), ["mixed", "on-empty"]);
         let p = parse_mig_parted(SMALL, "t.yaml", "mixed").unwrap();
         assert_eq!(
             p,
             Profile {
                 name: "mixed".into(),
                 description: "mig-parted config mixed from t.yaml".into(),
+                // Last entry first: in mig-parted the last matching entry wins.
                 rules: vec![
                     GpuRule {
                         select: Selector::Indices(vec![(0, 0), (1, 1)]),
                         device_filter: vec![0x20B0_10DE],
-                        location: loc(4, 7),
+                        location: loc(6, 7),
                         mig: MigLayout::Enabled(vec![
                             (MigKey::Name("1g.5gb".into()), 2),
                             (MigKey::Name("2g.10gb".into()), 1),
@@ -503,7 +463,7 @@ mig-configs:
                     GpuRule {
                         select: Selector::All,
                         device_filter: vec![],
-                        location: loc(12, 7),
+                        location: loc(4, 7),
                         mig: MigLayout::Disabled,
                         sharing: Sharing::Exclusive,
                         instance_sharing: vec![],
@@ -524,10 +484,7 @@ mig-configs:
             .iter()
             .map(|g| (g.gpu, g.target.mig_enabled, g.target.instances.len()))
             .collect();
-        assert_eq!(
-            targets,
-            [(0, true, 4), (1, true, 4), (2, false, 0), (3, false, 0)]
-        );
+        assert_eq!(targets, [(0, true, 4), (1, true, 4), (2, false, 0), (3, false, 0)]);
         // A GPU the filter does not name is left alone.
         let plan = plan::plan(&node("a30:2"), &q, &PlanOptions::default()).unwrap();
         assert!(plan.gpus.is_empty());
@@ -558,45 +515,26 @@ mig-configs:
         let e = err(&format!(
             "{head}    - devices: all\n      mig-enabled: true\n      mig-devices:\n        \"1g.5gb\": -1\n"
         ));
-        assert!(
-            e.starts_with("t.yaml:7:19: mig-devices: the count of 1g.5gb must be"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:7:19: mig-devices: the count of 1g.5gb must be"), "{e}");
         // mig-devices with MIG off.
         let e = err(&format!(
             "{head}    - devices: all\n      mig-enabled: false\n      mig-devices: {{\"1g.5gb\": 1}}\n"
         ));
-        assert!(
-            e.starts_with("t.yaml:6:20: mig-devices given with `mig-enabled: false`"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:6:20: mig-devices given with `mig-enabled: false`"), "{e}");
         // Not a MIG profile name.
         let e = err(&format!(
             "{head}    - devices: all\n      mig-enabled: true\n      mig-devices: {{\"5x\": 1}}\n"
         ));
-        assert!(
-            e.starts_with("t.yaml:6:21: mig-devices: \"5x\" is not a MIG profile name"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:6:21: mig-devices: \"5x\" is not a MIG profile name"), "{e}");
         // A bad index and a bad `devices` string.
-        let e = err(&format!(
-            "{head}    - devices: [0, -2]\n      mig-enabled: false\n"
-        ));
-        assert!(
-            e.starts_with("t.yaml:4:20: devices: bad GPU index -2"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{head}    - devices: some\n      mig-enabled: false\n"
-        ));
+        let e = err(&format!("{head}    - devices: [0, -2]\n      mig-enabled: false\n"));
+        assert!(e.starts_with("t.yaml:4:20: devices: bad GPU index -2"), "{e}");
+        let e = err(&format!("{head}    - devices: some\n      mig-enabled: false\n"));
         assert!(e.starts_with("t.yaml:4:16: devices: expected `all`"), "{e}");
         // The version.
         let e =
             err("version: v2\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: false\n");
-        assert!(
-            e.starts_with("t.yaml:1:10: unsupported version \"v2\""),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:1:10: unsupported version \"v2\""), "{e}");
         // YAML syntax.
         let e = err("version: v1\nmig-configs:\n  c: [\n");
         assert!(e.starts_with("t.yaml:"), "{e}");
@@ -604,18 +542,10 @@ mig-configs:
         // Missing fields and empty configs.
         let e = err(&format!("{head}    - devices: all\n"));
         assert!(e.starts_with("t.yaml:4:7: missing `mig-enabled`"), "{e}");
-        let e = err(&format!(
-            "{head}    - devices: all\n      mig-enabled: true\n"
-        ));
-        assert!(
-            e.starts_with("t.yaml:5:20: `mig-enabled: true` needs `mig-devices`"),
-            "{e}"
-        );
+        let e = err(&format!("{head}    - devices: all\n      mig-enabled: true\n"));
+        assert!(e.starts_with("t.yaml:5:20: `mig-enabled: true` needs `mig-devices`"), "{e}");
         let e = err("version: v1\nmig-configs:\n  c: []\n");
-        assert!(
-            e.starts_with("t.yaml:3:3: config \"c\" has no entries"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:3:3: config \"c\" has no entries"), "{e}");
         let e = err(&format!(
             "{head}    - devices: all\n      device-filter: \"0x20B010DE:0x147E10DE\"\n      mig-enabled: false\n"
         ));
@@ -626,10 +556,7 @@ mig-configs:
     fn unknown_config_lists_the_known_ones() {
         let e = parse_mig_parted(SMALL, "t.yaml", "nope").unwrap_err();
         assert_eq!(e.location.line, 3, "{e}");
-        assert_eq!(
-            e.message,
-            "no mig-parted config \"nope\"; the file has mixed, on-empty"
-        );
+        assert_eq!(e.message, "no mig-parted config \"nope\"; the file has mixed, on-empty");
     }
 
     #[test]
@@ -644,10 +571,7 @@ mig-configs:
             assert_eq!(p.rules[0].device_filter, vec![0x20B0_10DE], "{filter}");
         }
         let e = err(&entry("[\"0x20B010DE\", 12]"));
-        assert!(
-            e.starts_with("t.yaml:5:37: device-filter: \"12\" is not a PCI device id"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.yaml:5:37: device-filter: \"12\" is not a PCI device id"), "{e}");
         let e = err(
             "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1, \"1g.5gb\": 2}\n",
         );
@@ -668,17 +592,12 @@ mig-configs:
     /// ours plans on a simulated node of it.
     #[test]
     fn nvidia_default_file_plans_on_every_mig_model() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/data/mig-parted-config-default.yaml"
-        );
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/mig-parted-config-default.yaml");
         let text = std::fs::read_to_string(path).unwrap();
         let names = config_names(&text, path).unwrap();
         assert!(names.len() > 50, "{names:?}");
-        let models: Vec<_> = catalog::models()
-            .iter()
-            .filter(|m| m.supports_mig())
-            .collect();
+        let models: Vec<_> = catalog::models().iter().filter(|m| m.supports_mig()).collect();
         assert_eq!(models.len(), 5);
 
         let mut planned: Vec<(String, &str)> = Vec::new();
@@ -693,18 +612,15 @@ mig-configs:
                     .iter()
                     .filter(|r| {
                         r.device_filter.is_empty()
-                            || model
-                                .pci_device_ids
-                                .iter()
-                                .any(|id| r.device_filter.contains(id))
+                            || model.pci_device_ids.iter().any(|id| r.device_filter.contains(id))
                     })
                     .collect();
                 let names_model = !applicable.is_empty()
                     && applicable.iter().all(|r| match &r.mig {
                         MigLayout::Disabled => true,
-                        MigLayout::Enabled(instances) => instances
-                            .iter()
-                            .all(|(key, _)| key.resolve(model).is_some()),
+                        MigLayout::Enabled(instances) => {
+                            instances.iter().all(|(key, _)| key.resolve(model).is_some())
+                        }
                     });
                 if !names_model {
                     continue;
@@ -736,17 +652,9 @@ mig-configs:
         }
 
         for model in &models {
-            let configs: Vec<&str> = planned
-                .iter()
-                .filter(|(_, m)| *m == model.key)
-                .map(|(c, _)| c.as_str())
-                .collect();
-            println!(
-                "{}: {} configs: {}",
-                model.key,
-                configs.len(),
-                configs.join(" ")
-            );
+            let configs: Vec<&str> =
+                planned.iter().filter(|(_, m)| *m == model.key).map(|(c, _)| c.as_str()).collect();
+            println!("{}: {} configs: {}", model.key, configs.len(), configs.join(" "));
             assert!(configs.len() >= 3, "{}: {configs:?}", model.key);
             for needed in ["all-balanced", "all-disabled", "all-enabled"] {
                 assert!(configs.contains(&needed), "{needed} on {}", model.key);

@@ -32,19 +32,13 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
     }
     if !config.is_empty() {
         return Err(ProfileError {
-            location: Location {
-                origin: origin.to_string(),
-                line: 1,
-                column: 1,
-            },
+            location: Location { origin: origin.to_string(), line: 1, column: 1 },
             message: format!(
                 "a config name ({config:?}) is for mig-parted files; this is a gpushare profile"
             ),
         });
     }
-    let stem = std::path::Path::new(origin)
-        .file_stem()
-        .and_then(|s| s.to_str());
+    let stem = std::path::Path::new(origin).file_stem().and_then(|s| s.to_str());
     parse_profile(text, origin, stem)
 }
 
@@ -163,9 +157,9 @@ impl Selector {
             Selector::All => true,
             Selector::FirstHalf => gpu.index < gpu.count / 2,
             Selector::SecondHalf => gpu.index >= gpu.count / 2,
-            Selector::Indices(ranges) => ranges
-                .iter()
-                .any(|&(lo, hi)| (lo..=hi).contains(&gpu.index)),
+            Selector::Indices(ranges) => {
+                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&gpu.index))
+            }
             Selector::Model(key) => gpu.model.is_some_and(|m| m.key == *key),
             Selector::Uuid(u) => u.eq_ignore_ascii_case(gpu.uuid),
         }
@@ -181,13 +175,7 @@ impl fmt::Display for Selector {
             Selector::Indices(ranges) => {
                 let parts: Vec<String> = ranges
                     .iter()
-                    .map(|&(lo, hi)| {
-                        if lo == hi {
-                            lo.to_string()
-                        } else {
-                            format!("{lo}-{hi}")
-                        }
-                    })
+                    .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
                     .collect();
                 f.write_str(&parts.join(","))
             }

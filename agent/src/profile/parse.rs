@@ -95,24 +95,14 @@ pub fn parse_profile(
         return Err(cx.error(&(0..0), "the profile has no [[gpu]] rule".into()));
     }
 
-    let rules = raw
-        .gpu
-        .iter()
-        .map(|r| cx.rule(r))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Profile {
-        name,
-        description: raw.description.unwrap_or_default(),
-        rules,
-    })
+    let rules = raw.gpu.iter().map(|r| cx.rule(r)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Profile { name, description: raw.description.unwrap_or_default(), rules })
 }
 
 fn is_valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 64
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
 }
 
@@ -126,18 +116,11 @@ impl Context<'_> {
         let before = &self.text[..offset.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        Location {
-            origin: self.origin.to_string(),
-            line,
-            column,
-        }
+        Location { origin: self.origin.to_string(), line, column }
     }
 
     fn error(&self, span: &Range<usize>, message: String) -> ProfileError {
-        ProfileError {
-            location: self.location(span.start),
-            message,
-        }
+        ProfileError { location: self.location(span.start), message }
     }
 
     fn rule(&self, raw: &Spanned<RawRule>) -> Result<GpuRule, ProfileError> {
@@ -171,13 +154,10 @@ impl Context<'_> {
             instance_sharing.push((key, self.sharing(value)?));
         }
 
-        let strategies: Vec<&Sharing> = std::iter::once(&sharing)
-            .chain(instance_sharing.iter().map(|(_, s)| s))
-            .collect();
+        let strategies: Vec<&Sharing> =
+            std::iter::once(&sharing).chain(instance_sharing.iter().map(|(_, s)| s)).collect();
         let mps = strategies.iter().any(|s| matches!(s, Sharing::Mps(_)));
-        let time_slicing = strategies
-            .iter()
-            .any(|s| matches!(s, Sharing::TimeSlicing { .. }));
+        let time_slicing = strategies.iter().any(|s| matches!(s, Sharing::TimeSlicing { .. }));
         if mps && time_slicing {
             let span = raw.sharing.as_ref().map_or(raw.select.span(), |s| s.span());
             return Err(self.error(
@@ -189,14 +169,7 @@ impl Context<'_> {
             None => Vec::new(),
             Some(v) => self.device_filter(v)?,
         };
-        Ok(GpuRule {
-            select,
-            device_filter,
-            location,
-            mig,
-            sharing,
-            instance_sharing,
-        })
+        Ok(GpuRule { select, device_filter, location, mig, sharing, instance_sharing })
     }
 
     fn selector(&self, value: &Spanned<toml::Value>) -> Result<Selector, ProfileError> {
@@ -235,14 +208,12 @@ impl Context<'_> {
         items
             .into_iter()
             .map(|item| {
-                item.as_str()
-                    .and_then(|s| parse_pci_device_id(s).ok())
-                    .ok_or_else(|| {
-                        self.error(
-                            &value.span(),
-                            "device_filter: expected PCI device ids such as \"0x20B010DE\"".into(),
-                        )
-                    })
+                item.as_str().and_then(|s| parse_pci_device_id(s).ok()).ok_or_else(|| {
+                    self.error(
+                        &value.span(),
+                        "device_filter: expected PCI device ids such as \"0x20B010DE\"".into(),
+                    )
+                })
             })
             .collect()
     }
@@ -395,9 +366,7 @@ pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
         toml::Value::String(s) => s.trim(),
         _ => return Err("expected a size such as \"2GiB\" or \"512MiB\"".into()),
     };
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: u64 = digits.parse().map_err(|_| format!("bad size {text:?}"))?;
     let factor: u64 = match unit.trim() {
@@ -407,9 +376,7 @@ pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
         "G" | "GiB" => 1 << 30,
         "T" | "TiB" => 1 << 40,
         _ => {
-            return Err(format!(
-                "bad size unit in {text:?}: use B, KiB, MiB, GiB or TiB"
-            ));
+            return Err(format!("bad size unit in {text:?}: use B, KiB, MiB, GiB or TiB"));
         }
     };
     match n.checked_mul(factor) {
@@ -480,10 +447,7 @@ select = "all"
         assert_eq!(p.rules[1].select, Selector::Indices(vec![(4, 5), (7, 7)]));
         assert_eq!(
             p.rules[1].sharing,
-            Sharing::TimeSlicing {
-                interval: TimeSliceInterval::Short,
-                replicas: Some(3)
-            }
+            Sharing::TimeSlicing { interval: TimeSliceInterval::Short, replicas: Some(3) }
         );
         assert_eq!(p.rules[2].mig, MigLayout::Disabled);
         assert!(p.uses_sharing());
@@ -507,20 +471,11 @@ select = "all"
     #[test]
     fn value_errors_point_at_the_value() {
         let e = err("name = \"a\"\n[[gpu]]\nselect = \"halfway\"\n");
-        assert!(
-            e.starts_with("test.toml:3:10: select: unknown selector \"halfway\""),
-            "{e}"
-        );
+        assert!(e.starts_with("test.toml:3:10: select: unknown selector \"halfway\""), "{e}");
         let e = err("name = \"a\"\n[[gpu]]\nselect = \"all\"\nmig = { \"5x\" = 1 }\n");
-        assert!(
-            e.starts_with("test.toml:4:7: mig: \"5x\" is not a MIG profile"),
-            "{e}"
-        );
+        assert!(e.starts_with("test.toml:4:7: mig: \"5x\" is not a MIG profile"), "{e}");
         let e = err("name = \"a\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 9 }\n");
-        assert!(
-            e.contains("test.toml:4:7: mig: the count of 1g must be"),
-            "{e}"
-        );
+        assert!(e.contains("test.toml:4:7: mig: the count of 1g must be"), "{e}");
         let e = err(
             "name = \"a\"\n[[gpu]]\nselect = 0\nsharing = { mps = { active_thread_percentage = 0 } }\n",
         );
@@ -529,10 +484,7 @@ select = "all"
             "{e}"
         );
         let e = err("name = \"a\"\n[[gpu]]\nselect = 0\nsharing = \"mpss\"\n");
-        assert!(
-            e.starts_with("test.toml:4:11: unknown variant `mpss`"),
-            "{e}"
-        );
+        assert!(e.starts_with("test.toml:4:11: unknown variant `mpss`"), "{e}");
         let e = err(
             "name = \"a\"\n[[gpu]]\nselect = 0\nsharing.mps = { pinned_memory_limit = \"2 parsecs\" }\n",
         );
@@ -567,22 +519,10 @@ select = "all"
     #[test]
     fn selectors() {
         assert_eq!(parse_selector("a30").unwrap(), Selector::Model("a30-24gb"));
-        assert_eq!(
-            parse_selector("GPU-abc").unwrap(),
-            Selector::Uuid("GPU-abc".into())
-        );
-        assert_eq!(
-            parse_selector("0-3").unwrap(),
-            Selector::Indices(vec![(0, 3)])
-        );
+        assert_eq!(parse_selector("GPU-abc").unwrap(), Selector::Uuid("GPU-abc".into()));
+        assert_eq!(parse_selector("0-3").unwrap(), Selector::Indices(vec![(0, 3)]));
         assert!(parse_selector("3-1").is_err());
-        let gpu = |index, count, uuid| GpuRef {
-            index,
-            count,
-            uuid,
-            pci_device_id: 0,
-            model: None,
-        };
+        let gpu = |index, count, uuid| GpuRef { index, count, uuid, pci_device_id: 0, model: None };
         let s = Selector::FirstHalf;
         assert!(s.matches(&gpu(3, 8, "")) && !s.matches(&gpu(4, 8, "")));
         assert!(!s.matches(&gpu(0, 1, "")));

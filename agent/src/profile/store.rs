@@ -16,10 +16,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("all-balanced", include_str!("builtin/all-balanced.toml")),
     ("half-balanced", include_str!("builtin/half-balanced.toml")),
     ("all-mps", include_str!("builtin/all-mps.toml")),
-    (
-        "all-time-sliced",
-        include_str!("builtin/all-time-sliced.toml"),
-    ),
+    ("all-time-sliced", include_str!("builtin/all-time-sliced.toml")),
 ];
 
 /// Where a profile came from.
@@ -67,11 +64,7 @@ impl ProfileStore {
                 .expect("built-in profiles parse (checked by tests)");
             store.profiles.insert(
                 profile.name.clone(),
-                StoredProfile {
-                    profile,
-                    source: ProfileSource::BuiltIn,
-                    text: text.to_string(),
-                },
+                StoredProfile { profile, source: ProfileSource::BuiltIn, text: text.to_string() },
             );
         }
         store
@@ -119,14 +112,7 @@ impl ProfileStore {
             ));
         }
         let source = ProfileSource::File(path.to_path_buf());
-        self.profiles.insert(
-            profile.name.clone(),
-            StoredProfile {
-                profile,
-                source,
-                text,
-            },
-        );
+        self.profiles.insert(profile.name.clone(), StoredProfile { profile, source, text });
         Ok(())
     }
 
@@ -134,10 +120,7 @@ impl ProfileStore {
     pub fn get(&self, name: &str) -> Result<&StoredProfile, String> {
         self.profiles.get(name).ok_or_else(|| {
             let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
-            format!(
-                "unknown profile {name:?}; known profiles: {}",
-                known.join(", ")
-            )
+            format!("unknown profile {name:?}; known profiles: {}", known.join(", "))
         })
     }
 
@@ -163,13 +146,7 @@ mod tests {
         let names: Vec<&str> = store.iter().map(|p| p.profile.name.as_str()).collect();
         assert_eq!(
             names,
-            [
-                "all-balanced",
-                "all-disabled",
-                "all-mps",
-                "all-time-sliced",
-                "half-balanced"
-            ]
+            ["all-balanced", "all-disabled", "all-mps", "all-time-sliced", "half-balanced"]
         );
         let half = &store.get("half-balanced").unwrap().profile;
         assert_eq!(half.rules[0].select, Selector::FirstHalf);
@@ -188,10 +165,7 @@ mod tests {
     #[test]
     fn unknown_names_list_the_known_ones() {
         let e = ProfileStore::built_in().get("half").unwrap_err();
-        assert!(
-            e.starts_with("unknown profile \"half\"; known profiles: all-balanced, "),
-            "{e}"
-        );
+        assert!(e.starts_with("unknown profile \"half\"; known profiles: all-balanced, "), "{e}");
     }
 
     #[test]
@@ -202,11 +176,8 @@ mod tests {
             "description = \"mine\"\n[[gpu]]\nselect = \"all\"\nmig = { \"7g\" = 1 }\n",
         )
         .unwrap();
-        std::fs::write(
-            dir.path().join("broken.toml"),
-            "name = \"broken\"\n[[gpu]]\nselect = [\n",
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("broken.toml"), "name = \"broken\"\n[[gpu]]\nselect = [\n")
+            .unwrap();
         std::fs::write(dir.path().join("notes.txt"), "not a profile").unwrap();
         let store = ProfileStore::load(Some(dir.path()));
         let mine = store.get("all-balanced").unwrap();
@@ -214,11 +185,7 @@ mod tests {
         assert!(matches!(mine.source, ProfileSource::File(_)));
         assert!(store.get("broken").is_err());
         assert_eq!(store.errors().len(), 1);
-        assert!(
-            store.errors()[0].contains("broken.toml:"),
-            "{:?}",
-            store.errors()
-        );
+        assert!(store.errors()[0].contains("broken.toml:"), "{:?}", store.errors());
     }
 
     #[test]

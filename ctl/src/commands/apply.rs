@@ -46,20 +46,11 @@ pub async fn run(
     let options = || HashMap::from([(OPTION_FORCE, Value::from(force))]);
     match &source {
         Source::Named(profile) => {
-            run_job(client, out, "Apply", async |a| {
-                a.proxy.apply(profile, options()).await
-            })
-            .await
+            run_job(client, out, "Apply", async |a| a.proxy.apply(profile, options()).await).await
         }
-        Source::Document {
-            text,
-            origin,
-            config,
-        } => {
+        Source::Document { text, origin, config } => {
             run_job(client, out, "ApplyDocument", async |a| {
-                a.proxy
-                    .apply_document(text, origin, config, options())
-                    .await
+                a.proxy.apply_document(text, origin, config, options()).await
             })
             .await
         }
@@ -97,6 +88,10 @@ async fn run_job(
         return Ok(if outcome.ok { 0 } else { 1 });
     }
     let outcome: JobOutcome = parse_document(&raw, "JobOutcome")?;
+    // A post_apply hook that failed does not fail the apply, but the operator must know.
+    for warning in &outcome.warnings {
+        out.warn(warning);
+    }
     out.print(&render_outcome(&outcome)?);
     Ok(0)
 }
@@ -149,11 +144,7 @@ pub fn job_event(msg: &Message, job: &str) -> Option<JobEvent> {
             let (done, total, step) = msg.body().deserialize::<(u32, u32, String)>().ok()?;
             Some(JobEvent::Progress { done, total, step })
         }
-        "Finished" => msg
-            .body()
-            .deserialize::<String>()
-            .ok()
-            .map(JobEvent::Finished),
+        "Finished" => msg.body().deserialize::<String>().ok().map(JobEvent::Finished),
         _ => None,
     }
 }
@@ -227,20 +218,15 @@ pub fn progress_line(done: u32, total: u32, step: &str) -> String {
 /// The result line of a finished job, or its failure.
 pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
     if !outcome.ok {
-        let message = outcome
-            .error
-            .clone()
-            .unwrap_or_else(|| format!("applying {} failed", outcome.profile));
+        let message =
+            outcome.error.clone().unwrap_or_else(|| format!("applying {} failed", outcome.profile));
         return Err(match &outcome.error_name {
             Some(name) => CtlError::new(name.clone(), message),
             None => CtlError::ctl(Kind::Failed, message),
         });
     }
     if !outcome.changed {
-        return Ok(format!(
-            "{} is already applied: nothing changed",
-            outcome.profile
-        ));
+        return Ok(format!("{} is already applied: nothing changed", outcome.profile));
     }
     Ok(format!(
         "Applied {}: {} in {:.2} s",
@@ -336,11 +322,7 @@ mod tests {
         );
         let e = render_outcome(&outcome(false, true)).unwrap_err();
         assert_eq!(e.name, "io.gpushare.Agent1.Error.Backend");
-        assert!(
-            e.message.starts_with("GPU 1: create GPU instance"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("GPU 1: create GPU instance"), "{}", e.message);
         let mut o = outcome(false, false);
         o.error = None;
         o.error_name = None;
@@ -366,16 +348,10 @@ mod tests {
     #[test]
     fn job_signals_are_read_for_our_job_only() {
         let job = "/io/gpushare/Agent1/jobs/7";
-        let msg = signal(job, "Progress")
-            .build(&(2u32, 12u32, "GPU 0: enable MIG mode"))
-            .unwrap();
+        let msg = signal(job, "Progress").build(&(2u32, 12u32, "GPU 0: enable MIG mode")).unwrap();
         assert_eq!(
             job_event(&msg, job),
-            Some(JobEvent::Progress {
-                done: 2,
-                total: 12,
-                step: "GPU 0: enable MIG mode".into()
-            })
+            Some(JobEvent::Progress { done: 2, total: 12, step: "GPU 0: enable MIG mode".into() })
         );
         assert_eq!(job_event(&msg, "/io/gpushare/Agent1/jobs/8"), None);
         let raw = serde_json::to_string(&outcome(true, true)).unwrap();
@@ -388,14 +364,10 @@ mod tests {
     #[test]
     fn agent_exit_is_seen_in_name_owner_changed() {
         let noc = |old: &str, new: &str| {
-            Message::signal(
-                "/org/freedesktop/DBus",
-                "org.freedesktop.DBus",
-                "NameOwnerChanged",
-            )
-            .unwrap()
-            .build(&(BUS_NAME, old, new))
-            .unwrap()
+            Message::signal("/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged")
+                .unwrap()
+                .build(&(BUS_NAME, old, new))
+                .unwrap()
         };
         assert!(agent_left(&noc(":1.5", "")));
         assert!(agent_left(&noc(":1.5", ":1.9")));

@@ -63,10 +63,7 @@ pub async fn run(
     let assessed = AssertReport::from_plan(&report);
     if out.json {
         let doc = serde_json::to_string(&assessed).map_err(|e| {
-            CtlError::ctl(
-                Kind::Failed,
-                format!("cannot write the assert document: {e}"),
-            )
+            CtlError::ctl(Kind::Failed, format!("cannot write the assert document: {e}"))
         })?;
         out.print(&doc);
         return Ok(if assessed.applied { 0 } else { 1 });
@@ -116,12 +113,7 @@ mod tests {
         let report = AssertReport::from_plan(&sample_plan(0));
         assert_eq!(
             report,
-            AssertReport {
-                profile: "half-balanced".into(),
-                applied: true,
-                steps: 0,
-                gpus: vec![],
-            }
+            AssertReport { profile: "half-balanced".into(), applied: true, steps: 0, gpus: vec![] }
         );
         assert_eq!(render_assert(&report), "half-balanced is applied");
         assert_eq!(
@@ -134,10 +126,7 @@ mod tests {
     fn not_applied_names_steps_and_gpus_in_order() {
         let mut plan = sample_plan(0);
         plan.changes = true;
-        plan.steps = [7, 4, 5, 4, 6, 7, 5, 4, 6, 7, 5, 6]
-            .into_iter()
-            .map(step)
-            .collect();
+        plan.steps = [7, 4, 5, 4, 6, 7, 5, 4, 6, 7, 5, 6].into_iter().map(step).collect();
         let report = AssertReport::from_plan(&plan);
         assert!(!report.applied);
         assert_eq!(report.gpus, vec![4, 5, 6, 7]);
@@ -158,12 +147,7 @@ mod tests {
             render_assert(&report),
             "half-balanced is not applied: 1 step would change GPU 0"
         );
-        let report = AssertReport {
-            profile: "lab".into(),
-            applied: false,
-            steps: 0,
-            gpus: vec![],
-        };
+        let report = AssertReport { profile: "lab".into(), applied: false, steps: 0, gpus: vec![] };
         assert_eq!(render_assert(&report), "lab is not applied");
     }
 

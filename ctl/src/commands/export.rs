@@ -11,9 +11,7 @@ use crate::output::{Output, parse_document};
 
 /// Runs `export`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
-    let raw = client
-        .call("Export", async |a| a.proxy.export().await)
-        .await?;
+    let raw = client.call("Export", async |a| a.proxy.export().await).await?;
     if out.json {
         out.print_document(&raw, "Export")?;
     } else {
@@ -31,9 +29,6 @@ mod tests {
     fn export_document_carries_the_text() {
         let raw = r#"{"text":"name = \"exported\"\n[gpus.all]\nsharing = \"exclusive\"\n"}"#;
         let export: Export = parse_document(raw, "Export").unwrap();
-        assert_eq!(
-            export.text,
-            "name = \"exported\"\n[gpus.all]\nsharing = \"exclusive\"\n"
-        );
+        assert_eq!(export.text, "name = \"exported\"\n[gpus.all]\nsharing = \"exclusive\"\n");
     }
 }

@@ -38,20 +38,12 @@ pub async fn run(
 /// Renders a plan: the numbered steps, then a summary line.
 pub fn render_plan(report: &PlanReport) -> String {
     if !report.changes || report.steps.is_empty() {
-        return format!(
-            "Profile {} is already applied: nothing to do\n",
-            report.profile
-        );
+        return format!("Profile {} is already applied: nothing to do\n", report.profile);
     }
     let width = report.steps.len().to_string().len();
     let mut out = String::new();
     for (i, step) in report.steps.iter().enumerate() {
-        out.push_str(&format!(
-            "  {:>width$}. GPU {}: {}\n",
-            i + 1,
-            step.gpu,
-            step.description
-        ));
+        out.push_str(&format!("  {:>width$}. GPU {}: {}\n", i + 1, step.gpu, step.description));
     }
     let gpus: BTreeSet<u32> = report.steps.iter().map(|s| s.gpu).collect();
     out.push_str(&format!(
@@ -68,26 +60,14 @@ pub(crate) mod tests {
     use gpushare_proto::types::{GpuTarget, PlanStep, TargetInstance};
 
     fn step(gpu: u32, operation: &str, description: &str) -> PlanStep {
-        PlanStep {
-            gpu,
-            operation: operation.into(),
-            description: description.into(),
-        }
+        PlanStep { gpu, operation: operation.into(), description: description.into() }
     }
 
     pub(crate) fn sample_plan(steps: usize) -> PlanReport {
         let all = [
             step(0, "set_mig_mode", "enable MIG mode"),
-            step(
-                0,
-                "create_gpu_instance",
-                "create GPU instance 3g.20gb at slot 4",
-            ),
-            step(
-                0,
-                "create_compute_instance",
-                "create compute instance on 3g.20gb at slot 4",
-            ),
+            step(0, "create_gpu_instance", "create GPU instance 3g.20gb at slot 4"),
+            step(0, "create_compute_instance", "create compute instance on 3g.20gb at slot 4"),
             step(1, "set_compute_mode", "set compute mode exclusive_process"),
         ];
         PlanReport {
@@ -98,10 +78,7 @@ pub(crate) mod tests {
                 gpu: 0,
                 model: "A100-SXM4-40GB".into(),
                 mig_enabled: true,
-                instances: vec![TargetInstance {
-                    profile: "3g.20gb".into(),
-                    placement_start: 4,
-                }],
+                instances: vec![TargetInstance { profile: "3g.20gb".into(), placement_start: 4 }],
                 unchanged: steps == 0,
             }],
         }
@@ -123,15 +100,9 @@ pub(crate) mod tests {
     fn numbers_are_right_aligned_and_singular_is_singular() {
         let text = render_plan(&sample_plan(10));
         assert!(text.starts_with("   1. GPU 0: enable MIG mode\n"), "{text}");
-        assert!(
-            text.contains("\n  10. GPU 0: create GPU instance"),
-            "{text}"
-        );
+        assert!(text.contains("\n  10. GPU 0: create GPU instance"), "{text}");
         let text = render_plan(&sample_plan(1));
-        assert!(
-            text.ends_with("\n1 step on 1 GPU; nothing has been changed\n"),
-            "{text}"
-        );
+        assert!(text.ends_with("\n1 step on 1 GPU; nothing has been changed\n"), "{text}");
     }
 
     #[test]

@@ -26,9 +26,7 @@ pub async fn run(
 ) -> Result<ExitStatus, CtlError> {
     match command.unwrap_or(ProfilesCommand::List) {
         ProfilesCommand::List => {
-            let raw = client
-                .call("ListProfiles", async |a| a.proxy.list_profiles().await)
-                .await?;
+            let raw = client.call("ListProfiles", async |a| a.proxy.list_profiles().await).await?;
             if out.json {
                 out.print_document(&raw, "ProfileList")?;
                 return Ok(0);
@@ -40,9 +38,8 @@ pub async fn run(
             }
         }
         ProfilesCommand::Show { name } => {
-            let raw = client
-                .call("ShowProfile", async |a| a.proxy.show_profile(&name).await)
-                .await?;
+            let raw =
+                client.call("ShowProfile", async |a| a.proxy.show_profile(&name).await).await?;
             if out.json {
                 out.print_document(&raw, "ProfileDetail")?;
                 return Ok(0);
@@ -128,10 +125,7 @@ mod tests {
 ";
         assert_eq!(text, expected, "\n{text}");
         assert_eq!(
-            render_list(&ProfileList {
-                profiles: vec![],
-                errors: vec![]
-            }),
+            render_list(&ProfileList { profiles: vec![], errors: vec![] }),
             "No profiles.\n"
         );
     }

@@ -63,9 +63,7 @@ pub fn read_document(file: &str) -> Result<(String, String), CtlError> {
     };
     if file == "-" {
         let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(read_error)?;
+        std::io::stdin().read_to_string(&mut text).map_err(read_error)?;
         return Ok((text, "<stdin>".into()));
     }
     let text = std::fs::read_to_string(file).map_err(read_error)?;
@@ -75,20 +73,10 @@ pub fn read_document(file: &str) -> Result<(String, String), CtlError> {
 /// The plan of `source` against this node: a [`gpushare_proto::types::PlanReport`] as JSON.
 pub async fn plan(client: &mut Client, source: &Source) -> Result<String, CtlError> {
     match source {
-        Source::Named(profile) => {
+        Source::Named(profile) => client.call("Plan", async |a| a.proxy.plan(profile).await).await,
+        Source::Document { text, origin, config } => {
             client
-                .call("Plan", async |a| a.proxy.plan(profile).await)
-                .await
-        }
-        Source::Document {
-            text,
-            origin,
-            config,
-        } => {
-            client
-                .call("PlanDocument", async |a| {
-                    a.proxy.plan_document(text, origin, config).await
-                })
+                .call("PlanDocument", async |a| a.proxy.plan_document(text, origin, config).await)
                 .await
         }
     }
@@ -112,10 +100,8 @@ mod tests {
             Source::from_args(&args(Some("all-mps"), None, None)).unwrap(),
             Source::Named("all-mps".into())
         );
-        let path = std::env::temp_dir().join(format!(
-            "gpushare-ctl-test-source-{}.yaml",
-            std::process::id()
-        ));
+        let path = std::env::temp_dir()
+            .join(format!("gpushare-ctl-test-source-{}.yaml", std::process::id()));
         std::fs::write(&path, "version: v1\nmig-configs: {}\n").unwrap();
         let file = path.to_str().unwrap();
         let with_config = Source::from_args(&args(None, Some(file), Some("all-balanced")));
@@ -138,19 +124,10 @@ mod tests {
     fn unreadable_files_are_named() {
         let e = read_document("/nonexistent/lab.toml").unwrap_err();
         assert!(e.is(Kind::ReadFile));
-        assert!(
-            e.message.starts_with("cannot read /nonexistent/lab.toml: "),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("cannot read /nonexistent/lab.toml: "), "{}", e.message);
         let e = Source::from_args(&args(None, Some("/nonexistent/config.yaml"), Some("x")))
             .unwrap_err();
-        assert!(
-            e.message
-                .starts_with("cannot read /nonexistent/config.yaml: "),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("cannot read /nonexistent/config.yaml: "), "{}", e.message);
         let dir = std::env::temp_dir();
         let e = read_document(dir.to_str().unwrap()).unwrap_err();
         assert!(e.message.starts_with("cannot read "), "{}", e.message);
@@ -159,10 +136,6 @@ mod tests {
         std::fs::write(&path, [0xff, 0xfe, b'x']).unwrap();
         let e = read_document(path.to_str().unwrap()).unwrap_err();
         std::fs::remove_file(&path).unwrap();
-        assert!(
-            e.message.ends_with(": it is not UTF-8 text"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.ends_with(": it is not UTF-8 text"), "{}", e.message);
     }
 }

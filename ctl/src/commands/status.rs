@@ -23,9 +23,7 @@ use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
 
 /// Runs `status`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
-    let raw = client
-        .call("Status", async |a| a.proxy.status().await)
-        .await?;
+    let raw = client.call("Status", async |a| a.proxy.status().await).await?;
     if out.json {
         out.print_document(&raw, "Status")?;
     } else {
@@ -48,12 +46,7 @@ fn on_off(b: bool) -> &'static str {
 pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String {
     match pending {
         Some(p) if p != enabled => {
-            format!(
-                "{} {} {} after reset",
-                on_off(enabled),
-                glyphs.arrow,
-                on_off(p)
-            )
+            format!("{} {} {} after reset", on_off(enabled), glyphs.arrow, on_off(p))
         }
         _ => on_off(enabled).to_owned(),
     }
@@ -69,23 +62,15 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     if let Some(apply) = &status.apply_in_progress {
         out.push_str(&format!("Apply in progress: {apply}\n"));
     }
+    if let Some(error) = &status.rollback_error {
+        out.push_str(&format!("Rollback failed (the GPUs may be between layouts): {error}\n"));
+    }
     if status.gpus.is_empty() {
         out.push_str("No GPUs found.\n");
         return out;
     }
-    let with_instances = status
-        .gpus
-        .iter()
-        .any(|g| g.mig_enabled || !g.instances.is_empty());
-    let mut header = vec![
-        "GPU",
-        "MODEL",
-        "MIG",
-        "COMPUTE MODE",
-        "SHARING",
-        "MEMORY",
-        "PROCS",
-    ];
+    let with_instances = status.gpus.iter().any(|g| g.mig_enabled || !g.instances.is_empty());
+    let mut header = vec!["GPU", "MODEL", "MIG", "COMPUTE MODE", "SHARING", "MEMORY", "PROCS"];
     if with_instances {
         header.extend(["PLACEMENT", "GI/CI", "UUID"]);
     }
@@ -107,23 +92,15 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
             gpu.processes.len().to_string(),
         ]);
         if gpu.mig_enabled && gpu.instances.is_empty() {
-            table.add_row(vec![
-                String::new(),
-                format!("{} (no instances)", glyphs.tree_last),
-            ]);
+            table.add_row(vec![String::new(), format!("{} (no instances)", glyphs.tree_last)]);
         }
         let last = gpu.instances.len().saturating_sub(1);
         for (i, inst) in gpu.instances.iter().enumerate() {
-            let branch = if i == last {
-                glyphs.tree_last
-            } else {
-                glyphs.tree_mid
-            };
+            let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
             let ids = format!(
                 "{}/{}",
                 inst.gpu_instance_id,
-                inst.compute_instance_id
-                    .map_or_else(|| "-".to_owned(), |c| c.to_string())
+                inst.compute_instance_id.map_or_else(|| "-".to_owned(), |c| c.to_string())
             );
             table.add_row(vec![
                 Cell::new(""),
@@ -187,9 +164,7 @@ pub(crate) mod tests {
                             compute_instance_id: None,
                             uuid: None,
                             memory_bytes: 4864 * (1 << 20),
-                            sharing: Sharing {
-                                strategy: "mps".into(),
-                            },
+                            sharing: Sharing { strategy: "mps".into() },
                         },
                     ],
                     processes: vec![],
@@ -202,9 +177,7 @@ pub(crate) mod tests {
                     mig_enabled: false,
                     mig_pending: Some(true),
                     compute_mode: "exclusive_process".into(),
-                    sharing: Sharing {
-                        strategy: "time-slicing".into(),
-                    },
+                    sharing: Sharing { strategy: "time-slicing".into() },
                     instances: vec![],
                     processes: vec![4242, 4243],
                 },
@@ -293,9 +266,6 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING         M
         assert_eq!(gib(81920 * (1 << 20)), "80.0 GiB");
         assert_eq!(gib(0), "0.0 GiB");
         assert_eq!(mig_cell(true, Some(true), Glyphs::ASCII), "on");
-        assert_eq!(
-            mig_cell(true, Some(false), Glyphs::ASCII),
-            "on -> off after reset"
-        );
+        assert_eq!(mig_cell(true, Some(false), Glyphs::ASCII), "on -> off after reset");
     }
 }

@@ -22,9 +22,7 @@ use crate::output::{Output, parse_document};
 pub async fn run(client: &mut Client, out: &Output, file: &str) -> Result<ExitStatus, CtlError> {
     let (text, origin) = read_document(file)?;
     let raw = client
-        .call("ValidateProfile", async |a| {
-            a.proxy.validate_profile(&text, &origin).await
-        })
+        .call("ValidateProfile", async |a| a.proxy.validate_profile(&text, &origin).await)
         .await?;
     if out.json {
         out.print_document(&raw, "Validation")?;
@@ -37,11 +35,7 @@ pub async fn run(client: &mut Client, out: &Output, file: &str) -> Result<ExitSt
 
 /// `FILE: valid profile NAME`, then the plan as `plan` prints it.
 pub fn render_validation(origin: &str, validation: &Validation) -> String {
-    format!(
-        "{origin}: valid profile {}\n{}",
-        validation.name,
-        render_plan(&validation.plan)
-    )
+    format!("{origin}: valid profile {}\n{}", validation.name, render_plan(&validation.plan))
 }
 
 #[cfg(test)]
@@ -51,10 +45,7 @@ mod tests {
 
     #[test]
     fn valid_profile_with_plan() {
-        let v = Validation {
-            name: "half-balanced".into(),
-            plan: sample_plan(1),
-        };
+        let v = Validation { name: "half-balanced".into(), plan: sample_plan(1) };
         assert_eq!(
             render_validation("lab.toml", &v),
             "lab.toml: valid profile half-balanced\n  1. GPU 0: enable MIG mode\n1 step on 1 GPU; nothing has been changed\n"
