@@ -43,6 +43,9 @@ ctl apply all-disabled
 ctl apply all-disabled --json
 ctl apply all-balanced
 ctl status
+ctl export
+ctl assert all-disabled
+ctl assert half-balanced
 
 kill $agent_pid; wait $agent_pid
 kill $bus_pid
