@@ -1,0 +1,394 @@
+//! MPS control daemons: one `nvidia-cuda-mps-control` per shared GPU or MIG instance.
+//!
+//! Each server lives in `<root>/<uuid>/`: `pipe/` (the daemon's pipe directory, which
+//! clients point `CUDA_MPS_PIPE_DIRECTORY` at), `log/`, and `server.json` (what the agent
+//! asked for: device, limits, restarts). The pipe directory is created `0700`, so that no
+//! client can reach the daemon until its limits are set *and read back*; then it becomes
+//! `0755`. Daemons are started with `-d` and outlive the agent: the agent finds them again
+//! at start-up from `server.json` and the daemon's pid file (that is the adoption
+//! mechanism), and `<root>` sits under `/run`, which a reboot empties just as it ends the
+//! daemons.
+//!
+//! Commands go to the daemon the way NVIDIA documents: written to the stdin of a second
+//! `nvidia-cuda-mps-control` run with the same pipe directory. The control tool exits 0
+//! even for values it refuses (it answers the unchanged value), so every limit is read back
+//! and compared.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{read_json, write_json};
+
+/// How long a control command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new daemon may take to write its pid file, or a stopped one to exit.
+const START_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The control daemon's pid file in the pipe directory.
+const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+
+/// Where the daemons live and which binary runs them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsConfig {
+    /// `nvidia-cuda-mps-control` (a bare name is looked up on `PATH`).
+    pub control: PathBuf,
+    /// Directory of the servers' directories (`/run/gpushare/mps`).
+    pub root: PathBuf,
+}
+
+/// Limits every client of a server starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpsLimits {
+    /// Default active thread percentage (1-100).
+    pub active_thread_percentage: u32,
+    /// Default pinned device memory limit in bytes; `None` for no limit.
+    pub pinned_memory_limit_bytes: Option<u64>,
+}
+
+/// What the agent asked of one server, kept in `server.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerRecord {
+    /// `GPU-…` or `MIG-…` the daemon serves (its `CUDA_VISIBLE_DEVICES`).
+    pub uuid: String,
+    /// GPU index.
+    pub gpu: u32,
+    /// Placement start of the MIG instance; `None` for a whole GPU.
+    pub placement_start: Option<u8>,
+    /// Limits set on the daemon.
+    pub limits: MpsLimits,
+    /// How often the supervisor restarted it.
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+/// A server as found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsServer {
+    /// What the agent asked for.
+    pub record: ServerRecord,
+    /// The control daemon's pid, when it runs.
+    pub pid: Option<u32>,
+    /// The pipe directory clients use.
+    pub pipe_dir: PathBuf,
+}
+
+/// An MPS failure, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MpsError(pub String);
+
+/// Starts, stops, finds and talks to MPS control daemons.
+#[derive(Debug, Clone)]
+pub struct MpsController {
+    config: MpsConfig,
+}
+
+impl MpsController {
+    /// A controller for `config`.
+    pub fn new(config: MpsConfig) -> Self {
+        MpsController { config }
+    }
+
+    /// `<root>/<uuid>`.
+    pub fn server_dir(&self, uuid: &str) -> PathBuf {
+        self.config.root.join(uuid)
+    }
+
+    /// The pipe directory of the server of `uuid`.
+    pub fn pipe_dir(&self, uuid: &str) -> PathBuf {
+        self.server_dir(uuid).join("pipe")
+    }
+
+    /// The log directory of the server of `uuid`.
+    pub fn log_dir(&self, uuid: &str) -> PathBuf {
+        self.server_dir(uuid).join("log")
+    }
+
+    fn control(&self, uuid: &str) -> Command {
+        let mut cmd = Command::new(&self.config.control);
+        cmd.env("CUDA_MPS_PIPE_DIRECTORY", self.pipe_dir(uuid))
+            .env("CUDA_MPS_LOG_DIRECTORY", self.log_dir(uuid));
+        cmd
+    }
+
+    /// Starts the daemon of `record`, sets its limits, reads them back, and only then
+    /// opens its pipe directory to clients. Returns the daemon's pid.
+    pub fn start(&self, record: &ServerRecord) -> Result<u32, MpsError> {
+        let uuid = &record.uuid;
+        let err = |what: String| MpsError(format!("MPS server for {uuid}: {what}"));
+        let pipe = self.pipe_dir(uuid);
+        let log = self.log_dir(uuid);
+        if let Some(pid) = daemon_pid(&pipe) {
+            return Err(err(format!("a control daemon (PID {pid}) already runs in {}", pipe.display())));
+        }
+        for dir in [&pipe, &log] {
+            std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        }
+        set_mode(&pipe, 0o700).map_err(err)?;
+        write_json(&self.server_dir(uuid).join("server.json"), record)
+            .map_err(|e| err(format!("server.json: {e}")))?;
+
+        let output = self
+            .control(uuid)
+            .arg("-d")
+            .env("CUDA_VISIBLE_DEVICES", uuid)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| err(format!("cannot run {}: {e}", self.config.control.display())))?;
+        if !output.status.success() {
+            return Err(err(format!(
+                "{} -d failed ({}): {}",
+                self.config.control.display(),
+                output.status,
+                first_line(&output.stderr, &output.stdout)
+            )));
+        }
+        let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe))
+            .ok_or_else(|| err(format!("the daemon wrote no pid file in {}", pipe.display())))?;
+
+        let limits = record.limits;
+        let threads = limits.active_thread_percentage;
+        self.command(uuid, &format!("set_default_active_thread_percentage {threads}"))?;
+        let read = self.command(uuid, "get_default_active_thread_percentage")?;
+        if parse_percentage(&read) != Some(threads) {
+            return Err(err(format!(
+                "active thread percentage {threads} did not take: the daemon reports {:?}",
+                read.join(" ")
+            )));
+        }
+        if let Some(bytes) = limits.pinned_memory_limit_bytes {
+            let value = memory_value(bytes);
+            self.command(uuid, &format!("set_default_device_pinned_mem_limit 0 {value}"))?;
+            let read = self.command(uuid, "get_default_device_pinned_mem_limit 0")?;
+            if read.first().map(|s| s.trim()) != Some(value.as_str()) {
+                return Err(err(format!(
+                    "pinned memory limit {value} did not take: the daemon reports {:?}",
+                    read.join(" ")
+                )));
+            }
+        }
+        // Limits are in place and read back: clients may come.
+        set_mode(&pipe, 0o755).map_err(err)?;
+        Ok(pid)
+    }
+
+    /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
+    /// directory.
+    pub fn stop(&self, uuid: &str) -> Result<(), MpsError> {
+        let pipe = self.pipe_dir(uuid);
+        if let Some(pid) = daemon_pid(&pipe) {
+            // A daemon that does not answer is killed below.
+            let _ = self.command(uuid, "quit");
+            if wait_for(START_STOP_TIMEOUT, || (!alive(pid)).then_some(())).is_none() {
+                // SAFETY: kill(2) with a pid read from the daemon's own pid file.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        match std::fs::remove_dir_all(self.server_dir(uuid)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(MpsError(format!("removing {}: {e}", self.server_dir(uuid).display()))),
+        }
+    }
+
+    /// Every server directory under the root, with its daemon's pid when it runs.
+    pub fn servers(&self) -> Vec<MpsServer> {
+        let Ok(entries) = std::fs::read_dir(&self.config.root) else { return Vec::new() };
+        let mut servers: Vec<MpsServer> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let dir = entry.path();
+                let record: ServerRecord = read_json(&dir.join("server.json")).ok().flatten()?;
+                let pipe_dir = dir.join("pipe");
+                Some(MpsServer { pid: daemon_pid(&pipe_dir), record, pipe_dir })
+            })
+            .collect();
+        servers.sort_by(|a, b| {
+            (a.record.gpu, a.record.placement_start).cmp(&(b.record.gpu, b.record.placement_start))
+        });
+        servers
+    }
+
+    /// Records a restart in `server.json`.
+    pub fn record_restart(&self, record: &ServerRecord) -> Result<ServerRecord, MpsError> {
+        let next = ServerRecord { restarts: record.restarts + 1, ..record.clone() };
+        write_json(&self.server_dir(&record.uuid).join("server.json"), &next)
+            .map_err(|e| MpsError(format!("server.json of {}: {e}", record.uuid)))?;
+        Ok(next)
+    }
+
+    /// Sends one command to the daemon of `uuid` and returns its answer lines.
+    pub fn command(&self, uuid: &str, line: &str) -> Result<Vec<String>, MpsError> {
+        let err = |what: String| MpsError(format!("MPS server for {uuid}: {line}: {what}"));
+        let mut child = self
+            .control(uuid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| err(format!("cannot run {}: {e}", self.config.control.display())))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            writeln!(stdin, "{line}").map_err(|e| err(e.to_string()))?;
+        }
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            match child.try_wait().map_err(|e| err(e.to_string()))? {
+                Some(_) => break,
+                None if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(err(format!("no answer within {} s", COMMAND_TIMEOUT.as_secs())));
+                }
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+        let output = child.wait_with_output().map_err(|e| err(e.to_string()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let lines: Vec<String> =
+            stdout.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        if !output.status.success() {
+            return Err(err(format!(
+                "{} ({})",
+                first_line(&output.stderr, &output.stdout),
+                output.status
+            )));
+        }
+        if let Some(unknown) = lines.iter().find(|l| l.starts_with("Unknown command")) {
+            return Err(err(unknown.clone()));
+        }
+        Ok(lines)
+    }
+
+    /// Whether the daemon of `server` runs and answers.
+    pub fn healthy(&self, server: &MpsServer) -> bool {
+        server.pid.is_some_and(alive)
+            && self.command(&server.record.uuid, "get_default_active_thread_percentage").is_ok()
+    }
+
+    /// The MPS server processes of a daemon with their client pids.
+    pub fn clients(&self, uuid: &str) -> Result<Vec<(u32, Vec<u32>)>, MpsError> {
+        let mut out = Vec::new();
+        for server in self.command(uuid, "get_server_list")? {
+            let Ok(server) = server.parse::<u32>() else { continue };
+            let clients = self
+                .command(uuid, &format!("get_client_list {server}"))?
+                .iter()
+                .filter_map(|l| l.parse().ok())
+                .collect();
+            out.push((server, clients));
+        }
+        Ok(out)
+    }
+}
+
+/// `2G` when whole GiB, else `<n>M` (MPS takes G or M).
+pub fn memory_value(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes % GIB == 0 { format!("{}G", bytes / GIB) } else { format!("{}M", (bytes / MIB).max(1)) }
+}
+
+/// `25.0` → 25.
+fn parse_percentage(lines: &[String]) -> Option<u32> {
+    let value: f64 = lines.first()?.trim().parse().ok()?;
+    (value.fract() == 0.0).then_some(value as u32)
+}
+
+fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// The live pid of the control daemon of a pipe directory.
+pub fn daemon_pid(pipe_dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(pipe_dir.join(PID_FILE)).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
+    alive(pid).then_some(pid)
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn first_line(stderr: &[u8], stdout: &[u8]) -> String {
+    let text = String::from_utf8_lossy(if stderr.is_empty() { stdout } else { stderr }).into_owned();
+    text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_values_use_the_largest_whole_unit() {
+        assert_eq!(memory_value(2 << 30), "2G");
+        assert_eq!(memory_value(512 << 20), "512M");
+        assert_eq!(memory_value((3 << 30) + (1 << 29)), "3584M");
+        assert_eq!(memory_value(1), "1M");
+    }
+
+    #[test]
+    fn percentages_read_back_as_the_daemon_prints_them() {
+        assert_eq!(parse_percentage(&["25.0".into()]), Some(25));
+        assert_eq!(parse_percentage(&["100.0".into()]), Some(100));
+        assert_eq!(parse_percentage(&["12.5".into()]), None);
+        assert_eq!(parse_percentage(&[]), None);
+    }
+
+    #[test]
+    fn liveness_comes_from_proc() {
+        assert!(alive(std::process::id()));
+        assert!(!alive(u32::MAX - 1));
+    }
+
+    #[test]
+    fn servers_are_found_from_their_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let mps = MpsController::new(MpsConfig {
+            control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
+            root: dir.path().to_path_buf(),
+        });
+        let record = ServerRecord {
+            uuid: "GPU-abc".into(),
+            gpu: 1,
+            placement_start: None,
+            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+            restarts: 0,
+        };
+        std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+        write_json(&mps.server_dir("GPU-abc").join("server.json"), &record).unwrap();
+        // A pid file naming this test process stands for a live daemon.
+        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
+            .unwrap();
+        let found = mps.servers();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].record, record);
+        assert_eq!(found[0].pid, Some(std::process::id()));
+        let e = mps.start(&record).unwrap_err();
+        assert!(e.to_string().contains("already runs"), "{e}");
+        let e = mps.command("GPU-abc", "get_server_list").unwrap_err();
+        assert!(e.to_string().contains("cannot run /nonexistent/nvidia-cuda-mps-control"), "{e}");
+    }
+}

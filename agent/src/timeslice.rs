@@ -1,0 +1,115 @@
+//! The time-slice interval of whole GPUs, through `nvidia-smi compute-policy` (NVML has no
+//! public setter; NVIDIA's DRA driver does the same).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::profile::TimeSliceInterval;
+
+/// Reads and sets time-slice intervals with one nvidia-smi.
+#[derive(Debug, Clone)]
+pub struct TimesliceControl {
+    nvidia_smi: PathBuf,
+}
+
+impl TimeSliceInterval {
+    /// The number `--set-timeslice` takes.
+    pub fn number(self) -> u8 {
+        match self {
+            TimeSliceInterval::Default => 0,
+            TimeSliceInterval::Short => 1,
+            TimeSliceInterval::Medium => 2,
+            TimeSliceInterval::Long => 3,
+        }
+    }
+
+    /// `default`, `short`, `medium`, `long`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeSliceInterval::Default => "default",
+            TimeSliceInterval::Short => "short",
+            TimeSliceInterval::Medium => "medium",
+            TimeSliceInterval::Long => "long",
+        }
+    }
+}
+
+impl TimesliceControl {
+    /// Using the nvidia-smi at `path` (a bare name is looked up on `PATH`).
+    pub fn new(nvidia_smi: impl Into<PathBuf>) -> Self {
+        TimesliceControl { nvidia_smi: nvidia_smi.into() }
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String, String> {
+        let output = Command::new(&self.nvidia_smi)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.nvidia_smi.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let why = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty());
+            return Err(format!(
+                "{} {} failed ({}): {}",
+                self.nvidia_smi.display(),
+                args.join(" "),
+                output.status,
+                why.unwrap_or("no output").trim()
+            ));
+        }
+        Ok(stdout)
+    }
+
+    /// The interval of every GPU, by index (`nvidia-smi compute-policy -l`).
+    pub fn read_all(&self) -> Result<Vec<(u32, TimeSliceInterval)>, String> {
+        Ok(parse_policy_table(&self.run(&["compute-policy", "-l"])?))
+    }
+
+    /// Sets the interval of the GPU `uuid`.
+    pub fn set(&self, uuid: &str, interval: TimeSliceInterval) -> Result<(), String> {
+        let n = interval.number().to_string();
+        self.run(&["compute-policy", "-i", uuid, "--set-timeslice", &n]).map(|_| ())
+    }
+}
+
+/// Parses the rows `|   0   Timeslice       Default       |` of `compute-policy -l`.
+fn parse_policy_table(text: &str) -> Vec<(u32, TimeSliceInterval)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.trim_matches(|c: char| c == '|' || c.is_whitespace()).split_whitespace();
+            let index: u32 = words.next()?.parse().ok()?;
+            if words.next()? != "Timeslice" {
+                return None;
+            }
+            let value = words.next()?.to_ascii_lowercase();
+            Some((index, TimeSliceInterval::from_name(&value)?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_table_the_real_h100_printed() {
+        let table = "+-------------------------------------+\n\
+                     | GPU compute policies:               |\n\
+                     | GPU     Name           Value        |\n\
+                     |=====================================|\n\
+                     |   0   Timeslice       Default       |\n\
+                     |   1   Timeslice       Long          |\n\
+                     +-------------------------------------+\n";
+        assert_eq!(
+            parse_policy_table(table),
+            vec![(0, TimeSliceInterval::Default), (1, TimeSliceInterval::Long)]
+        );
+    }
+
+    #[test]
+    fn a_missing_nvidia_smi_is_one_clear_line() {
+        let e = TimesliceControl::new("/nonexistent/nvidia-smi").read_all().unwrap_err();
+        assert!(e.starts_with("cannot run /nonexistent/nvidia-smi: "), "{e}");
+    }
+}
