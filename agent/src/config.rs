@@ -28,6 +28,46 @@ pub struct AgentConfig {
     pub apply: ApplySettings,
     /// Commands around applies.
     pub hooks: HookSettings,
+    /// MPS control daemons.
+    pub mps: MpsSettings,
+    /// Time-slice intervals.
+    pub timeslice: TimesliceSettings,
+}
+
+/// MPS control daemons.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MpsSettings {
+    /// `nvidia-cuda-mps-control` (a bare name is looked up on `PATH`).
+    pub control: PathBuf,
+    /// Directory of the servers' pipe and log directories.
+    pub root: PathBuf,
+    /// Seconds between health checks of the servers.
+    pub health_interval_seconds: u64,
+}
+
+impl Default for MpsSettings {
+    fn default() -> Self {
+        Self {
+            control: PathBuf::from("nvidia-cuda-mps-control"),
+            root: PathBuf::from("/run/gpushare/mps"),
+            health_interval_seconds: 5,
+        }
+    }
+}
+
+/// Time-slice intervals.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimesliceSettings {
+    /// `nvidia-smi` (a bare name is looked up on `PATH`).
+    pub nvidia_smi: PathBuf,
+}
+
+impl Default for TimesliceSettings {
+    fn default() -> Self {
+        Self { nvidia_smi: PathBuf::from("nvidia-smi") }
+    }
 }
 
 /// How applies run.
@@ -91,6 +131,8 @@ impl Default for AgentConfig {
             gpu: GpuPolicy::default(),
             apply: ApplySettings::default(),
             hooks: HookSettings::default(),
+            mps: MpsSettings::default(),
+            timeslice: TimesliceSettings::default(),
         }
     }
 }
@@ -99,10 +141,7 @@ impl AgentConfig {
     /// Parses configuration text; errors name `origin:line:column`.
     pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| {
-            let offset = e.span().map_or(0, |s| s.start).min(text.len());
-            let before = &text[..offset];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            let (line, column) = crate::profile::line_column(text, e.span().map_or(0, |s| s.start));
             format!("{origin}:{line}:{column}: {}", e.message().trim().replace('\n', " "))
         })
     }

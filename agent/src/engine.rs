@@ -4,14 +4,15 @@
 //! One apply runs at a time: [`Engine::begin_apply`] takes the apply lock or fails with
 //! [`EngineError::Busy`] at once; the lock travels with the [`ApplyJob`] until it ends.
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::ERROR_PREFIX;
 use gpushare_proto::types::{
-    Export, GpuStatus, InstanceStatus, JobOutcome, ProfileDetail, ProfileList, ProfileSummary,
-    Sharing, Status, Validation,
+    ClientEnv, Export, GpuStatus, InstanceStatus, JobOutcome, MpsLimitResult, MpsServer, MpsStatus,
+    ProfileDetail, ProfileList, ProfileSummary, Sharing, Status, Validation,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -19,11 +20,13 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
 use crate::apply::transaction::{TransactionError, Transactions};
-use crate::apply::{self, Executor, Progress};
+use crate::apply::{self, Executor, Progress, SharingTools};
 use crate::config::AgentConfig;
-use crate::gpu::{GpuBackend, GpuError, GpuState, NodeState};
+use crate::gpu::{GpuBackend, GpuError, GpuState, MpsServerState, NodeState};
+use crate::mps::{MpsConfig, MpsController};
 use crate::plan::{self, Plan, PlanError, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore, StoredProfile};
+use crate::timeslice::TimesliceControl;
 
 /// Why an operation failed, one line each. The service maps each kind to a D-Bus error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +54,9 @@ pub enum EngineError {
 /// The agent's engine: one backend, the known profiles, the journal.
 pub struct Engine {
     backend: Arc<dyn GpuBackend>,
+    sharing: Arc<SharingTools>,
+    /// MPS servers the supervisor found down: when to try again, and the next delay.
+    backoff: Mutex<HashMap<String, (Instant, Duration)>>,
     profiles: ProfileStore,
     journal: Arc<Journal>,
     transactions: Transactions,
@@ -59,7 +65,8 @@ pub struct Engine {
     running: Arc<Mutex<Option<String>>>,
 }
 
-/// An apply that holds the apply lock and has its plan.
+/// An apply that holds the apply lock and has its plan. The lock is released when the
+/// job is dropped: keep it until the outcome has been reported.
 pub struct ApplyJob {
     plan: Plan,
     document: Option<ProfileDocument>,
@@ -119,9 +126,17 @@ impl Engine {
             manage_compute_mode: config.gpu.manage_compute_mode,
             force: false,
         };
+        let sharing = Arc::new(SharingTools {
+            mps: MpsController::new(MpsConfig {
+                control: config.mps.control.clone(),
+                root: config.mps.root.clone(),
+            }),
+            timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
+        });
         let transactions = Transactions {
             executor: Executor {
                 backend: Arc::clone(&backend),
+                sharing: Arc::clone(&sharing),
                 max_parallel_gpus: config.apply.max_parallel_gpus,
             },
             journal: Arc::clone(&journal),
@@ -134,6 +149,8 @@ impl Engine {
         };
         Ok(Engine {
             backend,
+            sharing,
+            backoff: Mutex::new(HashMap::new()),
             profiles,
             journal,
             transactions,
@@ -164,22 +181,207 @@ impl Engine {
         self.transactions.recover().await
     }
 
-    /// A fresh observation of the GPUs.
+    /// A fresh observation of the GPUs, MPS servers and time-slice intervals.
     pub async fn observe(&self) -> Result<NodeState, EngineError> {
-        Ok(apply::blocking(&self.backend, |b| b.observe()).await?)
+        Ok(apply::observe(&self.backend, &self.sharing, true).await?)
     }
 
-    /// The observed GPUs, the active profile and the apply in progress.
+    /// The observed GPUs, the active profile and the apply in progress. Time-slice
+    /// intervals cost an nvidia-smi run, so they are read only when the active profile
+    /// time-slices.
     pub async fn status(&self) -> Result<Status, EngineError> {
-        let node = self.observe().await?;
         let journal = self.journal.snapshot();
+        let time_sliced = journal
+            .active_profile
+            .as_deref()
+            .and_then(|name| self.profiles.get(name).ok())
+            .is_some_and(|p| {
+                p.profile
+                    .rules
+                    .iter()
+                    .any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
+            });
+        let node = apply::observe(&self.backend, &self.sharing, time_sliced).await?;
         Ok(Status {
             active_profile: journal.active_profile,
             backend: self.backend.kind().to_string(),
             apply_in_progress: self.running.lock().expect("running lock").clone(),
             rollback_error: journal.transaction.and_then(|t| t.rollback_error),
-            gpus: node.gpus.iter().map(gpu_status).collect(),
+            gpus: node.gpus.iter().map(|g| gpu_status(g, &node.mps, &self.sharing)).collect(),
         })
+    }
+
+    /// The MPS servers with their clients.
+    pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
+        let sharing = Arc::clone(&self.sharing);
+        let servers = tokio::task::spawn_blocking(move || {
+            sharing
+                .mps_servers()
+                .iter()
+                .map(|s| {
+                    let clients = s
+                        .pid
+                        .and_then(|_| sharing.mps.clients(&s.uuid).ok())
+                        .map(|c| c.into_iter().flat_map(|(_, clients)| clients).collect())
+                        .unwrap_or_default();
+                    mps_server_status(s, &sharing, clients)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| EngineError::Failed(e.to_string()))?;
+        Ok(MpsStatus { servers })
+    }
+
+    /// Sets the limits of the MPS server serving client `pid` (for its new clients).
+    pub async fn mps_limit(
+        &self,
+        pid: u32,
+        threads: Option<u32>,
+        memory_bytes: Option<u64>,
+    ) -> Result<MpsLimitResult, EngineError> {
+        if let Some(t) = threads
+            && !(1..=100).contains(&t)
+        {
+            return Err(EngineError::Failed(format!("threads must be from 1 to 100, not {t}")));
+        }
+        let sharing = Arc::clone(&self.sharing);
+        tokio::task::spawn_blocking(move || {
+            let mps = &sharing.mps;
+            let found =
+                sharing.mps_servers().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
+                    let clients = mps.clients(&s.uuid).ok()?;
+                    let server =
+                        clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
+                    Some((s.uuid, server))
+                });
+            let (uuid, server) = found.ok_or_else(|| {
+                EngineError::Failed(format!(
+                    "PID {pid} is not a client of an MPS server gpushare runs"
+                ))
+            })?;
+            let fail = |e: crate::mps::MpsError| EngineError::Failed(e.to_string());
+            if let Some(t) = threads {
+                mps.command(&uuid, &format!("set_active_thread_percentage {server} {t}"))
+                    .map_err(fail)?;
+                let read = mps
+                    .command(&uuid, &format!("get_active_thread_percentage {server}"))
+                    .map_err(fail)?;
+                if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
+                    return Err(EngineError::Failed(format!(
+                        "the MPS server {server} reports thread percentage {:?} after setting {t}",
+                        read.join(" ")
+                    )));
+                }
+            }
+            if let Some(bytes) = memory_bytes {
+                let value = crate::mps::memory_value(bytes);
+                mps.command(&uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))
+                    .map_err(fail)?;
+            }
+            Ok(MpsLimitResult {
+                pid,
+                server_pid: server,
+                uuid,
+                active_thread_percentage: threads,
+                pinned_memory_limit_bytes: memory_bytes,
+            })
+        })
+        .await
+        .map_err(|e| EngineError::Failed(e.to_string()))?
+    }
+
+    /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
+    pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
+        let node = apply::observe(&self.backend, &self.sharing, false).await?;
+        let uuid = if let Ok(index) = target.parse::<u32>() {
+            node.gpu(index).map(|g| g.uuid.clone())
+        } else {
+            let gpu = node.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(target));
+            let mig =
+                node.gpus.iter().flat_map(|g| &g.instances).flat_map(|gi| &gi.compute_instances);
+            gpu.map(|g| g.uuid.clone()).or_else(|| {
+                mig.map(|ci| &ci.uuid).find(|u| u.eq_ignore_ascii_case(target)).cloned()
+            })
+        }
+        .ok_or_else(|| {
+            EngineError::Failed(format!(
+                "no GPU or MIG instance {target:?} on this node (see gpushare-ctl status)"
+            ))
+        })?;
+        let mut variables = vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid.clone())];
+        let server = node.mps.iter().find(|s| s.uuid == uuid && s.pid.is_some());
+        if server.is_some() {
+            variables.push((
+                "CUDA_MPS_PIPE_DIRECTORY".to_string(),
+                self.sharing.mps.pipe_dir(&uuid).display().to_string(),
+            ));
+        }
+        let strategy = if server.is_some() { "mps" } else { "exclusive" };
+        Ok(ClientEnv { uuid, strategy: strategy.into(), variables })
+    }
+
+    /// One health check of the MPS servers: a server that does not run or answer is
+    /// restarted with its limits, with a backoff (1 s doubling to 60 s) between attempts.
+    /// Skipped while an apply runs. Returns what it did, one line per server.
+    pub async fn supervise_mps(&self) -> Vec<String> {
+        let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return Vec::new() };
+        let sharing = Arc::clone(&self.sharing);
+        let servers = tokio::task::spawn_blocking(move || {
+            let mps = &sharing.mps;
+            mps.servers().into_iter().filter(|s| !mps.healthy(s)).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut reports = Vec::new();
+        for server in servers {
+            let uuid = server.record.uuid.clone();
+            let now = Instant::now();
+            let delay = {
+                let backoff = self.backoff.lock().expect("backoff lock");
+                match backoff.get(&uuid) {
+                    Some(&(next, _)) if now < next => continue,
+                    Some(&(_, delay)) => delay,
+                    None => Duration::from_secs(1),
+                }
+            };
+            let sharing = Arc::clone(&self.sharing);
+            let record = crate::mps::ServerRecord {
+                restarts: server.record.restarts + 1,
+                ..server.record.clone()
+            };
+            let restarted = tokio::task::spawn_blocking(move || {
+                sharing.mps.stop(&record.uuid)?;
+                sharing.mps.start(&record)
+            })
+            .await
+            .unwrap_or_else(|e| Err(crate::mps::MpsError(e.to_string())));
+            let mut backoff = self.backoff.lock().expect("backoff lock");
+            match restarted {
+                Ok(pid) => {
+                    backoff.remove(&uuid);
+                    let line = format!(
+                        "MPS server for {uuid} was down: restarted with its limits (PID {pid}, restart {})",
+                        server.record.restarts + 1
+                    );
+                    tracing::warn!("{line}");
+                    reports.push(line);
+                }
+                Err(e) => {
+                    backoff.insert(
+                        uuid.clone(),
+                        (now + delay, (delay * 2).min(Duration::from_secs(60))),
+                    );
+                    let line = format!(
+                        "MPS server for {uuid} is down and did not restart: {e}; next try in {} s",
+                        delay.as_secs()
+                    );
+                    tracing::error!("{line}");
+                    reports.push(line);
+                }
+            }
+        }
+        reports
     }
 
     fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
@@ -222,6 +424,13 @@ impl Engine {
         *self.running.lock().expect("running lock") =
             Some(format!("{job}, profile {}", profile.name));
         let guard = RunningGuard { _lock: lock, running: Arc::clone(&self.running) };
+        // An apply whose rollback failed leaves its GPUs between layouts: roll it back
+        // first (again), or refuse, rather than overwrite its record.
+        if self.journal.snapshot().transaction.is_some() {
+            self.transactions.recover().await.map_err(|e| {
+                EngineError::Failed(format!("{e}; no new apply until that rollback succeeds"))
+            })?;
+        }
         let before = self.observe().await?;
         let plan = plan::plan(&before, &profile, &PlanOptions { force, ..self.policy })?;
         let document = match source {
@@ -238,7 +447,7 @@ impl Engine {
     /// Carries out an apply job as a transaction, sending progress.
     pub async fn run_apply(
         &self,
-        job: ApplyJob,
+        job: &ApplyJob,
         progress: UnboundedSender<Progress>,
     ) -> JobOutcome {
         let started = Instant::now();
@@ -278,7 +487,6 @@ impl Engine {
             }
         }
         outcome.duration_seconds = started.elapsed().as_secs_f64();
-        drop(job);
         outcome
     }
 
@@ -335,9 +543,7 @@ impl Engine {
 
     /// Parses profile text and plans it against this node, changing nothing.
     pub async fn validate(&self, text: &str, origin: &str) -> Result<Validation, EngineError> {
-        let stem = PathBuf::from(origin).file_stem().and_then(|s| s.to_str()).map(String::from);
-        let profile = profile::parse_profile(text, origin, stem.as_deref())
-            .map_err(|e| EngineError::InvalidProfile(e.to_string()))?;
+        let profile = self.resolve(ProfileRef::Document { text, origin, config: "" })?;
         let node = self.observe().await?;
         let plan = plan::plan(&node, &profile, &self.policy)?;
         Ok(Validation { name: profile.name, plan: plan.report() })
@@ -353,8 +559,38 @@ fn summary(stored: &StoredProfile, active: Option<&str>) -> ProfileSummary {
     }
 }
 
-fn gpu_status(gpu: &GpuState) -> GpuStatus {
+fn mps_server_status(s: &MpsServerState, sharing: &SharingTools, clients: Vec<u32>) -> MpsServer {
+    MpsServer {
+        uuid: s.uuid.clone(),
+        gpu: s.gpu,
+        placement_start: s.placement_start.map(u32::from),
+        state: if s.pid.is_some() { "running" } else { "down" }.into(),
+        pid: s.pid,
+        active_thread_percentage: s.limits.active_thread_percentage,
+        pinned_memory_limit_bytes: s.limits.pinned_memory_limit_bytes,
+        restarts: s.restarts,
+        pipe_directory: sharing.mps.pipe_dir(&s.uuid).display().to_string(),
+        clients,
+    }
+}
+
+fn gpu_status(gpu: &GpuState, servers: &[MpsServerState], sharing: &SharingTools) -> GpuStatus {
     let profile = |id: u32| gpu.model.and_then(|m| m.profile_by_id(id));
+    let mps_on = |uuid: &str| {
+        servers.iter().find(|s| s.uuid == uuid).map(|s| Sharing {
+            strategy: "mps".into(),
+            interval: None,
+            mps: Some(mps_server_status(s, sharing, Vec::new())),
+        })
+    };
+    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match gpu.timeslice {
+        Some(interval) if interval != profile::TimeSliceInterval::Default => Sharing {
+            strategy: "time-slicing".into(),
+            interval: Some(interval.as_str().into()),
+            mps: None,
+        },
+        _ => Sharing::exclusive(),
+    });
     GpuStatus {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
@@ -363,7 +599,7 @@ fn gpu_status(gpu: &GpuState) -> GpuStatus {
         mig_enabled: gpu.mig_enabled,
         mig_pending: gpu.mig_pending,
         compute_mode: gpu.compute_mode.as_str().to_string(),
-        sharing: Sharing::exclusive(),
+        sharing: whole,
         instances: gpu
             .instances
             .iter()
@@ -380,7 +616,7 @@ fn gpu_status(gpu: &GpuState) -> GpuStatus {
                     compute_instance_id: ci.map(|c| c.id),
                     uuid: ci.map(|c| c.uuid.clone()),
                     memory_bytes: profile(gi.profile_id).map_or(0, |p| p.memory_mib << 20),
-                    sharing: Sharing::exclusive(),
+                    sharing: ci.and_then(|c| mps_on(&c.uuid)).unwrap_or_else(Sharing::exclusive),
                 }
             })
             .collect(),

@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
@@ -226,6 +227,20 @@ async fn run(args: Args) -> Result<(), String> {
         "serving {BUS_NAME}"
     );
 
+    // MPS servers are checked and restarted in the background.
+    {
+        let engine = Arc::clone(&engine);
+        let every = Duration::from_secs(config.mps.health_interval_seconds.max(1));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                engine.supervise_mps().await;
+            }
+        });
+    }
+
     if let Some(job) = boot_job {
         let engine = Arc::clone(&engine);
         tokio::spawn(async move { boot_apply(&engine, job).await });
@@ -242,7 +257,8 @@ async fn run(args: Args) -> Result<(), String> {
 async fn boot_apply(engine: &Engine, job: ApplyJob) {
     let profile = job.plan().profile.clone();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let outcome = engine.run_apply(job, tx).await;
+    let outcome = engine.run_apply(&job, tx).await;
+    drop(job);
     match outcome.error {
         None if outcome.changed => {
             tracing::info!(steps = outcome.steps_done, "re-applied {profile} at start-up")

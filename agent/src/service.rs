@@ -100,6 +100,28 @@ impl AgentService {
         self.engine.export().await.map(|e| json(&e)).map_err(to_dbus)
     }
 
+    /// The MPS servers with their limits and clients (JSON `MpsStatus`).
+    async fn mps_status(&self) -> Result<String, AgentError> {
+        self.engine.mps_status().await.map(|s| json(&s)).map_err(to_dbus)
+    }
+
+    /// Sets the limits of the MPS server of client `pid` (JSON `MpsLimitResult`).
+    async fn mps_limit(
+        &self,
+        pid: u32,
+        threads: u32,
+        memory_bytes: u64,
+    ) -> Result<String, AgentError> {
+        let threads = (threads != 0).then_some(threads);
+        let memory = (memory_bytes != 0).then_some(memory_bytes);
+        self.engine.mps_limit(pid, threads, memory).await.map(|r| json(&r)).map_err(to_dbus)
+    }
+
+    /// The variables a client needs for a GPU or MIG instance (JSON `ClientEnv`).
+    async fn env(&self, target: &str) -> Result<String, AgentError> {
+        self.engine.client_env(target).await.map(|e| json(&e)).map_err(to_dbus)
+    }
+
     /// Every known profile (JSON `ProfileList`).
     async fn list_profiles(&self) -> String {
         json(&self.engine.list_profiles())
@@ -164,7 +186,7 @@ impl AgentService {
                     let _ = JobObject::progress(&emitter, p.done, p.total, &p.step).await;
                 }
             };
-            let (outcome, ()) = tokio::join!(engine.run_apply(job, tx), forward);
+            let (outcome, ()) = tokio::join!(engine.run_apply(&job, tx), forward);
             match &outcome.error {
                 None => {
                     tracing::info!(job = %job_path.as_str(), profile = %outcome.profile, steps = outcome.steps_done, "apply succeeded")
@@ -181,6 +203,8 @@ impl AgentService {
                 let _ = job.outcome_changed(iface.signal_emitter()).await;
             }
             let _ = JobObject::finished(&emitter, &text).await;
+            // Only now may another apply start, or the agent stop.
+            drop(job);
         });
         Ok(path)
     }

@@ -66,10 +66,10 @@ impl TimesliceControl {
         Ok(parse_policy_table(&self.run(&["compute-policy", "-l"])?))
     }
 
-    /// Sets the interval of the GPU `uuid`.
-    pub fn set(&self, uuid: &str, interval: TimeSliceInterval) -> Result<(), String> {
+    /// Sets the interval of GPU `index` (the index, as `compute-policy -l` lists them).
+    pub fn set(&self, index: u32, interval: TimeSliceInterval) -> Result<(), String> {
         let n = interval.number().to_string();
-        self.run(&["compute-policy", "-i", uuid, "--set-timeslice", &n]).map(|_| ())
+        self.run(&["compute-policy", "-i", &index.to_string(), "--set-timeslice", &n]).map(|_| ())
     }
 }
 
@@ -77,7 +77,8 @@ impl TimesliceControl {
 fn parse_policy_table(text: &str) -> Vec<(u32, TimeSliceInterval)> {
     text.lines()
         .filter_map(|line| {
-            let mut words = line.trim_matches(|c: char| c == '|' || c.is_whitespace()).split_whitespace();
+            let mut words =
+                line.trim_matches(|c: char| c == '|' || c.is_whitespace()).split_whitespace();
             let index: u32 = words.next()?.parse().ok()?;
             if words.next()? != "Timeslice" {
                 return None;

@@ -45,7 +45,18 @@ pub enum Command {
     Profiles(ProfilesArgs),
     /// Check a profile file and plan it against this node, changing nothing.
     Validate(ValidateArgs),
+    /// Show the MPS servers the agent runs, or set the limits of one.
+    Mps(MpsArgs),
+    /// Print the variables a client needs to use a GPU or MIG instance as it is shared.
+    #[command(after_help = ENV_HELP)]
+    Env(EnvArgs),
 }
+
+/// Shown under the help of `env`.
+const ENV_HELP: &str = "\
+Prints one `export NAME='value'` line per variable and nothing else, for a shell:
+  eval \"$(gpushare-ctl env 0)\"
+  eval \"$(gpushare-ctl env MIG-11111111-1111-1111-1111-111111111111)\"";
 
 /// The exit statuses of `assert`, shown under its help.
 const ASSERT_EXIT_HELP: &str = "\
@@ -130,6 +141,77 @@ pub enum ProfilesCommand {
 pub struct ValidateArgs {
     /// Profile file (TOML) to check; `-` reads standard input.
     pub file: String,
+}
+
+/// Arguments of `mps`.
+#[derive(Debug, Args)]
+pub struct MpsArgs {
+    /// `status` (the default) or `limit`.
+    #[command(subcommand)]
+    pub command: Option<MpsCommand>,
+}
+
+/// Sub-verbs of `mps`.
+#[derive(Debug, Subcommand)]
+pub enum MpsCommand {
+    /// List the MPS servers: device, state, limits, clients, pipe directory.
+    Status,
+    /// Set the limits of the MPS server that serves a client; they apply to the server's
+    /// new clients.
+    Limit(MpsLimitArgs),
+}
+
+/// Arguments of `mps limit`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("limits").required(true).multiple(true).args(["threads", "memory"])))]
+pub struct MpsLimitArgs {
+    /// PID of a client of the MPS server whose limits to set.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: u32,
+    /// Active thread percentage, 1-100.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub threads: Option<u32>,
+    /// Pinned device memory limit: bytes, or `2GiB`, `512MiB`, `2G`, `512M`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
+}
+
+/// Arguments of `env`.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The GPU (index or `GPU-…` UUID) or MIG instance (`MIG-…` UUID).
+    #[arg(value_name = "GPU|MIG-UUID")]
+    pub target: String,
+}
+
+/// Parses a byte size as profiles write it: a number of bytes, or a number with a unit
+/// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "`{text}` is not a size: give bytes or a number with a unit (2GiB, 512MiB, 2G, 512M)"
+        ));
+    }
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        other => {
+            return Err(format!("unknown size unit `{other}`: use B, KiB, MiB, GiB or TiB"));
+        }
+    };
+    let too_large = || format!("the size `{text}` is too large");
+    let n: u64 = digits.parse().map_err(|_| too_large())?;
+    match n.checked_mul(factor) {
+        Some(0) => Err("the size must be above zero".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(too_large()),
+    }
 }
 
 /// Whether the raw arguments ask for `--json`, for reporting usage errors before clap has
@@ -326,6 +408,98 @@ mod tests {
         );
         let e = parse(&[]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn mps_defaults_to_status() {
+        let cli = parse(&["mps"]).unwrap();
+        assert!(matches!(cli.command, Command::Mps(MpsArgs { command: None })));
+        let cli = parse(&["mps", "status", "--json"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Mps(MpsArgs { command: Some(MpsCommand::Status) })));
+    }
+
+    fn limit_of(args: &[&str]) -> MpsLimitArgs {
+        match parse(args).unwrap().command {
+            Command::Mps(MpsArgs { command: Some(MpsCommand::Limit(l)) }) => l,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn mps_limit_takes_threads_or_memory_or_both() {
+        let l = limit_of(&["mps", "limit", "--pid", "4242", "--threads", "25", "--memory", "2GiB"]);
+        assert_eq!((l.pid, l.threads, l.memory), (4242, Some(25), Some(2 << 30)));
+        let l = limit_of(&["mps", "limit", "--pid=7", "--threads=100"]);
+        assert_eq!((l.pid, l.threads, l.memory), (7, Some(100), None));
+        let l = limit_of(&["mps", "limit", "--memory", "512M", "--pid", "7"]);
+        assert_eq!((l.threads, l.memory), (None, Some(512 << 20)));
+        let l = limit_of(&["mps", "limit", "--pid", "7", "--memory", "1048576"]);
+        assert_eq!(l.memory, Some(1 << 20));
+    }
+
+    #[test]
+    fn mps_limit_usage_errors() {
+        use clap::error::ErrorKind;
+        // Neither threads nor memory.
+        let e = parse(&["mps", "limit", "--pid", "4242"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--threads <PCT>"), "{e}");
+        // No pid.
+        let e = parse(&["mps", "limit", "--threads", "25"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        // Out of range, or not a size.
+        for bad in [
+            &["mps", "limit", "--pid", "1", "--threads", "0"][..],
+            &["mps", "limit", "--pid", "1", "--threads", "101"],
+            &["mps", "limit", "--pid", "1", "--threads", "25%"],
+            &["mps", "limit", "--pid", "0", "--threads", "25"],
+            &["mps", "limit", "--pid", "x", "--threads", "25"],
+            &["mps", "limit", "--pid", "1", "--memory", "2 parsecs"],
+            &["mps", "limit", "--pid", "1", "--memory", "0G"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::ValueValidation, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse_like_profiles() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size(" 2 GiB "), Ok(2 << 30));
+        assert!(parse_size("0").unwrap_err().contains("above zero"));
+        assert!(parse_size("0MiB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("G").unwrap_err().contains("not a size"));
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("1.5G").unwrap_err().contains("unknown size unit `.5G`"));
+        assert!(parse_size("2gb").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
+        assert!(parse_size("17179869184G").unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn env_needs_a_target() {
+        use clap::error::ErrorKind;
+        for target in ["0", "GPU-00000000-0000-0000-0000-000000000000", "MIG-1111"] {
+            match parse(&["env", target]).unwrap().command {
+                Command::Env(EnvArgs { target: t }) => assert_eq!(t, target),
+                other => panic!("{other:?}"),
+            }
+        }
+        let cli = parse(&["--json", "env", "1"]).unwrap();
+        assert!(cli.json);
+        let e = parse(&["env"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        assert!(e.to_string().contains("<GPU|MIG-UUID>"), "{e}");
+        assert_eq!(parse(&["env", "0", "1"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
     }
 
     #[test]

@@ -7,10 +7,17 @@
 //!   `config.yaml` with `-c` naming the config, `-` for stdin);
 //! - `plan PROFILE | -f FILE [-c NAME]`: the steps an apply would take;
 //! - `assert PROFILE | -f FILE [-c NAME]`: exit 0 exactly when the profile is applied;
-//! - `status`: the GPUs, the active profile, an apply in progress;
+//! - `status`: the GPUs, their sharing (MPS limits, time-slice interval), the active
+//!   profile, an apply in progress;
 //! - `export`: the GPUs' current state as a TOML profile;
 //! - `profiles [list | show NAME]`: the known profiles;
-//! - `validate FILE`: check a profile file and plan it.
+//! - `validate FILE`: check a profile file and plan it;
+//! - `mps [status]`: the MPS servers with their state, limits, clients and pipe
+//!   directories;
+//! - `mps limit --pid PID [--threads PCT] [--memory SIZE]`: set the limits of the MPS
+//!   server serving a client (they apply to the server's new clients);
+//! - `env GPU|MIG-UUID`: `export` lines of the variables a client needs
+//!   (`eval "$(gpushare-ctl env 0)"`).
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:

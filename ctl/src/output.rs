@@ -137,6 +137,29 @@ pub fn plural(n: usize, word: &str) -> String {
     if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
 }
 
+/// The largest unit that divides `bytes` exactly: `(count, long name, short name)`.
+fn exact_unit(bytes: u64) -> (u64, &'static str, &'static str) {
+    const UNITS: [(u64, &str, &str); 3] =
+        [(1 << 30, "GiB", "G"), (1 << 20, "MiB", "M"), (1 << 10, "KiB", "K")];
+    UNITS
+        .iter()
+        .find(|(factor, ..)| bytes != 0 && bytes.is_multiple_of(*factor))
+        .map_or((bytes, "B", "B"), |&(factor, long, short)| (bytes / factor, long, short))
+}
+
+/// A byte size exactly, in the largest unit that divides it: `2 GiB`, `512 MiB`,
+/// `1000 B`; what `mps limit --memory` accepts.
+pub fn exact_size(bytes: u64) -> String {
+    let (n, long, _) = exact_unit(bytes);
+    format!("{n} {long}")
+}
+
+/// [`exact_size`] written short, as MPS does: `2G`, `512M`.
+pub fn short_size(bytes: u64) -> String {
+    let (n, _, short) = exact_unit(bytes);
+    format!("{n}{short}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +178,18 @@ mod tests {
         let e = out.print_document("[1]", "Status").unwrap_err();
         assert!(e.is(Kind::BadReply));
         assert!(e.message.starts_with("the agent sent a Status document"), "{}", e.message);
+    }
+
+    #[test]
+    fn exact_sizes() {
+        assert_eq!(exact_size(2 << 30), "2 GiB");
+        assert_eq!(exact_size(2560 << 20), "2560 MiB");
+        assert_eq!(exact_size(3 << 10), "3 KiB");
+        assert_eq!(exact_size(1000), "1000 B");
+        assert_eq!(exact_size(0), "0 B");
+        assert_eq!(short_size(2 << 30), "2G");
+        assert_eq!(short_size(512 << 20), "512M");
+        assert_eq!(short_size(7), "7B");
     }
 
     #[test]

@@ -137,8 +137,7 @@ impl Agent {
         for (name, text) in &options.profiles {
             std::fs::write(dir.path().join("profiles.d").join(name), text).unwrap();
         }
-        std::fs::write(dir.path().join("agent.toml"), options.config.clone().unwrap_or_default())
-            .unwrap();
+        std::fs::write(dir.path().join("agent.toml"), with_fakes(&options, dir.path())).unwrap();
         let mut agent = Agent { child: None, options, dir, bus: Bus::start() };
         agent.spawn();
         agent
@@ -158,6 +157,8 @@ impl Agent {
             .arg(d.join("profiles.d"))
             .arg("--config")
             .arg(d.join("agent.toml"))
+            .env("GPUSHARE_FAKE_RECORD", d.join("fake-record.log"))
+            .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", d.join("fake-nvidia-smi.json"))
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .env("GPUSHARE_LOG", "warn")
             .stdout(Stdio::null())
@@ -220,6 +221,16 @@ impl Agent {
         self.spawn();
     }
 
+    /// What the fake tools were asked, one line each.
+    pub fn fake_record(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("fake-record.log")).unwrap_or_default()
+    }
+
+    /// The MPS server directories' root.
+    pub fn mps_root(&self) -> PathBuf {
+        self.dir.path().join("mps")
+    }
+
     /// The journal, `<state-dir>/state.json`.
     pub fn journal(&self) -> Value {
         let text = std::fs::read_to_string(self.dir.path().join("state/state.json"))
@@ -273,6 +284,26 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The agent.toml text: the test's own, plus the fake MPS control daemon and nvidia-smi
+/// (tests never run the real ones) with the server directories inside `dir`.
+fn with_fakes(options: &AgentOptions, dir: &Path) -> String {
+    let mut config = options.config.clone().unwrap_or_default();
+    if !config.contains("[mps]") {
+        config.push_str(&format!(
+            "\n[mps]\ncontrol = {:?}\nroot = {:?}\nhealth_interval_seconds = 1\n",
+            binary("fake-nvidia-cuda-mps-control", "GPUSHARE_FAKE_MPS_CONTROL_BIN"),
+            dir.join("mps"),
+        ));
+    }
+    if !config.contains("[timeslice]") {
+        config.push_str(&format!(
+            "\n[timeslice]\nnvidia_smi = {:?}\n",
+            binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN")
+        ));
+    }
+    config
 }
 
 /// stdout and stderr of an output, for messages.

@@ -108,6 +108,24 @@ mod proxies {
         /// The current state of the GPUs as a profile: a [`types::Export`].
         fn export(&self) -> Result<String, AgentError>;
 
+        /// The MPS servers the agent runs, with their limits and clients: a
+        /// [`types::MpsStatus`].
+        fn mps_status(&self) -> Result<String, AgentError>;
+
+        /// Sets the limits of the MPS server that serves client `pid` (MPS applies them
+        /// to that server's new clients): `threads` 1-100 or 0 to leave, `memory_bytes`
+        /// or 0 to leave. Returns a [`types::MpsLimitResult`].
+        fn mps_limit(
+            &self,
+            pid: u32,
+            threads: u32,
+            memory_bytes: u64,
+        ) -> Result<String, AgentError>;
+
+        /// The environment a client needs to use a GPU (index or `GPU-…`) or MIG
+        /// instance (`MIG-…`) as the active profile shares it: a [`types::ClientEnv`].
+        fn env(&self, target: &str) -> Result<String, AgentError>;
+
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;
 

@@ -72,13 +72,78 @@ pub struct InstanceStatus {
 pub struct Sharing {
     /// `exclusive`, `time-slicing` or `mps`.
     pub strategy: String,
+    /// Time-slice interval (`default`, `short`, `medium`, `long`) under time-slicing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// The MPS server, under MPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps: Option<MpsServer>,
 }
 
 impl Sharing {
     /// No sharing set up by gpushare.
     pub fn exclusive() -> Self {
-        Self { strategy: "exclusive".into() }
+        Self { strategy: "exclusive".into(), interval: None, mps: None }
     }
+}
+
+/// One MPS server (control daemon) the agent runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MpsServer {
+    /// `GPU-…` or `MIG-…` it serves.
+    pub uuid: String,
+    /// GPU index.
+    pub gpu: u32,
+    /// Placement start of the MIG instance; `null` for a whole GPU.
+    pub placement_start: Option<u32>,
+    /// `running` or `down` (the supervisor restarts it).
+    pub state: String,
+    /// Control daemon pid.
+    pub pid: Option<u32>,
+    /// Default active thread percentage of clients.
+    pub active_thread_percentage: u32,
+    /// Default pinned device memory limit of clients in bytes; `null` for none.
+    pub pinned_memory_limit_bytes: Option<u64>,
+    /// Restarts by the supervisor.
+    pub restarts: u32,
+    /// The pipe directory clients use (`CUDA_MPS_PIPE_DIRECTORY`).
+    pub pipe_directory: String,
+    /// Client pids (empty when not asked or none).
+    #[serde(default)]
+    pub clients: Vec<u32>,
+}
+
+/// What `MpsStatus` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MpsStatus {
+    /// Every server, by GPU and placement.
+    pub servers: Vec<MpsServer>,
+}
+
+/// What `MpsLimit` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MpsLimitResult {
+    /// The client.
+    pub pid: u32,
+    /// The MPS server process serving it, whose limits were set.
+    pub server_pid: u32,
+    /// The device it runs on.
+    pub uuid: String,
+    /// Active thread percentage set, if any.
+    pub active_thread_percentage: Option<u32>,
+    /// Pinned memory limit set, if any.
+    pub pinned_memory_limit_bytes: Option<u64>,
+}
+
+/// What `Env` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientEnv {
+    /// The device the variables lead to.
+    pub uuid: String,
+    /// How it is shared.
+    pub strategy: String,
+    /// Variables, in order.
+    pub variables: Vec<(String, String)>,
 }
 
 /// What `Plan` returns and `apply --dry-run` prints.

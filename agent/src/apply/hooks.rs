@@ -7,8 +7,10 @@
 //! `failed`). A command that exits non-zero or outlives the timeout fails the hook.
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 /// The hook commands and their time limit.
@@ -48,30 +50,53 @@ impl Hooks {
                 .env("GPUSHARE_GPUS", gpu_list.join(","))
                 .env("GPUSHARE_HOOK", name)
                 .stdin(Stdio::null())
-                .stdout(Stdio::piped())
+                .stdout(Stdio::null())
                 .stderr(Stdio::piped())
+                // Its own process group, so that a timeout ends what it started too.
+                .process_group(0)
                 .kill_on_drop(true);
             if let Some(result) = result {
                 cmd.env("GPUSHARE_RESULT", result);
             }
-            let child = cmd.spawn().map_err(|e| format!("{name} hook `{command}`: {e}"))?;
-            let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-                Ok(Ok(output)) => output,
+            let mut child = cmd.spawn().map_err(|e| format!("{name} hook `{command}`: {e}"))?;
+            // stderr is read on the side: a background process the hook started may hold
+            // the pipe open long after the hook itself has exited.
+            let stderr = Arc::new(Mutex::new(Vec::new()));
+            if let Some(mut pipe) = child.stderr.take() {
+                let sink = Arc::clone(&stderr);
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = pipe.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        sink.lock().expect("hook stderr lock").extend_from_slice(&buf[..n]);
+                    }
+                });
+            }
+            let status = match tokio::time::timeout(self.timeout, child.wait()).await {
+                Ok(Ok(status)) => status,
                 Ok(Err(e)) => return Err(format!("{name} hook `{command}`: {e}")),
                 Err(_) => {
+                    if let Some(pid) = child.id() {
+                        // SAFETY: kill(2) on the process group we created for the hook.
+                        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                    }
                     return Err(format!(
                         "{name} hook `{command}` did not finish within {} s and was killed",
                         self.timeout.as_secs()
                     ));
                 }
             };
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            tracing::info!(hook = name, command, status = %output.status, "hook ran");
-            if !output.status.success() {
+            // Let the last words arrive.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let stderr =
+                String::from_utf8_lossy(&stderr.lock().expect("hook stderr lock")).into_owned();
+            tracing::info!(hook = name, command, %status, "hook ran");
+            if !status.success() {
                 let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
                 return Err(format!(
-                    "{name} hook `{command}` failed ({}){}",
-                    output.status,
+                    "{name} hook `{command}` failed ({status}){}",
                     if last.is_empty() { String::new() } else { format!(": {}", last.trim()) }
                 ));
             }
@@ -122,6 +147,16 @@ mod tests {
         assert!(e.starts_with("pre_apply hook `echo starting"), "{e}");
         assert!(e.ends_with(": dcgm-exporter will not stop"), "{e}");
         assert!(e.contains("exit status: 3"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_leaves_a_process_behind_does_not_hang() {
+        let h = hooks(&["sleep 30 & exit 0"], &["(sleep 30 &) ; echo done >&2; exit 4"]);
+        let started = std::time::Instant::now();
+        h.run(Phase::PreApply, "p", &[0]).await.unwrap();
+        let e = h.run(Phase::PostApply("success"), "p", &[0]).await.unwrap_err();
+        assert!(e.ends_with(": done"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     }
 
     #[tokio::test]

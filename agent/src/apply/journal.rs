@@ -14,6 +14,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::{ComputeMode, NodeState};
+use crate::mps::MpsLimits;
+use crate::profile::TimeSliceInterval;
 use crate::state::{read_json, write_json};
 
 /// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
@@ -78,6 +80,12 @@ pub struct GpuCheckpoint {
     pub instances: Vec<(u32, u8)>,
     /// Compute mode.
     pub compute_mode: ComputeMode,
+    /// MPS servers as (placement start, limits); no start for the whole GPU.
+    #[serde(default)]
+    pub mps: Vec<(Option<u8>, MpsLimits)>,
+    /// Time-slice interval, when it was known.
+    #[serde(default)]
+    pub timeslice: Option<TimeSliceInterval>,
 }
 
 impl GpuCheckpoint {
@@ -91,6 +99,13 @@ impl GpuCheckpoint {
                 mig_enabled: g.mig_enabled,
                 instances: g.instances.iter().map(|i| (i.profile_id, i.placement_start)).collect(),
                 compute_mode: g.compute_mode,
+                mps: node
+                    .mps
+                    .iter()
+                    .filter(|s| s.gpu == g.index && s.pid.is_some())
+                    .map(|s| (s.placement_start, s.limits))
+                    .collect(),
+                timeslice: g.timeslice,
             })
             .collect()
     }

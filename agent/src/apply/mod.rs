@@ -16,8 +16,12 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::gpu::{ErrorCode, GpuBackend, GpuError, MigModeActivation, Operation};
-use crate::plan::{self, Plan, Step};
+use crate::gpu::{
+    ErrorCode, GpuBackend, GpuError, MigModeActivation, MpsServerState, NodeState, Operation,
+};
+use crate::mps::{MpsController, ServerRecord};
+use crate::plan::{self, MpsDevice, Plan, Step};
+use crate::timeslice::TimesliceControl;
 
 /// One progress report: steps done, steps in all, the step about to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,18 +82,92 @@ impl StepLog for journal::Journal {
     }
 }
 
+/// The sharing layers the executor drives besides the GPU backend.
+#[derive(Debug, Clone)]
+pub struct SharingTools {
+    /// MPS control daemons.
+    pub mps: MpsController,
+    /// Time-slice intervals.
+    pub timeslice: TimesliceControl,
+}
+
+impl SharingTools {
+    /// The MPS servers on disk, as observed state.
+    pub fn mps_servers(&self) -> Vec<MpsServerState> {
+        self.mps
+            .servers()
+            .into_iter()
+            .map(|s| MpsServerState {
+                uuid: s.record.uuid,
+                gpu: s.record.gpu,
+                placement_start: s.record.placement_start,
+                limits: s.record.limits,
+                pid: s.pid,
+                restarts: s.record.restarts,
+            })
+            .collect()
+    }
+}
+
+/// Observes the GPUs through `backend` and adds the MPS servers, and with `timeslices`
+/// the time-slice intervals (one nvidia-smi run; unknown when it fails).
+pub async fn observe(
+    backend: &Arc<dyn GpuBackend>,
+    sharing: &Arc<SharingTools>,
+    timeslices: bool,
+) -> Result<NodeState, GpuError> {
+    let sharing = Arc::clone(sharing);
+    blocking(backend, move |b| {
+        let mut node = b.observe()?;
+        node.mps = sharing.mps_servers();
+        if timeslices {
+            match sharing.timeslice.read_all() {
+                Ok(intervals) => {
+                    for (index, interval) in intervals {
+                        if let Some(gpu) = node.gpus.iter_mut().find(|g| g.index == index) {
+                            gpu.timeslice = Some(interval);
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("time-slice intervals unknown: {e}"),
+            }
+        }
+        Ok(node)
+    })
+    .await
+}
+
 /// How a plan is executed.
 #[derive(Clone)]
 pub struct Executor {
     /// The hardware.
     pub backend: Arc<dyn GpuBackend>,
+    /// MPS and time-slicing.
+    pub sharing: Arc<SharingTools>,
     /// Most GPUs changed at once; 0 for all of a plan's GPUs.
     pub max_parallel_gpus: usize,
+}
+
+impl Executor {
+    /// An executor for unit tests: all GPUs at once, and MPS and nvidia-smi that do not
+    /// exist (a test that needs them uses the fakes end to end).
+    #[cfg(test)]
+    pub fn for_tests(backend: Arc<dyn GpuBackend>) -> Executor {
+        let sharing = SharingTools {
+            mps: MpsController::new(crate::mps::MpsConfig {
+                control: "/nonexistent/nvidia-cuda-mps-control".into(),
+                root: "/nonexistent/gpushare-mps".into(),
+            }),
+            timeslice: TimesliceControl::new("/nonexistent/nvidia-smi"),
+        };
+        Executor { backend, sharing: Arc::new(sharing), max_parallel_gpus: 0 }
+    }
 }
 
 /// What the per-GPU tasks share.
 struct Shared {
     backend: Arc<dyn GpuBackend>,
+    sharing: Arc<SharingTools>,
     progress: UnboundedSender<Progress>,
     log: Arc<dyn StepLog>,
     done: AtomicU32,
@@ -110,6 +188,7 @@ impl Executor {
         let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
             backend: Arc::clone(&self.backend),
+            sharing: Arc::clone(&self.sharing),
             progress: progress.clone(),
             log,
             done: AtomicU32::new(0),
@@ -145,7 +224,7 @@ impl Executor {
         }
         let _ = progress.send(Progress { done: total, total, step: "verifying".into() });
         let observed =
-            blocking(&self.backend, |b| b.observe()).await.map_err(ApplyError::Backend)?;
+            observe(&self.backend, &self.sharing, true).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
         Ok(shared.done.load(Ordering::SeqCst))
     }
@@ -168,7 +247,7 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
                 total: shared.total,
                 step: step.to_string(),
             });
-            match run_step(&shared.backend, &step, &created).await {
+            match run_step(shared, &step, &created).await {
                 Ok(StepEffect::CreatedGpuInstance(start, id)) => {
                     created.insert(start, id);
                 }
@@ -223,7 +302,7 @@ enum StepEffect {
 }
 
 async fn run_step(
-    backend: &Arc<dyn GpuBackend>,
+    shared: &Shared,
     step: &Step,
     created: &HashMap<u8, u32>,
 ) -> Result<StepEffect, GpuError> {
@@ -234,7 +313,8 @@ async fn run_step(
         }
         _ => None,
     };
-    blocking(backend, move |b| match step {
+    let sharing = Arc::clone(&shared.sharing);
+    blocking(&shared.backend, move |b| match step {
         Step::DestroyComputeInstance { gpu, gpu_instance, compute_instance, .. } => b
             .destroy_compute_instance(gpu, gpu_instance, compute_instance)
             .map(|()| StepEffect::None),
@@ -263,8 +343,50 @@ async fn run_step(
         Step::SetComputeMode { gpu, mode } => {
             b.set_compute_mode(gpu, mode).map(|()| StepEffect::None)
         }
+        Step::StopMps { gpu, uuid } => sharing
+            .mps
+            .stop(&uuid)
+            .map(|()| StepEffect::None)
+            .map_err(|e| tool_error(Operation::StopMps, gpu, e.to_string())),
+        Step::StartMps { gpu, device, limits } => {
+            let (uuid, placement_start) = match device {
+                MpsDevice::Gpu { uuid } => (uuid, None),
+                MpsDevice::Instance { start, .. } => {
+                    // The instance may be new: its MIG UUID is known only now.
+                    let node = b.observe()?;
+                    let uuid = node
+                        .gpu(gpu)
+                        .and_then(|g| g.instances.iter().find(|gi| gi.placement_start == start))
+                        .and_then(|gi| gi.compute_instances.first())
+                        .map(|ci| ci.uuid.clone())
+                        .ok_or_else(|| {
+                            tool_error(
+                                Operation::StartMps,
+                                gpu,
+                                format!("no MIG instance with a compute instance at slot {start}"),
+                            )
+                        })?;
+                    (uuid, Some(start))
+                }
+            };
+            let record = ServerRecord { uuid, gpu, placement_start, limits, restarts: 0 };
+            sharing
+                .mps
+                .start(&record)
+                .map(|_| StepEffect::None)
+                .map_err(|e| tool_error(Operation::StartMps, gpu, e.to_string()))
+        }
+        Step::SetTimeslice { gpu, interval } => sharing
+            .timeslice
+            .set(gpu, interval)
+            .map(|()| StepEffect::None)
+            .map_err(|e| tool_error(Operation::SetTimeslice, gpu, e)),
     })
     .await
+}
+
+fn tool_error(op: Operation, gpu: u32, detail: String) -> GpuError {
+    GpuError::new(op.as_str(), Some(gpu), ErrorCode::Failed).with_detail(detail)
 }
 
 /// Runs a blocking backend call on tokio's blocking pool.

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::hooks::{Hooks, Phase};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
-use super::{ApplyError, Executor, NoLog, Progress, blocking};
+use super::{ApplyError, Executor, NoLog, Progress};
 use crate::gpu::NodeState;
 use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
 
@@ -95,73 +95,65 @@ impl Transactions {
         }
         let gpus: Vec<u32> =
             plan.gpus.iter().filter(|g| !g.steps.is_empty()).map(|g| g.gpu).collect();
+        // The transaction begins before pre_apply, so that a crash after the hook still
+        // leaves a record: recovery then runs post_apply, which undoes what pre_apply did.
+        let checkpoint = GpuCheckpoint::of(before, gpus.iter().copied());
+        self.journal
+            .begin(Transaction {
+                profile: plan.profile.clone(),
+                document,
+                previous_profile: self.journal.active_profile(),
+                previous_document: self.journal.active_document(),
+                checkpoint: checkpoint.clone(),
+                steps: plan.steps().map(ToString::to_string).collect(),
+                completed: Vec::new(),
+                rollback_error: None,
+            })
+            .map_err(|e| TransactionError::Journal(e.to_string()))?;
         if let Err(e) = self.hooks.run(Phase::PreApply, &plan.profile, &gpus).await {
-            // post_apply undoes what pre_apply did (start what it stopped), so it runs
-            // after a failed pre_apply too.
             let mut warnings = Vec::new();
+            if let Err(e) = self.journal.rolled_back() {
+                warnings.push(format!("writing the journal failed: {e}"));
+            }
+            // post_apply undoes what pre_apply did (starts what it stopped).
             self.post_hook("failed", &plan.profile, &gpus, &mut warnings).await;
             return Err(TransactionError::Hook(format!("{e}{}", warning_suffix(&warnings))));
         }
 
-        let checkpoint = GpuCheckpoint::of(before, gpus.iter().copied());
-        let begun = self.journal.begin(Transaction {
-            profile: plan.profile.clone(),
-            document,
-            previous_profile: self.journal.active_profile(),
-            previous_document: self.journal.active_document(),
-            checkpoint: checkpoint.clone(),
-            steps: plan.steps().map(ToString::to_string).collect(),
-            completed: Vec::new(),
-            rollback_error: None,
-        });
-        if let Err(e) = begun {
-            let mut warnings = Vec::new();
-            self.post_hook("failed", &plan.profile, &gpus, &mut warnings).await;
-            return Err(TransactionError::Journal(format!("{e}{}", warning_suffix(&warnings))));
-        }
-
         let log: Arc<dyn super::StepLog> = self.journal.clone();
-        let result = self.executor.execute(plan, progress, log).await;
-        let mut warnings = Vec::new();
-        match result {
-            Ok(steps_done) => {
-                let committed = self.journal.commit();
-                self.post_hook("success", &plan.profile, &gpus, &mut warnings).await;
-                match committed {
-                    Ok(()) => Ok(Applied { steps_done, warnings }),
-                    Err(e) => Err(self
-                        .roll_back(
-                            ApplyError::Journal(e.to_string()),
-                            &checkpoint,
-                            steps_done,
-                            progress,
-                            warnings,
-                        )
-                        .await),
-                }
-            }
+        let result = match self.executor.execute(plan, progress, log).await {
+            Ok(steps_done) => match self.journal.commit() {
+                Ok(()) => Ok(steps_done),
+                Err(e) => Err((ApplyError::Journal(e.to_string()), steps_done)),
+            },
             Err(error) => {
-                let steps_done = u32::try_from(
-                    self.journal.snapshot().transaction.map_or(0, |t| t.completed.len()),
-                )
-                .unwrap_or(u32::MAX);
-                let outcome =
-                    self.roll_back(error, &checkpoint, steps_done, progress, Vec::new()).await;
-                let result = match outcome {
-                    TransactionError::RolledBack { .. } => "rolled-back",
-                    _ => "failed",
-                };
-                self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
-                Err(match outcome {
-                    TransactionError::RolledBack { error, gpus, steps_done, .. } => {
-                        TransactionError::RolledBack { error, gpus, steps_done, warnings }
-                    }
-                    TransactionError::RollbackFailed { error, rollback, steps_done, .. } => {
-                        TransactionError::RollbackFailed { error, rollback, steps_done, warnings }
-                    }
-                    other => other,
-                })
+                let done = self.journal.snapshot().transaction.map_or(0, |t| t.completed.len());
+                Err((error, u32::try_from(done).unwrap_or(u32::MAX)))
             }
+        };
+        // The outcome is settled before the one post_apply that reports it.
+        let outcome = match result {
+            Ok(steps_done) => Ok(steps_done),
+            Err((error, steps_done)) => {
+                Err(self.roll_back(error, &checkpoint, steps_done, progress).await)
+            }
+        };
+        let mut warnings = Vec::new();
+        let result = match &outcome {
+            Ok(_) => "success",
+            Err(TransactionError::RolledBack { .. }) => "rolled-back",
+            Err(_) => "failed",
+        };
+        self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
+        match outcome {
+            Ok(steps_done) => Ok(Applied { steps_done, warnings }),
+            Err(TransactionError::RolledBack { error, gpus, steps_done, .. }) => {
+                Err(TransactionError::RolledBack { error, gpus, steps_done, warnings })
+            }
+            Err(TransactionError::RollbackFailed { error, rollback, steps_done, .. }) => {
+                Err(TransactionError::RollbackFailed { error, rollback, steps_done, warnings })
+            }
+            Err(other) => Err(other),
         }
     }
 
@@ -184,8 +176,8 @@ impl Transactions {
         checkpoint: &[GpuCheckpoint],
         steps_done: u32,
         progress: &UnboundedSender<Progress>,
-        warnings: Vec<String>,
     ) -> TransactionError {
+        let warnings = Vec::new();
         tracing::warn!("{error}; rolling back");
         match self.restore(checkpoint, progress).await {
             Ok(()) => match self.journal.rolled_back() {
@@ -219,8 +211,9 @@ impl Transactions {
         checkpoint: &[GpuCheckpoint],
         progress: &UnboundedSender<Progress>,
     ) -> Result<(), String> {
-        let node =
-            blocking(&self.executor.backend, |b| b.observe()).await.map_err(|e| e.to_string())?;
+        let node = super::observe(&self.executor.backend, &self.executor.sharing, true)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut targets = Vec::new();
         for cp in checkpoint {
             let gpu = node.gpu(cp.gpu).ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;
@@ -244,6 +237,13 @@ impl Transactions {
                     mig_enabled: cp.mig_enabled,
                     instances,
                     compute_mode: self.policy.manage_compute_mode.then_some(cp.compute_mode),
+                    mps: cp.mps.iter().find(|(start, _)| start.is_none()).map(|&(_, l)| l),
+                    instance_mps: cp
+                        .mps
+                        .iter()
+                        .filter_map(|&(start, l)| start.map(|s| (s, l)))
+                        .collect(),
+                    timeslice: cp.timeslice,
                 },
             ));
         }
@@ -264,24 +264,33 @@ impl Transactions {
             return Ok(None);
         };
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let gpus = list(&transaction.checkpoint.iter().map(|c| c.gpu).collect::<Vec<_>>());
-        match self.restore(&transaction.checkpoint, &tx).await {
+        let gpu_ids: Vec<u32> = transaction.checkpoint.iter().map(|c| c.gpu).collect();
+        let gpus = list(&gpu_ids);
+        let restored = match self.restore(&transaction.checkpoint, &tx).await {
             Ok(()) => {
-                self.journal
-                    .rolled_back()
-                    .map_err(|e| format!("writing the journal failed: {e}"))?;
-                Ok(Some(format!(
-                    "rolled back the interrupted apply of {} ({} of {} steps had completed): GPU {gpus} as before; active profile {}",
-                    transaction.profile,
-                    transaction.completed.len(),
-                    transaction.steps.len(),
-                    transaction.previous_profile.as_deref().unwrap_or("(none)")
-                )))
+                self.journal.rolled_back().map_err(|e| format!("writing the journal failed: {e}"))
             }
+            Err(e) => Err(e),
+        };
+        // The interrupted apply may have run pre_apply (stopped a service): post_apply
+        // undoes it, whatever the rollback's outcome.
+        let result = if restored.is_ok() { "rolled-back" } else { "failed" };
+        let mut warnings = Vec::new();
+        self.post_hook(result, &transaction.profile, &gpu_ids, &mut warnings).await;
+        match restored {
+            Ok(()) => Ok(Some(format!(
+                "rolled back the interrupted apply of {} ({} of {} steps had completed): GPU {gpus} as before; active profile {}{}",
+                transaction.profile,
+                transaction.completed.len(),
+                transaction.steps.len(),
+                transaction.previous_profile.as_deref().unwrap_or("(none)"),
+                warning_suffix(&warnings)
+            ))),
             Err(e) => {
                 let message = format!(
-                    "cannot roll back the interrupted apply of {} on GPU {gpus}: {e}",
-                    transaction.profile
+                    "cannot roll back the interrupted apply of {} on GPU {gpus}: {e}{}",
+                    transaction.profile,
+                    warning_suffix(&warnings)
                 );
                 if let Err(e) = self.journal.rollback_failed(&message) {
                     tracing::error!("writing the journal failed: {e}");

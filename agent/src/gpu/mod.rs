@@ -40,6 +40,25 @@ impl ComputeMode {
 pub struct NodeState {
     /// GPUs by NVML index.
     pub gpus: Vec<GpuState>,
+    /// MPS servers the agent runs (not from the GPU backend: the engine adds them).
+    pub mps: Vec<MpsServerState>,
+}
+
+/// An MPS server as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsServerState {
+    /// `GPU-…` or `MIG-…` it serves.
+    pub uuid: String,
+    /// GPU index.
+    pub gpu: u32,
+    /// Placement start of the MIG instance it serves; `None` for a whole GPU.
+    pub placement_start: Option<u8>,
+    /// Its limits.
+    pub limits: crate::mps::MpsLimits,
+    /// The control daemon's pid; `None` when it is not running.
+    pub pid: Option<u32>,
+    /// Restarts by the supervisor.
+    pub restarts: u32,
 }
 
 impl NodeState {
@@ -70,6 +89,8 @@ pub struct GpuState {
     pub mig_pending: Option<bool>,
     /// Compute mode.
     pub compute_mode: ComputeMode,
+    /// Time-slice interval, when read (`nvidia-smi compute-policy`; not a backend call).
+    pub timeslice: Option<crate::profile::TimeSliceInterval>,
     /// GPU instances, ordered by placement start.
     pub instances: Vec<GpuInstance>,
     /// Compute processes on the GPU or its instances.
@@ -145,13 +166,19 @@ pub enum Operation {
     DestroyComputeInstance,
     /// `nvmlDeviceSetComputeMode`.
     SetComputeMode,
+    /// Start an MPS control daemon with its limits (not a backend call).
+    StartMps,
+    /// Stop an MPS control daemon (not a backend call).
+    StopMps,
+    /// `nvidia-smi compute-policy --set-timeslice` (not a backend call).
+    SetTimeslice,
     /// A GPU reset (`nvidia-smi --gpu-reset`; NVML has no public call).
     ResetGpu,
 }
 
 impl Operation {
     /// Every mutating operation.
-    pub const ALL: [Operation; 7] = [
+    pub const ALL: [Operation; 10] = [
         Operation::SetMigMode,
         Operation::CreateGpuInstance,
         Operation::CreateComputeInstance,
@@ -159,6 +186,9 @@ impl Operation {
         Operation::DestroyComputeInstance,
         Operation::SetComputeMode,
         Operation::ResetGpu,
+        Operation::StartMps,
+        Operation::StopMps,
+        Operation::SetTimeslice,
     ];
 
     /// The snake_case name used in plans, fault injection and messages.
@@ -171,7 +201,16 @@ impl Operation {
             Operation::DestroyComputeInstance => "destroy_compute_instance",
             Operation::SetComputeMode => "set_compute_mode",
             Operation::ResetGpu => "reset_gpu",
+            Operation::StartMps => "start_mps",
+            Operation::StopMps => "stop_mps",
+            Operation::SetTimeslice => "set_timeslice",
         }
+    }
+
+    /// Whether the GPU backend carries the operation out (the others are MPS and
+    /// time-slice steps, carried out by the sharing layers).
+    pub fn is_backend(self) -> bool {
+        !matches!(self, Operation::StartMps | Operation::StopMps | Operation::SetTimeslice)
     }
 
     /// The operation with this name.
@@ -209,6 +248,9 @@ pub enum ErrorCode {
     GpuLost,
     /// NVML_ERROR_UNKNOWN or anything else.
     Unknown,
+    /// A tool the agent runs (the MPS control daemon, nvidia-smi) failed; the detail
+    /// says how.
+    Failed,
 }
 
 impl ErrorCode {
@@ -225,6 +267,7 @@ impl ErrorCode {
             ErrorCode::ResetRequired => "GPU requires reset",
             ErrorCode::GpuLost => "GPU is lost",
             ErrorCode::Unknown => "Unknown Error",
+            ErrorCode::Failed => "failed",
         }
     }
 }

@@ -266,6 +266,7 @@ impl<'a> Session<'a> {
             mig_enabled,
             mig_pending,
             compute_mode,
+            timeslice: None,
             instances,
             processes,
         })
@@ -421,7 +422,7 @@ impl<'a> Session<'a> {
             .device_count()
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
         let gpus = (0..count).map(|index| self.observe_gpu(index)).collect::<Result<_, _>>()?;
-        Ok(NodeState { gpus })
+        Ok(NodeState { gpus, mps: Vec::new() })
     }
 
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {

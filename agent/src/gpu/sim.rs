@@ -107,10 +107,18 @@ pub fn parse_failures(text: &str) -> Result<Vec<(Operation, u32)>, String> {
             let (op, n) = part
                 .split_once(':')
                 .ok_or_else(|| format!("GPUSHARE_SIM_FAIL: {part:?}: write <operation>:<n>"))?;
-            let op = Operation::from_name(op.trim()).ok_or_else(|| {
-                let names: Vec<&str> = Operation::ALL.iter().map(|o| o.as_str()).collect();
-                format!("GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}", names.join(", "))
-            })?;
+            let op =
+                Operation::from_name(op.trim()).filter(|o| o.is_backend()).ok_or_else(|| {
+                    let names: Vec<&str> = Operation::ALL
+                        .iter()
+                        .filter(|o| o.is_backend())
+                        .map(|o| o.as_str())
+                        .collect();
+                    format!(
+                        "GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}",
+                        names.join(", ")
+                    )
+                })?;
             match n.trim().parse::<u32>() {
                 Ok(n) if n >= 1 => Ok((op, n)),
                 _ => Err(format!("GPUSHARE_SIM_FAIL: {part:?}: n must be a number from 1")),
@@ -319,6 +327,8 @@ fn injected_code(op: Operation) -> ErrorCode {
             ErrorCode::InsufficientResources
         }
         Operation::SetComputeMode => ErrorCode::NoPermission,
+        // Not backend calls: the simulator never sees them.
+        Operation::StartMps | Operation::StopMps | Operation::SetTimeslice => ErrorCode::Unknown,
     }
 }
 
@@ -367,6 +377,7 @@ impl GpuBackend for SimBackend {
                     mig_enabled: g.mig_enabled,
                     mig_pending: g.mig_pending,
                     compute_mode: g.compute_mode,
+                    timeslice: None,
                     instances,
                     processes: processes
                         .iter()
@@ -376,7 +387,7 @@ impl GpuBackend for SimBackend {
                 }
             })
             .collect();
-        Ok(NodeState { gpus })
+        Ok(NodeState { gpus, mps: Vec::new() })
     }
 
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {

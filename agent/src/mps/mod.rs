@@ -123,7 +123,10 @@ impl MpsController {
         let pipe = self.pipe_dir(uuid);
         let log = self.log_dir(uuid);
         if let Some(pid) = daemon_pid(&pipe) {
-            return Err(err(format!("a control daemon (PID {pid}) already runs in {}", pipe.display())));
+            return Err(err(format!(
+                "a control daemon (PID {pid}) already runs in {}",
+                pipe.display()
+            )));
         }
         for dir in [&pipe, &log] {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
@@ -289,7 +292,11 @@ impl MpsController {
 pub fn memory_value(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
-    if bytes % GIB == 0 { format!("{}G", bytes / GIB) } else { format!("{}M", (bytes / MIB).max(1)) }
+    if bytes.is_multiple_of(GIB) {
+        format!("{}G", bytes / GIB)
+    } else {
+        format!("{}M", (bytes / MIB).max(1))
+    }
 }
 
 /// `25.0` → 25.
@@ -333,7 +340,8 @@ fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Optio
 }
 
 fn first_line(stderr: &[u8], stdout: &[u8]) -> String {
-    let text = String::from_utf8_lossy(if stderr.is_empty() { stdout } else { stderr }).into_owned();
+    let text =
+        String::from_utf8_lossy(if stderr.is_empty() { stdout } else { stderr }).into_owned();
     text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_string()
 }
 

@@ -12,8 +12,11 @@ use std::fmt;
 use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
 
 use crate::catalog::MigProfile;
-use crate::gpu::{ComputeMode, GpuState, NodeState, Operation};
-use crate::profile::{GpuRef, GpuRule, MigLayout, Profile};
+use crate::gpu::{ComputeMode, GpuState, MpsServerState, NodeState, Operation};
+use crate::mps::MpsLimits;
+use crate::profile::{
+    GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Sharing, TimeSliceInterval,
+};
 pub use placement::Placed;
 
 /// What the agent may change, and whether busy instances may be destroyed.
@@ -116,6 +119,29 @@ pub struct GpuTarget {
     pub instances: Vec<Placed>,
     /// Compute mode, when the agent manages it.
     pub compute_mode: Option<ComputeMode>,
+    /// An MPS server for the whole GPU (MIG off).
+    pub mps: Option<MpsLimits>,
+    /// MPS servers for MIG instances, by placement start.
+    pub instance_mps: Vec<(u8, MpsLimits)>,
+    /// Time-slice interval of the whole GPU; `None` leaves it alone.
+    pub timeslice: Option<TimeSliceInterval>,
+}
+
+/// The device an MPS server serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MpsDevice {
+    /// The whole GPU.
+    Gpu {
+        /// `GPU-…`.
+        uuid: String,
+    },
+    /// The MIG instance at a placement (its `MIG-…` is known once it exists).
+    Instance {
+        /// Placement start.
+        start: u8,
+        /// Profile name, for people.
+        profile: &'static str,
+    },
 }
 
 /// One backend call.
@@ -187,6 +213,29 @@ pub enum Step {
         /// The new mode.
         mode: ComputeMode,
     },
+    /// Stop an MPS server.
+    StopMps {
+        /// GPU index.
+        gpu: u32,
+        /// The device it serves.
+        uuid: String,
+    },
+    /// Start an MPS server with its limits.
+    StartMps {
+        /// GPU index.
+        gpu: u32,
+        /// The device it serves.
+        device: MpsDevice,
+        /// Its limits.
+        limits: MpsLimits,
+    },
+    /// Set the time-slice interval of a whole GPU.
+    SetTimeslice {
+        /// GPU index.
+        gpu: u32,
+        /// The interval.
+        interval: TimeSliceInterval,
+    },
 }
 
 impl Step {
@@ -199,7 +248,10 @@ impl Step {
             | Step::CreateGpuInstance { gpu, .. }
             | Step::CreateComputeInstance { gpu, .. }
             | Step::ResetGpu { gpu, .. }
-            | Step::SetComputeMode { gpu, .. } => *gpu,
+            | Step::SetComputeMode { gpu, .. }
+            | Step::StopMps { gpu, .. }
+            | Step::StartMps { gpu, .. }
+            | Step::SetTimeslice { gpu, .. } => *gpu,
         }
     }
 
@@ -212,6 +264,9 @@ impl Step {
             Step::CreateGpuInstance { .. } => Operation::CreateGpuInstance,
             Step::CreateComputeInstance { .. } => Operation::CreateComputeInstance,
             Step::ResetGpu { .. } => Operation::ResetGpu,
+            Step::StopMps { .. } => Operation::StopMps,
+            Step::StartMps { .. } => Operation::StartMps,
+            Step::SetTimeslice { .. } => Operation::SetTimeslice,
             Step::SetComputeMode { .. } => Operation::SetComputeMode,
         }
     }
@@ -253,6 +308,25 @@ impl fmt::Display for Step {
             Step::SetComputeMode { gpu, mode } => {
                 write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
             }
+            Step::StopMps { gpu, uuid } => write!(f, "GPU {gpu}: stop the MPS server of {uuid}"),
+            Step::StartMps { gpu, device, limits } => {
+                let on = match device {
+                    MpsDevice::Gpu { .. } => "the GPU".to_string(),
+                    MpsDevice::Instance { start, profile } => format!("{profile} at slot {start}"),
+                };
+                let memory = limits
+                    .pinned_memory_limit_bytes
+                    .map(|b| format!(", pinned memory {}", crate::mps::memory_value(b)))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "GPU {gpu}: start an MPS server on {on} (threads {}%{memory})",
+                    limits.active_thread_percentage
+                )
+            }
+            Step::SetTimeslice { gpu, interval, .. } => {
+                write!(f, "GPU {gpu}: set the time-slice interval to {}", interval.as_str())
+            }
         }
     }
 }
@@ -289,24 +363,18 @@ pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Resul
         let Some(rule) = profile.rule_for(&selected) else {
             continue;
         };
-        gpus.push(plan_gpu(gpu, rule, options)?);
+        gpus.push(plan_gpu(gpu, &node.mps, rule, options)?);
     }
     Ok(Plan { profile: profile.name.clone(), gpus })
 }
 
-fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<GpuPlan, PlanError> {
+fn plan_gpu(
+    gpu: &GpuState,
+    servers: &[MpsServerState],
+    rule: &GpuRule,
+    options: &PlanOptions,
+) -> Result<GpuPlan, PlanError> {
     let label = gpu.label();
-    let sharing_asked = std::iter::once(&rule.sharing)
-        .chain(rule.instance_sharing.iter().map(|(_, s)| s))
-        .find(|s| !s.is_exclusive());
-    if let Some(sharing) = sharing_asked {
-        return Err(PlanError::Unsupported(format!(
-            "{label}: the rule at {} asks for {} sharing, which this version of gpushare-agent validates but does not carry out yet",
-            rule.location,
-            sharing.strategy()
-        )));
-    }
-
     let target_instances = match &rule.mig {
         MigLayout::Disabled => Vec::new(),
         MigLayout::Enabled(requests) => {
@@ -334,12 +402,54 @@ fn plan_gpu(gpu: &GpuState, rule: &GpuRule, options: &PlanOptions) -> Result<Gpu
                 .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?
         }
     };
-    let target = GpuTarget {
-        mig_enabled: matches!(rule.mig, MigLayout::Enabled(_)),
-        instances: target_instances,
-        compute_mode: options.manage_compute_mode.then_some(ComputeMode::Default),
+    let mig_enabled = matches!(rule.mig, MigLayout::Enabled(_));
+    let (mps, timeslice) = match (&rule.sharing, mig_enabled) {
+        (Sharing::Mps(s), false) => (Some(mps_limits(s, gpu.memory_total_bytes)), None),
+        (Sharing::TimeSlicing { interval, .. }, false) => (None, Some(*interval)),
+        // Whole GPUs not time-sliced, and MIG GPUs, run at the default interval.
+        _ => (None, Some(TimeSliceInterval::Default)),
     };
-    plan_gpu_to(gpu, target, options)
+    let instance_mps = if mig_enabled {
+        target_instances
+            .iter()
+            .filter_map(|p| match rule.sharing_for(p.profile) {
+                Sharing::Mps(s) => Some((p.start, mps_limits(s, p.profile.memory_mib << 20))),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let compute_mode = options.manage_compute_mode.then_some(if mps.is_some() {
+        ComputeMode::ExclusiveProcess
+    } else {
+        ComputeMode::Default
+    });
+    let target = GpuTarget {
+        mig_enabled,
+        instances: target_instances,
+        compute_mode,
+        mps,
+        instance_mps,
+        timeslice,
+    };
+    plan_gpu_to(gpu, servers, target, options)
+}
+
+/// The limits of an MPS server for `settings` on a device of `memory_bytes`: what the
+/// profile says, else derived from `replicas` (threads 100/replicas %, memory
+/// total/replicas), else no limit.
+pub fn mps_limits(settings: &MpsSettings, memory_bytes: u64) -> MpsLimits {
+    let replicas = settings.replicas.unwrap_or(1).max(1);
+    MpsLimits {
+        active_thread_percentage: settings
+            .active_thread_percentage
+            .unwrap_or(100 / replicas)
+            .max(1),
+        pinned_memory_limit_bytes: settings.pinned_memory_limit_bytes.or_else(|| {
+            settings.replicas.map(|r| (memory_bytes / u64::from(r.max(1))) & !((1 << 20) - 1))
+        }),
+    }
 }
 
 /// Plans the named GPUs to explicit targets: how a rollback returns GPUs to a checkpoint.
@@ -354,7 +464,7 @@ pub fn plan_to(
         let gpu = node
             .gpu(index)
             .ok_or_else(|| PlanError::Infeasible(format!("GPU {index} is no longer there")))?;
-        gpus.push(plan_gpu_to(gpu, target, options)?);
+        gpus.push(plan_gpu_to(gpu, &node.mps, target, options)?);
     }
     Ok(Plan { profile: name.to_string(), gpus })
 }
@@ -364,11 +474,32 @@ pub fn plan_to(
 /// pending), create what is missing, set the compute mode.
 fn plan_gpu_to(
     gpu: &GpuState,
+    servers: &[MpsServerState],
     target: GpuTarget,
     options: &PlanOptions,
 ) -> Result<GpuPlan, PlanError> {
     let label = gpu.label();
     let mut steps = Vec::new();
+    // Sharing that goes first: MPS servers that are not wanted as they are, and a
+    // time-slice interval back to default while the GPU is still whole.
+    let (mps_stops, mps_starts) = mps_steps(gpu, servers, &target);
+    let mut sharing_first = mps_stops;
+    let mut sharing_last = mps_starts;
+    if let Some(interval) = target.timeslice {
+        let differs = match gpu.timeslice {
+            Some(current) => current != interval,
+            // Unknown: only an interval other than the default needs setting.
+            None => interval != TimeSliceInterval::Default,
+        };
+        if differs && !(gpu.mig_enabled && target.mig_enabled) {
+            let step = Step::SetTimeslice { gpu: gpu.index, interval };
+            if interval == TimeSliceInterval::Default {
+                sharing_first.push(step);
+            } else {
+                sharing_last.push(step);
+            }
+        }
+    }
     let mut freed = Vec::new();
     for gi in &gpu.instances {
         let profile = profile_of(gpu, gi.profile_id);
@@ -380,6 +511,14 @@ fn plan_gpu_to(
                 .any(|p| p.profile.id == gi.profile_id && p.start == gi.placement_start);
         if stays {
             continue;
+        }
+        if gpu.model.and_then(|m| m.profile_by_id(gi.profile_id)).is_none() {
+            // A rollback recreates instances from the catalog: what it cannot recreate,
+            // the agent does not destroy.
+            return Err(PlanError::Infeasible(format!(
+                "{label}: GPU instance {} has MIG profile id {}, which the catalog lacks; gpushare could not restore it after a failure, so it leaves this GPU alone",
+                gi.id, gi.profile_id
+            )));
         }
         freed.push(gi);
         for ci in &gi.compute_instances {
@@ -437,7 +576,76 @@ fn plan_gpu_to(
     {
         steps.push(Step::SetComputeMode { gpu: gpu.index, mode });
     }
+    let steps = sharing_first.into_iter().chain(steps).chain(sharing_last).collect();
     Ok(GpuPlan { gpu: gpu.index, model: gpu.model_name().to_string(), target, steps })
+}
+
+/// The MPS servers to stop and to start on `gpu` for `target`. A server stays only when
+/// it runs, is wanted on the same device with the same limits, and its instance stays.
+fn mps_steps(
+    gpu: &GpuState,
+    servers: &[MpsServerState],
+    target: &GpuTarget,
+) -> (Vec<Step>, Vec<Step>) {
+    let instance_stays = |start: u8| {
+        gpu.mig_enabled
+            && target.mig_enabled
+            && gpu.instances.iter().any(|gi| {
+                gi.placement_start == start
+                    && !gi.compute_instances.is_empty()
+                    && target
+                        .instances
+                        .iter()
+                        .any(|p| p.profile.id == gi.profile_id && p.start == start)
+            })
+    };
+    let wanted = |server: &MpsServerState| -> bool {
+        server.pid.is_some()
+            && match server.placement_start {
+                None => {
+                    !target.mig_enabled
+                        && server.uuid == gpu.uuid
+                        && target.mps == Some(server.limits)
+                }
+                Some(start) => {
+                    instance_stays(start)
+                        && target
+                            .instance_mps
+                            .iter()
+                            .any(|&(s, l)| s == start && l == server.limits)
+                        && gpu.instances.iter().any(|gi| {
+                            gi.placement_start == start
+                                && gi.compute_instances.iter().any(|ci| ci.uuid == server.uuid)
+                        })
+                }
+            }
+    };
+    let mine: Vec<&MpsServerState> = servers.iter().filter(|s| s.gpu == gpu.index).collect();
+    let stops = mine
+        .iter()
+        .filter(|s| !wanted(s))
+        .map(|s| Step::StopMps { gpu: gpu.index, uuid: s.uuid.clone() })
+        .collect();
+    let kept = |start: Option<u8>| mine.iter().any(|s| s.placement_start == start && wanted(s));
+    let mut starts = Vec::new();
+    if let Some(limits) = target.mps
+        && !kept(None)
+    {
+        let device = MpsDevice::Gpu { uuid: gpu.uuid.clone() };
+        starts.push(Step::StartMps { gpu: gpu.index, device, limits });
+    }
+    for &(start, limits) in &target.instance_mps {
+        if !kept(Some(start)) {
+            let profile = target
+                .instances
+                .iter()
+                .find(|p| p.start == start)
+                .map_or("MIG instance", |p| p.profile.name);
+            let device = MpsDevice::Instance { start, profile };
+            starts.push(Step::StartMps { gpu: gpu.index, device, limits });
+        }
+    }
+    (stops, starts)
 }
 
 /// MIG mode steps. A mode already pending towards the target needs only the reset; a
@@ -543,6 +751,31 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
         expect.sort_unstable();
         if have != expect {
             problems.push(format!("{}: the MIG instances differ from the plan", gpu.label()));
+        }
+        let servers: Vec<&MpsServerState> =
+            node.mps.iter().filter(|s| s.gpu == gpu.index && s.pid.is_some()).collect();
+        let mut expected: Vec<(Option<u8>, MpsLimits)> =
+            want.mps.iter().map(|&l| (None, l)).collect();
+        expected.extend(want.instance_mps.iter().map(|&(start, l)| (Some(start), l)));
+        let mut running: Vec<(Option<u8>, MpsLimits)> =
+            servers.iter().map(|s| (s.placement_start, s.limits)).collect();
+        let key = |e: &(Option<u8>, MpsLimits)| (e.0, e.1.active_thread_percentage);
+        expected.sort_by_key(key);
+        running.sort_by_key(key);
+        if expected != running {
+            problems.push(format!("{}: the MPS servers differ from the plan", gpu.label()));
+        }
+        if let (Some(want), Some(have)) = (want.timeslice, gpu.timeslice)
+            && want != have
+            // A MIG GPU's interval is left as it is.
+            && !(want == TimeSliceInterval::Default && gpu.mig_enabled)
+        {
+            problems.push(format!(
+                "{}: the time-slice interval is {} instead of {}",
+                gpu.label(),
+                have.as_str(),
+                want.as_str()
+            ));
         }
         if let Some(mode) = want.compute_mode
             && gpu.compute_mode != mode

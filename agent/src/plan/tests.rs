@@ -26,7 +26,7 @@ fn plan_on(sim: &SimBackend, profile: &Profile) -> Result<Plan, PlanError> {
 fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
     let backend: Arc<dyn GpuBackend> = sim.clone();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = crate::apply::Executor { backend, max_parallel_gpus: 0 };
+    let executor = crate::apply::Executor::for_tests(backend);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(executor.execute(plan, &tx, Arc::new(crate::apply::NoLog))).unwrap();
 }
@@ -202,12 +202,36 @@ fn compute_modes_return_to_default() {
 }
 
 #[test]
-fn sharing_is_refused_until_it_is_carried_out() {
-    let sim = node("a100-40gb:1");
-    let e = plan_on(&sim, &built_in("all-mps")).unwrap_err();
-    assert!(matches!(e, PlanError::Unsupported(_)));
-    assert!(e.to_string().contains("asks for mps sharing"), "{e}");
-    assert!(plan_on(&sim, &built_in("all-time-sliced")).is_err());
+fn sharing_plans_mps_and_time_slicing_steps() {
+    let sim = node("a100-40gb:2");
+    let p = plan_on(&sim, &built_in("all-mps")).unwrap();
+    let steps: Vec<String> = p.steps().map(ToString::to_string).collect();
+    // all-mps: 4 replicas → 25 % threads and a quarter of the 40 GiB each.
+    assert_eq!(
+        steps,
+        [
+            "GPU 0: set compute mode exclusive_process",
+            "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10G)",
+            "GPU 1: set compute mode exclusive_process",
+            "GPU 1: start an MPS server on the GPU (threads 25%, pinned memory 10G)",
+        ]
+    );
+    let p = plan_on(&sim, &built_in("all-time-sliced")).unwrap();
+    let steps: Vec<String> = p.steps().map(ToString::to_string).collect();
+    assert_eq!(
+        steps,
+        [
+            "GPU 0: set the time-slice interval to medium",
+            "GPU 1: set the time-slice interval to medium"
+        ]
+    );
+    let layered = profile(
+        "[[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\ninstance_sharing.\"3g\".mps = { active_thread_percentage = 50 }\n",
+    );
+    let p = plan_on(&sim, &layered).unwrap();
+    let last = p.steps().last().unwrap().to_string();
+    assert_eq!(last, "GPU 0: start an MPS server on 3g.20gb at slot 4 (threads 50%)");
+    assert_eq!(p.gpus[0].target.compute_mode, Some(ComputeMode::Default));
 }
 
 #[test]

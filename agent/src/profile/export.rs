@@ -95,7 +95,7 @@ mod tests {
         let p = plan(&sim.observe().unwrap(), &half, &PlanOptions::default()).unwrap();
         let backend: Arc<dyn GpuBackend> = sim.clone();
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let executor = crate::apply::Executor { backend, max_parallel_gpus: 0 };
+        let executor = crate::apply::Executor::for_tests(backend);
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

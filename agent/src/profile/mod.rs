@@ -11,9 +11,9 @@
 pub mod export;
 pub mod migparted;
 mod parse;
-mod store;
+pub(crate) mod store;
 
-pub use parse::{parse_pci_device_id, parse_profile};
+pub use parse::{line_column, parse_pci_device_id, parse_profile};
 pub use store::{ProfileSource, ProfileStore, StoredProfile};
 
 use std::fmt;
@@ -263,7 +263,8 @@ impl Sharing {
 }
 
 /// Time-slice intervals `nvidia-smi compute-policy --set-timeslice` knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TimeSliceInterval {
     /// 0.
     Default,

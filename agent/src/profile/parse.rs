@@ -113,9 +113,7 @@ struct Context<'a> {
 
 impl Context<'_> {
     fn location(&self, offset: usize) -> Location {
-        let before = &self.text[..offset.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        let (line, column) = line_column(self.text, offset);
         Location { origin: self.origin.to_string(), line, column }
     }
 
@@ -289,6 +287,19 @@ impl Context<'_> {
     }
 }
 
+/// The 1-based line and column of byte `offset` in `text` (clamped to the text, and to
+/// the start of the character it falls in).
+pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 /// Parses a selector string: `all`, `first-half`, `second-half`, `2`, `0-3`, `0,2,5-7`, a
 /// model key (`a100-40gb`) or a GPU UUID (`GPU-…`).
 pub fn parse_selector(s: &str) -> Result<Selector, String> {
@@ -299,7 +310,7 @@ pub fn parse_selector(s: &str) -> Result<Selector, String> {
         "second-half" => return Ok(Selector::SecondHalf),
         _ => {}
     }
-    if s.len() > 4 && s[..4].eq_ignore_ascii_case("GPU-") {
+    if s.len() > 4 && s.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("GPU-")) {
         return Ok(Selector::Uuid(s.to_string()));
     }
     if let Some(model) = catalog::model_by_key(s) {
@@ -530,6 +541,32 @@ select = "all"
         assert!(Selector::Uuid("GPU-AB".into()).matches(&gpu(0, 1, "gpu-ab")));
         assert_eq!(parse_pci_device_id("0x20B010DE"), Ok(0x20B0_10DE));
         assert!(parse_pci_device_id("A100").is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// Hostile input never panics: arbitrary text, and valid profiles with bytes
+        /// replaced.
+        #[test]
+        fn parsing_never_panics(text in ".{0,300}", cut in 0usize..400, junk in ".{0,12}") {
+            let _ = parse_profile(&text, "fuzz.toml", Some("fuzz"));
+            for (_, valid) in crate::profile::store::BUILT_IN {
+                let at = valid.char_indices().map(|(i, _)| i).nth(cut % valid.chars().count()).unwrap_or(0);
+                let mutated = format!("{}{junk}{}", &valid[..at], &valid[at..]);
+                let _ = parse_profile(&mutated, "fuzz.toml", None);
+                let _ = crate::config::AgentConfig::parse(&mutated, "fuzz.toml");
+            }
+            let _ = crate::profile::migparted::parse_mig_parted(&text, "fuzz.yaml", "x");
+            let _ = line_column(&text, cut);
+        }
+    }
+
+    #[test]
+    fn non_ascii_selectors_are_errors_not_panics() {
+        let e = err("name = \"a\"\n[[gpu]]\nselect = \"ab€cd\"\n");
+        assert!(e.contains("unknown selector"), "{e}");
+        assert_eq!(line_column("a€b", 2), (1, 2));
     }
 
     #[test]

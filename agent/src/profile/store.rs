@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::{Profile, parse_profile};
 
 /// The built-in profiles, as TOML text parsed by the same parser as files.
-const BUILT_IN: &[(&str, &str)] = &[
+pub(crate) const BUILT_IN: &[(&str, &str)] = &[
     ("all-disabled", include_str!("builtin/all-disabled.toml")),
     ("all-balanced", include_str!("builtin/all-balanced.toml")),
     ("half-balanced", include_str!("builtin/half-balanced.toml")),

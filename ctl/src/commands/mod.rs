@@ -7,7 +7,9 @@
 
 pub mod apply;
 pub mod assert;
+pub mod env;
 pub mod export;
+pub mod mps;
 pub mod plan;
 pub mod profiles;
 pub mod source;
@@ -40,5 +42,7 @@ pub async fn run(
         Command::Export => export::run(client, out).await,
         Command::Profiles(args) => profiles::run(client, out, args.command).await,
         Command::Validate(args) => validate::run(client, out, &args.file).await,
+        Command::Mps(args) => mps::run(client, out, args.command).await,
+        Command::Env(args) => env::run(client, out, &args.target).await,
     }
 }

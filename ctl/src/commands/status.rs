@@ -3,23 +3,25 @@
 //! ```text
 //! Active profile: half-balanced  (backend: simulated)
 //! Apply in progress: /io/gpushare/Agent1/jobs/3, profile all-mps
-//! GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
-//! 0    A100-SXM4-40GB  on                     default            exclusive     40.0 GiB      0
-//!      |- 3g.20gb                                                exclusive     19.5 GiB         4:4        1/0    MIG-1111…
-//!      `- 1g.5gb                                                 mps            4.8 GiB         0:1        9/0    MIG-2222…
-//! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
+//! GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+//! 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
+//!      |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-1111…
+//!      `- 1g.5gb                                                 mps 25% 2G             4.8 GiB         0:1        9/0    MIG-2222…
+//! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 //! ```
 //!
 //! The `Apply in progress` line appears only while an apply runs. The PLACEMENT, GI/CI and
-//! UUID columns appear only when some GPU has MIG instances.
+//! UUID columns appear only when some GPU has MIG instances. SHARING is the strategy, with
+//! the MPS server's default thread percentage and pinned memory limit of clients under
+//! `mps`, and the time-slice interval under `time-slicing` when the agent reports one.
 
 use comfy_table::{Cell, CellAlignment};
-use gpushare_proto::types::Status;
+use gpushare_proto::types::{Sharing, Status};
 
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+use crate::output::{Glyphs, Output, parse_document, plain_table, render_table, short_size};
 
 /// Runs `status`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
@@ -50,6 +52,29 @@ pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String 
         }
         _ => on_off(enabled).to_owned(),
     }
+}
+
+/// The SHARING cell: `exclusive`, `mps 25% 2G` (threads and pinned memory limit of the MPS
+/// server, when known), `time-slicing (short)` (with the interval, when known).
+pub fn sharing_cell(sharing: &Sharing) -> String {
+    let mut cell = sharing.strategy.clone();
+    match sharing.strategy.as_str() {
+        "mps" => {
+            if let Some(mps) = &sharing.mps {
+                cell.push_str(&format!(" {}%", mps.active_thread_percentage));
+                if let Some(bytes) = mps.pinned_memory_limit_bytes {
+                    cell.push_str(&format!(" {}", short_size(bytes)));
+                }
+            }
+        }
+        "time-slicing" => {
+            if let Some(interval) = &sharing.interval {
+                cell.push_str(&format!(" ({interval})"));
+            }
+        }
+        _ => {}
+    }
+    cell
 }
 
 /// Renders a status document for people.
@@ -87,7 +112,7 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
             gpu.model.clone(),
             mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
             gpu.compute_mode.clone(),
-            gpu.sharing.strategy.clone(),
+            sharing_cell(&gpu.sharing),
             gib(gpu.memory_total_bytes),
             gpu.processes.len().to_string(),
         ]);
@@ -107,7 +132,7 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
                 Cell::new(format!("{branch} {}", inst.profile)),
                 Cell::new(""),
                 Cell::new(""),
-                Cell::new(&inst.sharing.strategy),
+                Cell::new(sharing_cell(&inst.sharing)),
                 Cell::new(gib(inst.memory_bytes)),
                 Cell::new(""),
                 Cell::new(format!("{}:{}", inst.placement_start, inst.placement_size)),
@@ -123,12 +148,33 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gpushare_proto::types::{GpuStatus, InstanceStatus, Sharing};
+    use gpushare_proto::types::{GpuStatus, InstanceStatus, MpsServer, Sharing};
 
     const GIB: u64 = 1 << 30;
 
-    /// Two A100s: GPU 0 in MIG with two instances, GPU 1 whole with MPS, two processes and
-    /// MIG pending on.
+    /// MPS with a running server and the given default limits of clients.
+    fn mps_sharing(threads: u32, pinned: Option<u64>) -> Sharing {
+        Sharing {
+            strategy: "mps".into(),
+            interval: None,
+            mps: Some(MpsServer {
+                uuid: "MIG-22222222-2222-2222-2222-222222222222".into(),
+                gpu: 0,
+                placement_start: Some(0),
+                state: "running".into(),
+                pid: Some(4100),
+                active_thread_percentage: threads,
+                pinned_memory_limit_bytes: pinned,
+                restarts: 0,
+                pipe_directory: "/run/gpushare/mps/MIG-22222222-2222-2222-2222-222222222222/pipe"
+                    .into(),
+                clients: vec![],
+            }),
+        }
+    }
+
+    /// Two A100s: GPU 0 in MIG with two instances (one under MPS), GPU 1 whole with
+    /// time-slicing, two processes and MIG pending on.
     pub(crate) fn sample_status() -> Status {
         Status {
             active_profile: Some("half-balanced".into()),
@@ -164,7 +210,7 @@ pub(crate) mod tests {
                             compute_instance_id: None,
                             uuid: None,
                             memory_bytes: 4864 * (1 << 20),
-                            sharing: Sharing { strategy: "mps".into() },
+                            sharing: mps_sharing(25, Some(2 * GIB)),
                         },
                     ],
                     processes: vec![],
@@ -177,7 +223,11 @@ pub(crate) mod tests {
                     mig_enabled: false,
                     mig_pending: Some(true),
                     compute_mode: "exclusive_process".into(),
-                    sharing: Sharing { strategy: "time-slicing".into() },
+                    sharing: Sharing {
+                        strategy: "time-slicing".into(),
+                        interval: Some("short".into()),
+                        mps: None,
+                    },
                     instances: vec![],
                     processes: vec![4242, 4243],
                 },
@@ -190,11 +240,11 @@ pub(crate) mod tests {
         let text = render_status(&sample_status(), Glyphs::ASCII);
         let expected = "\
 Active profile: half-balanced  (backend: simulated)
-GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS  PLACEMENT  GI/CI  UUID
-0    A100-SXM4-40GB  on                     default            exclusive     40.0 GiB      0
-     |- 3g.20gb                                                exclusive     19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
-     `- 1g.5gb                                                 mps            4.8 GiB         0:1        9/-    -
-1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
+GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
+     |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
+     `- 1g.5gb                                                 mps 25% 2G             4.8 GiB         0:1        9/-    -
+1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
     }
@@ -216,8 +266,8 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING         M
         let text = render_status(&status, Glyphs::ASCII);
         let expected = "\
 Active profile: (none)  (backend: nvml)
-GPU  MODEL           MIG                    COMPUTE MODE       SHARING         MEMORY  PROCS
-1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing  40.0 GiB      2
+GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS
+1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
     }
@@ -258,6 +308,31 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING         M
         let raw = serde_json::to_string(&sample_status()).unwrap();
         let parsed: Status = parse_document(&raw, "Status").unwrap();
         assert_eq!(parsed, sample_status());
+    }
+
+    #[test]
+    fn sharing_cells() {
+        assert_eq!(sharing_cell(&Sharing::exclusive()), "exclusive");
+        assert_eq!(sharing_cell(&mps_sharing(25, Some(2 * GIB))), "mps 25% 2G");
+        assert_eq!(sharing_cell(&mps_sharing(50, Some(512 << 20))), "mps 50% 512M");
+        assert_eq!(sharing_cell(&mps_sharing(100, None)), "mps 100%");
+        let bare =
+            |strategy: &str| Sharing { strategy: strategy.into(), interval: None, mps: None };
+        assert_eq!(sharing_cell(&bare("mps")), "mps");
+        assert_eq!(sharing_cell(&bare("time-slicing")), "time-slicing");
+        let timed = Sharing { interval: Some("default".into()), ..bare("time-slicing") };
+        assert_eq!(sharing_cell(&timed), "time-slicing (default)");
+    }
+
+    #[test]
+    fn sharing_details_are_optional_in_the_document() {
+        let raw = r#"{"strategy":"mps"}"#;
+        let sharing: Sharing = serde_json::from_str(raw).unwrap();
+        assert_eq!(sharing, Sharing { strategy: "mps".into(), interval: None, mps: None });
+        assert_eq!(
+            serde_json::to_string(&Sharing::exclusive()).unwrap(),
+            r#"{"strategy":"exclusive"}"#
+        );
     }
 
     #[test]

@@ -1,0 +1,218 @@
+//! MPS and time-slicing end to end, with the fake MPS control daemon and the fake
+//! nvidia-smi under `tests/fakes/` standing in for NVIDIA's (they speak the same protocol
+//! and record what they were asked).
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use gpushare_tests::{Agent, AgentOptions, binary, text};
+use serde_json::Value;
+
+fn servers(agent: &Agent) -> Vec<Value> {
+    agent.ctl_json(&["mps", "status"])["servers"].as_array().unwrap().clone()
+}
+
+/// Every GPU back to plain: no server, no server directory, default compute mode and
+/// time-slice interval.
+fn assert_nothing_left(agent: &Agent) {
+    assert!(servers(agent).is_empty(), "{:?}", servers(agent));
+    let left: Vec<_> = std::fs::read_dir(agent.mps_root())
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "server directories left: {left:?}");
+    for gpu in agent.status()["gpus"].as_array().unwrap() {
+        assert_eq!(gpu["compute_mode"], "default", "{gpu}");
+        assert_eq!(gpu["sharing"]["strategy"], "exclusive", "{gpu}");
+    }
+    let smi = std::process::Command::new(binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN"))
+        .args(["compute-policy", "-l"])
+        .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", agent.dir.path().join("fake-nvidia-smi.json"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&smi.stdout);
+    assert!(
+        !table.contains("Short") && !table.contains("Medium") && !table.contains("Long"),
+        "{table}"
+    );
+}
+
+#[test]
+fn all_mps_runs_one_server_per_gpu_with_limits_read_back() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    for gpu in status["gpus"].as_array().unwrap() {
+        assert_eq!(gpu["compute_mode"], "exclusive_process");
+        assert_eq!(gpu["sharing"]["strategy"], "mps");
+        assert_eq!(gpu["sharing"]["mps"]["active_thread_percentage"], 25);
+        assert_eq!(gpu["sharing"]["mps"]["pinned_memory_limit_bytes"], 10u64 << 30);
+    }
+    let found = servers(&agent);
+    assert_eq!(found.len(), 2);
+    for server in &found {
+        assert_eq!(server["state"], "running");
+        let pipe = std::path::Path::new(server["pipe_directory"].as_str().unwrap());
+        let mode = std::fs::metadata(pipe).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755, "the pipe directory is open to clients only after the limits");
+    }
+    let record = agent.fake_record();
+    for line in [
+        "set_default_active_thread_percentage 25",
+        "get_default_active_thread_percentage",
+        "set_default_device_pinned_mem_limit 0 10G",
+        "get_default_device_pinned_mem_limit 0",
+    ] {
+        assert_eq!(record.matches(line).count(), 2, "{line} once per server:\n{record}");
+    }
+    // The environment a client needs.
+    let out = agent.ctl(&["env", "0"]);
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.contains("export CUDA_MPS_PIPE_DIRECTORY='"), "{env}");
+    assert!(env.contains(found[0]["pipe_directory"].as_str().unwrap()), "{env}");
+
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    assert_eq!(servers(&agent), found, "an idempotent apply leaves the servers alone");
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_nothing_left(&agent);
+    assert_eq!(agent.fake_record().matches("cmd=quit").count(), 2, "{}", agent.fake_record());
+}
+
+#[test]
+fn time_slicing_sets_and_restores_the_interval() {
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:2"));
+    let out = agent.ctl(&["apply", "all-time-sliced"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    for gpu in status["gpus"].as_array().unwrap() {
+        assert_eq!(gpu["sharing"]["strategy"], "time-slicing", "{gpu}");
+        assert_eq!(gpu["sharing"]["interval"], "medium", "{gpu}");
+        assert_eq!(gpu["compute_mode"], "default");
+    }
+    assert_eq!(
+        agent.fake_record().matches("--set-timeslice 2").count(),
+        2,
+        "{}",
+        agent.fake_record()
+    );
+    assert!(agent.ctl_json(&["plan", "all-time-sliced"])["changes"] == false);
+    assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
+    assert_eq!(agent.fake_record().matches("--set-timeslice 0").count(), 2);
+    assert_nothing_left(&agent);
+}
+
+#[test]
+fn mps_on_mig_instances_and_switching_back_leaves_nothing_behind() {
+    let layered = "name = \"layered\"\n\
+                   [[gpu]]\nselect = \"first-half\"\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+                   instance_sharing.\"3g\".mps = { replicas = 2 }\n\
+                   [[gpu]]\nselect = \"second-half\"\nmig = \"disabled\"\n";
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:4").profile("layered.toml", layered));
+    let out = agent.ctl(&["apply", "layered"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let found = servers(&agent);
+    assert_eq!(found.len(), 2, "{found:?}");
+    let status = agent.status();
+    for (i, server) in found.iter().enumerate() {
+        assert_eq!(server["gpu"], i);
+        assert_eq!(server["placement_start"], 4);
+        assert_eq!(server["active_thread_percentage"], 50);
+        let uuid = server["uuid"].as_str().unwrap();
+        assert!(uuid.starts_with("MIG-"), "{uuid}");
+        let instance = status["gpus"][i]["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|inst| inst["uuid"] == uuid)
+            .unwrap()
+            .clone();
+        assert_eq!(instance["profile"], "3g.20gb");
+        assert_eq!(instance["sharing"]["strategy"], "mps");
+        // Half the instance's memory for each of the two replicas.
+        assert_eq!(server["pinned_memory_limit_bytes"], (19968u64 << 20) / 2);
+        // MPS on an instance leaves the GPU's compute mode alone.
+        assert_eq!(status["gpus"][i]["compute_mode"], "default");
+        assert!(
+            agent.fake_record().contains(&format!("visible={uuid}")),
+            "{}",
+            agent.fake_record()
+        );
+    }
+    for next in ["all-mps", "all-time-sliced", "layered", "all-disabled"] {
+        let out = agent.ctl(&["apply", next]);
+        assert!(out.status.success(), "{next}: {}", text(&out));
+    }
+    assert_nothing_left(&agent);
+}
+
+#[test]
+fn a_killed_server_is_restarted_with_its_limits() {
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let before = servers(&agent)[0].clone();
+    let pid = before["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) on the fake daemon this test's agent started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let after = loop {
+        let now = servers(&agent)[0].clone();
+        if now["state"] == "running" && now["pid"] != before["pid"] {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "not restarted: {now}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(after["restarts"], 1);
+    assert_eq!(after["active_thread_percentage"], before["active_thread_percentage"]);
+    assert_eq!(after["pinned_memory_limit_bytes"], before["pinned_memory_limit_bytes"]);
+    let record = agent.fake_record();
+    assert_eq!(record.matches("set_default_active_thread_percentage 25").count(), 2, "{record}");
+    // A quarter of the H100's 81559 MiB.
+    assert_eq!(
+        record.matches("set_default_device_pinned_mem_limit 0 20389M").count(),
+        2,
+        "{record}"
+    );
+}
+
+#[test]
+fn servers_outlive_the_agent_and_are_adopted() {
+    let mut agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let before = servers(&agent);
+    agent.restart();
+    assert_eq!(servers(&agent), before, "the same daemon, not a new one");
+    assert_eq!(agent.status()["active_profile"], "all-mps");
+    assert_eq!(agent.ctl_json(&["plan", "all-mps"])["changes"], false);
+}
+
+#[test]
+fn clients_are_listed_and_limited() {
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let pipe = servers(&agent)[0]["pipe_directory"].as_str().unwrap().to_string();
+    let client = std::process::Command::new(binary(
+        "fake-nvidia-cuda-mps-control",
+        "GPUSHARE_FAKE_MPS_CONTROL_BIN",
+    ))
+    .args(["--fake-client", "4242"])
+    .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+    .output()
+    .unwrap();
+    assert!(client.status.success(), "{}", text(&client));
+    assert_eq!(servers(&agent)[0]["clients"], serde_json::json!([4242]));
+    let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--threads", "10", "--memory", "1GiB"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let record = agent.fake_record();
+    assert!(record.contains("set_active_thread_percentage"), "{record}");
+    assert!(record.contains("set_device_pinned_mem_limit"), "{record}");
+    let out = agent.ctl(&["mps", "limit", "--pid", "999", "--threads", "10"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("PID 999 is not a client"),
+        "{}",
+        text(&out)
+    );
+}
