@@ -216,3 +216,30 @@ fn clients_are_listed_and_limited() {
         text(&out)
     );
 }
+
+#[test]
+fn a_failed_apply_brings_the_mps_servers_back() {
+    let layered = "name = \"layered\"\n\
+                   [[gpu]]\nselect = \"all\"\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+                   instance_sharing.\"3g\".mps = { active_thread_percentage = 40 }\n";
+    let mut agent =
+        Agent::start(AgentOptions::simulate("h100-80gb:2").profile("layered.toml", layered));
+    assert!(agent.ctl(&["apply", "layered"]).status.success());
+    let before = servers(&agent);
+    assert_eq!(before.len(), 2);
+    // all-disabled stops both servers, then fails destroying an instance: the rollback
+    // recreates what was destroyed and starts the servers again, with their limits.
+    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3")]);
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rolled back"), "{}", text(&out));
+    let after = servers(&agent);
+    assert_eq!(after.len(), 2, "{after:?}");
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(a["state"], "running");
+        assert_eq!((&a["gpu"], &a["placement_start"]), (&b["gpu"], &b["placement_start"]));
+        assert_eq!(a["active_thread_percentage"], 40);
+    }
+    assert_eq!(agent.status()["active_profile"], "layered");
+    assert_eq!(agent.ctl_json(&["plan", "layered"])["changes"], false);
+}

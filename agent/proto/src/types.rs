@@ -167,7 +167,7 @@ pub struct PlanStep {
     /// Backend operation: `set_mig_mode`, `create_gpu_instance`, `create_compute_instance`,
     /// `destroy_compute_instance`, `destroy_gpu_instance` or `set_compute_mode`.
     pub operation: String,
-    /// One line for people.
+    /// One line for people, naming the GPU (`GPU 0: enable MIG mode`).
     pub description: String,
 }
 

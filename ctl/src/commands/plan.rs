@@ -43,7 +43,8 @@ pub fn render_plan(report: &PlanReport) -> String {
     let width = report.steps.len().to_string().len();
     let mut out = String::new();
     for (i, step) in report.steps.iter().enumerate() {
-        out.push_str(&format!("  {:>width$}. GPU {}: {}\n", i + 1, step.gpu, step.description));
+        // The agent's description names the GPU already ("GPU 0: enable MIG mode").
+        out.push_str(&format!("  {:>width$}. {}\n", i + 1, step.description));
     }
     let gpus: BTreeSet<u32> = report.steps.iter().map(|s| s.gpu).collect();
     out.push_str(&format!(
@@ -60,7 +61,11 @@ pub(crate) mod tests {
     use gpushare_proto::types::{GpuTarget, PlanStep, TargetInstance};
 
     fn step(gpu: u32, operation: &str, description: &str) -> PlanStep {
-        PlanStep { gpu, operation: operation.into(), description: description.into() }
+        PlanStep {
+            gpu,
+            operation: operation.into(),
+            description: format!("GPU {gpu}: {description}"),
+        }
     }
 
     pub(crate) fn sample_plan(steps: usize) -> PlanReport {
