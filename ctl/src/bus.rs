@@ -11,6 +11,10 @@ use gpushare_proto::{AgentError, AgentProxy, BUS_NAME};
 use zbus::Connection;
 use zbus::proxy::CacheProperties;
 
+/// How long one D-Bus call may take (the agent answers in milliseconds; libdbus
+/// clients give up after 25 s).
+const METHOD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
+
 use crate::error::{self, CtlError, Kind};
 
 /// What `--address` (or `GPUSHARE_BUS_ADDRESS`) asks for.
@@ -69,14 +73,19 @@ impl Bus {
     }
 
     async fn connect(&self) -> Result<Connection, ConnectError> {
-        let result = match self {
-            Bus::System => Connection::system().await,
-            Bus::Session => Connection::session().await,
-            Bus::Address(a) => match zbus::connection::Builder::address(a.as_str()) {
-                Ok(builder) => builder.build().await,
-                Err(e) => return Err(ConnectError::InvalidAddress(a.clone(), address_error(&e))),
-            },
+        let builder = match self {
+            Bus::System => zbus::connection::Builder::system(),
+            Bus::Session => zbus::connection::Builder::session(),
+            Bus::Address(a) => Ok(zbus::connection::Builder::address(a.as_str())
+                .map_err(|e| ConnectError::InvalidAddress(a.clone(), address_error(&e)))?),
         };
+        let builder = match builder {
+            Ok(builder) => builder,
+            Err(e) => return Err(ConnectError::Unreachable(self.clone(), connect_error(&e))),
+        };
+        // A wedged agent must not hang a bootstrap script: every call answers or fails.
+        // Long operations return a job at once, so no method needs longer.
+        let result = builder.method_timeout(METHOD_TIMEOUT).build().await;
         result.map_err(|e| match (self, &e) {
             (Bus::Address(a), zbus::Error::Address(_)) => {
                 ConnectError::InvalidAddress(a.clone(), address_error(&e))
