@@ -32,6 +32,24 @@ pub struct AgentConfig {
     pub mps: MpsSettings,
     /// Time-slice intervals.
     pub timeslice: TimesliceSettings,
+    /// Prometheus metrics.
+    pub metrics: MetricsSettings,
+}
+
+/// Prometheus metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// Whether to serve them.
+    pub enabled: bool,
+    /// Where (`127.0.0.1:9847`: dcgm-exporter has 9400, nvidia_gpu_exporter 9835).
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        Self { enabled: true, listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9847)) }
+    }
 }
 
 /// MPS control daemons.
@@ -133,6 +151,7 @@ impl Default for AgentConfig {
             hooks: HookSettings::default(),
             mps: MpsSettings::default(),
             timeslice: TimesliceSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }

@@ -487,6 +487,7 @@ impl Engine {
             }
         }
         outcome.duration_seconds = started.elapsed().as_secs_f64();
+        crate::metrics::record_apply(&outcome);
         outcome
     }
 
@@ -510,6 +511,14 @@ impl Engine {
             }
             None => self.begin_apply(ProfileRef::Named(&active), false, job).await,
         })
+    }
+
+    /// Brings the exported metrics up to date with a fresh status.
+    pub async fn refresh_metrics(&self) {
+        match (self.status().await, self.mps_status().await) {
+            (Ok(status), Ok(mps)) => crate::metrics::update_state(&status, &mps),
+            (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
+        }
     }
 
     /// Waits for a running apply to end and keeps any new one from starting: for shutdown.

@@ -5,11 +5,13 @@
 //! [`plan`] (pure planning) → [`gpu`] (the hardware seam) → [`apply`] (executing plans) →
 //! [`engine`] (the agent's operations, shared by every transport) → [`service`] (D-Bus).
 
+pub mod access;
 pub mod apply;
 pub mod catalog;
 pub mod config;
 pub mod engine;
 pub mod gpu;
+pub mod metrics;
 pub mod mps;
 pub mod plan;
 pub mod profile;

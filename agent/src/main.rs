@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sd_notify::NotifyState;
+
 use clap::Parser;
+use gpushare_agent::access::AccessPolicy;
 use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
 use gpushare_agent::engine::{ApplyJob, Engine};
 use gpushare_agent::gpu::GpuBackend;
@@ -49,6 +52,10 @@ struct Args {
     /// catalog (read-only), print every difference, and exit: 0 when they agree.
     #[arg(long, conflicts_with = "simulate")]
     check_catalog: bool,
+
+    /// Write the man page gpushare-agent.8 into DIR and exit (for packaging).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +67,19 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        let page = clap_mangen::Man::new(<Args as clap::CommandFactory>::command()).section("8");
+        return match page.manual("gpushare").generate_to(dir) {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gpushare-agent: cannot write the man page into {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -199,6 +219,8 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
 
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let access = AccessPolicy::for_this_host(unsafe { libc::geteuid() });
     let bus =
         args.bus.clone().unwrap_or_else(|| if is_root() { "system" } else { "session" }.into());
     let builder = match bus.as_str() {
@@ -208,7 +230,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     .map_err(|e| format!("bus {bus}: {e}"))?;
     let connection = builder
-        .serve_at(OBJECT_PATH, AgentService::new(Arc::clone(&engine)))
+        .serve_at(OBJECT_PATH, AgentService::new(Arc::clone(&engine), access))
         .and_then(|b| b.name(BUS_NAME))
         .map_err(|e| format!("bus {bus}: {e}"))?
         .build()
@@ -227,7 +249,14 @@ async fn run(args: Args) -> Result<(), String> {
         "serving {BUS_NAME}"
     );
 
-    // MPS servers are checked and restarted in the background.
+    if config.metrics.enabled {
+        match gpushare_agent::metrics::install(config.metrics.listen) {
+            Ok(()) => tracing::info!(listen = %config.metrics.listen, "serving metrics"),
+            Err(e) => tracing::warn!("metrics not served on {}: {e}", config.metrics.listen),
+        }
+    }
+
+    // MPS servers are checked and restarted, and the metrics refreshed, in the background.
     {
         let engine = Arc::clone(&engine);
         let every = Duration::from_secs(config.mps.health_interval_seconds.max(1));
@@ -237,6 +266,21 @@ async fn run(args: Args) -> Result<(), String> {
             loop {
                 ticks.tick().await;
                 engine.supervise_mps().await;
+                engine.refresh_metrics().await;
+            }
+        });
+    }
+
+    // systemd: ready once the bus name and the GPUs are up; the watchdog is pinged from a
+    // task of its own that never waits on the driver.
+    let status = format!("serving {BUS_NAME}: {} GPU backend", engine.backend_kind());
+    let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    if let Some(timeout) = sd_notify::watchdog_enabled() {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(timeout / 2);
+            loop {
+                ticks.tick().await;
+                let _ = sd_notify::notify(&[NotifyState::Watchdog]);
             }
         });
     }
@@ -248,6 +292,10 @@ async fn run(args: Args) -> Result<(), String> {
 
     wait_for_termination().await;
     tracing::info!("stopping once no apply runs");
+    let _ = sd_notify::notify(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping once no apply runs"),
+    ]);
     let _idle = engine.quiesce().await;
     drop(connection);
     Ok(())

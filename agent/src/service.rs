@@ -8,9 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gpushare_proto::{AgentError, JOB_PATH_PREFIX, OPTION_FORCE};
 use serde::Serialize;
 use tokio::sync::Mutex as AsyncMutex;
+use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{Connection, ObjectServer, interface};
+
+use crate::access::AccessPolicy;
 
 use crate::engine::{Engine, EngineError, ProfileRef};
 
@@ -37,14 +40,43 @@ fn json(value: &impl Serialize) -> String {
 /// The `io.gpushare.Agent1` object.
 pub struct AgentService {
     engine: Arc<Engine>,
+    access: AccessPolicy,
     next_job: AtomicU64,
     jobs: Arc<AsyncMutex<VecDeque<OwnedObjectPath>>>,
 }
 
 impl AgentService {
-    /// The service over `engine`.
-    pub fn new(engine: Arc<Engine>) -> Self {
-        AgentService { engine, next_job: AtomicU64::new(1), jobs: Arc::default() }
+    /// The service over `engine`, letting callers change the GPUs as `access` says.
+    pub fn new(engine: Arc<Engine>, access: AccessPolicy) -> Self {
+        AgentService { engine, access, next_job: AtomicU64::new(1), jobs: Arc::default() }
+    }
+
+    /// Refuses a mutating call from a caller the access policy does not allow, whatever
+    /// the bus policy let through; the refusal is logged.
+    async fn authorize(
+        &self,
+        header: &Header<'_>,
+        connection: &Connection,
+        method: &str,
+    ) -> Result<(), AgentError> {
+        let Some(sender) = header.sender() else {
+            return Err(AgentError::AccessDenied(format!("{method}: the caller is unknown")));
+        };
+        let dbus = zbus::fdo::DBusProxy::new(connection).await?;
+        let credentials = dbus
+            .get_connection_credentials(zbus::names::BusName::Unique(sender.to_owned()))
+            .await
+            .map_err(|e| {
+                AgentError::AccessDenied(format!(
+                    "{method}: the caller's credentials are unknown: {e}"
+                ))
+            })?;
+        let groups = credentials.unix_group_ids().map(|g| g.to_vec()).unwrap_or_default();
+        let uid = credentials.unix_user_id();
+        self.access.may_change(uid, &groups).map_err(|why| {
+            tracing::warn!(method, caller = %sender, uid = ?uid, "refused: {why}");
+            AgentError::AccessDenied(format!("{method}: {why}"))
+        })
     }
 }
 
@@ -75,22 +107,28 @@ impl AgentService {
         &self,
         profile: &str,
         options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "Apply").await?;
         self.start_apply(ProfileRef::Named(profile), &options, server, connection).await
     }
 
     /// `Apply` for a profile document or a mig-parted config.
+    // The D-Bus signature and zbus's injected arguments make the count.
+    #[allow(clippy::too_many_arguments)]
     async fn apply_document(
         &self,
         text: &str,
         origin: &str,
         config: &str,
         options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "ApplyDocument").await?;
         let profile = ProfileRef::Document { text, origin, config };
         self.start_apply(profile, &options, server, connection).await
     }
@@ -111,7 +149,10 @@ impl AgentService {
         pid: u32,
         threads: u32,
         memory_bytes: u64,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
+        self.authorize(&header, connection, "MpsLimit").await?;
         let threads = (threads != 0).then_some(threads);
         let memory = (memory_bytes != 0).then_some(memory_bytes);
         self.engine.mps_limit(pid, threads, memory).await.map(|r| json(&r)).map_err(to_dbus)
@@ -205,6 +246,7 @@ impl AgentService {
             let _ = JobObject::finished(&emitter, &text).await;
             // Only now may another apply start, or the agent stop.
             drop(job);
+            engine.refresh_metrics().await;
         });
         Ok(path)
     }

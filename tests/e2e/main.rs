@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+mod access;
+mod metrics;
 mod sharing;
 mod transactions;
 

@@ -297,6 +297,10 @@ fn with_fakes(options: &AgentOptions, dir: &Path) -> String {
             dir.join("mps"),
         ));
     }
+    if !config.contains("[metrics]") {
+        // Many agents run at once: none takes the metrics port unless a test asks.
+        config.push_str("\n[metrics]\nenabled = false\n");
+    }
     if !config.contains("[timeslice]") {
         config.push_str(&format!(
             "\n[timeslice]\nnvidia_smi = {:?}\n",

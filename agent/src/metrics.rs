@@ -1,0 +1,881 @@
+//! Prometheus metrics: what the agent did (applies) and what the GPUs are now (sharing,
+//! MIG instances, MPS servers).
+//!
+//! Transport only, like [`crate::service`]: the engine hands over the same documents the
+//! D-Bus interface returns ([`JobOutcome`], [`Status`], [`MpsStatus`]) and this module turns
+//! them into series. [`install`] serves them over HTTP (`/metrics`, by default on
+//! `127.0.0.1:9847`).
+//!
+//! # Names
+//!
+//! Every name starts with `gpushare_`, values are in base units (`_seconds`, `_bytes`,
+//! ratios 0-1), counters end in `_total`, metadata series end in `_info` and are always 1.
+//! States are 0/1 gauges with one series per possible value (the current one 1, the others
+//! 0), so a change of state changes values, never which series exist.
+//!
+//! | name | type | labels | value |
+//! |---|---|---|---|
+//! | `gpushare_build_info` | gauge | `version` | 1 |
+//! | `gpushare_applies_total` | counter | `profile`, `result` | finished applies; `result` is `success` (GPUs changed), `unchanged` (already in place), `rolled_back` (failed and restored), `failed` (anything else: refused by a hook, journal not written, rollback failed) |
+//! | `gpushare_apply_duration_seconds` | histogram | `result` | wall time of finished applies |
+//! | `gpushare_rollbacks_total` | counter | | applies that failed and were rolled back |
+//! | `gpushare_apply_failures_total` | counter | | applies that did not succeed (`failed` + `rolled_back`) |
+//! | `gpushare_apply_in_progress` | gauge | | 1 while an apply changes the GPUs |
+//! | `gpushare_rollback_failed` | gauge | | 1 while the GPUs may be between layouts (an apply failed and so did its rollback) |
+//! | `gpushare_active_profile_info` | gauge | `profile` | 1 for the profile last applied, 0 for one that was before |
+//! | `gpushare_gpu_info` | gauge | `gpu`, `UUID`, `model_name` | 1 |
+//! | `gpushare_gpu_mig_enabled` | gauge | `gpu`, `UUID` | 1 when MIG mode is on |
+//! | `gpushare_gpu_mig_reset_pending` | gauge | `gpu`, `UUID` | 1 when a MIG mode change waits for a GPU reset |
+//! | `gpushare_gpu_compute_mode` | gauge | `gpu`, `UUID`, `mode` | 1 for the current mode (`default`, `exclusive_process`, `prohibited`) |
+//! | `gpushare_gpu_sharing` | gauge | `gpu`, `UUID`, `strategy` | 1 for how the whole GPU is shared (`exclusive`, `time-slicing`, `mps`); all 0 while MIG is on (instances are shared instead) |
+//! | `gpushare_gpu_instances` | gauge | `gpu`, `UUID` | MIG instances on the GPU |
+//! | `gpushare_mig_instance_sharing` | gauge | `gpu`, `UUID`, `GPU_I_PROFILE`, `GPU_I_ID`, `strategy` | 1 for how the instance is shared |
+//! | `gpushare_mps_server_up` | gauge | `gpu`, `UUID`, `GPU_I_ID` | 1 while the MPS control daemon runs |
+//! | `gpushare_mps_server_restarts_total` | counter | `gpu`, `UUID`, `GPU_I_ID` | restarts by the supervisor |
+//! | `gpushare_mps_clients` | gauge | `gpu`, `UUID`, `GPU_I_ID` | client processes of the server |
+//! | `gpushare_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default active thread share of clients, 0-1 |
+//! | `gpushare_mps_pinned_memory_limit_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default pinned device memory limit of clients; absent when none |
+//!
+//! # Labels
+//!
+//! GPU labels are dcgm-exporter's, so that series join with its own: `gpu` is the NVML
+//! index, `UUID` the GPU's `GPU-…` (for MIG instances and their MPS servers too: the parent
+//! GPU's, as dcgm-exporter does), `GPU_I_PROFILE` and `GPU_I_ID` the MIG instance's
+//! profile name and NVML GPU instance id. The model is `model_name`, not dcgm-exporter's
+//! `modelName`: `promtool check metrics` rejects camelCase label names, and the model is
+//! metadata, not a join key. `GPU_I_ID` is empty for an MPS
+//! server of a whole GPU. Every label is bounded by the hardware, the profile names or a
+//! fixed set of values: no pids, job ids or error texts.
+//!
+//! # Series that go away
+//!
+//! The exporter cannot remove a series, so a series that a new state no longer has (a
+//! destroyed MIG instance, a stopped MPS server, the profile applied before) is kept at a
+//! neutral value: 0 for states and counts, NaN (no value) for limits and ratios. Series
+//! thus stay few and stable: instances come and go with MIG layouts, which are few.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Mutex, PoisonError};
+
+use gpushare_proto::types::{GpuStatus, InstanceStatus, JobOutcome, MpsServer, MpsStatus, Status};
+use metrics::{
+    Label, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+const BUILD_INFO: &str = "gpushare_build_info";
+const APPLIES: &str = "gpushare_applies_total";
+const APPLY_DURATION: &str = "gpushare_apply_duration_seconds";
+const ROLLBACKS: &str = "gpushare_rollbacks_total";
+const APPLY_FAILURES: &str = "gpushare_apply_failures_total";
+const APPLY_IN_PROGRESS: &str = "gpushare_apply_in_progress";
+const ROLLBACK_FAILED: &str = "gpushare_rollback_failed";
+const ACTIVE_PROFILE: &str = "gpushare_active_profile_info";
+const GPU_INFO: &str = "gpushare_gpu_info";
+const GPU_MIG_ENABLED: &str = "gpushare_gpu_mig_enabled";
+const GPU_MIG_RESET_PENDING: &str = "gpushare_gpu_mig_reset_pending";
+const GPU_COMPUTE_MODE: &str = "gpushare_gpu_compute_mode";
+const GPU_SHARING: &str = "gpushare_gpu_sharing";
+const GPU_INSTANCES: &str = "gpushare_gpu_instances";
+const INSTANCE_SHARING: &str = "gpushare_mig_instance_sharing";
+const MPS_UP: &str = "gpushare_mps_server_up";
+const MPS_RESTARTS: &str = "gpushare_mps_server_restarts_total";
+const MPS_CLIENTS: &str = "gpushare_mps_clients";
+const MPS_THREADS: &str = "gpushare_mps_active_thread_ratio";
+const MPS_PINNED: &str = "gpushare_mps_pinned_memory_limit_bytes";
+
+/// Upper bounds of the apply duration buckets: an unchanged apply takes milliseconds, a
+/// MIG layout change on several GPUs minutes.
+const APPLY_BUCKETS: &[f64] =
+    &[0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+/// Sharing strategies, as [`gpushare_proto::types::Sharing::strategy`] names them.
+const STRATEGIES: [&str; 3] = ["exclusive", "time-slicing", "mps"];
+/// Compute modes, as [`GpuStatus::compute_mode`] names them.
+const COMPUTE_MODES: [&str; 3] = ["default", "exclusive_process", "prohibited"];
+
+/// Installs the global recorder with its HTTP listener on `listen` and describes every
+/// metric.
+///
+/// Call it once, from within the agent's tokio runtime: the listener and the upkeep run as
+/// tasks on it (outside a runtime the exporter would start a thread with its own). The
+/// address is bound here, so an address in use is an error now, not later.
+pub fn install(listen: SocketAddr) -> Result<(), String> {
+    builder()
+        .with_http_listener(listen)
+        .install()
+        .map_err(|e| format!("serving metrics on {listen}: {e}"))?;
+    register();
+    Ok(())
+}
+
+/// The exporter's configuration, shared by [`install`] and the tests.
+fn builder() -> PrometheusBuilder {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(APPLY_DURATION.to_string()), APPLY_BUCKETS)
+        .expect("the bucket list is not empty")
+}
+
+/// Describes every metric to the current recorder and creates the series that must exist
+/// before the first event (so that `increase()` over them works from the start).
+fn register() {
+    describe_gauge!(BUILD_INFO, "The agent's version; always 1.");
+    describe_counter!(
+        APPLIES,
+        Unit::Count,
+        "Finished applies, by profile and result (success, unchanged, rolled_back, failed)."
+    );
+    describe_histogram!(APPLY_DURATION, Unit::Seconds, "Wall time of finished applies, by result.");
+    describe_counter!(
+        ROLLBACKS,
+        Unit::Count,
+        "Applies that failed and whose changes were rolled back."
+    );
+    describe_counter!(
+        APPLY_FAILURES,
+        Unit::Count,
+        "Applies that did not succeed (failed or rolled back)."
+    );
+    describe_gauge!(APPLY_IN_PROGRESS, "1 while an apply is changing the GPUs.");
+    describe_gauge!(
+        ROLLBACK_FAILED,
+        "1 when an apply failed and so did its rollback: the GPUs may be between layouts (see gpushare-ctl status)."
+    );
+    describe_gauge!(
+        ACTIVE_PROFILE,
+        "1 for the profile last applied successfully; 0 for one active before."
+    );
+    describe_gauge!(GPU_INFO, "GPU metadata; always 1.");
+    describe_gauge!(GPU_MIG_ENABLED, "1 when MIG mode is on.");
+    describe_gauge!(
+        GPU_MIG_RESET_PENDING,
+        "1 when a MIG mode change takes effect only at the next GPU reset."
+    );
+    describe_gauge!(GPU_COMPUTE_MODE, "1 for the GPU's current compute mode, 0 for the others.");
+    describe_gauge!(
+        GPU_SHARING,
+        "1 for how the whole GPU is shared (exclusive, time-slicing, mps), 0 for the others; all 0 while MIG is on."
+    );
+    describe_gauge!(GPU_INSTANCES, Unit::Count, "MIG instances on the GPU.");
+    describe_gauge!(
+        INSTANCE_SHARING,
+        "1 for how the MIG instance is shared (exclusive, time-slicing, mps), 0 for the others."
+    );
+    describe_gauge!(MPS_UP, "1 while the MPS control daemon of the GPU or MIG instance runs.");
+    describe_counter!(
+        MPS_RESTARTS,
+        Unit::Count,
+        "Restarts of the MPS control daemon by the supervisor."
+    );
+    describe_gauge!(MPS_CLIENTS, Unit::Count, "Client processes of the MPS server.");
+    describe_gauge!(MPS_THREADS, "Default active thread share of MPS clients (0-1).");
+    describe_gauge!(
+        MPS_PINNED,
+        Unit::Bytes,
+        "Default pinned device memory limit of MPS clients; absent when there is none."
+    );
+
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    counter!(ROLLBACKS).increment(0);
+    counter!(APPLY_FAILURES).increment(0);
+    gauge!(APPLY_IN_PROGRESS).set(0.0);
+    gauge!(ROLLBACK_FAILED).set(0.0);
+}
+
+/// How a finished apply ended, as the `result` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ApplyResult {
+    Success,
+    Unchanged,
+    RolledBack,
+    Failed,
+}
+
+impl ApplyResult {
+    fn of(outcome: &JobOutcome) -> Self {
+        if outcome.ok {
+            return if outcome.changed { Self::Success } else { Self::Unchanged };
+        }
+        // The engine reports a step or verification failure that was undone as
+        // `….Backend` with "…; rolled back: GPU n as before"; one whose rollback failed
+        // too says "the rollback failed too" and is a plain failure.
+        let backend = outcome.error_name.as_deref().is_some_and(|n| n.ends_with(".Backend"));
+        let error = outcome.error.as_deref().unwrap_or("");
+        if backend && error.contains("rolled back:") && !error.contains("rollback failed") {
+            Self::RolledBack
+        } else {
+            Self::Failed
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Unchanged => "unchanged",
+            Self::RolledBack => "rolled_back",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// Counts a finished apply (the boot re-apply included): `gpushare_applies_total`,
+/// `gpushare_apply_duration_seconds`, and `gpushare_rollbacks_total` /
+/// `gpushare_apply_failures_total` when it did not succeed.
+pub fn record_apply(outcome: &JobOutcome) {
+    let result = ApplyResult::of(outcome);
+    counter!(APPLIES, "profile" => outcome.profile.clone(), "result" => result.as_str())
+        .increment(1);
+    histogram!(APPLY_DURATION, "result" => result.as_str()).record(outcome.duration_seconds);
+    match result {
+        ApplyResult::Success | ApplyResult::Unchanged => {}
+        ApplyResult::RolledBack => {
+            counter!(ROLLBACKS).increment(1);
+            counter!(APPLY_FAILURES).increment(1);
+        }
+        ApplyResult::Failed => counter!(APPLY_FAILURES).increment(1),
+    }
+}
+
+/// Sets the state gauges from a fresh [`Status`] and [`MpsStatus`]: the active profile,
+/// the GPUs, their MIG instances and the MPS servers. Call it whenever either may have
+/// changed (after an apply, after an MPS server starts, stops or restarts) or on every
+/// scrape interval; series the new state no longer has are neutralised (see the module
+/// documentation).
+pub fn update_state(status: &Status, mps: &MpsStatus) {
+    TRACKER.lock().unwrap_or_else(PoisonError::into_inner).update(status, mps);
+}
+
+/// Label pairs of one series, in the order they are rendered.
+type Labels = Vec<(&'static str, String)>;
+/// A gauge series: name and labels.
+type Series = (&'static str, Labels);
+
+/// What [`update_state`] emitted last, to neutralise what the next state lacks.
+static TRACKER: Mutex<Tracker> = Mutex::new(Tracker::new());
+
+/// The state series emitted last and the MPS restart counts seen last.
+#[derive(Debug, Default)]
+struct Tracker {
+    /// Gauge series set by the last update.
+    gauges: BTreeSet<Series>,
+    /// Restarts reported last, per MPS server labels.
+    restarts: BTreeMap<Labels, u32>,
+}
+
+impl Tracker {
+    const fn new() -> Self {
+        Self { gauges: BTreeSet::new(), restarts: BTreeMap::new() }
+    }
+
+    fn update(&mut self, status: &Status, mps: &MpsStatus) {
+        let current = state_gauges(status, mps);
+        let keys: BTreeSet<Series> = current.iter().map(|(s, _)| s.clone()).collect();
+        for (name, labels) in self.gauges.difference(&keys) {
+            gauge!(*name, to_labels(labels)).set(stale_value(name));
+        }
+        for ((name, labels), value) in current {
+            gauge!(name, to_labels(&labels)).set(value);
+        }
+        self.gauges = keys;
+
+        // A counter per server. The supervisor's count starts at 0 again for a server
+        // created anew (after a layout change), which `absolute()` (a maximum) would hide
+        // until it exceeded the old count: add what is new instead, so the counter stays
+        // monotonic and counts every restart.
+        let mut seen = BTreeMap::new();
+        for server in &mps.servers {
+            let labels = server_labels(status, server);
+            let last = self.restarts.get(&labels).copied().unwrap_or(0);
+            let added =
+                if server.restarts >= last { server.restarts - last } else { server.restarts };
+            counter!(MPS_RESTARTS, to_labels(&labels)).increment(u64::from(added));
+            seen.insert(labels, server.restarts);
+        }
+        // A server that is gone and comes back later starts again from its new count.
+        self.restarts = seen;
+    }
+}
+
+/// The value a series takes once the state no longer has it.
+fn stale_value(name: &str) -> f64 {
+    match name {
+        MPS_THREADS | MPS_PINNED => f64::NAN,
+        _ => 0.0,
+    }
+}
+
+fn to_labels(labels: &[(&'static str, String)]) -> Vec<Label> {
+    labels.iter().map(|(k, v)| Label::new(*k, v.clone())).collect()
+}
+
+fn flag(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+fn gpu_labels(gpu: &GpuStatus) -> Labels {
+    vec![("gpu", gpu.index.to_string()), ("UUID", gpu.uuid.clone())]
+}
+
+fn with(mut labels: Labels, key: &'static str, value: &str) -> Labels {
+    labels.push((key, value.to_string()));
+    labels
+}
+
+/// One series per known value (and the current one, should it be unknown): 1 for the
+/// current, 0 for the others.
+fn one_of(
+    out: &mut Vec<(Series, f64)>,
+    name: &'static str,
+    labels: &Labels,
+    key: &'static str,
+    known: &[&str],
+    current: Option<&str>,
+) {
+    for value in known {
+        out.push(((name, with(labels.clone(), key, value)), flag(current == Some(*value))));
+    }
+    if let Some(other) = current.filter(|c| !known.contains(c)) {
+        out.push(((name, with(labels.clone(), key, other)), 1.0));
+    }
+}
+
+/// Every state gauge with its value.
+fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
+    let mut out = Vec::new();
+    if let Some(profile) = &status.active_profile {
+        out.push(((ACTIVE_PROFILE, vec![("profile", profile.clone())]), 1.0));
+    }
+    out.push(((APPLY_IN_PROGRESS, Vec::new()), flag(status.apply_in_progress.is_some())));
+    out.push(((ROLLBACK_FAILED, Vec::new()), flag(status.rollback_error.is_some())));
+
+    for gpu in &status.gpus {
+        let labels = gpu_labels(gpu);
+        out.push(((GPU_INFO, with(labels.clone(), "model_name", &gpu.model)), 1.0));
+        out.push(((GPU_MIG_ENABLED, labels.clone()), flag(gpu.mig_enabled)));
+        out.push(((GPU_MIG_RESET_PENDING, labels.clone()), flag(gpu.mig_pending.is_some())));
+        one_of(
+            &mut out,
+            GPU_COMPUTE_MODE,
+            &labels,
+            "mode",
+            &COMPUTE_MODES,
+            Some(&gpu.compute_mode),
+        );
+        let whole = (!gpu.mig_enabled).then_some(gpu.sharing.strategy.as_str());
+        one_of(&mut out, GPU_SHARING, &labels, "strategy", &STRATEGIES, whole);
+        out.push(((GPU_INSTANCES, labels.clone()), gpu.instances.len() as f64));
+        for instance in &gpu.instances {
+            let labels = instance_labels(gpu, instance);
+            let strategy = Some(instance.sharing.strategy.as_str());
+            one_of(&mut out, INSTANCE_SHARING, &labels, "strategy", &STRATEGIES, strategy);
+        }
+    }
+
+    for server in &mps.servers {
+        let labels = server_labels(status, server);
+        out.push(((MPS_UP, labels.clone()), flag(server.state == "running")));
+        out.push(((MPS_CLIENTS, labels.clone()), server.clients.len() as f64));
+        let ratio = f64::from(server.active_thread_percentage) / 100.0;
+        out.push(((MPS_THREADS, labels.clone()), ratio));
+        if let Some(bytes) = server.pinned_memory_limit_bytes {
+            out.push(((MPS_PINNED, labels), bytes as f64));
+        }
+    }
+    out
+}
+
+fn instance_labels(gpu: &GpuStatus, instance: &InstanceStatus) -> Labels {
+    let labels = with(gpu_labels(gpu), "GPU_I_PROFILE", &instance.profile);
+    with(labels, "GPU_I_ID", &instance.gpu_instance_id.to_string())
+}
+
+/// `gpu`, `UUID` (the parent GPU's) and `GPU_I_ID` (empty for a whole GPU) of an MPS
+/// server. Its instance is the one with the server's `MIG-…` UUID, else the one at its
+/// placement on its GPU.
+fn server_labels(status: &Status, server: &MpsServer) -> Labels {
+    let by_uuid = status.gpus.iter().find_map(|g| {
+        g.instances.iter().find(|i| i.uuid.as_deref() == Some(server.uuid.as_str())).map(|i| (g, i))
+    });
+    let gpu =
+        by_uuid.map(|(g, _)| g).or_else(|| status.gpus.iter().find(|g| g.index == server.gpu));
+    let instance = by_uuid.map(|(_, i)| i).or_else(|| {
+        let start = server.placement_start?;
+        gpu?.instances.iter().find(|i| i.placement_start == start)
+    });
+    vec![
+        ("gpu", server.gpu.to_string()),
+        ("UUID", gpu.map_or_else(|| server.uuid.clone(), |g| g.uuid.clone())),
+        ("GPU_I_ID", instance.map(|i| i.gpu_instance_id.to_string()).unwrap_or_default()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_proto::types::Sharing;
+    use metrics_exporter_prometheus::PrometheusRecorder;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
+    const GPU1: &str = "GPU-11111111-1111-1111-1111-111111111111";
+    const MIG_A: &str = "MIG-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
+    const MIG_B: &str = "MIG-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb";
+
+    fn recorder() -> PrometheusRecorder {
+        builder().build_recorder()
+    }
+
+    fn server(uuid: &str, gpu: u32, placement_start: Option<u32>) -> MpsServer {
+        MpsServer {
+            uuid: uuid.into(),
+            gpu,
+            placement_start,
+            state: "running".into(),
+            pid: Some(4242),
+            active_thread_percentage: 50,
+            pinned_memory_limit_bytes: Some(8 << 30),
+            restarts: 2,
+            pipe_directory: format!("/run/gpushare/mps/{uuid}/pipe"),
+            clients: vec![100, 101, 102],
+        }
+    }
+
+    fn instance(
+        profile: &str,
+        start: u32,
+        id: u32,
+        uuid: &str,
+        sharing: Sharing,
+    ) -> InstanceStatus {
+        InstanceStatus {
+            profile: profile.into(),
+            placement_start: start,
+            placement_size: 4,
+            gpu_instance_id: id,
+            compute_instance_id: Some(0),
+            uuid: Some(uuid.into()),
+            memory_bytes: 20 << 30,
+            sharing,
+        }
+    }
+
+    fn time_slicing() -> Sharing {
+        Sharing { strategy: "time-slicing".into(), interval: Some("short".into()), mps: None }
+    }
+
+    /// GPU 0: A100 in MIG mode with a 3g.20gb (exclusive) and a 2g.10gb (time-sliced);
+    /// GPU 1: an L40S, whole, under MPS with one server.
+    fn status_and_mps() -> (Status, MpsStatus) {
+        let mps_server = server(GPU1, 1, None);
+        let status = Status {
+            active_profile: Some("half-balanced".into()),
+            backend: "simulated".into(),
+            apply_in_progress: None,
+            rollback_error: None,
+            gpus: vec![
+                GpuStatus {
+                    index: 0,
+                    uuid: GPU0.into(),
+                    model: "A100-SXM4-40GB".into(),
+                    memory_total_bytes: 40 << 30,
+                    mig_enabled: true,
+                    mig_pending: None,
+                    compute_mode: "default".into(),
+                    sharing: Sharing::exclusive(),
+                    instances: vec![
+                        instance("3g.20gb", 0, 2, MIG_A, Sharing::exclusive()),
+                        instance("2g.10gb", 4, 5, MIG_B, time_slicing()),
+                    ],
+                    processes: vec![7, 8],
+                },
+                GpuStatus {
+                    index: 1,
+                    uuid: GPU1.into(),
+                    model: "L40S".into(),
+                    memory_total_bytes: 48 << 30,
+                    mig_enabled: false,
+                    mig_pending: None,
+                    compute_mode: "exclusive_process".into(),
+                    sharing: Sharing {
+                        strategy: "mps".into(),
+                        interval: None,
+                        mps: Some(mps_server.clone()),
+                    },
+                    instances: Vec::new(),
+                    processes: vec![100, 101, 102],
+                },
+            ],
+        };
+        (status, MpsStatus { servers: vec![mps_server] })
+    }
+
+    fn outcome(ok: bool, changed: bool, name: Option<&str>, error: Option<&str>) -> JobOutcome {
+        JobOutcome {
+            ok,
+            profile: "half-balanced".into(),
+            changed,
+            steps_done: 3,
+            steps_total: 3,
+            duration_seconds: 1.5,
+            error_name: name.map(Into::into),
+            error: error.map(Into::into),
+            warnings: Vec::new(),
+        }
+    }
+
+    const BACKEND: &str = "io.gpushare.Agent1.Error.Backend";
+
+    fn rolled_back() -> JobOutcome {
+        outcome(
+            false,
+            false,
+            Some(BACKEND),
+            Some(
+                "applying half-balanced: GPU 0 (A100-SXM4-40GB): create_gpu_instance: Insufficient Resources; rolled back: GPU 0 as before",
+            ),
+        )
+    }
+
+    fn hook_failed() -> JobOutcome {
+        outcome(
+            false,
+            false,
+            Some("io.gpushare.Agent1.Error.Failed"),
+            Some("applying half-balanced: pre_apply hook exited 1; nothing was changed"),
+        )
+    }
+
+    /// Parses the exposition text into `(name, labels, value)` samples.
+    fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').expect("a sample line has a value");
+            let value: f64 = value.parse().expect("a number");
+            let (name, labels) = match series.split_once('{') {
+                None => (series, BTreeMap::new()),
+                Some((name, rest)) => {
+                    let mut labels = BTreeMap::new();
+                    let mut rest = rest.strip_suffix('}').expect("closing brace");
+                    while !rest.is_empty() {
+                        let (key, after) = rest.split_once("=\"").expect("key=\"");
+                        let end = after.find('"').expect("closing quote");
+                        labels.insert(key.to_string(), after[..end].to_string());
+                        rest = after[end + 1..].trim_start_matches(',');
+                    }
+                    (name, labels)
+                }
+            };
+            out.push((name.to_string(), labels, value));
+        }
+        out
+    }
+
+    /// The value of the one sample with exactly these labels.
+    fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let want: BTreeMap<String, String> =
+            labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        let found: Vec<f64> = samples(text)
+            .into_iter()
+            .filter(|(n, l, _)| n == name && *l == want)
+            .map(|(_, _, v)| v)
+            .collect();
+        assert!(found.len() <= 1, "{name} {labels:?} appears {} times", found.len());
+        found.first().copied()
+    }
+
+    fn series_count(text: &str, name: &str) -> usize {
+        samples(text).iter().filter(|(n, _, _)| n == name).count()
+    }
+
+    #[track_caller]
+    fn assert_value(text: &str, name: &str, labels: &[(&str, &str)], expected: f64) {
+        match value(text, name, labels) {
+            Some(v) if v == expected || (v.is_nan() && expected.is_nan()) => {}
+            other => panic!("{name} {labels:?}: expected {expected}, got {other:?}\n{text}"),
+        }
+    }
+
+    /// Everything the agent emits after one update and one apply of each result.
+    fn render_all() -> String {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (status, mps) = status_and_mps();
+        metrics::with_local_recorder(&recorder, || {
+            register();
+            Tracker::new().update(&status, &mps);
+            record_apply(&outcome(true, true, None, None));
+            record_apply(&outcome(true, false, None, None));
+            record_apply(&rolled_back());
+            record_apply(&hook_failed());
+        });
+        handle.render()
+    }
+
+    #[test]
+    fn metrics_apply_results() {
+        assert_eq!(ApplyResult::of(&outcome(true, true, None, None)), ApplyResult::Success);
+        assert_eq!(ApplyResult::of(&outcome(true, false, None, None)), ApplyResult::Unchanged);
+        assert_eq!(ApplyResult::of(&rolled_back()), ApplyResult::RolledBack);
+        assert_eq!(ApplyResult::of(&hook_failed()), ApplyResult::Failed);
+        let rollback_failed = outcome(
+            false,
+            true,
+            Some(BACKEND),
+            Some(
+                "applying x: GPU 0: set_mig_mode: Unknown Error; the rollback failed too: GPU 0: In use by another client; see `gpushare-ctl status`",
+            ),
+        );
+        assert_eq!(ApplyResult::of(&rollback_failed), ApplyResult::Failed);
+        // "rolled back:" from another error kind is not a rollback.
+        let other = outcome(
+            false,
+            false,
+            Some("io.gpushare.Agent1.Error.Failed"),
+            Some("x; rolled back: GPU 0"),
+        );
+        assert_eq!(ApplyResult::of(&other), ApplyResult::Failed);
+    }
+
+    #[test]
+    fn metrics_record_apply() {
+        let text = render_all();
+        for result in ["success", "unchanged", "rolled_back", "failed"] {
+            assert_value(&text, APPLIES, &[("profile", "half-balanced"), ("result", result)], 1.0);
+            let count = format!("{APPLY_DURATION}_count");
+            assert_value(&text, &count, &[("result", result)], 1.0);
+            let sum = format!("{APPLY_DURATION}_sum");
+            assert_value(&text, &sum, &[("result", result)], 1.5);
+        }
+        let bucket = format!("{APPLY_DURATION}_bucket");
+        assert_value(&text, &bucket, &[("result", "success"), ("le", "1")], 0.0);
+        assert_value(&text, &bucket, &[("result", "success"), ("le", "2.5")], 1.0);
+        assert_value(&text, &bucket, &[("result", "success"), ("le", "+Inf")], 1.0);
+        assert!(text.contains(&format!("# TYPE {APPLY_DURATION} histogram")), "{text}");
+        assert_value(&text, ROLLBACKS, &[], 1.0);
+        assert_value(&text, APPLY_FAILURES, &[], 2.0);
+        assert_value(&text, BUILD_INFO, &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    }
+
+    #[test]
+    fn metrics_failure_counters_exist_before_any_failure() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            register();
+            record_apply(&outcome(true, true, None, None));
+        });
+        let text = handle.render();
+        assert_value(&text, ROLLBACKS, &[], 0.0);
+        assert_value(&text, APPLY_FAILURES, &[], 0.0);
+    }
+
+    #[test]
+    fn metrics_update_state() {
+        let text = render_all();
+        assert_value(&text, ACTIVE_PROFILE, &[("profile", "half-balanced")], 1.0);
+        assert_value(&text, APPLY_IN_PROGRESS, &[], 0.0);
+        assert_value(&text, ROLLBACK_FAILED, &[], 0.0);
+
+        let g0 = [("gpu", "0"), ("UUID", GPU0)];
+        let g1 = [("gpu", "1"), ("UUID", GPU1)];
+        let plus = |base: &[(&'static str, &'static str)],
+                    more: &[(&'static str, &'static str)]| {
+            base.iter().chain(more).copied().collect::<Vec<_>>()
+        };
+        assert_value(&text, GPU_INFO, &plus(&g0, &[("model_name", "A100-SXM4-40GB")]), 1.0);
+        assert_value(&text, GPU_INFO, &plus(&g1, &[("model_name", "L40S")]), 1.0);
+        assert_value(&text, GPU_MIG_ENABLED, &g0, 1.0);
+        assert_value(&text, GPU_MIG_ENABLED, &g1, 0.0);
+        assert_value(&text, GPU_MIG_RESET_PENDING, &g0, 0.0);
+        assert_value(&text, GPU_INSTANCES, &g0, 2.0);
+        assert_value(&text, GPU_INSTANCES, &g1, 0.0);
+        assert_value(&text, GPU_COMPUTE_MODE, &plus(&g0, &[("mode", "default")]), 1.0);
+        assert_value(&text, GPU_COMPUTE_MODE, &plus(&g1, &[("mode", "default")]), 0.0);
+        assert_value(&text, GPU_COMPUTE_MODE, &plus(&g1, &[("mode", "exclusive_process")]), 1.0);
+        assert_eq!(series_count(&text, GPU_COMPUTE_MODE), 6);
+
+        // The MIG GPU's own sharing is all 0: its instances are shared instead.
+        for strategy in STRATEGIES {
+            assert_value(&text, GPU_SHARING, &plus(&g0, &[("strategy", strategy)]), 0.0);
+            let expected = flag(strategy == "mps");
+            assert_value(&text, GPU_SHARING, &plus(&g1, &[("strategy", strategy)]), expected);
+        }
+        for (profile, id, current) in
+            [("3g.20gb", "2", "exclusive"), ("2g.10gb", "5", "time-slicing")]
+        {
+            for strategy in STRATEGIES {
+                let labels = plus(
+                    &g0,
+                    &[("GPU_I_PROFILE", profile), ("GPU_I_ID", id), ("strategy", strategy)],
+                );
+                assert_value(&text, INSTANCE_SHARING, &labels, flag(strategy == current));
+            }
+        }
+        assert_eq!(series_count(&text, INSTANCE_SHARING), 6);
+
+        let s1 = plus(&g1, &[("GPU_I_ID", "")]);
+        assert_value(&text, MPS_UP, &s1, 1.0);
+        assert_value(&text, MPS_RESTARTS, &s1, 2.0);
+        assert_value(&text, MPS_CLIENTS, &s1, 3.0);
+        assert_value(&text, MPS_THREADS, &s1, 0.5);
+        assert_value(&text, MPS_PINNED, &s1, 8.0 * 1024.0 * 1024.0 * 1024.0);
+        assert_eq!(series_count(&text, MPS_UP), 1);
+
+        // Bounded labels: no pids, no pipe paths.
+        for (_, labels, _) in samples(&text) {
+            for key in labels.keys() {
+                assert!(!key.contains("pid") && !key.contains("pipe"), "label {key}");
+            }
+        }
+        assert!(!text.contains("4242") && !text.contains("/run/gpushare"), "{text}");
+        // Every metric has its help and type.
+        for name in [
+            ACTIVE_PROFILE,
+            GPU_INFO,
+            GPU_SHARING,
+            INSTANCE_SHARING,
+            MPS_UP,
+            MPS_RESTARTS,
+            MPS_PINNED,
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "no help for {name}\n{text}");
+        }
+        assert!(text.contains(&format!("# TYPE {MPS_RESTARTS} counter")), "{text}");
+        assert!(text.contains(&format!("# TYPE {MPS_UP} gauge")), "{text}");
+    }
+
+    #[test]
+    fn metrics_mps_server_on_mig_instance() {
+        let (mut status, _) = status_and_mps();
+        status.gpus[0].instances[1].sharing =
+            Sharing { strategy: "mps".into(), interval: None, mps: None };
+        // Matched by UUID, whatever the placement says.
+        let by_uuid = server(MIG_B, 0, Some(99));
+        // No UUID match: matched by placement on its GPU.
+        let by_placement = server("MIG-unknown", 0, Some(0));
+        let mps = MpsStatus { servers: vec![by_uuid, by_placement] };
+        let recorder = recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || Tracker::new().update(&status, &mps));
+        let text = handle.render();
+        assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "5")], 1.0);
+        assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "2")], 1.0);
+        let labels = [
+            ("gpu", "0"),
+            ("UUID", GPU0),
+            ("GPU_I_PROFILE", "2g.10gb"),
+            ("GPU_I_ID", "5"),
+            ("strategy", "mps"),
+        ];
+        assert_value(&text, INSTANCE_SHARING, &labels, 1.0);
+    }
+
+    #[test]
+    fn metrics_stale_series_are_neutralised() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (status, mps) = status_and_mps();
+        let mut tracker = Tracker::new();
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+
+        // Another profile: MIG off on GPU 0, no MPS server, an apply running.
+        let mut next = status.clone();
+        next.active_profile = Some("all-disabled".into());
+        next.apply_in_progress = Some("/io/gpushare/Agent1/jobs/2 (all-disabled)".into());
+        next.gpus[0].mig_enabled = false;
+        next.gpus[0].instances.clear();
+        next.gpus[1].sharing = Sharing::exclusive();
+        let none = MpsStatus { servers: Vec::new() };
+        metrics::with_local_recorder(&recorder, || tracker.update(&next, &none));
+        let text = handle.render();
+
+        assert_value(&text, ACTIVE_PROFILE, &[("profile", "half-balanced")], 0.0);
+        assert_value(&text, ACTIVE_PROFILE, &[("profile", "all-disabled")], 1.0);
+        assert_value(&text, APPLY_IN_PROGRESS, &[], 1.0);
+        assert_value(&text, GPU_INSTANCES, &[("gpu", "0"), ("UUID", GPU0)], 0.0);
+        assert_eq!(series_count(&text, INSTANCE_SHARING), 6);
+        for (_, labels, v) in samples(&text).into_iter().filter(|(n, _, _)| n == INSTANCE_SHARING) {
+            assert_eq!(v, 0.0, "{labels:?}");
+        }
+        let g0_exclusive = [("gpu", "0"), ("UUID", GPU0), ("strategy", "exclusive")];
+        assert_value(&text, GPU_SHARING, &g0_exclusive, 1.0);
+        let s1 = [("gpu", "1"), ("UUID", GPU1), ("GPU_I_ID", "")];
+        assert_value(&text, MPS_UP, &s1, 0.0);
+        assert_value(&text, MPS_CLIENTS, &s1, 0.0);
+        assert_value(&text, MPS_THREADS, &s1, f64::NAN);
+        assert_value(&text, MPS_PINNED, &s1, f64::NAN);
+        assert_value(&text, MPS_RESTARTS, &s1, 2.0);
+    }
+
+    #[test]
+    fn metrics_mps_restarts_stay_monotonic() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (status, mut mps) = status_and_mps();
+        let mut tracker = Tracker::new();
+        let labels = [("gpu", "1"), ("UUID", GPU1), ("GPU_I_ID", "")];
+        let mut at = |restarts: u32| {
+            mps.servers[0].restarts = restarts;
+            metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+            value(&handle.render(), MPS_RESTARTS, &labels)
+        };
+        assert_eq!(at(2), Some(2.0));
+        assert_eq!(at(2), Some(2.0));
+        assert_eq!(at(5), Some(5.0));
+        // The server was created anew: its count starts over, the counter goes on.
+        assert_eq!(at(0), Some(5.0));
+        assert_eq!(at(1), Some(6.0));
+    }
+
+    #[test]
+    fn metrics_promtool_accepts_the_exposition() {
+        let promtool = std::path::Path::new("/usr/bin/promtool");
+        if !promtool.exists() {
+            eprintln!(
+                "skipped: {} is not installed (Debian: apt-get install prometheus)",
+                promtool.display()
+            );
+            return;
+        }
+        // Every kind of series, stale ones (NaN) included.
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (status, mps) = status_and_mps();
+        let mut gone = status.clone();
+        gone.gpus[0].instances.pop();
+        metrics::with_local_recorder(&recorder, || {
+            register();
+            let mut tracker = Tracker::new();
+            tracker.update(&status, &mps);
+            tracker.update(&gone, &MpsStatus { servers: Vec::new() });
+            record_apply(&outcome(true, true, None, None));
+            record_apply(&outcome(true, false, None, None));
+            record_apply(&rolled_back());
+            record_apply(&hook_failed());
+        });
+        let text = handle.render();
+        assert!(text.contains("NaN"), "{text}");
+
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool starts");
+        child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+        let output = child.wait_with_output().expect("promtool runs");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            output.status.success() && said.trim().is_empty(),
+            "promtool check metrics: {}\n{said}\n--- exposition ---\n{text}",
+            output.status
+        );
+    }
+}

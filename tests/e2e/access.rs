@@ -1,0 +1,243 @@
+//! Access control on a system-like bus: Debian's dbus-daemon with a system bus's default
+//! policy and the package's policy file, the agent as root, gpushare-ctl as root, as a
+//! member of the `gpushare` group and as another user. Needs root (to create the test
+//! users and to own the name); skipped otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpushare_tests::{binary, repo_root, text};
+
+const MEMBER: &str = "gpushare-e2e-member";
+const OTHER: &str = "gpushare-e2e-other";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", text(&out));
+}
+
+fn exists(kind: &str, name: &str) -> bool {
+    Command::new("getent").args([kind, name]).output().is_ok_and(|o| o.status.success())
+}
+
+/// The gpushare group and two users, one in it, created once per test run.
+fn ensure_users() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(create_users);
+}
+
+fn create_users() {
+    if !exists("group", "gpushare") {
+        run(Command::new("groupadd").args(["--system", "gpushare"]));
+    }
+    for user in [MEMBER, OTHER] {
+        if !exists("passwd", user) {
+            run(Command::new("useradd").args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                user,
+            ]));
+        }
+    }
+    run(Command::new("usermod").args(["--append", "--groups", "gpushare", MEMBER]));
+}
+
+/// A bus with a system bus's default policy (deny by default), plus `include` files.
+fn system_bus(dir: &Path, include: Option<&Path>) -> (Child, String) {
+    let permissive = if include.is_none() {
+        // Without the package's policy: let everything through to show the agent's own check.
+        "<policy context=\"default\"><allow own=\"*\"/><allow send_destination=\"*\"/></policy>"
+    } else {
+        ""
+    };
+    let include =
+        include.map(|p| format!("<include>{}</include>", p.display())).unwrap_or_default();
+    let config = format!(
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <auth>EXTERNAL</auth>
+  <listen>unix:path={dir}/bus</listen>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  {permissive}
+  {include}
+</busconfig>
+"#,
+        dir = dir.display()
+    );
+    let path = dir.join("system.conf");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", path.display()))
+        .args(["--nofork", "--nopidfile", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut address = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut address).unwrap();
+    // Other users must reach the socket.
+    std::fs::set_permissions(dir.join("bus"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    (child, address.trim().to_string())
+}
+
+struct Running {
+    bus: Child,
+    agent: Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+        let _ = self.bus.kill();
+        let _ = self.bus.wait();
+    }
+}
+
+fn start(dir: &Path, include: Option<&Path>) -> (Running, String, PathBuf) {
+    let (bus, address) = system_bus(dir, include);
+    let agent = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
+        .args(["--simulate", "a100-40gb:2", "--bus", &address, "--config", "/dev/null"])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("GPUSHARE_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // gpushare-ctl where every user may run it.
+    let ctl = dir.join("gpushare-ctl");
+    std::fs::copy(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"), &ctl).unwrap();
+    let running = Running { bus, agent };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ctl_as(&ctl, &address, None, &["status"]).status.success() {
+        assert!(Instant::now() < deadline, "the agent did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (running, address, ctl)
+}
+
+fn ctl_as(ctl: &Path, address: &str, user: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = match user {
+        None => Command::new(ctl),
+        Some(user) => {
+            let mut c = Command::new("setpriv");
+            c.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
+                .arg(ctl);
+            c
+        }
+    };
+    cmd.args(args).env("GPUSHARE_BUS_ADDRESS", address).stdin(Stdio::null()).output().unwrap()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[test]
+fn only_root_and_the_gpushare_group_change_the_gpus() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return;
+    }
+    ensure_users();
+    let policy = repo_root().join("etc/dbus-1/system.d/io.gpushare.Agent1.conf");
+
+    let dir = tempdir();
+    let (_running, address, ctl) = start(dir.path(), Some(&policy));
+    let as_user = |user: Option<&str>, args: &[&str]| ctl_as(&ctl, &address, user, args);
+
+    let out = as_user(None, &["apply", "all-balanced"]);
+    assert!(out.status.success(), "root: {}", text(&out));
+    let out = as_user(Some(MEMBER), &["apply", "all-disabled"]);
+    assert!(out.status.success(), "member: {}", text(&out));
+
+    // Another user reads, but every mutating method is refused by the bus policy.
+    assert!(as_user(Some(OTHER), &["status"]).status.success());
+    assert!(as_user(Some(OTHER), &["plan", "half-balanced"]).status.success());
+    assert!(as_user(Some(OTHER), &["profiles"]).status.success());
+    let file = dir.path().join("p.toml");
+    std::fs::write(&file, "[[gpu]]\nselect = 0\nmig = { \"7g\" = 1 }\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["apply", "half-balanced"],
+        vec!["apply", "-f", file],
+        vec!["mps", "limit", "--pid", "1", "--threads", "10"],
+    ] {
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        let out = as_user(Some(OTHER), &with_json);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            doc["error"]["name"], "org.freedesktop.DBus.Error.AccessDenied",
+            "{args:?}: {doc}"
+        );
+    }
+    let status: serde_json::Value =
+        serde_json::from_slice(&as_user(Some(OTHER), &["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["active_profile"], "all-disabled", "nothing changed");
+}
+
+#[test]
+fn the_agent_refuses_by_itself_when_the_policy_is_missing() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return;
+    }
+    ensure_users();
+    let dir = tempdir();
+    let (_running, address, ctl) = start(dir.path(), None);
+    let as_user = |user: Option<&str>, args: &[&str]| ctl_as(&ctl, &address, user, args);
+    for args in
+        [vec!["apply", "half-balanced"], vec!["mps", "limit", "--pid", "1", "--threads", "10"]]
+    {
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        let out = as_user(Some(OTHER), &with_json);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            doc["error"]["name"], "io.gpushare.Agent1.Error.AccessDenied",
+            "{args:?}: {doc}"
+        );
+        assert!(
+            doc["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("needs root or membership in the gpushare group"),
+            "{doc}"
+        );
+    }
+    assert!(as_user(Some(OTHER), &["status"]).status.success());
+    let out = as_user(Some(MEMBER), &["apply", "half-balanced"]);
+    assert!(out.status.success(), "member: {}", text(&out));
+}

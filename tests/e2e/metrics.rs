@@ -1,0 +1,71 @@
+//! The Prometheus endpoint of a running agent, checked with Debian's `promtool`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use gpushare_tests::{Agent, AgentOptions, text};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scrape(port: u16) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+#[test]
+fn the_agent_serves_metrics_that_promtool_accepts() {
+    let port = free_port();
+    let options = AgentOptions {
+        config: Some(format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n")),
+        ..AgentOptions::simulate("a100-40gb:2")
+    };
+    let agent = Agent::start(options);
+    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let body = loop {
+        let body = scrape(port);
+        if body.contains("gpushare_active_profile_info{profile=\"half-balanced\"} 1") {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "metrics never showed the profile:\n{body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for name in [
+        "gpushare_applies_total{profile=\"half-balanced\",result=\"success\"} 1",
+        "gpushare_apply_duration_seconds_bucket",
+        "gpushare_gpu_mig_enabled{gpu=\"0\",UUID=",
+        "gpushare_mig_instance_sharing{",
+        "gpushare_rollbacks_total 0",
+    ] {
+        assert!(body.contains(name), "{name} missing:\n{body}");
+    }
+
+    let promtool = std::path::Path::new("/usr/bin/promtool");
+    if !promtool.exists() {
+        eprintln!("promtool not installed (apt-get install prometheus): exposition not linted");
+        return;
+    }
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "promtool check metrics: {}", text(&out));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "promtool lint: {}", text(&out));
+}
