@@ -632,3 +632,50 @@ fn gpu_status(gpu: &GpuState, servers: &[MpsServerState], sharing: &SharingTools
         processes: gpu.processes.iter().map(|p| p.pid).collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+
+    fn engine(dir: &Path) -> Engine {
+        let backend =
+            Arc::new(SimBackend::new(&parse_spec("a100-40gb:2").unwrap(), SimOptions::default()));
+        let mut config = AgentConfig::default();
+        config.mps.control = "/nonexistent/nvidia-cuda-mps-control".into();
+        config.mps.root = dir.join("mps");
+        config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
+        Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever a D-Bus caller sends, every method answers Ok or an error; none panics.
+        #[test]
+        fn hostile_method_arguments_never_panic(
+            name in ".{0,40}",
+            text in ".{0,200}",
+            origin in ".{0,30}",
+            config in ".{0,20}",
+            pid in proptest::prelude::any::<u32>(),
+            threads in proptest::prelude::any::<u32>(),
+            memory in proptest::prelude::any::<u64>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let engine = engine(dir.path());
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let _ = engine.plan(ProfileRef::Named(&name)).await;
+                let _ = engine.plan(ProfileRef::Document { text: &text, origin: &origin, config: &config }).await;
+                let _ = engine.validate(&text, &origin).await;
+                let _ = engine.show_profile(&name);
+                let _ = engine.client_env(&name).await;
+                let _ = engine.mps_limit(pid, Some(threads), Some(memory)).await;
+                if let Ok(job) = engine.begin_apply(ProfileRef::Document { text: &text, origin: &origin, config: &config }, false, "fuzz").await {
+                    drop(job);
+                }
+            });
+        }
+    }
+}

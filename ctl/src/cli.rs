@@ -3,7 +3,10 @@
 //! Global options (`--json`, `--address`) are accepted before or after the verb. A new verb
 //! is a new variant of [`Command`] plus a module under `commands/` that runs it.
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use gpushare_proto::BUS_ADDRESS_ENV;
 
 /// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA
@@ -222,6 +225,64 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     args.into_iter().skip(1).take_while(|a| a.as_ref() != "--").any(|a| a.as_ref() == "--json")
+}
+
+/// Verbs kept out of [`Cli`], so that no help text, man page or completion shows them.
+#[derive(Debug, Subcommand)]
+pub enum Hidden {
+    /// Write the man pages or the shell completions of gpushare-ctl into a directory (for
+    /// packaging).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// Arguments of the hidden `generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    pub what: Generated,
+    /// Directory to write into; created when missing.
+    pub dir: PathBuf,
+}
+
+/// What `generate` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Generated {
+    /// Man pages (section 1): gpushare-ctl.1 and one page per verb.
+    Man,
+    /// Completions for bash, zsh and fish.
+    Completions,
+}
+
+/// A parsed command line: a verb for the agent, or a hidden verb.
+#[derive(Debug)]
+pub enum Invocation {
+    /// A documented verb.
+    Run(Cli),
+    /// A hidden verb.
+    Hidden(Hidden),
+}
+
+/// Parses the process's command line: [`Cli`], plus the [`Hidden`] verbs.
+pub fn parse() -> Result<Invocation, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses a command line (the program name first): [`Cli`], plus the [`Hidden`] verbs.
+pub fn parse_from<I, T>(args: I) -> Result<Invocation, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cmd = Hidden::augment_subcommands(Cli::command());
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    let parsed = match matches.subcommand_name() {
+        Some(name) if Hidden::has_subcommand(name) => {
+            Hidden::from_arg_matches(&matches).map(Invocation::Hidden)
+        }
+        _ => Cli::from_arg_matches(&matches).map(Invocation::Run),
+    };
+    parsed.map_err(|e| e.format(&mut cmd))
 }
 
 #[cfg(test)]
@@ -500,6 +561,43 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
         assert!(e.to_string().contains("<GPU|MIG-UUID>"), "{e}");
         assert_eq!(parse(&["env", "0", "1"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
+    }
+
+    fn invocation(args: &[&str]) -> Result<Invocation, clap::Error> {
+        parse_from(std::iter::once("gpushare-ctl").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn generate_is_hidden_but_parses() {
+        match invocation(&["generate", "man", "out/man"]).unwrap() {
+            Invocation::Hidden(Hidden::Generate(g)) => {
+                assert_eq!(g.what, Generated::Man);
+                assert_eq!(g.dir, PathBuf::from("out/man"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            invocation(&["generate", "completions", "d"]).unwrap(),
+            Invocation::Hidden(Hidden::Generate(GenerateArgs { what: Generated::Completions, .. }))
+        ));
+        assert!(matches!(
+            invocation(&["status", "--json"]).unwrap(),
+            Invocation::Run(Cli { json: true, command: Command::Status, .. })
+        ));
+        use clap::error::ErrorKind;
+        let kind = |args: &[&str]| invocation(args).unwrap_err().kind();
+        assert_eq!(kind(&["generate", "pdf", "d"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["generate", "man"]), ErrorKind::MissingRequiredArgument);
+        assert_eq!(kind(&["frobnicate"]), ErrorKind::InvalidSubcommand);
+        assert_eq!(kind(&["apply"]), ErrorKind::MissingRequiredArgument);
+        assert_eq!(invocation(&[]).unwrap_err().exit_code(), 2);
+        // Neither the help nor the documented command knows it.
+        let help = invocation(&["--help"]).unwrap_err();
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        assert!(!help.to_string().contains("generate"), "{help}");
+        assert!(help.to_string().contains("apply"), "{help}");
+        assert!(Cli::command().find_subcommand("generate").is_none());
+        Hidden::augment_subcommands(Cli::command()).debug_assert();
     }
 
     #[test]

@@ -30,6 +30,10 @@
 //!
 //! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
 //! applied), 2 on a usage error, 130 when interrupted while following a job.
+//!
+//! A hidden verb serves packaging: `gpushare-ctl generate man|completions DIR` writes the
+//! man pages (`gpushare-ctl.1`, one `gpushare-ctl-VERB.1` per verb) or the bash, zsh and fish
+//! completions (`gpushare-ctl.bash`, `_gpushare-ctl`, `gpushare-ctl.fish`) into DIR.
 
 mod bus;
 mod cli;
@@ -37,18 +41,21 @@ mod commands;
 mod error;
 mod output;
 
+use std::io;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::CommandFactory;
 
 use crate::bus::{BusChoice, Client};
-use crate::cli::Cli;
+use crate::cli::{Cli, GenerateArgs, Generated, Hidden, Invocation};
 use crate::error::{CtlError, Kind};
 use crate::output::Output;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let cli = match cli::parse() {
+        Ok(Invocation::Run(cli)) => cli,
+        Ok(Invocation::Hidden(Hidden::Generate(args))) => return generate(&args),
         Err(e) => return usage_error(e),
     };
     let out = Output::detect(cli.json);
@@ -67,6 +74,55 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code)
         }
     }
+}
+
+/// The hidden `generate`: writes the files, prints their paths.
+fn generate(args: &GenerateArgs) -> ExitCode {
+    let written = std::fs::create_dir_all(&args.dir).and_then(|()| match args.what {
+        Generated::Man => write_man_pages(&args.dir),
+        Generated::Completions => write_completions(&args.dir),
+    });
+    match written {
+        Ok(paths) => {
+            for path in paths {
+                println!("{}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpushare-ctl: cannot write into {}: {e}", args.dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gpushare-ctl.1` and a page per verb and sub-verb (`gpushare-ctl-mps-limit.1`), which
+/// the SUBCOMMANDS sections refer to.
+fn write_man_pages(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    fn write(cmd: clap::Command, dir: &Path, paths: &mut Vec<PathBuf>) -> io::Result<()> {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            write(sub.clone(), dir, paths)?;
+        }
+        let source = format!("gpushare-ctl {}", env!("CARGO_PKG_VERSION"));
+        let page = clap_mangen::Man::new(cmd).section("1").source(source).manual("gpushare");
+        paths.push(page.generate_to(dir)?);
+        Ok(())
+    }
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut paths = Vec::new();
+    write(cmd, dir, &mut paths)?;
+    Ok(paths)
+}
+
+/// Completions for bash, zsh and fish, under the names clap_complete gives them.
+fn write_completions(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    use clap_complete::Shell;
+    let mut cmd = Cli::command();
+    [Shell::Bash, Shell::Zsh, Shell::Fish]
+        .into_iter()
+        .map(|shell| clap_complete::generate_to(shell, &mut cmd, "gpushare-ctl", dir))
+        .collect()
 }
 
 /// Help and version go to stdout as clap prints them; real usage errors are clap's text on
@@ -94,6 +150,45 @@ fn usage_message(rendered: &str) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gpushare-ctl-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn man_pages_cover_every_verb_and_hide_generate() {
+        let dir = scratch_dir("man");
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths = write_man_pages(&dir).unwrap();
+        let names: Vec<String> =
+            paths.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        for name in ["gpushare-ctl.1", "gpushare-ctl-apply.1", "gpushare-ctl-mps-limit.1"] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        assert!(!names.iter().any(|n| n.contains("generate") || n.contains("help")), "{names:?}");
+        let main = std::fs::read_to_string(dir.join("gpushare-ctl.1")).unwrap();
+        assert!(main.starts_with(".ie"), "{main}");
+        assert!(main.contains(".TH gpushare-ctl 1"), "{main}");
+        assert!(main.contains("gpushare\\-ctl\\-apply(1)"), "{main}");
+        assert!(!main.contains("generate"), "{main}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn completions_for_three_shells() {
+        let dir = scratch_dir("completions");
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths = write_completions(&dir).unwrap();
+        assert_eq!(paths.len(), 3);
+        for name in ["gpushare-ctl.bash", "_gpushare-ctl", "gpushare-ctl.fish"] {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            assert!(text.contains("apply") && text.contains("json"), "{name}");
+            assert!(!text.contains("generate"), "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn usage_errors_become_one_line() {

@@ -274,3 +274,24 @@ fn ctl_without_an_agent_says_so_in_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("not running"), "{err}");
 }
+
+#[test]
+fn a_malformed_configuration_keeps_the_agent_up_but_hands_off() {
+    let agent = Agent::start(AgentOptions {
+        config: Some("[gpu]\nmanage_mig = maybe\n".into()),
+        ..AgentOptions::simulate("a100-40gb:2").profile("broken.toml", "[[gpu]\nselect = 0\n")
+    });
+    // It serves status and the built-in profiles...
+    let status = agent.status();
+    assert_eq!(status["gpus"].as_array().unwrap().len(), 2);
+    let list = agent.ctl_json(&["profiles"]);
+    assert!(list["errors"][0].as_str().unwrap().contains("broken.toml:1:"), "{list}");
+    // ...but changes nothing on the GPUs: it never acts on half-read configuration.
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("manage_mig = false"), "{}", text(&out));
+    // The same profile error, from validate.
+    let file = agent.dir.path().join("profiles.d/broken.toml");
+    let out = agent.ctl(&["validate", file.to_str().unwrap()]);
+    assert!(stderr(&out).contains("broken.toml:1:"), "{}", text(&out));
+}
