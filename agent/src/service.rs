@@ -211,6 +211,11 @@ impl AgentService {
             .expect("job paths are valid object paths");
         let job = self.engine.begin_apply(profile, force, path.as_str()).await.map_err(to_dbus)?;
         tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&format!(
+            "applying {} ({} steps)",
+            job.plan().profile,
+            job.plan().step_count()
+        ))]);
         server.at(&path, JobObject::default()).await?;
         self.remember(server, path.clone()).await;
 
@@ -246,6 +251,11 @@ impl AgentService {
             let _ = JobObject::finished(&emitter, &text).await;
             // Only now may another apply start, or the agent stop.
             drop(job);
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&format!(
+                "{} {}",
+                if outcome.ok { "applied" } else { "failed to apply" },
+                outcome.profile
+            ))]);
             engine.refresh_metrics().await;
         });
         Ok(path)

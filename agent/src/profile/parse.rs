@@ -546,21 +546,40 @@ select = "all"
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
 
-        /// Hostile input never panics: arbitrary text, and valid profiles with bytes
-        /// replaced.
+        /// Hostile input never panics: arbitrary bytes, and valid files (the built-in
+        /// profiles, NVIDIA's mig-parted config, the shipped agent.toml) with bytes
+        /// inserted at any place.
         #[test]
-        fn parsing_never_panics(text in ".{0,300}", cut in 0usize..400, junk in ".{0,12}") {
+        fn parsing_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            cut in 0usize..20_000,
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+        ) {
+            let text = String::from_utf8_lossy(&bytes);
             let _ = parse_profile(&text, "fuzz.toml", Some("fuzz"));
-            for (_, valid) in crate::profile::store::BUILT_IN {
-                let at = valid.char_indices().map(|(i, _)| i).nth(cut % valid.chars().count()).unwrap_or(0);
-                let mutated = format!("{}{junk}{}", &valid[..at], &valid[at..]);
+            let _ = crate::profile::migparted::parse_mig_parted(&text, "fuzz.yaml", "x");
+            let _ = crate::config::AgentConfig::parse(&text, "fuzz.toml");
+            let _ = line_column(&text, cut);
+            let valid_files = crate::profile::store::BUILT_IN
+                .iter()
+                .map(|(_, t)| *t)
+                .chain([MIG_PARTED_DEFAULT, SHIPPED_AGENT_TOML]);
+            for valid in valid_files {
+                let at = cut % (valid.len() + 1);
+                let mut mutated = valid.as_bytes()[..at].to_vec();
+                mutated.extend_from_slice(&junk);
+                mutated.extend_from_slice(&valid.as_bytes()[at..]);
+                let mutated = String::from_utf8_lossy(&mutated);
                 let _ = parse_profile(&mutated, "fuzz.toml", None);
                 let _ = crate::config::AgentConfig::parse(&mutated, "fuzz.toml");
+                let _ = crate::profile::migparted::parse_mig_parted(&mutated, "fuzz.yaml", "all-balanced");
             }
-            let _ = crate::profile::migparted::parse_mig_parted(&text, "fuzz.yaml", "x");
-            let _ = line_column(&text, cut);
         }
     }
+
+    const MIG_PARTED_DEFAULT: &str =
+        include_str!("../../../tests/data/mig-parted-config-default.yaml");
+    const SHIPPED_AGENT_TOML: &str = include_str!("../../../etc/gpushare/agent.toml");
 
     #[test]
     fn non_ascii_selectors_are_errors_not_panics() {
