@@ -152,7 +152,18 @@ fn ctl_as(ctl: &Path, address: &str, user: Option<&str>, args: &[&str]) -> Outpu
             c
         }
     };
-    cmd.args(args).env("GPUSHARE_BUS_ADDRESS", address).stdin(Stdio::null()).output().unwrap()
+    cmd.args(args).env("GPUSHARE_BUS_ADDRESS", address).stdin(Stdio::null());
+    // The copy was just written: a child forked meanwhile by another test thread may still
+    // hold its write descriptor for a moment (ETXTBSY), so try again briefly.
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result.unwrap(),
+        }
+    }
+    panic!("{ctl:?} stayed busy");
 }
 
 fn tempdir() -> tempfile::TempDir {
