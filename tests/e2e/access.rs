@@ -228,9 +228,15 @@ fn the_agent_refuses_by_itself_when_the_policy_is_missing() {
     let dir = tempdir();
     let (_running, address, ctl) = start(dir.path(), None);
     let as_user = |user: Option<&str>, args: &[&str]| ctl_as(&ctl, &address, user, args);
-    for args in
-        [vec!["apply", "half-balanced"], vec!["mps", "limit", "--pid", "1", "--threads", "10"]]
-    {
+    let file = dir.path().join("p.toml");
+    std::fs::write(&file, "[[gpu]]\nselect = 0\nmig = { \"7g\" = 1 }\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["apply", "half-balanced"],
+        vec!["apply", "-f", file],
+        vec!["mps", "limit", "--pid", "1", "--threads", "10"],
+    ] {
         let mut with_json = args.clone();
         with_json.push("--json");
         let out = as_user(Some(OTHER), &with_json);
