@@ -175,7 +175,7 @@ pub struct MpsLimitArgs {
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub threads: Option<u32>,
     /// Pinned device memory limit: bytes, or `2GiB`, `512MiB`, `2G`, `512M`.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = gpushare_proto::parse_size)]
     pub memory: Option<u64>,
 }
 
@@ -185,36 +185,6 @@ pub struct EnvArgs {
     /// The GPU (index or `GPU-…` UUID) or MIG instance (`MIG-…` UUID).
     #[arg(value_name = "GPU|MIG-UUID")]
     pub target: String,
-}
-
-/// Parses a byte size as profiles write it: a number of bytes, or a number with a unit
-/// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    if digits.is_empty() {
-        return Err(format!(
-            "`{text}` is not a size: give bytes or a number with a unit (2GiB, 512MiB, 2G, 512M)"
-        ));
-    }
-    let factor: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        other => {
-            return Err(format!("unknown size unit `{other}`: use B, KiB, MiB, GiB or TiB"));
-        }
-    };
-    let too_large = || format!("the size `{text}` is too large");
-    let n: u64 = digits.parse().map_err(|_| too_large())?;
-    match n.checked_mul(factor) {
-        Some(0) => Err("the size must be above zero".into()),
-        Some(bytes) => Ok(bytes),
-        None => Err(too_large()),
-    }
 }
 
 /// Whether the raw arguments ask for `--json`, for reporting usage errors before clap has
@@ -522,28 +492,6 @@ mod tests {
         ] {
             assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::ValueValidation, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn sizes_parse_like_profiles() {
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("64K"), Ok(64 << 10));
-        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4096B"), Ok(4096));
-        assert_eq!(parse_size(" 2 GiB "), Ok(2 << 30));
-        assert!(parse_size("0").unwrap_err().contains("above zero"));
-        assert!(parse_size("0MiB").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("G").unwrap_err().contains("not a size"));
-        assert!(parse_size("-1G").is_err());
-        assert!(parse_size("1.5G").unwrap_err().contains("unknown size unit `.5G`"));
-        assert!(parse_size("2gb").unwrap_err().contains("unknown size unit"));
-        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
-        assert!(parse_size("17179869184G").unwrap_err().contains("too large"));
     }
 
     #[test]

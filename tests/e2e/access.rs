@@ -166,6 +166,33 @@ fn ctl_as(ctl: &Path, address: &str, user: Option<&str>, args: &[&str]) -> Outpu
     panic!("{ctl:?} stayed busy");
 }
 
+/// Every mutating method, as `gpushare-ctl` arguments (a profile file any user can read
+/// is written into `dir`).
+fn mutating_calls(dir: &Path) -> Vec<Vec<String>> {
+    let file = dir.join("p.toml");
+    std::fs::write(&file, "[[gpu]]\nselect = 0\nmig = { \"7g\" = 1 }\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    [
+        vec!["apply", "half-balanced"],
+        vec!["apply", "-f", &file],
+        vec!["mps", "limit", "--pid", "1", "--threads", "10"],
+    ]
+    .into_iter()
+    .map(|args| args.into_iter().map(String::from).collect())
+    .collect()
+}
+
+/// The JSON error of a call `user` is refused, and its name.
+fn refused(ctl: &Path, address: &str, user: &str, args: &[String]) -> serde_json::Value {
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.push("--json");
+    let out = ctl_as(ctl, address, Some(user), &args);
+    assert!(!out.status.success(), "{args:?}: {}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["error"].clone()
+}
+
 fn tempdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -194,24 +221,9 @@ fn only_root_and_the_gpushare_group_change_the_gpus() {
     assert!(as_user(Some(OTHER), &["status"]).status.success());
     assert!(as_user(Some(OTHER), &["plan", "half-balanced"]).status.success());
     assert!(as_user(Some(OTHER), &["profiles"]).status.success());
-    let file = dir.path().join("p.toml");
-    std::fs::write(&file, "[[gpu]]\nselect = 0\nmig = { \"7g\" = 1 }\n").unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let file = file.to_str().unwrap();
-    for args in [
-        vec!["apply", "half-balanced"],
-        vec!["apply", "-f", file],
-        vec!["mps", "limit", "--pid", "1", "--threads", "10"],
-    ] {
-        let mut with_json = args.clone();
-        with_json.push("--json");
-        let out = as_user(Some(OTHER), &with_json);
-        assert!(!out.status.success(), "{args:?}: {}", text(&out));
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(
-            doc["error"]["name"], "org.freedesktop.DBus.Error.AccessDenied",
-            "{args:?}: {doc}"
-        );
+    for call in mutating_calls(dir.path()) {
+        let error = refused(&ctl, &address, OTHER, &call);
+        assert_eq!(error["name"], "org.freedesktop.DBus.Error.AccessDenied", "{call:?}: {error}");
     }
     let status: serde_json::Value =
         serde_json::from_slice(&as_user(Some(OTHER), &["status", "--json"]).stdout).unwrap();
@@ -228,31 +240,11 @@ fn the_agent_refuses_by_itself_when_the_policy_is_missing() {
     let dir = tempdir();
     let (_running, address, ctl) = start(dir.path(), None);
     let as_user = |user: Option<&str>, args: &[&str]| ctl_as(&ctl, &address, user, args);
-    let file = dir.path().join("p.toml");
-    std::fs::write(&file, "[[gpu]]\nselect = 0\nmig = { \"7g\" = 1 }\n").unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let file = file.to_str().unwrap();
-    for args in [
-        vec!["apply", "half-balanced"],
-        vec!["apply", "-f", file],
-        vec!["mps", "limit", "--pid", "1", "--threads", "10"],
-    ] {
-        let mut with_json = args.clone();
-        with_json.push("--json");
-        let out = as_user(Some(OTHER), &with_json);
-        assert!(!out.status.success(), "{args:?}: {}", text(&out));
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(
-            doc["error"]["name"], "io.gpushare.Agent1.Error.AccessDenied",
-            "{args:?}: {doc}"
-        );
-        assert!(
-            doc["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("needs root or membership in the gpushare group"),
-            "{doc}"
-        );
+    for call in mutating_calls(dir.path()) {
+        let error = refused(&ctl, &address, OTHER, &call);
+        assert_eq!(error["name"], "io.gpushare.Agent1.Error.AccessDenied", "{call:?}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("needs root or membership in the gpushare group"), "{error}");
     }
     assert!(as_user(Some(OTHER), &["status"]).status.success());
     let out = as_user(Some(MEMBER), &["apply", "half-balanced"]);

@@ -30,6 +30,36 @@ pub const BUS_ADDRESS_ENV: &str = "GPUSHARE_BUS_ADDRESS";
 /// Option key of `Apply`: proceed although compute processes use what must change.
 pub const OPTION_FORCE: &str = "force";
 
+/// Parses a byte size as profiles and `gpushare-ctl` take it: a number of bytes, or a number with a unit
+/// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "`{text}` is not a size: give bytes or a number with a unit (2GiB, 512MiB, 2G, 512M)"
+        ));
+    }
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        other => {
+            return Err(format!("unknown size unit `{other}`: use B, KiB, MiB, GiB or TiB"));
+        }
+    };
+    let too_large = || format!("the size `{text}` is too large");
+    let n: u64 = digits.parse().map_err(|_| too_large())?;
+    match n.checked_mul(factor) {
+        Some(0) => Err("the size must be above zero".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(too_large()),
+    }
+}
+
 /// Errors the agent returns, as D-Bus errors named `io.gpushare.Agent1.Error.<Variant>`.
 /// Each carries a one-line, human-readable reason.
 #[derive(Debug, zbus::DBusError)]
@@ -163,5 +193,32 @@ mod proxies {
         /// Emitted once when the job ends, with its [`types::JobOutcome`] as JSON.
         #[zbus(signal)]
         fn finished(&self, outcome: String) -> zbus::Result<()>;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_profiles() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size(" 2 GiB "), Ok(2 << 30));
+        assert!(parse_size("0").unwrap_err().contains("above zero"));
+        assert!(parse_size("0MiB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("G").unwrap_err().contains("not a size"));
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("1.5G").unwrap_err().contains("unknown size unit `.5G`"));
+        assert!(parse_size("2gb").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
+        assert!(parse_size("17179869184G").unwrap_err().contains("too large"));
     }
 }

@@ -372,28 +372,10 @@ pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
 
 /// Parses a byte size: an integer of bytes, or a string like `2GiB`, `512MiB`, `2G`, `512M`.
 pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
-    let text = match value {
-        toml::Value::Integer(i) if *i > 0 => return Ok(*i as u64),
-        toml::Value::String(s) => s.trim(),
-        _ => return Err("expected a size such as \"2GiB\" or \"512MiB\"".into()),
-    };
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("bad size {text:?}"))?;
-    let factor: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        _ => {
-            return Err(format!("bad size unit in {text:?}: use B, KiB, MiB, GiB or TiB"));
-        }
-    };
-    match n.checked_mul(factor) {
-        Some(0) => Err("the size must be above zero".into()),
-        Some(bytes) => Ok(bytes),
-        None => Err(format!("size {text:?} is too large")),
+    match value {
+        toml::Value::Integer(i) if *i > 0 => Ok(*i as u64),
+        toml::Value::String(s) => gpushare_proto::parse_size(s),
+        _ => Err("expected a size such as \"2GiB\" or \"512MiB\"".into()),
     }
 }
 
@@ -499,7 +481,7 @@ select = "all"
         let e = err(
             "name = \"a\"\n[[gpu]]\nselect = 0\nsharing.mps = { pinned_memory_limit = \"2 parsecs\" }\n",
         );
-        assert!(e.contains("bad size unit"), "{e}");
+        assert!(e.contains("unknown size unit `parsecs`"), "{e}");
     }
 
     #[test]
