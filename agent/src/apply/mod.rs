@@ -170,7 +170,10 @@ struct Shared {
     sharing: Arc<SharingTools>,
     progress: UnboundedSender<Progress>,
     log: Arc<dyn StepLog>,
+    /// Steps settled (carried out or skipped), for progress.
     done: AtomicU32,
+    /// Steps carried out: a conditional reset that was not needed is not one.
+    carried_out: AtomicU32,
     abort: AtomicBool,
     total: u32,
 }
@@ -178,7 +181,8 @@ struct Shared {
 impl Executor {
     /// Runs `plan`, sending a [`Progress`] before each step and recording each completed
     /// step in `log`, then verifies the outcome. On the first failing step no further step
-    /// starts on any GPU; steps already running finish. Returns the steps carried out.
+    /// starts on any GPU; steps already running finish. Returns the steps carried out (a
+    /// conditional reset that turned out unneeded is journaled but not counted).
     pub async fn execute(
         &self,
         plan: &Plan,
@@ -192,6 +196,7 @@ impl Executor {
             progress: progress.clone(),
             log,
             done: AtomicU32::new(0),
+            carried_out: AtomicU32::new(0),
             abort: AtomicBool::new(false),
             total,
         });
@@ -226,7 +231,7 @@ impl Executor {
         let observed =
             observe(&self.backend, &self.sharing, true).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
-        Ok(shared.done.load(Ordering::SeqCst))
+        Ok(shared.carried_out.load(Ordering::SeqCst))
     }
 }
 
@@ -247,7 +252,11 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
                 total: shared.total,
                 step: step.to_string(),
             });
-            match run_step(shared, &step, &created).await {
+            let effect = run_step(shared, &step, &created).await;
+            if effect.is_ok() {
+                shared.carried_out.fetch_add(1, Ordering::SeqCst);
+            }
+            match effect {
                 Ok(StepEffect::CreatedGpuInstance(start, id)) => {
                     created.insert(start, id);
                 }
