@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod metrics;
 pub mod mps;
 pub mod plan;
+pub mod probe;
 pub mod profile;
 pub mod service;
 pub mod state;

@@ -56,6 +56,14 @@ struct Args {
     /// Write the man page gpushare-agent.8 into DIR and exit (for packaging).
     #[arg(long, value_name = "DIR", hide = true)]
     generate_man: Option<PathBuf>,
+
+    /// Run one CUDA probe client (JSON spec) in this process, print its result, and exit.
+    #[arg(long, value_name = "JSON", hide = true)]
+    probe_client: Option<String>,
+
+    /// Run probe sweeps (`<workload|all> <n,n,...> <seconds>`), print JSON, and exit.
+    #[arg(long, num_args = 3, value_names = ["WORKLOAD", "COUNTS", "SECONDS"], hide = true)]
+    probe_run: Option<Vec<String>>,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +75,12 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
+    if let Some(spec) = &args.probe_client {
+        return gpushare_agent::probe::client::main(spec);
+    }
+    if let Some(run_args) = &args.probe_run {
+        return gpushare_agent::probe::run::main(run_args);
+    }
     if let Some(dir) = &args.generate_man {
         let page = clap_mangen::Man::new(<Args as clap::CommandFactory>::command()).section("8");
         return match page.manual("gpushare").generate_to(dir) {
