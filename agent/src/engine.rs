@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use gpushare_proto::ERROR_PREFIX;
 use gpushare_proto::types::{
     ClientEnv, Export, GpuStatus, InstanceStatus, JobOutcome, MpsLimitResult, MpsServer, MpsStatus,
-    ProfileDetail, ProfileList, ProfileSummary, Sharing, Status, Validation,
+    ProbeClient, ProbeReport, ProbeRun, ProfileDetail, ProfileList, ProfileSummary, Sharing,
+    Status, Validation,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -54,6 +55,8 @@ pub enum EngineError {
 /// The agent's engine: one backend, the known profiles, the journal.
 pub struct Engine {
     backend: Arc<dyn GpuBackend>,
+    /// Where probe results are kept.
+    probe_dir: std::path::PathBuf,
     sharing: Arc<SharingTools>,
     /// MPS servers the supervisor found down: when to try again, and the next delay.
     backoff: Mutex<HashMap<String, (Instant, Duration)>>,
@@ -148,6 +151,7 @@ impl Engine {
             policy,
         };
         Ok(Engine {
+            probe_dir: state_dir.join("probe"),
             backend,
             sharing,
             backoff: Mutex::new(HashMap::new()),
@@ -294,17 +298,26 @@ impl Engine {
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
     pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
         let node = apply::observe(&self.backend, &self.sharing, false).await?;
-        let uuid = if let Ok(index) = target.parse::<u32>() {
-            node.gpu(index).map(|g| g.uuid.clone())
+        self.env_for(&node, target).map(|(env, _)| env)
+    }
+
+    /// The client environment of `target` in `node`, and the GPU index it belongs to.
+    fn env_for(&self, node: &NodeState, target: &str) -> Result<(ClientEnv, u32), EngineError> {
+        let found = if let Ok(index) = target.parse::<u32>() {
+            node.gpu(index).map(|g| (g.uuid.clone(), g.index))
         } else {
-            let gpu = node.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(target));
-            let mig =
-                node.gpus.iter().flat_map(|g| &g.instances).flat_map(|gi| &gi.compute_instances);
-            gpu.map(|g| g.uuid.clone()).or_else(|| {
-                mig.map(|ci| &ci.uuid).find(|u| u.eq_ignore_ascii_case(target)).cloned()
+            node.gpus.iter().find_map(|g| {
+                if g.uuid.eq_ignore_ascii_case(target) {
+                    return Some((g.uuid.clone(), g.index));
+                }
+                g.instances
+                    .iter()
+                    .flat_map(|gi| &gi.compute_instances)
+                    .find(|ci| ci.uuid.eq_ignore_ascii_case(target))
+                    .map(|ci| (ci.uuid.clone(), g.index))
             })
-        }
-        .ok_or_else(|| {
+        };
+        let (uuid, gpu) = found.ok_or_else(|| {
             EngineError::Failed(format!(
                 "no GPU or MIG instance {target:?} on this node (see gpushare-ctl status)"
             ))
@@ -317,8 +330,148 @@ impl Engine {
                 self.sharing.mps.pipe_dir(&uuid).display().to_string(),
             ));
         }
-        let strategy = if server.is_some() { "mps" } else { "exclusive" };
-        Ok(ClientEnv { uuid, strategy: strategy.into(), variables })
+        let strategy = if server.is_some() {
+            "mps"
+        } else {
+            match node.gpu(gpu).and_then(|g| g.timeslice) {
+                Some(interval) if interval != profile::TimeSliceInterval::Default => "time-slicing",
+                _ => "exclusive",
+            }
+        };
+        Ok((ClientEnv { uuid, strategy: strategy.into(), variables }, gpu))
+    }
+
+    /// Takes the apply lock (a probe and an apply never overlap) and resolves the probe's
+    /// target and its client environment under the current sharing.
+    pub async fn begin_probe(
+        &self,
+        options: ProbeOptions,
+        job: &str,
+    ) -> Result<ProbeJob, EngineError> {
+        if self.backend.kind() == "simulated" {
+            // CUDA would see the real GPUs (or none), not the simulated ones.
+            return Err(EngineError::Failed(
+                "the probe measures real GPUs with CUDA; this agent simulates its GPUs".into(),
+            ));
+        }
+        if options.workloads.is_empty() || options.clients.is_empty() {
+            return Err(EngineError::Failed("a probe needs a workload and a client count".into()));
+        }
+        if let Some(n) = options.clients.iter().find(|n| !(1..=48).contains(*n)) {
+            return Err(EngineError::Failed(format!("{n} clients: from 1 to 48 (MPS's limit)")));
+        }
+        if !(0.5..=60.0).contains(&options.seconds) {
+            return Err(EngineError::Failed("probe windows are from 0.5 to 60 seconds".into()));
+        }
+        let lock = Arc::clone(&self.apply_lock).try_lock_owned().map_err(|_| {
+            let running = self.running.lock().expect("running lock").clone();
+            EngineError::Busy(format!(
+                "an apply or probe is running ({}); try again when it has finished",
+                running.unwrap_or_else(|| "recovery at start-up".into())
+            ))
+        })?;
+        let node = apply::observe(&self.backend, &self.sharing, true).await?;
+        let target = options.target.clone().unwrap_or_else(|| "0".into());
+        let (env, gpu) = self.env_for(&node, &target)?;
+        *self.running.lock().expect("running lock") = Some(format!("{job}, probe of {}", env.uuid));
+        let guard = RunningGuard { _lock: lock, running: Arc::clone(&self.running) };
+        Ok(ProbeJob { options, env, gpu, _guard: guard })
+    }
+
+    /// Runs a probe job: for each workload a solo baseline, then each client count, as
+    /// separate client processes (this binary in its `--probe-client` mode).
+    pub async fn run_probe(
+        &self,
+        job: &ProbeJob,
+        progress: UnboundedSender<Progress>,
+    ) -> JobOutcome {
+        let started = Instant::now();
+        let mut outcome = JobOutcome {
+            ok: false,
+            profile: format!("probe of {}", job.env.uuid),
+            changed: false,
+            steps_done: 0,
+            steps_total: u32::try_from(job.options.workloads.len()).unwrap_or(u32::MAX),
+            duration_seconds: 0.0,
+            error_name: None,
+            error: None,
+            warnings: Vec::new(),
+            probe: None,
+        };
+        let result = self.probe_runs(job, &progress, &mut outcome).await;
+        outcome.duration_seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(mut report) => {
+                report.wall_seconds = outcome.duration_seconds;
+                let file = self.probe_dir.join(format!(
+                    "probe-{}.json",
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis())
+                ));
+                report.saved_to = file.display().to_string();
+                let saved = std::fs::create_dir_all(&self.probe_dir)
+                    .and_then(|()| crate::state::write_json(&file, &report));
+                if let Err(e) = saved {
+                    outcome
+                        .warnings
+                        .push(format!("probe results not saved to {}: {e}", file.display()));
+                    report.saved_to.clear();
+                }
+                outcome.ok = true;
+                crate::metrics::record_probe(&report);
+                outcome.probe = Some(report);
+            }
+            Err(e) => {
+                outcome.error_name = Some(format!("{ERROR_PREFIX}.Failed"));
+                outcome.error = Some(format!("probing {}: {e}", job.env.uuid));
+            }
+        }
+        outcome
+    }
+
+    async fn probe_runs(
+        &self,
+        job: &ProbeJob,
+        progress: &UnboundedSender<Progress>,
+        outcome: &mut JobOutcome,
+    ) -> Result<ProbeReport, String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?;
+        let env = job.env.variables.clone();
+        let total = outcome.steps_total;
+        let mut runs = Vec::new();
+        let mut device = String::new();
+        for (i, &workload) in job.options.workloads.iter().enumerate() {
+            let counts: Vec<String> = job.options.clients.iter().map(usize::to_string).collect();
+            let _ = progress.send(Progress {
+                done: i as u32,
+                total,
+                step: format!("{}: solo, then {} clients", workload.name(), counts.join(", ")),
+            });
+            let (exe, env, counts, seconds) =
+                (exe.clone(), env.clone(), job.options.clients.clone(), job.options.seconds);
+            let results = tokio::task::spawn_blocking(move || {
+                crate::probe::run::sweep(&exe, workload, &counts, seconds, &env)
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            for r in results {
+                device = r.solo.device.name.clone();
+                runs.push(probe_run_report(&r));
+            }
+            outcome.steps_done += 1;
+        }
+        Ok(ProbeReport {
+            target: job.env.uuid.clone(),
+            gpu: job.gpu,
+            strategy: job.env.strategy.clone(),
+            device,
+            seconds: job.options.seconds,
+            wall_seconds: 0.0,
+            runs,
+            saved_to: String::new(),
+        })
     }
 
     /// One health check of the MPS servers: a server that does not run or answer is
@@ -466,6 +619,7 @@ impl Engine {
             error_name: None,
             error: None,
             warnings: Vec::new(),
+            probe: None,
         };
         match result {
             Ok(applied) => {
@@ -565,6 +719,58 @@ fn summary(stored: &StoredProfile, active: Option<&str>) -> ProfileSummary {
         description: stored.profile.description.clone(),
         source: stored.source.to_string(),
         active: active == Some(stored.profile.name.as_str()),
+    }
+}
+
+/// What a probe runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeOptions {
+    /// GPU index, `GPU-…` or `MIG-…`; GPU 0 when absent.
+    pub target: Option<String>,
+    /// Workloads, in order.
+    pub workloads: Vec<crate::probe::Workload>,
+    /// Client counts, in order.
+    pub clients: Vec<usize>,
+    /// Measurement window of each run, seconds.
+    pub seconds: f64,
+}
+
+/// A probe that holds the apply lock, with its target's client environment.
+pub struct ProbeJob {
+    options: ProbeOptions,
+    env: ClientEnv,
+    gpu: u32,
+    _guard: RunningGuard,
+}
+
+fn probe_run_report(r: &crate::probe::RunResult) -> ProbeRun {
+    let a = &r.solo.achieved;
+    ProbeRun {
+        workload: r.workload.name().to_string(),
+        clients: u32::try_from(r.clients).unwrap_or(u32::MAX),
+        solo_throughput_per_s: r.solo_throughput_per_s,
+        solo_p50_ms: r.solo_p50_ms,
+        solo_achieved: format!(
+            "{:.1} of {:.1} {} ({:.0} %)",
+            a.value,
+            a.limit,
+            a.unit,
+            a.fraction_of_limit * 100.0
+        ),
+        scaling: r.scaling,
+        jain_fairness: r.jain_fairness,
+        p50_inflation: r.p50_inflation,
+        p99_inflation: r.p99_inflation,
+        per_client: r
+            .per_client
+            .iter()
+            .map(|c| ProbeClient {
+                throughput_per_s: c.throughput_per_s,
+                p50_ms: c.p50_ms,
+                p99_ms: c.p99_ms,
+                slowdown: c.slowdown,
+            })
+            .collect(),
     }
 }
 

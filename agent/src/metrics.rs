@@ -219,6 +219,24 @@ impl ApplyResult {
     }
 }
 
+/// Records a probe's results: per workload, client count and sharing strategy, the
+/// aggregate scaling, Jain's fairness index and the p50 latency inflation of the last run.
+pub fn record_probe(report: &gpushare_proto::types::ProbeReport) {
+    for run in &report.runs {
+        let labels = [
+            ("gpu", report.gpu.to_string()),
+            ("UUID", report.target.clone()),
+            ("workload", run.workload.clone()),
+            ("clients", run.clients.to_string()),
+            ("strategy", report.strategy.clone()),
+        ];
+        metrics::gauge!("gpushare_probe_scaling_ratio", &labels).set(run.scaling);
+        metrics::gauge!("gpushare_probe_fairness_ratio", &labels).set(run.jain_fairness);
+        metrics::gauge!("gpushare_probe_p50_latency_inflation_ratio", &labels)
+            .set(run.p50_inflation);
+    }
+}
+
 /// Counts a finished apply (the boot re-apply included): `gpushare_applies_total`,
 /// `gpushare_apply_duration_seconds`, and `gpushare_rollbacks_total` /
 /// `gpushare_apply_failures_total` when it did not succeed.
@@ -522,6 +540,7 @@ mod tests {
             error_name: name.map(Into::into),
             error: error.map(Into::into),
             warnings: Vec::new(),
+            probe: None,
         }
     }
 

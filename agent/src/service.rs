@@ -15,7 +15,8 @@ use zbus::{Connection, ObjectServer, interface};
 
 use crate::access::AccessPolicy;
 
-use crate::engine::{Engine, EngineError, ProfileRef};
+use crate::engine::{Engine, EngineError, ProbeOptions, ProfileRef};
+use gpushare_proto::types::JobOutcome;
 
 /// Job objects kept for late readers; older ones are removed from the bus.
 const JOBS_KEPT: usize = 16;
@@ -31,6 +32,41 @@ fn to_dbus(e: EngineError) -> AgentError {
         EngineError::Backend(_) => AgentError::Backend(message),
         EngineError::Failed(_) => AgentError::Failed(message),
     }
+}
+
+/// Reads `Probe`'s options: `target` (s), `workloads` (as), `clients` (au), `seconds` (d).
+fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptions, AgentError> {
+    let bad = |key: &str, what: &str| AgentError::Failed(format!("option {key:?} must be {what}"));
+    let mut probe = ProbeOptions {
+        target: None,
+        workloads: crate::probe::Workload::ALL.to_vec(),
+        clients: vec![1, 2, 4, 7],
+        seconds: 3.0,
+    };
+    for (key, value) in options {
+        let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
+        match key.as_str() {
+            "target" => {
+                probe.target = Some(String::try_from(value).map_err(|_| bad(key, "a string"))?);
+            }
+            "workloads" => {
+                let names: Vec<String> =
+                    value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                probe.workloads = names
+                    .iter()
+                    .map(|n| n.parse().map_err(|e: String| AgentError::Failed(e)))
+                    .collect::<Result<_, _>>()?;
+            }
+            "clients" => {
+                let counts: Vec<u32> =
+                    value.try_into().map_err(|_| bad(key, "an array of numbers"))?;
+                probe.clients = counts.into_iter().map(|c| c as usize).collect();
+            }
+            "seconds" => probe.seconds = f64::try_from(value).map_err(|_| bad(key, "a number"))?,
+            other => return Err(AgentError::Failed(format!("unknown option {other:?}"))),
+        }
+    }
+    Ok(probe)
 }
 
 fn json(value: &impl Serialize) -> String {
@@ -138,6 +174,28 @@ impl AgentService {
         self.engine.export().await.map(|e| json(&e)).map_err(to_dbus)
     }
 
+    /// Starts a probe run and returns its job object.
+    async fn probe(
+        &self,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "Probe").await?;
+        let options = probe_options(&options)?;
+        let number = self.next_job.fetch_add(1, Ordering::Relaxed);
+        let path = OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}/{number}"))
+            .expect("job paths are valid object paths");
+        let job = self.engine.begin_probe(options, path.as_str()).await.map_err(to_dbus)?;
+        let engine = Arc::clone(&self.engine);
+        self.spawn_job(server, connection, path, async move |tx| {
+            let outcome = engine.run_probe(&job, tx).await;
+            (outcome, Box::new(job) as Box<dyn std::any::Any + Send>)
+        })
+        .await
+    }
+
     /// The MPS servers with their limits and clients (JSON `MpsStatus`).
     async fn mps_status(&self) -> Result<String, AgentError> {
         self.engine.mps_status().await.map(|s| json(&s)).map_err(to_dbus)
@@ -216,9 +274,32 @@ impl AgentService {
             job.plan().profile,
             job.plan().step_count()
         ))]);
+        let engine = Arc::clone(&self.engine);
+        self.spawn_job(server, connection, path, async move |tx| {
+            let outcome = engine.run_apply(&job, tx).await;
+            (outcome, Box::new(job) as Box<dyn std::any::Any + Send>)
+        })
+        .await
+    }
+
+    /// Publishes the job object at `path` and runs `work` in the background, forwarding
+    /// its progress as signals; `work` returns the outcome and what must live until the
+    /// outcome is reported (the job holding the apply lock).
+    async fn spawn_job<F, Fut>(
+        &self,
+        server: &ObjectServer,
+        connection: &Connection,
+        path: OwnedObjectPath,
+        work: F,
+    ) -> Result<OwnedObjectPath, AgentError>
+    where
+        F: FnOnce(tokio::sync::mpsc::UnboundedSender<crate::apply::Progress>) -> Fut
+            + Send
+            + 'static,
+        Fut: std::future::Future<Output = (JobOutcome, Box<dyn std::any::Any + Send>)> + Send,
+    {
         server.at(&path, JobObject::default()).await?;
         self.remember(server, path.clone()).await;
-
         let engine = Arc::clone(&self.engine);
         let connection = connection.clone();
         let job_path = path.clone();
@@ -232,10 +313,10 @@ impl AgentService {
                     let _ = JobObject::progress(&emitter, p.done, p.total, &p.step).await;
                 }
             };
-            let (outcome, ()) = tokio::join!(engine.run_apply(&job, tx), forward);
+            let ((outcome, keep_until_reported), ()) = tokio::join!(work(tx), forward);
             match &outcome.error {
                 None => {
-                    tracing::info!(job = %job_path.as_str(), profile = %outcome.profile, steps = outcome.steps_done, "apply succeeded")
+                    tracing::info!(job = %job_path.as_str(), what = %outcome.profile, steps = outcome.steps_done, "job succeeded")
                 }
                 Some(e) => tracing::error!(job = %job_path.as_str(), "{e}"),
             }
@@ -250,10 +331,10 @@ impl AgentService {
             }
             let _ = JobObject::finished(&emitter, &text).await;
             // Only now may another apply start, or the agent stop.
-            drop(job);
+            drop(keep_until_reported);
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&format!(
                 "{} {}",
-                if outcome.ok { "applied" } else { "failed to apply" },
+                if outcome.ok { "done:" } else { "failed:" },
                 outcome.profile
             ))]);
             engine.refresh_metrics().await;

@@ -53,7 +53,22 @@ pub enum Command {
     /// Print the variables a client needs to use a GPU or MIG instance as it is shared.
     #[command(after_help = ENV_HELP)]
     Env(EnvArgs),
+    /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
+    /// the current sharing.
+    #[command(after_help = PROBE_HELP)]
+    Probe(ProbeArgs),
 }
+
+/// Shown under the help of `probe`.
+const PROBE_HELP: &str = "\
+Runs as a job of the agent (progress on stderr) and changes nothing. For each workload
+and client count, the clients run together for one window and are compared with one
+client running alone: SCALING is their summed throughput over the solo one (1 client
+alone = 1.00x), FAIRNESS is Jain's index of their throughputs (1.000 = all equal), P50 and
+P99 are latency inflations over solo, SLOWDOWN is solo throughput over each client's.
+Options left out are the agent's defaults. Examples:
+  gpushare-ctl probe
+  gpushare-ctl probe --target 1 --clients 1,2,4 --workload compute --seconds 5";
 
 /// Shown under the help of `env`.
 const ENV_HELP: &str = "\
@@ -195,6 +210,62 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     args.into_iter().skip(1).take_while(|a| a.as_ref() != "--").any(|a| a.as_ref() == "--json")
+}
+
+/// Arguments of `probe`. Whatever is left out is not sent: the agent's defaults apply.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The GPU (index or `GPU-…` UUID) or MIG instance (`MIG-…` UUID) to probe; GPU 0 by
+    /// default.
+    #[arg(long, value_name = "GPU|MIG-UUID")]
+    pub target: Option<String>,
+    /// Client counts to run, comma-separated, each 1-48 (`1,2,4,7`).
+    #[arg(
+        long,
+        value_name = "N,…",
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(u32).range(1..=48)
+    )]
+    pub clients: Vec<u32>,
+    /// Workloads to run, comma-separated: `launch` (tiny kernels), `compute` (fp32 math),
+    /// `memory` (bandwidth).
+    #[arg(long = "workload", value_name = "NAME,…", value_delimiter = ',')]
+    pub workloads: Vec<ProbeWorkload>,
+    /// Measurement window of each run in seconds, 0.5-60.
+    #[arg(long, value_name = "S", value_parser = parse_probe_seconds)]
+    pub seconds: Option<f64>,
+}
+
+/// A workload of `probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProbeWorkload {
+    /// Kernel launch rate: tiny kernels, one after another.
+    Launch,
+    /// Arithmetic throughput (fp32).
+    Compute,
+    /// Device memory bandwidth.
+    Memory,
+}
+
+impl ProbeWorkload {
+    /// The name the agent takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeWorkload::Launch => "launch",
+            ProbeWorkload::Compute => "compute",
+            ProbeWorkload::Memory => "memory",
+        }
+    }
+}
+
+/// `--seconds` of `probe`: a number from 0.5 to 60.
+fn parse_probe_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 =
+        text.trim().parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(0.5..=60.0).contains(&seconds) {
+        return Err(format!("the window must be 0.5 to 60 seconds, not {text}"));
+    }
+    Ok(seconds)
 }
 
 /// Verbs kept out of [`Cli`], so that no help text, man page or completion shows them.
@@ -546,6 +617,96 @@ mod tests {
         assert!(help.to_string().contains("apply"), "{help}");
         assert!(Cli::command().find_subcommand("generate").is_none());
         Hidden::augment_subcommands(Cli::command()).debug_assert();
+    }
+
+    #[test]
+    fn probe_defaults_send_nothing() {
+        match parse(&["probe"]).unwrap().command {
+            Command::Probe(p) => {
+                assert_eq!(p.target, None);
+                assert!(p.clients.is_empty());
+                assert!(p.workloads.is_empty());
+                assert_eq!(p.seconds, None);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn probe_takes_lists() {
+        let cli = parse(&[
+            "probe",
+            "--target",
+            "MIG-1111",
+            "--clients",
+            "1,2,4,7",
+            "--workload",
+            "launch,memory",
+            "--seconds",
+            "0.5",
+            "--json",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        match cli.command {
+            Command::Probe(p) => {
+                assert_eq!(p.target.as_deref(), Some("MIG-1111"));
+                assert_eq!(p.clients, [1, 2, 4, 7]);
+                assert_eq!(p.workloads, [ProbeWorkload::Launch, ProbeWorkload::Memory]);
+                assert_eq!(
+                    p.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
+                    ["launch", "memory"]
+                );
+                assert_eq!(p.seconds, Some(0.5));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["probe", "--clients=48", "--workload=compute", "--seconds=60"])
+            .unwrap()
+            .command
+        {
+            Command::Probe(p) => {
+                assert_eq!(p.clients, [48]);
+                assert_eq!(p.workloads, [ProbeWorkload::Compute]);
+                assert_eq!(p.seconds, Some(60.0));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn probe_usage_errors() {
+        use clap::error::ErrorKind;
+        for bad in [
+            &["probe", "--clients", "0"][..],
+            &["probe", "--clients", "49"],
+            &["probe", "--clients", "1,2,x"],
+            &["probe", "--clients", "1,,2"],
+            &["probe", "--clients", "-1"],
+            &["probe", "--seconds", "0.4"],
+            &["probe", "--seconds", "61"],
+            &["probe", "--seconds", "soon"],
+            &["probe", "--seconds", "NaN"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::ValueValidation | ErrorKind::UnknownArgument),
+                "{bad:?}: {e}"
+            );
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+        for bad in [&["probe", "--workload", "flops"][..], &["probe", "--workload", "launch,io"]] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidValue, "{bad:?}");
+            assert!(e.to_string().contains("launch, compute, memory"), "{e}");
+        }
+        assert_eq!(parse(&["probe", "0"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
+        let cmd = Cli::command();
+        let about = cmd.find_subcommand("probe").and_then(|c| c.get_about()).unwrap().to_string();
+        assert_eq!(
+            about,
+            "Measure what sharing costs: N CUDA client processes against a solo baseline, under the current sharing"
+        );
     }
 
     #[test]

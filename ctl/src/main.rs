@@ -17,7 +17,10 @@
 //! - `mps limit --pid PID [--threads PCT] [--memory SIZE]`: set the limits of the MPS
 //!   server serving a client (they apply to the server's new clients);
 //! - `env GPU|MIG-UUID`: `export` lines of the variables a client needs
-//!   (`eval "$(gpushare-ctl env 0)"`).
+//!   (`eval "$(gpushare-ctl env 0)"`);
+//! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
+//!   [--seconds S]`: measure what sharing costs, N CUDA client processes against a solo
+//!   baseline under the current sharing (a job, followed like `apply`).
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:

@@ -17,13 +17,19 @@ pub struct Glyphs {
     pub tree_last: &'static str,
     /// "becomes".
     pub arrow: &'static str,
+    /// "times", as in a ratio (`P50 ×`).
+    pub times: &'static str,
+    /// Between the ends of a range (`1.02–1.10x`).
+    pub range: &'static str,
 }
 
 impl Glyphs {
     /// For terminals.
-    pub const UNICODE: Glyphs = Glyphs { tree_mid: "├─", tree_last: "└─", arrow: "→" };
+    pub const UNICODE: Glyphs =
+        Glyphs { tree_mid: "├─", tree_last: "└─", arrow: "→", times: "×", range: "–" };
     /// For pipes and files.
-    pub const ASCII: Glyphs = Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->" };
+    pub const ASCII: Glyphs =
+        Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->", times: "x", range: "-" };
 }
 
 /// The output mode of this run.

@@ -295,3 +295,17 @@ fn a_malformed_configuration_keeps_the_agent_up_but_hands_off() {
     let out = agent.ctl(&["validate", file.to_str().unwrap()]);
     assert!(stderr(&out).contains("broken.toml:1:"), "{}", text(&out));
 }
+
+#[test]
+fn the_probe_refuses_simulated_gpus_with_one_line() {
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    let out = agent.ctl(&["probe", "--workload", "launch", "--clients", "1,4", "--seconds", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
+    assert_eq!(reasons, 1, "{err}");
+    assert!(err.contains("the probe measures real GPUs with CUDA"), "{err}");
+    let out = agent.ctl(&["probe", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["error"]["message"].as_str().unwrap().contains("simulates"), "{doc}");
+}

@@ -138,6 +138,12 @@ mod proxies {
         /// The current state of the GPUs as a profile: a [`types::Export`].
         fn export(&self) -> Result<String, AgentError>;
 
+        /// Starts a probe run on one GPU or MIG instance under its current sharing and
+        /// returns the job object; the job's outcome carries a [`types::ProbeReport`].
+        /// Options: `target` (s: GPU index, `GPU-…` or `MIG-…`; default GPU 0),
+        /// `workloads` (as: `launch`, `compute`, `memory`), `clients` (au), `seconds` (d).
+        fn probe(&self, options: HashMap<&str, Value<'_>>) -> Result<OwnedObjectPath, AgentError>;
+
         /// The MPS servers the agent runs, with their limits and clients: a
         /// [`types::MpsStatus`].
         fn mps_status(&self) -> Result<String, AgentError>;

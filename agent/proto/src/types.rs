@@ -217,6 +217,70 @@ pub struct JobOutcome {
     /// Problems that did not fail the job (a failing `post_apply` hook).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// A probe job's results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeReport>,
+}
+
+/// What a probe job measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// `GPU-…` or `MIG-…` probed.
+    pub target: String,
+    /// The GPU's index.
+    pub gpu: u32,
+    /// How the target was shared while probed: `exclusive` (the driver's time-slicing),
+    /// `time-slicing` or `mps`.
+    pub strategy: String,
+    /// The device as the clients saw it.
+    pub device: String,
+    /// Measurement window of each run, seconds.
+    pub seconds: f64,
+    /// Wall time of the whole probe, seconds.
+    pub wall_seconds: f64,
+    /// One entry per workload and client count.
+    pub runs: Vec<ProbeRun>,
+    /// Where the agent keeps the full results.
+    pub saved_to: String,
+}
+
+/// N clients of one workload started together, against a solo baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRun {
+    /// `launch`, `compute` or `memory`.
+    pub workload: String,
+    /// Clients run together.
+    pub clients: u32,
+    /// Solo steps per second.
+    pub solo_throughput_per_s: f64,
+    /// Solo median step latency, ms.
+    pub solo_p50_ms: f64,
+    /// What the solo client achieved against the device's limit, e.g.
+    /// `63.6 of 66.9 TFLOP/s fp32 (95 %)`.
+    pub solo_achieved: String,
+    /// Sum of the clients' throughputs over solo throughput.
+    pub scaling: f64,
+    /// Jain's fairness index of the clients' throughputs (1 = all equal).
+    pub jain_fairness: f64,
+    /// Mean client p50 latency over solo p50.
+    pub p50_inflation: f64,
+    /// Worst client p99 latency over solo p99.
+    pub p99_inflation: f64,
+    /// Each client.
+    pub per_client: Vec<ProbeClient>,
+}
+
+/// One client of a probe run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeClient {
+    /// Steps per second.
+    pub throughput_per_s: f64,
+    /// Median step latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile step latency, ms.
+    pub p99_ms: f64,
+    /// Solo throughput over this client's.
+    pub slowdown: f64,
 }
 
 /// What `ListProfiles` returns.

@@ -1,7 +1,8 @@
 //! `gpushare-ctl apply PROFILE | -f FILE [-c NAME] [--dry-run] [--force]`: starts an apply
 //! job (`Apply` for a name, `ApplyDocument` for a file) and follows it.
 //!
-//! Both calls start the same kind of job and share [`run_job`]. The job signals are subscribed to before `Apply` is called, so none is missed however
+//! Both calls start the same kind of job and share [`run_job`]; `probe` follows its job
+//! with the same [`start_and_follow`]. The job signals are subscribed to before `Apply` is called, so none is missed however
 //! fast the job is; `NameOwnerChanged` of the agent's name is watched too, so that ctl
 //! stops waiting if the agent exits mid-apply. Progress goes to stderr (a bar on a
 //! terminal, `[3/12] GPU 0: ...` lines otherwise, nothing with `--json`); the result is one
@@ -57,30 +58,15 @@ pub async fn run(
     }
 }
 
-/// Starts a job with `start` (the call `method`, `Apply` or `ApplyDocument`), follows its
-/// signals to the end and prints the outcome. The job signals are subscribed to before
-/// `start` runs.
+/// Starts an apply job with `start` (the call `method`, `Apply` or `ApplyDocument`),
+/// follows it to the end and prints the outcome.
 async fn run_job(
     client: &mut Client,
     out: &Output,
     method: &str,
     start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
 ) -> Result<ExitStatus, CtlError> {
-    let (job, jobs, owners) = client
-        .call(method, async |a| {
-            // Subscribe first: the job may finish before the reply reaches us.
-            let jobs =
-                MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
-            let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
-            let job = start(a).await?;
-            Ok((job, jobs, owners))
-        })
-        .await?;
-
-    let mut progress = Progress::new(out);
-    let result = follow(&job, jobs, owners, &mut progress).await;
-    progress.finish();
-    let raw = result?;
+    let raw = start_and_follow(client, out, method, "apply", start).await?;
 
     if out.json {
         out.print_document(&raw, "JobOutcome")?;
@@ -94,6 +80,34 @@ async fn run_job(
     }
     out.print(&render_outcome(&outcome)?);
     Ok(0)
+}
+
+/// Starts a job with `start` (the call `method`: `Apply`, `ApplyDocument`, `Probe`) and
+/// follows its signals to the end, showing progress; returns the outcome document as it
+/// came. The job signals are subscribed to before `start` runs. `what` names the job in
+/// messages (`apply`, `probe`).
+pub async fn start_and_follow(
+    client: &mut Client,
+    out: &Output,
+    method: &str,
+    what: &str,
+    start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
+) -> Result<String, CtlError> {
+    let (job, jobs, owners) = client
+        .call(method, async |a| {
+            // Subscribe first: the job may finish before the reply reaches us.
+            let jobs =
+                MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
+            let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
+            let job = start(a).await?;
+            Ok((job, jobs, owners))
+        })
+        .await?;
+
+    let mut progress = Progress::new(out);
+    let result = follow(&job, what, jobs, owners, &mut progress).await;
+    progress.finish();
+    result
 }
 
 /// Signals of job objects, from the agent's name.
@@ -160,15 +174,16 @@ pub fn agent_left(msg: &Message) -> bool {
 /// Waits for the job's `Finished` signal, reporting progress; returns the outcome document.
 async fn follow(
     job: &OwnedObjectPath,
+    what: &str,
     mut jobs: MessageStream,
     mut owners: MessageStream,
     progress: &mut Progress,
 ) -> Result<String, CtlError> {
     let job = job.as_str();
-    let lost = |what: String| {
+    let lost = |lost: String| {
         CtlError::ctl(
             Kind::ConnectionLost,
-            format!("{what} during the apply; run `gpushare-ctl status` to see the GPUs"),
+            format!("{lost} during the {what}; run `gpushare-ctl status` to see the GPUs"),
         )
     };
     let interrupted = tokio::signal::ctrl_c();
@@ -190,7 +205,7 @@ async fn follow(
                 Some(Ok(msg)) if agent_left(&msg) => {
                     return Err(CtlError::ctl(
                         Kind::AgentExited,
-                        "gpushare-agent exited during the apply; run `gpushare-ctl status` to see the GPUs",
+                        format!("gpushare-agent exited during the {what}; run `gpushare-ctl status` to see the GPUs"),
                     ));
                 }
                 Some(Ok(_)) => {}
@@ -200,7 +215,7 @@ async fn follow(
             _ = &mut interrupted => {
                 return Err(CtlError::ctl(
                     Kind::Interrupted,
-                    format!("interrupted; the agent carries on with the apply ({job}); run `gpushare-ctl status` to see the GPUs"),
+                    format!("interrupted; the agent carries on with the {what} ({job}); run `gpushare-ctl status` to see the GPUs"),
                 )
                 .with_exit_code(130));
             }
@@ -307,6 +322,7 @@ mod tests {
                 "GPU 1: create GPU instance 3g.20gb at slot 4 failed: Insufficient Resources; rolled back to the previous state".into()
             }),
             warnings: vec![],
+            probe: None,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod env;
 pub mod export;
 pub mod mps;
 pub mod plan;
+pub mod probe;
 pub mod profiles;
 pub mod source;
 pub mod status;
@@ -44,5 +45,6 @@ pub async fn run(
         Command::Validate(args) => validate::run(client, out, &args.file).await,
         Command::Mps(args) => mps::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
+        Command::Probe(args) => probe::run(client, out, &args).await,
     }
 }
