@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use gpushare_proto::ERROR_PREFIX;
 use gpushare_proto::types::{
     ClientEnv, Export, GpuStatus, InstanceStatus, JobOutcome, MpsLimitResult, MpsServer, MpsStatus,
-    ProbeClient, ProbeReport, ProbeRun, ProfileDetail, ProfileList, ProfileSummary, Sharing,
-    Status, Validation,
+    ProbeClient, ProbeReport, ProbeRun, ProfileDetail, ProfileList, ProfileSummary, Recommendation,
+    Sharing, Status, StrategyRuns, Validation,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -26,7 +26,7 @@ use crate::config::AgentConfig;
 use crate::gpu::{GpuBackend, GpuError, GpuState, MpsServerState, NodeState};
 use crate::mps::{MpsConfig, MpsController};
 use crate::plan::{self, Plan, PlanError, PlanOptions};
-use crate::profile::{self, Profile, ProfileStore, StoredProfile};
+use crate::profile::{self, Profile, ProfileStore, Sharing as ProfileSharing, StoredProfile};
 use crate::timeslice::TimesliceControl;
 
 /// Why an operation failed, one line each. The service maps each kind to a D-Bus error.
@@ -373,6 +373,23 @@ impl Engine {
         let node = apply::observe(&self.backend, &self.sharing, true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
+        if options.compare {
+            let g = node.gpu(gpu).expect("env_for found this GPU");
+            if g.mig_enabled || g.uuid != env.uuid {
+                return Err(EngineError::Failed(format!(
+                    "--compare changes the sharing of a whole GPU: {} has MIG on; probe a MIG instance without --compare",
+                    g.label()
+                )));
+            }
+            if !g.processes.is_empty() {
+                let pids: Vec<String> = g.processes.iter().map(|p| p.pid.to_string()).collect();
+                return Err(EngineError::Failed(format!(
+                    "--compare would change the sharing under compute processes on {} (PID {}); run it when the GPU is idle",
+                    g.label(),
+                    pids.join(", ")
+                )));
+            }
+        }
         *self.running.lock().expect("running lock") = Some(format!("{job}, probe of {}", env.uuid));
         let guard = RunningGuard { _lock: lock, running: Arc::clone(&self.running) };
         Ok(ProbeJob { options, env, gpu, _guard: guard })
@@ -398,7 +415,11 @@ impl Engine {
             warnings: Vec::new(),
             probe: None,
         };
-        let result = self.probe_runs(job, &progress, &mut outcome).await;
+        let result = if job.options.compare {
+            self.probe_compare(job, &progress, &mut outcome).await
+        } else {
+            self.probe_runs(job, &progress, &mut outcome).await
+        };
         outcome.duration_seconds = started.elapsed().as_secs_f64();
         match result {
             Ok(mut report) => {
@@ -428,6 +449,192 @@ impl Engine {
             }
         }
         outcome
+    }
+
+    /// The sweep under time-slicing, MPS and MPS with 100/N % threads, each set up by a
+    /// transaction like any apply, then the sharing the GPU had (or its profile) restored,
+    /// also after a failure.
+    async fn probe_compare(
+        &self,
+        job: &ProbeJob,
+        progress: &UnboundedSender<Progress>,
+        outcome: &mut JobOutcome,
+    ) -> Result<ProbeReport, String> {
+        let before = self.journal.snapshot();
+        let initial = self.observe().await.map_err(|e| e.to_string())?;
+        let initial_mps = initial
+            .mps
+            .iter()
+            .find(|s| s.uuid == job.env.uuid && s.pid.is_some())
+            .map(|s| s.limits);
+        let result = self.compare_runs(job, progress, outcome).await;
+        // Back to how it was: the active profile, or else the GPU's own sharing.
+        let restored = match (&before.active_profile, &before.active_document) {
+            (_, Some(d)) => {
+                let source =
+                    ProfileRef::Document { text: &d.text, origin: &d.origin, config: &d.config };
+                self.apply_unlocked(self.resolve(source).map_err(|e| e.to_string())?, progress)
+                    .await
+            }
+            (Some(name), None) => {
+                let profile = self.resolve(ProfileRef::Named(name)).map_err(|e| e.to_string())?;
+                self.apply_unlocked(profile, progress).await
+            }
+            (None, None) => {
+                let sharing = match initial_mps {
+                    Some(l) => ProfileSharing::Mps(profile::MpsSettings {
+                        active_thread_percentage: Some(l.active_thread_percentage),
+                        pinned_memory_limit_bytes: l.pinned_memory_limit_bytes,
+                        ..Default::default()
+                    }),
+                    None => ProfileSharing::Exclusive,
+                };
+                let restored = self
+                    .apply_unlocked(whole_gpu("probe-restore", &job.env.uuid, sharing), progress)
+                    .await;
+                restored
+                    .and_then(|()| self.journal.set_active(None, None).map_err(|e| e.to_string()))
+            }
+        };
+        match (result, restored) {
+            (Ok(report), Ok(())) => Ok(report),
+            (Ok(_), Err(e)) => {
+                Err(format!("restoring the sharing after the comparison failed: {e}"))
+            }
+            (Err(e), Ok(())) => Err(format!("{e}; the sharing was restored")),
+            (Err(e), Err(r)) => Err(format!("{e}; restoring the sharing failed too: {r}")),
+        }
+    }
+
+    async fn compare_runs(
+        &self,
+        job: &ProbeJob,
+        progress: &UnboundedSender<Progress>,
+        outcome: &mut JobOutcome,
+    ) -> Result<ProbeReport, String> {
+        use crate::probe::{Workload, run::run_clients, stats::summarize};
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?;
+        let uuid = job.env.uuid.clone();
+        let mps_dir = self.sharing.mps.pipe_dir(&uuid).display().to_string();
+        let counts = job.options.clients.clone();
+        let seconds = job.options.seconds;
+        let limited: Vec<usize> = counts.iter().copied().filter(|&n| n > 1).collect();
+        outcome.steps_total = u32::try_from(2 + limited.len()).unwrap_or(u32::MAX);
+        let say = |done: u32, step: String| {
+            let _ = progress.send(Progress { done, total: outcome.steps_total, step });
+        };
+        let env_with = |mps: bool| {
+            let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid.clone())];
+            if mps {
+                env.push(("CUDA_MPS_PIPE_DIRECTORY".to_string(), mps_dir.clone()));
+            }
+            env
+        };
+        let sweep_all = |env: Vec<(String, String)>| {
+            let (exe, workloads, counts) =
+                (exe.clone(), job.options.workloads.clone(), counts.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut all = Vec::new();
+                for w in workloads {
+                    all.push(crate::probe::run::sweep(&exe, w, &counts, seconds, &env)?);
+                }
+                Ok::<_, String>(all)
+            })
+        };
+
+        say(0, "time-slicing: the GPU without MPS".into());
+        self.apply_unlocked(
+            whole_gpu("probe-time-slicing", &uuid, ProfileSharing::Exclusive),
+            progress,
+        )
+        .await?;
+        let ts = sweep_all(env_with(false)).await.map_err(|e| e.to_string())??;
+        outcome.steps_done += 1;
+
+        say(1, "mps: one MPS server, no limits".into());
+        let unlimited =
+            profile::MpsSettings { active_thread_percentage: Some(100), ..Default::default() };
+        self.apply_unlocked(
+            whole_gpu("probe-mps", &uuid, ProfileSharing::Mps(unlimited)),
+            progress,
+        )
+        .await?;
+        let mps = sweep_all(env_with(true)).await.map_err(|e| e.to_string())??;
+        outcome.steps_done += 1;
+
+        // MPS with 100/N % threads: N clients against the solo run without limits.
+        let mut limited_runs: Vec<Vec<crate::probe::RunResult>> =
+            vec![Vec::new(); job.options.workloads.len()];
+        for (k, &n) in limited.iter().enumerate() {
+            let pct = u32::try_from(100 / n).unwrap_or(1).max(1);
+            say(2 + k as u32, format!("mps-limited: {n} clients at {pct} % threads"));
+            let settings =
+                profile::MpsSettings { active_thread_percentage: Some(pct), ..Default::default() };
+            self.apply_unlocked(
+                whole_gpu("probe-mps-limited", &uuid, ProfileSharing::Mps(settings)),
+                progress,
+            )
+            .await?;
+            for (w, workload) in job.options.workloads.iter().copied().enumerate() {
+                let solo = mps[w][0].solo.clone();
+                let (exe, env) = (exe.clone(), env_with(true));
+                let clients = tokio::task::spawn_blocking(move || {
+                    run_clients(&exe, workload, n, seconds, &env)
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                limited_runs[w].push(summarize(&solo, clients, seconds));
+            }
+            outcome.steps_done += 1;
+        }
+
+        let mut comparison = Vec::new();
+        let mut device = String::new();
+        for (strategy, per_workload) in
+            [("time-slicing", &ts), ("mps", &mps), ("mps-limited", &limited_runs)]
+        {
+            let runs: Vec<ProbeRun> = per_workload.iter().flatten().map(probe_run_report).collect();
+            if let Some(r) = per_workload.iter().flatten().next() {
+                device = r.solo.device.name.clone();
+            }
+            comparison.push(StrategyRuns { strategy: strategy.into(), runs });
+        }
+        let largest = counts.iter().copied().max().unwrap_or(1);
+        let recommendations = job
+            .options
+            .workloads
+            .iter()
+            .map(|w: &Workload| recommend(w.name(), largest, &comparison))
+            .collect();
+        Ok(ProbeReport {
+            target: uuid.clone(),
+            gpu: job.gpu,
+            strategy: "compare".into(),
+            device,
+            seconds,
+            wall_seconds: 0.0,
+            runs: Vec::new(),
+            saved_to: String::new(),
+            comparison,
+            recommendations,
+        })
+    }
+
+    /// Plans and applies `profile` while the caller holds the apply lock (a probe's own
+    /// steps): the same planner, journal and rollback as any apply.
+    async fn apply_unlocked(
+        &self,
+        profile: Profile,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<(), String> {
+        let before = self.observe().await.map_err(|e| e.to_string())?;
+        let plan = plan::plan(&before, &profile, &self.policy).map_err(|e| e.to_string())?;
+        self.transactions
+            .apply(&plan, None, &before, progress)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("setting up {}: {e}", profile.name))
     }
 
     async fn probe_runs(
@@ -471,6 +678,8 @@ impl Engine {
             wall_seconds: 0.0,
             runs,
             saved_to: String::new(),
+            comparison: Vec::new(),
+            recommendations: Vec::new(),
         })
     }
 
@@ -733,6 +942,9 @@ pub struct ProbeOptions {
     pub clients: Vec<usize>,
     /// Measurement window of each run, seconds.
     pub seconds: f64,
+    /// Run the sweep under time-slicing, MPS and MPS with per-client limits, and
+    /// recommend a strategy per workload.
+    pub compare: bool,
 }
 
 /// A probe that holds the apply lock, with its target's client environment.
@@ -741,6 +953,59 @@ pub struct ProbeJob {
     env: ClientEnv,
     gpu: u32,
     _guard: RunningGuard,
+}
+
+/// A profile that sets one whole GPU's sharing and leaves every other GPU alone.
+fn whole_gpu(name: &str, uuid: &str, sharing: ProfileSharing) -> Profile {
+    Profile {
+        name: name.into(),
+        description: "set up by a probe comparison".into(),
+        rules: vec![profile::GpuRule {
+            select: profile::Selector::Uuid(uuid.into()),
+            device_filter: Vec::new(),
+            location: profile::Location { origin: "probe".into(), line: 1, column: 1 },
+            mig: profile::MigLayout::Disabled,
+            sharing,
+            instance_sharing: Vec::new(),
+        }],
+    }
+}
+
+/// The strategy with the best aggregate scaling at `clients` for `workload`; time-slicing
+/// unless another is at least 10 % better.
+fn recommend(workload: &str, clients: usize, comparison: &[StrategyRuns]) -> Recommendation {
+    let scaling = |strategy: &StrategyRuns| {
+        strategy
+            .runs
+            .iter()
+            .find(|r| r.workload == workload && r.clients as usize == clients)
+            .map(|r| r.scaling)
+    };
+    let figures: Vec<(&str, f64)> =
+        comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
+    let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
+    let ts = figures.iter().find(|(s, _)| *s == "time-slicing").map_or(0.0, |f| f.1);
+    let best =
+        figures.iter().copied().fold(("time-slicing", ts), |a, b| if b.1 > a.1 { b } else { a });
+    let (strategy, reason) = if best.0 != "time-slicing" && best.1 >= ts * 1.1 {
+        (
+            best.0,
+            format!(
+                "{:.1}x the work of time-slicing with {clients} clients ({})",
+                best.1 / ts.max(f64::MIN_POSITIVE),
+                listed.join(", ")
+            ),
+        )
+    } else {
+        (
+            "time-slicing",
+            format!(
+                "no meaningful gain from MPS with {clients} clients (within 10 %: {})",
+                listed.join(", ")
+            ),
+        )
+    };
+    Recommendation { workload: workload.into(), strategy: strategy.into(), reason }
 }
 
 fn probe_run_report(r: &crate::probe::RunResult) -> ProbeRun {
@@ -852,6 +1117,57 @@ mod tests {
         config.mps.root = dir.join("mps");
         config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
         Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
+    }
+
+    fn run(workload: &str, clients: u32, scaling: f64) -> ProbeRun {
+        ProbeRun {
+            workload: workload.into(),
+            clients,
+            solo_throughput_per_s: 1.0,
+            solo_p50_ms: 1.0,
+            solo_achieved: String::new(),
+            scaling,
+            jain_fairness: 1.0,
+            p50_inflation: 1.0,
+            p99_inflation: 1.0,
+            per_client: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn recommendations_need_a_ten_percent_gain_over_time_slicing() {
+        let comparison = vec![
+            StrategyRuns {
+                strategy: "time-slicing".into(),
+                runs: vec![run("launch", 7, 0.25), run("compute", 7, 0.89)],
+            },
+            StrategyRuns {
+                strategy: "mps".into(),
+                runs: vec![run("launch", 7, 5.55), run("compute", 7, 0.95)],
+            },
+            StrategyRuns {
+                strategy: "mps-limited".into(),
+                runs: vec![run("launch", 7, 4.8), run("compute", 7, 0.97)],
+            },
+        ];
+        let launch = recommend("launch", 7, &comparison);
+        assert_eq!(launch.strategy, "mps");
+        assert!(
+            launch.reason.starts_with("22.2x the work of time-slicing with 7 clients"),
+            "{}",
+            launch.reason
+        );
+        let compute = recommend("compute", 7, &comparison);
+        assert_eq!(compute.strategy, "time-slicing");
+        assert!(compute.reason.starts_with("no meaningful gain"), "{}", compute.reason);
+    }
+
+    #[test]
+    fn comparison_profiles_touch_one_whole_gpu() {
+        let p = whole_gpu("probe-mps", "GPU-x", ProfileSharing::Exclusive);
+        assert_eq!(p.rules.len(), 1);
+        assert_eq!(p.rules[0].select, profile::Selector::Uuid("GPU-x".into()));
+        assert_eq!(p.rules[0].mig, profile::MigLayout::Disabled);
     }
 
     proptest::proptest! {

@@ -34,7 +34,8 @@ fn to_dbus(e: EngineError) -> AgentError {
     }
 }
 
-/// Reads `Probe`'s options: `target` (s), `workloads` (as), `clients` (au), `seconds` (d).
+/// Reads `Probe`'s options: `target` (s), `workloads` (as), `clients` (au), `seconds` (d),
+/// `compare` (b).
 fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptions, AgentError> {
     let bad = |key: &str, what: &str| AgentError::Failed(format!("option {key:?} must be {what}"));
     let mut probe = ProbeOptions {
@@ -42,6 +43,7 @@ fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptions, 
         workloads: crate::probe::Workload::ALL.to_vec(),
         clients: vec![1, 2, 4, 7],
         seconds: 3.0,
+        compare: false,
     };
     for (key, value) in options {
         let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
@@ -63,6 +65,9 @@ fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptions, 
                 probe.clients = counts.into_iter().map(|c| c as usize).collect();
             }
             "seconds" => probe.seconds = f64::try_from(value).map_err(|_| bad(key, "a number"))?,
+            "compare" => {
+                probe.compare = bool::try_from(value).map_err(|_| bad(key, "a boolean"))?
+            }
             other => return Err(AgentError::Failed(format!("unknown option {other:?}"))),
         }
     }

@@ -61,13 +61,17 @@ pub enum Command {
 
 /// Shown under the help of `probe`.
 const PROBE_HELP: &str = "\
-Runs as a job of the agent (progress on stderr) and changes nothing. For each workload
-and client count, the clients run together for one window and are compared with one
-client running alone: SCALING is their summed throughput over the solo one (1 client
-alone = 1.00x), FAIRNESS is Jain's index of their throughputs (1.000 = all equal), P50 and
-P99 are latency inflations over solo, SLOWDOWN is solo throughput over each client's.
-Options left out are the agent's defaults. Examples:
+Runs as a job of the agent (progress on stderr) and changes nothing (--compare changes the
+sharing for a while and restores it). For each workload and client count, the clients run
+together for one window and are compared with one client running alone: SCALING is their
+summed throughput over the solo one (1 client alone = 1.00x), FAIRNESS is Jain's index of
+their throughputs (1.000 = all equal), P50 and P99 are latency inflations over solo,
+SLOWDOWN is solo throughput over each client's.
+With --compare, each workload gets one table: a row per sharing strategy, its SCALING at
+each client count (N=…) and its FAIRNESS at the largest count, then the strategy
+recommended for it. Options left out are the agent's defaults. Examples:
   gpushare-ctl probe
+  gpushare-ctl probe --compare --clients 1,4,7
   gpushare-ctl probe --target 1 --clients 1,2,4 --workload compute --seconds 5";
 
 /// Shown under the help of `env`.
@@ -234,6 +238,11 @@ pub struct ProbeArgs {
     /// Measurement window of each run in seconds, 0.5-60.
     #[arg(long, value_name = "S", value_parser = parse_probe_seconds)]
     pub seconds: Option<f64>,
+    /// Run the sweep under time-slicing, MPS and MPS with 100/N % threads per client
+    /// (temporarily: the sharing is restored afterwards; refused while another process
+    /// computes on the GPU) and recommend a strategy per workload.
+    #[arg(long)]
+    pub compare: bool,
 }
 
 /// A workload of `probe`.
@@ -627,6 +636,7 @@ mod tests {
                 assert!(p.clients.is_empty());
                 assert!(p.workloads.is_empty());
                 assert_eq!(p.seconds, None);
+                assert!(!p.compare);
             }
             other => panic!("{other:?}"),
         }
@@ -672,6 +682,25 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn probe_takes_compare() {
+        match parse(&["probe", "--compare", "--clients", "1,4,7"]).unwrap().command {
+            Command::Probe(p) => {
+                assert!(p.compare);
+                assert_eq!(p.clients, [1, 4, 7]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cmd = Cli::command();
+        let probe = cmd.find_subcommand("probe").unwrap();
+        let compare = probe.get_arguments().find(|a| a.get_id() == "compare").unwrap();
+        assert_eq!(
+            compare.get_help().unwrap().to_string(),
+            "Run the sweep under time-slicing, MPS and MPS with 100/N % threads per client (temporarily: the sharing is restored afterwards; refused while another process computes on the GPU) and recommend a strategy per workload"
+        );
+        assert!(parse(&["probe", "--compare=yes"]).is_err());
     }
 
     #[test]

@@ -19,8 +19,9 @@
 //! - `env GPU|MIG-UUID`: `export` lines of the variables a client needs
 //!   (`eval "$(gpushare-ctl env 0)"`);
 //! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
-//!   [--seconds S]`: measure what sharing costs, N CUDA client processes against a solo
-//!   baseline under the current sharing (a job, followed like `apply`).
+//!   [--seconds S] [--compare]`: measure what sharing costs, N CUDA client processes
+//!   against a solo baseline under the current sharing (a job, followed like `apply`); with
+//!   `--compare`, under time-slicing, MPS and limited MPS in turn, with a recommendation.
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:

@@ -21,15 +21,19 @@ pub struct Glyphs {
     pub times: &'static str,
     /// Between the ends of a range (`1.02–1.10x`).
     pub range: &'static str,
+    /// Between a name and what is said of it (`launch: mps — …`).
+    pub dash: &'static str,
 }
 
 impl Glyphs {
     /// For terminals.
     pub const UNICODE: Glyphs =
-        Glyphs { tree_mid: "├─", tree_last: "└─", arrow: "→", times: "×", range: "–" };
+        Glyphs {
+            tree_mid: "├─", tree_last: "└─", arrow: "→", times: "×", range: "–", dash: "—"
+        };
     /// For pipes and files.
     pub const ASCII: Glyphs =
-        Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->", times: "x", range: "-" };
+        Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->", times: "x", range: "-", dash: "-" };
 }
 
 /// The output mode of this run.

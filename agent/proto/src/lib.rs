@@ -141,7 +141,9 @@ mod proxies {
         /// Starts a probe run on one GPU or MIG instance under its current sharing and
         /// returns the job object; the job's outcome carries a [`types::ProbeReport`].
         /// Options: `target` (s: GPU index, `GPU-…` or `MIG-…`; default GPU 0),
-        /// `workloads` (as: `launch`, `compute`, `memory`), `clients` (au), `seconds` (d).
+        /// `workloads` (as: `launch`, `compute`, `memory`), `clients` (au), `seconds` (d),
+        /// `compare` (b: run the sweep under time-slicing, MPS and MPS with per-client
+        /// limits, restore the sharing afterwards, and recommend a strategy per workload).
         fn probe(&self, options: HashMap<&str, Value<'_>>) -> Result<OwnedObjectPath, AgentError>;
 
         /// The MPS servers the agent runs, with their limits and clients: a

@@ -242,6 +242,32 @@ pub struct ProbeReport {
     pub runs: Vec<ProbeRun>,
     /// Where the agent keeps the full results.
     pub saved_to: String,
+    /// With `compare`: the same runs under each sharing strategy tried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comparison: Vec<StrategyRuns>,
+    /// With `compare`: the strategy recommended for each workload, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recommendations: Vec<Recommendation>,
+}
+
+/// The runs under one sharing strategy of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StrategyRuns {
+    /// `time-slicing`, `mps` or `mps-limited` (MPS with 100/N % threads per client).
+    pub strategy: String,
+    /// As in [`ProbeReport::runs`]; scaling is against the solo run without limits.
+    pub runs: Vec<ProbeRun>,
+}
+
+/// The strategy recommended for a workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    /// The workload.
+    pub workload: String,
+    /// The strategy: `time-slicing`, `mps` or `mps-limited`.
+    pub strategy: String,
+    /// The numbers behind it, one line.
+    pub reason: String,
 }
 
 /// N clients of one workload started together, against a solo baseline.

@@ -1,5 +1,5 @@
 //! `gpushare-ctl probe [--target GPU|MIG-UUID] [--clients 1,2,4,7]
-//! [--workload launch,compute,memory] [--seconds S]`: starts a probe job (`Probe`) and
+//! [--workload launch,compute,memory] [--seconds S] [--compare]`: starts a probe job (`Probe`) and
 //! follows it like an apply ([`super::apply::start_and_follow`]), then prints what sharing
 //! cost:
 //!
@@ -13,13 +13,26 @@
 //! Results kept in /var/lib/gpushare/probes/20261122T084400Z.json
 //! ```
 //!
+//! With `--compare` the agent runs the sweep under each sharing strategy in turn; each
+//! workload then gets one table, a row per strategy, and a recommendation:
+//!
+//! ```text
+//! launch: solo 23,810 steps/s, p50 0.042 ms (23.8 k launches/s)
+//! STRATEGY        N=4    N=7  FAIRNESS
+//! time-slicing  1.00x  1.01x     0.998
+//! mps           3.67x  6.10x     1.000
+//!
+//! Recommendation:
+//! launch: mps — 6.10x at N=7 against 1.01x time-slicing
+//! ```
+//!
 //! Only the options given are sent; the agent fills in the rest. With `--json` the
 //! [`ProbeReport`] alone is printed, or the JSON error object when the probe failed.
 
 use std::collections::HashMap;
 
 use comfy_table::CellAlignment;
-use gpushare_proto::types::{JobOutcome, ProbeReport, ProbeRun};
+use gpushare_proto::types::{JobOutcome, ProbeReport, ProbeRun, StrategyRuns};
 use zbus::zvariant::Value;
 
 use super::ExitStatus;
@@ -70,6 +83,9 @@ pub fn options(args: &ProbeArgs) -> HashMap<&'static str, Value<'static>> {
     }
     if let Some(seconds) = args.seconds {
         options.insert("seconds", Value::from(seconds));
+    }
+    if args.compare {
+        options.insert("compare", Value::from(true));
     }
     options
 }
@@ -132,25 +148,47 @@ pub fn render_report(report: &ProbeReport, glyphs: Glyphs) -> String {
         report.seconds,
         report.wall_seconds
     );
+    if report.comparison.is_empty() {
+        render_runs(report, glyphs, &mut text);
+    } else {
+        render_comparison(report, glyphs, &mut text);
+    }
+    text.push_str(&format!("\nResults kept in {}\n", report.saved_to));
+    text
+}
+
+/// The workloads of some runs, in the order of their first run.
+fn workloads_of<'a>(runs: impl IntoIterator<Item = &'a ProbeRun>) -> Vec<&'a str> {
     let mut workloads: Vec<&str> = Vec::new();
-    for run in &report.runs {
+    for run in runs {
         if !workloads.contains(&run.workload.as_str()) {
             workloads.push(&run.workload);
         }
     }
+    workloads
+}
+
+/// `launch: solo 23,810 steps/s, p50 0.042 ms (23.8 k launches/s)`, after a blank line.
+fn baseline_line(solo: &ProbeRun, text: &mut String) {
+    text.push('\n');
+    text.push_str(&format!(
+        "{}: solo {} steps/s, p50 {:.3} ms ({})\n",
+        solo.workload,
+        thousands(solo.solo_throughput_per_s),
+        solo.solo_p50_ms,
+        solo.solo_achieved
+    ));
+}
+
+/// Per workload: the solo baseline and a table of client counts.
+fn render_runs(report: &ProbeReport, glyphs: Glyphs, text: &mut String) {
+    let workloads = workloads_of(&report.runs);
     if workloads.is_empty() {
         text.push_str("\nNo runs.\n");
     }
     for workload in workloads {
         let runs: Vec<&ProbeRun> = report.runs.iter().filter(|r| r.workload == workload).collect();
-        let solo = runs[0];
-        text.push('\n');
-        text.push_str(&format!(
-            "{workload}: solo {} steps/s, p50 {:.3} ms ({})\n",
-            thousands(solo.solo_throughput_per_s),
-            solo.solo_p50_ms,
-            solo.solo_achieved
-        ));
+        baseline_line(runs[0], text);
         let times = glyphs.times;
         let mut table = plain_table([
             "CLIENTS".to_owned(),
@@ -177,15 +215,69 @@ pub fn render_report(report: &ProbeReport, glyphs: Glyphs) -> String {
         }
         text.push_str(&render_table(&table));
     }
-    text.push_str(&format!("\nResults kept in {}\n", report.saved_to));
-    text
+}
+
+/// Per workload (in the order of its first run in any strategy): the solo baseline and a
+/// table with a row per strategy (in the report's order), its scaling at each client count
+/// and its fairness at the largest; then the recommendations.
+fn render_comparison(report: &ProbeReport, glyphs: Glyphs, text: &mut String) {
+    let all_runs = || report.comparison.iter().flat_map(|s| &s.runs);
+    let workloads = workloads_of(all_runs());
+    if workloads.is_empty() {
+        text.push_str("\nNo runs.\n");
+    }
+    for workload in workloads {
+        let mut counts: Vec<u32> =
+            all_runs().filter(|r| r.workload == workload).map(|r| r.clients).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let largest = counts.last().copied();
+        if let Some(solo) = all_runs().find(|r| r.workload == workload) {
+            baseline_line(solo, text);
+        }
+        let mut header = vec!["STRATEGY".to_owned()];
+        header.extend(counts.iter().map(|n| format!("N={n}")));
+        header.push("FAIRNESS".to_owned());
+        let mut table = plain_table(header);
+        for column in 1..=counts.len() + 1 {
+            if let Some(c) = table.column_mut(column) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        for strategy in &report.comparison {
+            let at = |n: u32| run_at(strategy, workload, n);
+            let mut row = vec![strategy.strategy.clone()];
+            row.extend(
+                counts.iter().map(|&n| at(n).map_or("-".into(), |r| format!("{:.2}x", r.scaling))),
+            );
+            row.push(
+                largest.and_then(at).map_or("-".into(), |r| format!("{:.3}", r.jain_fairness)),
+            );
+            table.add_row(row);
+        }
+        text.push_str(&render_table(&table));
+    }
+    if !report.recommendations.is_empty() {
+        text.push_str("\nRecommendation:\n");
+        for r in &report.recommendations {
+            text.push_str(&format!(
+                "{}: {} {} {}\n",
+                r.workload, r.strategy, glyphs.dash, r.reason
+            ));
+        }
+    }
+}
+
+/// The run of `workload` with `clients` clients under one strategy.
+fn run_at<'a>(strategy: &'a StrategyRuns, workload: &str, clients: u32) -> Option<&'a ProbeRun> {
+    strategy.runs.iter().find(|r| r.workload == workload && r.clients == clients)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::ProbeWorkload;
-    use gpushare_proto::types::ProbeClient;
+    use gpushare_proto::types::{ProbeClient, Recommendation};
 
     fn client(throughput: f64, slowdown: f64) -> ProbeClient {
         ProbeClient { throughput_per_s: throughput, p50_ms: 0.05, p99_ms: 0.2, slowdown }
@@ -226,6 +318,8 @@ mod tests {
                 run("compute", 7, 1.01, &[6.9, 7.02, 6.95, 7.0, 6.91, 6.99, 7.01]),
             ],
             saved_to: "/var/lib/gpushare/probes/20261122T084400Z.json".into(),
+            comparison: vec![],
+            recommendations: vec![],
         }
     }
 
@@ -265,6 +359,124 @@ Results kept in /var/lib/gpushare/probes/20261122T084400Z.json
         r.seconds = 0.5;
         let text = render_report(&r, Glyphs::ASCII);
         assert!(text.contains("; 0.5 s windows, 41.3 s in all\n\nNo runs.\n\nResults kept in"));
+    }
+
+    /// A run of `workload` at `clients` with a scaling and a fairness.
+    fn scaled(workload: &str, clients: u32, scaling: f64, fairness: f64) -> ProbeRun {
+        let mut r = run(workload, clients, scaling, &vec![1.0; clients as usize]);
+        r.jain_fairness = fairness;
+        r
+    }
+
+    fn comparison_report() -> ProbeReport {
+        let mut r = report();
+        r.strategy = "time-slicing".into();
+        r.wall_seconds = 124.04;
+        r.comparison = vec![
+            StrategyRuns {
+                strategy: "time-slicing".into(),
+                runs: vec![
+                    scaled("launch", 4, 1.0012, 0.9981),
+                    scaled("launch", 7, 1.01, 0.99),
+                    scaled("compute", 4, 1.0, 1.0),
+                    scaled("compute", 7, 0.998, 0.9999),
+                ],
+            },
+            StrategyRuns {
+                strategy: "mps".into(),
+                runs: vec![
+                    scaled("launch", 4, 3.6712, 0.99996),
+                    scaled("launch", 7, 6.1, 0.9712),
+                    scaled("compute", 4, 1.02, 0.874),
+                    scaled("compute", 7, 1.03, 0.8123),
+                ],
+            },
+        ];
+        r.recommendations = vec![
+            Recommendation {
+                workload: "launch".into(),
+                strategy: "mps".into(),
+                reason: "6.10x at N=7 against 1.01x time-slicing".into(),
+            },
+            Recommendation {
+                workload: "compute".into(),
+                strategy: "time-slicing".into(),
+                reason: "no gain from mps (1.03x at N=7); fairer (1.000 against 0.812)".into(),
+            },
+        ];
+        r
+    }
+
+    #[test]
+    fn comparison_has_a_table_per_workload_and_recommendations() {
+        let text = render_report(&comparison_report(), Glyphs::ASCII);
+        let expected = "\
+Probe of GPU-00000000-0000-0000-0000-000000000000 (GPU 0, NVIDIA H100 80GB HBM3) shared as time-slicing; 2 s windows, 124.0 s in all
+
+launch: solo 23,810 steps/s, p50 0.042 ms (23.8 k launches/s)
+STRATEGY        N=4    N=7  FAIRNESS
+time-slicing  1.00x  1.01x     0.990
+mps           3.67x  6.10x     0.971
+
+compute: solo 412 steps/s, p50 2.427 ms (63.6 of 66.9 TFLOP/s fp32 (95 %))
+STRATEGY        N=4    N=7  FAIRNESS
+time-slicing  1.00x  1.00x     1.000
+mps           1.02x  1.03x     0.812
+
+Recommendation:
+launch: mps - 6.10x at N=7 against 1.01x time-slicing
+compute: time-slicing - no gain from mps (1.03x at N=7); fairer (1.000 against 0.812)
+
+Results kept in /var/lib/gpushare/probes/20261122T084400Z.json
+";
+        assert_eq!(text, expected, "\n{text}");
+        let unicode = render_report(&comparison_report(), Glyphs::UNICODE);
+        assert!(unicode.contains("\nlaunch: mps — 6.10x at N=7"), "{unicode}");
+    }
+
+    #[test]
+    fn comparison_marks_runs_a_strategy_lacks() {
+        let mut r = comparison_report();
+        r.comparison[1].runs.retain(|run| !(run.workload == "compute" && run.clients == 7));
+        r.comparison[0].runs.push(scaled("compute", 1, 1.0, 1.0));
+        r.recommendations.clear();
+        let text = render_report(&r, Glyphs::ASCII);
+        assert!(
+            text.contains(
+                "\
+STRATEGY        N=1    N=4    N=7  FAIRNESS
+time-slicing  1.00x  1.00x  1.00x     1.000
+mps               -  1.02x      -         -
+"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("Recommendation:"), "{text}");
+        r.comparison.iter_mut().for_each(|s| s.runs.clear());
+        let text = render_report(&r, Glyphs::ASCII);
+        assert!(text.contains("in all\n\nNo runs.\n\nResults kept in"), "{text}");
+    }
+
+    #[test]
+    fn comparison_json_carries_the_new_fields_only_when_set() {
+        let plain = serde_json::to_value(report()).unwrap();
+        assert!(plain.get("comparison").is_none() && plain.get("recommendations").is_none());
+        let compared = serde_json::to_value(comparison_report()).unwrap();
+        assert_eq!(compared["comparison"][1]["strategy"], "mps");
+        assert_eq!(compared["recommendations"][0]["strategy"], "mps");
+    }
+
+    #[test]
+    fn compare_on_the_command_line_is_sent() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["gpushare-ctl", "probe", "--compare"]).unwrap();
+        let crate::cli::Command::Probe(args) = cli.command else { panic!("{cli:?}") };
+        let o = options(&args);
+        assert_eq!(o.len(), 1);
+        assert_eq!(o["compare"], Value::from(true));
+        let cli = crate::cli::Cli::try_parse_from(["gpushare-ctl", "probe"]).unwrap();
+        let crate::cli::Command::Probe(args) = cli.command else { panic!("{cli:?}") };
+        assert!(!options(&args).contains_key("compare"));
     }
 
     #[test]
@@ -311,16 +523,25 @@ Results kept in /var/lib/gpushare/probes/20261122T084400Z.json
 
     #[test]
     fn only_given_options_are_sent() {
-        let none = ProbeArgs { target: None, clients: vec![], workloads: vec![], seconds: None };
+        let none = ProbeArgs {
+            target: None,
+            clients: vec![],
+            workloads: vec![],
+            seconds: None,
+            compare: false,
+        };
         assert!(options(&none).is_empty());
         let all = ProbeArgs {
             target: Some("1".into()),
             clients: vec![1, 2, 4, 7],
             workloads: vec![ProbeWorkload::Launch, ProbeWorkload::Memory],
             seconds: Some(2.5),
+            compare: true,
         };
         let o = options(&all);
-        assert_eq!(o.len(), 4);
+        assert_eq!(o.len(), 5);
+        assert_eq!(o["compare"], Value::from(true));
+        assert_eq!(o["compare"].value_signature().to_string(), "b");
         assert_eq!(o["target"], Value::from("1"));
         assert_eq!(o["seconds"], Value::from(2.5));
         assert_eq!(o["clients"].value_signature().to_string(), "au");

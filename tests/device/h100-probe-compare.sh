@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `gpushare-ctl probe --compare` on a real GPU host you do not own: the NVML agent with MIG
+# and compute modes left alone runs launch and compute with 1, 4 and 7 clients under
+# time-slicing, MPS and MPS with 100/N % threads (MPS servers it starts and stops itself),
+# restores the sharing, and recommends a strategy per workload. Stops every daemon.
+#   tests/device/h100-probe-compare.sh BIN_DIR [OUT_DIR]
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+out=${2:-$(mktemp -d)}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+ctl() { "$bin/gpushare-ctl" "$@"; }
+printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n' "$work" >"$work/agent.toml"
+dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
+  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
+bus_pid=$!
+for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
+export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
+"$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
+  --state-dir "$work/state" --profiles-dir "$work/none" 2>"$out/agent-compare.log" &
+agent_pid=$!
+for _ in $(seq 200); do ctl status --json >/dev/null 2>&1 && break; sleep 0.05; done
+ctl status
+start=$(date +%s)
+ctl probe --compare --workload launch,compute --clients 1,4,7 --seconds 3
+echo "exit $? after $(( $(date +%s) - start )) s"
+echo "== after: the sharing as before"
+ctl status
+ctl mps status
+kill $agent_pid; wait $agent_pid 2>/dev/null
+kill $bus_pid
+pgrep -fa "nvidia-cuda-mps-control" | grep -v pgrep || echo "no MPS daemon left"
