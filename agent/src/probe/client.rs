@@ -285,7 +285,14 @@ impl Work {
                 .alloc_zeros::<f32>(n)
                 .map_err(|e| format!("allocating {} MiB: {e}", (n * 4) >> 20))
         };
-        let sms = device.sm_count.max(1);
+        // Grids are sized on the SMs this process sees; under an MPS thread limit that is
+        // fewer, so a comparison against an unlimited solo run passes the solo's count to
+        // keep the work of a step the same.
+        let sms = std::env::var("GPUSHARE_PROBE_GRID_SMS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(device.sm_count)
+            .max(1);
         Ok(match workload {
             Workload::Launch => Work {
                 workload,
@@ -306,7 +313,10 @@ impl Work {
                 let blocks = sms * 8;
                 let threads = f64::from(blocks) * 256.0;
                 let flops_per_round = threads * FMA_CHAINS as f64 * 2.0;
-                let iters = (COMPUTE_STEP_TARGET_S * device.fp32_peak_flops / flops_per_round)
+                // The step's work follows the grid's SMs, not the (possibly limited) visible ones.
+                let peak =
+                    device.fp32_peak_flops / f64::from(device.sm_count.max(1)) * f64::from(sms);
+                let iters = (COMPUTE_STEP_TARGET_S * peak / flops_per_round)
                     .ceil()
                     .clamp(1.0, f64::from(i32::MAX)) as i32;
                 Work {
