@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use gpushare_proto::ERROR_PREFIX;
 use gpushare_proto::types::{
     ClientEnv, Export, GpuStatus, InstanceStatus, JobOutcome, MpsLimitResult, MpsServer, MpsStatus,
-    ProbeClient, ProbeReport, ProbeRun, ProfileDetail, ProfileList, ProfileSummary, Recommendation,
-    Sharing, Status, StrategyRuns, Validation,
+    ProbeClient, ProbeReport, ProbeRun, ProfileDetail, ProfileList, ProfileSummary, Sharing,
+    Status, StrategyRuns, Validation,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -251,38 +251,10 @@ impl Engine {
         }
         let sharing = Arc::clone(&self.sharing);
         tokio::task::spawn_blocking(move || {
-            let mps = &sharing.mps;
-            let found =
-                sharing.mps_servers().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
-                    let clients = mps.clients(&s.uuid).ok()?;
-                    let server =
-                        clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
-                    Some((s.uuid, server))
-                });
-            let (uuid, server) = found.ok_or_else(|| {
-                EngineError::Failed(format!(
-                    "PID {pid} is not a client of an MPS server gpushare runs"
-                ))
-            })?;
-            let fail = |e: crate::mps::MpsError| EngineError::Failed(e.to_string());
-            if let Some(t) = threads {
-                mps.command(&uuid, &format!("set_active_thread_percentage {server} {t}"))
-                    .map_err(fail)?;
-                let read = mps
-                    .command(&uuid, &format!("get_active_thread_percentage {server}"))
-                    .map_err(fail)?;
-                if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
-                    return Err(EngineError::Failed(format!(
-                        "the MPS server {server} reports thread percentage {:?} after setting {t}",
-                        read.join(" ")
-                    )));
-                }
-            }
-            if let Some(bytes) = memory_bytes {
-                let value = crate::mps::memory_value(bytes);
-                mps.command(&uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))
-                    .map_err(fail)?;
-            }
+            let (uuid, server) = sharing
+                .mps
+                .limit_client(pid, threads, memory_bytes)
+                .map_err(|e| EngineError::Failed(e.to_string()))?;
             Ok(MpsLimitResult {
                 pid,
                 server_pid: server,
@@ -363,13 +335,7 @@ impl Engine {
         if !(0.5..=60.0).contains(&options.seconds) {
             return Err(EngineError::Failed("probe windows are from 0.5 to 60 seconds".into()));
         }
-        let lock = Arc::clone(&self.apply_lock).try_lock_owned().map_err(|_| {
-            let running = self.running.lock().expect("running lock").clone();
-            EngineError::Busy(format!(
-                "an apply or probe is running ({}); try again when it has finished",
-                running.unwrap_or_else(|| "recovery at start-up".into())
-            ))
-        })?;
+        let lock = self.try_lock()?;
         let node = apply::observe(&self.backend, &self.sharing, true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
@@ -608,7 +574,7 @@ impl Engine {
             .options
             .workloads
             .iter()
-            .map(|w: &Workload| recommend(w.name(), largest, &comparison))
+            .map(|w: &Workload| crate::probe::stats::recommend(w.name(), largest, &comparison))
             .collect();
         Ok(ProbeReport {
             target: uuid.clone(),
@@ -779,13 +745,7 @@ impl Engine {
         job: &str,
     ) -> Result<ApplyJob, EngineError> {
         let profile = self.resolve(source)?;
-        let lock = Arc::clone(&self.apply_lock).try_lock_owned().map_err(|_| {
-            let running = self.running.lock().expect("running lock").clone();
-            EngineError::Busy(format!(
-                "another apply is running ({}); try again when it has finished",
-                running.unwrap_or_else(|| "recovery at start-up".into())
-            ))
-        })?;
+        let lock = self.try_lock()?;
         *self.running.lock().expect("running lock") =
             Some(format!("{job}, profile {}", profile.name));
         let guard = RunningGuard { _lock: lock, running: Arc::clone(&self.running) };
@@ -887,6 +847,22 @@ impl Engine {
         }
     }
 
+    /// Takes the apply lock at once, or says what holds it. Applies and probes share it:
+    /// neither may overlap the other.
+    fn try_lock(&self) -> Result<OwnedMutexGuard<()>, EngineError> {
+        Arc::clone(&self.apply_lock).try_lock_owned().map_err(|_| {
+            let running = self.running.lock().expect("running lock").clone();
+            let what = match &running {
+                Some(job) if job.contains(", probe of ") => "a probe",
+                _ => "another apply",
+            };
+            EngineError::Busy(format!(
+                "{what} is running ({}); try again when it has finished",
+                running.unwrap_or_else(|| "recovery at start-up".into())
+            ))
+        })
+    }
+
     /// Waits for a running apply to end and keeps any new one from starting: for shutdown.
     pub async fn quiesce(&self) -> OwnedMutexGuard<()> {
         Arc::clone(&self.apply_lock).lock_owned().await
@@ -972,47 +948,6 @@ fn whole_gpu(name: &str, uuid: &str, sharing: ProfileSharing) -> Profile {
             instance_sharing: Vec::new(),
         }],
     }
-}
-
-/// The least gain over time-slicing that makes a recommendation of MPS.
-const MEANINGFUL_GAIN: f64 = 1.25;
-
-/// The strategy with the best aggregate scaling at `clients` for `workload`; time-slicing
-/// unless another does at least a quarter more work: below that the gain is within what
-/// runs vary by, and not worth MPS's weaker fault isolation.
-fn recommend(workload: &str, clients: usize, comparison: &[StrategyRuns]) -> Recommendation {
-    let scaling = |strategy: &StrategyRuns| {
-        strategy
-            .runs
-            .iter()
-            .find(|r| r.workload == workload && r.clients as usize == clients)
-            .map(|r| r.scaling)
-    };
-    let figures: Vec<(&str, f64)> =
-        comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
-    let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
-    let ts = figures.iter().find(|(s, _)| *s == "time-slicing").map_or(0.0, |f| f.1);
-    let best =
-        figures.iter().copied().fold(("time-slicing", ts), |a, b| if b.1 > a.1 { b } else { a });
-    let (strategy, reason) = if best.0 != "time-slicing" && best.1 >= ts * MEANINGFUL_GAIN {
-        (
-            best.0,
-            format!(
-                "{:.1}x the work of time-slicing with {clients} clients ({})",
-                best.1 / ts.max(f64::MIN_POSITIVE),
-                listed.join(", ")
-            ),
-        )
-    } else {
-        (
-            "time-slicing",
-            format!(
-                "no meaningful gain from MPS with {clients} clients (less than 25 % more work: {})",
-                listed.join(", ")
-            ),
-        )
-    };
-    Recommendation { workload: workload.into(), strategy: strategy.into(), reason }
 }
 
 fn probe_run_report(r: &crate::probe::RunResult) -> ProbeRun {
@@ -1124,49 +1059,6 @@ mod tests {
         config.mps.root = dir.join("mps");
         config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
         Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
-    }
-
-    fn run(workload: &str, clients: u32, scaling: f64) -> ProbeRun {
-        ProbeRun {
-            workload: workload.into(),
-            clients,
-            solo_throughput_per_s: 1.0,
-            solo_p50_ms: 1.0,
-            solo_achieved: String::new(),
-            scaling,
-            jain_fairness: 1.0,
-            p50_inflation: 1.0,
-            p99_inflation: 1.0,
-            per_client: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn recommendations_need_a_quarter_more_work_than_time_slicing() {
-        let comparison = vec![
-            StrategyRuns {
-                strategy: "time-slicing".into(),
-                runs: vec![run("launch", 7, 0.25), run("compute", 7, 0.89)],
-            },
-            StrategyRuns {
-                strategy: "mps".into(),
-                runs: vec![run("launch", 7, 5.55), run("compute", 7, 1.01)],
-            },
-            StrategyRuns {
-                strategy: "mps-limited".into(),
-                runs: vec![run("launch", 7, 4.8), run("compute", 7, 0.97)],
-            },
-        ];
-        let launch = recommend("launch", 7, &comparison);
-        assert_eq!(launch.strategy, "mps");
-        assert!(
-            launch.reason.starts_with("22.2x the work of time-slicing with 7 clients"),
-            "{}",
-            launch.reason
-        );
-        let compute = recommend("compute", 7, &comparison);
-        assert_eq!(compute.strategy, "time-slicing");
-        assert!(compute.reason.starts_with("no meaningful gain"), "{}", compute.reason);
     }
 
     #[test]

@@ -288,6 +288,42 @@ impl MpsController {
     }
 }
 
+impl MpsController {
+    /// Sets the limits of the MPS server process serving client `pid` (MPS applies them
+    /// to that server's new clients); the thread percentage is read back. Returns the
+    /// device and the server process.
+    pub fn limit_client(
+        &self,
+        pid: u32,
+        threads: Option<u32>,
+        memory_bytes: Option<u64>,
+    ) -> Result<(String, u32), MpsError> {
+        let found = self.servers().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
+            let clients = self.clients(&s.record.uuid).ok()?;
+            let server = clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
+            Some((s.record.uuid, server))
+        });
+        let (uuid, server) = found.ok_or_else(|| {
+            MpsError(format!("PID {pid} is not a client of an MPS server gpushare runs"))
+        })?;
+        if let Some(t) = threads {
+            self.command(&uuid, &format!("set_active_thread_percentage {server} {t}"))?;
+            let read = self.command(&uuid, &format!("get_active_thread_percentage {server}"))?;
+            if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
+                return Err(MpsError(format!(
+                    "the MPS server {server} reports thread percentage {:?} after setting {t}",
+                    read.join(" ")
+                )));
+            }
+        }
+        if let Some(bytes) = memory_bytes {
+            let value = memory_value(bytes);
+            self.command(&uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))?;
+        }
+        Ok((uuid, server))
+    }
+}
+
 /// `2G` when whole GiB, else `<n>M` (MPS takes G or M).
 pub fn memory_value(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;

@@ -1,5 +1,8 @@
 //! Pure statistics of the probe: percentiles, Jain's fairness index, scaling, slowdown,
-//! latency inflation, and the summary of a run from its clients' reports.
+//! latency inflation, the summary of a run from its clients' reports, and the strategy a
+//! comparison recommends.
+
+use gpushare_proto::types::{Recommendation, StrategyRuns};
 
 use super::{ClientResult, ClientStats, RunResult};
 
@@ -85,6 +88,47 @@ pub fn summarize(solo: &ClientResult, clients: Vec<ClientResult>, seconds: f64) 
         solo: solo.clone(),
         client_results: clients,
     }
+}
+
+/// The least gain over time-slicing that makes a recommendation of MPS.
+pub const MEANINGFUL_GAIN: f64 = 1.25;
+
+/// The strategy with the best aggregate scaling at `clients` for `workload`; time-slicing
+/// unless another does at least a quarter more work: below that the gain is within what
+/// runs vary by, and not worth MPS's weaker fault isolation.
+pub fn recommend(workload: &str, clients: usize, comparison: &[StrategyRuns]) -> Recommendation {
+    let scaling = |strategy: &StrategyRuns| {
+        strategy
+            .runs
+            .iter()
+            .find(|r| r.workload == workload && r.clients as usize == clients)
+            .map(|r| r.scaling)
+    };
+    let figures: Vec<(&str, f64)> =
+        comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
+    let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
+    let ts = figures.iter().find(|(s, _)| *s == "time-slicing").map_or(0.0, |f| f.1);
+    let best =
+        figures.iter().copied().fold(("time-slicing", ts), |a, b| if b.1 > a.1 { b } else { a });
+    let (strategy, reason) = if best.0 != "time-slicing" && best.1 >= ts * MEANINGFUL_GAIN {
+        (
+            best.0,
+            format!(
+                "{:.1}x the work of time-slicing with {clients} clients ({})",
+                best.1 / ts.max(f64::MIN_POSITIVE),
+                listed.join(", ")
+            ),
+        )
+    } else {
+        (
+            "time-slicing",
+            format!(
+                "no meaningful gain from MPS with {clients} clients (less than 25 % more work: {})",
+                listed.join(", ")
+            ),
+        )
+    };
+    Recommendation { workload: workload.into(), strategy: strategy.into(), reason }
 }
 
 #[cfg(test)]
@@ -177,5 +221,48 @@ mod tests {
         // The JSON form round-trips.
         let json = serde_json::to_string(&run).unwrap();
         assert_eq!(serde_json::from_str::<RunResult>(&json).unwrap(), run);
+    }
+
+    fn run(workload: &str, clients: u32, scaling: f64) -> gpushare_proto::types::ProbeRun {
+        gpushare_proto::types::ProbeRun {
+            workload: workload.into(),
+            clients,
+            solo_throughput_per_s: 1.0,
+            solo_p50_ms: 1.0,
+            solo_achieved: String::new(),
+            scaling,
+            jain_fairness: 1.0,
+            p50_inflation: 1.0,
+            p99_inflation: 1.0,
+            per_client: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn recommendations_need_a_quarter_more_work_than_time_slicing() {
+        let comparison = vec![
+            StrategyRuns {
+                strategy: "time-slicing".into(),
+                runs: vec![run("launch", 7, 0.25), run("compute", 7, 0.89)],
+            },
+            StrategyRuns {
+                strategy: "mps".into(),
+                runs: vec![run("launch", 7, 5.55), run("compute", 7, 1.01)],
+            },
+            StrategyRuns {
+                strategy: "mps-limited".into(),
+                runs: vec![run("launch", 7, 4.8), run("compute", 7, 0.97)],
+            },
+        ];
+        let launch = recommend("launch", 7, &comparison);
+        assert_eq!(launch.strategy, "mps");
+        assert!(
+            launch.reason.starts_with("22.2x the work of time-slicing with 7 clients"),
+            "{}",
+            launch.reason
+        );
+        let compute = recommend("compute", 7, &comparison);
+        assert_eq!(compute.strategy, "time-slicing");
+        assert!(compute.reason.starts_with("no meaningful gain"), "{}", compute.reason);
     }
 }
