@@ -18,17 +18,24 @@ fn help_names_the_options() {
     }
 }
 
-#[test]
-fn a_bad_simulation_spec_is_one_line() {
+/// Runs the agent with `args` on a bus that is not there and a fresh state directory;
+/// it must fail, and its stderr is returned.
+fn failing_start(args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out = agent()
-        .args(["--simulate", "v100:2", "--config", "/dev/null", "--bus", "unix:path=/nonexistent"])
+        .args(args)
+        .args(["--config", "/dev/null", "--bus", "unix:path=/nonexistent"])
         .arg("--state-dir")
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_simulation_spec_is_one_line() {
+    let err = failing_start(&["--simulate", "v100:2"]);
     assert!(err.contains("unknown GPU model \"v100\""), "{err}");
 }
 
@@ -37,14 +44,6 @@ fn without_a_driver_the_nvml_backend_says_how_to_try_it() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
         return; // A GPU host: the NVML backend would start.
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = agent()
-        .args(["--config", "/dev/null", "--bus", "unix:path=/nonexistent"])
-        .arg("--state-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failing_start(&[]);
     assert!(err.contains("--simulate a100-40gb:8"), "{err}");
 }
