@@ -10,6 +10,8 @@ bin=$(cd "$1" && pwd)
 out=${2:-$(mktemp -d)}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
+# shellcheck source=tests/device/lib.sh
+. "$root/tests/device/lib.sh"
 ctl() { "$bin/gpushare-ctl" "$@"; }
 show() { echo "\$ gpushare-ctl $*"; ctl "$@"; echo "exit $?"; }
 step() { echo; echo "== $*"; }
@@ -30,38 +32,12 @@ select = "all"
 mig = "disabled"
 sharing.mps = { active_thread_percentage = 25, pinned_memory_limit = "2GiB" }
 TOML
-cat >"$work/client.py" <<'PY'
-import ctypes, os, sys, time
-cuda = ctypes.CDLL("libcuda.so.1")
-t = time.perf_counter()
-assert cuda.cuInit(0) == 0
-dev = ctypes.c_int(); assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
-ctx = ctypes.c_void_p(); r = cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-assert r == 0, r
-assert cuda.cuCtxSetCurrent(ctx) == 0
-print(f"first context: {(time.perf_counter() - t) * 1000:.1f} ms pid {os.getpid()}", flush=True)
-for gib in [float(a) for a in sys.argv[1:]]:
-    p = ctypes.c_uint64()
-    r = cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(gib * (1 << 30))))
-    print(f"alloc {gib:g} GiB: {'ok' if r == 0 else f'fails (CUDA error {r})'}", flush=True)
-    if r == 0:
-        cuda.cuMemFree_v2(p)
-if os.environ.get("HOLD"):
-    time.sleep(float(os.environ["HOLD"]))
-PY
+write_cuda_client "$work/client.py"
 
 step "GPU before"
 nvidia-smi --query-gpu=index,name,driver_version,mig.mode.current,compute_mode --format=csv | tee "$work/before.csv"
 
-dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
-  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
-bus_pid=$!
-for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
-export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
-GPUSHARE_LOG=info "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
-  --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$out/agent.log" &
-agent_pid=$!
-for _ in $(seq 200); do ctl status --json >/dev/null 2>&1 && break; sleep 0.05; done
+start_agent "$out/agent.log"
 
 step "apply the MPS profile"
 show plan -f "$work/h100-mps.toml"
@@ -104,7 +80,7 @@ done
 echo "gpushare-ctl apply wall time: $(ms "${apply_ms[@]}")"
 echo "job duration inside the agent: $(ms "${job_ms[@]}")"
 
-kill $agent_pid; wait $agent_pid 2>/dev/null
+stop_agent
 
 step "first CUDA context through a bare daemon started by hand (10 clients)"
 export CUDA_MPS_PIPE_DIRECTORY=$work/bare/pipe CUDA_MPS_LOG_DIRECTORY=$work/bare/log
@@ -122,7 +98,6 @@ echo "${bare[*]}"; ms "${bare[@]}"
 echo quit | nvidia-cuda-mps-control
 sleep 1
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-kill $bus_pid
 pgrep -fa "nvidia-cuda-mps" | grep -v pgrep || echo "no MPS process left"
 
 step "GPU after"

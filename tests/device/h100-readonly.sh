@@ -12,6 +12,8 @@ out=${2:-$(mktemp -d)}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export GPUSHARE_REPO_ROOT=$root GPUSHARE_AGENT_BIN=$bin/gpushare-agent GPUSHARE_CTL_BIN=$bin/gpushare-ctl
 work=$(mktemp -d)
+# shellcheck source=tests/device/lib.sh
+. "$root/tests/device/lib.sh"
 query="index,name,driver_version,pci.device_id,mig.mode.current,compute_mode"
 
 step() { echo; echo "== $*"; }
@@ -24,15 +26,7 @@ step "gpushare-agent --check-catalog (NVML's MIG profile tables against the cata
 
 step "agent on NVML, hands off, on a private bus"
 printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n' >"$work/agent.toml"
-dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
-  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
-bus_pid=$!
-for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
-export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
-GPUSHARE_LOG=info "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
-  --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$out/agent.log" &
-agent_pid=$!
-for _ in $(seq 200); do "$bin/gpushare-ctl" status --json >/dev/null 2>&1 && break; sleep 0.05; done
+start_agent "$out/agent.log"
 
 ctl() { echo "\$ gpushare-ctl $*"; "$bin/gpushare-ctl" "$@"; echo "exit $?"; }
 ctl status
@@ -47,8 +41,7 @@ ctl export
 ctl assert all-disabled
 ctl assert half-balanced
 
-kill $agent_pid; wait $agent_pid
-kill $bus_pid
+stop_agent
 
 step "timings (gpushare-bench --nvml)"
 "$bin/gpushare-bench" --nvml --runs 50 2>/dev/null

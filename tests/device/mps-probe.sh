@@ -7,6 +7,9 @@
 set -uo pipefail
 out=${1:-$(mktemp -d)}
 work=$(mktemp -d)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/device/lib.sh
+. "$root/tests/device/lib.sh"
 export CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 ctl() { echo "> $*"; echo "$*" | nvidia-cuda-mps-control; echo "[exit $?]"; }
@@ -27,26 +30,7 @@ ctl bogus_command
 ls -la "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 cat "$CUDA_MPS_PIPE_DIRECTORY"/*.pid 2>/dev/null; echo
 
-cat > "$work/client.py" <<'PY'
-import ctypes, os, sys, time
-cuda = ctypes.CDLL("libcuda.so.1")
-t = time.perf_counter()
-assert cuda.cuInit(0) == 0
-dev = ctypes.c_int(); assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
-ctx = ctypes.c_void_p(); r = cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-assert r == 0, r
-assert cuda.cuCtxSetCurrent(ctx) == 0
-first = time.perf_counter() - t
-print(f"first context: {first*1000:.1f} ms pid {os.getpid()}", flush=True)
-for gib in [float(a) for a in sys.argv[1:]]:
-    p = ctypes.c_uint64()
-    r = cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(gib * (1 << 30))))
-    print(f"alloc {gib} GiB: {'ok' if r == 0 else f'error {r}'}", flush=True)
-    if r == 0:
-        cuda.cuMemFree_v2(p)
-if os.environ.get("HOLD"):
-    time.sleep(float(os.environ["HOLD"]))
-PY
+write_cuda_client "$work/client.py"
 echo "== client through the daemon (1 GiB then 4 GiB; limit 2G)"
 HOLD=3 python3 "$work/client.py" 1 4 &
 cpid=$!

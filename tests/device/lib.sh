@@ -1,0 +1,47 @@
+# Shared by the device scripts (sourced, not run): a private bus with the agent on it, and
+# a small CUDA client. Needs $bin (release binaries), $root (the repository), $work (a
+# scratch directory).
+
+# Starts dbus-daemon on $work/bus and gpushare-agent (NVML) on it with $work/agent.toml,
+# logging to $1; exports GPUSHARE_BUS_ADDRESS and waits until the agent answers.
+start_agent() {
+  dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
+    --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
+  bus_pid=$!
+  for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
+  export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
+  GPUSHARE_LOG=info "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
+    --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$1" &
+  agent_pid=$!
+  for _ in $(seq 200); do "$bin/gpushare-ctl" status --json >/dev/null 2>&1 && break; sleep 0.05; done
+}
+
+# Stops the agent (it finishes a running apply first), then the bus.
+stop_agent() {
+  kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
+  kill "$bus_pid"
+}
+
+# Writes a CUDA client (Python, ctypes on libcuda) to $1: it times its first context, then
+# allocates each size in GiB given as an argument, then sleeps $HOLD seconds if set.
+write_cuda_client() {
+  cat >"$1" <<'PY'
+import ctypes, os, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+t = time.perf_counter()
+assert cuda.cuInit(0) == 0
+dev = ctypes.c_int(); assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+ctx = ctypes.c_void_p(); r = cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+assert r == 0, r
+assert cuda.cuCtxSetCurrent(ctx) == 0
+print(f"first context: {(time.perf_counter() - t) * 1000:.1f} ms pid {os.getpid()}", flush=True)
+for gib in [float(a) for a in sys.argv[1:]]:
+    p = ctypes.c_uint64()
+    r = cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(gib * (1 << 30))))
+    print(f"alloc {gib:g} GiB: {'ok' if r == 0 else f'fails (CUDA error {r})'}", flush=True)
+    if r == 0:
+        cuda.cuMemFree_v2(p)
+if os.environ.get("HOLD"):
+    time.sleep(float(os.environ["HOLD"]))
+PY
+}
