@@ -7,6 +7,9 @@
 //! in [`types`]. Fields may be added; none are renamed or removed.
 
 pub mod types;
+mod vocab;
+
+pub use vocab::*;
 
 use std::collections::HashMap;
 
@@ -26,9 +29,6 @@ pub const JOB_PATH_PREFIX: &str = "/io/gpushare/Agent1/jobs";
 pub const ERROR_PREFIX: &str = "io.gpushare.Agent1.Error";
 /// Environment variable naming the bus address clients use instead of the system bus.
 pub const BUS_ADDRESS_ENV: &str = "GPUSHARE_BUS_ADDRESS";
-
-/// Option key of `Apply`: proceed although compute processes use what must change.
-pub const OPTION_FORCE: &str = "force";
 
 /// Parses a byte size as profiles and `gpushare-ctl` take it: a number of bytes, or a number with a unit
 /// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.

@@ -83,7 +83,7 @@ pub struct Sharing {
 impl Sharing {
     /// No sharing set up by gpushare.
     pub fn exclusive() -> Self {
-        Self { strategy: "exclusive".into(), interval: None, mps: None }
+        Self { strategy: crate::Strategy::Exclusive.as_str().into(), interval: None, mps: None }
     }
 }
 
