@@ -5,8 +5,6 @@
 //! service checks every mutating call again from the caller's credentials as the bus
 //! reports them (uid and supplementary groups). Reading is open to everyone.
 
-use std::ffi::CString;
-
 /// The group whose members may change the GPUs.
 pub const GROUP: &str = "gpushare";
 
@@ -21,7 +19,7 @@ impl AccessPolicy {
     /// The policy for an agent running as `agent_uid`, with the `gpushare` group looked up
     /// in the system's group database (`None` when it does not exist).
     pub fn for_this_host(agent_uid: u32) -> Self {
-        AccessPolicy { agent_uid, group_gid: group_id(GROUP) }
+        AccessPolicy { agent_uid, group_gid: crate::sys::unix::group_id(GROUP) }
     }
 
     /// A policy with a known group id, for tests.
@@ -50,28 +48,6 @@ impl AccessPolicy {
     }
 }
 
-/// The gid of group `name`, from the system's group database (NSS included).
-pub fn group_id(name: &str) -> Option<u32> {
-    let name = CString::new(name).ok()?;
-    let mut buffer = vec![0u8; 16 * 1024];
-    // SAFETY: `libc::group` is plain old data; an all-zero value is valid and is only
-    // read after getgrnam_r has filled it.
-    let mut group: libc::group = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call: the name is NUL-terminated, the buffer
-    // and its length match, and `group`/`found` outlive it. getgrnam_r is thread-safe.
-    let rc = unsafe {
-        libc::getgrnam_r(
-            name.as_ptr(),
-            &mut group,
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            &mut found,
-        )
-    };
-    (rc == 0 && !found.is_null()).then_some(group.gr_gid)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,12 +67,5 @@ mod tests {
         assert!(AccessPolicy::new(1000, None).may_change(Some(1000), &[]).is_ok());
         let e = AccessPolicy::new(0, None).may_change(Some(1000), &[]).unwrap_err();
         assert!(e.contains("does not exist on this host"), "{e}");
-    }
-
-    #[test]
-    fn groups_are_looked_up() {
-        assert_eq!(group_id("root"), Some(0));
-        assert_eq!(group_id("no-such-group-gpushare-test"), None);
-        assert_eq!(group_id("bad\0name"), None);
     }
 }

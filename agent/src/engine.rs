@@ -398,7 +398,7 @@ impl Engine {
                 ));
                 report.saved_to = file.display().to_string();
                 let saved = std::fs::create_dir_all(&self.probe_dir)
-                    .and_then(|()| crate::state::write_json(&file, &report));
+                    .and_then(|()| crate::sys::files::write_json(&file, &report));
                 if let Err(e) = saved {
                     outcome
                         .warnings

@@ -17,5 +17,5 @@ pub mod plan;
 pub mod probe;
 pub mod profile;
 pub mod service;
-pub mod state;
+pub mod sys;
 pub mod timeslice;

@@ -18,7 +18,7 @@ use gpushare_agent::gpu::nvml::{NvmlBackend, compare_with_catalog};
 use gpushare_agent::gpu::sim::{self, SimBackend, SimOptions};
 use gpushare_agent::profile::ProfileStore;
 use gpushare_agent::service::AgentService;
-use gpushare_agent::state;
+use gpushare_agent::sys::{files, unix};
 use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use tracing_subscriber::EnvFilter;
 
@@ -160,11 +160,6 @@ fn check_catalog() -> ExitCode {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn user_state_dir() -> PathBuf {
     let base = std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
@@ -183,14 +178,14 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
     let state_dir = args.state_dir.clone().unwrap_or_else(|| {
-        if is_root() || config.state_dir != Path::new(config::DEFAULT_STATE_DIR) {
+        if unix::is_root() || config.state_dir != Path::new(config::DEFAULT_STATE_DIR) {
             config.state_dir.clone()
         } else {
             user_state_dir()
         }
     });
     let profiles_dir = args.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
-    let _state_lock = state::lock_state_dir(&state_dir)
+    let _state_lock = files::lock_state_dir(&state_dir)
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
 
     let backend: Arc<dyn GpuBackend> = match &args.simulate {
@@ -233,10 +228,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
 
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let access = AccessPolicy::for_this_host(unsafe { libc::geteuid() });
-    let bus =
-        args.bus.clone().unwrap_or_else(|| if is_root() { "system" } else { "session" }.into());
+    let access = AccessPolicy::for_this_host(unix::effective_uid());
+    let bus = args
+        .bus
+        .clone()
+        .unwrap_or_else(|| if unix::is_root() { "system" } else { "session" }.into());
     let builder = match bus.as_str() {
         "system" => zbus::connection::Builder::system(),
         "session" => zbus::connection::Builder::session(),

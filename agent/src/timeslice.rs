@@ -2,9 +2,13 @@
 //! public setter; NVIDIA's DRA driver does the same).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::profile::TimeSliceInterval;
+use crate::sys::command::Command;
+
+/// How long one nvidia-smi run may take (`status` waits for it).
+const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reads and sets time-slice intervals with one nvidia-smi.
 #[derive(Debug, Clone)]
@@ -41,24 +45,20 @@ impl TimesliceControl {
     }
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
-        let output = Command::new(&self.nvidia_smi)
+        let shown = || format!("{} {}", self.nvidia_smi.display(), args.join(" "));
+        let done = Command::new(&self.nvidia_smi, NVIDIA_SMI_TIMEOUT)
             .args(args)
-            .stdin(Stdio::null())
-            .output()
+            .run()
             .map_err(|e| format!("cannot run {}: {e}", self.nvidia_smi.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let why = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty());
-            return Err(format!(
-                "{} {} failed ({}): {}",
-                self.nvidia_smi.display(),
-                args.join(" "),
-                output.status,
-                why.unwrap_or("no output").trim()
-            ));
+        match done.status {
+            Some(status) if status.success() => Ok(done.stdout_text()),
+            Some(status) => Err(format!("{} failed ({status}): {}", shown(), done.first_line())),
+            None => Err(format!(
+                "{} did not finish within {} s and was killed",
+                shown(),
+                NVIDIA_SMI_TIMEOUT.as_secs()
+            )),
         }
-        Ok(stdout)
     }
 
     /// The interval of every GPU, by index (`nvidia-smi compute-policy -l`).

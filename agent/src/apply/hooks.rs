@@ -6,12 +6,9 @@
 //! `GPUSHARE_HOOK`, and for `post_apply` `GPUSHARE_RESULT`: `success`, `rolled-back` or
 //! `failed`). A command that exits non-zero or outlives the timeout fails the hook.
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
+use crate::sys::command::Command;
 
 /// The hook commands and their time limit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -43,57 +40,31 @@ impl Hooks {
         };
         let gpu_list: Vec<String> = gpus.iter().map(u32::to_string).collect();
         for command in commands {
-            let mut cmd = Command::new("/bin/sh");
-            cmd.arg("-c")
+            let mut cmd = Command::new("/bin/sh", self.timeout)
+                .arg("-c")
                 .arg(command)
                 .env("GPUSHARE_PROFILE", profile)
                 .env("GPUSHARE_GPUS", gpu_list.join(","))
                 .env("GPUSHARE_HOOK", name)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
                 // Its own process group, so that a timeout ends what it started too.
-                .process_group(0)
-                .kill_on_drop(true);
+                .own_process_group();
             if let Some(result) = result {
-                cmd.env("GPUSHARE_RESULT", result);
+                cmd = cmd.env("GPUSHARE_RESULT", result);
             }
-            let mut child = cmd.spawn().map_err(|e| format!("{name} hook `{command}`: {e}"))?;
-            // stderr is read on the side: a background process the hook started may hold
-            // the pipe open long after the hook itself has exited.
-            let stderr = Arc::new(Mutex::new(Vec::new()));
-            if let Some(mut pipe) = child.stderr.take() {
-                let sink = Arc::clone(&stderr);
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n) = pipe.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        sink.lock().expect("hook stderr lock").extend_from_slice(&buf[..n]);
-                    }
-                });
-            }
-            let status = match tokio::time::timeout(self.timeout, child.wait()).await {
-                Ok(Ok(status)) => status,
-                Ok(Err(e)) => return Err(format!("{name} hook `{command}`: {e}")),
-                Err(_) => {
-                    if let Some(pid) = child.id() {
-                        // SAFETY: kill(2) on the process group we created for the hook.
-                        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-                    }
-                    return Err(format!(
-                        "{name} hook `{command}` did not finish within {} s and was killed",
-                        self.timeout.as_secs()
-                    ));
-                }
+            let failed = |e: &dyn std::fmt::Display| format!("{name} hook `{command}`: {e}");
+            let done = tokio::task::spawn_blocking(move || cmd.run())
+                .await
+                .map_err(|e| failed(&e))?
+                .map_err(|e| failed(&e))?;
+            let Some(status) = done.status else {
+                return Err(format!(
+                    "{name} hook `{command}` did not finish within {} s and was killed",
+                    self.timeout.as_secs()
+                ));
             };
-            // Let the last words arrive.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let stderr =
-                String::from_utf8_lossy(&stderr.lock().expect("hook stderr lock")).into_owned();
             tracing::info!(hook = name, command, %status, "hook ran");
             if !status.success() {
+                let stderr = done.stderr_text();
                 let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
                 return Err(format!(
                     "{name} hook `{command}` failed ({status}){}",

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::gpu::{ComputeMode, NodeState};
 use crate::mps::MpsLimits;
 use crate::profile::TimeSliceInterval;
-use crate::state::{read_json, write_json};
+use crate::sys::files::{read_json, write_json};
 
 /// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
 /// start-up: it is in no profile directory.

@@ -26,15 +26,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::CStr;
-use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::raw::c_uint;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::ptr;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode as NvmlComputeMode;
 use nvml_wrapper::error::{NvmlError, nvml_sym};
@@ -53,6 +50,8 @@ use super::{
     GpuState, MigModeActivation, NodeState, Operation,
 };
 use crate::catalog::{self, GpuModel, MigProfile};
+use crate::sys::command::Command;
+use crate::sys::procfs::holders_sentence;
 
 /// The call name of errors from [`NvmlBackend::observe`](GpuBackend::observe).
 const OBSERVE: &str = "observe";
@@ -64,11 +63,6 @@ const PROFILE_TABLE: &str = "profile_table";
 const DEFAULT_NVIDIA_SMI: &str = "nvidia-smi";
 /// How long `nvidia-smi --gpu-reset` may run before it is killed.
 const RESET_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often a running command is checked for exit.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How long to wait for a finished command's output pipes to close (a grandchild that
-/// inherited them may keep them open).
-const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// The GPU backend on real hardware, through NVML.
 ///
@@ -786,9 +780,8 @@ fn run_nvidia_smi_reset(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Resul
     let call = Operation::ResetGpu.as_str();
     let error = |code| GpuError::new(call, Some(gpu), code);
     let shown = format!("{} --gpu-reset -i {gpu}", nvidia_smi.display());
-    let mut command = Command::new(nvidia_smi);
-    command.args(["--gpu-reset", "-i", &gpu.to_string()]);
-    let finished = match run_bounded(command, timeout) {
+    let command = Command::new(nvidia_smi, timeout).args(["--gpu-reset", "-i", &gpu.to_string()]);
+    let finished = match command.run() {
         Ok(finished) => finished,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let on_path =
@@ -813,7 +806,8 @@ fn run_nvidia_smi_reset(nvidia_smi: &Path, gpu: u32, timeout: Duration) -> Resul
             timeout.as_secs_f64()
         )));
     };
-    match classify_reset(status.code(), &finished.output) {
+    let output = format!("{}{}", finished.stdout_text(), finished.stderr_text());
+    match classify_reset(status.code(), &output) {
         Ok(()) => Ok(()),
         Err((code, line)) => {
             let how = match status.code() {
@@ -881,109 +875,6 @@ fn classify_reset(exit_code: Option<i32>, output: &str) -> ResetVerdict<'_> {
         _ => ErrorCode::Unknown,
     };
     Err((code, lines().next()))
-}
-
-/// A command that ran to its end or was killed.
-struct Finished {
-    /// How it exited; `None` when it ran past its time and was killed.
-    status: Option<ExitStatus>,
-    /// Its stdout, then its stderr, lossily decoded.
-    output: String,
-}
-
-/// Runs `command` with stdin closed and its output captured; kills it (and waits for
-/// it) once it has run for `timeout`. Spawn errors are returned as they are.
-fn run_bounded(mut command: Command, timeout: Duration) -> io::Result<Finished> {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn()?;
-    let stdout = child.stdout.take().map(read_in_background);
-    let stderr = child.stderr.take().map(read_in_background);
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) => {}
-            Err(e) => {
-                // Do not leave it running unwatched.
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            if let Err(e) = child.kill() {
-                tracing::warn!(error = %e, "cannot kill a command past its time");
-            }
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(POLL_INTERVAL.min(deadline - now));
-    };
-    let mut output = String::new();
-    for pipe in [stdout, stderr].into_iter().flatten() {
-        if let Ok(bytes) = pipe.recv_timeout(OUTPUT_GRACE) {
-            output.push_str(&String::from_utf8_lossy(&bytes));
-        }
-    }
-    Ok(Finished { status, output })
-}
-
-/// Reads a pipe to its end on a thread; the bytes arrive on the returned channel.
-fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        let _ = tx.send(bytes);
-    });
-    rx
-}
-
-/// The processes under `proc_root` (a `/proc`) with a file descriptor open on
-/// `device_path`, as `(pid, comm)` sorted by pid, leaving out `exclude_pid`. Processes
-/// whose descriptors cannot be read (other users', when not root) are not seen.
-fn holders_of(proc_root: &Path, device_path: &str, exclude_pid: u32) -> Vec<(u32, String)> {
-    let Ok(entries) = fs::read_dir(proc_root) else {
-        return Vec::new();
-    };
-    let mut holders: Vec<(u32, String)> = entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            if pid == exclude_pid || !holds(&entry.path(), device_path) {
-                return None;
-            }
-            let comm = fs::read_to_string(entry.path().join("comm"))
-                .map(|c| c.trim_end().to_owned())
-                .unwrap_or_else(|_| "?".to_owned());
-            Some((pid, comm))
-        })
-        .collect();
-    holders.sort_unstable();
-    holders
-}
-
-/// Whether the process at `pid_dir` (`/proc/<pid>`) has `device_path` open.
-fn holds(pid_dir: &Path, device_path: &str) -> bool {
-    let Ok(fds) = fs::read_dir(pid_dir.join("fd")) else {
-        return false;
-    };
-    fds.flatten()
-        .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target == Path::new(device_path)))
-}
-
-/// What holds `device_path`, for an error's detail: `/dev/nvidia0 is open in PID 4242
-/// (python3), …`, or that no other process has it open. The agent (`own_pid`) is left
-/// out: it closed its NVML session for the reset.
-fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> String {
-    let holders = holders_of(proc_root, device_path, own_pid);
-    if holders.is_empty() {
-        return format!("no other process has {device_path} open");
-    }
-    let list: Vec<String> =
-        holders.iter().map(|(pid, comm)| format!("PID {pid} ({comm})")).collect();
-    format!("{device_path} is open in {}", list.join(", "))
 }
 
 /// Every difference between the profiles NVML reports and a catalog model's table, one
@@ -1607,7 +1498,10 @@ impl<'a> Raw<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::sync::{Arc, Mutex};
+    use std::thread;
+    use std::time::Instant;
 
     use super::*;
 
@@ -1867,81 +1761,6 @@ mod tests {
         );
     }
 
-    /// A fake `/proc` entry: `fd/<n>` links to each target, and `comm` when given.
-    fn fake_process(proc_root: &Path, pid: u32, comm: Option<&str>, fds: &[&Path]) {
-        let dir = proc_root.join(pid.to_string());
-        fs::create_dir_all(dir.join("fd")).unwrap();
-        for (n, target) in fds.iter().enumerate() {
-            std::os::unix::fs::symlink(target, dir.join("fd").join(n.to_string())).unwrap();
-        }
-        if let Some(comm) = comm {
-            fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
-        }
-    }
-
-    #[test]
-    fn holders_are_found_on_a_fake_proc_tree() {
-        let tmp = tempfile::tempdir().unwrap();
-        let proc_root = tmp.path().join("proc");
-        let dev = tmp.path().join("dev");
-        let node = |n: &str| dev.join(n);
-        let gpu0 = node("nvidia0");
-        fake_process(&proc_root, 100, Some("python3"), &[Path::new("/dev/null"), &gpu0]);
-        // No comm file: the name is unknown.
-        fake_process(&proc_root, 42, None, &[&gpu0, &gpu0]);
-        // Other device nodes, including one that gpu0's path is a prefix of.
-        fake_process(&proc_root, 200, Some("other"), &[&node("nvidia1"), &node("nvidia01")]);
-        fake_process(&proc_root, 201, Some("ctl"), &[&node("nvidiactl")]);
-        // The agent itself.
-        fake_process(&proc_root, 300, Some("gpushare-agent"), &[&gpu0, &node("nvidia2")]);
-        // Not processes, or processes without readable descriptors.
-        fs::create_dir_all(proc_root.join("500")).unwrap();
-        fs::create_dir_all(proc_root.join("self/fd")).unwrap();
-        std::os::unix::fs::symlink(&gpu0, proc_root.join("self/fd/3")).unwrap();
-        fs::write(proc_root.join("cpuinfo"), "").unwrap();
-
-        let gpu0 = gpu0.to_str().unwrap();
-        assert_eq!(
-            holders_of(&proc_root, gpu0, 300),
-            vec![(42, "?".to_owned()), (100, "python3".to_owned())]
-        );
-        assert_eq!(
-            holders_of(&proc_root, gpu0, 42),
-            vec![(100, "python3".to_owned()), (300, "gpushare-agent".to_owned())]
-        );
-        assert_eq!(
-            holders_of(&proc_root, node("nvidia1").to_str().unwrap(), 300),
-            vec![(200, "other".to_owned())]
-        );
-        assert_eq!(
-            holders_sentence(&proc_root, gpu0, 300),
-            format!("{gpu0} is open in PID 42 (?), PID 100 (python3)")
-        );
-        let gpu2 = node("nvidia2");
-        let gpu2 = gpu2.to_str().unwrap();
-        // The agent itself is not named (it closed its NVML session for the reset).
-        assert_eq!(
-            holders_sentence(&proc_root, gpu2, 300),
-            format!("no other process has {gpu2} open")
-        );
-        let gpu3 = node("nvidia3");
-        let gpu3 = gpu3.to_str().unwrap();
-        assert_eq!(
-            holders_sentence(&proc_root, gpu3, 300),
-            format!("no other process has {gpu3} open")
-        );
-        assert!(holders_of(&tmp.path().join("no-proc"), gpu0, 0).is_empty());
-    }
-
-    #[test]
-    fn holders_are_found_in_the_real_proc() {
-        let file = tempfile::NamedTempFile::new().unwrap();
-        let path = file.path().to_str().unwrap();
-        let me = std::process::id();
-        assert!(holders_of(Path::new("/proc"), path, 0).iter().any(|(pid, _)| *pid == me));
-        assert!(!holders_of(Path::new("/proc"), path, me).iter().any(|(pid, _)| *pid == me));
-    }
-
     #[test]
     fn nvidia_smi_reset_outputs_are_classified() {
         let in_use_list = "The following GPUs could not be reset:\n  \
@@ -2122,37 +1941,6 @@ exit 255"#,
                 hangs.display()
             )
         );
-    }
-
-    #[test]
-    fn bounded_commands_capture_output_and_get_killed() {
-        let sh = |script: &str| {
-            let mut command = Command::new("/bin/sh");
-            command.args(["-c", script]);
-            command
-        };
-        let done =
-            run_bounded(sh("echo out; echo err >&2; exit 3"), Duration::from_secs(30)).unwrap();
-        assert_eq!(done.status.and_then(|s| s.code()), Some(3));
-        assert_eq!(done.output, "out\nerr\n");
-
-        // Stdin is closed: a reader sees end of file at once.
-        let done = run_bounded(sh("cat; echo done"), Duration::from_secs(30)).unwrap();
-        assert_eq!(done.status.and_then(|s| s.code()), Some(0));
-        assert_eq!(done.output, "done\n");
-
-        let started = Instant::now();
-        let done =
-            run_bounded(sh("echo started; exec sleep 30"), Duration::from_millis(200)).unwrap();
-        assert!(done.status.is_none());
-        assert_eq!(done.output, "started\n");
-        assert!(started.elapsed() < Duration::from_secs(10));
-
-        // A grandchild keeping the pipes open does not hold the caller up.
-        let started = Instant::now();
-        let done = run_bounded(sh("sleep 5 & exit 4"), Duration::from_secs(30)).unwrap();
-        assert_eq!(done.status.and_then(|s| s.code()), Some(4));
-        assert!(started.elapsed() < Duration::from_secs(4));
     }
 
     /// A stand-in for the NVML session that writes its opening and closing to a log.

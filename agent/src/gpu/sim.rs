@@ -18,7 +18,7 @@ use super::{
     GpuState, MigModeActivation, NodeState, Operation,
 };
 use crate::catalog::{self, GpuModel, MigProfile};
-use crate::state::write_atomically;
+use crate::sys::files::write_atomically;
 
 /// Parses `MODEL[:N|xN],...` (`a100-40gb:8`, `h100-80gbx2,a30:2`) into one model per GPU.
 pub fn parse_spec(spec: &str) -> Result<Vec<&'static GpuModel>, String> {

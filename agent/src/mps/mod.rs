@@ -14,15 +14,16 @@
 //! even for values it refuses (it answers the unchanged value), so every limit is read back
 //! and compared.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{read_json, write_json};
+use crate::sys::command::Command;
+use crate::sys::files::{read_json, write_json};
+use crate::sys::procfs::alive;
+use crate::sys::unix;
 
 /// How long a control command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,11 +109,11 @@ impl MpsController {
         self.server_dir(uuid).join("log")
     }
 
-    fn control(&self, uuid: &str) -> Command {
-        let mut cmd = Command::new(&self.config.control);
-        cmd.env("CUDA_MPS_PIPE_DIRECTORY", self.pipe_dir(uuid))
-            .env("CUDA_MPS_LOG_DIRECTORY", self.log_dir(uuid));
-        cmd
+    /// The control binary for the daemon of `uuid`, allowed `timeout`.
+    fn control(&self, uuid: &str, timeout: Duration) -> Command {
+        Command::new(&self.config.control, timeout)
+            .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe_dir(uuid))
+            .env("CUDA_MPS_LOG_DIRECTORY", self.log_dir(uuid))
     }
 
     /// Starts the daemon of `record`, sets its limits, reads them back, and only then
@@ -135,20 +136,24 @@ impl MpsController {
         write_json(&self.server_dir(uuid).join("server.json"), record)
             .map_err(|e| err(format!("server.json: {e}")))?;
 
-        let output = self
-            .control(uuid)
+        let control = self.config.control.display();
+        let done = self
+            .control(uuid, START_STOP_TIMEOUT)
             .arg("-d")
             .env("CUDA_VISIBLE_DEVICES", uuid)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| err(format!("cannot run {}: {e}", self.config.control.display())))?;
-        if !output.status.success() {
-            return Err(err(format!(
-                "{} -d failed ({}): {}",
-                self.config.control.display(),
-                output.status,
-                first_line(&output.stderr, &output.stdout)
-            )));
+            .run()
+            .map_err(|e| err(format!("cannot run {control}: {e}")))?;
+        match done.status {
+            Some(status) if status.success() => {}
+            Some(status) => {
+                return Err(err(format!("{control} -d failed ({status}): {}", done.first_line())));
+            }
+            None => {
+                return Err(err(format!(
+                    "{control} -d did not finish within {} s and was killed",
+                    START_STOP_TIMEOUT.as_secs()
+                )));
+            }
         }
         let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe))
             .ok_or_else(|| err(format!("the daemon wrote no pid file in {}", pipe.display())))?;
@@ -187,8 +192,8 @@ impl MpsController {
             // A daemon that does not answer is killed below.
             let _ = self.command(uuid, "quit");
             if wait_for(START_STOP_TIMEOUT, || (!alive(pid)).then_some(())).is_none() {
-                // SAFETY: kill(2) with a pid read from the daemon's own pid file.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                // The pid comes from the daemon's own pid file and was alive just now.
+                let _ = unix::kill(pid, false);
             }
         }
         match std::fs::remove_dir_all(self.server_dir(uuid)) {
@@ -227,38 +232,19 @@ impl MpsController {
     /// Sends one command to the daemon of `uuid` and returns its answer lines.
     pub fn command(&self, uuid: &str, line: &str) -> Result<Vec<String>, MpsError> {
         let err = |what: String| MpsError(format!("MPS server for {uuid}: {line}: {what}"));
-        let mut child = self
-            .control(uuid)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+        let done = self
+            .control(uuid, COMMAND_TIMEOUT)
+            .input(format!("{line}\n"))
+            .run()
             .map_err(|e| err(format!("cannot run {}: {e}", self.config.control.display())))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            writeln!(stdin, "{line}").map_err(|e| err(e.to_string()))?;
-        }
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
-        loop {
-            match child.try_wait().map_err(|e| err(e.to_string()))? {
-                Some(_) => break,
-                None if Instant::now() > deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(err(format!("no answer within {} s", COMMAND_TIMEOUT.as_secs())));
-                }
-                None => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-        let output = child.wait_with_output().map_err(|e| err(e.to_string()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let Some(status) = done.status else {
+            return Err(err(format!("no answer within {} s", COMMAND_TIMEOUT.as_secs())));
+        };
+        let stdout = done.stdout_text();
         let lines: Vec<String> =
             stdout.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
-        if !output.status.success() {
-            return Err(err(format!(
-                "{} ({})",
-                first_line(&output.stderr, &output.stdout),
-                output.status
-            )));
+        if !status.success() {
+            return Err(err(format!("{} ({status})", done.first_line())));
         }
         if let Some(unknown) = lines.iter().find(|l| l.starts_with("Unknown command")) {
             return Err(err(unknown.clone()));
@@ -353,15 +339,6 @@ pub fn daemon_pid(pipe_dir: &Path) -> Option<u32> {
     alive(pid).then_some(pid)
 }
 
-/// Whether a process exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -373,12 +350,6 @@ fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Optio
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn first_line(stderr: &[u8], stdout: &[u8]) -> String {
-    let text =
-        String::from_utf8_lossy(if stderr.is_empty() { stdout } else { stderr }).into_owned();
-    text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_string()
 }
 
 #[cfg(test)]
@@ -399,12 +370,6 @@ mod tests {
         assert_eq!(parse_percentage(&["100.0".into()]), Some(100));
         assert_eq!(parse_percentage(&["12.5".into()]), None);
         assert_eq!(parse_percentage(&[]), None);
-    }
-
-    #[test]
-    fn liveness_comes_from_proc() {
-        assert!(alive(std::process::id()));
-        assert!(!alive(u32::MAX - 1));
     }
 
     #[test]

@@ -3,7 +3,6 @@
 
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use serde::Serialize;
@@ -30,15 +29,8 @@ pub fn lock_state_dir(dir: &Path) -> io::Result<File> {
     fs::create_dir_all(dir)?;
     let file =
         File::options().create(true).truncate(false).write(true).open(dir.join("agent.lock"))?;
-    // SAFETY: flock on a file descriptor we own and keep open; no memory is shared.
-    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if taken != 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.kind() == io::ErrorKind::WouldBlock {
-            io::Error::other(format!("another gpushare-agent uses {}", dir.display()))
-        } else {
-            e
-        });
+    if !super::unix::try_lock_exclusive(&file)? {
+        return Err(io::Error::other(format!("another gpushare-agent uses {}", dir.display())));
     }
     Ok(file)
 }
