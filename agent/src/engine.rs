@@ -4,7 +4,6 @@
 //! One apply runs at a time: [`Engine::begin_apply`] takes the apply lock or fails with
 //! [`EngineError::Busy`] at once; the lock travels with the [`ApplyJob`] until it ends.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,13 +20,16 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
 use crate::apply::transaction::{TransactionError, Transactions};
-use crate::apply::{self, Executor, Progress, SharingTools};
+use crate::apply::{Executor, NodeAccess, Progress};
 use crate::config::AgentConfig;
-use crate::gpu::{GpuBackend, GpuError, GpuState, MpsServerState, NodeState};
-use crate::mps::{MpsConfig, MpsController};
+use crate::gpu::{BackendKind, GpuBackend, GpuError};
+use crate::node::{GpuState, MpsServerState, NodeState, TimeSliceInterval};
 use crate::plan::{self, Plan, PlanError, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore, Sharing as ProfileSharing, StoredProfile};
-use crate::timeslice::TimesliceControl;
+use crate::sharing::SharingTools;
+use crate::sharing::mps::{MpsConfig, MpsController};
+use crate::sharing::supervisor::MpsSupervisor;
+use crate::sharing::timeslice::TimesliceControl;
 
 /// Why an operation failed, one line each. The service maps each kind to a D-Bus error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,12 +56,13 @@ pub enum EngineError {
 
 /// The agent's engine: one backend, the known profiles, the journal.
 pub struct Engine {
+    node: NodeAccess,
     backend: Arc<dyn GpuBackend>,
     /// Where probe results are kept.
     probe_dir: std::path::PathBuf,
     sharing: Arc<SharingTools>,
-    /// MPS servers the supervisor found down: when to try again, and the next delay.
-    backoff: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// Restarts MPS servers that died.
+    supervisor: Arc<MpsSupervisor>,
     profiles: ProfileStore,
     journal: Arc<Journal>,
     transactions: Transactions,
@@ -136,10 +139,10 @@ impl Engine {
             }),
             timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
         });
+        let node = NodeAccess { backend: Arc::clone(&backend), sharing: Arc::clone(&sharing) };
         let transactions = Transactions {
             executor: Executor {
-                backend: Arc::clone(&backend),
-                sharing: Arc::clone(&sharing),
+                node: node.clone(),
                 max_parallel_gpus: config.apply.max_parallel_gpus,
             },
             journal: Arc::clone(&journal),
@@ -152,9 +155,10 @@ impl Engine {
         };
         Ok(Engine {
             probe_dir: state_dir.join("probe"),
+            node,
             backend,
             sharing,
-            backoff: Mutex::new(HashMap::new()),
+            supervisor: Arc::new(MpsSupervisor::new()),
             profiles,
             journal,
             transactions,
@@ -166,7 +170,7 @@ impl Engine {
 
     /// The backend's kind (`nvml`, `simulated`).
     pub fn backend_kind(&self) -> &'static str {
-        self.backend.kind()
+        self.backend.kind().as_str()
     }
 
     /// The profiles the engine knows.
@@ -187,7 +191,7 @@ impl Engine {
 
     /// A fresh observation of the GPUs, MPS servers and time-slice intervals.
     pub async fn observe(&self) -> Result<NodeState, EngineError> {
-        Ok(apply::observe(&self.backend, &self.sharing, true).await?)
+        Ok(self.node.observe(true).await?)
     }
 
     /// The observed GPUs, the active profile and the apply in progress. Time-slice
@@ -205,13 +209,13 @@ impl Engine {
                     .iter()
                     .any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
             });
-        let node = apply::observe(&self.backend, &self.sharing, time_sliced).await?;
+        let node = self.node.observe(time_sliced).await?;
         Ok(Status {
             active_profile: journal.active_profile,
-            backend: self.backend.kind().to_string(),
+            backend: self.backend.kind().as_str().to_string(),
             apply_in_progress: self.running.lock().expect("running lock").clone(),
             rollback_error: journal.transaction.and_then(|t| t.rollback_error),
-            gpus: node.gpus.iter().map(|g| gpu_status(g, &node.mps, &self.sharing)).collect(),
+            gpus: node.gpus.iter().map(|g| gpu_status(g, &node, &self.sharing)).collect(),
         })
     }
 
@@ -269,7 +273,7 @@ impl Engine {
 
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
     pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
-        let node = apply::observe(&self.backend, &self.sharing, false).await?;
+        let node = self.node.observe(false).await?;
         self.env_for(&node, target).map(|(env, _)| env)
     }
 
@@ -305,8 +309,8 @@ impl Engine {
         let strategy = if server.is_some() {
             "mps"
         } else {
-            match node.gpu(gpu).and_then(|g| g.timeslice) {
-                Some(interval) if interval != profile::TimeSliceInterval::Default => "time-slicing",
+            match node.timeslice(gpu) {
+                Some(interval) if interval != TimeSliceInterval::Default => "time-slicing",
                 _ => "exclusive",
             }
         };
@@ -320,7 +324,7 @@ impl Engine {
         options: ProbeOptions,
         job: &str,
     ) -> Result<ProbeJob, EngineError> {
-        if self.backend.kind() == "simulated" {
+        if self.backend.kind() == BackendKind::Simulated {
             // CUDA would see the real GPUs (or none), not the simulated ones.
             return Err(EngineError::Failed(
                 "the probe measures real GPUs with CUDA; this agent simulates its GPUs".into(),
@@ -336,7 +340,7 @@ impl Engine {
             return Err(EngineError::Failed("probe windows are from 0.5 to 60 seconds".into()));
         }
         let lock = self.try_lock()?;
-        let node = apply::observe(&self.backend, &self.sharing, true).await?;
+        let node = self.node.observe(true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
         if options.compare {
@@ -657,62 +661,10 @@ impl Engine {
     /// Skipped while an apply runs. Returns what it did, one line per server.
     pub async fn supervise_mps(&self) -> Vec<String> {
         let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return Vec::new() };
-        let sharing = Arc::clone(&self.sharing);
-        let servers = tokio::task::spawn_blocking(move || {
-            let mps = &sharing.mps;
-            mps.servers().into_iter().filter(|s| !mps.healthy(s)).collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
-        let mut reports = Vec::new();
-        for server in servers {
-            let uuid = server.record.uuid.clone();
-            let now = Instant::now();
-            let delay = {
-                let backoff = self.backoff.lock().expect("backoff lock");
-                match backoff.get(&uuid) {
-                    Some(&(next, _)) if now < next => continue,
-                    Some(&(_, delay)) => delay,
-                    None => Duration::from_secs(1),
-                }
-            };
-            let sharing = Arc::clone(&self.sharing);
-            let record = crate::mps::ServerRecord {
-                restarts: server.record.restarts + 1,
-                ..server.record.clone()
-            };
-            let restarted = tokio::task::spawn_blocking(move || {
-                sharing.mps.stop(&record.uuid)?;
-                sharing.mps.start(&record)
-            })
+        let (supervisor, sharing) = (Arc::clone(&self.supervisor), Arc::clone(&self.sharing));
+        tokio::task::spawn_blocking(move || supervisor.check(&sharing.mps))
             .await
-            .unwrap_or_else(|e| Err(crate::mps::MpsError(e.to_string())));
-            let mut backoff = self.backoff.lock().expect("backoff lock");
-            match restarted {
-                Ok(pid) => {
-                    backoff.remove(&uuid);
-                    let line = format!(
-                        "MPS server for {uuid} was down: restarted with its limits (PID {pid}, restart {})",
-                        server.record.restarts + 1
-                    );
-                    tracing::warn!("{line}");
-                    reports.push(line);
-                }
-                Err(e) => {
-                    backoff.insert(
-                        uuid.clone(),
-                        (now + delay, (delay * 2).min(Duration::from_secs(60))),
-                    );
-                    let line = format!(
-                        "MPS server for {uuid} is down and did not restart: {e}; next try in {} s",
-                        delay.as_secs()
-                    );
-                    tracing::error!("{line}");
-                    reports.push(line);
-                }
-            }
-        }
-        reports
+            .unwrap_or_default()
     }
 
     fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
@@ -996,7 +948,8 @@ fn mps_server_status(s: &MpsServerState, sharing: &SharingTools, clients: Vec<u3
     }
 }
 
-fn gpu_status(gpu: &GpuState, servers: &[MpsServerState], sharing: &SharingTools) -> GpuStatus {
+fn gpu_status(gpu: &GpuState, node: &NodeState, sharing: &SharingTools) -> GpuStatus {
+    let servers = &node.mps;
     let profile = |id: u32| gpu.model.and_then(|m| m.profile_by_id(id));
     let mps_on = |uuid: &str| {
         servers.iter().find(|s| s.uuid == uuid).map(|s| Sharing {
@@ -1005,8 +958,8 @@ fn gpu_status(gpu: &GpuState, servers: &[MpsServerState], sharing: &SharingTools
             mps: Some(mps_server_status(s, sharing, Vec::new())),
         })
     };
-    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match gpu.timeslice {
-        Some(interval) if interval != profile::TimeSliceInterval::Default => Sharing {
+    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.timeslice(gpu.index) {
+        Some(interval) if interval != TimeSliceInterval::Default => Sharing {
             strategy: "time-slicing".into(),
             interval: Some(interval.as_str().into()),
             mps: None,

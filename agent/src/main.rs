@@ -122,9 +122,9 @@ fn main() -> ExitCode {
 fn check_catalog() -> ExitCode {
     let result = (|| -> Result<bool, String> {
         let nvml = NvmlBackend::new().map_err(|e| e.to_string())?;
-        let node = nvml.observe().map_err(|e| e.to_string())?;
+        let gpus = nvml.observe().map_err(|e| e.to_string())?;
         let mut agree = true;
-        for gpu in &node.gpus {
+        for gpu in &gpus {
             let Some(model) = gpu.model else {
                 println!(
                     "{}: not in the catalog (PCI id {:#010X})",

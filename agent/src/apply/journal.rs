@@ -13,9 +13,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{ComputeMode, NodeState};
-use crate::mps::MpsLimits;
-use crate::profile::TimeSliceInterval;
+use crate::node::{ComputeMode, MpsLimits, NodeState, TimeSliceInterval};
 use crate::sys::files::{read_json, write_json};
 
 /// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
@@ -105,7 +103,7 @@ impl GpuCheckpoint {
                     .filter(|s| s.gpu == g.index && s.pid.is_some())
                     .map(|s| (s.placement_start, s.limits))
                     .collect(),
-                timeslice: g.timeslice,
+                timeslice: node.timeslice(g.index),
             })
             .collect()
     }

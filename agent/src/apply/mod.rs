@@ -6,6 +6,7 @@
 
 pub mod hooks;
 pub mod journal;
+mod observe;
 pub mod transaction;
 
 use std::collections::HashMap;
@@ -16,12 +17,12 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::gpu::{
-    ErrorCode, GpuBackend, GpuError, MigModeActivation, MpsServerState, NodeState, Operation,
-};
-use crate::mps::{MpsController, ServerRecord};
+use crate::gpu::{ErrorCode, GpuError, MigModeActivation};
+use crate::node::Operation;
 use crate::plan::{self, MpsDevice, Plan, Step};
-use crate::timeslice::TimesliceControl;
+use crate::sharing::mps::ServerRecord;
+use crate::sharing::{SharingError, SharingErrorKind};
+pub use observe::{NodeAccess, blocking};
 
 /// One progress report: steps done, steps in all, the step about to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +47,8 @@ pub enum ApplyError {
         total: u32,
         /// The step, for people.
         step: String,
-        /// The backend's answer.
-        error: GpuError,
+        /// The backend's or the sharing tool's answer.
+        error: StepError,
     },
     /// Recording a completed step failed.
     #[error("writing the journal failed: {0}")]
@@ -82,68 +83,29 @@ impl StepLog for journal::Journal {
     }
 }
 
-/// The sharing layers the executor drives besides the GPU backend.
-#[derive(Debug, Clone)]
-pub struct SharingTools {
-    /// MPS control daemons.
-    pub mps: MpsController,
-    /// Time-slice intervals.
-    pub timeslice: TimesliceControl,
-}
-
-impl SharingTools {
-    /// The MPS servers on disk, as observed state.
-    pub fn mps_servers(&self) -> Vec<MpsServerState> {
-        self.mps
-            .servers()
-            .into_iter()
-            .map(|s| MpsServerState {
-                uuid: s.record.uuid,
-                gpu: s.record.gpu,
-                placement_start: s.record.placement_start,
-                limits: s.record.limits,
-                pid: s.pid,
-                restarts: s.record.restarts,
-            })
-            .collect()
-    }
-}
-
-/// Observes the GPUs through `backend` and adds the MPS servers, and with `timeslices`
-/// the time-slice intervals (one nvidia-smi run; unknown when it fails).
-pub async fn observe(
-    backend: &Arc<dyn GpuBackend>,
-    sharing: &Arc<SharingTools>,
-    timeslices: bool,
-) -> Result<NodeState, GpuError> {
-    let sharing = Arc::clone(sharing);
-    blocking(backend, move |b| {
-        let mut node = b.observe()?;
-        node.mps = sharing.mps_servers();
-        if timeslices {
-            match sharing.timeslice.read_all() {
-                Ok(intervals) => {
-                    for (index, interval) in intervals {
-                        if let Some(gpu) = node.gpus.iter_mut().find(|g| g.index == index) {
-                            gpu.timeslice = Some(interval);
-                        }
-                    }
-                }
-                Err(e) => tracing::debug!("time-slice intervals unknown: {e}"),
-            }
-        }
-        Ok(node)
-    })
-    .await
+/// Why one step failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The GPU backend failed.
+    #[error("{0}")]
+    Gpu(#[from] GpuError),
+    /// An MPS or time-slice step failed.
+    #[error("{operation} on GPU {gpu}: failed ({error})")]
+    Sharing {
+        /// The step's operation.
+        operation: Operation,
+        /// The GPU.
+        gpu: u32,
+        /// The sharing tool's answer.
+        error: SharingError,
+    },
 }
 
 /// How a plan is executed.
 #[derive(Clone)]
 pub struct Executor {
-    /// The hardware.
-    pub backend: Arc<dyn GpuBackend>,
-    /// MPS and time-slicing.
-    pub sharing: Arc<SharingTools>,
+    /// The GPUs and the sharing tools.
+    pub node: NodeAccess,
     /// Most GPUs changed at once; 0 for all of a plan's GPUs.
     pub max_parallel_gpus: usize,
 }
@@ -152,22 +114,24 @@ impl Executor {
     /// An executor for unit tests: all GPUs at once, and MPS and nvidia-smi that do not
     /// exist (a test that needs them uses the fakes end to end).
     #[cfg(test)]
-    pub fn for_tests(backend: Arc<dyn GpuBackend>) -> Executor {
+    pub fn for_tests(backend: Arc<dyn crate::gpu::GpuBackend>) -> Executor {
+        use crate::sharing::SharingTools;
+        use crate::sharing::mps::{MpsConfig, MpsController};
+        use crate::sharing::timeslice::TimesliceControl;
         let sharing = SharingTools {
-            mps: MpsController::new(crate::mps::MpsConfig {
+            mps: MpsController::new(MpsConfig {
                 control: "/nonexistent/nvidia-cuda-mps-control".into(),
                 root: "/nonexistent/gpushare-mps".into(),
             }),
             timeslice: TimesliceControl::new("/nonexistent/nvidia-smi"),
         };
-        Executor { backend, sharing: Arc::new(sharing), max_parallel_gpus: 0 }
+        Executor { node: NodeAccess { backend, sharing: Arc::new(sharing) }, max_parallel_gpus: 0 }
     }
 }
 
 /// What the per-GPU tasks share.
 struct Shared {
-    backend: Arc<dyn GpuBackend>,
-    sharing: Arc<SharingTools>,
+    node: NodeAccess,
     progress: UnboundedSender<Progress>,
     log: Arc<dyn StepLog>,
     /// Steps settled (carried out or skipped), for progress.
@@ -191,8 +155,7 @@ impl Executor {
     ) -> Result<u32, ApplyError> {
         let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
-            backend: Arc::clone(&self.backend),
-            sharing: Arc::clone(&self.sharing),
+            node: self.node.clone(),
             progress: progress.clone(),
             log,
             done: AtomicU32::new(0),
@@ -228,8 +191,7 @@ impl Executor {
             return Err(first);
         }
         let _ = progress.send(Progress { done: total, total, step: "verifying".into() });
-        let observed =
-            observe(&self.backend, &self.sharing, true).await.map_err(ApplyError::Backend)?;
+        let observed = self.node.observe(true).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
         Ok(shared.carried_out.load(Ordering::SeqCst))
     }
@@ -291,12 +253,10 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
             number: shared.total,
             total: shared.total,
             step: format!("GPU {gpu}: MIG mode change"),
-            error: GpuError::new(
-                Operation::SetMigMode.as_str(),
-                Some(gpu),
-                ErrorCode::ResetRequired,
-            )
-            .with_detail("the new MIG mode waits for a GPU reset"),
+            error: StepError::Gpu(
+                GpuError::new(Operation::SetMigMode.as_str(), Some(gpu), ErrorCode::ResetRequired)
+                    .with_detail("the new MIG mode waits for a GPU reset"),
+            ),
         }),
         None => Ok(()),
     }
@@ -314,7 +274,7 @@ async fn run_step(
     shared: &Shared,
     step: &Step,
     created: &HashMap<u8, u32>,
-) -> Result<StepEffect, GpuError> {
+) -> Result<StepEffect, StepError> {
     let step = step.clone();
     let gi_created = match &step {
         Step::CreateComputeInstance { start, gpu_instance: None, .. } => {
@@ -322,22 +282,49 @@ async fn run_step(
         }
         _ => None,
     };
-    let sharing = Arc::clone(&shared.sharing);
-    blocking(&shared.backend, move |b| match step {
-        Step::DestroyComputeInstance { gpu, gpu_instance, compute_instance, .. } => b
-            .destroy_compute_instance(gpu, gpu_instance, compute_instance)
-            .map(|()| StepEffect::None),
+    let node = shared.node.clone();
+    tokio::task::spawn_blocking(move || carry_out(&node, step, gi_created)).await.unwrap_or_else(
+        |e| {
+            Err(StepError::Gpu(
+                GpuError::new("backend", None, ErrorCode::Unknown)
+                    .with_detail(format!("the backend call panicked: {e}")),
+            ))
+        },
+    )
+}
+
+/// Carries out one step (blocking): a backend call, or an MPS or time-slice change.
+/// `gi_created` is the id of the GPU instance an earlier step created at the step's slot.
+fn carry_out(
+    node: &NodeAccess,
+    step: Step,
+    gi_created: Option<u32>,
+) -> Result<StepEffect, StepError> {
+    let b = node.backend.as_ref();
+    let sharing = &node.sharing;
+    let sharing_error = |operation: Operation, gpu: u32| {
+        move |error: SharingError| StepError::Sharing { operation, gpu, error }
+    };
+    Ok(match step {
+        Step::DestroyComputeInstance { gpu, gpu_instance, compute_instance, .. } => {
+            b.destroy_compute_instance(gpu, gpu_instance, compute_instance)?;
+            StepEffect::None
+        }
         Step::DestroyGpuInstance { gpu, gpu_instance, .. } => {
-            b.destroy_gpu_instance(gpu, gpu_instance).map(|()| StepEffect::None)
+            b.destroy_gpu_instance(gpu, gpu_instance)?;
+            StepEffect::None
         }
         Step::SetMigMode { gpu, enabled } => match b.set_mig_mode(gpu, enabled)? {
-            MigModeActivation::Activated => Ok(StepEffect::None),
-            MigModeActivation::PendingReset => Ok(StepEffect::ModePending(gpu)),
+            MigModeActivation::Activated => StepEffect::None,
+            MigModeActivation::PendingReset => StepEffect::ModePending(gpu),
         },
-        Step::ResetGpu { gpu, .. } => b.reset_gpu(gpu).map(|()| StepEffect::Reset),
-        Step::CreateGpuInstance { gpu, profile, start } => b
-            .create_gpu_instance(gpu, profile, start)
-            .map(|id| StepEffect::CreatedGpuInstance(start, id)),
+        Step::ResetGpu { gpu, .. } => {
+            b.reset_gpu(gpu)?;
+            StepEffect::Reset
+        }
+        Step::CreateGpuInstance { gpu, profile, start } => {
+            StepEffect::CreatedGpuInstance(start, b.create_gpu_instance(gpu, profile, start)?)
+        }
         Step::CreateComputeInstance { gpu, gpu_instance, start, .. } => {
             let gi = gpu_instance.or(gi_created).ok_or_else(|| {
                 GpuError::new(
@@ -347,65 +334,48 @@ async fn run_step(
                 )
                 .with_detail(format!("no GPU instance at slot {start}"))
             })?;
-            b.create_compute_instance(gpu, gi).map(|_| StepEffect::None)
+            b.create_compute_instance(gpu, gi)?;
+            StepEffect::None
         }
         Step::SetComputeMode { gpu, mode } => {
-            b.set_compute_mode(gpu, mode).map(|()| StepEffect::None)
+            b.set_compute_mode(gpu, mode)?;
+            StepEffect::None
         }
-        Step::StopMps { gpu, uuid } => sharing
-            .mps
-            .stop(&uuid)
-            .map(|()| StepEffect::None)
-            .map_err(|e| tool_error(Operation::StopMps, gpu, e.to_string())),
+        Step::StopMps { gpu, uuid } => {
+            sharing.mps.stop(&uuid).map_err(sharing_error(Operation::StopMps, gpu))?;
+            StepEffect::None
+        }
         Step::StartMps { gpu, device, limits } => {
             let (uuid, placement_start) = match device {
                 MpsDevice::Gpu { uuid } => (uuid, None),
                 MpsDevice::Instance { start, .. } => {
                     // The instance may be new: its MIG UUID is known only now.
-                    let node = b.observe()?;
-                    let uuid = node
-                        .gpu(gpu)
+                    let gpus = b.observe()?;
+                    let uuid = gpus
+                        .iter()
+                        .find(|g| g.index == gpu)
                         .and_then(|g| g.instances.iter().find(|gi| gi.placement_start == start))
                         .and_then(|gi| gi.compute_instances.first())
                         .map(|ci| ci.uuid.clone())
                         .ok_or_else(|| {
-                            tool_error(
-                                Operation::StartMps,
-                                gpu,
+                            sharing_error(Operation::StartMps, gpu)(SharingError::new(
+                                SharingErrorKind::NoDevice,
                                 format!("no MIG instance with a compute instance at slot {start}"),
-                            )
+                            ))
                         })?;
                     (uuid, Some(start))
                 }
             };
             let record = ServerRecord { uuid, gpu, placement_start, limits, restarts: 0 };
-            sharing
-                .mps
-                .start(&record)
-                .map(|_| StepEffect::None)
-                .map_err(|e| tool_error(Operation::StartMps, gpu, e.to_string()))
+            sharing.mps.start(&record).map_err(sharing_error(Operation::StartMps, gpu))?;
+            StepEffect::None
         }
-        Step::SetTimeslice { gpu, interval } => sharing
-            .timeslice
-            .set(gpu, interval)
-            .map(|()| StepEffect::None)
-            .map_err(|e| tool_error(Operation::SetTimeslice, gpu, e)),
-    })
-    .await
-}
-
-fn tool_error(op: Operation, gpu: u32, detail: String) -> GpuError {
-    GpuError::new(op.as_str(), Some(gpu), ErrorCode::Failed).with_detail(detail)
-}
-
-/// Runs a blocking backend call on tokio's blocking pool.
-pub async fn blocking<T: Send + 'static>(
-    backend: &Arc<dyn GpuBackend>,
-    call: impl FnOnce(&dyn GpuBackend) -> Result<T, GpuError> + Send + 'static,
-) -> Result<T, GpuError> {
-    let backend = Arc::clone(backend);
-    tokio::task::spawn_blocking(move || call(backend.as_ref())).await.unwrap_or_else(|e| {
-        Err(GpuError::new("backend", None, ErrorCode::Unknown)
-            .with_detail(format!("the backend call panicked: {e}")))
+        Step::SetTimeslice { gpu, interval } => {
+            sharing
+                .timeslice
+                .set(gpu, interval)
+                .map_err(sharing_error(Operation::SetTimeslice, gpu))?;
+            StepEffect::None
+        }
     })
 }

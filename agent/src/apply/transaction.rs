@@ -9,7 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::hooks::{Hooks, Phase};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
 use super::{ApplyError, Executor, NoLog, Progress};
-use crate::gpu::NodeState;
+use crate::node::NodeState;
 use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
 
 /// How an apply that changed the GPUs ended well.
@@ -211,9 +211,7 @@ impl Transactions {
         checkpoint: &[GpuCheckpoint],
         progress: &UnboundedSender<Progress>,
     ) -> Result<(), String> {
-        let node = super::observe(&self.executor.backend, &self.executor.sharing, true)
-            .await
-            .map_err(|e| e.to_string())?;
+        let node = self.executor.node.observe(true).await.map_err(|e| e.to_string())?;
         let mut targets = Vec::new();
         for cp in checkpoint {
             let gpu = node.gpu(cp.gpu).ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;

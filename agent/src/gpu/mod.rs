@@ -1,145 +1,42 @@
-//! The hardware seam: a thin, NVML-shaped [`GpuBackend`] trait and its two backends.
+//! Layer 6: the hardware seam, a thin, NVML-shaped [`GpuBackend`] trait and its two
+//! backends. Hardware only: MPS and time-slicing are the sharing layer's.
 //!
 //! [`nvml::NvmlBackend`] drives real GPUs through NVML; [`sim::SimBackend`] simulates a
 //! node in process with the driver's rules and error codes, persists its state, and
-//! injects faults. Everything above this line (planning, applying, verification) is the
-//! same code for both, so the simulator exercises the engine that runs on hardware.
+//! injects faults. Everything that uses this seam (planning, applying, verification) is
+//! the same code for both, so the simulator exercises the engine that runs on hardware.
 
 pub mod nvml;
 pub mod sim;
 
 use std::fmt;
 
-use crate::catalog::{GpuModel, MigProfile};
+use crate::catalog::MigProfile;
+use crate::node::{ComputeMode, GpuState};
 
-/// NVML compute modes the agent uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ComputeMode {
-    /// Any number of processes (NVML_COMPUTEMODE_DEFAULT).
-    Default,
-    /// One process, e.g. the MPS server (NVML_COMPUTEMODE_EXCLUSIVE_PROCESS).
-    ExclusiveProcess,
-    /// No compute contexts (NVML_COMPUTEMODE_PROHIBITED).
-    Prohibited,
+/// Which backend drives the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Real GPUs through NVML.
+    Nvml,
+    /// Simulated GPUs.
+    Simulated,
 }
 
-impl ComputeMode {
-    /// The name used in status output.
+impl BackendKind {
+    /// `nvml` or `simulated`, as `status` says it.
     pub fn as_str(self) -> &'static str {
         match self {
-            ComputeMode::Default => "default",
-            ComputeMode::ExclusiveProcess => "exclusive_process",
-            ComputeMode::Prohibited => "prohibited",
+            BackendKind::Nvml => "nvml",
+            BackendKind::Simulated => "simulated",
         }
     }
 }
 
-/// The observed state of a node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeState {
-    /// GPUs by NVML index.
-    pub gpus: Vec<GpuState>,
-    /// MPS servers the agent runs (not from the GPU backend: the engine adds them).
-    pub mps: Vec<MpsServerState>,
-}
-
-/// An MPS server as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MpsServerState {
-    /// `GPU-…` or `MIG-…` it serves.
-    pub uuid: String,
-    /// GPU index.
-    pub gpu: u32,
-    /// Placement start of the MIG instance it serves; `None` for a whole GPU.
-    pub placement_start: Option<u8>,
-    /// Its limits.
-    pub limits: crate::mps::MpsLimits,
-    /// The control daemon's pid; `None` when it is not running.
-    pub pid: Option<u32>,
-    /// Restarts by the supervisor.
-    pub restarts: u32,
-}
-
-impl NodeState {
-    /// The GPU with this index.
-    pub fn gpu(&self, index: u32) -> Option<&GpuState> {
-        self.gpus.iter().find(|g| g.index == index)
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
-}
-
-/// The observed state of one GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuState {
-    /// NVML index.
-    pub index: u32,
-    /// `GPU-…`.
-    pub uuid: String,
-    /// NVML's name (`NVIDIA A100-SXM4-40GB`).
-    pub name: String,
-    /// PCI device id as NVML reports it (`0x20B010DE`).
-    pub pci_device_id: u32,
-    /// The catalog model, when known.
-    pub model: Option<&'static GpuModel>,
-    /// Total device memory in bytes.
-    pub memory_total_bytes: u64,
-    /// Current MIG mode; false on GPUs without MIG.
-    pub mig_enabled: bool,
-    /// MIG mode after the next reset, when it differs from the current one.
-    pub mig_pending: Option<bool>,
-    /// Compute mode.
-    pub compute_mode: ComputeMode,
-    /// Time-slice interval, when read (`nvidia-smi compute-policy`; not a backend call).
-    pub timeslice: Option<crate::profile::TimeSliceInterval>,
-    /// GPU instances, ordered by placement start.
-    pub instances: Vec<GpuInstance>,
-    /// Compute processes on the GPU or its instances.
-    pub processes: Vec<ComputeProcess>,
-}
-
-impl GpuState {
-    /// The model's display name, or NVML's name for a GPU the catalog lacks.
-    pub fn model_name(&self) -> &str {
-        self.model.map(|m| m.display_name).unwrap_or(&self.name)
-    }
-
-    /// `GPU 2 (A100-SXM4-40GB)`, the way messages name a GPU.
-    pub fn label(&self) -> String {
-        format!("GPU {} ({})", self.index, self.model_name())
-    }
-}
-
-/// A MIG GPU instance.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuInstance {
-    /// NVML GPU instance id.
-    pub id: u32,
-    /// nvidia-smi/NVML profile id.
-    pub profile_id: u32,
-    /// First memory slot.
-    pub placement_start: u8,
-    /// Memory slots occupied.
-    pub placement_size: u8,
-    /// Compute instances inside it.
-    pub compute_instances: Vec<ComputeInstance>,
-}
-
-/// A MIG compute instance.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ComputeInstance {
-    /// NVML compute instance id.
-    pub id: u32,
-    /// `MIG-…` of the MIG device this compute instance is.
-    pub uuid: String,
-}
-
-/// A process holding a compute context.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ComputeProcess {
-    /// Process id.
-    pub pid: u32,
-    /// GPU instance the process runs in, under MIG.
-    pub gpu_instance_id: Option<u32>,
 }
 
 /// What setting the MIG mode did.
@@ -149,80 +46,6 @@ pub enum MigModeActivation {
     Activated,
     /// The new mode waits for a GPU reset (Ampere).
     PendingReset,
-}
-
-/// The backend operations that change the GPUs, named as in `GPUSHARE_SIM_FAIL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    /// `nvmlDeviceSetMigMode`.
-    SetMigMode,
-    /// `nvmlDeviceCreateGpuInstanceWithPlacement`.
-    CreateGpuInstance,
-    /// `nvmlGpuInstanceCreateComputeInstance`.
-    CreateComputeInstance,
-    /// `nvmlGpuInstanceDestroy`.
-    DestroyGpuInstance,
-    /// `nvmlComputeInstanceDestroy`.
-    DestroyComputeInstance,
-    /// `nvmlDeviceSetComputeMode`.
-    SetComputeMode,
-    /// Start an MPS control daemon with its limits (not a backend call).
-    StartMps,
-    /// Stop an MPS control daemon (not a backend call).
-    StopMps,
-    /// `nvidia-smi compute-policy --set-timeslice` (not a backend call).
-    SetTimeslice,
-    /// A GPU reset (`nvidia-smi --gpu-reset`; NVML has no public call).
-    ResetGpu,
-}
-
-impl Operation {
-    /// Every mutating operation.
-    pub const ALL: [Operation; 10] = [
-        Operation::SetMigMode,
-        Operation::CreateGpuInstance,
-        Operation::CreateComputeInstance,
-        Operation::DestroyGpuInstance,
-        Operation::DestroyComputeInstance,
-        Operation::SetComputeMode,
-        Operation::ResetGpu,
-        Operation::StartMps,
-        Operation::StopMps,
-        Operation::SetTimeslice,
-    ];
-
-    /// The snake_case name used in plans, fault injection and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::SetMigMode => "set_mig_mode",
-            Operation::CreateGpuInstance => "create_gpu_instance",
-            Operation::CreateComputeInstance => "create_compute_instance",
-            Operation::DestroyGpuInstance => "destroy_gpu_instance",
-            Operation::DestroyComputeInstance => "destroy_compute_instance",
-            Operation::SetComputeMode => "set_compute_mode",
-            Operation::ResetGpu => "reset_gpu",
-            Operation::StartMps => "start_mps",
-            Operation::StopMps => "stop_mps",
-            Operation::SetTimeslice => "set_timeslice",
-        }
-    }
-
-    /// Whether the GPU backend carries the operation out (the others are MPS and
-    /// time-slice steps, carried out by the sharing layers).
-    pub fn is_backend(self) -> bool {
-        !matches!(self, Operation::StartMps | Operation::StopMps | Operation::SetTimeslice)
-    }
-
-    /// The operation with this name.
-    pub fn from_name(name: &str) -> Option<Operation> {
-        Operation::ALL.into_iter().find(|op| op.as_str() == name)
-    }
-}
-
-impl fmt::Display for Operation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// NVML return codes the agent distinguishes, with NVML's own wording.
@@ -248,9 +71,6 @@ pub enum ErrorCode {
     GpuLost,
     /// NVML_ERROR_UNKNOWN or anything else.
     Unknown,
-    /// A tool the agent runs (the MPS control daemon, nvidia-smi) failed; the detail
-    /// says how.
-    Failed,
 }
 
 impl ErrorCode {
@@ -267,7 +87,6 @@ impl ErrorCode {
             ErrorCode::ResetRequired => "GPU requires reset",
             ErrorCode::GpuLost => "GPU is lost",
             ErrorCode::Unknown => "Unknown Error",
-            ErrorCode::Failed => "failed",
         }
     }
 }
@@ -302,11 +121,11 @@ impl GpuError {
 /// The hardware seam. Calls block (NVML is synchronous): async callers run them on a
 /// blocking thread. GPUs are addressed by NVML index, GPU instances by NVML id.
 pub trait GpuBackend: Send + Sync {
-    /// `nvml` or `simulated`.
-    fn kind(&self) -> &'static str;
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
 
-    /// A fresh observation of every GPU.
-    fn observe(&self) -> Result<NodeState, GpuError>;
+    /// A fresh observation of every GPU, by index.
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError>;
 
     /// Turns MIG mode on or off.
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError>;

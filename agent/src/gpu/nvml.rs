@@ -45,11 +45,9 @@ use nvml_wrapper_sys::bindings::{
     nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t,
 };
 
-use super::{
-    ComputeInstance, ComputeMode, ComputeProcess, ErrorCode, GpuBackend, GpuError, GpuInstance,
-    GpuState, MigModeActivation, NodeState, Operation,
-};
+use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
 use crate::catalog::{self, GpuModel, MigProfile};
+use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use crate::sys::command::Command;
 use crate::sys::procfs::holders_sentence;
 
@@ -260,7 +258,6 @@ impl<'a> Session<'a> {
             mig_enabled,
             mig_pending,
             compute_mode,
-            timeslice: None,
             instances,
             processes,
         })
@@ -410,13 +407,13 @@ impl<'a> Session<'a> {
         raw.gi_by_id(dev, id).map_err(|e| with_context(e, format!("GPU instance {id}")))
     }
 
-    fn observe(&self) -> Result<NodeState, GpuError> {
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
         let count = self
             .nvml
             .device_count()
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
         let gpus = (0..count).map(|index| self.observe_gpu(index)).collect::<Result<_, _>>()?;
-        Ok(NodeState { gpus, mps: Vec::new() })
+        Ok(gpus)
     }
 
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
@@ -605,11 +602,11 @@ impl<'a> Session<'a> {
 }
 
 impl GpuBackend for NvmlBackend {
-    fn kind(&self) -> &'static str {
-        "nvml"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Nvml
     }
 
-    fn observe(&self) -> Result<NodeState, GpuError> {
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
         self.with_session(OBSERVE, None, |s| s.observe())
     }
 
@@ -1602,7 +1599,7 @@ mod tests {
     fn new_without_a_driver_says_so_instead_of_panicking() {
         match NvmlBackend::new() {
             // A host with a driver: nothing to check here.
-            Ok(backend) => assert_eq!(backend.kind(), "nvml"),
+            Ok(backend) => assert_eq!(backend.kind(), BackendKind::Nvml),
             Err(e) => {
                 assert_eq!(e.code, ErrorCode::DriverNotLoaded, "{e}");
                 assert_eq!(e.call, "init");
@@ -2090,7 +2087,7 @@ exit 255"#,
         let backend = NvmlBackend::new().expect("NVML");
         let state = backend.observe().expect("observe");
         let mut mismatches = 0;
-        for gpu in &state.gpus {
+        for gpu in &state {
             println!("{gpu:#?}");
             match backend.profile_table(gpu.index) {
                 Ok(table) => {

@@ -13,11 +13,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    ComputeInstance, ComputeMode, ComputeProcess, ErrorCode, GpuBackend, GpuError, GpuInstance,
-    GpuState, MigModeActivation, NodeState, Operation,
-};
+use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
 use crate::catalog::{self, GpuModel, MigProfile};
+use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use crate::sys::files::write_atomically;
 
 /// Parses `MODEL[:N|xN],...` (`a100-40gb:8`, `h100-80gbx2,a30:2`) into one model per GPU.
@@ -108,10 +106,10 @@ pub fn parse_failures(text: &str) -> Result<Vec<(Operation, u32)>, String> {
                 .split_once(':')
                 .ok_or_else(|| format!("GPUSHARE_SIM_FAIL: {part:?}: write <operation>:<n>"))?;
             let op =
-                Operation::from_name(op.trim()).filter(|o| o.is_backend()).ok_or_else(|| {
+                Operation::from_name(op.trim()).filter(|o| o.is_hardware()).ok_or_else(|| {
                     let names: Vec<&str> = Operation::ALL
                         .iter()
-                        .filter(|o| o.is_backend())
+                        .filter(|o| o.is_hardware())
                         .map(|o| o.as_str())
                         .collect();
                     format!(
@@ -337,11 +335,11 @@ fn model_of(gpu: &SimGpu) -> &'static GpuModel {
 }
 
 impl GpuBackend for SimBackend {
-    fn kind(&self) -> &'static str {
-        "simulated"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Simulated
     }
 
-    fn observe(&self) -> Result<NodeState, GpuError> {
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
         let node = self.node.lock().expect("sim lock");
         let processes = self.processes.lock().expect("sim processes lock").clone();
         let gpus = node
@@ -377,7 +375,6 @@ impl GpuBackend for SimBackend {
                     mig_enabled: g.mig_enabled,
                     mig_pending: g.mig_pending,
                     compute_mode: g.compute_mode,
-                    timeslice: None,
                     instances,
                     processes: processes
                         .iter()
@@ -387,7 +384,7 @@ impl GpuBackend for SimBackend {
                 }
             })
             .collect();
-        Ok(NodeState { gpus, mps: Vec::new() })
+        Ok(gpus)
     }
 
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
@@ -622,10 +619,10 @@ mod tests {
         assert_eq!(code(sim.create_gpu_instance(0, p3g, 0)), ErrorCode::NotSupported);
         // Ampere: the mode waits for a reset, and instances wait for the mode.
         assert_eq!(sim.set_mig_mode(0, true).unwrap(), MigModeActivation::PendingReset);
-        assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
+        assert_eq!(sim.observe().unwrap()[0].mig_pending, Some(true));
         assert_eq!(code(sim.create_gpu_instance(0, p3g, 4)), ErrorCode::NotSupported);
         sim.reset_gpu(0).unwrap();
-        assert!(sim.observe().unwrap().gpus[0].mig_enabled);
+        assert!(sim.observe().unwrap()[0].mig_enabled);
         assert_eq!(code(sim.create_gpu_instance(0, p3g, 2)), ErrorCode::InvalidArgument);
         let gi = sim.create_gpu_instance(0, p3g, 4).unwrap();
         assert_eq!(code(sim.create_gpu_instance(0, p7g, 0)), ErrorCode::InsufficientResources);
@@ -633,7 +630,7 @@ mod tests {
         assert_eq!(sim.destroy_gpu_instance(0, gi).unwrap_err().code, ErrorCode::InUse);
         assert_eq!(sim.set_mig_mode(0, false).unwrap_err().code, ErrorCode::InUse);
         let seen = sim.observe().unwrap();
-        let inst = &seen.gpus[0].instances[0];
+        let inst = &seen[0].instances[0];
         assert_eq!((inst.profile_id, inst.placement_start, inst.placement_size), (9, 4, 4));
         assert!(inst.compute_instances[0].uuid.starts_with("MIG-"));
         sim.destroy_compute_instance(0, gi, ci).unwrap();
@@ -655,7 +652,7 @@ mod tests {
             e.to_string(),
             "set_compute_mode on GPU 1: Insufficient Permissions (injected by GPUSHARE_SIM_FAIL=set_compute_mode:2)"
         );
-        assert_eq!(sim.observe().unwrap().gpus[1].compute_mode, ComputeMode::Default);
+        assert_eq!(sim.observe().unwrap()[1].compute_mode, ComputeMode::Default);
         sim.set_compute_mode(1, ComputeMode::Prohibited).unwrap();
     }
 
@@ -666,14 +663,14 @@ mod tests {
         let first = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
         first.set_mig_mode(1, true).unwrap();
         first.reset_gpu(1).unwrap();
-        let uuid = first.observe().unwrap().gpus[1].uuid.clone();
+        let uuid = first.observe().unwrap()[1].uuid.clone();
         drop(first);
         let again = SimBackend::persistent(&a100(2), &path, SimOptions::default()).unwrap();
         let seen = again.observe().unwrap();
-        assert!(seen.gpus[1].mig_enabled);
-        assert_eq!(seen.gpus[1].uuid, uuid);
+        assert!(seen[1].mig_enabled);
+        assert_eq!(seen[1].uuid, uuid);
         let other = SimBackend::persistent(&a100(3), &path, SimOptions::default()).unwrap();
-        assert!(!other.observe().unwrap().gpus[1].mig_enabled);
+        assert!(!other.observe().unwrap()[1].mig_enabled);
     }
 
     #[test]
@@ -685,7 +682,7 @@ mod tests {
         sim.set_mig_mode(0, true).unwrap();
         let e = sim.reset_gpu(0).unwrap_err();
         assert_eq!(e.to_string(), "reset_gpu on GPU 0: In use by another client (held by PID 77)");
-        assert_eq!(sim.observe().unwrap().gpus[0].mig_pending, Some(true));
+        assert_eq!(sim.observe().unwrap()[0].mig_pending, Some(true));
     }
 
     #[test]
@@ -702,9 +699,9 @@ mod tests {
         drop(sim);
         let rebooted = SimOptions { reboot: true, ..SimOptions::default() };
         let seen = SimBackend::persistent(&a100(2), &path, rebooted).unwrap().observe().unwrap();
-        assert!(seen.gpus[0].mig_enabled && seen.gpus[0].instances.is_empty());
-        assert!(seen.gpus[1].mig_enabled && seen.gpus[1].mig_pending.is_none());
-        assert_eq!(seen.gpus[1].compute_mode, ComputeMode::Default);
+        assert!(seen[0].mig_enabled && seen[0].instances.is_empty());
+        assert!(seen[1].mig_enabled && seen[1].mig_pending.is_none());
+        assert_eq!(seen[1].compute_mode, ComputeMode::Default);
     }
 
     #[test]
@@ -712,10 +709,7 @@ mod tests {
         let options = SimOptions { processes: vec![(1, Some(2), 4242)], ..SimOptions::default() };
         let sim = SimBackend::new(&a100(2), options);
         let seen = sim.observe().unwrap();
-        assert!(seen.gpus[0].processes.is_empty());
-        assert_eq!(
-            seen.gpus[1].processes,
-            vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2) }]
-        );
+        assert!(seen[0].processes.is_empty());
+        assert_eq!(seen[1].processes, vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2) }]);
     }
 }

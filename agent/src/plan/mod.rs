@@ -6,18 +6,18 @@
 //! asked for MIG, processes on an instance that must go. Same inputs, same plan.
 
 pub mod placement;
-
-use std::fmt;
+mod step;
+mod verify;
 
 use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
 
-use crate::catalog::MigProfile;
-use crate::gpu::{ComputeMode, GpuState, MpsServerState, NodeState, Operation};
-use crate::mps::MpsLimits;
-use crate::profile::{
-    GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Sharing, TimeSliceInterval,
+use crate::node::{
+    ComputeMode, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
 };
+use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Sharing};
 pub use placement::Placed;
+pub use step::{MpsDevice, Step};
+pub use verify::verify;
 
 /// What the agent may change, and whether busy instances may be destroyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,210 +127,6 @@ pub struct GpuTarget {
     pub timeslice: Option<TimeSliceInterval>,
 }
 
-/// The device an MPS server serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MpsDevice {
-    /// The whole GPU.
-    Gpu {
-        /// `GPU-…`.
-        uuid: String,
-    },
-    /// The MIG instance at a placement (its `MIG-…` is known once it exists).
-    Instance {
-        /// Placement start.
-        start: u8,
-        /// Profile name, for people.
-        profile: &'static str,
-    },
-}
-
-/// One backend call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// Destroy a compute instance.
-    DestroyComputeInstance {
-        /// GPU index.
-        gpu: u32,
-        /// GPU instance id.
-        gpu_instance: u32,
-        /// Compute instance id.
-        compute_instance: u32,
-        /// Profile of the GPU instance, for people.
-        profile: &'static str,
-        /// Placement start of the GPU instance, for people.
-        start: u8,
-    },
-    /// Destroy a GPU instance.
-    DestroyGpuInstance {
-        /// GPU index.
-        gpu: u32,
-        /// GPU instance id.
-        gpu_instance: u32,
-        /// Profile name, for people.
-        profile: &'static str,
-        /// Placement start, for people.
-        start: u8,
-    },
-    /// Turn MIG mode on or off.
-    SetMigMode {
-        /// GPU index.
-        gpu: u32,
-        /// The new mode.
-        enabled: bool,
-    },
-    /// Create a GPU instance at a placement.
-    CreateGpuInstance {
-        /// GPU index.
-        gpu: u32,
-        /// Profile.
-        profile: &'static MigProfile,
-        /// Placement start.
-        start: u8,
-    },
-    /// Create the full-size compute instance of the GPU instance at `start`.
-    CreateComputeInstance {
-        /// GPU index.
-        gpu: u32,
-        /// Placement start of the GPU instance (its id is known only once created).
-        start: u8,
-        /// Id of the GPU instance when it exists already.
-        gpu_instance: Option<u32>,
-        /// Profile name, for people.
-        profile: &'static str,
-    },
-    /// Reset the GPU so that a pending MIG mode takes effect.
-    ResetGpu {
-        /// GPU index.
-        gpu: u32,
-        /// Reset even if the plan's own mode change took effect at once (the mode was
-        /// pending before the plan).
-        always: bool,
-    },
-    /// Set the compute mode.
-    SetComputeMode {
-        /// GPU index.
-        gpu: u32,
-        /// The new mode.
-        mode: ComputeMode,
-    },
-    /// Stop an MPS server.
-    StopMps {
-        /// GPU index.
-        gpu: u32,
-        /// The device it serves.
-        uuid: String,
-    },
-    /// Start an MPS server with its limits.
-    StartMps {
-        /// GPU index.
-        gpu: u32,
-        /// The device it serves.
-        device: MpsDevice,
-        /// Its limits.
-        limits: MpsLimits,
-    },
-    /// Set the time-slice interval of a whole GPU.
-    SetTimeslice {
-        /// GPU index.
-        gpu: u32,
-        /// The interval.
-        interval: TimeSliceInterval,
-    },
-}
-
-impl Step {
-    /// The GPU the step changes.
-    pub fn gpu(&self) -> u32 {
-        match self {
-            Step::DestroyComputeInstance { gpu, .. }
-            | Step::DestroyGpuInstance { gpu, .. }
-            | Step::SetMigMode { gpu, .. }
-            | Step::CreateGpuInstance { gpu, .. }
-            | Step::CreateComputeInstance { gpu, .. }
-            | Step::ResetGpu { gpu, .. }
-            | Step::SetComputeMode { gpu, .. }
-            | Step::StopMps { gpu, .. }
-            | Step::StartMps { gpu, .. }
-            | Step::SetTimeslice { gpu, .. } => *gpu,
-        }
-    }
-
-    /// The backend operation the step calls.
-    pub fn operation(&self) -> Operation {
-        match self {
-            Step::DestroyComputeInstance { .. } => Operation::DestroyComputeInstance,
-            Step::DestroyGpuInstance { .. } => Operation::DestroyGpuInstance,
-            Step::SetMigMode { .. } => Operation::SetMigMode,
-            Step::CreateGpuInstance { .. } => Operation::CreateGpuInstance,
-            Step::CreateComputeInstance { .. } => Operation::CreateComputeInstance,
-            Step::ResetGpu { .. } => Operation::ResetGpu,
-            Step::StopMps { .. } => Operation::StopMps,
-            Step::StartMps { .. } => Operation::StartMps,
-            Step::SetTimeslice { .. } => Operation::SetTimeslice,
-            Step::SetComputeMode { .. } => Operation::SetComputeMode,
-        }
-    }
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Step::DestroyComputeInstance {
-                gpu,
-                gpu_instance,
-                compute_instance,
-                profile,
-                start,
-            } => {
-                write!(
-                    f,
-                    "GPU {gpu}: destroy compute instance {compute_instance} of {profile} at slot {start} (GI {gpu_instance})"
-                )
-            }
-            Step::DestroyGpuInstance { gpu, gpu_instance, profile, start } => {
-                write!(f, "GPU {gpu}: destroy {profile} at slot {start} (GI {gpu_instance})")
-            }
-            Step::SetMigMode { gpu, enabled } => {
-                write!(f, "GPU {gpu}: {} MIG mode", if *enabled { "enable" } else { "disable" })
-            }
-            Step::CreateGpuInstance { gpu, profile, start } => {
-                write!(f, "GPU {gpu}: create {} at slot {start}", profile.name)
-            }
-            Step::CreateComputeInstance { gpu, start, profile, .. } => {
-                write!(f, "GPU {gpu}: create the compute instance of {profile} at slot {start}")
-            }
-            Step::ResetGpu { gpu, always: true } => {
-                write!(f, "GPU {gpu}: reset the GPU (a MIG mode change is pending)")
-            }
-            Step::ResetGpu { gpu, always: false } => {
-                write!(f, "GPU {gpu}: reset the GPU if the MIG mode change is pending")
-            }
-            Step::SetComputeMode { gpu, mode } => {
-                write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
-            }
-            Step::StopMps { gpu, uuid } => write!(f, "GPU {gpu}: stop the MPS server of {uuid}"),
-            Step::StartMps { gpu, device, limits } => {
-                let on = match device {
-                    MpsDevice::Gpu { .. } => "the GPU".to_string(),
-                    MpsDevice::Instance { start, profile } => format!("{profile} at slot {start}"),
-                };
-                let memory = limits
-                    .pinned_memory_limit_bytes
-                    .map(|b| format!(", pinned memory {}", crate::mps::memory_value(b)))
-                    .unwrap_or_default();
-                write!(
-                    f,
-                    "GPU {gpu}: start an MPS server on {on} (threads {}%{memory})",
-                    limits.active_thread_percentage
-                )
-            }
-            Step::SetTimeslice { gpu, interval, .. } => {
-                write!(f, "GPU {gpu}: set the time-slice interval to {}", interval.as_str())
-            }
-        }
-    }
-}
-
 /// Why a profile cannot be carried out here. Each message is one line naming the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
@@ -363,14 +159,14 @@ pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Resul
         let Some(rule) = profile.rule_for(&selected) else {
             continue;
         };
-        gpus.push(plan_gpu(gpu, &node.mps, rule, options)?);
+        gpus.push(plan_gpu(gpu, node, rule, options)?);
     }
     Ok(Plan { profile: profile.name.clone(), gpus })
 }
 
 fn plan_gpu(
     gpu: &GpuState,
-    servers: &[MpsServerState],
+    node: &NodeState,
     rule: &GpuRule,
     options: &PlanOptions,
 ) -> Result<GpuPlan, PlanError> {
@@ -433,7 +229,7 @@ fn plan_gpu(
         instance_mps,
         timeslice,
     };
-    plan_gpu_to(gpu, servers, target, options)
+    plan_gpu_to(gpu, node, target, options)
 }
 
 /// The limits of an MPS server for `settings` on a device of `memory_bytes`: what the
@@ -464,7 +260,7 @@ pub fn plan_to(
         let gpu = node
             .gpu(index)
             .ok_or_else(|| PlanError::Infeasible(format!("GPU {index} is no longer there")))?;
-        gpus.push(plan_gpu_to(gpu, &node.mps, target, options)?);
+        gpus.push(plan_gpu_to(gpu, node, target, options)?);
     }
     Ok(Plan { profile: name.to_string(), gpus })
 }
@@ -474,7 +270,7 @@ pub fn plan_to(
 /// pending), create what is missing, set the compute mode.
 fn plan_gpu_to(
     gpu: &GpuState,
-    servers: &[MpsServerState],
+    node: &NodeState,
     target: GpuTarget,
     options: &PlanOptions,
 ) -> Result<GpuPlan, PlanError> {
@@ -482,11 +278,11 @@ fn plan_gpu_to(
     let mut steps = Vec::new();
     // Sharing that goes first: MPS servers that are not wanted as they are, and a
     // time-slice interval back to default while the GPU is still whole.
-    let (mps_stops, mps_starts) = mps_steps(gpu, servers, &target);
+    let (mps_stops, mps_starts) = mps_steps(gpu, &node.mps, &target);
     let mut sharing_first = mps_stops;
     let mut sharing_last = mps_starts;
     if let Some(interval) = target.timeslice {
-        let differs = match gpu.timeslice {
+        let differs = match node.timeslice(gpu.index) {
             Some(current) => current != interval,
             // Unknown: only an interval other than the default needs setting.
             None => interval != TimeSliceInterval::Default,
@@ -671,11 +467,7 @@ fn mode_steps(gpu: &GpuState, want: bool) -> Vec<Step> {
 }
 
 /// Refuses to destroy instances, or to switch MIG mode, under running processes.
-fn check_not_busy(
-    gpu: &GpuState,
-    freed: &[&crate::gpu::GpuInstance],
-    steps: &[Step],
-) -> Result<(), PlanError> {
+fn check_not_busy(gpu: &GpuState, freed: &[&GpuInstance], steps: &[Step]) -> Result<(), PlanError> {
     let mode_change =
         steps.iter().any(|s| matches!(s, Step::SetMigMode { .. } | Step::ResetGpu { .. }));
     let mut pids: Vec<u32> = gpu
@@ -720,79 +512,6 @@ fn current_layout(gpu: &GpuState) -> Vec<Placed> {
 
 fn profile_of(gpu: &GpuState, profile_id: u32) -> &'static str {
     gpu.model.and_then(|m| m.profile_by_id(profile_id)).map_or("MIG instance", |p| p.name)
-}
-
-/// Checks a fresh observation against what the plan aimed at; the error names every GPU
-/// that differs.
-pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
-    let mut problems = Vec::new();
-    for target in &plan.gpus {
-        let Some(gpu) = node.gpu(target.gpu) else {
-            problems.push(format!("GPU {} is gone", target.gpu));
-            continue;
-        };
-        let want = &target.target;
-        if gpu.mig_enabled != want.mig_enabled {
-            problems.push(format!(
-                "{}: MIG is {} instead of {}",
-                gpu.label(),
-                on_off(gpu.mig_enabled),
-                on_off(want.mig_enabled)
-            ));
-        }
-        let mut have: Vec<(u32, u8, bool)> = gpu
-            .instances
-            .iter()
-            .map(|gi| (gi.profile_id, gi.placement_start, !gi.compute_instances.is_empty()))
-            .collect();
-        let mut expect: Vec<(u32, u8, bool)> =
-            want.instances.iter().map(|p| (p.profile.id, p.start, true)).collect();
-        have.sort_unstable();
-        expect.sort_unstable();
-        if have != expect {
-            problems.push(format!("{}: the MIG instances differ from the plan", gpu.label()));
-        }
-        let servers: Vec<&MpsServerState> =
-            node.mps.iter().filter(|s| s.gpu == gpu.index && s.pid.is_some()).collect();
-        let mut expected: Vec<(Option<u8>, MpsLimits)> =
-            want.mps.iter().map(|&l| (None, l)).collect();
-        expected.extend(want.instance_mps.iter().map(|&(start, l)| (Some(start), l)));
-        let mut running: Vec<(Option<u8>, MpsLimits)> =
-            servers.iter().map(|s| (s.placement_start, s.limits)).collect();
-        let key = |e: &(Option<u8>, MpsLimits)| (e.0, e.1.active_thread_percentage);
-        expected.sort_by_key(key);
-        running.sort_by_key(key);
-        if expected != running {
-            problems.push(format!("{}: the MPS servers differ from the plan", gpu.label()));
-        }
-        if let (Some(want), Some(have)) = (want.timeslice, gpu.timeslice)
-            && want != have
-            // A MIG GPU's interval is left as it is.
-            && !(want == TimeSliceInterval::Default && gpu.mig_enabled)
-        {
-            problems.push(format!(
-                "{}: the time-slice interval is {} instead of {}",
-                gpu.label(),
-                have.as_str(),
-                want.as_str()
-            ));
-        }
-        if let Some(mode) = want.compute_mode
-            && gpu.compute_mode != mode
-        {
-            problems.push(format!(
-                "{}: compute mode is {} instead of {}",
-                gpu.label(),
-                gpu.compute_mode.as_str(),
-                mode.as_str()
-            ));
-        }
-    }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b { "on" } else { "off" }
 }
 
 #[cfg(test)]

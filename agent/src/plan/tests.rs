@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::gpu::GpuBackend;
 use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+use crate::node::Operation;
 use crate::profile::{ProfileStore, parse_profile};
 
 fn node(spec: &str) -> Arc<SimBackend> {
@@ -19,8 +20,13 @@ fn profile(text: &str) -> Profile {
     parse_profile(text, "test.toml", Some("test")).unwrap()
 }
 
+/// The simulated node as observed, without sharing.
+fn observed(sim: &SimBackend) -> NodeState {
+    NodeState::of_gpus(sim.observe().unwrap())
+}
+
 fn plan_on(sim: &SimBackend, profile: &Profile) -> Result<Plan, PlanError> {
-    plan(&sim.observe().unwrap(), profile, &PlanOptions::default())
+    plan(&observed(sim), profile, &PlanOptions::default())
 }
 
 fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
@@ -32,7 +38,7 @@ fn apply(sim: &Arc<SimBackend>, plan: &Plan) {
 }
 
 fn layout(sim: &SimBackend, gpu: u32) -> Vec<(String, u8)> {
-    let state = sim.observe().unwrap();
+    let state = observed(sim);
     let g = state.gpu(gpu).unwrap();
     g.instances
         .iter()
@@ -61,7 +67,7 @@ fn half_balanced_on_eight_a100s() {
     assert_eq!(p.step_count(), 4 * 10);
     assert!(p.gpus[4..].iter().all(|g| g.steps.is_empty() && !g.target.mig_enabled));
     apply(&sim, &p);
-    let state = sim.observe().unwrap();
+    let state = observed(&sim);
     for gpu in 0..4 {
         assert!(state.gpus[gpu].mig_enabled);
         assert_eq!(names(&layout(&sim, gpu as u32)), ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]);
@@ -80,7 +86,7 @@ fn half_balanced_on_two_h100s_uses_h100_names() {
     let p = plan_on(&sim, &built_in("half-balanced")).unwrap();
     apply(&sim, &p);
     assert_eq!(names(&layout(&sim, 0)), ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]);
-    assert!(!sim.observe().unwrap().gpus[1].mig_enabled);
+    assert!(!observed(&sim).gpus[1].mig_enabled);
 }
 
 #[test]
@@ -99,7 +105,7 @@ fn all_balanced_fits_each_model_and_all_disabled_undoes_it() {
     let ops: Vec<Operation> = undo.gpus[2].steps.iter().map(Step::operation).collect();
     assert_eq!(ops.last(), Some(&Operation::SetMigMode));
     apply(&sim, &undo);
-    assert!(sim.observe().unwrap().gpus.iter().all(|g| !g.mig_enabled && g.instances.is_empty()));
+    assert!(observed(&sim).gpus.iter().all(|g| !g.mig_enabled && g.instances.is_empty()));
 }
 
 #[test]
@@ -161,7 +167,7 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
     let models = parse_spec("a100-40gb:1").unwrap();
     let sim = Arc::new(SimBackend::persistent(&models, &path, SimOptions::default()).unwrap());
     apply(&sim, &plan_on(&sim, &built_in("all-balanced")).unwrap());
-    let gi = sim.observe().unwrap().gpus[0].instances[0].id;
+    let gi = observed(&sim).gpus[0].instances[0].id;
     drop(sim);
     // The same GPUs, now with two processes on the first instance.
     let options = SimOptions {
@@ -173,7 +179,7 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
     assert!(matches!(e, PlanError::GpuBusy(_)));
     assert!(e.to_string().contains("PID 17, 4242"), "{e}");
     let forced = PlanOptions { force: true, ..PlanOptions::default() };
-    assert!(plan(&busy.observe().unwrap(), &built_in("all-disabled"), &forced).is_ok());
+    assert!(plan(&observed(&busy), &built_in("all-disabled"), &forced).is_ok());
     // A change that leaves the busy instance in place is not refused.
     let keep = profile("[[gpu]]\nselect = 0\nmig = { \"2g\" = 1, \"1g\" = 2, \"3g\" = 1 }\n");
     assert!(plan_on(&busy, &keep).unwrap().is_empty());
@@ -183,9 +189,9 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
 fn the_agent_configuration_can_forbid_changes() {
     let sim = node("h100-80gb:1");
     let hands_off = PlanOptions { manage_mig: false, manage_compute_mode: false, force: false };
-    let e = plan(&sim.observe().unwrap(), &built_in("all-balanced"), &hands_off).unwrap_err();
+    let e = plan(&observed(&sim), &built_in("all-balanced"), &hands_off).unwrap_err();
     assert!(matches!(e, PlanError::Forbidden(_)), "{e}");
-    let p = plan(&sim.observe().unwrap(), &built_in("all-disabled"), &hands_off).unwrap();
+    let p = plan(&observed(&sim), &built_in("all-disabled"), &hands_off).unwrap();
     assert!(p.is_empty());
     assert_eq!(p.gpus[0].target.compute_mode, None);
 }
@@ -263,10 +269,10 @@ fn planning_is_deterministic_and_reports_in_protocol_shape() {
 fn verify_names_what_differs() {
     let sim = node("a100-40gb:1");
     let p = plan_on(&sim, &built_in("all-balanced")).unwrap();
-    let e = verify(&p, &sim.observe().unwrap()).unwrap_err();
+    let e = verify(&p, &observed(&sim)).unwrap_err();
     assert!(e.contains("GPU 0 (A100-SXM4-40GB): MIG is off instead of on"), "{e}");
     apply(&sim, &p);
-    verify(&p, &sim.observe().unwrap()).unwrap();
+    verify(&p, &observed(&sim)).unwrap();
 }
 
 #[test]
@@ -274,7 +280,7 @@ fn pending_modes_are_finished_or_cancelled() {
     let sim = node("a100-40gb:2");
     sim.set_mig_mode(0, true).unwrap();
     sim.set_mig_mode(1, true).unwrap();
-    let state = sim.observe().unwrap();
+    let state = observed(&sim);
     assert_eq!(state.gpus[0].mig_pending, Some(true));
     let p = profile("[[gpu]]\nselect = 0\nmig = {}\n[[gpu]]\nselect = 1\nmig = \"disabled\"\n");
     let p = plan(&state, &p, &PlanOptions::default()).unwrap();
@@ -284,7 +290,7 @@ fn pending_modes_are_finished_or_cancelled() {
         ["GPU 0: reset the GPU (a MIG mode change is pending)", "GPU 1: disable MIG mode"]
     );
     apply(&sim, &p);
-    let state = sim.observe().unwrap();
+    let state = observed(&sim);
     assert!(state.gpus[0].mig_enabled && state.gpus[0].mig_pending.is_none());
     assert!(!state.gpus[1].mig_enabled && state.gpus[1].mig_pending.is_none());
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::gpu::{GpuState, NodeState};
+use crate::node::{GpuState, NodeState};
 
 /// A GPU's MIG layout as instance counts by profile name; `None` with MIG off.
 type Layout = Option<BTreeMap<String, u32>>;
@@ -92,7 +92,8 @@ mod tests {
         let sim =
             Arc::new(SimBackend::new(&parse_spec("a100-40gb:8").unwrap(), SimOptions::default()));
         let half = ProfileStore::built_in().get("half-balanced").unwrap().profile.clone();
-        let p = plan(&sim.observe().unwrap(), &half, &PlanOptions::default()).unwrap();
+        let p = plan(&NodeState::of_gpus(sim.observe().unwrap()), &half, &PlanOptions::default())
+            .unwrap();
         let backend: Arc<dyn GpuBackend> = sim.clone();
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let executor = crate::apply::Executor::for_tests(backend);
@@ -102,7 +103,7 @@ mod tests {
             .unwrap()
             .block_on(executor.execute(&p, &tx, Arc::new(crate::apply::NoLog)))
             .unwrap();
-        let node = sim.observe().unwrap();
+        let node = NodeState::of_gpus(sim.observe().unwrap());
         let text = profile_text(&node);
         assert!(
             text.contains(

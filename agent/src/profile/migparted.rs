@@ -404,8 +404,9 @@ fn is_mig_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::catalog;
+    use crate::gpu::GpuBackend;
     use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
-    use crate::gpu::{GpuBackend, NodeState};
+    use crate::node::NodeState;
     use crate::plan::{self, PlanOptions};
 
     fn loc(line: usize, column: usize) -> Location {
@@ -434,7 +435,9 @@ mig-configs:
 "#;
 
     fn node(spec: &str) -> NodeState {
-        SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()).observe().unwrap()
+        NodeState::of_gpus(
+            SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()).observe().unwrap(),
+        )
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub use store::{ProfileSource, ProfileStore, StoredProfile};
 use std::fmt;
 
 use crate::catalog::{GpuModel, MigProfile};
+use crate::node::TimeSliceInterval;
 
 /// Parses a profile document: NVIDIA mig-parted's `config.yaml` (when `origin` ends in
 /// `.yaml`/`.yml` or the text has a top-level `mig-configs:`), with `config` naming the
@@ -258,33 +259,6 @@ impl Sharing {
             Sharing::Exclusive => "exclusive",
             Sharing::TimeSlicing { .. } => "time-slicing",
             Sharing::Mps(_) => "mps",
-        }
-    }
-}
-
-/// Time-slice intervals `nvidia-smi compute-policy --set-timeslice` knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeSliceInterval {
-    /// 0.
-    Default,
-    /// 1.
-    Short,
-    /// 2.
-    Medium,
-    /// 3.
-    Long,
-}
-
-impl TimeSliceInterval {
-    /// Parses `default`, `short`, `medium` or `long`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "default" => Some(Self::Default),
-            "short" => Some(Self::Short),
-            "medium" => Some(Self::Medium),
-            "long" => Some(Self::Long),
-            _ => None,
         }
     }
 }

@@ -12,9 +12,9 @@ use toml::Spanned;
 
 use super::{
     GpuRule, Location, MigKey, MigLayout, MpsSettings, Profile, ProfileError, Selector, Sharing,
-    TimeSliceInterval,
 };
 use crate::catalog;
+use crate::node::TimeSliceInterval;
 
 /// Most MPS clients per device on Volta and later.
 const MPS_MAX_CLIENTS: u32 = 48;

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::profile::TimeSliceInterval;
+use super::{SharingError, SharingErrorKind as Kind};
+use crate::node::TimeSliceInterval;
 use crate::sys::command::Command;
 
 /// How long one nvidia-smi run may take (`status` waits for it).
@@ -16,25 +17,13 @@ pub struct TimesliceControl {
     nvidia_smi: PathBuf,
 }
 
-impl TimeSliceInterval {
-    /// The number `--set-timeslice` takes.
-    pub fn number(self) -> u8 {
-        match self {
-            TimeSliceInterval::Default => 0,
-            TimeSliceInterval::Short => 1,
-            TimeSliceInterval::Medium => 2,
-            TimeSliceInterval::Long => 3,
-        }
-    }
-
-    /// `default`, `short`, `medium`, `long`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TimeSliceInterval::Default => "default",
-            TimeSliceInterval::Short => "short",
-            TimeSliceInterval::Medium => "medium",
-            TimeSliceInterval::Long => "long",
-        }
+/// The number `--set-timeslice` takes for an interval.
+fn setting(interval: TimeSliceInterval) -> u8 {
+    match interval {
+        TimeSliceInterval::Default => 0,
+        TimeSliceInterval::Short => 1,
+        TimeSliceInterval::Medium => 2,
+        TimeSliceInterval::Long => 3,
     }
 }
 
@@ -44,31 +33,38 @@ impl TimesliceControl {
         TimesliceControl { nvidia_smi: nvidia_smi.into() }
     }
 
-    fn run(&self, args: &[&str]) -> Result<String, String> {
+    fn run(&self, args: &[&str]) -> Result<String, SharingError> {
         let shown = || format!("{} {}", self.nvidia_smi.display(), args.join(" "));
-        let done = Command::new(&self.nvidia_smi, NVIDIA_SMI_TIMEOUT)
-            .args(args)
-            .run()
-            .map_err(|e| format!("cannot run {}: {e}", self.nvidia_smi.display()))?;
+        let done =
+            Command::new(&self.nvidia_smi, NVIDIA_SMI_TIMEOUT).args(args).run().map_err(|e| {
+                let message = format!("cannot run {}: {e}", self.nvidia_smi.display());
+                SharingError::new(Kind::CannotRun, message)
+            })?;
         match done.status {
             Some(status) if status.success() => Ok(done.stdout_text()),
-            Some(status) => Err(format!("{} failed ({status}): {}", shown(), done.first_line())),
-            None => Err(format!(
-                "{} did not finish within {} s and was killed",
-                shown(),
-                NVIDIA_SMI_TIMEOUT.as_secs()
+            Some(status) => Err(SharingError::new(
+                Kind::Failed,
+                format!("{} failed ({status}): {}", shown(), done.first_line()),
+            )),
+            None => Err(SharingError::new(
+                Kind::TimedOut,
+                format!(
+                    "{} did not finish within {} s and was killed",
+                    shown(),
+                    NVIDIA_SMI_TIMEOUT.as_secs()
+                ),
             )),
         }
     }
 
     /// The interval of every GPU, by index (`nvidia-smi compute-policy -l`).
-    pub fn read_all(&self) -> Result<Vec<(u32, TimeSliceInterval)>, String> {
+    pub fn read_all(&self) -> Result<Vec<(u32, TimeSliceInterval)>, SharingError> {
         Ok(parse_policy_table(&self.run(&["compute-policy", "-l"])?))
     }
 
     /// Sets the interval of GPU `index` (the index, as `compute-policy -l` lists them).
-    pub fn set(&self, index: u32, interval: TimeSliceInterval) -> Result<(), String> {
-        let n = interval.number().to_string();
+    pub fn set(&self, index: u32, interval: TimeSliceInterval) -> Result<(), SharingError> {
+        let n = setting(interval).to_string();
         self.run(&["compute-policy", "-i", &index.to_string(), "--set-timeslice", &n]).map(|_| ())
     }
 }
@@ -92,6 +88,7 @@ fn parse_policy_table(text: &str) -> Vec<(u32, TimeSliceInterval)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sharing::SharingErrorKind;
 
     #[test]
     fn reads_the_table_the_real_h100_printed() {
@@ -111,6 +108,7 @@ mod tests {
     #[test]
     fn a_missing_nvidia_smi_is_one_clear_line() {
         let e = TimesliceControl::new("/nonexistent/nvidia-smi").read_all().unwrap_err();
-        assert!(e.starts_with("cannot run /nonexistent/nvidia-smi: "), "{e}");
+        assert_eq!(e.kind, SharingErrorKind::CannotRun);
+        assert!(e.to_string().starts_with("cannot run /nonexistent/nvidia-smi: "), "{e}");
     }
 }

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::{SharingError, SharingErrorKind as Kind};
+use crate::node::{MpsLimits, mps_memory_value};
 use crate::sys::command::Command;
 use crate::sys::files::{read_json, write_json};
 use crate::sys::procfs::alive;
@@ -41,15 +43,6 @@ pub struct MpsConfig {
     pub root: PathBuf,
 }
 
-/// Limits every client of a server starts with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MpsLimits {
-    /// Default active thread percentage (1-100).
-    pub active_thread_percentage: u32,
-    /// Default pinned device memory limit in bytes; `None` for no limit.
-    pub pinned_memory_limit_bytes: Option<u64>,
-}
-
 /// What the agent asked of one server, kept in `server.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerRecord {
@@ -66,9 +59,9 @@ pub struct ServerRecord {
     pub restarts: u32,
 }
 
-/// A server as found on disk.
+/// A control daemon as found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MpsServer {
+pub struct MpsDaemon {
     /// What the agent asked for.
     pub record: ServerRecord,
     /// The control daemon's pid, when it runs.
@@ -76,11 +69,6 @@ pub struct MpsServer {
     /// The pipe directory clients use.
     pub pipe_dir: PathBuf,
 }
-
-/// An MPS failure, in one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct MpsError(pub String);
 
 /// Starts, stops, finds and talks to MPS control daemons.
 #[derive(Debug, Clone)]
@@ -118,23 +106,25 @@ impl MpsController {
 
     /// Starts the daemon of `record`, sets its limits, reads them back, and only then
     /// opens its pipe directory to clients. Returns the daemon's pid.
-    pub fn start(&self, record: &ServerRecord) -> Result<u32, MpsError> {
+    pub fn start(&self, record: &ServerRecord) -> Result<u32, SharingError> {
         let uuid = &record.uuid;
-        let err = |what: String| MpsError(format!("MPS server for {uuid}: {what}"));
+        let err =
+            |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
         let pipe = self.pipe_dir(uuid);
         let log = self.log_dir(uuid);
         if let Some(pid) = daemon_pid(&pipe) {
-            return Err(err(format!(
-                "a control daemon (PID {pid}) already runs in {}",
-                pipe.display()
-            )));
+            return Err(err(
+                Kind::AlreadyRunning,
+                format!("a control daemon (PID {pid}) already runs in {}", pipe.display()),
+            ));
         }
         for dir in [&pipe, &log] {
-            std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| err(Kind::Files, format!("{}: {e}", dir.display())))?;
         }
-        set_mode(&pipe, 0o700).map_err(err)?;
+        set_mode(&pipe, 0o700).map_err(|e| err(Kind::Files, e))?;
         write_json(&self.server_dir(uuid).join("server.json"), record)
-            .map_err(|e| err(format!("server.json: {e}")))?;
+            .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
         let control = self.config.control.display();
         let done = self
@@ -142,51 +132,62 @@ impl MpsController {
             .arg("-d")
             .env("CUDA_VISIBLE_DEVICES", uuid)
             .run()
-            .map_err(|e| err(format!("cannot run {control}: {e}")))?;
+            .map_err(|e| err(Kind::CannotRun, format!("cannot run {control}: {e}")))?;
         match done.status {
             Some(status) if status.success() => {}
             Some(status) => {
-                return Err(err(format!("{control} -d failed ({status}): {}", done.first_line())));
+                let line = done.first_line();
+                return Err(err(Kind::Failed, format!("{control} -d failed ({status}): {line}")));
             }
             None => {
-                return Err(err(format!(
-                    "{control} -d did not finish within {} s and was killed",
-                    START_STOP_TIMEOUT.as_secs()
-                )));
+                return Err(err(
+                    Kind::TimedOut,
+                    format!(
+                        "{control} -d did not finish within {} s and was killed",
+                        START_STOP_TIMEOUT.as_secs()
+                    ),
+                ));
             }
         }
-        let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe))
-            .ok_or_else(|| err(format!("the daemon wrote no pid file in {}", pipe.display())))?;
+        let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe)).ok_or_else(|| {
+            err(Kind::Failed, format!("the daemon wrote no pid file in {}", pipe.display()))
+        })?;
 
         let limits = record.limits;
         let threads = limits.active_thread_percentage;
         self.command(uuid, &format!("set_default_active_thread_percentage {threads}"))?;
         let read = self.command(uuid, "get_default_active_thread_percentage")?;
         if parse_percentage(&read) != Some(threads) {
-            return Err(err(format!(
-                "active thread percentage {threads} did not take: the daemon reports {:?}",
-                read.join(" ")
-            )));
+            return Err(err(
+                Kind::NotApplied,
+                format!(
+                    "active thread percentage {threads} did not take: the daemon reports {:?}",
+                    read.join(" ")
+                ),
+            ));
         }
         if let Some(bytes) = limits.pinned_memory_limit_bytes {
-            let value = memory_value(bytes);
+            let value = mps_memory_value(bytes);
             self.command(uuid, &format!("set_default_device_pinned_mem_limit 0 {value}"))?;
             let read = self.command(uuid, "get_default_device_pinned_mem_limit 0")?;
             if read.first().map(|s| s.trim()) != Some(value.as_str()) {
-                return Err(err(format!(
-                    "pinned memory limit {value} did not take: the daemon reports {:?}",
-                    read.join(" ")
-                )));
+                return Err(err(
+                    Kind::NotApplied,
+                    format!(
+                        "pinned memory limit {value} did not take: the daemon reports {:?}",
+                        read.join(" ")
+                    ),
+                ));
             }
         }
         // Limits are in place and read back: clients may come.
-        set_mode(&pipe, 0o755).map_err(err)?;
+        set_mode(&pipe, 0o755).map_err(|e| err(Kind::Files, e))?;
         Ok(pid)
     }
 
     /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
     /// directory.
-    pub fn stop(&self, uuid: &str) -> Result<(), MpsError> {
+    pub fn stop(&self, uuid: &str) -> Result<(), SharingError> {
         let pipe = self.pipe_dir(uuid);
         if let Some(pid) = daemon_pid(&pipe) {
             // A daemon that does not answer is killed below.
@@ -199,20 +200,23 @@ impl MpsController {
         match std::fs::remove_dir_all(self.server_dir(uuid)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(MpsError(format!("removing {}: {e}", self.server_dir(uuid).display()))),
+            Err(e) => Err(SharingError::new(
+                Kind::Files,
+                format!("removing {}: {e}", self.server_dir(uuid).display()),
+            )),
         }
     }
 
     /// Every server directory under the root, with its daemon's pid when it runs.
-    pub fn servers(&self) -> Vec<MpsServer> {
+    pub fn servers(&self) -> Vec<MpsDaemon> {
         let Ok(entries) = std::fs::read_dir(&self.config.root) else { return Vec::new() };
-        let mut servers: Vec<MpsServer> = entries
+        let mut servers: Vec<MpsDaemon> = entries
             .filter_map(Result::ok)
             .filter_map(|entry| {
                 let dir = entry.path();
                 let record: ServerRecord = read_json(&dir.join("server.json")).ok().flatten()?;
                 let pipe_dir = dir.join("pipe");
-                Some(MpsServer { pid: daemon_pid(&pipe_dir), record, pipe_dir })
+                Some(MpsDaemon { pid: daemon_pid(&pipe_dir), record, pipe_dir })
             })
             .collect();
         servers.sort_by(|a, b| {
@@ -221,45 +225,39 @@ impl MpsController {
         servers
     }
 
-    /// Records a restart in `server.json`.
-    pub fn record_restart(&self, record: &ServerRecord) -> Result<ServerRecord, MpsError> {
-        let next = ServerRecord { restarts: record.restarts + 1, ..record.clone() };
-        write_json(&self.server_dir(&record.uuid).join("server.json"), &next)
-            .map_err(|e| MpsError(format!("server.json of {}: {e}", record.uuid)))?;
-        Ok(next)
-    }
-
     /// Sends one command to the daemon of `uuid` and returns its answer lines.
-    pub fn command(&self, uuid: &str, line: &str) -> Result<Vec<String>, MpsError> {
-        let err = |what: String| MpsError(format!("MPS server for {uuid}: {line}: {what}"));
-        let done = self
-            .control(uuid, COMMAND_TIMEOUT)
-            .input(format!("{line}\n"))
-            .run()
-            .map_err(|e| err(format!("cannot run {}: {e}", self.config.control.display())))?;
+    pub fn command(&self, uuid: &str, line: &str) -> Result<Vec<String>, SharingError> {
+        let err = |kind, what: String| {
+            SharingError::new(kind, format!("MPS server for {uuid}: {line}: {what}"))
+        };
+        let done =
+            self.control(uuid, COMMAND_TIMEOUT).input(format!("{line}\n")).run().map_err(|e| {
+                err(Kind::CannotRun, format!("cannot run {}: {e}", self.config.control.display()))
+            })?;
         let Some(status) = done.status else {
-            return Err(err(format!("no answer within {} s", COMMAND_TIMEOUT.as_secs())));
+            let waited = COMMAND_TIMEOUT.as_secs();
+            return Err(err(Kind::TimedOut, format!("no answer within {waited} s")));
         };
         let stdout = done.stdout_text();
         let lines: Vec<String> =
             stdout.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
         if !status.success() {
-            return Err(err(format!("{} ({status})", done.first_line())));
+            return Err(err(Kind::Failed, format!("{} ({status})", done.first_line())));
         }
         if let Some(unknown) = lines.iter().find(|l| l.starts_with("Unknown command")) {
-            return Err(err(unknown.clone()));
+            return Err(err(Kind::Failed, unknown.clone()));
         }
         Ok(lines)
     }
 
     /// Whether the daemon of `server` runs and answers.
-    pub fn healthy(&self, server: &MpsServer) -> bool {
+    pub fn healthy(&self, server: &MpsDaemon) -> bool {
         server.pid.is_some_and(alive)
             && self.command(&server.record.uuid, "get_default_active_thread_percentage").is_ok()
     }
 
     /// The MPS server processes of a daemon with their client pids.
-    pub fn clients(&self, uuid: &str) -> Result<Vec<(u32, Vec<u32>)>, MpsError> {
+    pub fn clients(&self, uuid: &str) -> Result<Vec<(u32, Vec<u32>)>, SharingError> {
         let mut out = Vec::new();
         for server in self.command(uuid, "get_server_list")? {
             let Ok(server) = server.parse::<u32>() else { continue };
@@ -283,41 +281,36 @@ impl MpsController {
         pid: u32,
         threads: Option<u32>,
         memory_bytes: Option<u64>,
-    ) -> Result<(String, u32), MpsError> {
+    ) -> Result<(String, u32), SharingError> {
         let found = self.servers().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
             let clients = self.clients(&s.record.uuid).ok()?;
             let server = clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
             Some((s.record.uuid, server))
         });
         let (uuid, server) = found.ok_or_else(|| {
-            MpsError(format!("PID {pid} is not a client of an MPS server gpushare runs"))
+            SharingError::new(
+                Kind::NotAClient,
+                format!("PID {pid} is not a client of an MPS server gpushare runs"),
+            )
         })?;
         if let Some(t) = threads {
             self.command(&uuid, &format!("set_active_thread_percentage {server} {t}"))?;
             let read = self.command(&uuid, &format!("get_active_thread_percentage {server}"))?;
             if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
-                return Err(MpsError(format!(
-                    "the MPS server {server} reports thread percentage {:?} after setting {t}",
-                    read.join(" ")
-                )));
+                return Err(SharingError::new(
+                    Kind::NotApplied,
+                    format!(
+                        "the MPS server {server} reports thread percentage {:?} after setting {t}",
+                        read.join(" ")
+                    ),
+                ));
             }
         }
         if let Some(bytes) = memory_bytes {
-            let value = memory_value(bytes);
+            let value = mps_memory_value(bytes);
             self.command(&uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))?;
         }
         Ok((uuid, server))
-    }
-}
-
-/// `2G` when whole GiB, else `<n>M` (MPS takes G or M).
-pub fn memory_value(bytes: u64) -> String {
-    const MIB: u64 = 1 << 20;
-    const GIB: u64 = 1 << 30;
-    if bytes.is_multiple_of(GIB) {
-        format!("{}G", bytes / GIB)
-    } else {
-        format!("{}M", (bytes / MIB).max(1))
     }
 }
 
@@ -355,14 +348,6 @@ fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_values_use_the_largest_whole_unit() {
-        assert_eq!(memory_value(2 << 30), "2G");
-        assert_eq!(memory_value(512 << 20), "512M");
-        assert_eq!(memory_value((3 << 30) + (1 << 29)), "3584M");
-        assert_eq!(memory_value(1), "1M");
-    }
 
     #[test]
     fn percentages_read_back_as_the_daemon_prints_them() {

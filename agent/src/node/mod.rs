@@ -1,0 +1,224 @@
+//! Layer 2: the model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
+//! instances, compute processes, MPS servers, time-slice intervals) and the operations that
+//! change it ([`Operation`]). Plain data: the GPU backend and the sharing layer fill it in,
+//! the planner reads it, and nothing here does I/O.
+
+mod operation;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::GpuModel;
+pub use operation::Operation;
+
+/// NVML compute modes the agent uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeMode {
+    /// Any number of processes (NVML_COMPUTEMODE_DEFAULT).
+    Default,
+    /// One process, e.g. the MPS server (NVML_COMPUTEMODE_EXCLUSIVE_PROCESS).
+    ExclusiveProcess,
+    /// No compute contexts (NVML_COMPUTEMODE_PROHIBITED).
+    Prohibited,
+}
+
+impl ComputeMode {
+    /// The name used in status output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComputeMode::Default => "default",
+            ComputeMode::ExclusiveProcess => "exclusive_process",
+            ComputeMode::Prohibited => "prohibited",
+        }
+    }
+}
+
+/// The observed state of a node: its GPUs as the GPU backend reports them, and the
+/// sharing set up on them as the sharing layer finds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeState {
+    /// GPUs by NVML index.
+    pub gpus: Vec<GpuState>,
+    /// MPS servers the agent runs.
+    pub mps: Vec<MpsServerState>,
+    /// Time-slice intervals by GPU index, where they were read (an nvidia-smi run).
+    pub timeslices: BTreeMap<u32, TimeSliceInterval>,
+}
+
+/// An MPS server as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsServerState {
+    /// `GPU-…` or `MIG-…` it serves.
+    pub uuid: String,
+    /// GPU index.
+    pub gpu: u32,
+    /// Placement start of the MIG instance it serves; `None` for a whole GPU.
+    pub placement_start: Option<u8>,
+    /// Its limits.
+    pub limits: MpsLimits,
+    /// The control daemon's pid; `None` when it is not running.
+    pub pid: Option<u32>,
+    /// Restarts by the supervisor.
+    pub restarts: u32,
+}
+
+impl NodeState {
+    /// A node of these GPUs, with no sharing observed.
+    pub fn of_gpus(gpus: Vec<GpuState>) -> Self {
+        NodeState { gpus, ..NodeState::default() }
+    }
+
+    /// The GPU with this index.
+    pub fn gpu(&self, index: u32) -> Option<&GpuState> {
+        self.gpus.iter().find(|g| g.index == index)
+    }
+
+    /// The time-slice interval of GPU `index`, when it was read.
+    pub fn timeslice(&self, index: u32) -> Option<TimeSliceInterval> {
+        self.timeslices.get(&index).copied()
+    }
+}
+
+/// The observed state of one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuState {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// NVML's name (`NVIDIA A100-SXM4-40GB`).
+    pub name: String,
+    /// PCI device id as NVML reports it (`0x20B010DE`).
+    pub pci_device_id: u32,
+    /// The catalog model, when known.
+    pub model: Option<&'static GpuModel>,
+    /// Total device memory in bytes.
+    pub memory_total_bytes: u64,
+    /// Current MIG mode; false on GPUs without MIG.
+    pub mig_enabled: bool,
+    /// MIG mode after the next reset, when it differs from the current one.
+    pub mig_pending: Option<bool>,
+    /// Compute mode.
+    pub compute_mode: ComputeMode,
+    /// GPU instances, ordered by placement start.
+    pub instances: Vec<GpuInstance>,
+    /// Compute processes on the GPU or its instances.
+    pub processes: Vec<ComputeProcess>,
+}
+
+impl GpuState {
+    /// The model's display name, or NVML's name for a GPU the catalog lacks.
+    pub fn model_name(&self) -> &str {
+        self.model.map(|m| m.display_name).unwrap_or(&self.name)
+    }
+
+    /// `GPU 2 (A100-SXM4-40GB)`, the way messages name a GPU.
+    pub fn label(&self) -> String {
+        format!("GPU {} ({})", self.index, self.model_name())
+    }
+}
+
+/// A MIG GPU instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuInstance {
+    /// NVML GPU instance id.
+    pub id: u32,
+    /// nvidia-smi/NVML profile id.
+    pub profile_id: u32,
+    /// First memory slot.
+    pub placement_start: u8,
+    /// Memory slots occupied.
+    pub placement_size: u8,
+    /// Compute instances inside it.
+    pub compute_instances: Vec<ComputeInstance>,
+}
+
+/// A MIG compute instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeInstance {
+    /// NVML compute instance id.
+    pub id: u32,
+    /// `MIG-…` of the MIG device this compute instance is.
+    pub uuid: String,
+}
+
+/// A process holding a compute context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeProcess {
+    /// Process id.
+    pub pid: u32,
+    /// GPU instance the process runs in, under MIG.
+    pub gpu_instance_id: Option<u32>,
+}
+
+/// Limits every client of a server starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpsLimits {
+    /// Default active thread percentage (1-100).
+    pub active_thread_percentage: u32,
+    /// Default pinned device memory limit in bytes; `None` for no limit.
+    pub pinned_memory_limit_bytes: Option<u64>,
+}
+
+/// A pinned memory limit as MPS takes it: `2G` when whole GiB, else `<n>M`.
+pub fn mps_memory_value(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes.is_multiple_of(GIB) {
+        format!("{}G", bytes / GIB)
+    } else {
+        format!("{}M", (bytes / MIB).max(1))
+    }
+}
+
+/// Time-slice intervals `nvidia-smi compute-policy --set-timeslice` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeSliceInterval {
+    /// 0.
+    Default,
+    /// 1.
+    Short,
+    /// 2.
+    Medium,
+    /// 3.
+    Long,
+}
+
+impl TimeSliceInterval {
+    /// `default`, `short`, `medium`, `long`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeSliceInterval::Default => "default",
+            TimeSliceInterval::Short => "short",
+            TimeSliceInterval::Medium => "medium",
+            TimeSliceInterval::Long => "long",
+        }
+    }
+
+    /// Parses `default`, `short`, `medium` or `long`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::Default),
+            "short" => Some(Self::Short),
+            "medium" => Some(Self::Medium),
+            "long" => Some(Self::Long),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_values_use_the_largest_whole_unit() {
+        assert_eq!(mps_memory_value(2 << 30), "2G");
+        assert_eq!(mps_memory_value(512 << 20), "512M");
+        assert_eq!(mps_memory_value((3 << 30) + (1 << 29)), "3584M");
+        assert_eq!(mps_memory_value(1), "1M");
+    }
+}

@@ -1,0 +1,210 @@
+//! The steps of a plan: one change each, in the order they run.
+
+use std::fmt;
+
+use crate::catalog::MigProfile;
+use crate::node::{ComputeMode, MpsLimits, Operation, TimeSliceInterval, mps_memory_value};
+
+/// The device an MPS server serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MpsDevice {
+    /// The whole GPU.
+    Gpu {
+        /// `GPU-…`.
+        uuid: String,
+    },
+    /// The MIG instance at a placement (its `MIG-…` is known once it exists).
+    Instance {
+        /// Placement start.
+        start: u8,
+        /// Profile name, for people.
+        profile: &'static str,
+    },
+}
+
+/// One change to a GPU: a backend call, or an MPS or time-slice step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Destroy a compute instance.
+    DestroyComputeInstance {
+        /// GPU index.
+        gpu: u32,
+        /// GPU instance id.
+        gpu_instance: u32,
+        /// Compute instance id.
+        compute_instance: u32,
+        /// Profile of the GPU instance, for people.
+        profile: &'static str,
+        /// Placement start of the GPU instance, for people.
+        start: u8,
+    },
+    /// Destroy a GPU instance.
+    DestroyGpuInstance {
+        /// GPU index.
+        gpu: u32,
+        /// GPU instance id.
+        gpu_instance: u32,
+        /// Profile name, for people.
+        profile: &'static str,
+        /// Placement start, for people.
+        start: u8,
+    },
+    /// Turn MIG mode on or off.
+    SetMigMode {
+        /// GPU index.
+        gpu: u32,
+        /// The new mode.
+        enabled: bool,
+    },
+    /// Create a GPU instance at a placement.
+    CreateGpuInstance {
+        /// GPU index.
+        gpu: u32,
+        /// Profile.
+        profile: &'static MigProfile,
+        /// Placement start.
+        start: u8,
+    },
+    /// Create the full-size compute instance of the GPU instance at `start`.
+    CreateComputeInstance {
+        /// GPU index.
+        gpu: u32,
+        /// Placement start of the GPU instance (its id is known only once created).
+        start: u8,
+        /// Id of the GPU instance when it exists already.
+        gpu_instance: Option<u32>,
+        /// Profile name, for people.
+        profile: &'static str,
+    },
+    /// Reset the GPU so that a pending MIG mode takes effect.
+    ResetGpu {
+        /// GPU index.
+        gpu: u32,
+        /// Reset even if the plan's own mode change took effect at once (the mode was
+        /// pending before the plan).
+        always: bool,
+    },
+    /// Set the compute mode.
+    SetComputeMode {
+        /// GPU index.
+        gpu: u32,
+        /// The new mode.
+        mode: ComputeMode,
+    },
+    /// Stop an MPS server.
+    StopMps {
+        /// GPU index.
+        gpu: u32,
+        /// The device it serves.
+        uuid: String,
+    },
+    /// Start an MPS server with its limits.
+    StartMps {
+        /// GPU index.
+        gpu: u32,
+        /// The device it serves.
+        device: MpsDevice,
+        /// Its limits.
+        limits: MpsLimits,
+    },
+    /// Set the time-slice interval of a whole GPU.
+    SetTimeslice {
+        /// GPU index.
+        gpu: u32,
+        /// The interval.
+        interval: TimeSliceInterval,
+    },
+}
+
+impl Step {
+    /// The GPU the step changes.
+    pub fn gpu(&self) -> u32 {
+        match self {
+            Step::DestroyComputeInstance { gpu, .. }
+            | Step::DestroyGpuInstance { gpu, .. }
+            | Step::SetMigMode { gpu, .. }
+            | Step::CreateGpuInstance { gpu, .. }
+            | Step::CreateComputeInstance { gpu, .. }
+            | Step::ResetGpu { gpu, .. }
+            | Step::SetComputeMode { gpu, .. }
+            | Step::StopMps { gpu, .. }
+            | Step::StartMps { gpu, .. }
+            | Step::SetTimeslice { gpu, .. } => *gpu,
+        }
+    }
+
+    /// The backend operation the step calls.
+    pub fn operation(&self) -> Operation {
+        match self {
+            Step::DestroyComputeInstance { .. } => Operation::DestroyComputeInstance,
+            Step::DestroyGpuInstance { .. } => Operation::DestroyGpuInstance,
+            Step::SetMigMode { .. } => Operation::SetMigMode,
+            Step::CreateGpuInstance { .. } => Operation::CreateGpuInstance,
+            Step::CreateComputeInstance { .. } => Operation::CreateComputeInstance,
+            Step::ResetGpu { .. } => Operation::ResetGpu,
+            Step::StopMps { .. } => Operation::StopMps,
+            Step::StartMps { .. } => Operation::StartMps,
+            Step::SetTimeslice { .. } => Operation::SetTimeslice,
+            Step::SetComputeMode { .. } => Operation::SetComputeMode,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::DestroyComputeInstance {
+                gpu,
+                gpu_instance,
+                compute_instance,
+                profile,
+                start,
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu}: destroy compute instance {compute_instance} of {profile} at slot {start} (GI {gpu_instance})"
+                )
+            }
+            Step::DestroyGpuInstance { gpu, gpu_instance, profile, start } => {
+                write!(f, "GPU {gpu}: destroy {profile} at slot {start} (GI {gpu_instance})")
+            }
+            Step::SetMigMode { gpu, enabled } => {
+                write!(f, "GPU {gpu}: {} MIG mode", if *enabled { "enable" } else { "disable" })
+            }
+            Step::CreateGpuInstance { gpu, profile, start } => {
+                write!(f, "GPU {gpu}: create {} at slot {start}", profile.name)
+            }
+            Step::CreateComputeInstance { gpu, start, profile, .. } => {
+                write!(f, "GPU {gpu}: create the compute instance of {profile} at slot {start}")
+            }
+            Step::ResetGpu { gpu, always: true } => {
+                write!(f, "GPU {gpu}: reset the GPU (a MIG mode change is pending)")
+            }
+            Step::ResetGpu { gpu, always: false } => {
+                write!(f, "GPU {gpu}: reset the GPU if the MIG mode change is pending")
+            }
+            Step::SetComputeMode { gpu, mode } => {
+                write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
+            }
+            Step::StopMps { gpu, uuid } => write!(f, "GPU {gpu}: stop the MPS server of {uuid}"),
+            Step::StartMps { gpu, device, limits } => {
+                let on = match device {
+                    MpsDevice::Gpu { .. } => "the GPU".to_string(),
+                    MpsDevice::Instance { start, profile } => format!("{profile} at slot {start}"),
+                };
+                let memory = limits
+                    .pinned_memory_limit_bytes
+                    .map(|b| format!(", pinned memory {}", mps_memory_value(b)))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "GPU {gpu}: start an MPS server on {on} (threads {}%{memory})",
+                    limits.active_thread_percentage
+                )
+            }
+            Step::SetTimeslice { gpu, interval, .. } => {
+                write!(f, "GPU {gpu}: set the time-slice interval to {}", interval.as_str())
+            }
+        }
+    }
+}

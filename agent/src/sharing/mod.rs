@@ -1,0 +1,84 @@
+//! Layer 7: the sharing gpushare sets up on GPUs and MIG instances besides the hardware's
+//! own state: MPS control daemons ([`mps`]), time-slice intervals ([`timeslice`]), and the
+//! supervision that restarts daemons that died ([`supervisor`]). The tools run as external
+//! programs (`nvidia-cuda-mps-control`, `nvidia-smi`) through [`crate::sys::command`].
+
+pub mod mps;
+pub mod supervisor;
+pub mod timeslice;
+
+use std::collections::BTreeMap;
+
+use crate::node::{MpsServerState, TimeSliceInterval};
+use mps::MpsController;
+use timeslice::TimesliceControl;
+
+/// The sharing tools an apply drives besides the GPU backend.
+#[derive(Debug, Clone)]
+pub struct SharingTools {
+    /// MPS control daemons.
+    pub mps: MpsController,
+    /// Time-slice intervals.
+    pub timeslice: TimesliceControl,
+}
+
+impl SharingTools {
+    /// The MPS servers on disk, as observed state.
+    pub fn mps_servers(&self) -> Vec<MpsServerState> {
+        self.mps
+            .servers()
+            .into_iter()
+            .map(|s| MpsServerState {
+                uuid: s.record.uuid,
+                gpu: s.record.gpu,
+                placement_start: s.record.placement_start,
+                limits: s.record.limits,
+                pid: s.pid,
+                restarts: s.record.restarts,
+            })
+            .collect()
+    }
+
+    /// The time-slice interval of every GPU, by index (one nvidia-smi run).
+    pub fn timeslices(&self) -> Result<BTreeMap<u32, TimeSliceInterval>, SharingError> {
+        Ok(self.timeslice.read_all()?.into_iter().collect())
+    }
+}
+
+/// What kind of failure a [`SharingError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharingErrorKind {
+    /// The tool could not be started (missing, not executable).
+    CannotRun,
+    /// The tool ran past its time limit and was killed.
+    TimedOut,
+    /// The tool failed or answered with an error.
+    Failed,
+    /// A limit did not take: the daemon reports another value than the one set.
+    NotApplied,
+    /// A server's files could not be written or removed.
+    Files,
+    /// A control daemon already runs where a new one was to start.
+    AlreadyRunning,
+    /// The process is no client of an MPS server gpushare runs.
+    NotAClient,
+    /// The device a server was to serve does not exist (yet).
+    NoDevice,
+}
+
+/// An MPS or time-slicing failure: its kind, and one line for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SharingError {
+    /// What kind of failure.
+    pub kind: SharingErrorKind,
+    /// What happened, naming the device and the tool.
+    pub message: String,
+}
+
+impl SharingError {
+    /// A failure of `kind`, told by `message`.
+    pub fn new(kind: SharingErrorKind, message: impl Into<String>) -> Self {
+        SharingError { kind, message: message.into() }
+    }
+}
