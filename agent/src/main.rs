@@ -14,7 +14,7 @@ use gpushare_agent::access::AccessPolicy;
 use gpushare_agent::config::{self, AgentConfig, GpuPolicy};
 use gpushare_agent::engine::{ApplyJob, Engine};
 use gpushare_agent::gpu::GpuBackend;
-use gpushare_agent::gpu::nvml::{NvmlBackend, compare_with_catalog};
+use gpushare_agent::gpu::nvml::{NvmlBackend, catalog_check};
 use gpushare_agent::gpu::sim::{self, SimBackend, SimOptions};
 use gpushare_agent::profile::ProfileStore;
 use gpushare_agent::service::AgentService;
@@ -120,39 +120,13 @@ fn main() -> ExitCode {
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
 fn check_catalog() -> ExitCode {
-    let result = (|| -> Result<bool, String> {
-        let nvml = NvmlBackend::new().map_err(|e| e.to_string())?;
-        let gpus = nvml.observe().map_err(|e| e.to_string())?;
-        let mut agree = true;
-        for gpu in &gpus {
-            let Some(model) = gpu.model else {
-                println!(
-                    "{}: not in the catalog (PCI id {:#010X})",
-                    gpu.label(),
-                    gpu.pci_device_id
-                );
-                agree = false;
-                continue;
-            };
-            let table = nvml.profile_table(gpu.index).map_err(|e| e.to_string())?;
-            let differences = compare_with_catalog(&table, model);
-            println!(
-                "{}: {} MIG profiles from NVML, {} differences from the catalog ({})",
-                gpu.label(),
-                table.len(),
-                differences.len(),
-                model.key
-            );
-            for d in &differences {
-                println!("  {d}");
+    match NvmlBackend::new().and_then(|nvml| catalog_check::check(&nvml)) {
+        Ok(report) => {
+            for line in &report.lines {
+                println!("{line}");
             }
-            agree &= differences.is_empty();
+            if report.agrees { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
-        Ok(agree)
-    })();
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
             ExitCode::FAILURE

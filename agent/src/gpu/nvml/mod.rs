@@ -1,0 +1,735 @@
+//! NVML backend: drives real NVIDIA GPUs through `libnvidia-ml.so.1`.
+//!
+//! The library is loaded at run time by nvml-wrapper, so the agent starts on hosts without
+//! a driver and [`NvmlBackend::new`] answers [`ErrorCode::DriverNotLoaded`] there.
+//! nvml-wrapper covers devices, MIG mode, compute mode and processes; GPU and compute
+//! instances (list, create, destroy) and the possible placements are called raw through
+//! the symbols nvml-wrapper loaded (`Nvml::lib()`), in [`raw`]. Only the
+//! `Result`-returning symbol fields are used, never the helper methods of `NvmlLib` (they
+//! panic when a symbol is missing from an old driver).
+//!
+//! Files: this one (the backend and its session), [`raw`] (the FFI), [`errors`] (return
+//! codes), [`reset`] (GPU resets around a closed session), [`catalog_check`]
+//! (`--check-catalog`).
+//!
+//! NVML semantics worth knowing when reading this file:
+//! - `nvmlDeviceGetGpuInstanceProfileInfo*` takes the `NVML_GPU_INSTANCE_PROFILE_*` enum
+//!   index; every other call takes the profile *id* it reports (`ProfileInfo.id`).
+//! - Listing GPU/compute instances "requires privileged user" (nvml.h): as non-root,
+//!   observing a GPU with MIG on may fail with `NoPermission`. nvml.h says the same of
+//!   the possible placements, yet a non-root user read them on the test H100.
+//! - The versioned profile query is asked with the v2 struct: driver 580 garbles the
+//!   name of a v3 struct (see `Raw::gi_profile`).
+//! - `sliceCount` counts compute slices; a placement's size counts memory slots.
+//! - NVML has no public reset call: [`GpuBackend::reset_gpu`] runs
+//!   `nvidia-smi --gpu-reset -i <index>` (path set with [`NvmlBackend::with_nvidia_smi`])
+//!   and, when it fails, names the processes that have the GPU's device node open.
+//!   nvidia-smi refuses to reset a GPU that any NVML client has open, the agent's own
+//!   session included: the agent shuts NVML down for the reset and initializes it again
+//!   afterwards (see [`NvmlBackend`]).
+
+pub mod catalog_check;
+mod errors;
+mod raw;
+mod reset;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use nvml_wrapper::enum_wrappers::device::ComputeMode as NvmlComputeMode;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings as sys;
+use nvml_wrapper_sys::bindings::{
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT, NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE,
+    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlDevice_t, nvmlGpuInstance_t,
+};
+
+use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
+use crate::catalog::{self, MigProfile};
+use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
+use catalog_check::NvmlProfileInfo;
+use errors::{raw_error, return_name, with_context, wrapper_error};
+use raw::{Raw, device_handle};
+use reset::{around_reset, reset_outcome, run_nvidia_smi_reset, with_holders, with_slot};
+
+/// The call name of errors from [`NvmlBackend::observe`](GpuBackend::observe).
+const OBSERVE: &str = "observe";
+/// The call name of errors from [`NvmlBackend::new`].
+const INIT: &str = "init";
+/// The call name of errors from [`NvmlBackend::profile_table`].
+const PROFILE_TABLE: &str = "profile_table";
+/// The nvidia-smi that [`NvmlBackend::new`] runs, looked up on `PATH`.
+const DEFAULT_NVIDIA_SMI: &str = "nvidia-smi";
+/// How long `nvidia-smi --gpu-reset` may run before it is killed.
+const RESET_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The GPU backend on real hardware, through NVML.
+///
+/// Holds the NVML session (the initialized library, which is `Send + Sync`) behind a
+/// read-write lock. Every call runs on a `Session` borrowing it under the read lock;
+/// device handles borrow the session, so every call looks its GPU up again by NVML index.
+///
+/// GPU resets run nvidia-smi, which refuses to reset a GPU that any NVML client has open,
+/// and an initialized NVML keeps every `/dev/nvidiaN` open: the agent would block its own
+/// resets. So [`GpuBackend::reset_gpu`] closes the session for the reset (`nvmlShutdown`,
+/// by dropping the `Nvml`) under the write lock, which makes every other call, on any GPU,
+/// wait until the session is initialized again afterwards. Should that re-initialization
+/// fail, the slot stays empty and the next call initializes NVML itself. NVML counts
+/// initializations per process, so this closes the device nodes only while the backend is
+/// the process's one NVML client, as it is in the agent.
+#[derive(Debug)]
+pub struct NvmlBackend {
+    /// The NVML session; `None` only while a reset runs or after its re-initialization
+    /// failed.
+    session: RwLock<Option<Nvml>>,
+    /// The nvidia-smi that resets GPUs; a bare name is looked up on `PATH`.
+    nvidia_smi: PathBuf,
+}
+
+impl NvmlBackend {
+    /// Loads `libnvidia-ml.so.1` and initializes NVML.
+    ///
+    /// A missing library or an unloaded kernel driver answers
+    /// [`ErrorCode::DriverNotLoaded`]. GPU resets run `nvidia-smi` from `PATH`; see
+    /// [`NvmlBackend::with_nvidia_smi`].
+    pub fn new() -> Result<Self, GpuError> {
+        let nvml = Nvml::init().map_err(|e| wrapper_error(INIT, None, "nvmlInit_v2", e))?;
+        Ok(Self { session: RwLock::new(Some(nvml)), nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI) })
+    }
+
+    /// The same backend, resetting GPUs with the nvidia-smi at `path` (a bare name is
+    /// looked up on `PATH`).
+    pub fn with_nvidia_smi(self, path: impl Into<PathBuf>) -> Self {
+        Self { nvidia_smi: path.into(), ..self }
+    }
+
+    /// The GPU-instance profiles NVML reports for a GPU, with their possible placements.
+    ///
+    /// Read-only, and works with MIG off. Queries every enum index NVML defines and skips
+    /// those the GPU answers Not Supported or Invalid Argument. nvml.h says the placement
+    /// query needs a privileged user (a non-root user could run it on the test H100).
+    pub fn profile_table(&self, gpu: u32) -> Result<Vec<NvmlProfileInfo>, GpuError> {
+        self.with_session(PROFILE_TABLE, Some(gpu), |s| s.profile_table(gpu))
+    }
+
+    /// Runs `f` on the NVML session, under the read lock. Initializes NVML again first when
+    /// a reset left the session closed (see [`NvmlBackend`]); a failure to do so is the
+    /// error of `call` on `gpu`.
+    fn with_session<T>(
+        &self,
+        call: &'static str,
+        gpu: Option<u32>,
+        f: impl FnOnce(Session<'_>) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        with_slot(
+            &self.session,
+            || {
+                tracing::info!("initializing NVML again (it was closed for a GPU reset)");
+                Nvml::init().map_err(|e| wrapper_error(call, gpu, "nvmlInit_v2", e))
+            },
+            |nvml| f(Session { nvml }),
+        )
+    }
+}
+
+/// The NVML session of an [`NvmlBackend`], borrowed under its lock for one call: what
+/// every NVML call goes through. Device handles borrow it, so none outlives the lock (a
+/// reset closes the session only under the write lock).
+struct Session<'a> {
+    nvml: &'a Nvml,
+}
+
+impl<'a> Session<'a> {
+    /// [`NvmlBackend::profile_table`].
+    fn profile_table(&self, gpu: u32) -> Result<Vec<NvmlProfileInfo>, GpuError> {
+        let device = self.device(PROFILE_TABLE, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(PROFILE_TABLE, gpu);
+        let mut table = Vec::new();
+        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+            let Some(p) = raw.gi_profile(dev, nvml_enum)? else {
+                continue;
+            };
+            let mut placements: Vec<(u32, u32)> = raw
+                .gi_possible_placements(dev, p.id)?
+                .into_iter()
+                .map(|pl| (pl.start, pl.size))
+                .collect();
+            placements.sort_unstable();
+            table.push(NvmlProfileInfo {
+                nvml_enum,
+                id: p.id,
+                name: p.name,
+                slice_count: p.slice_count,
+                instance_count: p.instance_count,
+                sms: p.sms,
+                memory_mib: p.memory_mib,
+                placements,
+            });
+        }
+        Ok(table)
+    }
+
+    fn raw(&self, call: &'static str, gpu: u32) -> Raw<'a> {
+        Raw { lib: self.nvml.lib(), call, gpu }
+    }
+
+    fn device(&self, call: &'static str, gpu: u32) -> Result<Device<'a>, GpuError> {
+        self.nvml
+            .device_by_index(gpu)
+            .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetHandleByIndex_v2", e))
+    }
+
+    fn observe_gpu(&self, index: u32) -> Result<GpuState, GpuError> {
+        let err =
+            |function: &'static str| move |e| wrapper_error(OBSERVE, Some(index), function, e);
+        let device = self.device(OBSERVE, index)?;
+        let uuid = device.uuid().map_err(err("nvmlDeviceGetUUID"))?;
+        let name = device.name().map_err(err("nvmlDeviceGetName"))?;
+        let pci_device_id =
+            device.pci_info().map_err(err("nvmlDeviceGetPciInfo_v3"))?.pci_device_id;
+        let model =
+            catalog::model_by_pci_id(pci_device_id).or_else(|| catalog::model_by_nvml_name(&name));
+        let memory_total_bytes =
+            device.memory_info().map_err(err("nvmlDeviceGetMemoryInfo_v2"))?.total;
+
+        let (mig_enabled, mig_pending) = match device.mig_mode() {
+            Ok(mode) => {
+                let current = mode.current == NVML_DEVICE_MIG_ENABLE;
+                let pending = mode.pending == NVML_DEVICE_MIG_ENABLE;
+                (current, (pending != current).then_some(pending))
+            }
+            // A GPU without MIG.
+            Err(NvmlError::NotSupported) => (false, None),
+            Err(e) => return Err(err("nvmlDeviceGetMigMode")(e)),
+        };
+
+        let compute_mode = match device.compute_mode() {
+            Ok(NvmlComputeMode::Default) => ComputeMode::Default,
+            Ok(NvmlComputeMode::ExclusiveProcess) => ComputeMode::ExclusiveProcess,
+            Ok(NvmlComputeMode::Prohibited) => ComputeMode::Prohibited,
+            Ok(NvmlComputeMode::ExclusiveThread) => {
+                tracing::warn!(
+                    gpu = index,
+                    "GPU reports the removed EXCLUSIVE_THREAD compute mode; treating it as exclusive_process"
+                );
+                ComputeMode::ExclusiveProcess
+            }
+            Err(e) => return Err(err("nvmlDeviceGetComputeMode")(e)),
+        };
+
+        let (instances, mig_devices) = if mig_enabled {
+            let mig_devices = self.mig_devices(OBSERVE, index, &device)?;
+            let instances = self.gpu_instances(index, &device, &mig_devices)?;
+            (instances, mig_devices)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let processes = self.processes(index, &device, mig_enabled, &mig_devices)?;
+
+        Ok(GpuState {
+            index,
+            uuid,
+            name,
+            pci_device_id,
+            model,
+            memory_total_bytes,
+            mig_enabled,
+            mig_pending,
+            compute_mode,
+            instances,
+            processes,
+        })
+    }
+
+    /// The MIG devices (one per compute instance) under a GPU, with their ids and UUIDs.
+    fn mig_devices(
+        &self,
+        call: &'static str,
+        gpu: u32,
+        device: &Device<'_>,
+    ) -> Result<Vec<MigDevice>, GpuError> {
+        let err = |function: &'static str| move |e| wrapper_error(call, Some(gpu), function, e);
+        let raw = self.raw(call, gpu);
+        let max = device.mig_device_count().map_err(err("nvmlDeviceGetMaxMigDeviceCount"))?;
+        let mut found = Vec::new();
+        for index in 0..max {
+            let mig = match device.mig_device_by_index(index) {
+                Ok(mig) => mig,
+                // No MIG device at this index.
+                Err(NvmlError::NotFound) => continue,
+                Err(e) => return Err(err("nvmlDeviceGetMigDeviceHandleByIndex")(e)),
+            };
+            let handle = device_handle(&mig);
+            let gpu_instance = raw.mig_gpu_instance_id(handle)?;
+            let compute_instance = raw.mig_compute_instance_id(handle)?;
+            let uuid = mig.uuid().map_err(err("nvmlDeviceGetUUID"))?;
+            found.push(MigDevice { index, gpu_instance, compute_instance, uuid });
+        }
+        Ok(found)
+    }
+
+    /// Every GPU instance of a MIG-enabled GPU with its compute instances, by placement.
+    fn gpu_instances(
+        &self,
+        gpu: u32,
+        device: &Device<'_>,
+        mig_devices: &[MigDevice],
+    ) -> Result<Vec<GpuInstance>, GpuError> {
+        let dev = device_handle(device);
+        let raw = self.raw(OBSERVE, gpu);
+        let uuids: HashMap<(u32, u32), &str> = mig_devices
+            .iter()
+            .map(|m| ((m.gpu_instance, m.compute_instance), m.uuid.as_str()))
+            .collect();
+        let mut profile_ids = HashSet::new();
+        let mut found: BTreeMap<u32, GpuInstance> = BTreeMap::new();
+        // Every enum, not only the catalog model's: an instance of a profile the catalog
+        // lacks still occupies memory slots.
+        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+            let Some(profile) = raw.gi_profile(dev, nvml_enum)? else {
+                continue;
+            };
+            if profile.instance_count == 0 || !profile_ids.insert(profile.id) {
+                continue;
+            }
+            for gi in raw.gpu_instances(dev, profile.id, profile.instance_count)? {
+                let info = raw.gi_info(gi)?;
+                if found.contains_key(&info.id) {
+                    continue;
+                }
+                let mut compute_instances = Vec::new();
+                for (ci_id, _) in raw.compute_instances_of(gi)? {
+                    let uuid = match uuids.get(&(info.id, ci_id)) {
+                        Some(uuid) => (*uuid).to_owned(),
+                        None => {
+                            tracing::warn!(
+                                gpu,
+                                gpu_instance = info.id,
+                                compute_instance = ci_id,
+                                "no MIG device found for compute instance"
+                            );
+                            String::new()
+                        }
+                    };
+                    compute_instances.push(ComputeInstance { id: ci_id, uuid });
+                }
+                found.insert(
+                    info.id,
+                    GpuInstance {
+                        id: info.id,
+                        profile_id: info.profileId,
+                        placement_start: raw.to_u8("placement start", info.placement.start)?,
+                        placement_size: raw.to_u8("placement size", info.placement.size)?,
+                        compute_instances,
+                    },
+                );
+            }
+        }
+        let mut instances: Vec<GpuInstance> = found.into_values().collect();
+        instances.sort_by_key(|gi| (gi.placement_start, gi.id));
+        Ok(instances)
+    }
+
+    /// The compute processes on a GPU. Under MIG the parent's aggregate list needs a
+    /// privileged user; without one, the MIG devices are asked one by one.
+    fn processes(
+        &self,
+        gpu: u32,
+        device: &Device<'_>,
+        mig_enabled: bool,
+        mig_devices: &[MigDevice],
+    ) -> Result<Vec<ComputeProcess>, GpuError> {
+        const FUNCTION: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
+        let mut processes: Vec<ComputeProcess> = match running_compute_processes(device) {
+            Ok(list) => list
+                .into_iter()
+                .map(|p| ComputeProcess { pid: p.pid, gpu_instance_id: p.gpu_instance_id })
+                .collect(),
+            Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
+                let mut list = Vec::new();
+                for mig in mig_devices {
+                    let handle = match device.mig_device_by_index(mig.index) {
+                        Ok(handle) => handle,
+                        Err(e) => {
+                            return Err(wrapper_error(
+                                OBSERVE,
+                                Some(gpu),
+                                "nvmlDeviceGetMigDeviceHandleByIndex",
+                                e,
+                            ));
+                        }
+                    };
+                    let on_mig = running_compute_processes(&handle)
+                        .map_err(|e| wrapper_error(OBSERVE, Some(gpu), FUNCTION, e))?;
+                    list.extend(on_mig.into_iter().map(|p| ComputeProcess {
+                        pid: p.pid,
+                        gpu_instance_id: Some(p.gpu_instance_id.unwrap_or(mig.gpu_instance)),
+                    }));
+                }
+                list
+            }
+            Err(e) => return Err(wrapper_error(OBSERVE, Some(gpu), FUNCTION, e)),
+        };
+        let mut seen = HashSet::new();
+        processes.retain(|p| seen.insert((p.pid, p.gpu_instance_id)));
+        Ok(processes)
+    }
+
+    /// The GPU instance with this id.
+    fn gpu_instance_by_id(
+        &self,
+        raw: &Raw<'_>,
+        dev: nvmlDevice_t,
+        id: u32,
+    ) -> Result<nvmlGpuInstance_t, GpuError> {
+        raw.gi_by_id(dev, id).map_err(|e| with_context(e, format!("GPU instance {id}")))
+    }
+
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
+        let gpus = (0..count).map(|index| self.observe_gpu(index)).collect::<Result<_, _>>()?;
+        Ok(gpus)
+    }
+
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
+        let call = Operation::SetMigMode.as_str();
+        let device = self.device(call, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(call, gpu);
+        let wanted = if enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
+        let status = raw.set_mig_mode(dev, wanted)?;
+        if status == sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Ok(MigModeActivation::Activated);
+        }
+        // The mode is set but not activated: the reset failed or must happen elsewhere
+        // (RESET_REQUIRED in pass-through VMs, IN_USE while processes hold the GPU).
+        // Ask what the mode is now rather than guess from the status.
+        let mode = device
+            .mig_mode()
+            .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetMigMode", e))?;
+        if mode.current == wanted {
+            Ok(MigModeActivation::Activated)
+        } else if mode.pending == wanted {
+            tracing::warn!(
+                gpu,
+                enabled,
+                activation = return_name(status),
+                "MIG mode change is pending until the GPU is reset"
+            );
+            Ok(MigModeActivation::PendingReset)
+        } else {
+            Err(raw_error(call, Some(gpu), "nvmlDeviceSetMigMode (activation status)", status))
+        }
+    }
+
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &MigProfile,
+        start: u8,
+    ) -> Result<u32, GpuError> {
+        let call = Operation::CreateGpuInstance.as_str();
+        let device = self.device(call, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(call, gpu);
+        let Some(info) = raw.gi_profile(dev, profile.nvml_enum)? else {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(
+                format!(
+                    "NVML does not offer profile {} (enum {}) on this GPU",
+                    profile.name, profile.nvml_enum
+                ),
+            ));
+        };
+        if info.id != profile.id {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::InvalidArgument).with_detail(
+                format!(
+                    "catalog profile {} has id {} but NVML reports id {} for enum {}",
+                    profile.name, profile.id, info.id, profile.nvml_enum
+                ),
+            ));
+        }
+        let gi = raw
+            .create_gi(dev, info.id, u32::from(start), u32::from(profile.memory_slices))
+            .map_err(|e| with_context(e, format!("profile {} at slot {start}", profile.name)))?;
+        Ok(raw.gi_info(gi)?.id)
+    }
+
+    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+        let call = Operation::CreateComputeInstance.as_str();
+        let device = self.device(call, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(call, gpu);
+        let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
+        let gi_profile_id = raw.gi_info(gi)?.profileId;
+
+        // The GPU instance's compute slices, from its profile.
+        let mut gi_slices = None;
+        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+            if let Some(p) = raw.gi_profile(dev, nvml_enum)?
+                && p.id == gi_profile_id
+            {
+                gi_slices = Some(p.slice_count);
+                break;
+            }
+        }
+        let Some(gi_slices) = gi_slices else {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotFound).with_detail(format!(
+                "no GPU instance profile with id {gi_profile_id} (GPU instance {gpu_instance})"
+            )));
+        };
+
+        // The full-size compute instance profile: as many compute slices as the GPU
+        // instance. Lowest enum first, so 1_SLICE wins over 1_SLICE_REV1.
+        let mut ci_profile = None;
+        for ci_enum in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+            if let Some(p) = raw.ci_profile(gi, ci_enum)?
+                && p.sliceCount == gi_slices
+            {
+                ci_profile = Some(p.id);
+                break;
+            }
+        }
+        let Some(ci_profile) = ci_profile else {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(format!(
+                "GPU instance {gpu_instance} offers no {gi_slices}-slice compute instance profile"
+            )));
+        };
+        let ci = raw
+            .create_ci(gi, ci_profile)
+            .map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))?;
+        Ok(raw.ci_info(ci)?.id)
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), GpuError> {
+        let call = Operation::DestroyComputeInstance.as_str();
+        let device = self.device(call, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(call, gpu);
+        let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
+        let what = || format!("compute instance {compute_instance} of GPU instance {gpu_instance}");
+        let ci = raw.ci_by_id(gi, compute_instance).map_err(|e| with_context(e, what()))?;
+        raw.destroy_ci(ci).map_err(|e| with_context(e, what()))
+    }
+
+    fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
+        let call = Operation::DestroyGpuInstance.as_str();
+        let device = self.device(call, gpu)?;
+        let dev = device_handle(&device);
+        let raw = self.raw(call, gpu);
+        let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
+        raw.destroy_gi(gi).map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))
+    }
+
+    fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
+        let call = Operation::SetComputeMode.as_str();
+        let mut device = self.device(call, gpu)?;
+        let nvml_mode = match mode {
+            ComputeMode::Default => NvmlComputeMode::Default,
+            ComputeMode::ExclusiveProcess => NvmlComputeMode::ExclusiveProcess,
+            ComputeMode::Prohibited => NvmlComputeMode::Prohibited,
+        };
+        device
+            .set_compute_mode(nvml_mode)
+            .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceSetComputeMode", e))
+    }
+
+    /// The device node of a GPU (`/dev/nvidia<minor>`), or why it is unknown.
+    fn device_node(
+        &self,
+        call: &'static str,
+        gpu: u32,
+    ) -> Result<Result<String, String>, GpuError> {
+        Ok(self
+            .device(call, gpu)?
+            .minor_number()
+            .map(|minor| format!("/dev/nvidia{minor}"))
+            .map_err(|e| {
+                wrapper_error(call, Some(gpu), "nvmlDeviceGetMinorNumber", e)
+                    .detail
+                    .unwrap_or_default()
+            }))
+    }
+
+    /// After a reset: [`ErrorCode::ResetRequired`] if a MIG mode change is still pending.
+    fn check_no_pending_mig_mode(&self, call: &'static str, gpu: u32) -> Result<(), GpuError> {
+        // Look the GPU up again: the reset may have invalidated the old handle.
+        let mode = match self.device(call, gpu)?.mig_mode() {
+            Ok(mode) => mode,
+            // A GPU without MIG: nothing can be pending.
+            Err(NvmlError::NotSupported) => return Ok(()),
+            Err(e) => return Err(wrapper_error(call, Some(gpu), "nvmlDeviceGetMigMode", e)),
+        };
+        if mode.pending != mode.current {
+            let what = if mode.pending == NVML_DEVICE_MIG_ENABLE { "enable" } else { "disable" };
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::ResetRequired).with_detail(
+                format!(
+                    "nvidia-smi reset the GPU but the MIG mode change ({what}) is still pending"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Nvml
+    }
+
+    fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
+        self.with_session(OBSERVE, None, |s| s.observe())
+    }
+
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigModeActivation, GpuError> {
+        let call = Operation::SetMigMode.as_str();
+        self.with_session(call, Some(gpu), |s| s.set_mig_mode(gpu, enabled))
+    }
+
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &MigProfile,
+        start: u8,
+    ) -> Result<u32, GpuError> {
+        let call = Operation::CreateGpuInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.create_gpu_instance(gpu, profile, start))
+    }
+
+    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+        let call = Operation::CreateComputeInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.create_compute_instance(gpu, gpu_instance))
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), GpuError> {
+        let call = Operation::DestroyComputeInstance.as_str();
+        self.with_session(call, Some(gpu), |s| {
+            s.destroy_compute_instance(gpu, gpu_instance, compute_instance)
+        })
+    }
+
+    fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
+        let call = Operation::DestroyGpuInstance.as_str();
+        self.with_session(call, Some(gpu), |s| s.destroy_gpu_instance(gpu, gpu_instance))
+    }
+
+    fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
+        let call = Operation::SetComputeMode.as_str();
+        self.with_session(call, Some(gpu), |s| s.set_compute_mode(gpu, mode))
+    }
+
+    /// Closes the NVML session (other calls wait, see [`NvmlBackend`]), runs
+    /// `nvidia-smi --gpu-reset -i <gpu>` (killed after two minutes), initializes NVML
+    /// again, then checks that no MIG mode is still pending ([`ErrorCode::ResetRequired`]
+    /// if one is). A failure's detail has nvidia-smi's message and the processes that have
+    /// the GPU's device node open while the agent's session is closed.
+    fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
+        let call = Operation::ResetGpu.as_str();
+        // The device node, looked up before the reset while the handle surely works.
+        let device_node = self.with_session(call, Some(gpu), |s| s.device_node(call, gpu))?;
+        let (reset, reopened) = around_reset(&self.session, Nvml::init, || {
+            // The holders are looked for before NVML is opened again, so the agent is none.
+            run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT)
+                .map_err(|error| with_holders(error, &device_node))
+        });
+        if reset.is_ok() {
+            tracing::info!(gpu, "GPU reset");
+        }
+        let reopened = reopened.map_err(|e| wrapper_error(call, Some(gpu), "nvmlInit_v2", e));
+        reset_outcome(reset, reopened)?;
+        self.with_session(call, Some(gpu), |s| s.check_no_pending_mig_mode(call, gpu))
+    }
+}
+
+/// A MIG device: the NVML device handle standing for one compute instance.
+struct MigDevice {
+    /// Its index under the parent (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    index: u32,
+    gpu_instance: u32,
+    compute_instance: u32,
+    /// `MIG-…`.
+    uuid: String,
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses_v3`, retried when processes start between the
+/// count and the fetch.
+fn running_compute_processes(
+    device: &Device<'_>,
+) -> Result<Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>, NvmlError> {
+    let mut attempt = 0;
+    loop {
+        match device.running_compute_processes() {
+            Err(NvmlError::InsufficientSize(_)) if attempt < 3 => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use catalog_check::compare_with_catalog;
+
+    #[test]
+    fn new_without_a_driver_says_so_instead_of_panicking() {
+        match NvmlBackend::new() {
+            // A host with a driver: nothing to check here.
+            Ok(backend) => assert_eq!(backend.kind(), BackendKind::Nvml),
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::DriverNotLoaded, "{e}");
+                assert_eq!(e.call, "init");
+                assert_eq!(e.gpu, None);
+                let detail = e.detail.unwrap_or_default();
+                assert!(
+                    detail.contains("libnvidia-ml") || detail.contains("kernel module"),
+                    "{detail}"
+                );
+            }
+        }
+    }
+
+    /// Read-only check on a host with GPUs: `cargo test -- --ignored --nocapture
+    /// nvml_read_only`. Observes every GPU and compares NVML's profile table with the
+    /// catalog; changes nothing.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and driver"]
+    fn nvml_read_only() {
+        let backend = NvmlBackend::new().expect("NVML");
+        let state = backend.observe().expect("observe");
+        let mut mismatches = 0;
+        for gpu in &state {
+            println!("{gpu:#?}");
+            match backend.profile_table(gpu.index) {
+                Ok(table) => {
+                    for p in &table {
+                        println!("{p:?}");
+                    }
+                    if let Some(model) = gpu.model.filter(|m| m.supports_mig()) {
+                        for line in compare_with_catalog(&table, model) {
+                            println!("MISMATCH {line}");
+                            mismatches += 1;
+                        }
+                    }
+                }
+                Err(e) => println!("profile_table: {e}"),
+            }
+        }
+        assert_eq!(mismatches, 0);
+    }
+}
