@@ -9,6 +9,7 @@ pub mod access;
 pub mod apply;
 pub mod catalog;
 pub mod config;
+pub mod daemon;
 pub mod engine;
 pub mod gpu;
 pub mod metrics;

@@ -1,10 +1,10 @@
-//! Prometheus metrics: what the agent did (applies) and what the GPUs are now (sharing,
-//! MIG instances, MPS servers).
+//! Layer 12: Prometheus metrics: what the agent did (applies, probes) and what the GPUs
+//! are now (sharing, MIG instances, MPS servers).
 //!
-//! Transport only, like [`crate::service`]: the engine hands over the same documents the
-//! D-Bus interface returns ([`JobOutcome`], [`Status`], [`MpsStatus`]) and this module turns
-//! them into series. [`install`] serves them over HTTP (`/metrics`, by default on
-//! `127.0.0.1:9847`).
+//! The engine knows nothing of metrics: [`follow`] listens to its events, counts finished
+//! jobs from them, and after every job and every health check reads the same documents the
+//! D-Bus interface returns ([`Status`], [`MpsStatus`]) and turns them into series.
+//! [`install`] serves them over HTTP (`/metrics`, by default on `127.0.0.1:9847`).
 //!
 //! # Names
 //!
@@ -20,7 +20,7 @@
 //! | `gpushare_apply_duration_seconds` | histogram | `result` | wall time of finished applies |
 //! | `gpushare_rollbacks_total` | counter | | applies that failed and were rolled back |
 //! | `gpushare_apply_failures_total` | counter | | applies that did not succeed (`failed` + `rolled_back`) |
-//! | `gpushare_apply_in_progress` | gauge | | 1 while an apply changes the GPUs |
+//! | `gpushare_apply_in_progress` | gauge | | 1 while an apply changes the GPUs (not while a probe runs) |
 //! | `gpushare_rollback_failed` | gauge | | 1 while the GPUs may be between layouts (an apply failed and so did its rollback) |
 //! | `gpushare_active_profile_info` | gauge | `profile` | 1 for the profile last applied, 0 for one that was before |
 //! | `gpushare_gpu_info` | gauge | `gpu`, `UUID`, `model_name` | 1 |
@@ -35,6 +35,9 @@
 //! | `gpushare_mps_clients` | gauge | `gpu`, `UUID`, `GPU_I_ID` | client processes of the server |
 //! | `gpushare_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default active thread share of clients, 0-1 |
 //! | `gpushare_mps_pinned_memory_limit_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default pinned device memory limit of clients; absent when none |
+//! | `gpushare_probe_scaling_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the last probe's work done by N clients together over one alone |
+//! | `gpushare_probe_fairness_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | Jain's fairness index of the clients' throughputs (1 = all equal) |
+//! | `gpushare_probe_p50_latency_inflation_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the clients' median step latency over the solo one |
 //!
 //! # Labels
 //!
@@ -56,13 +59,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use gpushare_proto::types::{GpuStatus, InstanceStatus, JobOutcome, MpsServer, MpsStatus, Status};
+use gpushare_proto::types::{GpuStatus, InstanceStatus, MpsServer, MpsStatus, ProbeReport, Status};
+use gpushare_proto::{ServerState, Strategy};
 use metrics::{
     Label, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::engine::{Engine, EngineEvent, JobKind, JobResult};
 
 const BUILD_INFO: &str = "gpushare_build_info";
 const APPLIES: &str = "gpushare_applies_total";
@@ -84,14 +92,15 @@ const MPS_RESTARTS: &str = "gpushare_mps_server_restarts_total";
 const MPS_CLIENTS: &str = "gpushare_mps_clients";
 const MPS_THREADS: &str = "gpushare_mps_active_thread_ratio";
 const MPS_PINNED: &str = "gpushare_mps_pinned_memory_limit_bytes";
+const PROBE_SCALING: &str = "gpushare_probe_scaling_ratio";
+const PROBE_FAIRNESS: &str = "gpushare_probe_fairness_ratio";
+const PROBE_P50_INFLATION: &str = "gpushare_probe_p50_latency_inflation_ratio";
 
 /// Upper bounds of the apply duration buckets: an unchanged apply takes milliseconds, a
 /// MIG layout change on several GPUs minutes.
 const APPLY_BUCKETS: &[f64] =
     &[0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
-/// Sharing strategies, as [`gpushare_proto::types::Sharing::strategy`] names them.
-const STRATEGIES: [&str; 3] = ["exclusive", "time-slicing", "mps"];
 /// Compute modes, as [`GpuStatus::compute_mode`] names them.
 const COMPUTE_MODES: [&str; 3] = ["default", "exclusive_process", "prohibited"];
 
@@ -175,6 +184,18 @@ fn register() {
         Unit::Bytes,
         "Default pinned device memory limit of MPS clients; absent when there is none."
     );
+    describe_gauge!(
+        PROBE_SCALING,
+        "Last probe: work done by N clients together over one client alone."
+    );
+    describe_gauge!(
+        PROBE_FAIRNESS,
+        "Last probe: Jain's fairness index of the clients' throughputs (1 = all equal)."
+    );
+    describe_gauge!(
+        PROBE_P50_INFLATION,
+        "Last probe: the clients' median step latency over the solo client's."
+    );
 
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     counter!(ROLLBACKS).increment(0);
@@ -183,45 +204,49 @@ fn register() {
     gauge!(ROLLBACK_FAILED).set(0.0);
 }
 
-/// How a finished apply ended, as the `result` label says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ApplyResult {
-    Success,
-    Unchanged,
-    RolledBack,
-    Failed,
+/// Follows the engine's events: counts finished applies and probes and marks applies in
+/// progress as the engine reports them (so a scrape never sees an apply's profile active
+/// before the apply is counted), and refreshes the state series after every job and every
+/// health check. Listening starts before this returns, so no later event is missed.
+pub fn follow(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
+    engine.on_event(|event| match event {
+        EngineEvent::JobStarted { kind: JobKind::Apply { .. }, .. } => {
+            gauge!(APPLY_IN_PROGRESS).set(1.0);
+        }
+        EngineEvent::ApplyFinished { profile, result, duration } => {
+            record_apply(profile, *result, *duration);
+        }
+        EngineEvent::ProbeFinished { report: Some(report), .. } => record_probe(report),
+        _ => {}
+    });
+    let mut events = engine.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                // A missed event may have been one of these: refresh to be sure.
+                Ok(EngineEvent::JobEnded { .. } | EngineEvent::HealthChecked { .. })
+                | Err(RecvError::Lagged(_)) => refresh(&engine).await,
+                Ok(_) => {}
+                Err(RecvError::Closed) => return,
+            }
+        }
+    })
 }
 
-impl ApplyResult {
-    fn of(outcome: &JobOutcome) -> Self {
-        if outcome.ok {
-            return if outcome.changed { Self::Success } else { Self::Unchanged };
+/// Brings the state series up to date with a fresh status.
+async fn refresh(engine: &Engine) {
+    match (engine.status().await, engine.mps_status().await) {
+        (Ok(status), Ok(mps)) => {
+            let applying = engine.running_job().is_some_and(|job| job.is_apply());
+            update_state(&status, &mps, applying);
         }
-        // The engine reports a step or verification failure that was undone as
-        // `….Backend` with "…; rolled back: GPU n as before"; one whose rollback failed
-        // too says "the rollback failed too" and is a plain failure.
-        let backend = outcome.error_name.as_deref().is_some_and(|n| n.ends_with(".Backend"));
-        let error = outcome.error.as_deref().unwrap_or("");
-        if backend && error.contains("rolled back:") && !error.contains("rollback failed") {
-            Self::RolledBack
-        } else {
-            Self::Failed
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "success",
-            Self::Unchanged => "unchanged",
-            Self::RolledBack => "rolled_back",
-            Self::Failed => "failed",
-        }
+        (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
     }
 }
 
 /// Records a probe's results: per workload, client count and sharing strategy, the
 /// aggregate scaling, Jain's fairness index and the p50 latency inflation of the last run.
-pub fn record_probe(report: &gpushare_proto::types::ProbeReport) {
+pub fn record_probe(report: &ProbeReport) {
     for run in &report.runs {
         let labels = [
             ("gpu", report.gpu.to_string()),
@@ -230,38 +255,35 @@ pub fn record_probe(report: &gpushare_proto::types::ProbeReport) {
             ("clients", run.clients.to_string()),
             ("strategy", report.strategy.clone()),
         ];
-        metrics::gauge!("gpushare_probe_scaling_ratio", &labels).set(run.scaling);
-        metrics::gauge!("gpushare_probe_fairness_ratio", &labels).set(run.jain_fairness);
-        metrics::gauge!("gpushare_probe_p50_latency_inflation_ratio", &labels)
-            .set(run.p50_inflation);
+        gauge!(PROBE_SCALING, &labels).set(run.scaling);
+        gauge!(PROBE_FAIRNESS, &labels).set(run.jain_fairness);
+        gauge!(PROBE_P50_INFLATION, &labels).set(run.p50_inflation);
     }
 }
 
 /// Counts a finished apply (the boot re-apply included): `gpushare_applies_total`,
 /// `gpushare_apply_duration_seconds`, and `gpushare_rollbacks_total` /
 /// `gpushare_apply_failures_total` when it did not succeed.
-pub fn record_apply(outcome: &JobOutcome) {
-    let result = ApplyResult::of(outcome);
-    counter!(APPLIES, "profile" => outcome.profile.clone(), "result" => result.as_str())
-        .increment(1);
-    histogram!(APPLY_DURATION, "result" => result.as_str()).record(outcome.duration_seconds);
+pub fn record_apply(profile: &str, result: JobResult, duration: Duration) {
+    counter!(APPLIES, "profile" => profile.to_string(), "result" => result.as_str()).increment(1);
+    histogram!(APPLY_DURATION, "result" => result.as_str()).record(duration.as_secs_f64());
     match result {
-        ApplyResult::Success | ApplyResult::Unchanged => {}
-        ApplyResult::RolledBack => {
+        JobResult::Success | JobResult::Unchanged => {}
+        JobResult::RolledBack => {
             counter!(ROLLBACKS).increment(1);
             counter!(APPLY_FAILURES).increment(1);
         }
-        ApplyResult::Failed => counter!(APPLY_FAILURES).increment(1),
+        JobResult::Failed => counter!(APPLY_FAILURES).increment(1),
     }
 }
 
-/// Sets the state gauges from a fresh [`Status`] and [`MpsStatus`]: the active profile,
-/// the GPUs, their MIG instances and the MPS servers. Call it whenever either may have
-/// changed (after an apply, after an MPS server starts, stops or restarts) or on every
-/// scrape interval; series the new state no longer has are neutralised (see the module
-/// documentation).
-pub fn update_state(status: &Status, mps: &MpsStatus) {
-    TRACKER.lock().unwrap_or_else(PoisonError::into_inner).update(status, mps);
+/// Sets the state gauges from a fresh [`Status`] and [`MpsStatus`] (and whether an apply
+/// runs): the active profile, the GPUs, their MIG instances and the MPS servers. Call it
+/// whenever either may have changed (after an apply, after an MPS server starts, stops or
+/// restarts) or on every health interval; series the new state no longer has are
+/// neutralised (see the module documentation).
+pub fn update_state(status: &Status, mps: &MpsStatus, applying: bool) {
+    TRACKER.lock().unwrap_or_else(PoisonError::into_inner).update(status, mps, applying);
 }
 
 /// Label pairs of one series, in the order they are rendered.
@@ -286,8 +308,8 @@ impl Tracker {
         Self { gauges: BTreeSet::new(), restarts: BTreeMap::new() }
     }
 
-    fn update(&mut self, status: &Status, mps: &MpsStatus) {
-        let current = state_gauges(status, mps);
+    fn update(&mut self, status: &Status, mps: &MpsStatus, applying: bool) {
+        let current = state_gauges(status, mps, applying);
         let keys: BTreeSet<Series> = current.iter().map(|(s, _)| s.clone()).collect();
         for (name, labels) in self.gauges.difference(&keys) {
             gauge!(*name, to_labels(labels)).set(stale_value(name));
@@ -359,12 +381,13 @@ fn one_of(
 }
 
 /// Every state gauge with its value.
-fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
+fn state_gauges(status: &Status, mps: &MpsStatus, applying: bool) -> Vec<(Series, f64)> {
+    let strategies = Strategy::SHARING.map(Strategy::as_str);
     let mut out = Vec::new();
     if let Some(profile) = &status.active_profile {
         out.push(((ACTIVE_PROFILE, vec![("profile", profile.clone())]), 1.0));
     }
-    out.push(((APPLY_IN_PROGRESS, Vec::new()), flag(status.apply_in_progress.is_some())));
+    out.push(((APPLY_IN_PROGRESS, Vec::new()), flag(applying)));
     out.push(((ROLLBACK_FAILED, Vec::new()), flag(status.rollback_error.is_some())));
 
     for gpu in &status.gpus {
@@ -381,18 +404,18 @@ fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
             Some(&gpu.compute_mode),
         );
         let whole = (!gpu.mig_enabled).then_some(gpu.sharing.strategy.as_str());
-        one_of(&mut out, GPU_SHARING, &labels, "strategy", &STRATEGIES, whole);
+        one_of(&mut out, GPU_SHARING, &labels, "strategy", &strategies, whole);
         out.push(((GPU_INSTANCES, labels.clone()), gpu.instances.len() as f64));
         for instance in &gpu.instances {
             let labels = instance_labels(gpu, instance);
             let strategy = Some(instance.sharing.strategy.as_str());
-            one_of(&mut out, INSTANCE_SHARING, &labels, "strategy", &STRATEGIES, strategy);
+            one_of(&mut out, INSTANCE_SHARING, &labels, "strategy", &strategies, strategy);
         }
     }
 
     for server in &mps.servers {
         let labels = server_labels(status, server);
-        out.push(((MPS_UP, labels.clone()), flag(server.state == "running")));
+        out.push(((MPS_UP, labels.clone()), flag(server.state == ServerState::Running.as_str())));
         out.push(((MPS_CLIENTS, labels.clone()), server.clients.len() as f64));
         let ratio = f64::from(server.active_thread_percentage) / 100.0;
         out.push(((MPS_THREADS, labels.clone()), ratio));
@@ -529,41 +552,18 @@ mod tests {
         (status, MpsStatus { servers: vec![mps_server] })
     }
 
-    fn outcome(ok: bool, changed: bool, name: Option<&str>, error: Option<&str>) -> JobOutcome {
-        JobOutcome {
-            ok,
-            profile: "half-balanced".into(),
-            changed,
-            steps_done: 3,
-            steps_total: 3,
-            duration_seconds: 1.5,
-            error_name: name.map(Into::into),
-            error: error.map(Into::into),
-            warnings: Vec::new(),
-            probe: None,
+    /// Records one finished apply of `half-balanced` taking 1.5 s.
+    fn apply(result: JobResult) {
+        record_apply("half-balanced", result, Duration::from_millis(1500));
+    }
+
+    /// One apply of each result.
+    fn apply_each_result() {
+        for result in
+            [JobResult::Success, JobResult::Unchanged, JobResult::RolledBack, JobResult::Failed]
+        {
+            apply(result);
         }
-    }
-
-    const BACKEND: &str = "io.gpushare.Agent1.Error.Backend";
-
-    fn rolled_back() -> JobOutcome {
-        outcome(
-            false,
-            false,
-            Some(BACKEND),
-            Some(
-                "applying half-balanced: GPU 0 (A100-SXM4-40GB): create_gpu_instance: Insufficient Resources; rolled back: GPU 0 as before",
-            ),
-        )
-    }
-
-    fn hook_failed() -> JobOutcome {
-        outcome(
-            false,
-            false,
-            Some("io.gpushare.Agent1.Error.Failed"),
-            Some("applying half-balanced: pre_apply hook exited 1; nothing was changed"),
-        )
     }
 
     /// Parses the exposition text into `(name, labels, value)` samples.
@@ -623,38 +623,10 @@ mod tests {
         let (status, mps) = status_and_mps();
         metrics::with_local_recorder(&recorder, || {
             register();
-            Tracker::new().update(&status, &mps);
-            record_apply(&outcome(true, true, None, None));
-            record_apply(&outcome(true, false, None, None));
-            record_apply(&rolled_back());
-            record_apply(&hook_failed());
+            Tracker::new().update(&status, &mps, false);
+            apply_each_result();
         });
         handle.render()
-    }
-
-    #[test]
-    fn metrics_apply_results() {
-        assert_eq!(ApplyResult::of(&outcome(true, true, None, None)), ApplyResult::Success);
-        assert_eq!(ApplyResult::of(&outcome(true, false, None, None)), ApplyResult::Unchanged);
-        assert_eq!(ApplyResult::of(&rolled_back()), ApplyResult::RolledBack);
-        assert_eq!(ApplyResult::of(&hook_failed()), ApplyResult::Failed);
-        let rollback_failed = outcome(
-            false,
-            true,
-            Some(BACKEND),
-            Some(
-                "applying x: GPU 0: set_mig_mode: Unknown Error; the rollback failed too: GPU 0: In use by another client; see `gpushare-ctl status`",
-            ),
-        );
-        assert_eq!(ApplyResult::of(&rollback_failed), ApplyResult::Failed);
-        // "rolled back:" from another error kind is not a rollback.
-        let other = outcome(
-            false,
-            false,
-            Some("io.gpushare.Agent1.Error.Failed"),
-            Some("x; rolled back: GPU 0"),
-        );
-        assert_eq!(ApplyResult::of(&other), ApplyResult::Failed);
     }
 
     #[test]
@@ -678,12 +650,76 @@ mod tests {
     }
 
     #[test]
+    fn every_series_is_in_the_table_of_names() {
+        let source = include_str!("metrics.rs");
+        let (doc, code) =
+            source.split_once("\nuse ").expect("the module documentation comes first");
+        let names: Vec<&str> = code
+            .lines()
+            .filter(|l| l.starts_with("const ") && l.contains("= \"gpushare_"))
+            .filter_map(|l| l.split('"').nth(1))
+            .collect();
+        assert!(names.len() >= 23, "{names:?}");
+        for name in names {
+            assert!(doc.contains(&format!("| `{name}` |")), "{name} is not in the table of names");
+        }
+    }
+
+    #[test]
+    fn metrics_record_probe() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let run = gpushare_proto::types::ProbeRun {
+            workload: "launch".into(),
+            clients: 4,
+            solo_throughput_per_s: 100.0,
+            solo_p50_ms: 1.0,
+            solo_achieved: String::new(),
+            scaling: 3.5,
+            jain_fairness: 0.99,
+            p50_inflation: 1.1,
+            p99_inflation: 1.3,
+            per_client: Vec::new(),
+        };
+        let report = ProbeReport {
+            target: GPU1.into(),
+            gpu: 1,
+            strategy: "mps".into(),
+            device: "NVIDIA H100 80GB HBM3".into(),
+            seconds: 3.0,
+            wall_seconds: 10.0,
+            runs: vec![run],
+            saved_to: String::new(),
+            comparison: Vec::new(),
+            recommendations: Vec::new(),
+        };
+        metrics::with_local_recorder(&recorder, || {
+            register();
+            record_probe(&report);
+        });
+        let text = handle.render();
+        let labels = [
+            ("gpu", "1"),
+            ("UUID", GPU1),
+            ("workload", "launch"),
+            ("clients", "4"),
+            ("strategy", "mps"),
+        ];
+        assert_value(&text, PROBE_SCALING, &labels, 3.5);
+        assert_value(&text, PROBE_FAIRNESS, &labels, 0.99);
+        assert_value(&text, PROBE_P50_INFLATION, &labels, 1.1);
+        for name in [PROBE_SCALING, PROBE_FAIRNESS, PROBE_P50_INFLATION] {
+            assert!(text.contains(&format!("# HELP {name} ")), "no help for {name}\n{text}");
+        }
+    }
+
+    #[test]
     fn metrics_failure_counters_exist_before_any_failure() {
         let recorder = recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             register();
-            record_apply(&outcome(true, true, None, None));
+            apply(JobResult::Success);
         });
         let text = handle.render();
         assert_value(&text, ROLLBACKS, &[], 0.0);
@@ -716,7 +752,7 @@ mod tests {
         assert_eq!(series_count(&text, GPU_COMPUTE_MODE), 6);
 
         // The MIG GPU's own sharing is all 0: its instances are shared instead.
-        for strategy in STRATEGIES {
+        for strategy in Strategy::SHARING.map(Strategy::as_str) {
             assert_value(&text, GPU_SHARING, &plus(&g0, &[("strategy", strategy)]), 0.0);
             let expected = flag(strategy == "mps");
             assert_value(&text, GPU_SHARING, &plus(&g1, &[("strategy", strategy)]), expected);
@@ -724,7 +760,7 @@ mod tests {
         for (profile, id, current) in
             [("3g.20gb", "2", "exclusive"), ("2g.10gb", "5", "time-slicing")]
         {
-            for strategy in STRATEGIES {
+            for strategy in Strategy::SHARING.map(Strategy::as_str) {
                 let labels = plus(
                     &g0,
                     &[("GPU_I_PROFILE", profile), ("GPU_I_ID", id), ("strategy", strategy)],
@@ -777,7 +813,7 @@ mod tests {
         let mps = MpsStatus { servers: vec![by_uuid, by_placement] };
         let recorder = recorder();
         let handle = recorder.handle();
-        metrics::with_local_recorder(&recorder, || Tracker::new().update(&status, &mps));
+        metrics::with_local_recorder(&recorder, || Tracker::new().update(&status, &mps, false));
         let text = handle.render();
         assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "5")], 1.0);
         assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "2")], 1.0);
@@ -797,7 +833,7 @@ mod tests {
         let handle = recorder.handle();
         let (status, mps) = status_and_mps();
         let mut tracker = Tracker::new();
-        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps, false));
 
         // Another profile: MIG off on GPU 0, no MPS server, an apply running.
         let mut next = status.clone();
@@ -807,7 +843,7 @@ mod tests {
         next.gpus[0].instances.clear();
         next.gpus[1].sharing = Sharing::exclusive();
         let none = MpsStatus { servers: Vec::new() };
-        metrics::with_local_recorder(&recorder, || tracker.update(&next, &none));
+        metrics::with_local_recorder(&recorder, || tracker.update(&next, &none, true));
         let text = handle.render();
 
         assert_value(&text, ACTIVE_PROFILE, &[("profile", "half-balanced")], 0.0);
@@ -837,7 +873,7 @@ mod tests {
         let labels = [("gpu", "1"), ("UUID", GPU1), ("GPU_I_ID", "")];
         let mut at = |restarts: u32| {
             mps.servers[0].restarts = restarts;
-            metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+            metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps, false));
             value(&handle.render(), MPS_RESTARTS, &labels)
         };
         assert_eq!(at(2), Some(2.0));
@@ -867,12 +903,9 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             register();
             let mut tracker = Tracker::new();
-            tracker.update(&status, &mps);
-            tracker.update(&gone, &MpsStatus { servers: Vec::new() });
-            record_apply(&outcome(true, true, None, None));
-            record_apply(&outcome(true, false, None, None));
-            record_apply(&rolled_back());
-            record_apply(&hook_failed());
+            tracker.update(&status, &mps, false);
+            tracker.update(&gone, &MpsStatus { servers: Vec::new() }, false);
+            apply_each_result();
         });
         let text = handle.render();
         assert!(text.contains("NaN"), "{text}");

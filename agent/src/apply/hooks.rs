@@ -21,13 +21,35 @@ pub struct Hooks {
     pub timeout: Duration,
 }
 
+/// How an apply ended, as `post_apply` hooks read it in `GPUSHARE_RESULT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The GPUs are as the profile asks.
+    Success,
+    /// The apply failed and the GPUs are as they were.
+    RolledBack,
+    /// The apply failed otherwise (refused by `pre_apply`, rollback failed).
+    Failed,
+}
+
+impl Settled {
+    /// `success`, `rolled-back` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Success => "success",
+            Settled::RolledBack => "rolled-back",
+            Settled::Failed => "failed",
+        }
+    }
+}
+
 /// The phase a hook runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// Before the apply.
     PreApply,
-    /// After it, with its result (`success`, `rolled-back`, `failed`).
-    PostApply(&'static str),
+    /// After it, with how it ended.
+    PostApply(Settled),
 }
 
 impl Hooks {
@@ -36,7 +58,7 @@ impl Hooks {
     pub async fn run(&self, phase: Phase, profile: &str, gpus: &[u32]) -> Result<(), String> {
         let (name, commands, result) = match phase {
             Phase::PreApply => ("pre_apply", &self.pre_apply, None),
-            Phase::PostApply(result) => ("post_apply", &self.post_apply, Some(result)),
+            Phase::PostApply(settled) => ("post_apply", &self.post_apply, Some(settled.as_str())),
         };
         let gpu_list: Vec<String> = gpus.iter().map(u32::to_string).collect();
         for command in commands {
@@ -98,7 +120,7 @@ mod tests {
         );
         let h = hooks(&[&record], &[&record]);
         h.run(Phase::PreApply, "half-balanced", &[4, 5]).await.unwrap();
-        h.run(Phase::PostApply("rolled-back"), "half-balanced", &[4, 5]).await.unwrap();
+        h.run(Phase::PostApply(Settled::RolledBack), "half-balanced", &[4, 5]).await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&out).unwrap(),
             "pre_apply half-balanced 4,5 \npost_apply half-balanced 4,5 rolled-back\n"
@@ -125,7 +147,7 @@ mod tests {
         let h = hooks(&["sleep 30 & exit 0"], &["(sleep 30 &) ; echo done >&2; exit 4"]);
         let started = std::time::Instant::now();
         h.run(Phase::PreApply, "p", &[0]).await.unwrap();
-        let e = h.run(Phase::PostApply("success"), "p", &[0]).await.unwrap_err();
+        let e = h.run(Phase::PostApply(Settled::Success), "p", &[0]).await.unwrap_err();
         assert!(e.ends_with(": done"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     }
@@ -134,7 +156,7 @@ mod tests {
     async fn a_hanging_command_is_killed_at_the_timeout() {
         let h = Hooks { timeout: Duration::from_millis(200), ..hooks(&[], &["sleep 30"]) };
         let started = std::time::Instant::now();
-        let e = h.run(Phase::PostApply("success"), "p", &[0]).await.unwrap_err();
+        let e = h.run(Phase::PostApply(Settled::Success), "p", &[0]).await.unwrap_err();
         assert!(e.contains("did not finish"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::hooks::{Hooks, Phase};
+use super::hooks::{Hooks, Phase, Settled};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
 use super::{ApplyError, Executor, NoLog, Progress};
 use crate::node::NodeState;
@@ -116,7 +116,7 @@ impl Transactions {
                 warnings.push(format!("writing the journal failed: {e}"));
             }
             // post_apply undoes what pre_apply did (starts what it stopped).
-            self.post_hook("failed", &plan.profile, &gpus, &mut warnings).await;
+            self.post_hook(Settled::Failed, &plan.profile, &gpus, &mut warnings).await;
             return Err(TransactionError::Hook(format!("{e}{}", warning_suffix(&warnings))));
         }
 
@@ -140,9 +140,9 @@ impl Transactions {
         };
         let mut warnings = Vec::new();
         let result = match &outcome {
-            Ok(_) => "success",
-            Err(TransactionError::RolledBack { .. }) => "rolled-back",
-            Err(_) => "failed",
+            Ok(_) => Settled::Success,
+            Err(TransactionError::RolledBack { .. }) => Settled::RolledBack,
+            Err(_) => Settled::Failed,
         };
         self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
         match outcome {
@@ -159,7 +159,7 @@ impl Transactions {
 
     async fn post_hook(
         &self,
-        result: &'static str,
+        result: Settled,
         profile: &str,
         gpus: &[u32],
         warnings: &mut Vec<String>,
@@ -272,7 +272,7 @@ impl Transactions {
         };
         // The interrupted apply may have run pre_apply (stopped a service): post_apply
         // undoes it, whatever the rollback's outcome.
-        let result = if restored.is_ok() { "rolled-back" } else { "failed" };
+        let result = if restored.is_ok() { Settled::RolledBack } else { Settled::Failed };
         let mut warnings = Vec::new();
         self.post_hook(result, &transaction.profile, &gpu_ids, &mut warnings).await;
         match restored {

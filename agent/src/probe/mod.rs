@@ -20,50 +20,14 @@ pub mod stats;
 
 use serde::{Deserialize, Serialize};
 
-/// What a probe client runs, step after step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Workload {
-    /// A tiny kernel (a 256x256 fp32 matrix product on 64 blocks) and a synchronize per step:
-    /// latency-bound, like an inference server answering small requests.
-    Launch,
-    /// fp32 FMA chains over a full grid, steps of about 4 ms at the device's peak:
-    /// compute-bound.
-    Compute,
-    /// A streaming device-to-device copy of 1 GiB per step: bandwidth-bound.
-    Memory,
-}
-
-impl Workload {
-    /// All workloads, in the order a full sweep runs them.
-    pub const ALL: [Workload; 3] = [Workload::Launch, Workload::Compute, Workload::Memory];
-
-    /// The name used on the command line and in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Launch => "launch",
-            Workload::Compute => "compute",
-            Workload::Memory => "memory",
-        }
-    }
-}
-
-impl std::fmt::Display for Workload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Workload {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.name() == s)
-            .ok_or_else(|| format!("unknown probe workload {s:?} (launch, compute, memory)"))
-    }
-}
+/// What a probe client runs, step after step (the protocol's names):
+/// - `launch`: a tiny kernel (a 256x256 fp32 matrix product on 64 blocks) and a
+///   synchronize per step: latency-bound, like an inference server answering small
+///   requests;
+/// - `compute`: fp32 FMA chains over a full grid, steps of about 4 ms at the device's
+///   peak: compute-bound;
+/// - `memory`: a streaming device-to-device copy of 1 GiB per step: bandwidth-bound.
+pub use gpushare_proto::Workload;
 
 /// What one probe client is asked to do (`--probe-client <this, as JSON>`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! latency inflation, the summary of a run from its clients' reports, and the strategy a
 //! comparison recommends.
 
+use gpushare_proto::Strategy;
 use gpushare_proto::types::{Recommendation, StrategyRuns};
 
 use super::{ClientResult, ClientStats, RunResult};
@@ -107,10 +108,11 @@ pub fn recommend(workload: &str, clients: usize, comparison: &[StrategyRuns]) ->
     let figures: Vec<(&str, f64)> =
         comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
     let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
-    let ts = figures.iter().find(|(s, _)| *s == "time-slicing").map_or(0.0, |f| f.1);
+    let time_slicing = Strategy::TimeSlicing.as_str();
+    let ts = figures.iter().find(|(s, _)| *s == time_slicing).map_or(0.0, |f| f.1);
     let best =
-        figures.iter().copied().fold(("time-slicing", ts), |a, b| if b.1 > a.1 { b } else { a });
-    let (strategy, reason) = if best.0 != "time-slicing" && best.1 >= ts * MEANINGFUL_GAIN {
+        figures.iter().copied().fold((time_slicing, ts), |a, b| if b.1 > a.1 { b } else { a });
+    let (strategy, reason) = if best.0 != time_slicing && best.1 >= ts * MEANINGFUL_GAIN {
         (
             best.0,
             format!(
@@ -121,7 +123,7 @@ pub fn recommend(workload: &str, clients: usize, comparison: &[StrategyRuns]) ->
         )
     } else {
         (
-            "time-slicing",
+            time_slicing,
             format!(
                 "no meaningful gain from MPS with {clients} clients (less than 25 % more work: {})",
                 listed.join(", ")

@@ -1,0 +1,82 @@
+//! Why an operation of the engine failed: one variant per kind of failure, each one line.
+//! The service maps the kinds to D-Bus errors in one place ([`crate::service`]).
+
+use std::path::PathBuf;
+
+use super::jobs::RunningJob;
+use crate::apply::transaction::TransactionError;
+use crate::gpu::GpuError;
+use crate::plan::PlanError;
+use crate::profile::ProfileError;
+use crate::sharing::SharingError;
+
+/// Why an operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// No profile of that name; the message lists the known ones.
+    #[error("{0}")]
+    UnknownProfile(String),
+    /// Profile text that does not parse or validate.
+    #[error("{0}")]
+    InvalidProfile(#[from] ProfileError),
+    /// The profile cannot be planned here.
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    /// Another job holds the apply lock (`None`: the recovery at start-up).
+    #[error("{} is running ({}); try again when it has finished", busy_what(.0), busy_job(.0))]
+    Busy(Option<RunningJob>),
+    /// The GPU backend failed.
+    #[error("{0}")]
+    Backend(#[from] GpuError),
+    /// An MPS or time-slicing tool failed.
+    #[error("{0}")]
+    Sharing(#[from] SharingError),
+    /// A request's argument is out of range or names nothing here.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// What was asked cannot be done on this node as it is (a probe of simulated GPUs, a
+    /// comparison on a GPU in use).
+    #[error("{0}")]
+    NotPossible(String),
+    /// An apply ran and failed.
+    #[error("applying {profile}: {error}")]
+    Apply {
+        /// The profile applied.
+        profile: String,
+        /// How it failed.
+        error: Box<TransactionError>,
+    },
+    /// A probe ran and failed.
+    #[error("probing {target}: {message}")]
+    Probe {
+        /// The device probed.
+        target: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An interrupted apply could not be rolled back.
+    #[error("{0}")]
+    Recovery(String),
+    /// The state directory cannot be used.
+    #[error("state directory {}: {message}", .dir.display())]
+    StateDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A task of the agent itself failed (a panic on the blocking pool).
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn busy_what(running: &Option<RunningJob>) -> &'static str {
+    match running {
+        Some(job) if job.is_probe() => "a probe",
+        _ => "another apply",
+    }
+}
+
+fn busy_job(running: &Option<RunningJob>) -> String {
+    running.as_ref().map_or_else(|| "recovery at start-up".into(), ToString::to_string)
+}

@@ -1,0 +1,621 @@
+//! Layer 11: the agent's operations, independent of any transport — status, plan, apply,
+//! export, profiles, validation, MPS control, probes ([`probe`]), recovery. The D-Bus
+//! service calls these and does nothing else; what they return is typed ([`JobReport`],
+//! [`EngineError`]) and becomes the protocol's documents in [`report`].
+//!
+//! One job runs at a time: [`Engine::begin_apply`] and [`Engine::begin_probe`] take the
+//! apply lock or fail with [`EngineError::Busy`] at once; the lock travels with the job
+//! ([`ApplyJob`], [`ProbeJob`]) until it is dropped. Listeners (metrics, systemd) follow
+//! the engine through [`EngineEvent`]s.
+
+pub mod error;
+pub mod events;
+pub mod jobs;
+pub mod probe;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use gpushare_proto::types::{
+    ClientEnv, Export, MpsLimitResult, MpsStatus, ProfileDetail, ProfileList, Status, Validation,
+};
+use gpushare_proto::{MPS_THREAD_PERCENTAGE, Strategy};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::apply::hooks::Hooks;
+use crate::apply::journal::{Journal, ProfileDocument};
+use crate::apply::transaction::{TransactionError, Transactions};
+use crate::apply::{Executor, NodeAccess, Progress};
+use crate::config::AgentConfig;
+use crate::gpu::{BackendKind, GpuBackend};
+use crate::node::{NodeState, TimeSliceInterval};
+use crate::plan::{self, Plan, PlanOptions};
+use crate::profile::{self, Profile, ProfileStore};
+use crate::sharing::SharingTools;
+use crate::sharing::mps::{MpsConfig, MpsController};
+use crate::sharing::supervisor::MpsSupervisor;
+use crate::sharing::timeslice::TimesliceControl;
+pub use error::EngineError;
+pub use events::EngineEvent;
+use events::Events;
+pub use jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
+pub use probe::{ProbeJob, ProbeOptions};
+
+/// The name of the job that re-applies the active profile at start-up.
+const BOOT_JOB: &str = "start-up";
+
+/// The agent's engine: the node, the known profiles, the journal, the apply lock.
+pub struct Engine {
+    node: NodeAccess,
+    /// Where probe results are kept.
+    probe_dir: PathBuf,
+    /// Restarts MPS servers that died.
+    supervisor: Arc<MpsSupervisor>,
+    profiles: ProfileStore,
+    journal: Arc<Journal>,
+    transactions: Transactions,
+    policy: PlanOptions,
+    apply_lock: Arc<AsyncMutex<()>>,
+    running: Arc<Mutex<Option<RunningJob>>>,
+    events: Events,
+}
+
+/// An apply that holds the apply lock and has its plan. The lock is released when the
+/// job is dropped: keep it until the outcome has been reported.
+pub struct ApplyJob {
+    plan: Plan,
+    document: Option<ProfileDocument>,
+    before: NodeState,
+    _guard: JobGuard,
+}
+
+impl ApplyJob {
+    /// The plan the job carries out.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+/// A profile given by name or as a document (`apply -f`).
+#[derive(Debug, Clone, Copy)]
+pub enum ProfileRef<'a> {
+    /// A known profile.
+    Named(&'a str),
+    /// A gpushare profile (TOML) or a mig-parted config file with the config to use.
+    Document {
+        /// The document.
+        text: &'a str,
+        /// Its name in messages (a path).
+        origin: &'a str,
+        /// The mig-parted config; empty for TOML.
+        config: &'a str,
+    },
+}
+
+impl<'a> ProfileRef<'a> {
+    /// The profile of a journaled document.
+    fn of_document(d: &'a ProfileDocument) -> Self {
+        ProfileRef::Document { text: &d.text, origin: &d.origin, config: &d.config }
+    }
+}
+
+impl Engine {
+    /// An engine over `backend` with `profiles`, keeping its journal in `state_dir`.
+    pub fn new(
+        backend: Arc<dyn GpuBackend>,
+        profiles: ProfileStore,
+        state_dir: &Path,
+        config: &AgentConfig,
+    ) -> Result<Self, EngineError> {
+        let journal = Arc::new(Journal::open(state_dir).map_err(|e| {
+            EngineError::StateDirectory { dir: state_dir.to_path_buf(), message: e.to_string() }
+        })?);
+        let policy = PlanOptions {
+            manage_mig: config.gpu.manage_mig,
+            manage_compute_mode: config.gpu.manage_compute_mode,
+            force: false,
+        };
+        let sharing = Arc::new(SharingTools {
+            mps: MpsController::new(MpsConfig {
+                control: config.mps.control.clone(),
+                root: config.mps.root.clone(),
+            }),
+            timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
+        });
+        let node = NodeAccess { backend, sharing };
+        let transactions = Transactions {
+            executor: Executor {
+                node: node.clone(),
+                max_parallel_gpus: config.apply.max_parallel_gpus,
+            },
+            journal: Arc::clone(&journal),
+            hooks: Hooks {
+                pre_apply: config.hooks.pre_apply.clone(),
+                post_apply: config.hooks.post_apply.clone(),
+                timeout: Duration::from_secs(config.hooks.timeout_seconds),
+            },
+            policy,
+        };
+        Ok(Engine {
+            node,
+            probe_dir: state_dir.join("probe"),
+            supervisor: Arc::new(MpsSupervisor::new()),
+            profiles,
+            journal,
+            transactions,
+            policy,
+            apply_lock: Arc::new(AsyncMutex::new(())),
+            running: Arc::new(Mutex::new(None)),
+            events: Events::new(),
+        })
+    }
+
+    /// Which backend drives the GPUs.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.node.backend.kind()
+    }
+
+    /// The profiles the engine knows.
+    pub fn profiles(&self) -> &ProfileStore {
+        &self.profiles
+    }
+
+    /// The profile last applied successfully.
+    pub fn active_profile(&self) -> Option<String> {
+        self.journal.active_profile()
+    }
+
+    /// The job holding the apply lock, if any.
+    pub fn running_job(&self) -> Option<RunningJob> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A listener for the engine's events from now on, at its own pace.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.events.subscribe()
+    }
+
+    /// Calls `observer` with every event from now on, as the engine sends it; it must
+    /// return at once (see [`events`]).
+    pub fn on_event(&self, observer: impl Fn(&EngineEvent) + Send + Sync + 'static) {
+        self.events.observe(observer);
+    }
+
+    /// Rolls back an apply that the journal shows interrupted (run before serving).
+    /// Returns what was done, for the log.
+    pub async fn recover(&self) -> Result<Option<String>, EngineError> {
+        let _lock = self.apply_lock.lock().await;
+        self.transactions.recover().await.map_err(EngineError::Recovery)
+    }
+
+    /// A fresh observation of the GPUs, MPS servers and time-slice intervals.
+    pub async fn observe(&self) -> Result<NodeState, EngineError> {
+        Ok(self.node.observe(true).await?)
+    }
+
+    /// The observed GPUs, the active profile and the job in progress. Time-slice
+    /// intervals cost an nvidia-smi run, so they are read only when the active profile
+    /// time-slices.
+    pub async fn status(&self) -> Result<Status, EngineError> {
+        let journal = self.journal.snapshot();
+        let time_sliced = journal
+            .active_profile
+            .as_deref()
+            .and_then(|name| self.profiles.get(name).ok())
+            .is_some_and(|p| {
+                p.profile
+                    .rules
+                    .iter()
+                    .any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
+            });
+        let node = self.node.observe(time_sliced).await?;
+        let mps = &self.node.sharing.mps;
+        Ok(Status {
+            active_profile: journal.active_profile,
+            backend: self.backend_kind().as_str().to_string(),
+            apply_in_progress: self.running_job().map(|job| job.to_string()),
+            rollback_error: journal.transaction.and_then(|t| t.rollback_error),
+            gpus: node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect(),
+        })
+    }
+
+    /// The MPS servers with their clients.
+    pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
+        let sharing = Arc::clone(&self.node.sharing);
+        let servers = tokio::task::spawn_blocking(move || {
+            sharing
+                .mps_servers()
+                .iter()
+                .map(|s| {
+                    let clients = s
+                        .pid
+                        .and_then(|_| sharing.mps.clients(&s.uuid).ok())
+                        .map(|c| c.into_iter().flat_map(|(_, clients)| clients).collect())
+                        .unwrap_or_default();
+                    report::mps_server(s, &sharing.mps, clients)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))?;
+        Ok(MpsStatus { servers })
+    }
+
+    /// Sets the limits of the MPS server serving client `pid` (for its new clients).
+    pub async fn mps_limit(
+        &self,
+        pid: u32,
+        threads: Option<u32>,
+        memory_bytes: Option<u64>,
+    ) -> Result<MpsLimitResult, EngineError> {
+        if let Some(t) = threads
+            && !MPS_THREAD_PERCENTAGE.contains(&t)
+        {
+            let (low, high) = (MPS_THREAD_PERCENTAGE.start(), MPS_THREAD_PERCENTAGE.end());
+            return Err(EngineError::InvalidArgument(format!(
+                "threads must be from {low} to {high}, not {t}"
+            )));
+        }
+        let sharing = Arc::clone(&self.node.sharing);
+        let (uuid, server) = tokio::task::spawn_blocking(move || {
+            sharing.mps.limit_client(pid, threads, memory_bytes)
+        })
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))??;
+        Ok(MpsLimitResult {
+            pid,
+            server_pid: server,
+            uuid,
+            active_thread_percentage: threads,
+            pinned_memory_limit_bytes: memory_bytes,
+        })
+    }
+
+    /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
+    pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
+        let node = self.node.observe(false).await?;
+        self.env_for(&node, target).map(|(env, _)| env)
+    }
+
+    /// The client environment of `target` in `node`, and the GPU index it belongs to.
+    fn env_for(&self, node: &NodeState, target: &str) -> Result<(ClientEnv, u32), EngineError> {
+        let found = if let Ok(index) = target.parse::<u32>() {
+            node.gpu(index).map(|g| (g.uuid.clone(), g.index))
+        } else {
+            node.gpus.iter().find_map(|g| {
+                if g.uuid.eq_ignore_ascii_case(target) {
+                    return Some((g.uuid.clone(), g.index));
+                }
+                g.instances
+                    .iter()
+                    .flat_map(|gi| &gi.compute_instances)
+                    .find(|ci| ci.uuid.eq_ignore_ascii_case(target))
+                    .map(|ci| (ci.uuid.clone(), g.index))
+            })
+        };
+        let (uuid, gpu) = found.ok_or_else(|| {
+            EngineError::InvalidArgument(format!(
+                "no GPU or MIG instance {target:?} on this node (see gpushare-ctl status)"
+            ))
+        })?;
+        let mut variables = vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid.clone())];
+        let served = node.mps.iter().any(|s| s.uuid == uuid && s.pid.is_some());
+        if served {
+            variables.push((
+                "CUDA_MPS_PIPE_DIRECTORY".to_string(),
+                self.node.sharing.mps.pipe_dir(&uuid).display().to_string(),
+            ));
+        }
+        let strategy = if served {
+            Strategy::Mps
+        } else {
+            match node.timeslice(gpu) {
+                Some(interval) if interval != TimeSliceInterval::Default => Strategy::TimeSlicing,
+                _ => Strategy::Exclusive,
+            }
+        };
+        Ok((ClientEnv { uuid, strategy: strategy.as_str().into(), variables }, gpu))
+    }
+
+    /// Runs one health check of the MPS servers (see [`MpsSupervisor`]); skipped while a
+    /// job runs. Listeners hear of it either way. Returns what it did, one line per server.
+    pub async fn supervise_mps(&self) -> Vec<String> {
+        let restarts = match Arc::clone(&self.apply_lock).try_lock_owned() {
+            Ok(_lock) => {
+                let supervisor = Arc::clone(&self.supervisor);
+                let sharing = Arc::clone(&self.node.sharing);
+                tokio::task::spawn_blocking(move || supervisor.check(&sharing.mps))
+                    .await
+                    .unwrap_or_default()
+            }
+            Err(_) => Vec::new(),
+        };
+        self.events.emit(EngineEvent::HealthChecked { restarts: restarts.clone() });
+        restarts
+    }
+
+    fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
+        match profile {
+            ProfileRef::Named(name) => self
+                .profiles
+                .get(name)
+                .map(|p| p.profile.clone())
+                .map_err(EngineError::UnknownProfile),
+            ProfileRef::Document { text, origin, config } => {
+                Ok(profile::parse_document(text, origin, config)?)
+            }
+        }
+    }
+
+    /// Plans a profile against a fresh observation.
+    pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
+        let profile = self.resolve(profile)?;
+        let node = self.observe().await?;
+        Ok(plan::plan(&node, &profile, &self.policy)?)
+    }
+
+    /// Takes the apply lock and plans the profile; fails at once when another job runs
+    /// or the profile cannot be planned. `job` names the job in Busy messages and status.
+    pub async fn begin_apply(
+        &self,
+        source: ProfileRef<'_>,
+        force: bool,
+        job: &str,
+    ) -> Result<ApplyJob, EngineError> {
+        let profile = self.resolve(source)?;
+        let kind = JobKind::Apply { profile: profile.name.clone() };
+        let mut guard = self.lock_for(job, kind)?;
+        // An apply whose rollback failed leaves its GPUs between layouts: roll it back
+        // first (again), or refuse, rather than overwrite its record.
+        if self.journal.snapshot().transaction.is_some() {
+            self.transactions.recover().await.map_err(|e| {
+                EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
+            })?;
+        }
+        let before = self.observe().await?;
+        let plan = plan::plan(&before, &profile, &PlanOptions { force, ..self.policy })?;
+        let document = match source {
+            ProfileRef::Named(_) => None,
+            ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
+                text: text.to_string(),
+                origin: origin.to_string(),
+                config: config.to_string(),
+            }),
+        };
+        guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
+        Ok(ApplyJob { plan, document, before, _guard: guard })
+    }
+
+    /// Carries out an apply job as a transaction, sending progress.
+    pub async fn run_apply(
+        &self,
+        job: &ApplyJob,
+        progress: UnboundedSender<Progress>,
+    ) -> JobReport {
+        let started = Instant::now();
+        let plan = &job.plan;
+        let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
+        let outcome =
+            self.transactions.apply(plan, job.document.clone(), &job.before, &progress).await;
+        drop(progress);
+        let mut report = JobReport {
+            kind: JobKind::Apply { profile: plan.profile.clone() },
+            result: if total > 0 { JobResult::Success } else { JobResult::Unchanged },
+            changed: total > 0,
+            steps_done: 0,
+            steps_total: total,
+            duration: Duration::ZERO,
+            error: None,
+            warnings: Vec::new(),
+            probe: None,
+        };
+        match outcome {
+            Ok(applied) => {
+                report.steps_done = applied.steps_done;
+                report.warnings = applied.warnings;
+            }
+            Err(error) => {
+                (report.result, report.changed, report.steps_done) = settled(&error);
+                let profile = plan.profile.clone();
+                report.error = Some(EngineError::Apply { profile, error: Box::new(error) });
+            }
+        }
+        report.duration = started.elapsed();
+        self.events.emit(EngineEvent::ApplyFinished {
+            profile: plan.profile.clone(),
+            result: report.result,
+            duration: report.duration,
+        });
+        report
+    }
+
+    /// At start-up, the apply that brings the GPUs back to `boot_profile`, or else to the
+    /// active profile (from its document when it was applied from one); `None` when
+    /// there is nothing to re-apply.
+    pub async fn begin_boot_apply(
+        &self,
+        boot_profile: Option<&str>,
+    ) -> Option<Result<ApplyJob, EngineError>> {
+        if let Some(name) = boot_profile {
+            return Some(self.begin_apply(ProfileRef::Named(name), false, BOOT_JOB).await);
+        }
+        let active = self.journal.active_profile()?;
+        Some(match self.journal.active_document() {
+            Some(d) => self.begin_apply(ProfileRef::of_document(&d), false, BOOT_JOB).await,
+            None => self.begin_apply(ProfileRef::Named(&active), false, BOOT_JOB).await,
+        })
+    }
+
+    /// Takes the apply lock at once for job `id` doing `kind`, or says what holds it.
+    /// Applies and probes share it: neither may overlap the other.
+    fn lock_for(&self, id: &str, kind: JobKind) -> Result<JobGuard, EngineError> {
+        let lock = self.try_lock()?;
+        let job = RunningJob { id: id.to_string(), kind };
+        Ok(JobGuard::new(lock, job, Arc::clone(&self.running), self.events.clone()))
+    }
+
+    /// Takes the apply lock at once, or says what holds it.
+    fn try_lock(&self) -> Result<OwnedMutexGuard<()>, EngineError> {
+        Arc::clone(&self.apply_lock)
+            .try_lock_owned()
+            .map_err(|_| EngineError::Busy(self.running_job()))
+    }
+
+    /// Waits for a running job to end and keeps any new one from starting: for shutdown.
+    pub async fn quiesce(&self) -> OwnedMutexGuard<()> {
+        Arc::clone(&self.apply_lock).lock_owned().await
+    }
+
+    /// The GPUs as they are, as a profile.
+    pub async fn export(&self) -> Result<Export, EngineError> {
+        let node = self.observe().await?;
+        Ok(Export { text: profile::export::profile_text(&node) })
+    }
+
+    /// Every known profile.
+    pub fn list_profiles(&self) -> ProfileList {
+        let active = self.active_profile();
+        ProfileList {
+            profiles: self.profiles.iter().map(|p| report::summary(p, active.as_deref())).collect(),
+            errors: self.profiles.errors().to_vec(),
+        }
+    }
+
+    /// One profile with its text.
+    pub fn show_profile(&self, name: &str) -> Result<ProfileDetail, EngineError> {
+        let stored = self.profiles.get(name).map_err(EngineError::UnknownProfile)?;
+        Ok(ProfileDetail {
+            summary: report::summary(stored, self.active_profile().as_deref()),
+            text: stored.text.clone(),
+        })
+    }
+
+    /// Parses profile text and plans it against this node, changing nothing.
+    pub async fn validate(&self, text: &str, origin: &str) -> Result<Validation, EngineError> {
+        let profile = self.resolve(ProfileRef::Document { text, origin, config: "" })?;
+        let node = self.observe().await?;
+        let plan = plan::plan(&node, &profile, &self.policy)?;
+        Ok(Validation { name: profile.name, plan: plan.report() })
+    }
+}
+
+/// How a failed apply ended: its result, whether the GPUs stayed changed (a failed
+/// rollback leaves them so), and the steps carried out.
+fn settled(error: &TransactionError) -> (JobResult, bool, u32) {
+    match error {
+        TransactionError::Hook(_) | TransactionError::Journal(_) => (JobResult::Failed, false, 0),
+        TransactionError::RolledBack { steps_done, .. } => {
+            (JobResult::RolledBack, false, *steps_done)
+        }
+        TransactionError::RollbackFailed { steps_done, .. } => {
+            (JobResult::Failed, true, *steps_done)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+
+    fn engine(dir: &Path) -> Engine {
+        let backend =
+            Arc::new(SimBackend::new(&parse_spec("a100-40gb:2").unwrap(), SimOptions::default()));
+        let mut config = AgentConfig::default();
+        config.mps.control = "/nonexistent/nvidia-cuda-mps-control".into();
+        config.mps.root = dir.join("mps");
+        config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
+        Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
+    }
+
+    #[test]
+    fn jobs_are_named_while_they_hold_the_lock_and_heard_of_when_they_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let mut events = engine.subscribe();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let job = engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j1").await;
+            let job = job.unwrap();
+            let running = engine.running_job().unwrap();
+            assert_eq!(running.to_string(), "j1, profile all-balanced");
+            let busy = engine.begin_apply(ProfileRef::Named("all-disabled"), false, "j2").await;
+            assert!(matches!(busy, Err(EngineError::Busy(Some(ref r))) if *r == running));
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let report = engine.run_apply(&job, tx).await;
+            assert_eq!(report.result, JobResult::Success, "{:?}", report.error);
+            drop(job);
+            assert_eq!(engine.running_job(), None);
+            let kind = JobKind::Apply { profile: "all-balanced".into() };
+            let steps = report.steps_total;
+            assert_eq!(
+                events.try_recv().unwrap(),
+                EngineEvent::JobStarted { kind: kind.clone(), steps }
+            );
+            assert!(matches!(
+                events.try_recv().unwrap(),
+                EngineEvent::ApplyFinished { result: JobResult::Success, .. }
+            ));
+            assert_eq!(events.try_recv().unwrap(), EngineEvent::JobEnded { kind });
+        });
+    }
+
+    #[test]
+    fn failed_applies_are_told_apart_by_kind() {
+        use crate::apply::ApplyError;
+        use crate::gpu::{ErrorCode, GpuError};
+        let step = ApplyError::Backend(GpuError::new("observe", None, ErrorCode::Unknown));
+        let rolled_back = TransactionError::RolledBack {
+            error: step.clone(),
+            gpus: vec![0],
+            steps_done: 3,
+            warnings: vec![],
+        };
+        assert_eq!(settled(&rolled_back), (JobResult::RolledBack, false, 3));
+        let rollback_failed = TransactionError::RollbackFailed {
+            error: step,
+            rollback: "GPU 0: In use by another client".into(),
+            steps_done: 2,
+            warnings: vec![],
+        };
+        assert_eq!(settled(&rollback_failed), (JobResult::Failed, true, 2));
+        assert_eq!(settled(&TransactionError::Hook("x".into())), (JobResult::Failed, false, 0));
+        assert_eq!(settled(&TransactionError::Journal("x".into())), (JobResult::Failed, false, 0));
+        assert!(JobResult::Success.is_ok() && JobResult::Unchanged.is_ok());
+        assert!(!JobResult::RolledBack.is_ok() && !JobResult::Failed.is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever a D-Bus caller sends, every method answers Ok or an error; none panics.
+        #[test]
+        fn hostile_method_arguments_never_panic(
+            name in ".{0,40}",
+            text in ".{0,200}",
+            origin in ".{0,30}",
+            config in ".{0,20}",
+            pid in proptest::prelude::any::<u32>(),
+            threads in proptest::prelude::any::<u32>(),
+            memory in proptest::prelude::any::<u64>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let engine = engine(dir.path());
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let _ = engine.plan(ProfileRef::Named(&name)).await;
+                let _ = engine.plan(ProfileRef::Document { text: &text, origin: &origin, config: &config }).await;
+                let _ = engine.validate(&text, &origin).await;
+                let _ = engine.show_profile(&name);
+                let _ = engine.client_env(&name).await;
+                let _ = engine.mps_limit(pid, Some(threads), Some(memory)).await;
+                if let Ok(job) = engine.begin_apply(ProfileRef::Document { text: &text, origin: &origin, config: &config }, false, "fuzz").await {
+                    drop(job);
+                }
+            });
+        }
+    }
+}

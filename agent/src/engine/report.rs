@@ -1,0 +1,141 @@
+//! The engine's answers as the protocol's documents: domain types in, `gpushare-proto`
+//! types out. No decisions are made here, only translations.
+
+use gpushare_proto::types::{
+    GpuStatus, InstanceStatus, JobOutcome, MpsServer, ProbeClient, ProbeRun, ProfileSummary,
+    Sharing,
+};
+use gpushare_proto::{ServerState, Strategy};
+
+use super::jobs::JobReport;
+use crate::node::{GpuState, MpsServerState, NodeState, TimeSliceInterval};
+use crate::probe::RunResult;
+use crate::profile::StoredProfile;
+use crate::sharing::mps::MpsController;
+
+/// A profile in the list, marked active when it is `active`.
+pub fn summary(stored: &StoredProfile, active: Option<&str>) -> ProfileSummary {
+    ProfileSummary {
+        name: stored.profile.name.clone(),
+        description: stored.profile.description.clone(),
+        source: stored.source.to_string(),
+        active: active == Some(stored.profile.name.as_str()),
+    }
+}
+
+/// A finished job as its client reads it; `error_name` is the D-Bus name of its error
+/// (the service's to give).
+pub fn job_outcome(report: &JobReport, error_name: Option<String>) -> JobOutcome {
+    JobOutcome {
+        ok: report.result.is_ok(),
+        profile: report.kind.subject(),
+        changed: report.changed,
+        steps_done: report.steps_done,
+        steps_total: report.steps_total,
+        duration_seconds: report.duration.as_secs_f64(),
+        error_name,
+        error: report.error.as_ref().map(ToString::to_string),
+        warnings: report.warnings.clone(),
+        probe: report.probe.clone(),
+    }
+}
+
+/// One probe run: its solo figures, scaling, fairness, latencies and clients.
+pub fn probe_run(r: &RunResult) -> ProbeRun {
+    let a = &r.solo.achieved;
+    ProbeRun {
+        workload: r.workload.as_str().to_string(),
+        clients: u32::try_from(r.clients).unwrap_or(u32::MAX),
+        solo_throughput_per_s: r.solo_throughput_per_s,
+        solo_p50_ms: r.solo_p50_ms,
+        solo_achieved: format!(
+            "{:.1} of {:.1} {} ({:.0} %)",
+            a.value,
+            a.limit,
+            a.unit,
+            a.fraction_of_limit * 100.0
+        ),
+        scaling: r.scaling,
+        jain_fairness: r.jain_fairness,
+        p50_inflation: r.p50_inflation,
+        p99_inflation: r.p99_inflation,
+        per_client: r
+            .per_client
+            .iter()
+            .map(|c| ProbeClient {
+                throughput_per_s: c.throughput_per_s,
+                p50_ms: c.p50_ms,
+                p99_ms: c.p99_ms,
+                slowdown: c.slowdown,
+            })
+            .collect(),
+    }
+}
+
+/// One MPS server with its `clients`.
+pub fn mps_server(s: &MpsServerState, mps: &MpsController, clients: Vec<u32>) -> MpsServer {
+    let state = if s.pid.is_some() { ServerState::Running } else { ServerState::Down };
+    MpsServer {
+        uuid: s.uuid.clone(),
+        gpu: s.gpu,
+        placement_start: s.placement_start.map(u32::from),
+        state: state.as_str().into(),
+        pid: s.pid,
+        active_thread_percentage: s.limits.active_thread_percentage,
+        pinned_memory_limit_bytes: s.limits.pinned_memory_limit_bytes,
+        restarts: s.restarts,
+        pipe_directory: mps.pipe_dir(&s.uuid).display().to_string(),
+        clients,
+    }
+}
+
+/// One GPU of `node` with its instances and how each is shared.
+pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuStatus {
+    let profile = |id: u32| gpu.model.and_then(|m| m.profile_by_id(id));
+    let mps_on = |uuid: &str| {
+        node.mps.iter().find(|s| s.uuid == uuid).map(|s| Sharing {
+            strategy: Strategy::Mps.as_str().into(),
+            interval: None,
+            mps: Some(mps_server(s, mps, Vec::new())),
+        })
+    };
+    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.timeslice(gpu.index) {
+        Some(interval) if interval != TimeSliceInterval::Default => Sharing {
+            strategy: Strategy::TimeSlicing.as_str().into(),
+            interval: Some(interval.as_str().into()),
+            mps: None,
+        },
+        _ => Sharing::exclusive(),
+    });
+    GpuStatus {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        model: gpu.model_name().to_string(),
+        memory_total_bytes: gpu.memory_total_bytes,
+        mig_enabled: gpu.mig_enabled,
+        mig_pending: gpu.mig_pending,
+        compute_mode: gpu.compute_mode.as_str().to_string(),
+        sharing: whole,
+        instances: gpu
+            .instances
+            .iter()
+            .map(|gi| {
+                let ci = gi.compute_instances.first();
+                InstanceStatus {
+                    profile: profile(gi.profile_id).map_or_else(
+                        || format!("profile-{}", gi.profile_id),
+                        |p| p.name.to_string(),
+                    ),
+                    placement_start: u32::from(gi.placement_start),
+                    placement_size: u32::from(gi.placement_size),
+                    gpu_instance_id: gi.id,
+                    compute_instance_id: ci.map(|c| c.id),
+                    uuid: ci.map(|c| c.uuid.clone()),
+                    memory_bytes: profile(gi.profile_id).map_or(0, |p| p.memory_mib << 20),
+                    sharing: ci.and_then(|c| mps_on(&c.uuid)).unwrap_or_else(Sharing::exclusive),
+                }
+            })
+            .collect(),
+        processes: gpu.processes.iter().map(|p| p.pid).collect(),
+    }
+}

@@ -1,0 +1,100 @@
+//! The one place where the agent's errors become D-Bus errors: each kind of
+//! [`EngineError`] has its `io.gpushare.Agent1.Error.*` name here and nowhere else.
+
+use gpushare_proto::AgentError;
+use zbus::DBusError;
+
+use crate::apply::transaction::TransactionError;
+use crate::engine::EngineError;
+use crate::plan::PlanError;
+
+impl From<EngineError> for AgentError {
+    fn from(e: EngineError) -> Self {
+        let message = e.to_string();
+        match e {
+            EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
+            EngineError::InvalidProfile(_) => AgentError::InvalidProfile(message),
+            EngineError::Plan(PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
+            EngineError::Plan(_) => AgentError::Infeasible(message),
+            EngineError::Busy(_) => AgentError::Busy(message),
+            EngineError::Backend(_) => AgentError::Backend(message),
+            EngineError::Apply { error, .. } => match *error {
+                // A step or its verification failed: the driver's (or a tool's) answer.
+                TransactionError::RolledBack { .. } | TransactionError::RollbackFailed { .. } => {
+                    AgentError::Backend(message)
+                }
+                TransactionError::Hook(_) | TransactionError::Journal(_) => {
+                    AgentError::Failed(message)
+                }
+            },
+            EngineError::Sharing(_)
+            | EngineError::InvalidArgument(_)
+            | EngineError::NotPossible(_)
+            | EngineError::Probe { .. }
+            | EngineError::Recovery(_)
+            | EngineError::StateDirectory { .. }
+            | EngineError::Internal(_) => AgentError::Failed(message),
+        }
+    }
+}
+
+/// The D-Bus name of the error `e` becomes (`io.gpushare.Agent1.Error.Backend`), for job
+/// outcomes, which carry it as text.
+pub fn error_name(e: &EngineError) -> String {
+    AgentError::from(e.clone()).name().to_string()
+}
+
+/// A refusal of `method` to a caller the access policy does not allow.
+pub fn access_denied(method: &str, why: impl std::fmt::Display) -> AgentError {
+    AgentError::AccessDenied(format!("{method}: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::ApplyError;
+    use crate::gpu::{ErrorCode, GpuError};
+
+    #[test]
+    fn every_kind_has_its_name() {
+        let gpu = GpuError::new("create_gpu_instance", Some(0), ErrorCode::InsufficientResources);
+        let step = ApplyError::Backend(gpu.clone());
+        let apply = |error| EngineError::Apply { profile: "p".into(), error: Box::new(error) };
+        let cases = [
+            (EngineError::UnknownProfile("x".into()), "UnknownProfile"),
+            (EngineError::Plan(PlanError::GpuBusy("x".into())), "GpuBusy"),
+            (EngineError::Plan(PlanError::Forbidden("x".into())), "Infeasible"),
+            (EngineError::Busy(None), "Busy"),
+            (EngineError::Backend(gpu), "Backend"),
+            (
+                apply(TransactionError::RolledBack {
+                    error: step.clone(),
+                    gpus: vec![0],
+                    steps_done: 1,
+                    warnings: vec![],
+                }),
+                "Backend",
+            ),
+            (
+                apply(TransactionError::RollbackFailed {
+                    error: step,
+                    rollback: "x".into(),
+                    steps_done: 1,
+                    warnings: vec![],
+                }),
+                "Backend",
+            ),
+            (apply(TransactionError::Hook("x".into())), "Failed"),
+            (apply(TransactionError::Journal("x".into())), "Failed"),
+            (EngineError::InvalidArgument("x".into()), "Failed"),
+            (EngineError::NotPossible("x".into()), "Failed"),
+        ];
+        for (e, name) in cases {
+            assert_eq!(error_name(&e), format!("io.gpushare.Agent1.Error.{name}"), "{e:?}");
+        }
+        assert_eq!(
+            access_denied("Apply", "no").name().to_string(),
+            "io.gpushare.Agent1.Error.AccessDenied"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! Layer 13: the D-Bus interface, transport only. Each method checks the caller where it
+//! changes the GPUs, reads its arguments into a typed request ([`options`]), calls the
+//! [`Engine`], and turns the answer into JSON, or its error into a D-Bus error
+//! ([`errors`], the one place that happens). Applies and probes become job objects
+//! ([`job`]).
+
+mod errors;
+mod job;
+mod options;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gpushare_proto::AgentError;
+use serde::Serialize;
+use zbus::message::Header;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+use zbus::{Connection, ObjectServer, interface};
+
+use crate::access::AccessPolicy;
+use crate::engine::{Engine, ProfileRef};
+use errors::access_denied;
+use job::Jobs;
+
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("protocol documents serialize")
+}
+
+/// The `io.gpushare.Agent1` object.
+pub struct AgentService {
+    engine: Arc<Engine>,
+    access: AccessPolicy,
+    jobs: Jobs,
+}
+
+impl AgentService {
+    /// The service over `engine`, letting callers change the GPUs as `access` says.
+    pub fn new(engine: Arc<Engine>, access: AccessPolicy) -> Self {
+        AgentService { engine, access, jobs: Jobs::default() }
+    }
+
+    /// Refuses a mutating call from a caller the access policy does not allow, whatever
+    /// the bus policy let through; the refusal is logged.
+    async fn authorize(
+        &self,
+        header: &Header<'_>,
+        connection: &Connection,
+        method: &str,
+    ) -> Result<(), AgentError> {
+        let Some(sender) = header.sender() else {
+            return Err(access_denied(method, "the caller is unknown"));
+        };
+        let dbus = zbus::fdo::DBusProxy::new(connection).await?;
+        let credentials = dbus
+            .get_connection_credentials(zbus::names::BusName::Unique(sender.to_owned()))
+            .await
+            .map_err(|e| {
+                access_denied(method, format!("the caller's credentials are unknown: {e}"))
+            })?;
+        let groups = credentials.unix_group_ids().map(|g| g.to_vec()).unwrap_or_default();
+        let uid = credentials.unix_user_id();
+        self.access.may_change(uid, &groups).map_err(|why| {
+            tracing::warn!(method, caller = %sender, uid = ?uid, "refused: {why}");
+            access_denied(method, why)
+        })
+    }
+}
+
+#[interface(name = "io.gpushare.Agent1")]
+impl AgentService {
+    /// Observed GPUs and the active profile (JSON `Status`).
+    async fn status(&self) -> Result<String, AgentError> {
+        Ok(json(&self.engine.status().await?))
+    }
+
+    /// What applying a profile would do (JSON `PlanReport`).
+    async fn plan(&self, profile: &str) -> Result<String, AgentError> {
+        self.plan_ref(ProfileRef::Named(profile)).await
+    }
+
+    /// `Plan` for a profile document or a mig-parted config (JSON `PlanReport`).
+    async fn plan_document(
+        &self,
+        text: &str,
+        origin: &str,
+        config: &str,
+    ) -> Result<String, AgentError> {
+        self.plan_ref(ProfileRef::Document { text, origin, config }).await
+    }
+
+    /// Starts an apply and returns its job object.
+    async fn apply(
+        &self,
+        profile: &str,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "Apply").await?;
+        self.start_apply(ProfileRef::Named(profile), &options, server, connection).await
+    }
+
+    /// `Apply` for a profile document or a mig-parted config.
+    // The D-Bus signature and zbus's injected arguments make the count.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_document(
+        &self,
+        text: &str,
+        origin: &str,
+        config: &str,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "ApplyDocument").await?;
+        let profile = ProfileRef::Document { text, origin, config };
+        self.start_apply(profile, &options, server, connection).await
+    }
+
+    /// The GPUs as they are, as a profile (JSON `Export`).
+    async fn export(&self) -> Result<String, AgentError> {
+        Ok(json(&self.engine.export().await?))
+    }
+
+    /// Starts a probe run and returns its job object.
+    async fn probe(
+        &self,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        self.authorize(&header, connection, "Probe").await?;
+        let options = options::probe_options(&options)?;
+        let path = self.jobs.next_path();
+        let job = self.engine.begin_probe(options, path.as_str()).await?;
+        let engine = Arc::clone(&self.engine);
+        self.jobs
+            .spawn(server, connection, path, async move |tx| {
+                let report = engine.run_probe(&job, tx).await;
+                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+            })
+            .await
+    }
+
+    /// The MPS servers with their limits and clients (JSON `MpsStatus`).
+    async fn mps_status(&self) -> Result<String, AgentError> {
+        Ok(json(&self.engine.mps_status().await?))
+    }
+
+    /// Sets the limits of the MPS server of client `pid` (JSON `MpsLimitResult`).
+    async fn mps_limit(
+        &self,
+        pid: u32,
+        threads: u32,
+        memory_bytes: u64,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        self.authorize(&header, connection, "MpsLimit").await?;
+        let threads = (threads != 0).then_some(threads);
+        let memory = (memory_bytes != 0).then_some(memory_bytes);
+        Ok(json(&self.engine.mps_limit(pid, threads, memory).await?))
+    }
+
+    /// The variables a client needs for a GPU or MIG instance (JSON `ClientEnv`).
+    async fn env(&self, target: &str) -> Result<String, AgentError> {
+        Ok(json(&self.engine.client_env(target).await?))
+    }
+
+    /// Every known profile (JSON `ProfileList`).
+    async fn list_profiles(&self) -> String {
+        json(&self.engine.list_profiles())
+    }
+
+    /// One profile with its text (JSON `ProfileDetail`).
+    async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
+        Ok(json(&self.engine.show_profile(name)?))
+    }
+
+    /// Validates profile text and plans it here (JSON `Validation`).
+    async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
+        Ok(json(&self.engine.validate(text, origin).await?))
+    }
+
+    /// The agent's version.
+    #[zbus(property)]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+}
+
+impl AgentService {
+    async fn plan_ref(&self, profile: ProfileRef<'_>) -> Result<String, AgentError> {
+        Ok(json(&self.engine.plan(profile).await?.report()))
+    }
+
+    async fn start_apply(
+        &self,
+        profile: ProfileRef<'_>,
+        options: &HashMap<String, OwnedValue>,
+        server: &ObjectServer,
+        connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        let options = options::apply_options(options)?;
+        let path = self.jobs.next_path();
+        let job = self.engine.begin_apply(profile, options.force, path.as_str()).await?;
+        tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
+        let engine = Arc::clone(&self.engine);
+        self.jobs
+            .spawn(server, connection, path, async move |tx| {
+                let report = engine.run_apply(&job, tx).await;
+                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+            })
+            .await
+    }
+}
