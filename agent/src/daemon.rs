@@ -1,7 +1,7 @@
 //! Layer 14: the composition root of the agent as a service — configuration → GPU
-//! backend → engine (after crash recovery) → D-Bus service → metrics → background tasks
-//! (MPS supervision, the systemd watchdog and status, the start-up re-apply) — and the
-//! orderly stop on SIGTERM. Everything here wires layers together; none of it decides
+//! backend → engine → metrics → crash recovery → D-Bus service → background tasks (MPS
+//! supervision, the systemd watchdog and status, the start-up re-apply) — and the orderly
+//! stop on SIGTERM. Everything here wires layers together; none of it decides
 //! anything about GPUs.
 
 use std::path::{Path, PathBuf};
@@ -67,6 +67,17 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let engine =
         Arc::new(Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?);
 
+    // Metrics follow the engine before it does anything, so that no job goes uncounted.
+    if config.metrics.enabled {
+        match crate::metrics::install(config.metrics.listen) {
+            Ok(()) => {
+                tracing::info!(listen = %config.metrics.listen, "serving metrics");
+                crate::metrics::follow(Arc::clone(&engine));
+            }
+            Err(e) => tracing::warn!("metrics not served on {}: {e}", config.metrics.listen),
+        }
+    }
+
     // Never serve with a GPU between two layouts: an interrupted apply is rolled back first.
     match engine.recover().await {
         Ok(Some(report)) => tracing::warn!("{report}"),
@@ -99,15 +110,6 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         "serving {BUS_NAME}"
     );
 
-    if config.metrics.enabled {
-        match crate::metrics::install(config.metrics.listen) {
-            Ok(()) => {
-                tracing::info!(listen = %config.metrics.listen, "serving metrics");
-                crate::metrics::follow(Arc::clone(&engine));
-            }
-            Err(e) => tracing::warn!("metrics not served on {}: {e}", config.metrics.listen),
-        }
-    }
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
     notify_systemd(&engine);
 
