@@ -7,9 +7,10 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpushare_tests::{binary, repo_root, text};
+use gpushare_proto::types::Status;
+use gpushare_tests::{CtlError, binary, ctl_error, parse_doc, repo_root, text, wait_for};
 
 const MEMBER: &str = "gpushare-e2e-member";
 const OTHER: &str = "gpushare-e2e-other";
@@ -134,11 +135,13 @@ fn start(dir: &Path, include: Option<&Path>) -> (Running, String, PathBuf) {
     let ctl = dir.join("gpushare-ctl");
     std::fs::copy(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"), &ctl).unwrap();
     let running = Running { bus, agent };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ctl_as(&ctl, &address, None, &["status"]).status.success() {
-        assert!(Instant::now() < deadline, "the agent did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(Duration::from_secs(20), Duration::from_millis(50), || {
+        if ctl_as(&ctl, &address, None, &["status"]).status.success() {
+            Ok(())
+        } else {
+            Err("the agent did not come up".into())
+        }
+    });
     (running, address, ctl)
 }
 
@@ -184,13 +187,12 @@ fn mutating_calls(dir: &Path) -> Vec<Vec<String>> {
 }
 
 /// The JSON error of a call `user` is refused, and its name.
-fn refused(ctl: &Path, address: &str, user: &str, args: &[String]) -> serde_json::Value {
+fn refused(ctl: &Path, address: &str, user: &str, args: &[String]) -> CtlError {
     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
     args.push("--json");
     let out = ctl_as(ctl, address, Some(user), &args);
     assert!(!out.status.success(), "{args:?}: {}", text(&out));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["error"].clone()
+    ctl_error(&out)
 }
 
 fn tempdir() -> tempfile::TempDir {
@@ -223,11 +225,10 @@ fn only_root_and_the_gpushare_group_change_the_gpus() {
     assert!(as_user(Some(OTHER), &["profiles"]).status.success());
     for call in mutating_calls(dir.path()) {
         let error = refused(&ctl, &address, OTHER, &call);
-        assert_eq!(error["name"], "org.freedesktop.DBus.Error.AccessDenied", "{call:?}: {error}");
+        assert_eq!(error.name, "org.freedesktop.DBus.Error.AccessDenied", "{call:?}: {error:?}");
     }
-    let status: serde_json::Value =
-        serde_json::from_slice(&as_user(Some(OTHER), &["status", "--json"]).stdout).unwrap();
-    assert_eq!(status["active_profile"], "all-disabled", "nothing changed");
+    let status: Status = parse_doc(&as_user(Some(OTHER), &["status", "--json"]), "status --json");
+    assert_eq!(status.active_profile.as_deref(), Some("all-disabled"), "nothing changed");
 }
 
 #[test]
@@ -242,9 +243,11 @@ fn the_agent_refuses_by_itself_when_the_policy_is_missing() {
     let as_user = |user: Option<&str>, args: &[&str]| ctl_as(&ctl, &address, user, args);
     for call in mutating_calls(dir.path()) {
         let error = refused(&ctl, &address, OTHER, &call);
-        assert_eq!(error["name"], "io.gpushare.Agent1.Error.AccessDenied", "{call:?}: {error}");
-        let message = error["message"].as_str().unwrap();
-        assert!(message.contains("needs root or membership in the gpushare group"), "{error}");
+        assert_eq!(error.name, "io.gpushare.Agent1.Error.AccessDenied", "{call:?}: {error:?}");
+        assert!(
+            error.message.contains("needs root or membership in the gpushare group"),
+            "{error:?}"
+        );
     }
     assert!(as_user(Some(OTHER), &["status"]).status.success());
     let out = as_user(Some(MEMBER), &["apply", "half-balanced"]);

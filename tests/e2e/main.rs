@@ -1,25 +1,19 @@
 //! End-to-end: the real `gpushare-agent` on simulated GPUs behind a real `dbus-daemon`,
 //! driven by the real `gpushare-ctl`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod access;
 mod metrics;
 mod sharing;
 mod transactions;
 
-use gpushare_tests::{Agent, AgentOptions, instance_profiles, layout, text};
-
-const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
-const BALANCED_H100: [&str; 4] = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"];
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use gpushare_proto::Strategy;
+use gpushare_proto::types::{JobOutcome, PlanReport, ProfileDetail, ProfileList, Validation};
+use gpushare_tests::{
+    Agent, AgentOptions, BALANCED_A100, BALANCED_H100, ctl_error, instance_profiles, layout,
+    reason_lines, stderr, stdout, temp_file, text, wait_for,
+};
 
 #[test]
 fn half_balanced_on_a_dgx_a100() {
@@ -29,25 +23,25 @@ fn half_balanced_on_a_dgx_a100() {
     assert!(stdout(&out).contains("half-balanced"), "{}", text(&out));
 
     let status = agent.status();
-    assert_eq!(status["active_profile"], "half-balanced");
-    assert_eq!(status["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(status.active_profile.as_deref(), Some("half-balanced"));
+    assert_eq!(status.gpus.len(), 8);
     for i in 0..4 {
-        let gpu = &status["gpus"][i];
-        assert_eq!(gpu["index"], i);
-        assert_eq!(gpu["model"], "A100-SXM4-40GB");
-        assert_eq!(gpu["mig_enabled"], true);
-        assert_eq!(gpu["compute_mode"], "default");
-        assert_eq!(gpu["sharing"]["strategy"], "exclusive");
-        assert!(gpu["uuid"].as_str().unwrap().starts_with("GPU-"));
+        let gpu = &status.gpus[i];
+        assert_eq!(gpu.index as usize, i);
+        assert_eq!(gpu.model, "A100-SXM4-40GB");
+        assert!(gpu.mig_enabled);
+        assert_eq!(gpu.compute_mode, "default");
+        assert_eq!(gpu.sharing.strategy, Strategy::Exclusive.as_str());
+        assert!(gpu.uuid.starts_with("GPU-"));
         assert_eq!(instance_profiles(&status, i), BALANCED_A100);
-        for inst in gpu["instances"].as_array().unwrap() {
-            assert!(inst["uuid"].as_str().unwrap().starts_with("MIG-"));
-            assert!(inst["placement_start"].is_u64());
-            assert_eq!(inst["sharing"]["strategy"], "exclusive");
+        for inst in &gpu.instances {
+            assert!(inst.uuid.as_deref().expect("instance uuid").starts_with("MIG-"));
+            // placement_start is an unsigned number: InstanceStatus reads it as one.
+            assert_eq!(inst.sharing.strategy, Strategy::Exclusive.as_str());
         }
     }
     for i in 4..8 {
-        assert_eq!(status["gpus"][i]["mig_enabled"], false);
+        assert!(!status.gpus[i].mig_enabled);
         assert!(instance_profiles(&status, i).is_empty());
     }
 
@@ -61,23 +55,23 @@ fn half_balanced_on_a_dgx_a100() {
 #[test]
 fn half_balanced_on_two_h100s() {
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:2"));
-    let outcome = agent.ctl_json(&["apply", "half-balanced"]);
-    assert_eq!(outcome["ok"], true);
+    let outcome: JobOutcome = agent.ctl_doc(&["apply", "half-balanced"]);
+    assert!(outcome.ok, "{outcome:?}");
     let status = agent.status();
     assert_eq!(instance_profiles(&status, 0), BALANCED_H100);
-    assert_eq!(status["gpus"][1]["mig_enabled"], false);
+    assert!(!status.gpus[1].mig_enabled);
     assert!(instance_profiles(&status, 1).is_empty());
 }
 
 #[test]
 fn applying_the_applied_profile_changes_nothing_and_says_so() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:8"));
-    assert_eq!(agent.ctl_json(&["apply", "half-balanced"])["changed"], true);
+    assert!(agent.ctl_doc::<JobOutcome>(&["apply", "half-balanced"]).changed);
     let before = agent.status();
-    let outcome = agent.ctl_json(&["apply", "half-balanced"]);
-    assert_eq!(outcome["ok"], true);
-    assert_eq!(outcome["changed"], false);
-    assert_eq!(outcome["steps_total"], 0);
+    let outcome: JobOutcome = agent.ctl_doc(&["apply", "half-balanced"]);
+    assert!(outcome.ok, "{outcome:?}");
+    assert!(!outcome.changed, "{outcome:?}");
+    assert_eq!(outcome.steps_total, 0);
     let out = agent.ctl(&["apply", "half-balanced"]);
     assert!(out.status.success());
     assert!(stdout(&out).contains("already applied"), "{}", text(&out));
@@ -94,11 +88,11 @@ fn plan_prints_the_steps_and_changes_nothing() {
     let printed = stdout(&out);
     assert!(printed.contains("GPU 0: enable MIG mode"), "{printed}");
     assert!(printed.contains("GPU 3: create 3g.20gb at slot 4"), "{printed}");
-    let report = agent.ctl_json(&["plan", "half-balanced"]);
-    assert_eq!(report["changes"], true);
+    let report: PlanReport = agent.ctl_doc(&["plan", "half-balanced"]);
+    assert!(report.changes, "{report:?}");
     // Per MIG GPU: enable, reset (A100s keep the mode pending), four instances × 2 calls.
-    assert_eq!(report["steps"].as_array().unwrap().len(), 40);
-    let dry = agent.ctl_json(&["apply", "--dry-run", "half-balanced"]);
+    assert_eq!(report.steps.len(), 40);
+    let dry: PlanReport = agent.ctl_doc(&["apply", "--dry-run", "half-balanced"]);
     assert_eq!(dry, report);
     assert_eq!(agent.status(), before);
 }
@@ -118,9 +112,7 @@ fn bad_profiles_fail_with_one_line_naming_the_place_and_change_nothing() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("GPU 2 (A100-SXM4-40GB): 3g.20gb ×3"), "{err}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("broken.toml");
-    std::fs::write(&file, malformed).unwrap();
+    let (_dir, file) = temp_file("broken.toml", malformed);
     let out = agent.ctl(&["validate", file.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = stderr(&out);
@@ -129,8 +121,8 @@ fn bad_profiles_fail_with_one_line_naming_the_place_and_change_nothing() {
 
     let json = agent.ctl(&["validate", file.to_str().unwrap(), "--json"]);
     assert!(!json.status.success());
-    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert!(doc["error"]["message"].as_str().unwrap().contains(":4:7:"), "{doc}");
+    let error = ctl_error(&json);
+    assert!(error.message.contains(":4:7:"), "{error:?}");
 
     let out = agent.ctl(&["apply", "no-such-profile"]);
     assert!(!out.status.success());
@@ -144,13 +136,11 @@ fn bad_profiles_fail_with_one_line_naming_the_place_and_change_nothing() {
 #[test]
 fn validate_accepts_a_good_file_and_plans_it_here() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sevens.toml");
-    std::fs::write(&file, "[[gpu]]\nselect = \"0\"\nmig = { \"1g\" = 7 }\n").unwrap();
-    let doc = agent.ctl_json(&["validate", file.to_str().unwrap()]);
-    assert_eq!(doc["name"], "sevens");
-    assert_eq!(doc["plan"]["changes"], true);
-    assert_eq!(agent.status()["gpus"][0]["mig_enabled"], false);
+    let (_dir, file) = temp_file("sevens.toml", "[[gpu]]\nselect = \"0\"\nmig = { \"1g\" = 7 }\n");
+    let doc: Validation = agent.ctl_doc(&["validate", file.to_str().unwrap()]);
+    assert_eq!(doc.name, "sevens");
+    assert!(doc.plan.changes, "{doc:?}");
+    assert!(!agent.status().gpus[0].mig_enabled);
 }
 
 #[test]
@@ -160,14 +150,13 @@ fn profiles_list_and_show() {
             .profile("mine.toml", "description = \"a test\"\n[[gpu]]\nselect = \"all\"\n")
             .profile("bad.toml", "[[gpu]]\nselect = \n"),
     );
-    let list = agent.ctl_json(&["profiles", "list"]);
-    let names: Vec<&str> =
-        list["profiles"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let list: ProfileList = agent.ctl_doc(&["profiles", "list"]);
+    let names: Vec<&str> = list.profiles.iter().map(|p| p.name.as_str()).collect();
     assert!(names.contains(&"half-balanced") && names.contains(&"mine"), "{names:?}");
-    assert!(list["errors"][0].as_str().unwrap().contains("bad.toml:2:"), "{list}");
-    let show = agent.ctl_json(&["profiles", "show", "half-balanced"]);
-    assert_eq!(show["source"], "built-in");
-    assert!(show["text"].as_str().unwrap().contains("first-half"));
+    assert!(list.errors[0].contains("bad.toml:2:"), "{list:?}");
+    let show: ProfileDetail = agent.ctl_doc(&["profiles", "show", "half-balanced"]);
+    assert_eq!(show.summary.source, "built-in");
+    assert!(show.text.contains("first-half"));
     let out = agent.ctl(&["profiles"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(stdout(&out).contains("mine"), "{}", text(&out));
@@ -182,16 +171,14 @@ fn the_agent_survives_a_ctl_that_disconnects_mid_apply() {
     ctl.kill().unwrap();
     ctl.wait().unwrap();
     // The job goes on without its client and finishes.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_for(Duration::from_secs(30), Duration::from_millis(50), || {
         let status = agent.status();
-        if status["active_profile"] == "half-balanced" {
+        if status.active_profile.as_deref() == Some("half-balanced") {
             assert_eq!(instance_profiles(&status, 3), BALANCED_A100);
-            break;
+            return Ok(());
         }
-        assert!(Instant::now() < deadline, "the apply never finished: {status}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Err(format!("the apply never finished: {status:?}"))
+    });
     assert!(agent.is_running());
 }
 
@@ -207,7 +194,7 @@ fn a_second_apply_while_one_runs_is_refused() {
     let first = first.wait_with_output().unwrap();
     assert!(first.status.success(), "{}", text(&first));
     let status = agent.status();
-    assert_eq!(status["active_profile"], "half-balanced");
+    assert_eq!(status.active_profile.as_deref(), Some("half-balanced"));
     for i in 0..4 {
         assert_eq!(instance_profiles(&status, i), BALANCED_A100);
     }
@@ -220,7 +207,7 @@ fn state_survives_an_agent_restart() {
     let before = agent.status();
     agent.restart();
     let after = agent.status();
-    assert_eq!(after["active_profile"], "all-balanced");
+    assert_eq!(after.active_profile.as_deref(), Some("all-balanced"));
     assert_eq!(layout(&after), layout(&before));
 }
 
@@ -240,11 +227,10 @@ fn an_injected_driver_failure_is_reported_with_the_step() {
             && err.contains("rolled back: GPU 0, 1, 2, 3 as before"),
         "{err}"
     );
-    let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
-    assert_eq!(reasons, 1, "{err}");
+    assert_eq!(reason_lines(&err), 1, "{err}");
     let status = agent.status();
-    assert_eq!(status["active_profile"], serde_json::Value::Null);
-    assert!(status["gpus"].as_array().unwrap().iter().all(|g| g["mig_enabled"] == false));
+    assert_eq!(status.active_profile, None);
+    assert!(status.gpus.iter().all(|g| !g.mig_enabled));
 }
 
 #[test]
@@ -252,9 +238,9 @@ fn json_errors_are_one_object() {
     let agent = Agent::start(AgentOptions::simulate("l40s:1"));
     let out = agent.ctl(&["apply", "all-balanced", "--json"]);
     assert!(!out.status.success());
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["error"]["name"], "io.gpushare.Agent1.Error.Infeasible");
-    assert!(doc["error"]["message"].as_str().unwrap().contains("GPU 0 (L40S): has no MIG"));
+    let error = ctl_error(&out);
+    assert_eq!(error.name, "io.gpushare.Agent1.Error.Infeasible");
+    assert!(error.message.contains("GPU 0 (L40S): has no MIG"));
     // MPS on a GPU without MIG: a first-class citizen.
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -283,9 +269,9 @@ fn a_malformed_configuration_keeps_the_agent_up_but_hands_off() {
     });
     // It serves status and the built-in profiles...
     let status = agent.status();
-    assert_eq!(status["gpus"].as_array().unwrap().len(), 2);
-    let list = agent.ctl_json(&["profiles"]);
-    assert!(list["errors"][0].as_str().unwrap().contains("broken.toml:1:"), "{list}");
+    assert_eq!(status.gpus.len(), 2);
+    let list: ProfileList = agent.ctl_doc(&["profiles"]);
+    assert!(list.errors[0].contains("broken.toml:1:"), "{list:?}");
     // ...but changes nothing on the GPUs: it never acts on half-read configuration.
     let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(!out.status.success());
@@ -302,10 +288,9 @@ fn the_probe_refuses_simulated_gpus_with_one_line() {
     let out = agent.ctl(&["probe", "--workload", "launch", "--clients", "1,4", "--seconds", "1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = stderr(&out);
-    let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
-    assert_eq!(reasons, 1, "{err}");
+    assert_eq!(reason_lines(&err), 1, "{err}");
     assert!(err.contains("the probe measures real GPUs with CUDA"), "{err}");
     let out = agent.ctl(&["probe", "--json"]);
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(doc["error"]["message"].as_str().unwrap().contains("simulates"), "{doc}");
+    let error = ctl_error(&out);
+    assert!(error.message.contains("simulates"), "{error:?}");
 }

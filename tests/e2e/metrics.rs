@@ -2,9 +2,9 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpushare_tests::{Agent, AgentOptions, text};
+use gpushare_tests::{Agent, AgentOptions, text, wait_for};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -33,15 +33,13 @@ fn the_agent_serves_metrics_that_promtool_accepts() {
     let out = agent.ctl(&["apply", "half-balanced"]);
     assert!(out.status.success(), "{}", text(&out));
 
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let body = loop {
+    let body = wait_for(Duration::from_secs(15), Duration::from_millis(200), || {
         let body = scrape(port);
         if body.contains("gpushare_active_profile_info{profile=\"half-balanced\"} 1") {
-            break body;
+            return Ok(body);
         }
-        assert!(Instant::now() < deadline, "metrics never showed the profile:\n{body}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        Err(format!("metrics never showed the profile:\n{body}"))
+    });
     for name in [
         "gpushare_applies_total{profile=\"half-balanced\",result=\"success\"} 1",
         "gpushare_apply_duration_seconds_bucket",

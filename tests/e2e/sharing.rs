@@ -3,33 +3,31 @@
 //! and record what they were asked).
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpushare_tests::{Agent, AgentOptions, binary, text};
-use serde_json::Value;
-
-fn servers(agent: &Agent) -> Vec<Value> {
-    agent.ctl_json(&["mps", "status"])["servers"].as_array().unwrap().clone()
-}
+use gpushare_proto::types::PlanReport;
+use gpushare_proto::{ServerState, Strategy};
+use gpushare_tests::{Agent, AgentOptions, binary, stderr, stdout, text, wait_for};
 
 /// Every GPU back to plain: no server, no server directory, default compute mode and
 /// time-slice interval.
 fn assert_nothing_left(agent: &Agent) {
-    assert!(servers(agent).is_empty(), "{:?}", servers(agent));
+    let servers = agent.mps_servers();
+    assert!(servers.is_empty(), "{servers:?}");
     let left: Vec<_> = std::fs::read_dir(agent.mps_root())
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "server directories left: {left:?}");
-    for gpu in agent.status()["gpus"].as_array().unwrap() {
-        assert_eq!(gpu["compute_mode"], "default", "{gpu}");
-        assert_eq!(gpu["sharing"]["strategy"], "exclusive", "{gpu}");
+    for gpu in agent.status().gpus {
+        assert_eq!(gpu.compute_mode, "default", "{gpu:?}");
+        assert_eq!(gpu.sharing.strategy, Strategy::Exclusive.as_str(), "{gpu:?}");
     }
     let smi = std::process::Command::new(binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN"))
         .args(["compute-policy", "-l"])
         .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", agent.dir.path().join("fake-nvidia-smi.json"))
         .output()
         .unwrap();
-    let table = String::from_utf8_lossy(&smi.stdout);
+    let table = stdout(&smi);
     assert!(
         !table.contains("Short") && !table.contains("Medium") && !table.contains("Long"),
         "{table}"
@@ -42,17 +40,18 @@ fn all_mps_runs_one_server_per_gpu_with_limits_read_back() {
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(out.status.success(), "{}", text(&out));
     let status = agent.status();
-    for gpu in status["gpus"].as_array().unwrap() {
-        assert_eq!(gpu["compute_mode"], "exclusive_process");
-        assert_eq!(gpu["sharing"]["strategy"], "mps");
-        assert_eq!(gpu["sharing"]["mps"]["active_thread_percentage"], 25);
-        assert_eq!(gpu["sharing"]["mps"]["pinned_memory_limit_bytes"], 10u64 << 30);
+    for gpu in &status.gpus {
+        assert_eq!(gpu.compute_mode, "exclusive_process");
+        assert_eq!(gpu.sharing.strategy, Strategy::Mps.as_str());
+        let mps = gpu.sharing.mps.as_ref().expect("the GPU's MPS server");
+        assert_eq!(mps.active_thread_percentage, 25);
+        assert_eq!(mps.pinned_memory_limit_bytes, Some(10u64 << 30));
     }
-    let found = servers(&agent);
+    let found = agent.mps_servers();
     assert_eq!(found.len(), 2);
     for server in &found {
-        assert_eq!(server["state"], "running");
-        let pipe = std::path::Path::new(server["pipe_directory"].as_str().unwrap());
+        assert_eq!(server.state, ServerState::Running.as_str());
+        let pipe = std::path::Path::new(&server.pipe_directory);
         let mode = std::fs::metadata(pipe).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o755, "the pipe directory is open to clients only after the limits");
     }
@@ -67,12 +66,12 @@ fn all_mps_runs_one_server_per_gpu_with_limits_read_back() {
     }
     // The environment a client needs.
     let out = agent.ctl(&["env", "0"]);
-    let env = String::from_utf8_lossy(&out.stdout);
+    let env = stdout(&out);
     assert!(env.contains("export CUDA_MPS_PIPE_DIRECTORY='"), "{env}");
-    assert!(env.contains(found[0]["pipe_directory"].as_str().unwrap()), "{env}");
+    assert!(env.contains(&found[0].pipe_directory), "{env}");
 
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
-    assert_eq!(servers(&agent), found, "an idempotent apply leaves the servers alone");
+    assert_eq!(agent.mps_servers(), found, "an idempotent apply leaves the servers alone");
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_nothing_left(&agent);
@@ -85,10 +84,10 @@ fn time_slicing_sets_and_restores_the_interval() {
     let out = agent.ctl(&["apply", "all-time-sliced"]);
     assert!(out.status.success(), "{}", text(&out));
     let status = agent.status();
-    for gpu in status["gpus"].as_array().unwrap() {
-        assert_eq!(gpu["sharing"]["strategy"], "time-slicing", "{gpu}");
-        assert_eq!(gpu["sharing"]["interval"], "medium", "{gpu}");
-        assert_eq!(gpu["compute_mode"], "default");
+    for gpu in &status.gpus {
+        assert_eq!(gpu.sharing.strategy, Strategy::TimeSlicing.as_str(), "{gpu:?}");
+        assert_eq!(gpu.sharing.interval.as_deref(), Some("medium"), "{gpu:?}");
+        assert_eq!(gpu.compute_mode, "default");
     }
     assert_eq!(
         agent.fake_record().matches("--set-timeslice 2").count(),
@@ -96,7 +95,7 @@ fn time_slicing_sets_and_restores_the_interval() {
         "{}",
         agent.fake_record()
     );
-    assert!(agent.ctl_json(&["plan", "all-time-sliced"])["changes"] == false);
+    assert!(!agent.ctl_doc::<PlanReport>(&["plan", "all-time-sliced"]).changes);
     assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
     assert_eq!(agent.fake_record().matches("--set-timeslice 0").count(), 2);
     assert_nothing_left(&agent);
@@ -112,28 +111,26 @@ fn mps_on_mig_instances_and_switching_back_leaves_nothing_behind() {
         Agent::start(AgentOptions::simulate("a100-40gb:4").profile("layered.toml", layered));
     let out = agent.ctl(&["apply", "layered"]);
     assert!(out.status.success(), "{}", text(&out));
-    let found = servers(&agent);
+    let found = agent.mps_servers();
     assert_eq!(found.len(), 2, "{found:?}");
     let status = agent.status();
     for (i, server) in found.iter().enumerate() {
-        assert_eq!(server["gpu"], i);
-        assert_eq!(server["placement_start"], 4);
-        assert_eq!(server["active_thread_percentage"], 50);
-        let uuid = server["uuid"].as_str().unwrap();
+        assert_eq!(server.gpu as usize, i);
+        assert_eq!(server.placement_start, Some(4));
+        assert_eq!(server.active_thread_percentage, 50);
+        let uuid = server.uuid.as_str();
         assert!(uuid.starts_with("MIG-"), "{uuid}");
-        let instance = status["gpus"][i]["instances"]
-            .as_array()
-            .unwrap()
+        let instance = status.gpus[i]
+            .instances
             .iter()
-            .find(|inst| inst["uuid"] == uuid)
-            .unwrap()
-            .clone();
-        assert_eq!(instance["profile"], "3g.20gb");
-        assert_eq!(instance["sharing"]["strategy"], "mps");
+            .find(|inst| inst.uuid.as_deref() == Some(uuid))
+            .unwrap();
+        assert_eq!(instance.profile, "3g.20gb");
+        assert_eq!(instance.sharing.strategy, Strategy::Mps.as_str());
         // Half the instance's memory for each of the two replicas.
-        assert_eq!(server["pinned_memory_limit_bytes"], (19968u64 << 20) / 2);
+        assert_eq!(server.pinned_memory_limit_bytes, Some((19968u64 << 20) / 2));
         // MPS on an instance leaves the GPU's compute mode alone.
-        assert_eq!(status["gpus"][i]["compute_mode"], "default");
+        assert_eq!(status.gpus[i].compute_mode, "default");
         assert!(
             agent.fake_record().contains(&format!("visible={uuid}")),
             "{}",
@@ -151,22 +148,20 @@ fn mps_on_mig_instances_and_switching_back_leaves_nothing_behind() {
 fn a_killed_server_is_restarted_with_its_limits() {
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
-    let before = servers(&agent)[0].clone();
-    let pid = before["pid"].as_u64().unwrap() as i32;
+    let before = agent.mps_servers()[0].clone();
+    let pid = before.pid.expect("the server's pid") as i32;
     // SAFETY: kill(2) on the fake daemon this test's agent started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let after = loop {
-        let now = servers(&agent)[0].clone();
-        if now["state"] == "running" && now["pid"] != before["pid"] {
-            break now;
+    let after = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+        let now = agent.mps_servers()[0].clone();
+        if now.state == ServerState::Running.as_str() && now.pid != before.pid {
+            return Ok(now);
         }
-        assert!(Instant::now() < deadline, "not restarted: {now}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(after["restarts"], 1);
-    assert_eq!(after["active_thread_percentage"], before["active_thread_percentage"]);
-    assert_eq!(after["pinned_memory_limit_bytes"], before["pinned_memory_limit_bytes"]);
+        Err(format!("not restarted: {now:?}"))
+    });
+    assert_eq!(after.restarts, 1);
+    assert_eq!(after.active_thread_percentage, before.active_thread_percentage);
+    assert_eq!(after.pinned_memory_limit_bytes, before.pinned_memory_limit_bytes);
     let record = agent.fake_record();
     assert_eq!(record.matches("set_default_active_thread_percentage 25").count(), 2, "{record}");
     // A quarter of the H100's 81559 MiB.
@@ -181,18 +176,18 @@ fn a_killed_server_is_restarted_with_its_limits() {
 fn servers_outlive_the_agent_and_are_adopted() {
     let mut agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
-    let before = servers(&agent);
+    let before = agent.mps_servers();
     agent.restart();
-    assert_eq!(servers(&agent), before, "the same daemon, not a new one");
-    assert_eq!(agent.status()["active_profile"], "all-mps");
-    assert_eq!(agent.ctl_json(&["plan", "all-mps"])["changes"], false);
+    assert_eq!(agent.mps_servers(), before, "the same daemon, not a new one");
+    assert_eq!(agent.status().active_profile.as_deref(), Some("all-mps"));
+    assert!(!agent.ctl_doc::<PlanReport>(&["plan", "all-mps"]).changes);
 }
 
 #[test]
 fn clients_are_listed_and_limited() {
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
-    let pipe = servers(&agent)[0]["pipe_directory"].as_str().unwrap().to_string();
+    let pipe = agent.mps_servers()[0].pipe_directory.clone();
     let client = std::process::Command::new(binary(
         "fake-nvidia-cuda-mps-control",
         "GPUSHARE_FAKE_MPS_CONTROL_BIN",
@@ -202,7 +197,7 @@ fn clients_are_listed_and_limited() {
     .output()
     .unwrap();
     assert!(client.status.success(), "{}", text(&client));
-    assert_eq!(servers(&agent)[0]["clients"], serde_json::json!([4242]));
+    assert_eq!(agent.mps_servers()[0].clients, [4242]);
     let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--threads", "10", "--memory", "1GiB"]);
     assert!(out.status.success(), "{}", text(&out));
     let record = agent.fake_record();
@@ -210,11 +205,7 @@ fn clients_are_listed_and_limited() {
     assert!(record.contains("set_device_pinned_mem_limit"), "{record}");
     let out = agent.ctl(&["mps", "limit", "--pid", "999", "--threads", "10"]);
     assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("PID 999 is not a client"),
-        "{}",
-        text(&out)
-    );
+    assert!(stderr(&out).contains("PID 999 is not a client"), "{}", text(&out));
 }
 
 #[test]
@@ -225,21 +216,21 @@ fn a_failed_apply_brings_the_mps_servers_back() {
     let mut agent =
         Agent::start(AgentOptions::simulate("h100-80gb:2").profile("layered.toml", layered));
     assert!(agent.ctl(&["apply", "layered"]).status.success());
-    let before = servers(&agent);
+    let before = agent.mps_servers();
     assert_eq!(before.len(), 2);
     // all-disabled stops both servers, then fails destroying an instance: the rollback
     // recreates what was destroyed and starts the servers again, with their limits.
     agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3")]);
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("rolled back"), "{}", text(&out));
-    let after = servers(&agent);
+    assert!(stderr(&out).contains("rolled back"), "{}", text(&out));
+    let after = agent.mps_servers();
     assert_eq!(after.len(), 2, "{after:?}");
     for (b, a) in before.iter().zip(&after) {
-        assert_eq!(a["state"], "running");
-        assert_eq!((&a["gpu"], &a["placement_start"]), (&b["gpu"], &b["placement_start"]));
-        assert_eq!(a["active_thread_percentage"], 40);
+        assert_eq!(a.state, ServerState::Running.as_str());
+        assert_eq!((a.gpu, a.placement_start), (b.gpu, b.placement_start));
+        assert_eq!(a.active_thread_percentage, 40);
     }
-    assert_eq!(agent.status()["active_profile"], "layered");
-    assert_eq!(agent.ctl_json(&["plan", "layered"])["changes"], false);
+    assert_eq!(agent.status().active_profile.as_deref(), Some("layered"));
+    assert!(!agent.ctl_doc::<PlanReport>(&["plan", "layered"]).changes);
 }

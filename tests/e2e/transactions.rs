@@ -3,14 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpushare_tests::{Agent, AgentOptions, instance_profiles, layout, text};
+use gpushare_proto::types::{JobOutcome, PlanReport};
+use gpushare_tests::{
+    Agent, AgentOptions, BALANCED_A100, instance_profiles, layout, reason_lines, stderr, stdout,
+    temp_file, text,
+};
 use serde_json::Value;
-
-const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// An 8 × A100 node with `all-balanced` applied.
 fn balanced_node(options: AgentOptions) -> Agent {
@@ -25,17 +23,17 @@ fn assert_journal_settled(agent: &Agent, active: &str) {
     let journal = agent.journal();
     assert_eq!(journal["transaction"], Value::Null, "{journal}");
     assert_eq!(journal["active_profile"], active, "{journal}");
-    assert_eq!(agent.status()["active_profile"], active);
+    assert_eq!(agent.status().active_profile.as_deref(), Some(active));
 }
 
 #[test]
 fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
     let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
     let before = layout(&agent.status());
-    let plan = agent.ctl_json(&["plan", "half-balanced"]);
+    let plan: PlanReport = agent.ctl_doc(&["plan", "half-balanced"]);
     let mut calls: BTreeMap<String, u32> = BTreeMap::new();
-    for step in plan["steps"].as_array().unwrap() {
-        *calls.entry(step["operation"].as_str().unwrap().to_string()).or_default() += 1;
+    for step in &plan.steps {
+        *calls.entry(step.operation.clone()).or_default() += 1;
     }
     // GPUs 4-7 lose their four instances and MIG: every kind of destroy, the mode change
     // and the reset the A100 needs.
@@ -56,8 +54,7 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
             let out = agent.ctl(&["apply", "half-balanced"]);
             assert!(!out.status.success(), "{fail}: {}", text(&out));
             let err = stderr(&out);
-            let reasons = err.lines().filter(|l| l.starts_with("gpushare-ctl:")).count();
-            assert_eq!(reasons, 1, "{fail}: {err}");
+            assert_eq!(reason_lines(&err), 1, "{fail}: {err}");
             assert!(
                 err.contains(&format!("failed: {operation} on GPU"))
                     && err.contains(&format!("injected by GPUSHARE_SIM_FAIL={fail}"))
@@ -123,15 +120,15 @@ fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
         let now = layout(&status);
         let new: Vec<_> =
             (0..8).map(|i| if i < 4 { old[i].clone() } else { (false, vec![]) }).collect();
-        let active = status["active_profile"].as_str().unwrap().to_string();
+        let active = status.active_profile.clone().expect("an active profile");
         if now == old {
             assert_eq!(active, "all-balanced", "killed at {kill_after} ms");
         } else {
             assert_eq!(now, new, "killed at {kill_after} ms: neither the old nor the new layout");
             assert_eq!(active, "half-balanced", "killed at {kill_after} ms");
         }
-        for (i, gpu) in status["gpus"].as_array().unwrap().iter().enumerate() {
-            assert_eq!(gpu["mig_pending"], Value::Null, "GPU {i} left with a pending mode");
+        for (i, gpu) in status.gpus.iter().enumerate() {
+            assert_eq!(gpu.mig_pending, None, "GPU {i} left with a pending mode");
         }
         assert_journal_settled(&agent, &active);
         *outcomes.entry(active).or_insert(0) += 1;
@@ -148,9 +145,7 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     // GPU 4's first instance (GPU instance 1) runs PID 4242.
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "4/1:4242")]);
     let sevens = "name = \"sevens\"\n[[gpu]]\nselect = 4\nmig = { \"1g\" = 7 }\n";
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sevens.toml");
-    std::fs::write(&file, sevens).unwrap();
+    let (_dir, file) = temp_file("sevens.toml", sevens);
     let file = file.to_str().unwrap();
 
     let out = agent.ctl(&["apply", "-f", file]);
@@ -164,7 +159,7 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
     // A profile applied from a file is re-applied from the journal at start-up.
     agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
-    assert_eq!(agent.status()["active_profile"], "sevens");
+    assert_eq!(agent.status().active_profile.as_deref(), Some("sevens"));
     assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
 
     // A GPU that must be reset is reported with what holds it, and rolled back.
@@ -187,9 +182,9 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
 fn gpus_are_reconfigured_concurrently() {
     let time = |spec: &str| {
         let agent = Agent::start(AgentOptions::simulate(spec).env("GPUSHARE_SIM_DELAY_MS", "20"));
-        let outcome = agent.ctl_json(&["apply", "all-balanced"]);
-        assert_eq!(outcome["ok"], true);
-        outcome["duration_seconds"].as_f64().unwrap()
+        let outcome: JobOutcome = agent.ctl_doc(&["apply", "all-balanced"]);
+        assert!(outcome.ok, "{outcome:?}");
+        outcome.duration_seconds
     };
     let one = time("a100-40gb:1");
     let eight = time("a100-40gb:8");
@@ -258,7 +253,7 @@ fn the_active_profile_is_reapplied_after_a_reboot() {
     let applied = layout(&agent.status());
     agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
     let status = agent.status();
-    assert_eq!(status["active_profile"], "half-balanced");
+    assert_eq!(status.active_profile.as_deref(), Some("half-balanced"));
     assert_eq!(layout(&status), applied);
     for i in 0..4 {
         assert_eq!(instance_profiles(&status, i), BALANCED_A100);
@@ -272,7 +267,7 @@ fn the_active_profile_is_reapplied_after_a_reboot() {
     assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
     agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
     let status = agent.status();
-    assert_eq!(status["active_profile"], "all-balanced");
+    assert_eq!(status.active_profile.as_deref(), Some("all-balanced"));
     assert_eq!(instance_profiles(&status, 3), BALANCED_A100);
 }
 
@@ -284,7 +279,7 @@ fn mig_parted_configs_apply_as_they_are_and_export_round_trips() {
     let out = agent.ctl(&["apply", "-f", yaml, "-c", "all-balanced"]);
     assert!(out.status.success(), "{}", text(&out));
     let status = agent.status();
-    assert_eq!(status["active_profile"], "all-balanced");
+    assert_eq!(status.active_profile.as_deref(), Some("all-balanced"));
     for i in 0..8 {
         assert_eq!(instance_profiles(&status, i), BALANCED_A100);
     }
@@ -299,14 +294,12 @@ fn mig_parted_configs_apply_as_they_are_and_export_round_trips() {
 
     let exported = agent.ctl(&["export"]);
     assert!(exported.status.success());
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("exported.toml");
-    std::fs::write(&file, &exported.stdout).unwrap();
+    let (_dir, file) = temp_file("exported.toml", &exported.stdout);
     let file = file.to_str().unwrap();
     assert!(agent.ctl(&["assert", "-f", file]).status.success());
-    let outcome = agent.ctl_json(&["apply", "-f", file]);
-    assert_eq!(outcome["changed"], false);
-    assert_eq!(agent.status()["active_profile"], "exported");
+    let outcome: JobOutcome = agent.ctl_doc(&["apply", "-f", file]);
+    assert!(!outcome.changed, "{outcome:?}");
+    assert_eq!(agent.status().active_profile.as_deref(), Some("exported"));
 
     assert!(agent.ctl(&["apply", "-f", yaml, "-c", "all-1g.5gb"]).status.success());
     assert_eq!(instance_profiles(&agent.status(), 7), vec!["1g.5gb"; 7]);
@@ -324,15 +317,15 @@ fn a_failed_rollback_is_reported_and_finished_at_the_next_start() {
     let err = stderr(&out);
     assert!(err.contains("the rollback failed too"), "{err}");
     let status = agent.status();
-    assert_eq!(status["active_profile"], Value::Null);
-    assert!(status["rollback_error"].is_string(), "{status}");
+    assert_eq!(status.active_profile, None);
+    assert!(status.rollback_error.is_some(), "{status:?}");
     let human = agent.ctl(&["status"]);
-    assert!(String::from_utf8_lossy(&human.stdout).contains("Rollback failed"), "{}", text(&human));
+    assert!(stdout(&human).contains("Rollback failed"), "{}", text(&human));
     assert!(agent.journal()["transaction"]["rollback_error"].is_string());
 
     // At the next start the agent finishes the rollback before it serves.
     agent.restart_with_env(&[]);
     assert_eq!(layout(&agent.status()), before);
     assert_journal_settled(&agent, "all-balanced");
-    assert_eq!(agent.status()["rollback_error"], Value::Null);
+    assert_eq!(agent.status().rollback_error, None);
 }

@@ -10,8 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gpushare_proto::types::{MpsServer, MpsStatus, Status};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tempfile::TempDir;
+
+/// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.
+pub const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
+/// Instance profiles of `half-balanced`/`all-balanced` on an H100-80GB, sorted.
+pub const BALANCED_H100: [&str; 4] = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"];
 
 /// Path of a workspace binary.
 pub fn binary(name: &str, env: &str) -> PathBuf {
@@ -166,22 +174,23 @@ impl Agent {
             .spawn()
             .expect("gpushare-agent starts");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
             // Ready: answering, and done with any re-apply at start-up.
             let out = self.ctl(&["status", "--json"]);
             if out.status.success() {
-                let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-                if status["apply_in_progress"].is_null() {
-                    return;
+                // A document that does not parse counts as ready: the test's own status()
+                // reports it.
+                let ready = serde_json::from_slice::<Status>(&out.stdout)
+                    .map_or(true, |status| status.apply_in_progress.is_none());
+                if ready {
+                    return Ok(());
                 }
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("gpushare-agent exited at start-up: {status}");
             }
-            assert!(Instant::now() < deadline, "gpushare-agent did not answer within 20 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            Err("gpushare-agent did not answer within 20 s".into())
+        });
     }
 
     /// Stops the agent with SIGTERM and waits for it.
@@ -263,20 +272,28 @@ impl Agent {
         self.ctl_command(args).output().expect("gpushare-ctl runs")
     }
 
-    /// Runs `gpushare-ctl ARGS --json`, expects success, and parses stdout.
-    pub fn ctl_json(&self, args: &[&str]) -> Value {
+    /// Runs `gpushare-ctl ARGS --json`, expects success, and parses stdout as a `T`.
+    pub fn ctl_doc<T: DeserializeOwned>(&self, args: &[&str]) -> T {
         let mut all = args.to_vec();
         all.push("--json");
         let out = self.ctl(&all);
         assert!(out.status.success(), "gpushare-ctl {args:?} failed: {}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("gpushare-ctl {args:?} --json printed no JSON ({e}): {}", text(&out))
-        })
+        parse_doc(&out, &format!("gpushare-ctl {args:?} --json"))
     }
 
     /// `status --json`.
-    pub fn status(&self) -> Value {
-        self.ctl_json(&["status"])
+    pub fn status(&self) -> Status {
+        self.ctl_doc(&["status"])
+    }
+
+    /// `mps status --json`.
+    pub fn mps_status(&self) -> MpsStatus {
+        self.ctl_doc(&["mps", "status"])
+    }
+
+    /// The MPS servers of `mps status --json`.
+    pub fn mps_servers(&self) -> Vec<MpsServer> {
+        self.mps_status().servers
     }
 }
 
@@ -320,37 +337,93 @@ pub fn text(out: &Output) -> String {
     )
 }
 
+/// stdout of an output, as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr of an output, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// How many lines of `stderr` are gpushare-ctl's own reasons (`gpushare-ctl: …`).
+pub fn reason_lines(stderr: &str) -> usize {
+    stderr.lines().filter(|l| l.starts_with("gpushare-ctl:")).count()
+}
+
+/// Parses the JSON document on stdout as a `T`; `what` names the command in the panic.
+pub fn parse_doc<T: DeserializeOwned>(out: &Output, what: &str) -> T {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what} printed no such JSON document ({e}): {}", text(out)))
+}
+
+/// What `gpushare-ctl --json` prints on a failure: `{"error": {"name": …, "message": …}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CtlErrorDoc {
+    /// The error.
+    pub error: CtlError,
+}
+
+/// The error in a [`CtlErrorDoc`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CtlError {
+    /// D-Bus error name (`io.gpushare.Agent1.Error.Infeasible`) or gpushare-ctl's own.
+    pub name: String,
+    /// One line.
+    pub message: String,
+}
+
+/// The error object gpushare-ctl printed with `--json` (its exit status is not checked).
+pub fn ctl_error(out: &Output) -> CtlError {
+    parse_doc::<CtlErrorDoc>(out, "gpushare-ctl").error
+}
+
+/// A file `name` holding `contents` in a new temporary directory, removed when the
+/// returned directory drops.
+pub fn temp_file(name: &str, contents: impl AsRef<[u8]>) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join(name);
+    std::fs::write(&file, contents).expect("temporary file written");
+    (dir, file)
+}
+
+/// Calls `probe` every `every` until it returns `Ok`, and returns that value; panics with
+/// the last `Err` message once `timeout` has passed.
+pub fn wait_for<T>(
+    timeout: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe() {
+            Ok(value) => return value,
+            Err(message) => {
+                assert!(Instant::now() < deadline, "{message}");
+                std::thread::sleep(every);
+            }
+        }
+    }
+}
+
 /// Instance profile names of GPU `index` in a status document, sorted.
-pub fn instance_profiles(status: &Value, index: usize) -> Vec<String> {
-    let mut names: Vec<String> = status["gpus"][index]["instances"]
-        .as_array()
-        .expect("instances array")
-        .iter()
-        .map(|i| i["profile"].as_str().expect("profile name").to_string())
-        .collect();
+pub fn instance_profiles(status: &Status, index: usize) -> Vec<String> {
+    let mut names: Vec<String> =
+        status.gpus[index].instances.iter().map(|i| i.profile.clone()).collect();
     names.sort();
     names
 }
 
 /// The layout part of a status (MIG mode and instances per GPU), to compare states.
-pub fn layout(status: &Value) -> Vec<(bool, Vec<(String, u64)>)> {
-    status["gpus"]
-        .as_array()
-        .expect("gpus array")
+pub fn layout(status: &Status) -> Vec<(bool, Vec<(String, u32)>)> {
+    status
+        .gpus
         .iter()
         .map(|g| {
-            let instances = g["instances"]
-                .as_array()
-                .expect("instances")
-                .iter()
-                .map(|i| {
-                    (
-                        i["profile"].as_str().unwrap().to_string(),
-                        i["placement_start"].as_u64().unwrap(),
-                    )
-                })
-                .collect();
-            (g["mig_enabled"].as_bool().unwrap(), instances)
+            let instances =
+                g.instances.iter().map(|i| (i.profile.clone(), i.placement_start)).collect();
+            (g.mig_enabled, instances)
         })
         .collect()
 }
