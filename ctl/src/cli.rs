@@ -7,7 +7,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use gpushare_proto::BUS_ADDRESS_ENV;
+use gpushare_proto::{
+    BUS_ADDRESS_ENV, MPS_THREAD_PERCENTAGE, PROBE_MAX_CLIENTS, PROBE_SECONDS, Workload,
+};
 
 /// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA
 /// mig-parted configs as they are, and shows the GPUs' state.
@@ -191,7 +193,13 @@ pub struct MpsLimitArgs {
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: u32,
     /// Active thread percentage, 1-100.
-    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(
+        long,
+        value_name = "PCT",
+        value_parser = clap::value_parser!(u32).range(
+            i64::from(*MPS_THREAD_PERCENTAGE.start())..=i64::from(*MPS_THREAD_PERCENTAGE.end())
+        )
+    )]
     pub threads: Option<u32>,
     /// Pinned device memory limit: bytes, or `2GiB`, `512MiB`, `2G`, `512M`.
     #[arg(long, value_name = "SIZE", value_parser = gpushare_proto::parse_size)]
@@ -228,7 +236,7 @@ pub struct ProbeArgs {
         long,
         value_name = "N,…",
         value_delimiter = ',',
-        value_parser = clap::value_parser!(u32).range(1..=48)
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(PROBE_MAX_CLIENTS))
     )]
     pub clients: Vec<u32>,
     /// Workloads to run, comma-separated: `launch` (tiny kernels), `compute` (fp32 math),
@@ -245,7 +253,7 @@ pub struct ProbeArgs {
     pub compare: bool,
 }
 
-/// A workload of `probe`.
+/// A workload of `probe`, with its help text; the names are the protocol's [`Workload`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProbeWorkload {
     /// Kernel launch rate: tiny kernels, one after another.
@@ -257,12 +265,12 @@ pub enum ProbeWorkload {
 }
 
 impl ProbeWorkload {
-    /// The name the agent takes.
-    pub fn name(self) -> &'static str {
+    /// The protocol's workload.
+    pub fn workload(self) -> Workload {
         match self {
-            ProbeWorkload::Launch => "launch",
-            ProbeWorkload::Compute => "compute",
-            ProbeWorkload::Memory => "memory",
+            ProbeWorkload::Launch => Workload::Launch,
+            ProbeWorkload::Compute => Workload::Compute,
+            ProbeWorkload::Memory => Workload::Memory,
         }
     }
 }
@@ -271,8 +279,9 @@ impl ProbeWorkload {
 fn parse_probe_seconds(text: &str) -> Result<f64, String> {
     let seconds: f64 =
         text.trim().parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !(0.5..=60.0).contains(&seconds) {
-        return Err(format!("the window must be 0.5 to 60 seconds, not {text}"));
+    if !PROBE_SECONDS.contains(&seconds) {
+        let (low, high) = (PROBE_SECONDS.start(), PROBE_SECONDS.end());
+        return Err(format!("the window must be {low} to {high} seconds, not {text}"));
     }
     Ok(seconds)
 }
@@ -629,6 +638,15 @@ mod tests {
     }
 
     #[test]
+    fn probe_workload_names_are_the_protocols() {
+        for w in ProbeWorkload::value_variants() {
+            let name = w.to_possible_value().expect("every workload is shown");
+            assert_eq!(name.get_name(), w.workload().as_str());
+        }
+        assert_eq!(ProbeWorkload::value_variants().len(), Workload::ALL.len());
+    }
+
+    #[test]
     fn probe_defaults_send_nothing() {
         match parse(&["probe"]).unwrap().command {
             Command::Probe(p) => {
@@ -664,7 +682,7 @@ mod tests {
                 assert_eq!(p.clients, [1, 2, 4, 7]);
                 assert_eq!(p.workloads, [ProbeWorkload::Launch, ProbeWorkload::Memory]);
                 assert_eq!(
-                    p.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
+                    p.workloads.iter().map(|w| w.workload().as_str()).collect::<Vec<_>>(),
                     ["launch", "memory"]
                 );
                 assert_eq!(p.seconds, Some(0.5));

@@ -30,7 +30,8 @@
 //! - [`bus`]: finding the agent on a bus and explaining call failures in one line;
 //! - [`output`]: stdout/stderr, `--json`, tables;
 //! - [`error`]: the error type, with stable names for `--json`;
-//! - [`commands`]: one module per verb (`run` plus pure `render_*` functions).
+//! - [`commands`]: one module per verb (`run` plus pure `render_*` functions);
+//! - [`job`]: following a job the agent runs (apply, probe) to its end, with progress.
 //!
 //! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
 //! applied), 2 on a usage error, 130 when interrupted while following a job.
@@ -43,6 +44,7 @@ mod bus;
 mod cli;
 mod commands;
 mod error;
+mod job;
 mod output;
 
 use std::io;

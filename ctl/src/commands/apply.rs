@@ -1,12 +1,8 @@
 //! `gpushare-ctl apply PROFILE | -f FILE [-c NAME] [--dry-run] [--force]`: starts an apply
 //! job (`Apply` for a name, `ApplyDocument` for a file) and follows it.
 //!
-//! Both calls start the same kind of job and share [`run_job`]; `probe` follows its job
-//! with the same [`start_and_follow`]. The job signals are subscribed to before `Apply` is called, so none is missed however
-//! fast the job is; `NameOwnerChanged` of the agent's name is watched too, so that ctl
-//! stops waiting if the agent exits mid-apply. Progress goes to stderr (a bar on a
-//! terminal, `[3/12] GPU 0: ...` lines otherwise, nothing with `--json`); the result is one
-//! line on stdout:
+//! Both calls start the same kind of job and share [`run_job`], which follows it with
+//! [`crate::job::start_and_follow`] (as `probe` does); the result is one line on stdout:
 //!
 //! ```text
 //! Applied half-balanced: 24 steps in 0.41 s
@@ -15,23 +11,17 @@
 
 use std::collections::HashMap;
 
-use futures_util::StreamExt;
 use gpushare_proto::types::JobOutcome;
-use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE, OPTION_FORCE};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use zbus::message::Type as MessageType;
+use gpushare_proto::{AgentError, OPTION_FORCE};
 use zbus::zvariant::{OwnedObjectPath, Value};
-use zbus::{MatchRule, Message, MessageStream};
 
 use super::ExitStatus;
 use super::source::Source;
 use crate::bus::{Agent, Client};
 use crate::cli::ApplyArgs;
 use crate::error::{CtlError, Kind};
+use crate::job::start_and_follow;
 use crate::output::{Output, parse_document, plural};
-
-/// How many job signals may queue while `Apply` is in flight.
-const SIGNAL_QUEUE: usize = 4096;
 
 /// Runs `apply`.
 pub async fn run(
@@ -82,154 +72,6 @@ async fn run_job(
     Ok(0)
 }
 
-/// Starts a job with `start` (the call `method`: `Apply`, `ApplyDocument`, `Probe`) and
-/// follows its signals to the end, showing progress; returns the outcome document as it
-/// came. The job signals are subscribed to before `start` runs. `what` names the job in
-/// messages (`apply`, `probe`).
-pub async fn start_and_follow(
-    client: &mut Client,
-    out: &Output,
-    method: &str,
-    what: &str,
-    start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
-) -> Result<String, CtlError> {
-    let (job, jobs, owners) = client
-        .call(method, async |a| {
-            // Subscribe first: the job may finish before the reply reaches us.
-            let jobs =
-                MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
-            let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
-            let job = start(a).await?;
-            Ok((job, jobs, owners))
-        })
-        .await?;
-
-    let mut progress = Progress::new(out);
-    let result = follow(&job, what, jobs, owners, &mut progress).await;
-    progress.finish();
-    result
-}
-
-/// Signals of job objects, from the agent's name.
-fn job_rule() -> zbus::Result<MatchRule<'static>> {
-    Ok(MatchRule::builder()
-        .msg_type(MessageType::Signal)
-        .sender(BUS_NAME)?
-        .interface(JOB_INTERFACE)?
-        .build())
-}
-
-/// Changes of the owner of the agent's name.
-fn owner_rule() -> zbus::Result<MatchRule<'static>> {
-    Ok(MatchRule::builder()
-        .msg_type(MessageType::Signal)
-        .sender("org.freedesktop.DBus")?
-        .interface("org.freedesktop.DBus")?
-        .member("NameOwnerChanged")?
-        .path("/org/freedesktop/DBus")?
-        .arg(0, BUS_NAME)?
-        .build())
-}
-
-/// What one job signal says.
-#[derive(Debug, Clone, PartialEq)]
-pub enum JobEvent {
-    /// `Progress(done, total, step)`.
-    Progress {
-        /// Steps done.
-        done: u32,
-        /// Steps in all.
-        total: u32,
-        /// The step that comes next.
-        step: String,
-    },
-    /// `Finished(outcome)`: the outcome document.
-    Finished(String),
-}
-
-/// Reads a signal of job `job`; `None` for other jobs and other signals.
-pub fn job_event(msg: &Message, job: &str) -> Option<JobEvent> {
-    let header = msg.header();
-    if header.path().map(|p| p.as_str()) != Some(job) {
-        return None;
-    }
-    match header.member()?.as_str() {
-        "Progress" => {
-            let (done, total, step) = msg.body().deserialize::<(u32, u32, String)>().ok()?;
-            Some(JobEvent::Progress { done, total, step })
-        }
-        "Finished" => msg.body().deserialize::<String>().ok().map(JobEvent::Finished),
-        _ => None,
-    }
-}
-
-/// Whether a `NameOwnerChanged` message says the agent's owner went away.
-pub fn agent_left(msg: &Message) -> bool {
-    match msg.body().deserialize::<(String, String, String)>() {
-        Ok((name, old_owner, _new_owner)) => name == BUS_NAME && !old_owner.is_empty(),
-        Err(_) => false,
-    }
-}
-
-/// Waits for the job's `Finished` signal, reporting progress; returns the outcome document.
-async fn follow(
-    job: &OwnedObjectPath,
-    what: &str,
-    mut jobs: MessageStream,
-    mut owners: MessageStream,
-    progress: &mut Progress,
-) -> Result<String, CtlError> {
-    let job = job.as_str();
-    let lost = |lost: String| {
-        CtlError::ctl(
-            Kind::ConnectionLost,
-            format!("{lost} during the {what}; run `gpushare-ctl status` to see the GPUs"),
-        )
-    };
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
-    loop {
-        tokio::select! {
-            // A Finished queued before the agent's exit must win.
-            biased;
-            msg = jobs.next() => match msg {
-                Some(Ok(msg)) => match job_event(&msg, job) {
-                    Some(JobEvent::Progress { done, total, step }) => progress.update(done, total, &step),
-                    Some(JobEvent::Finished(outcome)) => return Ok(outcome),
-                    None => {}
-                },
-                Some(Err(e)) => return Err(lost(format!("lost the connection to the bus ({e})"))),
-                None => return Err(lost("lost the connection to the bus".into())),
-            },
-            msg = owners.next() => match msg {
-                Some(Ok(msg)) if agent_left(&msg) => {
-                    return Err(CtlError::ctl(
-                        Kind::AgentExited,
-                        format!("gpushare-agent exited during the {what}; run `gpushare-ctl status` to see the GPUs"),
-                    ));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(lost(format!("lost the connection to the bus ({e})"))),
-                None => return Err(lost("lost the connection to the bus".into())),
-            },
-            _ = &mut interrupted => {
-                return Err(CtlError::ctl(
-                    Kind::Interrupted,
-                    format!("interrupted; the agent carries on with the {what} ({job}); run `gpushare-ctl status` to see the GPUs"),
-                )
-                .with_exit_code(130));
-            }
-        }
-    }
-}
-
-/// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1.
-pub fn progress_line(done: u32, total: u32, step: &str) -> String {
-    // Past the last step (verification) the count stays at the total.
-    let number = if done >= total { total } else { done + 1 };
-    format!("[{number}/{total}] {step}")
-}
-
 /// The result line of a finished job, or its failure.
 pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
     if !outcome.ok {
@@ -249,60 +91,6 @@ pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
         plural(outcome.steps_done as usize, "step"),
         outcome.duration_seconds
     ))
-}
-
-/// Progress on stderr: a bar on a terminal, plain lines otherwise, nothing with `--json`.
-struct Progress {
-    mode: ProgressMode,
-}
-
-enum ProgressMode {
-    Silent,
-    Lines,
-    Bar(Option<ProgressBar>),
-}
-
-impl Progress {
-    fn new(out: &Output) -> Self {
-        let mode = if out.json {
-            ProgressMode::Silent
-        } else if out.progress_bar() {
-            ProgressMode::Bar(None)
-        } else {
-            ProgressMode::Lines
-        };
-        Self { mode }
-    }
-
-    fn update(&mut self, done: u32, total: u32, step: &str) {
-        match &mut self.mode {
-            ProgressMode::Silent => {}
-            ProgressMode::Lines => eprintln!("{}", progress_line(done, total, step)),
-            ProgressMode::Bar(bar) => {
-                let bar = bar.get_or_insert_with(|| {
-                    let bar = ProgressBar::with_draw_target(
-                        Some(u64::from(total)),
-                        ProgressDrawTarget::stderr(),
-                    );
-                    if let Ok(style) =
-                        ProgressStyle::with_template("{bar:30} {pos:>3}/{len:3} {wide_msg}")
-                    {
-                        bar.set_style(style);
-                    }
-                    bar
-                });
-                bar.set_length(u64::from(total));
-                bar.set_position(u64::from(done));
-                bar.set_message(step.to_owned());
-            }
-        }
-    }
-
-    fn finish(&mut self) {
-        if let ProgressMode::Bar(Some(bar)) = &self.mode {
-            bar.finish_and_clear();
-        }
-    }
 }
 
 #[cfg(test)]
@@ -345,57 +133,5 @@ mod tests {
         let e = render_outcome(&o).unwrap_err();
         assert!(e.is(Kind::Failed));
         assert_eq!(e.message, "applying half-balanced failed");
-    }
-
-    #[test]
-    fn progress_lines_count_from_one() {
-        assert_eq!(
-            progress_line(2, 12, "GPU 0: create 2g.10gb at slot 4"),
-            "[3/12] GPU 0: create 2g.10gb at slot 4"
-        );
-        assert_eq!(progress_line(0, 1, "x"), "[1/1] x");
-        assert_eq!(progress_line(12, 12, "verify"), "[12/12] verify");
-    }
-
-    fn signal(path: &str, member: &str) -> zbus::message::Builder<'static> {
-        Message::signal(path.to_owned(), JOB_INTERFACE, member.to_owned()).unwrap()
-    }
-
-    #[test]
-    fn job_signals_are_read_for_our_job_only() {
-        let job = "/io/gpushare/Agent1/jobs/7";
-        let msg = signal(job, "Progress").build(&(2u32, 12u32, "GPU 0: enable MIG mode")).unwrap();
-        assert_eq!(
-            job_event(&msg, job),
-            Some(JobEvent::Progress { done: 2, total: 12, step: "GPU 0: enable MIG mode".into() })
-        );
-        assert_eq!(job_event(&msg, "/io/gpushare/Agent1/jobs/8"), None);
-        let raw = serde_json::to_string(&outcome(true, true)).unwrap();
-        let msg = signal(job, "Finished").build(&(raw.as_str(),)).unwrap();
-        assert_eq!(job_event(&msg, job), Some(JobEvent::Finished(raw)));
-        let msg = signal(job, "Other").build(&()).unwrap();
-        assert_eq!(job_event(&msg, job), None);
-    }
-
-    #[test]
-    fn agent_exit_is_seen_in_name_owner_changed() {
-        let noc = |old: &str, new: &str| {
-            Message::signal("/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged")
-                .unwrap()
-                .build(&(BUS_NAME, old, new))
-                .unwrap()
-        };
-        assert!(agent_left(&noc(":1.5", "")));
-        assert!(agent_left(&noc(":1.5", ":1.9")));
-        assert!(!agent_left(&noc("", ":1.9")));
-    }
-
-    #[test]
-    fn match_rules_are_valid() {
-        let rule = job_rule().unwrap().to_string();
-        assert!(rule.contains("sender='io.gpushare.Agent1'"), "{rule}");
-        assert!(rule.contains("interface='io.gpushare.Job1'"), "{rule}");
-        let rule = owner_rule().unwrap().to_string();
-        assert!(rule.contains("arg0='io.gpushare.Agent1'"), "{rule}");
     }
 }

@@ -1,6 +1,6 @@
 //! `gpushare-ctl probe [--target GPU|MIG-UUID] [--clients 1,2,4,7]
 //! [--workload launch,compute,memory] [--seconds S] [--compare]`: starts a probe job (`Probe`) and
-//! follows it like an apply ([`super::apply::start_and_follow`]), then prints what sharing
+//! follows it like an apply ([`crate::job::start_and_follow`]), then prints what sharing
 //! cost:
 //!
 //! ```text
@@ -33,13 +33,16 @@ use std::collections::HashMap;
 
 use comfy_table::CellAlignment;
 use gpushare_proto::types::{JobOutcome, ProbeReport, ProbeRun, StrategyRuns};
+use gpushare_proto::{
+    OPTION_CLIENTS, OPTION_COMPARE, OPTION_SECONDS, OPTION_TARGET, OPTION_WORKLOADS,
+};
 use zbus::zvariant::Value;
 
 use super::ExitStatus;
-use super::apply::start_and_follow;
 use crate::bus::Client;
 use crate::cli::ProbeArgs;
 use crate::error::{CtlError, Kind};
+use crate::job::start_and_follow;
 use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
 
 /// Runs `probe`.
@@ -72,20 +75,21 @@ pub async fn run(
 pub fn options(args: &ProbeArgs) -> HashMap<&'static str, Value<'static>> {
     let mut options = HashMap::new();
     if let Some(target) = &args.target {
-        options.insert("target", Value::from(target.clone()));
+        options.insert(OPTION_TARGET, Value::from(target.clone()));
     }
     if !args.workloads.is_empty() {
-        let names: Vec<String> = args.workloads.iter().map(|w| w.name().to_owned()).collect();
-        options.insert("workloads", Value::from(names));
+        let names: Vec<String> =
+            args.workloads.iter().map(|w| w.workload().as_str().to_owned()).collect();
+        options.insert(OPTION_WORKLOADS, Value::from(names));
     }
     if !args.clients.is_empty() {
-        options.insert("clients", Value::from(args.clients.clone()));
+        options.insert(OPTION_CLIENTS, Value::from(args.clients.clone()));
     }
     if let Some(seconds) = args.seconds {
-        options.insert("seconds", Value::from(seconds));
+        options.insert(OPTION_SECONDS, Value::from(seconds));
     }
     if args.compare {
-        options.insert("compare", Value::from(true));
+        options.insert(OPTION_COMPARE, Value::from(true));
     }
     options
 }

@@ -16,6 +16,7 @@
 //! `mps`, and the time-slice interval under `time-slicing` when the agent reports one.
 
 use comfy_table::{Cell, CellAlignment};
+use gpushare_proto::Strategy;
 use gpushare_proto::types::{Sharing, Status};
 
 use super::ExitStatus;
@@ -58,8 +59,8 @@ pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String 
 /// server, when known), `time-slicing (short)` (with the interval, when known).
 pub fn sharing_cell(sharing: &Sharing) -> String {
     let mut cell = sharing.strategy.clone();
-    match sharing.strategy.as_str() {
-        "mps" => {
+    match Strategy::from_name(&sharing.strategy) {
+        Some(Strategy::Mps) => {
             if let Some(mps) = &sharing.mps {
                 cell.push_str(&format!(" {}%", mps.active_thread_percentage));
                 if let Some(bytes) = mps.pinned_memory_limit_bytes {
@@ -67,7 +68,7 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
                 }
             }
         }
-        "time-slicing" => {
+        Some(Strategy::TimeSlicing) => {
             if let Some(interval) = &sharing.interval {
                 cell.push_str(&format!(" ({interval})"));
             }
