@@ -1,4 +1,4 @@
-//! Layer 14: the composition root of the agent as a service — configuration → GPU
+//! The composition root of the agent as a service — configuration → GPU
 //! backend → engine → metrics → crash recovery → D-Bus service → background tasks (MPS
 //! supervision, the systemd watchdog and status, the start-up re-apply) — and the orderly
 //! stop on SIGTERM. Everything here wires layers together; none of it decides

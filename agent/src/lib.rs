@@ -1,9 +1,31 @@
 //! gpushare-agent: turns a named sharing profile into GPU state.
 //!
-//! The layers follow DESIGN.md, each depending only on those above it:
-//! [`catalog`] (GPU models and MIG tables) → [`profile`] (the profile format) →
-//! [`plan`] (pure planning) → [`gpu`] (the hardware seam) → [`apply`] (executing plans) →
-//! [`engine`] (the agent's operations, shared by every transport) → [`service`] (D-Bus).
+//! The layers, in order; each uses only layers listed before it (tests aside), which
+//! `tests/layers.rs` checks against this very list:
+//!
+//! 1. [`sys`] — the operating system, written once: the one runner of external programs,
+//!    atomic files, `/proc`, the raw C library calls.
+//! 2. [`catalog`] — GPU models and their MIG profile tables (data).
+//! 3. [`node`] — the model of a node as observed (GPUs, MIG instances, processes, MPS
+//!    servers, time-slice intervals) and the operations that change it.
+//! 4. [`profile`] — the profile format: parsing, validation, built-ins, mig-parted import,
+//!    export of a node as a profile.
+//! 5. [`config`] — `agent.toml`.
+//! 6. [`plan`] — pure planning: node + profile → steps; placements; verification.
+//! 7. [`gpu`] — the hardware seam: [`gpu::GpuBackend`], NVML and the simulator.
+//! 8. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
+//! 9. [`apply`] — carrying out plans: observation, parallel execution, journal,
+//!    transactions with rollback, hooks.
+//! 10. [`probe`] — the CUDA side of the interference probe (client processes, kernels,
+//!     statistics).
+//! 11. [`access`] — who may change the GPUs.
+//! 12. [`engine`] — the agent's operations for any transport: typed jobs, results,
+//!     errors and events.
+//! 13. [`metrics`] — Prometheus series, following the engine's events.
+//! 14. [`service`] — the D-Bus interface: transport only, and the one place errors become
+//!     D-Bus errors.
+//! 15. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//!     bus → background tasks.
 
 pub mod access;
 pub mod apply;

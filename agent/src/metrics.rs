@@ -1,4 +1,4 @@
-//! Layer 12: Prometheus metrics: what the agent did (applies, probes) and what the GPUs
+//! Prometheus metrics: what the agent did (applies, probes) and what the GPUs
 //! are now (sharing, MIG instances, MPS servers).
 //!
 //! The engine knows nothing of metrics: [`follow`] listens to its events, counts finished

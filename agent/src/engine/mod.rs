@@ -1,4 +1,4 @@
-//! Layer 11: the agent's operations, independent of any transport — status, plan, apply,
+//! The agent's operations, independent of any transport — status, plan, apply,
 //! export, profiles, validation, MPS control, probes ([`probe`]), recovery. The D-Bus
 //! service calls these and does nothing else; what they return is typed ([`JobReport`],
 //! [`EngineError`]) and becomes the protocol's documents in [`report`].

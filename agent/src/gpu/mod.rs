@@ -1,4 +1,4 @@
-//! Layer 6: the hardware seam, a thin, NVML-shaped [`GpuBackend`] trait and its two
+//! The hardware seam, a thin, NVML-shaped [`GpuBackend`] trait and its two
 //! backends. Hardware only: MPS and time-slicing are the sharing layer's.
 //!
 //! [`nvml::NvmlBackend`] drives real GPUs through NVML; [`sim::SimBackend`] simulates a

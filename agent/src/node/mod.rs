@@ -1,4 +1,4 @@
-//! Layer 2: the model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
+//! The model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
 //! instances, compute processes, MPS servers, time-slice intervals) and the operations that
 //! change it ([`Operation`]). Plain data: the GPU backend and the sharing layer fill it in,
 //! the planner reads it, and nothing here does I/O.

@@ -1,4 +1,4 @@
-//! Layer 8: the CUDA interference probe.
+//! The CUDA interference probe.
 //!
 //! A probe *client* is one process with its own CUDA context (the agent binary itself,
 //! started as `gpushare-agent --probe-client <JSON spec>`): it runs one [`Workload`] in a

@@ -1,4 +1,4 @@
-//! Layer 13: the D-Bus interface, transport only. Each method checks the caller where it
+//! The D-Bus interface, transport only. Each method checks the caller where it
 //! changes the GPUs, reads its arguments into a typed request ([`options`]), calls the
 //! [`Engine`], and turns the answer into JSON, or its error into a D-Bus error
 //! ([`errors`], the one place that happens). Applies and probes become job objects

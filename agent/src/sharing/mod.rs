@@ -1,4 +1,4 @@
-//! Layer 7: the sharing gpushare sets up on GPUs and MIG instances besides the hardware's
+//! The sharing gpushare sets up on GPUs and MIG instances besides the hardware's
 //! own state: MPS control daemons ([`mps`]), time-slice intervals ([`timeslice`]), and the
 //! supervision that restarts daemons that died ([`supervisor`]). The tools run as external
 //! programs (`nvidia-cuda-mps-control`, `nvidia-smi`) through [`crate::sys::command`].

@@ -1,4 +1,4 @@
-//! Layer 0: what the agent needs from the operating system, written once: running external
+//! What the agent needs from the operating system, written once: running external
 //! programs ([`command`]), files written atomically ([`files`]), what `/proc` says about
 //! processes ([`procfs`]), and the few raw C library calls ([`unix`]).
 
