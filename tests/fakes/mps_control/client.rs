@@ -1,0 +1,107 @@
+//! The client: sends stdin's commands or a `--fake-client` event to the daemon, prints answers.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common;
+use crate::pipe_dir::SOCKET_NAME;
+use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT};
+
+const NO_DAEMON: &str = "Cannot find MPS control daemon process";
+
+/// Sends `lines` to the daemon of `pipe_dir`, one at a time, and prints the answers on
+/// `out`; `describe` gives each line's record entry. Exit status: 0, or 1 when no daemon
+/// answers on the socket.
+fn converse(
+    pipe_dir: &Path,
+    lines: impl Iterator<Item = String>,
+    out: &mut impl Write,
+    record: Option<&Path>,
+    describe: impl Fn(&str) -> String,
+) -> u8 {
+    let pipe = pipe_dir.display();
+    let stream = match UnixStream::connect(pipe_dir.join(SOCKET_NAME)) {
+        Ok(stream) => stream,
+        Err(_) => {
+            common::record(record, &format!("mps-control pipe={pipe} error=no-daemon"));
+            let _ = writeln!(out, "{NO_DAEMON}");
+            return 1;
+        }
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(read_half) = stream.try_clone() else { return 1 };
+    let mut reader = BufReader::new(read_half);
+    let mut writer = stream;
+    for line in lines {
+        common::record(record, &format!("mps-control pipe={pipe} {}", describe(&line)));
+        if writeln!(writer, "{line}").and_then(|()| writer.flush()).is_err() {
+            return 0;
+        }
+        loop {
+            let mut answer = String::new();
+            match reader.read_line(&mut answer) {
+                // The daemon is gone (after `quit`): nothing more to ask.
+                Ok(0) => return 0,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return 0,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = writeln!(out, "fake nvidia-cuda-mps-control: no answer: {e}");
+                    return 1;
+                }
+            }
+            let answer = answer.trim_end_matches(['\n', '\r']);
+            if answer == END_OF_ANSWER {
+                break;
+            }
+            let _ = writeln!(out, "{answer}");
+        }
+    }
+    let _ = out.flush();
+    0
+}
+
+/// Client mode: commands from `input`, one per line (blank lines skipped), answers on `out`.
+pub fn run_client(
+    pipe_dir: &Path,
+    input: impl BufRead,
+    out: &mut impl Write,
+    record: Option<&Path>,
+) -> u8 {
+    let lines = input.lines().map_while(Result::ok).map(|l| l.trim().to_string());
+    converse(pipe_dir, lines.filter(|l| !l.is_empty()), out, record, |l| format!("cmd={l}"))
+}
+
+/// `--fake-client PID` (`connect`) or `--fake-client-exit PID`.
+pub fn run_fake_client(
+    pipe_dir: &Path,
+    pid: u32,
+    connect: bool,
+    out: &mut impl Write,
+    record: Option<&Path>,
+) -> u8 {
+    let (command, key) =
+        if connect { (FAKE_CONNECT, "fake-client") } else { (FAKE_EXIT, "fake-client-exit") };
+    let line = format!("{command} {pid}");
+    converse(pipe_dir, std::iter::once(line), out, record, |_| format!("{key}={pid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn client_without_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("record");
+        let mut out = Vec::new();
+        let status =
+            run_client(dir.path(), "get_server_list\n".as_bytes(), &mut out, Some(&record));
+        assert_eq!(status, 1);
+        assert_eq!(String::from_utf8(out).unwrap(), "Cannot find MPS control daemon process\n");
+        let record = fs::read_to_string(record).unwrap();
+        assert_eq!(record, format!("mps-control pipe={} error=no-daemon\n", dir.path().display()));
+    }
+}

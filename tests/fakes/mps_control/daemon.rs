@@ -1,0 +1,454 @@
+//! The control daemon: socket server, PID file, logs; stops on quit, signal or pipe dir gone.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::common;
+use crate::log_line::{LogFile, LogLine, timestamp};
+use crate::pipe_dir::{SOCKET_NAME, dir_identity, remove_own_files, running_pid, write_pid_file};
+use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_arg};
+use crate::state::{BINARY_VERSION, State, answer};
+
+/// How often the daemon checks that its pipe directory still exists.
+const PIPE_DIR_CHECK: Duration = Duration::from_millis(200);
+
+/// Where and how a control daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub pipe_dir: PathBuf,
+    pub log_dir: PathBuf,
+    /// The PID it writes and logs (the process's own, except in unit tests).
+    pub pid: u32,
+    /// `CUDA_VISIBLE_DEVICES` as the daemon was started with it.
+    pub visible_devices: Option<String>,
+    pub record: Option<PathBuf>,
+    /// Also print the log lines on stdout (`-f`).
+    pub echo: bool,
+}
+
+/// Why the daemon stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitReason {
+    Quit,
+    Signal,
+    PipeDirRemoved,
+}
+
+impl ExitReason {
+    fn name(self) -> &'static str {
+        match self {
+            ExitReason::Quit => "quit",
+            ExitReason::Signal => "signal",
+            ExitReason::PipeDirRemoved => "pipe-dir-removed",
+        }
+    }
+}
+
+/// Why the daemon did not start.
+#[derive(Debug)]
+pub enum ServeError {
+    /// The daemon with this PID owns the pipe directory.
+    AlreadyRunning(u32),
+    Io(io::Error),
+}
+
+impl From<io::Error> for ServeError {
+    fn from(e: io::Error) -> Self {
+        ServeError::Io(e)
+    }
+}
+
+/// What the accepting loop and the connection threads share.
+struct Daemon {
+    cfg: DaemonConfig,
+    state: Mutex<State>,
+    quit: AtomicBool,
+}
+
+impl Daemon {
+    /// Appends log lines (callers hold the state lock, which keeps the lines in order).
+    fn write_log(&self, lines: &[LogLine]) {
+        if lines.is_empty() {
+            return;
+        }
+        let timestamp = timestamp();
+        for (file, name) in [(LogFile::Control, "control.log"), (LogFile::Server, "server.log")] {
+            let text: String = lines
+                .iter()
+                .filter(|l| l.file == file)
+                .map(|l| l.render(&timestamp) + "\n")
+                .collect();
+            if text.is_empty() {
+                continue;
+            }
+            if self.cfg.echo {
+                print!("{text}");
+                let _ = io::stdout().flush();
+            }
+            let _ = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.cfg.log_dir.join(name))
+                .and_then(|mut f| f.write_all(text.as_bytes()));
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Waits up to `timeout_ms` for `fd` to be readable.
+fn wait_readable(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: `pfd` is one valid, initialised pollfd that outlives the call, and the count
+    // passed is 1.
+    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    ready > 0
+}
+
+/// Runs a control daemon until `quit`, `terminate` turning true, or the pipe directory
+/// going away. Creates the pipe and log directories when missing; fails when another live
+/// daemon's PID file is in the pipe directory.
+pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, ServeError> {
+    fs::create_dir_all(&cfg.pipe_dir)?;
+    let _ = fs::create_dir_all(&cfg.log_dir);
+    if let Some(pid) = running_pid(&cfg.pipe_dir)
+        && pid != cfg.pid
+    {
+        return Err(ServeError::AlreadyRunning(pid));
+    }
+    let socket = cfg.pipe_dir.join(SOCKET_NAME);
+    match fs::remove_file(&socket) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    // The socket first, then the PID file: whoever sees the PID file can connect.
+    let listener = UnixListener::bind(&socket)?;
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o666))?;
+    listener.set_nonblocking(true)?;
+    let dir_id = dir_identity(&cfg.pipe_dir);
+    write_pid_file(&cfg.pipe_dir, cfg.pid)?;
+
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let state = State::new(cfg.pid, uid, &socket, cfg.visible_devices.as_deref());
+    let pipe = cfg.pipe_dir.display().to_string();
+    let record = cfg.record.clone();
+    let daemon = Arc::new(Daemon { cfg, state: Mutex::new(state), quit: AtomicBool::new(false) });
+    let _ =
+        OpenOptions::new().create(true).append(true).open(daemon.cfg.log_dir.join("server.log"));
+    {
+        let state = daemon.state();
+        daemon.write_log(&[
+            state.control(format!("Starting control daemon using socket {}", socket.display())),
+            state.control(format!(
+                "To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY={pipe}"
+            )),
+            state.control(format!("CUDA MPS Control binary version: {BINARY_VERSION}")),
+        ]);
+    }
+    let visible = daemon.cfg.visible_devices.as_deref().unwrap_or("(unset)");
+    common::record(record.as_deref(), &format!("mps-control daemon pipe={pipe} visible={visible}"));
+
+    let mut last_check = Instant::now();
+    let reason = loop {
+        if daemon.quit.load(Ordering::SeqCst) {
+            break ExitReason::Quit;
+        }
+        if terminate.load(Ordering::SeqCst) {
+            break ExitReason::Signal;
+        }
+        if last_check.elapsed() >= PIPE_DIR_CHECK {
+            last_check = Instant::now();
+            if dir_identity(&daemon.cfg.pipe_dir) != dir_id {
+                break ExitReason::PipeDirRemoved;
+            }
+        }
+        if !wait_readable(listener.as_raw_fd(), 50) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let daemon = Arc::clone(&daemon);
+                std::thread::spawn(move || handle_connection(stream, &daemon));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    drop(listener);
+    if reason != ExitReason::PipeDirRemoved {
+        remove_own_files(&daemon.cfg.pipe_dir, daemon.cfg.pid);
+    }
+    common::record(
+        record.as_deref(),
+        &format!("mps-control daemon-exit pipe={pipe} reason={}", reason.name()),
+    );
+    Ok(reason)
+}
+
+/// Serves one client connection: one command per line, each answered and then ended by
+/// [`END_OF_ANSWER`].
+fn handle_connection(stream: UnixStream, daemon: &Daemon) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut writer = stream;
+    {
+        let state = daemon.state();
+        daemon.write_log(&[state.control("Accepting connection...")]);
+    }
+    let mut ui = false;
+    for line in BufReader::new(read_half).lines() {
+        let Ok(line) = line else { break };
+        let line = line.trim();
+        let (reply, quit) = {
+            let mut state = daemon.state();
+            let mut log = Vec::new();
+            let mut reply = Vec::new();
+            let mut quit = false;
+            if let Some(pid) = fake_client_arg(line, FAKE_CONNECT) {
+                log = state.connect_client(pid);
+            } else if let Some(pid) = fake_client_arg(line, FAKE_EXIT) {
+                log = state.client_exit(pid);
+            } else if !line.is_empty() {
+                if !ui {
+                    ui = true;
+                    log.push(state.control("NEW UI"));
+                }
+                let answer = answer(&mut state, line);
+                log.extend(answer.log);
+                reply = answer.reply;
+                quit = answer.quit;
+            }
+            if quit {
+                remove_own_files(&daemon.cfg.pipe_dir, daemon.cfg.pid);
+            }
+            daemon.write_log(&log);
+            (reply, quit)
+        };
+        let mut text: String = reply.iter().map(|r| format!("{r}\n")).collect();
+        text.push_str(END_OF_ANSWER);
+        text.push('\n');
+        let sent = writer.write_all(text.as_bytes()).and_then(|()| writer.flush());
+        if quit {
+            daemon.quit.store(true, Ordering::SeqCst);
+            return;
+        }
+        if sent.is_err() {
+            break;
+        }
+    }
+    if ui {
+        let state = daemon.state();
+        daemon.write_log(&[state.control("UI closed")]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{run_client, run_fake_client};
+    use crate::pipe_dir::{PID_FILE, read_pid_file};
+    use std::path::Path;
+
+    struct Running {
+        dir: tempfile::TempDir,
+        terminate: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<Result<ExitReason, ServeError>>,
+    }
+
+    impl Running {
+        fn pipe(&self) -> PathBuf {
+            self.dir.path().join("pipe")
+        }
+        fn record(&self) -> PathBuf {
+            self.dir.path().join("record")
+        }
+        fn ask(&self, input: &str) -> (u8, String) {
+            let mut out = Vec::new();
+            let status = run_client(&self.pipe(), input.as_bytes(), &mut out, Some(&self.record()));
+            (status, String::from_utf8(out).unwrap())
+        }
+        /// Waits for the daemon to stop; returns why, and the directory (kept until dropped).
+        fn join(self) -> (ExitReason, tempfile::TempDir) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !self.thread.is_finished() {
+                assert!(Instant::now() < deadline, "the daemon did not stop");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (self.thread.join().unwrap().unwrap(), self.dir)
+        }
+    }
+
+    /// Starts `serve` in a thread on a fresh temporary pipe directory; waits for its PID file.
+    fn start(pid: u32) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = DaemonConfig {
+            pipe_dir: dir.path().join("pipe"),
+            log_dir: dir.path().join("log"),
+            pid,
+            visible_devices: Some("GPU-abc".into()),
+            record: Some(dir.path().join("record")),
+            echo: false,
+        };
+        let terminate = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&terminate);
+        let thread = std::thread::spawn(move || serve(cfg, &flag));
+        let pipe = dir.path().join("pipe");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while read_pid_file(&pipe) != Some(pid) {
+            assert!(Instant::now() < deadline, "no PID file");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Running { dir, terminate, thread }
+    }
+
+    #[test]
+    fn daemon_end_to_end() {
+        let pid = 4_000_001;
+        let daemon = start(pid);
+        let pipe = daemon.pipe();
+        let pid_file = fs::read(pipe.join(PID_FILE)).unwrap();
+        assert_eq!(pid_file, pid.to_string().as_bytes(), "no newline, as the real one");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&pipe.join(PID_FILE)), 0o666);
+        assert_eq!(mode(&pipe.join(SOCKET_NAME)), 0o666);
+
+        let (status, out) = daemon.ask(
+            "get_server_list\nset_default_active_thread_percentage 25\n\n\
+             set_default_device_pinned_mem_limit 0 2G\nget_default_device_pinned_mem_limit 0\n\
+             get_default_device_pinned_mem_limit 1\nbogus_command\n",
+        );
+        assert_eq!(status, 0);
+        assert_eq!(out, "25.0\n2G\nUnknown command \"bogus_command\"\n");
+
+        let mut sink = Vec::new();
+        assert_eq!(run_fake_client(&pipe, 438, true, &mut sink, Some(&daemon.record())), 0);
+        assert!(sink.is_empty());
+        let server = (pid + 1).to_string();
+        let (_, out) = daemon.ask(&format!("get_server_list\nget_client_list {server}\n"));
+        assert_eq!(out, format!("{server}\n438\n"));
+        assert_eq!(run_fake_client(&pipe, 438, false, &mut sink, Some(&daemon.record())), 0);
+        let (_, out) = daemon.ask(&format!("get_client_list {server}\nps\n"));
+        assert_eq!(out, "");
+
+        let (status, out) = daemon.ask("quit\nget_server_list\n");
+        assert_eq!((status, out.as_str()), (0, ""));
+        // Files are gone by the time `quit` is answered.
+        assert!(!pipe.join(PID_FILE).exists());
+        assert!(!pipe.join(SOCKET_NAME).exists());
+        let record_path = daemon.record();
+        let (reason, dir) = daemon.join();
+        assert_eq!(reason, ExitReason::Quit);
+
+        let p = pipe.display();
+        let record = fs::read_to_string(&record_path).unwrap();
+        let expected = [
+            format!("mps-control daemon pipe={p} visible=GPU-abc"),
+            format!("mps-control pipe={p} cmd=get_server_list"),
+            format!("mps-control pipe={p} cmd=set_default_active_thread_percentage 25"),
+            format!("mps-control pipe={p} cmd=set_default_device_pinned_mem_limit 0 2G"),
+            format!("mps-control pipe={p} cmd=get_default_device_pinned_mem_limit 0"),
+            format!("mps-control pipe={p} cmd=get_default_device_pinned_mem_limit 1"),
+            format!("mps-control pipe={p} cmd=bogus_command"),
+            format!("mps-control pipe={p} fake-client=438"),
+            format!("mps-control pipe={p} cmd=get_server_list"),
+            format!("mps-control pipe={p} cmd=get_client_list {server}"),
+            format!("mps-control pipe={p} fake-client-exit=438"),
+            format!("mps-control pipe={p} cmd=get_client_list {server}"),
+            format!("mps-control pipe={p} cmd=ps"),
+            format!("mps-control pipe={p} cmd=quit"),
+        ];
+        let mut lines: Vec<&str> = record.lines().collect();
+        assert_eq!(lines[..expected.len()], expected);
+        // Then, in either order: the line asked after `quit` (recorded though no daemon
+        // answered it) and the daemon's exit.
+        let mut last = lines.split_off(expected.len());
+        last.sort_unstable();
+        assert_eq!(
+            last,
+            [
+                format!("mps-control daemon-exit pipe={p} reason=quit"),
+                format!("mps-control pipe={p} cmd=get_server_list"),
+            ]
+        );
+
+        let log = fs::read_to_string(dir.path().join("log/control.log")).unwrap();
+        let first = log.lines().next().unwrap();
+        assert!(
+            first.ends_with(&format!(
+                "Control {pid}] Starting control daemon using socket {p}/control"
+            )),
+            "{first}"
+        );
+        for text in [
+            "] NEW UI",
+            "] Cmd:set_default_active_thread_percentage 25",
+            "] UI closed",
+            "] NEW CLIENT 438 from user",
+            "] Cmd:quit",
+            "] Exit with status 0",
+        ] {
+            assert!(log.contains(text), "{text:?} in\n{log}");
+        }
+        assert!(dir.path().join("log/server.log").exists());
+    }
+
+    #[test]
+    fn daemon_stops_when_its_pipe_directory_goes() {
+        let daemon = start(4_000_002);
+        fs::remove_dir_all(daemon.pipe()).unwrap();
+        let started = Instant::now();
+        let record = daemon.record();
+        let (reason, _dir) = daemon.join();
+        assert_eq!(reason, ExitReason::PipeDirRemoved);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let record = fs::read_to_string(record).unwrap();
+        assert!(record.ends_with("reason=pipe-dir-removed\n"), "{record}");
+    }
+
+    #[test]
+    fn daemon_stops_on_terminate_and_cleans_up() {
+        let daemon = start(4_000_003);
+        let pipe = daemon.pipe();
+        daemon.terminate.store(true, Ordering::SeqCst);
+        let (reason, _dir) = daemon.join();
+        assert_eq!(reason, ExitReason::Signal);
+        assert!(pipe.exists());
+        assert!(!pipe.join(PID_FILE).exists());
+        assert!(!pipe.join(SOCKET_NAME).exists());
+    }
+
+    #[test]
+    fn second_daemon_on_the_same_pipe_directory_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("pipe");
+        fs::create_dir_all(&pipe).unwrap();
+        // A live process's PID in the PID file: this test process.
+        fs::write(pipe.join(PID_FILE), std::process::id().to_string()).unwrap();
+        let cfg = DaemonConfig {
+            pipe_dir: pipe.clone(),
+            log_dir: dir.path().join("log"),
+            pid: 4_000_004,
+            visible_devices: None,
+            record: None,
+            echo: false,
+        };
+        let result = serve(cfg.clone(), &AtomicBool::new(false));
+        assert!(matches!(result, Err(ServeError::AlreadyRunning(p)) if p == std::process::id()));
+        assert!(!pipe.join(SOCKET_NAME).exists());
+        // A stale PID file (no such process) is taken over.
+        fs::write(pipe.join(PID_FILE), "4000005").unwrap();
+        let result = serve(cfg, &AtomicBool::new(true));
+        assert_eq!(result.unwrap(), ExitReason::Signal);
+    }
+}

@@ -1,0 +1,81 @@
+//! The lines of `control.log` and `server.log`, in the real daemon's format.
+
+use std::mem::MaybeUninit;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Which log file a line goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFile {
+    /// `control.log`.
+    Control,
+    /// `server.log`.
+    Server,
+}
+
+/// One log line before its timestamp: `[<time> <tag> <pid>] <text>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub file: LogFile,
+    /// `Control`, `Server` or `Other`, as in the real logs.
+    pub tag: &'static str,
+    pub pid: u32,
+    pub text: String,
+}
+
+impl LogLine {
+    /// The line as the real daemon writes it.
+    pub fn render(&self, timestamp: &str) -> String {
+        format!("[{timestamp} {} {:>5}] {}", self.tag, self.pid, self.text)
+    }
+}
+
+/// Local time as the real logs show it: `2026-11-22 07:35:47.100`.
+pub fn timestamp() -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = libc::time_t::try_from(now.as_secs()).unwrap_or(0);
+    let mut tm = MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: `secs` and `tm` are valid for the call; localtime_r is the thread-safe variant
+    // and writes only into `tm`.
+    let converted = unsafe { !libc::localtime_r(&secs, tm.as_mut_ptr()).is_null() };
+    // SAFETY: `tm` was zero-initialised, a valid `libc::tm` (integers and a nullable pointer),
+    // and localtime_r only stores valid values into it.
+    let tm = unsafe { tm.assume_init() };
+    if !converted {
+        return format!("{}.{:03}", now.as_secs(), now.subsec_millis());
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        now.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_render_as_the_real_ones() {
+        let line =
+            LogLine { file: LogFile::Control, tag: "Control", pid: 408, text: "NEW UI".into() };
+        assert_eq!(
+            line.render("2026-11-22 07:35:47.103"),
+            "[2026-11-22 07:35:47.103 Control   408] NEW UI"
+        );
+        let line =
+            LogLine { file: LogFile::Server, tag: "Other", pid: 441, text: "Startup".into() };
+        assert_eq!(
+            line.render("2026-11-22 07:35:47.205"),
+            "[2026-11-22 07:35:47.205 Other   441] Startup"
+        );
+        let line = LogLine { file: LogFile::Control, tag: "Control", pid: 11107, text: "x".into() };
+        assert_eq!(line.render("t"), "[t Control 11107] x");
+        let ts = timestamp();
+        assert_eq!(ts.len(), "2026-11-22 07:35:47.103".len(), "{ts}");
+    }
+}

@@ -1,0 +1,324 @@
+//! `fake-nvidia-cuda-mps-control`: a stand-in for NVIDIA's `nvidia-cuda-mps-control` in the
+//! tests, which run without a GPU. It answers as the real control daemon of driver 580 / CUDA
+//! 13 answered on an H100 (tests/device/results/mps-probe-h100-2026-11-22.txt and the
+//! `control.log` that probe produced), and records what it was asked.
+//!
+//! ```text
+//! fake-nvidia-cuda-mps-control -d      start the control daemon in the background
+//! fake-nvidia-cuda-mps-control -f      run the control daemon in the foreground
+//! fake-nvidia-cuda-mps-control         client: commands on stdin, answers on stdout
+//! fake-nvidia-cuda-mps-control -h      help
+//! fake-nvidia-cuda-mps-control --fake-client PID       (test only) client PID connects
+//! fake-nvidia-cuda-mps-control --fake-client-exit PID  (test only) client PID exits
+//! ```
+//!
+//! As the real one, it takes the pipe directory from `CUDA_MPS_PIPE_DIRECTORY` (default
+//! `/tmp/nvidia-mps`) and the log directory from `CUDA_MPS_LOG_DIRECTORY` (default
+//! `/var/log/nvidia-mps`). The daemon writes `nvidia-cuda-mps-control.pid` (its PID, no
+//! newline, mode 0666) and the unix socket `control` (mode 0666) into the pipe directory, and
+//! appends `control.log` / `server.log` lines in the real format
+//! (`[2026-11-22 07:35:47.105 Control   408] Cmd:get_server_list`) to the log directory; with
+//! `-f` it also prints them on stdout. `-d` returns once the socket and the PID file exist,
+//! the socket first. The daemon exits on `quit` (removing its PID file and socket), on
+//! SIGTERM or SIGINT (the same), and by itself within 200 ms when its pipe directory is
+//! deleted or replaced, so tests do not leak processes.
+//!
+//! Fake clients: CI has no CUDA, so no real client ever connects. `--fake-client PID` makes
+//! the daemon act as when the CUDA client `PID` connects: it starts its one MPS server, with
+//! the default limits set at that time, and lists `PID` as that server's client;
+//! `--fake-client-exit PID` makes the client leave (the server stays, as the real one does).
+//! The server is not a process: its PID is the daemon's PID + 1, a number only.
+//!
+//! Record lines (appended to the file named by `GPUSHARE_FAKE_RECORD`):
+//!
+//! ```text
+//! mps-control daemon pipe=<dir> visible=<CUDA_VISIBLE_DEVICES or (unset)>
+//! mps-control daemon-exit pipe=<dir> reason=<quit|signal|pipe-dir-removed>
+//! mps-control pipe=<dir> cmd=<command line as sent>
+//! mps-control pipe=<dir> error=no-daemon
+//! mps-control pipe=<dir> fake-client=<pid>
+//! mps-control pipe=<dir> fake-client-exit=<pid>
+//! ```
+//!
+//! Between client and daemon the fake speaks its own protocol, not NVIDIA's: one command per
+//! line, each answered by the answer's lines and then a line holding only U+0004.
+//!
+//! The code: `main.rs` reads the command line and runs the mode it asks for; `state.rs` is
+//! the simulated daemon and its answers; `daemon.rs` serves them on the control socket;
+//! `client.rs` asks them; `pipe_dir.rs` owns the PID file and the socket's name;
+//! `log_line.rs` writes the real log format; `protocol.rs` is the client-daemon protocol.
+
+mod client;
+#[path = "../common.rs"]
+mod common;
+mod daemon;
+mod log_line;
+mod pipe_dir;
+mod protocol;
+mod state;
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use client::{run_client, run_fake_client};
+use daemon::{DaemonConfig, ServeError, serve};
+use pipe_dir::{read_pid_file, running_pid};
+
+const DEFAULT_PIPE_DIR: &str = "/tmp/nvidia-mps";
+const DEFAULT_LOG_DIR: &str = "/var/log/nvidia-mps";
+/// The hidden argument of the re-executed background daemon.
+const SERVE_ARG: &str = "--serve";
+/// Exit status of `--serve` when another daemon owns the pipe directory.
+const EXIT_ALREADY_RUNNING: u8 = 3;
+
+const ALREADY_RUNNING: &str = "An instance of this daemon is already running";
+
+/// The real tool's `-h` (the probe's first 20 lines), then the commands this fake knows.
+const HELP: &str = "\
+CUDA MPS Control for Linux/Unix/QNX.
+Copyright (C) 2003 - 2025 NVIDIA Corporation.
+
+  This program allows multiple CUDA processes to share a single GPU context. For information on how to use the CUDA MPS, see the nvidia-cuda-mps-control manual page.
+
+nvidia-cuda-mps-control [options] [command]
+OPTIONS:
+  -h,--help                Print this message
+  -d,--daemon              Setup the daemon in the background
+  -f,--forground           Setup the daemon in the foreground
+  -M,--multiuser-server    Enable multi-user mode
+  -q,--ready-devices      Prepare the daemon to query devices on startup
+
+COMMAND:
+  start_server -uid <user id>
+                       Start a new instance of nvidia-cuda-mps-server with the given user ID
+  quit
+                       Terminate the controller
+  get_server_list
+                       Print out a list of servers
+  (fake) also: get_server_status, get_client_list, get_device_client_list, ps,
+  set_/get_default_active_thread_percentage, set_/get_active_thread_percentage,
+  set_/get_default_device_pinned_mem_limit, set_/get_device_pinned_mem_limit,
+  terminate_client, set_/get_default_client_priority
+  (fake, test only) --fake-client PID, --fake-client-exit PID
+";
+
+/// Set by SIGTERM / SIGINT.
+static TERMINATE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_terminate(_signal: libc::c_int) {
+    TERMINATE.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    let handler = on_terminate as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `on_terminate` only stores to an atomic, which is async-signal-safe, and
+        // it is a plain function that lives as long as the process.
+        unsafe { libc::signal(signal, handler) };
+    }
+}
+
+/// The environment the tool reads.
+struct Env {
+    pipe_dir: PathBuf,
+    log_dir: PathBuf,
+    visible_devices: Option<String>,
+    record: Option<PathBuf>,
+}
+
+impl Env {
+    fn from_process() -> Env {
+        let dir = |name: &str, default: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| PathBuf::from(default), PathBuf::from)
+        };
+        Env {
+            pipe_dir: dir("CUDA_MPS_PIPE_DIRECTORY", DEFAULT_PIPE_DIR),
+            log_dir: dir("CUDA_MPS_LOG_DIRECTORY", DEFAULT_LOG_DIR),
+            visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            record: common::record_path_from_env(),
+        }
+    }
+
+    fn daemon_config(&self, echo: bool) -> DaemonConfig {
+        DaemonConfig {
+            pipe_dir: self.pipe_dir.clone(),
+            log_dir: self.log_dir.clone(),
+            pid: std::process::id(),
+            visible_devices: self.visible_devices.clone(),
+            record: self.record.clone(),
+            echo,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Mode {
+    Client,
+    Background,
+    Foreground,
+    Serve,
+    Help,
+    FakeClient(u32),
+    FakeClientExit(u32),
+}
+
+fn parse_args(args: &[String]) -> Result<Mode, String> {
+    let mut mode = Mode::Client;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let next = match arg.as_str() {
+            "-d" | "--daemon" => Mode::Background,
+            "-f" | "--forground" | "--foreground" => Mode::Foreground,
+            "-M" | "--multiuser-server" | "-q" | "--ready-devices" => continue,
+            "-h" | "--help" => Mode::Help,
+            SERVE_ARG => Mode::Serve,
+            "--fake-client" | "--fake-client-exit" => {
+                let pid = it
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| format!("{arg} needs a PID"))?;
+                if arg == "--fake-client" {
+                    Mode::FakeClient(pid)
+                } else {
+                    Mode::FakeClientExit(pid)
+                }
+            }
+            other => return Err(format!("Invalid option: {other}")),
+        };
+        if mode != Mode::Client && mode != next {
+            return Err(format!("{arg} cannot be combined with the options before it"));
+        }
+        mode = next;
+    }
+    Ok(mode)
+}
+
+/// Serves in this process (`-f`, or the re-executed `--serve`).
+fn run_daemon(env: &Env, echo: bool, already_running_status: u8) -> u8 {
+    install_signal_handlers();
+    match serve(env.daemon_config(echo), &TERMINATE) {
+        Ok(_) => 0,
+        Err(ServeError::AlreadyRunning(pid)) => {
+            println!("{ALREADY_RUNNING}");
+            eprintln!("fake nvidia-cuda-mps-control: daemon {pid} owns {}", env.pipe_dir.display());
+            already_running_status
+        }
+        Err(ServeError::Io(e)) => {
+            eprintln!("fake nvidia-cuda-mps-control: cannot start the daemon: {e}");
+            1
+        }
+    }
+}
+
+/// `-d`: starts the daemon detached (re-executed with `--serve` in a new session, stdio on
+/// /dev/null) and returns once its socket and PID file exist.
+fn start_background(env: &Env) -> u8 {
+    if running_pid(&env.pipe_dir).is_some() {
+        println!("{ALREADY_RUNNING}");
+        return 1;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("fake nvidia-cuda-mps-control: cannot find its own binary: {e}");
+            return 1;
+        }
+    };
+    let mut command = Command::new(exe);
+    command.arg(SERVE_ARG).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+    // which is async-signal-safe; it takes no lock and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("fake nvidia-cuda-mps-control: cannot start the daemon: {e}");
+            return 1;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if read_pid_file(&env.pipe_dir) == Some(child.id()) {
+            return 0;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            if status.code() == Some(i32::from(EXIT_ALREADY_RUNNING)) {
+                println!("{ALREADY_RUNNING}");
+            } else {
+                eprintln!("fake nvidia-cuda-mps-control: the daemon exited at start ({status})");
+            }
+            return 1;
+        }
+        if Instant::now() > deadline {
+            eprintln!("fake nvidia-cuda-mps-control: the daemon did not start within 10 s");
+            return 1;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env = Env::from_process();
+    let mode = match parse_args(&args) {
+        Ok(mode) => mode,
+        Err(message) => {
+            eprintln!("{message}");
+            eprint!("{HELP}");
+            return ExitCode::from(1);
+        }
+    };
+    let record = env.record.as_deref();
+    let mut stdout = io::stdout().lock();
+    let status = match mode {
+        Mode::Help => {
+            print!("{HELP}");
+            0
+        }
+        Mode::Client => run_client(&env.pipe_dir, io::stdin().lock(), &mut stdout, record),
+        Mode::FakeClient(pid) => run_fake_client(&env.pipe_dir, pid, true, &mut stdout, record),
+        Mode::FakeClientExit(pid) => {
+            run_fake_client(&env.pipe_dir, pid, false, &mut stdout, record)
+        }
+        Mode::Background => start_background(&env),
+        Mode::Foreground => {
+            drop(stdout);
+            run_daemon(&env, true, 1)
+        }
+        Mode::Serve => {
+            drop(stdout);
+            run_daemon(&env, false, EXIT_ALREADY_RUNNING)
+        }
+    };
+    ExitCode::from(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_args(&args(&[])), Ok(Mode::Client));
+        assert_eq!(parse_args(&args(&["-d"])), Ok(Mode::Background));
+        assert_eq!(parse_args(&args(&["-M", "-d"])), Ok(Mode::Background));
+        assert_eq!(parse_args(&args(&["--forground"])), Ok(Mode::Foreground));
+        assert_eq!(parse_args(&args(&["--fake-client", "12"])), Ok(Mode::FakeClient(12)));
+        assert_eq!(parse_args(&args(&["--fake-client-exit", "12"])), Ok(Mode::FakeClientExit(12)));
+        assert!(parse_args(&args(&["--fake-client"])).is_err());
+        assert!(parse_args(&args(&["-x"])).is_err());
+        assert!(parse_args(&args(&["-d", "-f"])).is_err());
+    }
+}
