@@ -180,13 +180,15 @@ fn main() {
                 rss_kib(pid, "VmRSS:")
             ));
         }
-        row(
-            &format!(
-                "`gpushare-ctl apply` alternating all-balanced / half-balanced ({} applies)",
-                2 * args.applies
-            ),
-            &mut changing,
-        );
+        if !changing.is_empty() {
+            row(
+                &format!(
+                    "`gpushare-ctl apply` alternating all-balanced / half-balanced ({} applies)",
+                    2 * args.applies
+                ),
+                &mut changing,
+            );
+        }
     }
     rss_lines.push(format!("| peak (VmHWM) | {} |", rss_kib(pid, "VmHWM:")));
     println!("\n| agent resident memory | KiB |\n|---|---|");

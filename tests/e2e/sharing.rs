@@ -152,9 +152,15 @@ fn a_killed_server_is_restarted_with_its_limits() {
     let pid = before.pid.expect("the server's pid") as i32;
     // SAFETY: kill(2) on the fake daemon this test's agent started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Restarted: a new daemon runs, and its pipe directory is open to clients again, which
+    // the agent does only once the limits are set and read back.
     let after = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
-        let now = agent.mps_servers()[0].clone();
-        if now.state == ServerState::Running.as_str() && now.pid != before.pid {
+        let Some(now) = agent.mps_servers().first().cloned() else {
+            return Err("no server listed".into());
+        };
+        let open = std::fs::metadata(&now.pipe_directory)
+            .is_ok_and(|m| m.permissions().mode() & 0o777 == 0o755);
+        if now.state == ServerState::Running.as_str() && now.pid != before.pid && open {
             return Ok(now);
         }
         Err(format!("not restarted: {now:?}"))

@@ -22,7 +22,7 @@ use crate::node::Operation;
 use crate::plan::{self, MpsDevice, Plan, Step};
 use crate::sharing::mps::ServerRecord;
 use crate::sharing::{SharingError, SharingErrorKind};
-pub use observe::{NodeAccess, blocking};
+pub use observe::NodeAccess;
 
 /// One progress report: steps done, steps in all, the step about to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,14 +283,9 @@ async fn run_step(
         _ => None,
     };
     let node = shared.node.clone();
-    tokio::task::spawn_blocking(move || carry_out(&node, step, gi_created)).await.unwrap_or_else(
-        |e| {
-            Err(StepError::Gpu(
-                GpuError::new("backend", None, ErrorCode::Unknown)
-                    .with_detail(format!("the backend call panicked: {e}")),
-            ))
-        },
-    )
+    tokio::task::spawn_blocking(move || carry_out(&node, step, gi_created))
+        .await
+        .unwrap_or_else(|e| Err(StepError::Gpu(observe::panicked(e))))
 }
 
 /// Carries out one step (blocking): a backend call, or an MPS or time-slice change.

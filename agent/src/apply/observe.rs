@@ -21,9 +21,9 @@ impl NodeAccess {
     /// A fresh observation: the GPUs, the MPS servers, and `with_timeslices` the
     /// time-slice intervals (one nvidia-smi run; unknown when it fails).
     pub async fn observe(&self, with_timeslices: bool) -> Result<NodeState, GpuError> {
-        let sharing = Arc::clone(&self.sharing);
-        blocking(&self.backend, move |b| {
-            let mut node = NodeState::of_gpus(b.observe()?);
+        let (backend, sharing) = (Arc::clone(&self.backend), Arc::clone(&self.sharing));
+        tokio::task::spawn_blocking(move || {
+            let mut node = NodeState::of_gpus(backend.observe()?);
             node.mps = sharing.mps_servers();
             if with_timeslices {
                 match sharing.timeslices() {
@@ -34,17 +34,12 @@ impl NodeAccess {
             Ok(node)
         })
         .await
+        .unwrap_or_else(|e| Err(panicked(e)))
     }
 }
 
-/// Runs a blocking backend call on tokio's blocking pool.
-pub async fn blocking<T: Send + 'static>(
-    backend: &Arc<dyn GpuBackend>,
-    call: impl FnOnce(&dyn GpuBackend) -> Result<T, GpuError> + Send + 'static,
-) -> Result<T, GpuError> {
-    let backend = Arc::clone(backend);
-    tokio::task::spawn_blocking(move || call(backend.as_ref())).await.unwrap_or_else(|e| {
-        Err(GpuError::new("backend", None, ErrorCode::Unknown)
-            .with_detail(format!("the backend call panicked: {e}")))
-    })
+/// The error of a backend call that panicked on the blocking pool.
+pub(super) fn panicked(e: tokio::task::JoinError) -> GpuError {
+    GpuError::new("backend", None, ErrorCode::Unknown)
+        .with_detail(format!("the backend call panicked: {e}"))
 }
