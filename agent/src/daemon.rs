@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use sd_notify::NotifyState;
+use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::access::AccessPolicy;
@@ -67,7 +68,9 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let engine =
         Arc::new(Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?);
 
-    // Metrics follow the engine before it does anything, so that no job goes uncounted.
+    // Metrics and systemd's status follow the engine before it does anything, so that no
+    // job goes unheard of (the start-up re-apply included).
+    let systemd_events = engine.subscribe();
     if config.metrics.enabled {
         match crate::metrics::install(config.metrics.listen) {
             Ok(()) => {
@@ -105,13 +108,13 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     tracing::info!(
         bus = %bus,
         address = %connection.unique_name().map(|n| n.to_string()).unwrap_or_default(),
-        backend = %engine.backend_kind(),
+        backend = engine.backend_kind().as_str(),
         state_dir = %state_dir.display(),
         "serving {BUS_NAME}"
     );
 
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
-    notify_systemd(&engine);
+    notify_systemd(&engine, systemd_events);
 
     if let Some(job) = boot_job {
         let engine = Arc::clone(&engine);
@@ -190,9 +193,9 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
     });
 }
 
-/// systemd: ready once the bus name and the GPUs are up; `STATUS=` around jobs; the
-/// watchdog pinged from a task of its own that never waits on the driver.
-fn notify_systemd(engine: &Arc<Engine>) {
+/// systemd: ready once the bus name and the GPUs are up; `STATUS=` around jobs (from
+/// `events`); the watchdog pinged from a task of its own that never waits on the driver.
+fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>) {
     let status = format!("serving {BUS_NAME}: {} GPU backend", engine.backend_kind());
     let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     if let Some(timeout) = sd_notify::watchdog_enabled() {
@@ -204,7 +207,6 @@ fn notify_systemd(engine: &Arc<Engine>) {
             }
         });
     }
-    let mut events = engine.subscribe();
     tokio::spawn(async move {
         loop {
             let status = match events.recv().await {

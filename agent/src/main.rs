@@ -117,13 +117,9 @@ fn main() -> ExitCode {
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
 fn check_catalog() -> ExitCode {
-    match NvmlBackend::new().and_then(|nvml| catalog_check::check(&nvml)) {
-        Ok(report) => {
-            for line in &report.lines {
-                println!("{line}");
-            }
-            if report.agrees { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
+    match NvmlBackend::new().and_then(|nvml| catalog_check::check(&nvml, |l| println!("{l}"))) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
             ExitCode::FAILURE

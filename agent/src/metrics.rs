@@ -204,27 +204,18 @@ fn register() {
     gauge!(ROLLBACK_FAILED).set(0.0);
 }
 
-/// Follows the engine's events: counts finished applies and probes and marks applies in
-/// progress as the engine reports them (so a scrape never sees an apply's profile active
-/// before the apply is counted), and refreshes the state series after every job and every
+/// Follows the engine's events: counts finished applies and probes and marks an apply in
+/// progress the moment the engine reports it (on the engine's own task, not whenever a
+/// background task gets to it), and refreshes the state series after every job and every
 /// health check. Listening starts before this returns, so no later event is missed.
 pub fn follow(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
-    engine.on_event(|event| match event {
-        EngineEvent::JobStarted { kind: JobKind::Apply { .. }, .. } => {
-            gauge!(APPLY_IN_PROGRESS).set(1.0);
-        }
-        EngineEvent::ApplyFinished { profile, result, duration } => {
-            record_apply(profile, *result, *duration);
-        }
-        EngineEvent::ProbeFinished { report: Some(report), .. } => record_probe(report),
-        _ => {}
-    });
+    engine.on_event(record_event);
     let mut events = engine.subscribe();
     tokio::spawn(async move {
         loop {
             match events.recv().await {
                 // A missed event may have been one of these: refresh to be sure.
-                Ok(EngineEvent::JobEnded { .. } | EngineEvent::HealthChecked { .. })
+                Ok(EngineEvent::JobEnded { .. } | EngineEvent::HealthChecked)
                 | Err(RecvError::Lagged(_)) => refresh(&engine).await,
                 Ok(_) => {}
                 Err(RecvError::Closed) => return,
@@ -233,13 +224,27 @@ pub fn follow(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// What an event changes at once: an apply in progress, the job counters, probe results.
+fn record_event(event: &EngineEvent) {
+    match event {
+        EngineEvent::JobStarted { kind: JobKind::Apply { .. }, .. } => {
+            gauge!(APPLY_IN_PROGRESS).set(1.0);
+        }
+        EngineEvent::JobEnded { kind: JobKind::Apply { .. } } => {
+            gauge!(APPLY_IN_PROGRESS).set(0.0);
+        }
+        EngineEvent::ApplyFinished { profile, result, duration } => {
+            record_apply(profile, *result, *duration);
+        }
+        EngineEvent::ProbeFinished { report: Some(report), .. } => record_probe(report),
+        _ => {}
+    }
+}
+
 /// Brings the state series up to date with a fresh status.
 async fn refresh(engine: &Engine) {
     match (engine.status().await, engine.mps_status().await) {
-        (Ok(status), Ok(mps)) => {
-            let applying = engine.running_job().is_some_and(|job| job.is_apply());
-            update_state(&status, &mps, applying);
-        }
+        (Ok(status), Ok(mps)) => update_state(&status, &mps),
         (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
     }
 }
@@ -277,13 +282,13 @@ pub fn record_apply(profile: &str, result: JobResult, duration: Duration) {
     }
 }
 
-/// Sets the state gauges from a fresh [`Status`] and [`MpsStatus`] (and whether an apply
-/// runs): the active profile, the GPUs, their MIG instances and the MPS servers. Call it
-/// whenever either may have changed (after an apply, after an MPS server starts, stops or
-/// restarts) or on every health interval; series the new state no longer has are
-/// neutralised (see the module documentation).
-pub fn update_state(status: &Status, mps: &MpsStatus, applying: bool) {
-    TRACKER.lock().unwrap_or_else(PoisonError::into_inner).update(status, mps, applying);
+/// Sets the state gauges from a fresh [`Status`] and [`MpsStatus`]: the active profile,
+/// the GPUs, their MIG instances and the MPS servers. Call it whenever either may have
+/// changed (after an apply, after an MPS server starts, stops or restarts) or on every
+/// health interval; series the new state no longer has are neutralised (see the module
+/// documentation). Whether an apply is in progress comes from the engine's events instead.
+pub fn update_state(status: &Status, mps: &MpsStatus) {
+    TRACKER.lock().unwrap_or_else(PoisonError::into_inner).update(status, mps);
 }
 
 /// Label pairs of one series, in the order they are rendered.
@@ -308,8 +313,8 @@ impl Tracker {
         Self { gauges: BTreeSet::new(), restarts: BTreeMap::new() }
     }
 
-    fn update(&mut self, status: &Status, mps: &MpsStatus, applying: bool) {
-        let current = state_gauges(status, mps, applying);
+    fn update(&mut self, status: &Status, mps: &MpsStatus) {
+        let current = state_gauges(status, mps);
         let keys: BTreeSet<Series> = current.iter().map(|(s, _)| s.clone()).collect();
         for (name, labels) in self.gauges.difference(&keys) {
             gauge!(*name, to_labels(labels)).set(stale_value(name));
@@ -381,13 +386,12 @@ fn one_of(
 }
 
 /// Every state gauge with its value.
-fn state_gauges(status: &Status, mps: &MpsStatus, applying: bool) -> Vec<(Series, f64)> {
+fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
     let strategies = Strategy::SHARING.map(Strategy::as_str);
     let mut out = Vec::new();
     if let Some(profile) = &status.active_profile {
         out.push(((ACTIVE_PROFILE, vec![("profile", profile.clone())]), 1.0));
     }
-    out.push(((APPLY_IN_PROGRESS, Vec::new()), flag(applying)));
     out.push(((ROLLBACK_FAILED, Vec::new()), flag(status.rollback_error.is_some())));
 
     for gpu in &status.gpus {
@@ -623,7 +627,7 @@ mod tests {
         let (status, mps) = status_and_mps();
         metrics::with_local_recorder(&recorder, || {
             register();
-            Tracker::new().update(&status, &mps, false);
+            Tracker::new().update(&status, &mps);
             apply_each_result();
         });
         handle.render()
@@ -711,6 +715,24 @@ mod tests {
         for name in [PROBE_SCALING, PROBE_FAIRNESS, PROBE_P50_INFLATION] {
             assert!(text.contains(&format!("# HELP {name} ")), "no help for {name}\n{text}");
         }
+    }
+
+    #[test]
+    fn metrics_apply_in_progress_follows_applies_not_probes() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let apply = JobKind::Apply { profile: "half-balanced".into() };
+        let probe = JobKind::Probe { target: GPU1.into() };
+        let at = |event: EngineEvent| {
+            metrics::with_local_recorder(&recorder, || record_event(&event));
+            value(&handle.render(), APPLY_IN_PROGRESS, &[])
+        };
+        metrics::with_local_recorder(&recorder, register);
+        assert_eq!(at(EngineEvent::JobStarted { kind: probe.clone(), steps: 3 }), Some(0.0));
+        assert_eq!(at(EngineEvent::JobEnded { kind: probe }), Some(0.0));
+        assert_eq!(at(EngineEvent::JobStarted { kind: apply.clone(), steps: 24 }), Some(1.0));
+        assert_eq!(at(EngineEvent::HealthChecked), Some(1.0));
+        assert_eq!(at(EngineEvent::JobEnded { kind: apply }), Some(0.0));
     }
 
     #[test]
@@ -813,7 +835,7 @@ mod tests {
         let mps = MpsStatus { servers: vec![by_uuid, by_placement] };
         let recorder = recorder();
         let handle = recorder.handle();
-        metrics::with_local_recorder(&recorder, || Tracker::new().update(&status, &mps, false));
+        metrics::with_local_recorder(&recorder, || Tracker::new().update(&status, &mps));
         let text = handle.render();
         assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "5")], 1.0);
         assert_value(&text, MPS_UP, &[("gpu", "0"), ("UUID", GPU0), ("GPU_I_ID", "2")], 1.0);
@@ -833,7 +855,7 @@ mod tests {
         let handle = recorder.handle();
         let (status, mps) = status_and_mps();
         let mut tracker = Tracker::new();
-        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps, false));
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
 
         // Another profile: MIG off on GPU 0, no MPS server, an apply running.
         let mut next = status.clone();
@@ -843,7 +865,13 @@ mod tests {
         next.gpus[0].instances.clear();
         next.gpus[1].sharing = Sharing::exclusive();
         let none = MpsStatus { servers: Vec::new() };
-        metrics::with_local_recorder(&recorder, || tracker.update(&next, &none, true));
+        metrics::with_local_recorder(&recorder, || {
+            record_event(&EngineEvent::JobStarted {
+                kind: JobKind::Apply { profile: "all-disabled".into() },
+                steps: 8,
+            });
+            tracker.update(&next, &none);
+        });
         let text = handle.render();
 
         assert_value(&text, ACTIVE_PROFILE, &[("profile", "half-balanced")], 0.0);
@@ -873,7 +901,7 @@ mod tests {
         let labels = [("gpu", "1"), ("UUID", GPU1), ("GPU_I_ID", "")];
         let mut at = |restarts: u32| {
             mps.servers[0].restarts = restarts;
-            metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps, false));
+            metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
             value(&handle.render(), MPS_RESTARTS, &labels)
         };
         assert_eq!(at(2), Some(2.0));
@@ -903,8 +931,8 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             register();
             let mut tracker = Tracker::new();
-            tracker.update(&status, &mps, false);
-            tracker.update(&gone, &MpsStatus { servers: Vec::new() }, false);
+            tracker.update(&status, &mps);
+            tracker.update(&gone, &MpsStatus { servers: Vec::new() });
             apply_each_result();
         });
         let text = handle.render();

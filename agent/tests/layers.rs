@@ -61,24 +61,39 @@ fn code(path: &Path) -> String {
         .join("\n")
 }
 
-/// The crate modules `code` names: `crate::x` and `crate::{x, y::z}`.
+/// The crate modules `code` names: `crate::x` and `crate::{x, y::{z, w}}`.
 fn used_modules(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
     for (at, _) in code.match_indices("crate::") {
         let rest = &code[at + "crate::".len()..];
-        let names: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group
-                .split('}')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .map(|item| item.trim().split("::").next().unwrap_or(""))
-                .collect(),
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group_items(group),
             None => vec![rest.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap()],
         };
         used.extend(names.into_iter().filter(|n| modules.contains(*n)).map(str::to_string));
     }
     used
+}
+
+/// The first path segment of each item of a `{…}` use group, given the text after `{`.
+fn group_items(group: &str) -> Vec<&str> {
+    let (mut depth, mut item_start, mut items) = (0, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[item_start..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[item_start..i]);
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.into_iter().map(|item| item.trim().split("::").next().unwrap_or("")).collect()
 }
 
 #[test]
@@ -113,7 +128,7 @@ fn no_module_uses_a_module_listed_after_it() {
 #[test]
 fn the_checker_sees_uses() {
     let modules: BTreeSet<String> = ["a", "b", "c"].into_iter().map(String::from).collect();
-    let code = "use crate::a::X;\nuse crate::{b::Y, c};\nlet v = crate::d::f();";
+    let code = "use crate::a::X;\nuse crate::{b::{Y, Z}, c};\nlet v = crate::d::f();";
     let expected: BTreeSet<String> = ["a", "b", "c"].into_iter().map(String::from).collect();
     assert_eq!(used_modules(code, &modules), expected);
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use gpushare_proto::{
-    BUS_ADDRESS_ENV, MPS_THREAD_PERCENTAGE, PROBE_MAX_CLIENTS, PROBE_SECONDS, Workload,
+    BUS_ADDRESS_ENV, MPS_MAX_CLIENTS, MPS_THREAD_PERCENTAGE, PROBE_SECONDS, Workload,
 };
 
 /// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA
@@ -236,7 +236,7 @@ pub struct ProbeArgs {
         long,
         value_name = "N,…",
         value_delimiter = ',',
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(PROBE_MAX_CLIENTS))
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MPS_MAX_CLIENTS))
     )]
     pub clients: Vec<u32>,
     /// Workloads to run, comma-separated: `launch` (tiny kernels), `compute` (fp32 math),

@@ -7,6 +7,7 @@ mod access;
 mod metrics;
 mod sharing;
 mod transactions;
+mod wire;
 
 use gpushare_proto::Strategy;
 use gpushare_proto::types::{JobOutcome, PlanReport, ProfileDetail, ProfileList, Validation};

@@ -23,8 +23,9 @@ pub const OPTION_SECONDS: &str = "seconds";
 /// Option of `Probe` (b): run the sweep under each sharing strategy and recommend one.
 pub const OPTION_COMPARE: &str = "compare";
 
-/// Most clients a probe run may start: MPS's limit of clients per server.
-pub const PROBE_MAX_CLIENTS: u32 = 48;
+/// Most clients an MPS server takes (Volta and later): the most a profile's `replicas` or
+/// `max_clients` may say, and the most clients a probe run starts.
+pub const MPS_MAX_CLIENTS: u32 = 48;
 /// The measurement windows a probe accepts, in seconds.
 pub const PROBE_SECONDS: RangeInclusive<f64> = 0.5..=60.0;
 /// The client counts a probe runs when none are given.

@@ -68,6 +68,7 @@ impl Hooks {
                 .env("GPUSHARE_PROFILE", profile)
                 .env("GPUSHARE_GPUS", gpu_list.join(","))
                 .env("GPUSHARE_HOOK", name)
+                .discard_stdout()
                 // Its own process group, so that a timeout ends what it started too.
                 .own_process_group();
             if let Some(result) = result {

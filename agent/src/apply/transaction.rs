@@ -56,6 +56,30 @@ pub enum TransactionError {
     },
 }
 
+impl TransactionError {
+    /// How the failed apply settled, as `post_apply` hooks are told it.
+    pub fn settled(&self) -> Settled {
+        match self {
+            TransactionError::RolledBack { .. } => Settled::RolledBack,
+            _ => Settled::Failed,
+        }
+    }
+
+    /// Steps carried out before the failure.
+    pub fn steps_done(&self) -> u32 {
+        match self {
+            TransactionError::Hook(_) | TransactionError::Journal(_) => 0,
+            TransactionError::RolledBack { steps_done, .. }
+            | TransactionError::RollbackFailed { steps_done, .. } => *steps_done,
+        }
+    }
+
+    /// Whether the GPUs may have been left changed: the rollback failed.
+    pub fn left_changed(&self) -> bool {
+        matches!(self, TransactionError::RollbackFailed { .. })
+    }
+}
+
 fn list(gpus: &[u32]) -> String {
     gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
@@ -139,11 +163,7 @@ impl Transactions {
             }
         };
         let mut warnings = Vec::new();
-        let result = match &outcome {
-            Ok(_) => Settled::Success,
-            Err(TransactionError::RolledBack { .. }) => Settled::RolledBack,
-            Err(_) => Settled::Failed,
-        };
+        let result = outcome.as_ref().map_or_else(TransactionError::settled, |_| Settled::Success);
         self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
         match outcome {
             Ok(steps_done) => Ok(Applied { steps_done, warnings }),

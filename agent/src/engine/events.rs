@@ -48,10 +48,7 @@ pub enum EngineEvent {
         kind: JobKind,
     },
     /// The periodic health check of the MPS servers ran (or was skipped while a job ran).
-    HealthChecked {
-        /// What it did, one line per server it restarted or failed to.
-        restarts: Vec<String>,
-    },
+    HealthChecked,
 }
 
 /// A function called with every event as it is sent.
@@ -86,7 +83,8 @@ impl Events {
     }
 
     /// Calls `observer` with every event from now on, as it is sent. It runs on the
-    /// engine's task: it must return at once (no I/O, no locks held for long).
+    /// engine's task, inside the engine's own locks: it must return at once (no I/O, no
+    /// locks held for long) and must not call back into the engine or its events.
     pub fn observe(&self, observer: impl Fn(&EngineEvent) + Send + Sync + 'static) {
         self.observers.write().unwrap_or_else(PoisonError::into_inner).push(Box::new(observer));
     }

@@ -10,6 +10,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::error::EngineError;
 use super::events::{EngineEvent, Events};
+use crate::apply::hooks::Settled;
 
 /// What a job does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +99,16 @@ impl JobResult {
     }
 }
 
+impl From<Settled> for JobResult {
+    fn from(settled: Settled) -> Self {
+        match settled {
+            Settled::Success => JobResult::Success,
+            Settled::RolledBack => JobResult::RolledBack,
+            Settled::Failed => JobResult::Failed,
+        }
+    }
+}
+
 /// Everything about a finished job that its client is told.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobReport {
@@ -122,8 +133,8 @@ pub struct JobReport {
 }
 
 /// The apply lock, held by one job: it names the job for `status` and for `Busy` errors
-/// while held, and when dropped it clears the name and tells the engine's subscribers
-/// that the GPUs may have changed.
+/// while held, and when dropped it clears the name and, for a job that had started, tells
+/// the engine's listeners that the GPUs may have changed.
 pub struct JobGuard {
     _lock: OwnedMutexGuard<()>,
     running: Arc<Mutex<Option<RunningJob>>>,

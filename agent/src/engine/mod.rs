@@ -1,7 +1,8 @@
 //! The agent's operations, independent of any transport — status, plan, apply,
 //! export, profiles, validation, MPS control, probes ([`probe`]), recovery. The D-Bus
-//! service calls these and does nothing else; what they return is typed ([`JobReport`],
-//! [`EngineError`]) and becomes the protocol's documents in [`report`].
+//! service calls these and does nothing else. Queries answer with the protocol's documents,
+//! built in [`report`]; jobs end in a typed [`JobReport`]; failures are typed
+//! [`EngineError`]s, which the service alone turns into D-Bus errors.
 //!
 //! One job runs at a time: [`Engine::begin_apply`] and [`Engine::begin_probe`] take the
 //! apply lock or fail with [`EngineError::Busy`] at once; the lock travels with the job
@@ -27,7 +28,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
-use crate::apply::transaction::{TransactionError, Transactions};
+use crate::apply::transaction::Transactions;
 use crate::apply::{Executor, NodeAccess, Progress};
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
@@ -158,11 +159,6 @@ impl Engine {
         self.node.backend.kind()
     }
 
-    /// The profiles the engine knows.
-    pub fn profiles(&self) -> &ProfileStore {
-        &self.profiles
-    }
-
     /// The profile last applied successfully.
     pub fn active_profile(&self) -> Option<String> {
         self.journal.active_profile()
@@ -179,7 +175,7 @@ impl Engine {
     }
 
     /// Calls `observer` with every event from now on, as the engine sends it; it must
-    /// return at once (see [`events`]).
+    /// return at once and not call back into the engine (see [`events`]).
     pub fn on_event(&self, observer: impl Fn(&EngineEvent) + Send + Sync + 'static) {
         self.events.observe(observer);
     }
@@ -333,7 +329,7 @@ impl Engine {
             }
             Err(_) => Vec::new(),
         };
-        self.events.emit(EngineEvent::HealthChecked { restarts: restarts.clone() });
+        self.events.emit(EngineEvent::HealthChecked);
         restarts
     }
 
@@ -418,7 +414,9 @@ impl Engine {
                 report.warnings = applied.warnings;
             }
             Err(error) => {
-                (report.result, report.changed, report.steps_done) = settled(&error);
+                report.result = error.settled().into();
+                report.changed = error.left_changed();
+                report.steps_done = error.steps_done();
                 let profile = plan.profile.clone();
                 report.error = Some(EngineError::Apply { profile, error: Box::new(error) });
             }
@@ -502,20 +500,6 @@ impl Engine {
     }
 }
 
-/// How a failed apply ended: its result, whether the GPUs stayed changed (a failed
-/// rollback leaves them so), and the steps carried out.
-fn settled(error: &TransactionError) -> (JobResult, bool, u32) {
-    match error {
-        TransactionError::Hook(_) | TransactionError::Journal(_) => (JobResult::Failed, false, 0),
-        TransactionError::RolledBack { steps_done, .. } => {
-            (JobResult::RolledBack, false, *steps_done)
-        }
-        TransactionError::RollbackFailed { steps_done, .. } => {
-            (JobResult::Failed, true, *steps_done)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,6 +550,7 @@ mod tests {
     #[test]
     fn failed_applies_are_told_apart_by_kind() {
         use crate::apply::ApplyError;
+        use crate::apply::transaction::TransactionError;
         use crate::gpu::{ErrorCode, GpuError};
         let step = ApplyError::Backend(GpuError::new("observe", None, ErrorCode::Unknown));
         let rolled_back = TransactionError::RolledBack {
@@ -574,6 +559,8 @@ mod tests {
             steps_done: 3,
             warnings: vec![],
         };
+        let settled =
+            |e: &TransactionError| (JobResult::from(e.settled()), e.left_changed(), e.steps_done());
         assert_eq!(settled(&rolled_back), (JobResult::RolledBack, false, 3));
         let rollback_failed = TransactionError::RollbackFailed {
             error: step,

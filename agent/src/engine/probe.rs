@@ -6,7 +6,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::types::{ClientEnv, ProbeReport, ProbeRun, StrategyRuns};
-use gpushare_proto::{PROBE_MAX_CLIENTS, PROBE_SECONDS, Strategy};
+use gpushare_proto::{MPS_MAX_CLIENTS, PROBE_SECONDS, Strategy};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::events::EngineEvent;
@@ -74,7 +74,7 @@ impl Engine {
                 "a probe needs a workload and a client count".into(),
             ));
         }
-        let most = PROBE_MAX_CLIENTS as usize;
+        let most = MPS_MAX_CLIENTS as usize;
         if let Some(n) = options.clients.iter().find(|n| !(1..=most).contains(*n)) {
             return Err(EngineError::InvalidArgument(format!(
                 "{n} clients: from 1 to {most} (MPS's limit)"
@@ -238,7 +238,6 @@ impl Engine {
         let counts = job.options.clients.clone();
         let seconds = job.options.seconds;
         let limited: Vec<usize> = counts.iter().copied().filter(|&n| n > 1).collect();
-        outcome.steps_total = u32::try_from(2 + limited.len()).unwrap_or(u32::MAX);
         let say = |done: u32, step: String| {
             let _ = progress.send(Progress { done, total: outcome.steps_total, step });
         };

@@ -6,6 +6,7 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpushare_proto::MPS_MAX_CLIENTS;
 use serde::{Deserialize, Serialize};
 
 use super::stats::summarize;
@@ -238,8 +239,8 @@ pub fn parse_run_args(args: &[String]) -> Result<(Vec<Workload>, Vec<usize>, f64
     let counts = counts
         .split(',')
         .map(|c| match c.trim().parse::<usize>() {
-            Ok(n) if (1..=48).contains(&n) => Ok(n),
-            _ => Err(format!("client count {c:?}: expected 1 to 48")),
+            Ok(n) if (1..=MPS_MAX_CLIENTS as usize).contains(&n) => Ok(n),
+            _ => Err(format!("client count {c:?}: expected 1 to {MPS_MAX_CLIENTS}")),
         })
         .collect::<Result<Vec<_>, _>>()?;
     let seconds: f64 = seconds.parse().map_err(|_| format!("window {seconds:?}: not a number"))?;

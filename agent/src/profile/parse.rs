@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use gpushare_proto::MPS_MAX_CLIENTS;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -15,9 +16,6 @@ use super::{
 };
 use crate::catalog;
 use crate::node::TimeSliceInterval;
-
-/// Most MPS clients per device on Volta and later.
-const MPS_MAX_CLIENTS: u32 = 48;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

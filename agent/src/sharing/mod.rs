@@ -26,7 +26,7 @@ impl SharingTools {
     /// The MPS servers on disk, as observed state.
     pub fn mps_servers(&self) -> Vec<MpsServerState> {
         self.mps
-            .servers()
+            .daemons()
             .into_iter()
             .map(|s| MpsServerState {
                 uuid: s.record.uuid,

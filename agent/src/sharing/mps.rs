@@ -208,7 +208,7 @@ impl MpsController {
     }
 
     /// Every server directory under the root, with its daemon's pid when it runs.
-    pub fn servers(&self) -> Vec<MpsDaemon> {
+    pub fn daemons(&self) -> Vec<MpsDaemon> {
         let Ok(entries) = std::fs::read_dir(&self.config.root) else { return Vec::new() };
         let mut servers: Vec<MpsDaemon> = entries
             .filter_map(Result::ok)
@@ -282,7 +282,7 @@ impl MpsController {
         threads: Option<u32>,
         memory_bytes: Option<u64>,
     ) -> Result<(String, u32), SharingError> {
-        let found = self.servers().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
+        let found = self.daemons().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
             let clients = self.clients(&s.record.uuid).ok()?;
             let server = clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
             Some((s.record.uuid, server))
@@ -376,7 +376,7 @@ mod tests {
         // A pid file naming this test process stands for a live daemon.
         std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
             .unwrap();
-        let found = mps.servers();
+        let found = mps.daemons();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].record, record);
         assert_eq!(found[0].pid, Some(std::process::id()));

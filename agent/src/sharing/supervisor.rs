@@ -37,12 +37,15 @@ impl MpsSupervisor {
     /// One health check of every server under `mps` (blocking: it runs the control tool).
     /// Returns what it did, one line per server it restarted or failed to.
     pub fn check(&self, mps: &MpsController) -> Vec<String> {
-        self.check_at(mps, Instant::now())
+        self.check_with(mps, Instant::now)
     }
 
-    fn check_at(&self, mps: &MpsController, now: Instant) -> Vec<String> {
+    /// [`Self::check`] with the clock `now`, read once per server (a restart takes time).
+    fn check_with(&self, mps: &MpsController, now: impl Fn() -> Instant) -> Vec<String> {
+        let down: Vec<_> = mps.daemons().into_iter().filter(|d| !mps.healthy(d)).collect();
         let mut reports = Vec::new();
-        for daemon in mps.servers().into_iter().filter(|d| !mps.healthy(d)) {
+        for daemon in down {
+            let now = now();
             let uuid = daemon.record.uuid.clone();
             let delay = match self.backoff().get(&uuid) {
                 Some(b) if now < b.next_try => continue,
@@ -114,7 +117,7 @@ mod tests {
         let t0 = Instant::now();
         let tries = |at: Instant| {
             write_record();
-            supervisor.check_at(&mps, at)
+            supervisor.check_with(&mps, || at)
         };
         let first = tries(t0);
         assert_eq!(first.len(), 1, "{first:?}");

@@ -9,8 +9,8 @@
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Child, ChildStderr, ChildStdout, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -23,6 +23,10 @@ use super::unix;
 const OUTPUT_GRACE: Duration = Duration::from_millis(250);
 /// Most bytes kept of each of stdout and stderr; the rest is read and dropped.
 const OUTPUT_LIMIT: usize = 1 << 20;
+/// How long a program killed at its time limit may take to die before it is left behind.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How often a program is checked for exit when no watcher thread can be had.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// A program to run, with its arguments, environment, input and time limit.
 #[derive(Debug)]
@@ -31,6 +35,7 @@ pub struct Command {
     input: Option<Vec<u8>>,
     timeout: Duration,
     own_group: bool,
+    keep_stdout: bool,
 }
 
 /// How a program ended, with what it wrote.
@@ -38,7 +43,7 @@ pub struct Command {
 pub struct Finished {
     /// How it exited; `None` when it ran past its time limit and was killed.
     pub status: Option<ExitStatus>,
-    /// Its stdout (up to a limit).
+    /// Its stdout (up to a limit; empty when it was discarded).
     pub stdout: Vec<u8>,
     /// Its stderr (up to a limit).
     pub stderr: Vec<u8>,
@@ -81,6 +86,7 @@ impl Command {
             input: None,
             timeout,
             own_group: false,
+            keep_stdout: true,
         }
     }
 
@@ -108,6 +114,13 @@ impl Command {
         self
     }
 
+    /// Sends the program's stdout to `/dev/null`: for commands whose output nobody reads
+    /// (hooks), so that a process they leave behind holds no pipe to the agent.
+    pub fn discard_stdout(mut self) -> Self {
+        self.keep_stdout = false;
+        self
+    }
+
     /// Runs the program in a process group of its own, and kills the whole group at the
     /// time limit: for shell commands, whose children would otherwise outlive them.
     pub fn own_process_group(mut self) -> Self {
@@ -115,16 +128,12 @@ impl Command {
         self
     }
 
-    /// The program as it was given.
-    pub fn program(&self) -> &Path {
-        Path::new(self.inner.get_program())
-    }
-
     /// Runs the program to its end or its time limit. The error is the one of starting it
     /// (not found, not executable); everything after that is in [`Finished`].
     pub fn run(mut self) -> io::Result<Finished> {
         let stdin = if self.input.is_some() { Stdio::piped() } else { Stdio::null() };
-        self.inner.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let stdout = if self.keep_stdout { Stdio::piped() } else { Stdio::null() };
+        self.inner.stdin(stdin).stdout(stdout).stderr(Stdio::piped());
         if self.own_group {
             self.inner.process_group(0);
         }
@@ -134,11 +143,11 @@ impl Command {
         if let (Some(input), Some(mut pipe)) = (self.input.take(), child.stdin.take()) {
             // A pipe takes 64 KiB before a write blocks; more goes on from a thread, so a
             // program that does not read cannot hold the caller up. A program that exits
-            // without reading makes the write fail, which changes nothing here.
+            // without reading makes the write fail: its exit status tells what happened.
             if input.len() <= 4096 {
                 let _ = pipe.write_all(&input);
             } else {
-                thread::spawn(move || pipe.write_all(&input));
+                let _ = thread::Builder::new().spawn(move || pipe.write_all(&input));
             }
         }
         let status = wait_or_kill(&mut child, self.timeout, self.own_group)?;
@@ -155,27 +164,63 @@ fn wait_or_kill(
     group: bool,
 ) -> io::Result<Option<ExitStatus>> {
     let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    // The waiter only watches: the child is reaped below, so its pid cannot be reused
-    // before the kill at the time limit.
-    thread::spawn(move || {
-        let _ = tx.send(unix::wait_for_exit_unreaped(pid));
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(_) | Err(mpsc::RecvTimeoutError::Disconnected) => child.wait().map(Some),
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            if let Err(e) = unix::kill(pid, group) {
-                tracing::warn!(pid, error = %e, "cannot kill a program past its time limit");
-            }
-            child.wait()?;
-            Ok(None)
+    let (tx, exited) = mpsc::channel();
+    // The watcher only watches: the child is reaped here, so its pid cannot be reused
+    // before a kill at the time limit.
+    let watching = thread::Builder::new()
+        .spawn(move || {
+            let _ = tx.send(unix::wait_for_exit_unreaped(pid));
+        })
+        .is_ok();
+    let deadline = Instant::now() + timeout;
+    let exited_in_time = if watching {
+        match exited.recv_timeout(timeout) {
+            Ok(Ok(())) => true,
+            Err(mpsc::RecvTimeoutError::Timeout) => false,
+            // No answer from waitid: watch by polling instead.
+            Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => poll_until(child, deadline)?,
         }
+    } else {
+        poll_until(child, deadline)?
+    };
+    if exited_in_time {
+        return child.wait().map(Some);
+    }
+    if let Err(e) = unix::kill(pid, group) {
+        tracing::warn!(pid, error = %e, "cannot kill a command past its time");
+    }
+    // A process stuck in the kernel (a wedged driver) may not die even of SIGKILL: it is
+    // waited for a little, then left unreaped rather than hold the agent up.
+    let dead = match exited.recv_timeout(KILL_GRACE) {
+        Ok(Ok(())) => true,
+        _ => poll_until(child, Instant::now() + KILL_GRACE)?,
+    };
+    if dead {
+        child.wait()?;
+    } else {
+        tracing::warn!(pid, "a command killed past its time has not exited; left behind");
+    }
+    Ok(None)
+}
+
+/// Polls `child` until it exits (`true`) or `deadline` passes (`false`), without reaping it.
+fn poll_until(child: &mut Child, deadline: Instant) -> io::Result<bool> {
+    loop {
+        if child.try_wait()?.is_some() {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        thread::sleep(POLL_INTERVAL);
     }
 }
 
 /// Reads one of a child's output pipes on a thread of its own until it closes.
 struct Collector {
     bytes: Arc<Mutex<Vec<u8>>>,
+    /// Set once the output was handed over: what comes later is drained, not kept.
+    taken: Arc<AtomicBool>,
     closed: mpsc::Receiver<()>,
 }
 
@@ -187,19 +232,22 @@ impl OutputPipe for ChildStderr {}
 impl Collector {
     fn start(pipe: Option<impl OutputPipe>) -> Collector {
         let bytes = Arc::new(Mutex::new(Vec::new()));
+        let taken = Arc::new(AtomicBool::new(false));
         let (tx, closed) = mpsc::channel();
         if let Some(mut pipe) = pipe {
-            let sink = Arc::clone(&bytes);
-            thread::spawn(move || {
+            let (sink, done) = (Arc::clone(&bytes), Arc::clone(&taken));
+            // Without a thread the pipe is dropped: the program sees its reader gone.
+            let _ = thread::Builder::new().spawn(move || {
                 let mut buf = [0u8; 8192];
                 loop {
                     match pipe.read(&mut buf) {
                         Ok(0) => break,
-                        Ok(n) => {
+                        Ok(n) if !done.load(Ordering::Relaxed) => {
                             let mut kept = sink.lock().unwrap_or_else(PoisonError::into_inner);
                             let room = OUTPUT_LIMIT.saturating_sub(kept.len());
                             kept.extend_from_slice(&buf[..n.min(room)]);
                         }
+                        Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => break,
                     }
@@ -207,12 +255,13 @@ impl Collector {
                 let _ = tx.send(());
             });
         }
-        Collector { bytes, closed }
+        Collector { bytes, taken, closed }
     }
 
     /// What was read once the pipe closed, or by `deadline` if it stays open.
     fn finish(self, deadline: Instant) -> Vec<u8> {
         let _ = self.closed.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        self.taken.store(true, Ordering::Relaxed);
         std::mem::take(&mut *self.bytes.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
@@ -290,6 +339,13 @@ mod tests {
         assert_eq!(done.status.and_then(|s| s.code()), Some(4));
         assert_eq!(done.stderr_text(), "bye\n");
         assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn stdout_can_go_to_dev_null() {
+        let done =
+            sh("echo out; echo err >&2", Duration::from_secs(30)).discard_stdout().run().unwrap();
+        assert_eq!((done.stdout_text(), done.stderr_text()), (String::new(), "err\n".into()));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Files the agent keeps: every one is written atomically, so that a crash leaves either
-//! the old or the new content.
+//! Files the agent keeps: every one it writes is written atomically, so that a crash leaves
+//! either the old or the new content; and the lock that keeps one agent per state
+//! directory.
 
 use std::fs::{self, File};
 use std::io::{self, Write};

@@ -5,41 +5,36 @@ use super::NvmlBackend;
 use crate::catalog::GpuModel;
 use crate::gpu::{GpuBackend, GpuError};
 
-/// What `--check-catalog` found: one line per GPU and one per difference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CatalogReport {
-    /// The lines to print.
-    pub lines: Vec<String>,
-    /// Whether every GPU's table agrees with the catalog.
-    pub agrees: bool,
-}
-
-/// Compares every GPU's MIG profile table, as NVML reports it, with the catalog's.
-pub fn check(nvml: &NvmlBackend) -> Result<CatalogReport, GpuError> {
-    let mut report = CatalogReport { lines: Vec::new(), agrees: true };
+/// Compares every GPU's MIG profile table, as NVML reports it, with the catalog's, handing
+/// `say` one line per GPU and one per difference as it goes. Returns whether every table
+/// agrees; an NVML failure stops the comparison, after the lines said so far.
+pub fn check(nvml: &NvmlBackend, mut say: impl FnMut(String)) -> Result<bool, GpuError> {
+    let mut agrees = true;
     for gpu in &nvml.observe()? {
         let Some(model) = gpu.model else {
-            report.lines.push(format!(
+            say(format!(
                 "{}: not in the catalog (PCI id {:#010X})",
                 gpu.label(),
                 gpu.pci_device_id
             ));
-            report.agrees = false;
+            agrees = false;
             continue;
         };
         let table = nvml.profile_table(gpu.index)?;
         let differences = compare_with_catalog(&table, model);
-        report.lines.push(format!(
+        say(format!(
             "{}: {} MIG profiles from NVML, {} differences from the catalog ({})",
             gpu.label(),
             table.len(),
             differences.len(),
             model.key
         ));
-        report.lines.extend(differences.iter().map(|d| format!("  {d}")));
-        report.agrees &= differences.is_empty();
+        for d in &differences {
+            say(format!("  {d}"));
+        }
+        agrees &= differences.is_empty();
     }
-    Ok(report)
+    Ok(agrees)
 }
 
 /// One GPU-instance profile as NVML reports it (`nvidia-smi mig -lgip` and `-lgipp`).
