@@ -47,6 +47,9 @@ pub use probe::{ProbeJob, ProbeOptions};
 
 /// The name of the job that re-applies the active profile at start-up.
 const BOOT_JOB: &str = "start-up";
+/// How long a job waits for the apply lock when no job holds it (the MPS health check
+/// does, for a moment) before it is refused as busy.
+const LOCK_WAIT: Duration = Duration::from_secs(20);
 
 /// The agent's engine: the node, the known profiles, the journal, the apply lock.
 pub struct Engine {
@@ -363,7 +366,7 @@ impl Engine {
     ) -> Result<ApplyJob, EngineError> {
         let profile = self.resolve(source)?;
         let kind = JobKind::Apply { profile: profile.name.clone() };
-        let mut guard = self.lock_for(job, kind)?;
+        let mut guard = self.lock_for(job, kind).await?;
         // An apply whose rollback failed leaves its GPUs between layouts: roll it back
         // first (again), or refuse, rather than overwrite its record.
         if self.journal.snapshot().transaction.is_some() {
@@ -447,18 +450,26 @@ impl Engine {
         })
     }
 
-    /// Takes the apply lock at once for job `id` doing `kind`, or says what holds it.
-    /// Applies and probes share it: neither may overlap the other.
-    fn lock_for(&self, id: &str, kind: JobKind) -> Result<JobGuard, EngineError> {
-        let lock = self.try_lock()?;
+    /// Takes the apply lock for job `id` doing `kind`, or says what holds it. Applies and
+    /// probes share it: neither may overlap the other.
+    async fn lock_for(&self, id: &str, kind: JobKind) -> Result<JobGuard, EngineError> {
+        let lock = self.lock().await?;
         let job = RunningJob { id: id.to_string(), kind };
         Ok(JobGuard::new(lock, job, Arc::clone(&self.running), self.events.clone()))
     }
 
-    /// Takes the apply lock at once, or says what holds it.
-    fn try_lock(&self) -> Result<OwnedMutexGuard<()>, EngineError> {
-        Arc::clone(&self.apply_lock)
-            .try_lock_owned()
+    /// Takes the apply lock for a job. Another job holding it refuses this one at once;
+    /// the MPS health check (or a job just letting go) holds it only for a moment, so then
+    /// this one waits, up to [`LOCK_WAIT`], rather than fail for no reason of its caller's.
+    async fn lock(&self) -> Result<OwnedMutexGuard<()>, EngineError> {
+        if let Ok(lock) = Arc::clone(&self.apply_lock).try_lock_owned() {
+            return Ok(lock);
+        }
+        if let Some(job) = self.running_job() {
+            return Err(EngineError::Busy(Some(job)));
+        }
+        tokio::time::timeout(LOCK_WAIT, Arc::clone(&self.apply_lock).lock_owned())
+            .await
             .map_err(|_| EngineError::Busy(self.running_job()))
     }
 
@@ -573,6 +584,32 @@ mod tests {
         assert_eq!(settled(&TransactionError::Journal("x".into())), (JobResult::Failed, false, 0));
         assert!(JobResult::Success.is_ok() && JobResult::Unchanged.is_ok());
         assert!(!JobResult::RolledBack.is_ok() && !JobResult::Failed.is_ok());
+    }
+
+    #[test]
+    fn an_apply_waits_for_a_health_check_instead_of_being_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            // The health check holds the lock with no job named, as supervise_mps does.
+            let check = Arc::clone(&engine.apply_lock).try_lock_owned().unwrap();
+            let release = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                drop(check);
+            };
+            let (job, ()) = tokio::join!(
+                engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j1"),
+                release
+            );
+            let job = job.expect("the apply waited for the check");
+            // A job holding the lock refuses the next one at once.
+            let started = std::time::Instant::now();
+            let busy = engine.begin_apply(ProfileRef::Named("all-disabled"), false, "j2").await;
+            assert!(matches!(busy, Err(EngineError::Busy(Some(_)))), "{:?}", busy.err());
+            assert!(started.elapsed() < Duration::from_secs(1));
+            drop(job);
+        });
     }
 
     proptest::proptest! {

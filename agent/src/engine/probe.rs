@@ -87,7 +87,7 @@ impl Engine {
                 PROBE_SECONDS.end()
             )));
         }
-        let lock = self.try_lock()?;
+        let lock = self.lock().await?;
         let node = self.node.observe(true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
