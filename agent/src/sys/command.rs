@@ -2,17 +2,15 @@
 //! hooks): bounded in time, with stdout and stderr read while it runs (a chatty program
 //! never blocks on a full pipe), stdin closed or fed a few bytes, and the output of a
 //! program that leaves a process behind holding its pipes collected without waiting for
-//! that process.
+//! that process. One thread does it all, polling the pipes and a pidfd of the program.
 //!
 //! Calls block; async callers run them on tokio's blocking pool.
 
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -25,8 +23,10 @@ const OUTPUT_GRACE: Duration = Duration::from_millis(250);
 const OUTPUT_LIMIT: usize = 1 << 20;
 /// How long a program killed at its time limit may take to die before it is left behind.
 const KILL_GRACE: Duration = Duration::from_secs(5);
-/// How often a program is checked for exit when no watcher thread can be had.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Without a pidfd, how soon a program is first looked at for its exit, and the longest
+/// the looks are apart (they double in between).
+const FIRST_NAP: Duration = Duration::from_micros(200);
+const LAST_NAP: Duration = Duration::from_millis(20);
 
 /// A program to run, with its arguments, environment, input and time limit.
 #[derive(Debug)]
@@ -130,7 +130,13 @@ impl Command {
 
     /// Runs the program to its end or its time limit. The error is the one of starting it
     /// (not found, not executable); everything after that is in [`Finished`].
-    pub fn run(mut self) -> io::Result<Finished> {
+    pub fn run(self) -> io::Result<Finished> {
+        self.run_watching(true)
+    }
+
+    /// [`Command::run`], with `pidfd` false watching the exit by looking now and then, as
+    /// on kernels without pidfds.
+    fn run_watching(mut self, pidfd: bool) -> io::Result<Finished> {
         let stdin = if self.input.is_some() { Stdio::piped() } else { Stdio::null() };
         let stdout = if self.keep_stdout { Stdio::piped() } else { Stdio::null() };
         self.inner.stdin(stdin).stdout(stdout).stderr(Stdio::piped());
@@ -138,8 +144,6 @@ impl Command {
             self.inner.process_group(0);
         }
         let mut child = self.inner.spawn()?;
-        let stdout = Collector::start(child.stdout.take());
-        let stderr = Collector::start(child.stderr.take());
         if let (Some(input), Some(mut pipe)) = (self.input.take(), child.stdin.take()) {
             // A pipe takes 64 KiB before a write blocks; more goes on from a thread, so a
             // program that does not read cannot hold the caller up. A program that exits
@@ -150,119 +154,145 @@ impl Command {
                 let _ = thread::Builder::new().spawn(move || pipe.write_all(&input));
             }
         }
-        let status = wait_or_kill(&mut child, self.timeout, self.own_group)?;
-        let deadline = Instant::now() + OUTPUT_GRACE;
-        Ok(Finished { status, stdout: stdout.finish(deadline), stderr: stderr.finish(deadline) })
+        let mut run = Running {
+            pidfd: if pidfd { unix::pidfd_open(child.id()) } else { None },
+            stdout: Output::of(child.stdout.take()),
+            stderr: Output::of(child.stderr.take()),
+            child,
+        };
+        let status = run.wait(self.timeout, self.own_group)?;
+        Ok(Finished { status, stdout: run.stdout.bytes, stderr: run.stderr.bytes })
     }
 }
 
-/// Waits for `child` for at most `timeout`, then kills it (or its process group) and reaps
-/// it. `None` when it was killed.
-fn wait_or_kill(
-    child: &mut Child,
-    timeout: Duration,
-    group: bool,
-) -> io::Result<Option<ExitStatus>> {
-    let pid = child.id();
-    let (tx, exited) = mpsc::channel();
-    // The watcher only watches: the child is reaped here, so its pid cannot be reused
-    // before a kill at the time limit.
-    let watching = thread::Builder::new()
-        .spawn(move || {
-            let _ = tx.send(unix::wait_for_exit_unreaped(pid));
-        })
-        .is_ok();
-    let deadline = Instant::now() + timeout;
-    let exited_in_time = if watching {
-        match exited.recv_timeout(timeout) {
-            Ok(Ok(())) => true,
-            Err(mpsc::RecvTimeoutError::Timeout) => false,
-            // No answer from waitid: watch by polling instead.
-            Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => poll_until(child, deadline)?,
+/// A started program: its output pipes are read as it runs, on the caller's thread, while
+/// its exit is watched through a pidfd (or, without one, by looking now and then).
+struct Running {
+    child: Child,
+    pidfd: Option<OwnedFd>,
+    stdout: Output,
+    stderr: Output,
+}
+
+impl Running {
+    /// Reads the output until the program has exited and its pipes are closed (or stay
+    /// open [`OUTPUT_GRACE`] past its exit); kills it (or its process group) at `timeout`.
+    /// `None` when it was killed.
+    fn wait(&mut self, timeout: Duration, group: bool) -> io::Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        let mut status = None;
+        let mut killed = false;
+        // Until when to read: the time limit while the program runs, then the grace.
+        let mut until = deadline;
+        let mut nap = FIRST_NAP;
+        loop {
+            if status.is_none()
+                && let Some(exited) = self.child.try_wait()?
+            {
+                status = Some(exited);
+                until = Instant::now() + OUTPUT_GRACE;
+            }
+            let reading = self.stdout.open() || self.stderr.open();
+            if status.is_some() && !reading {
+                break;
+            }
+            let now = Instant::now();
+            if now >= until {
+                if status.is_some() {
+                    // Exited, but a process it left behind holds its pipes.
+                    break;
+                }
+                if killed {
+                    // A process stuck in the kernel (a wedged driver) may not die even of
+                    // SIGKILL: it is left unreaped rather than hold the agent up.
+                    tracing::warn!(
+                        pid = self.child.id(),
+                        "a command killed past its time has not exited; left behind"
+                    );
+                    break;
+                }
+                // Not yet reaped, so the pid is surely still the child's.
+                if let Err(e) = unix::kill(self.child.id(), group) {
+                    tracing::warn!(pid = self.child.id(), error = %e, "cannot kill a command past its time");
+                }
+                killed = true;
+                until = now + KILL_GRACE;
+                continue;
+            }
+            // Sleep until output comes, the program exits, or it is time to act. Without a
+            // pidfd an exit with pipes still open is noticed by looking every so often.
+            let watch_exit = status.is_none() && self.pidfd.is_some();
+            let mut wait = until - now;
+            if status.is_none() && self.pidfd.is_none() {
+                wait = wait.min(nap);
+                nap = (nap * 2).min(LAST_NAP);
+            }
+            let mut fds = Vec::with_capacity(3);
+            fds.extend(self.stdout.fd());
+            fds.extend(self.stderr.fd());
+            if watch_exit {
+                fds.extend(self.pidfd.as_ref().map(AsFd::as_fd));
+            }
+            if fds.is_empty() {
+                // Nothing to read and no pidfd: only the exit is left to wait for.
+                thread::sleep(wait);
+                continue;
+            }
+            let ready = unix::poll_readable(&fds, wait)?;
+            let (mut ready, mut on) = (ready.into_iter(), [&mut self.stdout, &mut self.stderr]);
+            for output in on.iter_mut().filter(|o| o.open()) {
+                if ready.next() == Some(true) {
+                    output.read_some();
+                }
+            }
         }
-    } else {
-        poll_until(child, deadline)?
-    };
-    if exited_in_time {
-        return child.wait().map(Some);
-    }
-    if let Err(e) = unix::kill(pid, group) {
-        tracing::warn!(pid, error = %e, "cannot kill a command past its time");
-    }
-    // A process stuck in the kernel (a wedged driver) may not die even of SIGKILL: it is
-    // waited for a little, then left unreaped rather than hold the agent up.
-    let dead = match exited.recv_timeout(KILL_GRACE) {
-        Ok(Ok(())) => true,
-        _ => poll_until(child, Instant::now() + KILL_GRACE)?,
-    };
-    if dead {
-        child.wait()?;
-    } else {
-        tracing::warn!(pid, "a command killed past its time has not exited; left behind");
-    }
-    Ok(None)
-}
-
-/// Polls `child` until it exits (`true`) or `deadline` passes (`false`), without reaping it.
-fn poll_until(child: &mut Child, deadline: Instant) -> io::Result<bool> {
-    loop {
-        if child.try_wait()?.is_some() {
-            return Ok(true);
+        if killed && status.is_none() {
+            // Reap it if it died meanwhile; it was killed either way.
+            let _ = self.child.try_wait()?;
         }
-        if Instant::now() >= deadline {
-            return Ok(false);
-        }
-        thread::sleep(POLL_INTERVAL);
+        Ok(if killed { None } else { status })
     }
 }
 
-/// Reads one of a child's output pipes on a thread of its own until it closes.
-struct Collector {
-    bytes: Arc<Mutex<Vec<u8>>>,
-    /// Set once the output was handed over: what comes later is drained, not kept.
-    taken: Arc<AtomicBool>,
-    closed: mpsc::Receiver<()>,
+/// One output pipe of a program and what was read from it.
+struct Output {
+    pipe: Option<Box<dyn OutputPipe>>,
+    bytes: Vec<u8>,
 }
 
-/// The output pipes a [`Collector`] reads.
-trait OutputPipe: Read + Send + 'static {}
+/// The output pipes an [`Output`] reads.
+trait OutputPipe: Read + AsFd {}
 impl OutputPipe for ChildStdout {}
 impl OutputPipe for ChildStderr {}
 
-impl Collector {
-    fn start(pipe: Option<impl OutputPipe>) -> Collector {
-        let bytes = Arc::new(Mutex::new(Vec::new()));
-        let taken = Arc::new(AtomicBool::new(false));
-        let (tx, closed) = mpsc::channel();
-        if let Some(mut pipe) = pipe {
-            let (sink, done) = (Arc::clone(&bytes), Arc::clone(&taken));
-            // Without a thread the pipe is dropped: the program sees its reader gone.
-            let _ = thread::Builder::new().spawn(move || {
-                let mut buf = [0u8; 8192];
-                loop {
-                    match pipe.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) if !done.load(Ordering::Relaxed) => {
-                            let mut kept = sink.lock().unwrap_or_else(PoisonError::into_inner);
-                            let room = OUTPUT_LIMIT.saturating_sub(kept.len());
-                            kept.extend_from_slice(&buf[..n.min(room)]);
-                        }
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-                let _ = tx.send(());
-            });
-        }
-        Collector { bytes, taken, closed }
+impl Output {
+    fn of(pipe: Option<impl OutputPipe + 'static>) -> Output {
+        Output { pipe: pipe.map(|p| Box::new(p) as Box<dyn OutputPipe>), bytes: Vec::new() }
     }
 
-    /// What was read once the pipe closed, or by `deadline` if it stays open.
-    fn finish(self, deadline: Instant) -> Vec<u8> {
-        let _ = self.closed.recv_timeout(deadline.saturating_duration_since(Instant::now()));
-        self.taken.store(true, Ordering::Relaxed);
-        std::mem::take(&mut *self.bytes.lock().unwrap_or_else(PoisonError::into_inner))
+    /// Whether the pipe is still open.
+    fn open(&self) -> bool {
+        self.pipe.is_some()
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.pipe.as_ref().map(|p| p.as_fd())
+    }
+
+    /// Reads what the pipe has (it was polled readable, so this does not block); closes
+    /// it at end of file. Keeps at most [`OUTPUT_LIMIT`] bytes and drops the rest.
+    fn read_some(&mut self) {
+        let Some(pipe) = self.pipe.as_mut() else { return };
+        let mut buf = [0u8; 16384];
+        match pipe.read(&mut buf) {
+            Ok(0) => self.pipe = None,
+            Ok(n) => {
+                let room = OUTPUT_LIMIT.saturating_sub(self.bytes.len());
+                self.bytes.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => self.pipe = None,
+        }
     }
 }
 
@@ -338,6 +368,37 @@ mod tests {
         let done = sh("echo bye >&2; sleep 5 & exit 4", Duration::from_secs(30)).run().unwrap();
         assert_eq!(done.status.and_then(|s| s.code()), Some(4));
         assert_eq!(done.stderr_text(), "bye\n");
+        assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_program_that_closes_its_pipes_is_still_timed() {
+        for pidfd in [true, false] {
+            let started = Instant::now();
+            let done = sh("exec >/dev/null 2>&1; exec sleep 30", Duration::from_millis(300))
+                .run_watching(pidfd)
+                .unwrap();
+            assert!(done.status.is_none(), "pidfd {pidfd}");
+            assert!(started.elapsed() < Duration::from_secs(10));
+        }
+    }
+
+    #[test]
+    fn without_a_pidfd_exits_are_seen_all_the_same() {
+        let done =
+            sh("echo out; sleep 0.1; exit 5", Duration::from_secs(30)).run_watching(false).unwrap();
+        assert_eq!(
+            (done.status.and_then(|s| s.code()), done.stdout_text()),
+            (Some(5), "out\n".into())
+        );
+        let started = Instant::now();
+        let done = sh("echo bye >&2; sleep 5 & exit 4", Duration::from_secs(30))
+            .run_watching(false)
+            .unwrap();
+        assert_eq!(
+            (done.status.and_then(|s| s.code()), done.stderr_text()),
+            (Some(4), "bye\n".into())
+        );
         assert!(started.elapsed() < Duration::from_secs(4));
     }
 

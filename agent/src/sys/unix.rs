@@ -4,7 +4,8 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
 
 /// The effective user id of this process.
 pub fn effective_uid() -> u32 {
@@ -44,26 +45,42 @@ pub fn kill(pid: u32, group: bool) -> io::Result<()> {
     }
 }
 
-/// Blocks until child `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`): its
-/// pid stays reserved until the owner of the `Child` waits for it, so that a timeout may
-/// still kill it by pid without hitting another process.
-pub fn wait_for_exit_unreaped(pid: u32) -> io::Result<()> {
-    let id = ::libc::id_t::from(pid);
-    loop {
-        // SAFETY: an all-zero siginfo_t is a valid value for waitid to overwrite.
-        let mut info: ::libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a live, writable siginfo_t for the duration of the call.
-        let rc = unsafe {
-            ::libc::waitid(::libc::P_PID, id, &mut info, ::libc::WEXITED | ::libc::WNOWAIT)
-        };
-        if rc == 0 {
-            return Ok(());
-        }
+/// A pidfd of process `pid`: readable once it has exited. `None` where the kernel has no
+/// pidfds (before Linux 5.3) or a sandbox refuses the call; callers then poll.
+pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = ::libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new file descriptor or -1;
+    // it touches no memory of ours.
+    let fd = unsafe { ::libc::syscall(::libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel for us and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits until one of `fds` can be read without blocking (data, end of file or a pidfd's
+/// exit) or `timeout` passes; returns which can, in order. An interrupted wait counts as
+/// a timeout.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut polled: Vec<::libc::pollfd> = fds
+        .iter()
+        .map(|fd| ::libc::pollfd { fd: fd.as_raw_fd(), events: ::libc::POLLIN, revents: 0 })
+        .collect();
+    // Rounded up, so that a wait of a few microseconds does not spin.
+    let millis = timeout.as_micros().div_ceil(1000);
+    let millis = ::libc::c_int::try_from(millis).unwrap_or(::libc::c_int::MAX);
+    let count = ::libc::nfds_t::try_from(polled.len()).map_err(io::Error::other)?;
+    // SAFETY: `polled` is a live, writable array of `count` pollfd structs for the call;
+    // the descriptors are borrowed from their owners for its duration.
+    let rc = unsafe { ::libc::poll(polled.as_mut_ptr(), count, millis) };
+    if rc < 0 {
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
         }
+        return Err(e);
     }
+    let ready = ::libc::POLLIN | ::libc::POLLHUP | ::libc::POLLERR;
+    Ok(polled.iter().map(|p| p.revents & ready != 0).collect())
 }
 
 /// The gid of group `name`, from the system's group database (NSS included).
@@ -100,12 +117,16 @@ mod tests {
     }
 
     #[test]
-    fn an_exited_child_stays_unreaped_until_waited_for() {
-        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
-        wait_for_exit_unreaped(child.id()).unwrap();
-        // Still a zombie of ours: its pid is not free for another process yet.
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
-        assert!(stat.rsplit(')').next().unwrap().trim_start().starts_with('Z'), "{stat}");
+    fn a_pidfd_becomes_readable_when_its_process_exits() {
+        use std::os::fd::AsFd;
+        let mut child = std::process::Command::new("/bin/sleep").arg("0.2").spawn().unwrap();
+        let Some(pidfd) = pidfd_open(child.id()) else {
+            eprintln!("skipped: no pidfds on this kernel");
+            child.wait().unwrap();
+            return;
+        };
+        assert_eq!(poll_readable(&[pidfd.as_fd()], Duration::ZERO).unwrap(), [false]);
+        assert_eq!(poll_readable(&[pidfd.as_fd()], Duration::from_secs(10)).unwrap(), [true]);
         assert!(child.wait().unwrap().success());
     }
 
