@@ -3,12 +3,19 @@
 //!
 //! ```text
 //! gpushare-bench [--simulate a100-40gb:8 | --nvml] [--runs 50] [--applies 100]
+//! gpushare-bench --against DIR [--simulate a100-40gb:8] [--runs 200]
 //! ```
+//!
+//! `--against DIR` compares this build with the `gpushare-agent` and `gpushare-ctl` of
+//! DIR (another build): both agents run at once on their own buses, and each timed call
+//! goes to one and then the other (the order alternating), so that whatever else the
+//! machine does weighs on both alike.
 //!
 //! With `--nvml` the agent runs on the real GPUs with `manage_mig = false` and
 //! `manage_compute_mode = false`: it changes nothing, so only status and a no-op apply are
 //! timed. `nvidia-smi` is timed alongside when it is on the PATH.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,11 +27,18 @@ struct Args {
     applies: usize,
     /// Per-call delay for the parallel-against-serial comparison; none skips it.
     mig_delay_ms: Option<u64>,
+    /// Another build's binaries to compare with.
+    against: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
-    let mut args =
-        Args { simulate: Some("a100-40gb:8".into()), runs: 50, applies: 100, mig_delay_ms: None };
+    let mut args = Args {
+        simulate: Some("a100-40gb:8".into()),
+        runs: 50,
+        applies: 100,
+        mig_delay_ms: None,
+        against: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -35,6 +49,7 @@ fn parse_args() -> Args {
                 args.mig_delay_ms = it.next().and_then(|n| n.parse().ok());
                 assert!(args.mig_delay_ms.is_some(), "--mig-delay-ms MS");
             }
+            "--against" => args.against = Some(it.next().expect("--against DIR").into()),
             "--applies" => {
                 args.applies = it.next().and_then(|n| n.parse().ok()).expect("--applies N")
             }
@@ -111,10 +126,60 @@ fn parallel_against_serial(delay_ms: u64, runs: usize) {
     }
 }
 
+/// The median of `samples`, in ms.
+fn median_ms(samples: &mut [Duration]) -> f64 {
+    samples.sort();
+    ms(samples[samples.len() / 2])
+}
+
+/// Status, status as JSON and an idempotent re-apply of this build against the build in
+/// `other`, interleaved call by call; prints medians and their ratio (this build over the
+/// other).
+fn side_by_side(other: &std::path::Path, spec: &str, runs: usize) {
+    let theirs = Agent::start(AgentOptions::simulate(spec).binaries(other));
+    let ours = Agent::start(AgentOptions::simulate(spec));
+    for agent in [&theirs, &ours] {
+        let out = agent.ctl(&["apply", "half-balanced"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    println!(
+        "Simulated {spec}; {runs} calls to each build, each call to the build in {} and to \
+         this one in turn, in alternating order.\n",
+        other.display()
+    );
+    println!("| measurement | other build median ms | this build median ms | this / other |");
+    println!("|---|---|---|---|");
+    let cases: [(&str, &[&str]); 3] = [
+        ("`gpushare-ctl status`", &["status"]),
+        ("`gpushare-ctl status --json`", &["status", "--json"]),
+        ("`gpushare-ctl apply half-balanced` again (idempotent)", &["apply", "half-balanced"]),
+    ];
+    for (what, args) in cases {
+        let (mut a, mut b) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+        for i in 0..runs {
+            let one = |agent: &Agent| time_runs(1, || agent.ctl_command(args))[0];
+            if i % 2 == 0 {
+                a.push(one(&theirs));
+                b.push(one(&ours));
+            } else {
+                b.push(one(&ours));
+                a.push(one(&theirs));
+            }
+        }
+        let (theirs_ms, ours_ms) = (median_ms(&mut a), median_ms(&mut b));
+        println!("| {what} | {theirs_ms:.2} | {ours_ms:.2} | {:.3} |", ours_ms / theirs_ms);
+    }
+}
+
 fn main() {
     let args = parse_args();
     if let Some(delay) = args.mig_delay_ms {
         parallel_against_serial(delay, 5);
+        return;
+    }
+    if let Some(other) = &args.against {
+        let spec = args.simulate.as_deref().unwrap_or("a100-40gb:8");
+        side_by_side(other, spec, args.runs);
         return;
     }
     let options = match &args.simulate {

@@ -99,6 +99,9 @@ pub struct AgentOptions {
     pub profiles: Vec<(String, String)>,
     /// agent.toml text.
     pub config: Option<String>,
+    /// A directory holding the `gpushare-agent` and `gpushare-ctl` to run, instead of
+    /// those the environment or the target directory name (another build, to compare).
+    pub binaries: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -116,6 +119,12 @@ impl AgentOptions {
     /// With this agent.toml text.
     pub fn config(mut self, text: &str) -> Self {
         self.config = Some(text.into());
+        self
+    }
+
+    /// Running the `gpushare-agent` and `gpushare-ctl` of directory `dir`.
+    pub fn binaries(mut self, dir: &Path) -> Self {
+        self.binaries = Some(dir.to_path_buf());
         self
     }
 
@@ -153,7 +162,7 @@ impl Agent {
 
     fn spawn(&mut self) {
         let d = self.dir.path();
-        let mut command = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"));
+        let mut command = Command::new(self.binary("gpushare-agent", "GPUSHARE_AGENT_BIN"));
         if !self.options.simulate.is_empty() {
             command.args(["--simulate", &self.options.simulate]);
         }
@@ -191,6 +200,15 @@ impl Agent {
             }
             Err("gpushare-agent did not answer within 20 s".into())
         });
+    }
+
+    /// The path of this agent's `name` binary: from its options' directory, else as
+    /// [`binary`] finds it.
+    fn binary(&self, name: &str, env: &str) -> PathBuf {
+        match &self.options.binaries {
+            Some(dir) => dir.join(name),
+            None => binary(name, env),
+        }
     }
 
     /// Stops the agent with SIGTERM and waits for it.
@@ -259,7 +277,7 @@ impl Agent {
 
     /// A `gpushare-ctl` command pointed at this agent's bus.
     pub fn ctl_command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"));
+        let mut cmd = Command::new(self.binary("gpushare-ctl", "GPUSHARE_CTL_BIN"));
         cmd.args(args)
             .env("GPUSHARE_BUS_ADDRESS", self.bus.address())
             .env_remove("DBUS_SESSION_BUS_ADDRESS")
