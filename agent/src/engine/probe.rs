@@ -87,6 +87,8 @@ impl Engine {
                 PROBE_SECONDS.end()
             )));
         }
+        // The lock first, so that the sharing observed stays as it is; the job is named
+        // (for status and Busy) once its target is known.
         let lock = self.lock().await?;
         let node = self.node.observe(true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
@@ -231,8 +233,7 @@ impl Engine {
         outcome: &mut JobReport,
     ) -> Result<ProbeReport, String> {
         use crate::probe::{run::run_clients, stats::summarize};
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?;
+        let exe = agent_binary()?;
         let uuid = job.env.uuid.clone();
         let mps_dir = self.node.sharing.mps.pipe_dir(&uuid).display().to_string();
         let counts = job.options.clients.clone();
@@ -366,8 +367,7 @@ impl Engine {
         progress: &UnboundedSender<Progress>,
         outcome: &mut JobReport,
     ) -> Result<ProbeReport, String> {
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?;
+        let exe = agent_binary()?;
         let env = job.env.variables.clone();
         let total = outcome.steps_total;
         let mut runs = Vec::new();
@@ -405,6 +405,11 @@ impl Engine {
             recommendations: Vec::new(),
         })
     }
+}
+
+/// This binary, which probe clients run as (`--probe-client`).
+fn agent_binary() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
 }
 
 /// A profile that sets one whole GPU's sharing and leaves every other GPU alone.
