@@ -32,7 +32,7 @@ use crate::apply::transaction::Transactions;
 use crate::apply::{Executor, NodeAccess, Progress};
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
-use crate::node::{NodeState, TimeSliceInterval};
+use crate::node::NodeState;
 use crate::plan::{self, Plan, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore};
 use crate::sharing::SharingTools;
@@ -308,13 +308,10 @@ impl Engine {
                 self.node.sharing.mps.pipe_dir(&uuid).display().to_string(),
             ));
         }
-        let strategy = if served {
-            Strategy::Mps
-        } else {
-            match node.timeslice(gpu) {
-                Some(interval) if interval != TimeSliceInterval::Default => Strategy::TimeSlicing,
-                _ => Strategy::Exclusive,
-            }
+        let strategy = match (served, node.time_sliced(gpu)) {
+            (true, _) => Strategy::Mps,
+            (false, Some(_)) => Strategy::TimeSlicing,
+            (false, None) => Strategy::Exclusive,
         };
         Ok((ClientEnv { uuid, strategy: strategy.as_str().into(), variables }, gpu))
     }

@@ -8,7 +8,7 @@ use gpushare_proto::types::{
 use gpushare_proto::{ServerState, Strategy};
 
 use super::jobs::JobReport;
-use crate::node::{GpuState, MpsServerState, NodeState, TimeSliceInterval};
+use crate::node::{GpuState, MpsServerState, NodeState};
 use crate::probe::RunResult;
 use crate::profile::StoredProfile;
 use crate::sharing::mps::MpsController;
@@ -99,13 +99,13 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuS
             mps: Some(mps_server(s, mps, Vec::new())),
         })
     };
-    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.timeslice(gpu.index) {
-        Some(interval) if interval != TimeSliceInterval::Default => Sharing {
+    let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.time_sliced(gpu.index) {
+        Some(interval) => Sharing {
             strategy: Strategy::TimeSlicing.as_str().into(),
             interval: Some(interval.as_str().into()),
             mps: None,
         },
-        _ => Sharing::exclusive(),
+        None => Sharing::exclusive(),
     });
     GpuStatus {
         index: gpu.index,

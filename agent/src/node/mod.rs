@@ -79,6 +79,11 @@ impl NodeState {
     pub fn timeslice(&self, index: u32) -> Option<TimeSliceInterval> {
         self.timeslices.get(&index).copied()
     }
+
+    /// The interval of GPU `index` when it is time-sliced: read, and not the default.
+    pub fn time_sliced(&self, index: u32) -> Option<TimeSliceInterval> {
+        self.timeslice(index).filter(|&interval| interval != TimeSliceInterval::Default)
+    }
 }
 
 /// The observed state of one GPU.

@@ -46,8 +46,8 @@ fn holds(pid_dir: &Path, device_path: &str) -> bool {
 }
 
 /// What holds `device_path`, for an error's detail: `/dev/nvidia0 is open in PID 4242
-/// (python3), …`, or that no other process has it open. The agent (`own_pid`) is left
-/// out: it closed its NVML session for the reset.
+/// (python3), …`, or that no other process has it open. `own_pid` is left out: the caller
+/// knows what it holds itself (a reset closes the agent's NVML session first).
 pub fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> String {
     let holders = holders_of(proc_root, device_path, own_pid);
     if holders.is_empty() {
