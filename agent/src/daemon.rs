@@ -14,7 +14,7 @@ use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::access::AccessPolicy;
-use crate::config::{self, AgentConfig, GpuPolicy};
+use crate::config::{self, AgentConfig};
 use crate::engine::{ApplyJob, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
 use crate::gpu::nvml::NvmlBackend;
@@ -41,12 +41,14 @@ pub struct Settings {
 /// Runs the agent until SIGTERM or SIGINT, then waits for a running job and stops. The
 /// error says, in one line, why it could not start.
 pub async fn run(settings: Settings) -> Result<(), String> {
-    let config = match AgentConfig::load(&settings.config) {
-        Ok(config) => config,
+    // Never act on half-read configuration: run and answer (status says why), but change
+    // nothing on the GPUs, of any kind, until the file is fixed and the agent restarted.
+    let (config, hands_off) = match AgentConfig::load(&settings.config) {
+        Ok(config) => (config, None),
         Err(e) => {
-            // Never act on half-read configuration: run, but change nothing on the GPUs.
-            tracing::error!("{e}; running with defaults and changing nothing on the GPUs");
-            AgentConfig { gpu: GpuPolicy::hands_off(), ..AgentConfig::default() }
+            let why = format!("{e}; fix it and restart gpushare-agent");
+            tracing::error!("changing nothing on the GPUs: {why}");
+            (AgentConfig::default(), Some(why))
         }
     };
     let state_dir = settings.state_dir.clone().unwrap_or_else(|| {
@@ -61,12 +63,12 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
 
     let backend = backend(settings.simulate.as_deref(), &state_dir)?;
-    let profiles = ProfileStore::load(Some(&profiles_dir));
-    for error in profiles.errors() {
-        tracing::error!("profile left out: {error}");
+    let profiles = load_profiles(&profiles_dir);
+    let mut engine = Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?;
+    if let Some(why) = hands_off {
+        engine = engine.hands_off(why);
     }
-    let engine =
-        Arc::new(Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?);
+    let engine = Arc::new(engine);
 
     // Metrics and systemd's status follow the engine before it does anything, so that no
     // job goes unheard of (the start-up re-apply included).
@@ -121,15 +123,26 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         tokio::spawn(async move { boot_apply(&engine, job).await });
     }
 
-    wait_for_termination().await;
-    tracing::info!("stopping once no apply runs");
+    reload_profiles_on_sighup(&engine, profiles_dir);
+    let lost = tokio::select! {
+        () = wait_for_termination() => None,
+        why = name_lost(&connection) => Some(why),
+    };
+    if let Some(why) = &lost {
+        tracing::error!("{why}: stopping once no apply runs");
+    } else {
+        tracing::info!("stopping once no apply runs");
+    }
     let _ = sd_notify::notify(&[
         NotifyState::Stopping,
         NotifyState::Status("stopping once no apply runs"),
     ]);
     let _idle = engine.quiesce().await;
     drop(connection);
-    Ok(())
+    match lost {
+        Some(why) => Err(format!("{why} (another agent, or a bus restart?)")),
+        None => Ok(()),
+    }
 }
 
 /// `$XDG_STATE_HOME/gpushare` (or `~/.local/state/gpushare`): where an agent run by a
@@ -166,10 +179,14 @@ async fn serve(bus: &str, service: AgentService) -> Result<zbus::Connection, Str
         address => zbus::connection::Builder::address(address),
     }
     .map_err(|e| format!("bus {bus}: {e}"))?;
+    // One agent per bus: the name is neither taken from another owner nor given up to one
+    // (zbus's default would allow both), and no one queues for it.
     builder
         .serve_at(OBJECT_PATH, service)
         .and_then(|b| b.name(BUS_NAME))
         .map_err(|e| format!("bus {bus}: {e}"))?
+        .allow_name_replacements(false)
+        .replace_existing_names(false)
         .build()
         .await
         .map_err(|e| match e {
@@ -178,6 +195,51 @@ async fn serve(bus: &str, service: AgentService) -> Result<zbus::Connection, Str
             }
             e => format!("cannot serve on the {bus} bus: {e}"),
         })
+}
+
+/// Resolves when the agent no longer owns its name: the bus took it away or went away.
+/// An agent that nobody can reach must not go on changing GPUs unseen.
+async fn name_lost(connection: &zbus::Connection) -> String {
+    use futures_util::StreamExt;
+    let lost = match zbus::fdo::DBusProxy::new(connection).await {
+        Ok(dbus) => dbus.receive_name_lost_with_args(&[(0, BUS_NAME)]).await,
+        Err(e) => Err(e.into()),
+    };
+    let mut lost = match lost {
+        Ok(stream) => stream,
+        Err(e) => return format!("cannot watch the ownership of {BUS_NAME}: {e}"),
+    };
+    match lost.next().await {
+        Some(_) => format!("lost the bus name {BUS_NAME}"),
+        None => format!("the bus connection closed; {BUS_NAME} is no longer owned"),
+    }
+}
+
+/// The profiles of `dir` and the built-in ones; files that do not read are logged.
+fn load_profiles(dir: &Path) -> ProfileStore {
+    let profiles = ProfileStore::load(Some(dir));
+    for error in profiles.errors() {
+        tracing::error!("profile left out: {error}");
+    }
+    profiles
+}
+
+/// Reads the profile directory again on SIGHUP (`systemctl reload gpushare-agent`).
+fn reload_profiles_on_sighup(engine: &Arc<Engine>, dir: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("SIGHUP cannot be handled: profiles are read at start only");
+        return;
+    };
+    let engine = Arc::clone(engine);
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let profiles = load_profiles(&dir);
+            let count = profiles.iter().count();
+            engine.reload_profiles(profiles);
+            tracing::info!(dir = %dir.display(), profiles = count, "profiles reloaded");
+        }
+    });
 }
 
 /// Checks the MPS servers every `interval` (restarting those that died).

@@ -516,9 +516,12 @@ mod tests {
         let mps_server = server(GPU1, 1, None);
         let status = Status {
             active_profile: Some("half-balanced".into()),
+            active_source: Some("built-in".into()),
             backend: "simulated".into(),
             apply_in_progress: None,
             rollback_error: None,
+            hands_off: None,
+            start_up_error: None,
             gpus: vec![
                 GpuStatus {
                     index: 0,

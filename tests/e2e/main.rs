@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 mod access;
+mod agent_state;
 mod metrics;
 mod sharing;
 mod transactions;

@@ -79,6 +79,12 @@ impl Bus {
     pub fn address(&self) -> &str {
         &self.address
     }
+
+    /// Stops the bus daemon, as a bus restart or crash would.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Bus {
@@ -246,6 +252,20 @@ impl Agent {
     pub fn start_again(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Waits up to `timeout` for the agent to exit by itself, and returns how it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// What the fake tools were asked, one line each.

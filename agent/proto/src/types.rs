@@ -10,13 +10,24 @@ use serde::{Deserialize, Serialize};
 pub struct Status {
     /// The profile last applied successfully, if any.
     pub active_profile: Option<String>,
+    /// Where the active profile came from: `built-in`, its file in the profile directory,
+    /// or the document it was applied from (`apply -f`); `no longer known` when it is gone.
+    #[serde(default)]
+    pub active_source: Option<String>,
     /// What the agent drives: `nvml` or `simulated`.
     pub backend: String,
     /// The apply changing the GPUs right now (job and profile), if any.
     pub apply_in_progress: Option<String>,
-    /// Set when an apply failed and so did its rollback: the GPUs may be between layouts.
+    /// Set when an apply failed and so did its rollback, or its end could not be written
+    /// to the journal: the GPUs may be between layouts until the next apply rolls it back.
     #[serde(default)]
     pub rollback_error: Option<String>,
+    /// Why the agent changes nothing on the GPUs (its configuration did not read), if so.
+    #[serde(default)]
+    pub hands_off: Option<String>,
+    /// Why the re-apply of the active profile at start-up failed, until an apply succeeds.
+    #[serde(default)]
+    pub start_up_error: Option<String>,
     /// Every GPU, by index.
     pub gpus: Vec<GpuStatus>,
 }

@@ -114,6 +114,9 @@ impl GpuCheckpoint {
 pub struct Journal {
     path: PathBuf,
     state: Mutex<AgentState>,
+    /// Why the last write failed, until one succeeds: the file then lags behind what
+    /// the agent did, and `status` says so.
+    write_error: Mutex<Option<String>>,
 }
 
 impl Journal {
@@ -122,7 +125,7 @@ impl Journal {
         std::fs::create_dir_all(state_dir)?;
         let path = state_dir.join("state.json");
         let state = read_json(&path)?.unwrap_or_default();
-        Ok(Journal { path, state: Mutex::new(state) })
+        Ok(Journal { path, state: Mutex::new(state), write_error: Mutex::new(None) })
     }
 
     /// A copy of the journal's content.
@@ -140,10 +143,18 @@ impl Journal {
         let mut next = state.clone();
         change(&mut next);
         if next != *state {
-            write_json(&self.path, &next)?;
+            let written = write_json(&self.path, &next);
+            let mut write_error = self.write_error.lock().expect("journal lock");
+            *write_error = written.as_ref().err().map(|e| format!("writing {}: {e}", self.path.display()));
+            written?;
             *state = next;
         }
         Ok(())
+    }
+
+    /// Why the last write of the journal failed, if it did (and none succeeded since).
+    pub fn write_error(&self) -> Option<String> {
+        self.write_error.lock().expect("journal lock").clone()
     }
 
     /// The active profile's document, when it was applied from one.

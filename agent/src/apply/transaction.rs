@@ -21,6 +21,15 @@ pub struct Applied {
     pub warnings: Vec<String>,
 }
 
+/// What a recovery did: rolled back an unfinished apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// One line for the log and the next apply's report.
+    pub message: String,
+    /// Steps the rollback carried out (0: the GPUs were already as before).
+    pub steps: u32,
+}
+
 /// How an apply failed. Every message is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransactionError {
@@ -200,7 +209,7 @@ impl Transactions {
         let warnings = Vec::new();
         tracing::warn!("{error}; rolling back");
         match self.restore(checkpoint, progress).await {
-            Ok(()) => match self.journal.rolled_back() {
+            Ok(_) => match self.journal.rolled_back() {
                 Ok(()) => TransactionError::RolledBack {
                     error,
                     gpus: checkpoint.iter().map(|c| c.gpu).collect(),
@@ -225,12 +234,12 @@ impl Transactions {
         }
     }
 
-    /// Returns the GPUs of `checkpoint` to their layout there.
+    /// Returns the GPUs of `checkpoint` to their layout there; the steps that took.
     pub async fn restore(
         &self,
         checkpoint: &[GpuCheckpoint],
         progress: &UnboundedSender<Progress>,
-    ) -> Result<(), String> {
+    ) -> Result<u32, String> {
         let node = self.executor.node.observe(true).await.map_err(|e| e.to_string())?;
         let mut targets = Vec::new();
         for cp in checkpoint {
@@ -268,16 +277,12 @@ impl Transactions {
         let options = PlanOptions { force: true, ..self.policy };
         let plan =
             plan::plan_to(&node, "rollback", targets, &options).map_err(|e| e.to_string())?;
-        self.executor
-            .execute(&plan, progress, Arc::new(NoLog))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        self.executor.execute(&plan, progress, Arc::new(NoLog)).await.map_err(|e| e.to_string())
     }
 
     /// At start-up: rolls back a transaction the journal shows in flight. Returns what was
     /// done, for the log; an error means the GPUs could not be restored.
-    pub async fn recover(&self) -> Result<Option<String>, String> {
+    pub async fn recover(&self) -> Result<Option<Recovered>, String> {
         let Some(transaction) = self.journal.snapshot().transaction else {
             return Ok(None);
         };
@@ -285,9 +290,11 @@ impl Transactions {
         let gpu_ids: Vec<u32> = transaction.checkpoint.iter().map(|c| c.gpu).collect();
         let gpus = list(&gpu_ids);
         let restored = match self.restore(&transaction.checkpoint, &tx).await {
-            Ok(()) => {
-                self.journal.rolled_back().map_err(|e| format!("writing the journal failed: {e}"))
-            }
+            Ok(steps) => self
+                .journal
+                .rolled_back()
+                .map(|()| steps)
+                .map_err(|e| format!("writing the journal failed: {e}")),
             Err(e) => Err(e),
         };
         // The interrupted apply may have run pre_apply (stopped a service): post_apply
@@ -296,14 +303,17 @@ impl Transactions {
         let mut warnings = Vec::new();
         self.post_hook(result, &transaction.profile, &gpu_ids, &mut warnings).await;
         match restored {
-            Ok(()) => Ok(Some(format!(
-                "rolled back the interrupted apply of {} ({} of {} steps had completed): GPU {gpus} as before; active profile {}{}",
-                transaction.profile,
-                transaction.completed.len(),
-                transaction.steps.len(),
-                transaction.previous_profile.as_deref().unwrap_or("(none)"),
-                warning_suffix(&warnings)
-            ))),
+            Ok(steps) => Ok(Some(Recovered {
+                message: format!(
+                    "rolled back the unfinished apply of {} ({} of {} steps had completed) in {steps} steps: GPU {gpus} as before; active profile {}{}",
+                    transaction.profile,
+                    transaction.completed.len(),
+                    transaction.steps.len(),
+                    transaction.previous_profile.as_deref().unwrap_or("(none)"),
+                    warning_suffix(&warnings)
+                ),
+                steps,
+            })),
             Err(e) => {
                 let message = format!(
                     "cannot roll back the interrupted apply of {} on GPU {gpus}: {e}{}",

@@ -54,6 +54,9 @@ pub enum EngineError {
         /// What went wrong.
         message: String,
     },
+    /// The agent changes nothing on the GPUs: its configuration did not read.
+    #[error("the agent changes nothing on the GPUs: {0}")]
+    HandsOff(String),
     /// An interrupted apply could not be rolled back.
     #[error("{0}")]
     Recovery(String),

@@ -2,6 +2,7 @@
 //! ([`JobKind`]), and how they ended ([`JobReport`], [`JobResult`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -133,14 +134,16 @@ pub struct JobReport {
 }
 
 /// The apply lock, held by one job: it names the job for `status` and for `Busy` errors
-/// while held, and when dropped it clears the name and, for a job that had started, tells
-/// the engine's listeners that the GPUs may have changed.
+/// while the job runs. [`JobGuard::finish`] (or dropping it) clears the name and, for a
+/// job that had started, tells the engine's listeners that the GPUs may have changed; the
+/// lock itself goes only when the guard is dropped, after the outcome was reported.
 pub struct JobGuard {
     _lock: OwnedMutexGuard<()>,
     running: Arc<Mutex<Option<RunningJob>>>,
     events: Events,
     kind: JobKind,
     started: bool,
+    finished: AtomicBool,
 }
 
 impl JobGuard {
@@ -153,7 +156,7 @@ impl JobGuard {
     ) -> Self {
         let kind = job.kind.clone();
         *running.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
-        JobGuard { _lock: lock, running, events, kind, started: false }
+        JobGuard { _lock: lock, running, events, kind, started: false, finished: false.into() }
     }
 
     /// The job has been planned and begins its `steps`.
@@ -161,14 +164,24 @@ impl JobGuard {
         self.started = true;
         self.events.emit(EngineEvent::JobStarted { kind: self.kind.clone(), steps });
     }
-}
 
-impl Drop for JobGuard {
-    fn drop(&mut self) {
+    /// The job's work is over: `status` no longer names it, before its client hears the
+    /// outcome (a `status` right after `Finished` must not show the job running). The lock
+    /// stays held until the guard is dropped, so no other job starts in between.
+    pub(super) fn finish(&self) {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         if self.started {
             self.events.emit(EngineEvent::JobEnded { kind: self.kind.clone() });
         }
+    }
+}
+
+impl Drop for JobGuard {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 

@@ -16,7 +16,7 @@ pub mod probe;
 pub mod report;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::types::{
@@ -28,7 +28,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
-use crate::apply::transaction::Transactions;
+use crate::apply::transaction::{Recovered, Transactions};
 use crate::apply::{Executor, NodeAccess, Progress};
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
@@ -58,13 +58,29 @@ pub struct Engine {
     probe_dir: PathBuf,
     /// Restarts MPS servers that died.
     supervisor: Arc<MpsSupervisor>,
-    profiles: ProfileStore,
+    /// Replaced whole on a reload (SIGHUP); each operation works on one version.
+    profiles: RwLock<Arc<ProfileStore>>,
     journal: Arc<Journal>,
     transactions: Transactions,
     policy: PlanOptions,
     apply_lock: Arc<AsyncMutex<()>>,
     running: Arc<Mutex<Option<RunningJob>>>,
     events: Events,
+    /// Why the agent changes nothing on this node (its configuration did not read), if so.
+    hands_off: Option<String>,
+    /// Why the re-apply at start-up failed, until an apply succeeds.
+    start_up_error: Mutex<Option<String>>,
+    /// Whether the active profile time-slices, for the document it was last worked out
+    /// from (a profile applied from a file is parsed once, not at every `status`).
+    active_time_slices: Mutex<Option<(ActiveProfile, bool)>>,
+}
+
+/// The active profile as the journal records it: a name, and the document it was applied
+/// from (`apply -f`) if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ActiveProfile {
+    name: String,
+    document: Option<ProfileDocument>,
 }
 
 /// An apply that holds the apply lock and has its plan. The lock is released when the
@@ -73,6 +89,10 @@ pub struct ApplyJob {
     plan: Plan,
     document: Option<ProfileDocument>,
     before: NodeState,
+    /// What the rollback of an earlier unfinished apply repaired before this one.
+    repaired: Option<Recovered>,
+    /// Whether this is the re-apply at start-up.
+    boot: bool,
     _guard: JobGuard,
 }
 
@@ -147,14 +167,44 @@ impl Engine {
             node,
             probe_dir: state_dir.join("probe"),
             supervisor: Arc::new(MpsSupervisor::new()),
-            profiles,
+            profiles: RwLock::new(Arc::new(profiles)),
             journal,
             transactions,
             policy,
             apply_lock: Arc::new(AsyncMutex::new(())),
             running: Arc::new(Mutex::new(None)),
             events: Events::new(),
+            hands_off: None,
+            start_up_error: Mutex::new(None),
+            active_time_slices: Mutex::new(None),
         })
+    }
+
+    /// The engine of an agent whose configuration did not read: it observes, plans and
+    /// answers, but refuses every change to the GPUs (applies, MPS limits, probe
+    /// comparisons, restarts of MPS servers, rollbacks), saying `why`.
+    pub fn hands_off(mut self, why: String) -> Self {
+        self.hands_off = Some(why);
+        self
+    }
+
+    /// Refuses a change when the agent is hands-off.
+    fn may_change(&self) -> Result<(), EngineError> {
+        match &self.hands_off {
+            Some(why) => Err(EngineError::HandsOff(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The known profiles, as of now.
+    fn profiles(&self) -> Arc<ProfileStore> {
+        Arc::clone(&self.profiles.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the known profiles (a reload of the profile directory). Jobs already
+    /// planned keep the profile they planned.
+    pub fn reload_profiles(&self, profiles: ProfileStore) {
+        *self.profiles.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(profiles);
     }
 
     /// Which backend drives the GPUs.
@@ -187,7 +237,14 @@ impl Engine {
     /// Returns what was done, for the log.
     pub async fn recover(&self) -> Result<Option<String>, EngineError> {
         let _lock = self.apply_lock.lock().await;
-        self.transactions.recover().await.map_err(EngineError::Recovery)
+        if let Some(why) = &self.hands_off {
+            let pending = self.journal.snapshot().transaction;
+            return Ok(pending.map(|t| {
+                format!("the unfinished apply of {} is left as it is: {why}", t.profile)
+            }));
+        }
+        let recovered = self.transactions.recover().await.map_err(EngineError::Recovery)?;
+        Ok(recovered.map(|r| r.message))
     }
 
     /// A fresh observation of the GPUs, MPS servers and time-slice intervals.
@@ -200,25 +257,63 @@ impl Engine {
     /// time-slices.
     pub async fn status(&self) -> Result<Status, EngineError> {
         let journal = self.journal.snapshot();
-        let time_sliced = journal
-            .active_profile
-            .as_deref()
-            .and_then(|name| self.profiles.get(name).ok())
-            .is_some_and(|p| {
-                p.profile
-                    .rules
-                    .iter()
-                    .any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
-            });
-        let node = self.node.observe(time_sliced).await?;
+        let running = self.running_job();
+        let node = self.node.observe(self.active_time_slices(&journal)).await?;
         let mps = &self.node.sharing.mps;
+        let profiles = self.profiles();
+        let active_source = journal.active_profile.as_deref().map(|name| {
+            match (&journal.active_document, profiles.get(name)) {
+                (Some(document), _) => document.origin.clone(),
+                (None, Ok(stored)) => stored.source.to_string(),
+                (None, Err(_)) => "no longer known".to_string(),
+            }
+        });
+        // A transaction the journal still holds with no job running was not settled: its
+        // rollback failed, or its end could not be written. The next apply rolls it back.
+        let rollback_error = journal.transaction.filter(|_| running.is_none()).map(|t| {
+            t.rollback_error.unwrap_or_else(|| {
+                let why = self.journal.write_error().map(|e| format!(" ({e})")).unwrap_or_default();
+                format!(
+                    "the journal still records the unfinished apply of {}{why}; the next apply rolls it back first",
+                    t.profile
+                )
+            })
+        });
         Ok(Status {
             active_profile: journal.active_profile,
+            active_source,
             backend: self.backend_kind().as_str().to_string(),
-            apply_in_progress: self.running_job().map(|job| job.to_string()),
-            rollback_error: journal.transaction.and_then(|t| t.rollback_error),
+            apply_in_progress: running.map(|job| job.to_string()),
+            rollback_error,
+            hands_off: self.hands_off.clone(),
+            start_up_error: self.start_up_error.lock().unwrap_or_else(PoisonError::into_inner).clone(),
             gpus: node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect(),
         })
+    }
+
+    /// Whether the active profile time-slices a whole GPU, whether it was applied by
+    /// name or from a document: only then is an nvidia-smi run worth it for `status`.
+    fn active_time_slices(&self, journal: &crate::apply::journal::AgentState) -> bool {
+        let Some(name) = journal.active_profile.clone() else {
+            return false;
+        };
+        let active = ActiveProfile { name, document: journal.active_document.clone() };
+        let mut cached = self.active_time_slices.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((key, answer)) = cached.as_ref()
+            && *key == active
+        {
+            return *answer;
+        }
+        let profile = match &active.document {
+            Some(d) => self.resolve(ProfileRef::of_document(d)).ok(),
+            None => self.profiles().get(&active.name).ok().map(|p| p.profile.clone()),
+        };
+        // A profile that cannot be read any more: read the intervals rather than guess.
+        let answer = profile.is_none_or(|p| {
+            p.rules.iter().any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
+        });
+        *cached = Some((active, answer));
+        answer
     }
 
     /// The MPS servers with their clients.
@@ -250,6 +345,7 @@ impl Engine {
         threads: Option<u32>,
         memory_bytes: Option<u64>,
     ) -> Result<MpsLimitResult, EngineError> {
+        self.may_change()?;
         if let Some(t) = threads
             && !MPS_THREAD_PERCENTAGE.contains(&t)
         {
@@ -319,15 +415,19 @@ impl Engine {
     /// Runs one health check of the MPS servers (see [`MpsSupervisor`]); skipped while a
     /// job runs. Listeners hear of it either way. Returns what it did, one line per server.
     pub async fn supervise_mps(&self) -> Vec<String> {
-        let restarts = match Arc::clone(&self.apply_lock).try_lock_owned() {
-            Ok(_lock) => {
+        let lock = match self.hands_off {
+            None => Arc::clone(&self.apply_lock).try_lock_owned().ok(),
+            Some(_) => None,
+        };
+        let restarts = match lock {
+            Some(_lock) => {
                 let supervisor = Arc::clone(&self.supervisor);
                 let sharing = Arc::clone(&self.node.sharing);
                 tokio::task::spawn_blocking(move || supervisor.check(&sharing.mps))
                     .await
                     .unwrap_or_default()
             }
-            Err(_) => Vec::new(),
+            None => Vec::new(),
         };
         self.events.emit(EngineEvent::HealthChecked);
         restarts
@@ -336,7 +436,7 @@ impl Engine {
     fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
         match profile {
             ProfileRef::Named(name) => self
-                .profiles
+                .profiles()
                 .get(name)
                 .map(|p| p.profile.clone())
                 .map_err(EngineError::UnknownProfile),
@@ -346,11 +446,38 @@ impl Engine {
         }
     }
 
+    /// [`Engine::resolve`] for a request: a document is parsed on the blocking pool, so
+    /// that no caller's document holds up the tasks that answer other callers.
+    async fn resolve_request(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
+        let ProfileRef::Document { text, origin, config } = profile else {
+            return self.resolve(profile);
+        };
+        let (text, origin, config) = (text.to_string(), origin.to_string(), config.to_string());
+        tokio::task::spawn_blocking(move || profile::parse_document(&text, &origin, &config))
+            .await
+            .map_err(|e| EngineError::Internal(e.to_string()))?
+            .map_err(EngineError::from)
+    }
+
+    /// Plans `profile` against `node` on the blocking pool (see [`Engine::resolve_request`]).
+    async fn plan_request(
+        node: NodeState,
+        profile: Profile,
+        options: PlanOptions,
+    ) -> Result<(Plan, NodeState, Profile), EngineError> {
+        tokio::task::spawn_blocking(move || {
+            let plan = plan::plan(&node, &profile, &options)?;
+            Ok((plan, node, profile))
+        })
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))?
+    }
+
     /// Plans a profile against a fresh observation.
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
-        let profile = self.resolve(profile)?;
+        let profile = self.resolve_request(profile).await?;
         let node = self.observe().await?;
-        Ok(plan::plan(&node, &profile, &self.policy)?)
+        Ok(Self::plan_request(node, profile, self.policy).await?.0)
     }
 
     /// Takes the apply lock and plans the profile; fails at once when another job runs
@@ -361,18 +488,23 @@ impl Engine {
         force: bool,
         job: &str,
     ) -> Result<ApplyJob, EngineError> {
-        let profile = self.resolve(source)?;
+        self.may_change()?;
+        let profile = self.resolve_request(source).await?;
         let kind = JobKind::Apply { profile: profile.name.clone() };
         let mut guard = self.lock_for(job, kind).await?;
         // An apply whose rollback failed leaves its GPUs between layouts: roll it back
-        // first (again), or refuse, rather than overwrite its record.
-        if self.journal.snapshot().transaction.is_some() {
+        // first (again), or refuse, rather than overwrite its record. What that repairs is
+        // part of this apply's report.
+        let repaired = if self.journal.snapshot().transaction.is_some() {
             self.transactions.recover().await.map_err(|e| {
                 EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
-            })?;
-        }
+            })?
+        } else {
+            None
+        };
         let before = self.observe().await?;
-        let plan = plan::plan(&before, &profile, &PlanOptions { force, ..self.policy })?;
+        let options = PlanOptions { force, ..self.policy };
+        let (plan, before, _) = Self::plan_request(before, profile, options).await?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -382,7 +514,8 @@ impl Engine {
             }),
         };
         guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
-        Ok(ApplyJob { plan, document, before, _guard: guard })
+        let boot = job == BOOT_JOB;
+        Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
     }
 
     /// Carries out an apply job as a transaction, sending progress.
@@ -397,10 +530,12 @@ impl Engine {
         let outcome =
             self.transactions.apply(plan, job.document.clone(), &job.before, &progress).await;
         drop(progress);
+        let repaired = job.repaired.as_ref().filter(|r| r.steps > 0);
+        let changed = total > 0 || repaired.is_some();
         let mut report = JobReport {
             kind: JobKind::Apply { profile: plan.profile.clone() },
-            result: if total > 0 { JobResult::Success } else { JobResult::Unchanged },
-            changed: total > 0,
+            result: if changed { JobResult::Success } else { JobResult::Unchanged },
+            changed,
             steps_done: 0,
             steps_total: total,
             duration: Duration::ZERO,
@@ -408,25 +543,30 @@ impl Engine {
             warnings: Vec::new(),
             probe: None,
         };
+        if let Some(repaired) = &job.repaired {
+            report.warnings.push(format!("before this apply: {}", repaired.message));
+        }
         match outcome {
             Ok(applied) => {
                 report.steps_done = applied.steps_done;
-                report.warnings = applied.warnings;
+                report.warnings.extend(applied.warnings);
             }
             Err(error) => {
                 report.result = error.settled().into();
-                report.changed = error.left_changed();
+                report.changed = error.left_changed() || repaired.is_some();
                 report.steps_done = error.steps_done();
                 let profile = plan.profile.clone();
                 report.error = Some(EngineError::Apply { profile, error: Box::new(error) });
             }
         }
         report.duration = started.elapsed();
+        self.settle_start_up_error(job.boot, report.error.as_ref());
         self.events.emit(EngineEvent::ApplyFinished {
             profile: plan.profile.clone(),
             result: report.result,
             duration: report.duration,
         });
+        job._guard.finish();
         report
     }
 
@@ -437,14 +577,29 @@ impl Engine {
         &self,
         boot_profile: Option<&str>,
     ) -> Option<Result<ApplyJob, EngineError>> {
-        if let Some(name) = boot_profile {
-            return Some(self.begin_apply(ProfileRef::Named(name), false, BOOT_JOB).await);
+        let begun = if let Some(name) = boot_profile {
+            self.begin_apply(ProfileRef::Named(name), false, BOOT_JOB).await
+        } else {
+            let active = self.journal.active_profile()?;
+            match self.journal.active_document() {
+                Some(d) => self.begin_apply(ProfileRef::of_document(&d), false, BOOT_JOB).await,
+                None => self.begin_apply(ProfileRef::Named(&active), false, BOOT_JOB).await,
+            }
+        };
+        if let Err(e) = &begun {
+            self.settle_start_up_error(true, Some(e));
         }
-        let active = self.journal.active_profile()?;
-        Some(match self.journal.active_document() {
-            Some(d) => self.begin_apply(ProfileRef::of_document(&d), false, BOOT_JOB).await,
-            None => self.begin_apply(ProfileRef::Named(&active), false, BOOT_JOB).await,
-        })
+        Some(begun)
+    }
+
+    /// Keeps why the start-up re-apply failed for `status`, until an apply succeeds.
+    fn settle_start_up_error(&self, boot: bool, error: Option<&EngineError>) {
+        let mut kept = self.start_up_error.lock().unwrap_or_else(PoisonError::into_inner);
+        match error {
+            Some(e) if boot => *kept = Some(e.to_string()),
+            Some(_) => {}
+            None => *kept = None,
+        }
     }
 
     /// Takes the apply lock for job `id` doing `kind`, or says what holds it. Applies and
@@ -483,27 +638,36 @@ impl Engine {
 
     /// Every known profile.
     pub fn list_profiles(&self) -> ProfileList {
-        let active = self.active_profile();
+        let active = self.active_by_name();
+        let profiles = self.profiles();
         ProfileList {
-            profiles: self.profiles.iter().map(|p| report::summary(p, active.as_deref())).collect(),
-            errors: self.profiles.errors().to_vec(),
+            profiles: profiles.iter().map(|p| report::summary(p, active.as_deref())).collect(),
+            errors: profiles.errors().to_vec(),
         }
     }
 
     /// One profile with its text.
     pub fn show_profile(&self, name: &str) -> Result<ProfileDetail, EngineError> {
-        let stored = self.profiles.get(name).map_err(EngineError::UnknownProfile)?;
+        let profiles = self.profiles();
+        let stored = profiles.get(name).map_err(EngineError::UnknownProfile)?;
         Ok(ProfileDetail {
-            summary: report::summary(stored, self.active_profile().as_deref()),
+            summary: report::summary(stored, self.active_by_name().as_deref()),
             text: stored.text.clone(),
         })
     }
 
+    /// The active profile when it was applied by name: one applied from a file is not
+    /// the known profile of the same name, whatever the file calls it.
+    fn active_by_name(&self) -> Option<String> {
+        let journal = self.journal.snapshot();
+        journal.active_profile.filter(|_| journal.active_document.is_none())
+    }
+
     /// Parses profile text and plans it against this node, changing nothing.
     pub async fn validate(&self, text: &str, origin: &str) -> Result<Validation, EngineError> {
-        let profile = self.resolve(ProfileRef::Document { text, origin, config: "" })?;
+        let profile = self.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
-        let plan = plan::plan(&node, &profile, &self.policy)?;
+        let (plan, _, profile) = Self::plan_request(node, profile, self.policy).await?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 }
@@ -539,6 +703,12 @@ mod tests {
             let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
             let report = engine.run_apply(&job, tx).await;
             assert_eq!(report.result, JobResult::Success, "{:?}", report.error);
+            // The job is no longer named once its work is over, though it still holds the
+            // lock until its outcome has been reported.
+            assert_eq!(engine.running_job(), None);
+            let next = engine.begin_apply(ProfileRef::Named("all-disabled"), false, "j3");
+            let waited = tokio::time::timeout(Duration::from_millis(100), next).await;
+            assert!(waited.is_err(), "a new job waits for the lock, it is not refused");
             drop(job);
             assert_eq!(engine.running_job(), None);
             let kind = JobKind::Apply { profile: "all-balanced".into() };
@@ -606,6 +776,59 @@ mod tests {
             assert!(matches!(busy, Err(EngineError::Busy(Some(_)))), "{:?}", busy.err());
             assert!(started.elapsed() < Duration::from_secs(1));
             drop(job);
+        });
+    }
+
+    /// A rollback that worked but could not be written down: status says the journal
+    /// still holds the apply, as state.json does, instead of nothing.
+    #[test]
+    fn status_agrees_with_a_journal_that_could_not_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let failures = crate::gpu::sim::parse_failures("create_gpu_instance:2").unwrap();
+        let options = SimOptions { failures, ..SimOptions::default() };
+        let backend = Arc::new(SimBackend::new(&parse_spec("a100-40gb:1").unwrap(), options));
+        let mut config = AgentConfig::default();
+        config.mps.root = dir.path().join("mps");
+        let engine = Engine::new(backend, ProfileStore::built_in(), &state, &config).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let job = engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j1").await;
+            let job = job.unwrap();
+            // The disk goes away mid-apply: the journal's next writes fail.
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let run = engine.run_apply(&job, tx);
+            let remove = async { std::fs::remove_dir_all(&state).unwrap() };
+            let (report, ()) = tokio::join!(run, remove);
+            drop(job);
+            assert_eq!(report.result, JobResult::Failed, "{:?}", report.error);
+            let status = engine.status().await.unwrap();
+            let error = status.rollback_error.expect("status tells of the unsettled apply");
+            assert!(error.contains("unfinished apply of all-balanced"), "{error}");
+            assert!(error.contains("state.json"), "names the write that failed: {error}");
+        });
+    }
+
+    #[test]
+    fn a_hands_off_engine_refuses_every_change_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path()).hands_off("agent.toml:1:1: bad".into());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            for name in ["all-time-sliced", "all-mps", "all-balanced", "all-disabled"] {
+                let refused = engine.begin_apply(ProfileRef::Named(name), false, "j").await;
+                let Err(EngineError::HandsOff(why)) = refused else {
+                    panic!("{name} was not refused as hands-off")
+                };
+                assert_eq!(why, "agent.toml:1:1: bad");
+            }
+            let limit = engine.mps_limit(1, Some(50), None).await;
+            assert!(matches!(limit, Err(EngineError::HandsOff(_))), "{limit:?}");
+            assert!(engine.begin_boot_apply(Some("all-mps")).await.unwrap().is_err());
+            let status = engine.status().await.unwrap();
+            assert_eq!(status.hands_off.as_deref(), Some("agent.toml:1:1: bad"));
+            // Planning still answers: what the agent would do once it may.
+            assert!(engine.plan(ProfileRef::Named("all-balanced")).await.is_ok());
         });
     }
 

@@ -80,6 +80,10 @@ impl Engine {
                 "{n} clients: from 1 to {most} (MPS's limit)"
             )));
         }
+        if options.compare {
+            // A comparison sets up time-slicing and MPS on the GPU: a change.
+            self.may_change()?;
+        }
         if !PROBE_SECONDS.contains(&options.seconds) {
             return Err(EngineError::InvalidArgument(format!(
                 "probe windows are from {} to {} seconds",
@@ -169,6 +173,7 @@ impl Engine {
             target,
             report: outcome.probe.clone().map(Box::new),
         });
+        job._guard.finish();
         outcome
     }
 

@@ -15,7 +15,7 @@ impl From<EngineError> for AgentError {
             EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
             EngineError::InvalidProfile(_) => AgentError::InvalidProfile(message),
             EngineError::Plan(PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
-            EngineError::Plan(_) => AgentError::Infeasible(message),
+            EngineError::Plan(_) | EngineError::HandsOff(_) => AgentError::Infeasible(message),
             EngineError::Busy(_) => AgentError::Busy(message),
             EngineError::Backend(_) => AgentError::Backend(message),
             EngineError::Apply { error, .. } => match *error {
@@ -65,6 +65,7 @@ mod tests {
             (EngineError::Plan(PlanError::GpuBusy("x".into())), "GpuBusy"),
             (EngineError::Plan(PlanError::Forbidden("x".into())), "Infeasible"),
             (EngineError::Busy(None), "Busy"),
+            (EngineError::HandsOff("x".into()), "Infeasible"),
             (EngineError::Backend(gpu), "Backend"),
             (
                 apply(TransactionError::RolledBack {

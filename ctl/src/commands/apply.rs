@@ -85,6 +85,13 @@ pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
     if !outcome.changed {
         return Ok(format!("{} is already applied: nothing changed", outcome.profile));
     }
+    if outcome.steps_total == 0 {
+        // Only the rollback of an earlier unfinished apply (a warning above) changed them.
+        return Ok(format!(
+            "Applied {}: the GPUs needed no step once the earlier apply was rolled back",
+            outcome.profile
+        ));
+    }
     Ok(format!(
         "Applied {}: {} in {:.2} s",
         outcome.profile,
@@ -123,6 +130,11 @@ mod tests {
         assert_eq!(
             render_outcome(&outcome(true, false)).unwrap(),
             "half-balanced is already applied: nothing changed"
+        );
+        let repaired = JobOutcome { steps_done: 0, steps_total: 0, ..outcome(true, true) };
+        assert_eq!(
+            render_outcome(&repaired).unwrap(),
+            "Applied half-balanced: the GPUs needed no step once the earlier apply was rolled back"
         );
         let e = render_outcome(&outcome(false, true)).unwrap_err();
         assert_eq!(e.name, "io.gpushare.Agent1.Error.Backend");

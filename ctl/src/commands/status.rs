@@ -80,11 +80,22 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
 
 /// Renders a status document for people.
 pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
+    // A profile applied from a file says so: it is not the known profile of that name.
+    let source = match (&status.active_profile, status.active_source.as_deref()) {
+        (Some(_), Some(source)) if source != "built-in" => format!(", from {source}"),
+        _ => String::new(),
+    };
     let mut out = format!(
-        "Active profile: {}  (backend: {})\n",
+        "Active profile: {}{source}  (backend: {})\n",
         status.active_profile.as_deref().unwrap_or("(none)"),
         status.backend
     );
+    if let Some(why) = &status.hands_off {
+        out.push_str(&format!("Hands-off (no GPU changes): {why}\n"));
+    }
+    if let Some(error) = &status.start_up_error {
+        out.push_str(&format!("Start-up re-apply failed: {error}\n"));
+    }
     if let Some(apply) = &status.apply_in_progress {
         out.push_str(&format!("Apply in progress: {apply}\n"));
     }
@@ -179,9 +190,12 @@ pub(crate) mod tests {
     pub(crate) fn sample_status() -> Status {
         Status {
             active_profile: Some("half-balanced".into()),
+            active_source: Some("built-in".into()),
             backend: "simulated".into(),
             apply_in_progress: None,
             rollback_error: None,
+            hands_off: None,
+            start_up_error: None,
             gpus: vec![
                 GpuStatus {
                     index: 0,
@@ -283,6 +297,22 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         assert_eq!(
             render_status(&status, Glyphs::ASCII),
             "Active profile: half-balanced  (backend: simulated)\nNo GPUs found.\n"
+        );
+    }
+
+    #[test]
+    fn a_hands_off_agent_a_failed_start_up_and_a_profile_from_a_file_are_shown() {
+        let mut status = sample_status();
+        status.gpus.clear();
+        status.active_source = Some("/tmp/half-balanced.toml".into());
+        status.hands_off = Some("/etc/gpushare/agent.toml:2:21: bad value".into());
+        status.start_up_error = Some("unknown profile \"custom\"".into());
+        assert_eq!(
+            render_status(&status, Glyphs::ASCII),
+            "Active profile: half-balanced, from /tmp/half-balanced.toml  (backend: simulated)\n\
+             Hands-off (no GPU changes): /etc/gpushare/agent.toml:2:21: bad value\n\
+             Start-up re-apply failed: unknown profile \"custom\"\n\
+             No GPUs found.\n"
         );
     }
 
