@@ -133,13 +133,6 @@ impl Default for GpuPolicy {
     }
 }
 
-impl GpuPolicy {
-    /// Changes nothing on the GPUs.
-    pub fn hands_off() -> Self {
-        Self { manage_mig: false, manage_compute_mode: false }
-    }
-}
-
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {

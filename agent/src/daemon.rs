@@ -64,7 +64,8 @@ pub async fn run(settings: Settings) -> Result<(), String> {
 
     let backend = backend(settings.simulate.as_deref(), &state_dir)?;
     let profiles = load_profiles(&profiles_dir);
-    let mut engine = Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?;
+    let mut engine =
+        Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?;
     if let Some(why) = hands_off {
         engine = engine.hands_off(why);
     }
@@ -203,7 +204,7 @@ async fn name_lost(connection: &zbus::Connection) -> String {
     use futures_util::StreamExt;
     let lost = match zbus::fdo::DBusProxy::new(connection).await {
         Ok(dbus) => dbus.receive_name_lost_with_args(&[(0, BUS_NAME)]).await,
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     };
     let mut lost = match lost {
         Ok(stream) => stream,

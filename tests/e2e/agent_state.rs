@@ -125,7 +125,8 @@ fn status_shows_what_a_profile_applied_from_a_file_did() {
 #[test]
 fn a_failed_start_up_re_apply_shows_in_status() {
     let custom = "[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\n";
-    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2").profile("custom.toml", custom));
+    let mut agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:2").profile("custom.toml", custom));
     assert!(agent.ctl(&["apply", "custom"]).status.success());
     std::fs::remove_file(agent.dir.path().join("profiles.d/custom.toml")).unwrap();
     agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
@@ -146,7 +147,8 @@ fn a_failed_start_up_re_apply_shows_in_status() {
 fn an_apply_that_repairs_a_failed_rollback_says_what_it_repaired() {
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
     assert!(agent.ctl(&["apply", "all-balanced"]).status.success());
-    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3,create_gpu_instance:1")]);
+    agent
+        .restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3,create_gpu_instance:1")]);
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(agent.status().rollback_error.is_some());
@@ -155,7 +157,10 @@ fn an_apply_that_repairs_a_failed_rollback_says_what_it_repaired() {
     assert!(outcome.ok, "{outcome:?}");
     assert!(outcome.changed, "the GPUs were repaired: {outcome:?}");
     assert!(
-        outcome.warnings.iter().any(|w| w.contains("rolled back the unfinished apply of all-disabled")),
+        outcome
+            .warnings
+            .iter()
+            .any(|w| w.contains("rolled back the unfinished apply of all-disabled")),
         "{outcome:?}"
     );
     assert_eq!(agent.status().rollback_error, None);
@@ -172,4 +177,25 @@ fn status_right_after_an_apply_never_shows_it_running() {
         let status = agent.status();
         assert_eq!(status.apply_in_progress, None, "after applying {profile}");
     }
+}
+
+/// SIGHUP (`systemctl reload`) reads profiles.d again; the agent keeps serving.
+#[test]
+fn sighup_reloads_the_profile_directory() {
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    assert!(!stdout(&agent.ctl(&["profiles"])).contains("added-later"));
+    let file = agent.dir.path().join("profiles.d/added-later.toml");
+    std::fs::write(&file, "[[gpu]]\nselect = \"all\"\n").unwrap();
+    let pid = agent.pid().expect("agent running");
+    // SAFETY: kill() with the PID of the agent this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGHUP) }, 0);
+    gpushare_tests::wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        let list: ProfileList = agent.ctl_doc(&["profiles"]);
+        match list.profiles.iter().any(|p| p.name == "added-later") {
+            true => Ok(()),
+            false => Err(format!("not reloaded: {list:?}")),
+        }
+    });
+    assert!(agent.is_running());
+    assert!(agent.ctl(&["apply", "added-later"]).status.success());
 }

@@ -145,7 +145,8 @@ impl Journal {
         if next != *state {
             let written = write_json(&self.path, &next);
             let mut write_error = self.write_error.lock().expect("journal lock");
-            *write_error = written.as_ref().err().map(|e| format!("writing {}: {e}", self.path.display()));
+            *write_error =
+                written.as_ref().err().map(|e| format!("writing {}: {e}", self.path.display()));
             written?;
             *state = next;
         }

@@ -286,7 +286,11 @@ impl Engine {
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
             hands_off: self.hands_off.clone(),
-            start_up_error: self.start_up_error.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            start_up_error: self
+                .start_up_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
             gpus: node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect(),
         })
     }
@@ -665,7 +669,8 @@ impl Engine {
 
     /// Parses profile text and plans it against this node, changing nothing.
     pub async fn validate(&self, text: &str, origin: &str) -> Result<Validation, EngineError> {
-        let profile = self.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
+        let profile =
+            self.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
         let (plan, _, profile) = Self::plan_request(node, profile, self.policy).await?;
         Ok(Validation { name: profile.name, plan: plan.report() })
