@@ -6,6 +6,7 @@ use std::time::Duration;
 mod access;
 mod agent_state;
 mod metrics;
+mod plan_safety;
 mod sharing;
 mod transactions;
 mod wire;

@@ -199,11 +199,15 @@ fn plan_gpu(
         }
     };
     let mig_enabled = matches!(rule.mig, MigLayout::Enabled(_));
-    let (mps, timeslice) = match (&rule.sharing, mig_enabled) {
-        (Sharing::Mps(s), false) => (Some(mps_limits(s, gpu.memory_total_bytes)), None),
-        (Sharing::TimeSlicing { interval, .. }, false) => (None, Some(*interval)),
-        // Whole GPUs not time-sliced, and MIG GPUs, run at the default interval.
-        _ => (None, Some(TimeSliceInterval::Default)),
+    let mps = match (&rule.sharing, mig_enabled) {
+        (Sharing::Mps(s), false) => Some(mps_limits(s, gpu.memory_total_bytes)),
+        _ => None,
+    };
+    // Only a time-sliced whole GPU keeps an interval; every other target (MPS, exclusive,
+    // MIG) runs at the default, so an interval a previous profile set does not linger.
+    let timeslice = match (&rule.sharing, mig_enabled) {
+        (Sharing::TimeSlicing { interval, .. }, false) => *interval,
+        _ => TimeSliceInterval::Default,
     };
     let instance_mps = if mig_enabled {
         target_instances
@@ -227,7 +231,7 @@ fn plan_gpu(
         compute_mode,
         mps,
         instance_mps,
-        timeslice,
+        timeslice: Some(timeslice),
     };
     plan_gpu_to(gpu, node, target, options)
 }

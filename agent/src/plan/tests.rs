@@ -294,3 +294,38 @@ fn pending_modes_are_finished_or_cancelled() {
     assert!(state.gpus[0].mig_enabled && state.gpus[0].mig_pending.is_none());
     assert!(!state.gpus[1].mig_enabled && state.gpus[1].mig_pending.is_none());
 }
+
+#[test]
+fn targets_that_do_not_time_slice_a_whole_gpu_return_the_interval_to_default() {
+    let sim = node("a100-40gb:3");
+    let mut state = observed(&sim);
+    state.timeslices = (0..3).map(|i| (i, TimeSliceInterval::Medium)).collect();
+    // MPS, exclusive and MIG: none time-slices the whole GPU.
+    let p = profile(
+        "[[gpu]]\nselect = 0\nsharing = { mps = { replicas = 2 } }\n\
+         [[gpu]]\nselect = 1\nsharing = \"exclusive\"\n\
+         [[gpu]]\nselect = 2\nmig = { \"7g\" = 1 }\n",
+    );
+    let p = plan(&state, &p, &PlanOptions::default()).unwrap();
+    for g in &p.gpus {
+        assert_eq!(g.target.timeslice, Some(TimeSliceInterval::Default), "GPU {}", g.gpu);
+        // Back to default first, while the GPU is still whole.
+        assert_eq!(
+            g.steps.first(),
+            Some(&Step::SetTimeslice { gpu: g.gpu, interval: TimeSliceInterval::Default }),
+            "GPU {}: {:?}",
+            g.gpu,
+            g.steps
+        );
+    }
+    // Verification and `assert` see an interval left behind.
+    let mut after = state.clone();
+    after.timeslices.insert(0, TimeSliceInterval::Medium);
+    let mps_only = profile("[[gpu]]\nselect = 0\nsharing = { mps = { replicas = 2 } }\n");
+    let p = plan(&after, &mps_only, &PlanOptions::default()).unwrap();
+    let e = verify(&p, &after).unwrap_err();
+    assert!(
+        e.contains("GPU 0 (A100-SXM4-40GB): the time-slice interval is medium instead of default"),
+        "{e}"
+    );
+}
