@@ -4,7 +4,7 @@
 
 use gpushare_proto::Strategy;
 use gpushare_proto::types::PlanReport;
-use gpushare_tests::{Agent, AgentOptions, binary, stdout, text};
+use gpushare_tests::{Agent, AgentOptions, binary, ctl_error, reason_lines, stderr, stdout, text};
 
 /// The time-slice intervals the fake nvidia-smi holds for the node's GPUs, one word each
 /// (`Default`, …); the fake lists eight GPUs whatever the node has.
@@ -56,4 +56,79 @@ fn mps_after_time_slicing_returns_the_interval_to_default() {
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(intervals(&agent), ["Default", "Default"]);
+}
+
+/// Connects the fake CUDA client `pid` to the MPS server of pipe directory `pipe`.
+fn connect_client(pipe: &str, pid: u32) {
+    let client = std::process::Command::new(binary(
+        "fake-nvidia-cuda-mps-control",
+        "GPUSHARE_FAKE_MPS_CONTROL_BIN",
+    ))
+    .args(["--fake-client", &pid.to_string()])
+    .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+    .output()
+    .unwrap();
+    assert!(client.status.success(), "{}", text(&client));
+}
+
+/// Asserts an apply was refused because of MPS clients, naming them, with nothing changed.
+fn assert_refused_for_clients(agent: &Agent, args: &[&str], pids: &str) {
+    let servers = agent.mps_servers();
+    let status = agent.status();
+    let out = agent.ctl(args);
+    assert!(!out.status.success(), "{args:?}: {}", text(&out));
+    let err = stderr(&out);
+    assert_eq!(reason_lines(&err), 1, "{err}");
+    assert!(err.contains(&format!("MPS clients (PID {pids})")), "{args:?}: {err}");
+    assert!(err.contains("--force"), "{err}");
+    let mut json = args.to_vec();
+    json.push("--json");
+    assert_eq!(ctl_error(&agent.ctl(&json)).name, "io.gpushare.Agent1.Error.GpuBusy");
+    assert_eq!(agent.mps_servers(), servers, "the servers must be untouched");
+    assert_eq!(agent.status(), status, "the GPUs must be untouched");
+    assert!(!agent.fake_record().contains("cmd=quit"), "{}", agent.fake_record());
+}
+
+#[test]
+fn mps_servers_with_clients_are_not_stopped_unless_forced() {
+    let fewer =
+        "name = \"fewer\"\n[[gpu]]\nselect = \"all\"\nsharing = { mps = { replicas = 2 } }\n";
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").profile("fewer.toml", fewer));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let servers = agent.mps_servers();
+    connect_client(&servers[1].pipe_directory, 4242);
+    connect_client(&servers[1].pipe_directory, 17);
+    assert_eq!(agent.mps_servers()[1].clients, [4242, 17]);
+    // Stopping the server, and restarting it with other limits, both end its clients.
+    assert_refused_for_clients(&agent, &["apply", "all-disabled"], "17, 4242");
+    assert_refused_for_clients(&agent, &["apply", "fewer"], "17, 4242");
+    assert_refused_for_clients(&agent, &["apply", "all-balanced"], "17, 4242");
+    // A plan that keeps the server is fine, and so is one forced.
+    assert!(!agent.ctl_doc::<PlanReport>(&["plan", "all-mps"]).changes);
+    let out = agent.ctl(&["apply", "all-disabled", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent.mps_servers().is_empty());
+}
+
+#[test]
+fn mps_clients_of_a_mig_instance_keep_it_from_being_destroyed() {
+    let layered = "name = \"layered\"\n[[gpu]]\nselect = \"all\"\n\
+                   mig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+                   instance_sharing.\"3g\".mps = { replicas = 2 }\n";
+    let sevens = "name = \"sevens\"\n[[gpu]]\nselect = \"all\"\nmig = { \"1g\" = 7 }\n";
+    let agent = Agent::start(
+        AgentOptions::simulate("h100-80gb:1")
+            .profile("layered.toml", layered)
+            .profile("sevens.toml", sevens),
+    );
+    assert!(agent.ctl(&["apply", "layered"]).status.success());
+    let server = agent.mps_servers()[0].clone();
+    assert!(server.uuid.starts_with("MIG-"), "{server:?}");
+    connect_client(&server.pipe_directory, 4242);
+    // The 3g instance goes: with it, its server and the server's client.
+    assert_refused_for_clients(&agent, &["apply", "sevens"], "4242");
+    assert_refused_for_clients(&agent, &["apply", "all-disabled"], "4242");
+    let out = agent.ctl(&["apply", "sevens", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent.mps_servers().is_empty());
 }

@@ -18,14 +18,16 @@ pub struct NodeAccess {
 }
 
 impl NodeAccess {
-    /// A fresh observation: the GPUs, the MPS servers, and `with_timeslices` the
-    /// time-slice intervals (one nvidia-smi run; unknown when it fails).
-    pub async fn observe(&self, with_timeslices: bool) -> Result<NodeState, GpuError> {
+    /// A fresh observation: the GPUs and the MPS servers, and `for_planning` also what
+    /// only plans need: the time-slice intervals (one nvidia-smi run; unknown when it
+    /// fails) and the clients of running MPS servers (one control query each).
+    pub async fn observe(&self, for_planning: bool) -> Result<NodeState, GpuError> {
         let (backend, sharing) = (Arc::clone(&self.backend), Arc::clone(&self.sharing));
         tokio::task::spawn_blocking(move || {
             let mut node = NodeState::of_gpus(backend.observe()?);
             node.mps = sharing.mps_servers();
-            if with_timeslices {
+            if for_planning {
+                sharing.read_mps_clients(&mut node.mps);
                 match sharing.timeslices() {
                     Ok(intervals) => node.timeslices = intervals,
                     Err(e) => tracing::debug!("time-slice intervals unknown: {e}"),

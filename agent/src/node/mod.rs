@@ -1,5 +1,5 @@
 //! The model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
-//! instances, compute processes, MPS servers, time-slice intervals) and the operations that
+//! instances, compute processes, MPS servers and their clients, time-slice intervals) and the operations that
 //! change it ([`Operation`]). Plain data: the GPU backend and the sharing layer fill it in,
 //! the planner reads it, and nothing here does I/O.
 
@@ -62,6 +62,9 @@ pub struct MpsServerState {
     pub pid: Option<u32>,
     /// Restarts by the supervisor.
     pub restarts: u32,
+    /// PIDs of the CUDA clients of a running server, where they were read (for plans: a
+    /// server with clients is not stopped unless forced); empty otherwise.
+    pub clients: Vec<u32>,
 }
 
 impl NodeState {

@@ -283,6 +283,9 @@ fn plan_gpu_to(
     // Sharing that goes first: MPS servers that are not wanted as they are, and a
     // time-slice interval back to default while the GPU is still whole.
     let (mps_stops, mps_starts) = mps_steps(gpu, &node.mps, &target);
+    if !options.force {
+        check_no_mps_clients(gpu, &node.mps, &mps_stops)?;
+    }
     let mut sharing_first = mps_stops;
     let mut sharing_last = mps_starts;
     if let Some(interval) = target.timeslice {
@@ -494,6 +497,38 @@ fn check_not_busy(gpu: &GpuState, freed: &[&GpuInstance], steps: &[Step]) -> Res
         "{}: compute processes (PID {}) use what {what} touches; stop them, or apply with --force",
         gpu.label(),
         list.join(", ")
+    )))
+}
+
+/// Refuses to stop MPS servers that have clients: a stop, a restart with other limits and
+/// the end of the instance a server serves all end the clients' CUDA contexts.
+fn check_no_mps_clients(
+    gpu: &GpuState,
+    servers: &[MpsServerState],
+    stops: &[Step],
+) -> Result<(), PlanError> {
+    let busy: Vec<&MpsServerState> = stops
+        .iter()
+        .filter_map(|step| match step {
+            Step::StopMps { uuid, .. } => servers.iter().find(|s| &s.uuid == uuid),
+            _ => None,
+        })
+        .filter(|s| !s.clients.is_empty())
+        .collect();
+    if busy.is_empty() {
+        return Ok(());
+    }
+    let mut pids: Vec<u32> = busy.iter().flat_map(|s| s.clients.iter().copied()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let devices: Vec<&str> = busy.iter().map(|s| s.uuid.as_str()).collect();
+    let servers = if devices.len() == 1 { "server" } else { "servers" };
+    Err(PlanError::GpuBusy(format!(
+        "{}: MPS clients (PID {}) use the MPS {servers} of {} that the plan stops; stop them, or apply with --force",
+        gpu.label(),
+        list.join(", "),
+        devices.join(", ")
     )))
 }
 

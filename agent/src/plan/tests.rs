@@ -329,3 +329,85 @@ fn targets_that_do_not_time_slice_a_whole_gpu_return_the_interval_to_default() {
         "{e}"
     );
 }
+
+/// A running MPS server on `gpu` (on the instance at `start`) with `clients`.
+fn server(
+    node: &NodeState,
+    gpu: u32,
+    start: Option<u8>,
+    limits: MpsLimits,
+    clients: &[u32],
+) -> MpsServerState {
+    let g = node.gpu(gpu).unwrap();
+    let uuid = match start {
+        None => g.uuid.clone(),
+        Some(start) => {
+            let gi = g.instances.iter().find(|gi| gi.placement_start == start).unwrap();
+            gi.compute_instances[0].uuid.clone()
+        }
+    };
+    MpsServerState {
+        uuid,
+        gpu,
+        placement_start: start,
+        limits,
+        pid: Some(1000 + gpu),
+        restarts: 0,
+        clients: clients.to_vec(),
+    }
+}
+
+#[test]
+fn mps_servers_with_clients_are_stopped_only_when_forced() {
+    let sim = node("a100-40gb:2");
+    for gpu in 0..2 {
+        sim.set_compute_mode(gpu, ComputeMode::ExclusiveProcess).unwrap();
+    }
+    let mut state = observed(&sim);
+    let quarter =
+        MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: Some(10 << 30) };
+    state.mps =
+        vec![server(&state, 0, None, quarter, &[]), server(&state, 1, None, quarter, &[4242, 17])];
+    let forced = PlanOptions { force: true, ..PlanOptions::default() };
+    let halves = profile("[[gpu]]\nselect = \"all\"\nsharing = { mps = { replicas = 2 } }\n");
+    // Stopped, restarted with other limits, or stopped for MIG: each ends the clients.
+    for p in [built_in("all-disabled"), halves, built_in("all-balanced")] {
+        let e = plan(&state, &p, &PlanOptions::default()).unwrap_err();
+        assert!(matches!(e, PlanError::GpuBusy(_)), "{}: {e}", p.name);
+        let uuid = &state.mps[1].uuid;
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "GPU 1 (A100-SXM4-40GB): MPS clients (PID 17, 4242) use the MPS server of {uuid} that the plan stops; stop them, or apply with --force"
+            ),
+            "{}",
+            p.name
+        );
+        assert!(plan(&state, &p, &forced).is_ok(), "{}", p.name);
+    }
+    // Kept as it is: nothing to refuse.
+    assert!(plan(&state, &built_in("all-mps"), &PlanOptions::default()).unwrap().is_empty());
+    // GPU 0's server has no clients: stopping it alone is fine.
+    let only_0 = profile("[[gpu]]\nselect = 0\n");
+    assert!(plan(&state, &only_0, &PlanOptions::default()).is_ok());
+}
+
+#[test]
+fn mps_clients_keep_the_instance_their_server_serves() {
+    let sim = node("a100-40gb:1");
+    apply(&sim, &plan_on(&sim, &built_in("all-balanced")).unwrap());
+    let mut state = observed(&sim);
+    let limits = MpsLimits { active_thread_percentage: 50, pinned_memory_limit_bytes: None };
+    state.mps = vec![server(&state, 0, Some(4), limits, &[99])];
+    let layered = profile(
+        "[[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\ninstance_sharing.\"3g\".mps = { active_thread_percentage = 50 }\n",
+    );
+    assert!(plan(&state, &layered, &PlanOptions::default()).unwrap().is_empty());
+    // The 3g instance goes, and with it the server: refused, naming the client.
+    let sevens = profile("[[gpu]]\nselect = 0\nmig = { \"1g\" = 7 }\n");
+    let e = plan(&state, &sevens, &PlanOptions::default()).unwrap_err().to_string();
+    assert!(
+        e.starts_with("GPU 0 (A100-SXM4-40GB): MPS clients (PID 99) use the MPS server of MIG-"),
+        "{e}"
+    );
+}

@@ -35,8 +35,22 @@ impl SharingTools {
                 limits: s.record.limits,
                 pid: s.pid,
                 restarts: s.record.restarts,
+                clients: Vec::new(),
             })
             .collect()
+    }
+
+    /// Fills in the clients of the running `servers`: one control query each, run side by
+    /// side. A server that does not answer is left with none (it serves no one either).
+    pub fn read_mps_clients(&self, servers: &mut [MpsServerState]) {
+        std::thread::scope(|scope| {
+            for server in servers.iter_mut().filter(|s| s.pid.is_some()) {
+                scope.spawn(move || match self.mps.client_pids(&server.uuid) {
+                    Ok(pids) => server.clients = pids,
+                    Err(e) => tracing::debug!("MPS clients of {} unknown: {e}", server.uuid),
+                });
+            }
+        });
     }
 
     /// The time-slice interval of every GPU, by index (one nvidia-smi run).

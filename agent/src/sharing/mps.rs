@@ -273,6 +273,21 @@ impl MpsController {
 }
 
 impl MpsController {
+    /// The client PIDs of a daemon's servers, from one `ps` (the first column of its
+    /// rows); a control tool without `ps` is asked server by server instead.
+    pub fn client_pids(&self, uuid: &str) -> Result<Vec<u32>, SharingError> {
+        let mut pids: Vec<u32> = match self.command(uuid, "ps") {
+            Ok(lines) => ps_client_pids(&lines),
+            Err(e) if e.message.contains("Unknown command") => {
+                self.clients(uuid)?.into_iter().flat_map(|(_, clients)| clients).collect()
+            }
+            Err(e) => return Err(e),
+        };
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
     /// Sets the limits of the MPS server process serving client `pid` (MPS applies them
     /// to that server's new clients); the thread percentage is read back. Returns the
     /// device and the server process.
@@ -312,6 +327,12 @@ impl MpsController {
         }
         Ok((uuid, server))
     }
+}
+
+/// The client PIDs of `ps`'s rows (`PID ID SERVER DEVICE NAMESPACE COMMAND`, after a
+/// header; nothing at all without clients).
+fn ps_client_pids(lines: &[String]) -> Vec<u32> {
+    lines.iter().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect()
 }
 
 /// `25.0` → 25.
@@ -355,6 +376,18 @@ mod tests {
         assert_eq!(parse_percentage(&["100.0".into()]), Some(100));
         assert_eq!(parse_percentage(&["12.5".into()]), None);
         assert_eq!(parse_percentage(&[]), None);
+    }
+
+    #[test]
+    fn clients_are_read_from_ps_as_the_real_h100_printed_it() {
+        let lines = [
+            "PID       ID        SERVER         DEVICE                    NAMESPACE      COMMAND",
+            "438       1         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
+            "512       2         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
+        ]
+        .map(String::from);
+        assert_eq!(ps_client_pids(&lines), [438, 512]);
+        assert!(ps_client_pids(&[]).is_empty());
     }
 
     #[test]
