@@ -132,3 +132,66 @@ fn mps_clients_of_a_mig_instance_keep_it_from_being_destroyed() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(agent.mps_servers().is_empty());
 }
+
+/// Asserts `args` fail with one line containing every one of `parts`, and change nothing.
+fn assert_refused(agent: &Agent, args: &[&str], parts: &[&str]) {
+    let before = agent.status();
+    let out = agent.ctl(args);
+    assert!(!out.status.success(), "{args:?}: {}", text(&out));
+    let err = stderr(&out);
+    assert_eq!(reason_lines(&err), 1, "{args:?}: {err}");
+    for part in parts {
+        assert!(err.contains(part), "{args:?}: {part:?} not in {err}");
+    }
+    assert_eq!(agent.status(), before, "{args:?} changed the GPUs");
+}
+
+#[test]
+fn memory_limits_larger_than_the_device_are_refused() {
+    let whole = "name = \"huge\"\n[[gpu]]\nselect = \"all\"\n\
+                 sharing = { mps = { pinned_memory_limit = \"999TiB\" } }\n";
+    let instance = "name = \"huge-1g\"\n[[gpu]]\nselect = \"all\"\nmig = { \"1g\" = 7 }\n\
+                    instance_sharing.\"1g\".mps = { pinned_memory_limit = \"5GiB\" }\n";
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:2")
+            .profile("huge.toml", whole)
+            .profile("huge-1g.toml", instance),
+    );
+    for verb in ["plan", "apply"] {
+        assert_refused(
+            &agent,
+            &[verb, "huge"],
+            &[
+                "GPU 0 (A100-SXM4-40GB): mps pinned_memory_limit 999 TiB (rule at ",
+                "huge.toml:2:1) exceeds the GPU's 40 GiB",
+            ],
+        );
+        assert_refused(
+            &agent,
+            &[verb, "huge-1g"],
+            &[
+                "GPU 0 (A100-SXM4-40GB): mps pinned_memory_limit 5 GiB (rule at ",
+                "huge-1g.toml:2:1) exceeds the 1g.5gb instance's 4.75 GiB",
+            ],
+        );
+    }
+    assert!(agent.mps_servers().is_empty());
+
+    // The same bound for the limits of a running server.
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let pipe = agent.mps_servers()[0].pipe_directory.clone();
+    connect_client(&pipe, 4242);
+    assert_refused(
+        &agent,
+        &["mps", "limit", "--pid", "4242", "--memory", "999TiB"],
+        &["999 TiB", "40 GiB", "GPU 0 (A100-SXM4-40GB)"],
+    );
+    assert!(
+        !agent.fake_record().contains("set_device_pinned_mem_limit"),
+        "{}",
+        agent.fake_record()
+    );
+    let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--memory", "40GiB"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent.fake_record().contains("0 40G"), "{}", agent.fake_record());
+}

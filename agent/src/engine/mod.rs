@@ -32,7 +32,7 @@ use crate::apply::transaction::{Recovered, Transactions};
 use crate::apply::{Executor, NodeAccess, Progress};
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
-use crate::node::NodeState;
+use crate::node::{NodeState, size_text};
 use crate::plan::{self, Plan, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore};
 use crate::sharing::SharingTools;
@@ -359,8 +359,28 @@ impl Engine {
             )));
         }
         let sharing = Arc::clone(&self.node.sharing);
-        let (uuid, server) = tokio::task::spawn_blocking(move || {
-            sharing.mps.limit_client(pid, threads, memory_bytes)
+        let (record, server) =
+            tokio::task::spawn_blocking(move || sharing.mps.server_of_client(pid))
+                .await
+                .map_err(|e| EngineError::Internal(e.to_string()))??;
+        // A limit above the served device's memory would be taken and limit nothing.
+        if let Some(bytes) = memory_bytes {
+            let node = self.node.observe(false).await?;
+            if let Some((memory, device)) = node.device_memory(record.gpu, record.placement_start)
+                && bytes > memory
+            {
+                return Err(EngineError::InvalidArgument(format!(
+                    "{device} serves PID {pid} through MPS: a pinned memory limit of {} exceeds its {}",
+                    size_text(bytes),
+                    size_text(memory)
+                )));
+            }
+        }
+        let sharing = Arc::clone(&self.node.sharing);
+        let uuid = record.uuid;
+        let served = uuid.clone();
+        tokio::task::spawn_blocking(move || {
+            sharing.mps.limit_server(&served, server, threads, memory_bytes)
         })
         .await
         .map_err(|e| EngineError::Internal(e.to_string()))??;

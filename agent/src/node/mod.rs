@@ -83,6 +83,19 @@ impl NodeState {
         self.timeslices.get(&index).copied()
     }
 
+    /// The memory of the device an MPS server serves — GPU `gpu` whole, or its MIG
+    /// instance at slot `start` — and the device as messages name it.
+    pub fn device_memory(&self, gpu: u32, start: Option<u8>) -> Option<(u64, String)> {
+        let g = self.gpu(gpu)?;
+        let Some(start) = start else {
+            return Some((g.memory_total_bytes, g.label()));
+        };
+        let gi = g.instances.iter().find(|gi| gi.placement_start == start)?;
+        let profile = g.model?.profile_by_id(gi.profile_id)?;
+        let name = format!("{} instance {} at slot {start}", g.label(), profile.name);
+        Some((profile.memory_mib << 20, name))
+    }
+
     /// The interval of GPU `index` when it is time-sliced: read, and not the default.
     pub fn time_sliced(&self, index: u32) -> Option<TimeSliceInterval> {
         self.timeslice(index).filter(|&interval| interval != TimeSliceInterval::Default)
@@ -181,6 +194,20 @@ pub fn mps_memory_value(bytes: u64) -> String {
     }
 }
 
+/// A size for people: `40 GiB`, `4.75 GiB`, `999 TiB` (binary units, at most two
+/// decimals).
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() && bytes >= 1 << (10 * (unit + 1)) {
+        unit += 1;
+    }
+    let value = bytes as f64 / (1u64 << (10 * unit)) as f64;
+    let text = format!("{value:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} {}", UNITS[unit])
+}
+
 /// Time-slice intervals `nvidia-smi compute-policy --set-timeslice` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -221,6 +248,16 @@ impl TimeSliceInterval {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        assert_eq!(size_text(40 << 30), "40 GiB");
+        assert_eq!(size_text(4864 << 20), "4.75 GiB");
+        assert_eq!(size_text(999 << 40), "999 TiB");
+        assert_eq!(size_text(81559 << 20), "79.65 GiB");
+        assert_eq!(size_text(512), "512 B");
+        assert_eq!(size_text(u64::MAX), "16 EiB");
+    }
 
     #[test]
     fn memory_values_use_the_largest_whole_unit() {

@@ -13,6 +13,7 @@ use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, Tar
 
 use crate::node::{
     ComputeMode, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
+    size_text,
 };
 use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Sharing};
 pub use placement::Placed;
@@ -200,7 +201,9 @@ fn plan_gpu(
     };
     let mig_enabled = matches!(rule.mig, MigLayout::Enabled(_));
     let mps = match (&rule.sharing, mig_enabled) {
-        (Sharing::Mps(s), false) => Some(mps_limits(s, gpu.memory_total_bytes)),
+        (Sharing::Mps(s), false) => {
+            Some(device_mps_limits(gpu, rule, s, gpu.memory_total_bytes, "the GPU's")?)
+        }
         _ => None,
     };
     // Only a time-sliced whole GPU keeps an interval; every other target (MPS, exclusive,
@@ -209,17 +212,16 @@ fn plan_gpu(
         (Sharing::TimeSlicing { interval, .. }, false) => *interval,
         _ => TimeSliceInterval::Default,
     };
-    let instance_mps = if mig_enabled {
-        target_instances
-            .iter()
-            .filter_map(|p| match rule.sharing_for(p.profile) {
-                Sharing::Mps(s) => Some((p.start, mps_limits(s, p.profile.memory_mib << 20))),
-                _ => None,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let mut instance_mps = Vec::new();
+    if mig_enabled {
+        for p in &target_instances {
+            if let Sharing::Mps(s) = rule.sharing_for(p.profile) {
+                let device = format!("the {} instance's", p.profile.name);
+                let memory = p.profile.memory_mib << 20;
+                instance_mps.push((p.start, device_mps_limits(gpu, rule, s, memory, &device)?));
+            }
+        }
+    }
     let compute_mode = options.manage_compute_mode.then_some(if mps.is_some() {
         ComputeMode::ExclusiveProcess
     } else {
@@ -250,6 +252,29 @@ pub fn mps_limits(settings: &MpsSettings, memory_bytes: u64) -> MpsLimits {
             settings.replicas.map(|r| (memory_bytes / u64::from(r.max(1))) & !((1 << 20) - 1))
         }),
     }
+}
+
+/// [`mps_limits`] for a device of `memory_bytes` (`device` names it: "the GPU's"), refusing
+/// a pinned memory limit larger than the device: MPS would take it and limit nothing.
+fn device_mps_limits(
+    gpu: &GpuState,
+    rule: &GpuRule,
+    settings: &MpsSettings,
+    memory_bytes: u64,
+    device: &str,
+) -> Result<MpsLimits, PlanError> {
+    if let Some(limit) = settings.pinned_memory_limit_bytes
+        && limit > memory_bytes
+    {
+        return Err(PlanError::Infeasible(format!(
+            "{}: mps pinned_memory_limit {} (rule at {}) exceeds {device} {}",
+            gpu.label(),
+            size_text(limit),
+            rule.location,
+            size_text(memory_bytes)
+        )));
+    }
+    Ok(mps_limits(settings, memory_bytes))
 }
 
 /// Plans the named GPUs to explicit targets: how a rollback returns GPUs to a checkpoint.

@@ -411,3 +411,35 @@ fn mps_clients_keep_the_instance_their_server_serves() {
         "{e}"
     );
 }
+
+#[test]
+fn pinned_memory_limits_larger_than_the_device_are_refused() {
+    let sim = node("a100-40gb:1");
+    let whole = |size: &str| {
+        profile(&format!(
+            "name = \"x\"\n[[gpu]]\nselect = 0\nsharing = {{ mps = {{ pinned_memory_limit = \"{size}\" }} }}\n"
+        ))
+    };
+    let e = plan_on(&sim, &whole("999TiB")).unwrap_err();
+    assert!(matches!(e, PlanError::Infeasible(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "GPU 0 (A100-SXM4-40GB): mps pinned_memory_limit 999 TiB (rule at test.toml:2:1) exceeds the GPU's 40 GiB"
+    );
+    // The whole GPU's memory is a limit it can have.
+    assert!(plan_on(&sim, &whole("40GiB")).is_ok());
+    assert!(plan_on(&sim, &whole("40961MiB")).is_err());
+    // An instance's limit is bounded by the instance: 3g.20gb has 19968 MiB.
+    let instance = |size: &str| {
+        profile(&format!(
+            "[[gpu]]\nselect = 0\nmig = {{ \"3g\" = 2 }}\n\
+             instance_sharing.\"3g\".mps = {{ pinned_memory_limit = \"{size}\" }}\n"
+        ))
+    };
+    let e = plan_on(&sim, &instance("20GiB")).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "GPU 0 (A100-SXM4-40GB): mps pinned_memory_limit 20 GiB (rule at test.toml:1:1) exceeds the 3g.20gb instance's 19.5 GiB"
+    );
+    assert!(plan_on(&sim, &instance("19968MiB")).is_ok());
+}

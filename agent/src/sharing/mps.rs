@@ -288,29 +288,34 @@ impl MpsController {
         Ok(pids)
     }
 
-    /// Sets the limits of the MPS server process serving client `pid` (MPS applies them
-    /// to that server's new clients); the thread percentage is read back. Returns the
-    /// device and the server process.
-    pub fn limit_client(
-        &self,
-        pid: u32,
-        threads: Option<u32>,
-        memory_bytes: Option<u64>,
-    ) -> Result<(String, u32), SharingError> {
+    /// The server record of the daemon whose MPS server process serves client `pid`, and
+    /// that server process.
+    pub fn server_of_client(&self, pid: u32) -> Result<(ServerRecord, u32), SharingError> {
         let found = self.daemons().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
             let clients = self.clients(&s.record.uuid).ok()?;
             let server = clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
-            Some((s.record.uuid, server))
+            Some((s.record, server))
         });
-        let (uuid, server) = found.ok_or_else(|| {
+        found.ok_or_else(|| {
             SharingError::new(
                 Kind::NotAClient,
                 format!("PID {pid} is not a client of an MPS server gpushare runs"),
             )
-        })?;
+        })
+    }
+
+    /// Sets the limits of MPS server process `server` of the daemon of `uuid` (MPS applies
+    /// them to that server's new clients); the thread percentage is read back.
+    pub fn limit_server(
+        &self,
+        uuid: &str,
+        server: u32,
+        threads: Option<u32>,
+        memory_bytes: Option<u64>,
+    ) -> Result<(), SharingError> {
         if let Some(t) = threads {
-            self.command(&uuid, &format!("set_active_thread_percentage {server} {t}"))?;
-            let read = self.command(&uuid, &format!("get_active_thread_percentage {server}"))?;
+            self.command(uuid, &format!("set_active_thread_percentage {server} {t}"))?;
+            let read = self.command(uuid, &format!("get_active_thread_percentage {server}"))?;
             if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
                 return Err(SharingError::new(
                     Kind::NotApplied,
@@ -323,9 +328,9 @@ impl MpsController {
         }
         if let Some(bytes) = memory_bytes {
             let value = mps_memory_value(bytes);
-            self.command(&uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))?;
+            self.command(uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))?;
         }
-        Ok((uuid, server))
+        Ok(())
     }
 }
 
