@@ -195,3 +195,100 @@ fn memory_limits_larger_than_the_device_are_refused() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(agent.fake_record().contains("0 40G"), "{}", agent.fake_record());
 }
+
+#[test]
+fn selectors_naming_gpus_this_node_lacks_are_refused() {
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:8")
+            .profile(
+                "nine.toml",
+                "name = \"nine\"\n[[gpu]]\nselect = \"9\"\nmig = { \"7g\" = 1 }\n",
+            )
+            .profile("range.toml", "name = \"range\"\n[[gpu]]\nselect = \"6-9\"\n")
+            .profile("list.toml", "name = \"list\"\n[[gpu]]\nselect = [0, 99]\n")
+            .profile(
+                "uuid.toml",
+                "name = \"uuid\"\n[[gpu]]\nselect = \"GPU-00000000-0000-0000-0000-000000000000\"\n",
+            )
+            .profile(
+                "h100.toml",
+                "name = \"h100\"\n[[gpu]]\nselect = \"h100-80gb\"\nmig = { \"7g\" = 1 }\n",
+            )
+            .profile(
+                "filtered.toml",
+                "name = \"filtered\"\n[[gpu]]\nselect = \"all\"\ndevice_filter = \"0x233010DE\"\n",
+            )
+            .profile(
+                "fleet.toml",
+                "name = \"fleet\"\n[[gpu]]\nselect = \"h100-80gb\"\nmig = { \"7g\" = 1 }\n\
+                 [[gpu]]\nselect = \"a100-40gb\"\nmig = { \"7g\" = 1 }\n",
+            ),
+    );
+    let uuids: Vec<String> = agent.status().gpus.iter().map(|g| g.uuid.clone()).collect();
+    for verb in ["plan", "apply", "assert"] {
+        for (profile, parts) in [
+            ("nine", vec!["nine.toml:2:1: select = \"9\": this node has GPUs 0-7"]),
+            ("range", vec!["range.toml:2:1: select = \"6-9\": this node has GPUs 0-7"]),
+            ("list", vec!["list.toml:2:1: select = \"0,99\": this node has GPUs 0-7"]),
+            (
+                "uuid",
+                vec![
+                    "uuid.toml:2:1: select = \"GPU-00000000-0000-0000-0000-000000000000\": no GPU of this node has that UUID",
+                    &uuids[0],
+                    &uuids[7],
+                ],
+            ),
+            (
+                "h100",
+                vec![
+                    "profile h100 selects no GPU of this node",
+                    "A100-SXM4-40GB",
+                    "h100.toml:2:1 (select = \"h100-80gb\")",
+                ],
+            ),
+            (
+                "filtered",
+                vec![
+                    "profile filtered selects no GPU of this node",
+                    "0x20B010DE",
+                    "filtered.toml:2:1 (select = \"all\", device_filter = [\"0x233010DE\"])",
+                ],
+            ),
+        ] {
+            let out = agent.ctl(&[verb, profile]);
+            assert!(!out.status.success(), "{verb} {profile}: {}", text(&out));
+            assert!(!stdout(&out).contains("already applied"), "{verb} {profile}: {}", text(&out));
+            assert_refused(&agent, &[verb, profile], &parts);
+        }
+    }
+    // One rule per model, for a fleet: the rule for other models matches nothing here.
+    let out = agent.ctl(&["apply", "fleet"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent.status().gpus.iter().all(|g| g.mig_enabled));
+}
+
+#[test]
+fn mig_parted_entries_naming_gpus_this_node_lacks_are_refused() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:8"));
+    let yaml = "version: v1\nmig-configs:\n  wide:\n    - devices: [0, 99]\n      mig-enabled: false\n\
+                \x20 other-model:\n    - device-filter: [\"0x233010DE\"]\n      devices: all\n      mig-enabled: false\n";
+    let (_dir, file) = gpushare_tests::temp_file("fleet.yaml", yaml);
+    let file = file.to_str().unwrap();
+    assert_refused(
+        &agent,
+        &["apply", "-f", file, "-c", "wide"],
+        &["fleet.yaml:4:7: devices: [0, 99]: this node has GPUs 0-7"],
+    );
+    assert_refused(
+        &agent,
+        &["plan", "-f", file, "-c", "other-model"],
+        &[
+            "profile other-model selects no GPU of this node",
+            "devices: all, device-filter: [0x233010DE]",
+        ],
+    );
+    // NVIDIA's own file, with its entries per model, still plans here.
+    let nvidia = gpushare_tests::repo_root().join("tests/data/mig-parted-config-default.yaml");
+    let out = agent.ctl(&["plan", "-f", nvidia.to_str().unwrap(), "-c", "all-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -15,7 +15,7 @@ use crate::node::{
     ComputeMode, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
     size_text,
 };
-use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Sharing};
+use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Selector, Sharing};
 pub use placement::Placed;
 pub use step::{MpsDevice, Step};
 pub use verify::verify;
@@ -147,22 +147,145 @@ pub enum PlanError {
 
 /// Plans `profile` against the observed `node`.
 pub fn plan(node: &NodeState, profile: &Profile, options: &PlanOptions) -> Result<Plan, PlanError> {
-    let gpu_count = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+    check_selectors(node, profile)?;
     let mut gpus = Vec::new();
     for gpu in &node.gpus {
-        let selected = GpuRef {
-            index: gpu.index,
-            count: gpu_count,
-            uuid: &gpu.uuid,
-            pci_device_id: gpu.pci_device_id,
-            model: gpu.model,
-        };
-        let Some(rule) = profile.rule_for(&selected) else {
+        let Some(rule) = profile.rule_for(&gpu_ref(node, gpu)) else {
             continue;
         };
         gpus.push(plan_gpu(gpu, node, rule, options)?);
     }
     Ok(Plan { profile: profile.name.clone(), gpus })
+}
+
+/// `gpu` as selectors see it.
+fn gpu_ref<'a>(node: &NodeState, gpu: &'a GpuState) -> GpuRef<'a> {
+    GpuRef {
+        index: gpu.index,
+        count: u32::try_from(node.gpus.len()).unwrap_or(u32::MAX),
+        uuid: &gpu.uuid,
+        pci_device_id: gpu.pci_device_id,
+        model: gpu.model,
+    }
+}
+
+/// Indices and UUIDs name this node's GPUs: one it lacks is a mistake (or a profile meant
+/// for another node), never "nothing to do". A model selector or device filter may match
+/// nothing here — fleet-wide profiles have one rule per model — as long as the profile
+/// selects some GPU.
+fn check_selectors(node: &NodeState, profile: &Profile) -> Result<(), PlanError> {
+    let last = node.gpus.iter().map(|g| g.index).max();
+    for rule in &profile.rules {
+        let lacking = match &rule.select {
+            // `hi` first: a range as wide as u32 is not walked.
+            Selector::Indices(ranges) => ranges.iter().any(|&(lo, hi)| {
+                last.is_none_or(|last| hi > last) || (lo..=hi).any(|i| node.gpu(i).is_none())
+            }),
+            Selector::Uuid(uuid) => !node.gpus.iter().any(|g| g.uuid.eq_ignore_ascii_case(uuid)),
+            _ => false,
+        };
+        if !lacking {
+            continue;
+        }
+        let has = match &rule.select {
+            Selector::Uuid(_) => {
+                let uuids: Vec<String> =
+                    node.gpus.iter().map(|g| format!("GPU {}: {}", g.index, g.uuid)).collect();
+                format!("no GPU of this node has that UUID ({})", uuids.join(", "))
+            }
+            _ => format!("this node has {}", gpu_indices(node)),
+        };
+        return Err(PlanError::Infeasible(format!(
+            "rule at {}: {}: {has}",
+            rule.location,
+            selector_text(rule)
+        )));
+    }
+    if node.gpus.iter().any(|g| profile.rule_for(&gpu_ref(node, g)).is_some()) {
+        return Ok(());
+    }
+    let rules: Vec<String> =
+        profile.rules.iter().map(|r| format!("{} ({})", r.location, rule_text(r))).collect();
+    let rules = if rules.is_empty() { "it has no rules".to_string() } else { rules.join(", ") };
+    Err(PlanError::Infeasible(format!(
+        "profile {} selects no GPU of this node ({}: {}); its rules: {rules}",
+        profile.name,
+        gpu_indices(node),
+        gpu_kinds(node)
+    )))
+}
+
+/// `GPUs 0-7`, `GPU 0`, `no GPUs`.
+fn gpu_indices(node: &NodeState) -> String {
+    let mut indices: Vec<u32> = node.gpus.iter().map(|g| g.index).collect();
+    indices.sort_unstable();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for i in indices {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == i => *hi = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let text: Vec<String> = runs
+        .iter()
+        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+        .collect();
+    match node.gpus.len() {
+        0 => "no GPUs".to_string(),
+        1 => format!("GPU {}", text.join(",")),
+        _ => format!("GPUs {}", text.join(",")),
+    }
+}
+
+/// The node's GPUs by model and PCI device id: `8 × A100-SXM4-40GB (0x20B010DE)`.
+fn gpu_kinds(node: &NodeState) -> String {
+    let mut kinds: Vec<(String, u32, usize)> = Vec::new();
+    for g in &node.gpus {
+        let name = g.model_name().to_string();
+        match kinds.iter_mut().find(|(n, id, _)| *n == name && *id == g.pci_device_id) {
+            Some((_, _, count)) => *count += 1,
+            None => kinds.push((name, g.pci_device_id, 1)),
+        }
+    }
+    let kinds: Vec<String> =
+        kinds.iter().map(|(name, id, count)| format!("{count} × {name} (0x{id:08X})")).collect();
+    kinds.join(", ")
+}
+
+/// Whether a rule comes from a mig-parted file, whose words its messages then use.
+fn from_mig_parted(rule: &GpuRule) -> bool {
+    let origin = &rule.location.origin;
+    origin.ends_with(".yaml") || origin.ends_with(".yml")
+}
+
+/// What a rule selects, as written: `select = "9"`, or mig-parted's `devices: [0, 99]`.
+fn selector_text(rule: &GpuRule) -> String {
+    match (&rule.select, from_mig_parted(rule)) {
+        (Selector::All, true) => "devices: all".to_string(),
+        (Selector::Indices(ranges), true) => {
+            let indices: Vec<String> = ranges
+                .iter()
+                .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+                .collect();
+            format!("devices: [{}]", indices.join(", "))
+        }
+        (select, _) => format!("select = \"{select}\""),
+    }
+}
+
+/// A rule's selector with its device filter: `select = "all", device_filter = [...]`.
+fn rule_text(rule: &GpuRule) -> String {
+    let selector = selector_text(rule);
+    if rule.device_filter.is_empty() {
+        return selector;
+    }
+    let ids: Vec<String> = rule.device_filter.iter().map(|id| format!("0x{id:08X}")).collect();
+    if from_mig_parted(rule) {
+        format!("{selector}, device-filter: [{}]", ids.join(", "))
+    } else {
+        let ids: Vec<String> = ids.iter().map(|id| format!("\"{id}\"")).collect();
+        format!("{selector}, device_filter = [{}]", ids.join(", "))
+    }
 }
 
 fn plan_gpu(

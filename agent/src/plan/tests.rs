@@ -443,3 +443,90 @@ fn pinned_memory_limits_larger_than_the_device_are_refused() {
     );
     assert!(plan_on(&sim, &instance("19968MiB")).is_ok());
 }
+
+#[test]
+fn indices_and_uuids_this_node_lacks_are_refused() {
+    let sim = node("a100-40gb:8");
+    let e = |text: &str| plan_on(&sim, &profile(text)).unwrap_err().to_string();
+    assert_eq!(
+        e("name = \"x\"\n\n[[gpu]]\nselect = \"9\"\n"),
+        "rule at test.toml:3:1: select = \"9\": this node has GPUs 0-7"
+    );
+    assert_eq!(
+        e("[[gpu]]\nselect = \"all\"\n[[gpu]]\nselect = \"7-4294967295\"\n"),
+        "rule at test.toml:3:1: select = \"7-4294967295\": this node has GPUs 0-7"
+    );
+    let uuid = e("[[gpu]]\nselect = \"GPU-feed\"\n");
+    let first = &observed(&sim).gpus[0].uuid;
+    assert!(
+        uuid.starts_with(&format!(
+            "rule at test.toml:1:1: select = \"GPU-feed\": no GPU of this node has that UUID (GPU 0: {first}, GPU 1: "
+        )),
+        "{uuid}"
+    );
+    // Even when another rule selects GPUs: the index names a GPU that is not here.
+    assert!(e("[[gpu]]\nselect = [0, 8]\n").contains("select = \"0,8\": this node has GPUs 0-7"));
+    let one = node("h100-80gb:1");
+    let e = plan_on(&one, &profile("[[gpu]]\nselect = 1\n")).unwrap_err().to_string();
+    assert!(e.ends_with("select = \"1\": this node has GPU 0"), "{e}");
+    // A UUID is matched in any case, as NVML's tools do.
+    let upper = observed(&sim).gpus[3].uuid.to_uppercase();
+    let p = plan_on(&sim, &profile(&format!("[[gpu]]\nselect = \"{upper}\"\n"))).unwrap();
+    assert_eq!(p.gpus.iter().map(|g| g.gpu).collect::<Vec<_>>(), [3]);
+}
+
+#[test]
+fn a_profile_must_select_some_gpu_of_the_node() {
+    let sim = node("a100-40gb:2");
+    let e = plan_on(&sim, &profile("[[gpu]]\nselect = \"h100-80gb\"\n")).unwrap_err();
+    assert!(matches!(e, PlanError::Infeasible(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "profile test selects no GPU of this node (GPUs 0-1: 2 × A100-SXM4-40GB (0x20B010DE)); its rules: test.toml:1:1 (select = \"h100-80gb\")"
+    );
+    let filtered = profile(
+        "[[gpu]]\nselect = \"all\"\ndevice_filter = [\"0x233010DE\", \"0x20B710DE\"]\n[[gpu]]\nselect = \"a30\"\n",
+    );
+    let e = plan_on(&sim, &filtered).unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "its rules: test.toml:1:1 (select = \"all\", device_filter = [\"0x233010DE\", \"0x20B710DE\"]), test.toml:4:1 (select = \"a30-24gb\")"
+        ),
+        "{e}"
+    );
+    // One rule per model, for a fleet: fine where one of them selects.
+    let fleet = profile(
+        "[[gpu]]\nselect = \"h100-80gb\"\nmig = { \"7g\" = 1 }\n[[gpu]]\nselect = \"a100-40gb\"\n",
+    );
+    assert_eq!(plan_on(&sim, &fleet).unwrap().gpus.len(), 2);
+    // first-half selects nothing on one GPU: alone refused, with second-half fine.
+    let one = node("a100-40gb:1");
+    let e = plan_on(&one, &profile("[[gpu]]\nselect = \"first-half\"\n")).unwrap_err();
+    assert!(e.to_string().contains("selects no GPU of this node (GPU 0: 1 × A100"), "{e}");
+    assert_eq!(plan_on(&one, &built_in("half-balanced")).unwrap().gpus.len(), 1);
+}
+
+#[test]
+fn every_built_in_profile_plans_on_every_catalog_model() {
+    for model in crate::catalog::models() {
+        for count in [1, 2, 8] {
+            let sim = node(&format!("{}:{count}", model.key));
+            for stored in ProfileStore::built_in().iter() {
+                let p = &stored.profile;
+                // Each selects some GPU everywhere; a layout a model cannot take (no MIG, or
+                // no 3g on the A30) is another refusal.
+                match plan_on(&sim, p) {
+                    Ok(plan) => {
+                        assert!(!plan.gpus.is_empty(), "{} on {}:{count}", p.name, model.key)
+                    }
+                    Err(e) => assert!(
+                        e.to_string().starts_with("GPU ") && !e.to_string().contains("select"),
+                        "{} on {}:{count}: {e}",
+                        p.name,
+                        model.key
+                    ),
+                }
+            }
+        }
+    }
+}
