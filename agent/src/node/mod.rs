@@ -1,7 +1,7 @@
 //! The model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
-//! instances, compute processes, MPS servers and their clients, time-slice intervals) and the operations that
-//! change it ([`Operation`]). Plain data: the GPU backend and the sharing layer fill it in,
-//! the planner reads it, and nothing here does I/O.
+//! instances, compute processes, MPS servers and their clients, time-slice intervals) and
+//! the operations that change it ([`Operation`]). Plain data: the GPU backend and the
+//! sharing layer fill it in, the planner reads it, and nothing here does I/O.
 
 mod operation;
 

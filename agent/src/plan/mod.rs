@@ -2,8 +2,10 @@
 //! that turn one into the other.
 //!
 //! Everything that can fail for reasons of the profile fails here, before anything is
-//! touched: a MIG profile a model lacks, a layout that does not fit, a GPU without MIG
-//! asked for MIG, processes on an instance that must go. Same inputs, same plan.
+//! touched: a selector naming GPUs the node lacks, a MIG profile a model lacks, a layout
+//! that does not fit, a GPU without MIG asked for MIG, an MPS memory limit larger than its
+//! device, processes on an instance that must go, MPS clients of a server that must stop.
+//! Same inputs, same plan.
 
 pub mod placement;
 mod step;
@@ -128,7 +130,8 @@ pub struct GpuTarget {
     pub timeslice: Option<TimeSliceInterval>,
 }
 
-/// Why a profile cannot be carried out here. Each message is one line naming the GPU.
+/// Why a profile cannot be carried out here. Each message is one line naming the GPU (or
+/// the rule, for selectors).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// The profile asks for something the GPU cannot be.
@@ -140,7 +143,7 @@ pub enum PlanError {
     /// The agent's configuration forbids the change.
     #[error("{0}")]
     Forbidden(String),
-    /// Compute processes use what must change, and the apply is not forced.
+    /// Compute processes or MPS clients use what must change, and the apply is not forced.
     #[error("{0}")]
     GpuBusy(String),
 }
