@@ -6,6 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::error::{ContextKind, ContextValue};
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use gpushare_proto::{
     BUS_ADDRESS_ENV, MPS_MAX_CLIENTS, MPS_THREAD_PERCENTAGE, PROBE_SECONDS, Workload,
@@ -13,8 +14,9 @@ use gpushare_proto::{
 
 /// Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA
 /// mig-parted configs as they are, and shows the GPUs' state.
+// `-h` and the man page's NAME show the package description, `--help` this doc comment.
 #[derive(Debug, Parser)]
-#[command(name = "gpushare-ctl", version, about)]
+#[command(name = "gpushare-ctl", version, about, long_about)]
 pub struct Cli {
     /// Print exactly one JSON object on stdout (errors too); no prompts, no progress.
     #[arg(long, global = true)]
@@ -333,15 +335,27 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let mut cmd = Hidden::augment_subcommands(Cli::command());
-    let matches = cmd.try_get_matches_from_mut(args)?;
-    let parsed = match matches.subcommand_name() {
-        Some(name) if Hidden::has_subcommand(name) => {
-            Hidden::from_arg_matches(&matches).map(Invocation::Hidden)
-        }
-        _ => Cli::from_arg_matches(&matches).map(Invocation::Run),
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // The hidden verbs are known only to a command line that names one exactly: otherwise
+    // clap would list them in errors and suggest them for typos.
+    let error = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(Invocation::Run(cli)),
+        Err(e) => e,
     };
-    parsed.map_err(|e| e.format(&mut cmd))
+    let names_hidden = matches!(
+        error.get(ContextKind::InvalidSubcommand),
+        Some(ContextValue::String(name)) if Hidden::has_subcommand(name)
+    );
+    if !names_hidden {
+        return Err(error);
+    }
+    let visible = Cli::command();
+    // Augmenting sets the about texts from `Hidden`'s doc comment: keep the product's.
+    let mut cmd = Hidden::augment_subcommands(visible.clone())
+        .about(visible.get_about().cloned().unwrap_or_default())
+        .long_about(visible.get_long_about().cloned().unwrap_or_default());
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    Hidden::from_arg_matches(&matches).map(Invocation::Hidden).map_err(|e| e.format(&mut cmd))
 }
 
 #[cfg(test)]
@@ -754,6 +768,75 @@ mod tests {
             about,
             "Measure what sharing costs: N CUDA client processes against a solo baseline, under the current sharing"
         );
+    }
+
+    /// The command lines of every verb and sub-verb users see, with `extra` appended.
+    fn every_visible_command(extra: &[&str]) -> Vec<Vec<String>> {
+        fn walk(cmd: &clap::Command, path: Vec<String>, all: &mut Vec<Vec<String>>) {
+            all.push(path.clone());
+            // clap's own `help` takes no --help.
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help")
+            {
+                let mut next = path.clone();
+                next.push(sub.get_name().to_owned());
+                walk(sub, next, all);
+            }
+        }
+        let mut all = Vec::new();
+        let mut cmd = Cli::command();
+        cmd.build();
+        walk(&cmd, Vec::new(), &mut all);
+        for path in &mut all {
+            path.extend(extra.iter().map(|s| s.to_string()));
+        }
+        all
+    }
+
+    #[test]
+    fn help_texts_are_for_users() {
+        use clap::error::ErrorKind;
+        // `-h` shows the package's description, `--help` the doc comment of [`Cli`].
+        for (flag, about) in [
+            ("-h", "Command-line client of gpushare-agent"),
+            (
+                "--help",
+                "Drives gpushare-agent: applies GPU sharing profiles (MIG, MPS, time-slicing), or NVIDIA mig-parted configs as they are, and shows the GPUs' state.",
+            ),
+        ] {
+            let top = invocation(&[flag]).unwrap_err();
+            assert_eq!(top.kind(), ErrorKind::DisplayHelp);
+            let top = top.to_string();
+            assert_eq!(top.lines().next(), Some(about), "{top}");
+            for args in every_visible_command(&[flag]) {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let help = invocation(&args).unwrap_err();
+                assert_eq!(help.kind(), ErrorKind::DisplayHelp, "{args:?}");
+                let help = help.to_string();
+                // Doc comments written for developers: intra-doc links, type names.
+                for leak in ["[`", "Verbs kept", "Arguments of", "Sub-verbs of", "What to do"] {
+                    assert!(!help.contains(leak), "{args:?} shows {leak:?}:\n{help}");
+                }
+                assert!(!help.contains("generate"), "{args:?}:\n{help}");
+            }
+        }
+    }
+
+    #[test]
+    fn usage_errors_never_name_the_hidden_verb() {
+        for args in [
+            &[][..],
+            &["--json"],
+            &["generat"],
+            &["gen"],
+            &["--json", "generat"],
+            &["genrate", "man", "d"],
+            &["help", "generat"],
+            &["frobnicate"],
+        ] {
+            let e = invocation(args).unwrap_err();
+            let text = e.render().to_string();
+            assert!(!text.contains("generate"), "{args:?}:\n{text}");
+        }
     }
 
     #[test]
