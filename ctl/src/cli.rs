@@ -226,6 +226,38 @@ where
     args.into_iter().skip(1).take_while(|a| a.as_ref() != "--").any(|a| a.as_ref() == "--json")
 }
 
+/// The verbs users see, in the order of the help.
+pub fn verbs() -> Vec<String> {
+    let cmd = Cli::command();
+    let names = cmd.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_owned());
+    names.collect()
+}
+
+/// `gpushare-ctl` and the verbs (and sub-verbs) a command line names, `gpushare-ctl mps
+/// limit`, for pointing at the right `--help` (hidden verbs included: only a command line
+/// that names one gets here).
+pub fn verb_path<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let mut cmd = Hidden::augment_subcommands(Cli::command());
+    let mut path = String::from("gpushare-ctl");
+    let mut args = args.iter().skip(1).map(AsRef::as_ref);
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            break;
+        }
+        if arg == "--address" {
+            args.next(); // its value
+            continue;
+        }
+        let Some(arg) = arg.to_str() else { continue };
+        if let Some(sub) = cmd.find_subcommand(arg).filter(|s| s.get_name() != "help").cloned() {
+            path.push(' ');
+            path.push_str(sub.get_name());
+            cmd = sub;
+        }
+    }
+    path
+}
+
 /// Arguments of `probe`. Whatever is left out is not sent: the agent's defaults apply.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {

@@ -47,6 +47,7 @@ mod error;
 mod job;
 mod output;
 
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -131,31 +132,54 @@ fn write_completions(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Help and version go to stdout as clap prints them; real usage errors are clap's text on
-/// stderr (exit 2), or with `--json` the JSON error object on stdout (exit 2).
+/// Help and version go to stdout as clap prints them; usage errors are one line, on stderr
+/// or with `--json` as the JSON error object on stdout, exit status 2.
 fn usage_error(e: clap::Error) -> ExitCode {
-    if e.use_stderr() && cli::args_request_json(std::env::args_os()) {
-        let error =
-            CtlError::ctl(Kind::Usage, usage_message(&e.render().to_string())).with_exit_code(2);
-        Output { json: true, stdout_tty: false, stderr_tty: false }.error(&error);
-        return ExitCode::from(2);
+    if !e.use_stderr() {
+        e.exit()
     }
-    e.exit()
+    let args: Vec<_> = std::env::args_os().collect();
+    let error = CtlError::ctl(Kind::Usage, usage_line(&e, &args)).with_exit_code(2);
+    let json = cli::args_request_json(&args);
+    Output { json, stdout_tty: false, stderr_tty: false }.error(&error);
+    ExitCode::from(2)
 }
 
-/// The reason part of clap's usage error text (up to the first blank line), on one line,
-/// without the `error: ` prefix.
-fn usage_message(rendered: &str) -> String {
-    let reason: Vec<&str> = rendered.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
-    let reason = reason.join(" ");
-    let reason = reason.strip_prefix("error: ").unwrap_or(&reason).to_owned();
-    if reason.is_empty() { "invalid command line".into() } else { reason }
+/// A usage error in one line: clap's reason and tips (its text up to `Usage:`), then
+/// where to read more, `see 'gpushare-ctl mps limit --help'`. `args` is the command line.
+fn usage_line(e: &clap::Error, args: &[OsString]) -> String {
+    use clap::error::ErrorKind;
+    let command = cli::verb_path(args);
+    let reason = match e.kind() {
+        // clap would list `help` and show the whole help text.
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            format!("a verb is required: {}", cli::verbs().join(", "))
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let mut parts: Vec<String> = Vec::new();
+            for paragraph in rendered.split("\n\n") {
+                if paragraph.starts_with("Usage:") || paragraph.starts_with("For more information")
+                {
+                    continue;
+                }
+                let text: Vec<&str> = paragraph.lines().map(str::trim).collect();
+                let text = text.join(" ");
+                let text = text.strip_prefix("error: ").unwrap_or(&text);
+                let text = text.strip_prefix("tip: ").unwrap_or(text);
+                if !text.is_empty() {
+                    parts.push(text.to_owned());
+                }
+            }
+            if parts.is_empty() { "invalid command line".into() } else { parts.join("; ") }
+        }
+    };
+    format!("{reason}; see '{command} --help'")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn scratch_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("gpushare-ctl-{name}-{}", std::process::id()));
@@ -196,14 +220,53 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    fn usage_line_of(args: &[&str]) -> String {
+        let args: Vec<OsString> =
+            std::iter::once("gpushare-ctl").chain(args.iter().copied()).map(Into::into).collect();
+        let e = cli::parse_from(args.clone()).expect_err("a usage error");
+        usage_line(&e, &args)
+    }
+
     #[test]
     fn usage_errors_become_one_line() {
-        let e = Cli::try_parse_from(["gpushare-ctl", "apply"]).unwrap_err();
         assert_eq!(
-            usage_message(&e.render().to_string()),
-            "the following required arguments were not provided: <PROFILE|--file <FILE>>"
+            usage_line_of(&["apply"]),
+            "the following required arguments were not provided: <PROFILE|--file <FILE>>; see 'gpushare-ctl apply --help'"
         );
-        let e = Cli::try_parse_from(["gpushare-ctl", "bogus"]).unwrap_err();
-        assert_eq!(usage_message(&e.render().to_string()), "unrecognized subcommand 'bogus'");
+        assert_eq!(
+            usage_line_of(&["bogus"]),
+            "unrecognized subcommand 'bogus'; see 'gpushare-ctl --help'"
+        );
+        assert_eq!(
+            usage_line_of(&["--json", "stauts"]),
+            "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
+        );
+        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, env, probe";
+        for args in [&[][..], &["--json"], &["--address", "session"]] {
+            assert_eq!(
+                usage_line_of(args),
+                format!("a verb is required: {verbs}; see 'gpushare-ctl --help'")
+            );
+        }
+        assert_eq!(
+            usage_line_of(&["probe", "--workload", "flops"]),
+            "invalid value 'flops' for '--workload <NAME,…>' [possible values: launch, compute, memory]; see 'gpushare-ctl probe --help'"
+        );
+        assert_eq!(
+            usage_line_of(&["mps", "limit", "--pid", "0", "--threads", "5"]),
+            "invalid value '0' for '--pid <PID>': 0 is not in 1..=4294967295; see 'gpushare-ctl mps limit --help'"
+        );
+        for args in [
+            &["status", "--bogus"][..],
+            &["apply", "x", "-c", "y"],
+            &["mps", "limit", "--pid", "1"],
+            &["help", "bogus"],
+            &["generate", "pdf", "d"],
+            &["--address"],
+        ] {
+            let line = usage_line_of(args);
+            assert!(!line.contains('\n') && !line.starts_with("error"), "{args:?}: {line}");
+            assert!(line.ends_with(" --help'"), "{args:?}: {line}");
+        }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 mod access;
 mod agent_state;
+mod cli_output;
 mod metrics;
 mod plan_safety;
 mod sharing;
