@@ -2,7 +2,8 @@
 //! to before the call that starts it, so none is missed however fast the job is;
 //! `NameOwnerChanged` of the agent's name is watched too, so that ctl stops waiting if the
 //! agent exits mid-job. Progress goes to stderr: a bar on a terminal, `[3/12] GPU 0: ...`
-//! lines otherwise, nothing with `--json`.
+//! lines otherwise (steps numbered as they begin on any GPU; `verifying` and a rollback's
+//! `rolling back: …` lines without a count), nothing with `--json`.
 
 use futures_util::StreamExt;
 use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE};
@@ -159,9 +160,13 @@ async fn follow(
     }
 }
 
-/// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1.
+/// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1; the
+/// text alone for a line without a count (`total` 0: verifying, rolling back).
 pub fn progress_line(done: u32, total: u32, step: &str) -> String {
-    // Past the last step (verification) the count stays at the total.
+    if total == 0 {
+        return step.to_owned();
+    }
+    // An agent before issue 10 sent its verification as step `total` of `total`.
     let number = if done >= total { total } else { done + 1 };
     format!("[{number}/{total}] {step}")
 }
@@ -193,6 +198,8 @@ impl Progress {
         match &mut self.mode {
             ProgressMode::Silent => {}
             ProgressMode::Lines => eprintln!("{}", progress_line(done, total, step)),
+            ProgressMode::Bar(Some(bar)) if total == 0 => bar.set_message(step.to_owned()),
+            ProgressMode::Bar(None) if total == 0 => eprintln!("{step}"),
             ProgressMode::Bar(bar) => {
                 let bar = bar.get_or_insert_with(|| {
                     let bar = ProgressBar::with_draw_target(
@@ -207,7 +214,8 @@ impl Progress {
                     bar
                 });
                 bar.set_length(u64::from(total));
-                bar.set_position(u64::from(done));
+                // The step's number, as the plain lines show it.
+                bar.set_position(u64::from(done) + 1);
                 bar.set_message(step.to_owned());
             }
         }
@@ -232,6 +240,15 @@ mod tests {
         );
         assert_eq!(progress_line(0, 1, "x"), "[1/1] x");
         assert_eq!(progress_line(12, 12, "verify"), "[12/12] verify");
+    }
+
+    #[test]
+    fn progress_without_a_count_is_the_text_alone() {
+        assert_eq!(progress_line(0, 0, "verifying"), "verifying");
+        assert_eq!(
+            progress_line(0, 0, "rolling back: GPU 0: disable MIG mode"),
+            "rolling back: GPU 0: disable MIG mode"
+        );
     }
 
     fn signal(path: &str, member: &str) -> zbus::message::Builder<'static> {

@@ -1,7 +1,8 @@
 //! What `gpushare-ctl` prints for people and scripts: usage errors in one line, progress
 //! counted once per step, one name for a MIG instance, one way of writing sizes.
 
-use gpushare_tests::{binary, ctl_error, stderr, stdout, text};
+use gpushare_proto::types::PlanReport;
+use gpushare_tests::{Agent, AgentOptions, binary, ctl_error, stderr, stdout, text};
 
 /// Runs `gpushare-ctl ARGS` with no agent to talk to (usage errors need none).
 fn ctl_alone(args: &[&str]) -> std::process::Output {
@@ -70,4 +71,74 @@ fn usage_errors_are_one_line_with_exit_status_2() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         assert!(out.stderr.is_empty() && !out.stdout.is_empty(), "{}", text(&out));
     }
+}
+
+/// The `(n, N)` of each `[n/N] …` line of an apply's stderr, and the other lines.
+fn progress_lines(stderr: &str) -> (Vec<(u32, u32)>, Vec<String>) {
+    let mut counted = Vec::new();
+    let mut other = Vec::new();
+    for line in stderr.lines() {
+        let count = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(count, _)| count.split_once('/'))
+            .and_then(|(n, total)| Some((n.parse().ok()?, total.parse().ok()?)));
+        match count {
+            Some(count) => counted.push(count),
+            None => other.push(line.to_owned()),
+        }
+    }
+    (counted, other)
+}
+
+#[test]
+fn progress_counts_every_step_once_in_order_across_parallel_gpus() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:8"));
+    let total = agent.ctl_doc::<PlanReport>(&["plan", "all-balanced"]).steps.len() as u32;
+    assert!(total > 8, "{total}");
+    // Not a terminal: plain lines on stderr.
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let err = stderr(&out);
+    let (counted, other) = progress_lines(&err);
+    let expected: Vec<(u32, u32)> = (1..=total).map(|n| (n, total)).collect();
+    assert_eq!(counted, expected, "{err}");
+    // Verification has a line of its own, after the last step, without a count.
+    assert_eq!(other, ["verifying"], "{err}");
+    assert!(err.ends_with("verifying\n"), "{err}");
+}
+
+#[test]
+fn a_rollback_is_told_apart_from_the_apply() {
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_FAIL", "create_gpu_instance:9"),
+    );
+    let total = agent.ctl_doc::<PlanReport>(&["plan", "all-balanced"]).steps.len() as u32;
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(!err.contains("[0/0]"), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let first_rollback = lines
+        .iter()
+        .position(|l| l.starts_with("rolling back"))
+        .unwrap_or_else(|| panic!("no rollback line: {err}"));
+    // Before it, the apply's steps, counted from 1 without gaps or repeats...
+    let (counted, other) = progress_lines(&lines[..first_rollback].join("\n"));
+    assert!(other.is_empty(), "{err}");
+    let expected: Vec<(u32, u32)> = (1..=counted.len() as u32).map(|n| (n, total)).collect();
+    assert_eq!(counted, expected, "{err}");
+    assert!(counted.len() < total as usize, "{err}");
+    // ...after it, the rollback's lines, none counted as the apply's, then the reason.
+    let (last, rollback) = lines[first_rollback..].split_last().unwrap();
+    assert!(rollback.len() > 2, "{err}");
+    for line in rollback {
+        assert!(line.starts_with("rolling back"), "{line:?} in\n{err}");
+    }
+    assert!(rollback.iter().any(|l| l.starts_with("rolling back: GPU ")), "{err}");
+    assert_eq!(rollback.last(), Some(&"rolling back: verifying"), "{err}");
+    // The failed step by its number in the plan (as `gpushare-ctl plan` shows it), which
+    // need not be the number its progress line had.
+    assert!(last.starts_with("gpushare-ctl: applying all-balanced: plan step "), "{err}");
+    assert!(last.contains("rolled back: GPU 0, 1, 2, 3, 4, 5, 6, 7 as before"), "{err}");
 }

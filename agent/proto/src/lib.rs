@@ -194,7 +194,9 @@ mod proxies {
         #[zbus(property)]
         fn outcome(&self) -> zbus::Result<String>;
 
-        /// Emitted before each step: steps done so far, total steps, what comes next.
+        /// Emitted as each step begins: steps begun before it (it is number `done + 1`, counted
+        /// across GPUs in the order steps begin), total steps, the step. `total` 0: a line
+        /// without a count (verifying, a rollback's `rolling back: …` lines).
         #[zbus(signal)]
         fn progress(&self, done: u32, total: u32, step: String) -> zbus::Result<()>;
 

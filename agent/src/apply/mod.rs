@@ -10,8 +10,8 @@ mod observe;
 pub mod transaction;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
@@ -24,22 +24,66 @@ use crate::sharing::mps::ServerRecord;
 use crate::sharing::{SharingError, SharingErrorKind};
 pub use observe::NodeAccess;
 
-/// One progress report: steps done, steps in all, the step about to run.
+/// One progress report, a job's `Progress(done, total, step)` signal: a step about to run,
+/// number `done + 1` of `total`, or with `total` 0 a line without a count (verification,
+/// a rollback).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
-    /// Steps finished so far.
+    /// Steps begun before this one (of every GPU: the number counts steps as they start).
     pub done: u32,
-    /// Steps in the plan.
+    /// Steps in the plan; 0 for a line without a count.
     pub total: u32,
-    /// The step about to run, for people.
+    /// The step about to run, or what is being done, for people.
     pub step: String,
+}
+
+impl Progress {
+    /// Step `number` (from 1) of `total`.
+    pub fn step(number: u32, total: u32, step: String) -> Progress {
+        Progress { done: number.saturating_sub(1), total, step }
+    }
+
+    /// A line without a count.
+    pub fn note(text: impl Into<String>) -> Progress {
+        Progress { done: 0, total: 0, step: text.into() }
+    }
+}
+
+/// What a plan is carried out for, which its progress lines say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// An apply: steps counted `[n/N]`, then `verifying`.
+    Apply,
+    /// A rollback: every line `rolling back: …`, uncounted, so that it cannot be taken for
+    /// the apply's progress.
+    Rollback,
+}
+
+impl Purpose {
+    /// The line of step `number` of `total`.
+    fn line(self, number: u32, total: u32, text: String) -> Progress {
+        match self {
+            Purpose::Apply => Progress::step(number, total, text),
+            Purpose::Rollback => self.note(&text),
+        }
+    }
+
+    /// A line without a count.
+    fn note(self, text: &str) -> Progress {
+        match self {
+            Purpose::Apply => Progress::note(text),
+            Purpose::Rollback => Progress::note(format!("rolling back: {text}")),
+        }
+    }
 }
 
 /// Why executing a plan failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
     /// A step failed.
-    #[error("step {number} of {total} ({step}) failed: {error}")]
+    // "plan step": the number is the plan's (`gpushare-ctl plan`), not the progress line's,
+    // which counts steps as they begin on any GPU.
+    #[error("plan step {number} of {total} ({step}) failed: {error}")]
     Step {
         /// 1-based step number in plan order.
         number: u32,
@@ -133,9 +177,11 @@ impl Executor {
 struct Shared {
     node: NodeAccess,
     progress: UnboundedSender<Progress>,
+    purpose: Purpose,
     log: Arc<dyn StepLog>,
-    /// Steps settled (carried out or skipped), for progress.
-    done: AtomicU32,
+    /// Steps begun on any GPU. Taken and reported under the lock, so that the numbers go
+    /// out in order.
+    started: Mutex<u32>,
     /// Steps carried out: a conditional reset that was not needed is not one.
     carried_out: AtomicU32,
     abort: AtomicBool,
@@ -143,12 +189,24 @@ struct Shared {
 }
 
 impl Executor {
-    /// Runs `plan`, sending a [`Progress`] before each step and recording each completed
-    /// step in `log`, then verifies the outcome. On the first failing step no further step
-    /// starts on any GPU; steps already running finish. Returns the steps carried out (a
-    /// conditional reset that turned out unneeded is journaled but not counted).
+    /// Runs `plan` for an apply: see [`Executor::execute_for`].
     pub async fn execute(
         &self,
+        plan: &Plan,
+        progress: &UnboundedSender<Progress>,
+        log: Arc<dyn StepLog>,
+    ) -> Result<u32, ApplyError> {
+        self.execute_for(Purpose::Apply, plan, progress, log).await
+    }
+
+    /// Runs `plan`, sending a [`Progress`] as each step begins (numbered in the order steps
+    /// begin on any GPU, each number once) and recording each completed step in `log`, then
+    /// verifies the outcome. On the first failing step no further step starts on any GPU;
+    /// steps already running finish. Returns the steps carried out (a conditional reset
+    /// that turned out unneeded is journaled but not counted).
+    pub async fn execute_for(
+        &self,
+        purpose: Purpose,
         plan: &Plan,
         progress: &UnboundedSender<Progress>,
         log: Arc<dyn StepLog>,
@@ -157,8 +215,9 @@ impl Executor {
         let shared = Arc::new(Shared {
             node: self.node.clone(),
             progress: progress.clone(),
+            purpose,
             log,
-            done: AtomicU32::new(0),
+            started: Mutex::new(0),
             carried_out: AtomicU32::new(0),
             abort: AtomicBool::new(false),
             total,
@@ -190,10 +249,20 @@ impl Executor {
         if let Some(first) = failures.into_iter().next() {
             return Err(first);
         }
-        let _ = progress.send(Progress { done: total, total, step: "verifying".into() });
+        let _ = progress.send(purpose.note("verifying"));
         let observed = self.node.observe(true).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
         Ok(shared.carried_out.load(Ordering::SeqCst))
+    }
+}
+
+impl Shared {
+    /// Counts a step as begun and says so.
+    fn begin(&self, text: String) {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        *started += 1;
+        // A client that went away must not stop the apply.
+        let _ = self.progress.send(self.purpose.line(*started, self.total, text));
     }
 }
 
@@ -207,13 +276,13 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
             return Ok(());
         }
         let skip = matches!(step, Step::ResetGpu { always: false, .. }) && pending_reset.is_none();
+        let text = if skip {
+            format!("GPU {}: no reset needed (the MIG mode change took effect)", step.gpu())
+        } else {
+            step.to_string()
+        };
+        shared.begin(text);
         if !skip {
-            // A client that went away must not stop the apply.
-            let _ = shared.progress.send(Progress {
-                done: shared.done.load(Ordering::SeqCst),
-                total: shared.total,
-                step: step.to_string(),
-            });
             let effect = run_step(shared, &step, &created).await;
             if effect.is_ok() {
                 shared.carried_out.fetch_add(1, Ordering::SeqCst);
@@ -245,7 +314,6 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
             shared.abort.store(true, Ordering::SeqCst);
             return Err(e);
         }
-        shared.done.fetch_add(1, Ordering::SeqCst);
     }
     match pending_reset {
         // A mode change the driver keeps pending, and no reset planned (unknown model).
@@ -373,4 +441,55 @@ fn carry_out(
             StepEffect::None
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::node::NodeState;
+    use crate::profile::ProfileStore;
+
+    /// Applies `profile` to simulated `spec` with `width` GPUs at once; the progress sent.
+    fn progress_of(spec: &str, profile: &str, width: usize, options: SimOptions) -> Vec<Progress> {
+        let sim = Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), options));
+        let node = NodeState::of_gpus(crate::gpu::GpuBackend::observe(sim.as_ref()).unwrap());
+        let profile = ProfileStore::built_in().get(profile).unwrap().profile.clone();
+        let plan = plan::plan(&node, &profile, &plan::PlanOptions::default()).unwrap();
+        let executor = Executor { max_parallel_gpus: width, ..Executor::for_tests(sim) };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let _ = rt.block_on(executor.execute(&plan, &tx, Arc::new(NoLog)));
+        drop(tx);
+        let mut sent = Vec::new();
+        while let Ok(p) = rx.try_recv() {
+            sent.push(p);
+        }
+        sent
+    }
+
+    #[test]
+    fn steps_are_numbered_once_each_in_the_order_they_begin() {
+        for width in [0, 1, 3] {
+            let sent = progress_of("a100-40gb:8", "all-balanced", width, SimOptions::default());
+            let (last, steps) = sent.split_last().unwrap();
+            let total = steps.len() as u32;
+            assert_eq!(total, 80);
+            let numbers: Vec<(u32, u32)> = steps.iter().map(|p| (p.done, p.total)).collect();
+            let expected: Vec<(u32, u32)> = (0..total).map(|done| (done, total)).collect();
+            assert_eq!(numbers, expected, "width {width}");
+            // Verification: a line without a count.
+            assert_eq!((last.total, last.step.as_str()), (0, "verifying"), "width {width}");
+        }
+    }
+
+    #[test]
+    fn a_failure_stops_the_count_without_gaps() {
+        let options =
+            SimOptions { failures: vec![(Operation::CreateGpuInstance, 9)], ..Default::default() };
+        let sent = progress_of("a100-40gb:8", "all-balanced", 0, options);
+        let numbers: Vec<u32> = sent.iter().map(|p| p.done + 1).collect();
+        assert_eq!(numbers, (1..=sent.len() as u32).collect::<Vec<_>>());
+        assert!(sent.iter().all(|p| p.total == 80), "{sent:?}");
+    }
 }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::hooks::{Hooks, Phase, Settled};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
-use super::{ApplyError, Executor, NoLog, Progress};
+use super::{ApplyError, Executor, NoLog, Progress, Purpose};
 use crate::node::NodeState;
 use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
 
@@ -208,14 +208,12 @@ impl Transactions {
     ) -> TransactionError {
         let warnings = Vec::new();
         tracing::warn!("{error}; rolling back");
+        let gpus: Vec<u32> = checkpoint.iter().map(|c| c.gpu).collect();
+        let note = format!("rolling back GPU {} to the state before the apply", list(&gpus));
+        let _ = progress.send(Progress::note(note));
         match self.restore(checkpoint, progress).await {
             Ok(_) => match self.journal.rolled_back() {
-                Ok(()) => TransactionError::RolledBack {
-                    error,
-                    gpus: checkpoint.iter().map(|c| c.gpu).collect(),
-                    steps_done,
-                    warnings,
-                },
+                Ok(()) => TransactionError::RolledBack { error, gpus, steps_done, warnings },
                 Err(e) => TransactionError::RollbackFailed {
                     error,
                     rollback: format!(
@@ -277,7 +275,10 @@ impl Transactions {
         let options = PlanOptions { force: true, ..self.policy };
         let plan =
             plan::plan_to(&node, "rollback", targets, &options).map_err(|e| e.to_string())?;
-        self.executor.execute(&plan, progress, Arc::new(NoLog)).await.map_err(|e| e.to_string())
+        self.executor
+            .execute_for(Purpose::Rollback, &plan, progress, Arc::new(NoLog))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// At start-up: rolls back a transaction the journal shows in flight. Returns what was
