@@ -142,3 +142,49 @@ fn a_rollback_is_told_apart_from_the_apply() {
     assert!(last.starts_with("gpushare-ctl: applying all-balanced: plan step "), "{err}");
     assert!(last.contains("rolled back: GPU 0, 1, 2, 3, 4, 5, 6, 7 as before"), "{err}");
 }
+
+/// MIG on GPU 0 with an MPS server on its 2g instance (GPU instance 1, at slot 0), and one
+/// on the whole GPU 1.
+const MPS_IN_MIG: &str = "name = \"mps-in-mig\"\n\
+                          [[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+                          instance_sharing.\"2g\".mps = { replicas = 2 }\n\
+                          [[gpu]]\nselect = 1\nsharing.mps = { replicas = 4 }\n";
+
+/// The cells of a table's rows under `column` of its header, keyed by the row's UUID cell.
+fn column_by_uuid(table: &str, column: &str) -> Vec<(String, String)> {
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let at = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("{table}"));
+    let uuid = header.iter().position(|h| *h == "UUID").unwrap();
+    lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .map(|cells| (cells[uuid].to_owned(), cells[at].to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_mig_instance_has_one_name_in_status_and_mps_status() {
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:2").profile("m.toml", MPS_IN_MIG));
+    let out = agent.ctl(&["apply", "mps-in-mig"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    let two_g = status.gpus[0].instances.iter().find(|i| i.profile == "2g.10gb").unwrap();
+    assert_ne!(two_g.gpu_instance_id, two_g.placement_start, "the test needs them apart");
+    let mig_uuid = two_g.uuid.clone().unwrap();
+
+    let out = agent.ctl(&["mps", "status"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = stdout(&out);
+    let gi = column_by_uuid(&table, "GI");
+    assert!(gi.contains(&(mig_uuid.clone(), two_g.gpu_instance_id.to_string())), "{table}");
+    assert!(gi.contains(&(status.gpus[1].uuid.clone(), "-".into())), "{table}");
+    // status names it by the same id, in its GI/CI column.
+    let human = stdout(&agent.ctl(&["status"]));
+    let line = human.lines().find(|l| l.contains(&mig_uuid)).unwrap();
+    assert!(line.contains(&format!(" {}/0 ", two_g.gpu_instance_id)), "{human}");
+    // The document is as it was: the placement, by its name.
+    let doc = agent.mps_status();
+    let server = doc.servers.iter().find(|s| s.uuid == mig_uuid).unwrap();
+    assert_eq!(server.placement_start, Some(two_g.placement_start));
+}

@@ -2,18 +2,22 @@
 //! [--memory SIZE]`.
 //!
 //! ```text
-//! GPU  INSTANCE  UUID                                      STATE    PID   THREADS  MEMORY  RESTARTS  CLIENTS    PIPE
-//! 0    -         GPU-00000000-0000-0000-0000-000000000000  running  4100      25%   2 GiB         0  4242,4243  /run/gpushare/mps/GPU-…/pipe
-//! 1    4         MIG-11111111-1111-1111-1111-111111111111  down     -        100%       -         3  -          /run/gpushare/mps/MIG-…/pipe
+//! GPU  GI  UUID                                      STATE    PID   THREADS  MEMORY  RESTARTS  CLIENTS    PIPE
+//! 0    -   GPU-00000000-0000-0000-0000-000000000000  running  4100      25%   2 GiB         0  4242,4243  /run/gpushare/mps/GPU-…/pipe
+//! 1    9   MIG-11111111-1111-1111-1111-111111111111  down     -        100%       -         3  -          /run/gpushare/mps/MIG-…/pipe
 //! ```
 //!
-//! INSTANCE is the placement start of the MIG instance a server serves (`-` for a whole
-//! GPU); THREADS and MEMORY are the server's default active thread percentage and pinned
-//! memory limit of its clients. `limit` sets those of the server that serves one client:
+//! GI is the GPU instance id of the MIG instance a server serves (`-` for a whole GPU), as
+//! `status` and `nvidia-smi` show it; the document has only its placement, so the ids come
+//! from a `Status` call (`slot N` when that does not name the instance). THREADS and MEMORY
+//! are the server's default active thread percentage and pinned memory limit of its
+//! clients. `limit` sets those of the server that serves one client:
 //! MPS applies them to the server's new clients, not to those already connected.
 
+use std::collections::HashMap;
+
 use comfy_table::CellAlignment;
-use gpushare_proto::types::{MpsLimitResult, MpsServer, MpsStatus};
+use gpushare_proto::types::{MpsLimitResult, MpsServer, MpsStatus, Status};
 
 use super::ExitStatus;
 use crate::bus::Client;
@@ -34,7 +38,12 @@ pub async fn run(
                 out.print_document(&raw, "MpsStatus")?;
             } else {
                 let status: MpsStatus = parse_document(&raw, "MpsStatus")?;
-                out.print(&render_status(&status));
+                let ids = if status.servers.iter().any(|s| s.placement_start.is_some()) {
+                    gpu_instance_ids(client).await
+                } else {
+                    HashMap::new()
+                };
+                out.print(&render_status(&status, &ids));
             }
         }
         MpsCommand::Limit(args) => {
@@ -55,6 +64,28 @@ pub async fn run(
     Ok(0)
 }
 
+/// The GPU instance id of each MIG instance, by `MIG-` UUID, from the agent's status; empty
+/// if that fails (the table then names instances by slot: it is about the servers).
+async fn gpu_instance_ids(client: &mut Client) -> HashMap<String, u32> {
+    let Ok(raw) = client.call("Status", async |a| a.proxy.status().await).await else {
+        return HashMap::new();
+    };
+    let Ok(status) = parse_document::<Status>(&raw, "Status") else {
+        return HashMap::new();
+    };
+    let instances = status.gpus.into_iter().flat_map(|g| g.instances);
+    instances.filter_map(|i| Some((i.uuid?, i.gpu_instance_id))).collect()
+}
+
+/// The GI cell: the GPU instance id of a MIG server's instance, `-` for a whole GPU.
+fn gi_cell(server: &MpsServer, ids: &HashMap<String, u32>) -> String {
+    match (ids.get(&server.uuid), server.placement_start) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(start)) => format!("slot {start}"),
+        (None, None) => "-".into(),
+    }
+}
+
 fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
@@ -66,14 +97,14 @@ fn clients_cell(server: &MpsServer) -> String {
     server.clients.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// The server table, in the order the agent sent (by GPU and placement).
-pub fn render_status(status: &MpsStatus) -> String {
+/// The server table, in the order the agent sent (by GPU and placement); `ids` are the GPU
+/// instance ids by `MIG-` UUID.
+pub fn render_status(status: &MpsStatus, ids: &HashMap<String, u32>) -> String {
     if status.servers.is_empty() {
         return "No MPS servers.\n".into();
     }
     let mut table = plain_table([
-        "GPU", "INSTANCE", "UUID", "STATE", "PID", "THREADS", "MEMORY", "RESTARTS", "CLIENTS",
-        "PIPE",
+        "GPU", "GI", "UUID", "STATE", "PID", "THREADS", "MEMORY", "RESTARTS", "CLIENTS", "PIPE",
     ]);
     for column in [5, 6, 7] {
         if let Some(c) = table.column_mut(column) {
@@ -83,7 +114,7 @@ pub fn render_status(status: &MpsStatus) -> String {
     for server in &status.servers {
         table.add_row(vec![
             server.gpu.to_string(),
-            or_dash(server.placement_start),
+            gi_cell(server, ids),
             server.uuid.clone(),
             server.state.clone(),
             or_dash(server.pid),
@@ -157,20 +188,32 @@ mod tests {
         }
     }
 
+    /// The MIG server's instance is GPU instance 9 (at slot 4).
+    fn gi_ids() -> HashMap<String, u32> {
+        HashMap::from([("MIG-11111111-1111-1111-1111-111111111111".to_owned(), 9)])
+    }
+
     #[test]
     fn status_table_of_a_gpu_and_a_mig_server() {
-        let text = render_status(&sample());
+        let text = render_status(&sample(), &gi_ids());
         let expected = "\
-GPU  INSTANCE  UUID                                      STATE    PID   THREADS  MEMORY  RESTARTS  CLIENTS    PIPE
-0    -         GPU-00000000-0000-0000-0000-000000000000  running  4100      25%   2 GiB         0  4242,4243  /run/gpushare/mps/GPU-0/pipe
-1    4         MIG-11111111-1111-1111-1111-111111111111  down     -        100%       -         3  -          /run/gpushare/mps/MIG-1/pipe
+GPU  GI  UUID                                      STATE    PID   THREADS  MEMORY  RESTARTS  CLIENTS    PIPE
+0    -   GPU-00000000-0000-0000-0000-000000000000  running  4100      25%   2 GiB         0  4242,4243  /run/gpushare/mps/GPU-0/pipe
+1    9   MIG-11111111-1111-1111-1111-111111111111  down     -        100%       -         3  -          /run/gpushare/mps/MIG-1/pipe
 ";
         assert_eq!(text, expected, "\n{text}");
     }
 
     #[test]
+    fn an_instance_without_a_known_id_is_named_by_its_slot() {
+        let text = render_status(&sample(), &HashMap::new());
+        assert!(text.starts_with("GPU  GI      UUID"), "{text}");
+        assert!(text.contains("\n1    slot 4  MIG-1111"), "{text}");
+    }
+
+    #[test]
     fn no_servers() {
-        assert_eq!(render_status(&MpsStatus { servers: vec![] }), "No MPS servers.\n");
+        assert_eq!(render_status(&MpsStatus { servers: vec![] }, &gi_ids()), "No MPS servers.\n");
     }
 
     #[test]
@@ -180,7 +223,7 @@ GPU  INSTANCE  UUID                                      STATE    PID   THREADS 
             "restarts":1,"pipe_directory":"/run/p"}]}"#;
         let status: MpsStatus = parse_document(raw, "MpsStatus").unwrap();
         assert!(status.servers[0].clients.is_empty());
-        let text = render_status(&status);
+        let text = render_status(&status, &HashMap::new());
         assert!(text.lines().nth(1).unwrap().contains("50%  512 MiB"), "{text}");
     }
 
