@@ -147,27 +147,47 @@ pub fn plural(n: usize, word: &str) -> String {
     if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
 }
 
-/// The largest unit that divides `bytes` exactly: `(count, long name, short name)`.
-fn exact_unit(bytes: u64) -> (u64, &'static str, &'static str) {
-    const UNITS: [(u64, &str, &str); 3] =
-        [(1 << 30, "GiB", "G"), (1 << 20, "MiB", "M"), (1 << 10, "KiB", "K")];
-    UNITS
-        .iter()
-        .find(|(factor, ..)| bytes != 0 && bytes.is_multiple_of(*factor))
-        .map_or((bytes, "B", "B"), |&(factor, long, short)| (bytes / factor, long, short))
-}
-
-/// A byte size exactly, in the largest unit that divides it: `2 GiB`, `512 MiB`,
-/// `1000 B`; what `mps limit --memory` accepts.
+/// A byte size exactly, in the largest binary unit that divides it: `2 GiB`, `512 MiB`,
+/// `1000 B`; what `mps limit --memory` accepts. The one way ctl writes an exact size.
 pub fn exact_size(bytes: u64) -> String {
-    let (n, long, _) = exact_unit(bytes);
-    format!("{n} {long}")
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS.iter().find(|(factor, _)| bytes != 0 && bytes.is_multiple_of(*factor)).map_or_else(
+        || format!("{bytes} B"),
+        |&(factor, unit)| format!("{} {unit}", bytes / factor),
+    )
 }
 
-/// [`exact_size`] written short, as MPS does: `2G`, `512M`.
-pub fn short_size(bytes: u64) -> String {
-    let (n, _, short) = exact_unit(bytes);
-    format!("{n}{short}")
+/// `text` from the agent (a plan step, a progress line) with MPS limits as MPS writes
+/// them, `pinned memory 10G` or `4928M`, written as sizes are everywhere else in ctl's
+/// output: `pinned memory 10 GiB`. The agent's text names the value the MPS command takes;
+/// people get one way of writing sizes.
+pub fn human_sizes(text: &str) -> String {
+    const LABEL: &str = "pinned memory ";
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    while let Some(at) = rest.find(LABEL) {
+        let (before, after) = rest.split_at(at + LABEL.len());
+        out.push_str(before);
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let (number, tail) = after.split_at(digits);
+        let mut chars = tail.chars();
+        let unit = match chars.next() {
+            Some('G') => Some("GiB"),
+            Some('M') => Some("MiB"),
+            _ => None,
+        };
+        // The unit must end the word: `10GB` or `10Gx` is not MPS's.
+        let ends = chars.next().is_none_or(|c| !c.is_ascii_alphanumeric());
+        match unit {
+            Some(unit) if digits > 0 && ends => {
+                out.push_str(&format!("{number} {unit}"));
+                rest = &tail[1..];
+            }
+            _ => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -197,9 +217,29 @@ mod tests {
         assert_eq!(exact_size(3 << 10), "3 KiB");
         assert_eq!(exact_size(1000), "1000 B");
         assert_eq!(exact_size(0), "0 B");
-        assert_eq!(short_size(2 << 30), "2G");
-        assert_eq!(short_size(512 << 20), "512M");
-        assert_eq!(short_size(7), "7B");
+    }
+
+    #[test]
+    fn mps_sizes_in_agent_text_are_written_as_ours() {
+        assert_eq!(
+            human_sizes("GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10G)"),
+            "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10 GiB)"
+        );
+        assert_eq!(
+            human_sizes("pinned memory 4928M, pinned memory 1M"),
+            "pinned memory 4928 MiB, pinned memory 1 MiB"
+        );
+        // Anything else stays as it is.
+        for text in [
+            "GPU 0: create 2g.10gb at slot 0",
+            "pinned memory 10 GiB",
+            "pinned memory 10GB",
+            "pinned memory 10Gx",
+            "pinned memory G",
+            "pinned memory",
+        ] {
+            assert_eq!(human_sizes(text), text);
+        }
     }
 
     #[test]

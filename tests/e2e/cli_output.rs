@@ -164,8 +164,7 @@ fn column_by_uuid(table: &str, column: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_mig_instance_has_one_name_in_status_and_mps_status() {
-    let agent =
-        Agent::start(AgentOptions::simulate("a100-40gb:2").profile("m.toml", MPS_IN_MIG));
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").profile("m.toml", MPS_IN_MIG));
     let out = agent.ctl(&["apply", "mps-in-mig"]);
     assert!(out.status.success(), "{}", text(&out));
     let status = agent.status();
@@ -187,4 +186,58 @@ fn a_mig_instance_has_one_name_in_status_and_mps_status() {
     let doc = agent.mps_status();
     let server = doc.servers.iter().find(|s| s.uuid == mig_uuid).unwrap();
     assert_eq!(server.placement_start, Some(two_g.placement_start));
+}
+
+/// Sizes written without a space or in other units than GiB, MiB, KiB (`2G`, `512M`,
+/// `10GB`, `3GiB`) among the words of `text`.
+fn odd_sizes(text: &str) -> Vec<String> {
+    let units = ["G", "M", "K", "GB", "MB", "KB", "GiB", "MiB", "KiB", "B"];
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| ",;:()[]".contains(c)))
+        .filter(|w| {
+            let digits = w.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+            digits.len() < w.len() && units.contains(&digits)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn sizes_are_written_one_way_in_every_human_output() {
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:3").profile("m.toml", MPS_IN_MIG).profile(
+            "limits.toml",
+            "[[gpu]]\nselect = 2\nsharing.mps = { pinned_memory_limit = \"3GiB\" }\n",
+        ));
+    let mut outputs = Vec::new();
+    for args in [
+        &["plan", "mps-in-mig"][..],
+        &["apply", "mps-in-mig"],
+        &["plan", "limits"],
+        &["apply", "limits"],
+        &["status"],
+        &["mps", "status"],
+        &["plan", "all-mps"],
+    ] {
+        let out = agent.ctl(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        outputs.push((args, stdout(&out) + &stderr(&out)));
+    }
+    for (args, printed) in &outputs {
+        assert!(odd_sizes(printed).is_empty(), "{args:?}: {:?} in\n{printed}", odd_sizes(printed));
+    }
+    let all: String = outputs.iter().map(|(_, p)| p.as_str()).collect();
+    // The 2g instance's server for 2 clients (4928 MiB each), GPU 1's for 4 (10 GiB), GPU 2's 3 GiB.
+    for size in ["4928 MiB", "10 GiB", "3 GiB"] {
+        assert!(all.contains(&format!("pinned memory {size}")), "{size} in\n{all}");
+        assert!(
+            all.contains(&format!("% {size}")) || all.contains(&format!("  {size}")),
+            "{size} in\n{all}"
+        );
+    }
+    // The check itself.
+    assert_eq!(
+        odd_sizes("2G 512M, (10GB) 3GiB 2g.10gb 40.0 GiB x4"),
+        ["2G", "512M", "10GB", "3GiB"]
+    );
 }

@@ -6,7 +6,7 @@
 //! GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 //! 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
 //!      |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-1111…
-//!      `- 1g.5gb                                                 mps 25% 2G             4.8 GiB         0:1        9/0    MIG-2222…
+//!      `- 1g.5gb                                                 mps 25% 2 GiB          4.8 GiB         0:1        9/0    MIG-2222…
 //! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 //! ```
 //!
@@ -22,7 +22,7 @@ use gpushare_proto::types::{Sharing, Status};
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Glyphs, Output, parse_document, plain_table, render_table, short_size};
+use crate::output::{Glyphs, Output, exact_size, parse_document, plain_table, render_table};
 
 /// Runs `status`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
@@ -55,7 +55,7 @@ pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String 
     }
 }
 
-/// The SHARING cell: `exclusive`, `mps 25% 2G` (threads and pinned memory limit of the MPS
+/// The SHARING cell: `exclusive`, `mps 25% 2 GiB` (threads and pinned memory limit of the MPS
 /// server, when known), `time-slicing (short)` (with the interval, when known).
 pub fn sharing_cell(sharing: &Sharing) -> String {
     let mut cell = sharing.strategy.clone();
@@ -64,7 +64,7 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
             if let Some(mps) = &sharing.mps {
                 cell.push_str(&format!(" {}%", mps.active_thread_percentage));
                 if let Some(bytes) = mps.pinned_memory_limit_bytes {
-                    cell.push_str(&format!(" {}", short_size(bytes)));
+                    cell.push_str(&format!(" {}", exact_size(bytes)));
                 }
             }
         }
@@ -258,7 +258,7 @@ Active profile: half-balanced  (backend: simulated)
 GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
      |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
-     `- 1g.5gb                                                 mps 25% 2G             4.8 GiB         0:1        9/-    -
+     `- 1g.5gb                                                 mps 25% 2 GiB          4.8 GiB         0:1        9/-    -
 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
@@ -344,8 +344,8 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
     #[test]
     fn sharing_cells() {
         assert_eq!(sharing_cell(&Sharing::exclusive()), "exclusive");
-        assert_eq!(sharing_cell(&mps_sharing(25, Some(2 * GIB))), "mps 25% 2G");
-        assert_eq!(sharing_cell(&mps_sharing(50, Some(512 << 20))), "mps 50% 512M");
+        assert_eq!(sharing_cell(&mps_sharing(25, Some(2 * GIB))), "mps 25% 2 GiB");
+        assert_eq!(sharing_cell(&mps_sharing(50, Some(512 << 20))), "mps 50% 512 MiB");
         assert_eq!(sharing_cell(&mps_sharing(100, None)), "mps 100%");
         let bare =
             |strategy: &str| Sharing { strategy: strategy.into(), interval: None, mps: None };
