@@ -80,6 +80,7 @@ recommended for it. Options left out are the agent's defaults. Examples:
 
 /// Shown under the help of `env`.
 const ENV_HELP: &str = "\
+A GPU with MIG on cannot be used whole: name one of its instances (the refusal lists them).
 Prints one `export NAME='value'` line per variable and nothing else, for a shell:
   eval \"$(gpushare-ctl env 0)\"
   eval \"$(gpushare-ctl env MIG-11111111-1111-1111-1111-111111111111)\"";

@@ -241,3 +241,38 @@ fn sizes_are_written_one_way_in_every_human_output() {
         ["2G", "512M", "10GB", "3GiB"]
     );
 }
+
+#[test]
+fn env_of_a_gpu_with_mig_on_names_its_instances_instead() {
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:3")
+            .profile("empty.toml", "[[gpu]]\nselect = 2\nmig = {}\n[[gpu]]\nselect = \"0-1\"\n"),
+    );
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    let status = agent.status();
+    let gpu0 = &status.gpus[0];
+    let migs: Vec<String> = gpu0.instances.iter().map(|i| i.uuid.clone().unwrap()).collect();
+    assert_eq!(migs.len(), 4);
+    let expected = format!("GPU 0 has MIG on: pick an instance: {}", migs.join(", "));
+    for target in ["0", gpu0.uuid.as_str()] {
+        let out = agent.ctl(&["env", target]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(out.stdout.is_empty(), "nothing for eval: {}", text(&out));
+        assert_eq!(stderr(&out), format!("gpushare-ctl: {expected}\n"));
+        let error = ctl_error(&agent.ctl(&["env", target, "--json"]));
+        assert_eq!(error.message, expected);
+    }
+    // An instance, and a GPU with MIG off, are what a client can use.
+    let out = agent.ctl(&["env", &migs[1]]);
+    assert_eq!(stdout(&out), format!("export CUDA_VISIBLE_DEVICES='{}'\n", migs[1]));
+    let out = agent.ctl(&["env", "1"]);
+    assert_eq!(stdout(&out), format!("export CUDA_VISIBLE_DEVICES='{}'\n", status.gpus[1].uuid));
+    // MIG on without instances: nothing to pick.
+    assert!(agent.ctl(&["apply", "empty"]).status.success());
+    let out = agent.ctl(&["env", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(
+        stderr(&out),
+        "gpushare-ctl: GPU 2 has MIG on and no MIG instances, so no client can use it (see gpushare-ctl status)\n"
+    );
+}

@@ -420,6 +420,22 @@ impl Engine {
                 "no GPU or MIG instance {target:?} on this node (see gpushare-ctl status)"
             ))
         })?;
+        // CUDA sees no device through a MIG GPU's own UUID: only its instances can be used.
+        if let Some(g) = node.gpu(gpu).filter(|g| g.mig_enabled && g.uuid == uuid) {
+            let instances: Vec<&str> = g
+                .instances
+                .iter()
+                .flat_map(|gi| &gi.compute_instances)
+                .map(|ci| ci.uuid.as_str())
+                .collect();
+            return Err(EngineError::InvalidArgument(if instances.is_empty() {
+                format!(
+                    "GPU {gpu} has MIG on and no MIG instances, so no client can use it (see gpushare-ctl status)"
+                )
+            } else {
+                format!("GPU {gpu} has MIG on: pick an instance: {}", instances.join(", "))
+            }));
+        }
         let mut variables = vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid.clone())];
         let served = node.mps.iter().any(|s| s.uuid == uuid && s.pid.is_some());
         if served {
