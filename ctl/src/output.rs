@@ -84,13 +84,13 @@ impl Output {
         }
     }
 
-    /// Reports a failure: the JSON error object on stdout with `--json`, else one line on
-    /// stderr.
+    /// Reports a failure: the JSON error object on stdout with `--json` (the message as it
+    /// came), else one line on stderr (a failed step's sizes written as ours).
     pub fn error(&self, e: &CtlError) {
         if self.json {
             self.print(&e.to_json());
         } else {
-            eprintln!("gpushare-ctl: {}", e.message);
+            eprintln!("gpushare-ctl: {}", human_sizes(&e.message));
         }
     }
 

@@ -276,3 +276,19 @@ fn env_of_a_gpu_with_mig_on_names_its_instances_instead() {
         "gpushare-ctl: GPU 2 has MIG on and no MIG instances, so no client can use it (see gpushare-ctl status)\n"
     );
 }
+
+#[test]
+fn a_failed_step_is_named_with_sizes_written_as_everywhere_else() {
+    let root = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[mps]\ncontrol = \"/nonexistent/nvidia-cuda-mps-control\"\nroot = {:?}\n",
+        root.path()
+    );
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    let reason = err.lines().last().unwrap();
+    assert!(reason.contains("(threads 25%, pinned memory 10 GiB)) failed: start_mps"), "{err}");
+    assert!(odd_sizes(&err).is_empty(), "{err}");
+}
