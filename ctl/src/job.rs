@@ -14,7 +14,7 @@ use zbus::{MatchRule, Message, MessageStream};
 
 use crate::bus::{Agent, Client};
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, human_sizes};
+use crate::output::Output;
 
 /// How many job signals may queue while the starting call is in flight.
 const SIGNAL_QUEUE: usize = 4096;
@@ -163,9 +163,8 @@ async fn follow(
 /// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1; the
 /// text alone for a line without a count (`total` 0: verifying, rolling back).
 pub fn progress_line(done: u32, total: u32, step: &str) -> String {
-    let step = human_sizes(step);
     if total == 0 {
-        return step;
+        return step.to_string();
     }
     // An agent before issue 10 sent its verification as step `total` of `total`.
     let number = if done >= total { total } else { done + 1 };
@@ -199,8 +198,8 @@ impl Progress {
         match &mut self.mode {
             ProgressMode::Silent => {}
             ProgressMode::Lines => eprintln!("{}", progress_line(done, total, step)),
-            ProgressMode::Bar(Some(bar)) if total == 0 => bar.set_message(human_sizes(step)),
-            ProgressMode::Bar(None) if total == 0 => eprintln!("{}", human_sizes(step)),
+            ProgressMode::Bar(Some(bar)) if total == 0 => bar.set_message(step.to_string()),
+            ProgressMode::Bar(None) if total == 0 => eprintln!("{step}"),
             ProgressMode::Bar(bar) => {
                 let bar = bar.get_or_insert_with(|| {
                     let bar = ProgressBar::with_draw_target(
@@ -217,7 +216,7 @@ impl Progress {
                 bar.set_length(u64::from(total));
                 // The step's number, as the plain lines show it.
                 bar.set_position(u64::from(done) + 1);
-                bar.set_message(human_sizes(step));
+                bar.set_message(step.to_string());
             }
         }
     }
@@ -241,26 +240,6 @@ mod tests {
         );
         assert_eq!(progress_line(0, 1, "x"), "[1/1] x");
         assert_eq!(progress_line(12, 12, "verify"), "[12/12] verify");
-    }
-
-    #[test]
-    fn progress_writes_sizes_as_everywhere_else() {
-        assert_eq!(
-            progress_line(
-                3,
-                9,
-                "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 512M)"
-            ),
-            "[4/9] GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 512 MiB)"
-        );
-        assert_eq!(
-            progress_line(
-                0,
-                0,
-                "rolling back: GPU 1: start an MPS server on the GPU (threads 50%, pinned memory 2G)"
-            ),
-            "rolling back: GPU 1: start an MPS server on the GPU (threads 50%, pinned memory 2 GiB)"
-        );
     }
 
     #[test]

@@ -90,7 +90,7 @@ impl Output {
         if self.json {
             self.print(&e.to_json());
         } else {
-            eprintln!("gpushare-ctl: {}", human_sizes(&e.message));
+            eprintln!("gpushare-ctl: {}", e.message);
         }
     }
 
@@ -147,48 +147,7 @@ pub fn plural(n: usize, word: &str) -> String {
     if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
 }
 
-/// A byte size exactly, in the largest binary unit that divides it: `2 GiB`, `512 MiB`,
-/// `1000 B`; what `mps limit --memory` accepts. The one way ctl writes an exact size.
-pub fn exact_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    UNITS.iter().find(|(factor, _)| bytes != 0 && bytes.is_multiple_of(*factor)).map_or_else(
-        || format!("{bytes} B"),
-        |&(factor, unit)| format!("{} {unit}", bytes / factor),
-    )
-}
-
-/// `text` from the agent (a plan step, a progress line) with MPS limits as MPS writes
-/// them, `pinned memory 10G` or `4928M`, written as sizes are everywhere else in ctl's
-/// output: `pinned memory 10 GiB`. The agent's text names the value the MPS command takes;
-/// people get one way of writing sizes.
-pub fn human_sizes(text: &str) -> String {
-    const LABEL: &str = "pinned memory ";
-    let mut out = String::with_capacity(text.len() + 8);
-    let mut rest = text;
-    while let Some(at) = rest.find(LABEL) {
-        let (before, after) = rest.split_at(at + LABEL.len());
-        out.push_str(before);
-        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let (number, tail) = after.split_at(digits);
-        let mut chars = tail.chars();
-        let unit = match chars.next() {
-            Some('G') => Some("GiB"),
-            Some('M') => Some("MiB"),
-            _ => None,
-        };
-        // The unit must end the word: `10GB` or `10Gx` is not MPS's.
-        let ends = chars.next().is_none_or(|c| !c.is_ascii_alphanumeric());
-        match unit {
-            Some(unit) if digits > 0 && ends => {
-                out.push_str(&format!("{number} {unit}"));
-                rest = &tail[1..];
-            }
-            _ => rest = after,
-        }
-    }
-    out.push_str(rest);
-    out
-}
+pub use gpushare_proto::exact_size;
 
 #[cfg(test)]
 mod tests {
@@ -217,29 +176,6 @@ mod tests {
         assert_eq!(exact_size(3 << 10), "3 KiB");
         assert_eq!(exact_size(1000), "1000 B");
         assert_eq!(exact_size(0), "0 B");
-    }
-
-    #[test]
-    fn mps_sizes_in_agent_text_are_written_as_ours() {
-        assert_eq!(
-            human_sizes("GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10G)"),
-            "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10 GiB)"
-        );
-        assert_eq!(
-            human_sizes("pinned memory 4928M, pinned memory 1M"),
-            "pinned memory 4928 MiB, pinned memory 1 MiB"
-        );
-        // Anything else stays as it is.
-        for text in [
-            "GPU 0: create 2g.10gb at slot 0",
-            "pinned memory 10 GiB",
-            "pinned memory 10GB",
-            "pinned memory 10Gx",
-            "pinned memory G",
-            "pinned memory",
-        ] {
-            assert_eq!(human_sizes(text), text);
-        }
     }
 
     #[test]

@@ -30,6 +30,18 @@ pub const ERROR_PREFIX: &str = "io.gpushare.Agent1.Error";
 /// Environment variable naming the bus address clients use instead of the system bus.
 pub const BUS_ADDRESS_ENV: &str = "GPUSHARE_BUS_ADDRESS";
 
+/// A byte size exactly, in the largest binary unit that divides it: `2 GiB`, `512 MiB`,
+/// `1000 B`. What [`parse_size`] reads back; the one way agent and ctl write a size that
+/// is a setting (an MPS limit).
+pub fn exact_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] =
+        [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS.iter().find(|(factor, _)| bytes != 0 && bytes.is_multiple_of(*factor)).map_or_else(
+        || format!("{bytes} B"),
+        |&(factor, unit)| format!("{} {unit}", bytes / factor),
+    )
+}
+
 /// Parses a byte size as profiles and `gpushare-ctl` take it: a number of bytes, or a number with a unit
 /// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
 pub fn parse_size(text: &str) -> Result<u64, String> {

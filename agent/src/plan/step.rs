@@ -3,7 +3,9 @@
 use std::fmt;
 
 use crate::catalog::MigProfile;
-use crate::node::{ComputeMode, MpsLimits, Operation, TimeSliceInterval, mps_memory_value};
+use gpushare_proto::exact_size;
+
+use crate::node::{ComputeMode, MpsLimits, Operation, TimeSliceInterval};
 
 /// The device an MPS server serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +196,7 @@ impl fmt::Display for Step {
                 };
                 let memory = limits
                     .pinned_memory_limit_bytes
-                    .map(|b| format!(", pinned memory {}", mps_memory_value(b)))
+                    .map(|b| format!(", pinned memory {}", exact_size(b)))
                     .unwrap_or_default();
                 write!(
                     f,

@@ -217,9 +217,9 @@ fn sharing_plans_mps_and_time_slicing_steps() {
         steps,
         [
             "GPU 0: set compute mode exclusive_process",
-            "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10G)",
+            "GPU 0: start an MPS server on the GPU (threads 25%, pinned memory 10 GiB)",
             "GPU 1: set compute mode exclusive_process",
-            "GPU 1: start an MPS server on the GPU (threads 25%, pinned memory 10G)",
+            "GPU 1: start an MPS server on the GPU (threads 25%, pinned memory 10 GiB)",
         ]
     );
     let p = plan_on(&sim, &built_in("all-time-sliced")).unwrap();

@@ -17,7 +17,7 @@ use super::ExitStatus;
 use super::source::{self, Source};
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Output, human_sizes, parse_document, plural};
+use crate::output::{Output, parse_document, plural};
 
 /// Runs `plan` (`Plan` for a name, `PlanDocument` for a file).
 pub async fn run(
@@ -44,7 +44,7 @@ pub fn render_plan(report: &PlanReport) -> String {
     let mut out = String::new();
     for (i, step) in report.steps.iter().enumerate() {
         // The agent's description names the GPU already ("GPU 0: enable MIG mode").
-        out.push_str(&format!("  {:>width$}. {}\n", i + 1, human_sizes(&step.description)));
+        out.push_str(&format!("  {:>width$}. {}\n", i + 1, step.description));
     }
     let gpus: BTreeSet<u32> = report.steps.iter().map(|s| s.gpu).collect();
     out.push_str(&format!(
@@ -108,17 +108,6 @@ pub(crate) mod tests {
         assert!(text.contains("\n  10. GPU 0: create GPU instance"), "{text}");
         let text = render_plan(&sample_plan(1));
         assert!(text.ends_with("\n1 step on 1 GPU; nothing has been changed\n"), "{text}");
-    }
-
-    #[test]
-    fn sizes_in_steps_are_written_as_everywhere_else() {
-        let mut report = sample_plan(1);
-        report.steps[0] =
-            step(1, "start_mps", "start an MPS server on the GPU (threads 25%, pinned memory 10G)");
-        assert_eq!(
-            render_plan(&report),
-            "  1. GPU 1: start an MPS server on the GPU (threads 25%, pinned memory 10 GiB)\n1 step on 1 GPU; nothing has been changed\n"
-        );
     }
 
     #[test]
