@@ -8,6 +8,7 @@ mod agent_state;
 mod cli_output;
 mod metrics;
 mod plan_safety;
+mod profile_input;
 mod sharing;
 mod transactions;
 mod wire;

@@ -34,6 +34,16 @@ pub const PROBE_DEFAULT_CLIENTS: [u32; 4] = [1, 2, 4, 7];
 pub const PROBE_DEFAULT_SECONDS: f64 = 3.0;
 /// The active thread percentages MPS accepts.
 pub const MPS_THREAD_PERCENTAGE: RangeInclusive<u32> = 1..=100;
+/// Most bytes a profile document may have (a gpushare profile or a mig-parted file):
+/// real ones are under 10 KiB; the bound keeps a hostile one from costing the agent or
+/// ctl time and memory. ctl reads at most one byte more, the agent parses none of a
+/// longer text.
+pub const PROFILE_MAX_BYTES: usize = 256 * 1024;
+
+/// The one-line refusal of a profile document over [`PROFILE_MAX_BYTES`], after its origin.
+pub fn profile_too_large() -> String {
+    format!("larger than {} KiB, the most a profile may be", PROFILE_MAX_BYTES / 1024)
+}
 
 /// What a probe client runs, step after step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -29,8 +29,11 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{DefaultMessageFormatter, MessageFormatter, Spanned};
 
-use super::parse::parse_pci_device_id;
-use super::{GpuRule, Location, MigKey, MigLayout, Profile, ProfileError, Selector, Sharing};
+use super::parse::{parse_pci_device_id, too_many, too_many_instances};
+use super::{
+    GpuRule, Location, MAX_LIST_ITEMS, MAX_MIG_INSTANCES, MAX_MIG_PARTED_CONFIGS, MAX_RULES,
+    MigKey, MigLayout, Profile, ProfileError, Selector, Sharing, check_size,
+};
 
 /// Most instances of one MIG profile an entry may ask for (as in TOML profiles).
 const MAX_COUNT: i64 = 8;
@@ -207,6 +210,7 @@ impl<'de> Deserialize<'de> for RawFilter {
 
 /// Parses and checks the whole file.
 fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
+    check_size(text, origin)?;
     let cx = Context { origin };
     let raw: RawFile = serde_saphyr::from_str(text).map_err(|e| {
         let location = e.location().map_or_else(|| cx.start(), |l| cx.location(&l));
@@ -235,6 +239,14 @@ fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
     if configs.value.0.is_empty() {
         return Err(cx.error(&configs.referenced, "`mig-configs` holds no config"));
     }
+    if let Some((name, _)) = configs.value.0.get(MAX_MIG_PARTED_CONFIGS) {
+        return Err(cx.error(
+            &name.referenced,
+            format!(
+                "more than {MAX_MIG_PARTED_CONFIGS} configs in `mig-configs`, the most a file may hold"
+            ),
+        ));
+    }
     let configs_location = cx.location(&configs.referenced);
     let configs = configs
         .value
@@ -245,6 +257,15 @@ fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
                 return Err(
                     cx.error(&name.referenced, format!("config {:?} has no entries", name.value))
                 );
+            }
+            if let Some(extra) = entries.value.get(MAX_RULES) {
+                return Err(cx.error(
+                    &extra.referenced,
+                    format!(
+                        "config {:?}: more than {MAX_RULES} entries, the most a config may hold",
+                        name.value
+                    ),
+                ));
             }
             let rules = entries.value.iter().map(|e| cx.rule(e)).collect::<Result<Vec<_>, _>>()?;
             Ok(Config { name: name.value.clone(), rules })
@@ -299,7 +320,7 @@ impl Context<'_> {
                     "`mig-enabled: true` needs `mig-devices` (`mig-devices: {}` for MIG on without instances)",
                 ));
             }
-            (true, Some(devices)) => self.layout(&devices.value)?,
+            (true, Some(devices)) => self.layout(devices)?,
         };
         let device_filter = match &raw.device_filter {
             None => Vec::new(),
@@ -322,6 +343,10 @@ impl Context<'_> {
                 &devices.referenced,
                 format!("devices: expected `all` or a list of GPU indices, found {s:?}"),
             )),
+            RawDevices::Indices(items) if items.len() > MAX_LIST_ITEMS => {
+                Err(self
+                    .error(&devices.referenced, format!("devices: {}", too_many("GPU indices"))))
+            }
             RawDevices::Indices(items) => items
                 .iter()
                 .map(|i| {
@@ -334,7 +359,8 @@ impl Context<'_> {
         }
     }
 
-    fn layout(&self, devices: &RawMigDevices) -> Result<MigLayout, ProfileError> {
+    fn layout(&self, devices: &Spanned<RawMigDevices>) -> Result<MigLayout, ProfileError> {
+        let (at, devices) = (&devices.referenced, &devices.value);
         let mut instances = Vec::new();
         for (name, count) in &devices.0 {
             if !is_mig_name(&name.value) {
@@ -360,6 +386,12 @@ impl Context<'_> {
                 instances.push((MigKey::Name(name.value.clone()), count));
             }
         }
+        let total: u64 = instances.iter().map(|(_, c)| u64::from(*c)).sum();
+        if total > MAX_MIG_INSTANCES {
+            return Err(
+                self.error(at, format!("mig-devices: {}", too_many_instances(total, "entry")))
+            );
+        }
         Ok(MigLayout::Enabled(instances))
     }
 
@@ -384,6 +416,8 @@ impl Context<'_> {
                     format!("device-filter: {n} is not a PCI device id such as \"0x20B010DE\""),
                 )
             }),
+            RawFilter::Many(items) if items.len() > MAX_LIST_ITEMS => Err(self
+                .error(&filter.referenced, format!("device-filter: {}", too_many("device ids")))),
             RawFilter::Many(items) => {
                 items.iter().map(|item| parse(&item.value, &item.referenced)).collect()
             }
@@ -555,6 +589,55 @@ mig-configs:
             "{head}    - devices: all\n      device-filter: \"0x20B010DE:0x147E10DE\"\n      mig-enabled: false\n"
         ));
         assert!(e.contains("subsystem-qualified"), "{e}");
+    }
+
+    #[test]
+    fn configs_entries_lists_and_instances_are_bounded() {
+        let entry = "    - devices: all\n      mig-enabled: false\n";
+        let configs = |n: usize| (0..n).map(|i| format!("  c{i}:\n{entry}")).collect::<String>();
+        let file = |body: &str| format!("version: v1\nmig-configs:\n{body}");
+        assert_eq!(config_names(&file(&configs(1024)), "t.yaml").unwrap().len(), 1024);
+        let e = err(&file(&configs(1025)));
+        assert_eq!(
+            e,
+            "t.yaml:3075:3: more than 1024 configs in `mig-configs`, the most a file may hold"
+        );
+
+        let entries = |n: usize| format!("  c:\n{}", entry.repeat(n));
+        assert!(config_names(&file(&entries(256)), "t.yaml").is_ok());
+        let e = err(&file(&entries(257)));
+        assert_eq!(
+            e,
+            "t.yaml:516:7: config \"c\": more than 256 entries, the most a config may hold"
+        );
+
+        let one = |line: &str| file(&format!("  c:\n    - mig-enabled: true\n{line}"));
+        let list = |n: usize, item: &str| vec![item; n].join(", ");
+        let mig = "      mig-devices: {}\n";
+        assert!(
+            config_names(&one(&format!("      devices: [{}]\n{mig}", list(256, "0"))), "t.yaml")
+                .is_ok()
+        );
+        let e = err(&one(&format!("      devices: [{}]\n{mig}", list(257, "0"))));
+        assert_eq!(e, "t.yaml:5:16: devices: more than 256 GPU indices, the most a list may hold");
+        let ids = |n| {
+            format!(
+                "      devices: all\n{mig}      device-filter: [{}]\n",
+                list(n, "\"0x20B010DE\"")
+            )
+        };
+        assert!(config_names(&one(&ids(256)), "t.yaml").is_ok());
+        let e = err(&one(&ids(257)));
+        assert_eq!(
+            e,
+            "t.yaml:7:22: device-filter: more than 256 device ids, the most a list may hold"
+        );
+        let e =
+            err(&one("      devices: all\n      mig-devices: {\"1g.5gb\": 7, \"2g.10gb\": 2}\n"));
+        assert_eq!(
+            e,
+            "t.yaml:6:20: mig-devices: 9 instances in one entry, more than any GPU holds (8 at most)"
+        );
     }
 
     #[test]

@@ -18,13 +18,25 @@ pub use store::{ProfileSource, ProfileStore, StoredProfile};
 
 use std::fmt;
 
+use gpushare_proto::PROFILE_MAX_BYTES;
+
 use crate::catalog::{GpuModel, MigProfile};
 use crate::node::TimeSliceInterval;
+
+/// Most `[[gpu]]` rules a profile may have, and entries a mig-parted config may have.
+pub const MAX_RULES: usize = 256;
+/// Most MIG instances one rule may ask for, all kinds together: no GPU holds more than 7.
+pub const MAX_MIG_INSTANCES: u64 = 8;
+/// Most items in one list: GPU indices (`select`, `devices`), PCI device ids.
+pub const MAX_LIST_ITEMS: usize = 256;
+/// Most configs a mig-parted file may have (NVIDIA's own has 81).
+pub const MAX_MIG_PARTED_CONFIGS: usize = 1024;
 
 /// Parses a profile document: NVIDIA mig-parted's `config.yaml` (when `origin` ends in
 /// `.yaml`/`.yml` or the text has a top-level `mig-configs:`), with `config` naming the
 /// config to use, or else a gpushare profile (TOML), whose name defaults to the file stem.
 pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile, ProfileError> {
+    check_size(text, origin)?;
     let yaml = origin.ends_with(".yaml")
         || origin.ends_with(".yml")
         || text.lines().any(|l| l.starts_with("mig-configs:"));
@@ -41,6 +53,17 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
     }
     let stem = std::path::Path::new(origin).file_stem().and_then(|s| s.to_str());
     parse_profile(text, origin, stem)
+}
+
+/// Refuses a text over [`PROFILE_MAX_BYTES`], before anything reads it.
+fn check_size(text: &str, origin: &str) -> Result<(), ProfileError> {
+    if text.len() <= PROFILE_MAX_BYTES {
+        return Ok(());
+    }
+    Err(ProfileError {
+        location: Location { origin: origin.to_string(), line: 1, column: 1 },
+        message: gpushare_proto::profile_too_large(),
+    })
 }
 
 /// A parsed, validated profile.
@@ -284,4 +307,80 @@ pub struct ProfileError {
     pub location: Location,
     /// Why.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A profile of `rules` rules, each followed by `pad` empty lines: many lines, and
+    /// every rule far into the text.
+    fn padded(rules: usize, pad: usize) -> String {
+        let mut text = String::from("name = \"big\"\n");
+        for _ in 0..rules {
+            text.push_str("[[gpu]]\nselect = \"all\"\n");
+            text.extend(std::iter::repeat_n('\n', pad));
+        }
+        text
+    }
+
+    fn median_parse_time(text: &str, runs: usize) -> Duration {
+        let mut times: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                parse_document(text, "big.toml", "").unwrap();
+                start.elapsed()
+            })
+            .collect();
+        times.sort();
+        times[runs / 2]
+    }
+
+    #[test]
+    fn the_largest_allowed_profile_parses_fast_and_time_grows_linearly() {
+        let pad = PROFILE_MAX_BYTES / MAX_RULES - 30;
+        let large = padded(MAX_RULES, pad);
+        assert!((PROFILE_MAX_BYTES - 8 * 1024..=PROFILE_MAX_BYTES).contains(&large.len()));
+        assert_eq!(parse_document(&large, "big.toml", "").unwrap().rules.len(), MAX_RULES);
+        let small = padded(MAX_RULES / 8, pad);
+        // Interleaved, so that a load on the machine weighs on both alike.
+        let (mut small_time, mut large_time) = (Duration::MAX, Duration::MAX);
+        for _ in 0..3 {
+            small_time = small_time.min(median_parse_time(&small, 3));
+            large_time = large_time.min(median_parse_time(&large, 3));
+        }
+        // Some 0.5 s unoptimized on a busy machine; the bound leaves room for more load.
+        assert!(large_time < Duration::from_secs(5), "{large_time:?}");
+        assert!(
+            large_time < small_time * 30,
+            "8 times the text took {large_time:?}, against {small_time:?}"
+        );
+    }
+
+    #[test]
+    fn oversized_documents_are_refused_before_any_parsing() {
+        let mut text = "[[gpu]]\nselect = \"all\"\n".to_string();
+        text.extend(std::iter::repeat_n('#', PROFILE_MAX_BYTES - text.len()));
+        assert!(parse_document(&text, "x.toml", "").is_ok());
+        // One byte more, and even a syntax error is not looked at.
+        for (extra, origin, config) in
+            [("#", "x.toml", ""), ("[", "x.toml", ""), ("#", "x.yaml", "c"), ("[", "-", "")]
+        {
+            let e = parse_document(&format!("{text}{extra}"), origin, config).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("{origin}:1:1: larger than 256 KiB, the most a profile may be")
+            );
+        }
+        let yaml = format!(
+            "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: false\n{}",
+            "#".repeat(PROFILE_MAX_BYTES)
+        );
+        let e = migparted::parse_mig_parted(&yaml, "x.yaml", "c").unwrap_err();
+        assert_eq!(e.message, "larger than 256 KiB, the most a profile may be");
+        let e = parse_profile(&format!("{text}#"), "x.toml", None).unwrap_err();
+        assert_eq!(e.message, "larger than 256 KiB, the most a profile may be");
+    }
 }

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    GpuRule, Location, MigKey, MigLayout, MpsSettings, Profile, ProfileError, Selector, Sharing,
+    GpuRule, Location, MAX_LIST_ITEMS, MAX_MIG_INSTANCES, MAX_RULES, MigKey, MigLayout,
+    MpsSettings, Profile, ProfileError, Selector, Sharing, check_size,
 };
 use crate::catalog;
 use crate::node::TimeSliceInterval;
@@ -68,7 +69,8 @@ pub fn parse_profile(
     origin: &str,
     default_name: Option<&str>,
 ) -> Result<Profile, ProfileError> {
-    let cx = Context { text, origin };
+    check_size(text, origin)?;
+    let cx = Context { lines: LineIndex::new(text), origin };
     let raw: RawProfile = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         cx.error(&span, e.message().trim().replace('\n', " "))
@@ -92,6 +94,12 @@ pub fn parse_profile(
     if raw.gpu.is_empty() {
         return Err(cx.error(&(0..0), "the profile has no [[gpu]] rule".into()));
     }
+    if let Some(extra) = raw.gpu.get(MAX_RULES) {
+        return Err(cx.error(
+            &extra.span(),
+            format!("more than {MAX_RULES} [[gpu]] rules, the most a profile may have"),
+        ));
+    }
 
     let rules = raw.gpu.iter().map(|r| cx.rule(r)).collect::<Result<Vec<_>, _>>()?;
     Ok(Profile { name, description: raw.description.unwrap_or_default(), rules })
@@ -105,13 +113,13 @@ fn is_valid_name(name: &str) -> bool {
 }
 
 struct Context<'a> {
-    text: &'a str,
+    lines: LineIndex<'a>,
     origin: &'a str,
 }
 
 impl Context<'_> {
     fn location(&self, offset: usize) -> Location {
-        let (line, column) = line_column(self.text, offset);
+        let (line, column) = self.lines.line_column(offset);
         Location { origin: self.origin.to_string(), line, column }
     }
 
@@ -176,6 +184,9 @@ impl Context<'_> {
                 Ok(Selector::Indices(vec![(i, i)]))
             }
             toml::Value::Array(items) => {
+                if items.len() > MAX_LIST_ITEMS {
+                    return Err(err(format!("select: {}", too_many("GPU indices"))));
+                }
                 let mut ranges = Vec::new();
                 for item in items {
                     match item.as_integer().and_then(|i| u32::try_from(i).ok()) {
@@ -201,6 +212,11 @@ impl Context<'_> {
             toml::Value::Array(items) => items.iter().collect(),
             one => vec![one],
         };
+        if items.len() > MAX_LIST_ITEMS {
+            return Err(
+                self.error(&value.span(), format!("device_filter: {}", too_many("device ids")))
+            );
+        }
         items
             .into_iter()
             .map(|item| {
@@ -231,6 +247,10 @@ impl Context<'_> {
                     if count > 0 {
                         instances.push((key, count));
                     }
+                }
+                let total: u64 = instances.iter().map(|(_, c)| u64::from(*c)).sum();
+                if total > MAX_MIG_INSTANCES {
+                    return Err(err(format!("mig: {}", too_many_instances(total, "rule"))));
                 }
                 Ok(MigLayout::Enabled(instances))
             }
@@ -286,16 +306,48 @@ impl Context<'_> {
 }
 
 /// The 1-based line and column of byte `offset` in `text` (clamped to the text, and to
-/// the start of the character it falls in).
+/// the start of the character it falls in). For one offset; [`LineIndex`] for many.
 pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
+    LineIndex::new(text).line_column(offset)
+}
+
+/// Where the lines of a text start: found once per text, so that locating every rule
+/// costs a binary search each rather than a scan from the start (quadratic in rules).
+pub(crate) struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        let starts =
+            std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        LineIndex { text, starts }
     }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
+
+    /// As [`line_column`].
+    pub(crate) fn line_column(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        // `starts[0]` is 0, so at least one line starts at or before any offset.
+        let line = self.starts.partition_point(|&start| start <= offset);
+        let column = self.text[self.starts[line - 1]..offset].chars().count() + 1;
+        (line, column)
+    }
+}
+
+/// `more than 256 <what>, the most a list may hold`.
+pub(crate) fn too_many(what: &str) -> String {
+    format!("more than {MAX_LIST_ITEMS} {what}, the most a list may hold")
+}
+
+/// The refusal of a MIG layout of `total` instances in one `rule` (or entry).
+pub(crate) fn too_many_instances(total: u64, rule: &str) -> String {
+    format!(
+        "{total} instances in one {rule}, more than any GPU holds ({MAX_MIG_INSTANCES} at most)"
+    )
 }
 
 /// Parses a selector string: `all`, `first-half`, `second-half`, `2`, `0-3`, `0,2,5-7`, a
@@ -315,6 +367,9 @@ pub fn parse_selector(s: &str) -> Result<Selector, String> {
         return Ok(Selector::Model(model.key));
     }
     if s.starts_with(|c: char| c.is_ascii_digit()) {
+        if s.split(',').nth(MAX_LIST_ITEMS).is_some() {
+            return Err(format!("select: {}", too_many("GPU indices")));
+        }
         let mut ranges = Vec::new();
         for part in s.split(',') {
             let part = part.trim();
@@ -505,6 +560,42 @@ select = "all"
         assert!(err("[[gpu]]\nselect = 0\n").contains("missing `name`"));
         assert!(err("name = \"a\"\n").contains("no [[gpu]] rule"));
         assert!(err("name = \"Bad Name\"\n[[gpu]]\nselect = 0\n").contains("invalid profile name"));
+    }
+
+    #[test]
+    fn rules_instances_and_lists_are_bounded() {
+        let rules = |n: usize| "[[gpu]]\nselect = 0\n".repeat(n);
+        assert_eq!(parse(&format!("name = \"a\"\n{}", rules(256))).unwrap().rules.len(), 256);
+        let e = err(&format!("name = \"a\"\n{}", rules(257)));
+        assert_eq!(e, "test.toml:514:1: more than 256 [[gpu]] rules, the most a profile may have");
+
+        let head = "name = \"a\"\n[[gpu]]\nselect = 0\n";
+        assert!(parse(&format!("{head}mig = {{ \"1g\" = 7, \"1g.5gb+me\" = 1 }}\n")).is_ok());
+        let e = err(&format!("{head}mig = {{ \"1g\" = 4, \"2g\" = 3, \"3g\" = 2 }}\n"));
+        assert_eq!(
+            e,
+            "test.toml:4:7: mig: 9 instances in one rule, more than any GPU holds (8 at most)"
+        );
+
+        let list = |n: u32| (0..n).map(|i| i.to_string()).collect::<Vec<_>>();
+        assert!(parse(&format!("{head}\n[[gpu]]\nselect = [{}]\n", list(256).join(", "))).is_ok());
+        let e = err(&format!("{head}\n[[gpu]]\nselect = [{}]\n", list(257).join(", ")));
+        assert_eq!(
+            e,
+            "test.toml:6:10: select: more than 256 GPU indices, the most a list may hold"
+        );
+        let e = err(&format!("{head}\n[[gpu]]\nselect = \"{}\"\n", list(257).join(",")));
+        assert_eq!(
+            e,
+            "test.toml:6:10: select: more than 256 GPU indices, the most a list may hold"
+        );
+        let ids = |n: usize| vec!["\"0x20B010DE\""; n].join(", ");
+        assert!(parse(&format!("{head}device_filter = [{}]\n", ids(256))).is_ok());
+        let e = err(&format!("{head}device_filter = [{}]\n", ids(257)));
+        assert_eq!(
+            e,
+            "test.toml:4:17: device_filter: more than 256 device ids, the most a list may hold"
+        );
     }
 
     #[test]

@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use gpushare_proto::PROFILE_MAX_BYTES;
 
 use super::{Profile, parse_profile};
 
@@ -97,7 +100,7 @@ impl ProfileStore {
     }
 
     fn add_file(&mut self, path: &Path) -> Result<(), String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = read_profile_file(path)?;
         let stem = path.file_stem().and_then(|s| s.to_str());
         let profile =
             parse_profile(&text, &path.display().to_string(), stem).map_err(|e| e.to_string())?;
@@ -133,6 +136,24 @@ impl ProfileStore {
     pub fn errors(&self) -> &[String] {
         &self.errors
     }
+}
+
+/// A profile file's text, reading no more than one byte over [`PROFILE_MAX_BYTES`] (the
+/// parser refuses such a text whole) and nothing but a regular file: opening a FIFO would
+/// block the agent.
+fn read_profile_file(path: &Path) -> Result<String, String> {
+    let failed = |e: std::io::Error| format!("{}: {e}", path.display());
+    if !std::fs::metadata(path).map_err(failed)?.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(PROFILE_MAX_BYTES as u64 + 1).read_to_end(&mut bytes))
+        .map_err(failed)?;
+    if bytes.len() > PROFILE_MAX_BYTES {
+        return Err(format!("{}:1:1: {}", path.display(), gpushare_proto::profile_too_large()));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{}: it is not UTF-8 text", path.display()))
 }
 
 #[cfg(test)]
@@ -186,6 +207,26 @@ mod tests {
         assert!(store.get("broken").is_err());
         assert_eq!(store.errors().len(), 1);
         assert!(store.errors()[0].contains("broken.toml:"), "{:?}", store.errors());
+    }
+
+    #[test]
+    fn oversized_and_endless_files_are_left_out_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut big = b"[[gpu]]\nselect = \"all\"\n".to_vec();
+        big.resize(gpushare_proto::PROFILE_MAX_BYTES + 1, b'#');
+        std::fs::write(dir.path().join("big.toml"), big).unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        // A FIFO nobody writes to would block the agent's start in open(2).
+        let store = ProfileStore::load(Some(dir.path()));
+        let big = dir.path().join("big.toml");
+        assert_eq!(
+            store.errors(),
+            [
+                format!("{}:1:1: larger than 256 KiB, the most a profile may be", big.display()),
+                format!("{}: not a regular file", fifo.display()),
+            ]
+        );
     }
 
     #[test]

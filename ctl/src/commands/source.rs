@@ -9,6 +9,8 @@
 
 use std::io::Read;
 
+use gpushare_proto::{PROFILE_MAX_BYTES, profile_too_large};
+
 use crate::bus::Client;
 use crate::cli::ProfileSource;
 use crate::error::{CtlError, Kind};
@@ -51,8 +53,10 @@ impl Source {
 }
 
 /// Reads a profile document and the name to give it in messages (`-` reads standard
-/// input, named `<stdin>`). Fails with one line naming the file.
+/// input, named `<stdin>`). Fails with one line naming the file, also for a document over
+/// [`PROFILE_MAX_BYTES`], of which no more is read: a pipe or `/dev/zero` may never end.
 pub fn read_document(file: &str) -> Result<(String, String), CtlError> {
+    let origin = if file == "-" { "<stdin>" } else { file };
     let read_error = |e: std::io::Error| {
         let reason = if e.kind() == std::io::ErrorKind::InvalidData {
             "it is not UTF-8 text".to_owned()
@@ -61,13 +65,25 @@ pub fn read_document(file: &str) -> Result<(String, String), CtlError> {
         };
         CtlError::ctl(Kind::ReadFile, format!("cannot read {file}: {reason}"))
     };
-    if file == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(read_error)?;
-        return Ok((text, "<stdin>".into()));
+    let bytes = if file == "-" {
+        read_bounded(std::io::stdin().lock())
+    } else {
+        std::fs::File::open(file).and_then(read_bounded)
     }
-    let text = std::fs::read_to_string(file).map_err(read_error)?;
-    Ok((text, file.to_owned()))
+    .map_err(read_error)?;
+    if bytes.len() > PROFILE_MAX_BYTES {
+        return Err(CtlError::ctl(Kind::ReadFile, format!("{origin}: {}", profile_too_large())));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| read_error(std::io::ErrorKind::InvalidData.into()))?;
+    Ok((text, origin.to_owned()))
+}
+
+/// Up to one byte more than a profile may have: enough to tell that it is too large.
+fn read_bounded(reader: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    reader.take(PROFILE_MAX_BYTES as u64 + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The plan of `source` against this node: a [`gpushare_proto::types::PlanReport`] as JSON.
@@ -137,5 +153,23 @@ mod tests {
         let e = read_document(path.to_str().unwrap()).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         assert!(e.message.ends_with(": it is not UTF-8 text"), "{}", e.message);
+    }
+
+    #[test]
+    fn documents_end_at_the_size_limit() {
+        let e = read_document("/dev/zero").unwrap_err();
+        assert!(e.is(Kind::ReadFile));
+        assert_eq!(e.message, "/dev/zero: larger than 256 KiB, the most a profile may be");
+        let path = std::env::temp_dir()
+            .join(format!("gpushare-ctl-test-limit-{}.toml", std::process::id()));
+        std::fs::write(&path, vec![b'#'; PROFILE_MAX_BYTES]).unwrap();
+        let at_limit = read_document(path.to_str().unwrap());
+        std::fs::write(&path, vec![b'#'; PROFILE_MAX_BYTES + 1]).unwrap();
+        let over = read_document(path.to_str().unwrap());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(at_limit.unwrap().0.len(), PROFILE_MAX_BYTES);
+        assert!(
+            over.unwrap_err().message.ends_with(": larger than 256 KiB, the most a profile may be")
+        );
     }
 }
