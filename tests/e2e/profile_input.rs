@@ -93,3 +93,25 @@ fn endless_and_oversized_documents_are_refused_at_once_in_one_line() {
 
     assert_eq!(agent.status(), before, "the GPUs must be unchanged");
 }
+
+#[test]
+fn time_slicing_on_a_mig_gpu_is_refused_not_dropped() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    let before = agent.status();
+    let why = "time-slicing needs MIG off: the time-slice interval is the whole GPU's, and MIG \
+               instances do not have one; share them with mps, or write mig = \"disabled\"";
+    let whole = "[[gpu]]\nselect = 0\nmig = { \"3g\" = 2 }\n\
+                 sharing = { time-slicing = { interval = \"long\" } }\n";
+    let per_instance = "[[gpu]]\nselect = \"all\"\nmig = { \"1g\" = 2, \"3g\" = 1 }\n\
+                        instance_sharing.\"1g\" = { time-slicing = {} }\n";
+    for (name, profile, place) in [("whole", whole, "4:11"), ("each", per_instance, "4:25")] {
+        let (_dir, file) = temp_file(&format!("{name}.toml"), profile);
+        let path = file.to_str().unwrap();
+        for verb in ["validate", "apply"] {
+            let args: &[&str] = if verb == "apply" { &[verb, "-f", path] } else { &[verb, path] };
+            let out = agent.ctl(args);
+            assert_one_line_refusal(&out, &format!("{path}:{place}: {why}"));
+        }
+    }
+    assert_eq!(agent.status(), before, "the GPUs must be unchanged");
+}

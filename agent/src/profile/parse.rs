@@ -137,7 +137,7 @@ impl Context<'_> {
         };
         let sharing = match &raw.sharing {
             None => Sharing::Exclusive,
-            Some(s) => self.sharing(s)?,
+            Some(s) => self.sharing(s, &mig)?,
         };
 
         let mut instance_sharing = Vec::new();
@@ -155,20 +155,10 @@ impl Context<'_> {
                     format!("instance_sharing names {key}, which the rule's `mig` layout does not contain"),
                 ));
             }
-            instance_sharing.push((key, self.sharing(value)?));
+            instance_sharing.push((key, self.sharing(value, &mig)?));
         }
-
-        let strategies: Vec<&Sharing> =
-            std::iter::once(&sharing).chain(instance_sharing.iter().map(|(_, s)| s)).collect();
-        let mps = strategies.iter().any(|s| matches!(s, Sharing::Mps(_)));
-        let time_slicing = strategies.iter().any(|s| matches!(s, Sharing::TimeSlicing { .. }));
-        if mps && time_slicing {
-            let span = raw.sharing.as_ref().map_or(raw.select.span(), |s| s.span());
-            return Err(self.error(
-                &span,
-                "MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode EXCLUSIVE_PROCESS, time-slicing DEFAULT)".into(),
-            ));
-        }
+        // Time-slicing is refused under MIG (see `sharing`), so MPS and time-slicing
+        // cannot meet in one rule.
         let device_filter = match &raw.device_filter {
             None => Vec::new(),
             Some(v) => self.device_filter(v)?,
@@ -260,7 +250,12 @@ impl Context<'_> {
         }
     }
 
-    fn sharing(&self, value: &Spanned<RawSharing>) -> Result<Sharing, ProfileError> {
+    /// The sharing of a whole GPU or, under a MIG layout `mig`, of its instances.
+    fn sharing(
+        &self,
+        value: &Spanned<RawSharing>,
+        mig: &MigLayout,
+    ) -> Result<Sharing, ProfileError> {
         let err = |m: String| self.error(&value.span(), m);
         let in_range = |what: &str, v: Option<u32>, lo: u32, hi: u32| match v {
             Some(x) if !(lo..=hi).contains(&x) => {
@@ -270,6 +265,13 @@ impl Context<'_> {
         };
         match value.get_ref() {
             RawSharing::Exclusive => Ok(Sharing::Exclusive),
+            // The driver's time-slice interval (nvidia-smi compute-policy) is per whole GPU;
+            // under MIG it would be accepted and silently not apply.
+            RawSharing::TimeSlicing(_) if *mig != MigLayout::Disabled => Err(err(
+                "time-slicing needs MIG off: the time-slice interval is the whole GPU's, and MIG \
+                 instances do not have one; share them with mps, or write mig = \"disabled\""
+                    .into(),
+            )),
             RawSharing::TimeSlicing(ts) => {
                 let interval = match &ts.interval {
                     None => TimeSliceInterval::Default,
@@ -548,11 +550,29 @@ select = "all"
     }
 
     #[test]
-    fn mps_and_time_slicing_do_not_mix_on_one_gpu() {
-        let e = err(
-            "name = \"a\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"3g\" = 1 }\nsharing.time-slicing = {}\ninstance_sharing.\"3g\".mps = {}\n",
-        );
-        assert!(e.contains("cannot be mixed"), "{e}");
+    fn time_slicing_needs_mig_off() {
+        let head = "name = \"a\"\n[[gpu]]\nselect = 0\n";
+        let why = "time-slicing needs MIG off: the time-slice interval is the whole GPU's, and \
+                   MIG instances do not have one; share them with mps, or write mig = \"disabled\"";
+        let e = err(&format!(
+            "{head}mig = {{ \"3g\" = 2 }}\nsharing = {{ time-slicing = {{ interval = \"long\" }} }}\n"
+        ));
+        assert_eq!(e, format!("test.toml:5:11: {why}"));
+        let e = err(&format!("{head}mig = {{}}\nsharing.time-slicing = {{}}\n"));
+        assert!(e.starts_with("test.toml:5:") && e.ends_with(why), "{e}");
+        let e = err(&format!(
+            "{head}mig = {{ \"1g\" = 2, \"3g\" = 1 }}\ninstance_sharing.\"3g\" = {{ time-slicing = {{}} }}\n"
+        ));
+        assert_eq!(e, format!("test.toml:5:25: {why}"));
+        let e = err(&format!(
+            "{head}mig = {{ \"1g\" = 2, \"3g\" = 1 }}\nsharing.time-slicing = {{}}\ninstance_sharing.\"3g\".mps = {{}}\n"
+        ));
+        assert!(e.starts_with("test.toml:5:") && e.ends_with(why), "{e}");
+        // MIG off, whether written or left out: the whole GPU is time-sliced.
+        for mig in ["mig = \"disabled\"\n", "mig = false\n", ""] {
+            let p = parse(&format!("{head}{mig}sharing.time-slicing = {{}}\n")).unwrap();
+            assert_eq!(p.rules[0].sharing.strategy(), "time-slicing");
+        }
     }
 
     #[test]
