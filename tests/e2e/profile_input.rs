@@ -6,7 +6,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gpushare_tests::{Agent, AgentOptions, ctl_error, reason_lines, stderr, temp_file, text};
+use gpushare_tests::{
+    Agent, AgentOptions, ctl_error, reason_lines, stderr, stdout, temp_file, text,
+};
 
 /// Runs `cmd` with `input` on stdin, within `limit` and 2 GiB of address space (a ctl
 /// that reads without bound fails here instead of taking the machine's memory).
@@ -114,4 +116,29 @@ fn time_slicing_on_a_mig_gpu_is_refused_not_dropped() {
         }
     }
     assert_eq!(agent.status(), before, "the GPUs must be unchanged");
+}
+
+#[test]
+fn a_nameless_profile_from_stdin_is_named_stdin() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    let profile = b"[[gpu]]\nselect=\"all\"\nmig = { \"7g\" = 1 }\n";
+    let limit = Duration::from_secs(60);
+    let out = run_bounded(agent.ctl_command(&["validate", "-"]), profile, limit);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout(&out).starts_with("<stdin>: valid profile stdin\n"), "{}", text(&out));
+    let out = run_bounded(agent.ctl_command(&["apply", "-f", "-"]), profile, limit);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    assert_eq!(status.active_profile.as_deref(), Some("stdin"));
+    assert!(status.gpus.iter().all(|g| g.mig_enabled), "{status:?}");
+
+    // A name that is written must be valid as written.
+    let named = b"name = \"Lab Split\"\n[[gpu]]\nselect=\"all\"\n";
+    let out = run_bounded(agent.ctl_command(&["apply", "-f", "-"]), named, limit);
+    assert_one_line_refusal(
+        &out,
+        "<stdin>:1:8: invalid profile name \"Lab Split\": use 1-64 characters of a-z, 0-9, '.', \
+         '_' and '-', starting with a letter or digit",
+    );
+    assert_eq!(agent.status(), status);
 }

@@ -34,7 +34,8 @@ pub const MAX_MIG_PARTED_CONFIGS: usize = 1024;
 
 /// Parses a profile document: NVIDIA mig-parted's `config.yaml` (when `origin` ends in
 /// `.yaml`/`.yml` or the text has a top-level `mig-configs:`), with `config` naming the
-/// config to use, or else a gpushare profile (TOML), whose name defaults to the file stem.
+/// config to use, or else a gpushare profile (TOML), whose name defaults to the file stem
+/// made a valid name (`<stdin>` → `stdin`).
 pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile, ProfileError> {
     check_size(text, origin)?;
     let yaml = origin.ends_with(".yaml")
@@ -52,7 +53,7 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
         });
     }
     let stem = std::path::Path::new(origin).file_stem().and_then(|s| s.to_str());
-    parse_profile(text, origin, stem)
+    parse_profile(text, origin, Some(stem.unwrap_or_default()))
 }
 
 /// Refuses a text over [`PROFILE_MAX_BYTES`], before anything reads it.

@@ -63,7 +63,8 @@ struct RawMps {
 }
 
 /// Parses and validates a profile. `origin` names the text in errors (a path or
-/// `built-in:<name>`); `default_name` is used when the text has no `name` (a file's stem).
+/// `built-in:<name>`); a text without `name` is named after `default_name` (a file's stem),
+/// made valid by [`name_from_stem`].
 pub fn parse_profile(
     text: &str,
     origin: &str,
@@ -79,7 +80,7 @@ pub fn parse_profile(
     let (name, name_span) = match &raw.name {
         Some(n) => (n.get_ref().clone(), n.span()),
         None => match default_name {
-            Some(d) => (d.to_string(), 0..0),
+            Some(d) => (name_from_stem(d), 0..0),
             None => return Err(cx.error(&(0..0), "missing `name`".into())),
         },
     };
@@ -104,6 +105,32 @@ pub fn parse_profile(
     let rules = raw.gpu.iter().map(|r| cx.rule(r)).collect::<Result<Vec<_>, _>>()?;
     Ok(Profile { name, description: raw.description.unwrap_or_default(), rules })
 }
+
+/// The name of a profile whose text has none, after a file stem: lowercased, each run of
+/// characters other than a-z, 0-9, '.', '_' and '-' made one '-', cut to 64 characters and
+/// to a letter or digit at both ends (`Lab Split.toml` → `lab-split`, `<stdin>` → `stdin`),
+/// else [`FALLBACK_NAME`].
+pub fn name_from_stem(stem: &str) -> String {
+    let mut name = String::new();
+    for c in stem.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
+            name.push(c);
+        } else if !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    let edge = |c: char| !c.is_ascii_alphanumeric();
+    // ASCII only by now: any byte is a character boundary.
+    let mut name = name.trim_start_matches(edge).to_string();
+    name.truncate(64);
+    match name.trim_end_matches(edge) {
+        "" => FALLBACK_NAME.to_string(),
+        valid => valid.to_string(),
+    }
+}
+
+/// The name of a profile whose origin gives none (`-`, `<>`).
+pub const FALLBACK_NAME: &str = "unnamed";
 
 fn is_valid_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -506,6 +533,30 @@ select = "all"
         let p = parse_profile("[[gpu]]\nselect = 0\n", "x/whole.toml", Some("whole")).unwrap();
         assert_eq!(p.name, "whole");
         assert!(!p.uses_sharing());
+    }
+
+    #[test]
+    fn a_nameless_profile_is_named_after_its_origin() {
+        let text = "[[gpu]]\nselect = \"all\"\n";
+        let name = |origin: &str| crate::profile::parse_document(text, origin, "").unwrap().name;
+        assert_eq!(name("<stdin>"), "stdin");
+        assert_eq!(name("/etc/gpushare/Lab Split (v2).toml"), "lab-split-v2");
+        assert_eq!(name("./.hidden.toml"), "hidden");
+        assert_eq!(name("x/_a.b-c_.toml"), "a.b-c");
+        assert_eq!(name(&format!("{}.toml", "Ab".repeat(40))), "ab".repeat(32));
+        assert_eq!(name(&format!("{}.toml", "a-".repeat(40))), "a-".repeat(31) + "a");
+        // Nothing usable left: a fixed name.
+        for origin in ["-", "<>", "/", ".", "ü€.toml", ""] {
+            assert_eq!(name(origin), "unnamed", "{origin:?}");
+        }
+        // A name that is written must be valid as written.
+        let e =
+            crate::profile::parse_document(&format!("name = \"Lab Split\"\n{text}"), "<stdin>", "")
+                .unwrap_err();
+        assert!(
+            e.to_string().starts_with("<stdin>:1:8: invalid profile name \"Lab Split\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -230,6 +230,15 @@ mod tests {
     }
 
     #[test]
+    fn a_nameless_file_is_named_after_its_stem_made_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Lab Split.toml"), "[[gpu]]\nselect = \"all\"\n").unwrap();
+        let store = ProfileStore::load(Some(dir.path()));
+        assert!(store.errors().is_empty(), "{:?}", store.errors());
+        assert!(store.get("lab-split").is_ok());
+    }
+
+    #[test]
     fn a_missing_directory_is_fine() {
         let store = ProfileStore::load(Some(Path::new("/nonexistent/gpushare")));
         assert!(store.errors().is_empty());
