@@ -6,6 +6,7 @@ use std::time::Duration;
 mod access;
 mod agent_state;
 mod cli_output;
+mod hostile_load;
 mod metrics;
 mod plan_safety;
 mod profile_input;
