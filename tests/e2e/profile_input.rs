@@ -142,3 +142,68 @@ fn a_nameless_profile_from_stdin_is_named_stdin() {
     );
     assert_eq!(agent.status(), status);
 }
+
+#[test]
+fn profile_errors_speak_the_profiles_words_across_the_bus() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    let before = agent.status();
+    let rule = |body: &str| format!("[[gpu]]\nselect = 0\n{body}\n");
+    let cases = [
+        (
+            "mixed.toml",
+            rule("sharing = { mps = {}, time-slicing = {} }"),
+            "3:11: MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode \
+             EXCLUSIVE_PROCESS, time-slicing DEFAULT)",
+        ),
+        (
+            "huge.toml",
+            rule("mig = { \"1g\" = 99999999999999999999 }"),
+            "3:7: mig: the count of 1g must be a whole number from 0 to 8, not \
+             99999999999999999999",
+        ),
+        (
+            "typo.toml",
+            rule("sharing = { mps = { replica = 4 } }"),
+            "3:21: unknown key `replica` in the mps settings: use `replicas`, \
+             `active_thread_percentage`, `pinned_memory_limit` or `max_clients`",
+        ),
+        (
+            "two.yaml",
+            "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: false\n\
+             ---\nversion: v1\n"
+                .to_string(),
+            "7:1: a second YAML document starts here: a mig-parted file is one document",
+        ),
+        (
+            "yes.yaml",
+            "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: \"yes\"\n\
+             \x20     mig-devices: {}\n"
+                .to_string(),
+            "5:20: mig-enabled: expected true or false, found \"yes\"",
+        ),
+    ];
+    for (name, text, reason) in &cases {
+        let (_dir, file) = temp_file(name, text);
+        let path = file.to_str().unwrap();
+        let args: &[&str] = if name.ends_with(".yaml") {
+            &["apply", "-f", path, "-c", "c"]
+        } else {
+            &["apply", "-f", path]
+        };
+        assert_one_line_refusal(&agent.ctl(args), &format!("{path}:{reason}"));
+        let mut json = args.to_vec();
+        json.push("--json");
+        let error = ctl_error(&agent.ctl(&json));
+        assert_eq!(error.name, "io.gpushare.Agent1.Error.InvalidProfile");
+        assert_eq!(error.message, format!("{path}:{reason}"));
+    }
+    // A strategy's bare name is the strategy with its defaults.
+    let out = run_bounded(
+        agent.ctl_command(&["plan", "-f", "-"]),
+        rule("sharing = \"mps\"").as_bytes(),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout(&out).contains("GPU 0: start an MPS server on the GPU"), "{}", text(&out));
+    assert_eq!(agent.status(), before, "the GPUs must be unchanged");
+}

@@ -9,7 +9,9 @@
 //! The whole file is checked, as mig-parted does, before any config is taken from it: a
 //! malformed entry in one config makes every config of the file unusable. Errors name
 //! `origin:line:column`. MIG profile names are only checked for their shape (`<n>g.…`);
-//! whether a model has them is the planner's question.
+//! whether a model has them is the planner's question. The YAML library reads the file
+//! into plain nodes (any YAML is read); what each key must hold is checked here, so that
+//! messages speak of the file's keys, not of the types the library was asked for.
 //!
 //! Semantics that differ from mig-parted: mig-parted applies *every* entry that matches a
 //! GPU, in file order (so the last one wins where two disagree, after carrying out the
@@ -19,24 +21,30 @@
 //! (`0x20B010DE:0x147E10DE`, newer mig-parted) are refused: a rule filters on the device id
 //! alone. Slightly more is accepted than mig-parted accepts: unquoted device ids
 //! (`device-filter: 0x20B010DE`, which YAML reads as a number) and quoted counts (`"2"`).
-//! As in mig-parted, `devices: []` is accepted and selects no GPU, `mig-devices: {}` with
-//! `mig-enabled: false` is accepted, and duplicate keys are errors.
+//! Slightly less, too: `mig-enabled` takes the YAML 1.2 booleans `true` and `false` only,
+//! not text (`"true"`, `"yes"`) nor YAML 1.1's `yes`, `no`, `on` and `off`. A file is one
+//! YAML document. As in mig-parted, `devices: []` is accepted and selects no GPU,
+//! `mig-devices: {}` with `mig-enabled: false` is accepted, and duplicate keys are errors.
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::{DefaultMessageFormatter, MessageFormatter, Spanned};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::budget::BudgetBreach;
+use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 
-use super::parse::{parse_pci_device_id, too_many, too_many_instances};
+use super::parse::{listed, parse_pci_device_id, too_many, too_many_instances};
 use super::{
     GpuRule, Location, MAX_LIST_ITEMS, MAX_MIG_INSTANCES, MAX_MIG_PARTED_CONFIGS, MAX_RULES,
     MigKey, MigLayout, Profile, ProfileError, Selector, Sharing, check_size,
 };
 
 /// Most instances of one MIG profile an entry may ask for (as in TOML profiles).
-const MAX_COUNT: i64 = 8;
+const MAX_COUNT: i128 = 8;
+
+/// The keys of the file and of an entry.
+const FILE_KEYS: &[&str] = &["version", "mig-configs"];
+const ENTRY_KEYS: &[&str] = &["devices", "mig-enabled", "mig-devices", "device-filter"];
 
 /// The names of the file's `mig-configs`, in file order. The whole file is checked first:
 /// any error in it is returned, as [`parse_mig_parted`] would return it.
@@ -80,166 +88,170 @@ struct Config {
     rules: Vec<GpuRule>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    version: Option<Spanned<String>>,
-    #[serde(rename = "mig-configs")]
-    mig_configs: Option<Spanned<RawConfigs>>,
+/// A YAML node as the file has it.
+enum Node {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Text(String),
+    List(Vec<Spanned<Node>>),
+    /// A mapping's keys and values, in file order.
+    Keys(Vec<(Spanned<Node>, Spanned<Node>)>),
 }
 
-/// `mig-configs`: config names and their entries, in file order.
-type RawConfigs = Ordered<Spanned<String>, Spanned<Vec<Spanned<RawEntry>>>>;
-
-/// `mig-devices`: profile names and counts, in file order.
-type RawMigDevices = Ordered<Spanned<String>, Spanned<i64>>;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEntry {
-    devices: Option<Spanned<RawDevices>>,
-    #[serde(rename = "mig-enabled")]
-    mig_enabled: Option<Spanned<bool>>,
-    #[serde(rename = "mig-devices")]
-    mig_devices: Option<Spanned<RawMigDevices>>,
-    #[serde(rename = "device-filter")]
-    device_filter: Option<Spanned<RawFilter>>,
-}
-
-/// A YAML mapping with its order kept.
-struct Ordered<K, V>(Vec<(K, V)>);
-
-impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for Ordered<K, V> {
+impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct OrderedVisitor<K, V>(PhantomData<(K, V)>);
+        struct NodeVisitor;
 
-        impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Visitor<'de> for OrderedVisitor<K, V> {
-            type Value = Ordered<K, V>;
+        impl<'de> Visitor<'de> for NodeVisitor {
+            type Value = Node;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping")
+                f.write_str("any YAML value")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = map.next_entry()? {
-                    items.push(item);
-                }
-                Ok(Ordered(items))
-            }
-        }
-
-        deserializer.deserialize_map(OrderedVisitor(PhantomData))
-    }
-}
-
-/// `devices`: `all`, another string (an error, reported with its location), or indices.
-enum RawDevices {
-    All,
-    Other(String),
-    Indices(Vec<Spanned<i64>>),
-}
-
-impl<'de> Deserialize<'de> for RawDevices {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DevicesVisitor;
-
-        impl<'de> Visitor<'de> for DevicesVisitor {
-            type Value = RawDevices;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("`all` or a list of GPU indices")
+            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+                Ok(Node::Bool(v))
             }
 
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(if v == "all" { RawDevices::All } else { RawDevices::Other(v.to_string()) })
+            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
             }
 
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
+            }
+
+            fn visit_i128<E>(self, v: i128) -> Result<Node, E> {
+                Ok(Node::Int(v))
+            }
+
+            fn visit_u128<E>(self, v: u128) -> Result<Node, E> {
+                Ok(i128::try_from(v).map_or(Node::Float(v as f64), Node::Int))
+            }
+
+            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+                Ok(Node::Float(v))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+                Ok(Node::Text(v.to_owned()))
+            }
+
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Node, E> {
+                Ok(Node::Text(String::from_utf8_lossy(v).into_owned()))
+            }
+
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+
+            fn visit_none<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+                Node::deserialize(d)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
                 let mut items = Vec::new();
                 while let Some(item) = seq.next_element()? {
                     items.push(item);
                 }
-                Ok(RawDevices::Indices(items))
-            }
-        }
-
-        deserializer.deserialize_any(DevicesVisitor)
-    }
-}
-
-/// `device-filter`: one id or a list of ids, as written, or a number (YAML reads a lone
-/// unquoted `0x20B010DE` as one; in a list it stays text).
-enum RawFilter {
-    One(String),
-    Many(Vec<Spanned<String>>),
-    Number(u64),
-}
-
-impl<'de> Deserialize<'de> for RawFilter {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FilterVisitor;
-
-        impl<'de> Visitor<'de> for FilterVisitor {
-            type Value = RawFilter;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a PCI device id such as \"0x20B010DE\" or a list of them")
+                Ok(Node::List(items))
             }
 
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(RawFilter::One(v.to_string()))
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(RawFilter::Number(v))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
                 }
-                Ok(RawFilter::Many(items))
+                Ok(Node::Keys(entries))
             }
         }
 
-        deserializer.deserialize_any(FilterVisitor)
+        deserializer.deserialize_any(NodeVisitor)
     }
+}
+
+/// Most levels of nesting a file may have: mig-parted's own need 5 (`mig-configs`, a
+/// config, an entry, `mig-devices`). Reading any YAML into nodes recurses once a level.
+const MAX_DEPTH: usize = 10;
+
+/// YAML as the file is read: one document, YAML 1.2 booleans only (`yes` and `on` stay
+/// text), nesting bounded by [`MAX_DEPTH`], the library's bounds on aliases and size.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.budget.get_or_insert_with(Default::default).max_depth = MAX_DEPTH;
+    options
+}
+
+/// A YAML error in the file's words. Syntax errors keep the YAML parser's wording, which
+/// is about YAML itself; what the library says in terms of its own API is said here.
+fn yaml_message(error: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error as E;
+    let message = match error.without_snippet() {
+        E::MultipleDocuments { .. } => {
+            "a second YAML document starts here: a mig-parted file is one document".to_string()
+        }
+        E::Budget { breach: BudgetBreach::Depth { .. }, .. } => {
+            "nested too deeply for a mig-parted file".to_string()
+        }
+        E::Budget { .. } => "too many nodes, aliases or anchors for a mig-parted file".to_string(),
+        E::DuplicateMappingKey { key: Some(key), .. } => format!("duplicate key `{key}`"),
+        E::DuplicateMappingKey { key: None, .. } => "duplicate key".to_string(),
+        // The parser's bound on flow nesting (`[[[[…`).
+        other => match UserMessageFormatter.format_message(other) {
+            m if m.contains("recursion") => "nested too deeply for a mig-parted file".to_string(),
+            m => m.into_owned(),
+        },
+    };
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Parses and checks the whole file.
 fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
     check_size(text, origin)?;
-    let cx = Context { origin };
-    let raw: RawFile = serde_saphyr::from_str(text).map_err(|e| {
-        let location = e.location().map_or_else(|| cx.start(), |l| cx.location(&l));
-        let message = DefaultMessageFormatter.format_message(&e);
-        // One line, without advice about the library's options.
-        let message = message.split(", set DuplicateKeyPolicy").next().unwrap_or_default();
-        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
-        ProfileError { location, message }
-    })?;
+    let cx = Context { origin, text };
+    let root: Spanned<Node> =
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
+            let location = e.location().map_or_else(|| cx.start(), |l| cx.location(&l));
+            ProfileError { location, message: yaml_message(&e) }
+        })?;
+    let top = cx.keys(&root, "the file", "`version: v1` and `mig-configs:`", FILE_KEYS)?;
 
-    let Some(version) = &raw.version else {
+    let Some(version) = top.get("version") else {
         return Err(cx.error_at(
             cx.start(),
             "missing `version` (mig-parted files start with `version: v1`)",
         ));
     };
-    if version.value != "v1" {
-        return Err(cx.error(
-            &version.referenced,
-            format!("unsupported version {:?}: only v1 is known", version.value),
-        ));
+    if !matches!(&version.value, Node::Text(v) if v == "v1") {
+        let message = match cx.scalar(version) {
+            Some(v) => format!("unsupported version {v:?}: only v1 is known"),
+            None => format!("version: expected v1, found {}", cx.shown(version)),
+        };
+        return Err(cx.error(&version.referenced, message));
     }
-    let Some(configs) = &raw.mig_configs else {
+    let Some(configs) = top.get("mig-configs") else {
         return Err(cx.error_at(cx.start(), "missing `mig-configs`"));
     };
-    if configs.value.0.is_empty() {
+    let Node::Keys(named) = &configs.value else {
+        return Err(cx.error(
+            &configs.referenced,
+            format!(
+                "`mig-configs` holds named configs (`all-balanced:` and its entries), not {}",
+                cx.shown(configs)
+            ),
+        ));
+    };
+    if named.is_empty() {
         return Err(cx.error(&configs.referenced, "`mig-configs` holds no config"));
     }
-    if let Some((name, _)) = configs.value.0.get(MAX_MIG_PARTED_CONFIGS) {
+    if let Some((name, _)) = named.get(MAX_MIG_PARTED_CONFIGS) {
         return Err(cx.error(
             &name.referenced,
             format!(
@@ -248,34 +260,52 @@ fn load(text: &str, origin: &str) -> Result<File, ProfileError> {
         ));
     }
     let configs_location = cx.location(&configs.referenced);
-    let configs = configs
-        .value
-        .0
+    let configs = named
         .iter()
         .map(|(name, entries)| {
-            if entries.value.is_empty() {
+            let name_text = cx.name(name, "a config name")?;
+            let Node::List(entries) = &entries.value else {
+                return Err(cx.error(
+                    &entries.referenced,
+                    format!(
+                        "config {name_text:?}: expected a list of entries (`- devices: all`), found {}",
+                        cx.shown(entries)
+                    ),
+                ));
+            };
+            if entries.is_empty() {
                 return Err(
-                    cx.error(&name.referenced, format!("config {:?} has no entries", name.value))
+                    cx.error(&name.referenced, format!("config {name_text:?} has no entries"))
                 );
             }
-            if let Some(extra) = entries.value.get(MAX_RULES) {
+            if let Some(extra) = entries.get(MAX_RULES) {
                 return Err(cx.error(
                     &extra.referenced,
                     format!(
-                        "config {:?}: more than {MAX_RULES} entries, the most a config may hold",
-                        name.value
+                        "config {name_text:?}: more than {MAX_RULES} entries, the most a config may hold"
                     ),
                 ));
             }
-            let rules = entries.value.iter().map(|e| cx.rule(e)).collect::<Result<Vec<_>, _>>()?;
-            Ok(Config { name: name.value.clone(), rules })
+            let rules = entries.iter().map(|e| cx.rule(e)).collect::<Result<Vec<_>, _>>()?;
+            Ok(Config { name: name_text, rules })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(File { configs_location, configs })
 }
 
+/// The values of a mapping's keys, every key checked to be known. A key given no value
+/// (`device-filter:`) counts as left out.
+struct Fields<'n>(Vec<(&'n str, &'n Spanned<Node>)>);
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<&'n Spanned<Node>> {
+        self.0.iter().find(|(k, v)| *k == key && !matches!(v.value, Node::Null)).map(|(_, v)| *v)
+    }
+}
+
 struct Context<'a> {
     origin: &'a str,
+    text: &'a str,
 }
 
 impl Context<'_> {
@@ -296,18 +326,106 @@ impl Context<'_> {
         ProfileError { location, message: message.into() }
     }
 
-    fn rule(&self, raw: &Spanned<RawEntry>) -> Result<GpuRule, ProfileError> {
-        let at = &raw.referenced;
-        let raw = &raw.value;
-        let devices = raw.devices.as_ref().ok_or_else(|| {
+    /// A scalar as the file writes it (`0x20B010DE`, not the number YAML reads).
+    fn source<'n>(&'n self, node: &'n Spanned<Node>) -> Option<&'n str> {
+        let span = node.defined.span();
+        let start = usize::try_from(span.byte_offset()?).ok()?;
+        let len = usize::try_from(span.byte_len()?).ok()?;
+        self.text.get(start..start.checked_add(len)?).map(str::trim).filter(|s| !s.is_empty())
+    }
+
+    /// A scalar's text: text as it is, numbers and booleans as written; `None` for the rest.
+    fn scalar(&self, node: &Spanned<Node>) -> Option<String> {
+        match &node.value {
+            Node::Text(s) => Some(s.clone()),
+            Node::Int(_) | Node::Float(_) | Node::Bool(_) => {
+                Some(self.source(node).map_or_else(|| self.shown(node), str::to_string))
+            }
+            Node::Null | Node::List(_) | Node::Keys(_) => None,
+        }
+    }
+
+    /// A node as a message shows it: a scalar as written, else what it is.
+    fn shown(&self, node: &Spanned<Node>) -> String {
+        match &node.value {
+            Node::Null => "nothing".into(),
+            Node::Bool(b) => b.to_string(),
+            Node::Int(i) => self.source(node).map_or_else(|| i.to_string(), str::to_string),
+            Node::Float(f) => self.source(node).map_or_else(|| f.to_string(), str::to_string),
+            Node::Text(s) => format!("{s:?}"),
+            Node::List(_) => "a list".into(),
+            Node::Keys(_) => "a mapping".into(),
+        }
+    }
+
+    /// A scalar quoted as text (`"v2"`), else what it is.
+    fn quoted(&self, node: &Spanned<Node>) -> String {
+        self.scalar(node).map_or_else(|| self.shown(node), |s| format!("{s:?}"))
+    }
+
+    /// A mapping key naming something (`what`): a scalar, as text.
+    fn name(&self, key: &Spanned<Node>, what: &str) -> Result<String, ProfileError> {
+        self.scalar(key).ok_or_else(|| {
+            self.error(&key.referenced, format!("{what} is text, not {}", self.shown(key)))
+        })
+    }
+
+    /// The fields of a mapping (`place`, shaped like `example`), every key one of `known`.
+    fn keys<'n>(
+        &self,
+        node: &'n Spanned<Node>,
+        place: &str,
+        example: &str,
+        known: &[&str],
+    ) -> Result<Fields<'n>, ProfileError> {
+        let entries: &[(Spanned<Node>, Spanned<Node>)] = match &node.value {
+            Node::Keys(entries) => entries,
+            Node::Null => &[],
+            _ => {
+                return Err(self.error(
+                    &node.referenced,
+                    format!("{place} holds keys such as {example}, not {}", self.shown(node)),
+                ));
+            }
+        };
+        let mut fields = Vec::new();
+        for (key, value) in entries {
+            let name = match &key.value {
+                Node::Text(name) if known.contains(&name.as_str()) => name.as_str(),
+                _ => {
+                    return Err(self.error(
+                        &key.referenced,
+                        format!(
+                            "unknown key {} in {place}: use {}",
+                            self.quoted(key),
+                            listed(known, "or")
+                        ),
+                    ));
+                }
+            };
+            fields.push((name, value));
+        }
+        Ok(Fields(fields))
+    }
+
+    fn rule(&self, entry: &Spanned<Node>) -> Result<GpuRule, ProfileError> {
+        let at = &entry.referenced;
+        let raw = self.keys(entry, "an entry", "`devices: all`", ENTRY_KEYS)?;
+        let devices = raw.get("devices").ok_or_else(|| {
             self.error(at, "missing `devices`: write `devices: all` or a list of GPU indices")
         })?;
         let select = self.selector(devices)?;
-        let enabled = raw.mig_enabled.as_ref().ok_or_else(|| {
+        let enabled = raw.get("mig-enabled").ok_or_else(|| {
             self.error(at, "missing `mig-enabled`: write `mig-enabled: true` or `false`")
         })?;
-        let mig = match (enabled.value, &raw.mig_devices) {
-            (false, Some(devices)) if !devices.value.0.is_empty() => {
+        let Node::Bool(enabled_value) = enabled.value else {
+            return Err(self.error(
+                &enabled.referenced,
+                format!("mig-enabled: expected true or false, found {}", self.shown(enabled)),
+            ));
+        };
+        let mig = match (enabled_value, raw.get("mig-devices")) {
+            (false, Some(devices)) if !matches!(&devices.value, Node::Keys(k) if k.is_empty()) => {
                 return Err(self.error(
                     &devices.referenced,
                     "mig-devices given with `mig-enabled: false`: remove them or enable MIG",
@@ -322,7 +440,7 @@ impl Context<'_> {
             }
             (true, Some(devices)) => self.layout(devices)?,
         };
-        let device_filter = match &raw.device_filter {
+        let device_filter = match raw.get("device-filter") {
             None => Vec::new(),
             Some(filter) => self.device_filter(filter)?,
         };
@@ -336,91 +454,122 @@ impl Context<'_> {
         })
     }
 
-    fn selector(&self, devices: &Spanned<RawDevices>) -> Result<Selector, ProfileError> {
+    fn selector(&self, devices: &Spanned<Node>) -> Result<Selector, ProfileError> {
         match &devices.value {
-            RawDevices::All => Ok(Selector::All),
-            RawDevices::Other(s) => Err(self.error(
-                &devices.referenced,
-                format!("devices: expected `all` or a list of GPU indices, found {s:?}"),
-            )),
-            RawDevices::Indices(items) if items.len() > MAX_LIST_ITEMS => {
+            Node::Text(all) if all == "all" => Ok(Selector::All),
+            Node::List(items) if items.len() > MAX_LIST_ITEMS => {
                 Err(self
                     .error(&devices.referenced, format!("devices: {}", too_many("GPU indices"))))
             }
-            RawDevices::Indices(items) => items
+            Node::List(items) => items
                 .iter()
-                .map(|i| {
-                    u32::try_from(i.value).map(|i| (i, i)).map_err(|_| {
-                        self.error(&i.referenced, format!("devices: bad GPU index {}", i.value))
+                .map(|item| {
+                    match item.value {
+                        Node::Int(i) => u32::try_from(i).ok().map(|i| (i, i)),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        self.error(
+                            &item.referenced,
+                            format!("devices: bad GPU index {}", self.shown(item)),
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Selector::Indices),
+            _ => Err(self.error(
+                &devices.referenced,
+                format!(
+                    "devices: expected `all` or a list of GPU indices, found {}",
+                    self.shown(devices)
+                ),
+            )),
         }
     }
 
-    fn layout(&self, devices: &Spanned<RawMigDevices>) -> Result<MigLayout, ProfileError> {
-        let (at, devices) = (&devices.referenced, &devices.value);
+    fn layout(&self, devices: &Spanned<Node>) -> Result<MigLayout, ProfileError> {
+        let Node::Keys(counts) = &devices.value else {
+            return Err(self.error(
+                &devices.referenced,
+                format!(
+                    "mig-devices: expected MIG profile names and counts such as {{\"1g.5gb\": 2}}, found {}",
+                    self.shown(devices)
+                ),
+            ));
+        };
         let mut instances = Vec::new();
-        for (name, count) in &devices.0 {
-            if !is_mig_name(&name.value) {
-                return Err(self.error(
-                    &name.referenced,
-                    format!(
-                        "mig-devices: {:?} is not a MIG profile name such as \"1g.5gb\" or \"3g.20gb\"",
-                        name.value
-                    ),
-                ));
-            }
-            if !(0..=MAX_COUNT).contains(&count.value) {
+        for (name, count) in counts {
+            let name = match self.scalar(name) {
+                Some(text) if is_mig_name(&text) => text,
+                _ => {
+                    return Err(self.error(
+                        &name.referenced,
+                        format!(
+                            "mig-devices: {} is not a MIG profile name such as \"1g.5gb\" or \"3g.20gb\"",
+                            self.quoted(name)
+                        ),
+                    ));
+                }
+            };
+            // Quoted counts ("2") are taken too.
+            let value = match &count.value {
+                Node::Int(n) => Some(*n),
+                Node::Text(t) => t.trim().parse::<i128>().ok(),
+                _ => None,
+            };
+            let Some(value) = value.filter(|n| (0..=MAX_COUNT).contains(n)) else {
                 return Err(self.error(
                     &count.referenced,
                     format!(
                         "mig-devices: the count of {} must be a whole number from 0 to {MAX_COUNT}, not {}",
-                        name.value, count.value
+                        name.escape_debug(),
+                        self.shown(count)
                     ),
                 ));
-            }
-            if count.value > 0 {
-                let count = u32::try_from(count.value).unwrap_or(u32::MAX);
-                instances.push((MigKey::Name(name.value.clone()), count));
+            };
+            if value > 0 {
+                let value = u32::try_from(value).unwrap_or(u32::MAX);
+                instances.push((MigKey::Name(name), value));
             }
         }
         let total: u64 = instances.iter().map(|(_, c)| u64::from(*c)).sum();
         if total > MAX_MIG_INSTANCES {
-            return Err(
-                self.error(at, format!("mig-devices: {}", too_many_instances(total, "entry")))
-            );
+            return Err(self.error(
+                &devices.referenced,
+                format!("mig-devices: {}", too_many_instances(total, "entry")),
+            ));
         }
         Ok(MigLayout::Enabled(instances))
     }
 
-    fn device_filter(&self, filter: &Spanned<RawFilter>) -> Result<Vec<u32>, ProfileError> {
-        let parse = |text: &str, at: &serde_saphyr::Location| {
+    fn device_filter(&self, filter: &Spanned<Node>) -> Result<Vec<u32>, ProfileError> {
+        let parse = |item: &Spanned<Node>| {
+            let Some(text) = self.scalar(item) else {
+                return Err(self.error(
+                    &item.referenced,
+                    format!(
+                        "device-filter: expected a PCI device id such as \"0x20B010DE\" or a list of them, found {}",
+                        self.shown(item)
+                    ),
+                ));
+            };
             if text.contains(':') {
                 return Err(self.error(
-                    at,
+                    &item.referenced,
                     format!(
                         "device-filter: {text:?}: subsystem-qualified ids are not supported; \
                          give the device id alone (\"0x20B010DE\")"
                     ),
                 ));
             }
-            parse_pci_device_id(text).map_err(|m| self.error(at, format!("device-filter: {m}")))
+            parse_pci_device_id(&text)
+                .map_err(|m| self.error(&item.referenced, format!("device-filter: {m}")))
         };
         match &filter.value {
-            RawFilter::One(text) => parse(text, &filter.referenced).map(|id| vec![id]),
-            RawFilter::Number(n) => u32::try_from(*n).map(|id| vec![id]).map_err(|_| {
-                self.error(
-                    &filter.referenced,
-                    format!("device-filter: {n} is not a PCI device id such as \"0x20B010DE\""),
-                )
-            }),
-            RawFilter::Many(items) if items.len() > MAX_LIST_ITEMS => Err(self
+            Node::List(items) if items.len() > MAX_LIST_ITEMS => Err(self
                 .error(&filter.referenced, format!("device-filter: {}", too_many("device ids")))),
-            RawFilter::Many(items) => {
-                items.iter().map(|item| parse(&item.value, &item.referenced)).collect()
-            }
+            Node::List(items) => items.iter().map(parse).collect(),
+            _ => parse(filter).map(|id| vec![id]),
         }
     }
 }
@@ -663,7 +812,7 @@ mig-configs:
         let e = err(
             "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1, \"1g.5gb\": 2}\n",
         );
-        assert_eq!(e, "t.yaml:6:34: duplicate mapping key: 1g.5gb");
+        assert_eq!(e, "t.yaml:6:34: duplicate key `1g.5gb`");
     }
 
     #[test]

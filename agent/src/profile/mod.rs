@@ -384,4 +384,310 @@ mod tests {
         let e = parse_profile(&format!("{text}#"), "x.toml", None).unwrap_err();
         assert_eq!(e.message, "larger than 256 KiB, the most a profile may be");
     }
+
+    /// Hostile gpushare profiles: what follows `[[gpu]]` (or the whole text, when it starts
+    /// with `!`).
+    const HOSTILE_TOML: &[&str] = &[
+        "select = 0\nsharing = { mps = {}, time-slicing = {} }",
+        "select = 0\nsharing = \"mps\"",
+        "select = 0\nsharing = \"time-slicing\"",
+        "select = 0\nsharing = \"mpss\"",
+        "select = 0\nsharing = 5",
+        "select = 0\nsharing = {}",
+        "select = 0\nsharing = []",
+        "select = 0\nsharing = [\"mps\"]",
+        "select = 0\nsharing = { mps = 5 }",
+        "select = 0\nsharing = { mps = \"on\" }",
+        "select = 0\nsharing = { exclusive = {} }",
+        "select = 0\nsharing = { exclusive = true }",
+        "select = 0\nsharing = { mps = {}, exclusive = {} }",
+        "select = 0\nsharing = { shared = {} }",
+        "select = 0\nsharing = { mps = { replicas = \"four\" } }",
+        "select = 0\nsharing = { mps = { replicas = -1 } }",
+        "select = 0\nsharing = { mps = { replicas = 99999999999999999999 } }",
+        "select = 0\nsharing = { mps = { replicas = 1.5 } }",
+        "select = 0\nsharing = { mps = { replicas = true } }",
+        "select = 0\nsharing = { mps = { bogus = 1 } }",
+        "select = 0\nsharing = { mps = { pinned_memory_limit = true } }",
+        "select = 0\nsharing = { mps = { pinned_memory_limit = -5 } }",
+        "select = 0\nsharing = { mps = { pinned_memory_limit = 99999999999999999999 } }",
+        "select = 0\nsharing = { mps = { max_clients = [] } }",
+        "select = 0\nsharing = { time-slicing = { interval = 5 } }",
+        "select = 0\nsharing = { time-slicing = { replicas = 1.5 } }",
+        "select = 0\nsharing = { time-slicing = { slice = 1 } }",
+        "select = 0\nsharing = { time-slicing = [] }",
+        "select = 0\nsharing.mps.replicas = 4\nsharing.time-slicing = {}",
+        "select = 0\nmig = { \"1g\" = 99999999999999999999 }",
+        "select = 0\nmig = { \"1g\" = -99999999999999999999 }",
+        "select = 0\nmig = { \"1g\" = 2.0 }",
+        "select = 0\nmig = { \"1g\" = \"2\" }",
+        "select = 0\nmig = 5",
+        "select = 0\nmig = [1]",
+        "select = 0\nmig = true",
+        "select = 0\nmig = \"enabled\"",
+        "select = 99999999999999999999",
+        "select = -1",
+        "select = true",
+        "select = 1.5",
+        "select = { a = 1 }",
+        "select = [1, \"a\"]",
+        "select = []",
+        "select = [[1]]",
+        "select = 1979-05-27T07:32:00Z",
+        "select = 0x10",
+        "select = inf",
+        "mig = false",
+        "select = 0\ninstance_sharing = 5",
+        "select = 0\ninstance_sharing = [5]",
+        "select = 0\nmig = { \"3g\" = 1 }\ninstance_sharing.\"3g\" = 5",
+        "select = 0\nmig = { \"3g\" = 1 }\ninstance_sharing.\"3g\" = \"mps\"",
+        "select = 0\nmig = { \"3g\" = 1 }\ninstance_sharing.\"3g\" = { mps = { replicas = \"x\" } }",
+        "select = 0\ndevice_filter = 5",
+        "select = 0\ndevice_filter = [1]",
+        "select = 0\ndevice_filter = { a = 1 }",
+        "select = 0\nselect = 1",
+        "select = 0\nmigg = false",
+        "select = 0\n\"\\u001b[31m\\n\" = false",
+        "select = \"\\u001b[31m\\n\"",
+        "select = 0\nmig = { \"\\u001b[31m\\n\" = 1 }",
+        "select = 0\nsharing = \"\\u001b[31m\\n\"",
+        "select = 0\n[gpu.mig]\n\"1g\" = 1\n[gpu.mig]\n\"2g\" = 1",
+        "!name = \"a\"\n[gpu]\nselect = 0\n",
+        "!name = \"a\"\ngpu = 5\n",
+        "!name = \"a\"\ngpu = [1, 2]\n",
+        "!name = \"a\"\ngpu = []\n",
+        "!name = \"a\"\ngpu = [[]]\n",
+        "!name = \"a\"\ngpu = \"all\"\n",
+        "!name = 5\n[[gpu]]\nselect = 0\n",
+        "!name = [\"a\"]\n[[gpu]]\nselect = 0\n",
+        "!name = { a = 1 }\n[[gpu]]\nselect = 0\n",
+        "!description = 5\n[[gpu]]\nselect = 0\n",
+        "!description = { a = 1 }\n[[gpu]]\nselect = 0\n",
+        "!bogus = 1\n[[gpu]]\nselect = 0\n",
+        "![bogus]\n",
+        "![[bogus]]\n",
+        "!name = \"a\"\nname = \"b\"\n",
+        "!",
+        "!\u{0}",
+        "!\u{feff}[[gpu]]\nselect = 0\n",
+        "![[gpu]\n",
+        "![[gpu]]\nselect = \n",
+        "![[gpu]]\nselect = \"unterminated\n",
+        "!= 1\n",
+        "!a.b = 1\na = 2\n",
+        "![[gpu]]\nselect = 0\n[gpu]\n",
+        "![[gpu]]\nselect = 0x\n",
+        "![[gpu]]\nselect = 1__0\n",
+        "![[gpu]]\nselect = nan\n",
+        "![[gpu]]\nselect = { a = 1,\n b = 2 }\n",
+        "![[gpu]]\nselect = '''\n",
+        "![[gpu]]\nselect = 0 0\n",
+        "![[gpu]]\nselect = 0\n\u{1b}[31m = 1\n",
+    ];
+
+    /// Hostile mig-parted files: entry keys after a `devices: all` entry's first line (or
+    /// the whole text, when it starts with `!`).
+    const HOSTILE_YAML: &[&str] = &[
+        "mig-enabled: \"yes\"",
+        "mig-enabled: yes",
+        "mig-enabled: \"true\"",
+        "mig-enabled: 1",
+        "mig-enabled: on",
+        "mig-enabled: null",
+        "mig-enabled: [true]",
+        "mig-enabled: {a: 1}",
+        "mig-enabled: false\n      bogus: 1",
+        "mig-enabled: true\n      mig-devices: [1]",
+        "mig-enabled: true\n      mig-devices: 5",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": \"two\"}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": 99999999999999999999}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1.5}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": null}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": true}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": [1]}",
+        "mig-enabled: true\n      mig-devices: {1: 1}",
+        "mig-enabled: true\n      mig-devices: {[a]: 1}",
+        "mig-enabled: true\n      mig-devices: {? {a: 1} : 1}",
+        "mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1, \"1g.5gb\": 2}",
+        "mig-enabled: true\n      mig-devices: {\"1g.\\e[31m\\n\": x}",
+        "mig-enabled: false\n      \"\\e[31m\\n\": x",
+        "mig-enabled: false\n      device-filter: 5.5",
+        "mig-enabled: false\n      device-filter: true",
+        "mig-enabled: false\n      device-filter: {a: 1}",
+        "mig-enabled: false\n      device-filter: [[1]]",
+        "mig-enabled: false\n      device-filter: [1]",
+        "mig-enabled: false\n      device-filter: null",
+        "mig-enabled: false\n      device-filter: 99999999999999999999",
+        "mig-enabled: false\n      devices: all",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: 5\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: {a: 1}\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: [a]\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: [1.5]\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: [99999999999999999999]\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: null\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: [[0]]\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - devices: true\n      mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c:\n    - 5\n",
+        "!version: v1\nmig-configs:\n  c:\n    - [devices, all]\n",
+        "!version: v1\nmig-configs:\n  c:\n    devices: all\n    mig-enabled: false\n",
+        "!version: v1\nmig-configs:\n  c: 5\n",
+        "!version: v1\nmig-configs:\n  c: null\n",
+        "!version: v1\nmig-configs:\n  [c]: []\n",
+        "!version: v1\nmig-configs:\n  5: [{devices: all, mig-enabled: false}]\n",
+        "!version: v1\nmig-configs: []\n",
+        "!version: v1\nmig-configs: 5\n",
+        "!version: v1\nmig-configs:\n",
+        "!version: v1\nmig-configs: {}\n",
+        "!version: 1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: [v1]\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: null\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: v1\nbogus: 1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: v1\nversion: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n---\nversion: v1\n",
+        "!---\n---\n",
+        "!",
+        "!# only a comment\n",
+        "![]\n",
+        "!5\n",
+        "!\"v1\"\n",
+        "!version: v1\nmig-configs:\n  c: [\n",
+        "!version: v1\nmig-configs:\n\tc: []\n",
+        "!version: v1\nmig-configs: : :\n",
+        "!version: v1\nmig-configs:\n  c: *nowhere\n",
+        "!version: &v v1\nmig-configs:\n  c: [{devices: all, mig-enabled: *v}]\n",
+        "!version: !!binary djE=\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: !custom v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n",
+        "!version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false, <<: {a: 1}}]\n",
+        "!version: v1\u{0}\n",
+        "!version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n  c: []\n",
+        "!version: v1\nmig-configs:\n  c: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
+    ];
+
+    /// Words of serde, toml and YAML libraries and of Rust, not of profiles.
+    const LIBRARY_WORDS: &[&str] = &[
+        "variant",
+        "i128",
+        "i64",
+        "u64",
+        "u32",
+        "u8",
+        "usize",
+        "f64",
+        "from_str",
+        "newtype",
+        "element",
+        "sequence",
+        "struct",
+        "invalid type",
+        "invalid value",
+        "any valid",
+        "deserializ",
+        "serde",
+        "option",
+        "unit",
+        "tuple",
+        "enum",
+        "field",
+        "identifier",
+        "scalar",
+        "raw",
+        "budget",
+        "duplicatekeypolicy",
+        "toml value",
+    ];
+
+    #[test]
+    fn hostile_documents_fail_in_the_profiles_words_in_one_line_naming_the_place() {
+        let yaml_head = "version: v1\nmig-configs:\n  c:\n    - devices: all\n      ";
+        let cases = HOSTILE_TOML
+            .iter()
+            .map(|t| match t.strip_prefix('!') {
+                Some(whole) => (whole.to_string(), "h.toml", ""),
+                None => (format!("name = \"h\"\n[[gpu]]\n{t}\n"), "h.toml", ""),
+            })
+            .chain(HOSTILE_YAML.iter().map(|t| match t.strip_prefix('!') {
+                Some(whole) => (whole.to_string(), "h.yaml", "c"),
+                None => (format!("{yaml_head}{t}\n"), "h.yaml", "c"),
+            }));
+        // Nested as deep as the parsers allow, and deeper.
+        let deep = |n| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let deep_toml =
+            [70, 100, 10_000].map(|n| (format!("[[gpu]]\nselect = {}\n", deep(n)), "h.toml", ""));
+        let deep_yaml = [6, 12, 10_000]
+            .map(|n| (format!("version: v1\nmig-configs:\n  c: {}\n", deep(n)), "h.yaml", "c"));
+        let cases = cases.chain(deep_toml).chain(deep_yaml);
+        let mut bad = Vec::new();
+        for (text, origin, config) in cases {
+            // Some are fine (`sharing = "mps"`, a byte-order mark): only messages count.
+            let Err(e) = parse_document(&text, origin, config) else { continue };
+            let message = e.to_string();
+            let lower = message.to_lowercase();
+            let words: Vec<&str> = lower
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .filter(|w| *w == "map")
+                .chain(LIBRARY_WORDS.iter().copied().filter(|w| lower.contains(w)))
+                .collect();
+            let place = message
+                .strip_prefix(origin)
+                .and_then(|m| m.strip_prefix(':'))
+                .and_then(|m| m.split_once(": "))
+                .is_some_and(|(at, _)| {
+                    let mut parts = at.split(':');
+                    parts.next().is_some_and(|l| l.parse::<u32>().is_ok_and(|l| l > 0))
+                        && parts.next().is_some_and(|c| c.parse::<u32>().is_ok_and(|c| c > 0))
+                        && parts.next().is_none()
+                });
+            println!("{:?}\n    → {message}", text.get(..200).unwrap_or(&text));
+            // One line, and nothing a terminal would act on.
+            if !words.is_empty() || !place || message.chars().any(char::is_control) {
+                let text = text.get(..200).unwrap_or(&text);
+                bad.push(format!("{text:?}\n    → {message}\n    ({words:?}, place {place})"));
+            }
+        }
+        assert!(bad.is_empty(), "{} messages:\n{}", bad.len(), bad.join("\n"));
+    }
+
+    #[test]
+    fn the_library_worded_cases_of_issue_10_speak_the_profiles_words() {
+        let rule = |body: &str| format!("name = \"h\"\n[[gpu]]\nselect = 0\n{body}\n");
+        let toml = |body: &str| parse_document(&rule(body), "h.toml", "");
+        let e = toml("sharing = { mps = {}, time-slicing = {} }").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h.toml:4:11: MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode \
+             EXCLUSIVE_PROCESS, time-slicing DEFAULT)"
+        );
+        // A strategy's bare name takes its defaults.
+        let p = toml("sharing = \"mps\"").unwrap();
+        assert_eq!(p.rules[0].sharing, Sharing::Mps(MpsSettings::default()));
+        let p = toml("sharing = \"time-slicing\"").unwrap();
+        let default = TimeSliceInterval::Default;
+        assert_eq!(p.rules[0].sharing, Sharing::TimeSlicing { interval: default, replicas: None });
+        let e = toml("mig = { \"1g\" = 99999999999999999999 }").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h.toml:4:7: mig: the count of 1g must be a whole number from 0 to 8, not \
+             99999999999999999999"
+        );
+
+        let entry = "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: ";
+        let yaml = |rest: &str| parse_document(&format!("{entry}{rest}\n"), "h.yaml", "c");
+        let e = yaml("false\n---\nversion: v1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h.yaml:7:1: a second YAML document starts here: a mig-parted file is one document"
+        );
+        for (value, found) in [("\"yes\"", "\"yes\""), ("yes", "\"yes\""), ("\"true\"", "\"true\"")]
+        {
+            let e = yaml(&format!("{value}\n      mig-devices: {{}}")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("h.yaml:5:20: mig-enabled: expected true or false, found {found}")
+            );
+        }
+        for value in ["true", "True", "TRUE"] {
+            let p = yaml(&format!("{value}\n      mig-devices: {{}}")).unwrap();
+            assert_eq!(p.rules[0].mig, MigLayout::Enabled(vec![]), "{value}");
+        }
+    }
 }

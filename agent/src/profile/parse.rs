@@ -1,15 +1,16 @@
 //! TOML → [`Profile`], with every error tied to a line and column.
 //!
-//! serde and the `toml` crate do the syntax and the field names (`deny_unknown_fields`
-//! turns typos into errors); the values whose meaning is ours (selectors, MIG layouts,
-//! sizes, ranges) are read from spanned values and checked here.
+//! The `toml` crate reads the syntax into a tree of values that keep their place in the
+//! text; everything else is checked here, key by key: which keys a table may have, what
+//! each value must be, and the values whose meaning is ours (selectors, MIG layouts,
+//! sharing, sizes, ranges). No type of ours is deserialized by serde, so no message is
+//! serde's: each names the key as the profile writes it and what it wants instead.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 use gpushare_proto::MPS_MAX_CLIENTS;
-use serde::Deserialize;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 use super::{
     GpuRule, Location, MAX_LIST_ITEMS, MAX_MIG_INSTANCES, MAX_RULES, MigKey, MigLayout,
@@ -18,49 +19,19 @@ use super::{
 use crate::catalog;
 use crate::node::TimeSliceInterval;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawProfile {
-    name: Option<Spanned<String>>,
-    description: Option<String>,
-    #[serde(default)]
-    gpu: Vec<Spanned<RawRule>>,
-}
+/// A value of the document and where it is.
+type Value<'i> = Spanned<DeValue<'i>>;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    select: Spanned<toml::Value>,
-    device_filter: Option<Spanned<toml::Value>>,
-    mig: Option<Spanned<toml::Value>>,
-    sharing: Option<Spanned<RawSharing>>,
-    #[serde(default)]
-    instance_sharing: BTreeMap<String, Spanned<RawSharing>>,
-}
+/// The keys of the document, of a `[[gpu]]` rule and of the sharing settings.
+const PROFILE_KEYS: &[&str] = &["name", "description", "gpu"];
+const RULE_KEYS: &[&str] = &["select", "device_filter", "mig", "sharing", "instance_sharing"];
+const TIME_SLICING_KEYS: &[&str] = &["interval", "replicas"];
+const MPS_KEYS: &[&str] =
+    &["replicas", "active_thread_percentage", "pinned_memory_limit", "max_clients"];
 
-#[derive(Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-enum RawSharing {
-    Exclusive,
-    TimeSlicing(RawTimeSlicing),
-    Mps(RawMps),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTimeSlicing {
-    interval: Option<String>,
-    replicas: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMps {
-    replicas: Option<u32>,
-    active_thread_percentage: Option<u32>,
-    pinned_memory_limit: Option<toml::Value>,
-    max_clients: Option<u32>,
-}
+/// What `sharing` may be, for messages.
+const SHARING_FORMS: &str = "\"exclusive\", \"mps\", \"time-slicing\", or one of them with \
+                             settings: { mps = { replicas = 4 } }, { time-slicing = { interval = \"short\" } }";
 
 /// Parses and validates a profile. `origin` names the text in errors (a path or
 /// `built-in:<name>`); a text without `name` is named after `default_name` (a file's stem),
@@ -72,13 +43,19 @@ pub fn parse_profile(
 ) -> Result<Profile, ProfileError> {
     check_size(text, origin)?;
     let cx = Context { lines: LineIndex::new(text), origin };
-    let raw: RawProfile = toml::from_str(text).map_err(|e| {
+    let root = DeTable::parse(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        cx.error(&span, e.message().trim().replace('\n', " "))
+        // The parser's words are TOML's, but for its bound on nesting.
+        let message = match e.message() {
+            m if m.contains("recurs") => "nested too deeply".to_string(),
+            m => m.split_whitespace().collect::<Vec<_>>().join(" "),
+        };
+        cx.error(&span, message)
     })?;
+    let top = cx.keys(root.get_ref(), "the profile", PROFILE_KEYS)?;
 
-    let (name, name_span) = match &raw.name {
-        Some(n) => (n.get_ref().clone(), n.span()),
+    let (name, name_span) = match top.get("name") {
+        Some(n) => (cx.string(n, "name")?.to_string(), n.span()),
         None => match default_name {
             Some(d) => (name_from_stem(d), 0..0),
             None => return Err(cx.error(&(0..0), "missing `name`".into())),
@@ -92,18 +69,36 @@ pub fn parse_profile(
             ),
         ));
     }
-    if raw.gpu.is_empty() {
+    let description = match top.get("description") {
+        Some(d) => cx.string(d, "description")?.to_string(),
+        None => String::new(),
+    };
+    let rules: &[Value] = match top.get("gpu") {
+        None => &[],
+        Some(gpu) => match gpu.get_ref() {
+            DeValue::Array(rules) => rules,
+            other => {
+                return Err(cx.error(
+                    &gpu.span(),
+                    format!(
+                        "`gpu` holds the rules: write each as a [[gpu]] table, not {}",
+                        kind(other)
+                    ),
+                ));
+            }
+        },
+    };
+    if rules.is_empty() {
         return Err(cx.error(&(0..0), "the profile has no [[gpu]] rule".into()));
     }
-    if let Some(extra) = raw.gpu.get(MAX_RULES) {
+    if let Some(extra) = rules.get(MAX_RULES) {
         return Err(cx.error(
             &extra.span(),
             format!("more than {MAX_RULES} [[gpu]] rules, the most a profile may have"),
         ));
     }
-
-    let rules = raw.gpu.iter().map(|r| cx.rule(r)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Profile { name, description: raw.description.unwrap_or_default(), rules })
+    let rules = rules.iter().map(|r| cx.rule(r)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Profile { name, description, rules })
 }
 
 /// The name of a profile whose text has none, after a file stem: lowercased, each run of
@@ -139,6 +134,57 @@ fn is_valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
 }
 
+/// What a value is, in TOML's words: `an integer`, `a table`.
+fn kind(value: &DeValue<'_>) -> &'static str {
+    match value {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+/// A value as a message shows it: a scalar as written, else its kind.
+fn shown(value: &DeValue<'_>) -> String {
+    match value {
+        DeValue::String(s) => format!("{s:?}"),
+        DeValue::Integer(i) => i.to_string(),
+        DeValue::Float(f) => f.to_string(),
+        DeValue::Boolean(b) => b.to_string(),
+        other => kind(other).to_string(),
+    }
+}
+
+/// `` `a`, `b` or `c` `` (`and` for `conjunction` "and").
+pub(crate) fn listed(names: &[&str], conjunction: &str) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} {conjunction} {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// An integer value as a `u32`, or `None` for any other value or an integer out of range.
+fn as_u32(value: &DeValue<'_>) -> Option<u32> {
+    match value {
+        DeValue::Integer(i) => u32::from_str_radix(i.as_str(), i.radix()).ok(),
+        _ => None,
+    }
+}
+
+/// The keys of a table, every one of them checked to be known.
+struct Keys<'t, 'i>(&'t DeTable<'i>);
+
+impl<'t, 'i> Keys<'t, 'i> {
+    fn get(&self, key: &str) -> Option<&'t Value<'i>> {
+        self.0.iter().find(|(k, _)| k.get_ref() == key).map(|(_, v)| v)
+    }
+}
+
 struct Context<'a> {
     lines: LineIndex<'a>,
     origin: &'a str,
@@ -154,59 +200,136 @@ impl Context<'_> {
         ProfileError { location: self.location(span.start), message }
     }
 
-    fn rule(&self, raw: &Spanned<RawRule>) -> Result<GpuRule, ProfileError> {
-        let location = self.location(raw.span().start);
-        let raw = raw.get_ref();
-        let select = self.selector(&raw.select)?;
-        let mig = match &raw.mig {
+    /// `table`, refused at its first key that is not one of `known`; `place` names the
+    /// table in the message (`a [[gpu]] rule`).
+    fn keys<'t, 'i>(
+        &self,
+        table: &'t DeTable<'i>,
+        place: &str,
+        known: &[&str],
+    ) -> Result<Keys<'t, 'i>, ProfileError> {
+        match table.iter().find(|(k, _)| !known.contains(&k.get_ref().as_ref())) {
+            Some((key, _)) => Err(self.error(
+                &key.span(),
+                format!(
+                    "unknown key `{}` in {place}: use {}",
+                    key.get_ref().escape_debug(),
+                    listed(known, "or")
+                ),
+            )),
+            None => Ok(Keys(table)),
+        }
+    }
+
+    /// A table value of `what`, or an error naming it.
+    fn table<'t, 'i>(
+        &self,
+        value: &'t Value<'i>,
+        what: &str,
+        example: &str,
+    ) -> Result<&'t DeTable<'i>, ProfileError> {
+        match value.get_ref() {
+            DeValue::Table(table) => Ok(table),
+            other => Err(self.error(
+                &value.span(),
+                format!("{what}: expected a table such as {example}, found {}", kind(other)),
+            )),
+        }
+    }
+
+    fn string<'t>(&self, value: &'t Value<'_>, what: &str) -> Result<&'t str, ProfileError> {
+        match value.get_ref() {
+            DeValue::String(s) => Ok(s),
+            other => Err(self
+                .error(&value.span(), format!("{what}: expected a string, found {}", kind(other)))),
+        }
+    }
+
+    /// A whole number within `lo..=hi`.
+    fn whole(&self, value: &Value<'_>, what: &str, lo: u32, hi: u32) -> Result<u32, ProfileError> {
+        as_u32(value.get_ref()).filter(|n| (lo..=hi).contains(n)).ok_or_else(|| {
+            self.error(
+                &value.span(),
+                format!(
+                    "{what} must be a whole number from {lo} to {hi}, not {}",
+                    shown(value.get_ref())
+                ),
+            )
+        })
+    }
+
+    fn rule(&self, value: &Value<'_>) -> Result<GpuRule, ProfileError> {
+        let location = self.location(value.span().start);
+        let DeValue::Table(table) = value.get_ref() else {
+            return Err(self.error(
+                &value.span(),
+                format!("a [[gpu]] rule is a table, not {}", kind(value.get_ref())),
+            ));
+        };
+        let raw = self.keys(table, "a [[gpu]] rule", RULE_KEYS)?;
+        let select = raw.get("select").ok_or_else(|| {
+            self.error(
+                &value.span(),
+                "a [[gpu]] rule needs `select`: the GPUs it applies to (\"all\", 2, \"0-3\", ...)"
+                    .into(),
+            )
+        })?;
+        let select = self.selector(select)?;
+        let mig = match raw.get("mig") {
             None => MigLayout::Disabled,
             Some(m) => self.mig(m)?,
         };
-        let sharing = match &raw.sharing {
+        let sharing = match raw.get("sharing") {
             None => Sharing::Exclusive,
-            Some(s) => self.sharing(s, &mig)?,
+            Some(s) => self.sharing(s, &mig, "sharing")?,
         };
 
         let mut instance_sharing = Vec::new();
-        for (key, value) in &raw.instance_sharing {
-            let MigLayout::Enabled(instances) = &mig else {
-                return Err(self.error(
-                    &value.span(),
-                    "instance_sharing needs a MIG layout (`mig = { ... }`) in the same rule".into(),
-                ));
-            };
-            let key = parse_mig_key(key).map_err(|m| self.error(&value.span(), m))?;
-            if !instances.iter().any(|(k, _)| *k == key) {
-                return Err(self.error(
-                    &value.span(),
-                    format!("instance_sharing names {key}, which the rule's `mig` layout does not contain"),
-                ));
+        if let Some(per_kind) = raw.get("instance_sharing") {
+            let example = "{ \"3g\" = { mps = {} } }";
+            for (key, value) in self.table(per_kind, "instance_sharing", example)? {
+                let MigLayout::Enabled(instances) = &mig else {
+                    return Err(self.error(
+                        &value.span(),
+                        "instance_sharing needs a MIG layout (`mig = { ... }`) in the same rule"
+                            .into(),
+                    ));
+                };
+                let key = parse_mig_key(key.get_ref()).map_err(|m| self.error(&value.span(), m))?;
+                if !instances.iter().any(|(k, _)| *k == key) {
+                    return Err(self.error(
+                        &value.span(),
+                        format!("instance_sharing names {key}, which the rule's `mig` layout does not contain"),
+                    ));
+                }
+                let what = format!("instance_sharing.\"{key}\"");
+                instance_sharing.push((key, self.sharing(value, &mig, &what)?));
             }
-            instance_sharing.push((key, self.sharing(value, &mig)?));
         }
         // Time-slicing is refused under MIG (see `sharing`), so MPS and time-slicing
         // cannot meet in one rule.
-        let device_filter = match &raw.device_filter {
+        let device_filter = match raw.get("device_filter") {
             None => Vec::new(),
             Some(v) => self.device_filter(v)?,
         };
         Ok(GpuRule { select, device_filter, location, mig, sharing, instance_sharing })
     }
 
-    fn selector(&self, value: &Spanned<toml::Value>) -> Result<Selector, ProfileError> {
+    fn selector(&self, value: &Value<'_>) -> Result<Selector, ProfileError> {
         let err = |m: String| self.error(&value.span(), m);
         match value.get_ref() {
-            toml::Value::Integer(i) => {
-                let i = u32::try_from(*i).map_err(|_| err(format!("select: bad GPU index {i}")))?;
+            DeValue::Integer(i) => {
+                let i = as_u32(value.get_ref())
+                    .ok_or_else(|| err(format!("select: bad GPU index {i}")))?;
                 Ok(Selector::Indices(vec![(i, i)]))
             }
-            toml::Value::Array(items) => {
+            DeValue::Array(items) => {
                 if items.len() > MAX_LIST_ITEMS {
                     return Err(err(format!("select: {}", too_many("GPU indices"))));
                 }
                 let mut ranges = Vec::new();
-                for item in items {
-                    match item.as_integer().and_then(|i| u32::try_from(i).ok()) {
+                for item in items.iter() {
+                    match as_u32(item.get_ref()) {
                         Some(i) => ranges.push((i, i)),
                         None => return Err(err("select: a list holds GPU indices only".into())),
                     }
@@ -216,17 +339,16 @@ impl Context<'_> {
                 }
                 Ok(Selector::Indices(ranges))
             }
-            toml::Value::String(s) => parse_selector(s).map_err(err),
-            other => Err(err(format!(
-                "select: expected a string or an index, found {}",
-                other.type_str()
-            ))),
+            DeValue::String(s) => parse_selector(s).map_err(err),
+            other => {
+                Err(err(format!("select: expected a string or an index, found {}", kind(other))))
+            }
         }
     }
 
-    fn device_filter(&self, value: &Spanned<toml::Value>) -> Result<Vec<u32>, ProfileError> {
-        let items: Vec<&toml::Value> = match value.get_ref() {
-            toml::Value::Array(items) => items.iter().collect(),
+    fn device_filter(&self, value: &Value<'_>) -> Result<Vec<u32>, ProfileError> {
+        let items: Vec<&DeValue<'_>> = match value.get_ref() {
+            DeValue::Array(items) => items.iter().map(Spanned::get_ref).collect(),
             one => vec![one],
         };
         if items.len() > MAX_LIST_ITEMS {
@@ -237,7 +359,11 @@ impl Context<'_> {
         items
             .into_iter()
             .map(|item| {
-                item.as_str().and_then(|s| parse_pci_device_id(s).ok()).ok_or_else(|| {
+                let id = match item {
+                    DeValue::String(s) => parse_pci_device_id(s).ok(),
+                    _ => None,
+                };
+                id.ok_or_else(|| {
                     self.error(
                         &value.span(),
                         "device_filter: expected PCI device ids such as \"0x20B010DE\"".into(),
@@ -247,20 +373,21 @@ impl Context<'_> {
             .collect()
     }
 
-    fn mig(&self, value: &Spanned<toml::Value>) -> Result<MigLayout, ProfileError> {
+    fn mig(&self, value: &Value<'_>) -> Result<MigLayout, ProfileError> {
         let err = |m: String| self.error(&value.span(), m);
         match value.get_ref() {
-            toml::Value::Boolean(false) => Ok(MigLayout::Disabled),
-            toml::Value::String(s) if s == "disabled" => Ok(MigLayout::Disabled),
-            toml::Value::Table(table) => {
+            DeValue::Boolean(false) => Ok(MigLayout::Disabled),
+            DeValue::String(s) if s == "disabled" => Ok(MigLayout::Disabled),
+            DeValue::Table(table) => {
                 let mut instances = Vec::new();
                 for (key, count) in table {
-                    let key = parse_mig_key(key).map_err(&err)?;
-                    let count = count
-                        .as_integer()
-                        .and_then(|c| u32::try_from(c).ok())
-                        .filter(|&c| c <= 8)
-                        .ok_or_else(|| err(format!("mig: the count of {key} must be a whole number from 0 to 8")))?;
+                    let key = parse_mig_key(key.get_ref()).map_err(&err)?;
+                    let count = as_u32(count.get_ref()).filter(|&c| c <= 8).ok_or_else(|| {
+                        err(format!(
+                            "mig: the count of {key} must be a whole number from 0 to 8, not {}",
+                            shown(count.get_ref())
+                        ))
+                    })?;
                     if count > 0 {
                         instances.push((key, count));
                     }
@@ -277,59 +404,121 @@ impl Context<'_> {
         }
     }
 
-    /// The sharing of a whole GPU or, under a MIG layout `mig`, of its instances.
+    /// The sharing of a whole GPU or, under a MIG layout `mig`, of its instances: a
+    /// strategy's name, or a table of one strategy and its settings. `what` names the key
+    /// in messages (`sharing`, `instance_sharing."3g"`).
     fn sharing(
         &self,
-        value: &Spanned<RawSharing>,
+        value: &Value<'_>,
         mig: &MigLayout,
+        what: &str,
     ) -> Result<Sharing, ProfileError> {
         let err = |m: String| self.error(&value.span(), m);
-        let in_range = |what: &str, v: Option<u32>, lo: u32, hi: u32| match v {
-            Some(x) if !(lo..=hi).contains(&x) => {
-                Err(err(format!("{what} must be from {lo} to {hi}, not {x}")))
+        let (strategy, settings) = match value.get_ref() {
+            DeValue::String(name) => (name.as_ref(), None),
+            DeValue::Table(table) => {
+                let named: Vec<&str> = table.iter().map(|(k, _)| k.get_ref().as_ref()).collect();
+                match named.as_slice() {
+                    [] => {
+                        return Err(err(format!(
+                            "{what} names no strategy: write {SHARING_FORMS}"
+                        )));
+                    }
+                    [_] => {
+                        let (name, settings) = table.iter().next().expect("one strategy");
+                        (name.get_ref().as_ref(), Some(settings))
+                    }
+                    many if many.contains(&"mps") && many.contains(&"time-slicing") => {
+                        return Err(err(
+                            "MPS and time-slicing cannot be mixed on one GPU (MPS needs compute mode EXCLUSIVE_PROCESS, time-slicing DEFAULT)".into(),
+                        ));
+                    }
+                    many => {
+                        return Err(err(format!(
+                            "{what} names {} strategies ({}): a GPU or instance has one",
+                            many.len(),
+                            listed(many, "and")
+                        )));
+                    }
+                }
             }
-            _ => Ok(v),
+            other => {
+                return Err(err(format!(
+                    "{what}: expected {SHARING_FORMS}; found {}",
+                    kind(other)
+                )));
+            }
         };
-        match value.get_ref() {
-            RawSharing::Exclusive => Ok(Sharing::Exclusive),
+        let settings_of = |keys: &[&str], example: &str| match settings {
+            None => Ok(None),
+            Some(s) => {
+                let table = self.table(s, &format!("the {strategy} settings"), example)?;
+                self.keys(table, &format!("the {strategy} settings"), keys).map(Some)
+            }
+        };
+        match strategy {
+            "exclusive" => match settings.map(Spanned::get_ref) {
+                None => Ok(Sharing::Exclusive),
+                Some(DeValue::Table(t)) if t.is_empty() => Ok(Sharing::Exclusive),
+                Some(_) => {
+                    Err(err(format!("exclusive has no settings: write {what} = \"exclusive\"")))
+                }
+            },
             // The driver's time-slice interval (nvidia-smi compute-policy) is per whole GPU;
             // under MIG it would be accepted and silently not apply.
-            RawSharing::TimeSlicing(_) if *mig != MigLayout::Disabled => Err(err(
+            "time-slicing" if *mig != MigLayout::Disabled => Err(err(
                 "time-slicing needs MIG off: the time-slice interval is the whole GPU's, and MIG \
                  instances do not have one; share them with mps, or write mig = \"disabled\""
                     .into(),
             )),
-            RawSharing::TimeSlicing(ts) => {
-                let interval = match &ts.interval {
+            "time-slicing" => {
+                let settings = settings_of(TIME_SLICING_KEYS, "{ interval = \"short\" }")?;
+                let get = |key| settings.as_ref().and_then(|s| s.get(key));
+                let interval = match get("interval") {
                     None => TimeSliceInterval::Default,
-                    Some(name) => TimeSliceInterval::from_name(name).ok_or_else(|| {
-                        err(format!(
-                            "time-slicing interval {name:?}: use default, short, medium or long"
-                        ))
+                    Some(v) => match v.get_ref() {
+                        DeValue::String(name) => TimeSliceInterval::from_name(name),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        self.error(
+                            &v.span(),
+                            format!(
+                                "time-slicing interval {}: use default, short, medium or long",
+                                shown(v.get_ref())
+                            ),
+                        )
                     })?,
                 };
-                let replicas = in_range("time-slicing replicas", ts.replicas, 1, 256)?;
+                let replicas = get("replicas")
+                    .map(|v| self.whole(v, "time-slicing replicas", 1, 256))
+                    .transpose()?;
                 Ok(Sharing::TimeSlicing { interval, replicas })
             }
-            RawSharing::Mps(mps) => {
-                let pinned_memory_limit_bytes = match &mps.pinned_memory_limit {
-                    None => None,
-                    Some(v) => Some(
-                        parse_size(v).map_err(|m| err(format!("mps pinned_memory_limit: {m}")))?,
-                    ),
-                };
+            "mps" => {
+                let settings = settings_of(MPS_KEYS, "{ replicas = 4 }")?;
+                let get = |key| settings.as_ref().and_then(|s| s.get(key));
+                let limit =
+                    |key, what, hi| get(key).map(|v| self.whole(v, what, 1, hi)).transpose();
+                let pinned_memory_limit_bytes = get("pinned_memory_limit")
+                    .map(|v| {
+                        parse_size(v.get_ref()).map_err(|m| {
+                            self.error(&v.span(), format!("mps pinned_memory_limit: {m}"))
+                        })
+                    })
+                    .transpose()?;
                 Ok(Sharing::Mps(MpsSettings {
-                    replicas: in_range("mps replicas", mps.replicas, 1, MPS_MAX_CLIENTS)?,
-                    active_thread_percentage: in_range(
+                    replicas: limit("replicas", "mps replicas", MPS_MAX_CLIENTS)?,
+                    active_thread_percentage: limit(
+                        "active_thread_percentage",
                         "mps active_thread_percentage",
-                        mps.active_thread_percentage,
-                        1,
                         100,
                     )?,
                     pinned_memory_limit_bytes,
-                    max_clients: in_range("mps max_clients", mps.max_clients, 1, MPS_MAX_CLIENTS)?,
+                    max_clients: limit("max_clients", "mps max_clients", MPS_MAX_CLIENTS)?,
                 }))
             }
+            other => Err(err(format!("{what}: unknown strategy {other:?}: write {SHARING_FORMS}"))),
         }
     }
 }
@@ -453,11 +642,17 @@ pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
 }
 
 /// Parses a byte size: an integer of bytes, or a string like `2GiB`, `512MiB`, `2G`, `512M`.
-pub fn parse_size(value: &toml::Value) -> Result<u64, String> {
+pub fn parse_size(value: &DeValue<'_>) -> Result<u64, String> {
     match value {
-        toml::Value::Integer(i) if *i > 0 => Ok(*i as u64),
-        toml::Value::String(s) => gpushare_proto::parse_size(s),
-        _ => Err("expected a size such as \"2GiB\" or \"512MiB\"".into()),
+        DeValue::Integer(i) => {
+            u64::from_str_radix(i.as_str(), i.radix()).ok().filter(|&n| n > 0).ok_or_else(|| {
+                format!("{i} is not a size: give bytes above zero, or \"2GiB\", \"512MiB\"")
+            })
+        }
+        DeValue::String(s) => gpushare_proto::parse_size(s),
+        other => {
+            Err(format!("expected a size such as \"2GiB\" or \"512MiB\", not {}", kind(other)))
+        }
     }
 }
 
@@ -564,7 +759,11 @@ select = "all"
         let e = err("name = \"a\"\n[[gpu]\n");
         assert!(e.starts_with("test.toml:2:7: unclosed array table"), "{e}");
         let e = err("name = \"a\"\n[[gpu]]\nselect = \"all\"\nmigg = false\n");
-        assert!(e.starts_with("test.toml:4:1: unknown field `migg`"), "{e}");
+        assert_eq!(
+            e,
+            "test.toml:4:1: unknown key `migg` in a [[gpu]] rule: use `select`, `device_filter`, \
+             `mig`, `sharing` or `instance_sharing`"
+        );
     }
 
     #[test]
@@ -578,12 +777,12 @@ select = "all"
         let e = err(
             "name = \"a\"\n[[gpu]]\nselect = 0\nsharing = { mps = { active_thread_percentage = 0 } }\n",
         );
-        assert!(
-            e.contains("test.toml:4:11: mps active_thread_percentage must be from 1 to 100"),
-            "{e}"
+        assert_eq!(
+            e,
+            "test.toml:4:48: mps active_thread_percentage must be a whole number from 1 to 100, not 0"
         );
         let e = err("name = \"a\"\n[[gpu]]\nselect = 0\nsharing = \"mpss\"\n");
-        assert!(e.starts_with("test.toml:4:11: unknown variant `mpss`"), "{e}");
+        assert!(e.starts_with("test.toml:4:11: sharing: unknown strategy \"mpss\": write "), "{e}");
         let e = err(
             "name = \"a\"\n[[gpu]]\nselect = 0\nsharing.mps = { pinned_memory_limit = \"2 parsecs\" }\n",
         );
@@ -732,11 +931,13 @@ select = "all"
 
     #[test]
     fn sizes() {
-        let s = |t: &str| parse_size(&toml::Value::String(t.into()));
-        assert_eq!(s("2GiB"), Ok(2 << 30));
-        assert_eq!(s("512M"), Ok(512 << 20));
-        assert_eq!(parse_size(&toml::Value::Integer(4096)), Ok(4096));
-        assert!(s("0G").is_err());
-        assert!(s("G").is_err());
+        let size = |toml: &str| parse_size(DeValue::parse(toml).unwrap().get_ref());
+        assert_eq!(size("\"2GiB\""), Ok(2 << 30));
+        assert_eq!(size("\"512M\""), Ok(512 << 20));
+        assert_eq!(size("4096"), Ok(4096));
+        assert_eq!(size("0x1000"), Ok(4096));
+        for bad in ["\"0G\"", "\"G\"", "0", "-5", "99999999999999999999", "1.5", "[]"] {
+            assert!(size(bad).is_err(), "{bad}");
+        }
     }
 }
