@@ -68,6 +68,10 @@ pub struct Engine {
     events: Events,
     /// Why the agent changes nothing on this node (its configuration did not read), if so.
     hands_off: Option<String>,
+    /// Parsing and planning callers' documents: one at a time, so that however many
+    /// arrive at once, they hold one core and the agent's other tasks (another client's
+    /// `status`) keep the rest.
+    document_work: Arc<tokio::sync::Semaphore>,
     /// Why the re-apply at start-up failed, until an apply succeeds.
     start_up_error: Mutex<Option<String>>,
     /// Whether the active profile time-slices, for the document it was last worked out
@@ -175,6 +179,7 @@ impl Engine {
             running: Arc::new(Mutex::new(None)),
             events: Events::new(),
             hands_off: None,
+            document_work: Arc::new(tokio::sync::Semaphore::new(1)),
             start_up_error: Mutex::new(None),
             active_time_slices: Mutex::new(None),
         })
@@ -493,18 +498,30 @@ impl Engine {
             return self.resolve(profile);
         };
         let (text, origin, config) = (text.to_string(), origin.to_string(), config.to_string());
+        let _turn = self.document_turn().await?;
         tokio::task::spawn_blocking(move || profile::parse_document(&text, &origin, &config))
             .await
             .map_err(|e| EngineError::Internal(e.to_string()))?
             .map_err(EngineError::from)
     }
 
-    /// Plans `profile` against `node` on the blocking pool (see [`Engine::resolve_request`]).
+    /// Waits for the turn to parse or plan a document (see `document_work`).
+    async fn document_turn(&self) -> Result<tokio::sync::OwnedSemaphorePermit, EngineError> {
+        Arc::clone(&self.document_work)
+            .acquire_owned()
+            .await
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    }
+
+    /// Plans `profile` against `node` on the blocking pool, in turn (see
+    /// [`Engine::resolve_request`]).
     async fn plan_request(
+        &self,
         node: NodeState,
         profile: Profile,
         options: PlanOptions,
     ) -> Result<(Plan, NodeState, Profile), EngineError> {
+        let _turn = self.document_turn().await?;
         tokio::task::spawn_blocking(move || {
             let plan = plan::plan(&node, &profile, &options)?;
             Ok((plan, node, profile))
@@ -517,7 +534,7 @@ impl Engine {
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.resolve_request(profile).await?;
         let node = self.observe().await?;
-        Ok(Self::plan_request(node, profile, self.policy).await?.0)
+        Ok(self.plan_request(node, profile, self.policy).await?.0)
     }
 
     /// Takes the apply lock and plans the profile; fails at once when another job runs
@@ -544,7 +561,7 @@ impl Engine {
         };
         let before = self.observe().await?;
         let options = PlanOptions { force, ..self.policy };
-        let (plan, before, _) = Self::plan_request(before, profile, options).await?;
+        let (plan, before, _) = self.plan_request(before, profile, options).await?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -708,7 +725,7 @@ impl Engine {
         let profile =
             self.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
-        let (plan, _, profile) = Self::plan_request(node, profile, self.policy).await?;
+        let (plan, _, profile) = self.plan_request(node, profile, self.policy).await?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 }
