@@ -47,9 +47,13 @@ show mps status
 echo "\$ gpushare-ctl env 0"; ctl env 0
 
 step "a CUDA client through the agent's server: 1 GiB, then 4 GiB against the 2 GiB limit"
-( eval "$(ctl env 0)"; HOLD=3 python3 "$work/client.py" 1 4 ) &
+( eval "$(ctl env 0)"; HOLD=8 python3 "$work/client.py" 1 4 ) &
 client=$!
 sleep 2
+show mps status
+step "with that client connected: stopping its server is refused, naming it, and so is a limit above the GPU's memory"
+show apply all-disabled
+show mps limit --pid "$(pgrep -f "$work/client.py" | head -1)" --memory 999TiB
 show mps status
 wait $client
 
