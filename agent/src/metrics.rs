@@ -477,6 +477,7 @@ mod tests {
             uuid: uuid.into(),
             gpu,
             placement_start,
+            gpu_instance_id: placement_start.map(|_| 1),
             state: "running".into(),
             pid: Some(4242),
             active_thread_percentage: 50,

@@ -107,6 +107,10 @@ pub struct MpsServer {
     pub gpu: u32,
     /// Placement start of the MIG instance; `null` for a whole GPU.
     pub placement_start: Option<u32>,
+    /// GPU instance id of the MIG instance, as `status` and nvidia-smi name it; `null` for
+    /// a whole GPU or an instance no longer there.
+    #[serde(default)]
+    pub gpu_instance_id: Option<u32>,
     /// `running` or `down` (the supervisor restarts it).
     pub state: String,
     /// Control daemon pid.

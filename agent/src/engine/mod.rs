@@ -303,16 +303,18 @@ impl Engine {
     /// Whether the active profile time-slices a whole GPU, whether it was applied by
     /// name or from a document: only then is an nvidia-smi run worth it for `status`.
     fn active_time_slices(&self, journal: &crate::apply::journal::AgentState) -> bool {
-        let Some(name) = journal.active_profile.clone() else {
+        let Some(name) = &journal.active_profile else {
             return false;
         };
-        let active = ActiveProfile { name, document: journal.active_document.clone() };
         let mut cached = self.active_time_slices.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((key, answer)) = cached.as_ref()
-            && *key == active
+            && key.name == *name
+            && key.document == journal.active_document
         {
             return *answer;
         }
+        let active =
+            ActiveProfile { name: name.clone(), document: journal.active_document.clone() };
         let profile = match &active.document {
             Some(d) => self.resolve(ProfileRef::of_document(d)).ok(),
             None => self.profiles().get(&active.name).ok().map(|p| p.profile.clone()),
@@ -327,24 +329,19 @@ impl Engine {
 
     /// The MPS servers with their clients.
     pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
+        let mut node = self.node.observe(false).await?;
+        // The clients as a plan reads them (one query per running server, side by side).
         let sharing = Arc::clone(&self.node.sharing);
-        let servers = tokio::task::spawn_blocking(move || {
-            sharing
-                .mps_servers()
-                .iter()
-                .map(|s| {
-                    let clients = s
-                        .pid
-                        .and_then(|_| sharing.mps.clients(&s.uuid).ok())
-                        .map(|c| c.into_iter().flat_map(|(_, clients)| clients).collect())
-                        .unwrap_or_default();
-                    report::mps_server(s, &sharing.mps, clients)
-                })
-                .collect()
+        let node = tokio::task::spawn_blocking(move || {
+            sharing.read_mps_clients(&mut node.mps);
+            node
         })
         .await
         .map_err(|e| EngineError::Internal(e.to_string()))?;
-        Ok(MpsStatus { servers })
+        let mps = &self.node.sharing.mps;
+        Ok(MpsStatus {
+            servers: node.mps.iter().map(|s| report::mps_server(s, &node, mps)).collect(),
+        })
     }
 
     /// Sets the limits of the MPS server serving client `pid` (for its new clients).

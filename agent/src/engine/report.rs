@@ -73,19 +73,26 @@ pub fn probe_run(r: &RunResult) -> ProbeRun {
 }
 
 /// One MPS server with its `clients`.
-pub fn mps_server(s: &MpsServerState, mps: &MpsController, clients: Vec<u32>) -> MpsServer {
+pub fn mps_server(s: &MpsServerState, node: &NodeState, mps: &MpsController) -> MpsServer {
     let state = if s.pid.is_some() { ServerState::Running } else { ServerState::Down };
+    let gpu_instance_id = node.gpu(s.gpu).and_then(|g| {
+        g.instances
+            .iter()
+            .find(|gi| gi.compute_instances.iter().any(|ci| ci.uuid == s.uuid))
+            .map(|gi| gi.id)
+    });
     MpsServer {
         uuid: s.uuid.clone(),
         gpu: s.gpu,
         placement_start: s.placement_start.map(u32::from),
+        gpu_instance_id,
         state: state.as_str().into(),
         pid: s.pid,
         active_thread_percentage: s.limits.active_thread_percentage,
         pinned_memory_limit_bytes: s.limits.pinned_memory_limit_bytes,
         restarts: s.restarts,
         pipe_directory: mps.pipe_dir(&s.uuid).display().to_string(),
-        clients,
+        clients: s.clients.clone(),
     }
 }
 
@@ -96,7 +103,7 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuS
         node.mps.iter().find(|s| s.uuid == uuid).map(|s| Sharing {
             strategy: Strategy::Mps.as_str().into(),
             interval: None,
-            mps: Some(mps_server(s, mps, Vec::new())),
+            mps: Some(mps_server(s, node, mps)),
         })
     };
     let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.time_sliced(gpu.index) {

@@ -283,8 +283,9 @@ impl MpsController {
             }
             Err(e) => return Err(e),
         };
-        pids.sort_unstable();
-        pids.dedup();
+        // In the order the daemon lists them (connection order); a plan sorts its own.
+        let mut seen = std::collections::HashSet::new();
+        pids.retain(|pid| seen.insert(*pid));
         Ok(pids)
     }
 

@@ -8,16 +8,14 @@
 //! ```
 //!
 //! GI is the GPU instance id of the MIG instance a server serves (`-` for a whole GPU), as
-//! `status` and `nvidia-smi` show it; the document has only its placement, so the ids come
-//! from a `Status` call (`slot N` when that does not name the instance). THREADS and MEMORY
+//! `status` and `nvidia-smi` show it (`slot N` when the agent no longer finds the instance).
+//! THREADS and MEMORY
 //! are the server's default active thread percentage and pinned memory limit of its
 //! clients. `limit` sets those of the server that serves one client:
 //! MPS applies them to the server's new clients, not to those already connected.
 
-use std::collections::HashMap;
-
 use comfy_table::CellAlignment;
-use gpushare_proto::types::{MpsLimitResult, MpsServer, MpsStatus, Status};
+use gpushare_proto::types::{MpsLimitResult, MpsServer, MpsStatus};
 
 use super::ExitStatus;
 use crate::bus::Client;
@@ -38,12 +36,7 @@ pub async fn run(
                 out.print_document(&raw, "MpsStatus")?;
             } else {
                 let status: MpsStatus = parse_document(&raw, "MpsStatus")?;
-                let ids = if status.servers.iter().any(|s| s.placement_start.is_some()) {
-                    gpu_instance_ids(client).await
-                } else {
-                    HashMap::new()
-                };
-                out.print(&render_status(&status, &ids));
+                out.print(&render_status(&status));
             }
         }
         MpsCommand::Limit(args) => {
@@ -64,22 +57,9 @@ pub async fn run(
     Ok(0)
 }
 
-/// The GPU instance id of each MIG instance, by `MIG-` UUID, from the agent's status; empty
-/// if that fails (the table then names instances by slot: it is about the servers).
-async fn gpu_instance_ids(client: &mut Client) -> HashMap<String, u32> {
-    let Ok(raw) = client.call("Status", async |a| a.proxy.status().await).await else {
-        return HashMap::new();
-    };
-    let Ok(status) = parse_document::<Status>(&raw, "Status") else {
-        return HashMap::new();
-    };
-    let instances = status.gpus.into_iter().flat_map(|g| g.instances);
-    instances.filter_map(|i| Some((i.uuid?, i.gpu_instance_id))).collect()
-}
-
 /// The GI cell: the GPU instance id of a MIG server's instance, `-` for a whole GPU.
-fn gi_cell(server: &MpsServer, ids: &HashMap<String, u32>) -> String {
-    match (ids.get(&server.uuid), server.placement_start) {
+fn gi_cell(server: &MpsServer) -> String {
+    match (server.gpu_instance_id, server.placement_start) {
         (Some(id), _) => id.to_string(),
         (None, Some(start)) => format!("slot {start}"),
         (None, None) => "-".into(),
@@ -97,9 +77,8 @@ fn clients_cell(server: &MpsServer) -> String {
     server.clients.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// The server table, in the order the agent sent (by GPU and placement); `ids` are the GPU
-/// instance ids by `MIG-` UUID.
-pub fn render_status(status: &MpsStatus, ids: &HashMap<String, u32>) -> String {
+/// The server table, in the order the agent sent (by GPU and placement).
+pub fn render_status(status: &MpsStatus) -> String {
     if status.servers.is_empty() {
         return "No MPS servers.\n".into();
     }
@@ -114,7 +93,7 @@ pub fn render_status(status: &MpsStatus, ids: &HashMap<String, u32>) -> String {
     for server in &status.servers {
         table.add_row(vec![
             server.gpu.to_string(),
-            gi_cell(server, ids),
+            gi_cell(server),
             server.uuid.clone(),
             server.state.clone(),
             or_dash(server.pid),
@@ -164,6 +143,7 @@ mod tests {
                     uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
                     gpu: 0,
                     placement_start: None,
+                    gpu_instance_id: None,
                     state: "running".into(),
                     pid: Some(4100),
                     active_thread_percentage: 25,
@@ -176,6 +156,7 @@ mod tests {
                     uuid: "MIG-11111111-1111-1111-1111-111111111111".into(),
                     gpu: 1,
                     placement_start: Some(4),
+                    gpu_instance_id: Some(9),
                     state: "down".into(),
                     pid: None,
                     active_thread_percentage: 100,
@@ -188,14 +169,9 @@ mod tests {
         }
     }
 
-    /// The MIG server's instance is GPU instance 9 (at slot 4).
-    fn gi_ids() -> HashMap<String, u32> {
-        HashMap::from([("MIG-11111111-1111-1111-1111-111111111111".to_owned(), 9)])
-    }
-
     #[test]
     fn status_table_of_a_gpu_and_a_mig_server() {
-        let text = render_status(&sample(), &gi_ids());
+        let text = render_status(&sample());
         let expected = "\
 GPU  GI  UUID                                      STATE    PID   THREADS  MEMORY  RESTARTS  CLIENTS    PIPE
 0    -   GPU-00000000-0000-0000-0000-000000000000  running  4100      25%   2 GiB         0  4242,4243  /run/gpushare/mps/GPU-0/pipe
@@ -206,14 +182,16 @@ GPU  GI  UUID                                      STATE    PID   THREADS  MEMOR
 
     #[test]
     fn an_instance_without_a_known_id_is_named_by_its_slot() {
-        let text = render_status(&sample(), &HashMap::new());
+        let mut status = sample();
+        status.servers[1].gpu_instance_id = None;
+        let text = render_status(&status);
         assert!(text.starts_with("GPU  GI      UUID"), "{text}");
         assert!(text.contains("\n1    slot 4  MIG-1111"), "{text}");
     }
 
     #[test]
     fn no_servers() {
-        assert_eq!(render_status(&MpsStatus { servers: vec![] }, &gi_ids()), "No MPS servers.\n");
+        assert_eq!(render_status(&MpsStatus { servers: vec![] }), "No MPS servers.\n");
     }
 
     #[test]
@@ -223,7 +201,7 @@ GPU  GI  UUID                                      STATE    PID   THREADS  MEMOR
             "restarts":1,"pipe_directory":"/run/p"}]}"#;
         let status: MpsStatus = parse_document(raw, "MpsStatus").unwrap();
         assert!(status.servers[0].clients.is_empty());
-        let text = render_status(&status, &HashMap::new());
+        let text = render_status(&status);
         assert!(text.lines().nth(1).unwrap().contains("50%  512 MiB"), "{text}");
     }
 

@@ -173,6 +173,7 @@ pub(crate) mod tests {
                 uuid: "MIG-22222222-2222-2222-2222-222222222222".into(),
                 gpu: 0,
                 placement_start: Some(0),
+                gpu_instance_id: Some(2),
                 state: "running".into(),
                 pid: Some(4100),
                 active_thread_percentage: threads,
