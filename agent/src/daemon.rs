@@ -18,7 +18,7 @@ use crate::config::{self, AgentConfig};
 use crate::engine::{ApplyJob, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
 use crate::gpu::nvml::NvmlBackend;
-use crate::gpu::sim::{self, SimBackend, SimOptions};
+use crate::gpu::sim::{SimBackend, SimOptions};
 use crate::profile::ProfileStore;
 use crate::service::AgentService;
 use crate::sys::{files, unix};
@@ -163,7 +163,7 @@ fn backend(simulate: Option<&str>, state_dir: &Path) -> Result<Arc<dyn GpuBacken
             format!("{e}; to try gpushare without a GPU, run with --simulate a100-40gb:8")
         })?));
     };
-    let models = sim::parse_spec(spec)?;
+    let models = crate::catalog::parse_node_spec(spec)?;
     let options = SimOptions::from_env()?;
     std::fs::create_dir_all(state_dir)
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;

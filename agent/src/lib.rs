@@ -29,7 +29,7 @@
 
 pub mod access;
 pub mod apply;
-pub mod catalog;
+pub use gpushare_catalog as catalog;
 pub mod config;
 pub mod daemon;
 pub mod engine;

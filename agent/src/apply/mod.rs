@@ -446,7 +446,8 @@ fn carry_out(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::catalog::parse_node_spec as parse_spec;
+    use crate::gpu::sim::{SimBackend, SimOptions};
     use crate::node::NodeState;
     use crate::profile::ProfileStore;
 

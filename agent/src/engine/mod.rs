@@ -730,7 +730,8 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::catalog::parse_node_spec as parse_spec;
+    use crate::gpu::sim::{SimBackend, SimOptions};
 
     fn engine(dir: &Path) -> Engine {
         let backend =

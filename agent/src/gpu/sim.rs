@@ -18,42 +18,6 @@ use crate::catalog::{self, GpuModel, MigProfile};
 use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use crate::sys::files::write_atomically;
 
-/// Parses `MODEL[:N|xN],...` (`a100-40gb:8`, `h100-80gbx2,a30:2`) into one model per GPU.
-pub fn parse_spec(spec: &str) -> Result<Vec<&'static GpuModel>, String> {
-    let mut gpus = Vec::new();
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, count) = split_count(part)
-            .ok_or_else(|| format!("--simulate: bad GPU count in {part:?}: write MODEL:N"))?;
-        let model = catalog::model_by_key(name).ok_or_else(|| {
-            let keys: Vec<&str> = catalog::models().iter().map(|m| m.key).collect();
-            format!("--simulate: unknown GPU model {name:?}; known models: {}", keys.join(", "))
-        })?;
-        if count == 0 || count > 64 {
-            return Err(format!("--simulate: {part:?}: the count must be from 1 to 64"));
-        }
-        gpus.extend(std::iter::repeat_n(model, count));
-    }
-    if gpus.is_empty() {
-        return Err("--simulate: no GPUs given: write MODEL:N, e.g. a100-40gb:8".into());
-    }
-    if gpus.len() > 64 {
-        return Err("--simulate: at most 64 GPUs".into());
-    }
-    Ok(gpus)
-}
-
-fn split_count(part: &str) -> Option<(&str, usize)> {
-    if let Some((name, n)) = part.split_once(':') {
-        return Some((name, n.parse().ok()?));
-    }
-    if let Some((name, n)) = part.rsplit_once('x')
-        && catalog::model_by_key(name).is_some()
-    {
-        return Some((name, n.parse().ok()?));
-    }
-    Some((part, 1))
-}
-
 /// Fault injection and observation knobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimOptions {
@@ -578,21 +542,10 @@ fn uuid_like(parts: &[&[u8]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::parse_node_spec as parse_spec;
 
     fn a100(n: usize) -> Vec<&'static GpuModel> {
         parse_spec(&format!("a100-40gb:{n}")).unwrap()
-    }
-
-    #[test]
-    fn specs() {
-        assert_eq!(parse_spec("a100-40gb:8").unwrap().len(), 8);
-        let mixed = parse_spec("h100-80gbx4,a30:2").unwrap();
-        assert_eq!(mixed.len(), 6);
-        assert_eq!(mixed[5].key, "a30-24gb");
-        assert_eq!(parse_spec("l40s").unwrap().len(), 1);
-        assert!(parse_spec("v100:2").unwrap_err().contains("unknown GPU model \"v100\""));
-        assert!(parse_spec("a100-40gb:0").is_err());
-        assert!(parse_spec("").is_err());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::catalog::parse_node_spec as parse_spec;
 use crate::gpu::GpuBackend;
-use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+use crate::gpu::sim::{SimBackend, SimOptions};
 use crate::node::Operation;
 use crate::profile::{ProfileStore, parse_profile};
 

@@ -76,8 +76,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::catalog::parse_node_spec as parse_spec;
     use crate::gpu::GpuBackend;
-    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::gpu::sim::{SimBackend, SimOptions};
     use crate::plan::{PlanOptions, plan};
     use crate::profile::{ProfileStore, parse_profile};
 

@@ -587,8 +587,9 @@ fn is_mig_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::catalog;
+    use crate::catalog::parse_node_spec as parse_spec;
     use crate::gpu::GpuBackend;
-    use crate::gpu::sim::{SimBackend, SimOptions, parse_spec};
+    use crate::gpu::sim::{SimBackend, SimOptions};
     use crate::node::NodeState;
     use crate::plan::{self, PlanOptions};
 

@@ -1,4 +1,5 @@
-//! GPU models and their MIG profile tables.
+//! GPU models and their MIG profile tables, and the `--simulate` node spec. A crate of its
+//! own because the agent and the simulated driver (`sim/nvml`) read the same tables.
 //!
 //! Data, not code: every figure here comes from `shared/reference/mig-profiles.md`
 //! (the H100-80GB rows were read off a real H100 through NVML). Placements are start
@@ -139,6 +140,42 @@ pub fn model_by_nvml_name(name: &str) -> Option<&'static GpuModel> {
     MODELS.iter().find(|m| m.nvml_name == name)
 }
 
+/// Parses `MODEL[:N|xN],...` (`a100-40gb:8`, `h100-80gbx2,a30:2`) into one model per GPU.
+pub fn parse_node_spec(spec: &str) -> Result<Vec<&'static GpuModel>, String> {
+    let mut gpus = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, count) = split_count(part)
+            .ok_or_else(|| format!("--simulate: bad GPU count in {part:?}: write MODEL:N"))?;
+        let model = model_by_key(name).ok_or_else(|| {
+            let keys: Vec<&str> = models().iter().map(|m| m.key).collect();
+            format!("--simulate: unknown GPU model {name:?}; known models: {}", keys.join(", "))
+        })?;
+        if count == 0 || count > 64 {
+            return Err(format!("--simulate: {part:?}: the count must be from 1 to 64"));
+        }
+        gpus.extend(std::iter::repeat_n(model, count));
+    }
+    if gpus.is_empty() {
+        return Err("--simulate: no GPUs given: write MODEL:N, e.g. a100-40gb:8".into());
+    }
+    if gpus.len() > 64 {
+        return Err("--simulate: at most 64 GPUs".into());
+    }
+    Ok(gpus)
+}
+
+fn split_count(part: &str) -> Option<(&str, usize)> {
+    if let Some((name, n)) = part.split_once(':') {
+        return Some((name, n.parse().ok()?));
+    }
+    if let Some((name, n)) = part.rsplit_once('x')
+        && model_by_key(name).is_some()
+    {
+        return Some((name, n.parse().ok()?));
+    }
+    Some((part, 1))
+}
+
 const ALL_SEVEN: &[u8] = &[0, 1, 2, 3, 4, 5, 6];
 const EVEN_FOUR: &[u8] = &[0, 2, 4, 6];
 const EVEN_THREE: &[u8] = &[0, 2, 4];
@@ -269,10 +306,11 @@ static H100_80GB: [MigProfile; 7] = seven_slice(
     [16, 16, 26, 32, 60, 64, 132],
 );
 
-// From GiB figures with two decimals (16.00, 32.25, 69.50, about 140): not read off an H200.
+// 1g.35gb, 2g.35gb, 3g.71gb and 4g.71gb as NVML reports them on a read-only H200 (33280
+// and 71424 MiB, issue 11); the others from GiB figures with two decimals (16.00, about 140).
 static H200_141GB: [MigProfile; 7] = seven_slice(
     ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
-    [16384, 16384, 33024, 33024, 71168, 71168, 143360],
+    [16384, 16384, 33280, 33280, 71424, 71424, 143360],
     [16, 16, 26, 32, 60, 64, 132],
 );
 
@@ -426,6 +464,18 @@ static MODELS: &[GpuModel] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(parse_node_spec("a100-40gb:8").unwrap().len(), 8);
+        let mixed = parse_node_spec("h100-80gbx4,a30:2").unwrap();
+        assert_eq!(mixed.len(), 6);
+        assert_eq!(mixed[5].key, "a30-24gb");
+        assert_eq!(parse_node_spec("l40s").unwrap().len(), 1);
+        assert!(parse_node_spec("v100:2").unwrap_err().contains("unknown GPU model \"v100\""));
+        assert!(parse_node_spec("a100-40gb:0").is_err());
+        assert!(parse_node_spec("").is_err());
+    }
 
     #[test]
     fn every_placement_fits_inside_the_memory_slots() {
