@@ -17,10 +17,10 @@ use crate::access::AccessPolicy;
 use crate::config::{self, AgentConfig};
 use crate::engine::{ApplyJob, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
-use crate::gpu::nvml::NvmlBackend;
-use crate::gpu::sim::{SimBackend, SimOptions};
+use crate::gpu::nvml::{Driver, NvmlBackend};
 use crate::profile::ProfileStore;
 use crate::service::AgentService;
+use crate::simulator::{SimulatedNode, SimulatorFiles};
 use crate::sys::{files, unix};
 
 /// How the agent was asked to run (its command line).
@@ -38,12 +38,38 @@ pub struct Settings {
     pub profiles_dir: Option<PathBuf>,
 }
 
-/// Runs the agent until SIGTERM or SIGINT, then waits for a running job and stops. The
-/// error says, in one line, why it could not start.
-pub async fn run(settings: Settings) -> Result<(), String> {
+/// What the agent settles before it starts any thread: its configuration, state
+/// directory (locked), profile directory and the driver it loads.
+#[derive(Debug)]
+pub struct Prepared {
+    config: AgentConfig,
+    /// Why the agent must change nothing (its configuration did not read), if so.
+    hands_off: Option<String>,
+    state_dir: PathBuf,
+    profiles_dir: PathBuf,
+    driver: Driver,
+    /// Held while the agent runs: one agent per state directory.
+    _state_lock: std::fs::File,
+}
+
+impl Prepared {
+    /// The driver the agent loads.
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+/// Reads the configuration, locks the state directory and, for `--simulate`, finds the
+/// simulator and puts the node into the environment (see [`crate::simulator`]).
+///
+/// # Safety
+///
+/// No other thread may run (see [`SimulatedNode::export`]): call it from `main` before
+/// the async runtime starts.
+pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     // Never act on half-read configuration: run and answer (status says why), but change
     // nothing on the GPUs, of any kind, until the file is fixed and the agent restarted.
-    let (config, hands_off) = match AgentConfig::load(&settings.config) {
+    let (mut config, hands_off) = match AgentConfig::load(&settings.config) {
         Ok(config) => (config, None),
         Err(e) => {
             let why = format!("{e}; fix it and restart gpushare-agent");
@@ -59,10 +85,42 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         }
     });
     let profiles_dir = settings.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
-    let _state_lock = files::lock_state_dir(&state_dir)
+    let state_lock = files::lock_state_dir(&state_dir)
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
 
-    let backend = backend(settings.simulate.as_deref(), &state_dir)?;
+    let driver = match &settings.simulate {
+        None => Driver::Nvidia,
+        Some(spec) => {
+            let models = crate::catalog::parse_node_spec(spec)?;
+            let simulator = SimulatorFiles::find()?;
+            let node = SimulatedNode::new(spec, &state_dir);
+            // SAFETY: the caller guarantees a single thread.
+            unsafe { node.export() };
+            // The simulated node brings its own tools, unless agent.toml names others.
+            let defaults = AgentConfig::default();
+            if config.mps.control == defaults.mps.control {
+                config.mps.control = simulator.mps_control.clone();
+            }
+            if config.timeslice.nvidia_smi == defaults.timeslice.nvidia_smi {
+                config.timeslice.nvidia_smi = simulator.nvidia_smi.clone();
+            }
+            tracing::info!(
+                gpus = models.len(),
+                spec = %spec,
+                library = %simulator.library.display(),
+                "simulating GPUs with gpushare's simulated driver"
+            );
+            Driver::Simulated(simulator.library)
+        }
+    };
+    Ok(Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock: state_lock })
+}
+
+/// Runs the agent until SIGTERM or SIGINT, then waits for a running job and stops. The
+/// error says, in one line, why it could not start.
+pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
+    let Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock } = prepared;
+    let backend = backend(driver, &config)?;
     let profiles = load_profiles(&profiles_dir);
     let mut engine =
         Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?;
@@ -156,20 +214,17 @@ fn user_state_dir() -> PathBuf {
     base.join("gpushare")
 }
 
-/// The simulated GPUs of `simulate` (state kept in `state_dir`), or the real ones.
-fn backend(simulate: Option<&str>, state_dir: &Path) -> Result<Arc<dyn GpuBackend>, String> {
-    let Some(spec) = simulate else {
-        return Ok(Arc::new(NvmlBackend::new().map_err(|e| {
+/// The NVML backend on `driver`, resetting GPUs with the configured nvidia-smi.
+fn backend(driver: Driver, config: &AgentConfig) -> Result<Arc<dyn GpuBackend>, String> {
+    let simulated = driver.is_simulated();
+    let backend = NvmlBackend::open(driver).map_err(|e| {
+        if simulated {
+            e.to_string()
+        } else {
             format!("{e}; to try gpushare without a GPU, run with --simulate a100-40gb:8")
-        })?));
-    };
-    let models = crate::catalog::parse_node_spec(spec)?;
-    let options = SimOptions::from_env()?;
-    std::fs::create_dir_all(state_dir)
-        .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
-    let backend = SimBackend::persistent(&models, &state_dir.join("simulated-gpus.json"), options)?;
-    tracing::info!(gpus = models.len(), spec = %spec, "simulating GPUs");
-    Ok(Arc::new(backend))
+        }
+    })?;
+    Ok(Arc::new(backend.with_nvidia_smi(&config.timeslice.nvidia_smi)))
 }
 
 /// Serves `service` at the agent's object path and owns the agent's name on `bus`.

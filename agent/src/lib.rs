@@ -41,4 +41,5 @@ pub mod probe;
 pub mod profile;
 pub mod service;
 pub mod sharing;
+pub mod simulator;
 pub mod sys;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare_agent::config;
 use gpushare_agent::daemon::{self, Settings};
-use gpushare_agent::gpu::nvml::{NvmlBackend, catalog_check};
+use gpushare_agent::gpu::nvml::{Driver, NvmlBackend, catalog_check};
 use tracing_subscriber::EnvFilter;
 
 /// The gpushare agent: turns named sharing profiles into GPU state.
@@ -40,7 +40,8 @@ struct Args {
 
     /// Compare the MIG profile tables NVML reports for each GPU with the built-in
     /// catalog (read-only), print every difference, and exit: 0 when they agree.
-    #[arg(long, conflicts_with = "simulate")]
+    /// With --simulate, the simulated driver's tables are compared.
+    #[arg(long)]
     check_catalog: bool,
 
     /// Write the man page gpushare-agent.8 into DIR and exit (for packaging).
@@ -84,6 +85,27 @@ fn main() -> ExitCode {
             }
         };
     }
+    let settings = Settings {
+        simulate: args.simulate,
+        bus: args.bus,
+        config: args.config,
+        state_dir: args.state_dir,
+        profiles_dir: args.profiles_dir,
+    };
+    if args.check_catalog && settings.simulate.is_none() {
+        return check_catalog(Driver::Nvidia);
+    }
+    // SAFETY: no other thread runs yet: the async runtime starts below.
+    let prepared = match unsafe { daemon::prepare(&settings) } {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("gpushare-agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check_catalog {
+        return check_catalog(prepared.driver().clone());
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -96,17 +118,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if args.check_catalog {
-        return check_catalog();
-    }
-    let settings = Settings {
-        simulate: args.simulate,
-        bus: args.bus,
-        config: args.config,
-        state_dir: args.state_dir,
-        profiles_dir: args.profiles_dir,
-    };
-    match runtime.block_on(daemon::run(settings)) {
+    match runtime.block_on(daemon::run(settings, prepared)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
@@ -116,8 +128,8 @@ fn main() -> ExitCode {
 }
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
-fn check_catalog() -> ExitCode {
-    match NvmlBackend::new().and_then(|nvml| catalog_check::check(&nvml, |l| println!("{l}"))) {
+fn check_catalog(driver: Driver) -> ExitCode {
+    match NvmlBackend::open(driver).and_then(|nvml| catalog_check::check(&nvml, |l| println!("{l}"))) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -14,7 +14,8 @@ pub struct Status {
     /// or the document it was applied from (`apply -f`); `no longer known` when it is gone.
     #[serde(default)]
     pub active_source: Option<String>,
-    /// What the agent drives: `nvml` or `simulated`.
+    /// What the agent drives: `nvml` (NVIDIA's driver) or `simulated` (the NVML backend on
+    /// gpushare's simulated driver library, `--simulate`).
     pub backend: String,
     /// The apply changing the GPUs right now (job and profile), if any.
     pub apply_in_progress: Option<String>,

@@ -531,7 +531,18 @@ impl Engine {
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.resolve_request(profile).await?;
         let node = self.observe().await?;
-        Ok(self.plan_request(node, profile, self.policy).await?.0)
+        let plan = self.plan_request(node, profile, self.policy).await?.0;
+        self.check_tools(&plan)?;
+        Ok(plan)
+    }
+
+    /// Refuses a plan that needs a program this host cannot run (see
+    /// [`NodeAccess::missing_tool`]).
+    fn check_tools(&self, plan: &Plan) -> Result<(), EngineError> {
+        match self.node.missing_tool(plan) {
+            Some(why) => Err(EngineError::NotPossible(why)),
+            None => Ok(()),
+        }
     }
 
     /// Takes the apply lock and plans the profile; fails at once when another job runs
@@ -559,6 +570,7 @@ impl Engine {
         let before = self.observe().await?;
         let options = PlanOptions { force, ..self.policy };
         let (plan, before, _) = self.plan_request(before, profile, options).await?;
+        self.check_tools(&plan)?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -841,7 +853,7 @@ mod tests {
     fn status_agrees_with_a_journal_that_could_not_be_written() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let failures = crate::gpu::sim::parse_failures("create_gpu_instance:2").unwrap();
+        let failures = vec![(crate::node::Operation::CreateGpuInstance, 2)];
         let options = SimOptions { failures, ..SimOptions::default() };
         let backend = Arc::new(SimBackend::new(&parse_spec("a100-40gb:1").unwrap(), options));
         let mut config = AgentConfig::default();

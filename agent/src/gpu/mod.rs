@@ -1,12 +1,13 @@
 //! The hardware seam, a thin, NVML-shaped [`GpuBackend`] trait and its two
 //! backends. Hardware only: MPS and time-slicing are the sharing layer's.
 //!
-//! [`nvml::NvmlBackend`] drives real GPUs through NVML; [`sim::SimBackend`] simulates a
-//! node in process with the driver's rules and error codes, persists its state, and
-//! injects faults. Everything that uses this seam (planning, applying, verification) is
-//! the same code for both, so the simulator exercises the engine that runs on hardware.
+//! [`nvml::NvmlBackend`] is the one production backend: it drives NVIDIA's
+//! `libnvidia-ml`, or with `--simulate` gpushare's simulated driver library through the
+//! very same calls (see [`nvml::Driver`]). The unit tests' in-process double, `sim`,
+//! exists only under `cfg(test)`.
 
 pub mod nvml;
+#[cfg(test)]
 pub mod sim;
 
 use std::fmt;
@@ -19,7 +20,7 @@ use crate::node::{ComputeMode, GpuState};
 pub enum BackendKind {
     /// Real GPUs through NVML.
     Nvml,
-    /// Simulated GPUs.
+    /// Simulated GPUs: the NVML backend on gpushare's simulated driver.
     Simulated,
 }
 
@@ -158,4 +159,10 @@ pub trait GpuBackend: Send + Sync {
     /// Resets the GPU so that a pending MIG mode takes effect. Fails while anything
     /// holds the GPU; the error's detail says what.
     fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError>;
+
+    /// The external program [`GpuBackend::reset_gpu`] runs, if any, so that a plan with
+    /// resets is refused before its first step when the program is missing.
+    fn reset_program(&self) -> Option<&std::path::Path> {
+        None
+    }
 }

@@ -1,10 +1,10 @@
-//! Simulated GPUs: an in-process node that follows the driver's rules and answers with
-//! the driver's error codes.
+//! A test double of the GPU backend for the agent's unit tests: an in-process node that
+//! follows the driver's rules and answers with the driver's error codes, with injected
+//! faults, delays and processes ([`SimOptions`]), persisted to a JSON file when asked.
 //!
-//! State persists to a JSON file (written atomically after every change) so that a
-//! restarted agent finds the GPUs as it left them, like real hardware. Faults, delays and
-//! compute processes are injected through [`SimOptions`], which the agent reads from the
-//! `GPUSHARE_SIM_*` environment variables.
+//! Not what `--simulate` runs: that is the NVML backend on gpushare's simulated driver
+//! library (crate `sim/nvml`), so that every end-to-end test runs the production code down
+//! to the FFI. This double keeps unit tests of planning and applying in process and fast.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,84 +30,6 @@ pub struct SimOptions {
     /// Start as after a reboot: MIG instances gone, pending MIG modes in effect, compute
     /// modes back to default.
     pub reboot: bool,
-}
-
-impl SimOptions {
-    /// Reads `GPUSHARE_SIM_FAIL`, `GPUSHARE_SIM_DELAY_MS` and `GPUSHARE_SIM_PROCESSES`.
-    pub fn from_env() -> Result<Self, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let mut options = SimOptions::default();
-        if let Some(v) = var("GPUSHARE_SIM_FAIL") {
-            options.failures = parse_failures(&v)?;
-        }
-        if let Some(v) = var("GPUSHARE_SIM_DELAY_MS") {
-            let ms: u64 = v.trim().parse().map_err(|_| {
-                format!("GPUSHARE_SIM_DELAY_MS: {v:?} is not a number of milliseconds")
-            })?;
-            options.delay = Duration::from_millis(ms);
-        }
-        if let Some(v) = var("GPUSHARE_SIM_PROCESSES") {
-            options.processes = parse_processes(&v)?;
-        }
-        if let Some(v) = var("GPUSHARE_SIM_REBOOT") {
-            options.reboot = match v.trim() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" => false,
-                other => return Err(format!("GPUSHARE_SIM_REBOOT: {other:?}: write 1 or 0")),
-            };
-        }
-        Ok(options)
-    }
-}
-
-/// Parses `operation:n[,...]`.
-pub fn parse_failures(text: &str) -> Result<Vec<(Operation, u32)>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|part| {
-            let (op, n) = part
-                .split_once(':')
-                .ok_or_else(|| format!("GPUSHARE_SIM_FAIL: {part:?}: write <operation>:<n>"))?;
-            let op =
-                Operation::from_name(op.trim()).filter(|o| o.is_hardware()).ok_or_else(|| {
-                    let names: Vec<&str> = Operation::ALL
-                        .iter()
-                        .filter(|o| o.is_hardware())
-                        .map(|o| o.as_str())
-                        .collect();
-                    format!(
-                        "GPUSHARE_SIM_FAIL: unknown operation {op:?}; known: {}",
-                        names.join(", ")
-                    )
-                })?;
-            match n.trim().parse::<u32>() {
-                Ok(n) if n >= 1 => Ok((op, n)),
-                _ => Err(format!("GPUSHARE_SIM_FAIL: {part:?}: n must be a number from 1")),
-            }
-        })
-        .collect()
-}
-
-/// Parses `<gpu>[/<gpu instance id>]:<pid>[,...]`.
-pub fn parse_processes(text: &str) -> Result<Vec<(u32, Option<u32>, u32)>, String> {
-    let bad = |part: &str| format!("GPUSHARE_SIM_PROCESSES: {part:?}: write <gpu>[/<gi>]:<pid>");
-    text.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|part| {
-            let (place, pid) = part.split_once(':').ok_or_else(|| bad(part))?;
-            let (gpu, gi) = match place.split_once('/') {
-                Some((g, i)) => (g, Some(i.trim().parse().map_err(|_| bad(part))?)),
-                None => (place, None),
-            };
-            Ok((
-                gpu.trim().parse().map_err(|_| bad(part))?,
-                gi,
-                pid.trim().parse().map_err(|_| bad(part))?,
-            ))
-        })
-        .collect()
 }
 
 /// The persisted state of the simulated node.
@@ -546,21 +468,6 @@ mod tests {
 
     fn a100(n: usize) -> Vec<&'static GpuModel> {
         parse_spec(&format!("a100-40gb:{n}")).unwrap()
-    }
-
-    #[test]
-    fn knobs() {
-        assert_eq!(
-            parse_failures("create_gpu_instance:3, set_mig_mode:1").unwrap(),
-            vec![(Operation::CreateGpuInstance, 3), (Operation::SetMigMode, 1)]
-        );
-        assert!(parse_failures("reset:1").unwrap_err().contains("unknown operation"));
-        assert!(parse_failures("set_mig_mode:0").is_err());
-        assert_eq!(
-            parse_processes("0:1234,2/1:99").unwrap(),
-            vec![(0, None, 1234), (2, Some(1), 99)]
-        );
-        assert!(parse_processes("x:1").is_err());
     }
 
     #[test]

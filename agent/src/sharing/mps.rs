@@ -82,6 +82,11 @@ impl MpsController {
         MpsController { config }
     }
 
+    /// The `nvidia-cuda-mps-control` it runs.
+    pub fn control_program(&self) -> &Path {
+        &self.config.control
+    }
+
     /// `<root>/<uuid>`.
     pub fn server_dir(&self, uuid: &str) -> PathBuf {
         self.config.root.join(uuid)

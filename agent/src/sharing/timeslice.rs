@@ -33,6 +33,11 @@ impl TimesliceControl {
         TimesliceControl { nvidia_smi: nvidia_smi.into() }
     }
 
+    /// The nvidia-smi it runs.
+    pub fn nvidia_smi(&self) -> &std::path::Path {
+        &self.nvidia_smi
+    }
+
     fn run(&self, args: &[&str]) -> Result<String, SharingError> {
         let shown = || format!("{} {}", self.nvidia_smi.display(), args.join(" "));
         let done =

@@ -9,7 +9,9 @@
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdout, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -27,6 +29,28 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 /// the looks are apart (they double in between).
 const FIRST_NAP: Duration = Duration::from_micros(200);
 const LAST_NAP: Duration = Duration::from_millis(20);
+
+/// Where `program` would run from: the file itself when it names a path, else the first
+/// executable of that name on `PATH`. The error says why it cannot run, in words that
+/// follow "cannot run <program>: ".
+pub fn find_program(program: &Path) -> Result<PathBuf, String> {
+    let executable = |path: &Path| {
+        path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 || program.is_absolute() {
+        return match program.metadata() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err("no such file".to_owned()),
+            Err(e) => Err(e.to_string()),
+            Ok(_) if !executable(program) => Err("not an executable file".to_owned()),
+            Ok(_) => Ok(program.to_path_buf()),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| "not found on PATH".to_owned())
+}
 
 /// A program to run, with its arguments, environment, input and time limit.
 #[derive(Debug)]
@@ -407,6 +431,23 @@ mod tests {
         let done =
             sh("echo out; echo err >&2", Duration::from_secs(30)).discard_stdout().run().unwrap();
         assert_eq!((done.stdout_text(), done.stderr_text()), (String::new(), "err\n".into()));
+    }
+
+    #[test]
+    fn programs_are_found_by_path_or_on_path() {
+        assert_eq!(find_program(Path::new("sh")).map(|p| p.is_absolute()), Ok(true));
+        assert_eq!(
+            find_program(Path::new("gpushare-no-such-tool")),
+            Err("not found on PATH".to_owned())
+        );
+        assert_eq!(find_program(Path::new("/nonexistent/tool")), Err("no such file".to_owned()));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tool");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        assert_eq!(find_program(&file), Err("not an executable file".to_owned()));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(find_program(&file), Ok(file.clone()));
+        assert_eq!(find_program(dir.path()), Err("not an executable file".to_owned()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `gpushare-ctl status`: the GPUs, their MIG instances and sharing, the active profile.
 //!
 //! ```text
-//! Active profile: half-balanced  (backend: simulated)
+//! Active profile: half-balanced  (backend: nvml (simulated driver))
 //! Apply in progress: /io/gpushare/Agent1/jobs/3, profile all-mps
 //! GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 //! 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
@@ -85,10 +85,14 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
         (Some(_), Some(source)) if source != "built-in" => format!(", from {source}"),
         _ => String::new(),
     };
+    // Both drive NVML; `simulated` is the NVML backend on gpushare's simulated driver.
+    let backend = match status.backend.as_str() {
+        "simulated" => "nvml (simulated driver)",
+        other => other,
+    };
     let mut out = format!(
-        "Active profile: {}{source}  (backend: {})\n",
+        "Active profile: {}{source}  (backend: {backend})\n",
         status.active_profile.as_deref().unwrap_or("(none)"),
-        status.backend
     );
     if let Some(why) = &status.hands_off {
         out.push_str(&format!("Hands-off (no GPU changes): {why}\n"));
@@ -255,7 +259,7 @@ pub(crate) mod tests {
     fn status_with_mig_instances() {
         let text = render_status(&sample_status(), Glyphs::ASCII);
         let expected = "\
-Active profile: half-balanced  (backend: simulated)
+Active profile: half-balanced  (backend: nvml (simulated driver))
 GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
      |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
@@ -297,7 +301,7 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         status.gpus.clear();
         assert_eq!(
             render_status(&status, Glyphs::ASCII),
-            "Active profile: half-balanced  (backend: simulated)\nNo GPUs found.\n"
+            "Active profile: half-balanced  (backend: nvml (simulated driver))\nNo GPUs found.\n"
         );
     }
 
@@ -310,7 +314,7 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         status.start_up_error = Some("unknown profile \"custom\"".into());
         assert_eq!(
             render_status(&status, Glyphs::ASCII),
-            "Active profile: half-balanced, from /tmp/half-balanced.toml  (backend: simulated)\n\
+            "Active profile: half-balanced, from /tmp/half-balanced.toml  (backend: nvml (simulated driver))\n\
              Hands-off (no GPU changes): /etc/gpushare/agent.toml:2:21: bad value\n\
              Start-up re-apply failed: unknown profile \"custom\"\n\
              No GPUs found.\n"
@@ -324,14 +328,14 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         let text = render_status(&status, Glyphs::ASCII);
         assert!(
             text.starts_with(
-                "Active profile: half-balanced  (backend: simulated)\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nGPU  MODEL"
+                "Active profile: half-balanced  (backend: nvml (simulated driver))\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nGPU  MODEL"
             ),
             "{text}"
         );
         status.gpus.clear();
         assert_eq!(
             render_status(&status, Glyphs::ASCII),
-            "Active profile: half-balanced  (backend: simulated)\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nNo GPUs found.\n"
+            "Active profile: half-balanced  (backend: nvml (simulated driver))\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nNo GPUs found.\n"
         );
     }
 

@@ -30,6 +30,7 @@
 
 pub mod catalog_check;
 mod errors;
+mod library;
 mod raw;
 mod reset;
 
@@ -53,6 +54,7 @@ use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, Gpu
 use catalog_check::NvmlProfileInfo;
 use errors::{raw_error, return_name, with_context, wrapper_error};
 use raw::{Raw, device_handle};
+pub use library::Driver;
 use reset::{around_reset, reset_outcome, run_nvidia_smi_reset, with_holders, with_slot};
 
 /// The call name of errors from [`NvmlBackend::observe`](GpuBackend::observe).
@@ -85,6 +87,8 @@ pub struct NvmlBackend {
     /// The NVML session; `None` only while a reset runs or after its re-initialization
     /// failed.
     session: RwLock<Option<Nvml>>,
+    /// The library the session is opened on, every time.
+    driver: Driver,
     /// The nvidia-smi that resets GPUs; a bare name is looked up on `PATH`.
     nvidia_smi: PathBuf,
 }
@@ -96,8 +100,24 @@ impl NvmlBackend {
     /// [`ErrorCode::DriverNotLoaded`]. GPU resets run `nvidia-smi` from `PATH`; see
     /// [`NvmlBackend::with_nvidia_smi`].
     pub fn new() -> Result<Self, GpuError> {
-        let nvml = Nvml::init().map_err(|e| wrapper_error(INIT, None, "nvmlInit_v2", e))?;
-        Ok(Self { session: RwLock::new(Some(nvml)), nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI) })
+        Self::open(Driver::Nvidia)
+    }
+
+    /// Loads `driver`'s library and initializes NVML; every later initialization (after a
+    /// GPU reset) opens the same library, and each checks that it is the one meant (see
+    /// [`Driver`]).
+    pub fn open(driver: Driver) -> Result<Self, GpuError> {
+        let nvml = driver.open(INIT, None)?;
+        Ok(Self {
+            session: RwLock::new(Some(nvml)),
+            driver,
+            nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
+        })
+    }
+
+    /// The library this backend drives.
+    pub fn driver(&self) -> &Driver {
+        &self.driver
     }
 
     /// The same backend, resetting GPUs with the nvidia-smi at `path` (a bare name is
@@ -128,7 +148,7 @@ impl NvmlBackend {
             &self.session,
             || {
                 tracing::info!("initializing NVML again (it was closed for a GPU reset)");
-                Nvml::init().map_err(|e| wrapper_error(call, gpu, "nvmlInit_v2", e))
+                self.driver.open(call, gpu)
             },
             |nvml| f(Session { nvml }),
         )
@@ -585,7 +605,7 @@ impl<'a> Session<'a> {
 
 impl GpuBackend for NvmlBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Nvml
+        if self.driver.is_simulated() { BackendKind::Simulated } else { BackendKind::Nvml }
     }
 
     fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
@@ -639,11 +659,16 @@ impl GpuBackend for NvmlBackend {
     /// again, then checks that no MIG mode is still pending ([`ErrorCode::ResetRequired`]
     /// if one is). A failure's detail has nvidia-smi's message and the processes that have
     /// the GPU's device node open while the agent's session is closed.
+    fn reset_program(&self) -> Option<&std::path::Path> {
+        Some(&self.nvidia_smi)
+    }
+
     fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
         let call = Operation::ResetGpu.as_str();
         // The device node, looked up before the reset while the handle surely works.
         let device_node = self.with_session(call, Some(gpu), |s| s.device_node(call, gpu))?;
-        let (reset, reopened) = around_reset(&self.session, Nvml::init, || {
+        let reopen = || self.driver.open(call, Some(gpu));
+        let (reset, reopened) = around_reset(&self.session, reopen, || {
             // The holders are looked for before NVML is opened again, so the agent is none.
             run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT)
                 .map_err(|error| with_holders(error, &device_node))
@@ -651,7 +676,6 @@ impl GpuBackend for NvmlBackend {
         if reset.is_ok() {
             tracing::info!(gpu, "GPU reset");
         }
-        let reopened = reopened.map_err(|e| wrapper_error(call, Some(gpu), "nvmlInit_v2", e));
         reset_outcome(reset, reopened)?;
         self.with_session(call, Some(gpu), |s| s.check_no_pending_mig_mode(call, gpu))
     }

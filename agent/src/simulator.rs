@@ -1,0 +1,137 @@
+//! Where gpushare's simulator is installed, and how `--simulate` hands it the node.
+//!
+//! The simulator is a driver, not a second agent: a simulated `libnvidia-ml` (crate
+//! `sim/nvml`) that the ordinary NVML backend loads, plus simulated `nvidia-smi` and
+//! `nvidia-cuda-mps-control` (crate `sim/tools`) that the ordinary sharing layer runs. They
+//! share one node, a JSON file in the agent's state directory, which they find through
+//! the environment the agent sets for itself before it starts any thread
+//! ([`SimulatedNode::export`]) and its tools inherit.
+//!
+//! Looked for, in order: `$GPUSHARE_SIM_DIR`; the agent's own directory under cargo's
+//! names (a build tree: `libgpushare_sim_nvml.so`, `gpushare-sim-nvidia-smi`,
+//! `gpushare-sim-nvidia-cuda-mps-control`); `<agent dir>/../lib/gpushare/sim` and
+//! `/usr/lib/gpushare/sim` under the installed names (`libnvidia-ml.so.1`, `nvidia-smi`,
+//! `nvidia-cuda-mps-control`), where the .deb puts them.
+
+use std::path::{Path, PathBuf};
+
+/// The node's state file in the state directory.
+pub const STATE_FILE: &str = "simulated-gpus.json";
+/// The variable naming the node's state file (read by the simulated library and tools).
+pub const STATE_ENV: &str = "GPUSHARE_SIM_STATE";
+/// The variable holding the `--simulate` spec (read by the simulated library).
+pub const NODE_ENV: &str = "GPUSHARE_SIM_NODE";
+/// The variable naming a directory that holds the simulator, over the default places.
+pub const DIR_ENV: &str = "GPUSHARE_SIM_DIR";
+/// Where the .deb installs the simulator.
+pub const INSTALLED_DIR: &str = "/usr/lib/gpushare/sim";
+
+/// The simulator's three files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatorFiles {
+    /// The simulated `libnvidia-ml`.
+    pub library: PathBuf,
+    /// The simulated `nvidia-smi`.
+    pub nvidia_smi: PathBuf,
+    /// The simulated `nvidia-cuda-mps-control`.
+    pub mps_control: PathBuf,
+}
+
+impl SimulatorFiles {
+    /// The files in `dir` under cargo's names, or else under the installed names; `None`
+    /// when the library is under neither.
+    pub fn in_dir(dir: &Path) -> Option<SimulatorFiles> {
+        let layouts = [
+            ("libgpushare_sim_nvml.so", "gpushare-sim-nvidia-smi", "gpushare-sim-nvidia-cuda-mps-control"),
+            ("libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control"),
+        ];
+        layouts.into_iter().find(|(library, _, _)| dir.join(library).is_file()).map(
+            |(library, nvidia_smi, mps_control)| SimulatorFiles {
+                library: dir.join(library),
+                nvidia_smi: dir.join(nvidia_smi),
+                mps_control: dir.join(mps_control),
+            },
+        )
+    }
+
+    /// The simulator, from the places in the module docs; the error names them.
+    pub fn find() -> Result<SimulatorFiles, String> {
+        let mut places = Vec::new();
+        if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
+            places.push(PathBuf::from(dir));
+        } else {
+            if let Some(own) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf))
+            {
+                places.push(own.join("../lib/gpushare/sim"));
+                places.push(own);
+            }
+            places.push(PathBuf::from(INSTALLED_DIR));
+        }
+        // Cargo's layout first: a build tree beside an installed package runs its own build.
+        places.sort_by_key(|p| !p.join("libgpushare_sim_nvml.so").is_file());
+        places.iter().find_map(|dir| SimulatorFiles::in_dir(dir)).ok_or_else(|| {
+            let shown: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
+            format!(
+                "--simulate: gpushare's simulated driver is not installed (looked in {}; set {DIR_ENV} \
+                 to the directory holding it)",
+                shown.join(", ")
+            )
+        })
+    }
+}
+
+/// A simulated node: its spec and its state file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatedNode {
+    /// The `--simulate` spec (`a100-40gb:8`), already checked.
+    pub spec: String,
+    /// The node's state file.
+    pub state: PathBuf,
+}
+
+impl SimulatedNode {
+    /// The node of `spec` kept in `state_dir`.
+    pub fn new(spec: &str, state_dir: &Path) -> SimulatedNode {
+        SimulatedNode { spec: spec.to_owned(), state: state_dir.join(STATE_FILE) }
+    }
+
+    /// Puts the node into this process's environment, for the simulated library and the
+    /// tools the agent runs.
+    ///
+    /// # Safety
+    ///
+    /// No other thread may run: setting the environment races with any concurrent read of
+    /// it (`getenv` in libc). Call it from `main` before the async runtime starts.
+    pub unsafe fn export(&self) {
+        // SAFETY: the caller guarantees that this process has a single thread.
+        unsafe {
+            std::env::set_var(NODE_ENV, &self.spec);
+            std::env::set_var(STATE_ENV, &self.state);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_layouts_are_found_and_the_build_tree_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(SimulatorFiles::in_dir(dir.path()), None);
+        std::fs::write(dir.path().join("libnvidia-ml.so.1"), b"").unwrap();
+        let installed = SimulatorFiles::in_dir(dir.path()).unwrap();
+        assert_eq!(installed.nvidia_smi, dir.path().join("nvidia-smi"));
+        assert_eq!(installed.mps_control, dir.path().join("nvidia-cuda-mps-control"));
+        std::fs::write(dir.path().join("libgpushare_sim_nvml.so"), b"").unwrap();
+        let built = SimulatorFiles::in_dir(dir.path()).unwrap();
+        assert_eq!(built.library, dir.path().join("libgpushare_sim_nvml.so"));
+        assert_eq!(built.nvidia_smi, dir.path().join("gpushare-sim-nvidia-smi"));
+    }
+
+    #[test]
+    fn the_node_lives_in_the_state_directory() {
+        let node = SimulatedNode::new("a100-40gb:2", Path::new("/var/lib/gpushare"));
+        assert_eq!(node.state, Path::new("/var/lib/gpushare/simulated-gpus.json"));
+    }
+}
