@@ -129,7 +129,9 @@ fn main() -> ExitCode {
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
 fn check_catalog(driver: Driver) -> ExitCode {
-    match NvmlBackend::open(driver).and_then(|nvml| catalog_check::check(&nvml, |l| println!("{l}"))) {
+    match NvmlBackend::open(driver)
+        .and_then(|nvml| catalog_check::check(&nvml, |l| println!("{l}")))
+    {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -42,7 +42,11 @@ impl SimulatorFiles {
     /// when the library is under neither.
     pub fn in_dir(dir: &Path) -> Option<SimulatorFiles> {
         let layouts = [
-            ("libgpushare_sim_nvml.so", "gpushare-sim-nvidia-smi", "gpushare-sim-nvidia-cuda-mps-control"),
+            (
+                "libgpushare_sim_nvml.so",
+                "gpushare-sim-nvidia-smi",
+                "gpushare-sim-nvidia-cuda-mps-control",
+            ),
             ("libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control"),
         ];
         layouts.into_iter().find(|(library, _, _)| dir.join(library).is_file()).map(
@@ -60,7 +64,8 @@ impl SimulatorFiles {
         if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
             places.push(PathBuf::from(dir));
         } else {
-            if let Some(own) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf))
+            if let Some(own) =
+                std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf))
             {
                 places.push(own.join("../lib/gpushare/sim"));
                 places.push(own);

@@ -145,11 +145,6 @@ pub(super) fn wrapper_error(
     }
 }
 
-/// Whether a profile query's answer means "no such profile on this GPU".
-pub(super) fn is_absent(error: &GpuError) -> bool {
-    matches!(error.code, ErrorCode::NotSupported | ErrorCode::InvalidArgument)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,11 +73,12 @@ impl Driver {
         // NVML stays loaded while `nvml` lives, so the check sees the library in use.
         let simulated = has_symbol(self.library(), SIM_MARKER);
         match (self, simulated) {
-            (Driver::Nvidia, Some(true)) => Err(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded)
-                .with_detail(format!(
+            (Driver::Nvidia, Some(true)) => {
+                Err(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
                     "{NVIDIA_LIBRARY} is gpushare's simulated driver, not NVIDIA's (check \
                      LD_LIBRARY_PATH and /etc/ld.so.conf.d); refusing to drive it as real GPUs"
-                ))),
+                )))
+            }
             (Driver::Simulated(path), Some(false) | None) => {
                 Err(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
                     "{} is not gpushare's simulated driver (it lacks {}); refusing to simulate \
@@ -131,7 +132,8 @@ impl Library {
     /// already (RTLD_NOLOAD), by path or soname.
     fn open(path: &Path, loaded_only: bool) -> Option<Library> {
         let name = CString::new(path.as_os_str().as_bytes()).ok()?;
-        let flags = libc::RTLD_LAZY | libc::RTLD_LOCAL | if loaded_only { libc::RTLD_NOLOAD } else { 0 };
+        let flags =
+            libc::RTLD_LAZY | libc::RTLD_LOCAL | if loaded_only { libc::RTLD_NOLOAD } else { 0 };
         // SAFETY: `name` is a NUL-terminated path; dlopen has no other preconditions. A
         // library loaded here runs its initializers, which the simulated driver and
         // NVIDIA's library both allow (nvml-wrapper loads the same file the same way).

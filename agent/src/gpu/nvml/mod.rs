@@ -44,8 +44,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
 use nvml_wrapper_sys::bindings::{
-    NVML_COMPUTE_INSTANCE_PROFILE_COUNT, NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE,
-    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlDevice_t, nvmlGpuInstance_t,
+    NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE, nvmlDevice_t, nvmlGpuInstance_t,
 };
 
 use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
@@ -53,8 +52,8 @@ use crate::catalog::{self, MigProfile};
 use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use catalog_check::NvmlProfileInfo;
 use errors::{raw_error, return_name, with_context, wrapper_error};
-use raw::{Raw, device_handle};
 pub use library::Driver;
+use raw::{Raw, device_handle};
 use reset::{around_reset, reset_outcome, run_nvidia_smi_reset, with_holders, with_slot};
 
 /// The call name of errors from [`NvmlBackend::observe`](GpuBackend::observe).
@@ -169,10 +168,7 @@ impl<'a> Session<'a> {
         let dev = device_handle(&device);
         let raw = self.raw(PROFILE_TABLE, gpu);
         let mut table = Vec::new();
-        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
-            let Some(p) = raw.gi_profile(dev, nvml_enum)? else {
-                continue;
-            };
+        for (nvml_enum, p) in raw.gi_profiles(dev)? {
             let mut placements: Vec<(u32, u32)> = raw
                 .gi_possible_placements(dev, p.id)?
                 .into_iter()
@@ -279,8 +275,8 @@ impl<'a> Session<'a> {
         for index in 0..max {
             let mig = match device.mig_device_by_index(index) {
                 Ok(mig) => mig,
-                // No MIG device at this index.
-                Err(NvmlError::NotFound) => continue,
+                // No MIG device at this index (drivers answer either; go-nvlib skips both).
+                Err(NvmlError::NotFound | NvmlError::InvalidArg) => continue,
                 Err(e) => return Err(err("nvmlDeviceGetMigDeviceHandleByIndex")(e)),
             };
             let handle = device_handle(&mig);
@@ -307,12 +303,9 @@ impl<'a> Session<'a> {
             .collect();
         let mut profile_ids = HashSet::new();
         let mut found: BTreeMap<u32, GpuInstance> = BTreeMap::new();
-        // Every enum, not only the catalog model's: an instance of a profile the catalog
-        // lacks still occupies memory slots.
-        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
-            let Some(profile) = raw.gi_profile(dev, nvml_enum)? else {
-                continue;
-            };
+        // Every enum the driver offers, not only the catalog model's: an instance of a
+        // profile the catalog lacks still occupies memory slots.
+        for (_, profile) in raw.gi_profiles(dev)? {
             if profile.instance_count == 0 || !profile_ids.insert(profile.id) {
                 continue;
             }
@@ -425,18 +418,16 @@ impl<'a> Session<'a> {
         let raw = self.raw(call, gpu);
         let wanted = if enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
         let status = raw.set_mig_mode(dev, wanted)?;
-        if status == sys::nvmlReturn_enum_NVML_SUCCESS {
-            return Ok(MigModeActivation::Activated);
-        }
-        // The mode is set but not activated: the reset failed or must happen elsewhere
-        // (RESET_REQUIRED in pass-through VMs, IN_USE while processes hold the GPU).
-        // Ask what the mode is now rather than guess from the status.
+        // Whatever the activation status says, ask what the mode is now (as mig-parted
+        // does): the status reports the reset NVML tried, not the mode it left.
         let mode = device
             .mig_mode()
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetMigMode", e))?;
-        if mode.current == wanted {
+        if mode.current == wanted && mode.pending == wanted {
             Ok(MigModeActivation::Activated)
         } else if mode.pending == wanted {
+            // Set but not activated: the reset failed or must happen elsewhere
+            // (RESET_REQUIRED in pass-through VMs, IN_USE while anything holds the GPU).
             tracing::warn!(
                 gpu,
                 enabled,
@@ -445,7 +436,13 @@ impl<'a> Session<'a> {
             );
             Ok(MigModeActivation::PendingReset)
         } else {
-            Err(raw_error(call, Some(gpu), "nvmlDeviceSetMigMode (activation status)", status))
+            Err(raw_error(call, Some(gpu), "nvmlDeviceSetMigMode (activation status)", status)
+                .with_detail(format!(
+                    "nvmlDeviceSetMigMode answered {} but the mode is still current {}, pending {}",
+                    return_name(status),
+                    mode.current,
+                    mode.pending
+                )))
         }
     }
 
@@ -475,8 +472,18 @@ impl<'a> Session<'a> {
                 ),
             ));
         }
+        // The placement exactly as the driver lists it (the DRA driver does the same): its
+        // size is the driver's, which need not be the catalog's slice count.
+        let start = u32::from(start);
+        let Some(placement) =
+            raw.gi_possible_placements(dev, info.id)?.into_iter().find(|p| p.start == start)
+        else {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::InvalidArgument).with_detail(
+                format!("NVML offers no placement of profile {} at slot {start}", profile.name),
+            ));
+        };
         let gi = raw
-            .create_gi(dev, info.id, u32::from(start), u32::from(profile.memory_slices))
+            .create_gi(dev, info.id, placement.start, placement.size)
             .map_err(|e| with_context(e, format!("profile {} at slot {start}", profile.name)))?;
         Ok(raw.gi_info(gi)?.id)
     }
@@ -489,37 +496,22 @@ impl<'a> Session<'a> {
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
         let gi_profile_id = raw.gi_info(gi)?.profileId;
 
-        // The GPU instance's compute slices, from its profile.
-        let mut gi_slices = None;
-        for nvml_enum in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
-            if let Some(p) = raw.gi_profile(dev, nvml_enum)?
-                && p.id == gi_profile_id
-            {
-                gi_slices = Some(p.slice_count);
-                break;
-            }
-        }
-        let Some(gi_slices) = gi_slices else {
+        // The GPU instance's compute slices and SMs, from its profile.
+        let Some((_, gi_profile)) =
+            raw.gi_profiles(dev)?.into_iter().find(|(_, p)| p.id == gi_profile_id)
+        else {
             return Err(GpuError::new(call, Some(gpu), ErrorCode::NotFound).with_detail(format!(
                 "no GPU instance profile with id {gi_profile_id} (GPU instance {gpu_instance})"
             )));
         };
-
-        // The full-size compute instance profile: as many compute slices as the GPU
-        // instance. Lowest enum first, so 1_SLICE wins over 1_SLICE_REV1.
-        let mut ci_profile = None;
-        for ci_enum in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-            if let Some(p) = raw.ci_profile(gi, ci_enum)?
-                && p.sliceCount == gi_slices
-            {
-                ci_profile = Some(p.id);
-                break;
-            }
-        }
-        let Some(ci_profile) = ci_profile else {
-            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(format!(
-                "GPU instance {gpu_instance} offers no {gi_slices}-slice compute instance profile"
-            )));
+        let ci_profiles = raw.ci_profiles(gi)?;
+        let Some(ci_profile) = full_size_ci_profile(&gi_profile, &ci_profiles) else {
+            return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(
+                format!(
+                    "GPU instance {gpu_instance} offers no {}-slice compute instance profile",
+                    gi_profile.slice_count
+                ),
+            ));
         };
         let ci = raw
             .create_ci(gi, ci_profile)
@@ -580,6 +572,22 @@ impl<'a> Session<'a> {
                     .detail
                     .unwrap_or_default()
             }))
+    }
+
+    /// Whether the GPU is in persistence mode (`false` where the GPU cannot tell).
+    fn persistence_mode(&self, call: &'static str, gpu: u32) -> Result<bool, GpuError> {
+        match self.device(call, gpu)?.is_in_persistent_mode() {
+            Ok(on) => Ok(on),
+            Err(NvmlError::NotSupported) => Ok(false),
+            Err(e) => Err(wrapper_error(call, Some(gpu), "nvmlDeviceGetPersistenceMode", e)),
+        }
+    }
+
+    /// Turns persistence mode on or off.
+    fn set_persistence_mode(&self, call: &'static str, gpu: u32, on: bool) -> Result<(), GpuError> {
+        self.device(call, gpu)?
+            .set_persistent(on)
+            .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceSetPersistenceMode", e))
     }
 
     /// After a reset: [`ErrorCode::ResetRequired`] if a MIG mode change is still pending.
@@ -667,6 +675,22 @@ impl GpuBackend for NvmlBackend {
         let call = Operation::ResetGpu.as_str();
         // The device node, looked up before the reset while the handle surely works.
         let device_node = self.with_session(call, Some(gpu), |s| s.device_node(call, gpu))?;
+        // Persistence mode (nvidia-persistenced, which the agent's unit wants) keeps the
+        // GPU attached, and nvidia-smi refuses to reset an attached GPU ("In use by
+        // another client"): off for the reset, on again after it, as NVSentinel does.
+        let persistence = self.with_session(call, Some(gpu), |s| s.persistence_mode(call, gpu))?;
+        if persistence {
+            self.with_session(call, Some(gpu), |s| s.set_persistence_mode(call, gpu, false))
+                .map_err(|e| {
+                    with_context(
+                        e,
+                        "persistence mode (nvidia-persistenced) keeps the GPU attached and could \
+                         not be turned off for the reset"
+                            .to_owned(),
+                    )
+                })?;
+            tracing::info!(gpu, "persistence mode off for the reset");
+        }
         let reopen = || self.driver.open(call, Some(gpu));
         let (reset, reopened) = around_reset(&self.session, reopen, || {
             // The holders are looked for before NVML is opened again, so the agent is none.
@@ -676,9 +700,36 @@ impl GpuBackend for NvmlBackend {
         if reset.is_ok() {
             tracing::info!(gpu, "GPU reset");
         }
+        if persistence && reopened.is_ok() {
+            match self.with_session(call, Some(gpu), |s| s.set_persistence_mode(call, gpu, true)) {
+                Ok(()) => tracing::info!(gpu, "persistence mode on again"),
+                Err(e) => tracing::warn!(gpu, "persistence mode stays off after the reset: {e}"),
+            }
+        }
         reset_outcome(reset, reopened)?;
         self.with_session(call, Some(gpu), |s| s.check_no_pending_mig_mode(call, gpu))
     }
+}
+
+/// The compute-instance profile that spans a whole GPU instance: as many compute slices
+/// and as many SMs as the GPU instance. Hopper's 1g.20gb (H100) offers `1_SLICE` with 16
+/// SMs and `1_SLICE_REV1` with all 26: the lowest enum with the slice count would leave 10
+/// SMs unused while status shows 26. Always taking REV1 instead fails where it does not
+/// exist (go-nvlib #85, #102), so the SM count decides; without a profile of equal SMs,
+/// the lowest enum with the slice count.
+fn full_size_ci_profile(
+    gi_profile: &raw::GiProfile,
+    ci_profiles: &[(u32, sys::nvmlComputeInstanceProfileInfo_t)],
+) -> Option<u32> {
+    let spanning = |p: &&(u32, sys::nvmlComputeInstanceProfileInfo_t)| {
+        p.1.sliceCount == gi_profile.slice_count
+    };
+    ci_profiles
+        .iter()
+        .filter(spanning)
+        .find(|(_, p)| p.multiprocessorCount == gi_profile.sms)
+        .or_else(|| ci_profiles.iter().find(spanning))
+        .map(|(_, p)| p.id)
 }
 
 /// A MIG device: the NVML device handle standing for one compute instance.

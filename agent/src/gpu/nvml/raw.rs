@@ -11,14 +11,38 @@ use nvml_wrapper::Device;
 use nvml_wrapper::error::{NvmlError, nvml_sym};
 use nvml_wrapper_sys::bindings as sys;
 use nvml_wrapper_sys::bindings::{
-    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_COMPUTE_INSTANCE_PROFILE_COUNT, NvmlLib,
-    nvmlComputeInstance_t, nvmlComputeInstanceInfo_t, nvmlComputeInstanceProfileInfo_t,
-    nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
-    nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t,
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    NVML_GPU_INSTANCE_PROFILE_COUNT, NvmlLib, nvmlComputeInstance_t, nvmlComputeInstanceInfo_t,
+    nvmlComputeInstanceProfileInfo_t, nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
+    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlGpuInstanceProfileInfo_v2_t,
+    nvmlReturn_t,
 };
 
-use super::errors::{is_absent, raw_error, wrapper_error};
+use super::errors::{raw_error, wrapper_error};
 use crate::gpu::{ErrorCode, GpuError};
+
+/// Enum indexes are never asked past this, whatever a driver answers: nvml.h's counts are
+/// below 32.
+const ENUM_CEILING: u32 = 64;
+
+/// What a profile query by enum index answered.
+pub(super) enum ProfileSlot<T> {
+    /// The GPU (or GPU instance) offers this profile.
+    Offered(T),
+    /// It does not (NOT_SUPPORTED): a known enum this GPU lacks.
+    Absent,
+    /// INVALID_ARGUMENT: the enum is past the last one the driver knows.
+    PastLast,
+}
+
+/// A failed profile query as a [`ProfileSlot`]; other errors stay errors.
+fn absent_or_past_last<T>(error: GpuError) -> Result<ProfileSlot<T>, GpuError> {
+    match error.code {
+        ErrorCode::NotSupported => Ok(ProfileSlot::Absent),
+        ErrorCode::InvalidArgument => Ok(ProfileSlot::PastLast),
+        _ => Err(error),
+    }
+}
 
 /// A GPU-instance profile as queried by enum index.
 pub(super) struct GiProfile {
@@ -119,22 +143,51 @@ impl<'a> Raw<'a> {
         })
     }
 
-    /// The GPU-instance profile at an enum index, `None` where the GPU has none. Asks
-    /// the versioned query with the v2 struct (it carries the name) and falls back to the
-    /// unversioned one on drivers that lack it or reject the version.
-    ///
-    /// Not v3: driver 580.159 fills a v3 struct's numbers in the v3 layout but writes the
-    /// name at the v2 offset, formatted from the wrong fields (`MIG 7g.0gb` for 1g.10gb),
-    /// as seen on a real H100. v3 only adds capability bits, which the agent does not use.
+    /// Every GPU-instance profile the GPU offers, by enum index: every index up to
+    /// nvml.h's count as the bindings know it, then on until the driver answers "past the
+    /// last" (newer drivers define more profiles than the bindings, e.g. `*_GFX`, and an
+    /// instance of one still occupies memory slots).
+    pub(super) fn gi_profiles(&self, dev: nvmlDevice_t) -> Result<Vec<(u32, GiProfile)>, GpuError> {
+        let mut offered = Vec::new();
+        for nvml_enum in 0..ENUM_CEILING {
+            match self.gi_profile_slot(dev, nvml_enum)? {
+                ProfileSlot::Offered(p) => offered.push((nvml_enum, p)),
+                ProfileSlot::Absent => {}
+                ProfileSlot::PastLast if nvml_enum >= NVML_GPU_INSTANCE_PROFILE_COUNT => break,
+                ProfileSlot::PastLast => {}
+            }
+        }
+        Ok(offered)
+    }
+
+    /// The GPU-instance profile at an enum index, `None` where the GPU has none.
     pub(super) fn gi_profile(
         &self,
         dev: nvmlDevice_t,
         nvml_enum: u32,
     ) -> Result<Option<GiProfile>, GpuError> {
+        Ok(match self.gi_profile_slot(dev, nvml_enum)? {
+            ProfileSlot::Offered(p) => Some(p),
+            ProfileSlot::Absent | ProfileSlot::PastLast => None,
+        })
+    }
+
+    /// What the driver answers for the GPU-instance profile at an enum index. Asks the
+    /// versioned query with the v2 struct (it carries the name) and falls back to the
+    /// unversioned one on drivers that lack it or reject the version.
+    ///
+    /// Not v3: driver 580.159 fills a v3 struct's numbers in the v3 layout but writes the
+    /// name at the v2 offset, formatted from the wrong fields (`MIG 7g.0gb` for 1g.10gb),
+    /// as seen on a real H100. v3 only adds capability bits, which the agent does not use.
+    fn gi_profile_slot(
+        &self,
+        dev: nvmlDevice_t,
+        nvml_enum: u32,
+    ) -> Result<ProfileSlot<GiProfile>, GpuError> {
         if self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.is_ok() {
             match self.gi_profile_info_v2(dev, nvml_enum) {
                 Ok(i) => {
-                    return Ok(Some(GiProfile {
+                    return Ok(ProfileSlot::Offered(GiProfile {
                         id: i.id,
                         name: profile_name(&i.name),
                         slice_count: i.sliceCount,
@@ -143,7 +196,7 @@ impl<'a> Raw<'a> {
                         memory_mib: i.memorySizeMB,
                     }));
                 }
-                Err(e) if e.code == ErrorCode::NotSupported => return Ok(None),
+                Err(e) if e.code == ErrorCode::NotSupported => return Ok(ProfileSlot::Absent),
                 // An invalid argument may be the enum index or a rejected struct version:
                 // the unversioned query below tells them apart.
                 Err(e) if e.code == ErrorCode::InvalidArgument => {}
@@ -151,7 +204,7 @@ impl<'a> Raw<'a> {
             }
         }
         match self.gi_profile_info_v1(dev, nvml_enum) {
-            Ok(i) => Ok(Some(GiProfile {
+            Ok(i) => Ok(ProfileSlot::Offered(GiProfile {
                 id: i.id,
                 name: String::new(),
                 slice_count: i.sliceCount,
@@ -159,8 +212,7 @@ impl<'a> Raw<'a> {
                 sms: i.multiprocessorCount,
                 memory_mib: i.memorySizeMB,
             })),
-            Err(e) if is_absent(&e) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Ok(absent_or_past_last(e)?),
         }
     }
 
@@ -291,12 +343,30 @@ impl<'a> Raw<'a> {
         self.check(F, ret)
     }
 
-    /// The compute-instance profile at an enum index, `None` where the GPU instance has none.
-    pub(super) fn ci_profile(
+    /// Every compute-instance profile a GPU instance offers, by enum index, enumerated
+    /// as [`Raw::gi_profiles`] does.
+    pub(super) fn ci_profiles(
+        &self,
+        gi: nvmlGpuInstance_t,
+    ) -> Result<Vec<(u32, nvmlComputeInstanceProfileInfo_t)>, GpuError> {
+        let mut offered = Vec::new();
+        for ci_enum in 0..ENUM_CEILING {
+            match self.ci_profile_slot(gi, ci_enum)? {
+                ProfileSlot::Offered(p) => offered.push((ci_enum, p)),
+                ProfileSlot::Absent => {}
+                ProfileSlot::PastLast if ci_enum >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT => break,
+                ProfileSlot::PastLast => {}
+            }
+        }
+        Ok(offered)
+    }
+
+    /// What the driver answers for the compute-instance profile at an enum index.
+    fn ci_profile_slot(
         &self,
         gi: nvmlGpuInstance_t,
         ci_enum: u32,
-    ) -> Result<Option<nvmlComputeInstanceProfileInfo_t>, GpuError> {
+    ) -> Result<ProfileSlot<nvmlComputeInstanceProfileInfo_t>, GpuError> {
         const F: &str = "nvmlGpuInstanceGetComputeInstanceProfileInfo";
         let f =
             self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstanceProfileInfo.as_ref()))?;
@@ -305,9 +375,8 @@ impl<'a> Raw<'a> {
         // a writable struct of the type the function fills.
         let ret = unsafe { f(gi, ci_enum, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut info) };
         match self.check(F, ret) {
-            Ok(()) => Ok(Some(info)),
-            Err(e) if is_absent(&e) => Ok(None),
-            Err(e) => Err(e),
+            Ok(()) => Ok(ProfileSlot::Offered(info)),
+            Err(e) => absent_or_past_last(e),
         }
     }
 
@@ -338,10 +407,7 @@ impl<'a> Raw<'a> {
     ) -> Result<Vec<(u32, nvmlComputeInstance_t)>, GpuError> {
         let mut profile_ids = HashSet::new();
         let mut found: BTreeMap<u32, nvmlComputeInstance_t> = BTreeMap::new();
-        for ci_enum in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-            let Some(profile) = self.ci_profile(gi, ci_enum)? else {
-                continue;
-            };
+        for (_, profile) in self.ci_profiles(gi)? {
             if profile.instanceCount == 0 || !profile_ids.insert(profile.id) {
                 continue;
             }
