@@ -177,9 +177,18 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
     notify_systemd(&engine, systemd_events);
 
-    if let Some(job) = boot_job {
-        let engine = Arc::clone(&engine);
-        tokio::spawn(async move { boot_apply(&engine, job).await });
+    // Started, for systemd, once the GPUs are in their profile: units ordered after the
+    // agent (and nvidia-gpu-reset.target, which DCGM and nvsm wait for) never see MIG on
+    // with its instances still missing.
+    match boot_job {
+        Some(job) => {
+            let engine = Arc::clone(&engine);
+            tokio::spawn(async move {
+                boot_apply(&engine, job).await;
+                notify_ready(&engine);
+            });
+        }
+        None => notify_ready(&engine),
     }
 
     reload_profiles_on_sighup(&engine, profiles_dir);
@@ -315,7 +324,7 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
 /// `events`); the watchdog pinged from a task of its own that never waits on the driver.
 fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>) {
     let status = format!("serving {BUS_NAME}: {} GPU backend", engine.backend_kind());
-    let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
     if let Some(timeout) = sd_notify::watchdog_enabled() {
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(timeout / 2);
@@ -346,6 +355,12 @@ fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>) {
             let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
         }
     });
+}
+
+/// Tells systemd that the agent has started.
+fn notify_ready(engine: &Engine) {
+    let status = format!("serving {BUS_NAME}: {} GPU backend", engine.backend_kind());
+    let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
 }
 
 /// Carries out the start-up re-apply, as a job like any other.

@@ -532,7 +532,8 @@ impl<'a> Session<'a> {
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
         let what = || format!("compute instance {compute_instance} of GPU instance {gpu_instance}");
         let ci = raw.ci_by_id(gi, compute_instance).map_err(|e| with_context(e, what()))?;
-        raw.destroy_ci(ci).map_err(|e| with_context(e, what()))
+        let destroyed = raw.destroy_ci(ci).map_err(|e| with_context(e, what()));
+        self.naming_holders(call, gpu, destroyed)
     }
 
     fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<(), GpuError> {
@@ -541,7 +542,9 @@ impl<'a> Session<'a> {
         let dev = device_handle(&device);
         let raw = self.raw(call, gpu);
         let gi = self.gpu_instance_by_id(&raw, dev, gpu_instance)?;
-        raw.destroy_gi(gi).map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")))
+        let destroyed =
+            raw.destroy_gi(gi).map_err(|e| with_context(e, format!("GPU instance {gpu_instance}")));
+        self.naming_holders(call, gpu, destroyed)
     }
 
     fn set_compute_mode(&self, gpu: u32, mode: ComputeMode) -> Result<(), GpuError> {
@@ -572,6 +575,24 @@ impl<'a> Session<'a> {
                     .detail
                     .unwrap_or_default()
             }))
+    }
+
+    /// A destroy's result, its IN_USE error with the processes that hold the GPU open: no
+    /// compute process runs there (plans refuse that unless forced), so the holder is
+    /// something like DCGM or dcgm-exporter, which keep MIG devices open (DCGM#276).
+    fn naming_holders(
+        &self,
+        call: &'static str,
+        gpu: u32,
+        destroyed: Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        match destroyed {
+            Err(e) if e.code == ErrorCode::InUse => {
+                let node = self.device_node(call, gpu)?;
+                Err(with_holders(e, &node))
+            }
+            other => other,
+        }
     }
 
     /// Whether the GPU is in persistence mode (`false` where the GPU cannot tell).
