@@ -147,8 +147,10 @@ fn a_failed_start_up_re_apply_shows_in_status() {
 fn an_apply_that_repairs_a_failed_rollback_says_what_it_repaired() {
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
     assert!(agent.ctl(&["apply", "all-balanced"]).status.success());
-    agent
-        .restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3,create_gpu_instance:1")]);
+    agent.restart_with_env(&[(
+        "GPUSHARE_SIM_FAIL",
+        "nvmlGpuInstanceDestroy:3,nvmlDeviceCreateGpuInstanceWithPlacement:1",
+    )]);
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(agent.status().rollback_error.is_some());

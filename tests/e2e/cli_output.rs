@@ -111,7 +111,8 @@ fn progress_counts_every_step_once_in_order_across_parallel_gpus() {
 #[test]
 fn a_rollback_is_told_apart_from_the_apply() {
     let agent = Agent::start(
-        AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_FAIL", "create_gpu_instance:9"),
+        AgentOptions::simulate("a100-40gb:8")
+            .env("GPUSHARE_SIM_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:9"),
     );
     let total = agent.ctl_doc::<PlanReport>(&["plan", "all-balanced"]).steps.len() as u32;
     let out = agent.ctl(&["apply", "all-balanced"]);

@@ -15,6 +15,37 @@ mod transactions;
 mod wire;
 
 use gpushare_proto::Strategy;
+
+/// The name `GPUSHARE_SIM_FAIL` takes to fail a plan operation where the simulated driver
+/// answers (the NVML function the step calls, or the simulated nvidia-smi's reset), and
+/// the driver's answer the agent then reports.
+pub(crate) fn injected_at_the_c_abi(operation: &str) -> (&'static str, &'static str) {
+    match operation {
+        "create_gpu_instance" => (
+            "nvmlDeviceCreateGpuInstanceWithPlacement",
+            "nvmlDeviceCreateGpuInstanceWithPlacement returned NVML_ERROR_INSUFFICIENT_RESOURCES",
+        ),
+        "create_compute_instance" => (
+            "nvmlGpuInstanceCreateComputeInstance",
+            "nvmlGpuInstanceCreateComputeInstance returned NVML_ERROR_INSUFFICIENT_RESOURCES",
+        ),
+        "destroy_compute_instance" => {
+            ("nvmlComputeInstanceDestroy", "nvmlComputeInstanceDestroy returned NVML_ERROR_IN_USE")
+        }
+        "destroy_gpu_instance" => {
+            ("nvmlGpuInstanceDestroy", "nvmlGpuInstanceDestroy returned NVML_ERROR_IN_USE")
+        }
+        "set_mig_mode" => {
+            ("nvmlDeviceSetMigMode", "nvmlDeviceSetMigMode returned NVML_ERROR_IN_USE")
+        }
+        "set_compute_mode" => (
+            "nvmlDeviceSetComputeMode",
+            "nvmlDeviceSetComputeMode returned NVML_ERROR_NO_PERMISSION",
+        ),
+        "reset_gpu" => ("gpu-reset", "In use by another client"),
+        other => panic!("no simulated driver call for operation {other}"),
+    }
+}
 use gpushare_proto::types::{JobOutcome, PlanReport, ProfileDetail, ProfileList, Validation};
 use gpushare_tests::{
     Agent, AgentOptions, BALANCED_A100, BALANCED_H100, ctl_error, instance_profiles, layout,
@@ -220,15 +251,17 @@ fn state_survives_an_agent_restart() {
 #[test]
 fn an_injected_driver_failure_is_reported_with_the_step() {
     let agent = Agent::start(
-        AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_FAIL", "create_gpu_instance:3"),
+        AgentOptions::simulate("a100-40gb:8")
+            .env("GPUSHARE_SIM_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:3"),
     );
     let out = agent.ctl(&["apply", "half-balanced"]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
         err.contains("create_gpu_instance on GPU")
+            && err.contains("Insufficient Resources (profile ")
             && err.contains(
-                "Insufficient Resources (injected by GPUSHARE_SIM_FAIL=create_gpu_instance:3)"
+                "nvmlDeviceCreateGpuInstanceWithPlacement returned NVML_ERROR_INSUFFICIENT_RESOURCES"
             )
             && err.contains("rolled back: GPU 0, 1, 2, 3 as before"),
         "{err}"

@@ -226,7 +226,7 @@ fn a_failed_apply_brings_the_mps_servers_back() {
     assert_eq!(before.len(), 2);
     // all-disabled stops both servers, then fails destroying an instance: the rollback
     // recreates what was destroyed and starts the servers again, with their limits.
-    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3")]);
+    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "nvmlGpuInstanceDestroy:3")]);
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("rolled back"), "{}", text(&out));

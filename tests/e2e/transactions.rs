@@ -49,7 +49,10 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
     let mut cases = 0;
     for (operation, count) in &calls {
         for n in 1..=*count {
-            let fail = format!("{operation}:{n}");
+            // Injected where the driver answers: the n-th call of the NVML function (or
+            // of the simulated nvidia-smi's reset) that the step makes.
+            let (function, answer) = crate::injected_at_the_c_abi(operation);
+            let fail = format!("{function}:{n}");
             agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", &fail)]);
             let out = agent.ctl(&["apply", "half-balanced"]);
             assert!(!out.status.success(), "{fail}: {}", text(&out));
@@ -57,7 +60,7 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
             assert_eq!(reason_lines(&err), 1, "{fail}: {err}");
             assert!(
                 err.contains(&format!("failed: {operation} on GPU"))
-                    && err.contains(&format!("injected by GPUSHARE_SIM_FAIL={fail}"))
+                    && err.contains(answer)
                     && err.contains("rolled back: GPU 4, 5, 6, 7 as before"),
                 "{fail}: {err}"
             );
@@ -74,9 +77,12 @@ fn a_failure_at_any_step_leaves_every_gpu_as_it_was() {
 fn failures_while_creating_are_rolled_back_too() {
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2,h100-80gb:2"));
     let before = layout(&agent.status());
-    for fail in
-        ["create_gpu_instance:5", "create_compute_instance:7", "set_mig_mode:3", "reset_gpu:2"]
-    {
+    for fail in [
+        "nvmlDeviceCreateGpuInstanceWithPlacement:5",
+        "nvmlGpuInstanceCreateComputeInstance:7",
+        "nvmlDeviceSetMigMode:3",
+        "gpu-reset:2",
+    ] {
         agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", fail)]);
         let out = agent.ctl(&["apply", "all-balanced"]);
         assert!(!out.status.success(), "{fail}: {}", text(&out));
@@ -154,7 +160,18 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     assert!(stderr(&out).contains("--force"), "{}", text(&out));
     assert_eq!(layout(&agent.status()), layout(&before), "nothing changed");
 
+    // Forced, the agent goes ahead, but the driver refuses to destroy an instance that a
+    // process runs in, as a real one does: rolled back, naming the call and the answer.
     let out = agent.ctl(&["apply", "-f", file, "--force"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("nvmlGpuInstanceDestroy returned NVML_ERROR_IN_USE"), "{err}");
+    assert!(err.contains("rolled back"), "{err}");
+    assert_eq!(layout(&agent.status()), layout(&before), "rolled back");
+
+    // Once the process has gone, the apply goes through.
+    agent.restart_with_env(&[]);
+    let out = agent.ctl(&["apply", "-f", file]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
     // A profile applied from a file is re-applied from the journal at start-up.
@@ -170,10 +187,10 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     let out = agent.ctl(&["apply", "half-balanced", "--force"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(
-        err.contains("reset_gpu on GPU 5: In use by another client (held by PID 999)"),
-        "{err}"
-    );
+    // The simulated nvidia-smi refuses as the real one does ("In use by another
+    // client"); the agent adds what holds the GPU's device node.
+    assert!(err.contains("reset_gpu on GPU 5: In use by another client ("), "{err}");
+    assert!(err.contains("--gpu-reset -i 5 exited with status 255"), "{err}");
     assert!(err.contains("rolled back"), "{err}");
     assert_eq!(layout(&agent.status()), before);
 }
@@ -214,7 +231,7 @@ fn hooks_run_around_applies_that_change_something() {
     });
     assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
     assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
-    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "create_compute_instance:2")]);
+    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "nvmlGpuInstanceCreateComputeInstance:2")]);
     assert!(!agent.ctl(&["apply", "all-balanced"]).status.success());
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
@@ -310,8 +327,10 @@ fn a_failed_rollback_is_reported_and_finished_at_the_next_start() {
     let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
     let before = layout(&agent.status());
     // The apply fails at its third destroy; the rollback fails at its first create.
-    agent
-        .restart_with_env(&[("GPUSHARE_SIM_FAIL", "destroy_gpu_instance:3,create_gpu_instance:1")]);
+    agent.restart_with_env(&[(
+        "GPUSHARE_SIM_FAIL",
+        "nvmlGpuInstanceDestroy:3,nvmlDeviceCreateGpuInstanceWithPlacement:1",
+    )]);
     let out = agent.ctl(&["apply", "half-balanced"]);
     assert!(!out.status.success());
     let err = stderr(&out);
