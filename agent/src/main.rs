@@ -44,6 +44,11 @@ struct Args {
     #[arg(long)]
     check_catalog: bool,
 
+    /// Print what NVML answers about every GPU as JSON, read-only, and exit (to compare a
+    /// real driver's answers with the simulated driver's).
+    #[arg(long, hide = true)]
+    dump_nvml: bool,
+
     /// Write the man page gpushare-agent.8 into DIR and exit (for packaging).
     #[arg(long, value_name = "DIR", hide = true)]
     generate_man: Option<PathBuf>,
@@ -92,8 +97,13 @@ fn main() -> ExitCode {
         state_dir: args.state_dir,
         profiles_dir: args.profiles_dir,
     };
-    if args.check_catalog && settings.simulate.is_none() {
-        return check_catalog(Driver::Nvidia);
+    if settings.simulate.is_none() {
+        if args.check_catalog {
+            return check_catalog(Driver::Nvidia);
+        }
+        if args.dump_nvml {
+            return dump_nvml(Driver::Nvidia);
+        }
     }
     // SAFETY: no other thread runs yet: the async runtime starts below.
     let prepared = match unsafe { daemon::prepare(&settings) } {
@@ -105,6 +115,9 @@ fn main() -> ExitCode {
     };
     if args.check_catalog {
         return check_catalog(prepared.driver().clone());
+    }
+    if args.dump_nvml {
+        return dump_nvml(prepared.driver().clone());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -134,6 +147,20 @@ fn check_catalog(driver: Driver) -> ExitCode {
     {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("gpushare-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--dump-nvml`: what NVML answers about every GPU, as JSON, read-only.
+fn dump_nvml(driver: Driver) -> ExitCode {
+    match NvmlBackend::open(driver).and_then(|nvml| catalog_check::dump(&nvml)) {
+        Ok(doc) => {
+            println!("{doc:#}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
             ExitCode::FAILURE

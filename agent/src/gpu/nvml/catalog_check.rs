@@ -37,6 +37,42 @@ pub fn check(nvml: &NvmlBackend, mut say: impl FnMut(String)) -> Result<bool, Gp
     Ok(agrees)
 }
 
+/// What NVML answers about every GPU, read-only, as one JSON document: what the agent
+/// observes, the profile table with placements, the answer for each profile enum index
+/// up to 32, persistence mode and the device node. `gpushare-agent --dump-nvml` prints it,
+/// on a real host and on the simulated driver, so the two can be compared field by field
+/// (tests/device/compare-nvml.py).
+pub fn dump(nvml: &NvmlBackend) -> Result<serde_json::Value, GpuError> {
+    let mut gpus = Vec::new();
+    for gpu in &nvml.observe()? {
+        let table = nvml.profile_table(gpu.index).ok();
+        let answers: Vec<serde_json::Value> = nvml
+            .profile_enum_answers(gpu.index, 32)?
+            .into_iter()
+            .map(|(e, answer)| serde_json::json!({"enum": e, "answer": answer}))
+            .collect();
+        let (persistence, node) = nvml.persistence_and_node(gpu.index)?;
+        gpus.push(serde_json::json!({
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "pci_device_id": format!("{:#010X}", gpu.pci_device_id),
+            "model": gpu.model.map(|m| m.key),
+            "memory_total_bytes": gpu.memory_total_bytes,
+            "mig_enabled": gpu.mig_enabled,
+            "mig_pending": gpu.mig_pending,
+            "compute_mode": gpu.compute_mode,
+            "persistence_mode": persistence,
+            "device_node": node.ok(),
+            "instances": gpu.instances.len(),
+            "processes": gpu.processes.len(),
+            "profiles": table,
+            "profile_enum_answers": answers,
+        }));
+    }
+    Ok(serde_json::json!({ "gpus": gpus }))
+}
+
 /// One GPU-instance profile as NVML reports it (`nvidia-smi mig -lgip` and `-lgipp`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NvmlProfileInfo {

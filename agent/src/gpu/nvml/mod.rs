@@ -134,6 +134,34 @@ impl NvmlBackend {
         self.with_session(PROFILE_TABLE, Some(gpu), |s| s.profile_table(gpu))
     }
 
+    /// What the driver answers for each GPU-instance profile enum index below `ceiling`
+    /// (the versioned query with a v2 struct): `NVML_SUCCESS` or the error's name.
+    /// Read-only; for comparing a driver's answers with the simulated driver's.
+    pub fn profile_enum_answers(
+        &self,
+        gpu: u32,
+        ceiling: u32,
+    ) -> Result<Vec<(u32, &'static str)>, GpuError> {
+        self.with_session(PROFILE_TABLE, Some(gpu), |s| {
+            let device = s.device(PROFILE_TABLE, gpu)?;
+            let dev = device_handle(&device);
+            let raw = s.raw(PROFILE_TABLE, gpu);
+            Ok((0..ceiling).map(|e| (e, raw.gi_profile_answer(dev, e))).collect())
+        })
+    }
+
+    /// Whether each GPU is in persistence mode (`None` where it cannot tell), and its
+    /// device node. Read-only.
+    pub fn persistence_and_node(
+        &self,
+        gpu: u32,
+    ) -> Result<(Option<bool>, Result<String, String>), GpuError> {
+        self.with_session(PROFILE_TABLE, Some(gpu), |s| {
+            let on = s.persistence_mode(PROFILE_TABLE, gpu).ok();
+            Ok((on, s.device_node(PROFILE_TABLE, gpu)?))
+        })
+    }
+
     /// Runs `f` on the NVML session, under the read lock. Initializes NVML again first when
     /// a reset left the session closed (see [`NvmlBackend`]); a failure to do so is the
     /// error of `call` on `gpu`.

@@ -216,6 +216,18 @@ impl<'a> Raw<'a> {
         }
     }
 
+    /// The name of what the versioned profile query answers for an enum index.
+    pub(super) fn gi_profile_answer(&self, dev: nvmlDevice_t, nvml_enum: u32) -> &'static str {
+        let Ok(f) = nvml_sym(self.lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref()) else {
+            return "symbol missing";
+        };
+        let mut info = nvmlGpuInstanceProfileInfo_v2_t::zeroed();
+        info.version = struct_version(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>(), 2);
+        // SAFETY: as in `gi_profile_info_v2`.
+        let ret = unsafe { f(dev, nvml_enum, &mut info) };
+        super::errors::return_name(ret)
+    }
+
     pub(super) fn gi_profile_info_v1(
         &self,
         dev: nvmlDevice_t,
