@@ -7,3 +7,4 @@
 pub mod abi;
 pub mod faults;
 pub mod node;
+pub mod rules;
