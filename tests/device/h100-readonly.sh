@@ -5,7 +5,8 @@
 # before and after.
 #
 #   tests/device/h100-readonly.sh BIN_DIR [OUT_DIR]
-# BIN_DIR holds release builds of gpushare-agent, gpushare-ctl and gpushare-bench.
+# BIN_DIR holds release builds of gpushare-agent, gpushare-ctl and gpushare-bench, and the
+# simulated driver (libgpushare_sim_nvml.so) for the comparison with it.
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 out=${2:-$(mktemp -d)}
@@ -23,6 +24,17 @@ nvidia-smi --query-gpu=$query --format=csv | tee "$work/before.csv"
 
 step "gpushare-agent --check-catalog (NVML's MIG profile tables against the catalog)"
 "$bin/gpushare-agent" --check-catalog; echo "exit $?"
+
+step "gpushare-agent --check-catalog against the simulated driver (h100-80gb:1)"
+"$bin/gpushare-agent" --simulate h100-80gb:1 --state-dir "$work/sim" --config "$work/none.toml" \
+  --profiles-dir "$work/profiles.d" --check-catalog; echo "exit $?"
+
+step "NVML's answers, the real driver's against the simulated driver's (h100-80gb:1), field by field"
+"$bin/gpushare-agent" --dump-nvml >"$out/nvml-real.json"; echo "real: exit $?"
+"$bin/gpushare-agent" --simulate h100-80gb:1 --state-dir "$work/sim" --config "$work/none.toml" \
+  --profiles-dir "$work/profiles.d" --dump-nvml >"$out/nvml-simulated.json"; echo "simulated: exit $?"
+python3 "$root/tests/device/compare-nvml.py" "$out/nvml-real.json" "$out/nvml-simulated.json"
+echo "exit $?"
 
 step "agent on NVML, hands off, on a private bus"
 printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n' >"$work/agent.toml"
