@@ -35,9 +35,10 @@
 //! `GPU-00000000-0000-0000-0000-00000000000N`. Writing back keeps any other keys in the file.
 //! Invocations hold a lock (`<state file>.lock`) while they read and write it.
 //!
-//! Record (`GPUSHARE_FAKE_RECORD`): one line per invocation, `nvidia-smi` and its arguments
+//! Record (`GPUSHARE_SIM_RECORD`): one line per invocation, `nvidia-smi` and its arguments
 //! joined by spaces, e.g. `nvidia-smi compute-policy -i GPU-xxx --set-timeslice 2`.
 
+#[path = "../common.rs"]
 mod common;
 
 use std::ffi::OsString;
@@ -101,7 +102,7 @@ fake nvidia-smi (gpushare tests): the options the agent uses.
     -h, --help              Print this help.
     compute-policy          Control and list compute policies (compute-policy -h).
 
-State: $GPUSHARE_FAKE_NVIDIA_SMI_STATE; record: $GPUSHARE_FAKE_RECORD.
+State: $GPUSHARE_FAKE_NVIDIA_SMI_STATE; record: $GPUSHARE_SIM_RECORD.
 ";
 
 /// One GPU as the state file describes it.
