@@ -1,0 +1,3 @@
+//! The C ABI: nvml.h's types and the exported functions.
+
+pub mod types;

@@ -1,0 +1,588 @@
+//! The simulated node: its GPUs, MIG instances, compute processes and tool-call counters,
+//! and the JSON state file they persist to.
+//!
+//! Shared by the simulated driver (this crate's C ABI) and the simulated tools
+//! (`sim/tools`: `nvidia-smi`), which are separate processes changing the same node. Every
+//! change happens under an exclusive `flock` of `<state>.lock` and is written atomically
+//! (temporary file + rename), see [`NodeFile::update`].
+//!
+//! The serde field names are the file format the tools read: add fields with
+//! `#[serde(default)]`, never rename one.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use gpushare_catalog::{self as catalog, GpuModel};
+use serde::{Deserialize, Serialize};
+
+/// The environment variable naming the node's JSON state file.
+pub const STATE_ENV: &str = "GPUSHARE_SIM_STATE";
+/// The environment variable holding the node spec (`a100-40gb:8`, `h100-80gb:4,a30:2`).
+pub const NODE_ENV: &str = "GPUSHARE_SIM_NODE";
+
+/// NVML compute modes (`nvmlComputeMode_t`), as the state file writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeMode {
+    /// `NVML_COMPUTEMODE_DEFAULT` (0): any number of contexts.
+    #[default]
+    Default,
+    /// `NVML_COMPUTEMODE_PROHIBITED` (2): no contexts.
+    Prohibited,
+    /// `NVML_COMPUTEMODE_EXCLUSIVE_PROCESS` (3): one process.
+    ExclusiveProcess,
+}
+
+impl ComputeMode {
+    /// The `nvmlComputeMode_t` value.
+    pub fn nvml_value(self) -> u32 {
+        match self {
+            ComputeMode::Default => 0,
+            ComputeMode::Prohibited => 2,
+            ComputeMode::ExclusiveProcess => 3,
+        }
+    }
+
+    /// The mode of an `nvmlComputeMode_t` value; `None` for `EXCLUSIVE_THREAD` (1, support
+    /// removed from the driver) and values past `NVML_COMPUTEMODE_COUNT`.
+    pub fn from_nvml(value: u32) -> Option<Self> {
+        match value {
+            0 => Some(ComputeMode::Default),
+            2 => Some(ComputeMode::Prohibited),
+            3 => Some(ComputeMode::ExclusiveProcess),
+            _ => None,
+        }
+    }
+}
+
+/// The whole simulated node, as persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// One entry per GPU, by NVML index.
+    pub gpus: Vec<Gpu>,
+    /// Compute processes on the GPUs (from `GPUSHARE_SIM_PROCESSES`, set at each session).
+    #[serde(default)]
+    pub processes: Vec<Process>,
+    /// Calls of tool actions (`gpu-reset`, `set-timeslice`) counted for
+    /// `GPUSHARE_SIM_FAIL`, cleared when a driver session starts.
+    #[serde(default)]
+    pub tool_calls: BTreeMap<String, u32>,
+    /// The pid of the process whose first `nvmlInit` started the current session.
+    #[serde(default)]
+    pub session_pid: Option<u32>,
+    /// The last serial handed out to a GPU or compute instance; serials are never reused,
+    /// so a handle to a destroyed instance is recognized as stale, and MIG UUIDs change on
+    /// every creation.
+    #[serde(default)]
+    pub last_serial: u64,
+}
+
+/// One simulated GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// The catalog model key (`a100-40gb`).
+    pub model: String,
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, stable per model and index.
+    pub uuid: String,
+    /// `00000000:XX:00.0`.
+    pub pci_bus_id: String,
+    /// The minor number of `/dev/nvidiaN` (the index).
+    pub minor_number: u32,
+    /// The current MIG mode.
+    pub mig_enabled: bool,
+    /// The MIG mode that takes effect at the next reset (Ampere), when it differs.
+    #[serde(default)]
+    pub mig_pending: Option<bool>,
+    /// The compute mode.
+    pub compute_mode: ComputeMode,
+    /// Persistence mode; on by default (a host running nvidia-persistenced).
+    #[serde(default = "default_persistence_mode")]
+    pub persistence_mode: bool,
+    /// `nvidia-smi compute-policy --set-timeslice` value, 0 (default) to 3.
+    #[serde(default)]
+    pub timeslice: u8,
+    /// GPU resets so far.
+    #[serde(default)]
+    pub reset_count: u64,
+    /// The GPU instances.
+    #[serde(default)]
+    pub instances: Vec<GpuInstance>,
+}
+
+fn default_persistence_mode() -> bool {
+    true
+}
+
+/// One MIG GPU instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInstance {
+    /// The instance id within the GPU.
+    pub id: u32,
+    /// The GPU-instance profile id (nvidia-smi's, `ProfileInfo.id`).
+    pub profile_id: u32,
+    /// First memory slot.
+    pub start: u8,
+    /// Memory slots occupied.
+    pub size: u8,
+    /// Unique over the node's life (see [`Node::last_serial`]).
+    pub serial: u64,
+    /// The compute instances.
+    #[serde(default)]
+    pub compute_instances: Vec<ComputeInstance>,
+}
+
+/// One compute instance inside a GPU instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComputeInstance {
+    /// The instance id within the GPU instance.
+    pub id: u32,
+    /// The compute-instance profile id (the `NVML_COMPUTE_INSTANCE_PROFILE_*` enum it was
+    /// created from, as NVML's `ProfileInfo.id` is on real GPUs).
+    pub profile_id: u32,
+    /// First compute slice within the GPU instance.
+    #[serde(default)]
+    pub start: u8,
+    /// Compute slices occupied.
+    #[serde(default)]
+    pub size: u8,
+    /// `MIG-…`, new on every creation.
+    pub uuid: String,
+    /// Unique over the node's life.
+    pub serial: u64,
+}
+
+/// A compute process on a GPU, or inside one of its GPU instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    /// GPU index.
+    pub gpu: u32,
+    /// GPU instance id, when the process runs inside one.
+    #[serde(default)]
+    pub gpu_instance: Option<u32>,
+    /// Process id.
+    pub pid: u32,
+}
+
+/// Why `nvidia-smi --gpu-reset` refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResetRefused {
+    /// No GPU at that index.
+    NoSuchGpu,
+    /// Compute processes hold the GPU.
+    InUse {
+        /// Their pids.
+        pids: Vec<u32>,
+    },
+    /// Persistence mode is on: nvidia-persistenced keeps the GPU open ("In use by another
+    /// client").
+    PersistenceMode,
+}
+
+impl Gpu {
+    /// A fresh GPU of `model` at `index`: MIG off, default compute mode, persistence mode on.
+    pub fn new(model: &'static GpuModel, index: usize) -> Gpu {
+        Gpu {
+            model: model.key.to_string(),
+            uuid: format!(
+                "GPU-{}",
+                uuid_like(&[model.key.as_bytes(), &(index as u64).to_le_bytes()])
+            ),
+            pci_bus_id: format!("00000000:{:02X}:00.0", 0x1B + index),
+            minor_number: index as u32,
+            mig_enabled: false,
+            mig_pending: None,
+            compute_mode: ComputeMode::Default,
+            persistence_mode: default_persistence_mode(),
+            timeslice: 0,
+            reset_count: 0,
+            instances: Vec::new(),
+        }
+    }
+
+    /// The catalog model. The state file is checked to hold catalog keys when read.
+    pub fn model(&self) -> &'static GpuModel {
+        catalog::model_by_key(&self.model).expect("simulated GPU models are catalog keys")
+    }
+
+    /// The name NVML reports (`nvmlDeviceGetName`).
+    pub fn name(&self) -> &'static str {
+        self.model().nvml_name
+    }
+
+    /// The MIG mode after the next reset: the pending one, else the current one.
+    pub fn mig_mode_after_reset(&self) -> bool {
+        self.mig_pending.unwrap_or(self.mig_enabled)
+    }
+
+    /// The GPU instance with this id.
+    pub fn instance(&self, id: u32) -> Option<&GpuInstance> {
+        self.instances.iter().find(|gi| gi.id == id)
+    }
+}
+
+impl Node {
+    /// A fresh node of these GPUs (MIG off everywhere).
+    pub fn new(models: &[&'static GpuModel]) -> Node {
+        Node {
+            gpus: models.iter().enumerate().map(|(i, m)| Gpu::new(m, i)).collect(),
+            processes: Vec::new(),
+            tool_calls: BTreeMap::new(),
+            session_pid: None,
+            last_serial: 0,
+        }
+    }
+
+    /// The model keys, one per GPU.
+    pub fn models(&self) -> Vec<&str> {
+        self.gpus.iter().map(|g| g.model.as_str()).collect()
+    }
+
+    /// Whether the node holds exactly these models, in this order.
+    pub fn has_models(&self, models: &[&'static GpuModel]) -> bool {
+        self.gpus.len() == models.len()
+            && self.gpus.iter().zip(models).all(|(g, m)| g.model == m.key)
+    }
+
+    /// A new serial, never handed out before on this node.
+    pub fn next_serial(&mut self) -> u64 {
+        self.last_serial += 1;
+        self.last_serial
+    }
+
+    /// The pids of the compute processes on a GPU.
+    pub fn pids_on(&self, gpu: u32) -> Vec<u32> {
+        self.processes.iter().filter(|p| p.gpu == gpu).map(|p| p.pid).collect()
+    }
+
+    /// What `nvidia-smi --gpu-reset -i N` does.
+    ///
+    /// Refused while compute processes are on the GPU, or while persistence mode is on
+    /// (nvidia-persistenced keeps the GPU open: "In use by another client"). Otherwise a
+    /// pending MIG mode takes effect; the GPU and compute instances are gone (nvml.h,
+    /// `nvmlDeviceCreateGpuInstanceWithPlacement`: "If the parent device is unbound, reset
+    /// or the GPU instance is destroyed explicitly, the GPU instance handle would become
+    /// invalid. The GPU instance must be recreated to acquire a valid handle."); the
+    /// compute mode and the time-slice go back to their defaults; `reset_count` counts it.
+    pub fn reset_gpu(&mut self, index: usize) -> Result<(), ResetRefused> {
+        let gpu_index = index as u32;
+        let pids = self.pids_on(gpu_index);
+        let gpu = self.gpus.get_mut(index).ok_or(ResetRefused::NoSuchGpu)?;
+        if !pids.is_empty() {
+            return Err(ResetRefused::InUse { pids });
+        }
+        if gpu.persistence_mode {
+            return Err(ResetRefused::PersistenceMode);
+        }
+        if let Some(mode) = gpu.mig_pending.take() {
+            gpu.mig_enabled = mode;
+        }
+        gpu.instances.clear();
+        gpu.compute_mode = ComputeMode::Default;
+        gpu.timeslice = 0;
+        gpu.reset_count += 1;
+        Ok(())
+    }
+
+    /// What a reboot does: instances never survive it; the MIG mode does and a pending one
+    /// takes effect; compute modes, time-slices and persistence modes return to their
+    /// defaults; no process survives.
+    pub fn reboot(&mut self) {
+        for gpu in &mut self.gpus {
+            if let Some(mode) = gpu.mig_pending.take() {
+                gpu.mig_enabled = mode;
+            }
+            gpu.instances.clear();
+            gpu.compute_mode = ComputeMode::Default;
+            gpu.persistence_mode = default_persistence_mode();
+            gpu.timeslice = 0;
+        }
+        self.processes.clear();
+    }
+
+    /// Counts a call of a tool action for `GPUSHARE_SIM_FAIL` and returns its 1-based number.
+    pub fn count_tool_call(&mut self, name: &str) -> u32 {
+        let n = self.tool_calls.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// Checks what serde cannot: every model is a catalog key.
+    fn validate(&self) -> Result<(), String> {
+        for (i, gpu) in self.gpus.iter().enumerate() {
+            if catalog::model_by_key(&gpu.model).is_none() {
+                return Err(format!("GPU {i} has unknown model {:?}", gpu.model));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What identifies one version of the state file: device, inode, size and mtime in
+/// nanoseconds. Every write renames a new file into place, so the inode alone changes
+/// with every write; size and mtime guard against inode reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The node's state file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    path: PathBuf,
+}
+
+/// An exclusive `flock` of `<state>.lock`, released when dropped (closing the file).
+#[derive(Debug)]
+pub struct NodeLock {
+    _file: File,
+}
+
+impl NodeFile {
+    /// The state file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        NodeFile { path: path.into() }
+    }
+
+    /// The state file named by `GPUSHARE_SIM_STATE`.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var_os(STATE_ENV) {
+            Some(v) if !v.is_empty() => Ok(NodeFile::new(v)),
+            _ => Err(format!(
+                "{STATE_ENV} is not set: it names the simulated node's state file (gpushare-agent --simulate sets it)"
+            )),
+        }
+    }
+
+    /// The state file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `<state>.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".lock");
+        PathBuf::from(p)
+    }
+
+    /// Takes the exclusive lock, waiting for it.
+    pub fn lock(&self) -> Result<NodeLock, String> {
+        let lock_path = self.lock_path();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        loop {
+            // SAFETY: `file` is an open file whose descriptor stays valid for this call;
+            // flock has no memory effects.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                return Ok(NodeLock { _file: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != ErrorKind::Interrupted {
+                return Err(format!("{}: flock: {err}", lock_path.display()));
+            }
+        }
+    }
+
+    /// The current stamp of the file, `None` when it does not exist.
+    pub fn stamp(&self) -> Option<Stamp> {
+        let meta = std::fs::metadata(&self.path).ok()?;
+        Some(Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        })
+    }
+
+    /// Reads the node (without the lock: the file is only ever replaced whole).
+    pub fn read(&self) -> Result<Node, String> {
+        self.read_optional()?.ok_or_else(|| {
+            format!(
+                "no simulated node at {}: start gpushare-agent --simulate first",
+                self.path.display()
+            )
+        })
+    }
+
+    /// Reads the node; `None` when the file does not exist.
+    pub fn read_optional(&self) -> Result<Option<Node>, String> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+        };
+        let node: Node = serde_json::from_slice(&bytes).map_err(|e| {
+            format!("{}: unreadable simulated node state: {e}", self.path.display())
+        })?;
+        node.validate().map_err(|e| {
+            format!("{}: unreadable simulated node state: {e}", self.path.display())
+        })?;
+        Ok(Some(node))
+    }
+
+    /// Writes the node atomically: a temporary file in the same directory, then a rename.
+    /// Call it holding the lock.
+    pub fn write(&self, node: &Node) -> Result<(), String> {
+        let bytes = serde_json::to_vec_pretty(node).expect("the simulated node serializes");
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(format!(".tmp.{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.write_all(b"\n")?;
+            std::fs::rename(&tmp, &self.path)
+        })();
+        result.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("{}: {e}", self.path.display())
+        })
+    }
+
+    /// Under the exclusive lock: reads the node, runs `f`, and writes the node atomically
+    /// when `f` changed it. Errors when there is no node yet.
+    pub fn update<T>(&self, f: impl FnOnce(&mut Node) -> T) -> Result<T, String> {
+        let _lock = self.lock()?;
+        let mut node = self.read()?;
+        let before = node.clone();
+        let out = f(&mut node);
+        if node != before {
+            self.write(&node)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A UUID-shaped lowercase hex string derived from `parts` (FNV-1a 128, split 8-4-4-4-12),
+/// as the in-process simulator made them (same inputs, same UUIDs).
+pub fn uuid_like(parts: &[&[u8]]) -> String {
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for part in parts {
+        for b in part.iter().chain(b"|") {
+            h ^= u128::from(*b);
+            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013B);
+        }
+    }
+    let hex = format!("{h:032x}");
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_catalog::parse_node_spec;
+
+    fn a100(n: usize) -> Node {
+        Node::new(&parse_node_spec(&format!("a100-40gb:{n}")).unwrap())
+    }
+
+    #[test]
+    fn fresh_gpus_look_like_a_real_node() {
+        let node = a100(2);
+        let g = &node.gpus[1];
+        assert_eq!(g.name(), "NVIDIA A100-SXM4-40GB");
+        assert_eq!(g.minor_number, 1);
+        assert_eq!(g.pci_bus_id, "00000000:1C:00.0");
+        assert!(g.persistence_mode && !g.mig_enabled);
+        assert!(g.uuid.starts_with("GPU-") && g.uuid.len() == 40, "{}", g.uuid);
+        assert_eq!(g.uuid, a100(3).gpus[1].uuid, "stable per model and index");
+        assert_ne!(g.uuid, node.gpus[0].uuid);
+    }
+
+    #[test]
+    fn resets_are_refused_while_held_and_settle_pending_modes() {
+        let mut node = a100(2);
+        node.gpus[0].mig_pending = Some(true);
+        node.processes.push(Process { gpu: 0, gpu_instance: None, pid: 7 });
+        assert_eq!(node.reset_gpu(5), Err(ResetRefused::NoSuchGpu));
+        assert_eq!(node.reset_gpu(0), Err(ResetRefused::InUse { pids: vec![7] }));
+        node.processes.clear();
+        assert_eq!(node.reset_gpu(0), Err(ResetRefused::PersistenceMode));
+        node.gpus[0].persistence_mode = false;
+        node.gpus[0].compute_mode = ComputeMode::Prohibited;
+        node.reset_gpu(0).unwrap();
+        let g = &node.gpus[0];
+        assert!(g.mig_enabled && g.mig_pending.is_none());
+        assert_eq!((g.compute_mode, g.reset_count), (ComputeMode::Default, 1));
+    }
+
+    #[test]
+    fn a_reboot_drops_instances_and_restores_defaults() {
+        let mut node = a100(1);
+        node.gpus[0].mig_pending = Some(true);
+        node.gpus[0].persistence_mode = false;
+        node.gpus[0].timeslice = 2;
+        node.gpus[0].instances.push(GpuInstance {
+            id: 1,
+            profile_id: 19,
+            start: 0,
+            size: 1,
+            serial: 1,
+            compute_instances: Vec::new(),
+        });
+        node.processes.push(Process { gpu: 0, gpu_instance: Some(1), pid: 9 });
+        node.reboot();
+        let g = &node.gpus[0];
+        assert!(g.mig_enabled && g.instances.is_empty() && g.persistence_mode);
+        assert_eq!(g.timeslice, 0);
+        assert!(node.processes.is_empty());
+    }
+
+    #[test]
+    fn the_file_round_trips_under_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = NodeFile::new(dir.path().join("node.json"));
+        let err = file.read().unwrap_err();
+        assert!(err.starts_with("no simulated node at ") && err.ends_with("--simulate first"));
+        assert!(file.update(|_| ()).is_err());
+        let stamp0 = file.stamp();
+        assert!(stamp0.is_none());
+        file.write(&a100(2)).unwrap();
+        let stamp1 = file.stamp().unwrap();
+        assert_eq!(file.update(|n| n.count_tool_call("gpu-reset")).unwrap(), 1);
+        assert_eq!(file.update(|n| n.count_tool_call("gpu-reset")).unwrap(), 2);
+        assert_ne!(file.stamp().unwrap(), stamp1);
+        // An update that changes nothing does not write.
+        let stamp2 = file.stamp().unwrap();
+        file.update(|n| n.gpus.len()).unwrap();
+        assert_eq!(file.stamp().unwrap(), stamp2);
+        let node = file.read().unwrap();
+        assert_eq!(node.tool_calls["gpu-reset"], 2);
+        assert!(file.lock_path().exists());
+    }
+
+    #[test]
+    fn unknown_models_in_the_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = NodeFile::new(dir.path().join("node.json"));
+        let mut node = a100(1);
+        node.gpus[0].model = "v100".into();
+        file.write(&node).unwrap();
+        assert!(file.read().unwrap_err().contains("unknown model \"v100\""));
+    }
+
+    #[test]
+    fn compute_modes_map_to_nvml_values() {
+        for m in [ComputeMode::Default, ComputeMode::Prohibited, ComputeMode::ExclusiveProcess] {
+            assert_eq!(ComputeMode::from_nvml(m.nvml_value()), Some(m));
+        }
+        assert_eq!(ComputeMode::from_nvml(1), None);
+        assert_eq!(ComputeMode::from_nvml(4), None);
+        assert_eq!(
+            serde_json::to_string(&ComputeMode::ExclusiveProcess).unwrap(),
+            "\"exclusive_process\""
+        );
+    }
+}
