@@ -6,7 +6,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpushare_proto::types::{JobOutcome, ProfileDetail, ProfileList};
-use gpushare_tests::{Agent, AgentOptions, binary, ctl_error, stdout, temp_file, text};
+use gpushare_tests::{
+    Agent, AgentOptions, SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV, binary, ctl_error, stdout, temp_file,
+    text,
+};
 
 /// A second agent on the same bus (its own state directory) is refused the name and
 /// exits; the first keeps it and answers.
@@ -61,10 +64,10 @@ fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> std::
 /// not MIG alone; status says why.
 #[test]
 fn a_malformed_configuration_stops_every_change_and_status_says_why() {
-    // The fake nvidia-smi is what a host's PATH would find: a change would reach it.
+    // The simulated nvidia-smi is what a host's PATH would find: a change would reach it.
     let tools = tempfile::tempdir().unwrap();
-    let fake_smi = binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN");
-    std::os::unix::fs::symlink(fake_smi, tools.path().join("nvidia-smi")).unwrap();
+    let sim_smi = binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV);
+    std::os::unix::fs::symlink(sim_smi, tools.path().join("nvidia-smi")).unwrap();
     let path = format!("{}:{}", tools.path().display(), std::env::var("PATH").unwrap());
     let agent = Agent::start(
         AgentOptions::simulate("a100-40gb:2")
@@ -79,7 +82,7 @@ fn a_malformed_configuration_stops_every_change_and_status_says_why() {
         assert!(error.message.contains("agent.toml:2:"), "names the place: {error:?}");
         assert!(!error.message.contains("manage_mig"), "{error:?}");
     }
-    assert!(!agent.fake_record().contains("set-timeslice"), "{}", agent.fake_record());
+    assert!(!agent.sim_record().contains("set-timeslice"), "{}", agent.sim_record());
     assert!(agent.mps_servers().is_empty());
     let status = agent.status();
     let why = status.hands_off.expect("status says the agent is hands-off");

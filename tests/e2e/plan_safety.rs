@@ -4,22 +4,20 @@
 
 use gpushare_proto::Strategy;
 use gpushare_proto::types::PlanReport;
-use gpushare_tests::{Agent, AgentOptions, binary, ctl_error, reason_lines, stderr, stdout, text};
+use gpushare_tests::{
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, binary, ctl_error, reason_lines,
+    stderr, stdout, text,
+};
 
-/// The time-slice intervals the fake nvidia-smi holds for the node's GPUs, one word each
-/// (`Default`, …); the fake lists eight GPUs whatever the node has.
+/// The time-slice intervals the simulated nvidia-smi reads from the agent's simulated node
+/// (`compute-policy -l`), one word per GPU (`Default`, …).
 fn intervals(agent: &Agent) -> Vec<String> {
-    let gpus = agent.status().gpus.len();
-    let smi = std::process::Command::new(binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN"))
-        .args(["compute-policy", "-l"])
-        .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", agent.dir.path().join("fake-nvidia-smi.json"))
-        .output()
-        .unwrap();
+    let smi = agent.nvidia_smi(&["compute-policy", "-l"]);
+    assert!(smi.status.success(), "{}", text(&smi));
     stdout(&smi)
         .lines()
         .filter(|l| l.contains("Timeslice"))
         .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
-        .take(gpus)
         .collect()
 }
 
@@ -31,7 +29,7 @@ fn mps_after_time_slicing_returns_the_interval_to_default() {
     assert_eq!(intervals(&agent), ["Medium", "Medium"]);
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(intervals(&agent), ["Default", "Default"], "{}", agent.fake_record());
+    assert_eq!(intervals(&agent), ["Default", "Default"], "{}", agent.sim_record());
     for gpu in agent.status().gpus {
         assert_eq!(gpu.sharing.strategy, Strategy::Mps.as_str(), "{gpu:?}");
         assert_eq!(gpu.sharing.interval, None, "{gpu:?}");
@@ -42,11 +40,7 @@ fn mps_after_time_slicing_returns_the_interval_to_default() {
     let out = agent.ctl(&["assert", "all-time-sliced"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     // The interval set by hand under MPS is noticed and undone too.
-    let smi = std::process::Command::new(binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN"))
-        .args(["compute-policy", "-i", "1", "--set-timeslice", "3"])
-        .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", agent.dir.path().join("fake-nvidia-smi.json"))
-        .output()
-        .unwrap();
+    let smi = agent.nvidia_smi(&["compute-policy", "-i", "1", "--set-timeslice", "3"]);
     assert!(smi.status.success(), "{}", text(&smi));
     let out = agent.ctl(&["assert", "all-mps"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -58,16 +52,13 @@ fn mps_after_time_slicing_returns_the_interval_to_default() {
     assert_eq!(intervals(&agent), ["Default", "Default"]);
 }
 
-/// Connects the fake CUDA client `pid` to the MPS server of pipe directory `pipe`.
+/// Connects the simulated CUDA client `pid` to the MPS server of pipe directory `pipe`.
 fn connect_client(pipe: &str, pid: u32) {
-    let client = std::process::Command::new(binary(
-        "fake-nvidia-cuda-mps-control",
-        "GPUSHARE_FAKE_MPS_CONTROL_BIN",
-    ))
-    .args(["--fake-client", &pid.to_string()])
-    .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
-    .output()
-    .unwrap();
+    let client = std::process::Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", &pid.to_string()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .output()
+        .unwrap();
     assert!(client.status.success(), "{}", text(&client));
 }
 
@@ -86,7 +77,7 @@ fn assert_refused_for_clients(agent: &Agent, args: &[&str], pids: &str) {
     assert_eq!(ctl_error(&agent.ctl(&json)).name, "io.gpushare.Agent1.Error.GpuBusy");
     assert_eq!(agent.mps_servers(), servers, "the servers must be untouched");
     assert_eq!(agent.status(), status, "the GPUs must be untouched");
-    assert!(!agent.fake_record().contains("cmd=quit"), "{}", agent.fake_record());
+    assert!(!agent.sim_record().contains("cmd=quit"), "{}", agent.sim_record());
 }
 
 #[test]
@@ -186,14 +177,10 @@ fn memory_limits_larger_than_the_device_are_refused() {
         &["mps", "limit", "--pid", "4242", "--memory", "999TiB"],
         &["999 TiB", "40 GiB", "GPU 0 (A100-SXM4-40GB)"],
     );
-    assert!(
-        !agent.fake_record().contains("set_device_pinned_mem_limit"),
-        "{}",
-        agent.fake_record()
-    );
+    assert!(!agent.sim_record().contains("set_device_pinned_mem_limit"), "{}", agent.sim_record());
     let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--memory", "40GiB"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(agent.fake_record().contains("0 40G"), "{}", agent.fake_record());
+    assert!(agent.sim_record().contains("0 40G"), "{}", agent.sim_record());
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! MPS and time-slicing end to end, with the fake MPS control daemon and the fake
-//! nvidia-smi under `tests/fakes/` standing in for NVIDIA's (they speak the same protocol
+//! MPS and time-slicing end to end, with the simulated MPS control daemon and the simulated
+//! nvidia-smi of crate gpushare-sim-tools standing in for NVIDIA's (they speak the same protocol
 //! and record what they were asked).
 
 use std::os::unix::fs::PermissionsExt;
@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use gpushare_proto::types::PlanReport;
 use gpushare_proto::{ServerState, Strategy};
-use gpushare_tests::{Agent, AgentOptions, binary, stderr, stdout, text, wait_for};
+use gpushare_tests::{
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, binary, stderr, stdout, text,
+    wait_for,
+};
 
 /// Every GPU back to plain: no server, no server directory, default compute mode and
 /// time-slice interval.
@@ -22,11 +25,8 @@ fn assert_nothing_left(agent: &Agent) {
         assert_eq!(gpu.compute_mode, "default", "{gpu:?}");
         assert_eq!(gpu.sharing.strategy, Strategy::Exclusive.as_str(), "{gpu:?}");
     }
-    let smi = std::process::Command::new(binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN"))
-        .args(["compute-policy", "-l"])
-        .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", agent.dir.path().join("fake-nvidia-smi.json"))
-        .output()
-        .unwrap();
+    let smi = agent.nvidia_smi(&["compute-policy", "-l"]);
+    assert!(smi.status.success(), "{}", text(&smi));
     let table = stdout(&smi);
     assert!(
         !table.contains("Short") && !table.contains("Medium") && !table.contains("Long"),
@@ -55,7 +55,7 @@ fn all_mps_runs_one_server_per_gpu_with_limits_read_back() {
         let mode = std::fs::metadata(pipe).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o755, "the pipe directory is open to clients only after the limits");
     }
-    let record = agent.fake_record();
+    let record = agent.sim_record();
     for line in [
         "set_default_active_thread_percentage 25",
         "get_default_active_thread_percentage",
@@ -75,7 +75,7 @@ fn all_mps_runs_one_server_per_gpu_with_limits_read_back() {
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_nothing_left(&agent);
-    assert_eq!(agent.fake_record().matches("cmd=quit").count(), 2, "{}", agent.fake_record());
+    assert_eq!(agent.sim_record().matches("cmd=quit").count(), 2, "{}", agent.sim_record());
 }
 
 #[test]
@@ -90,14 +90,14 @@ fn time_slicing_sets_and_restores_the_interval() {
         assert_eq!(gpu.compute_mode, "default");
     }
     assert_eq!(
-        agent.fake_record().matches("--set-timeslice 2").count(),
+        agent.sim_record().matches("--set-timeslice 2").count(),
         2,
         "{}",
-        agent.fake_record()
+        agent.sim_record()
     );
     assert!(!agent.ctl_doc::<PlanReport>(&["plan", "all-time-sliced"]).changes);
     assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
-    assert_eq!(agent.fake_record().matches("--set-timeslice 0").count(), 2);
+    assert_eq!(agent.sim_record().matches("--set-timeslice 0").count(), 2);
     assert_nothing_left(&agent);
 }
 
@@ -131,11 +131,7 @@ fn mps_on_mig_instances_and_switching_back_leaves_nothing_behind() {
         assert_eq!(server.pinned_memory_limit_bytes, Some((19968u64 << 20) / 2));
         // MPS on an instance leaves the GPU's compute mode alone.
         assert_eq!(status.gpus[i].compute_mode, "default");
-        assert!(
-            agent.fake_record().contains(&format!("visible={uuid}")),
-            "{}",
-            agent.fake_record()
-        );
+        assert!(agent.sim_record().contains(&format!("visible={uuid}")), "{}", agent.sim_record());
     }
     for next in ["all-mps", "all-time-sliced", "layered", "all-disabled"] {
         let out = agent.ctl(&["apply", next]);
@@ -150,7 +146,7 @@ fn a_killed_server_is_restarted_with_its_limits() {
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let before = agent.mps_servers()[0].clone();
     let pid = before.pid.expect("the server's pid") as i32;
-    // SAFETY: kill(2) on the fake daemon this test's agent started.
+    // SAFETY: kill(2) on the simulated daemon this test's agent started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     // Restarted: a new daemon runs, and its pipe directory is open to clients again, which
     // the agent does only once the limits are set and read back.
@@ -168,7 +164,7 @@ fn a_killed_server_is_restarted_with_its_limits() {
     assert_eq!(after.restarts, 1);
     assert_eq!(after.active_thread_percentage, before.active_thread_percentage);
     assert_eq!(after.pinned_memory_limit_bytes, before.pinned_memory_limit_bytes);
-    let record = agent.fake_record();
+    let record = agent.sim_record();
     assert_eq!(record.matches("set_default_active_thread_percentage 25").count(), 2, "{record}");
     // A quarter of the H100's 81559 MiB.
     assert_eq!(
@@ -194,19 +190,16 @@ fn clients_are_listed_and_limited() {
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let pipe = agent.mps_servers()[0].pipe_directory.clone();
-    let client = std::process::Command::new(binary(
-        "fake-nvidia-cuda-mps-control",
-        "GPUSHARE_FAKE_MPS_CONTROL_BIN",
-    ))
-    .args(["--fake-client", "4242"])
-    .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
-    .output()
-    .unwrap();
+    let client = std::process::Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", "4242"])
+        .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+        .output()
+        .unwrap();
     assert!(client.status.success(), "{}", text(&client));
     assert_eq!(agent.mps_servers()[0].clients, [4242]);
     let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--threads", "10", "--memory", "1GiB"]);
     assert!(out.status.success(), "{}", text(&out));
-    let record = agent.fake_record();
+    let record = agent.sim_record();
     assert!(record.contains("set_active_thread_percentage"), "{record}");
     assert!(record.contains("set_device_pinned_mem_limit"), "{record}");
     let out = agent.ctl(&["mps", "limit", "--pid", "999", "--threads", "10"]);

@@ -1,8 +1,9 @@
 //! Harness for the end-to-end tests: a private `dbus-daemon`, `gpushare-agent` on
 //! simulated GPUs, and `gpushare-ctl` run as a user runs it.
 //!
-//! The binaries are taken from `GPUSHARE_AGENT_BIN` / `GPUSHARE_CTL_BIN` when set (to test
-//! installed ones), else from the cargo target directory beside the test executable
+//! The binaries are taken from `GPUSHARE_AGENT_BIN` / `GPUSHARE_CTL_BIN` (and the simulated
+//! NVIDIA tools from `GPUSHARE_SIM_NVIDIA_SMI_BIN` / `GPUSHARE_SIM_MPS_CONTROL_BIN`) when set
+//! (to test installed ones), else from the cargo target directory beside the test executable
 //! (`cargo test --workspace` builds them).
 
 use std::io::{BufRead, BufReader};
@@ -20,6 +21,17 @@ use tempfile::TempDir;
 pub const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
 /// Instance profiles of `half-balanced`/`all-balanced` on an H100-80GB, sorted.
 pub const BALANCED_H100: [&str; 4] = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"];
+
+/// The simulated nvidia-smi's binary (crate gpushare-sim-tools).
+pub const SIM_NVIDIA_SMI: &str = "gpushare-sim-nvidia-smi";
+/// The variable naming another simulated nvidia-smi to run (an installed one).
+pub const SIM_NVIDIA_SMI_ENV: &str = "GPUSHARE_SIM_NVIDIA_SMI_BIN";
+/// The simulated nvidia-cuda-mps-control's binary (crate gpushare-sim-tools).
+pub const SIM_MPS_CONTROL: &str = "gpushare-sim-nvidia-cuda-mps-control";
+/// The variable naming another simulated nvidia-cuda-mps-control to run.
+pub const SIM_MPS_CONTROL_ENV: &str = "GPUSHARE_SIM_MPS_CONTROL_BIN";
+/// The simulated node's file in the agent's state directory.
+pub const SIM_STATE_FILE: &str = "simulated-gpus.json";
 
 /// Path of a workspace binary.
 pub fn binary(name: &str, env: &str) -> PathBuf {
@@ -160,7 +172,8 @@ impl Agent {
         for (name, text) in &options.profiles {
             std::fs::write(dir.path().join("profiles.d").join(name), text).unwrap();
         }
-        std::fs::write(dir.path().join("agent.toml"), with_fakes(&options, dir.path())).unwrap();
+        std::fs::write(dir.path().join("agent.toml"), with_sim_tools(&options, dir.path()))
+            .unwrap();
         let mut agent = Agent { child: None, options, dir, bus: Bus::start() };
         agent.spawn();
         agent
@@ -180,8 +193,7 @@ impl Agent {
             .arg(d.join("profiles.d"))
             .arg("--config")
             .arg(d.join("agent.toml"))
-            .env("GPUSHARE_FAKE_RECORD", d.join("fake-record.log"))
-            .env("GPUSHARE_FAKE_NVIDIA_SMI_STATE", d.join("fake-nvidia-smi.json"))
+            .env("GPUSHARE_SIM_RECORD", d.join("sim-record.log"))
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .env("GPUSHARE_LOG", "warn")
             .stdout(Stdio::null())
@@ -268,9 +280,28 @@ impl Agent {
         None
     }
 
-    /// What the fake tools were asked, one line each.
-    pub fn fake_record(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("fake-record.log")).unwrap_or_default()
+    /// What the simulated NVIDIA tools were asked, one line each (`GPUSHARE_SIM_RECORD`).
+    pub fn sim_record(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sim-record.log")).unwrap_or_default()
+    }
+
+    /// The simulated node's file, `<state-dir>/simulated-gpus.json`: what the agent on
+    /// `--simulate` exports as `GPUSHARE_SIM_STATE` to the tools it runs.
+    pub fn sim_state(&self) -> PathBuf {
+        self.dir.path().join("state").join(SIM_STATE_FILE)
+    }
+
+    /// The simulated `nvidia-smi` with `args`, on this agent's simulated node, as a person
+    /// at the host runs it: not recorded in [`Agent::sim_record`], no injected failures.
+    pub fn nvidia_smi(&self, args: &[&str]) -> Output {
+        Command::new(binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV))
+            .args(args)
+            .env("GPUSHARE_SIM_STATE", self.sim_state())
+            .env_remove("GPUSHARE_SIM_RECORD")
+            .env_remove("GPUSHARE_SIM_FAIL")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the simulated nvidia-smi runs")
     }
 
     /// The MPS server directories' root.
@@ -341,14 +372,15 @@ impl Drop for Agent {
     }
 }
 
-/// The agent.toml text: the test's own, plus the fake MPS control daemon and nvidia-smi
-/// (tests never run the real ones) with the server directories inside `dir`.
-fn with_fakes(options: &AgentOptions, dir: &Path) -> String {
+/// The agent.toml text: the test's own, plus the simulated MPS control daemon and
+/// nvidia-smi of this build (tests never run the real ones, nor installed simulated ones
+/// unless `GPUSHARE_SIM_*_BIN` say so) with the server directories inside `dir`.
+fn with_sim_tools(options: &AgentOptions, dir: &Path) -> String {
     let mut config = options.config.clone().unwrap_or_default();
     if !config.contains("[mps]") {
         config.push_str(&format!(
             "\n[mps]\ncontrol = {:?}\nroot = {:?}\nhealth_interval_seconds = 1\n",
-            binary("fake-nvidia-cuda-mps-control", "GPUSHARE_FAKE_MPS_CONTROL_BIN"),
+            binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV),
             dir.join("mps"),
         ));
     }
@@ -359,7 +391,7 @@ fn with_fakes(options: &AgentOptions, dir: &Path) -> String {
     if !config.contains("[timeslice]") {
         config.push_str(&format!(
             "\n[timeslice]\nnvidia_smi = {:?}\n",
-            binary("fake-nvidia-smi", "GPUSHARE_FAKE_NVIDIA_SMI_BIN")
+            binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV)
         ));
     }
     config

@@ -28,7 +28,7 @@ struct Server {
 #[derive(Debug, Clone, PartialEq)]
 pub struct State {
     control_pid: u32,
-    /// The user a fake client runs as (the daemon's).
+    /// The user a simulated client runs as (the daemon's).
     uid: u32,
     /// The control socket's path, as the server log names it.
     socket: String,

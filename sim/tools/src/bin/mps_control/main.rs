@@ -1,15 +1,17 @@
-//! `fake-nvidia-cuda-mps-control`: a stand-in for NVIDIA's `nvidia-cuda-mps-control` in the
-//! tests, which run without a GPU. It answers as the real control daemon of driver 580 / CUDA
-//! 13 answered on an H100 (tests/device/results/mps-probe-h100-2026-11-22.txt and the
-//! `control.log` that probe produced), and records what it was asked.
+//! `gpushare-sim-nvidia-cuda-mps-control`: the simulated `nvidia-cuda-mps-control`, part of
+//! gpushare's simulator (`gpushare-agent --simulate`, the tests, hosts without a GPU; the
+//! package installs it as `/usr/lib/gpushare/sim/nvidia-cuda-mps-control`). It answers as
+//! NVIDIA's control daemon of driver 580 / CUDA 13 answered on an H100
+//! (tests/device/results/mps-probe-h100-2026-11-22.txt and the `control.log` that probe
+//! produced), and records what it was asked.
 //!
 //! ```text
-//! fake-nvidia-cuda-mps-control -d      start the control daemon in the background
-//! fake-nvidia-cuda-mps-control -f      run the control daemon in the foreground
-//! fake-nvidia-cuda-mps-control         client: commands on stdin, answers on stdout
-//! fake-nvidia-cuda-mps-control -h      help
-//! fake-nvidia-cuda-mps-control --fake-client PID       (test only) client PID connects
-//! fake-nvidia-cuda-mps-control --fake-client-exit PID  (test only) client PID exits
+//! gpushare-sim-nvidia-cuda-mps-control -d      start the control daemon in the background
+//! gpushare-sim-nvidia-cuda-mps-control -f      run the control daemon in the foreground
+//! gpushare-sim-nvidia-cuda-mps-control         client: commands on stdin, answers on stdout
+//! gpushare-sim-nvidia-cuda-mps-control -h      help
+//! gpushare-sim-nvidia-cuda-mps-control --fake-client PID       (simulator only) client PID connects
+//! gpushare-sim-nvidia-cuda-mps-control --fake-client-exit PID  (simulator only) client PID exits
 //! ```
 //!
 //! As the real one, it takes the pipe directory from `CUDA_MPS_PIPE_DIRECTORY` (default
@@ -21,15 +23,15 @@
 //! `-f` it also prints them on stdout. `-d` returns once the socket and the PID file exist,
 //! the socket first. The daemon exits on `quit` (removing its PID file and socket), on
 //! SIGTERM or SIGINT (the same), and by itself within 200 ms when its pipe directory is
-//! deleted or replaced, so tests do not leak processes.
+//! deleted or replaced, so that simulated nodes (and tests) do not leak processes.
 //!
-//! Fake clients: CI has no CUDA, so no real client ever connects. `--fake-client PID` makes
+//! Simulated clients: without CUDA no real client ever connects. `--fake-client PID` makes
 //! the daemon act as when the CUDA client `PID` connects: it starts its one MPS server, with
 //! the default limits set at that time, and lists `PID` as that server's client;
 //! `--fake-client-exit PID` makes the client leave (the server stays, as the real one does).
 //! The server is not a process: its PID is the daemon's PID + 1, a number only.
 //!
-//! Record lines (appended to the file named by `GPUSHARE_FAKE_RECORD`):
+//! Record lines (appended to the file named by `GPUSHARE_SIM_RECORD`):
 //!
 //! ```text
 //! mps-control daemon pipe=<dir> visible=<CUDA_VISIBLE_DEVICES or (unset)>
@@ -40,16 +42,17 @@
 //! mps-control pipe=<dir> fake-client-exit=<pid>
 //! ```
 //!
-//! Between client and daemon the fake speaks its own protocol, not NVIDIA's: one command per
-//! line, each answered by the answer's lines and then a line holding only U+0004.
+//! Between client and daemon the simulator speaks its own protocol, not NVIDIA's: one
+//! command per line, each answered by the answer's lines and then a line holding only U+0004.
 //!
 //! The code: `main.rs` reads the command line and runs the mode it asks for; `state.rs` is
 //! the simulated daemon and its answers; `daemon.rs` serves them on the control socket;
 //! `client.rs` asks them; `pipe_dir.rs` owns the PID file and the socket's name;
-//! `log_line.rs` writes the real log format; `protocol.rs` is the client-daemon protocol.
+//! `log_line.rs` writes the real log format; `protocol.rs` is the client-daemon protocol;
+//! `../../common.rs` (shared with the simulated nvidia-smi) writes the record.
 
 mod client;
-#[path = "../common.rs"]
+#[path = "../../common.rs"]
 mod common;
 mod daemon;
 mod log_line;
@@ -77,7 +80,7 @@ const EXIT_ALREADY_RUNNING: u8 = 3;
 
 const ALREADY_RUNNING: &str = "An instance of this daemon is already running";
 
-/// The real tool's `-h` (the probe's first 20 lines), then the commands this fake knows.
+/// The real tool's `-h` (the probe's first 20 lines), then the commands this simulation knows.
 const HELP: &str = "\
 CUDA MPS Control for Linux/Unix/QNX.
 Copyright (C) 2003 - 2025 NVIDIA Corporation.
@@ -99,11 +102,11 @@ COMMAND:
                        Terminate the controller
   get_server_list
                        Print out a list of servers
-  (fake) also: get_server_status, get_client_list, get_device_client_list, ps,
+  (simulated) also: get_server_status, get_client_list, get_device_client_list, ps,
   set_/get_default_active_thread_percentage, set_/get_active_thread_percentage,
   set_/get_default_device_pinned_mem_limit, set_/get_device_pinned_mem_limit,
   terminate_client, set_/get_default_client_priority
-  (fake, test only) --fake-client PID, --fake-client-exit PID
+  (simulator only) --fake-client PID, --fake-client-exit PID
 ";
 
 /// Set by SIGTERM / SIGINT.
@@ -207,11 +210,14 @@ fn run_daemon(env: &Env, echo: bool, already_running_status: u8) -> u8 {
         Ok(_) => 0,
         Err(ServeError::AlreadyRunning(pid)) => {
             println!("{ALREADY_RUNNING}");
-            eprintln!("fake nvidia-cuda-mps-control: daemon {pid} owns {}", env.pipe_dir.display());
+            eprintln!(
+                "simulated nvidia-cuda-mps-control: daemon {pid} owns {}",
+                env.pipe_dir.display()
+            );
             already_running_status
         }
         Err(ServeError::Io(e)) => {
-            eprintln!("fake nvidia-cuda-mps-control: cannot start the daemon: {e}");
+            eprintln!("simulated nvidia-cuda-mps-control: cannot start the daemon: {e}");
             1
         }
     }
@@ -227,7 +233,7 @@ fn start_background(env: &Env) -> u8 {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
-            eprintln!("fake nvidia-cuda-mps-control: cannot find its own binary: {e}");
+            eprintln!("simulated nvidia-cuda-mps-control: cannot find its own binary: {e}");
             return 1;
         }
     };
@@ -243,7 +249,7 @@ fn start_background(env: &Env) -> u8 {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("fake nvidia-cuda-mps-control: cannot start the daemon: {e}");
+            eprintln!("simulated nvidia-cuda-mps-control: cannot start the daemon: {e}");
             return 1;
         }
     };
@@ -256,12 +262,14 @@ fn start_background(env: &Env) -> u8 {
             if status.code() == Some(i32::from(EXIT_ALREADY_RUNNING)) {
                 println!("{ALREADY_RUNNING}");
             } else {
-                eprintln!("fake nvidia-cuda-mps-control: the daemon exited at start ({status})");
+                eprintln!(
+                    "simulated nvidia-cuda-mps-control: the daemon exited at start ({status})"
+                );
             }
             return 1;
         }
         if Instant::now() > deadline {
-            eprintln!("fake nvidia-cuda-mps-control: the daemon did not start within 10 s");
+            eprintln!("simulated nvidia-cuda-mps-control: the daemon did not start within 10 s");
             return 1;
         }
         std::thread::sleep(Duration::from_millis(2));

@@ -47,7 +47,7 @@ fn converse(
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return 0,
                 Ok(_) => {}
                 Err(e) => {
-                    let _ = writeln!(out, "fake nvidia-cuda-mps-control: no answer: {e}");
+                    let _ = writeln!(out, "simulated nvidia-cuda-mps-control: no answer: {e}");
                     return 1;
                 }
             }

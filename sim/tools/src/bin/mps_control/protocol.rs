@@ -1,4 +1,4 @@
-//! The fake's own client-daemon protocol: a command per line, each answer ended by U+0004.
+//! The simulator's own client-daemon protocol: a command per line, each answer ended by U+0004.
 
 /// Ends each answer on the socket.
 pub const END_OF_ANSWER: &str = "\u{4}";

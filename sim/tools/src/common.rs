@@ -1,8 +1,8 @@
-//! What both fake NVIDIA tools share: the record of what they were asked.
+//! What both simulated NVIDIA tools share: the record of what they were asked.
 //!
-//! Each fake appends one line per invocation or command to the file named by
-//! `GPUSHARE_FAKE_RECORD` (nothing is recorded when it is unset or empty). A line is written
-//! with a single `write` on a file opened for appending, so lines from fakes running at the
+//! Each simulated tool appends one line per invocation or command to the file named by
+//! `GPUSHARE_SIM_RECORD` (nothing is recorded when it is unset or empty). A line is written
+//! with a single `write` on a file opened for appending, so lines from tools running at the
 //! same time do not interleave.
 
 use std::fs::OpenOptions;
@@ -10,15 +10,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the record file.
-pub const RECORD_ENV: &str = "GPUSHARE_FAKE_RECORD";
+pub const RECORD_ENV: &str = "GPUSHARE_SIM_RECORD";
 
-/// The record file named by `GPUSHARE_FAKE_RECORD`, when it is set and not empty.
+/// The record file named by `GPUSHARE_SIM_RECORD`, when it is set and not empty.
 pub fn record_path_from_env() -> Option<PathBuf> {
     std::env::var_os(RECORD_ENV).filter(|p| !p.is_empty()).map(PathBuf::from)
 }
 
 /// Appends `line` to the record file `path` (nothing when `path` is `None`). A failure is
-/// reported on stderr and otherwise ignored: the fake still does what it was asked.
+/// reported on stderr and otherwise ignored: the tool still does what it was asked.
 pub fn record(path: Option<&Path>, line: &str) {
     let Some(path) = path else { return };
     let mut text = String::with_capacity(line.len() + 1);
@@ -30,6 +30,6 @@ pub fn record(path: Option<&Path>, line: &str) {
         .open(path)
         .and_then(|mut file| file.write_all(text.as_bytes()));
     if let Err(e) = written {
-        eprintln!("fake NVIDIA tool: cannot append to {RECORD_ENV}={}: {e}", path.display());
+        eprintln!("simulated NVIDIA tool: cannot append to {RECORD_ENV}={}: {e}", path.display());
     }
 }
