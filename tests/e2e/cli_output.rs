@@ -281,10 +281,9 @@ fn env_of_a_gpu_with_mig_on_names_its_instances_instead() {
 #[test]
 fn a_failed_step_is_named_with_sizes_written_as_everywhere_else() {
     let root = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[mps]\ncontrol = \"/nonexistent/nvidia-cuda-mps-control\"\nroot = {:?}\n",
-        root.path()
-    );
+    // A control program that runs but fails: the step fails (a missing one is refused
+    // before any step, see sharing.rs).
+    let config = format!("[mps]\ncontrol = \"/bin/false\"\nroot = {:?}\n", root.path());
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
     let out = agent.ctl(&["apply", "all-mps"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

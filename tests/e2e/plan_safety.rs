@@ -279,3 +279,28 @@ fn mig_parted_entries_naming_gpus_this_node_lacks_are_refused() {
     let out = agent.ctl(&["plan", "-f", nvidia.to_str().unwrap(), "-c", "all-balanced"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// Hopper's 1g.20gb GPU instance offers two one-slice compute-instance profiles: 1_SLICE
+/// (16 SMs) and 1_SLICE_REV1 (all 26). The agent must create the one that spans the GPU
+/// instance, as the simulated driver records it (issue 11, item 2).
+#[test]
+fn a_hopper_1g_20gb_instance_gets_all_its_sms() {
+    let profile = "name = \"wide-1g\"\n[[gpu]]\nselect = \"all\"\nmig = { \"1g.20gb\" = 2 }\n";
+    let agent =
+        Agent::start(AgentOptions::simulate("h100-80gb:1").profile("wide-1g.toml", profile));
+    let out = agent.ctl(&["apply", "wide-1g"]);
+    assert!(out.status.success(), "{}", gpushare_tests::text(&out));
+    let node: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(agent.dir.path().join("state/simulated-gpus.json")).unwrap(),
+    )
+    .unwrap();
+    let cis: Vec<u64> = node["gpus"][0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|gi| gi["compute_instances"].as_array().unwrap().clone())
+        .map(|ci| ci["profile_id"].as_u64().unwrap())
+        .collect();
+    // NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 = 7 (nvml.h); 1_SLICE would be 0.
+    assert_eq!(cis, vec![7, 7], "{node:#}");
+}

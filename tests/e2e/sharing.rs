@@ -233,3 +233,72 @@ fn a_failed_apply_brings_the_mps_servers_back() {
     assert_eq!(agent.status().active_profile.as_deref(), Some("layered"));
     assert!(!agent.ctl_doc::<PlanReport>(&["plan", "layered"]).changes);
 }
+
+/// The simulated node brings its own tools: with no tool configured, `all-mps`,
+/// `all-time-sliced` and MPS inside MIG instances apply on `--simulate`, through the
+/// simulated `nvidia-cuda-mps-control` and `nvidia-smi` the agent finds beside itself.
+#[test]
+fn the_simulated_node_brings_its_own_tools() {
+    let root = tempfile::tempdir().unwrap();
+    // Only the server root is set (tests must not write /run); no control, no nvidia-smi.
+    let config = format!("[mps]\nroot = {:?}\n[timeslice]\n", root.path());
+    let layered = "name = \"layered\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\n\
+                   instance_sharing.\"3g\".mps = { active_thread_percentage = 50 }\n";
+    let agent = Agent::start(
+        AgentOptions::simulate("h100-80gb:2").config(&config).profile("layered.toml", layered),
+    );
+    for profile in ["all-mps", "all-time-sliced", "layered", "all-disabled"] {
+        let out = agent.ctl(&["apply", profile]);
+        assert!(out.status.success(), "{profile}: {}", text(&out));
+        assert_eq!(agent.status().active_profile.as_deref(), Some(profile));
+    }
+    let record = agent.sim_record();
+    assert!(record.contains("mps-control daemon pipe="), "{record}");
+    assert!(record.contains("nvidia-smi compute-policy"), "{record}");
+    assert_nothing_left(&agent);
+}
+
+/// A plan that needs a tool the host cannot run is refused before its first step, in one
+/// line naming the tool and the setting; nothing changes, nothing is rolled back.
+#[test]
+fn a_missing_tool_is_refused_before_the_first_step() {
+    let root = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[mps]\ncontrol = \"/nonexistent/nvidia-cuda-mps-control\"\nroot = {:?}\n\
+         [timeslice]\nnvidia_smi = \"gpushare-no-such-nvidia-smi\"\n",
+        root.path()
+    );
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").config(&config));
+    let before = agent.status();
+    let cases = [
+        (
+            "all-mps",
+            "gpushare-ctl: all-mps needs /nonexistent/nvidia-cuda-mps-control to run MPS servers, \
+             but it cannot run: no such file (set [mps] control in agent.toml); nothing was changed\n",
+        ),
+        (
+            "all-time-sliced",
+            "gpushare-ctl: all-time-sliced needs gpushare-no-such-nvidia-smi to set time-slice \
+             intervals, but it cannot run: not found on PATH (set [timeslice] nvidia_smi in \
+             agent.toml); nothing was changed\n",
+        ),
+        // The A100 needs a reset to turn MIG on: nvidia-smi again.
+        (
+            "all-balanced",
+            "gpushare-ctl: all-balanced needs gpushare-no-such-nvidia-smi to reset GPUs, but it \
+             cannot run: not found on PATH (set [timeslice] nvidia_smi in agent.toml); nothing \
+             was changed\n",
+        ),
+    ];
+    for (profile, refusal) in cases {
+        for verb in ["apply", "plan"] {
+            let out = agent.ctl(&[verb, profile]);
+            assert_eq!(out.status.code(), Some(1), "{verb} {profile}: {}", text(&out));
+            assert_eq!(stderr(&out), refusal, "{verb} {profile}");
+        }
+        assert_eq!(agent.status(), before, "{profile}: nothing changed");
+        // No transaction was ever begun: the journal was never written.
+        assert!(!agent.dir.path().join("state/state.json").exists(), "{profile}");
+    }
+    assert!(!agent.sim_record().contains("mps-control"), "{}", agent.sim_record());
+}

@@ -165,7 +165,8 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     let out = agent.ctl(&["apply", "-f", file, "--force"]);
     assert!(!out.status.success(), "{}", text(&out));
     let err = stderr(&out);
-    assert!(err.contains("nvmlGpuInstanceDestroy returned NVML_ERROR_IN_USE"), "{err}");
+    // The compute instance goes first: its destroy is the one refused.
+    assert!(err.contains("nvmlComputeInstanceDestroy returned NVML_ERROR_IN_USE"), "{err}");
     assert!(err.contains("rolled back"), "{err}");
     assert_eq!(layout(&agent.status()), layout(&before), "rolled back");
 

@@ -218,6 +218,30 @@ impl Agent {
             }
             Err("gpushare-agent did not answer within 20 s".into())
         });
+        if !self.options.simulate.is_empty() {
+            self.assert_simulated_driver_loaded();
+        }
+    }
+
+    /// Fails the test unless the agent runs the NVML backend on gpushare's simulated
+    /// driver library: the library is mapped into the agent's process, and NVIDIA's is not.
+    fn assert_simulated_driver_loaded(&self) {
+        let pid = self.pid().expect("the agent runs");
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let libraries: Vec<&str> =
+            maps.lines().filter_map(|l| l.split_whitespace().nth(5)).collect();
+        let simulated = |l: &&str| {
+            l.ends_with("/libgpushare_sim_nvml.so")
+                || l.ends_with("/gpushare/sim/libnvidia-ml.so.1")
+        };
+        assert!(
+            libraries.iter().any(simulated),
+            "gpushare-agent --simulate did not load the simulated driver library: {libraries:?}"
+        );
+        assert!(
+            !libraries.iter().any(|l| l.contains("libnvidia-ml") && !simulated(l)),
+            "gpushare-agent --simulate loaded NVIDIA's library: {libraries:?}"
+        );
     }
 
     /// The path of this agent's `name` binary: from its options' directory, else as

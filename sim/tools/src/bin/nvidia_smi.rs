@@ -429,7 +429,11 @@ fn gpu_reset(node: &mut Node, ids: Option<&str>, failures: &[Failure], out: &mut
             return in_use_block(out, &pcis);
         }
         for pci in &pcis {
-            let _ = writeln!(out.out, "Unable to reset GPU {pci}: {}", ret::message(code).to_string_lossy());
+            let _ = writeln!(
+                out.out,
+                "Unable to reset GPU {pci}: {}",
+                ret::message(code).to_string_lossy()
+            );
         }
         return exit_status(code);
     }
