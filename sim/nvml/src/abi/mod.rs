@@ -369,3 +369,19 @@ pub(crate) unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, Code> {
     // SAFETY: the caller's contract.
     unsafe { p.as_mut() }.ok_or(ret::INVALID_ARGUMENT)
 }
+
+/// Tests only: forgets the process's session, call counters and any open init, as a
+/// fresh process would start.
+#[cfg(test)]
+pub(crate) fn reset_process_for_tests() {
+    let mut lib = lib();
+    lib.refcount = 0;
+    lib.session_started = false;
+    lib.calls.clear();
+    lib.file = None;
+    lib.cache = None;
+    lib.last_error.clear();
+}
+
+#[cfg(test)]
+mod tests;
