@@ -1,8 +1,8 @@
 //! The C ABI: nvml.h's types ([`types`]), the handle scheme ([`handles`]), the exported
 //! functions ([`exports`]) and the library's process-wide state (here).
 //!
-//! Every export runs inside [`guarded`] (a panic answers `NVML_ERROR_UNKNOWN`, never
-//! unwinds into C) and through [`read`] or [`mutate`]: refused with
+//! Every export runs inside `guarded` (a panic answers `NVML_ERROR_UNKNOWN`, never
+//! unwinds into C) and through `read` or `mutate`: refused with
 //! `NVML_ERROR_UNINITIALIZED` before `nvmlInit` or after the last `nvmlShutdown`, counted
 //! for `GPUSHARE_SIM_FAIL`, then run on the node.
 //!
