@@ -1,8 +1,8 @@
 //! The C ABI: nvml.h's types ([`types`]), the handle scheme ([`handles`]), the exported
 //! functions ([`exports`]) and the library's process-wide state (here).
 //!
-//! Every export runs inside [`guarded`] (a panic answers `NVML_ERROR_UNKNOWN`, never
-//! unwinds into C) and through [`read`] or [`mutate`]: refused with
+//! Every export runs inside `guarded` (a panic answers `NVML_ERROR_UNKNOWN`, never
+//! unwinds into C) and through `read` or `mutate`: refused with
 //! `NVML_ERROR_UNINITIALIZED` before `nvmlInit` or after the last `nvmlShutdown`, counted
 //! for `GPUSHARE_SIM_FAIL`, then run on the node.
 //!
@@ -369,3 +369,19 @@ pub(crate) unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, Code> {
     // SAFETY: the caller's contract.
     unsafe { p.as_mut() }.ok_or(ret::INVALID_ARGUMENT)
 }
+
+/// Tests only: forgets the process's session, call counters and any open init, as a
+/// fresh process would start.
+#[cfg(test)]
+pub(crate) fn reset_process_for_tests() {
+    let mut lib = lib();
+    lib.refcount = 0;
+    lib.session_started = false;
+    lib.calls.clear();
+    lib.file = None;
+    lib.cache = None;
+    lib.last_error.clear();
+}
+
+#[cfg(test)]
+mod tests;
