@@ -1,9 +1,53 @@
-//! A simulated NVIDIA driver library (`libgpushare_sim_nvml.so`): the C ABI of the NVML
-//! functions gpushare-agent calls, over a simulated node persisted to a JSON file.
+//! A simulated NVIDIA driver library. Built as `libgpushare_sim_nvml.so`, it exports the C
+//! ABI of the NVML functions gpushare-agent calls, so that `gpushare-agent --simulate`
+//! loads it through nvml-wrapper (`Nvml::builder().lib_path(..)`) and runs the real
+//! `NvmlBackend`, down to the FFI. `gpushare_sim_driver()` (a marker string) tells the
+//! agent it loaded the simulator, never the real driver; `gpushare_sim_last_error()`
+//! says in one line why the last `nvmlInit` failed.
 //!
-//! [`node`] is the node and its state file, shared with the simulated tools
-//! (`sim/tools`); [`faults`] reads the `GPUSHARE_SIM_*` knobs.
+//! Modules: [`node`] (the simulated node and its JSON state file, shared with the
+//! simulated nvidia-smi in `sim/tools`), [`rules`] (the driver's MIG and compute rules,
+//! pure), [`faults`] (the knobs), [`abi`] (nvml.h layouts, handles, exports).
+//!
+//! # Configuration (read at the first `nvmlInit` after a full shutdown)
+//! - `GPUSHARE_SIM_NODE`: the GPUs, `MODEL[:N],...` (`a100-40gb:8`).
+//! - `GPUSHARE_SIM_STATE`: the node's state file. Taken up when it holds the same models,
+//!   else the node starts fresh (MIG off, persistence mode on, compute mode default).
+//! - `GPUSHARE_SIM_FAIL="<name>:<n>[=<NVML_ERROR_X>][,...]"`: the n-th call (1-based,
+//!   counted per process, across shutdowns and reloads) of that exported function fails
+//!   with the code the real driver gives for outside causes (create GI/CI
+//!   INSUFFICIENT_RESOURCES; destroys and SetMigMode IN_USE; SetComputeMode and
+//!   SetPersistenceMode NO_PERMISSION; anything else UNKNOWN) or the one named. `gpu-reset`
+//!   and `set-timeslice` are accepted too: the simulated nvidia-smi counts those.
+//!   A firing prints one line on stderr.
+//! - `GPUSHARE_SIM_DELAY_MS`: every mutating call sleeps first.
+//! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>,..."`: compute processes.
+//! - `GPUSHARE_SIM_REBOOT=1`: start as after a reboot.
+//!
+//! A malformed knob fails `nvmlInit` with NVML_ERROR_UNKNOWN, the reason on stderr and in
+//! `gpushare_sim_last_error`.
+//!
+//! # Sessions
+//! The first successful `nvmlInit` of a process starts its session: it applies
+//! `GPUSHARE_SIM_REBOOT`, sets the node's processes from `GPUSHARE_SIM_PROCESSES`, clears
+//! the tool-call counters and records its pid. Later inits (the agent shuts NVML down
+//! around a GPU reset) do not. The library pins itself (`RTLD_NODELETE`) so that this and
+//! the call counters survive nvml-wrapper's `dlclose`.
+//!
+//! # Handles
+//! Tagged integers, never pointers: kind, init epoch, GPU index, instance serial (see
+//! [`abi::handles`]). A handle of a destroyed instance, or from before the last
+//! `nvmlShutdown`, answers NVML_ERROR_INVALID_ARGUMENT.
+//!
+//! # Not modelled
+//! Engine counts (copy engines, decoders, …) and `isP2pSupported` (0: the catalog has
+//! none), capability bits (0), PCI subsystem id (0), reserved/used memory (0), utilization,
+//! clocks, ECC, events, vGPU; compute-instance profile ids equal their enum values;
+//! GPU-instance ids are the lowest free from 1, not the driver's per-placement ids; the
+//! compute mode of a MIG-enabled GPU may still be changed; privilege checks (every caller
+//! is treated as root); `nvmlInitWithFlags` flags.
 
 pub mod abi;
 pub mod faults;
 pub mod node;
+pub mod rules;

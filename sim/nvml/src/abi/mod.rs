@@ -1,3 +1,387 @@
-//! The C ABI: nvml.h's types and the exported functions.
+//! The C ABI: nvml.h's types ([`types`]), the handle scheme ([`handles`]), the exported
+//! functions ([`exports`]) and the library's process-wide state (here).
+//!
+//! Every export runs inside `guarded` (a panic answers `NVML_ERROR_UNKNOWN`, never
+//! unwinds into C) and through `read` or `mutate`: refused with
+//! `NVML_ERROR_UNINITIALIZED` before `nvmlInit` or after the last `nvmlShutdown`, counted
+//! for `GPUSHARE_SIM_FAIL`, then run on the node.
+//!
+//! Reads run on a cached node, reloaded when the state file's stamp (device, inode, size,
+//! mtime) changed since the last call: one `stat` per call, so a reset made by the
+//! simulated nvidia-smi (another process) is seen at once. Changes run under the file's
+//! exclusive lock on a freshly read node and are written atomically before the call
+//! returns.
 
+pub mod exports;
+pub mod handles;
 pub mod types;
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_uint};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use gpushare_catalog::parse_node_spec;
+
+use crate::faults::{self, Knobs};
+use crate::node::{NODE_ENV, Node, NodeFile, Stamp};
+use crate::rules::Code;
+use types::{nvmlReturn_t, ret};
+
+/// The library's process-wide state.
+struct Lib {
+    /// `nvmlInit` calls not yet matched by `nvmlShutdown`.
+    refcount: u32,
+    /// Bumped at every first `nvmlInit` after a full shutdown; handles carry it.
+    epoch: u32,
+    /// Whether this process's session started (reboot and process knobs applied).
+    session_started: bool,
+    /// Whether the library pinned itself in memory.
+    pinned: bool,
+    /// The knobs read at the last first `nvmlInit`.
+    knobs: Knobs,
+    /// Calls per exported function in this process, for `GPUSHARE_SIM_FAIL`.
+    calls: BTreeMap<&'static str, u32>,
+    /// The state file, once initialized.
+    file: Option<NodeFile>,
+    /// The node as last read or written, with the file's stamp then.
+    cache: Option<(Option<Stamp>, Node)>,
+    /// Why the last `nvmlInit` failed (empty after a success).
+    last_error: String,
+}
+
+static LIB: Mutex<Lib> = Mutex::new(Lib {
+    refcount: 0,
+    epoch: 0,
+    session_started: false,
+    pinned: false,
+    knobs: Knobs {
+        failures: Vec::new(),
+        delay: Duration::ZERO,
+        processes: Vec::new(),
+        reboot: false,
+    },
+    calls: BTreeMap::new(),
+    file: None,
+    cache: None,
+    last_error: String::new(),
+});
+
+fn lib() -> MutexGuard<'static, Lib> {
+    // A panic inside a call is answered NVML_ERROR_UNKNOWN; the state stays usable.
+    LIB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f`, answering `NVML_ERROR_UNKNOWN` if it panics.
+pub(crate) fn guarded(f: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(ret::UNKNOWN)
+}
+
+fn code(r: Result<(), Code>) -> nvmlReturn_t {
+    r.err().unwrap_or(ret::SUCCESS)
+}
+
+impl Lib {
+    /// Counts a call and answers the injected failure, if any.
+    fn count(&mut self, name: &'static str) -> Result<(), Code> {
+        let n = self.calls.entry(name).or_insert(0);
+        *n += 1;
+        let n = *n;
+        match faults::fires(&self.knobs.failures, name, n) {
+            Some(code) => {
+                eprintln!(
+                    "gpushare simulated NVML: {name} call {n} fails with {} (GPUSHARE_SIM_FAIL)",
+                    ret::name(code)
+                );
+                Err(code)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The checks every call but `nvmlInit` starts with.
+    fn enter(&mut self, name: &'static str) -> Result<(), Code> {
+        if self.refcount == 0 {
+            return Err(ret::UNINITIALIZED);
+        }
+        self.count(name)
+    }
+
+    fn file(&self) -> Result<NodeFile, Code> {
+        self.file.clone().ok_or(ret::UNINITIALIZED)
+    }
+
+    /// Reloads the cached node when the state file changed.
+    fn refresh(&mut self) -> Result<&Node, Code> {
+        let file = self.file()?;
+        let stamp = file.stamp();
+        let stale = self.cache.as_ref().is_none_or(|(s, _)| *s != stamp);
+        if stale && stamp.is_some() {
+            match file.read_optional() {
+                Ok(Some(node)) => self.cache = Some((stamp, node)),
+                // Removed between the stat and the read: keep the cached node.
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("gpushare simulated NVML: {e}");
+                    return Err(ret::UNKNOWN);
+                }
+            }
+        }
+        self.cache.as_ref().map(|(_, n)| n).ok_or(ret::UNKNOWN)
+    }
+}
+
+/// A read-only call: `f` sees the node (reloaded if the file changed) and the epoch.
+pub(crate) fn read(
+    name: &'static str,
+    f: impl FnOnce(&Node, u32) -> Result<(), Code>,
+) -> nvmlReturn_t {
+    guarded(|| {
+        let mut lib = lib();
+        if let Err(c) = lib.enter(name) {
+            return c;
+        }
+        let epoch = lib.epoch;
+        match lib.refresh() {
+            Ok(node) => code(f(node, epoch)),
+            Err(c) => c,
+        }
+    })
+}
+
+/// A mutating call: after `GPUSHARE_SIM_DELAY_MS`, `f` runs under the state file's lock
+/// on the node freshly read; when it succeeds and changed the node, the node is written.
+pub(crate) fn mutate(
+    name: &'static str,
+    f: impl FnOnce(&mut Node, u32) -> Result<(), Code>,
+) -> nvmlReturn_t {
+    guarded(|| {
+        let delay = {
+            let lib = lib();
+            if lib.refcount == 0 {
+                return ret::UNINITIALIZED;
+            }
+            lib.knobs.delay
+        };
+        if !delay.is_zero() {
+            // Outside the library's lock, so calls on other GPUs proceed meanwhile.
+            std::thread::sleep(delay);
+        }
+        let mut lib = lib();
+        if let Err(c) = lib.enter(name) {
+            return c;
+        }
+        let file = match lib.file() {
+            Ok(f) => f,
+            Err(c) => return c,
+        };
+        let result = (|| {
+            let _lock = file.lock().map_err(report)?;
+            let mut node = match file.read_optional().map_err(report)? {
+                Some(node) => node,
+                None => lib.cache.as_ref().map(|(_, n)| n.clone()).ok_or(ret::UNKNOWN)?,
+            };
+            let before = node.clone();
+            let result = f(&mut node, lib.epoch);
+            if result.is_ok() && node != before {
+                file.write(&node).map_err(report)?;
+            }
+            lib.cache = Some((file.stamp(), node));
+            result
+        })();
+        code(result)
+    })
+}
+
+fn report(e: String) -> Code {
+    eprintln!("gpushare simulated NVML: {e}");
+    ret::UNKNOWN
+}
+
+/// `nvmlInit_v2` and `nvmlInitWithFlags`.
+pub(crate) fn init(name: &'static str) -> nvmlReturn_t {
+    guarded(|| {
+        let mut lib = lib();
+        if lib.refcount > 0 {
+            if let Err(c) = lib.count(name) {
+                return c;
+            }
+            lib.refcount += 1;
+            return ret::SUCCESS;
+        }
+        if !lib.pinned {
+            pin_library();
+            lib.pinned = true;
+        }
+        match start(&mut lib, name) {
+            Ok(()) => {
+                lib.refcount = 1;
+                lib.epoch = lib.epoch.wrapping_add(1);
+                lib.last_error.clear();
+                ret::SUCCESS
+            }
+            Err((c, why)) => {
+                if !why.is_empty() {
+                    eprintln!("gpushare simulated NVML: {name} failed: {why}");
+                    lib.last_error = why;
+                }
+                c
+            }
+        }
+    })
+}
+
+/// The first `nvmlInit` after a full shutdown: reads the knobs and the node; the first
+/// one of the process also starts its session.
+fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
+    let unknown = |why: String| (ret::UNKNOWN, why);
+    lib.knobs = Knobs::from_env().map_err(unknown)?;
+    lib.count(name)
+        .map_err(|c| (c, format!("injected by GPUSHARE_SIM_FAIL ({})", ret::name(c))))?;
+    let spec = std::env::var(NODE_ENV).ok().filter(|s| !s.trim().is_empty()).ok_or_else(|| {
+        unknown(format!(
+            "{NODE_ENV} is not set: it holds the simulated GPUs, e.g. a100-40gb:8 (gpushare-agent --simulate sets it)"
+        ))
+    })?;
+    let models = parse_node_spec(&spec).map_err(|e| unknown(format!("{NODE_ENV}: {e}")))?;
+    let file = NodeFile::from_env().map_err(unknown)?;
+    let _lock = file.lock().map_err(unknown)?;
+    let mut node = match file.read_optional().map_err(unknown)? {
+        Some(saved) if saved.has_models(&models) => saved,
+        Some(_) => {
+            eprintln!(
+                "gpushare simulated NVML: {} holds other GPUs than {NODE_ENV}={spec}: starting fresh",
+                file.path().display()
+            );
+            Node::new(&models)
+        }
+        None => Node::new(&models),
+    };
+    if !lib.session_started {
+        if let Some(p) = lib.knobs.processes.iter().find(|p| p.gpu as usize >= node.gpus.len()) {
+            return Err(unknown(format!(
+                "{}: GPU {} does not exist (the node has {})",
+                faults::PROCESSES_ENV,
+                p.gpu,
+                node.gpus.len()
+            )));
+        }
+        if lib.knobs.reboot {
+            node.reboot();
+        }
+        node.processes = lib.knobs.processes.clone();
+        node.tool_calls.clear();
+        node.session_pid = Some(std::process::id());
+    }
+    file.write(&node).map_err(unknown)?;
+    lib.session_started = true;
+    lib.cache = Some((file.stamp(), node));
+    lib.file = Some(file);
+    Ok(())
+}
+
+/// `nvmlShutdown`.
+pub(crate) fn shutdown() -> nvmlReturn_t {
+    guarded(|| {
+        let mut lib = lib();
+        if let Err(c) = lib.enter("nvmlShutdown") {
+            return c;
+        }
+        lib.refcount -= 1;
+        if lib.refcount == 0 {
+            lib.cache = None;
+        }
+        ret::SUCCESS
+    })
+}
+
+/// Copies the last init error into `buf`.
+pub(crate) fn last_error(buf: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    guarded(|| {
+        let why = lib().last_error.clone();
+        // SAFETY: the caller passes a buffer of `len` writable bytes, or null (refused).
+        code(unsafe { put_str(buf, len, &why) })
+    })
+}
+
+/// Pins this library in memory for the life of the process.
+///
+/// nvml-wrapper `dlclose`s the library when its `Nvml` drops, and the agent drops it
+/// around every GPU reset and loads the library again. Unloaded, the library would lose
+/// its statics: the per-process call counters of `GPUSHARE_SIM_FAIL` would restart, and
+/// the next `nvmlInit` would start a second session (applying `GPUSHARE_SIM_REBOOT` and
+/// the process list again). So the first `nvmlInit` finds its own file with `dladdr` and
+/// `dlopen`s it again with `RTLD_NODELETE` (`RTLD_NOLOAD`: only the mapping already
+/// there), which keeps it mapped after the last `dlclose`. In-process (the rlib in
+/// tests) this names the executable, which is never unloaded anyway.
+fn pin_library() {
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers), which dladdr fills.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = pin_library as fn() as *const c_void;
+    // SAFETY: dladdr only inspects the address (a function of this library) and writes
+    // `info`, a live local.
+    let rc = unsafe { libc::dladdr(addr, &mut info) };
+    if rc == 0 || info.dli_fname.is_null() {
+        eprintln!("gpushare simulated NVML: dladdr failed; the library is not pinned");
+        return;
+    }
+    // SAFETY: `dli_fname` is the loader's NUL-terminated path of the object holding
+    // `addr`, valid while it is loaded (it is: this code runs from it). With RTLD_NOLOAD
+    // dlopen loads nothing new; the handle is deliberately never closed.
+    let handle = unsafe {
+        libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE)
+    };
+    if handle.is_null() {
+        eprintln!(
+            "gpushare simulated NVML: dlopen(RTLD_NODELETE) failed; the library is not pinned"
+        );
+    }
+}
+
+/// Writes `s` NUL-terminated into `buf` of `len` bytes: null is INVALID_ARGUMENT, too
+/// short INSUFFICIENT_SIZE.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `len` bytes.
+pub(crate) unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Code> {
+    if buf.is_null() {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    if (len as usize) < s.len() + 1 {
+        return Err(ret::INSUFFICIENT_SIZE);
+    }
+    // SAFETY: `buf` is valid for `len` bytes (the caller's contract) and `len` is at least
+    // `s.len() + 1`; `s` is a distinct Rust string, so the regions do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), buf, s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// The out-pointer as a reference: null is INVALID_ARGUMENT.
+///
+/// # Safety
+/// `p` is null or valid for reads and writes of a `T` for the call.
+pub(crate) unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, Code> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_mut() }.ok_or(ret::INVALID_ARGUMENT)
+}
+
+/// Tests only: forgets the process's session, call counters and any open init, as a
+/// fresh process would start.
+#[cfg(test)]
+pub(crate) fn reset_process_for_tests() {
+    let mut lib = lib();
+    lib.refcount = 0;
+    lib.session_started = false;
+    lib.calls.clear();
+    lib.file = None;
+    lib.cache = None;
+    lib.last_error.clear();
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,674 @@
+//! The exported functions called in-process, as C would call them. Tests share the
+//! library's process-wide state and the environment, so each takes [`Sim`] (a global
+//! mutex, its own state file, a fresh "process").
+
+use std::ffi::{CStr, c_void};
+use std::os::raw::{c_char, c_uint};
+use std::ptr::{null, null_mut};
+use std::sync::{Mutex, MutexGuard};
+
+use super::exports::*;
+use super::types::*;
+use crate::node::{NodeFile, Process};
+
+/// Calls exported functions (unsafe extern "C") from the tests.
+macro_rules! nv {
+    ($e:expr) => {{
+        // SAFETY: the tests pass live locals, null where they test that, and buffers of
+        // the sizes they state, as nvml.h asks of callers; handles are the library's own.
+        unsafe { $e }
+    }};
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const KNOBS: &[&str] = &[
+    "GPUSHARE_SIM_NODE",
+    "GPUSHARE_SIM_STATE",
+    "GPUSHARE_SIM_FAIL",
+    "GPUSHARE_SIM_DELAY_MS",
+    "GPUSHARE_SIM_PROCESSES",
+    "GPUSHARE_SIM_REBOOT",
+];
+
+/// One test's simulated process: the global lock, a temp dir, the environment set.
+struct Sim {
+    dir: tempfile::TempDir,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Sim {
+    /// A fresh process with `GPUSHARE_SIM_NODE=spec` and `env`; not initialized.
+    fn process(spec: &str, env: &[(&str, &str)]) -> Sim {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        super::reset_process_for_tests();
+        let dir = tempfile::tempdir().unwrap();
+        for k in KNOBS {
+            // SAFETY: environment changes happen only under SERIAL, and no test reads the
+            // environment outside it.
+            unsafe { std::env::remove_var(k) };
+        }
+        let state = dir.path().join("node.json");
+        let mut all =
+            vec![("GPUSHARE_SIM_NODE", spec), ("GPUSHARE_SIM_STATE", state.to_str().unwrap())];
+        all.extend_from_slice(env);
+        for (k, v) in all {
+            // SAFETY: as above.
+            unsafe { std::env::set_var(k, v) };
+        }
+        Sim { dir, _serial: serial }
+    }
+
+    /// A fresh process, initialized.
+    fn new(spec: &str, env: &[(&str, &str)]) -> Sim {
+        let sim = Sim::process(spec, env);
+        assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS, "{}", last_error());
+        sim
+    }
+
+    fn file(&self) -> NodeFile {
+        NodeFile::new(self.dir.path().join("node.json"))
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        super::reset_process_for_tests();
+    }
+}
+
+fn last_error() -> String {
+    let mut buf = [0 as c_char; 512];
+    assert_eq!(nv!(gpushare_sim_last_error(buf.as_mut_ptr(), 512)), ret::SUCCESS);
+    nv!(CStr::from_ptr(buf.as_ptr())).to_string_lossy().into_owned()
+}
+
+fn dev(i: u32) -> nvmlDevice_t {
+    let mut d = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetHandleByIndex_v2(i, &mut d)), ret::SUCCESS);
+    d
+}
+
+fn text(f: impl FnOnce(*mut c_char, c_uint) -> nvmlReturn_t) -> Result<String, nvmlReturn_t> {
+    let mut buf = [0 as c_char; 96];
+    match f(buf.as_mut_ptr(), 96) {
+        ret::SUCCESS => Ok(nv!(CStr::from_ptr(buf.as_ptr())).to_string_lossy().into_owned()),
+        code => Err(code),
+    }
+}
+
+fn uuid(d: nvmlDevice_t) -> String {
+    text(|b, n| nv!(nvmlDeviceGetUUID(d, b, n))).unwrap()
+}
+
+fn mig_mode(d: nvmlDevice_t) -> (c_uint, c_uint) {
+    let (mut c, mut p) = (9, 9);
+    assert_eq!(nv!(nvmlDeviceGetMigMode(d, &mut c, &mut p)), ret::SUCCESS);
+    (c, p)
+}
+
+fn set_mig(d: nvmlDevice_t, mode: c_uint) -> Result<nvmlReturn_t, nvmlReturn_t> {
+    let mut status = 12345;
+    match nv!(nvmlDeviceSetMigMode(d, mode, &mut status)) {
+        ret::SUCCESS => Ok(status),
+        code => Err(code),
+    }
+}
+
+fn create_gi(
+    d: nvmlDevice_t,
+    profile: u32,
+    start: u32,
+    size: u32,
+) -> Result<nvmlGpuInstance_t, nvmlReturn_t> {
+    let placement = nvmlGpuInstancePlacement_t { start, size };
+    let mut gi = null_mut();
+    match nv!(nvmlDeviceCreateGpuInstanceWithPlacement(d, profile, &placement, &mut gi)) {
+        ret::SUCCESS => Ok(gi),
+        code => Err(code),
+    }
+}
+
+fn create_ci(gi: nvmlGpuInstance_t, profile: u32) -> Result<nvmlComputeInstance_t, nvmlReturn_t> {
+    let mut ci = null_mut();
+    match nv!(nvmlGpuInstanceCreateComputeInstance(gi, profile, &mut ci)) {
+        ret::SUCCESS => Ok(ci),
+        code => Err(code),
+    }
+}
+
+fn gi_info(gi: nvmlGpuInstance_t) -> Result<nvmlGpuInstanceInfo_t, nvmlReturn_t> {
+    let mut info = nvmlGpuInstanceInfo_t {
+        device: null_mut(),
+        id: 0,
+        profileId: 0,
+        placement: nvmlGpuInstancePlacement_t { start: 0, size: 0 },
+    };
+    match nv!(nvmlGpuInstanceGetInfo(gi, &mut info)) {
+        ret::SUCCESS => Ok(info),
+        code => Err(code),
+    }
+}
+
+fn ci_info(ci: nvmlComputeInstance_t) -> Result<nvmlComputeInstanceInfo_t, nvmlReturn_t> {
+    let mut info = nvmlComputeInstanceInfo_t {
+        device: null_mut(),
+        gpuInstance: null_mut(),
+        id: 0,
+        profileId: 0,
+        placement: nvmlComputeInstancePlacement_t { start: 0, size: 0 },
+    };
+    match nv!(nvmlComputeInstanceGetInfo_v2(ci, &mut info)) {
+        ret::SUCCESS => Ok(info),
+        code => Err(code),
+    }
+}
+
+fn gi_profile_v2(d: nvmlDevice_t, e: u32) -> Result<nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t> {
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    info.version = nvmlGpuInstanceProfileInfo_v2;
+    match nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, e, &mut info)) {
+        ret::SUCCESS => Ok(info),
+        code => Err(code),
+    }
+}
+
+fn ci_profile_v2(
+    gi: nvmlGpuInstance_t,
+    e: u32,
+) -> Result<nvmlComputeInstanceProfileInfo_v2_t, nvmlReturn_t> {
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut info: nvmlComputeInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    info.version = nvmlComputeInstanceProfileInfo_v2;
+    match nv!(nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, e, 0, &mut info)) {
+        ret::SUCCESS => Ok(info),
+        code => Err(code),
+    }
+}
+
+fn name_of(raw: &[c_char]) -> String {
+    nv!(CStr::from_ptr(raw.as_ptr())).to_string_lossy().into_owned()
+}
+
+fn processes(d: nvmlDevice_t) -> Result<Vec<(u32, u32, u32)>, nvmlReturn_t> {
+    let mut n = 0;
+    match nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, &mut n, null_mut())) {
+        ret::SUCCESS => return Ok(Vec::new()),
+        ret::INSUFFICIENT_SIZE => {}
+        code => return Err(code),
+    }
+    let mut buf =
+        vec![
+            nvmlProcessInfo_t { pid: 0, usedGpuMemory: 0, gpuInstanceId: 0, computeInstanceId: 0 };
+            n as usize
+        ];
+    let mut short = n - 1;
+    assert_eq!(
+        nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, &mut short, buf.as_mut_ptr())),
+        ret::INSUFFICIENT_SIZE
+    );
+    assert_eq!(short, n);
+    match nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, &mut n, buf.as_mut_ptr())) {
+        ret::SUCCESS => {}
+        code => return Err(code),
+    }
+    Ok(buf.iter().take(n as usize).map(|p| (p.pid, p.gpuInstanceId, p.computeInstanceId)).collect())
+}
+
+#[test]
+fn init_and_shutdown_are_refcounted() {
+    let _sim = Sim::process("a100-40gb:2", &[]);
+    let mut n = 0;
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::UNINITIALIZED);
+    assert_eq!(nv!(nvmlShutdown()), ret::UNINITIALIZED);
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlInitWithFlags(0)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::SUCCESS);
+    assert_eq!(n, 2);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(null_mut())), ret::INVALID_ARGUMENT);
+    let version = text(|b, n| nv!(nvmlSystemGetDriverVersion(b, n))).unwrap();
+    assert_eq!(version, "580.159.04");
+    let mut small = [0 as c_char; 4];
+    assert_eq!(nv!(nvmlSystemGetDriverVersion(small.as_mut_ptr(), 4)), ret::INSUFFICIENT_SIZE);
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::UNINITIALIZED);
+    assert_eq!(nv!(nvmlShutdown()), ret::UNINITIALIZED);
+    let mark = nv!(CStr::from_ptr(gpushare_sim_driver())).to_str().unwrap();
+    assert_eq!(mark, concat!("gpushare simulated NVML ", env!("CARGO_PKG_VERSION")));
+    let msg = nv!(CStr::from_ptr(nvmlErrorString(ret::IN_USE))).to_str().unwrap();
+    assert_eq!(msg, "In use by another client");
+}
+
+#[test]
+fn a_bad_configuration_fails_init_with_a_one_line_reason() {
+    let _sim = Sim::process("a100-40gb:1", &[("GPUSHARE_SIM_FAIL", "nvmlDeviceSetMigMode:x")]);
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN);
+    let why = last_error();
+    assert!(why.starts_with("GPUSHARE_SIM_FAIL: \"nvmlDeviceSetMigMode:x\""), "{why}");
+    assert_eq!(nv!(nvmlShutdown()), ret::UNINITIALIZED);
+    let mut tiny = [0 as c_char; 4];
+    assert_eq!(nv!(gpushare_sim_last_error(tiny.as_mut_ptr(), 4)), ret::INSUFFICIENT_SIZE);
+    assert_eq!(nv!(gpushare_sim_last_error(null_mut(), 4)), ret::INVALID_ARGUMENT);
+    drop(_sim);
+
+    let _sim = Sim::process("v100:2", &[]);
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN);
+    assert!(last_error().starts_with("GPUSHARE_SIM_NODE: --simulate: unknown GPU model"));
+    // SAFETY: under SERIAL (held by `_sim`).
+    unsafe { std::env::remove_var("GPUSHARE_SIM_NODE") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN);
+    assert!(last_error().starts_with("GPUSHARE_SIM_NODE is not set"));
+    // SAFETY: under SERIAL.
+    unsafe { std::env::set_var("GPUSHARE_SIM_NODE", "a100-40gb:1") };
+    // SAFETY: under SERIAL.
+    unsafe { std::env::set_var("GPUSHARE_SIM_PROCESSES", "3:77") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN);
+    assert_eq!(last_error(), "GPUSHARE_SIM_PROCESSES: GPU 3 does not exist (the node has 1)");
+    // SAFETY: under SERIAL.
+    unsafe { std::env::remove_var("GPUSHARE_SIM_PROCESSES") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    assert_eq!(last_error(), "");
+}
+
+#[test]
+fn devices_answer_like_nvml() {
+    let _sim = Sim::new("a100-40gb:2,l40s:1", &[]);
+    let mut d = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetHandleByIndex_v2(3, &mut d)), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceGetHandleByIndex_v2(0, null_mut())), ret::INVALID_ARGUMENT);
+    let (a, b, l) = (dev(0), dev(1), dev(2));
+    assert!(uuid(a).starts_with("GPU-") && uuid(a) != uuid(b));
+    assert_eq!(text(|p, n| nv!(nvmlDeviceGetName(l, p, n))).unwrap(), "NVIDIA L40S");
+    let mut small = [0 as c_char; 8];
+    assert_eq!(nv!(nvmlDeviceGetUUID(a, small.as_mut_ptr(), 8)), ret::INSUFFICIENT_SIZE);
+    assert_eq!(nv!(nvmlDeviceGetUUID(null_mut(), small.as_mut_ptr(), 8)), ret::INVALID_ARGUMENT);
+
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut pci: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+    assert_eq!(nv!(nvmlDeviceGetPciInfo_v3(b, &mut pci)), ret::SUCCESS);
+    assert_eq!((pci.pciDeviceId, pci.bus), (0x20B0_10DE, 0x1C));
+    assert_eq!(name_of(&pci.busId), "00000000:1C:00.0");
+    assert_eq!(name_of(&pci.busIdLegacy), "0000:1C:00.0");
+
+    let mut mem = nvmlMemory_v2_t { version: 0, total: 0, reserved: 0, free: 0, used: 0 };
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(a, &mut mem)), ret::ARGUMENT_VERSION_MISMATCH);
+    mem.version = struct_version(size_of::<nvmlMemory_v2_t>(), 1);
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(a, &mut mem)), ret::ARGUMENT_VERSION_MISMATCH);
+    mem.version = nvmlMemory_v2;
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(a, &mut mem)), ret::SUCCESS);
+    assert_eq!(mem.total, 40960 << 20);
+
+    let mut v = 9;
+    assert_eq!(nv!(nvmlDeviceGetMinorNumber(b, &mut v)), ret::SUCCESS);
+    assert_eq!(v, 1);
+    assert_eq!(nv!(nvmlDeviceGetPersistenceMode(a, &mut v)), ret::SUCCESS);
+    assert_eq!(v, NVML_FEATURE_ENABLED, "nvidia-persistenced runs by default");
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(a, 2)), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(a, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetPersistenceMode(a, &mut v)), ret::SUCCESS);
+    assert_eq!(v, NVML_FEATURE_DISABLED);
+    assert_eq!(nv!(nvmlDeviceGetComputeMode(a, &mut v)), ret::SUCCESS);
+    assert_eq!(v, 0);
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(a, 1)), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(a, 3)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetComputeMode(a, &mut v)), ret::SUCCESS);
+    assert_eq!(v, 3);
+    assert_eq!(nv!(nvmlDeviceGetMaxMigDeviceCount(a, &mut v)), ret::SUCCESS);
+    assert_eq!(v, 0, "MIG off");
+    let mut is_mig = 9;
+    assert_eq!(nv!(nvmlDeviceIsMigDeviceHandle(a, &mut is_mig)), ret::SUCCESS);
+    assert_eq!(is_mig, 0);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(a, &mut v)), ret::NOT_SUPPORTED);
+    let mut parent = null_mut();
+    assert_eq!(
+        nv!(nvmlDeviceGetDeviceHandleFromMigDeviceHandle(a, &mut parent)),
+        ret::INVALID_ARGUMENT
+    );
+    let mut mig = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(l, 0, &mut mig)), ret::NOT_SUPPORTED);
+    let (mut cur, mut pend) = (0, 0);
+    assert_eq!(nv!(nvmlDeviceGetMigMode(l, &mut cur, &mut pend)), ret::NOT_SUPPORTED);
+    assert_eq!(set_mig(l, NVML_DEVICE_MIG_ENABLE), Err(ret::NOT_SUPPORTED));
+    assert_eq!(set_mig(a, 7), Err(ret::INVALID_ARGUMENT));
+
+    // A device handle from before the last shutdown is stale.
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetUUID(a, small.as_mut_ptr(), 8)), ret::UNINITIALIZED);
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    let mut buf = [0 as c_char; 96];
+    assert_eq!(nv!(nvmlDeviceGetUUID(a, buf.as_mut_ptr(), 96)), ret::INVALID_ARGUMENT);
+    assert!(name_of(&buf).is_empty());
+    // State persisted across the re-init.
+    assert_eq!(nv!(nvmlDeviceGetComputeMode(dev(0), &mut v)), ret::SUCCESS);
+    assert_eq!(v, 3);
+}
+
+#[test]
+fn ampere_mig_mode_is_pending_while_persistence_mode_is_on() {
+    let sim = Sim::new("a100-40gb:2,h100-80gb:1", &[]);
+    let (a, b, h) = (dev(0), dev(1), dev(2));
+    assert_eq!(mig_mode(a), (0, 0));
+    assert_eq!(set_mig(a, NVML_DEVICE_MIG_ENABLE), Ok(ret::IN_USE));
+    assert_eq!(mig_mode(a), (0, 1), "pending until a reset");
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(b, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(b, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    assert_eq!(mig_mode(b), (1, 1));
+    assert_eq!(set_mig(h, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS), "Hopper switches at once");
+    assert_eq!(mig_mode(h), (1, 1));
+    // nvidia-smi (another process) resets GPU 0: the library sees the change.
+    sim.file()
+        .update(|n| {
+            n.gpus[0].persistence_mode = false;
+            n.reset_gpu(0).unwrap();
+        })
+        .unwrap();
+    assert_eq!(mig_mode(a), (1, 1));
+    assert_eq!(sim.file().read().unwrap().gpus[0].reset_count, 1);
+}
+
+#[test]
+fn mig_instances_follow_the_drivers_rules() {
+    let _sim = Sim::new("a100-40gb:1", &[]);
+    let d = dev(0);
+    assert_eq!(create_gi(d, 9, 4, 4), Err(ret::NOT_SUPPORTED), "MIG off");
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(d, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+
+    // Profiles by enum: v1, v2, v3; NOT_SUPPORTED below COUNT, INVALID_ARGUMENT past it.
+    let p = gi_profile_v2(d, 2).unwrap();
+    assert_eq!((p.id, p.sliceCount, p.instanceCount, p.multiprocessorCount), (9, 3, 2, 42));
+    assert_eq!((p.memorySizeMB, name_of(&p.name)), (19968, "MIG 3g.20gb".into()));
+    assert_eq!(gi_profile_v2(d, 5).unwrap_err(), ret::NOT_SUPPORTED);
+    assert_eq!(gi_profile_v2(d, 16).unwrap_err(), ret::NOT_SUPPORTED);
+    assert_eq!(gi_profile_v2(d, 17).unwrap_err(), ret::INVALID_ARGUMENT);
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut v3: nvmlGpuInstanceProfileInfo_v3_t = unsafe { std::mem::zeroed() };
+    v3.version = nvmlGpuInstanceProfileInfo_v3;
+    let v3p = (&mut v3 as *mut nvmlGpuInstanceProfileInfo_v3_t).cast();
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, 7, v3p)), ret::SUCCESS);
+    assert_eq!((v3.id, v3.instanceCount, name_of(&v3.name)), (20, 1, "MIG 1g.5gb+me".into()));
+    v3.version = struct_version(152, 4);
+    let v3p = (&mut v3 as *mut nvmlGpuInstanceProfileInfo_v3_t).cast();
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, 7, v3p)),
+        ret::ARGUMENT_VERSION_MISMATCH
+    );
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, 7, null_mut())), ret::INVALID_ARGUMENT);
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut v1: nvmlGpuInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceProfileInfo(d, 4, &mut v1)), ret::SUCCESS);
+    assert_eq!((v1.id, v1.sliceCount, v1.memorySizeMB), (0, 7, 40192));
+
+    // Placements: two-phase.
+    let mut n = 0;
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 15, null_mut(), &mut n)),
+        ret::SUCCESS
+    );
+    assert_eq!(n, 4);
+    let mut pl = vec![nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 4];
+    let mut short = 2;
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 15, pl.as_mut_ptr(), &mut short)),
+        ret::INSUFFICIENT_SIZE
+    );
+    assert_eq!(short, 4);
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 15, pl.as_mut_ptr(), &mut n)),
+        ret::SUCCESS
+    );
+    let starts: Vec<(u32, u32)> = pl.iter().map(|p| (p.start, p.size)).collect();
+    assert_eq!(starts, vec![(0, 2), (2, 2), (4, 2), (6, 2)]);
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 77, null_mut(), &mut n)),
+        ret::INVALID_ARGUMENT
+    );
+
+    // Creation: invalid placements vs no room.
+    assert_eq!(create_gi(d, 9, 2, 4), Err(ret::INVALID_ARGUMENT));
+    assert_eq!(create_gi(d, 9, 4, 2), Err(ret::INVALID_ARGUMENT));
+    assert_eq!(create_gi(d, 1234, 0, 4), Err(ret::INVALID_ARGUMENT));
+    assert_eq!(
+        nv!(nvmlDeviceCreateGpuInstanceWithPlacement(d, 9, null(), &mut null_mut())),
+        ret::INVALID_ARGUMENT
+    );
+    let gi = create_gi(d, 9, 4, 4).unwrap();
+    assert_eq!(create_gi(d, 0, 0, 8), Err(ret::INSUFFICIENT_RESOURCES));
+    assert_eq!(create_gi(d, 9, 4, 4), Err(ret::INSUFFICIENT_RESOURCES));
+    let mut cap = 9;
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceRemainingCapacity(d, 14, &mut cap)), ret::SUCCESS);
+    assert_eq!(cap, 2);
+    let info = gi_info(gi).unwrap();
+    assert_eq!(
+        (info.id, info.profileId, info.placement),
+        (1, 9, nvmlGpuInstancePlacement_t { start: 4, size: 4 })
+    );
+    assert_eq!(info.device, d);
+
+    // Listing and lookup.
+    let mut list = [null_mut::<c_void>(); 2];
+    let mut count = 0;
+    assert_eq!(nv!(nvmlDeviceGetGpuInstances(d, 9, list.as_mut_ptr(), &mut count)), ret::SUCCESS);
+    assert_eq!((count, list[0]), (1, gi));
+    let mut by_id = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceById(d, 1, &mut by_id)), ret::SUCCESS);
+    assert_eq!(by_id, gi);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceById(d, 5, &mut by_id)), ret::NOT_FOUND);
+
+    // Compute instances.
+    let cp = ci_profile_v2(gi, 2).unwrap();
+    assert_eq!((cp.id, cp.sliceCount, cp.instanceCount, cp.multiprocessorCount), (2, 3, 1, 42));
+    assert_eq!(name_of(&cp.name), "MIG 3c.3g.20gb");
+    assert_eq!(ci_profile_v2(gi, 4).unwrap_err(), ret::NOT_SUPPORTED);
+    assert_eq!(ci_profile_v2(gi, 8).unwrap_err(), ret::INVALID_ARGUMENT);
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut c1: nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+    assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 0, 0, &mut c1)), ret::SUCCESS);
+    assert_eq!((c1.sliceCount, c1.instanceCount, c1.multiprocessorCount), (1, 3, 14));
+    assert_eq!(
+        nv!(nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 0, 1, &mut c1)),
+        ret::INVALID_ARGUMENT
+    );
+    let ci = create_ci(gi, 2).unwrap();
+    assert_eq!(create_ci(gi, 2), Err(ret::INSUFFICIENT_RESOURCES));
+    let ci_i = ci_info(ci).unwrap();
+    assert_eq!((ci_i.id, ci_i.profileId, ci_i.gpuInstance, ci_i.device), (0, 2, gi, d));
+    let mut cis = [null_mut::<c_void>(); 1];
+    let mut count = 1;
+    assert_eq!(
+        nv!(nvmlGpuInstanceGetComputeInstances(gi, 2, cis.as_mut_ptr(), &mut count)),
+        ret::SUCCESS
+    );
+    assert_eq!((count, cis[0]), (1, ci));
+    let mut found = null_mut();
+    assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceById(gi, 0, &mut found)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceById(gi, 3, &mut found)), ret::NOT_FOUND);
+
+    // The MIG device of the compute instance.
+    let mut max = 0;
+    assert_eq!(nv!(nvmlDeviceGetMaxMigDeviceCount(d, &mut max)), ret::SUCCESS);
+    assert_eq!(max, 7);
+    let mut mig = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, 1, &mut mig)), ret::NOT_FOUND);
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, 7, &mut mig)), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, 0, &mut mig)), ret::SUCCESS);
+    let mig_uuid = uuid(mig);
+    assert!(mig_uuid.starts_with("MIG-"), "{mig_uuid}");
+    assert_eq!(
+        text(|p, n| nv!(nvmlDeviceGetName(mig, p, n))).unwrap(),
+        "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+    );
+    let (mut gid, mut cid, mut is_mig) = (9, 9, 0);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(mig, &mut gid)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetComputeInstanceId(mig, &mut cid)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceIsMigDeviceHandle(mig, &mut is_mig)), ret::SUCCESS);
+    assert_eq!((gid, cid, is_mig), (1, 0, 1));
+    let mut parent = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, &mut parent)), ret::SUCCESS);
+    assert_eq!(parent, d);
+    let mut mem =
+        nvmlMemory_v2_t { version: nvmlMemory_v2, total: 0, reserved: 0, free: 0, used: 0 };
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(mig, &mut mem)), ret::SUCCESS);
+    assert_eq!(mem.total, 19968 << 20);
+
+    // Destroys: in order, and stale handles afterwards.
+    assert_eq!(nv!(nvmlGpuInstanceDestroy(gi)), ret::IN_USE);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_DISABLE), Err(ret::IN_USE));
+    assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::INVALID_ARGUMENT);
+    assert_eq!(ci_info(ci).unwrap_err(), ret::INVALID_ARGUMENT);
+    assert_eq!(uuid_result(mig), Err(ret::INVALID_ARGUMENT));
+    let ci2 = create_ci(gi, 2).unwrap();
+    assert_ne!(ci2, ci, "a new compute instance gets a new handle");
+    let mut mig2 = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, 0, &mut mig2)), ret::SUCCESS);
+    assert_ne!(uuid(mig2), mig_uuid, "and a new MIG UUID");
+    assert_eq!(nv!(nvmlComputeInstanceDestroy(ci2)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlGpuInstanceDestroy(gi)), ret::SUCCESS);
+    assert_eq!(gi_info(gi).unwrap_err(), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlGpuInstanceDestroy(gi)), ret::INVALID_ARGUMENT);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_DISABLE), Ok(ret::SUCCESS));
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstances(d, 9, list.as_mut_ptr(), &mut count)),
+        ret::NOT_SUPPORTED
+    );
+}
+
+fn uuid_result(d: nvmlDevice_t) -> Result<String, nvmlReturn_t> {
+    text(|b, n| nv!(nvmlDeviceGetUUID(d, b, n)))
+}
+
+#[test]
+fn h100_1g_20gb_offers_1_slice_and_1_slice_rev1() {
+    let _sim = Sim::new("h100-80gb:1", &[]);
+    let d = dev(0);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let p = gi_profile_v2(d, 9).unwrap();
+    assert_eq!((p.id, p.sliceCount, p.multiprocessorCount, p.memorySizeMB), (15, 1, 26, 20096));
+    let gi = create_gi(d, 15, 2, 2).unwrap();
+    let standard = ci_profile_v2(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE).unwrap();
+    let rev1 = ci_profile_v2(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1).unwrap();
+    assert_eq!((standard.sliceCount, standard.multiprocessorCount), (1, 16));
+    assert_eq!((rev1.id, rev1.sliceCount, rev1.multiprocessorCount), (7, 1, 26));
+    assert_eq!(
+        ci_profile_v2(gi, NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE).unwrap_err(),
+        ret::NOT_SUPPORTED
+    );
+    create_ci(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1).unwrap();
+    assert_eq!(
+        create_ci(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE),
+        Err(ret::INSUFFICIENT_RESOURCES)
+    );
+}
+
+#[test]
+fn processes_hold_gpus_and_instances() {
+    let sim = Sim::new("h100-80gb:2", &[("GPUSHARE_SIM_PROCESSES", "0:100, 1/1:200")]);
+    let (a, b) = (dev(0), dev(1));
+    assert_eq!(processes(a).unwrap(), vec![(100, NO_INSTANCE, NO_INSTANCE)]);
+    assert_eq!(
+        nv!(nvmlDeviceGetComputeRunningProcesses_v3(a, null_mut(), null_mut())),
+        ret::INVALID_ARGUMENT
+    );
+    assert_eq!(set_mig(b, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let gi = create_gi(b, 9, 0, 4).unwrap();
+    assert_eq!(gi_info(gi).unwrap().id, 1);
+    assert_eq!(processes(b).unwrap(), vec![(200, 1, NO_INSTANCE)]);
+    let ci = create_ci(gi, 2).unwrap();
+    assert_eq!(processes(b).unwrap(), vec![(200, 1, 0)]);
+    let mut mig = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(b, 0, &mut mig)), ret::SUCCESS);
+    assert_eq!(processes(mig).unwrap(), vec![(200, 1, 0)]);
+    assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::IN_USE);
+    assert_eq!(nv!(nvmlGpuInstanceDestroy(gi)), ret::IN_USE);
+    // The process ends (as nvidia-smi would see it): the destroys go through.
+    sim.file().update(|n| n.processes.retain(|p| p.pid != 200)).unwrap();
+    assert!(processes(mig).unwrap().is_empty());
+    assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlGpuInstanceDestroy(gi)), ret::SUCCESS);
+    // Ampere with a process: the mode change waits even with persistence mode off.
+    drop(sim);
+    let _sim = Sim::new("a100-40gb:1", &[("GPUSHARE_SIM_PROCESSES", "0:5")]);
+    let a = dev(0);
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(a, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(a, NVML_DEVICE_MIG_ENABLE), Ok(ret::IN_USE));
+    assert_eq!(mig_mode(a), (0, 1));
+}
+
+#[test]
+fn injected_failures_count_per_process_across_shutdown_and_init() {
+    let _sim = Sim::new(
+        "a100-40gb:2",
+        &[(
+            "GPUSHARE_SIM_FAIL",
+            "nvmlDeviceSetComputeMode:2,nvmlDeviceGetCount_v2:2=NVML_ERROR_GPU_IS_LOST,nvmlInit_v2:3",
+        )],
+    );
+    let mut n = 0;
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(0), 2)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 2)), ret::NO_PERMISSION);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::GPU_IS_LOST);
+    assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut n)), ret::SUCCESS);
+    let mut mode = 9;
+    assert_eq!(nv!(nvmlDeviceGetComputeMode(dev(1), &mut mode)), ret::SUCCESS);
+    assert_eq!(mode, 0, "a failed call changes nothing");
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 2)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN, "the third init is injected");
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+}
+
+#[test]
+fn the_session_applies_reboot_and_processes_once_per_process() {
+    let sim = Sim::new("a100-40gb:2", &[]);
+    let file = sim.file();
+    assert_eq!(set_mig(dev(0), NVML_DEVICE_MIG_ENABLE), Ok(ret::IN_USE));
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
+    file.update(|n| n.count_tool_call("gpu-reset")).unwrap();
+    assert_eq!(file.read().unwrap().session_pid, Some(std::process::id()));
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+
+    // A new process (the agent restarted after a reboot) on the same state file.
+    super::reset_process_for_tests();
+    for (k, v) in [("GPUSHARE_SIM_REBOOT", "1"), ("GPUSHARE_SIM_PROCESSES", "1:42")] {
+        // SAFETY: under SERIAL (held by `sim`).
+        unsafe { std::env::set_var(k, v) };
+    }
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    let node = file.read().unwrap();
+    assert!(node.gpus[0].mig_enabled && node.gpus[0].mig_pending.is_none());
+    assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::Default);
+    assert!(node.tool_calls.is_empty());
+    assert_eq!(node.processes, vec![Process { gpu: 1, gpu_instance: None, pid: 42 }]);
+    // Later inits in the same process start no session: nothing is applied again.
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
+    file.update(|n| {
+        n.processes.clear();
+        n.count_tool_call("set-timeslice");
+    })
+    .unwrap();
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    let node = file.read().unwrap();
+    assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::ExclusiveProcess);
+    assert!(node.processes.is_empty());
+    assert_eq!(node.tool_calls["set-timeslice"], 1);
+}
+
+#[test]
+fn a_state_file_of_other_gpus_starts_fresh() {
+    let sim = Sim::new("a100-40gb:2", &[]);
+    assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    // SAFETY: under SERIAL (held by `sim`).
+    unsafe { std::env::set_var("GPUSHARE_SIM_NODE", "a100-40gb:3") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    let node = sim.file().read().unwrap();
+    assert_eq!(node.gpus.len(), 3);
+    assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::Default);
+}

@@ -1,0 +1,500 @@
+//! The driver's MIG and compute rules on a [`Node`], pure (no I/O), answering NVML return
+//! codes. The C ABI (`abi`) looks handles up and calls these.
+
+use gpushare_catalog::{GpuModel, MigProfile};
+
+use crate::abi::types::{
+    NO_INSTANCE, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlReturn_t, ret,
+};
+use crate::node::{ComputeInstance, ComputeMode, Gpu, GpuInstance, Node, uuid_like};
+
+/// An NVML return code other than success.
+pub type Code = nvmlReturn_t;
+
+/// The standard compute-instance profiles: (enum, compute slices).
+const CI_STANDARD: [(u32, u8); 5] = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 7)];
+
+/// A compute-instance profile offered inside a GPU instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CiProfile {
+    /// `NVML_COMPUTE_INSTANCE_PROFILE_*`; also the profile id (`ProfileInfo.id`).
+    pub nvml_enum: u32,
+    /// Compute slices.
+    pub slices: u8,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+    /// Most instances of it in the GPU instance (GI slices / slices).
+    pub instance_count: u32,
+}
+
+/// A compute process as NVML lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessView {
+    /// Process id.
+    pub pid: u32,
+    /// GPU instance id or [`NO_INSTANCE`].
+    pub gpu_instance: u32,
+    /// Compute instance id or [`NO_INSTANCE`].
+    pub compute_instance: u32,
+}
+
+/// The GPU at `index`, or INVALID_ARGUMENT.
+pub fn gpu(node: &Node, index: u32) -> Result<&Gpu, Code> {
+    node.gpus.get(index as usize).ok_or(ret::INVALID_ARGUMENT)
+}
+
+fn gpu_mut(node: &mut Node, index: u32) -> Result<&mut Gpu, Code> {
+    node.gpus.get_mut(index as usize).ok_or(ret::INVALID_ARGUMENT)
+}
+
+fn mig_model(g: &Gpu) -> Result<&'static GpuModel, Code> {
+    let model = g.model();
+    if model.supports_mig() { Ok(model) } else { Err(ret::NOT_SUPPORTED) }
+}
+
+/// `nvmlDeviceGetGpuInstanceProfileInfo*` by enum: a MIG-less GPU or an enum the model
+/// lacks is NOT_SUPPORTED; an enum at or past `NVML_GPU_INSTANCE_PROFILE_COUNT` is
+/// INVALID_ARGUMENT (as the real H100 answered). Works with MIG off.
+pub fn gi_profile_by_enum(g: &Gpu, nvml_enum: u32) -> Result<&'static MigProfile, Code> {
+    let model = mig_model(g)?;
+    if nvml_enum >= NVML_GPU_INSTANCE_PROFILE_COUNT {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    model.mig_profiles.iter().find(|p| p.nvml_enum == nvml_enum).ok_or(ret::NOT_SUPPORTED)
+}
+
+/// A GPU-instance profile by id: MIG-less GPU NOT_SUPPORTED, unknown id INVALID_ARGUMENT.
+pub fn gi_profile_by_id(g: &Gpu, id: u32) -> Result<&'static MigProfile, Code> {
+    mig_model(g)?.profile_by_id(id).ok_or(ret::INVALID_ARGUMENT)
+}
+
+/// The profile of an existing GPU instance.
+pub fn profile_of(g: &Gpu, gi: &GpuInstance) -> &'static MigProfile {
+    g.model().profile_by_id(gi.profile_id).expect("GPU instances have catalog profiles")
+}
+
+/// `nvmlDeviceSetMigMode`: returns the activation status. A GPU without MIG is
+/// NOT_SUPPORTED; disabling with GPU instances is IN_USE. On Ampere a change stays pending
+/// (activation status IN_USE) while persistence mode is on or compute processes are on the
+/// GPU, and takes effect otherwise; Hopper switches at once.
+pub fn set_mig_mode(node: &mut Node, index: u32, enabled: bool) -> Result<Code, Code> {
+    let busy = !node.pids_on(index).is_empty();
+    let g = gpu_mut(node, index)?;
+    let model = mig_model(g)?;
+    if !enabled && !g.instances.is_empty() {
+        return Err(ret::IN_USE);
+    }
+    if enabled == g.mig_enabled {
+        g.mig_pending = None;
+        return Ok(ret::SUCCESS);
+    }
+    if model.mode_change_may_need_reset() && (g.persistence_mode || busy) {
+        g.mig_pending = Some(enabled);
+        return Ok(ret::IN_USE);
+    }
+    g.mig_enabled = enabled;
+    g.mig_pending = None;
+    Ok(ret::SUCCESS)
+}
+
+/// `nvmlDeviceSetComputeMode`.
+pub fn set_compute_mode(node: &mut Node, index: u32, mode: u32) -> Result<(), Code> {
+    let mode = ComputeMode::from_nvml(mode).ok_or(ret::INVALID_ARGUMENT)?;
+    gpu_mut(node, index)?.compute_mode = mode;
+    Ok(())
+}
+
+/// `nvmlDeviceSetPersistenceMode`.
+pub fn set_persistence_mode(node: &mut Node, index: u32, enabled: bool) -> Result<(), Code> {
+    gpu_mut(node, index)?.persistence_mode = enabled;
+    Ok(())
+}
+
+/// Why a GPU instance of `profile` at `start` cannot be added: INSUFFICIENT_RESOURCES when
+/// it overlaps an instance, exceeds the profile's count or the GPU's compute slices.
+fn check_fits(
+    g: &Gpu,
+    extra: &[(u8, u8, u32)],
+    profile: &MigProfile,
+    start: u8,
+) -> Result<(), Code> {
+    let model = g.model();
+    let end = start + profile.memory_slices;
+    let taken = g
+        .instances
+        .iter()
+        .map(|gi| (gi.start, gi.size, gi.profile_id))
+        .chain(extra.iter().copied());
+    let mut same = 0;
+    let mut compute = 0;
+    for (s, size, profile_id) in taken {
+        if start < s + size && s < end {
+            return Err(ret::INSUFFICIENT_RESOURCES);
+        }
+        if profile_id == profile.id {
+            same += 1;
+        }
+        compute += model.profile_by_id(profile_id).map_or(0, |p| p.compute_slices);
+    }
+    if same >= profile.max_count || compute + profile.compute_slices > model.compute_slices {
+        return Err(ret::INSUFFICIENT_RESOURCES);
+    }
+    Ok(())
+}
+
+/// `nvmlDeviceGetGpuInstanceRemainingCapacity`: how many more instances of the profile
+/// fit, placed greedily on its possible placements. MIG off is NOT_SUPPORTED.
+pub fn remaining_capacity(g: &Gpu, profile_id: u32) -> Result<u32, Code> {
+    let profile = gi_profile_by_id(g, profile_id)?;
+    if !g.mig_enabled {
+        return Err(ret::NOT_SUPPORTED);
+    }
+    let mut extra = Vec::new();
+    for &start in profile.placements {
+        if check_fits(g, &extra, profile, start).is_ok() {
+            extra.push((start, profile.memory_slices, profile.id));
+        }
+    }
+    Ok(extra.len() as u32)
+}
+
+/// `nvmlDeviceCreateGpuInstanceWithPlacement`: returns the new instance's id. MIG off is
+/// NOT_SUPPORTED (nvml.h: "If device doesn't have MIG mode enabled"); an unknown profile,
+/// a start that is not one of the profile's placements, or a size other than its
+/// placement size is INVALID_ARGUMENT; no room is INSUFFICIENT_RESOURCES.
+pub fn create_gpu_instance(
+    node: &mut Node,
+    index: u32,
+    profile_id: u32,
+    start: u32,
+    size: u32,
+) -> Result<u32, Code> {
+    let g = gpu(node, index)?;
+    mig_model(g)?;
+    if !g.mig_enabled {
+        return Err(ret::NOT_SUPPORTED);
+    }
+    let profile = gi_profile_by_id(g, profile_id)?;
+    let start = u8::try_from(start).map_err(|_| ret::INVALID_ARGUMENT)?;
+    if !profile.placements.contains(&start) || size != u32::from(profile.memory_slices) {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    check_fits(g, &[], profile, start)?;
+    let id = (1..).find(|id| g.instances.iter().all(|gi| gi.id != *id)).expect("a free id");
+    let serial = node.next_serial();
+    let g = gpu_mut(node, index)?;
+    g.instances.push(GpuInstance {
+        id,
+        profile_id,
+        start,
+        size: profile.memory_slices,
+        serial,
+        compute_instances: Vec::new(),
+    });
+    Ok(id)
+}
+
+/// `nvmlGpuInstanceDestroy`: IN_USE while it has compute instances or compute processes.
+pub fn destroy_gpu_instance(node: &mut Node, index: u32, gi_id: u32) -> Result<(), Code> {
+    let in_use = node.processes.iter().any(|p| p.gpu == index && p.gpu_instance == Some(gi_id));
+    let g = gpu_mut(node, index)?;
+    let pos = g.instances.iter().position(|gi| gi.id == gi_id).ok_or(ret::INVALID_ARGUMENT)?;
+    if in_use || !g.instances[pos].compute_instances.is_empty() {
+        return Err(ret::IN_USE);
+    }
+    g.instances.remove(pos);
+    Ok(())
+}
+
+/// The compute-instance profiles a GPU instance offers: one per standard slice count `c`
+/// up to its compute slices that the catalog has a `c`-slice profile for, with the GPU
+/// instance's SMs when `c` is all of it and the standard `cg` profile's SMs otherwise; and,
+/// where the GPU instance is a 1-slice profile with more SMs than the standard 1g one
+/// (H100 1g.20gb: 26 vs 16), also `1_SLICE_REV1` with its SMs (then `1_SLICE` has the
+/// standard 16).
+pub fn ci_profiles(model: &GpuModel, gi_profile: &MigProfile) -> Vec<CiProfile> {
+    let gi_slices = gi_profile.compute_slices;
+    let standard_1g = model.profile_by_compute_slices(1);
+    let rev1 = gi_slices == 1 && standard_1g.is_some_and(|p| p.sms != gi_profile.sms);
+    let mut out = Vec::new();
+    for (nvml_enum, c) in CI_STANDARD {
+        if c > gi_slices {
+            continue;
+        }
+        let Some(standard) = model.profile_by_compute_slices(c) else {
+            continue;
+        };
+        let sms = if c == gi_slices && !rev1 { gi_profile.sms } else { standard.sms };
+        out.push(CiProfile { nvml_enum, slices: c, sms, instance_count: u32::from(gi_slices / c) });
+    }
+    if rev1 {
+        out.push(CiProfile {
+            nvml_enum: NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1,
+            slices: 1,
+            sms: gi_profile.sms,
+            instance_count: 1,
+        });
+    }
+    out
+}
+
+/// The compute-instance profile at `nvml_enum` in a GPU instance: at or past
+/// `NVML_COMPUTE_INSTANCE_PROFILE_COUNT` INVALID_ARGUMENT, not offered NOT_SUPPORTED.
+pub fn ci_profile(g: &Gpu, gi: &GpuInstance, nvml_enum: u32) -> Result<CiProfile, Code> {
+    if nvml_enum >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    ci_profiles(g.model(), profile_of(g, gi))
+        .into_iter()
+        .find(|p| p.nvml_enum == nvml_enum)
+        .ok_or(ret::NOT_SUPPORTED)
+}
+
+/// `nvmlGpuInstanceCreateComputeInstance`: returns the new compute instance's id. A
+/// profile the GPU instance does not offer is NOT_SUPPORTED (INVALID_ARGUMENT past the
+/// enum count); no free aligned compute slices or the profile's count reached is
+/// INSUFFICIENT_RESOURCES. The MIG UUID is new on every creation.
+pub fn create_compute_instance(
+    node: &mut Node,
+    index: u32,
+    gi_id: u32,
+    profile_id: u32,
+) -> Result<u32, Code> {
+    let g = gpu(node, index)?;
+    let gi = g.instance(gi_id).ok_or(ret::INVALID_ARGUMENT)?;
+    let profile = ci_profile(g, gi, profile_id)?;
+    let gi_slices = profile_of(g, gi).compute_slices;
+    let same = gi.compute_instances.iter().filter(|ci| ci.profile_id == profile_id).count();
+    if same as u32 >= profile.instance_count {
+        return Err(ret::INSUFFICIENT_RESOURCES);
+    }
+    let free = |s: u8| {
+        gi.compute_instances
+            .iter()
+            .all(|ci| s + profile.slices <= ci.start || ci.start + ci.size <= s)
+    };
+    let start = (0..gi_slices)
+        .step_by(usize::from(profile.slices))
+        .find(|&s| s + profile.slices <= gi_slices && free(s))
+        .ok_or(ret::INSUFFICIENT_RESOURCES)?;
+    let id = (0..).find(|id| gi.compute_instances.iter().all(|ci| ci.id != *id)).expect("an id");
+    let gpu_uuid = g.uuid.clone();
+    let serial = node.next_serial();
+    let uuid = format!(
+        "MIG-{}",
+        uuid_like(&[
+            gpu_uuid.as_bytes(),
+            &gi_id.to_le_bytes(),
+            &id.to_le_bytes(),
+            &serial.to_le_bytes()
+        ])
+    );
+    let gi = gpu_mut(node, index)?
+        .instances
+        .iter_mut()
+        .find(|gi| gi.id == gi_id)
+        .expect("looked up above");
+    gi.compute_instances.push(ComputeInstance {
+        id,
+        profile_id,
+        start,
+        size: profile.slices,
+        uuid,
+        serial,
+    });
+    Ok(id)
+}
+
+/// The compute instance a process in GPU instance `gi` runs in: its lowest-id one.
+fn process_ci(gi: Option<&GpuInstance>) -> Option<u32> {
+    gi?.compute_instances.iter().map(|ci| ci.id).min()
+}
+
+/// `nvmlComputeInstanceDestroy`: IN_USE while a compute process runs in it.
+pub fn destroy_compute_instance(
+    node: &mut Node,
+    index: u32,
+    gi_id: u32,
+    ci_id: u32,
+) -> Result<(), Code> {
+    let holders = processes(node, index, Some((gi_id, ci_id)))?;
+    if !holders.is_empty() {
+        return Err(ret::IN_USE);
+    }
+    let gi = gpu_mut(node, index)?
+        .instances
+        .iter_mut()
+        .find(|gi| gi.id == gi_id)
+        .ok_or(ret::INVALID_ARGUMENT)?;
+    let pos =
+        gi.compute_instances.iter().position(|ci| ci.id == ci_id).ok_or(ret::INVALID_ARGUMENT)?;
+    gi.compute_instances.remove(pos);
+    Ok(())
+}
+
+/// The compute processes of a GPU, or of one of its MIG devices (`(gi, ci)`). A process
+/// placed in a GPU instance runs in its lowest-id compute instance.
+pub fn processes(
+    node: &Node,
+    index: u32,
+    mig: Option<(u32, u32)>,
+) -> Result<Vec<ProcessView>, Code> {
+    let g = gpu(node, index)?;
+    let views = node.processes.iter().filter(|p| p.gpu == index).map(|p| match p.gpu_instance {
+        None => {
+            ProcessView { pid: p.pid, gpu_instance: NO_INSTANCE, compute_instance: NO_INSTANCE }
+        }
+        Some(gi) => ProcessView {
+            pid: p.pid,
+            gpu_instance: gi,
+            compute_instance: process_ci(g.instance(gi)).unwrap_or(NO_INSTANCE),
+        },
+    });
+    Ok(match mig {
+        None => views.collect(),
+        Some((gi, ci)) => {
+            views.filter(|v| v.gpu_instance == gi && v.compute_instance == ci).collect()
+        }
+    })
+}
+
+/// The MIG devices of a GPU, one per compute instance, in index order (by GPU instance
+/// placement, then compute instance id): `(gi id, ci id, ci serial)`. None with MIG off.
+pub fn mig_devices(g: &Gpu) -> Vec<(u32, u32, u64)> {
+    if !g.mig_enabled {
+        return Vec::new();
+    }
+    let mut gis: Vec<&GpuInstance> = g.instances.iter().collect();
+    gis.sort_by_key(|gi| (gi.start, gi.id));
+    let mut out = Vec::new();
+    for gi in gis {
+        let mut cis: Vec<&ComputeInstance> = gi.compute_instances.iter().collect();
+        cis.sort_by_key(|ci| ci.id);
+        out.extend(cis.into_iter().map(|ci| (gi.id, ci.id, ci.serial)));
+    }
+    out
+}
+
+/// `nvmlDeviceGetMaxMigDeviceCount`: 0 with MIG off or unsupported (nvml.h: "Returns zero
+/// if MIG is not supported or enabled"), else the model's compute slices (each compute
+/// instance takes at least one).
+pub fn max_mig_devices(g: &Gpu) -> u32 {
+    if g.mig_enabled { u32::from(g.model().compute_slices) } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::Process;
+    use gpushare_catalog::{model_by_key, parse_node_spec};
+
+    fn node(spec: &str) -> Node {
+        Node::new(&parse_node_spec(spec).unwrap())
+    }
+
+    #[test]
+    fn ampere_mode_changes_wait_for_a_reset_only_while_the_gpu_is_held() {
+        let mut n = node("a100-40gb:2");
+        assert_eq!(set_mig_mode(&mut n, 0, true), Ok(ret::IN_USE));
+        assert_eq!((n.gpus[0].mig_enabled, n.gpus[0].mig_pending), (false, Some(true)));
+        n.gpus[1].persistence_mode = false;
+        assert_eq!(set_mig_mode(&mut n, 1, true), Ok(ret::SUCCESS));
+        assert!(n.gpus[1].mig_enabled);
+        n.gpus[0].persistence_mode = false;
+        n.processes.push(Process { gpu: 0, gpu_instance: None, pid: 5 });
+        assert_eq!(set_mig_mode(&mut n, 0, true), Ok(ret::IN_USE));
+        let mut h = node("h100-80gb:1");
+        assert_eq!(set_mig_mode(&mut h, 0, true), Ok(ret::SUCCESS));
+        assert!(h.gpus[0].mig_enabled);
+        let mut l = node("l40s:1");
+        assert_eq!(set_mig_mode(&mut l, 0, true), Err(ret::NOT_SUPPORTED));
+    }
+
+    #[test]
+    fn placements_are_invalid_or_insufficient() {
+        let mut n = node("a100-40gb:1");
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 4), Err(ret::NOT_SUPPORTED));
+        n.gpus[0].mig_enabled = true;
+        assert_eq!(create_gpu_instance(&mut n, 0, 99, 0, 4), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 2, 4), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 2), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 4, 4), Ok(1));
+        assert_eq!(create_gpu_instance(&mut n, 0, 0, 0, 8), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(remaining_capacity(&n.gpus[0], 9), Ok(1));
+        assert_eq!(remaining_capacity(&n.gpus[0], 19), Ok(4));
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 4), Ok(2));
+        assert_eq!(remaining_capacity(&n.gpus[0], 19), Ok(0));
+        // 3g + 3g use 6 of 7 compute slices and all memory.
+        assert_eq!(create_gpu_instance(&mut n, 0, 19, 0, 1), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(n.gpus[0].instances[1].serial, 2);
+    }
+
+    #[test]
+    fn h100_1g_20gb_offers_both_1_slice_compute_profiles() {
+        let h100 = model_by_key("h100-80gb").unwrap();
+        let p = ci_profiles(h100, h100.profile_by_name("1g.20gb").unwrap());
+        assert_eq!(
+            p,
+            vec![
+                CiProfile { nvml_enum: 0, slices: 1, sms: 16, instance_count: 1 },
+                CiProfile { nvml_enum: 7, slices: 1, sms: 26, instance_count: 1 },
+            ]
+        );
+        let p = ci_profiles(h100, h100.profile_by_name("3g.40gb").unwrap());
+        let sms: Vec<(u32, u32, u32)> =
+            p.iter().map(|c| (c.nvml_enum, c.sms, c.instance_count)).collect();
+        assert_eq!(sms, vec![(0, 16, 3), (1, 32, 1), (2, 60, 1)]);
+        let a30 = model_by_key("a30").unwrap();
+        let p = ci_profiles(a30, a30.profile_by_name("4g.24gb").unwrap());
+        let e: Vec<u32> = p.iter().map(|c| c.nvml_enum).collect();
+        assert_eq!(e, vec![0, 1, 3], "no 3-slice profile on the A30");
+    }
+
+    #[test]
+    fn compute_instances_fill_their_gpu_instance_honestly() {
+        let mut n = node("a100-40gb:1");
+        n.gpus[0].mig_enabled = true;
+        let gi = create_gpu_instance(&mut n, 0, 9, 0, 4).unwrap();
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 9), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 4), Err(ret::NOT_SUPPORTED));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 1), Ok(0));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 1), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 0), Ok(1));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 0), Err(ret::INSUFFICIENT_RESOURCES));
+        let cis = &n.gpus[0].instances[0].compute_instances;
+        assert_eq!((cis[0].start, cis[0].size, cis[1].start), (0, 2, 2));
+        assert_ne!(cis[0].uuid, cis[1].uuid);
+        assert_eq!(destroy_gpu_instance(&mut n, 0, gi), Err(ret::IN_USE));
+        n.processes.push(Process { gpu: 0, gpu_instance: Some(gi), pid: 42 });
+        assert_eq!(
+            processes(&n, 0, Some((gi, 0))).unwrap(),
+            vec![ProcessView { pid: 42, gpu_instance: gi, compute_instance: 0 }]
+        );
+        assert!(processes(&n, 0, Some((gi, 1))).unwrap().is_empty());
+        assert_eq!(destroy_compute_instance(&mut n, 0, gi, 0), Err(ret::IN_USE));
+        destroy_compute_instance(&mut n, 0, gi, 1).unwrap();
+        n.processes.clear();
+        destroy_compute_instance(&mut n, 0, gi, 0).unwrap();
+        n.processes.push(Process { gpu: 0, gpu_instance: Some(gi), pid: 42 });
+        assert_eq!(destroy_gpu_instance(&mut n, 0, gi), Err(ret::IN_USE));
+        n.processes.clear();
+        destroy_gpu_instance(&mut n, 0, gi).unwrap();
+        // A new compute instance gets a new MIG UUID.
+        let gi = create_gpu_instance(&mut n, 0, 9, 0, 4).unwrap();
+        create_compute_instance(&mut n, 0, gi, 2).unwrap();
+        let again = &n.gpus[0].instances[0].compute_instances[0];
+        assert!(again.uuid.starts_with("MIG-"));
+    }
+
+    #[test]
+    fn profile_queries_by_enum() {
+        let n = node("h100-80gb:1,l40s:1");
+        assert_eq!(gi_profile_by_enum(&n.gpus[0], 9).unwrap().name, "1g.20gb");
+        assert_eq!(gi_profile_by_enum(&n.gpus[0], 5), Err(ret::NOT_SUPPORTED));
+        assert_eq!(gi_profile_by_enum(&n.gpus[0], 16), Err(ret::NOT_SUPPORTED));
+        assert_eq!(gi_profile_by_enum(&n.gpus[0], 17), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(gi_profile_by_enum(&n.gpus[1], 0), Err(ret::NOT_SUPPORTED));
+        assert_eq!(max_mig_devices(&n.gpus[0]), 0);
+    }
+}
