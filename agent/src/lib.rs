@@ -5,14 +5,15 @@
 //!
 //! 1. [`sys`] — the operating system, written once: the one runner of external programs,
 //!    atomic files, `/proc`, the raw C library calls.
-//! 2. [`catalog`] — GPU models and their MIG profile tables (data).
+//! 2. [`catalog`] — GPU models and their MIG profile tables (data; crate `gpushare-catalog`).
 //! 3. [`node`] — the model of a node as observed (GPUs, MIG instances, processes, MPS
 //!    servers, time-slice intervals) and the operations that change it.
 //! 4. [`profile`] — the profile format: parsing, validation, built-ins, mig-parted import,
 //!    export of a node as a profile.
 //! 5. [`config`] — `agent.toml`.
 //! 6. [`plan`] — pure planning: node + profile → steps; placements; verification.
-//! 7. [`gpu`] — the hardware seam: [`gpu::GpuBackend`], NVML and the simulator.
+//! 7. [`gpu`] — the hardware seam: [`gpu::GpuBackend`] and NVML, on NVIDIA's driver or the
+//!    simulated one.
 //! 8. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
 //! 9. [`apply`] — carrying out plans: observation, parallel execution, journal,
 //!    transactions with rollback, hooks.
@@ -24,7 +25,9 @@
 //! 13. [`metrics`] — Prometheus series, following the engine's events.
 //! 14. [`service`] — the D-Bus interface: transport only, and the one place errors become
 //!     D-Bus errors.
-//! 15. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//! 15. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
+//!     environment that hands them the node (`--simulate`).
+//! 16. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
 
 pub mod access;

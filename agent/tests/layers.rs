@@ -26,7 +26,13 @@ fn stated_order() -> Vec<String> {
 fn declared() -> BTreeSet<String> {
     let lib = fs::read_to_string(src().join("lib.rs")).unwrap();
     lib.lines()
-        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';').map(str::to_string))
+        .filter_map(|l| {
+            // `pub mod x;`, or a layer of its own crate: `pub use gpushare_x as x;`.
+            let module = l.strip_prefix("pub mod ").or_else(|| {
+                l.strip_prefix("pub use gpushare_").and_then(|rest| rest.split(" as ").nth(1))
+            })?;
+            module.strip_suffix(';').map(str::to_string)
+        })
         .collect()
 }
 
