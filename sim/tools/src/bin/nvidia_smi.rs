@@ -429,7 +429,11 @@ fn gpu_reset(node: &mut Node, ids: Option<&str>, failures: &[Failure], out: &mut
             return in_use_block(out, &pcis);
         }
         for pci in &pcis {
-            let _ = writeln!(out.out, "Unable to reset GPU {pci}: {}", ret::message(code));
+            let _ = writeln!(
+                out.out,
+                "Unable to reset GPU {pci}: {}",
+                ret::message(code).to_string_lossy()
+            );
         }
         return exit_status(code);
     }
@@ -520,7 +524,7 @@ fn compute_policy(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
                 let _ = writeln!(
                     out.out,
                     "Unable to set timeslice for GPU {pci}: {}",
-                    ret::message(code)
+                    ret::message(code).to_string_lossy()
                 );
             }
             return exit_status(code);
