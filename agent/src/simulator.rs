@@ -8,8 +8,8 @@
 //! ([`SimulatedNode::export`]) and its tools inherit.
 //!
 //! Looked for, in order: `$GPUSHARE_SIM_DIR`; the agent's own directory under cargo's
-//! names (a build tree: `libgpushare_sim_nvml.so`, `gpushare-sim-nvidia-smi`,
-//! `gpushare-sim-nvidia-cuda-mps-control`); `<agent dir>/../lib/gpushare/sim` and
+//! names (a build tree: `libgpushare_sim_nvml.so` there or in `deps/`, where `cargo test`
+//! leaves it, `gpushare-sim-nvidia-smi`, `gpushare-sim-nvidia-cuda-mps-control`); `<agent dir>/../lib/gpushare/sim` and
 //! `/usr/lib/gpushare/sim` under the installed names (`libnvidia-ml.so.1`, `nvidia-smi`,
 //! `nvidia-cuda-mps-control`), where the .deb puts them.
 
@@ -41,21 +41,19 @@ impl SimulatorFiles {
     /// The files in `dir` under cargo's names, or else under the installed names; `None`
     /// when the library is under neither.
     pub fn in_dir(dir: &Path) -> Option<SimulatorFiles> {
-        let layouts = [
-            (
-                "libgpushare_sim_nvml.so",
-                "gpushare-sim-nvidia-smi",
-                "gpushare-sim-nvidia-cuda-mps-control",
-            ),
-            ("libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control"),
-        ];
-        layouts.into_iter().find(|(library, _, _)| dir.join(library).is_file()).map(
-            |(library, nvidia_smi, mps_control)| SimulatorFiles {
-                library: dir.join(library),
-                nvidia_smi: dir.join(nvidia_smi),
-                mps_control: dir.join(mps_control),
-            },
-        )
+        if let Some(library) = built_library(dir) {
+            return Some(SimulatorFiles {
+                library,
+                nvidia_smi: dir.join("gpushare-sim-nvidia-smi"),
+                mps_control: dir.join("gpushare-sim-nvidia-cuda-mps-control"),
+            });
+        }
+        let library = dir.join("libnvidia-ml.so.1");
+        library.is_file().then(|| SimulatorFiles {
+            library,
+            nvidia_smi: dir.join("nvidia-smi"),
+            mps_control: dir.join("nvidia-cuda-mps-control"),
+        })
     }
 
     /// The simulator, from the places in the module docs; the error names them.
@@ -73,7 +71,7 @@ impl SimulatorFiles {
             places.push(PathBuf::from(INSTALLED_DIR));
         }
         // Cargo's layout first: a build tree beside an installed package runs its own build.
-        places.sort_by_key(|p| !p.join("libgpushare_sim_nvml.so").is_file());
+        places.sort_by_key(|p| built_library(p).is_none());
         places.iter().find_map(|dir| SimulatorFiles::in_dir(dir)).ok_or_else(|| {
             let shown: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
             format!(
@@ -83,6 +81,15 @@ impl SimulatorFiles {
             )
         })
     }
+}
+
+/// The simulated library in a cargo build directory: `cargo build` puts it in the directory
+/// itself, while `cargo test`, which builds it only as a dependency, leaves it in `deps/`.
+fn built_library(dir: &Path) -> Option<PathBuf> {
+    [dir.to_path_buf(), dir.join("deps")]
+        .into_iter()
+        .map(|d| d.join("libgpushare_sim_nvml.so"))
+        .find(|library| library.is_file())
 }
 
 /// A simulated node: its spec and its state file.
@@ -132,6 +139,16 @@ mod tests {
         let built = SimulatorFiles::in_dir(dir.path()).unwrap();
         assert_eq!(built.library, dir.path().join("libgpushare_sim_nvml.so"));
         assert_eq!(built.nvidia_smi, dir.path().join("gpushare-sim-nvidia-smi"));
+    }
+
+    #[test]
+    fn a_library_cargo_test_left_in_deps_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("deps")).unwrap();
+        std::fs::write(dir.path().join("deps/libgpushare_sim_nvml.so"), b"").unwrap();
+        let built = SimulatorFiles::in_dir(dir.path()).unwrap();
+        assert_eq!(built.library, dir.path().join("deps/libgpushare_sim_nvml.so"));
+        assert_eq!(built.mps_control, dir.path().join("gpushare-sim-nvidia-cuda-mps-control"));
     }
 
     #[test]
