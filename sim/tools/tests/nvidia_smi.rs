@@ -58,7 +58,7 @@ fn the_second_reset_of_a_session_fails_when_injected() {
     for gpu in &mut node.gpus {
         gpu.persistence_mode = false;
     }
-    file.write(&node).unwrap();
+    file.write(&file.lock().unwrap(), &node).unwrap();
     let env = [("GPUSHARE_SIM_STATE", state.as_path()), ("GPUSHARE_SIM_RECORD", &record)];
     let fail = Some("gpu-reset:2");
 

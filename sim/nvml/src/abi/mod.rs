@@ -6,11 +6,12 @@
 //! `NVML_ERROR_UNINITIALIZED` before `nvmlInit` or after the last `nvmlShutdown`, counted
 //! for `GPUSHARE_SIM_FAIL`, then run on the node.
 //!
-//! Reads run on a cached node, reloaded when the state file's stamp (device, inode, size,
-//! mtime) changed since the last call: one `stat` per call, so a reset made by the
-//! simulated nvidia-smi (another process) is seen at once. Changes run under the file's
-//! exclusive lock on a freshly read node and are written atomically before the call
-//! returns.
+//! Reads run on a cached node, reloaded when the node's generation (a counter every
+//! writer bumps, mapped from `<state>.lock`: see [`crate::node`]) moved since it was read:
+//! one memory load per call, and a reset made by the simulated nvidia-smi (another
+//! process) is seen at once. Changes run under the file's exclusive lock, on the cached
+//! node when the generation says it is current and on a fresh read otherwise, and are
+//! written atomically before the call returns.
 
 pub mod exports;
 pub mod handles;
@@ -26,7 +27,7 @@ use std::time::Duration;
 use gpushare_catalog::parse_node_spec;
 
 use crate::faults::{self, Knobs};
-use crate::node::{NODE_ENV, Node, NodeFile, Stamp};
+use crate::node::{Generation, NODE_ENV, Node, NodeFile};
 use crate::rules::Code;
 use types::{nvmlReturn_t, ret};
 
@@ -44,10 +45,10 @@ struct Lib {
     knobs: Knobs,
     /// Calls per exported function in this process, for `GPUSHARE_SIM_FAIL`.
     calls: BTreeMap<&'static str, u32>,
-    /// The state file, once initialized.
-    file: Option<NodeFile>,
-    /// The node as last read or written, with the file's stamp then.
-    cache: Option<(Option<Stamp>, Node)>,
+    /// The state file and its generation, once initialized.
+    file: Option<(NodeFile, Generation)>,
+    /// The node as last read or written, with its generation then.
+    cache: Option<(u64, Node)>,
     /// Why the last `nvmlInit` failed (empty after a success).
     last_error: String,
 }
@@ -109,27 +110,31 @@ impl Lib {
         self.count(name)
     }
 
-    fn file(&self) -> Result<NodeFile, Code> {
-        self.file.clone().ok_or(ret::UNINITIALIZED)
+    fn file(&self) -> Result<&(NodeFile, Generation), Code> {
+        self.file.as_ref().ok_or(ret::UNINITIALIZED)
     }
 
-    /// Reloads the cached node when the state file changed.
-    fn refresh(&mut self) -> Result<&Node, Code> {
-        let file = self.file()?;
-        let stamp = file.stamp();
-        let stale = self.cache.as_ref().is_none_or(|(s, _)| *s != stamp);
-        if stale && stamp.is_some() {
+    /// The node as of `generation`: the cached one when it is that recent, else read
+    /// afresh (and cached). Read the generation before calling: a write racing with the
+    /// read then shows as a newer generation at the next call.
+    fn node_at(&mut self, generation: u64) -> Result<&Node, Code> {
+        let current = self.cache.as_ref().is_some_and(|(g, _)| *g == generation);
+        if !current {
+            let (file, _) = self.file()?;
             match file.read_optional() {
-                Ok(Some(node)) => self.cache = Some((stamp, node)),
-                // Removed between the stat and the read: keep the cached node.
+                Ok(Some(node)) => self.cache = Some((generation, node)),
+                // The file is gone (a test's clean-up racing the agent): keep what we had.
                 Ok(None) => {}
-                Err(e) => {
-                    eprintln!("gpushare simulated NVML: {e}");
-                    return Err(ret::UNKNOWN);
-                }
+                Err(e) => return Err(report(e)),
             }
         }
         self.cache.as_ref().map(|(_, n)| n).ok_or(ret::UNKNOWN)
+    }
+
+    /// The node, reloaded when another call or process changed it.
+    fn refresh(&mut self) -> Result<&Node, Code> {
+        let generation = self.file()?.1.current();
+        self.node_at(generation)
     }
 }
 
@@ -173,22 +178,19 @@ pub(crate) fn mutate(
         if let Err(c) = lib.enter(name) {
             return c;
         }
-        let file = match lib.file() {
-            Ok(f) => f,
-            Err(c) => return c,
-        };
         let result = (|| {
-            let _lock = file.lock().map_err(report)?;
-            let mut node = match file.read_optional().map_err(report)? {
-                Some(node) => node,
-                None => lib.cache.as_ref().map(|(_, n)| n.clone()).ok_or(ret::UNKNOWN)?,
-            };
+            let (file, generation) = lib.file()?;
+            let file = file.clone();
+            let lock = file.lock().map_err(report)?;
+            let at = generation.current();
+            let mut node = lib.node_at(at)?.clone();
             let before = node.clone();
             let result = f(&mut node, lib.epoch);
             if result.is_ok() && node != before {
-                file.write(&node).map_err(report)?;
+                file.write(&lock, &node).map_err(report)?;
+                // Under the lock, so nobody else wrote in between.
+                lib.cache = Some((at.wrapping_add(1), node));
             }
-            lib.cache = Some((file.stamp(), node));
             result
         })();
         code(result)
@@ -247,7 +249,8 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
     })?;
     let models = parse_node_spec(&spec).map_err(|e| unknown(format!("{NODE_ENV}: {e}")))?;
     let file = NodeFile::from_env().map_err(unknown)?;
-    let _lock = file.lock().map_err(unknown)?;
+    let generation = Generation::open(&file).map_err(unknown)?;
+    let lock = file.lock().map_err(unknown)?;
     let mut node = match file.read_optional().map_err(unknown)? {
         Some(saved) if saved.has_models(&models) => saved,
         Some(_) => {
@@ -275,10 +278,10 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
         node.tool_calls.clear();
         node.session_pid = Some(std::process::id());
     }
-    file.write(&node).map_err(unknown)?;
+    file.write(&lock, &node).map_err(unknown)?;
     lib.session_started = true;
-    lib.cache = Some((file.stamp(), node));
-    lib.file = Some(file);
+    lib.cache = Some((generation.current(), node));
+    lib.file = Some((file, generation));
     Ok(())
 }
 

@@ -554,7 +554,7 @@ mod tests {
     use std::fs;
 
     use gpushare_catalog::parse_node_spec;
-    use gpushare_sim_nvml::node::{ComputeInstance, ComputeMode, GpuInstance, Process};
+    use gpushare_sim_nvml::node::{ComputeInstance, ComputeMode, Generation, GpuInstance, Process};
 
     use super::*;
 
@@ -568,7 +568,8 @@ mod tests {
     impl Fixture {
         fn new(spec: &str) -> Fixture {
             let f = Fixture { dir: tempfile::tempdir().unwrap(), fail: String::new() };
-            f.file().write(&Node::new(&parse_node_spec(spec).unwrap())).unwrap();
+            let file = f.file();
+            file.write(&file.lock().unwrap(), &Node::new(&parse_node_spec(spec).unwrap())).unwrap();
             f
         }
         fn state(&self) -> PathBuf {
@@ -698,7 +699,8 @@ mod tests {
     #[test]
     fn lists_compute_policies_as_the_probe_shows() {
         let f = Fixture::new("h100-80gb:1");
-        let before = f.file().stamp();
+        let generation = Generation::open(&f.file()).unwrap();
+        let before = generation.current();
         let (status, out) = f.run(&["compute-policy", "-l"]);
         assert_eq!(status, 0);
         assert_eq!(
@@ -712,7 +714,7 @@ mod tests {
 +-------------------------------------+
 "
         );
-        assert_eq!(f.file().stamp(), before, "listing does not rewrite the node");
+        assert_eq!(generation.current(), before, "listing does not rewrite the node");
     }
 
     #[test]
