@@ -84,12 +84,18 @@ impl SimulatorFiles {
 }
 
 /// The simulated library in a cargo build directory: `cargo build` puts it in the directory
-/// itself, while `cargo test`, which builds it only as a dependency, leaves it in `deps/`.
+/// itself, while `cargo test`, which builds it only as a dependency, leaves it in `deps/`
+/// and the copy above goes stale; the newer of the two is the one built from this tree.
 fn built_library(dir: &Path) -> Option<PathBuf> {
     [dir.to_path_buf(), dir.join("deps")]
         .into_iter()
         .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .find(|library| library.is_file())
+        .filter_map(|library| {
+            let meta = std::fs::metadata(&library).ok()?;
+            meta.is_file().then_some((meta.modified().ok()?, library))
+        })
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, library)| library)
 }
 
 /// A simulated node: its spec and its state file.
@@ -149,6 +155,25 @@ mod tests {
         let built = SimulatorFiles::in_dir(dir.path()).unwrap();
         assert_eq!(built.library, dir.path().join("deps/libgpushare_sim_nvml.so"));
         assert_eq!(built.mps_control, dir.path().join("gpushare-sim-nvidia-cuda-mps-control"));
+
+        // A copy from an older `cargo build` beside it loses to the newer one in deps/.
+        let stale = dir.path().join("libgpushare_sim_nvml.so");
+        std::fs::write(&stale, b"").unwrap();
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        assert_eq!(SimulatorFiles::in_dir(dir.path()).unwrap().library, built.library);
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(an_hour_ago + std::time::Duration::from_secs(7200))
+            .unwrap();
+        assert_eq!(SimulatorFiles::in_dir(dir.path()).unwrap().library, stale);
     }
 
     #[test]
