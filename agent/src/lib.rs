@@ -19,19 +19,22 @@
 //!    transactions with rollback, hooks.
 //! 10. [`probe`] — the CUDA side of the interference probe (client processes, kernels,
 //!     statistics).
-//! 11. [`access`] — who may change the GPUs.
-//! 12. [`engine`] — the agent's operations for any transport: typed jobs, results,
+//! 11. [`bench`] — replicas of the user's program started together and measured (the
+//!     runner so far; issue 12).
+//! 12. [`access`] — who may change the GPUs.
+//! 13. [`engine`] — the agent's operations for any transport: typed jobs, results,
 //!     errors and events.
-//! 13. [`metrics`] — Prometheus series, following the engine's events.
-//! 14. [`service`] — the D-Bus interface: transport only, and the one place errors become
+//! 14. [`metrics`] — Prometheus series, following the engine's events.
+//! 15. [`service`] — the D-Bus interface: transport only, and the one place errors become
 //!     D-Bus errors.
-//! 15. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
+//! 16. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
 //!     environment that hands them the node (`--simulate`).
-//! 16. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//! 17. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
 
 pub mod access;
 pub mod apply;
+pub mod bench;
 pub use gpushare_catalog as catalog;
 pub mod config;
 pub mod daemon;

@@ -57,12 +57,26 @@ struct Args {
     #[arg(long, value_name = "JSON", hide = true)]
     probe_client: Option<String>,
 
+    /// Wait for one byte on GATE_FD, move REPORT_FD to descriptor 3, then run the command
+    /// after `--` in this process (a bench replica's start barrier).
+    #[arg(long, num_args = 2, value_names = ["GATE_FD", "REPORT_FD"], hide = true, requires = "replica")]
+    bench_gate: Option<Vec<i32>>,
+
+    /// A bench replica's command (after `--`, with `--bench-gate`).
+    #[arg(last = true, hide = true, value_name = "COMMAND")]
+    replica: Vec<std::ffi::OsString>,
+
     /// Run probe sweeps (`<workload|all> <n,n,...> <seconds>`), print JSON, and exit.
     #[arg(long, num_args = 3, value_names = ["WORKLOAD", "COUNTS", "SECONDS"], hide = true)]
     probe_run: Option<Vec<String>>,
 }
 
 fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(fds) = &args.bench_gate {
+        // Before anything else: the replicas wait here to start together.
+        return gpushare_agent::bench::gate::main(fds[0], fds[1], &args.replica);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
@@ -70,7 +84,6 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let args = Args::parse();
     if let Some(spec) = &args.probe_client {
         return gpushare_agent::probe::client::main(spec);
     }

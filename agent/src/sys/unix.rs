@@ -4,7 +4,8 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 /// The effective user id of this process.
@@ -103,6 +104,191 @@ pub fn group_id(name: &str) -> Option<u32> {
         )
     };
     (rc == 0 && !found.is_null()).then_some(group.gr_gid)
+}
+
+/// A pipe whose two ends close on exec: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the live two-element array.
+    if unsafe { ::libc::pipe2(fds.as_mut_ptr(), ::libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created for us and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Who a started program runs as: user, primary group and supplementary groups, as a
+/// login of that user would have them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary group ids (the primary one among them).
+    pub groups: Vec<u32>,
+}
+
+impl Identity {
+    /// User `uid` with the primary group of its password entry and the groups the group
+    /// database lists for it (NSS included).
+    pub fn of_user(uid: u32) -> io::Result<Identity> {
+        let mut buffer = vec![0u8; 16 * 1024];
+        // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
+        // read after getpwuid_r has filled it.
+        let mut entry: ::libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut ::libc::passwd = std::ptr::null_mut();
+        // SAFETY: the buffer and its length match, `entry` and `found` outlive the call;
+        // getpwuid_r is thread-safe.
+        let rc = unsafe {
+            ::libc::getpwuid_r(
+                uid,
+                &mut entry,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                &mut found,
+            )
+        };
+        if rc != 0 || found.is_null() {
+            return Err(io::Error::other(format!("user {uid} is not in the password database")));
+        }
+        let gid = entry.pw_gid;
+        let mut groups: Vec<::libc::gid_t> = vec![0; 256];
+        loop {
+            let mut count = ::libc::c_int::try_from(groups.len()).unwrap_or(::libc::c_int::MAX);
+            // SAFETY: `pw_name` points into `buffer`, alive and NUL-terminated; `groups`
+            // has room for `count` ids, and getgrouplist writes at most that many (it
+            // reports the number needed when they do not fit).
+            let rc = unsafe {
+                ::libc::getgrouplist(entry.pw_name, gid, groups.as_mut_ptr(), &mut count)
+            };
+            let count = usize::try_from(count).unwrap_or(0);
+            if rc >= 0 {
+                groups.truncate(count);
+                return Ok(Identity { uid, gid, groups });
+            }
+            groups.resize(count.max(groups.len() * 2), 0);
+        }
+    }
+}
+
+/// Prepares `command`'s child, between fork and exec: it takes `identity` (groups, then
+/// group, then user, so that root can still change them) and keeps the descriptors of
+/// `inherit` open across the exec, though they close on exec in this process.
+pub fn prepare_child(
+    command: &mut std::process::Command,
+    identity: Option<Identity>,
+    inherit: Vec<RawFd>,
+) {
+    let hook = move || -> io::Result<()> {
+        // Only async-signal-safe calls from here on: this runs in the forked child.
+        if let Some(id) = &identity {
+            // SAFETY: `groups` is a live array of that many ids, allocated before the fork.
+            if unsafe { ::libc::setgroups(id.groups.len(), id.groups.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: setgid(2) and setuid(2) take plain integers.
+            if unsafe { ::libc::setgid(id.gid) } != 0 || unsafe { ::libc::setuid(id.uid) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        for &fd in &inherit {
+            // SAFETY: fcntl(2) on a descriptor inherited from the parent, which keeps it
+            // open until the spawn returns; clearing FD_CLOEXEC touches no memory.
+            if unsafe { ::libc::fcntl(fd, ::libc::F_SETFD, 0) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+/// Reads one byte from `fd`, waiting for it: `Ok(true)` for a byte, `Ok(false)` at end of
+/// file (every writer closed it).
+pub fn read_one_byte(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: read(2) of at most one byte into a live one-byte buffer.
+        let n = unsafe { ::libc::read(fd.as_raw_fd(), (&raw mut byte).cast(), 1) };
+        match n {
+            1 => return Ok(true),
+            0 => return Ok(false),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// Marks `fd` to close on exec again (after [`prepare_child`] kept it open for one exec).
+pub fn close_on_exec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl(2) on a descriptor the caller borrows for the call; no memory shared.
+    if unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETFD, ::libc::FD_CLOEXEC) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Waits until child `pid` has exited, without reaping it: its zombie keeps the pid (and
+/// the process group it leads) from being reused until the caller reaps it.
+pub fn wait_exit_keeping_zombie(pid: u32) -> io::Result<()> {
+    let pid = ::libc::id_t::from(pid);
+    loop {
+        // SAFETY: `siginfo_t` is plain old data; an all-zero value is valid for waitid to
+        // fill.
+        let mut info: ::libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid(2) with a live siginfo_t to fill; WNOWAIT leaves the child as is.
+        let rc = unsafe {
+            ::libc::waitid(::libc::P_PID, pid, &mut info, ::libc::WEXITED | ::libc::WNOWAIT)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Moves descriptor `from` to number `to` (kept open across exec), closing `from`; a
+/// descriptor already at `to` is replaced.
+pub fn move_fd(from: RawFd, to: RawFd) -> io::Result<()> {
+    if from == to {
+        // SAFETY: fcntl(2) on a descriptor number the caller owns; no memory shared.
+        if unsafe { ::libc::fcntl(from, ::libc::F_SETFD, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    // SAFETY: dup2(2) and close(2) on descriptor numbers the caller owns; `to` is meant
+    // to be replaced, and `from` is not used after it is closed.
+    unsafe {
+        if ::libc::dup2(from, to) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        ::libc::close(from);
+    }
+    Ok(())
+}
+
+/// Sends `signal` to process group `group`.
+pub fn signal_group(group: u32, signal: i32) -> io::Result<()> {
+    let group = i32::try_from(group).map_err(|_| io::Error::other("no such process group"))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    if unsafe { ::libc::kill(-group, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,335 @@
+//! The one runner of replicas: N copies of a command, started together through the gate
+//! ([`super::gate`]), each in its own process group, as the identity asked for, with its
+//! stdout and stderr in files and a report pipe read as it runs.
+//!
+//! The units-by-line method: every line a replica writes to the descriptor named by
+//! `GPUSHARE_BENCH_REPORT` (always 3) is one completed unit of work; a line holding a number is that
+//! unit's latency in milliseconds (`12.7`), an empty line a unit without one. Anything else
+//! is counted as malformed, never as a unit.
+//!
+//! Each replica leads its process group and is not reaped until [`Batch::finish`]: its
+//! zombie keeps the group's id from being reused, so stopping the group (the leader and
+//! whatever it started) can never hit another process.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::sys::unix::{self, Identity};
+
+/// The variable naming the report descriptor (a decimal descriptor number).
+pub const REPORT_ENV: &str = "GPUSHARE_BENCH_REPORT";
+/// The variable holding the replica's number, from 0.
+pub const REPLICA_ENV: &str = "GPUSHARE_BENCH_REPLICA";
+/// The variable holding how many replicas run together.
+pub const REPLICAS_ENV: &str = "GPUSHARE_BENCH_REPLICAS";
+
+/// One replica to start.
+#[derive(Debug, Clone)]
+pub struct ReplicaSpec {
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+    /// Environment added to the agent's own (`CUDA_VISIBLE_DEVICES`, the MPS pipe
+    /// directory, ...); the runner adds the three `GPUSHARE_BENCH_*` variables.
+    pub env: Vec<(String, String)>,
+    /// Who it runs as; `None`: as the agent.
+    pub identity: Option<Identity>,
+    /// Where its stdout and stderr go: `replica-<i>.out` and `.err` in this directory.
+    pub log_dir: PathBuf,
+}
+
+/// What a replica reported so far by line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Units {
+    /// Completed units.
+    pub count: u64,
+    /// Latencies of the units that gave one, ms, in report order.
+    pub latencies_ms: Vec<f64>,
+    /// When the first unit came.
+    pub first_at: Option<Instant>,
+    /// Lines that were neither empty nor a latency.
+    pub malformed: u64,
+    /// The first of those, for the report.
+    pub first_malformed: Option<String>,
+}
+
+impl Units {
+    /// Counts one report line.
+    pub fn add_line(&mut self, line: &str, at: Instant) {
+        let line = line.trim();
+        let latency = if line.is_empty() {
+            None
+        } else {
+            match line.parse::<f64>() {
+                Ok(ms) if ms.is_finite() && ms >= 0.0 => Some(ms),
+                _ => {
+                    self.malformed += 1;
+                    if self.first_malformed.is_none() {
+                        self.first_malformed = Some(line.chars().take(200).collect());
+                    }
+                    return;
+                }
+            }
+        };
+        self.count += 1;
+        self.first_at.get_or_insert(at);
+        self.latencies_ms.extend(latency);
+    }
+}
+
+/// How a replica ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaOutcome {
+    /// Its number, from 0.
+    pub index: usize,
+    /// Its process id.
+    pub pid: u32,
+    /// Exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// Whether the runner stopped it (window over or time limit), rather than it ending
+    /// by itself.
+    pub stopped: bool,
+    /// From the release to its end, seconds.
+    pub seconds: f64,
+    /// What it reported by line.
+    pub units: Units,
+    /// Its stdout file.
+    pub stdout: PathBuf,
+    /// Its stderr file.
+    pub stderr: PathBuf,
+}
+
+impl ReplicaOutcome {
+    /// Whether it ended by itself with status 0.
+    pub fn succeeded(&self) -> bool {
+        !self.stopped && self.code == Some(0)
+    }
+}
+
+struct Replica {
+    child: Child,
+    units: Arc<Mutex<Units>>,
+    reader: Option<JoinHandle<()>>,
+    exited: Arc<Mutex<Option<Instant>>>,
+    stopped: bool,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+/// N replicas, held at the gate until [`Batch::release`].
+pub struct Batch {
+    replicas: Vec<Replica>,
+    gate: Option<OwnedFd>,
+    released: Option<Instant>,
+}
+
+impl Batch {
+    /// Starts every replica through `gate_program` (`gpushare-agent`, run with
+    /// `--bench-gate`); none runs its command before [`Batch::release`]. A replica that
+    /// cannot be started stops the ones already started.
+    pub fn spawn(gate_program: &Path, specs: Vec<ReplicaSpec>) -> io::Result<Batch> {
+        let (gate_read, gate_write) = unix::pipe()?;
+        let mut batch = Batch { replicas: Vec::new(), gate: Some(gate_write), released: None };
+        let total = specs.len();
+        for (index, spec) in specs.into_iter().enumerate() {
+            let replica = start_one(gate_program, &gate_read, index, total, spec)?;
+            batch.replicas.push(replica);
+        }
+        Ok(batch)
+    }
+
+    /// Process ids, in replica order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.replicas.iter().map(|r| r.child.id()).collect()
+    }
+
+    /// Lets every replica run its command, at once: one byte each on the gate.
+    pub fn release(&mut self) -> io::Result<Instant> {
+        let gate = self.gate.take().ok_or_else(|| io::Error::other("released twice"))?;
+        let mut gate = File::from(gate);
+        gate.write_all(&vec![b'g'; self.replicas.len()])?;
+        let now = Instant::now();
+        self.released = Some(now);
+        Ok(now)
+    }
+
+    /// What each replica reported so far.
+    pub fn units(&self) -> Vec<Units> {
+        self.replicas.iter().map(|r| lock(&r.units).clone()).collect()
+    }
+
+    /// How many replicas still run.
+    pub fn running(&self) -> usize {
+        self.replicas.iter().filter(|r| lock(&r.exited).is_none()).count()
+    }
+
+    /// Waits until every replica has ended or `deadline` passes; true when all ended.
+    pub fn wait_until(&self, deadline: Instant) -> bool {
+        loop {
+            if self.running() == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+        }
+    }
+
+    /// Stops every replica still running: SIGTERM to its process group, SIGKILL after
+    /// `grace`. Members a finished replica left behind get the same.
+    pub fn stop(&mut self, grace: Duration) {
+        for r in &mut self.replicas {
+            r.stopped |= lock(&r.exited).is_none();
+            let _ = unix::signal_group(r.child.id(), libc::SIGTERM);
+        }
+        let _ = self.wait_until(Instant::now() + grace);
+        for r in &self.replicas {
+            let _ = unix::signal_group(r.child.id(), libc::SIGKILL);
+        }
+    }
+
+    /// Stops what still runs, reaps every replica and returns how each ended.
+    pub fn finish(mut self, grace: Duration) -> Vec<ReplicaOutcome> {
+        // Gates still waiting read end of file and exit without running the command.
+        self.gate = None;
+        self.stop(grace);
+        let released = self.released;
+        let replicas = std::mem::take(&mut self.replicas);
+        replicas
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut r)| {
+                let status = r.child.wait();
+                if let Some(reader) = r.reader.take() {
+                    let _ = reader.join();
+                }
+                let ended = lock(&r.exited).unwrap_or_else(Instant::now);
+                let seconds = released
+                    .map_or(0.0, |start| ended.saturating_duration_since(start).as_secs_f64());
+                let (code, signal) = status.as_ref().map_or((None, None), split_status);
+                ReplicaOutcome {
+                    index,
+                    pid: r.child.id(),
+                    code,
+                    signal,
+                    stopped: r.stopped,
+                    seconds,
+                    units: lock(&r.units).clone(),
+                    stdout: r.stdout,
+                    stderr: r.stderr,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // Never leave replicas behind: a batch dropped on an error path kills them all.
+        self.gate = None;
+        for r in &mut self.replicas {
+            let _ = unix::signal_group(r.child.id(), libc::SIGKILL);
+            let _ = r.child.wait();
+        }
+    }
+}
+
+fn start_one(
+    gate_program: &Path,
+    gate_read: &OwnedFd,
+    index: usize,
+    total: usize,
+    spec: ReplicaSpec,
+) -> io::Result<Replica> {
+    let stdout = spec.log_dir.join(format!("replica-{index}.out"));
+    let stderr = spec.log_dir.join(format!("replica-{index}.err"));
+    let (report_read, report_write) = unix::pipe()?;
+    let mut command = Command::new(gate_program);
+    command
+        .arg("--bench-gate")
+        .arg(gate_read.as_raw_fd().to_string())
+        .arg(report_write.as_raw_fd().to_string())
+        .arg("--")
+        .args(&spec.command)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(REPLICA_ENV, index.to_string())
+        .env(REPLICAS_ENV, total.to_string())
+        .stdin(Stdio::null())
+        .stdout(File::create(&stdout)?)
+        .stderr(File::create(&stderr)?)
+        .process_group(0);
+    unix::prepare_child(
+        &mut command,
+        spec.identity,
+        vec![gate_read.as_raw_fd(), report_write.as_raw_fd()],
+    );
+    let child = command.spawn()?;
+    // Only the replica holds the write end now: end of file comes when it (and anything
+    // it started) is done.
+    drop(report_write);
+    let units = Arc::new(Mutex::new(Units::default()));
+    let reader = {
+        let units = Arc::clone(&units);
+        std::thread::Builder::new().name(format!("bench-report-{index}")).spawn(move || {
+            let mut lines = BufReader::new(File::from(report_read));
+            let mut line = String::new();
+            // Lines are bytes up to a newline; invalid UTF-8 counts as malformed.
+            let mut raw = Vec::new();
+            while matches!(lines.read_until(b'\n', &mut raw), Ok(n) if n > 0) {
+                let at = Instant::now();
+                line.clear();
+                line.push_str(&String::from_utf8_lossy(&raw));
+                lock(&units).add_line(&line, at);
+                raw.clear();
+            }
+        })?
+    };
+    let exited = Arc::new(Mutex::new(None));
+    {
+        let (exited, pid) = (Arc::clone(&exited), child.id());
+        std::thread::Builder::new().name(format!("bench-exit-{index}")).spawn(move || {
+            let _ = unix::wait_exit_keeping_zombie(pid);
+            *lock(&exited) = Some(Instant::now());
+        })?;
+    }
+    Ok(Replica { child, units, reader: Some(reader), exited, stopped: false, stdout, stderr })
+}
+
+fn split_status(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    (status.code(), status.signal())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_lines_are_units_with_or_without_latency() {
+        let mut units = Units::default();
+        let now = Instant::now();
+        for line in ["12.5\n", "\n", " 3 \n", "oops\n", "-1\n", "NaN\n", "0\n"] {
+            units.add_line(line, now);
+        }
+        assert_eq!(units.count, 4);
+        assert_eq!(units.latencies_ms, [12.5, 3.0, 0.0]);
+        assert_eq!(units.malformed, 3);
+        assert_eq!(units.first_malformed.as_deref(), Some("oops"));
+        assert_eq!(units.first_at, Some(now));
+    }
+}
