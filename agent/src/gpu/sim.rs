@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use gpushare_sim_nvml::node::uuid_like;
 use serde::{Deserialize, Serialize};
 
 use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
@@ -446,19 +447,6 @@ impl GpuBackend for SimBackend {
             Ok(())
         })
     }
-}
-
-/// A UUID-shaped hex string derived from `parts` (FNV-1a, then split 8-4-4-4-12).
-fn uuid_like(parts: &[&[u8]]) -> String {
-    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    for part in parts {
-        for b in part.iter().chain(b"|") {
-            h ^= u128::from(*b);
-            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013B);
-        }
-    }
-    let hex = format!("{h:032x}");
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
 #[cfg(test)]
