@@ -283,14 +283,10 @@ fn start_one(
         let units = Arc::clone(&units);
         std::thread::Builder::new().name(format!("bench-report-{index}")).spawn(move || {
             let mut lines = BufReader::new(File::from(report_read));
-            let mut line = String::new();
             // Lines are bytes up to a newline; invalid UTF-8 counts as malformed.
             let mut raw = Vec::new();
             while matches!(lines.read_until(b'\n', &mut raw), Ok(n) if n > 0) {
-                let at = Instant::now();
-                line.clear();
-                line.push_str(&String::from_utf8_lossy(&raw));
-                lock(&units).add_line(&line, at);
+                lock(&units).add_line(&String::from_utf8_lossy(&raw), Instant::now());
                 raw.clear();
             }
         })?
