@@ -6,6 +6,7 @@
 //! D-Bus string; its shape is the one `gpushare-ctl --json` prints, defined by the types
 //! in [`types`]. Fields may be added; none are renamed or removed.
 
+pub mod bench;
 pub mod types;
 mod vocab;
 
@@ -158,6 +159,16 @@ mod proxies {
         /// limits, restore the sharing afterwards, and recommend a strategy per workload).
         fn probe(&self, options: HashMap<&str, Value<'_>>) -> Result<OwnedObjectPath, AgentError>;
 
+        /// Starts a bench: `command` (empty with the `builtin` option) run as N replicas
+        /// under each sharing strategy, as the caller, on one GPU whose sharing is restored
+        /// afterwards; returns the job object, whose outcome carries a
+        /// [`bench::BenchReport`]. Options are the `BENCH_*` constants of [`bench`].
+        fn bench(
+            &self,
+            command: &[&str],
+            options: HashMap<&str, Value<'_>>,
+        ) -> Result<OwnedObjectPath, AgentError>;
+
         /// The MPS servers the agent runs, with their limits and clients: a
         /// [`types::MpsStatus`].
         fn mps_status(&self) -> Result<String, AgentError>;
@@ -205,6 +216,11 @@ mod proxies {
         /// The outcome as a [`types::JobOutcome`] in JSON; empty while running.
         #[zbus(property)]
         fn outcome(&self) -> zbus::Result<String>;
+
+        /// Asks a bench job to stop early: its replicas are stopped and the sharing is
+        /// restored before it finishes (failed, "cancelled"). Other jobs cannot be
+        /// cancelled (`Failed`). Only the caller that started the job, or root, may.
+        fn cancel(&self) -> Result<(), AgentError>;
 
         /// Emitted as each step begins: steps begun before it (it is number `done + 1`, counted
         /// across GPUs in the order steps begin), total steps, the step. `total` 0: a line

@@ -236,6 +236,9 @@ pub struct JobOutcome {
     /// A probe job's results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeReport>,
+    /// A bench job's results (also when it failed part-way: what was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench: Option<crate::bench::BenchReport>,
 }
 
 /// What a probe job measured.

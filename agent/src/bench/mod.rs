@@ -9,4 +9,6 @@
 //! the D-Bus call, `gpushare-ctl bench` and the HTML report come next.
 
 pub mod gate;
+pub mod histogram;
 pub mod replicas;
+pub mod stats;

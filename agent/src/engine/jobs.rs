@@ -131,6 +131,8 @@ pub struct JobReport {
     pub warnings: Vec<String>,
     /// A probe's results.
     pub probe: Option<ProbeReport>,
+    /// A bench's results.
+    pub bench: Option<gpushare_proto::bench::BenchReport>,
 }
 
 /// The apply lock, held by one job: it names the job for `status` and for `Busy` errors

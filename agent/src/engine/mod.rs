@@ -608,6 +608,7 @@ impl Engine {
             error: None,
             warnings: Vec::new(),
             probe: None,
+            bench: None,
         };
         if let Some(repaired) = &job.repaired {
             report.warnings.push(format!("before this apply: {}", repaired.message));

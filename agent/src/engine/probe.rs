@@ -140,6 +140,7 @@ impl Engine {
             error: None,
             warnings: Vec::new(),
             probe: None,
+            bench: None,
         };
         let measured = if job.options.compare {
             self.probe_compare(job, &progress, &mut outcome).await

@@ -37,6 +37,7 @@ pub fn job_outcome(report: &JobReport, error_name: Option<String>) -> JobOutcome
         error: report.error.as_ref().map(ToString::to_string),
         warnings: report.warnings.clone(),
         probe: report.probe.clone(),
+        bench: report.bench.clone(),
     }
 }
 

@@ -118,6 +118,7 @@ mod tests {
             }),
             warnings: vec![],
             probe: None,
+            bench: None,
         }
     }
 

@@ -505,6 +505,7 @@ mps               -  1.02x      -         -
             error: (!ok).then(|| "client 3 failed: CUDA_ERROR_OUT_OF_MEMORY".into()),
             warnings: vec![],
             probe: ok.then(report),
+            bench: None,
         }
     }
 

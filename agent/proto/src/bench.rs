@@ -1,0 +1,410 @@
+//! The words and documents of `Bench`: the user's own program (or a built-in CUDA
+//! workload) as N replicas under each sharing strategy. Both sides parse what a user types
+//! through these (ctl to refuse bad input before calling, the agent because any client
+//! may call it), so a strategy, an objective or an SLO means the same everywhere.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Option of `Bench` (s): the GPU index, `GPU-…` or `MIG-…` to bench on (GPU 0 if absent).
+pub const BENCH_TARGET: &str = "target";
+/// Option of `Bench` (au): the replica counts, in order.
+pub const BENCH_REPLICAS: &str = "replicas";
+/// Option of `Bench` (as): the strategies, by [`BenchStrategy`] name.
+pub const BENCH_STRATEGIES: &str = "strategies";
+/// Option of `Bench` (d): the measurement window of each run, in seconds.
+pub const BENCH_DURATION: &str = "duration";
+/// Option of `Bench` (b): measure each replica's wall time to its exit instead of a window.
+pub const BENCH_UNTIL_EXIT: &str = "until_exit";
+/// Option of `Bench` (s): [`Objective`] name.
+pub const BENCH_OBJECTIVE: &str = "objective";
+/// Option of `Bench` (s): an [`Slo`] as the user wrote it (`p99=50ms`, `slowdown=2`).
+pub const BENCH_SLO: &str = "slo";
+/// Option of `Bench` (s): the Prometheus histogram each replica serves (the histogram
+/// method); absent: units by line.
+pub const BENCH_HISTOGRAM: &str = "histogram";
+/// Option of `Bench` (s): a built-in workload (`launch`, `compute`, `memory`) instead of a
+/// command.
+pub const BENCH_BUILTIN: &str = "builtin";
+/// Option of `Bench` (u): the replicas a fleet needs, for the cost answer.
+pub const BENCH_FLEET: &str = "fleet";
+/// Option of `Bench` (s): the working directory of the replicas (the caller's).
+pub const BENCH_CWD: &str = "cwd";
+/// Option of `Bench` (as): the replicas' environment as `NAME=value` (the caller's); the
+/// agent adds its own variables over it.
+pub const BENCH_ENVIRONMENT: &str = "environment";
+/// Option of `Bench` (d): the longest a replica may run, seconds; it is stopped then.
+pub const BENCH_TIME_LIMIT: &str = "time_limit";
+
+/// Replica counts when none are given.
+pub const BENCH_DEFAULT_REPLICAS: [u32; 4] = [1, 3, 5, 7];
+/// Measurement window when none is given, seconds.
+pub const BENCH_DEFAULT_DURATION: f64 = 30.0;
+/// The replicas a fleet has when none are given, for the cost answer.
+pub const BENCH_DEFAULT_FLEET: u32 = 100;
+/// Longest run of one replica when none is given, seconds (`--until-exit` included).
+pub const BENCH_DEFAULT_TIME_LIMIT: f64 = 600.0;
+/// Most replicas a run may have (MPS's client limit).
+pub const BENCH_MAX_REPLICAS: u32 = crate::MPS_MAX_CLIENTS;
+
+/// The replica's environment variable naming the descriptor it reports units on (`3`).
+pub const ENV_REPORT: &str = "GPUSHARE_BENCH_REPORT";
+/// The replica's environment variable with its index, from 0.
+pub const ENV_REPLICA: &str = "GPUSHARE_BENCH_REPLICA";
+/// The replica's environment variable with the number of replicas in its run.
+pub const ENV_REPLICAS: &str = "GPUSHARE_BENCH_REPLICAS";
+/// The replica's environment variable with the TCP port it should serve metrics on
+/// (histogram method; a different one per replica).
+pub const ENV_METRICS_PORT: &str = "GPUSHARE_BENCH_METRICS_PORT";
+/// The replica's environment variable with the strategy it runs under.
+pub const ENV_STRATEGY: &str = "GPUSHARE_BENCH_STRATEGY";
+
+/// A sharing strategy a bench tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BenchStrategy {
+    /// The whole GPU without MPS: the driver's time-slicing between the replicas.
+    TimeSlicing,
+    /// One MPS server without limits.
+    Mps,
+    /// One MPS server, 100/N % threads and memory/N per replica.
+    MpsLimited,
+    /// N equal MIG instances, one replica each.
+    Mig,
+}
+
+impl BenchStrategy {
+    /// Every strategy, in the order a bench runs and reports them.
+    pub const ALL: [BenchStrategy; 4] =
+        [BenchStrategy::TimeSlicing, BenchStrategy::Mps, BenchStrategy::MpsLimited, BenchStrategy::Mig];
+
+    /// The name on the command line, in options and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchStrategy::TimeSlicing => "time-slicing",
+            BenchStrategy::Mps => "mps",
+            BenchStrategy::MpsLimited => "mps-limited",
+            BenchStrategy::Mig => "mig",
+        }
+    }
+}
+
+impl fmt::Display for BenchStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BenchStrategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BenchStrategy::ALL.into_iter().find(|w| w.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = BenchStrategy::ALL.iter().map(|w| w.as_str()).collect();
+            format!("unknown strategy {s:?} ({})", names.join(", "))
+        })
+    }
+}
+
+/// What the recommendation optimizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Objective {
+    /// The smallest p99 at each replica count.
+    Latency,
+    /// The largest aggregate throughput at each replica count.
+    #[default]
+    Throughput,
+}
+
+impl Objective {
+    /// `latency` or `throughput`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::Latency => "latency",
+            Objective::Throughput => "throughput",
+        }
+    }
+}
+
+impl fmt::Display for Objective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Objective {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "latency" => Ok(Objective::Latency),
+            "throughput" => Ok(Objective::Throughput),
+            _ => Err(format!("unknown objective {s:?} (latency, throughput)")),
+        }
+    }
+}
+
+/// A service level a replica count must keep to count as capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Slo {
+    /// Every replica's p99 latency at most this many milliseconds (`p99=50ms`).
+    P99Ms(f64),
+    /// Every replica at most this many times slower than alone (`slowdown=2`).
+    Slowdown(f64),
+}
+
+impl fmt::Display for Slo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Slo::P99Ms(ms) => write!(f, "p99={ms}ms"),
+            Slo::Slowdown(x) => write!(f, "slowdown={x}"),
+        }
+    }
+}
+
+impl FromStr for Slo {
+    type Err = String;
+
+    /// `p99=50ms`, `p99=0.2s`, `p99=50` (ms), `slowdown=2`, `slowdown=1.5x`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| format!("SLO {text:?}: {why} (p99=50ms or slowdown=2)");
+        let (key, value) = text.split_once('=').ok_or_else(|| bad("no `=`"))?;
+        let value = value.trim();
+        let number = |digits: &str| -> Result<f64, String> {
+            match digits.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+                _ => Err(bad("not a number above zero")),
+            }
+        };
+        match key.trim() {
+            "p99" => {
+                let ms = if let Some(ms) = value.strip_suffix("ms") {
+                    number(ms)?
+                } else if let Some(s) = value.strip_suffix('s') {
+                    number(s)? * 1000.0
+                } else {
+                    number(value)?
+                };
+                Ok(Slo::P99Ms(ms))
+            }
+            "slowdown" => {
+                let x = number(value.strip_suffix('x').unwrap_or(value))?;
+                if x < 1.0 {
+                    return Err(bad("a slowdown is 1 or more"));
+                }
+                Ok(Slo::Slowdown(x))
+            }
+            other => Err(bad(&format!("unknown measure `{other}`"))),
+        }
+    }
+}
+
+/// How a bench measured its replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Each replica's wall time from the start to its exit (`--until-exit`).
+    UntilExit,
+    /// Units of work reported by line on `GPUSHARE_BENCH_REPORT` during a window.
+    Units,
+    /// A Prometheus histogram each replica serves, scraped before and after a window.
+    Histogram,
+}
+
+impl Method {
+    /// `until-exit`, `units` or `histogram`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::UntilExit => "until-exit",
+            Method::Units => "units",
+            Method::Histogram => "histogram",
+        }
+    }
+}
+
+/// What a bench job measured: `JobOutcome::bench`, and what `gpushare-ctl bench --json`
+/// prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// The `GPU-…` UUID benched.
+    pub target: String,
+    /// Its index.
+    pub gpu: u32,
+    /// Its name, as the driver reports it.
+    pub device: String,
+    /// The command each replica ran, or `builtin:<workload>`.
+    pub command: Vec<String>,
+    /// [`Method`] name.
+    pub method: String,
+    /// The histogram scraped (histogram method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<String>,
+    /// `latency` or `throughput`.
+    pub objective: String,
+    /// The measurement window, seconds; `None` with `until-exit`.
+    pub window_seconds: Option<f64>,
+    /// The SLO as given, normalized (`p99=50ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<String>,
+    /// Replicas a fleet needs, for [`BenchCapacity`]'s cost figures.
+    pub fleet: u32,
+    /// Wall time of the whole bench, seconds.
+    pub wall_seconds: f64,
+    /// One replica alone on the whole GPU without MPS: what scaling, slowdown and
+    /// inflation compare against.
+    pub baseline: Option<BenchRun>,
+    /// Per strategy, in the order run.
+    pub strategies: Vec<BenchStrategyRuns>,
+    /// Per replica count, the strategy the objective picks, and the other side's cost.
+    pub recommendations: Vec<BenchRecommendation>,
+    /// With an SLO: per strategy, the most replicas per GPU that keep it, and the cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<BenchCapacity>,
+    /// What the GPU's sharing was restored to afterwards.
+    pub restored: String,
+    /// Where the agent keeps this report.
+    pub saved_to: String,
+}
+
+/// The runs under one strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchStrategyRuns {
+    /// [`BenchStrategy`] name.
+    pub strategy: String,
+    /// Why this strategy has no figures (`manage_mig = false`, not MIG-capable), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// One per replica count, in order.
+    pub runs: Vec<BenchRun>,
+}
+
+/// N replicas run together under one strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRun {
+    /// Replicas run together.
+    pub replicas: u32,
+    /// How the strategy was set up for them (`MPS, 33 % threads, 26 GiB each`, `3 × 2g.20gb`).
+    pub setup: String,
+    /// Length of the measurement (the window, or the longest replica's wall time), seconds.
+    pub seconds: f64,
+    /// Units counted over all replicas (histogram observations, or 1 per replica that
+    /// exited with `until-exit`).
+    pub units: u64,
+    /// Units per second over all replicas that did not fail.
+    pub throughput_per_s: f64,
+    /// Aggregate throughput over the baseline's (N for perfect sharing).
+    pub scaling: Option<f64>,
+    /// Median latency over all replicas' units (wall times with `until-exit`), ms.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency over all replicas' units, ms.
+    pub p99_ms: Option<f64>,
+    /// `p50_ms` over the baseline's.
+    pub p50_inflation: Option<f64>,
+    /// `p99_ms` over the baseline's.
+    pub p99_inflation: Option<f64>,
+    /// Jain's fairness index of the replicas' throughputs (1 = all equal).
+    pub jain_fairness: Option<f64>,
+    /// The slowest replica's slowdown against the baseline.
+    pub max_slowdown: Option<f64>,
+    /// Replicas that failed (exited non-zero, were killed, or reported nothing).
+    pub failed: u32,
+    /// Why the run has no figures (its strategy could not be set up for N), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Each replica, by index.
+    pub per_replica: Vec<BenchReplica>,
+}
+
+/// One replica of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReplica {
+    /// Index, from 0 (`GPUSHARE_BENCH_REPLICA`).
+    pub index: u32,
+    /// Process id (the replica's process group).
+    pub pid: u32,
+    /// Its `CUDA_VISIBLE_DEVICES`.
+    pub device: String,
+    /// `ok`, `exit 3`, `signal 9`, `stopped` (at the window's end), `time limit`.
+    pub outcome: String,
+    /// Whether it counts as failed (reported, never averaged away).
+    pub failed: bool,
+    /// Its wall time from the start to its exit or stop, seconds.
+    pub seconds: f64,
+    /// Units it completed in the window.
+    pub units: u64,
+    /// Its units per second.
+    pub throughput_per_s: f64,
+    /// Its median latency, ms.
+    pub p50_ms: Option<f64>,
+    /// Its 99th percentile latency, ms.
+    pub p99_ms: Option<f64>,
+    /// Baseline throughput over its own (1 = unaffected).
+    pub slowdown: Option<f64>,
+    /// GPU memory its processes held near the window's end (NVML), bytes.
+    pub gpu_memory_bytes: Option<u64>,
+    /// Lines on the report descriptor that were neither empty nor a number.
+    pub malformed_lines: u64,
+    /// The end of its standard output.
+    pub stdout_tail: String,
+    /// The end of its standard error.
+    pub stderr_tail: String,
+}
+
+/// The strategy an objective picks at one replica count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRecommendation {
+    /// The replica count.
+    pub replicas: u32,
+    /// [`BenchStrategy`] name.
+    pub strategy: String,
+    /// The figures behind it and the other side's cost, one line (`mps: 3.4x the
+    /// throughput of time-slicing, p99 2.1x worse`).
+    pub reason: String,
+}
+
+/// With an SLO: how many replicas per GPU a strategy keeps it for, and what that saves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchCapacity {
+    /// [`BenchStrategy`] name.
+    pub strategy: String,
+    /// The most replicas per GPU measured that kept the SLO with none failing; 0 if none.
+    pub replicas_per_gpu: u32,
+    /// GPUs a fleet of [`BenchReport::fleet`] replicas needs at that density (0 if none).
+    pub gpus_needed: u32,
+    /// `1 - gpus_needed / fleet`: the share of GPUs saved against one GPU per replica.
+    pub saving: f64,
+    /// The figures behind it, one line.
+    pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slos_parse_with_their_units() {
+        assert_eq!("p99=50ms".parse(), Ok(Slo::P99Ms(50.0)));
+        assert_eq!("p99=0.2s".parse(), Ok(Slo::P99Ms(200.0)));
+        assert_eq!("p99=12.5".parse(), Ok(Slo::P99Ms(12.5)));
+        assert_eq!("slowdown=2".parse(), Ok(Slo::Slowdown(2.0)));
+        assert_eq!("slowdown=1.5x".parse(), Ok(Slo::Slowdown(1.5)));
+        assert_eq!(Slo::P99Ms(50.0).to_string(), "p99=50ms");
+        for bad in ["p99", "p99=", "p99=-1ms", "p99=fast", "p50=3ms", "slowdown=0.5", "p99=NaN"] {
+            let e = bad.parse::<Slo>().unwrap_err();
+            assert!(e.starts_with(&format!("SLO {bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn strategies_and_objectives_have_one_name_each() {
+        for s in BenchStrategy::ALL {
+            assert_eq!(s.as_str().parse(), Ok(s));
+        }
+        assert_eq!(
+            "fast".parse::<BenchStrategy>().unwrap_err(),
+            "unknown strategy \"fast\" (time-slicing, mps, mps-limited, mig)"
+        );
+        assert_eq!("latency".parse(), Ok(Objective::Latency));
+        assert!("speed".parse::<Objective>().is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Prometheus histogram scrape (issue 12; being filled in).
