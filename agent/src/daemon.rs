@@ -148,6 +148,12 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         Ok(None) => {}
         Err(e) => return Err(format!("{e}; not starting (fix the cause and start again)")),
     }
+    // A bench the agent did not finish: its replicas stopped, the GPU as it found it.
+    match engine.recover_bench().await {
+        Ok(Some(report)) => tracing::warn!("{report}"),
+        Ok(None) => {}
+        Err(e) => return Err(format!("{e}; not starting (fix the cause and start again)")),
+    }
     // MIG instances do not survive a reboot: the GPUs go back to the active profile (or
     // boot_profile). The job takes the apply lock before the agent serves, so status
     // shows it from the first call and no apply slips in before it.

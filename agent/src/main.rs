@@ -62,6 +62,14 @@ struct Args {
     #[arg(long, num_args = 2, value_names = ["GATE_FD", "REPORT_FD"], hide = true, requires = "replica")]
     bench_gate: Option<Vec<i32>>,
 
+    /// The directory a bench replica runs in, entered by the gate as the replica's user.
+    #[arg(long, value_name = "DIR", hide = true, requires = "bench_gate")]
+    bench_cwd: Option<std::path::PathBuf>,
+
+    /// Run a built-in workload as a bench replica (units on GPUSHARE_BENCH_REPORT).
+    #[arg(long, value_name = "WORKLOAD", hide = true)]
+    bench_builtin: Option<gpushare_proto::Workload>,
+
     /// A bench replica's command (after `--`, with `--bench-gate`).
     #[arg(last = true, hide = true, value_name = "COMMAND")]
     replica: Vec<std::ffi::OsString>,
@@ -75,7 +83,8 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(fds) = &args.bench_gate {
         // Before anything else: the replicas wait here to start together.
-        return gpushare_agent::bench::gate::main(fds[0], fds[1], &args.replica);
+        let cwd = args.bench_cwd.as_deref();
+        return gpushare_agent::bench::gate::main(fds[0], fds[1], cwd, &args.replica);
     }
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -84,6 +93,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(workload) = args.bench_builtin {
+        return gpushare_agent::probe::client::bench_replica(workload);
+    }
     if let Some(spec) = &args.probe_client {
         return gpushare_agent::probe::client::main(spec);
     }

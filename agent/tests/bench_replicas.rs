@@ -20,6 +20,8 @@ fn script(dir: &Path, body: &str) -> ReplicaSpec {
             ("CUDA_VISIBLE_DEVICES".into(), "GPU-test".into()),
             ("DIR".into(), dir.display().to_string()),
         ],
+        clear_env: false,
+        cwd: None,
         identity: None,
         log_dir: dir.to_path_buf(),
     }

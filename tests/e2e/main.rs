@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 mod access;
+mod bench;
 mod agent_state;
 mod cli_output;
 mod hostile_load;

@@ -311,6 +311,10 @@ pub struct BenchRun {
     /// Why the run has no figures (its strategy could not be set up for N), if so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The agent's own CPU time over the window, in percent of one core: what measuring
+    /// cost (reading the replicas' reports, scraping, sampling NVML).
+    #[serde(default)]
+    pub agent_cpu_percent: Option<f64>,
     /// Each replica, by index.
     pub per_replica: Vec<BenchReplica>,
 }

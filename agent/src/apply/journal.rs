@@ -39,6 +39,30 @@ pub struct AgentState {
     /// The transaction in flight, or one that was interrupted or could not be rolled back.
     #[serde(default)]
     pub transaction: Option<Transaction>,
+    /// A bench in flight: what to put back if the agent stops before the bench ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench: Option<BenchRecord>,
+}
+
+/// A bench in flight. Its strategies are set up by ordinary transactions, each of which
+/// makes its own temporary profile active; this record is what the bench restores when it
+/// ends, and what the agent restores at start-up when it did not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRecord {
+    /// The job, for the log.
+    pub job: String,
+    /// The benched GPU's layout before the bench.
+    pub checkpoint: Vec<GpuCheckpoint>,
+    /// The profile active before the bench.
+    pub previous_profile: Option<String>,
+    /// Its document, when it came as one.
+    #[serde(default)]
+    pub previous_document: Option<ProfileDocument>,
+    /// The user the replicas run as.
+    pub uid: u32,
+    /// The process groups of the replicas running now (each replica leads its own).
+    #[serde(default)]
+    pub replica_groups: Vec<u32>,
 }
 
 /// An apply in flight.
@@ -209,6 +233,30 @@ impl Journal {
         })
     }
 
+    /// Records a bench in flight (before its first change).
+    pub fn begin_bench(&self, record: BenchRecord) -> io::Result<()> {
+        self.update(|s| s.bench = Some(record))
+    }
+
+    /// Records the process groups of the bench's replicas running now.
+    pub fn bench_replicas(&self, groups: Vec<u32>) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(b) = &mut s.bench {
+                b.replica_groups = groups;
+            }
+        })
+    }
+
+    /// Ends the bench: the profile it found active is active again.
+    pub fn end_bench(&self) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(b) = s.bench.take() {
+                s.active_profile = b.previous_profile;
+                s.active_document = b.previous_document;
+            }
+        })
+    }
+
     /// Keeps the transaction, marked with the rollback's failure; no profile is active.
     pub fn rollback_failed(&self, error: &str) -> io::Result<()> {
         self.update(|s| {
@@ -254,7 +302,8 @@ mod tests {
             AgentState {
                 active_profile: Some("half-balanced".into()),
                 active_document: None,
-                transaction: None
+                transaction: None,
+                bench: None
             }
         );
         journal

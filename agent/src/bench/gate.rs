@@ -1,14 +1,16 @@
 //! The start barrier of a replica, run as
-//! `gpushare-agent --bench-gate GATE_FD REPORT_FD -- COMMAND...`: already as the calling
+//! `gpushare-agent --bench-gate GATE_FD REPORT_FD [--bench-cwd DIR] -- COMMAND...`: already as the calling
 //! user and in the replica's process group, it waits for one byte on GATE_FD (the agent
 //! writes one per replica when all N exist), moves the report pipe from REPORT_FD to
 //! descriptor [`REPORT_FD`] (3: shells such as dash take single-digit descriptors only,
-//! `echo 12.5 >&3`), then replaces itself with COMMAND. End of file instead of a byte
+//! `echo 12.5 >&3`), enters DIR (as the user: a directory the user may not enter is
+//! refused as it would be for them), then replaces itself with COMMAND. End of file instead of a byte
 //! means the agent went away or gave up before the start: the command never runs.
 
 use std::ffi::OsString;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use crate::sys::unix;
@@ -22,8 +24,8 @@ pub const NOT_RUN: u8 = 127;
 /// The descriptor a replica reports units on, as `GPUSHARE_BENCH_REPORT` says.
 pub const REPORT_FD: RawFd = 3;
 
-/// `--bench-gate GATE_FD REPORT_FD -- COMMAND...`.
-pub fn main(fd: RawFd, report: RawFd, command: &[OsString]) -> ExitCode {
+/// `--bench-gate GATE_FD REPORT_FD [--bench-cwd DIR] -- COMMAND...`.
+pub fn main(fd: RawFd, report: RawFd, cwd: Option<&Path>, command: &[OsString]) -> ExitCode {
     let Some((program, args)) = command.split_first() else {
         eprintln!("gpushare-agent --bench-gate: no command after --");
         return ExitCode::from(NOT_RUN);
@@ -49,10 +51,15 @@ pub fn main(fd: RawFd, report: RawFd, command: &[OsString]) -> ExitCode {
         eprintln!("gpushare-agent --bench-gate: descriptors {fd} {report}: {e}");
         return ExitCode::from(NOT_RUN);
     }
-    let error = std::process::Command::new(program)
-        .args(args)
-        .env(super::replicas::REPORT_ENV, REPORT_FD.to_string())
-        .exec();
+    let mut replica = std::process::Command::new(program);
+    replica.args(args).env(super::replicas::REPORT_ENV, REPORT_FD.to_string());
+    if let Some(dir) = cwd {
+        if let Err(e) = std::env::set_current_dir(dir) {
+            eprintln!("gpushare-agent --bench-gate: cannot enter {}: {e}", dir.display());
+            return ExitCode::from(NOT_RUN);
+        }
+    }
+    let error = replica.exec();
     eprintln!("gpushare-agent --bench-gate: cannot run {}: {error}", program.to_string_lossy());
     ExitCode::from(NOT_RUN)
 }

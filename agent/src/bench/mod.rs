@@ -10,5 +10,6 @@
 
 pub mod gate;
 pub mod histogram;
+pub mod measure;
 pub mod replicas;
 pub mod stats;

@@ -39,6 +39,11 @@ pub struct ReplicaSpec {
     /// Environment added to the agent's own (`CUDA_VISIBLE_DEVICES`, the MPS pipe
     /// directory, ...); the runner adds the three `GPUSHARE_BENCH_*` variables.
     pub env: Vec<(String, String)>,
+    /// Start from an empty environment rather than the agent's: `env` is then all the
+    /// replica gets (a bench passes the caller's environment).
+    pub clear_env: bool,
+    /// Working directory, entered by the gate as the replica's user.
+    pub cwd: Option<PathBuf>,
     /// Who it runs as; `None`: as the agent.
     pub identity: Option<Identity>,
     /// Where its stdout and stderr go: `replica-<i>.out` and `.err` in this directory.
@@ -61,6 +66,19 @@ pub struct Units {
 }
 
 impl Units {
+    /// Adds what `later` counted after these.
+    fn merge(&mut self, later: Units) {
+        self.count += later.count;
+        self.latencies_ms.extend(later.latencies_ms);
+        self.malformed += later.malformed;
+        if self.first_at.is_none() {
+            self.first_at = later.first_at;
+        }
+        if self.first_malformed.is_none() {
+            self.first_malformed = later.first_malformed;
+        }
+    }
+
     /// Counts one report line.
     pub fn add_line(&mut self, line: &str, at: Instant) {
         let line = line.trim();
@@ -167,6 +185,16 @@ impl Batch {
         self.replicas.iter().map(|r| lock(&r.units).clone()).collect()
     }
 
+    /// Units replica `index` reported so far (0 for an index out of range).
+    pub fn unit_count(&self, index: usize) -> u64 {
+        self.replicas.get(index).map_or(0, |r| lock(&r.units).count)
+    }
+
+    /// Whether replica `index` has ended.
+    pub fn exited(&self, index: usize) -> bool {
+        self.replicas.get(index).is_none_or(|r| lock(&r.exited).is_some())
+    }
+
     /// How many replicas still run.
     pub fn running(&self) -> usize {
         self.replicas.iter().filter(|r| lock(&r.exited).is_none()).count()
@@ -259,7 +287,14 @@ fn start_one(
     command
         .arg("--bench-gate")
         .arg(gate_read.as_raw_fd().to_string())
-        .arg(report_write.as_raw_fd().to_string())
+        .arg(report_write.as_raw_fd().to_string());
+    if let Some(cwd) = &spec.cwd {
+        command.arg("--bench-cwd").arg(cwd);
+    }
+    if spec.clear_env {
+        command.env_clear();
+    }
+    command
         .arg("--")
         .args(&spec.command)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -282,12 +317,39 @@ fn start_one(
     let reader = {
         let units = Arc::clone(&units);
         std::thread::Builder::new().name(format!("bench-report-{index}")).spawn(move || {
-            let mut lines = BufReader::new(File::from(report_read));
-            // Lines are bytes up to a newline; invalid UTF-8 counts as malformed.
-            let mut raw = Vec::new();
-            while matches!(lines.read_until(b'\n', &mut raw), Ok(n) if n > 0) {
-                lock(&units).add_line(&String::from_utf8_lossy(&raw), Instant::now());
-                raw.clear();
+            // A fast replica reports tens of thousands of lines a second: each read's
+            // complete lines are counted into a local batch, merged under the lock once.
+            let mut reader = BufReader::with_capacity(1 << 16, File::from(report_read));
+            let mut partial: Vec<u8> = Vec::new();
+            loop {
+                let chunk = match reader.fill_buf() {
+                    Ok([]) | Err(_) => break,
+                    Ok(chunk) => chunk,
+                };
+                let now = Instant::now();
+                let mut batch = Units::default();
+                let mut rest = chunk;
+                while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+                    let line = if partial.is_empty() {
+                        &rest[..nl]
+                    } else {
+                        partial.extend_from_slice(&rest[..nl]);
+                        &partial[..]
+                    };
+                    // Invalid UTF-8 counts as malformed.
+                    batch.add_line(std::str::from_utf8(line).unwrap_or("\u{fffd}"), now);
+                    partial.clear();
+                    rest = &rest[nl + 1..];
+                }
+                partial.extend_from_slice(rest);
+                let used = chunk.len();
+                reader.consume(used);
+                lock(&units).merge(batch);
+            }
+            if !partial.is_empty() {
+                let mut batch = Units::default();
+                batch.add_line(&String::from_utf8_lossy(&partial), Instant::now());
+                lock(&units).merge(batch);
             }
         })?
     };

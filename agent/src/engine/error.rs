@@ -54,6 +54,14 @@ pub enum EngineError {
         /// What went wrong.
         message: String,
     },
+    /// A bench ran and failed (or was cancelled).
+    #[error("bench on {target}: {message}")]
+    Bench {
+        /// The GPU benched.
+        target: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The agent changes nothing on the GPUs: its configuration did not read.
     #[error("the agent changes nothing on the GPUs: {0}")]
     HandsOff(String),
@@ -76,6 +84,7 @@ pub enum EngineError {
 fn busy_what(running: &Option<RunningJob>) -> &'static str {
     match running {
         Some(job) if job.is_probe() => "a probe",
+        Some(job) if matches!(job.kind, super::JobKind::Bench { .. }) => "a bench",
         _ => "another apply",
     }
 }

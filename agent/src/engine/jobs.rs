@@ -26,6 +26,11 @@ pub enum JobKind {
         /// `GPU-…` or `MIG-…`.
         target: String,
     },
+    /// Benches a command (or a built-in workload) under each strategy on a GPU.
+    Bench {
+        /// `GPU-…`.
+        target: String,
+    },
 }
 
 impl JobKind {
@@ -34,6 +39,7 @@ impl JobKind {
         match self {
             JobKind::Apply { profile } => profile.clone(),
             JobKind::Probe { target } => format!("probe of {target}"),
+            JobKind::Bench { target } => format!("bench on {target}"),
         }
     }
 }
@@ -65,6 +71,7 @@ impl fmt::Display for RunningJob {
         match &self.kind {
             JobKind::Apply { profile } => write!(f, "{}, profile {profile}", self.id),
             JobKind::Probe { target } => write!(f, "{}, probe of {target}", self.id),
+            JobKind::Bench { target } => write!(f, "{}, bench on {target}", self.id),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! ([`ApplyJob`], [`ProbeJob`]) until it is dropped. Listeners (metrics, systemd) follow
 //! the engine through [`EngineEvent`]s.
 
+pub mod bench;
 pub mod error;
 pub mod events;
 pub mod jobs;
@@ -39,6 +40,7 @@ use crate::sharing::SharingTools;
 use crate::sharing::mps::{MpsConfig, MpsController};
 use crate::sharing::supervisor::MpsSupervisor;
 use crate::sharing::timeslice::TimesliceControl;
+pub use bench::{BenchJob, BenchOptions};
 pub use error::EngineError;
 pub use events::EngineEvent;
 use events::Events;

@@ -353,7 +353,7 @@ impl Engine {
 
     /// Plans and applies `profile` while the caller holds the apply lock (a probe's own
     /// steps): the same planner, journal and rollback as any apply.
-    async fn apply_unlocked(
+    pub(super) async fn apply_unlocked(
         &self,
         profile: Profile,
         progress: &UnboundedSender<Progress>,
@@ -418,20 +418,9 @@ fn agent_binary() -> Result<std::path::PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
 }
 
-/// A profile that sets one whole GPU's sharing and leaves every other GPU alone.
+/// A profile that sets one whole GPU's sharing (MIG off) and leaves every other GPU alone.
 fn whole_gpu(name: &str, uuid: &str, sharing: ProfileSharing) -> Profile {
-    Profile {
-        name: name.into(),
-        description: "set up by a probe comparison".into(),
-        rules: vec![profile::GpuRule {
-            select: profile::Selector::Uuid(uuid.into()),
-            device_filter: Vec::new(),
-            location: profile::Location { origin: "probe".into(), line: 1, column: 1 },
-            mig: profile::MigLayout::Disabled,
-            sharing,
-            instance_sharing: Vec::new(),
-        }],
-    }
+    super::bench::whole_gpu(name, uuid, profile::MigLayout::Disabled, sharing)
 }
 
 #[cfg(test)]

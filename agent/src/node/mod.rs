@@ -172,6 +172,8 @@ pub struct ComputeProcess {
     pub pid: u32,
     /// GPU instance the process runs in, under MIG.
     pub gpu_instance_id: Option<u32>,
+    /// GPU memory it holds, when the driver says.
+    pub used_memory_bytes: Option<u64>,
 }
 
 /// Limits every client of a server starts with.

@@ -87,14 +87,7 @@ pub fn run_client(spec: &ClientSpec) -> Result<ClientResult, String> {
     let (module_src, functions) = load_kernels(&ctx, device.compute_capability)?;
     let stream = ctx.default_stream();
     let mut work = Work::new(spec.workload, &stream, &functions, &device)?;
-
-    // Warm-up: module JIT, first launches, clocks.
-    let warm = Instant::now();
-    let mut n = 0;
-    while n < WARMUP_MIN_STEPS || warm.elapsed() < WARMUP {
-        work.step(&stream)?;
-        n += 1;
-    }
+    warm_up(&mut work, &stream)?;
 
     let start_at_ms = match spec.start_at_unix_ms {
         Some(ms) => ms,
@@ -132,6 +125,64 @@ pub fn run_client(spec: &ClientSpec) -> Result<ClientResult, String> {
         kernels: module_src,
         device,
     })
+}
+
+/// Warm-up: module JIT, first launches, clocks.
+fn warm_up(work: &mut Work, stream: &Arc<CudaStream>) -> Result<(), String> {
+    let warm = Instant::now();
+    let mut n = 0;
+    while n < WARMUP_MIN_STEPS || warm.elapsed() < WARMUP {
+        work.step(stream)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// `--bench-builtin WORKLOAD`: the built-in workload as a bench replica. After the
+/// warm-up it runs steps until it is stopped, reporting each as a unit with its latency
+/// on the descriptor `GPUSHARE_BENCH_REPORT` names (lines batched, written every 10 ms,
+/// so that reporting costs no step of its own).
+pub fn bench_replica(workload: Workload) -> ExitCode {
+    match serve_units(workload) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpushare-agent --bench-builtin {workload}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_units(workload: Workload) -> Result<(), String> {
+    use std::os::fd::FromRawFd;
+    let fd: i32 = std::env::var(gpushare_proto::bench::ENV_REPORT)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("no report descriptor: GPUSHARE_BENCH_REPORT is not set (run under bench)")?;
+    if !cuda_driver_present() {
+        return Err("no CUDA driver: libcuda.so.1 cannot be loaded".into());
+    }
+    let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context on device 0: {e}"))?;
+    let device = device_info(&ctx).map_err(|e| format!("reading device attributes: {e}"))?;
+    let (_, functions) = load_kernels(&ctx, device.compute_capability)?;
+    let stream = ctx.default_stream();
+    let mut work = Work::new(workload, &stream, &functions, &device)?;
+    warm_up(&mut work, &stream)?;
+    // SAFETY: the bench gate moved the report pipe to this descriptor for this process;
+    // nothing else here owns or closes it.
+    let report = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut report = std::io::BufWriter::with_capacity(1 << 16, report);
+    let mut flushed = Instant::now();
+    loop {
+        let t = Instant::now();
+        work.step(&stream)?;
+        let end = Instant::now();
+        writeln!(report, "{:.4}", end.duration_since(t).as_secs_f64() * 1e3)
+            .map_err(|e| format!("report descriptor: {e}"))?;
+        if end.duration_since(flushed) >= Duration::from_millis(10) {
+            report.flush().map_err(|e| format!("report descriptor: {e}"))?;
+            flushed = end;
+        }
+    }
 }
 
 /// Prints `ready`, then reads the window's start (Unix ms) from a line on stdin.

@@ -31,6 +31,7 @@ impl From<EngineError> for AgentError {
             | EngineError::InvalidArgument(_)
             | EngineError::NotPossible(_)
             | EngineError::Probe { .. }
+            | EngineError::Bench { .. }
             | EngineError::Recovery(_)
             | EngineError::StateDirectory { .. }
             | EngineError::Internal(_) => AgentError::Failed(message),

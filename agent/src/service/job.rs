@@ -51,13 +51,14 @@ impl Jobs {
         server: &ObjectServer,
         connection: &Connection,
         path: OwnedObjectPath,
+        object: JobObject,
         work: F,
     ) -> Result<OwnedObjectPath, AgentError>
     where
         F: FnOnce(UnboundedSender<Progress>) -> Fut + Send + 'static,
         Fut: Future<Output = (JobReport, Box<dyn Any + Send>)> + Send,
     {
-        server.at(&path, JobObject::default()).await?;
+        server.at(&path, object).await?;
         self.remember(server, path.clone()).await;
         let connection = connection.clone();
         let job_path = path.clone();
@@ -113,11 +114,49 @@ impl Jobs {
 
 pub use object::JobObject;
 
+/// Cancels a bench when the client that started it leaves the bus (Ctrl-C twice, a
+/// killed `gpushare-ctl`): nobody would see its outcome, and the GPU should not stay
+/// shared the bench's way for the rest of its runs. The task ends when the name goes;
+/// abort it when the job ends first.
+pub async fn cancel_when_gone(
+    connection: &Connection,
+    caller: zbus::names::UniqueName<'static>,
+    cancel: crate::bench::measure::Cancel,
+) -> tokio::task::JoinHandle<()> {
+    use futures_util::StreamExt;
+    let connection = connection.clone();
+    tokio::spawn(async move {
+        let Ok(dbus) = zbus::fdo::DBusProxy::new(&connection).await else { return };
+        let Ok(mut changes) =
+            dbus.receive_name_owner_changed_with_args(&[(0, caller.as_str())]).await
+        else {
+            return;
+        };
+        // Gone before the watch began?
+        let bus_name = zbus::names::BusName::Unique(caller.clone());
+        if !dbus.name_has_owner(bus_name).await.unwrap_or(true) {
+            tracing::warn!(caller = %caller, "the bench's client left the bus: cancelling");
+            cancel.cancel();
+            return;
+        }
+        while let Some(change) = changes.next().await {
+            if change.args().is_ok_and(|a| a.new_owner.is_none()) {
+                tracing::warn!(caller = %caller, "the bench's client left the bus: cancelling");
+                cancel.cancel();
+                return;
+            }
+        }
+    })
+}
+
 /// The job objects; the interface macro generates undocumented `*_changed` methods.
 #[allow(missing_docs)]
 mod object {
-    use gpushare_proto::JobState;
-    use zbus::interface;
+    use gpushare_proto::{AgentError, JobState};
+    use zbus::message::Header;
+    use zbus::{Connection, interface};
+
+    use crate::bench::measure::Cancel;
     use zbus::object_server::SignalEmitter;
 
     /// An `io.gpushare.Job1` object.
@@ -125,16 +164,61 @@ mod object {
     pub struct JobObject {
         pub state: String,
         pub outcome: String,
+        /// A bench's cancel, and the unique bus name of the client that started it.
+        cancel: Option<(Cancel, String)>,
     }
 
     impl Default for JobObject {
         fn default() -> Self {
-            JobObject { state: JobState::Running.as_str().into(), outcome: String::new() }
+            JobObject {
+                state: JobState::Running.as_str().into(),
+                outcome: String::new(),
+                cancel: None,
+            }
+        }
+    }
+
+    impl JobObject {
+        /// The object of a job its starter (`owner`, a unique bus name) or root may cancel.
+        pub fn cancellable(cancel: Cancel, owner: String) -> Self {
+            JobObject { cancel: Some((cancel, owner)), ..JobObject::default() }
         }
     }
 
     #[interface(name = "io.gpushare.Job1")]
     impl JobObject {
+        /// Asks a bench to stop early; it restores the sharing, then finishes.
+        async fn cancel(
+            &self,
+            #[zbus(header)] header: Header<'_>,
+            #[zbus(connection)] connection: &Connection,
+        ) -> Result<(), AgentError> {
+            let Some((cancel, owner)) = &self.cancel else {
+                return Err(AgentError::Failed(
+                    "only a bench can be cancelled; an apply rolls back by itself when it fails"
+                        .into(),
+                ));
+            };
+            let sender = header.sender().map(ToString::to_string).unwrap_or_default();
+            if &sender != owner {
+                let dbus = zbus::fdo::DBusProxy::new(connection).await?;
+                let name = zbus::names::BusName::try_from(sender.as_str())
+                    .map_err(|e| AgentError::AccessDenied(format!("Cancel: {e}")))?;
+                let uid = dbus.get_connection_unix_user(name).await.ok();
+                if uid != Some(0) {
+                    return Err(AgentError::AccessDenied(
+                        "Cancel: only the client that started the bench, or root, may cancel it"
+                            .into(),
+                    ));
+                }
+            }
+            if self.state == JobState::Running.as_str() {
+                tracing::warn!(caller = %sender, "bench cancelled by its client");
+                cancel.cancel();
+            }
+            Ok(())
+        }
+
         /// `running`, `succeeded` or `failed`.
         #[zbus(property)]
         async fn state(&self) -> String {

@@ -20,7 +20,7 @@ use zbus::{Connection, ObjectServer, interface};
 use crate::access::AccessPolicy;
 use crate::engine::{Engine, ProfileRef};
 use errors::access_denied;
-use job::Jobs;
+use job::{JobObject, Jobs};
 
 fn json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("protocol documents serialize")
@@ -40,13 +40,14 @@ impl AgentService {
     }
 
     /// Refuses a mutating call from a caller the access policy does not allow, whatever
-    /// the bus policy let through; the refusal is logged.
+    /// the bus policy let through; the refusal is logged. Returns the caller's user id,
+    /// when the bus knows it.
     async fn authorize(
         &self,
         header: &Header<'_>,
         connection: &Connection,
         method: &str,
-    ) -> Result<(), AgentError> {
+    ) -> Result<Option<u32>, AgentError> {
         let Some(sender) = header.sender() else {
             return Err(access_denied(method, "the caller is unknown"));
         };
@@ -62,7 +63,8 @@ impl AgentService {
         self.access.may_change(uid, &groups).map_err(|why| {
             tracing::warn!(method, caller = %sender, uid = ?uid, "refused: {why}");
             access_denied(method, why)
-        })
+        })?;
+        Ok(uid)
     }
 }
 
@@ -138,8 +140,39 @@ impl AgentService {
         let job = self.engine.begin_probe(options, path.as_str()).await?;
         let engine = Arc::clone(&self.engine);
         self.jobs
-            .spawn(server, connection, path, async move |tx| {
+            .spawn(server, connection, path, JobObject::default(), async move |tx| {
                 let report = engine.run_probe(&job, tx).await;
+                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+            })
+            .await
+    }
+
+    /// Starts a bench of `command` (run as the caller) and returns its job object. The
+    /// job is cancelled when its caller leaves the bus (Ctrl-C, a killed client).
+    async fn bench(
+        &self,
+        command: Vec<String>,
+        options: HashMap<String, OwnedValue>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, AgentError> {
+        let uid = self.authorize(&header, connection, "Bench").await?;
+        let (Some(uid), Some(sender)) = (uid, header.sender()) else {
+            return Err(access_denied("Bench", "the caller's user is unknown"));
+        };
+        let options = options::bench_options(command, &options)?;
+        let path = self.jobs.next_path();
+        let job = self.engine.begin_bench(options, uid, path.as_str()).await?;
+        tracing::info!(job = %path.as_str(), uid, "bench started");
+        let cancel = job.canceller();
+        let watcher = job::cancel_when_gone(connection, sender.to_owned(), cancel.clone()).await;
+        let object = JobObject::cancellable(cancel, sender.to_string());
+        let engine = Arc::clone(&self.engine);
+        self.jobs
+            .spawn(server, connection, path, object, async move |tx| {
+                let report = engine.run_bench(&job, tx).await;
+                watcher.abort();
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
             })
             .await
@@ -210,7 +243,7 @@ impl AgentService {
         tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
         let engine = Arc::clone(&self.engine);
         self.jobs
-            .spawn(server, connection, path, async move |tx| {
+            .spawn(server, connection, path, JobObject::default(), async move |tx| {
                 let report = engine.run_apply(&job, tx).await;
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
             })

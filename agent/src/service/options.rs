@@ -9,7 +9,14 @@ use gpushare_proto::{
 };
 use zbus::zvariant::OwnedValue;
 
-use crate::engine::{EngineError, ProbeOptions};
+use gpushare_proto::bench::{
+    BENCH_BUILTIN, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET, BENCH_DEFAULT_REPLICAS,
+    BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
+    BENCH_OBJECTIVE, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT,
+    BENCH_UNTIL_EXIT, BenchStrategy,
+};
+
+use crate::engine::{BenchOptions, EngineError, ProbeOptions};
 
 /// The options of `Apply` and `ApplyDocument`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +84,93 @@ pub fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptio
         }
     }
     Ok(probe)
+}
+
+/// Reads `Bench`'s command and options (the `BENCH_*` keys of the protocol); what is
+/// left out takes the protocol's defaults, but the working directory must be given.
+pub fn bench_options(
+    command: Vec<String>,
+    options: &HashMap<String, OwnedValue>,
+) -> Result<BenchOptions, EngineError> {
+    let mut bench = BenchOptions {
+        target: None,
+        command,
+        builtin: None,
+        replicas: BENCH_DEFAULT_REPLICAS.to_vec(),
+        strategies: BenchStrategy::ALL.to_vec(),
+        duration: Some(BENCH_DEFAULT_DURATION),
+        objective: Default::default(),
+        slo: None,
+        histogram: None,
+        fleet: BENCH_DEFAULT_FLEET,
+        time_limit: BENCH_DEFAULT_TIME_LIMIT,
+        cwd: Default::default(),
+        environment: Vec::new(),
+    };
+    let mut until_exit = false;
+    let text = |key: &str, value: OwnedValue| String::try_from(value).map_err(|_| bad(key, "a string"));
+    let invalid = |key: &str, e: String| EngineError::InvalidArgument(format!("{key}: {e}"));
+    for (key, value) in options {
+        let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
+        match key.as_str() {
+            BENCH_TARGET => bench.target = Some(text(key, value)?),
+            BENCH_REPLICAS => {
+                bench.replicas = value.try_into().map_err(|_| bad(key, "an array of numbers"))?;
+            }
+            BENCH_STRATEGIES => {
+                let names: Vec<String> =
+                    value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                bench.strategies = names
+                    .iter()
+                    .map(|n| n.parse().map_err(|e| invalid(key, e)))
+                    .collect::<Result<_, _>>()?;
+                bench.strategies.dedup();
+            }
+            BENCH_DURATION => {
+                bench.duration = Some(f64::try_from(value).map_err(|_| bad(key, "a number"))?);
+            }
+            BENCH_UNTIL_EXIT => {
+                until_exit = bool::try_from(value).map_err(|_| bad(key, "a boolean"))?;
+            }
+            BENCH_OBJECTIVE => {
+                bench.objective = text(key, value)?.parse().map_err(|e| invalid(key, e))?;
+            }
+            BENCH_SLO => bench.slo = Some(text(key, value)?.parse().map_err(|e| invalid(key, e))?),
+            BENCH_HISTOGRAM => bench.histogram = Some(text(key, value)?),
+            BENCH_BUILTIN => {
+                bench.builtin = Some(text(key, value)?.parse().map_err(|e| invalid(key, e))?);
+            }
+            BENCH_FLEET => bench.fleet = u32::try_from(value).map_err(|_| bad(key, "a number"))?,
+            BENCH_TIME_LIMIT => {
+                bench.time_limit = f64::try_from(value).map_err(|_| bad(key, "a number"))?;
+            }
+            BENCH_CWD => bench.cwd = text(key, value)?.into(),
+            BENCH_ENVIRONMENT => {
+                let pairs: Vec<String> =
+                    value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                bench.environment = pairs
+                    .into_iter()
+                    .map(|p| match p.split_once('=') {
+                        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                        _ => Err(invalid(key, format!("{p:?} is not NAME=value"))),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            other => return Err(unknown(other)),
+        }
+    }
+    if until_exit {
+        if options.contains_key(BENCH_DURATION) {
+            return Err(EngineError::InvalidArgument(
+                "duration and until_exit exclude each other".into(),
+            ));
+        }
+        bench.duration = None;
+    }
+    if bench.cwd.as_os_str().is_empty() {
+        return Err(EngineError::InvalidArgument("cwd: give the replicas' working directory".into()));
+    }
+    Ok(bench)
 }
 
 #[cfg(test)]

@@ -388,7 +388,11 @@ impl<'a> Session<'a> {
         let mut processes: Vec<ComputeProcess> = match running_compute_processes(device) {
             Ok(list) => list
                 .into_iter()
-                .map(|p| ComputeProcess { pid: p.pid, gpu_instance_id: p.gpu_instance_id })
+                .map(|p| ComputeProcess {
+                    pid: p.pid,
+                    gpu_instance_id: p.gpu_instance_id,
+                    used_memory_bytes: used_memory(&p.used_gpu_memory),
+                })
                 .collect(),
             Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
                 let mut list = Vec::new();
@@ -409,6 +413,7 @@ impl<'a> Session<'a> {
                     list.extend(on_mig.into_iter().map(|p| ComputeProcess {
                         pid: p.pid,
                         gpu_instance_id: Some(p.gpu_instance_id.unwrap_or(mig.gpu_instance)),
+                        used_memory_bytes: used_memory(&p.used_gpu_memory),
                     }));
                 }
                 list
@@ -793,6 +798,15 @@ struct MigDevice {
 
 /// `nvmlDeviceGetComputeRunningProcesses_v3`, retried when processes start between the
 /// count and the fetch.
+/// A process's GPU memory as NVML reports it (not available under some drivers and
+/// virtualization modes).
+fn used_memory(used: &nvml_wrapper::enums::device::UsedGpuMemory) -> Option<u64> {
+    match used {
+        nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) => Some(*bytes),
+        nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+    }
+}
+
 fn running_compute_processes(
     device: &Device<'_>,
 ) -> Result<Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>, NvmlError> {

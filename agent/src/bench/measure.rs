@@ -1,0 +1,553 @@
+//! One run of a bench: N replicas started together (through [`super::replicas`]) under a
+//! strategy the engine has already set up, measured by one method, stopped, and what
+//! each replica did returned for [`super::stats::summarize_run`].
+//!
+//! The measurement window (units by line, histogram) opens once every replica has shown
+//! it is working: a first unit on its report descriptor, or its histogram answering a
+//! scrape. Start-up (imports, CUDA context, model loading, warm-up) is thus never
+//! measured, however long each replica takes; the window then lasts the duration asked
+//! for, for all replicas at once. With `--until-exit` there is no window: each replica's
+//! wall time from the common start to its exit is its one unit.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT};
+
+use super::histogram::{self, Histogram};
+use super::replicas::{Batch, ReplicaOutcome, ReplicaSpec, Units};
+use super::stats::{Latencies, ReplicaMeasure};
+use crate::sys::unix::Identity;
+
+/// How long replicas get to stop after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How often the runner looks at the replicas while it waits.
+const POLL: Duration = Duration::from_millis(20);
+/// How often a histogram is scraped while waiting for every replica to serve it.
+const SCRAPE_POLL: Duration = Duration::from_millis(250);
+/// Timeout of one scrape.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The end of a replica's output kept in the report.
+const TAIL_BYTES: u64 = 4096;
+
+/// How a run is measured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Method {
+    /// Each replica's wall time to its exit.
+    UntilExit,
+    /// Units by line during a window of this length.
+    Units(Duration),
+    /// The histogram `name` of every replica, scraped before and after a window.
+    Histogram {
+        /// The histogram's name.
+        name: String,
+        /// The window.
+        window: Duration,
+    },
+}
+
+/// A request to stop a bench early (Ctrl-C of its client, or its client gone), shared by
+/// the engine, the transport and the blocking runner.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// Asks the bench to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether it was asked to.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until `deadline` or a cancel, whichever is first; true when cancelled.
+    fn sleep_until(&self, deadline: Instant) -> bool {
+        loop {
+            if self.is_cancelled() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::sleep((deadline - now).min(POLL));
+        }
+    }
+}
+
+/// One run: what to start, with what, measured how.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// This binary, the replicas' gate.
+    pub gate: PathBuf,
+    /// The command each replica runs.
+    pub command: Vec<OsString>,
+    /// The replicas' environment (the caller's), before the per-replica variables.
+    pub env: Vec<(String, String)>,
+    /// Per replica, the variables of its device (`CUDA_VISIBLE_DEVICES`, the MPS pipe
+    /// directory, the strategy); their number is the number of replicas.
+    pub devices: Vec<Vec<(String, String)>>,
+    /// Who the replicas run as.
+    pub identity: Option<Identity>,
+    /// Their working directory.
+    pub cwd: PathBuf,
+    /// Where their stdout and stderr go.
+    pub log_dir: PathBuf,
+    /// How they are measured.
+    pub method: Method,
+    /// Longest a replica may run (and the longest a window waits for every replica to
+    /// start working).
+    pub time_limit: Duration,
+}
+
+/// What a run gives back: each replica's measurement, and why the run as a whole has no
+/// figures if it has none.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Each replica, by index.
+    pub measures: Vec<ReplicaMeasure>,
+    /// Why the window never opened (nobody started working, a cancel), if so.
+    pub error: Option<String>,
+    /// The agent's CPU time over the window, percent of one core.
+    pub agent_cpu_percent: Option<f64>,
+}
+
+/// GPU memory per process id, sampled near the window's end.
+pub type MemorySampler<'a> = &'a mut dyn FnMut() -> HashMap<u32, u64>;
+
+/// Runs the replicas of `spec` and measures them. `started` is told their process ids
+/// (their process groups) once they exist, before they run the command, so that an
+/// agent restarted mid-run can stop them.
+pub fn run(
+    spec: &RunSpec,
+    cancel: &Cancel,
+    started: &mut dyn FnMut(&[u32]),
+    memory: MemorySampler<'_>,
+) -> Result<RunOutcome, String> {
+    let ports = match spec.method {
+        Method::Histogram { .. } => free_ports(spec.devices.len())?,
+        _ => Vec::new(),
+    };
+    let specs = spec
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, device)| {
+            let mut env = spec.env.clone();
+            env.extend(device.iter().cloned());
+            if let Some(port) = ports.get(i) {
+                env.push((ENV_METRICS_PORT.into(), port.to_string()));
+            }
+            ReplicaSpec {
+                command: spec.command.clone(),
+                env,
+                clear_env: true,
+                cwd: Some(spec.cwd.clone()),
+                identity: spec.identity.clone(),
+                log_dir: spec.log_dir.clone(),
+            }
+        })
+        .collect();
+    let mut batch = Batch::spawn(&spec.gate, specs)
+        .map_err(|e| format!("starting the replicas ({}): {e}", spec.gate.display()))?;
+    started(&batch.pids());
+    let start = batch.release().map_err(|e| format!("starting the replicas: {e}"))?;
+    let deadline = start + spec.time_limit;
+
+    let measured = match &spec.method {
+        Method::UntilExit => until_exit(&batch, cancel, deadline),
+        Method::Units(window) => units_window(&batch, cancel, deadline, *window, memory),
+        Method::Histogram { name, window } => {
+            histogram_window(&batch, cancel, deadline, &ports, name, *window, memory)
+        }
+    };
+    let outcomes = batch.finish(STOP_GRACE);
+    let window_method = spec.method != Method::UntilExit;
+    let measures = outcomes
+        .iter()
+        .map(|o| {
+            let device = spec.devices[o.index]
+                .iter()
+                .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let window = measured.per_replica.get(o.index);
+            replica_measure(o, device, window, window_method, &measured.memory)
+        })
+        .collect();
+    Ok(RunOutcome { measures, error: measured.error, agent_cpu_percent: measured.cpu_percent })
+}
+
+/// What a method measured of each replica, before the replicas were reaped.
+#[derive(Default)]
+struct Measured {
+    per_replica: Vec<(u64, f64, Latencies)>,
+    memory: HashMap<usize, u64>,
+    error: Option<String>,
+    cpu_percent: Option<f64>,
+}
+
+fn until_exit(batch: &Batch, cancel: &Cancel, deadline: Instant) -> Measured {
+    while batch.running() > 0 && Instant::now() < deadline {
+        if cancel.sleep_until((Instant::now() + POLL).min(deadline)) {
+            return Measured { error: Some("cancelled".into()), ..Measured::default() };
+        }
+    }
+    // Each replica's wall time comes from its outcome (see `replica_measure`).
+    Measured::default()
+}
+
+/// Waits until every replica still running passes `working`; an error names who did not.
+fn wait_for_work(
+    batch: &Batch,
+    cancel: &Cancel,
+    deadline: Instant,
+    mut working: impl FnMut(usize) -> bool,
+    what: &str,
+) -> Result<(), String> {
+    let n = batch.pids().len();
+    let mut ready = vec![false; n];
+    loop {
+        for (i, r) in ready.iter_mut().enumerate() {
+            if !*r {
+                *r = working(i);
+            }
+        }
+        if ready.iter().all(|&r| r) {
+            return Ok(());
+        }
+        if batch.running() == 0 {
+            return Err(format!("every replica exited before the window opened ({what})"));
+        }
+        if Instant::now() >= deadline {
+            let late: Vec<String> =
+                ready.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| i.to_string()).collect();
+            return Err(format!(
+                "replica {} did not start working within the time limit ({what})",
+                late.join(", ")
+            ));
+        }
+        if cancel.sleep_until(Instant::now() + POLL) {
+            return Err("cancelled".into());
+        }
+    }
+}
+
+fn units_window(
+    batch: &Batch,
+    cancel: &Cancel,
+    deadline: Instant,
+    window: Duration,
+    memory: MemorySampler<'_>,
+) -> Measured {
+    let opened = wait_for_work(
+        batch,
+        cancel,
+        deadline,
+        |i| batch.unit_count(i) > 0 || batch.exited(i),
+        "no unit on the descriptor in $GPUSHARE_BENCH_REPORT",
+    );
+    if let Err(error) = opened {
+        return Measured { error: Some(error), ..Measured::default() };
+    }
+    let before = batch.units();
+    let open = Instant::now();
+    let cpu = process_cpu_seconds();
+    if cancel.sleep_until(open + window) {
+        return Measured { error: Some("cancelled".into()), ..Measured::default() };
+    }
+    let memory = by_replica(batch, memory());
+    let after = batch.units();
+    let seconds = open.elapsed().as_secs_f64();
+    let cpu_percent = cpu_percent(cpu, seconds);
+    let per_replica = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a.count - b.count, seconds, window_latencies(b, a)))
+        .collect();
+    Measured { per_replica, memory, error: None, cpu_percent }
+}
+
+fn window_latencies(before: &Units, after: &Units) -> Latencies {
+    let fresh = &after.latencies_ms[before.latencies_ms.len()..];
+    if fresh.is_empty() { Latencies::None } else { Latencies::Samples(fresh.to_vec()) }
+}
+
+fn histogram_window(
+    batch: &Batch,
+    cancel: &Cancel,
+    deadline: Instant,
+    ports: &[u16],
+    name: &str,
+    window: Duration,
+    memory: MemorySampler<'_>,
+) -> Measured {
+    let mut first: Vec<Option<Histogram>> = vec![None; ports.len()];
+    let mut last_error: Vec<String> = vec![String::new(); ports.len()];
+    let mut next_try = vec![Instant::now(); ports.len()];
+    let opened = wait_for_work(
+        batch,
+        cancel,
+        deadline,
+        |i| {
+            if Instant::now() < next_try[i] {
+                return false;
+            }
+            next_try[i] = Instant::now() + SCRAPE_POLL;
+            match histogram::scrape(ports[i], name, SCRAPE_TIMEOUT) {
+                Ok(h) => {
+                    first[i] = Some(h);
+                    true
+                }
+                Err(e) => {
+                    last_error[i] = e;
+                    batch.exited(i)
+                }
+            }
+        },
+        &format!("histogram `{name}` on $GPUSHARE_BENCH_METRICS_PORT"),
+    );
+    if let Err(error) = opened {
+        let detail = last_error.iter().find(|e| !e.is_empty());
+        let error = match detail {
+            Some(d) if error != "cancelled" => format!("{error}; last scrape: {d}"),
+            _ => error,
+        };
+        return Measured { error: Some(error), ..Measured::default() };
+    }
+    // The window opens with a scrape of every replica, together.
+    let before: Vec<Option<Histogram>> =
+        ports.iter().map(|&p| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()).collect();
+    let open = Instant::now();
+    let cpu = process_cpu_seconds();
+    if cancel.sleep_until(open + window) {
+        return Measured { error: Some("cancelled".into()), ..Measured::default() };
+    }
+    let memory = by_replica(batch, memory());
+    let after: Vec<Option<Histogram>> =
+        ports.iter().map(|&p| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()).collect();
+    let seconds = open.elapsed().as_secs_f64();
+    let cpu_percent = cpu_percent(cpu, seconds);
+    let per_replica = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| match (b, a) {
+            (Some(b), Some(a)) => match histogram::delta(b, a) {
+                Ok(d) => (d.count, seconds, d.latencies_ms(name)),
+                Err(_) => (0, seconds, Latencies::None),
+            },
+            _ => (0, seconds, Latencies::None),
+        })
+        .collect();
+    Measured { per_replica, memory, error: None, cpu_percent }
+}
+
+/// This process's CPU time so far (all threads, user and system), seconds.
+fn process_cpu_seconds() -> Option<f64> {
+    // SAFETY: rusage is plain old data: all zeros is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage for RUSAGE_SELF.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
+/// CPU time since `since` over `seconds` of wall time, percent of one core.
+fn cpu_percent(since: Option<f64>, seconds: f64) -> Option<f64> {
+    let used = process_cpu_seconds()? - since?;
+    (seconds > 0.0).then(|| used / seconds * 100.0)
+}
+
+/// GPU memory per replica: the processes NVML lists, grouped by the replica whose
+/// process group each belongs to.
+fn by_replica(batch: &Batch, per_pid: HashMap<u32, u64>) -> HashMap<usize, u64> {
+    let groups = batch.pids();
+    let mut memory = HashMap::new();
+    for (pid, bytes) in per_pid {
+        let Some(group) = process_group(pid) else { continue };
+        if let Some(index) = groups.iter().position(|&g| g == group) {
+            *memory.entry(index).or_insert(0) += bytes;
+        }
+    }
+    memory
+}
+
+/// The process group of `pid`, from `/proc/PID/stat` (field 5, after the command name in
+/// parentheses, which may itself hold spaces and parentheses).
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+fn replica_measure(
+    o: &ReplicaOutcome,
+    device: String,
+    window: Option<&(u64, f64, Latencies)>,
+    window_method: bool,
+    memory: &HashMap<usize, u64>,
+) -> ReplicaMeasure {
+    let (outcome, failed) = classify(o, window_method);
+    let (units, seconds, latencies) = match (window_method, window) {
+        (true, Some((units, seconds, latencies))) => (*units, *seconds, latencies.clone()),
+        (true, None) => (0, 0.0, Latencies::None),
+        // Until exit: one unit, its wall time, when it finished by itself.
+        (false, _) if !failed => (1, o.seconds, Latencies::Samples(vec![o.seconds * 1000.0])),
+        (false, _) => (0, o.seconds, Latencies::None),
+    };
+    let failed = failed || (window_method && window.is_some() && units == 0);
+    let outcome = if failed && window_method && units == 0 && outcome == "stopped" {
+        "no units in the window".to_string()
+    } else {
+        outcome
+    };
+    ReplicaMeasure {
+        replica: BenchReplica {
+            index: u32::try_from(o.index).unwrap_or(u32::MAX),
+            pid: o.pid,
+            device,
+            outcome,
+            failed,
+            seconds: o.seconds,
+            units: 0,
+            throughput_per_s: 0.0,
+            p50_ms: None,
+            p99_ms: None,
+            slowdown: None,
+            gpu_memory_bytes: memory.get(&o.index).copied(),
+            malformed_lines: o.units.malformed,
+            stdout_tail: tail(&o.stdout),
+            stderr_tail: tail(&o.stderr),
+        },
+        units,
+        seconds,
+        latencies,
+    }
+}
+
+/// The replica's outcome in words, and whether it counts as failed: with a window, a
+/// replica must still run when the window closes (it is then stopped); to completion, it
+/// must exit 0 within the time limit.
+fn classify(o: &ReplicaOutcome, window_method: bool) -> (String, bool) {
+    match (o.stopped, o.code, o.signal) {
+        (true, _, _) if window_method => ("stopped".into(), false),
+        (true, _, _) => ("time limit".into(), true),
+        (false, Some(0), _) if window_method => ("exit 0 before the window closed".into(), true),
+        (false, Some(0), _) => ("ok".into(), false),
+        (false, Some(code), _) => (format!("exit {code}"), true),
+        (false, None, Some(signal)) => (format!("signal {signal}"), true),
+        (false, None, None) => ("unknown".into(), true),
+    }
+}
+
+/// The last [`TAIL_BYTES`] of a log, from a line start.
+fn tail(path: &Path) -> String {
+    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(TAIL_BYTES);
+    if file.seek(SeekFrom::Start(from)).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    match (from > 0, text.find('\n')) {
+        (true, Some(nl)) => text[nl + 1..].to_string(),
+        _ => text,
+    }
+}
+
+/// `n` TCP ports free on 127.0.0.1 now, one per replica (bound and released: a replica
+/// binds its own a moment later).
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("finding free ports for the replicas' metrics: {e}"))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("finding free ports for the replicas' metrics: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(stopped: bool, code: Option<i32>, signal: Option<i32>) -> ReplicaOutcome {
+        ReplicaOutcome {
+            index: 0,
+            pid: 1,
+            code,
+            signal,
+            stopped,
+            seconds: 2.5,
+            units: Units::default(),
+            stdout: PathBuf::new(),
+            stderr: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn outcomes_fail_by_method() {
+        assert_eq!(classify(&outcome(true, None, Some(15)), true), ("stopped".into(), false));
+        assert_eq!(classify(&outcome(true, None, Some(15)), false), ("time limit".into(), true));
+        assert_eq!(classify(&outcome(false, Some(0), None), false), ("ok".into(), false));
+        assert!(classify(&outcome(false, Some(0), None), true).1);
+        assert_eq!(classify(&outcome(false, Some(3), None), false), ("exit 3".into(), true));
+        assert_eq!(classify(&outcome(false, None, Some(9)), true), ("signal 9".into(), true));
+    }
+
+    #[test]
+    fn a_finished_replica_is_one_unit_of_its_wall_time() {
+        let m = replica_measure(&outcome(false, Some(0), None), "GPU-x".into(), None, false, &HashMap::new());
+        assert_eq!((m.units, m.seconds), (1, 2.5));
+        assert_eq!(m.latencies, Latencies::Samples(vec![2500.0]));
+        assert!(!m.replica.failed);
+        let m = replica_measure(&outcome(false, Some(1), None), "GPU-x".into(), None, false, &HashMap::new());
+        assert_eq!((m.units, m.replica.failed), (0, true));
+    }
+
+    #[test]
+    fn a_replica_without_units_in_the_window_failed() {
+        let window = (0, 30.0, Latencies::None);
+        let m = replica_measure(&outcome(true, None, Some(15)), "GPU-x".into(), Some(&window), true, &HashMap::new());
+        assert!(m.replica.failed);
+        assert_eq!(m.replica.outcome, "no units in the window");
+    }
+
+    #[test]
+    fn process_groups_come_from_proc() {
+        let me = std::process::id();
+        // SAFETY: getpgrp has no preconditions.
+        let group = unsafe { libc::getpgrp() };
+        assert_eq!(process_group(me), u32::try_from(group).ok());
+        assert_eq!(process_group(u32::MAX), None);
+    }
+
+    #[test]
+    fn tails_start_at_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let mut text = String::new();
+        for i in 0..2000 {
+            text.push_str(&format!("line {i}\n"));
+        }
+        std::fs::write(&log, &text).unwrap();
+        let t = tail(&log);
+        assert!(t.starts_with("line "), "{t:.20}");
+        assert!(t.ends_with("line 1999\n"));
+        assert!(t.len() as u64 <= TAIL_BYTES);
+        assert_eq!(tail(&dir.path().join("missing")), "");
+    }
+}

@@ -1,0 +1,895 @@
+//! Bench as a job of the engine: the caller's command (or a built-in workload) as N
+//! replicas under each sharing strategy of one whole GPU. Each strategy is set up by an
+//! ordinary transaction (journal, rollback); the replicas run and are measured by
+//! [`crate::bench::measure`]; the figures and answers come from [`crate::bench::stats`];
+//! at the end the GPU goes back to the layout it had, and the profile that was active is
+//! active again, also after a failure or a cancel. The journal's bench record lets an
+//! agent that stopped mid-bench do the same at its next start ([`Engine::recover_bench`]).
+//!
+//! Everything the bench will need is checked before the first change: the command, the
+//! working directory, the user, the target, every strategy's plan and its tools.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpushare_proto::bench::{
+    BENCH_MAX_REPLICAS, BenchReport, BenchRun, BenchStrategy, BenchStrategyRuns, ENV_STRATEGY,
+    Method as MethodName, Objective, Slo,
+};
+use gpushare_proto::exact_size;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
+use super::{Engine, EngineError};
+use crate::apply::Progress;
+use crate::gpu::BackendKind;
+use crate::probe::Workload;
+use crate::apply::journal::{BenchRecord, GpuCheckpoint};
+use crate::bench::measure::{self, Cancel, Method, RunSpec};
+use crate::bench::stats::{self, ReplicaMeasure};
+use crate::node::{GpuState, NodeState};
+use crate::plan;
+use crate::profile::{self, MigKey, MigLayout, Profile, Sharing as ProfileSharing};
+use crate::sys::unix::{self, Identity};
+
+/// Variables of the caller's environment the bench sets itself for each replica.
+const OWN_VARIABLES: [&str; 4] =
+    ["CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "GPUSHARE_BENCH_"];
+
+/// What a bench runs, as the transport read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchOptions {
+    /// GPU index or `GPU-…`; GPU 0 when absent.
+    pub target: Option<String>,
+    /// The command each replica runs; empty with `builtin`.
+    pub command: Vec<String>,
+    /// A built-in CUDA workload instead of a command (the probe's, reporting each step
+    /// as a unit).
+    pub builtin: Option<Workload>,
+    /// Replica counts, in order.
+    pub replicas: Vec<u32>,
+    /// Strategies, in order.
+    pub strategies: Vec<BenchStrategy>,
+    /// The window of each run; `None`: until each replica exits.
+    pub duration: Option<f64>,
+    /// What the recommendation optimizes.
+    pub objective: Objective,
+    /// The service level capacity is sized for.
+    pub slo: Option<Slo>,
+    /// The histogram each replica serves (histogram method).
+    pub histogram: Option<String>,
+    /// Replicas a fleet needs, for the cost figures.
+    pub fleet: u32,
+    /// Longest a replica may run, seconds.
+    pub time_limit: f64,
+    /// The replicas' working directory.
+    pub cwd: PathBuf,
+    /// The replicas' environment (the caller's).
+    pub environment: Vec<(String, String)>,
+}
+
+impl BenchOptions {
+    fn method(&self) -> MethodName {
+        match (&self.histogram, self.duration) {
+            (_, None) => MethodName::UntilExit,
+            (Some(_), Some(_)) => MethodName::Histogram,
+            (None, Some(_)) => MethodName::Units,
+        }
+    }
+
+    /// Checks what needs no node: counts, strategies, durations, the command, the
+    /// directory. Each refusal is one line naming the option.
+    fn validate(&self) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::InvalidArgument(m));
+        if self.replicas.is_empty() {
+            return bad("replicas: give at least one replica count".into());
+        }
+        if let Some(n) = self.replicas.iter().find(|n| !(1..=BENCH_MAX_REPLICAS).contains(*n)) {
+            return bad(format!("replicas: {n} is not from 1 to {BENCH_MAX_REPLICAS}"));
+        }
+        if self.strategies.is_empty() {
+            return bad("strategies: give at least one strategy".into());
+        }
+        if let Some(d) = self.duration.filter(|d| !(1.0..=3600.0).contains(d)) {
+            return bad(format!("duration: {d} s is not from 1 s to 1 hour"));
+        }
+        if !(self.time_limit.is_finite() && self.time_limit >= 1.0) {
+            return bad(format!("time_limit: {} s is below 1 s", self.time_limit));
+        }
+        if self.duration.is_some_and(|d| d >= self.time_limit) {
+            return bad("duration: the window must be shorter than the time limit".into());
+        }
+        if self.histogram.is_some() && self.duration.is_none() {
+            return bad("histogram: the histogram method needs a window, not until_exit".into());
+        }
+        if self.fleet == 0 {
+            return bad("fleet: a fleet has at least one replica".into());
+        }
+        if !self.cwd.is_absolute() || !self.cwd.is_dir() {
+            return bad(format!("cwd: {} is not a directory", self.cwd.display()));
+        }
+        let program = match (self.command.first(), self.builtin) {
+            (Some(_), Some(_)) => return bad("give a command or a built-in workload, not both".into()),
+            (None, None) => return bad("give the command the replicas run".into()),
+            (None, Some(_)) => return Ok(()),
+            (Some(program), None) => program,
+        };
+        let path = self.environment.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
+        find_program(program, path, &self.cwd).map(|_| ())
+    }
+
+    /// What each replica runs: the command, or this binary running the built-in workload.
+    fn replica_command(&self) -> Result<Vec<OsString>, String> {
+        match self.builtin {
+            Some(w) => {
+                let exe = std::env::current_exe()
+                    .map_err(|e| format!("cannot find the agent binary: {e}"))?;
+                Ok(vec![exe.into(), "--bench-builtin".into(), w.as_str().into()])
+            }
+            None => Ok(self.command.iter().map(OsString::from).collect()),
+        }
+    }
+
+    /// The command as the report names it.
+    fn described_command(&self) -> Vec<String> {
+        match self.builtin {
+            Some(w) => vec![format!("builtin:{w}")],
+            None => self.command.clone(),
+        }
+    }
+
+    /// The caller's environment without what the bench sets itself.
+    fn base_environment(&self) -> Vec<(String, String)> {
+        self.environment
+            .iter()
+            .filter(|(k, _)| !OWN_VARIABLES.iter().any(|own| k.starts_with(own)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The program a command runs: a path with a `/` (relative to `cwd`), or the first
+/// executable of that name on `path`, as a shell finds it.
+fn find_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<PathBuf, EngineError> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let full = cwd.join(program);
+        return if executable(&full) {
+            Ok(full)
+        } else {
+            Err(EngineError::InvalidArgument(format!(
+                "command `{program}`: no executable file {}",
+                full.display()
+            )))
+        };
+    }
+    let path = path.unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .map(|dir| if dir.is_empty() { cwd.to_path_buf() } else { cwd.join(dir) })
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| {
+            EngineError::InvalidArgument(format!("command `{program}`: not found in PATH={path}"))
+        })
+}
+
+/// How one strategy is set up for N replicas.
+#[derive(Debug, Clone, PartialEq)]
+struct Setup {
+    strategy: BenchStrategy,
+    mig: MigLayout,
+    sharing: ProfileSharing,
+    /// For people: `MPS, 33 % threads, 26 GiB each`.
+    describe: String,
+}
+
+/// A bench that holds the apply lock, with everything checked.
+pub struct BenchJob {
+    options: BenchOptions,
+    uuid: String,
+    gpu: u32,
+    device: String,
+    memory_total: u64,
+    identity: Identity,
+    /// Per strategy, why it is left out, if it is.
+    skipped: HashMap<BenchStrategy, String>,
+    /// MIG instance size per replica count, where the model has one.
+    mig_sizes: HashMap<u32, Result<(u8, String), String>>,
+    cancel: Cancel,
+    _guard: JobGuard,
+}
+
+impl BenchJob {
+    /// Asks the bench to stop early; it restores the sharing before it finishes.
+    pub fn canceller(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
+    fn steps(&self) -> u32 {
+        let runs = self
+            .options
+            .strategies
+            .iter()
+            .filter(|s| !self.skipped.contains_key(s))
+            .count()
+            * self.options.replicas.len();
+        u32::try_from(runs + 2).unwrap_or(u32::MAX)
+    }
+}
+
+impl Engine {
+    /// Checks a bench through, takes the apply lock and records the bench in the journal;
+    /// nothing on the GPU has changed yet when this returns.
+    pub async fn begin_bench(
+        &self,
+        options: BenchOptions,
+        caller_uid: u32,
+        job: &str,
+    ) -> Result<BenchJob, EngineError> {
+        self.may_change()?;
+        options.validate()?;
+        if options.builtin.is_some() && self.backend_kind() == BackendKind::Simulated {
+            // CUDA would see the real GPUs (or none), not the simulated ones.
+            return Err(EngineError::NotPossible(
+                "the built-in workloads measure real GPUs with CUDA; this agent simulates its GPUs (bench a command instead)".into(),
+            ));
+        }
+        let identity = Identity::of_user(caller_uid).map_err(|e| {
+            EngineError::NotPossible(format!("the replicas' user (uid {caller_uid}): {e}"))
+        })?;
+        let lock = self.lock().await?;
+        let node = self.node.observe(true).await?;
+        let target = options.target.clone().unwrap_or_else(|| "0".into());
+        let g = whole_gpu_target(&node, &target)?;
+        let (uuid, gpu) = (g.uuid.clone(), g.index);
+
+        let mut skipped = HashMap::new();
+        let mut mig_sizes = HashMap::new();
+        if options.strategies.contains(&BenchStrategy::Mig) {
+            match g.model.filter(|m| !m.mig_profiles.is_empty()) {
+                None => {
+                    skipped.insert(
+                        BenchStrategy::Mig,
+                        format!("{} is not MIG-capable", g.model_name()),
+                    );
+                }
+                Some(_) if !self.policy.manage_mig => {
+                    skipped.insert(
+                        BenchStrategy::Mig,
+                        "not measured: agent.toml [gpu] manage_mig = false (a host whose MIG mode the agent may not change)".into(),
+                    );
+                }
+                Some(model) => {
+                    for &n in &options.replicas {
+                        mig_sizes.insert(n, mig_size(model, n));
+                    }
+                }
+            }
+        }
+        // Every setup planned against the GPU as it is: anything infeasible or missing
+        // (an MPS control binary, a permission) is refused now, before the first change.
+        let mut setups = vec![time_slicing()];
+        for &strategy in options.strategies.iter().filter(|s| !skipped.contains_key(s)) {
+            for &n in &options.replicas {
+                match setup(strategy, n, g.memory_total_bytes, &mig_sizes) {
+                    Ok(s) => setups.push(s),
+                    Err(_) => continue, // reported as that run's error
+                }
+            }
+        }
+        for s in &setups {
+            let profile = whole_gpu(&format!("bench-{}", s.strategy), &uuid, s.mig.clone(), s.sharing.clone());
+            let plan = plan::plan(&node, &profile, &self.policy).map_err(|e| {
+                EngineError::NotPossible(format!("{}: {e}", s.strategy))
+            })?;
+            self.check_tools(&plan)?;
+        }
+
+        let before = self.journal.snapshot();
+        self.journal
+            .begin_bench(BenchRecord {
+                job: job.to_string(),
+                checkpoint: GpuCheckpoint::of(&node, [gpu]),
+                previous_profile: before.active_profile.clone(),
+                previous_document: before.active_document.clone(),
+                uid: caller_uid,
+                replica_groups: Vec::new(),
+            })
+            .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
+        let running = RunningJob { id: job.to_string(), kind: JobKind::Bench { target: uuid.clone() } };
+        let guard = JobGuard::new(lock, running, self.running.clone(), self.events.clone());
+        let mut job = BenchJob {
+            options,
+            uuid,
+            gpu,
+            device: g.name.clone(),
+            memory_total: g.memory_total_bytes,
+            identity,
+            skipped,
+            mig_sizes,
+            cancel: Cancel::default(),
+            _guard: guard,
+        };
+        let steps = job.steps();
+        job._guard.start(steps);
+        Ok(job)
+    }
+
+    /// Runs a bench job: the baseline, every strategy at every replica count, then the
+    /// GPU restored. The report carries what was measured even when the bench failed or
+    /// was cancelled part-way.
+    pub async fn run_bench(&self, job: &BenchJob, progress: UnboundedSender<Progress>) -> JobReport {
+        let started = Instant::now();
+        let mut outcome = JobReport {
+            kind: JobKind::Bench { target: job.uuid.clone() },
+            result: JobResult::Failed,
+            changed: true,
+            steps_done: 0,
+            steps_total: job.steps(),
+            duration: Duration::ZERO,
+            error: None,
+            warnings: Vec::new(),
+            probe: None,
+            bench: None,
+        };
+        let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let dir = self.probe_dir.with_file_name("bench").join(format!("bench-{stamp}"));
+        let mut report = BenchReport {
+            target: job.uuid.clone(),
+            gpu: job.gpu,
+            device: job.device.clone(),
+            command: job.options.described_command(),
+            method: job.options.method().as_str().into(),
+            histogram: job.options.histogram.clone(),
+            objective: job.options.objective.as_str().into(),
+            window_seconds: job.options.duration,
+            slo: job.options.slo.map(|s| s.to_string()),
+            fleet: job.options.fleet,
+            wall_seconds: 0.0,
+            baseline: None,
+            strategies: Vec::new(),
+            recommendations: Vec::new(),
+            capacity: Vec::new(),
+            restored: String::new(),
+            saved_to: String::new(),
+        };
+        let measured = self.bench_runs(job, &dir, &progress, &mut outcome, &mut report).await;
+        let _ = progress.send(Progress {
+            done: outcome.steps_total.saturating_sub(1),
+            total: outcome.steps_total,
+            step: "restoring the GPU's sharing".into(),
+        });
+        let restored = match self.journal.snapshot().bench {
+            Some(record) => self.restore_bench(&record, &quiet(&progress)).await,
+            None => Err("the journal lost the bench record".into()),
+        };
+        outcome.steps_done = outcome.steps_total;
+        report.recommendations = stats::recommend(&report.strategies, job.options.objective);
+        if let Some(slo) = job.options.slo {
+            report.capacity = stats::capacity(&report.strategies, slo, job.options.fleet);
+        }
+        outcome.duration = started.elapsed();
+        report.wall_seconds = outcome.duration.as_secs_f64();
+        report.restored = match &restored {
+            Ok(what) => what.clone(),
+            Err(e) => format!("NOT restored: {e}"),
+        };
+        let file = dir.join("report.json");
+        report.saved_to = file.display().to_string();
+        let saved = std::fs::create_dir_all(&dir).and_then(|()| crate::sys::files::write_json(&file, &report));
+        if let Err(e) = saved {
+            outcome.warnings.push(format!("bench report not saved to {}: {e}", file.display()));
+            report.saved_to.clear();
+        }
+        let error = match (measured, restored) {
+            (Ok(()), Ok(_)) => None,
+            (Ok(()), Err(e)) => Some(format!("restoring the sharing after the bench failed: {e}")),
+            (Err(e), Ok(_)) => Some(format!("{e}; the sharing was restored")),
+            (Err(e), Err(r)) => Some(format!("{e}; restoring the sharing failed too: {r}")),
+        };
+        match error {
+            None => outcome.result = JobResult::Success,
+            Some(message) => {
+                outcome.error = Some(EngineError::Bench { target: job.uuid.clone(), message });
+            }
+        }
+        outcome.bench = Some(report);
+        job._guard.finish();
+        outcome
+    }
+
+    /// The baseline, then each strategy at each replica count.
+    async fn bench_runs(
+        &self,
+        job: &BenchJob,
+        dir: &Path,
+        progress: &UnboundedSender<Progress>,
+        outcome: &mut JobReport,
+        report: &mut BenchReport,
+    ) -> Result<(), String> {
+        let total = outcome.steps_total;
+        let say = |done: u32, step: String| {
+            let _ = progress.send(Progress { done, total, step });
+        };
+        say(0, "baseline: one replica alone on the whole GPU, without MPS".into());
+        let setup0 = time_slicing();
+        self.bench_setup(job, &setup0, progress).await?;
+        let baseline = self.bench_run(job, &setup0, 1, None, dir).await?;
+        outcome.steps_done += 1;
+        let baseline_ok = baseline.error.is_none() && baseline.failed == 0;
+        if !baseline_ok {
+            let why = baseline.error.clone().unwrap_or_else(|| {
+                let r = baseline.per_replica.first();
+                format!(
+                    "the replica failed ({}): {}",
+                    r.map_or("", |r| r.outcome.as_str()),
+                    r.map_or(String::new(), |r| last_line(&r.stderr_tail))
+                )
+            });
+            report.baseline = Some(baseline);
+            return Err(format!("the baseline run failed: {why}"));
+        }
+        report.baseline = Some(baseline.clone());
+
+        for &strategy in &job.options.strategies {
+            let mut runs = BenchStrategyRuns {
+                strategy: strategy.as_str().into(),
+                skipped: job.skipped.get(&strategy).cloned(),
+                runs: Vec::new(),
+            };
+            if runs.skipped.is_some() {
+                report.strategies.push(runs);
+                continue;
+            }
+            let mut set_up: Option<Setup> = None;
+            for &n in &job.options.replicas {
+                if job.cancel.is_cancelled() {
+                    report.strategies.push(runs);
+                    return Err("cancelled".into());
+                }
+                let setup = match setup(strategy, n, job.memory_total, &job.mig_sizes) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        runs.runs.push(error_run(n, why));
+                        outcome.steps_done += 1;
+                        continue;
+                    }
+                };
+                say(outcome.steps_done, format!("{strategy}: {n} replicas ({})", setup.describe));
+                let run = if strategy == BenchStrategy::TimeSlicing && n == 1 {
+                    // The baseline is exactly this run.
+                    BenchRun { setup: setup.describe.clone(), ..baseline.clone() }
+                } else {
+                    if set_up.as_ref() != Some(&setup) {
+                        if let Err(e) = self.bench_setup(job, &setup, progress).await {
+                            runs.runs.push(error_run(n, e));
+                            outcome.steps_done += 1;
+                            set_up = None;
+                            continue;
+                        }
+                        set_up = Some(setup.clone());
+                    }
+                    self.bench_run(job, &setup, n, Some(&baseline), dir).await?
+                };
+                let cancelled = run.error.as_deref() == Some("cancelled");
+                runs.runs.push(run);
+                outcome.steps_done += 1;
+                if cancelled {
+                    report.strategies.push(runs);
+                    return Err("cancelled".into());
+                }
+            }
+            report.strategies.push(runs);
+        }
+        Ok(())
+    }
+
+    /// Sets one strategy up by an ordinary transaction.
+    async fn bench_setup(
+        &self,
+        job: &BenchJob,
+        setup: &Setup,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<(), String> {
+        let profile = whole_gpu(
+            &format!("bench-{}", setup.strategy),
+            &job.uuid,
+            setup.mig.clone(),
+            setup.sharing.clone(),
+        );
+        self.apply_unlocked(profile, &quiet(progress)).await
+    }
+
+    /// Runs N replicas under the strategy just set up and summarizes them.
+    async fn bench_run(
+        &self,
+        job: &BenchJob,
+        setup: &Setup,
+        n: u32,
+        baseline: Option<&BenchRun>,
+        dir: &Path,
+    ) -> Result<BenchRun, String> {
+        let node = self.observe().await.map_err(|e| e.to_string())?;
+        let devices = match self.replica_devices(&node, job, setup, n) {
+            Ok(d) => d,
+            Err(e) => return Ok(error_run(n, e)),
+        };
+        let log_dir = dir.join(format!("{}-{n}", setup.strategy));
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
+        let spec = RunSpec {
+            gate: std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?,
+            command: job.options.replica_command()?,
+            env: job.options.base_environment(),
+            devices,
+            identity: Some(job.identity.clone()),
+            cwd: job.options.cwd.clone(),
+            log_dir,
+            method: match (&job.options.histogram, job.options.duration) {
+                (_, None) => Method::UntilExit,
+                (None, Some(d)) => Method::Units(Duration::from_secs_f64(d)),
+                (Some(name), Some(d)) => {
+                    Method::Histogram { name: name.clone(), window: Duration::from_secs_f64(d) }
+                }
+            },
+            time_limit: Duration::from_secs_f64(job.options.time_limit),
+        };
+        let journal = std::sync::Arc::clone(&self.journal);
+        let cancel = job.cancel.clone();
+        let node_access = self.node.clone();
+        let gpu = job.gpu;
+        let handle = tokio::runtime::Handle::current();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut started = |groups: &[u32]| {
+                if let Err(e) = journal.bench_replicas(groups.to_vec()) {
+                    tracing::warn!("recording the bench's replicas in the journal: {e}");
+                }
+            };
+            let mut memory = || {
+                handle
+                    .block_on(node_access.observe(false))
+                    .ok()
+                    .and_then(|node| node.gpu(gpu).map(|g| process_memory(g)))
+                    .unwrap_or_default()
+            };
+            let result = measure::run(&spec, &cancel, &mut started, &mut memory);
+            let _ = journal.bench_replicas(Vec::new());
+            result
+        })
+        .await
+        .map_err(|e| format!("the bench runner failed: {e}"))??;
+        let mut run = stats::summarize_run(n, setup.describe.clone(), outcome.measures, baseline);
+        run.error = outcome.error;
+        run.agent_cpu_percent = outcome.agent_cpu_percent;
+        Ok(run)
+    }
+
+    /// Per replica, the variables of its device under the strategy set up now.
+    fn replica_devices(
+        &self,
+        node: &NodeState,
+        job: &BenchJob,
+        setup: &Setup,
+        n: u32,
+    ) -> Result<Vec<Vec<(String, String)>>, String> {
+        let strategy = (ENV_STRATEGY.to_string(), setup.strategy.as_str().to_string());
+        let devices: Vec<Vec<(String, String)>> = if setup.strategy == BenchStrategy::Mig {
+            let g = node.gpu(job.gpu).ok_or("the GPU is gone")?;
+            let instances: Vec<String> = g
+                .instances
+                .iter()
+                .filter_map(|gi| gi.compute_instances.first().map(|ci| ci.uuid.clone()))
+                .collect();
+            if instances.len() < n as usize {
+                return Err(format!("{} MIG instances set up, {n} needed", instances.len()));
+            }
+            instances
+                .into_iter()
+                .take(n as usize)
+                .map(|uuid| vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid), strategy.clone()])
+                .collect()
+        } else {
+            let (env, _) = self.env_for(node, &job.uuid).map_err(|e| e.to_string())?;
+            (0..n)
+                .map(|_| {
+                    let mut v = env.variables.clone();
+                    v.push(strategy.clone());
+                    v
+                })
+                .collect()
+        };
+        Ok(devices)
+    }
+
+    /// Puts back what a bench found: stops replicas left behind, returns the GPU to its
+    /// checkpoint and makes the profile that was active active again. Returns what it
+    /// restored, for the report.
+    async fn restore_bench(
+        &self,
+        record: &BenchRecord,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<String, String> {
+        stop_leftover_replicas(record);
+        let steps = self.transactions.restore(&record.checkpoint, progress).await?;
+        self.journal.end_bench().map_err(|e| format!("writing the journal: {e}"))?;
+        let profile = record.previous_profile.as_deref().unwrap_or("none");
+        let gpus: Vec<String> = record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
+        Ok(format!(
+            "GPU {} as before the bench ({steps} steps); active profile {profile}",
+            gpus.join(", ")
+        ))
+    }
+
+    /// At start-up: a bench the journal shows in flight was interrupted (the agent
+    /// stopped or died): its replicas are stopped and the GPU restored, before the agent
+    /// serves. Returns what was done, for the log.
+    pub async fn recover_bench(&self) -> Result<Option<String>, EngineError> {
+        let Some(record) = self.journal.snapshot().bench else {
+            return Ok(None);
+        };
+        self.may_change()?;
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let restored = self
+            .restore_bench(&record, &tx)
+            .await
+            .map_err(|e| EngineError::Recovery(format!("restoring after the interrupted bench {}: {e}", record.job)))?;
+        Ok(Some(format!("the bench {} was interrupted: {restored}", record.job)))
+    }
+}
+
+/// A whole GPU without MIG, idle: what a bench may change the sharing of.
+fn whole_gpu_target<'a>(node: &'a NodeState, target: &str) -> Result<&'a GpuState, EngineError> {
+    let g = if let Ok(index) = target.parse::<u32>() {
+        node.gpu(index)
+    } else {
+        node.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(target))
+    };
+    let Some(g) = g else {
+        let is_mig = target.to_ascii_uppercase().starts_with("MIG-");
+        return Err(EngineError::InvalidArgument(if is_mig {
+            format!("target {target}: bench changes the sharing of a whole GPU; name the GPU (index or GPU-…), not a MIG instance")
+        } else {
+            format!("target {target}: no such GPU on this node (see gpushare-ctl status)")
+        }));
+    };
+    if g.mig_enabled {
+        return Err(EngineError::NotPossible(format!(
+            "{} has MIG on: bench starts from a whole GPU (apply a profile without MIG on it first)",
+            g.label()
+        )));
+    }
+    if !g.processes.is_empty() {
+        let pids: Vec<String> = g.processes.iter().map(|p| p.pid.to_string()).collect();
+        return Err(EngineError::NotPossible(format!(
+            "bench would change the sharing under compute processes on {} (PID {}); run it when the GPU is idle",
+            g.label(),
+            pids.join(", ")
+        )));
+    }
+    Ok(g)
+}
+
+/// The whole GPU without MPS: the driver's time-slicing between the replicas.
+fn time_slicing() -> Setup {
+    Setup {
+        strategy: BenchStrategy::TimeSlicing,
+        mig: MigLayout::Disabled,
+        sharing: ProfileSharing::Exclusive,
+        describe: "whole GPU, no MPS".into(),
+    }
+}
+
+/// How `strategy` is set up for `n` replicas on a GPU with `memory` bytes.
+fn setup(
+    strategy: BenchStrategy,
+    n: u32,
+    memory: u64,
+    mig_sizes: &HashMap<u32, Result<(u8, String), String>>,
+) -> Result<Setup, String> {
+    Ok(match strategy {
+        BenchStrategy::TimeSlicing => time_slicing(),
+        BenchStrategy::Mps => Setup {
+            strategy,
+            mig: MigLayout::Disabled,
+            sharing: ProfileSharing::Mps(profile::MpsSettings {
+                active_thread_percentage: Some(100),
+                ..Default::default()
+            }),
+            describe: "MPS, no limits".into(),
+        },
+        BenchStrategy::MpsLimited => {
+            let threads = (100 / n).max(1);
+            // Whole MiB, as MPS takes its memory limits.
+            let each = (memory / u64::from(n)) & !((1 << 20) - 1);
+            Setup {
+                strategy,
+                mig: MigLayout::Disabled,
+                sharing: ProfileSharing::Mps(profile::MpsSettings {
+                    active_thread_percentage: Some(threads),
+                    pinned_memory_limit_bytes: Some(each),
+                    ..Default::default()
+                }),
+                describe: format!("MPS, {threads} % threads, {} each", exact_size(each)),
+            }
+        }
+        BenchStrategy::Mig => {
+            let (slices, name) = match mig_sizes.get(&n) {
+                Some(Ok(size)) => size.clone(),
+                Some(Err(why)) => return Err(why.clone()),
+                None => return Err("no MIG size worked out".into()),
+            };
+            Setup {
+                strategy,
+                mig: MigLayout::Enabled(vec![(MigKey::Slices(slices), n)]),
+                sharing: ProfileSharing::Exclusive,
+                describe: format!("{n} × {name}"),
+            }
+        }
+    })
+}
+
+/// The largest MIG instance of which `n` fit on `model` (7×1g, 3×2g, 2×3g, 1×7g on an
+/// A100 or H100: `n` = 5 gets five 1g instances).
+fn mig_size(model: &gpushare_catalog::GpuModel, n: u32) -> Result<(u8, String), String> {
+    model
+        .mig_profiles
+        .iter()
+        .filter(|p| !p.media_extensions && u32::from(p.max_count) >= n)
+        .filter(|p| model.profile_by_compute_slices(p.compute_slices).map(|q| q.id) == Some(p.id))
+        .max_by_key(|p| (p.compute_slices, std::cmp::Reverse(p.memory_mib)))
+        .map(|p| (p.compute_slices, p.name.to_string()))
+        .ok_or_else(|| {
+            let most = model.mig_profiles.iter().map(|p| p.max_count).max().unwrap_or(0);
+            format!("no MIG layout with {n} instances on {} (at most {most})", model.display_name)
+        })
+}
+
+/// A profile that sets one whole GPU's MIG layout and sharing and leaves every other GPU
+/// alone.
+pub(super) fn whole_gpu(name: &str, uuid: &str, mig: MigLayout, sharing: ProfileSharing) -> Profile {
+    Profile {
+        name: name.into(),
+        description: "set up by a bench or probe comparison".into(),
+        rules: vec![profile::GpuRule {
+            select: profile::Selector::Uuid(uuid.into()),
+            device_filter: Vec::new(),
+            location: profile::Location { origin: "bench".into(), line: 1, column: 1 },
+            mig,
+            sharing,
+            instance_sharing: Vec::new(),
+        }],
+    }
+}
+
+/// A run without figures, and why.
+fn error_run(n: u32, why: String) -> BenchRun {
+    let mut run = stats::summarize_run(n, String::new(), Vec::<ReplicaMeasure>::new(), None);
+    run.error = Some(why);
+    run
+}
+
+/// A progress sink for a bench's own transactions: their steps go out as lines without
+/// a count, under the bench's step.
+fn quiet(progress: &UnboundedSender<Progress>) -> UnboundedSender<Progress> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+    let out = progress.clone();
+    tokio::spawn(async move {
+        while let Some(p) = rx.recv().await {
+            let _ = out.send(Progress { done: 0, total: 0, step: format!("  {}", p.step) });
+        }
+    });
+    tx
+}
+
+/// GPU memory per process, as NVML lists the GPU's compute processes.
+fn process_memory(g: &GpuState) -> HashMap<u32, u64> {
+    g.processes.iter().filter_map(|p| p.used_memory_bytes.map(|b| (p.pid, b))).collect()
+}
+
+/// Stops the replicas a bench left running: every process still in one of their process
+/// groups that runs as the bench's user (the user check keeps a recycled group id of
+/// someone else's safe).
+fn stop_leftover_replicas(record: &BenchRecord) {
+    if record.replica_groups.is_empty() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some((group, uid)) = group_and_uid(pid) else { continue };
+        if uid == record.uid && record.replica_groups.contains(&group) {
+            tracing::warn!(pid, group, "stopping a replica of the interrupted bench {}", record.job);
+            let _ = unix::signal_group(group, libc::SIGKILL);
+        }
+    }
+}
+
+/// The process group and real user of `pid`.
+fn group_and_uid(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let group = rest.split_whitespace().nth(2)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()?;
+    Some((group, uid))
+}
+
+/// The last non-empty line of a log tail.
+fn last_line(text: &str) -> String {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_sizes_follow_the_model() {
+        let h100 = gpushare_catalog::model_by_key("h100-80gb").unwrap();
+        let names: Vec<String> =
+            (1..=7).map(|n| mig_size(h100, n).map(|(_, name)| name).unwrap()).collect();
+        assert_eq!(
+            names,
+            ["7g.80gb", "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"]
+        );
+        assert!(mig_size(h100, 8).unwrap_err().contains("at most 7"));
+    }
+
+    #[test]
+    fn mps_limited_splits_threads_and_memory() {
+        let s = setup(BenchStrategy::MpsLimited, 3, 80 << 30, &HashMap::new()).unwrap();
+        let ProfileSharing::Mps(m) = &s.sharing else { panic!("{s:?}") };
+        assert_eq!(m.active_thread_percentage, Some(33));
+        assert_eq!(m.pinned_memory_limit_bytes, Some(27306 << 20));
+        assert_eq!(s.describe, "MPS, 33 % threads, 27306 MiB each");
+    }
+
+    #[test]
+    fn programs_are_found_as_a_shell_finds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path();
+        assert!(find_program("sh", Some("/usr/bin:/bin"), cwd).is_ok());
+        let e = find_program("no-such-program", Some("/usr/bin"), cwd).unwrap_err();
+        assert_eq!(e.to_string(), "command `no-such-program`: not found in PATH=/usr/bin");
+        std::fs::write(cwd.join("run.sh"), "#!/bin/sh\n").unwrap();
+        assert!(find_program("./run.sh", None, cwd).unwrap_err().to_string().contains("no executable file"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(cwd.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(find_program("./run.sh", None, cwd).unwrap(), cwd.join("./run.sh"));
+    }
+
+    #[test]
+    fn the_callers_cuda_variables_never_reach_a_replica() {
+        let options = BenchOptions {
+            target: None,
+            command: vec!["sh".into()],
+            builtin: None,
+            replicas: vec![1],
+            strategies: vec![BenchStrategy::Mps],
+            duration: Some(5.0),
+            objective: Objective::Throughput,
+            slo: None,
+            histogram: None,
+            fleet: 100,
+            time_limit: 60.0,
+            cwd: "/".into(),
+            environment: vec![
+                ("PATH".into(), "/bin".into()),
+                ("CUDA_VISIBLE_DEVICES".into(), "3".into()),
+                ("CUDA_MPS_PIPE_DIRECTORY".into(), "/tmp/x".into()),
+                ("GPUSHARE_BENCH_REPLICA".into(), "9".into()),
+            ],
+        };
+        assert_eq!(options.base_environment(), vec![("PATH".to_string(), "/bin".to_string())]);
+        assert!(options.validate().is_ok());
+        let zero = BenchOptions { replicas: vec![1, 0], ..options.clone() };
+        assert_eq!(zero.validate().unwrap_err().to_string(), "replicas: 0 is not from 1 to 48");
+    }
+}

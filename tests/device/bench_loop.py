@@ -1,0 +1,61 @@
+"""A PyTorch loop shaped like the published jobs, as a bench replica.
+
+  python3 bench_loop.py small|big units            under gpushare-ctl bench (units by line)
+  python3 bench_loop.py small|big metrics          under bench --histogram step_latency_seconds
+  python3 bench_loop.py small|big hand READY GO S  under hand_bench.py (no gpushare)
+
+`small` is the batch job: a 256x256 fp32 matmul and a synchronize per step. `big` is the
+stress job: an 8192x8192 fp16 matmul and a synchronize per step. Each step is one unit.
+"""
+import os
+import sys
+import time
+
+import torch
+
+shape, mode = sys.argv[1], sys.argv[2]
+n, dtype = (256, torch.float32) if shape == "small" else (8192, torch.float16)
+a = torch.randn(n, n, device="cuda", dtype=dtype)
+b = torch.randn(n, n, device="cuda", dtype=dtype)
+
+
+def step():
+    a @ b
+    torch.cuda.synchronize()
+
+
+for _ in range(20):  # warm-up: kernels chosen, clocks up
+    step()
+
+if mode == "units":
+    # Lines batched, flushed every 10 ms: reporting costs no step of its own.
+    report = os.fdopen(int(os.environ["GPUSHARE_BENCH_REPORT"]), "w", buffering=1 << 16)
+    flushed = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        step()
+        e = time.perf_counter()
+        report.write(f"{(e - t) * 1000:.4f}\n")
+        if e - flushed > 0.01:
+            report.flush()
+            flushed = e
+elif mode == "metrics":
+    from prometheus_client import Histogram, start_http_server
+
+    buckets = [x / 1e6 for x in (25, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 51200)]
+    h = Histogram("step_latency_seconds", "one matmul step", buckets=buckets)
+    start_http_server(int(os.environ["GPUSHARE_BENCH_METRICS_PORT"]), addr="127.0.0.1")
+    while True:
+        t = time.perf_counter()
+        step()
+        h.observe(time.perf_counter() - t)
+elif mode == "hand":
+    ready, go, seconds = sys.argv[3], sys.argv[4], float(sys.argv[5])
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.0005)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
+    print(f"{steps / (time.perf_counter() - start):.3f}", flush=True)

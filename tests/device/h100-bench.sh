@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `gpushare-ctl bench` on a real GPU host you do not own (MIG, compute mode and time-slice
+# policy untouched: manage_mig and manage_compute_mode false, no time-slice change), against
+# the same PyTorch loops run by hand (hand_bench.py: a hand-started nvidia-cuda-mps-control)
+# in the same run. Stops every daemon it started.
+#   tests/device/h100-bench.sh BIN_DIR OUT_DIR small|big|prometheus [SECONDS]
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+out=$2
+part=$3
+seconds=${4:-5}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+mkdir -p "$out"
+# shellcheck source=tests/device/lib.sh
+. "$root/tests/device/lib.sh"
+ctl() { "$bin/gpushare-ctl" "$@"; }
+printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' "$work" >"$work/agent.toml"
+loop="$root/tests/device/bench_loop.py"
+nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
+
+start_agent "$out/agent-$part.log"
+case $part in
+small | big)
+  echo "== gpushare-ctl bench: $part loop, 1,3,5,7 replicas, ${seconds}s windows"
+  t=$(date +%s.%N)
+  ctl bench --replicas 1,3,5,7 --strategies time-slicing,mps,mps-limited,mig \
+    --duration "${seconds}s" --objective throughput --slo slowdown=2 --fleet 100 \
+    --report "$out/bench-$part.html" --json -- python3 "$loop" "$part" units >"$out/bench-$part.json"
+  echo "exit $? after $(echo "$(date +%s.%N) - $t" | bc) s"
+  ctl bench --replicas 1,3 --strategies mps --duration 2s -- python3 "$loop" "$part" units | tail -n 25
+  stop_agent
+  echo "== the same loops by hand (no agent)"
+  python3 "$root/tests/device/hand_bench.py" "$part" "$seconds" 1,3,5,7 "$work" >"$out/hand-$part.json"
+  echo "exit $?"
+  ;;
+prometheus)
+  echo "== gpushare-ctl bench --histogram (prometheus_client from ${PYTHONPATH:-site-packages})"
+  ctl bench --replicas 1,3 --strategies time-slicing,mps --duration "${seconds}s" \
+    --histogram step_latency_seconds --objective latency --slo p99=5ms \
+    --report "$out/bench-prometheus.html" --json -- python3 "$loop" small metrics >"$out/bench-prometheus.json"
+  echo "exit $?"
+  echo "== strategy switch: apply an MPS profile with limits (agent) vs a bare MPS start + 2 limit commands"
+  for i in 1 2 3 4 5; do
+    printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' $((30 + i)) >"$work/switch.toml"
+    t=$(date +%s%N)
+    ctl apply -f "$work/switch.toml" >/dev/null 2>&1 || echo "apply failed"
+    echo "agent switch $i: $(( ($(date +%s%N) - t) / 1000000 )) ms"
+    ctl apply all-disabled >/dev/null 2>&1
+  done
+  stop_agent
+  python3 - "$work" <<'PY'
+import os, subprocess, sys, time, statistics
+work = sys.argv[1]
+env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=f"{work}/bare/pipe", CUDA_MPS_LOG_DIRECTORY=f"{work}/bare/log")
+os.makedirs(env["CUDA_MPS_PIPE_DIRECTORY"]); os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"])
+ms = []
+for i in range(5):
+    t = time.perf_counter()
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    for c in (f"set_default_active_thread_percentage {31 + i}", "set_default_device_pinned_mem_limit 0 20G"):
+        subprocess.run(["nvidia-cuda-mps-control"], input=c + "\n", text=True, env=env, check=True, capture_output=True)
+    ms.append((time.perf_counter() - t) * 1000)
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, capture_output=True)
+    while subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-control"], capture_output=True).returncode == 0:
+        time.sleep(0.02)
+print("bare switch ms:", " ".join(f"{m:.1f}" for m in ms), "median", f"{statistics.median(ms):.1f}")
+PY
+  ;;
+esac
+pgrep -fa "nvidia-cuda-mps" | grep -v pgrep && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"

@@ -1,0 +1,87 @@
+"""The same loops without gpushare, as people bench by hand: N copies started together
+(a ready file each, then one go file), each counting steps for S seconds, under the
+driver's time-slicing, under a hand-started `nvidia-cuda-mps-control -d`, and under MPS
+with 100/N % threads and memory/N set by the daemon's two limit commands. Prints one JSON
+object: per strategy and N, the aggregate steps/s and the scaling against one copy alone
+under time-slicing; and the time a bare MPS start with its two limit commands takes.
+
+  python3 hand_bench.py SHAPE SECONDS N,N,... WORKDIR
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+shape, seconds, counts, work = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], sys.argv[4]
+loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_loop.py")
+pipe = os.path.join(work, "hand-mps", "pipe")
+logs = os.path.join(work, "hand-mps", "log")
+os.makedirs(pipe, exist_ok=True)
+os.makedirs(logs, exist_ok=True)
+mps_env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=logs)
+total_mib = int(subprocess.check_output(
+    ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"]).split()[0])
+
+
+def control(command):
+    subprocess.run(["nvidia-cuda-mps-control"], input=command + "\n", text=True, env=mps_env,
+                   check=True, capture_output=True)
+
+
+def start_mps(threads=None, mem_mib=None):
+    t = time.perf_counter()
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=mps_env, check=True)
+    if threads is not None:
+        control(f"set_default_active_thread_percentage {threads}")
+        control(f"set_default_device_pinned_mem_limit 0 {mem_mib}M")
+    return (time.perf_counter() - t) * 1000
+
+
+def stop_mps():
+    control("quit")
+    for _ in range(200):
+        if subprocess.run(["pgrep", "-f", "nvidia-cuda-mps"], capture_output=True).returncode != 0:
+            return
+        time.sleep(0.05)
+
+
+def run(n, env):
+    tag = f"{time.monotonic_ns()}"
+    ready = [os.path.join(work, f"ready-{tag}-{i}") for i in range(n)]
+    go = os.path.join(work, f"go-{tag}")
+    procs = [subprocess.Popen([sys.executable, loop, shape, "hand", ready[i], go, str(seconds)],
+                              env=env, stdout=subprocess.PIPE, text=True) for i in range(n)]
+    deadline = time.time() + 120
+    while not all(os.path.exists(r) for r in ready) and time.time() < deadline:
+        time.sleep(0.01)
+    open(go, "w").close()
+    rates = [float(p.communicate()[0].strip() or 0) for p in procs]
+    return sum(rates), rates
+
+
+results = {"shape": shape, "seconds": seconds, "runs": []}
+solo, _ = run(1, dict(os.environ))
+for strategy in ("time-slicing", "mps", "mps-limited"):
+    if strategy == "mps":
+        start_mps()
+    for n in counts:
+        if strategy == "mps-limited":
+            start_mps(max(1, 100 // n), (total_mib // n))
+        env = dict(os.environ) if strategy == "time-slicing" else mps_env
+        aggregate, rates = (solo, [solo]) if (strategy == "time-slicing" and n == 1) else run(n, env)
+        results["runs"].append({"strategy": strategy, "replicas": n, "aggregate_per_s": aggregate,
+                                "scaling": aggregate / solo, "per_replica": rates})
+        if strategy == "mps-limited":
+            stop_mps()
+    if strategy == "mps":
+        stop_mps()
+starts = []
+for _ in range(5):
+    starts.append(start_mps(33, total_mib // 3))
+    stop_mps()
+results["solo_per_s"] = solo
+results["bare_mps_start_with_limits_ms"] = starts
+results["bare_mps_start_with_limits_median_ms"] = statistics.median(starts)
+print(json.dumps(results))

@@ -1,0 +1,329 @@
+//! `gpushare-ctl bench` end to end on simulated GPUs: a small script as the user's
+//! command (it records what it sees and reports units by line, or serves a Prometheus
+//! histogram), every strategy set up by the real agent, the sharing restored after the
+//! bench, after Ctrl-C, and after the agent died mid-bench.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gpushare_proto::bench::BenchReport;
+use gpushare_proto::types::Status;
+use gpushare_tests::{Agent, AgentOptions, layout, stderr, text, wait_for};
+use tempfile::TempDir;
+
+/// A replica: writes what it sees to `$BENCH_OUT/<strategy>-<N>-<index>`, reports one
+/// unit (so the window may open), and 1 s later exactly five units of 10-50 ms, then
+/// idles until stopped. `BENCH_FAIL=<strategy>-<N>-<index>` makes that replica exit 3.
+const UNITS_REPLICA: &str = r#"#!/bin/sh
+me="$GPUSHARE_BENCH_STRATEGY-$GPUSHARE_BENCH_REPLICAS-$GPUSHARE_BENCH_REPLICA"
+{
+  echo "device=$CUDA_VISIBLE_DEVICES"
+  echo "pipe=${CUDA_MPS_PIPE_DIRECTORY:-}"
+  echo "report=$GPUSHARE_BENCH_REPORT"
+  echo "uid=$(id -u)"
+  echo "cwd=$(pwd)"
+} > "$BENCH_OUT/$me"
+if [ "${BENCH_FAIL:-}" = "$me" ]; then
+  echo "replica $me fails on purpose" >&2
+  exit 3
+fi
+echo >&3
+sleep 1
+for ms in 10 20 30 40 50; do echo $ms >&3; done
+exec sleep 600
+"#;
+
+/// A replica of the histogram method (Python's prometheus_client): one observation
+/// before the window, five known ones 1 s into it.
+const HISTOGRAM_REPLICA: &str = r#"import os, time
+from prometheus_client import Histogram, start_http_server
+h = Histogram("work_latency_seconds", "one unit of work", buckets=[0.01, 0.02, 0.05, 0.1])
+h.observe(0.005)
+start_http_server(int(os.environ["GPUSHARE_BENCH_METRICS_PORT"]), addr="127.0.0.1")
+time.sleep(1.0)
+for v in (0.015, 0.015, 0.03, 0.07, 0.2):
+    h.observe(v)
+time.sleep(600)
+"#;
+
+struct Replica {
+    dir: TempDir,
+}
+
+impl Replica {
+    fn units() -> Replica {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("replica.sh");
+        std::fs::write(&script, UNITS_REPLICA).unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        Replica { dir }
+    }
+
+    fn out(&self) -> std::path::PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// What replica `name` (`mps-2-1`) saw.
+    fn saw(&self, name: &str) -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(self.out().join(name))
+            .unwrap_or_else(|e| panic!("replica {name} left no record: {e}"));
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// `gpushare-ctl bench ARGS -- /bin/sh replica.sh`, in the script's directory.
+    fn bench(&self, agent: &Agent, args: &[&str]) -> Command {
+        let mut all = vec!["bench"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", "/bin/sh", "replica.sh"]);
+        let mut cmd = agent.ctl_command(&all);
+        cmd.current_dir(self.dir.path()).env("BENCH_OUT", self.out());
+        cmd
+    }
+}
+
+/// What a GPU looks like for the sharing's sake: MIG layout, compute mode, strategy and
+/// MPS limits.
+fn sharing_shape(status: &Status) -> Vec<String> {
+    let layouts = layout(status);
+    status
+        .gpus
+        .iter()
+        .zip(layouts)
+        .map(|(g, l)| {
+            let mps = g.sharing.mps.as_ref().map(|m| (m.active_thread_percentage, m.pinned_memory_limit_bytes));
+            format!("{l:?} {} {} {mps:?}", g.compute_mode, g.sharing.strategy)
+        })
+        .collect()
+}
+
+fn report_of(out: &std::process::Output) -> BenchReport {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bench --json printed no report ({e}): {}", text(out)))
+}
+
+#[test]
+fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let before = sharing_shape(&agent.status());
+    let replica = Replica::units();
+    let out = replica
+        .bench(&agent, &["--target", "1", "--replicas", "1,2", "--duration", "2s", "--json"])
+        .env("BENCH_FAIL", "mps-2-1")
+        .output()
+        .unwrap();
+    // A replica failed, which the report says; the bench itself succeeded.
+    assert!(out.status.success(), "{}", text(&out));
+    let report = report_of(&out);
+    assert_eq!(report.method, "units");
+    assert_eq!(report.gpu, 1);
+    let strategies: Vec<&str> = report.strategies.iter().map(|s| s.strategy.as_str()).collect();
+    assert_eq!(strategies, ["time-slicing", "mps", "mps-limited", "mig"]);
+
+    let baseline = report.baseline.as_ref().expect("a baseline");
+    assert_eq!((baseline.replicas, baseline.units, baseline.failed), (1, 5, 0));
+    assert_eq!(baseline.p50_ms, Some(30.0));
+    for s in &report.strategies {
+        assert!(s.skipped.is_none(), "{s:?}");
+        assert_eq!(s.runs.len(), 2, "{s:?}");
+        for run in &s.runs {
+            assert!(run.error.is_none(), "{}: {run:?}", s.strategy);
+            let failing = s.strategy == "mps" && run.replicas == 2;
+            let ok = run.replicas - u32::from(failing);
+            assert_eq!(run.failed, u32::from(failing), "{} {run:?}", s.strategy);
+            // Exactly the five units each working replica reported in the window.
+            assert_eq!(run.units, 5 * u64::from(ok), "{} at {}", s.strategy, run.replicas);
+            assert_eq!(run.p50_ms, Some(30.0), "{} at {}", s.strategy, run.replicas);
+            assert_eq!(run.per_replica.len(), run.replicas as usize);
+            let scaling = run.scaling.expect("scaling");
+            assert!((scaling - f64::from(ok)).abs() < 0.1, "{} {scaling}", s.strategy);
+        }
+    }
+    let failed = &report.strategies[1].runs[1].per_replica[1];
+    assert_eq!((failed.outcome.as_str(), failed.failed), ("exit 3", true));
+    assert!(failed.stderr_tail.contains("replica mps-2-1 fails on purpose"), "{failed:?}");
+
+    // What each replica saw.
+    let gpu1 = agent.status().gpus[1].uuid.clone();
+    for n in ["time-slicing-2-0", "time-slicing-2-1"] {
+        let saw = replica.saw(n);
+        assert_eq!(saw["device"], gpu1);
+        assert_eq!(saw["pipe"], "", "no MPS under time-slicing");
+        assert_eq!(saw["report"], "3");
+        assert_eq!(saw["cwd"], replica.dir.path().display().to_string());
+    }
+    for n in ["mps-2-0", "mps-limited-2-1"] {
+        let saw = replica.saw(n);
+        assert_eq!(saw["device"], gpu1);
+        assert!(saw["pipe"].starts_with(&agent.mps_root().display().to_string()), "{saw:?}");
+    }
+    let mig: Vec<String> = (0..2).map(|i| replica.saw(&format!("mig-2-{i}"))["device"].clone()).collect();
+    assert!(mig.iter().all(|d| d.starts_with("MIG-")), "{mig:?}");
+    assert_ne!(mig[0], mig[1], "one MIG instance per replica");
+    let mig_setup = &report.strategies[3].runs[1].setup;
+    assert_eq!(mig_setup, "2 × 3g.20gb");
+    assert_eq!(report.strategies[2].runs[1].setup, "MPS, 50 % threads, 20 GiB each");
+
+    // Answers, and the GPU as it was.
+    assert_eq!(report.recommendations.len(), 2);
+    assert!(report.restored.contains("active profile all-mps"), "{}", report.restored);
+    let status = agent.status();
+    assert_eq!(sharing_shape(&status), before);
+    assert_eq!(status.active_profile.as_deref(), Some("all-mps"));
+    assert!(agent.journal().get("bench").is_none());
+    assert!(Path::new(&report.saved_to).is_file());
+}
+
+#[test]
+fn histogram_deltas_are_counted_exactly() {
+    let python = Command::new("/usr/bin/python3").args(["-c", "import prometheus_client"]).status();
+    if !python.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: python3 with prometheus_client (python3-prometheus-client) is not installed");
+        return;
+    }
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("replica.py"), HISTOGRAM_REPLICA).unwrap();
+    let out = agent
+        .ctl_command(&[
+            "bench", "--replicas", "2", "--strategies", "mps", "--duration", "2s",
+            "--histogram", "work_latency_seconds", "--slo", "p99=150ms", "--json", "--",
+            "/usr/bin/python3", "replica.py",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = report_of(&out);
+    assert_eq!(report.method, "histogram");
+    let baseline = report.baseline.as_ref().unwrap();
+    assert_eq!(baseline.units, 5, "{baseline:?}");
+    let run = &report.strategies[0].runs[0];
+    assert_eq!((run.replicas, run.units, run.failed), (2, 10, 0), "{run:?}");
+    // Buckets (ms): 10: 0, 20: 2, 50: 3, 100: 4, +Inf: 5; the median is the 2.5th of 5:
+    // in (20, 50], a sixth of the way: 25 ms.
+    let p50 = run.p50_ms.expect("p50");
+    assert!((p50 - 25.0).abs() < 1e-9, "{p50}");
+    assert_eq!(run.p99_ms, Some(100.0), "the +Inf bucket answers its lower bound");
+    assert_eq!(report.capacity.len(), 1);
+}
+
+#[test]
+fn mig_rows_say_why_when_the_agent_may_not_change_mig() {
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:1").config("[gpu]\nmanage_mig = false\n"),
+    );
+    let replica = Replica::units();
+    let out = replica
+        .bench(&agent, &["--replicas", "1", "--strategies", "mps,mig", "--duration", "1s", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = report_of(&out);
+    let mig = &report.strategies[1];
+    assert!(mig.runs.is_empty());
+    assert!(mig.skipped.as_deref().unwrap_or("").contains("manage_mig = false"), "{mig:?}");
+    assert!(!agent.sim_record().contains("mig -i"), "MIG untouched");
+}
+
+/// Waits until the bench's replicas run (the journal records their process groups).
+fn replicas_running(agent: &Agent) -> Vec<i32> {
+    wait_for(Duration::from_secs(30), || {
+        let groups: Vec<i32> = agent.journal()["bench"]["replica_groups"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|g| g.as_i64()).map(|g| g as i32).collect())
+            .unwrap_or_default();
+        (!groups.is_empty()).then_some(groups)
+    })
+    .expect("the bench's replicas start")
+}
+
+fn alive(group: i32) -> bool {
+    // SAFETY: signal 0 checks for existence only.
+    unsafe { libc::kill(-group, 0) == 0 }
+}
+
+#[test]
+fn ctrl_c_restores_the_sharing() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let before = sharing_shape(&agent.status());
+    let replica = Replica::units();
+    let mut ctl = replica
+        .bench(&agent, &["--replicas", "1,3", "--strategies", "mps-limited", "--duration", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let groups = replicas_running(&agent);
+    // SAFETY: kill() with the PID of a child we spawned and have not waited for.
+    unsafe { libc::kill(ctl.id() as i32, libc::SIGINT) };
+    let done = wait_for(Duration::from_secs(30), || ctl.try_wait().ok().flatten());
+    let status = done.expect("gpushare-ctl ends after Ctrl-C");
+    let out = ctl.wait_with_output().unwrap();
+    assert!(!status.success());
+    assert!(stderr(&out).contains("cancel"), "{}", text(&out));
+    assert!(groups.iter().all(|&g| !alive(g)), "replicas stopped");
+    let after = agent.status();
+    assert_eq!(sharing_shape(&after), before);
+    assert_eq!(after.active_profile.as_deref(), Some("all-mps"));
+    assert!(after.apply_in_progress.is_none());
+    assert!(agent.journal().get("bench").is_none());
+}
+
+#[test]
+fn an_agent_restarted_mid_bench_restores_the_sharing() {
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let before = sharing_shape(&agent.status());
+    let replica = Replica::units();
+    let mut ctl = replica
+        .bench(&agent, &["--replicas", "2", "--strategies", "mps", "--duration", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = replicas_running(&agent); // the baseline's
+    let groups = wait_for(Duration::from_secs(30), || {
+        let now = replicas_running(&agent);
+        (now != first && now.len() == 2).then_some(now)
+    })
+    .expect("the MPS run starts");
+    assert_eq!(sharing_shape(&agent.status())[0].contains("mps"), true);
+    agent.start_again(); // SIGKILL, then a new agent on the same state
+    let _ = ctl.wait();
+    assert!(groups.iter().all(|&g| !alive(g)), "the new agent stopped the old replicas");
+    let after = agent.status();
+    assert_eq!(sharing_shape(&after), before);
+    assert_eq!(after.active_profile, None);
+    assert!(agent.journal().get("bench").is_none());
+}
+
+#[test]
+fn bad_input_is_one_line_and_sets_nothing_up() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let replica = Replica::units();
+    for (args, says) in [
+        (vec!["--strategies", "fast"], "fast"),
+        (vec!["--replicas", "0,2"], "0"),
+        (vec!["--slo", "p99=soon"], "p99=soon"),
+    ] {
+        let out = replica.bench(&agent, &args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = agent.ctl(&["bench", "--", "no-such-program-xyz"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no-such-program-xyz"), "{err}");
+    // Nothing was set up.
+    assert_eq!(agent.sim_record(), "");
+    assert!(agent.journal().get("bench").is_none());
+}
