@@ -17,10 +17,10 @@
 //! 8. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
 //! 9. [`apply`] — carrying out plans: observation, parallel execution, journal,
 //!    transactions with rollback, hooks.
-//! 10. [`probe`] — the CUDA side of the interference probe (client processes, kernels,
-//!     statistics).
-//! 11. [`bench`] — replicas of the user's program started together and measured (the
-//!     runner so far; issue 12).
+//! 10. [`bench`] — replicas of the user's program started together and measured (the
+//!     runner so far; issue 12), and the one statistics module of bench and probe.
+//! 11. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
+//!     its statistics are bench's.
 //! 12. [`access`] — who may change the GPUs.
 //! 13. [`engine`] — the agent's operations for any transport: typed jobs, results,
 //!     errors and events.

@@ -76,8 +76,12 @@ pub enum BenchStrategy {
 
 impl BenchStrategy {
     /// Every strategy, in the order a bench runs and reports them.
-    pub const ALL: [BenchStrategy; 4] =
-        [BenchStrategy::TimeSlicing, BenchStrategy::Mps, BenchStrategy::MpsLimited, BenchStrategy::Mig];
+    pub const ALL: [BenchStrategy; 4] = [
+        BenchStrategy::TimeSlicing,
+        BenchStrategy::Mps,
+        BenchStrategy::MpsLimited,
+        BenchStrategy::Mig,
+    ];
 
     /// The name on the command line, in options and in JSON.
     pub fn as_str(self) -> &'static str {

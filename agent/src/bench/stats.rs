@@ -1,4 +1,190 @@
-//! The one statistics module of bench and probe (issue 12; being filled in).
+//! The one statistics module of bench and probe: pure functions, no I/O.
+//!
+//! - Samples: [`percentile`] (of a sample put in order by [`sort_samples`]),
+//!   [`jain_index`], [`scaling`], [`slowdown`], [`inflation`].
+//! - Prometheus histograms: [`histogram_quantile`], [`merge_buckets`]; [`Latencies`] holds
+//!   a replica's latencies in either form.
+//! - Bench: [`summarize_run`] makes a run's figures from what the orchestrator measured of
+//!   each replica ([`ReplicaMeasure`]); [`recommend`] picks a strategy per replica count
+//!   for an objective; [`capacity`] finds the replicas per GPU that keep an SLO, and the
+//!   GPUs a fleet saves.
+//! - Probe: [`recommend_probe`]. The probe's run summary builds the probe's own types, so
+//!   it lives with them (`probe::run::summarize`) and uses these.
+//!
+//! Failed replicas are reported, never averaged into a figure; a figure that cannot be
+//! known is `None`, never made up.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use gpushare_proto::Strategy;
+use gpushare_proto::bench::{
+    BenchCapacity, BenchRecommendation, BenchReplica, BenchRun, BenchStrategyRuns, Objective, Slo,
+};
+use gpushare_proto::types::{Recommendation, StrategyRuns};
+
+/// The `p`-th percentile (0..=100) of `sorted` (ascending), by linear interpolation
+/// between closest ranks. `None` for an empty slice.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let p = p.clamp(0.0, 100.0);
+    let rank = p / 100.0 * (sorted.len() - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    let frac = rank - lo as f64;
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * frac)
+}
+
+/// Sorts a sample ascending (NaNs last) so that [`percentile`] can read it.
+pub fn sort_samples(samples: &mut [f64]) {
+    samples.sort_by(|a, b| a.total_cmp(b));
+}
+
+/// Jain's fairness index `(Σx)² / (n·Σx²)`: 1.0 when all are equal, 1/n when one gets
+/// everything. 1.0 for an empty or all-zero sample (nobody was treated worse).
+pub fn jain_index(xs: &[f64]) -> f64 {
+    let sum: f64 = xs.iter().sum();
+    let sum_sq: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || sum_sq == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * sum_sq)
+}
+
+/// Aggregate scaling: the sum of the clients' throughputs over the solo throughput.
+pub fn scaling(client_throughputs: &[f64], solo_throughput: f64) -> f64 {
+    ratio(client_throughputs.iter().sum(), solo_throughput)
+}
+
+/// A client's slowdown: solo throughput over its own (1.0 unaffected, larger is slower).
+pub fn slowdown(solo_throughput: f64, client_throughput: f64) -> f64 {
+    ratio(solo_throughput, client_throughput)
+}
+
+/// Latency inflation: a latency under sharing over the solo one.
+pub fn inflation(shared_ms: f64, solo_ms: f64) -> f64 {
+    ratio(shared_ms, solo_ms)
+}
+
+fn ratio(num: f64, den: f64) -> f64 {
+    if den > 0.0 { num / den } else { f64::INFINITY }
+}
+
+/// `num / den` when `den` is a usable divisor (finite, above zero); `None` otherwise.
+fn ratio_of(num: f64, den: f64) -> Option<f64> {
+    (den.is_finite() && den > 0.0).then(|| num / den)
+}
+
+/// Whether `buckets` is a cumulative Prometheus histogram: at least one bucket, upper
+/// bounds strictly ascending (no NaN), the last `+Inf`, counts never decreasing. The
+/// error says what is wrong, in one line.
+pub fn check_buckets(buckets: &[(f64, u64)]) -> Result<(), String> {
+    let Some(&(last, _)) = buckets.last() else {
+        return Err("no buckets".into());
+    };
+    if let Some(&(le, _)) = buckets.iter().find(|(le, _)| le.is_nan()) {
+        return Err(format!("a bucket's bound is {le}"));
+    }
+    if last != f64::INFINITY {
+        return Err(format!("the last bound is le={}, not +Inf", le_text(last)));
+    }
+    for pair in buckets.windows(2) {
+        let ((le_a, count_a), (le_b, count_b)) = (pair[0], pair[1]);
+        if le_a.total_cmp(&le_b).is_ge() {
+            return Err(format!(
+                "bounds not ascending: le={} then le={}",
+                le_text(le_a),
+                le_text(le_b)
+            ));
+        }
+        if count_b < count_a {
+            return Err(format!(
+                "cumulative counts decrease: {count_a} at le={} then {count_b} at le={}",
+                le_text(le_a),
+                le_text(le_b)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A bound as Prometheus writes it (`+Inf` for infinity).
+fn le_text(le: f64) -> String {
+    if le == f64::INFINITY { "+Inf".into() } else { le.to_string() }
+}
+
+/// The `q`-quantile (0..=1) of a cumulative histogram, as Prometheus' `histogram_quantile`
+/// computes it: rank = q × total; the first bucket whose cumulative count reaches the rank;
+/// linear interpolation between its lower bound (the previous bucket's `le`, 0 for the
+/// first bucket when its `le` is above 0) and its upper bound. A rank in the `+Inf` bucket
+/// gives the largest finite bound. Where Prometheus divides 0 by 0 (q = 0 and empty lowest
+/// buckets) this takes the lowest bucket that holds an observation: q = 0 is its lower
+/// bound. `None` when q is outside 0..=1, there is no observation, no finite bound, or the
+/// buckets are not a histogram ([`check_buckets`]).
+pub fn histogram_quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
+    if !(0.0..=1.0).contains(&q) || check_buckets(buckets).is_err() {
+        return None;
+    }
+    let (&(_, total), finite) = buckets.split_last()?;
+    if total == 0 || finite.is_empty() {
+        return None;
+    }
+    let rank = q * total as f64;
+    let Some(b) = finite.iter().position(|&(_, count)| count > 0 && count as f64 >= rank) else {
+        return finite.last().map(|&(le, _)| le);
+    };
+    let (upper, count) = finite[b];
+    if b == 0 && upper <= 0.0 {
+        return Some(upper);
+    }
+    let (lower, below) = if b == 0 { (0.0, 0) } else { finite[b - 1] };
+    // `count > below`: the bucket reaches the rank, the one before does not (or is empty).
+    let in_bucket = (count - below) as f64;
+    Some(lower + (upper - lower) * ((rank - below as f64) / in_bucket))
+}
+
+/// One histogram of several with the same bounds: their cumulative counts summed. An
+/// error (one line) when a set is not a histogram, when bounds differ (naming the first
+/// difference) or when a count overflows. No sets: no buckets.
+pub fn merge_buckets(sets: &[&[(f64, u64)]]) -> Result<Vec<(f64, u64)>, String> {
+    let Some((first, rest)) = sets.split_first() else {
+        return Ok(Vec::new());
+    };
+    for (i, set) in sets.iter().enumerate() {
+        check_buckets(set).map_err(|e| format!("histogram {}: {e}", i + 1))?;
+    }
+    let mut merged = first.to_vec();
+    for (i, set) in rest.iter().enumerate() {
+        let number = i + 2;
+        for (k, (&(le_1, _), &(le_n, _))) in first.iter().zip(set.iter()).enumerate() {
+            if le_1.total_cmp(&le_n).is_ne() {
+                return Err(format!(
+                    "histograms have different buckets: bucket {} is le={} in histogram 1, \
+                     le={} in histogram {number}",
+                    k + 1,
+                    le_text(le_1),
+                    le_text(le_n)
+                ));
+            }
+        }
+        if set.len() != first.len() {
+            return Err(format!(
+                "histograms have different buckets: {} in histogram 1, {} in histogram {number}",
+                first.len(),
+                set.len()
+            ));
+        }
+        for (sum, &(le, count)) in merged.iter_mut().zip(set.iter()) {
+            sum.1 = sum
+                .1
+                .checked_add(count)
+                .ok_or_else(|| format!("bucket le={}: the summed count overflows", le_text(le)))?;
+        }
+    }
+    Ok(merged)
+}
 
 /// A replica's latencies over a measurement window, as its method observed them.
 #[derive(Debug, Clone, PartialEq)]
@@ -10,4 +196,1192 @@ pub enum Latencies {
     Buckets(Vec<(f64, u64)>),
     /// Nothing was observed.
     None,
+}
+
+impl Latencies {
+    /// The `p`-th percentile (0..=100), ms: of the samples ([`percentile`]), or of the
+    /// buckets ([`histogram_quantile`] of `p / 100`). `None` when nothing was observed,
+    /// `p` is outside 0..=100, or the buckets are not a histogram.
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        if !(0.0..=100.0).contains(&p) {
+            return None;
+        }
+        match self {
+            Latencies::Samples(samples) => {
+                let mut sorted = samples.clone();
+                sort_samples(&mut sorted);
+                percentile(&sorted, p)
+            }
+            Latencies::Buckets(buckets) => histogram_quantile(buckets, p / 100.0),
+            Latencies::None => None,
+        }
+    }
+
+    /// Several replicas' latencies as one: samples concatenated, buckets merged
+    /// ([`merge_buckets`]); `None` (nothing observed) adds nothing. An error when samples
+    /// meet buckets, or when the buckets cannot be merged.
+    pub fn pooled(all: &[&Latencies]) -> Result<Latencies, String> {
+        let mut samples: Option<Vec<f64>> = None;
+        let mut bucket_sets: Vec<&[(f64, u64)]> = Vec::new();
+        for latencies in all {
+            match latencies {
+                Latencies::Samples(s) => samples.get_or_insert_with(Vec::new).extend_from_slice(s),
+                Latencies::Buckets(b) => bucket_sets.push(b),
+                Latencies::None => {}
+            }
+        }
+        match (samples, bucket_sets.is_empty()) {
+            (Some(_), false) => {
+                Err("cannot pool per-unit latency samples with histogram buckets".into())
+            }
+            (Some(samples), true) => Ok(Latencies::Samples(samples)),
+            (None, false) => merge_buckets(&bucket_sets).map(Latencies::Buckets),
+            (None, true) => Ok(Latencies::None),
+        }
+    }
+}
+
+/// What the orchestrator measured of one replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaMeasure {
+    /// Identity, outcome, `failed`, wall time, device, tails, malformed lines and GPU
+    /// memory filled in; its figures (units, throughput, p50, p99, slowdown) are
+    /// [`summarize_run`]'s to fill.
+    pub replica: BenchReplica,
+    /// Units it completed in the window (1 with `--until-exit`).
+    pub units: u64,
+    /// Length of the window it was measured over, seconds (its wall time with
+    /// `--until-exit`).
+    pub seconds: f64,
+    /// Its latencies, ms (its wall time as the one sample with `--until-exit`).
+    pub latencies: Latencies,
+}
+
+/// Units per second; 0 without a usable length.
+fn per_second(units: u64, seconds: f64) -> f64 {
+    ratio_of(units as f64, seconds).unwrap_or(0.0)
+}
+
+/// The largest of some finite figures.
+fn largest(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    xs.filter(|x| x.is_finite()).max_by(f64::total_cmp)
+}
+
+/// A run of `replicas` replicas under one strategy (set up as `setup`), from what was
+/// measured of each, against `baseline` (one replica alone on the whole GPU).
+///
+/// Each replica gets its units, throughput (units over its window), p50 and p99 of its
+/// latencies, and its slowdown (baseline throughput over its own; `None` without a
+/// baseline, without throughput of its own, or when it failed). The run's figures are
+/// over the replicas that did not fail: throughputs and units summed; latencies pooled
+/// (`None` when they cannot be); scaling, inflation and Jain's index against the baseline;
+/// the largest slowdown (`None` if one of them has none). `seconds` is the longest window
+/// among them (among all replicas when every one failed). When every replica failed the
+/// throughput is 0 and every optional figure `None`.
+pub fn summarize_run(
+    replicas: u32,
+    setup: String,
+    measures: Vec<ReplicaMeasure>,
+    baseline: Option<&BenchRun>,
+) -> BenchRun {
+    let base_throughput =
+        baseline.map(|b| b.throughput_per_s).filter(|t| t.is_finite() && *t > 0.0);
+    let mut measures = measures;
+    measures.sort_by_key(|m| m.replica.index);
+    for m in &mut measures {
+        let replica = &mut m.replica;
+        replica.units = m.units;
+        replica.throughput_per_s = per_second(m.units, m.seconds);
+        replica.p50_ms = m.latencies.percentile(50.0);
+        replica.p99_ms = m.latencies.percentile(99.0);
+        replica.slowdown = match base_throughput {
+            Some(base) if !replica.failed => ratio_of(base, replica.throughput_per_s),
+            _ => None,
+        };
+    }
+    let counted: Vec<&ReplicaMeasure> = measures.iter().filter(|m| !m.replica.failed).collect();
+    let failed = u32::try_from(measures.len() - counted.len()).unwrap_or(u32::MAX);
+    let seconds = largest(counted.iter().map(|m| m.seconds))
+        .or_else(|| largest(measures.iter().map(|m| m.seconds)))
+        .unwrap_or(0.0);
+    let throughputs: Vec<f64> = counted.iter().map(|m| m.replica.throughput_per_s).collect();
+    let throughput: f64 = throughputs.iter().sum();
+    let units = counted.iter().fold(0u64, |sum, m| sum.saturating_add(m.units));
+    let latencies: Vec<&Latencies> = counted.iter().map(|m| &m.latencies).collect();
+    let pooled = Latencies::pooled(&latencies).ok();
+    let p50_ms = pooled.as_ref().and_then(|l| l.percentile(50.0));
+    let p99_ms = pooled.as_ref().and_then(|l| l.percentile(99.0));
+    let over_baseline = |own: Option<f64>, base: Option<f64>| ratio_of(own?, base?);
+    let any = !counted.is_empty();
+    let max_slowdown = if any {
+        counted
+            .iter()
+            .map(|m| m.replica.slowdown)
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|all| largest(all.into_iter()))
+    } else {
+        None
+    };
+    BenchRun {
+        replicas,
+        setup,
+        seconds,
+        units,
+        throughput_per_s: throughput,
+        scaling: base_throughput.filter(|_| any).and_then(|base| ratio_of(throughput, base)),
+        p50_ms,
+        p99_ms,
+        p50_inflation: over_baseline(p50_ms, baseline.and_then(|b| b.p50_ms)),
+        p99_inflation: over_baseline(p99_ms, baseline.and_then(|b| b.p99_ms)),
+        jain_fairness: any.then(|| jain_index(&throughputs)),
+        max_slowdown,
+        failed,
+        error: None,
+        per_replica: measures.into_iter().map(|m| m.replica).collect(),
+    }
+}
+
+/// Orders `a` before `b` when `objective` prefers it: latency, the smaller p99 (a run
+/// without one last), then the larger throughput; throughput, the larger throughput, then
+/// the smaller p99.
+fn preference(objective: Objective, a: &BenchRun, b: &BenchRun) -> Ordering {
+    let by_p99 = match (a.p99_ms, b.p99_ms) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    let by_throughput = b.throughput_per_s.total_cmp(&a.throughput_per_s);
+    match objective {
+        Objective::Latency => by_p99.then(by_throughput),
+        Objective::Throughput => by_throughput.then(by_p99),
+    }
+}
+
+/// The objective that is not `objective`.
+fn other(objective: Objective) -> Objective {
+    match objective {
+        Objective::Latency => Objective::Throughput,
+        Objective::Throughput => Objective::Latency,
+    }
+}
+
+/// `hi / lo` with one decimal and `x` (`3.4x`), `∞x` when `lo` is 0.
+fn times(hi: f64, lo: f64) -> String {
+    match ratio_of(hi, lo) {
+        Some(r) if r.is_finite() => format!("{r:.1}x"),
+        _ => "∞x".into(),
+    }
+}
+
+/// `a`'s throughput against `b`'s: `3.4x the throughput of b`, `3.4x less throughput than
+/// b`, `the same throughput as b`; without `b`'s name, the comparison alone.
+fn throughput_against(a: f64, b: f64, b_name: Option<&str>) -> String {
+    let (text, joint) = match a.total_cmp(&b) {
+        Ordering::Greater => (format!("{} the throughput", times(a, b)), "of"),
+        Ordering::Less => (format!("{} less throughput", times(b, a)), "than"),
+        Ordering::Equal => ("the same throughput".to_string(), "as"),
+    };
+    match b_name {
+        Some(name) => format!("{text} {joint} {name}"),
+        None => text,
+    }
+}
+
+/// `a`'s p99 against `b`'s: `p99 2.1x lower than b` / `p99 2.1x higher than b` with `b`'s
+/// name, `p99 2.1x better` / `p99 2.1x worse` without; `the same p99`.
+fn p99_against(a: Option<f64>, b: Option<f64>, b_name: Option<&str>) -> String {
+    let (Some(a), Some(b)) = (a, b) else {
+        return match b_name {
+            Some(name) => format!("no p99 to compare with {name}"),
+            None => "no p99 to compare".into(),
+        };
+    };
+    match (a.total_cmp(&b), b_name) {
+        (Ordering::Less, Some(name)) => format!("p99 {} lower than {name}", times(b, a)),
+        (Ordering::Less, None) => format!("p99 {} better", times(b, a)),
+        (Ordering::Greater, Some(name)) => format!("p99 {} higher than {name}", times(a, b)),
+        (Ordering::Greater, None) => format!("p99 {} worse", times(a, b)),
+        (Ordering::Equal, Some(name)) => format!("the same p99 as {name}"),
+        (Ordering::Equal, None) => "the same p99".into(),
+    }
+}
+
+/// `a` against `b` (named `b_name`), the objective's measure first:
+/// `3.4x the throughput of b, p99 2.1x worse` or `p99 2.1x lower than b, 3.4x less
+/// throughput`.
+fn contrast(objective: Objective, a: &BenchRun, b_name: &str, b: &BenchRun) -> String {
+    match objective {
+        Objective::Throughput => format!(
+            "{}, {}",
+            throughput_against(a.throughput_per_s, b.throughput_per_s, Some(b_name)),
+            p99_against(a.p99_ms, b.p99_ms, None)
+        ),
+        Objective::Latency => format!(
+            "{}, {}",
+            p99_against(a.p99_ms, b.p99_ms, Some(b_name)),
+            throughput_against(a.throughput_per_s, b.throughput_per_s, None)
+        ),
+    }
+}
+
+/// Text on one line: runs of whitespace (newlines included) as one space.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Per replica count (ascending), the strategy `objective` picks among the runs with no
+/// error and no failed replica (skipped strategies aside), and why, in one line: the other
+/// side's cost against the strategy the other objective picks, or, when both pick the
+/// same, against the runner-up; strategies left out are named with the reason. With no
+/// candidate the strategy is `none`.
+pub fn recommend(
+    strategies: &[BenchStrategyRuns],
+    objective: Objective,
+) -> Vec<BenchRecommendation> {
+    let counts: BTreeSet<u32> =
+        strategies.iter().flat_map(|s| s.runs.iter().map(|r| r.replicas)).collect();
+    counts.into_iter().map(|n| recommend_at(strategies, objective, n)).collect()
+}
+
+/// [`recommend`] at `n` replicas.
+fn recommend_at(
+    strategies: &[BenchStrategyRuns],
+    objective: Objective,
+    n: u32,
+) -> BenchRecommendation {
+    let mut candidates: Vec<(&str, &BenchRun)> = Vec::new();
+    let mut left_out: Vec<String> = Vec::new();
+    for s in strategies.iter().filter(|s| s.skipped.is_none()) {
+        let name = s.strategy.as_str();
+        match s.runs.iter().find(|r| r.replicas == n) {
+            None => left_out.push(format!("{name} left out: no run with {n} replicas")),
+            Some(run) => match &run.error {
+                Some(e) => left_out.push(format!("{name} left out: {}", one_line(e))),
+                None if run.failed > 0 => left_out.push(format!(
+                    "{name} left out: {} of {} replicas failed",
+                    run.failed, run.replicas
+                )),
+                None => candidates.push((name, run)),
+            },
+        }
+    }
+    let best = |objective: Objective, except: Option<usize>| {
+        candidates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != except)
+            .min_by(|(_, a), (_, b)| preference(objective, a.1, b.1))
+            .map(|(i, &(name, run))| (i, name, run))
+    };
+    let (strategy, mut reason) = match (best(objective, None), best(other(objective), None)) {
+        (Some((i, name, run)), Some((j, other_name, other_run))) if candidates.len() > 1 => {
+            if i != j {
+                (name, format!("{name}: {}", contrast(objective, run, other_name, other_run)))
+            } else {
+                let runner_up = best(objective, Some(i));
+                let against = runner_up.map_or(String::new(), |(_, r_name, r_run)| {
+                    format!("; against the runner-up, {}", contrast(objective, run, r_name, r_run))
+                });
+                (name, format!("{name}: best on both throughput and p99{against}"))
+            }
+        }
+        (Some((_, name, run)), _) => {
+            let p99 = run.p99_ms.map_or("no p99".into(), |p| format!("p99 {p:.1} ms"));
+            (
+                name,
+                format!(
+                    "{name}: the only strategy that ran {n} replicas without failures \
+                     ({:.1} units/s, {p99})",
+                    run.throughput_per_s
+                ),
+            )
+        }
+        _ => ("none", format!("no strategy ran {n} replicas without failures")),
+    };
+    for why in left_out {
+        reason.push_str("; ");
+        reason.push_str(&why);
+    }
+    BenchRecommendation { replicas: n, strategy: strategy.into(), reason }
+}
+
+/// Whether `run` kept `slo` with no error and no failed replica: `Ok` with the figure
+/// that kept it (`p99 41.2 ms ≤ 50 ms`), or `Err` with what broke it (`at 7 p99 63.0 ms`).
+fn keeps(run: &BenchRun, slo: Slo) -> Result<String, String> {
+    let n = run.replicas;
+    if let Some(e) = &run.error {
+        return Err(format!("at {n}: {}", one_line(e)));
+    }
+    if run.failed > 0 {
+        return Err(format!("at {n} {} of {n} replicas failed", run.failed));
+    }
+    match slo {
+        Slo::P99Ms(limit) => {
+            if run.per_replica.is_empty() {
+                return Err(format!("at {n} no replica was measured"));
+            }
+            let mut worst = f64::NEG_INFINITY;
+            for replica in &run.per_replica {
+                match replica.p99_ms {
+                    Some(p99) if !p99.is_nan() => {
+                        worst = worst.max(p99);
+                    }
+                    _ => return Err(format!("at {n} replica {} has no p99", replica.index)),
+                }
+            }
+            if worst <= limit {
+                Ok(format!("p99 {worst:.1} ms ≤ {limit} ms"))
+            } else {
+                Err(format!("at {n} p99 {worst:.1} ms"))
+            }
+        }
+        Slo::Slowdown(limit) => match run.max_slowdown {
+            Some(x) if x <= limit => Ok(format!("max slowdown {x:.1}x ≤ {limit}x")),
+            Some(x) => Err(format!("at {n} max slowdown {x:.1}x")),
+            None => Err(format!("at {n} no slowdown was measured")),
+        },
+    }
+}
+
+/// Per strategy (skipped ones aside), the most replicas per GPU such that it and every
+/// smaller replica count measured kept `slo` with no error and no failed replica
+/// (`Slo::P99Ms`: every replica's p99, one without p99 breaks it; `Slo::Slowdown`: the
+/// largest slowdown), and what that means for a fleet of `fleet` replicas: GPUs needed,
+/// and the share saved against one GPU per replica.
+pub fn capacity(strategies: &[BenchStrategyRuns], slo: Slo, fleet: u32) -> Vec<BenchCapacity> {
+    strategies.iter().filter(|s| s.skipped.is_none()).map(|s| capacity_of(s, slo, fleet)).collect()
+}
+
+/// [`capacity`] of one strategy.
+fn capacity_of(strategy: &BenchStrategyRuns, slo: Slo, fleet: u32) -> BenchCapacity {
+    let mut runs: Vec<&BenchRun> = strategy.runs.iter().collect();
+    runs.sort_by_key(|r| r.replicas);
+    let mut kept: Option<(u32, String)> = None;
+    let mut broken: Option<String> = None;
+    for run in runs {
+        match keeps(run, slo) {
+            Ok(figure) => kept = Some((run.replicas, figure)),
+            Err(why) => {
+                broken = Some(why);
+                break;
+            }
+        }
+    }
+    let name = strategy.strategy.clone();
+    let Some((per_gpu, figure)) = kept.filter(|(n, _)| *n > 0) else {
+        let why = broken.unwrap_or_else(|| "no run was measured".into());
+        return BenchCapacity {
+            strategy: name,
+            replicas_per_gpu: 0,
+            gpus_needed: 0,
+            saving: 0.0,
+            reason: format!("no replica count kept {slo}: {why}"),
+        };
+    };
+    let gpus_needed = fleet.div_ceil(per_gpu);
+    let saving = if fleet > 0 { 1.0 - f64::from(gpus_needed) / f64::from(fleet) } else { 0.0 };
+    let next = broken.unwrap_or_else(|| "the most measured".into());
+    let reason = format!(
+        "{per_gpu} per GPU: {figure}; {next}; {fleet} replicas on {gpus_needed} GPUs instead \
+         of {fleet}: {:.0} % fewer",
+        saving * 100.0
+    );
+    BenchCapacity { strategy: name, replicas_per_gpu: per_gpu, gpus_needed, saving, reason }
+}
+
+/// The least gain over time-slicing that makes a recommendation of MPS.
+pub const MEANINGFUL_GAIN: f64 = 1.25;
+
+/// The probe's recommendation: the strategy with the best aggregate scaling at `clients`
+/// for `workload`; time-slicing unless another does at least a quarter more work: below
+/// that the gain is within what runs vary by, and not worth MPS's weaker fault isolation.
+pub fn recommend_probe(
+    workload: &str,
+    clients: usize,
+    comparison: &[StrategyRuns],
+) -> Recommendation {
+    let scaling = |strategy: &StrategyRuns| {
+        strategy
+            .runs
+            .iter()
+            .find(|r| r.workload == workload && r.clients as usize == clients)
+            .map(|r| r.scaling)
+    };
+    let figures: Vec<(&str, f64)> =
+        comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
+    let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
+    let time_slicing = Strategy::TimeSlicing.as_str();
+    let ts = figures.iter().find(|(s, _)| *s == time_slicing).map_or(0.0, |f| f.1);
+    let best =
+        figures.iter().copied().fold((time_slicing, ts), |a, b| if b.1 > a.1 { b } else { a });
+    let (strategy, reason) = if best.0 != time_slicing && best.1 >= ts * MEANINGFUL_GAIN {
+        (
+            best.0,
+            format!(
+                "{:.1}x the work of time-slicing with {clients} clients ({})",
+                best.1 / ts.max(f64::MIN_POSITIVE),
+                listed.join(", ")
+            ),
+        )
+    } else {
+        (
+            time_slicing,
+            format!(
+                "no meaningful gain from MPS with {clients} clients (less than 25 % more work: {})",
+                listed.join(", ")
+            ),
+        )
+    };
+    Recommendation { workload: workload.into(), strategy: strategy.into(), reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INF: f64 = f64::INFINITY;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    fn close_some(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| close(a, b))
+    }
+
+    // --- samples ---
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let mut xs: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        sort_samples(&mut xs);
+        assert_eq!(percentile(&xs, 0.0), Some(1.0));
+        assert_eq!(percentile(&xs, 100.0), Some(100.0));
+        assert!(close(percentile(&xs, 50.0).unwrap(), 50.5));
+        assert!(close(percentile(&xs, 99.0).unwrap(), 99.01));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile(&[1.0, 3.0], 150.0), Some(3.0));
+    }
+
+    #[test]
+    fn jain_is_one_when_equal_and_one_over_n_when_one_takes_all() {
+        assert!(close(jain_index(&[5.0, 5.0, 5.0, 5.0]), 1.0));
+        assert!(close(jain_index(&[9.0, 0.0, 0.0]), 1.0 / 3.0));
+        assert!(close(jain_index(&[1.0, 3.0]), 16.0 / 20.0));
+        assert!(close(jain_index(&[]), 1.0));
+        assert!(close(jain_index(&[0.0, 0.0]), 1.0));
+    }
+
+    #[test]
+    fn scaling_slowdown_and_inflation() {
+        assert!(close(scaling(&[25.0, 25.0, 25.0, 25.0], 100.0), 1.0));
+        assert!(close(scaling(&[90.0; 4], 100.0), 3.6));
+        assert!(close(slowdown(100.0, 25.0), 4.0));
+        assert!(close(inflation(1.0, 0.04), 25.0));
+        assert!(scaling(&[1.0], 0.0).is_infinite());
+    }
+
+    // --- histograms ---
+
+    /// 10 observations: 2 up to 1 ms, 4 in (1, 2], 2 in (2, 4], 2 above 4.
+    fn histogram() -> Vec<(f64, u64)> {
+        vec![(1.0, 2), (2.0, 6), (4.0, 8), (INF, 10)]
+    }
+
+    #[test]
+    fn histogram_quantiles_interpolate_within_the_bucket_like_prometheus() {
+        let h = histogram();
+        // Rank 5: bucket (1, 2] holds ranks 2..6, 3 of its 4 in: 1 + 0.75.
+        assert!(close_some(histogram_quantile(&h, 0.5), 1.75));
+        // Rank 1: the first bucket, from 0: half of it.
+        assert!(close_some(histogram_quantile(&h, 0.1), 0.5));
+        // Rank 8: exactly the top of (2, 4].
+        assert!(close_some(histogram_quantile(&h, 0.8), 4.0));
+        // Ranks in the +Inf bucket: the largest finite bound.
+        assert_eq!(histogram_quantile(&h, 0.9), Some(4.0));
+        assert_eq!(histogram_quantile(&h, 1.0), Some(4.0));
+        // q = 0: the lower bound of the lowest bucket holding an observation.
+        assert_eq!(histogram_quantile(&h, 0.0), Some(0.0));
+        assert_eq!(histogram_quantile(&[(1.0, 0), (2.0, 3), (INF, 3)], 0.0), Some(1.0));
+        // A first bound at or below 0 is the answer for ranks in the first bucket.
+        assert_eq!(histogram_quantile(&[(-1.0, 2), (1.0, 4), (INF, 4)], 0.25), Some(-1.0));
+    }
+
+    #[test]
+    fn histogram_quantiles_have_no_answer_without_observations_or_a_histogram() {
+        let h = histogram();
+        assert_eq!(histogram_quantile(&[(1.0, 0), (INF, 0)], 0.5), None);
+        assert_eq!(histogram_quantile(&[(INF, 5)], 0.5), None);
+        assert_eq!(histogram_quantile(&[], 0.5), None);
+        for q in [-0.1, 1.1, f64::NAN] {
+            assert_eq!(histogram_quantile(&h, q), None, "q = {q}");
+        }
+        // Not a histogram: no +Inf, bounds out of order, counts decreasing, a NaN bound.
+        assert_eq!(histogram_quantile(&[(1.0, 2), (2.0, 6)], 0.5), None);
+        assert_eq!(histogram_quantile(&[(2.0, 2), (1.0, 6), (INF, 6)], 0.5), None);
+        assert_eq!(histogram_quantile(&[(1.0, 6), (2.0, 2), (INF, 6)], 0.5), None);
+        assert_eq!(histogram_quantile(&[(f64::NAN, 6), (INF, 6)], 0.5), None);
+    }
+
+    #[test]
+    fn buckets_are_checked_with_a_reason() {
+        assert_eq!(check_buckets(&histogram()), Ok(()));
+        assert_eq!(check_buckets(&[]).unwrap_err(), "no buckets");
+        assert_eq!(check_buckets(&[(1.0, 2)]).unwrap_err(), "the last bound is le=1, not +Inf");
+        assert_eq!(
+            check_buckets(&[(1.0, 2), (1.0, 3), (INF, 3)]).unwrap_err(),
+            "bounds not ascending: le=1 then le=1"
+        );
+        assert_eq!(
+            check_buckets(&[(1.0, 4), (INF, 3)]).unwrap_err(),
+            "cumulative counts decrease: 4 at le=1 then 3 at le=+Inf"
+        );
+    }
+
+    #[test]
+    fn histograms_with_the_same_bounds_merge_by_summing_counts() {
+        let a = [(1.0, 1), (2.0, 3), (INF, 4)];
+        let b = [(1.0, 2), (2.0, 2), (INF, 5)];
+        assert_eq!(merge_buckets(&[&a, &b]), Ok(vec![(1.0, 3), (2.0, 5), (INF, 9)]));
+        assert_eq!(merge_buckets(&[&a]), Ok(a.to_vec()));
+        assert_eq!(merge_buckets(&[]), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn histograms_with_different_bounds_do_not_merge() {
+        let a = [(1.0, 1), (2.0, 3), (INF, 4)];
+        let moved = [(1.0, 1), (2.5, 3), (INF, 4)];
+        assert_eq!(
+            merge_buckets(&[&a, &a, &moved]).unwrap_err(),
+            "histograms have different buckets: bucket 2 is le=2 in histogram 1, le=2.5 in \
+             histogram 3"
+        );
+        let fewer = [(1.0, 1), (INF, 4)];
+        assert_eq!(
+            merge_buckets(&[&a, &fewer]).unwrap_err(),
+            "histograms have different buckets: bucket 2 is le=2 in histogram 1, le=+Inf in \
+             histogram 2"
+        );
+        let broken = [(1.0, 1)];
+        assert_eq!(
+            merge_buckets(&[&a, &broken]).unwrap_err(),
+            "histogram 2: the last bound is le=1, not +Inf"
+        );
+        let full = [(1.0, u64::MAX), (INF, u64::MAX)];
+        let one = [(1.0, 1), (INF, 1)];
+        assert_eq!(
+            merge_buckets(&[&full, &one]).unwrap_err(),
+            "bucket le=1: the summed count overflows"
+        );
+    }
+
+    // --- Latencies ---
+
+    #[test]
+    fn latencies_give_percentiles_of_samples_and_of_buckets() {
+        let samples = Latencies::Samples(vec![4.0, 1.0, 3.0, 2.0]);
+        assert!(close_some(samples.percentile(50.0), 2.5));
+        assert_eq!(samples.percentile(100.0), Some(4.0));
+        assert_eq!(samples.percentile(0.0), Some(1.0));
+        assert_eq!(samples.percentile(100.5), None);
+        assert_eq!(Latencies::Samples(Vec::new()).percentile(50.0), None);
+        let buckets = Latencies::Buckets(histogram());
+        assert!(close_some(buckets.percentile(50.0), 1.75));
+        assert_eq!(buckets.percentile(99.0), Some(4.0));
+        assert_eq!(buckets.percentile(-1.0), None);
+        assert_eq!(Latencies::None.percentile(50.0), None);
+    }
+
+    #[test]
+    fn latencies_pool_by_kind_and_refuse_to_mix() {
+        let a = Latencies::Samples(vec![1.0, 2.0]);
+        let b = Latencies::Samples(vec![3.0]);
+        assert_eq!(
+            Latencies::pooled(&[&a, &Latencies::None, &b]),
+            Ok(Latencies::Samples(vec![1.0, 2.0, 3.0]))
+        );
+        let h = Latencies::Buckets(histogram());
+        assert_eq!(
+            Latencies::pooled(&[&h, &h]),
+            Ok(Latencies::Buckets(vec![(1.0, 4), (2.0, 12), (4.0, 16), (INF, 20)]))
+        );
+        assert_eq!(Latencies::pooled(&[&Latencies::None]), Ok(Latencies::None));
+        assert_eq!(Latencies::pooled(&[]), Ok(Latencies::None));
+        assert_eq!(
+            Latencies::pooled(&[&a, &h]).unwrap_err(),
+            "cannot pool per-unit latency samples with histogram buckets"
+        );
+        let other = Latencies::Buckets(vec![(5.0, 1), (INF, 1)]);
+        assert!(Latencies::pooled(&[&h, &other]).unwrap_err().contains("different buckets"));
+    }
+
+    // --- summarize_run ---
+
+    fn replica(index: u32, failed: bool) -> BenchReplica {
+        BenchReplica {
+            index,
+            pid: 1000 + index,
+            device: "0".into(),
+            outcome: if failed { "exit 3".into() } else { "stopped".into() },
+            failed,
+            seconds: 10.0,
+            units: 0,
+            throughput_per_s: 0.0,
+            p50_ms: None,
+            p99_ms: None,
+            slowdown: None,
+            gpu_memory_bytes: Some(1 << 30),
+            malformed_lines: 0,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    fn measure(
+        index: u32,
+        failed: bool,
+        units: u64,
+        seconds: f64,
+        latencies: Latencies,
+    ) -> ReplicaMeasure {
+        ReplicaMeasure { replica: replica(index, failed), units, seconds, latencies }
+    }
+
+    /// One replica alone: 10 units/s, p50 2 ms, p99 4 ms.
+    fn baseline() -> BenchRun {
+        let mut run = summarize_run(
+            1,
+            "alone".into(),
+            vec![measure(0, false, 100, 10.0, Latencies::Samples(vec![2.0; 5]))],
+            None,
+        );
+        run.p99_ms = Some(4.0);
+        run
+    }
+
+    #[test]
+    fn the_baseline_is_a_run_of_one_without_comparisons() {
+        let run = baseline();
+        assert!(close(run.throughput_per_s, 10.0));
+        assert_eq!((run.units, run.seconds, run.failed), (100, 10.0, 0));
+        assert_eq!(run.per_replica[0].units, 100);
+        assert!(close(run.per_replica[0].throughput_per_s, 10.0));
+        assert_eq!(run.per_replica[0].slowdown, None);
+        assert_eq!((run.scaling, run.p50_inflation, run.max_slowdown), (None, None, None));
+        assert_eq!(run.jain_fairness, Some(1.0));
+    }
+
+    #[test]
+    fn a_run_is_summarized_over_the_replicas_that_did_not_fail() {
+        let base = baseline();
+        let measures = vec![
+            // Out of order on purpose: the report lists replicas by index.
+            measure(2, true, 3, 4.0, Latencies::Samples(vec![100.0])),
+            measure(0, false, 50, 10.0, Latencies::Samples(vec![3.0, 1.0, 2.0])),
+            measure(1, false, 20, 10.0, Latencies::Samples(vec![5.0])),
+        ];
+        let run = summarize_run(3, "MPS".into(), measures, Some(&base));
+        assert_eq!((run.replicas, run.setup.as_str(), run.error.as_deref()), (3, "MPS", None));
+        let indexes: Vec<u32> = run.per_replica.iter().map(|r| r.index).collect();
+        assert_eq!(indexes, [0, 1, 2]);
+
+        let [r0, r1, r2] = &run.per_replica[..] else { panic!("three replicas") };
+        assert_eq!(r0.units, 50);
+        assert!(close(r0.throughput_per_s, 5.0));
+        assert!(close_some(r0.p50_ms, 2.0));
+        assert!(close_some(r0.p99_ms, 2.98));
+        assert!(close_some(r0.slowdown, 2.0));
+        assert!(close(r1.throughput_per_s, 2.0));
+        assert_eq!((r1.p50_ms, r1.p99_ms), (Some(5.0), Some(5.0)));
+        assert!(close_some(r1.slowdown, 5.0));
+        // The failed one is reported with its figures, never compared.
+        assert!(r2.failed);
+        assert_eq!(r2.units, 3);
+        assert!(close(r2.throughput_per_s, 0.75));
+        assert_eq!(r2.p50_ms, Some(100.0));
+        assert_eq!(r2.slowdown, None);
+        assert_eq!(r2.outcome, "exit 3");
+        assert_eq!(r2.gpu_memory_bytes, Some(1 << 30));
+
+        // The run: replicas 0 and 1 only.
+        assert_eq!(run.failed, 1);
+        assert_eq!(run.units, 70);
+        assert_eq!(run.seconds, 10.0);
+        assert!(close(run.throughput_per_s, 7.0));
+        assert!(close_some(run.scaling, 0.7));
+        // Pooled [1, 2, 3, 5]: p50 at rank 1.5, p99 at rank 2.97.
+        assert!(close_some(run.p50_ms, 2.5));
+        assert!(close_some(run.p99_ms, 4.94));
+        assert!(close_some(run.p50_inflation, 1.25));
+        assert!(close_some(run.p99_inflation, 1.235));
+        assert!(close_some(run.jain_fairness, 49.0 / 58.0));
+        assert!(close_some(run.max_slowdown, 5.0));
+    }
+
+    #[test]
+    fn a_run_where_every_replica_failed_has_no_figures() {
+        let base = baseline();
+        let measures = vec![
+            measure(0, true, 5, 3.0, Latencies::Samples(vec![1.0])),
+            measure(1, true, 0, 4.0, Latencies::None),
+        ];
+        let run = summarize_run(2, "time-slicing".into(), measures, Some(&base));
+        assert_eq!(run.failed, 2);
+        assert_eq!(run.units, 0);
+        assert_eq!(run.throughput_per_s, 0.0);
+        assert_eq!(run.seconds, 4.0);
+        assert_eq!((run.scaling, run.p50_ms, run.p99_ms), (None, None, None));
+        assert_eq!((run.p50_inflation, run.p99_inflation), (None, None));
+        assert_eq!((run.jain_fairness, run.max_slowdown), (None, None));
+        assert!(run.per_replica.iter().all(|r| r.slowdown.is_none()));
+    }
+
+    #[test]
+    fn without_a_baseline_or_a_window_there_is_nothing_to_compare() {
+        let measures = vec![
+            measure(0, false, 10, 2.0, Latencies::Samples(vec![1.0])),
+            measure(1, false, 10, 2.0, Latencies::Samples(vec![1.0])),
+        ];
+        let run = summarize_run(2, "mps".into(), measures, None);
+        assert!(close(run.throughput_per_s, 10.0));
+        assert_eq!((run.scaling, run.max_slowdown, run.p50_inflation), (None, None, None));
+        assert_eq!(run.jain_fairness, Some(1.0));
+        assert!(run.per_replica.iter().all(|r| r.slowdown.is_none()));
+
+        // A replica measured over no time has no throughput, so no slowdown, and the
+        // slowest replica's slowdown is not known.
+        let base = baseline();
+        let measures = vec![
+            measure(0, false, 10, 2.0, Latencies::Samples(vec![1.0])),
+            measure(1, false, 10, 0.0, Latencies::Samples(vec![1.0])),
+        ];
+        let run = summarize_run(2, "mps".into(), measures, Some(&base));
+        assert_eq!(run.per_replica[1].throughput_per_s, 0.0);
+        assert_eq!(run.per_replica[1].slowdown, None);
+        assert!(close_some(run.per_replica[0].slowdown, 2.0));
+        assert_eq!(run.max_slowdown, None);
+    }
+
+    #[test]
+    fn until_exit_runs_count_one_unit_per_replica_and_its_wall_time() {
+        let base = summarize_run(
+            1,
+            "alone".into(),
+            vec![measure(0, false, 1, 2.0, Latencies::Samples(vec![2000.0]))],
+            None,
+        );
+        let measures = vec![
+            measure(0, false, 1, 4.0, Latencies::Samples(vec![4000.0])),
+            measure(1, false, 1, 5.0, Latencies::Samples(vec![5000.0])),
+        ];
+        let run = summarize_run(2, "mps".into(), measures, Some(&base));
+        assert_eq!((run.units, run.seconds), (2, 5.0));
+        assert!(close(run.throughput_per_s, 0.25 + 0.2));
+        assert!(close_some(run.scaling, 0.9));
+        assert!(close_some(run.max_slowdown, 2.5));
+        assert!(close_some(run.p50_ms, 4500.0));
+        assert!(close_some(run.p50_inflation, 2.25));
+    }
+
+    #[test]
+    fn histogram_runs_pool_their_buckets() {
+        let measures = vec![
+            measure(0, false, 10, 1.0, Latencies::Buckets(histogram())),
+            measure(1, false, 10, 1.0, Latencies::Buckets(histogram())),
+        ];
+        let run = summarize_run(2, "mps".into(), measures, None);
+        assert!(close_some(run.per_replica[0].p50_ms, 1.75));
+        assert!(close_some(run.p50_ms, 1.75));
+        assert_eq!(run.p99_ms, Some(4.0));
+
+        // Bounds that differ cannot be pooled: no run latency, each replica keeps its own.
+        let measures = vec![
+            measure(0, false, 10, 1.0, Latencies::Buckets(histogram())),
+            measure(1, false, 10, 1.0, Latencies::Buckets(vec![(8.0, 10), (INF, 10)])),
+        ];
+        let run = summarize_run(2, "mps".into(), measures, None);
+        assert_eq!((run.p50_ms, run.p99_ms), (None, None));
+        assert!(close_some(run.per_replica[1].p50_ms, 4.0));
+    }
+
+    // --- recommend ---
+
+    fn run(replicas: u32, throughput: f64, p99: Option<f64>) -> BenchRun {
+        BenchRun {
+            replicas,
+            setup: String::new(),
+            seconds: 30.0,
+            units: 0,
+            throughput_per_s: throughput,
+            scaling: None,
+            p50_ms: None,
+            p99_ms: p99,
+            p50_inflation: None,
+            p99_inflation: None,
+            jain_fairness: None,
+            max_slowdown: None,
+            failed: 0,
+            error: None,
+            per_replica: Vec::new(),
+        }
+    }
+
+    fn failed(mut run: BenchRun, failed: u32) -> BenchRun {
+        run.failed = failed;
+        run
+    }
+
+    fn broken(mut run: BenchRun, error: &str) -> BenchRun {
+        run.error = Some(error.into());
+        run
+    }
+
+    fn strategy(name: &str, runs: Vec<BenchRun>) -> BenchStrategyRuns {
+        BenchStrategyRuns { strategy: name.into(), skipped: None, runs }
+    }
+
+    fn skipped(name: &str, why: &str) -> BenchStrategyRuns {
+        BenchStrategyRuns { strategy: name.into(), skipped: Some(why.into()), runs: Vec::new() }
+    }
+
+    fn only(strategies: &[BenchStrategyRuns], objective: Objective) -> BenchRecommendation {
+        let mut all = recommend(strategies, objective);
+        assert_eq!(all.len(), 1, "{all:?}");
+        all.remove(0)
+    }
+
+    #[test]
+    fn each_objective_shows_its_cost_against_the_other_objectives_pick() {
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 10.0, Some(2.0))]),
+            strategy("mps", vec![run(3, 34.0, Some(4.2))]),
+            skipped("mig", "not MIG-capable"),
+        ];
+        let t = only(&strategies, Objective::Throughput);
+        assert_eq!((t.replicas, t.strategy.as_str()), (3, "mps"));
+        assert_eq!(t.reason, "mps: 3.4x the throughput of time-slicing, p99 2.1x worse");
+        let l = only(&strategies, Objective::Latency);
+        assert_eq!(l.strategy, "time-slicing");
+        assert_eq!(l.reason, "time-slicing: p99 2.1x lower than mps, 3.4x less throughput");
+    }
+
+    #[test]
+    fn a_strategy_best_on_both_is_compared_with_the_runner_up() {
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 10.0, Some(3.0))]),
+            strategy("mps", vec![run(3, 34.0, Some(1.0))]),
+            strategy("mps-limited", vec![run(3, 17.0, Some(2.0))]),
+        ];
+        let t = only(&strategies, Objective::Throughput);
+        assert_eq!(
+            t.reason,
+            "mps: best on both throughput and p99; against the runner-up, 2.0x the throughput \
+             of mps-limited, p99 2.0x better"
+        );
+        let l = only(&strategies, Objective::Latency);
+        assert_eq!(l.strategy, "mps");
+        assert_eq!(
+            l.reason,
+            "mps: best on both throughput and p99; against the runner-up, p99 2.0x lower than \
+             mps-limited, 2.0x the throughput"
+        );
+    }
+
+    #[test]
+    fn ties_break_on_the_other_measure_then_on_the_order_run() {
+        // Same throughput: the smaller p99 wins, for both objectives.
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 10.0, Some(3.0))]),
+            strategy("mps", vec![run(3, 10.0, Some(2.0))]),
+        ];
+        for objective in [Objective::Throughput, Objective::Latency] {
+            let r = only(&strategies, objective);
+            assert_eq!(r.strategy, "mps");
+            assert!(r.reason.starts_with("mps: best on both throughput and p99"), "{}", r.reason);
+        }
+        assert_eq!(
+            only(&strategies, Objective::Throughput).reason,
+            "mps: best on both throughput and p99; against the runner-up, the same throughput \
+             as time-slicing, p99 1.5x better"
+        );
+        // Same p99: the larger throughput wins.
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 10.0, Some(2.0))]),
+            strategy("mps", vec![run(3, 20.0, Some(2.0))]),
+        ];
+        assert_eq!(
+            only(&strategies, Objective::Latency).reason,
+            "mps: best on both throughput and p99; against the runner-up, the same p99 as \
+             time-slicing, 2.0x the throughput"
+        );
+        // Equal on both: the first run wins, and nothing is called better or worse.
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 10.0, Some(2.0))]),
+            strategy("mps", vec![run(3, 10.0, Some(2.0))]),
+        ];
+        let r = only(&strategies, Objective::Latency);
+        assert_eq!(
+            r.reason,
+            "time-slicing: best on both throughput and p99; against the runner-up, the same \
+             p99 as mps, the same throughput"
+        );
+    }
+
+    #[test]
+    fn comparisons_word_every_direction_right() {
+        assert_eq!(throughput_against(34.0, 10.0, Some("ts")), "3.4x the throughput of ts");
+        assert_eq!(throughput_against(10.0, 34.0, Some("mps")), "3.4x less throughput than mps");
+        assert_eq!(throughput_against(10.0, 10.0, Some("mps")), "the same throughput as mps");
+        assert_eq!(throughput_against(34.0, 10.0, None), "3.4x the throughput");
+        assert_eq!(throughput_against(10.0, 34.0, None), "3.4x less throughput");
+        assert_eq!(throughput_against(10.0, 10.0, None), "the same throughput");
+        assert_eq!(throughput_against(3.0, 0.0, Some("ts")), "∞x the throughput of ts");
+        assert_eq!(p99_against(Some(4.2), Some(2.0), None), "p99 2.1x worse");
+        assert_eq!(p99_against(Some(2.0), Some(4.2), None), "p99 2.1x better");
+        assert_eq!(p99_against(Some(2.0), Some(2.0), None), "the same p99");
+        assert_eq!(p99_against(Some(4.2), Some(2.0), Some("ts")), "p99 2.1x higher than ts");
+        assert_eq!(p99_against(Some(2.0), Some(4.2), Some("mps")), "p99 2.1x lower than mps");
+        assert_eq!(p99_against(Some(2.0), Some(2.0), Some("mps")), "the same p99 as mps");
+        assert_eq!(p99_against(None, Some(2.0), None), "no p99 to compare");
+        assert_eq!(p99_against(Some(2.0), None, Some("mps")), "no p99 to compare with mps");
+        assert_eq!(p99_against(Some(0.0), Some(2.0), None), "p99 ∞x better");
+    }
+
+    #[test]
+    fn strategies_with_failures_are_left_out_and_named() {
+        let strategies = [
+            strategy("time-slicing", vec![run(5, 10.0, Some(2.0))]),
+            strategy("mps", vec![failed(run(5, 34.0, Some(4.2)), 1)]),
+            strategy("mig", vec![broken(run(5, 0.0, None), "5 instances do not fit\nat all")]),
+        ];
+        let r = only(&strategies, Objective::Throughput);
+        assert_eq!(r.strategy, "time-slicing");
+        assert_eq!(
+            r.reason,
+            "time-slicing: the only strategy that ran 5 replicas without failures \
+             (10.0 units/s, p99 2.0 ms); mps left out: 1 of 5 replicas failed; mig left out: 5 \
+             instances do not fit at all"
+        );
+    }
+
+    #[test]
+    fn with_no_candidate_the_recommendation_is_none() {
+        let strategies = [
+            strategy("time-slicing", vec![failed(run(5, 10.0, Some(2.0)), 2)]),
+            strategy("mig", vec![broken(run(5, 0.0, None), "not enough slices")]),
+            skipped("mps", "no MPS"),
+        ];
+        let r = only(&strategies, Objective::Latency);
+        assert_eq!((r.replicas, r.strategy.as_str()), (5, "none"));
+        assert_eq!(
+            r.reason,
+            "no strategy ran 5 replicas without failures; time-slicing left out: 2 of 5 \
+             replicas failed; mig left out: not enough slices"
+        );
+    }
+
+    #[test]
+    fn recommendations_come_per_replica_count_ascending() {
+        let strategies = [
+            strategy(
+                "time-slicing",
+                vec![run(5, 10.0, Some(9.0)), run(1, 10.0, Some(1.0)), run(3, 10.0, Some(3.0))],
+            ),
+            strategy("mps", vec![run(1, 10.0, Some(1.0)), run(3, 30.0, Some(3.5))]),
+        ];
+        let all = recommend(&strategies, Objective::Throughput);
+        let picks: Vec<(u32, &str)> =
+            all.iter().map(|r| (r.replicas, r.strategy.as_str())).collect();
+        assert_eq!(picks, [(1, "time-slicing"), (3, "mps"), (5, "time-slicing")]);
+        assert_eq!(
+            all[2].reason,
+            "time-slicing: the only strategy that ran 5 replicas without failures \
+             (10.0 units/s, p99 9.0 ms); mps left out: no run with 5 replicas"
+        );
+        assert!(recommend(&[], Objective::Latency).is_empty());
+    }
+
+    #[test]
+    fn latency_ranks_runs_without_a_p99_last() {
+        let strategies = [
+            strategy("time-slicing", vec![run(3, 50.0, None)]),
+            strategy("mps", vec![run(3, 10.0, Some(2.0))]),
+        ];
+        let r = only(&strategies, Objective::Latency);
+        assert_eq!(r.strategy, "mps");
+        assert_eq!(r.reason, "mps: no p99 to compare with time-slicing, 5.0x less throughput");
+    }
+
+    // --- capacity ---
+
+    /// A run whose replicas' p99s are `p99s` and whose slowest replica is `slowdown`
+    /// times slower than alone.
+    fn measured(p99s: &[Option<f64>], slowdown: Option<f64>) -> BenchRun {
+        let mut r = run(p99s.len() as u32, 10.0, None);
+        r.per_replica = p99s
+            .iter()
+            .enumerate()
+            .map(|(i, p99)| BenchReplica { p99_ms: *p99, ..replica(i as u32, false) })
+            .collect();
+        r.max_slowdown = slowdown;
+        r
+    }
+
+    fn p99s(values: &[f64]) -> Vec<Option<f64>> {
+        values.iter().copied().map(Some).collect()
+    }
+
+    #[test]
+    fn capacity_is_the_largest_count_keeping_the_p99() {
+        let strategies = [strategy(
+            "mps",
+            vec![
+                measured(&p99s(&[10.0]), None),
+                measured(&p99s(&[20.0, 30.0, 25.0]), None),
+                measured(&p99s(&[41.2, 40.0, 12.0, 30.0, 3.0]), None),
+                measured(&p99s(&[63.0, 30.0, 1.0, 1.0, 1.0, 1.0, 1.0]), None),
+            ],
+        )];
+        let c = capacity(&strategies, Slo::P99Ms(50.0), 100);
+        assert_eq!(c.len(), 1);
+        let c = &c[0];
+        assert_eq!((c.strategy.as_str(), c.replicas_per_gpu, c.gpus_needed), ("mps", 5, 20));
+        assert!(close(c.saving, 0.8));
+        assert_eq!(
+            c.reason,
+            "5 per GPU: p99 41.2 ms ≤ 50 ms; at 7 p99 63.0 ms; 100 replicas on 20 GPUs instead \
+             of 100: 80 % fewer"
+        );
+    }
+
+    #[test]
+    fn four_per_gpu_put_a_fleet_of_100_on_25_gpus() {
+        let strategies = [strategy(
+            "mps-limited",
+            vec![
+                measured(&p99s(&[1.0; 4]), Some(1.5)),
+                measured(&p99s(&[1.0; 2]), Some(1.2)),
+                measured(&p99s(&[1.0]), Some(1.0)),
+            ],
+        )];
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 100)[0];
+        assert_eq!((c.replicas_per_gpu, c.gpus_needed), (4, 25));
+        assert!(close(c.saving, 0.75));
+        assert_eq!(
+            c.reason,
+            "4 per GPU: max slowdown 1.5x ≤ 2x; the most measured; 100 replicas on 25 GPUs \
+             instead of 100: 75 % fewer"
+        );
+        // A fleet that does not divide evenly needs one GPU more.
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 10)[0];
+        assert_eq!(c.gpus_needed, 3);
+        assert!(close(c.saving, 0.7));
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 0)[0];
+        assert_eq!((c.gpus_needed, c.saving), (0, 0.0));
+    }
+
+    #[test]
+    fn a_smaller_count_that_breaks_the_slo_ends_the_search() {
+        let strategies = [
+            strategy(
+                "time-slicing",
+                vec![
+                    measured(&p99s(&[1.0]), Some(1.0)),
+                    failed(measured(&p99s(&[1.0; 3]), Some(1.0)), 1),
+                    measured(&p99s(&[1.0; 5]), Some(1.0)),
+                ],
+            ),
+            strategy(
+                "mps",
+                vec![
+                    measured(&p99s(&[1.0]), Some(1.0)),
+                    broken(measured(&p99s(&[1.0; 3]), Some(1.0)), "MPS did not start"),
+                ],
+            ),
+            strategy(
+                "mps-limited",
+                vec![measured(&p99s(&[1.0]), Some(1.0)), measured(&p99s(&[1.0; 3]), None)],
+            ),
+            skipped("mig", "not MIG-capable"),
+        ];
+        let all = capacity(&strategies, Slo::Slowdown(2.0), 100);
+        let per_gpu: Vec<(&str, u32)> =
+            all.iter().map(|c| (c.strategy.as_str(), c.replicas_per_gpu)).collect();
+        assert_eq!(per_gpu, [("time-slicing", 1), ("mps", 1), ("mps-limited", 1)]);
+        assert!(all[0].reason.contains("; at 3 1 of 3 replicas failed;"), "{}", all[0].reason);
+        assert!(all[1].reason.contains("; at 3: MPS did not start;"), "{}", all[1].reason);
+        assert!(all[2].reason.contains("; at 3 no slowdown was measured;"), "{}", all[2].reason);
+        assert_eq!(all[0].gpus_needed, 100);
+        assert_eq!(all[0].saving, 0.0);
+    }
+
+    #[test]
+    fn a_replica_without_a_p99_does_not_keep_it() {
+        let strategies = [strategy(
+            "mps",
+            vec![measured(&p99s(&[1.0]), None), measured(&[Some(1.0), None], None)],
+        )];
+        let c = &capacity(&strategies, Slo::P99Ms(50.0), 100)[0];
+        assert_eq!(c.replicas_per_gpu, 1);
+        assert!(c.reason.contains("; at 2 replica 1 has no p99;"), "{}", c.reason);
+    }
+
+    #[test]
+    fn a_strategy_that_never_keeps_the_slo_has_no_capacity() {
+        let strategies = [
+            strategy("mps", vec![measured(&p99s(&[63.0]), None), measured(&p99s(&[1.0; 3]), None)]),
+            strategy("mig", Vec::new()),
+        ];
+        let all = capacity(&strategies, Slo::P99Ms(50.0), 100);
+        assert_eq!((all[0].replicas_per_gpu, all[0].gpus_needed, all[0].saving), (0, 0, 0.0));
+        assert_eq!(all[0].reason, "no replica count kept p99=50ms: at 1 p99 63.0 ms");
+        assert_eq!(all[1].reason, "no replica count kept p99=50ms: no run was measured");
+    }
+
+    // --- probe ---
+
+    fn probe_run(workload: &str, clients: u32, scaling: f64) -> gpushare_proto::types::ProbeRun {
+        gpushare_proto::types::ProbeRun {
+            workload: workload.into(),
+            clients,
+            solo_throughput_per_s: 1.0,
+            solo_p50_ms: 1.0,
+            solo_achieved: String::new(),
+            scaling,
+            jain_fairness: 1.0,
+            p50_inflation: 1.0,
+            p99_inflation: 1.0,
+            per_client: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn probe_recommendations_need_a_quarter_more_work_than_time_slicing() {
+        let comparison = vec![
+            StrategyRuns {
+                strategy: "time-slicing".into(),
+                runs: vec![probe_run("launch", 7, 0.25), probe_run("compute", 7, 0.89)],
+            },
+            StrategyRuns {
+                strategy: "mps".into(),
+                runs: vec![probe_run("launch", 7, 5.55), probe_run("compute", 7, 1.01)],
+            },
+            StrategyRuns {
+                strategy: "mps-limited".into(),
+                runs: vec![probe_run("launch", 7, 4.8), probe_run("compute", 7, 0.97)],
+            },
+        ];
+        let launch = recommend_probe("launch", 7, &comparison);
+        assert_eq!(launch.strategy, "mps");
+        assert!(
+            launch.reason.starts_with("22.2x the work of time-slicing with 7 clients"),
+            "{}",
+            launch.reason
+        );
+        let compute = recommend_probe("compute", 7, &comparison);
+        assert_eq!(compute.strategy, "time-slicing");
+        assert!(compute.reason.starts_with("no meaningful gain"), "{}", compute.reason);
+    }
 }

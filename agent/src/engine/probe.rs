@@ -238,7 +238,7 @@ impl Engine {
         progress: &UnboundedSender<Progress>,
         outcome: &mut JobReport,
     ) -> Result<ProbeReport, String> {
-        use crate::probe::{run::run_clients, stats::summarize};
+        use crate::probe::run::{run_clients, summarize};
         let exe = agent_binary()?;
         let uuid = job.env.uuid.clone();
         let mps_dir = self.node.sharing.mps.pipe_dir(&uuid).display().to_string();
@@ -335,7 +335,7 @@ impl Engine {
             .options
             .workloads
             .iter()
-            .map(|w| crate::probe::stats::recommend(w.as_str(), largest, &comparison))
+            .map(|w| crate::bench::stats::recommend_probe(w.as_str(), largest, &comparison))
             .collect();
         Ok(ProbeReport {
             target: uuid.clone(),

@@ -12,8 +12,8 @@ use cudarc::driver::{
 };
 
 use super::kernels::{self, FMA_CHAINS};
-use super::stats::{percentile, sort_samples};
 use super::{Achieved, ClientResult, ClientSpec, DeviceInfo, Workload};
+use crate::bench::stats::{percentile, sort_samples};
 
 /// The `compute` workload's step length at the device's fp32 peak.
 const COMPUTE_STEP_TARGET_S: f64 = 0.004;

@@ -7,7 +7,7 @@
 //! client as the baseline, then N clients together (their windows open at the same
 //! wall-clock instant), and compares: per client throughput, p50/p99 step latency and
 //! slowdown against solo; per run aggregate scaling, Jain's fairness index and latency
-//! inflation ([`stats`]).
+//! inflation (from [`crate::bench::stats`], the one statistics module of bench and probe).
 //!
 //! CUDA only ever runs in the client processes: a context held by the agent itself would
 //! block MIG changes. Without a GPU or a CUDA driver the client fails with a clear error;
@@ -16,7 +16,6 @@
 pub mod client;
 pub mod kernels;
 pub mod run;
-pub mod stats;
 
 use serde::{Deserialize, Serialize};
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use gpushare_proto::MPS_MAX_CLIENTS;
 use serde::{Deserialize, Serialize};
 
-use super::stats::summarize;
-use super::{ClientResult, ClientSpec, RunResult, Workload};
+use super::{ClientResult, ClientSpec, ClientStats, RunResult, Workload};
+use crate::bench::stats::{inflation, jain_index, scaling, slowdown};
 
 /// How long clients may take to become ready (context, kernels, buffers, warm-up).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -57,6 +57,42 @@ pub fn sweep(
         runs.push(summarize(&solo, clients, seconds));
     }
     Ok(runs)
+}
+
+/// A run's summary from the solo baseline and the clients that ran together (the
+/// statistics are [`crate::bench::stats`]'s).
+pub fn summarize(solo: &ClientResult, clients: Vec<ClientResult>, seconds: f64) -> RunResult {
+    let throughputs: Vec<f64> = clients.iter().map(|c| c.throughput_per_s).collect();
+    let per_client = clients
+        .iter()
+        .map(|c| ClientStats {
+            pid: c.pid,
+            throughput_per_s: c.throughput_per_s,
+            p50_ms: c.p50_ms,
+            p99_ms: c.p99_ms,
+            slowdown: slowdown(solo.throughput_per_s, c.throughput_per_s),
+        })
+        .collect();
+    let n = clients.len().max(1) as f64;
+    let mean_p50 = clients.iter().map(|c| c.p50_ms).sum::<f64>() / n;
+    let worst_p99 = clients.iter().map(|c| c.p99_ms).fold(0.0, f64::max);
+    RunResult {
+        workload: solo.workload,
+        clients: clients.len(),
+        seconds,
+        solo_throughput_per_s: solo.throughput_per_s,
+        solo_p50_ms: solo.p50_ms,
+        solo_p99_ms: solo.p99_ms,
+        per_client,
+        aggregate_throughput_per_s: throughputs.iter().sum(),
+        scaling: scaling(&throughputs, solo.throughput_per_s),
+        jain_fairness: jain_index(&throughputs),
+        p50_inflation: inflation(mean_p50, solo.p50_ms),
+        p99_inflation: inflation(worst_p99, solo.p99_ms),
+        max_late_ms: clients.iter().map(|c| c.late_ms).fold(0.0, f64::max),
+        solo: solo.clone(),
+        client_results: clients,
+    }
 }
 
 enum Event {
@@ -281,6 +317,62 @@ mod tests {
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn client(pid: u32, tput: f64, p50: f64, p99: f64) -> ClientResult {
+        ClientResult {
+            workload: Workload::Launch,
+            pid,
+            steps: (tput * 3.0) as u64,
+            seconds: 3.0,
+            throughput_per_s: tput,
+            p50_ms: p50,
+            p99_ms: p99,
+            mean_ms: p50,
+            achieved: crate::probe::Achieved {
+                value: 1.0,
+                limit: 2.0,
+                unit: "TFLOP/s".into(),
+                fraction_of_limit: 0.5,
+                limit_basis: String::new(),
+            },
+            late_ms: f64::from(pid) / 10.0,
+            kernels: "nvrtc".into(),
+            device: crate::probe::DeviceInfo {
+                name: "test".into(),
+                compute_capability: (9, 0),
+                sm_count: 132,
+                sm_clock_mhz: 1980.0,
+                memory_clock_mhz: 2619.0,
+                memory_bus_bits: 5120,
+                memory_bandwidth_bytes_per_s: 3.35e12,
+                fp32_peak_flops: 66.9e12,
+                fp32_lanes_per_sm: 128,
+            },
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_run_is_summarized_against_its_solo_baseline() {
+        let solo = client(1, 1000.0, 1.0, 2.0);
+        let run =
+            summarize(&solo, vec![client(2, 500.0, 2.0, 3.0), client(3, 250.0, 4.0, 8.0)], 3.0);
+        assert_eq!(run.clients, 2);
+        assert!(close(run.aggregate_throughput_per_s, 750.0));
+        assert!(close(run.scaling, 0.75));
+        assert!(close(run.per_client[0].slowdown, 2.0));
+        assert!(close(run.per_client[1].slowdown, 4.0));
+        assert!(close(run.jain_fairness, 750.0 * 750.0 / (2.0 * (250_000.0 + 62_500.0))));
+        assert!(close(run.p50_inflation, 3.0));
+        assert!(close(run.p99_inflation, 4.0));
+        assert!(close(run.max_late_ms, 0.3));
+        // The JSON form round-trips.
+        let json = serde_json::to_string(&run).unwrap();
+        assert_eq!(serde_json::from_str::<RunResult>(&json).unwrap(), run);
     }
 
     #[test]
