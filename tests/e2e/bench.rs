@@ -95,7 +95,11 @@ fn sharing_shape(status: &Status) -> Vec<String> {
         .iter()
         .zip(layouts)
         .map(|(g, l)| {
-            let mps = g.sharing.mps.as_ref().map(|m| (m.active_thread_percentage, m.pinned_memory_limit_bytes));
+            let mps = g
+                .sharing
+                .mps
+                .as_ref()
+                .map(|m| (m.active_thread_percentage, m.pinned_memory_limit_bytes));
             format!("{l:?} {} {} {mps:?}", g.compute_mode, g.sharing.strategy)
         })
         .collect()
@@ -162,7 +166,8 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
         assert_eq!(saw["device"], gpu1);
         assert!(saw["pipe"].starts_with(&agent.mps_root().display().to_string()), "{saw:?}");
     }
-    let mig: Vec<String> = (0..2).map(|i| replica.saw(&format!("mig-2-{i}"))["device"].clone()).collect();
+    let mig: Vec<String> =
+        (0..2).map(|i| replica.saw(&format!("mig-2-{i}"))["device"].clone()).collect();
     assert!(mig.iter().all(|d| d.starts_with("MIG-")), "{mig:?}");
     assert_ne!(mig[0], mig[1], "one MIG instance per replica");
     let mig_setup = &report.strategies[3].runs[1].setup;
@@ -183,7 +188,9 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
 fn histogram_deltas_are_counted_exactly() {
     let python = Command::new("/usr/bin/python3").args(["-c", "import prometheus_client"]).status();
     if !python.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: python3 with prometheus_client (python3-prometheus-client) is not installed");
+        eprintln!(
+            "skipped: python3 with prometheus_client (python3-prometheus-client) is not installed"
+        );
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
@@ -191,9 +198,21 @@ fn histogram_deltas_are_counted_exactly() {
     std::fs::write(dir.path().join("replica.py"), HISTOGRAM_REPLICA).unwrap();
     let out = agent
         .ctl_command(&[
-            "bench", "--replicas", "2", "--strategies", "mps", "--duration", "2s",
-            "--histogram", "work_latency_seconds", "--slo", "p99=150ms", "--json", "--",
-            "/usr/bin/python3", "replica.py",
+            "bench",
+            "--replicas",
+            "2",
+            "--strategies",
+            "mps",
+            "--duration",
+            "2s",
+            "--histogram",
+            "work_latency_seconds",
+            "--slo",
+            "p99=150ms",
+            "--json",
+            "--",
+            "/usr/bin/python3",
+            "replica.py",
         ])
         .current_dir(dir.path())
         .output()
@@ -215,12 +234,14 @@ fn histogram_deltas_are_counted_exactly() {
 
 #[test]
 fn mig_rows_say_why_when_the_agent_may_not_change_mig() {
-    let agent = Agent::start(
-        AgentOptions::simulate("a100-40gb:1").config("[gpu]\nmanage_mig = false\n"),
-    );
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:1").config("[gpu]\nmanage_mig = false\n"));
     let replica = Replica::units();
     let out = replica
-        .bench(&agent, &["--replicas", "1", "--strategies", "mps,mig", "--duration", "1s", "--json"])
+        .bench(
+            &agent,
+            &["--replicas", "1", "--strategies", "mps,mig", "--duration", "1s", "--json"],
+        )
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

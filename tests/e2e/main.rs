@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 mod access;
-mod bench;
 mod agent_state;
+mod bench;
 mod cli_output;
 mod hostile_load;
 mod metrics;

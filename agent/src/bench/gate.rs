@@ -53,11 +53,11 @@ pub fn main(fd: RawFd, report: RawFd, cwd: Option<&Path>, command: &[OsString]) 
     }
     let mut replica = std::process::Command::new(program);
     replica.args(args).env(super::replicas::REPORT_ENV, REPORT_FD.to_string());
-    if let Some(dir) = cwd {
-        if let Err(e) = std::env::set_current_dir(dir) {
-            eprintln!("gpushare-agent --bench-gate: cannot enter {}: {e}", dir.display());
-            return ExitCode::from(NOT_RUN);
-        }
+    if let Some(dir) = cwd
+        && let Err(e) = std::env::set_current_dir(dir)
+    {
+        eprintln!("gpushare-agent --bench-gate: cannot enter {}: {e}", dir.display());
+        return ExitCode::from(NOT_RUN);
     }
     let error = replica.exec();
     eprintln!("gpushare-agent --bench-gate: cannot run {}: {error}", program.to_string_lossy());

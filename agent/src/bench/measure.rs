@@ -227,8 +227,12 @@ fn wait_for_work(
             return Err(format!("every replica exited before the window opened ({what})"));
         }
         if Instant::now() >= deadline {
-            let late: Vec<String> =
-                ready.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| i.to_string()).collect();
+            let late: Vec<String> = ready
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| !**r)
+                .map(|(i, _)| i.to_string())
+                .collect();
             return Err(format!(
                 "replica {} did not start working within the time limit ({what})",
                 late.join(", ")
@@ -510,18 +514,36 @@ mod tests {
 
     #[test]
     fn a_finished_replica_is_one_unit_of_its_wall_time() {
-        let m = replica_measure(&outcome(false, Some(0), None), "GPU-x".into(), None, false, &HashMap::new());
+        let m = replica_measure(
+            &outcome(false, Some(0), None),
+            "GPU-x".into(),
+            None,
+            false,
+            &HashMap::new(),
+        );
         assert_eq!((m.units, m.seconds), (1, 2.5));
         assert_eq!(m.latencies, Latencies::Samples(vec![2500.0]));
         assert!(!m.replica.failed);
-        let m = replica_measure(&outcome(false, Some(1), None), "GPU-x".into(), None, false, &HashMap::new());
+        let m = replica_measure(
+            &outcome(false, Some(1), None),
+            "GPU-x".into(),
+            None,
+            false,
+            &HashMap::new(),
+        );
         assert_eq!((m.units, m.replica.failed), (0, true));
     }
 
     #[test]
     fn a_replica_without_units_in_the_window_failed() {
         let window = (0, 30.0, Latencies::None);
-        let m = replica_measure(&outcome(true, None, Some(15)), "GPU-x".into(), Some(&window), true, &HashMap::new());
+        let m = replica_measure(
+            &outcome(true, None, Some(15)),
+            "GPU-x".into(),
+            Some(&window),
+            true,
+            &HashMap::new(),
+        );
         assert!(m.replica.failed);
         assert_eq!(m.replica.outcome, "no units in the window");
     }

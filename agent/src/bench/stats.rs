@@ -337,6 +337,7 @@ pub fn summarize_run(
         max_slowdown,
         failed,
         error: None,
+        agent_cpu_percent: None,
         per_replica: measures.into_iter().map(|m| m.replica).collect(),
     }
 }
@@ -1024,6 +1025,7 @@ mod tests {
             max_slowdown: None,
             failed: 0,
             error: None,
+            agent_cpu_percent: None,
             per_replica: Vec::new(),
         }
     }

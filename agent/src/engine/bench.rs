@@ -24,19 +24,23 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError};
 use crate::apply::Progress;
-use crate::gpu::BackendKind;
-use crate::probe::Workload;
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
 use crate::bench::stats::{self, ReplicaMeasure};
+use crate::gpu::BackendKind;
 use crate::node::{GpuState, NodeState};
 use crate::plan;
+use crate::probe::Workload;
 use crate::profile::{self, MigKey, MigLayout, Profile, Sharing as ProfileSharing};
 use crate::sys::unix::{self, Identity};
 
 /// Variables of the caller's environment the bench sets itself for each replica.
-const OWN_VARIABLES: [&str; 4] =
-    ["CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "GPUSHARE_BENCH_"];
+const OWN_VARIABLES: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
+    "GPUSHARE_BENCH_",
+];
 
 /// What a bench runs, as the transport read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +115,9 @@ impl BenchOptions {
             return bad(format!("cwd: {} is not a directory", self.cwd.display()));
         }
         let program = match (self.command.first(), self.builtin) {
-            (Some(_), Some(_)) => return bad("give a command or a built-in workload, not both".into()),
+            (Some(_), Some(_)) => {
+                return bad("give a command or a built-in workload, not both".into());
+            }
             (None, None) => return bad("give the command the replicas run".into()),
             (None, Some(_)) => return Ok(()),
             (Some(program), None) => program,
@@ -211,12 +217,7 @@ impl BenchJob {
     }
 
     fn steps(&self) -> u32 {
-        let runs = self
-            .options
-            .strategies
-            .iter()
-            .filter(|s| !self.skipped.contains_key(s))
-            .count()
+        let runs = self.options.strategies.iter().filter(|s| !self.skipped.contains_key(s)).count()
             * self.options.replicas.len();
         u32::try_from(runs + 2).unwrap_or(u32::MAX)
     }
@@ -283,10 +284,14 @@ impl Engine {
             }
         }
         for s in &setups {
-            let profile = whole_gpu(&format!("bench-{}", s.strategy), &uuid, s.mig.clone(), s.sharing.clone());
-            let plan = plan::plan(&node, &profile, &self.policy).map_err(|e| {
-                EngineError::NotPossible(format!("{}: {e}", s.strategy))
-            })?;
+            let profile = whole_gpu(
+                &format!("bench-{}", s.strategy),
+                &uuid,
+                s.mig.clone(),
+                s.sharing.clone(),
+            );
+            let plan = plan::plan(&node, &profile, &self.policy)
+                .map_err(|e| EngineError::NotPossible(format!("{}: {e}", s.strategy)))?;
             self.check_tools(&plan)?;
         }
 
@@ -301,7 +306,8 @@ impl Engine {
                 replica_groups: Vec::new(),
             })
             .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
-        let running = RunningJob { id: job.to_string(), kind: JobKind::Bench { target: uuid.clone() } };
+        let running =
+            RunningJob { id: job.to_string(), kind: JobKind::Bench { target: uuid.clone() } };
         let guard = JobGuard::new(lock, running, self.running.clone(), self.events.clone());
         let mut job = BenchJob {
             options,
@@ -323,7 +329,11 @@ impl Engine {
     /// Runs a bench job: the baseline, every strategy at every replica count, then the
     /// GPU restored. The report carries what was measured even when the bench failed or
     /// was cancelled part-way.
-    pub async fn run_bench(&self, job: &BenchJob, progress: UnboundedSender<Progress>) -> JobReport {
+    pub async fn run_bench(
+        &self,
+        job: &BenchJob,
+        progress: UnboundedSender<Progress>,
+    ) -> JobReport {
         let started = Instant::now();
         let mut outcome = JobReport {
             kind: JobKind::Bench { target: job.uuid.clone() },
@@ -381,7 +391,8 @@ impl Engine {
         };
         let file = dir.join("report.json");
         report.saved_to = file.display().to_string();
-        let saved = std::fs::create_dir_all(&dir).and_then(|()| crate::sys::files::write_json(&file, &report));
+        let saved = std::fs::create_dir_all(&dir)
+            .and_then(|()| crate::sys::files::write_json(&file, &report));
         if let Err(e) = saved {
             outcome.warnings.push(format!("bench report not saved to {}: {e}", file.display()));
             report.saved_to.clear();
@@ -523,7 +534,8 @@ impl Engine {
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
         let spec = RunSpec {
-            gate: std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))?,
+            gate: std::env::current_exe()
+                .map_err(|e| format!("cannot find the agent binary: {e}"))?,
             command: job.options.replica_command()?,
             env: job.options.base_environment(),
             devices,
@@ -554,7 +566,7 @@ impl Engine {
                 handle
                     .block_on(node_access.observe(false))
                     .ok()
-                    .and_then(|node| node.gpu(gpu).map(|g| process_memory(g)))
+                    .and_then(|node| node.gpu(gpu).map(process_memory))
                     .unwrap_or_default()
             };
             let result = measure::run(&spec, &cancel, &mut started, &mut memory);
@@ -634,10 +646,12 @@ impl Engine {
         };
         self.may_change()?;
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let restored = self
-            .restore_bench(&record, &tx)
-            .await
-            .map_err(|e| EngineError::Recovery(format!("restoring after the interrupted bench {}: {e}", record.job)))?;
+        let restored = self.restore_bench(&record, &tx).await.map_err(|e| {
+            EngineError::Recovery(format!(
+                "restoring after the interrupted bench {}: {e}",
+                record.job
+            ))
+        })?;
         Ok(Some(format!("the bench {} was interrupted: {restored}", record.job)))
     }
 }
@@ -652,7 +666,9 @@ fn whole_gpu_target<'a>(node: &'a NodeState, target: &str) -> Result<&'a GpuStat
     let Some(g) = g else {
         let is_mig = target.to_ascii_uppercase().starts_with("MIG-");
         return Err(EngineError::InvalidArgument(if is_mig {
-            format!("target {target}: bench changes the sharing of a whole GPU; name the GPU (index or GPU-…), not a MIG instance")
+            format!(
+                "target {target}: bench changes the sharing of a whole GPU; name the GPU (index or GPU-…), not a MIG instance"
+            )
         } else {
             format!("target {target}: no such GPU on this node (see gpushare-ctl status)")
         }));
@@ -751,7 +767,12 @@ fn mig_size(model: &gpushare_catalog::GpuModel, n: u32) -> Result<(u8, String), 
 
 /// A profile that sets one whole GPU's MIG layout and sharing and leaves every other GPU
 /// alone.
-pub(super) fn whole_gpu(name: &str, uuid: &str, mig: MigLayout, sharing: ProfileSharing) -> Profile {
+pub(super) fn whole_gpu(
+    name: &str,
+    uuid: &str,
+    mig: MigLayout,
+    sharing: ProfileSharing,
+) -> Profile {
     Profile {
         name: name.into(),
         description: "set up by a bench or probe comparison".into(),
@@ -805,7 +826,12 @@ fn stop_leftover_replicas(record: &BenchRecord) {
         };
         let Some((group, uid)) = group_and_uid(pid) else { continue };
         if uid == record.uid && record.replica_groups.contains(&group) {
-            tracing::warn!(pid, group, "stopping a replica of the interrupted bench {}", record.job);
+            tracing::warn!(
+                pid,
+                group,
+                "stopping a replica of the interrupted bench {}",
+                record.job
+            );
             let _ = unix::signal_group(group, libc::SIGKILL);
         }
     }
@@ -817,7 +843,13 @@ fn group_and_uid(pid: u32) -> Option<(u32, u32)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let group = rest.split_whitespace().nth(2)?.parse().ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     Some((group, uid))
 }
 
@@ -859,9 +891,15 @@ mod tests {
         let e = find_program("no-such-program", Some("/usr/bin"), cwd).unwrap_err();
         assert_eq!(e.to_string(), "command `no-such-program`: not found in PATH=/usr/bin");
         std::fs::write(cwd.join("run.sh"), "#!/bin/sh\n").unwrap();
-        assert!(find_program("./run.sh", None, cwd).unwrap_err().to_string().contains("no executable file"));
+        assert!(
+            find_program("./run.sh", None, cwd)
+                .unwrap_err()
+                .to_string()
+                .contains("no executable file")
+        );
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(cwd.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(cwd.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
         assert_eq!(find_program("./run.sh", None, cwd).unwrap(), cwd.join("./run.sh"));
     }
 

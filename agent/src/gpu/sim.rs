@@ -266,7 +266,11 @@ impl GpuBackend for SimBackend {
                     processes: processes
                         .iter()
                         .filter(|(gpu, _, _)| *gpu == index)
-                        .map(|&(_, gi, pid)| ComputeProcess { pid, gpu_instance_id: gi, used_memory_bytes: None })
+                        .map(|&(_, gi, pid)| ComputeProcess {
+                            pid,
+                            gpu_instance_id: gi,
+                            used_memory_bytes: None,
+                        })
                         .collect(),
                 }
             })
@@ -558,6 +562,9 @@ mod tests {
         let sim = SimBackend::new(&a100(2), options);
         let seen = sim.observe().unwrap();
         assert!(seen[0].processes.is_empty());
-        assert_eq!(seen[1].processes, vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2), used_memory_bytes: None }]);
+        assert_eq!(
+            seen[1].processes,
+            vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2), used_memory_bytes: None }]
+        );
     }
 }

@@ -108,7 +108,8 @@ pub fn bench_options(
         environment: Vec::new(),
     };
     let mut until_exit = false;
-    let text = |key: &str, value: OwnedValue| String::try_from(value).map_err(|_| bad(key, "a string"));
+    let text =
+        |key: &str, value: OwnedValue| String::try_from(value).map_err(|_| bad(key, "a string"));
     let invalid = |key: &str, e: String| EngineError::InvalidArgument(format!("{key}: {e}"));
     for (key, value) in options {
         let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
@@ -168,7 +169,9 @@ pub fn bench_options(
         bench.duration = None;
     }
     if bench.cwd.as_os_str().is_empty() {
-        return Err(EngineError::InvalidArgument("cwd: give the replicas' working directory".into()));
+        return Err(EngineError::InvalidArgument(
+            "cwd: give the replicas' working directory".into(),
+        ));
     }
     Ok(bench)
 }
