@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue};
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use gpushare_proto::bench::{BENCH_MAX_REPLICAS, BenchStrategy, Objective, Slo};
 use gpushare_proto::{
     BUS_ADDRESS_ENV, MPS_MAX_CLIENTS, MPS_THREAD_PERCENTAGE, PROBE_SECONDS, Workload,
 };
@@ -61,7 +62,45 @@ pub enum Command {
     /// the current sharing.
     #[command(after_help = PROBE_HELP)]
     Probe(ProbeArgs),
+    /// Find the best way to share a GPU for your own program: N replicas of it under
+    /// time-slicing, MPS, MPS with limits and MIG, measured against one alone.
+    #[command(after_help = BENCH_HELP, override_usage = BENCH_USAGE)]
+    // Boxed: the largest arguments by far.
+    Bench(Box<BenchArgs>),
 }
+
+/// The usage line of `bench`: the command comes after `--`.
+const BENCH_USAGE: &str = "\
+gpushare-ctl bench [OPTIONS] -- COMMAND [ARGS]...
+       gpushare-ctl bench [OPTIONS] --builtin <NAME>";
+
+/// Shown under the help of `bench`.
+const BENCH_HELP: &str = "\
+Runs as a job of the agent (progress on stderr): for each strategy and replica count N, it
+sets the GPU up, starts N copies of COMMAND together (as you, in this directory, with this
+environment), measures them, and at the end restores the GPU's sharing as it was. Ctrl-C
+cancels: the agent stops the replicas and restores the sharing (Ctrl-C again leaves that
+to the agent).
+
+How the replicas are measured (one of three):
+  units by line  (the default) each replica writes a line to the file descriptor named in
+                 $GPUSHARE_BENCH_REPORT per unit of work done: empty, or its latency in ms;
+                 throughput is units per second over a --duration window
+  --histogram    each replica serves Prometheus metrics on $GPUSHARE_BENCH_METRICS_PORT; the
+                 histogram NAME is scraped before and after the window
+  --until-exit   each replica does a fixed amount of work and exits; its wall time counts
+Replicas also see $GPUSHARE_BENCH_REPLICA (0, 1, ...), $GPUSHARE_BENCH_REPLICAS (N) and
+$GPUSHARE_BENCH_STRATEGY.
+
+The answer: per N the strategy the --objective picks; with an --slo, how many replicas per
+GPU each strategy holds to it and the GPUs a --fleet of that many replicas needs.
+Durations take 500ms, 1.5s, 30s, 2m, 1h or plain seconds. Options left out are the agent's
+defaults (replicas 1,3,5,7, every strategy, 30 s windows, throughput, a fleet of 100,
+10 min per replica). Examples:
+  gpushare-ctl bench -- ./serve --model small
+  gpushare-ctl bench --replicas 1,2,4 --strategies mps,mig --slo p99=50ms -- python infer.py
+  gpushare-ctl bench --until-exit --report bench.html -- ./train --epochs 1
+  gpushare-ctl bench --builtin compute --duration 5s --json";
 
 /// Shown under the help of `probe`.
 const PROBE_HELP: &str = "\
@@ -317,6 +356,125 @@ fn parse_probe_seconds(text: &str) -> Result<f64, String> {
     if !PROBE_SECONDS.contains(&seconds) {
         let (low, high) = (PROBE_SECONDS.start(), PROBE_SECONDS.end());
         return Err(format!("the window must be {low} to {high} seconds, not {text}"));
+    }
+    Ok(seconds)
+}
+
+/// Arguments of `bench`. Whatever is left out is not sent: the agent's defaults apply.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("workload").required(true).args(["builtin", "command"])))]
+pub struct BenchArgs {
+    /// The GPU (index or `GPU-…` UUID) or MIG instance (`MIG-…` UUID) to bench on; GPU 0 by
+    /// default.
+    #[arg(long, value_name = "GPU|MIG-UUID")]
+    pub target: Option<String>,
+    /// Replica counts to run, comma-separated, each 1-48 (`1,3,5,7`).
+    #[arg(long, value_name = "N,…", value_delimiter = ',', value_parser = parse_replica_count)]
+    pub replicas: Vec<u32>,
+    /// Strategies to try, comma-separated: `time-slicing`, `mps`, `mps-limited` (100/N %
+    /// threads and 1/N of the memory each), `mig` (N equal instances).
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',', value_parser = parse_strategy)]
+    pub strategies: Vec<BenchStrategy>,
+    /// Measurement window of each run (`30s`, `2m`).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Measure each replica's wall time to its exit instead of a window.
+    #[arg(long, conflicts_with_all = ["duration", "histogram"])]
+    pub until_exit: bool,
+    /// What the recommendation optimizes: `latency` (smallest p99) or `throughput`.
+    #[arg(long, value_name = "WHAT", value_parser = parse_objective)]
+    pub objective: Option<Objective>,
+    /// The service level a replica count must keep to count as capacity: `p99=50ms` or
+    /// `slowdown=2` (each replica at most 2x slower than alone).
+    #[arg(long, value_name = "MEASURE=LIMIT", value_parser = parse_slo)]
+    pub slo: Option<SloArg>,
+    /// Measure with this Prometheus histogram that each replica serves (on
+    /// $GPUSHARE_BENCH_METRICS_PORT) instead of units by line.
+    #[arg(long, value_name = "NAME", value_parser = parse_histogram)]
+    pub histogram: Option<String>,
+    /// Run a built-in CUDA workload instead of a command.
+    #[arg(long, value_name = "NAME", conflicts_with = "histogram")]
+    pub builtin: Option<ProbeWorkload>,
+    /// Replicas the fleet needs, for the GPUs-needed and saving figures (with --slo).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub fleet: Option<u32>,
+    /// The longest a replica may run (`10m`); it is stopped then.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub time_limit: Option<f64>,
+    /// Also write the results as one self-contained HTML page (charts, tables, logs).
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// The program to bench and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// An SLO as the user wrote it, checked: the text is what is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloArg {
+    /// As written (trimmed).
+    pub written: String,
+    /// As parsed.
+    pub slo: Slo,
+}
+
+/// `--replicas`: one count, 1 to [`BENCH_MAX_REPLICAS`].
+fn parse_replica_count(text: &str) -> Result<u32, String> {
+    let n: u32 = text.trim().parse().map_err(|_| format!("`{text}` is not a replica count"))?;
+    if n == 0 || n > BENCH_MAX_REPLICAS {
+        return Err(format!("N = {n}: a run has 1 to {BENCH_MAX_REPLICAS} replicas"));
+    }
+    Ok(n)
+}
+
+/// `--strategies`: one strategy name.
+fn parse_strategy(text: &str) -> Result<BenchStrategy, String> {
+    text.trim().parse()
+}
+
+/// `--objective`.
+fn parse_objective(text: &str) -> Result<Objective, String> {
+    text.trim().parse()
+}
+
+/// `--slo`.
+fn parse_slo(text: &str) -> Result<SloArg, String> {
+    let slo = text.parse()?;
+    Ok(SloArg { written: text.trim().to_owned(), slo })
+}
+
+/// `--histogram`: a Prometheus metric name (letters, digits, `_` and `:`, not starting
+/// with a digit).
+fn parse_histogram(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let valid = name.chars().enumerate().all(|(i, c)| {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+    });
+    if name.is_empty() || !valid {
+        return Err(format!("`{text}` is not a Prometheus metric name"));
+    }
+    Ok(name.to_owned())
+}
+
+/// A duration in seconds: `500ms`, `1.5s`, `30s`, `2m`, `1h`, or a plain number of
+/// seconds; above zero.
+pub fn parse_duration(text: &str) -> Result<f64, String> {
+    let bad = || format!("`{text}` is not a duration (500ms, 1.5s, 30s, 2m, 1h or seconds)");
+    let trimmed = text.trim();
+    let (number, factor) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+        .into_iter()
+        .find_map(|(unit, factor)| trimmed.strip_suffix(unit).map(|n| (n, factor)))
+        .unwrap_or((trimmed, 1.0));
+    let number = number.trim();
+    // Digits and one point only: no signs, exponents, `inf` or `NaN`.
+    let digits = number.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let value: f64 = match number.parse() {
+        Ok(v) if digits => v,
+        _ => return Err(bad()),
+    };
+    let seconds = value * factor;
+    if seconds <= 0.0 || !seconds.is_finite() {
+        return Err(format!("`{text}`: a duration must be above zero"));
     }
     Ok(seconds)
 }

@@ -44,6 +44,10 @@ pub enum Kind {
     BadReply,
     /// A file named on the command line cannot be read.
     ReadFile,
+    /// A file named on the command line cannot be written (`bench --report`).
+    WriteFile,
+    /// The program a command line names is not there or not executable (`bench`).
+    CommandNotFound,
     /// Ctl was interrupted (Ctrl-C) while following a job.
     Interrupted,
     /// The command line is malformed.
@@ -65,6 +69,8 @@ impl Kind {
             Kind::ConnectionLost => "ConnectionLost",
             Kind::BadReply => "BadReply",
             Kind::ReadFile => "ReadFile",
+            Kind::WriteFile => "WriteFile",
+            Kind::CommandNotFound => "CommandNotFound",
             Kind::Interrupted => "Interrupted",
             Kind::Usage => "Usage",
             Kind::NotApplied => "NotApplied",

@@ -4,13 +4,20 @@
 //! agent exits mid-job. Progress goes to stderr: a bar on a terminal, `[3/12] GPU 0: ...`
 //! lines otherwise (steps numbered as they begin on any GPU; `verifying` and a rollback's
 //! `rolling back: …` lines without a count), nothing with `--json`.
+//!
+//! Ctrl-C ([`OnInterrupt`]) leaves the job to the agent at once (apply, probe), or first
+//! asks the agent to cancel it and keeps following it to its end (bench), leaving at the
+//! second Ctrl-C.
 
 use futures_util::StreamExt;
-use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE};
+use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE, JobProxy};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
 use zbus::message::Type as MessageType;
+use zbus::proxy::CacheProperties;
 use zbus::zvariant::OwnedObjectPath;
-use zbus::{MatchRule, Message, MessageStream};
+use zbus::{Connection, MatchRule, Message, MessageStream};
 
 use crate::bus::{Agent, Client};
 use crate::error::{CtlError, Kind};
@@ -19,10 +26,24 @@ use crate::output::Output;
 /// How many job signals may queue while the starting call is in flight.
 const SIGNAL_QUEUE: usize = 4096;
 
+/// What Ctrl-C does while ctl follows a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInterrupt {
+    /// Stop following at once (exit 130); the agent carries on with the job.
+    Leave,
+    /// The first Ctrl-C asks the agent to cancel the job (`Job1.Cancel`), prints `notice`
+    /// on stderr and keeps following the job to its `Finished`; the second leaves at once
+    /// (exit 130), the agent finishing the cancellation on its own.
+    Cancel {
+        /// The line printed at the first Ctrl-C (`cancelling: …`).
+        notice: &'static str,
+    },
+}
+
 /// Starts a job with `start` (the call `method`: `Apply`, `ApplyDocument`, `Probe`) and
 /// follows its signals to the end, showing progress; returns the outcome document as it
 /// came. The job signals are subscribed to before `start` runs. `what` names the job in
-/// messages (`apply`, `probe`).
+/// messages (`apply`, `probe`). Ctrl-C leaves the job to the agent ([`OnInterrupt::Leave`]).
 pub async fn start_and_follow(
     client: &mut Client,
     out: &Output,
@@ -30,21 +51,63 @@ pub async fn start_and_follow(
     what: &str,
     start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
 ) -> Result<String, CtlError> {
-    let (job, jobs, owners) = client
-        .call(method, async |a| {
-            // Subscribe first: the job may finish before the reply reaches us.
-            let jobs =
-                MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
-            let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
-            let job = start(a).await?;
-            Ok((job, jobs, owners))
-        })
-        .await?;
+    start_and_follow_with(client, out, method, what, OnInterrupt::Leave, start).await
+}
+
+/// [`start_and_follow`] with a choice of what Ctrl-C does.
+pub async fn start_and_follow_with(
+    client: &mut Client,
+    out: &Output,
+    method: &str,
+    what: &str,
+    on_interrupt: OnInterrupt,
+    start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
+) -> Result<String, CtlError> {
+    // Watched from before the job starts: once ctl has the job, no Ctrl-C may be missed.
+    let mut interrupts = signal(SignalKind::interrupt()).map_err(|e| {
+        CtlError::ctl(Kind::Failed, format!("cannot watch for Ctrl-C during the {what}: {e}"))
+    })?;
+    let starting = client.call(method, async |a| {
+        // Subscribe first: the job may finish before the reply reaches us.
+        let jobs = MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
+        let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
+        let job = start(a).await?;
+        Ok((job, jobs, owners, a.conn.clone()))
+    });
+    let (job, jobs, owners, conn) = tokio::select! {
+        started = starting => started?,
+        // No job to cancel yet: leave, as the default action of SIGINT would.
+        _ = interrupts.recv() => {
+            return Err(CtlError::ctl(
+                Kind::Interrupted,
+                format!("interrupted while starting the {what}; run `gpushare-ctl status` to see whether it runs"),
+            )
+            .with_exit_code(130));
+        }
+    };
 
     let mut progress = Progress::new(out);
-    let result = follow(&job, what, jobs, owners, &mut progress).await;
+    let streams = Streams { jobs, owners, interrupts };
+    let result = follow(&job, &conn, what, on_interrupt, streams, &mut progress).await;
     progress.finish();
     result
+}
+
+/// What [`follow`] listens to.
+struct Streams {
+    /// The job signals.
+    jobs: MessageStream,
+    /// `NameOwnerChanged` of the agent's name.
+    owners: MessageStream,
+    /// SIGINT.
+    interrupts: tokio::signal::unix::Signal,
+}
+
+/// Calls `Cancel` on job `job`.
+async fn cancel_job(conn: Connection, job: OwnedObjectPath) -> Result<(), AgentError> {
+    let proxy =
+        JobProxy::builder(&conn).path(job)?.cache_properties(CacheProperties::No).build().await?;
+    proxy.cancel().await
 }
 
 /// Signals of job objects, from the agent's name.
@@ -111,26 +174,31 @@ pub fn agent_left(msg: &Message) -> bool {
 /// Waits for the job's `Finished` signal, reporting progress; returns the outcome document.
 async fn follow(
     job: &OwnedObjectPath,
+    conn: &Connection,
     what: &str,
-    mut jobs: MessageStream,
-    mut owners: MessageStream,
+    on_interrupt: OnInterrupt,
+    streams: Streams,
     progress: &mut Progress,
 ) -> Result<String, CtlError> {
-    let job = job.as_str();
+    let Streams { mut jobs, mut owners, mut interrupts } = streams;
+    let job_path = job.as_str();
     let lost = |lost: String| {
         CtlError::ctl(
             Kind::ConnectionLost,
             format!("{lost} during the {what}; run `gpushare-ctl status` to see the GPUs"),
         )
     };
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
+    let leave = |message: String| CtlError::ctl(Kind::Interrupted, message).with_exit_code(130);
+    // The reply to `Cancel`, once asked for; the sender stays here so that the branch
+    // waits rather than ends while no cancellation runs.
+    let (cancel_sender, mut cancel_replies) = mpsc::channel::<Result<(), AgentError>>(1);
+    let mut cancelling = false;
     loop {
         tokio::select! {
             // A Finished queued before the agent's exit must win.
             biased;
             msg = jobs.next() => match msg {
-                Some(Ok(msg)) => match job_event(&msg, job) {
+                Some(Ok(msg)) => match job_event(&msg, job_path) {
                     Some(JobEvent::Progress { done, total, step }) => progress.update(done, total, &step),
                     Some(JobEvent::Finished(outcome)) => return Ok(outcome),
                     None => {}
@@ -149,13 +217,35 @@ async fn follow(
                 Some(Err(e)) => return Err(lost(format!("lost the connection to the bus ({e})"))),
                 None => return Err(lost("lost the connection to the bus".into())),
             },
-            _ = &mut interrupted => {
-                return Err(CtlError::ctl(
-                    Kind::Interrupted,
-                    format!("interrupted; the agent carries on with the {what} ({job}); run `gpushare-ctl status` to see the GPUs"),
-                )
-                .with_exit_code(130));
-            }
+            Some(reply) = cancel_replies.recv() => {
+                if let Err(e) = reply {
+                    let e = crate::error::from_agent_error(e, "Cancel", "bus");
+                    progress.println(&format!(
+                        "gpushare-ctl: cannot cancel the {what}: {}; it goes on (Ctrl-C again to leave it to the agent)",
+                        e.message
+                    ));
+                }
+            },
+            _ = interrupts.recv() => match on_interrupt {
+                OnInterrupt::Cancel { notice } if !cancelling => {
+                    cancelling = true;
+                    progress.println(notice);
+                    let (conn, job, sender) = (conn.clone(), job.clone(), cancel_sender.clone());
+                    tokio::spawn(async move {
+                        let _ = sender.send(cancel_job(conn, job).await).await;
+                    });
+                }
+                OnInterrupt::Cancel { .. } => {
+                    return Err(leave(format!(
+                        "interrupted again; the agent goes on cancelling the {what} ({job_path}): run `gpushare-ctl status` to see the GPUs"
+                    )));
+                }
+                OnInterrupt::Leave => {
+                    return Err(leave(format!(
+                        "interrupted; the agent carries on with the {what} ({job_path}); run `gpushare-ctl status` to see the GPUs"
+                    )));
+                }
+            },
         }
     }
 }
@@ -218,6 +308,15 @@ impl Progress {
                 bar.set_position(u64::from(done) + 1);
                 bar.set_message(step.to_string());
             }
+        }
+    }
+
+    /// A line on stderr that does not tear the bar (shown with `--json` too: it answers
+    /// the user's Ctrl-C).
+    fn println(&self, line: &str) {
+        match &self.mode {
+            ProgressMode::Bar(Some(bar)) => bar.suspend(|| eprintln!("{line}")),
+            _ => eprintln!("{line}"),
         }
     }
 

@@ -21,7 +21,12 @@
 //! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
 //!   [--seconds S] [--compare]`: measure what sharing costs, N CUDA client processes
 //!   against a solo baseline under the current sharing (a job, followed like `apply`); with
-//!   `--compare`, under time-slicing, MPS and limited MPS in turn, with a recommendation.
+//!   `--compare`, under time-slicing, MPS and limited MPS in turn, with a recommendation;
+//! - `bench [--replicas 1,3,5,7] [--strategies …] [--duration 30s | --until-exit]
+//!   [--objective latency|throughput] [--slo p99=50ms] [--report FILE.html] ... -- COMMAND`:
+//!   the user's own program as N replicas under each sharing strategy, measured, with the
+//!   sharing restored afterwards; which strategy, how many per GPU, what that saves
+//!   (Ctrl-C cancels it).
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:
@@ -31,7 +36,9 @@
 //! - [`output`]: stdout/stderr, `--json`, tables;
 //! - [`error`]: the error type, with stable names for `--json`;
 //! - [`commands`]: one module per verb (`run` plus pure `render_*` functions);
-//! - [`job`]: following a job the agent runs (apply, probe) to its end, with progress.
+//! - [`job`]: following a job the agent runs (apply, probe, bench) to its end, with
+//!   progress;
+//! - [`report_html`]: a bench report as one self-contained HTML page with SVG charts.
 //!
 //! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
 //! applied), 2 on a usage error, 130 when interrupted while following a job.
@@ -46,6 +53,9 @@ mod commands;
 mod error;
 mod job;
 mod output;
+mod report_html;
+#[cfg(test)]
+mod report_html_tests;
 
 use std::ffi::OsString;
 use std::io;
@@ -241,7 +251,8 @@ mod tests {
             usage_line_of(&["--json", "stauts"]),
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
-        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, env, probe";
+        let verbs =
+            "apply, plan, assert, status, export, profiles, validate, mps, env, probe, bench";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),

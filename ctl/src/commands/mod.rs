@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod assert;
+pub mod bench;
 pub mod env;
 pub mod export;
 pub mod mps;
@@ -46,5 +47,6 @@ pub async fn run(
         Command::Mps(args) => mps::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
+        Command::Bench(args) => bench::run(client, out, &args).await,
     }
 }

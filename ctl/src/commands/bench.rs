@@ -1,0 +1,556 @@
+//! `gpushare-ctl bench [--target GPU|MIG-UUID] [--replicas 1,3,5,7] [--strategies …]
+//! [--duration 30s | --until-exit] [--objective latency|throughput] [--slo p99=50ms]
+//! [--histogram NAME] [--builtin launch|compute|memory] [--fleet K] [--time-limit 10m]
+//! [--report FILE.html] -- COMMAND [ARGS...]`: starts a bench job (`Bench`) and follows it
+//! like a probe, then prints which strategy wins at each replica count:
+//!
+//! ```text
+//! Bench of GPU-00000000-… (GPU 0, NVIDIA H100 80GB HBM3): ./serve --model small
+//! Measured: units by line over 30 s windows; objective throughput; 412.3 s in all
+//! Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms
+//!
+//! mps:
+//! N  UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+//! 3    1,180    2.94x    2.52    3.40  1.10x     0.999         1.03x       0  MPS, 3 clients
+//!
+//! mig: skipped (manage_mig = false)
+//!
+//! Recommendation (throughput):
+//! N=3: mps - 2.94x the throughput of time-slicing, p99 1.1x worse
+//! ```
+//!
+//! Nothing is sent before the command line has been checked through: the program must
+//! exist and be executable here, and the `--report` file's directory writable ("refuse
+//! before touching"). Only the options given are sent, plus the caller's directory and
+//! environment, which the replicas run with. With `--json` the [`BenchReport`] alone is
+//! printed, or the JSON error object when the bench failed. Ctrl-C cancels the bench
+//! ([`OnInterrupt::Cancel`]).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use comfy_table::CellAlignment;
+use gpushare_proto::bench::{
+    BENCH_BUILTIN, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
+    BENCH_OBJECTIVE, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT,
+    BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method,
+};
+use gpushare_proto::types::JobOutcome;
+use zbus::zvariant::Value;
+
+use super::ExitStatus;
+use super::probe::thousands;
+use crate::bus::Client;
+use crate::cli::BenchArgs;
+use crate::error::{CtlError, Kind};
+use crate::job::{OnInterrupt, start_and_follow_with};
+use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+use crate::report_html::{self, command_line};
+
+/// What the first Ctrl-C during a bench prints on stderr.
+pub const CANCEL_NOTICE: &str = "cancelling: stopping the replicas and restoring the sharing (Ctrl-C again to leave it to the agent)";
+
+/// How many lines of a failed replica's stderr the text output shows.
+const STDERR_LINES: usize = 5;
+
+/// Runs `bench`.
+pub async fn run(
+    client: &mut Client,
+    out: &Output,
+    args: &BenchArgs,
+) -> Result<ExitStatus, CtlError> {
+    let request = prepare(args, &Caller::current()?)?;
+    let command: Vec<&str> = request.command.iter().map(String::as_str).collect();
+    let notice = OnInterrupt::Cancel { notice: CANCEL_NOTICE };
+    let raw = start_and_follow_with(client, out, "Bench", "bench", notice, async |a| {
+        a.proxy.bench(&command, request.options.clone()).await
+    })
+    .await?;
+    let outcome: JobOutcome = parse_document(&raw, "JobOutcome")?;
+    for warning in &outcome.warnings {
+        out.warn(warning);
+    }
+    let report = outcome.bench.as_ref();
+    // What was measured is shown even when the bench failed part-way (not with --json:
+    // one object, the error).
+    if let Some(report) = report {
+        if !out.json {
+            out.print(&render_report(report, out.glyphs()));
+        } else if outcome.ok {
+            let json = serde_json::to_string_pretty(report).map_err(|e| {
+                CtlError::ctl(Kind::Failed, format!("cannot write the bench report as JSON: {e}"))
+            })?;
+            out.print(&json);
+        }
+        if let Some(path) = &args.report {
+            write_atomically(path, &report_html::render(report)).map_err(|e| {
+                CtlError::ctl(
+                    Kind::WriteFile,
+                    format!("cannot write the report {}: {e}", path.display()),
+                )
+            })?;
+            eprintln!("report: {}", path.display());
+        }
+    }
+    failure_of(&outcome)?;
+    Ok(0)
+}
+
+/// What `Bench` is called with: the command and the options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The command line of the replicas; empty with `--builtin`.
+    pub command: Vec<String>,
+    /// The options of `Bench`.
+    pub options: HashMap<&'static str, Value<'static>>,
+}
+
+/// Where and as what ctl runs: what the replicas inherit and the program is looked up in.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The current directory.
+    pub cwd: PathBuf,
+    /// The environment, in order.
+    pub environment: Vec<(OsString, OsString)>,
+}
+
+impl Caller {
+    /// This process's directory and environment.
+    pub fn current() -> Result<Self, CtlError> {
+        let cwd = std::env::current_dir().map_err(|e| {
+            CtlError::ctl(Kind::Failed, format!("bench: cannot read the current directory: {e}"))
+        })?;
+        Ok(Self { cwd, environment: std::env::vars_os().collect() })
+    }
+
+    /// `PATH`, if set.
+    fn path(&self) -> Option<&OsStr> {
+        self.environment.iter().find(|(name, _)| name == "PATH").map(|(_, v)| v.as_os_str())
+    }
+
+    /// The environment as `NAME=value`, leaving out what is not UTF-8.
+    fn environment_strings(&self) -> Vec<String> {
+        let utf8 = |(name, value): &(OsString, OsString)| {
+            Some(format!("{}={}", name.to_str()?, value.to_str()?))
+        };
+        self.environment.iter().filter_map(utf8).collect()
+    }
+}
+
+/// Checks what the command line asks for against this machine, touching nothing, and
+/// builds the call: duplicates in the lists, the program, the report's directory, the
+/// directory the replicas run in.
+pub fn prepare(args: &BenchArgs, caller: &Caller) -> Result<Request, CtlError> {
+    if let Some(n) = first_repeated(&args.replicas) {
+        return Err(usage(format!("--replicas: N = {n} is given twice")));
+    }
+    if let Some(s) = first_repeated(&args.strategies) {
+        return Err(usage(format!("--strategies: {s} is given twice")));
+    }
+    if let Some(program) = args.command.first() {
+        find_program(program, caller.path(), &caller.cwd)?;
+    }
+    if let Some(report) = &args.report {
+        check_writable(report, &caller.cwd)?;
+    }
+    let cwd = caller.cwd.to_str().ok_or_else(|| {
+        CtlError::ctl(
+            Kind::Failed,
+            format!(
+                "bench: the current directory {} is not UTF-8: the agent cannot be told to run the replicas there",
+                caller.cwd.display()
+            ),
+        )
+    })?;
+    Ok(Request {
+        command: args.command.clone(),
+        options: options(args, cwd, caller.environment_strings()),
+    })
+}
+
+/// The options of `Bench`: those given on the command line, the replicas' directory and
+/// environment.
+pub fn options(
+    args: &BenchArgs,
+    cwd: &str,
+    environment: Vec<String>,
+) -> HashMap<&'static str, Value<'static>> {
+    let mut options = HashMap::from([
+        (BENCH_CWD, Value::from(cwd.to_owned())),
+        (BENCH_ENVIRONMENT, Value::from(environment)),
+    ]);
+    if let Some(target) = &args.target {
+        options.insert(BENCH_TARGET, Value::from(target.clone()));
+    }
+    if !args.replicas.is_empty() {
+        options.insert(BENCH_REPLICAS, Value::from(args.replicas.clone()));
+    }
+    if !args.strategies.is_empty() {
+        let names: Vec<String> = args.strategies.iter().map(|s| s.as_str().to_owned()).collect();
+        options.insert(BENCH_STRATEGIES, Value::from(names));
+    }
+    if let Some(seconds) = args.duration {
+        options.insert(BENCH_DURATION, Value::from(seconds));
+    }
+    if args.until_exit {
+        options.insert(BENCH_UNTIL_EXIT, Value::from(true));
+    }
+    if let Some(objective) = args.objective {
+        options.insert(BENCH_OBJECTIVE, Value::from(objective.as_str().to_owned()));
+    }
+    if let Some(slo) = &args.slo {
+        options.insert(BENCH_SLO, Value::from(slo.written.clone()));
+    }
+    if let Some(histogram) = &args.histogram {
+        options.insert(BENCH_HISTOGRAM, Value::from(histogram.clone()));
+    }
+    if let Some(builtin) = args.builtin {
+        options.insert(BENCH_BUILTIN, Value::from(builtin.workload().as_str().to_owned()));
+    }
+    if let Some(fleet) = args.fleet {
+        options.insert(BENCH_FLEET, Value::from(fleet));
+    }
+    if let Some(seconds) = args.time_limit {
+        options.insert(BENCH_TIME_LIMIT, Value::from(seconds));
+    }
+    options
+}
+
+/// A usage error of ctl's own (exit status 2).
+fn usage(message: String) -> CtlError {
+    CtlError::ctl(Kind::Usage, message).with_exit_code(2)
+}
+
+/// The first item given a second time.
+fn first_repeated<T: Eq + std::hash::Hash + Copy>(items: &[T]) -> Option<T> {
+    let mut seen = HashSet::new();
+    items.iter().copied().find(|item| !seen.insert(*item))
+}
+
+/// Finds `program` as a shell would: a name without `/` in each directory of `path` (an
+/// empty entry is the current directory), anything else relative to `cwd`. It must be a
+/// file with an execute bit.
+pub fn find_program(program: &str, path: Option<&OsStr>, cwd: &Path) -> Result<PathBuf, CtlError> {
+    let refuse = |why: String| {
+        CtlError::ctl(Kind::CommandNotFound, format!("bench: COMMAND `{program}`: {why}"))
+    };
+    if program.is_empty() {
+        return Err(refuse("an empty program name".into()));
+    }
+    if program.contains('/') {
+        let candidate = cwd.join(program);
+        return match std::fs::metadata(&candidate) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(refuse(format!("not found (in {})", cwd.display())))
+            }
+            Err(e) => Err(refuse(format!("cannot be read: {e}"))),
+            Ok(m) if m.is_dir() => Err(refuse("is a directory".into())),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(refuse(format!(
+                "not executable (mode {:o}): chmod +x it, or name its interpreter first",
+                m.permissions().mode() & 0o7777
+            ))),
+            Ok(_) => Ok(candidate),
+        };
+    }
+    let Some(path) = path else {
+        return Err(refuse("not found (PATH is not set)".into()));
+    };
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() { cwd.to_path_buf() } else { cwd.join(dir) };
+        let candidate = dir.join(program);
+        if let Ok(m) = std::fs::metadata(&candidate)
+            && m.is_file()
+            && m.permissions().mode() & 0o111 != 0
+        {
+            return Ok(candidate);
+        }
+    }
+    Err(refuse(format!("not found (PATH={})", path.to_string_lossy())))
+}
+
+/// Checks that `file` (relative to `cwd`) can be written later: its directory exists and
+/// takes a new file (tried with a scratch file, removed at once), and it is not a directory.
+/// The file itself is not created.
+pub fn check_writable(file: &Path, cwd: &Path) -> Result<(), CtlError> {
+    let refuse =
+        |why: String| CtlError::ctl(Kind::WriteFile, format!("--report {}: {why}", file.display()));
+    let (dir, name) = split_file(file, cwd).ok_or_else(|| refuse("names no file".into()))?;
+    if !dir.is_dir() {
+        return Err(refuse(format!("no directory {}", dir.display())));
+    }
+    if cwd.join(file).is_dir() {
+        return Err(refuse("is a directory".into()));
+    }
+    let scratch = dir.join(format!(".{}.{}.check", name.to_string_lossy(), std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&scratch) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&scratch);
+            Ok(())
+        }
+        Err(e) => Err(refuse(format!("cannot write in {}: {e}", dir.display()))),
+    }
+}
+
+/// The directory (relative to `cwd`) and the name of a file.
+fn split_file(file: &Path, cwd: &Path) -> Option<(PathBuf, OsString)> {
+    let name = file.file_name()?.to_owned();
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => cwd.join(p),
+        _ => cwd.to_path_buf(),
+    };
+    Some((dir, name))
+}
+
+/// Writes `contents` to `file` as a whole or not at all: into a scratch file beside it,
+/// then renamed over it.
+pub fn write_atomically(file: &Path, contents: &str) -> std::io::Result<()> {
+    let cwd = std::env::current_dir()?;
+    let (dir, name) = split_file(file, &cwd).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
+    })?;
+    let scratch = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::File::create(&scratch)?;
+        f.write_all(contents.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&scratch, dir.join(&name))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&scratch);
+    }
+    written
+}
+
+/// The failure of a bench job, if it failed.
+pub fn failure_of(outcome: &JobOutcome) -> Result<(), CtlError> {
+    if !outcome.ok {
+        let message = outcome.error.clone().unwrap_or_else(|| "the bench failed".into());
+        return Err(match &outcome.error_name {
+            Some(name) => CtlError::new(name.clone(), message),
+            None => CtlError::ctl(Kind::Failed, message),
+        });
+    }
+    if outcome.bench.is_none() {
+        return Err(CtlError::ctl(
+            Kind::BadReply,
+            "the bench job finished without a report; are gpushare-ctl and gpushare-agent the same version?",
+        ));
+    }
+    Ok(())
+}
+
+/// A figure with three significant digits (`0.0412`, `2.41`, `41.2`, `412`), whole and
+/// with thousands separators from 1000 on (`23,810`).
+pub fn figure(value: f64) -> String {
+    if !value.is_finite() {
+        return format!("{value}");
+    }
+    let magnitude = value.abs();
+    if magnitude >= 100.0 || magnitude == 0.0 {
+        return thousands(value);
+    }
+    let decimals = (2.0 - magnitude.log10().floor()).clamp(0.0, 6.0) as usize;
+    format!("{value:.decimals$}")
+}
+
+/// `2.94x`, or `-` when unknown.
+fn times(value: Option<f64>) -> String {
+    value.map_or("-".into(), |x| format!("{x:.2}x"))
+}
+
+/// `1.240`, or `-`.
+fn fairness(value: Option<f64>) -> String {
+    value.map_or("-".into(), |x| format!("{x:.3}"))
+}
+
+/// A figure, or `-`.
+fn maybe_figure(value: Option<f64>) -> String {
+    value.map_or("-".into(), figure)
+}
+
+/// How the replicas were measured, in words: `units by line over 30 s windows`.
+pub fn method_line(report: &BenchReport) -> String {
+    // Display writes the shortest form that reads back: `30`, `1.5`.
+    let window = report.window_seconds.map(|s| format!(" over {s} s windows"));
+    let window = window.unwrap_or_default();
+    match report.method.as_str() {
+        m if m == Method::UntilExit.as_str() => "each replica's wall time to its exit".into(),
+        m if m == Method::Histogram.as_str() => match &report.histogram {
+            Some(name) => format!("histogram {name}{window}"),
+            None => format!("a histogram{window}"),
+        },
+        m if m == Method::Units.as_str() => format!("units by line{window}"),
+        other => format!("{other}{window}"),
+    }
+}
+
+/// The report as people read it: a header, the baseline, a table per strategy, the
+/// recommendations, the capacity, the failed replicas, and where the sharing and the
+/// results went.
+pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
+    let mut text = format!(
+        "Bench of {} (GPU {}, {}): {}\n",
+        report.target,
+        report.gpu,
+        report.device,
+        command_line(&report.command)
+    );
+    let mut measured = format!("Measured: {}; objective {}", method_line(report), report.objective);
+    if let Some(slo) = &report.slo {
+        measured.push_str(&format!("; SLO {slo}"));
+    }
+    text.push_str(&format!("{measured}; {:.1} s in all\n", report.wall_seconds));
+    text.push_str(&baseline_line(report.baseline.as_ref()));
+
+    for strategy in &report.strategies {
+        text.push('\n');
+        if let Some(why) = &strategy.skipped {
+            text.push_str(&format!("{}: skipped ({why})\n", strategy.strategy));
+            continue;
+        }
+        text.push_str(&format!("{}:\n", strategy.strategy));
+        if strategy.runs.is_empty() {
+            text.push_str("no runs\n");
+            continue;
+        }
+        text.push_str(&render_table(&runs_table(&strategy.runs, glyphs)));
+    }
+
+    if !report.recommendations.is_empty() {
+        text.push_str(&format!("\nRecommendation ({}):\n", report.objective));
+        for r in &report.recommendations {
+            text.push_str(&format!(
+                "N={}: {} {} {}\n",
+                r.replicas, r.strategy, glyphs.dash, r.reason
+            ));
+        }
+    }
+
+    if !report.capacity.is_empty() {
+        let slo = report.slo.as_deref().unwrap_or("the SLO");
+        text.push_str(&format!("\nCapacity at {slo} (a fleet of {} replicas):\n", report.fleet));
+        let mut table = plain_table(["STRATEGY", "PER GPU", "GPUS", "SAVING", "WHY"]);
+        for column in 1..4 {
+            if let Some(c) = table.column_mut(column) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        for c in &report.capacity {
+            table.add_row(vec![
+                c.strategy.clone(),
+                if c.replicas_per_gpu == 0 {
+                    "none".into()
+                } else {
+                    c.replicas_per_gpu.to_string()
+                },
+                c.gpus_needed.to_string(),
+                format!("{:.0} %", c.saving * 100.0),
+                c.reason.clone(),
+            ]);
+        }
+        text.push_str(&render_table(&table));
+    }
+
+    text.push_str(&failed_replicas(report));
+    text.push_str(&format!(
+        "\nRestored: {}\nResults kept in {}\n",
+        report.restored, report.saved_to
+    ));
+    text
+}
+
+/// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`.
+fn baseline_line(baseline: Option<&BenchRun>) -> String {
+    let Some(run) = baseline else {
+        return "Baseline: none\n".into();
+    };
+    if let Some(error) = &run.error {
+        return format!("Baseline: error: {error}\n");
+    }
+    let mut line = format!("Baseline: 1 replica alone: {} units/s", figure(run.throughput_per_s));
+    if let Some(p50) = run.p50_ms {
+        line.push_str(&format!(", p50 {} ms", figure(p50)));
+    }
+    if let Some(p99) = run.p99_ms {
+        line.push_str(&format!(", p99 {} ms", figure(p99)));
+    }
+    if run.failed > 0 {
+        line.push_str(", failed");
+    }
+    line.push('\n');
+    line
+}
+
+/// A row per replica count.
+fn runs_table(runs: &[BenchRun], glyphs: Glyphs) -> comfy_table::Table {
+    let mut table = plain_table([
+        "N".to_owned(),
+        "UNITS/S".to_owned(),
+        "SCALING".to_owned(),
+        "P50 MS".to_owned(),
+        "P99 MS".to_owned(),
+        format!("P99 {}", glyphs.times),
+        "FAIRNESS".to_owned(),
+        "MAX SLOWDOWN".to_owned(),
+        "FAILED".to_owned(),
+        "SETUP".to_owned(),
+    ]);
+    for column in 0..9 {
+        if let Some(c) = table.column_mut(column) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    for run in runs {
+        let mut row = vec![run.replicas.to_string()];
+        if let Some(error) = &run.error {
+            row.extend(std::iter::repeat_n("-".to_owned(), 8));
+            row.push(format!("error: {error}"));
+        } else {
+            row.extend([
+                figure(run.throughput_per_s),
+                times(run.scaling),
+                maybe_figure(run.p50_ms),
+                maybe_figure(run.p99_ms),
+                times(run.p99_inflation),
+                fairness(run.jain_fairness),
+                times(run.max_slowdown),
+                run.failed.to_string(),
+                run.setup.clone(),
+            ]);
+        }
+        table.add_row(row);
+    }
+    table
+}
+
+/// The failed replicas of every run, each with its outcome and the end of its stderr;
+/// empty when none failed.
+fn failed_replicas(report: &BenchReport) -> String {
+    let baseline = report.baseline.iter().map(|run| ("baseline".to_owned(), run));
+    let runs = report.strategies.iter().flat_map(|s| {
+        s.runs.iter().map(move |run| (format!("{}, N={}", s.strategy, run.replicas), run))
+    });
+    let mut text = String::new();
+    for (label, run) in baseline.chain(runs) {
+        for replica in run.per_replica.iter().filter(|r| r.failed) {
+            text.push_str(&format!(
+                "{label}, replica {} (pid {}): {}\n",
+                replica.index, replica.pid, replica.outcome
+            ));
+            let lines: Vec<&str> = replica.stderr_tail.lines().collect();
+            if lines.is_empty() {
+                text.push_str("    (nothing on stderr)\n");
+            }
+            for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+                text.push_str(&format!("    | {line}\n"));
+            }
+        }
+    }
+    if text.is_empty() { text } else { format!("\nFailed replicas:\n{text}") }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,650 @@
+use std::path::Path;
+
+use clap::Parser;
+use gpushare_proto::bench::{
+    BenchCapacity, BenchRecommendation, BenchReplica, BenchStrategy, BenchStrategyRuns, Objective,
+    Slo,
+};
+
+use super::*;
+use crate::cli::{Cli, Command};
+
+/// A replica of a run that went well.
+pub(crate) fn replica(index: u32, throughput: f64, slowdown: f64) -> BenchReplica {
+    BenchReplica {
+        index,
+        pid: 4200 + index,
+        device: "GPU-00000000-0000-0000-0000-000000000000".into(),
+        outcome: "stopped".into(),
+        failed: false,
+        seconds: 30.0,
+        units: (throughput * 30.0) as u64,
+        throughput_per_s: throughput,
+        p50_ms: Some(2.5 * slowdown),
+        p99_ms: Some(3.2 * slowdown),
+        slowdown: Some(slowdown),
+        gpu_memory_bytes: Some(3 << 30),
+        malformed_lines: 0,
+        stdout_tail: format!("replica {index} serving\n"),
+        stderr_tail: String::new(),
+    }
+}
+
+/// A run of `n` replicas with its figures.
+pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -> BenchRun {
+    let each = throughput / f64::from(n);
+    BenchRun {
+        replicas: n,
+        setup: format!("{n} clients"),
+        seconds: 30.0,
+        units: (throughput * 30.0) as u64,
+        throughput_per_s: throughput,
+        scaling: Some(throughput / 402.1),
+        p50_ms: p50,
+        p99_ms: p99,
+        p50_inflation: p50.map(|p| p / 2.41),
+        p99_inflation: p99.map(|p| p / 3.1),
+        jain_fairness: Some(0.9991),
+        max_slowdown: Some(402.1 / each),
+        failed: 0,
+        error: None,
+        per_replica: (0..n).map(|i| replica(i, each, 402.1 / each)).collect(),
+    }
+}
+
+/// A realistic report: three strategies measured (one run with a failed replica whose
+/// stderr holds markup, one run that could not be set up, one without p50), MIG skipped,
+/// recommendations and capacity.
+pub(crate) fn sample_report() -> BenchReport {
+    let mut failed_run = run(5, 1560.0, Some(3.9), Some(61.0));
+    failed_run.failed = 1;
+    let bad = &mut failed_run.per_replica[3];
+    bad.failed = true;
+    bad.outcome = "exit 3".into();
+    bad.throughput_per_s = 0.0;
+    bad.stderr_tail =
+        "loading model\n<script>alert(1)</script>\nCUDA error: out of memory\n".into();
+    let mut no_p50 = run(3, 1100.0, None, Some(4.4));
+    no_p50.setup = "MPS, 33 % threads, 13 GiB each".into();
+    let mut unset = run(5, 0.0, None, None);
+    unset.error = Some("cannot give 5 clients 20 % threads: the MPS server refused".into());
+    unset.per_replica.clear();
+    BenchReport {
+        target: "GPU-00000000-0000-0000-0000-000000000000".into(),
+        gpu: 0,
+        device: "NVIDIA A100-SXM4-40GB".into(),
+        command: vec!["./serve".into(), "--model".into(), "small files".into()],
+        method: "units".into(),
+        histogram: None,
+        objective: "throughput".into(),
+        window_seconds: Some(30.0),
+        slo: Some("p99=50ms".into()),
+        fleet: 100,
+        wall_seconds: 412.34,
+        baseline: Some(run(1, 402.1, Some(2.41), Some(3.1))),
+        strategies: vec![
+            BenchStrategyRuns {
+                strategy: "time-slicing".into(),
+                skipped: None,
+                runs: vec![
+                    run(1, 401.0, Some(2.42), Some(3.1)),
+                    run(3, 405.0, Some(7.3), Some(9.8)),
+                    run(5, 404.0, Some(12.2), Some(16.4)),
+                ],
+            },
+            BenchStrategyRuns {
+                strategy: "mps".into(),
+                skipped: None,
+                runs: vec![
+                    run(1, 399.0, Some(2.43), Some(3.2)),
+                    run(3, 1180.0, Some(2.52), Some(3.4)),
+                    failed_run,
+                ],
+            },
+            BenchStrategyRuns {
+                strategy: "mps-limited".into(),
+                skipped: None,
+                runs: vec![run(1, 398.0, Some(2.44), Some(3.3)), no_p50, unset],
+            },
+            BenchStrategyRuns {
+                strategy: "mig".into(),
+                skipped: Some("manage_mig = false".into()),
+                runs: vec![],
+            },
+        ],
+        recommendations: vec![
+            BenchRecommendation {
+                replicas: 1,
+                strategy: "time-slicing".into(),
+                reason: "all within 1 % alone".into(),
+            },
+            BenchRecommendation {
+                replicas: 3,
+                strategy: "mps".into(),
+                reason: "2.91x the throughput of time-slicing, p99 0.3x".into(),
+            },
+            BenchRecommendation {
+                replicas: 5,
+                strategy: "mps".into(),
+                reason: "3.86x the throughput of time-slicing; 1 replica failed".into(),
+            },
+        ],
+        capacity: vec![
+            BenchCapacity {
+                strategy: "time-slicing".into(),
+                replicas_per_gpu: 5,
+                gpus_needed: 20,
+                saving: 0.8,
+                reason: "p99 16.4 ms at N=5".into(),
+            },
+            BenchCapacity {
+                strategy: "mps".into(),
+                replicas_per_gpu: 3,
+                gpus_needed: 34,
+                saving: 0.66,
+                reason: "p99 61 ms at N=5 breaks it".into(),
+            },
+        ],
+        restored: "time-slicing (as before)".into(),
+        saved_to: "/var/lib/gpushare/bench/20261123T101500Z.json".into(),
+    }
+}
+
+fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+    let cli = Cli::try_parse_from(["gpushare-ctl", "bench"].iter().chain(args))?;
+    match cli.command {
+        Command::Bench(b) => Ok(*b),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The one line a usage error of `bench` prints (main's form of clap's error).
+fn usage_line(args: &[&str]) -> String {
+    let e = parse(args).expect_err("a usage error");
+    assert_eq!(e.exit_code(), 2, "{args:?}");
+    let rendered = e.render().to_string();
+    let first = rendered.split("\n\n").next().unwrap_or_default();
+    let line = first.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
+}
+
+#[test]
+fn command_and_defaults() {
+    let b = parse(&["--", "./serve", "--port", "0"]).unwrap();
+    assert_eq!(b.command, ["./serve", "--port", "0"]);
+    assert!(b.replicas.is_empty() && b.strategies.is_empty());
+    assert_eq!((b.duration, b.until_exit, b.objective, b.builtin), (None, false, None, None));
+    assert_eq!((b.fleet, b.time_limit, b.report.as_deref()), (None, None, None));
+}
+
+#[test]
+fn every_option_parses() {
+    let b = parse(&[
+        "--target",
+        "MIG-1111",
+        "--replicas",
+        "1,2,48",
+        "--strategies",
+        "mps,mig",
+        "--duration",
+        "1.5s",
+        "--objective",
+        "latency",
+        "--slo",
+        "p99=0.2s",
+        "--histogram",
+        "request_seconds",
+        "--fleet",
+        "40",
+        "--time-limit",
+        "10m",
+        "--report",
+        "out.html",
+        "--json",
+        "--",
+        "python3",
+        "infer.py",
+        "--json",
+    ])
+    .unwrap();
+    assert_eq!(b.target.as_deref(), Some("MIG-1111"));
+    assert_eq!(b.replicas, [1, 2, 48]);
+    assert_eq!(b.strategies, [BenchStrategy::Mps, BenchStrategy::Mig]);
+    assert_eq!(b.duration, Some(1.5));
+    assert_eq!(b.objective, Some(Objective::Latency));
+    let slo = b.slo.clone().unwrap();
+    assert_eq!((slo.written.as_str(), slo.slo), ("p99=0.2s", Slo::P99Ms(200.0)));
+    assert_eq!(b.histogram.as_deref(), Some("request_seconds"));
+    assert_eq!((b.fleet, b.time_limit), (Some(40), Some(600.0)));
+    assert_eq!(b.report.as_deref(), Some(Path::new("out.html")));
+    // `--json` after `--` is the program's.
+    assert_eq!(b.command, ["python3", "infer.py", "--json"]);
+    let b = parse(&["--until-exit", "--builtin", "compute", "--slo", "slowdown=1.5x"]).unwrap();
+    assert!(b.until_exit && b.command.is_empty());
+    assert_eq!(b.builtin, Some(crate::cli::ProbeWorkload::Compute));
+    assert_eq!(b.slo.unwrap().slo, Slo::Slowdown(1.5));
+}
+
+#[test]
+fn durations() {
+    use crate::cli::parse_duration;
+    for (text, seconds) in
+        [("30s", 30.0), ("2m", 120.0), ("500ms", 0.5), ("1.5s", 1.5), ("45", 45.0), ("1h", 3600.0)]
+    {
+        assert_eq!(parse_duration(text), Ok(seconds), "{text}");
+    }
+    assert_eq!(parse_duration(" 2 m "), Ok(120.0));
+    for bad in ["", "s", "soon", "1d", "-1s", "1e3", "inf", "NaN", "1..5s", "+3"] {
+        assert_eq!(
+            parse_duration(bad).unwrap_err(),
+            format!("`{bad}` is not a duration (500ms, 1.5s, 30s, 2m, 1h or seconds)"),
+            "{bad}"
+        );
+    }
+    assert_eq!(parse_duration("0s").unwrap_err(), "`0s`: a duration must be above zero");
+    assert_eq!(parse_duration("0.0").unwrap_err(), "`0.0`: a duration must be above zero");
+}
+
+#[test]
+fn each_bad_input_is_one_line_naming_its_option() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--replicas", "0", "--", "true"],
+            "invalid value '0' for '--replicas <N,…>': N = 0: a run has 1 to 48 replicas",
+        ),
+        (
+            &["--replicas", "1,49", "--", "true"],
+            "invalid value '49' for '--replicas <N,…>': N = 49: a run has 1 to 48 replicas",
+        ),
+        (
+            &["--replicas", "1,x", "--", "true"],
+            "invalid value 'x' for '--replicas <N,…>': `x` is not a replica count",
+        ),
+        (
+            &["--strategies", "mps,fast", "--", "true"],
+            "invalid value 'fast' for '--strategies <NAME,…>': unknown strategy \"fast\" (time-slicing, mps, mps-limited, mig)",
+        ),
+        (
+            &["--objective", "speed", "--", "true"],
+            "invalid value 'speed' for '--objective <WHAT>': unknown objective \"speed\" (latency, throughput)",
+        ),
+        (
+            &["--slo", "p50=3ms", "--", "true"],
+            "invalid value 'p50=3ms' for '--slo <MEASURE=LIMIT>': SLO \"p50=3ms\": unknown measure `p50` (p99=50ms or slowdown=2)",
+        ),
+        (
+            &["--slo", "slowdown=0.5", "--", "true"],
+            "invalid value 'slowdown=0.5' for '--slo <MEASURE=LIMIT>': SLO \"slowdown=0.5\": a slowdown is 1 or more (p99=50ms or slowdown=2)",
+        ),
+        (
+            &["--duration", "soon", "--", "true"],
+            "invalid value 'soon' for '--duration <TIME>': `soon` is not a duration (500ms, 1.5s, 30s, 2m, 1h or seconds)",
+        ),
+        (
+            &["--time-limit", "0s", "--", "true"],
+            "invalid value '0s' for '--time-limit <TIME>': `0s`: a duration must be above zero",
+        ),
+        (
+            &["--fleet", "0", "--", "true"],
+            "invalid value '0' for '--fleet <K>': 0 is not in 1..=4294967295",
+        ),
+        (
+            &["--histogram", "9lives", "--", "true"],
+            "invalid value '9lives' for '--histogram <NAME>': `9lives` is not a Prometheus metric name",
+        ),
+        (
+            &["--builtin", "flops"],
+            "invalid value 'flops' for '--builtin <NAME>' [possible values: launch, compute, memory]",
+        ),
+        (
+            &["--duration", "30s", "--until-exit", "--", "true"],
+            "the argument '--duration <TIME>' cannot be used with '--until-exit'",
+        ),
+        (
+            &["--histogram", "h", "--until-exit", "--", "true"],
+            "the argument '--histogram <NAME>' cannot be used with '--until-exit'",
+        ),
+        (
+            &["--builtin", "compute", "--", "./serve"],
+            "the argument '--builtin <NAME>' cannot be used with '[COMMAND]...'",
+        ),
+        (&[], "the following required arguments were not provided: <--builtin <NAME>|COMMAND>"),
+    ];
+    for (args, expected) in cases {
+        assert_eq!(&usage_line(args), expected, "{args:?}");
+    }
+    // A command without `--` is not taken for one.
+    assert!(usage_line(&["./serve"]).starts_with("unexpected argument './serve' found"));
+}
+
+/// A caller in `dir` whose PATH is `path`.
+fn caller(dir: &Path, path: &str) -> Caller {
+    Caller {
+        cwd: dir.to_path_buf(),
+        environment: vec![
+            ("PATH".into(), path.into()),
+            ("HOME".into(), "/home/ada".into()),
+            // Not UTF-8: left out of the environment sent.
+            (std::os::unix::ffi::OsStringExt::from_vec(b"BAD\xff".to_vec()), OsString::from("x")),
+        ],
+    }
+}
+
+/// A scratch directory with an executable `serve`, a plain `notes.txt` and a `sub/`.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("gpushare-ctl-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("serve"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(dir.join("serve"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    dir
+}
+
+#[test]
+fn programs_are_found_as_a_shell_would() {
+    let dir = scratch("find");
+    let path = format!("/nonexistent:{}", dir.display());
+    let found = find_program("serve", Some(OsStr::new(&path)), Path::new("/")).unwrap();
+    assert_eq!(found, dir.join("serve"));
+    // Relative to the directory when it names a path.
+    assert_eq!(find_program("./serve", None, &dir).unwrap(), dir.join("./serve"));
+    // An empty PATH entry is the current directory.
+    assert_eq!(
+        find_program("serve", Some(OsStr::new("/nonexistent:")), &dir).unwrap(),
+        dir.join("serve")
+    );
+    let message = |program: &str, path: Option<&str>| {
+        let e = find_program(program, path.map(OsStr::new), &dir).unwrap_err();
+        assert!(e.is(Kind::CommandNotFound), "{e:?}");
+        e.message
+    };
+    assert_eq!(
+        message("nope", Some("/usr/bin:/bin")),
+        "bench: COMMAND `nope`: not found (PATH=/usr/bin:/bin)"
+    );
+    assert_eq!(message("notes.txt", Some(".")), "bench: COMMAND `notes.txt`: not found (PATH=.)");
+    assert_eq!(message("nope", None), "bench: COMMAND `nope`: not found (PATH is not set)");
+    assert_eq!(
+        message("./nope", None),
+        format!("bench: COMMAND `./nope`: not found (in {})", dir.display())
+    );
+    assert_eq!(message("./sub", None), "bench: COMMAND `./sub`: is a directory");
+    assert_eq!(
+        message("./notes.txt", None),
+        "bench: COMMAND `./notes.txt`: not executable (mode 644): chmod +x it, or name its interpreter first"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn report_files_must_be_writable_and_are_not_created() {
+    let dir = scratch("report");
+    check_writable(Path::new("out.html"), &dir).unwrap();
+    check_writable(&dir.join("sub/out.html"), Path::new("/")).unwrap();
+    assert!(!dir.join("out.html").exists() && !dir.join("sub/out.html").exists());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3, "no scratch file left");
+    let message = |file: &str| {
+        let e = check_writable(Path::new(file), &dir).unwrap_err();
+        assert!(e.is(Kind::WriteFile), "{e:?}");
+        e.message
+    };
+    assert_eq!(message("sub"), "--report sub: is a directory");
+    assert_eq!(
+        message("missing/out.html"),
+        format!("--report missing/out.html: no directory {}", dir.join("missing").display())
+    );
+    assert_eq!(message("/"), "--report /: names no file");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn reports_are_written_whole() {
+    let dir = scratch("atomic");
+    let file = dir.join("r.html");
+    write_atomically(&file, "<p>one</p>").unwrap();
+    write_atomically(&file, "<p>two</p>").unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "<p>two</p>");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 4, "no scratch file left: {names:?}");
+    assert!(write_atomically(&dir.join("missing/r.html"), "x").is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn refusals_come_before_anything_is_built() {
+    let dir = scratch("prepare");
+    let c = caller(&dir, "/usr/bin:/bin");
+    let e = prepare(&parse(&["--replicas", "1,3,1", "--", "./serve"]).unwrap(), &c).unwrap_err();
+    assert_eq!((e.message.as_str(), e.exit_code), ("--replicas: N = 1 is given twice", 2));
+    assert!(e.is(Kind::Usage));
+    let e = prepare(&parse(&["--strategies", "mps,mig,mps", "--", "./serve"]).unwrap(), &c)
+        .unwrap_err();
+    assert_eq!(e.message, "--strategies: mps is given twice");
+    let e = prepare(&parse(&["--", "no-such-program-here"]).unwrap(), &c).unwrap_err();
+    assert_eq!(e.message, "bench: COMMAND `no-such-program-here`: not found (PATH=/usr/bin:/bin)");
+    assert_eq!(e.exit_code, 1);
+    let e = prepare(&parse(&["--report", "sub", "--", "./serve"]).unwrap(), &c).unwrap_err();
+    assert_eq!(e.message, "--report sub: is a directory");
+    // The built-in needs no program.
+    let request = prepare(&parse(&["--builtin", "launch"]).unwrap(), &c).unwrap();
+    assert!(request.command.is_empty());
+    assert_eq!(request.options["builtin"], Value::from("launch"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn only_given_options_are_sent_with_the_callers_directory_and_environment() {
+    let dir = scratch("options");
+    let c = caller(&dir, "/usr/bin:/bin");
+    let request = prepare(&parse(&["--", "./serve", "--port", "0"]).unwrap(), &c).unwrap();
+    assert_eq!(request.command, ["./serve", "--port", "0"]);
+    let o = &request.options;
+    let mut keys: Vec<_> = o.keys().copied().collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["cwd", "environment"]);
+    assert_eq!(o["cwd"], Value::from(dir.to_str().unwrap()));
+    assert_eq!(o["environment"].value_signature().to_string(), "as");
+    assert_eq!(
+        o["environment"],
+        Value::from(vec!["PATH=/usr/bin:/bin".to_owned(), "HOME=/home/ada".to_owned()])
+    );
+
+    let args = parse(&[
+        "--target",
+        "1",
+        "--replicas",
+        "1,3",
+        "--strategies",
+        "mps-limited,time-slicing",
+        "--duration",
+        "500ms",
+        "--objective",
+        "latency",
+        "--slo",
+        " p99=50ms",
+        "--histogram",
+        "rpc_seconds",
+        "--fleet",
+        "12",
+        "--time-limit",
+        "2m",
+        "--",
+        "./serve",
+    ])
+    .unwrap();
+    let o = options(&args, "/w", vec![]);
+    assert_eq!(o.len(), 11);
+    let signature = |key: &str| o[key].value_signature().to_string();
+    assert_eq!(o["target"], Value::from("1"));
+    assert_eq!(
+        (o["replicas"].clone(), signature("replicas")),
+        (Value::from(vec![1u32, 3]), "au".into())
+    );
+    assert_eq!(
+        o["strategies"],
+        Value::from(vec!["mps-limited".to_owned(), "time-slicing".to_owned()])
+    );
+    assert_eq!(signature("strategies"), "as");
+    assert_eq!((o["duration"].clone(), signature("duration")), (Value::from(0.5), "d".into()));
+    assert_eq!(o["objective"], Value::from("latency"));
+    assert_eq!(o["slo"], Value::from("p99=50ms"));
+    assert_eq!(o["histogram"], Value::from("rpc_seconds"));
+    assert_eq!((o["fleet"].clone(), signature("fleet")), (Value::from(12u32), "u".into()));
+    assert_eq!(
+        (o["time_limit"].clone(), signature("time_limit")),
+        (Value::from(120.0), "d".into())
+    );
+    assert_eq!(o["cwd"], Value::from("/w"));
+    assert!(!o.contains_key("until_exit"));
+
+    let o = options(&parse(&["--until-exit", "--", "x"]).unwrap(), "/w", vec![]);
+    assert_eq!(
+        (o["until_exit"].clone(), signature_of(&o, "until_exit")),
+        (Value::from(true), "b".into())
+    );
+    assert!(!o.contains_key("duration"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn signature_of(o: &HashMap<&str, Value<'_>>, key: &str) -> String {
+    o[key].value_signature().to_string()
+}
+
+#[test]
+fn human_report() {
+    let text = render_report(&sample_report(), Glyphs::ASCII);
+    let expected = "\
+Bench of GPU-00000000-0000-0000-0000-000000000000 (GPU 0, NVIDIA A100-SXM4-40GB): ./serve --model 'small files'
+Measured: units by line over 30 s windows; objective throughput; SLO p99=50ms; 412.3 s in all
+Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms
+
+time-slicing:
+N  UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1      401    1.00x    2.42    3.10  1.00x     0.999         1.00x       0  1 clients
+3      405    1.01x    7.30    9.80  3.16x     0.999         2.98x       0  3 clients
+5      404    1.00x    12.2    16.4  5.29x     0.999         4.98x       0  5 clients
+
+mps:
+N  UNITS/S  SCALING  P50 MS  P99 MS   P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1      399    0.99x    2.43    3.20   1.03x     0.999         1.01x       0  1 clients
+3    1,180    2.93x    2.52    3.40   1.10x     0.999         1.02x       0  3 clients
+5    1,560    3.88x    3.90    61.0  19.68x     0.999         1.29x       1  5 clients
+
+mps-limited:
+N  UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1      398    0.99x    2.44    3.30  1.06x     0.999         1.01x       0  1 clients
+3    1,100    2.74x       -    4.40  1.42x     0.999         1.10x       0  MPS, 33 % threads, 13 GiB each
+5        -        -       -       -      -         -             -       -  error: cannot give 5 clients 20 % threads: the MPS server refused
+
+mig: skipped (manage_mig = false)
+
+Recommendation (throughput):
+N=1: time-slicing - all within 1 % alone
+N=3: mps - 2.91x the throughput of time-slicing, p99 0.3x
+N=5: mps - 3.86x the throughput of time-slicing; 1 replica failed
+
+Capacity at p99=50ms (a fleet of 100 replicas):
+STRATEGY      PER GPU  GPUS  SAVING  WHY
+time-slicing        5    20    80 %  p99 16.4 ms at N=5
+mps                 3    34    66 %  p99 61 ms at N=5 breaks it
+
+Failed replicas:
+mps, N=5, replica 3 (pid 4203): exit 3
+    | loading model
+    | <script>alert(1)</script>
+    | CUDA error: out of memory
+
+Restored: time-slicing (as before)
+Results kept in /var/lib/gpushare/bench/20261123T101500Z.json
+";
+    assert_eq!(text, expected, "\n{text}");
+    let unicode = render_report(&sample_report(), Glyphs::UNICODE);
+    assert!(unicode.contains("P99 ×") && unicode.contains("N=3: mps — 2.91x"), "{unicode}");
+}
+
+#[test]
+fn human_report_of_a_bench_with_nothing_measured() {
+    let mut r = sample_report();
+    r.baseline = None;
+    r.method = "until-exit".into();
+    r.window_seconds = None;
+    r.slo = None;
+    r.capacity.clear();
+    r.recommendations.clear();
+    for s in &mut r.strategies {
+        s.runs.clear();
+    }
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(text.contains("Measured: each replica's wall time to its exit; objective throughput; 412.3 s in all\nBaseline: none\n"), "{text}");
+    assert!(text.contains("\nmps:\nno runs\n"), "{text}");
+    assert!(
+        !text.contains("Recommendation") && !text.contains("Capacity") && !text.contains("Failed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn histogram_method_names_the_histogram() {
+    let mut r = sample_report();
+    r.method = "histogram".into();
+    r.histogram = Some("request_duration_seconds".into());
+    assert_eq!(method_line(&r), "histogram request_duration_seconds over 30 s windows");
+}
+
+#[test]
+fn figures_have_three_significant_digits() {
+    for (value, text) in [
+        (0.0, "0"),
+        (0.041234, "0.0412"),
+        (2.4149, "2.41"),
+        (41.25, "41.2"),
+        (412.3, "412"),
+        (23_810.4, "23,810"),
+    ] {
+        assert_eq!(figure(value), text, "{value}");
+    }
+}
+
+fn outcome(ok: bool, bench: Option<BenchReport>) -> JobOutcome {
+    JobOutcome {
+        ok,
+        profile: String::new(),
+        changed: false,
+        steps_done: 0,
+        steps_total: 0,
+        duration_seconds: 12.0,
+        error_name: (!ok).then(|| "io.gpushare.Agent1.Error.Failed".into()),
+        error: (!ok).then(|| "cancelled".into()),
+        warnings: vec![],
+        probe: None,
+        bench,
+    }
+}
+
+#[test]
+fn outcomes_become_errors_when_failed_even_with_a_partial_report() {
+    assert!(failure_of(&outcome(true, Some(sample_report()))).is_ok());
+    let e = failure_of(&outcome(false, Some(sample_report()))).unwrap_err();
+    assert_eq!(
+        (e.name.as_str(), e.message.as_str()),
+        ("io.gpushare.Agent1.Error.Failed", "cancelled")
+    );
+    let mut o = outcome(false, None);
+    (o.error, o.error_name) = (None, None);
+    let e = failure_of(&o).unwrap_err();
+    assert!(e.is(Kind::Failed));
+    assert_eq!(e.message, "the bench failed");
+    assert!(failure_of(&outcome(true, None)).unwrap_err().is(Kind::BadReply));
+}
+
+#[test]
+fn json_is_the_report_document() {
+    let value = serde_json::to_value(sample_report()).unwrap();
+    assert_eq!(value["strategies"][3]["skipped"], "manage_mig = false");
+    assert!(value["strategies"][0].get("skipped").is_none());
+    // Read back, it writes the same document (serde_json reads floats to within an ulp).
+    let back: BenchReport = serde_json::from_value(value.clone()).unwrap();
+    assert_eq!(serde_json::to_value(back).unwrap(), value);
+}

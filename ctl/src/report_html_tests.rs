@@ -1,0 +1,215 @@
+//! Unit tests of [`crate::report_html`] (kept out of that file, which the browser test
+//! includes on its own).
+
+use gpushare_proto::bench::BenchReport;
+
+use crate::commands::bench::tests::sample_report;
+use crate::report_html::{command_line, escape, render};
+
+/// The text between the `n`th `<svg` and its `</svg>`.
+fn svg(page: &str, n: usize) -> &str {
+    let start = page.match_indices("<svg").nth(n).expect("an svg").0;
+    let end = start + page[start..].find("</svg>").expect("closed");
+    &page[start..end]
+}
+
+#[test]
+fn escapes_the_five_characters() {
+    assert_eq!(
+        escape(r#"<a href="x">Tom & 'Jerry'</a>"#),
+        "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
+    );
+    assert_eq!(escape("plain"), "plain");
+}
+
+#[test]
+fn command_lines_are_quoted_like_a_shell() {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        command_line(&words(&["./serve", "--port=8000", "a/b.py"])),
+        "./serve --port=8000 a/b.py"
+    );
+    assert_eq!(command_line(&words(&["echo", "a b", "it's", ""])), "echo 'a b' 'it'\\''s' ''");
+}
+
+#[test]
+fn one_self_contained_page() {
+    let page = render(&sample_report());
+    assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"), "{page}");
+    assert!(page.ends_with("</body>\n</html>\n"));
+    assert_eq!(page.matches("<html").count(), 1);
+    assert!(page.contains("<meta charset=\"utf-8\">"));
+    assert!(page.contains("Content-Security-Policy\" content=\"default-src 'none'"));
+    // Nothing fetched, nothing run.
+    for fetch in ["<script", "<link", "src=", "href=", "@import", "url(", "https:"] {
+        assert!(!page.contains(fetch), "{fetch} in the page");
+    }
+    // The only `http:` is the SVG namespace.
+    assert_eq!(
+        page.matches("http:").count(),
+        page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
+    );
+    for section in [
+        "id=\"throughput\"",
+        "id=\"latency\"",
+        "id=\"runs\"",
+        "id=\"recommendation\"",
+        "id=\"capacity\"",
+        "id=\"logs\"",
+    ] {
+        assert_eq!(page.matches(section).count(), 1, "{section}");
+    }
+    assert_eq!(page.matches("<svg").count(), 2);
+    assert_eq!(page.matches("</svg>").count(), 2);
+    assert_eq!(page.matches("<details").count(), page.matches("</details>").count());
+    assert_eq!(page.matches("<table").count(), page.matches("</table>").count());
+}
+
+#[test]
+fn user_data_stays_text() {
+    let page = render(&sample_report());
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the log is shown");
+    assert!(!page.contains("<script>alert"));
+    assert!(page.contains("<code>./serve --model &#39;small files&#39;</code>"));
+
+    let hostile = "<img src=x onerror=alert(1)>\"'&";
+    let mut r = sample_report();
+    r.device = hostile.into();
+    r.target = hostile.into();
+    r.command = vec![hostile.into()];
+    r.objective = hostile.into();
+    r.slo = Some(hostile.into());
+    r.restored = hostile.into();
+    r.saved_to = hostile.into();
+    r.strategies[0].strategy = hostile.into();
+    r.strategies[1].runs[0].setup = hostile.into();
+    r.strategies[1].runs[0].per_replica[0].outcome = hostile.into();
+    r.strategies[1].runs[0].per_replica[0].device = hostile.into();
+    r.strategies[1].runs[0].per_replica[0].stdout_tail = hostile.into();
+    r.strategies[2].runs[2].error = Some(hostile.into());
+    r.strategies[3].skipped = Some(hostile.into());
+    r.recommendations[0].reason = hostile.into();
+    r.recommendations[0].strategy = hostile.into();
+    r.capacity[0].reason = hostile.into();
+    r.capacity[0].strategy = hostile.into();
+    let page = render(&r);
+    assert!(!page.contains("<img"), "{page}");
+    assert!(!page.contains("\"'&\""));
+    assert!(page.matches("&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;").count() >= 18);
+}
+
+#[test]
+fn charts_have_a_line_per_measured_strategy_with_axes_and_legend() {
+    let page = render(&sample_report());
+    let throughput = svg(&page, 0);
+    // Three strategies measured; mig skipped draws nothing.
+    for (name, color) in
+        [("time-slicing", "#1f77b4"), ("mps", "#d62728"), ("mps-limited", "#2ca02c")]
+    {
+        assert!(
+            throughput.contains(&format!("stroke=\"{color}\" stroke-width=\"2.5\" points=")),
+            "{name}"
+        );
+        assert!(throughput.contains(&format!("\">{name}</text>")), "legend of {name}");
+    }
+    assert!(!throughput.contains("#9467bd"), "mig is skipped");
+    assert_eq!(throughput.matches("<polyline").count(), 3);
+    // mps-limited's N=5 could not be set up: two markers, not three.
+    assert_eq!(throughput.matches("fill=\"#2ca02c\"").count(), 2);
+    assert!(throughput.contains("<title>mps, N=3: 1180 units/s</title>"), "{throughput}");
+    assert!(
+        throughput.contains(">replicas (N)</text>")
+            && throughput.contains(">units/s, all replicas</text>")
+    );
+    // Ticks at each N measured, and the baseline as a dashed reference.
+    for n in ["1", "3", "5"] {
+        assert!(
+            throughput.contains(&format!("text-anchor=\"middle\" fill=\"#374151\">{n}</text>")),
+            "tick {n}"
+        );
+    }
+    assert!(throughput.contains(">1 alone: 402 units/s</text>"));
+    assert!(throughput.contains("stroke-dasharray=\"3 4\""));
+
+    let latency = svg(&page, 1);
+    assert!(latency.contains(">mps p99</text>") && latency.contains(">mps p50</text>"));
+    // p50 dashed, p99 solid: time-slicing and mps have both lines; mps-limited has a p99
+    // line over N=1,3 and a lone p50 marker at N=1.
+    assert_eq!(latency.matches("stroke-dasharray=\"8 5\" points=").count(), 2);
+    assert_eq!(latency.matches("stroke-width=\"2.5\" points=").count(), 3);
+    assert_eq!(latency.matches("<rect").count(), 3 + 3 + 1);
+    assert!(latency.contains(">1 alone: p99 3.10 ms</text>"));
+    // The p99 SLO as a reference too; a slowdown SLO has no line there.
+    assert!(latency.contains(">SLO: p99 50 ms</text>") && latency.contains(">SLO (p99)</text>"));
+    let mut r = sample_report();
+    r.slo = Some("slowdown=2".into());
+    assert!(!svg(&render(&r), 1).contains("SLO"));
+}
+
+#[test]
+fn tables_mark_errors_skips_and_recommendations() {
+    let page = render(&sample_report());
+    assert!(page.contains("<p class=\"skipped\">Skipped: manage_mig = false</p>"));
+    assert!(page.contains("<td class=\"text error\" colspan=\"9\">error: cannot give 5 clients 20 % threads: the MPS server refused</td>"));
+    assert_eq!(page.matches("<tr class=\"recommended\">").count(), 3);
+    assert!(
+        page.contains("<td>3</td><td>1100</td><td>2.74×</td><td>–</td><td>4.40</td>"),
+        "a missing p50 is a dash"
+    );
+    assert!(
+        page.contains("<td>mps</td><td>3</td><td>34</td><td>66 %</td>")
+            || page.contains("<td class=\"text\">mps</td><td>3</td><td>34</td><td>66 %</td>")
+    );
+    // The failed replica's log is open, others closed.
+    assert!(page.contains(
+        "<details open class=\"failed\"><summary>replica 3 (pid 4203): exit 3</summary>"
+    ));
+    assert!(page.contains("<details><summary>replica 0 (pid 4200): stopped</summary>"));
+    assert!(page.contains("<details open class=\"failed\"><summary>mps, N=5 — 5 replicas, 1 failed (5 clients)</summary>"));
+}
+
+/// A bench where every strategy was skipped or failed: no figures anywhere.
+fn nothing_measured() -> BenchReport {
+    let mut r = sample_report();
+    r.baseline.as_mut().unwrap().error = Some("the replica exited at once".into());
+    r.recommendations.clear();
+    r.capacity.clear();
+    r.slo = None;
+    for s in &mut r.strategies {
+        for run in &mut s.runs {
+            run.error = Some("all replicas failed".into());
+            for replica in &mut run.per_replica {
+                replica.failed = true;
+                replica.outcome = "exit 1".into();
+            }
+        }
+    }
+    r
+}
+
+#[test]
+fn a_bench_without_figures_still_renders() {
+    let page = render(&nothing_measured());
+    assert_eq!(page.matches("<svg").count(), 0);
+    assert_eq!(page.matches("No figures to chart").count(), 2);
+    assert!(page.contains("error: the replica exited at once"));
+    assert!(page.contains("None: no strategy measured at any replica count."));
+    assert!(page.contains("No SLO was given"));
+    let mut r = nothing_measured();
+    r.strategies.clear();
+    r.baseline = None;
+    let page = render(&r);
+    assert!(
+        page.contains("No strategy was run.") && page.contains("<p class=\"empty\">No runs.</p>")
+    );
+}
+
+#[test]
+fn tick_steps_are_round() {
+    use crate::report_html::tick_step;
+    assert_eq!(tick_step(1000.0), 200.0);
+    assert_eq!(tick_step(7.0), 2.0);
+    assert_eq!(tick_step(12.0), 2.5);
+    assert_eq!(tick_step(0.3), 0.1);
+    assert_eq!(tick_step(50.0), 10.0);
+}
