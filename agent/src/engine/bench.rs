@@ -430,7 +430,8 @@ impl Engine {
         say(0, "baseline: one replica alone on the whole GPU, without MPS".into());
         let setup0 = time_slicing();
         self.bench_setup(job, &setup0, progress).await?;
-        let baseline = self.bench_run(job, &setup0, 1, None, dir).await?;
+        let mut baseline = self.bench_run(job, &setup0, 1, None, dir).await?;
+        against_itself(&mut baseline);
         outcome.steps_done += 1;
         let baseline_ok = baseline.error.is_none() && baseline.failed == 0;
         if !baseline_ok {
@@ -785,6 +786,19 @@ pub(super) fn whole_gpu(
             instance_sharing: Vec::new(),
         }],
     }
+}
+
+/// The baseline's ratios, each against itself (1 where the figure exists), so that its
+/// row reads like the others.
+fn against_itself(run: &mut BenchRun) {
+    let same = |x: Option<f64>| x.filter(|&v| v > 0.0).map(|v| v / v);
+    run.scaling = same(Some(run.throughput_per_s));
+    run.p50_inflation = same(run.p50_ms);
+    run.p99_inflation = same(run.p99_ms);
+    for r in &mut run.per_replica {
+        r.slowdown = same(Some(r.throughput_per_s).filter(|_| !r.failed));
+    }
+    run.max_slowdown = run.per_replica.iter().filter_map(|r| r.slowdown).reduce(f64::max);
 }
 
 /// A run without figures, and why.
