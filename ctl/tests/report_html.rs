@@ -148,6 +148,7 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
         max_slowdown: Some(alone / each * 1.02),
         failed: 0,
         error: None,
+        agent_cpu_percent: Some(0.4),
         per_replica: (0..n).map(|i| replica(i, each, alone / each)).collect(),
     }
 }

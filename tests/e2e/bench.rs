@@ -340,7 +340,7 @@ fn an_agent_restarted_mid_bench_restores_the_sharing() {
         let now = replicas_running(&agent);
         (now != first && now.len() == 2).then_some(now).ok_or_else(|| "no MPS run yet".to_string())
     });
-    assert_eq!(sharing_shape(&agent.status())[0].contains("mps"), true);
+    assert!(sharing_shape(&agent.status())[0].contains("mps"));
     agent.start_again(); // SIGKILL, then a new agent on the same state
     let _ = ctl.wait();
     assert!(groups.iter().all(|&g| !alive(g)), "the new agent stopped the old replicas");

@@ -8,8 +8,8 @@
 //!   each replica ([`ReplicaMeasure`]); [`recommend`] picks a strategy per replica count
 //!   for an objective; [`capacity`] finds the replicas per GPU that keep an SLO, and the
 //!   GPUs a fleet saves.
-//! - Probe: [`recommend_probe`]. The probe's run summary builds the probe's own types, so
-//!   it lives with them (`probe::run::summarize`) and uses these.
+//! - Probe: its run summary builds the probe's own types, so it lives with them
+//!   (`probe::run::summarize`) and uses these.
 //!
 //! Failed replicas are reported, never averaged into a figure; a figure that cannot be
 //! known is `None`, never made up.
@@ -17,11 +17,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
-use gpushare_proto::Strategy;
 use gpushare_proto::bench::{
     BenchCapacity, BenchRecommendation, BenchReplica, BenchRun, BenchStrategyRuns, Objective, Slo,
 };
-use gpushare_proto::types::{Recommendation, StrategyRuns};
 
 /// The `p`-th percentile (0..=100) of `sorted` (ascending), by linear interpolation
 /// between closest ranks. `None` for an empty slice.
@@ -589,52 +587,6 @@ fn capacity_of(strategy: &BenchStrategyRuns, slo: Slo, fleet: u32) -> BenchCapac
         saving * 100.0
     );
     BenchCapacity { strategy: name, replicas_per_gpu: per_gpu, gpus_needed, saving, reason }
-}
-
-/// The least gain over time-slicing that makes a recommendation of MPS.
-pub const MEANINGFUL_GAIN: f64 = 1.25;
-
-/// The probe's recommendation: the strategy with the best aggregate scaling at `clients`
-/// for `workload`; time-slicing unless another does at least a quarter more work: below
-/// that the gain is within what runs vary by, and not worth MPS's weaker fault isolation.
-pub fn recommend_probe(
-    workload: &str,
-    clients: usize,
-    comparison: &[StrategyRuns],
-) -> Recommendation {
-    let scaling = |strategy: &StrategyRuns| {
-        strategy
-            .runs
-            .iter()
-            .find(|r| r.workload == workload && r.clients as usize == clients)
-            .map(|r| r.scaling)
-    };
-    let figures: Vec<(&str, f64)> =
-        comparison.iter().filter_map(|s| scaling(s).map(|v| (s.strategy.as_str(), v))).collect();
-    let listed: Vec<String> = figures.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect();
-    let time_slicing = Strategy::TimeSlicing.as_str();
-    let ts = figures.iter().find(|(s, _)| *s == time_slicing).map_or(0.0, |f| f.1);
-    let best =
-        figures.iter().copied().fold((time_slicing, ts), |a, b| if b.1 > a.1 { b } else { a });
-    let (strategy, reason) = if best.0 != time_slicing && best.1 >= ts * MEANINGFUL_GAIN {
-        (
-            best.0,
-            format!(
-                "{:.1}x the work of time-slicing with {clients} clients ({})",
-                best.1 / ts.max(f64::MIN_POSITIVE),
-                listed.join(", ")
-            ),
-        )
-    } else {
-        (
-            time_slicing,
-            format!(
-                "no meaningful gain from MPS with {clients} clients (less than 25 % more work: {})",
-                listed.join(", ")
-            ),
-        )
-    };
-    Recommendation { workload: workload.into(), strategy: strategy.into(), reason }
 }
 
 #[cfg(test)]
@@ -1340,50 +1292,5 @@ mod tests {
         assert_eq!((all[0].replicas_per_gpu, all[0].gpus_needed, all[0].saving), (0, 0, 0.0));
         assert_eq!(all[0].reason, "no replica count kept p99=50ms: at 1 p99 63.0 ms");
         assert_eq!(all[1].reason, "no replica count kept p99=50ms: no run was measured");
-    }
-
-    // --- probe ---
-
-    fn probe_run(workload: &str, clients: u32, scaling: f64) -> gpushare_proto::types::ProbeRun {
-        gpushare_proto::types::ProbeRun {
-            workload: workload.into(),
-            clients,
-            solo_throughput_per_s: 1.0,
-            solo_p50_ms: 1.0,
-            solo_achieved: String::new(),
-            scaling,
-            jain_fairness: 1.0,
-            p50_inflation: 1.0,
-            p99_inflation: 1.0,
-            per_client: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn probe_recommendations_need_a_quarter_more_work_than_time_slicing() {
-        let comparison = vec![
-            StrategyRuns {
-                strategy: "time-slicing".into(),
-                runs: vec![probe_run("launch", 7, 0.25), probe_run("compute", 7, 0.89)],
-            },
-            StrategyRuns {
-                strategy: "mps".into(),
-                runs: vec![probe_run("launch", 7, 5.55), probe_run("compute", 7, 1.01)],
-            },
-            StrategyRuns {
-                strategy: "mps-limited".into(),
-                runs: vec![probe_run("launch", 7, 4.8), probe_run("compute", 7, 0.97)],
-            },
-        ];
-        let launch = recommend_probe("launch", 7, &comparison);
-        assert_eq!(launch.strategy, "mps");
-        assert!(
-            launch.reason.starts_with("22.2x the work of time-slicing with 7 clients"),
-            "{}",
-            launch.reason
-        );
-        let compute = recommend_probe("compute", 7, &comparison);
-        assert_eq!(compute.strategy, "time-slicing");
-        assert!(compute.reason.starts_with("no meaningful gain"), "{}", compute.reason);
     }
 }

@@ -791,7 +791,7 @@ pub(super) fn whole_gpu(
 /// The baseline's ratios, each against itself (1 where the figure exists), so that its
 /// row reads like the others.
 fn against_itself(run: &mut BenchRun) {
-    let same = |x: Option<f64>| x.filter(|&v| v > 0.0).map(|v| v / v);
+    let same = |x: Option<f64>| x.filter(|&v| v > 0.0).map(|v| stats::inflation(v, v));
     run.scaling = same(Some(run.throughput_per_s));
     run.p50_inflation = same(run.p50_ms);
     run.p99_inflation = same(run.p99_ms);

@@ -1,22 +1,22 @@
 //! Probes as jobs of the engine: a probe of one GPU or MIG instance under its current
-//! sharing, or with `compare` the same sweep under time-slicing, MPS and MPS with 100/N %
-//! threads, each set up by an ordinary transaction, the sharing restored afterwards. The
-//! CUDA side (client processes, kernels, statistics) is [`crate::probe`].
+//! sharing, changing nothing. Comparing strategies is a bench of the built-in workloads
+//! ([`super::bench`], `gpushare-ctl bench --builtin`, and `probe --compare` in ctl). The
+//! CUDA side (client processes, kernels) is [`crate::probe`].
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use gpushare_proto::types::{ClientEnv, ProbeReport, ProbeRun, StrategyRuns};
-use gpushare_proto::{MPS_MAX_CLIENTS, PROBE_SECONDS, Strategy};
+use gpushare_proto::types::{ClientEnv, ProbeReport};
+use gpushare_proto::{MPS_MAX_CLIENTS, PROBE_SECONDS};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::events::EngineEvent;
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
-use super::{Engine, EngineError, ProfileRef, report};
+use super::{Engine, EngineError, report};
 use crate::apply::Progress;
 use crate::gpu::BackendKind;
 use crate::plan;
 use crate::probe::Workload;
-use crate::profile::{self, Profile, Sharing as ProfileSharing};
+use crate::profile::Profile;
 
 /// What a probe runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,21 +29,15 @@ pub struct ProbeOptions {
     pub clients: Vec<usize>,
     /// Measurement window of each run, seconds.
     pub seconds: f64,
-    /// Run the sweep under time-slicing, MPS and MPS with per-client limits, and
-    /// recommend a strategy per workload.
+    /// The comparison of strategies the protocol once ran here: refused, naming the bench
+    /// that does it now.
     pub compare: bool,
 }
 
 impl ProbeOptions {
-    /// The steps the probe reports progress in: a workload each, or with `compare` one per
-    /// strategy and client count set up.
+    /// The steps the probe reports progress in: a workload each.
     fn steps(&self) -> u32 {
-        let steps = if self.compare {
-            2 + self.clients.iter().filter(|&&n| n > 1).count()
-        } else {
-            self.workloads.len()
-        };
-        u32::try_from(steps).unwrap_or(u32::MAX)
+        u32::try_from(self.workloads.len()).unwrap_or(u32::MAX)
     }
 }
 
@@ -81,8 +75,9 @@ impl Engine {
             )));
         }
         if options.compare {
-            // A comparison sets up time-slicing and MPS on the GPU: a change.
-            self.may_change()?;
+            return Err(EngineError::InvalidArgument(
+                "compare: comparing strategies is a bench of the built-in workload now (Bench with builtin; gpushare-ctl bench --builtin WORKLOAD, or gpushare-ctl probe --compare)".into(),
+            ));
         }
         if !PROBE_SECONDS.contains(&options.seconds) {
             return Err(EngineError::InvalidArgument(format!(
@@ -97,23 +92,6 @@ impl Engine {
         let node = self.node.observe(true).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
-        if options.compare {
-            let g = node.gpu(gpu).expect("env_for found this GPU");
-            if g.mig_enabled || g.uuid != env.uuid {
-                return Err(EngineError::NotPossible(format!(
-                    "--compare changes the sharing of a whole GPU: {} has MIG on; probe a MIG instance without --compare",
-                    g.label()
-                )));
-            }
-            if !g.processes.is_empty() {
-                let pids: Vec<String> = g.processes.iter().map(|p| p.pid.to_string()).collect();
-                return Err(EngineError::NotPossible(format!(
-                    "--compare would change the sharing under compute processes on {} (PID {}); run it when the GPU is idle",
-                    g.label(),
-                    pids.join(", ")
-                )));
-            }
-        }
         let running =
             RunningJob { id: job.to_string(), kind: JobKind::Probe { target: env.uuid.clone() } };
         let mut guard = JobGuard::new(lock, running, self.running.clone(), self.events.clone());
@@ -142,11 +120,7 @@ impl Engine {
             probe: None,
             bench: None,
         };
-        let measured = if job.options.compare {
-            self.probe_compare(job, &progress, &mut outcome).await
-        } else {
-            self.probe_runs(job, &progress, &mut outcome).await
-        };
+        let measured = self.probe_runs(job, &progress, &mut outcome).await;
         outcome.duration = started.elapsed();
         match measured {
             Ok(mut results) => {
@@ -178,180 +152,7 @@ impl Engine {
         outcome
     }
 
-    /// The sweep under time-slicing, MPS and MPS with 100/N % threads, each set up by a
-    /// transaction like any apply, then the sharing the GPU had (or its profile) restored,
-    /// also after a failure.
-    async fn probe_compare(
-        &self,
-        job: &ProbeJob,
-        progress: &UnboundedSender<Progress>,
-        outcome: &mut JobReport,
-    ) -> Result<ProbeReport, String> {
-        let before = self.journal.snapshot();
-        let initial = self.observe().await.map_err(|e| e.to_string())?;
-        let initial_mps = initial
-            .mps
-            .iter()
-            .find(|s| s.uuid == job.env.uuid && s.pid.is_some())
-            .map(|s| s.limits);
-        let result = self.compare_runs(job, progress, outcome).await;
-        // Back to how it was: the active profile, or else the GPU's own sharing.
-        let restored = match (&before.active_profile, &before.active_document) {
-            (_, Some(d)) => {
-                let profile =
-                    self.resolve(ProfileRef::of_document(d)).map_err(|e| e.to_string())?;
-                self.apply_unlocked(profile, progress).await
-            }
-            (Some(name), None) => {
-                let profile = self.resolve(ProfileRef::Named(name)).map_err(|e| e.to_string())?;
-                self.apply_unlocked(profile, progress).await
-            }
-            (None, None) => {
-                let sharing = match initial_mps {
-                    Some(l) => ProfileSharing::Mps(profile::MpsSettings {
-                        active_thread_percentage: Some(l.active_thread_percentage),
-                        pinned_memory_limit_bytes: l.pinned_memory_limit_bytes,
-                        ..Default::default()
-                    }),
-                    None => ProfileSharing::Exclusive,
-                };
-                let restored = self
-                    .apply_unlocked(whole_gpu("probe-restore", &job.env.uuid, sharing), progress)
-                    .await;
-                restored
-                    .and_then(|()| self.journal.set_active(None, None).map_err(|e| e.to_string()))
-            }
-        };
-        match (result, restored) {
-            (Ok(report), Ok(())) => Ok(report),
-            (Ok(_), Err(e)) => {
-                Err(format!("restoring the sharing after the comparison failed: {e}"))
-            }
-            (Err(e), Ok(())) => Err(format!("{e}; the sharing was restored")),
-            (Err(e), Err(r)) => Err(format!("{e}; restoring the sharing failed too: {r}")),
-        }
-    }
-
-    async fn compare_runs(
-        &self,
-        job: &ProbeJob,
-        progress: &UnboundedSender<Progress>,
-        outcome: &mut JobReport,
-    ) -> Result<ProbeReport, String> {
-        use crate::probe::run::{run_clients, summarize};
-        let exe = agent_binary()?;
-        let uuid = job.env.uuid.clone();
-        let mps_dir = self.node.sharing.mps.pipe_dir(&uuid).display().to_string();
-        let counts = job.options.clients.clone();
-        let seconds = job.options.seconds;
-        let limited: Vec<usize> = counts.iter().copied().filter(|&n| n > 1).collect();
-        let say = |done: u32, step: String| {
-            let _ = progress.send(Progress { done, total: outcome.steps_total, step });
-        };
-        let env_with = |mps: bool| {
-            let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), uuid.clone())];
-            if mps {
-                env.push(("CUDA_MPS_PIPE_DIRECTORY".to_string(), mps_dir.clone()));
-            }
-            env
-        };
-        let sweep_all = |env: Vec<(String, String)>| {
-            let (exe, workloads, counts) =
-                (exe.clone(), job.options.workloads.clone(), counts.clone());
-            tokio::task::spawn_blocking(move || {
-                let mut all = Vec::new();
-                for w in workloads {
-                    all.push(crate::probe::run::sweep(&exe, w, &counts, seconds, &env)?);
-                }
-                Ok::<_, String>(all)
-            })
-        };
-
-        say(0, "time-slicing: the GPU without MPS".into());
-        self.apply_unlocked(
-            whole_gpu("probe-time-slicing", &uuid, ProfileSharing::Exclusive),
-            progress,
-        )
-        .await?;
-        let ts = sweep_all(env_with(false)).await.map_err(|e| e.to_string())??;
-        outcome.steps_done += 1;
-
-        say(1, "mps: one MPS server, no limits".into());
-        let unlimited =
-            profile::MpsSettings { active_thread_percentage: Some(100), ..Default::default() };
-        self.apply_unlocked(
-            whole_gpu("probe-mps", &uuid, ProfileSharing::Mps(unlimited)),
-            progress,
-        )
-        .await?;
-        let mps = sweep_all(env_with(true)).await.map_err(|e| e.to_string())??;
-        outcome.steps_done += 1;
-
-        // MPS with 100/N % threads: N clients against the solo run without limits.
-        let mut limited_runs: Vec<Vec<crate::probe::RunResult>> =
-            vec![Vec::new(); job.options.workloads.len()];
-        for (k, &n) in limited.iter().enumerate() {
-            let pct = u32::try_from(100 / n).unwrap_or(1).max(1);
-            say(2 + k as u32, format!("mps-limited: {n} clients at {pct} % threads"));
-            let settings =
-                profile::MpsSettings { active_thread_percentage: Some(pct), ..Default::default() };
-            self.apply_unlocked(
-                whole_gpu("probe-mps-limited", &uuid, ProfileSharing::Mps(settings)),
-                progress,
-            )
-            .await?;
-            for (w, workload) in job.options.workloads.iter().copied().enumerate() {
-                let solo = mps[w][0].solo.clone();
-                // The same work per step as the unlimited solo run (see the probe client).
-                let mut env = env_with(true);
-                env.push(("GPUSHARE_PROBE_GRID_SMS".to_string(), solo.device.sm_count.to_string()));
-                let exe = exe.clone();
-                let clients = tokio::task::spawn_blocking(move || {
-                    run_clients(&exe, workload, n, seconds, &env)
-                })
-                .await
-                .map_err(|e| e.to_string())??;
-                limited_runs[w].push(summarize(&solo, clients, seconds));
-            }
-            outcome.steps_done += 1;
-        }
-
-        let mut comparison = Vec::new();
-        let mut device = String::new();
-        for (strategy, per_workload) in [
-            (Strategy::TimeSlicing, &ts),
-            (Strategy::Mps, &mps),
-            (Strategy::MpsLimited, &limited_runs),
-        ] {
-            let runs: Vec<ProbeRun> =
-                per_workload.iter().flatten().map(report::probe_run).collect();
-            if let Some(r) = per_workload.iter().flatten().next() {
-                device = r.solo.device.name.clone();
-            }
-            comparison.push(StrategyRuns { strategy: strategy.as_str().into(), runs });
-        }
-        let largest = counts.iter().copied().max().unwrap_or(1);
-        let recommendations = job
-            .options
-            .workloads
-            .iter()
-            .map(|w| crate::bench::stats::recommend_probe(w.as_str(), largest, &comparison))
-            .collect();
-        Ok(ProbeReport {
-            target: uuid.clone(),
-            gpu: job.gpu,
-            strategy: Strategy::Compare.as_str().into(),
-            device,
-            seconds,
-            wall_seconds: 0.0,
-            runs: Vec::new(),
-            saved_to: String::new(),
-            comparison,
-            recommendations,
-        })
-    }
-
-    /// Plans and applies `profile` while the caller holds the apply lock (a probe's own
+    /// Plans and applies `profile` while the caller holds the apply lock (a bench's own
     /// steps): the same planner, journal and rollback as any apply.
     pub(super) async fn apply_unlocked(
         &self,
@@ -418,25 +219,12 @@ fn agent_binary() -> Result<std::path::PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
 }
 
-/// A profile that sets one whole GPU's sharing (MIG off) and leaves every other GPU alone.
-fn whole_gpu(name: &str, uuid: &str, sharing: ProfileSharing) -> Profile {
-    super::bench::whole_gpu(name, uuid, profile::MigLayout::Disabled, sharing)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn comparison_profiles_touch_one_whole_gpu() {
-        let p = whole_gpu("probe-mps", "GPU-x", ProfileSharing::Exclusive);
-        assert_eq!(p.rules.len(), 1);
-        assert_eq!(p.rules[0].select, profile::Selector::Uuid("GPU-x".into()));
-        assert_eq!(p.rules[0].mig, profile::MigLayout::Disabled);
-    }
-
-    #[test]
-    fn progress_counts_a_step_per_workload_or_per_strategy_set_up() {
+    fn progress_counts_a_step_per_workload() {
         let options = ProbeOptions {
             target: None,
             workloads: Workload::ALL.to_vec(),
@@ -445,6 +233,5 @@ mod tests {
             compare: false,
         };
         assert_eq!(options.steps(), 3);
-        assert_eq!(ProbeOptions { compare: true, ..options }.steps(), 5);
     }
 }

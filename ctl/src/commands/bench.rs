@@ -455,6 +455,18 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     }
 
     text.push_str(&failed_replicas(report));
+    let agent_cpu = report
+        .strategies
+        .iter()
+        .flat_map(|s| &s.runs)
+        .chain(report.baseline.as_ref())
+        .filter_map(|r| r.agent_cpu_percent)
+        .reduce(f64::max);
+    if let Some(cpu) = agent_cpu {
+        text.push_str(&format!(
+            "\nThe agent's own CPU over a window: {cpu:.2} % of a core at most\n"
+        ));
+    }
     text.push_str(&format!(
         "\nRestored: {}\nResults kept in {}\n",
         report.restored, report.saved_to

@@ -34,13 +34,18 @@ use std::collections::HashMap;
 use comfy_table::CellAlignment;
 use gpushare_proto::types::{JobOutcome, ProbeReport, ProbeRun, StrategyRuns};
 use gpushare_proto::{
-    OPTION_CLIENTS, OPTION_COMPARE, OPTION_SECONDS, OPTION_TARGET, OPTION_WORKLOADS,
+    OPTION_CLIENTS, OPTION_SECONDS, OPTION_TARGET, OPTION_WORKLOADS, PROBE_DEFAULT_CLIENTS,
+    PROBE_DEFAULT_SECONDS,
 };
 use zbus::zvariant::Value;
 
 use super::ExitStatus;
 use crate::bus::Client;
-use crate::cli::ProbeArgs;
+use clap::ValueEnum;
+use gpushare_proto::bench::BenchStrategy;
+
+use super::bench;
+use crate::cli::{BenchArgs, ProbeArgs, ProbeWorkload};
 use crate::error::{CtlError, Kind};
 use crate::job::start_and_follow;
 use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
@@ -51,6 +56,9 @@ pub async fn run(
     out: &Output,
     args: &ProbeArgs,
 ) -> Result<ExitStatus, CtlError> {
+    if args.compare {
+        return compare_as_bench(client, out, args).await;
+    }
     let raw = start_and_follow(client, out, "Probe", "probe", async |a| {
         a.proxy.probe(options(args)).await
     })
@@ -88,10 +96,55 @@ pub fn options(args: &ProbeArgs) -> HashMap<&'static str, Value<'static>> {
     if let Some(seconds) = args.seconds {
         options.insert(OPTION_SECONDS, Value::from(seconds));
     }
-    if args.compare {
-        options.insert(OPTION_COMPARE, Value::from(true));
-    }
     options
+}
+
+/// `probe --compare` is the built-in case of `bench`: one bench per workload, of its
+/// client counts as replica counts under time-slicing, MPS and MPS with limits, each
+/// window `--seconds` long (at least 1 s, bench's shortest).
+async fn compare_as_bench(
+    client: &mut Client,
+    out: &Output,
+    args: &ProbeArgs,
+) -> Result<ExitStatus, CtlError> {
+    let workloads: Vec<ProbeWorkload> = if args.workloads.is_empty() {
+        ProbeWorkload::value_variants().to_vec()
+    } else {
+        args.workloads.clone()
+    };
+    if out.json && workloads.len() > 1 {
+        return Err(CtlError::ctl(
+            Kind::Usage,
+            "probe --compare --json: give one --workload (each is a bench with its own report)",
+        )
+        .with_exit_code(2));
+    }
+    let clients =
+        if args.clients.is_empty() { PROBE_DEFAULT_CLIENTS.to_vec() } else { args.clients.clone() };
+    for workload in workloads {
+        let bench = compare_args(args, workload, clients.clone());
+        bench::run(client, out, &bench).await?;
+    }
+    Ok(0)
+}
+
+/// The bench `probe --compare` runs for one workload.
+fn compare_args(args: &ProbeArgs, workload: ProbeWorkload, replicas: Vec<u32>) -> BenchArgs {
+    BenchArgs {
+        target: args.target.clone(),
+        replicas,
+        strategies: vec![BenchStrategy::TimeSlicing, BenchStrategy::Mps, BenchStrategy::MpsLimited],
+        duration: Some(args.seconds.unwrap_or(PROBE_DEFAULT_SECONDS).max(1.0)),
+        until_exit: false,
+        objective: None,
+        slo: None,
+        histogram: None,
+        builtin: Some(workload),
+        fleet: None,
+        time_limit: None,
+        report: None,
+        command: Vec::new(),
+    }
 }
 
 /// The report of a finished probe job, or why there is none.
@@ -471,15 +524,26 @@ mps               -  1.02x      -         -
     }
 
     #[test]
-    fn compare_on_the_command_line_is_sent() {
+    fn compare_is_a_bench_of_the_built_in_workload() {
         use clap::Parser;
-        let cli = crate::cli::Cli::try_parse_from(["gpushare-ctl", "probe", "--compare"]).unwrap();
+        let cli = crate::cli::Cli::try_parse_from([
+            "gpushare-ctl",
+            "probe",
+            "--compare",
+            "--target",
+            "1",
+            "--seconds",
+            "0.5",
+        ])
+        .unwrap();
         let crate::cli::Command::Probe(args) = cli.command else { panic!("{cli:?}") };
-        let o = options(&args);
-        assert_eq!(o.len(), 1);
-        assert_eq!(o["compare"], Value::from(true));
-        let cli = crate::cli::Cli::try_parse_from(["gpushare-ctl", "probe"]).unwrap();
-        let crate::cli::Command::Probe(args) = cli.command else { panic!("{cli:?}") };
+        let bench = compare_args(&args, ProbeWorkload::Compute, vec![1, 4, 7]);
+        assert_eq!(bench.builtin, Some(ProbeWorkload::Compute));
+        assert_eq!(bench.replicas, [1, 4, 7]);
+        assert_eq!(bench.duration, Some(1.0), "bench's shortest window");
+        assert_eq!(bench.target.as_deref(), Some("1"));
+        assert_eq!(bench.strategies.len(), 3);
+        assert!(bench.command.is_empty() && bench.histogram.is_none());
         assert!(!options(&args).contains_key("compare"));
     }
 
@@ -544,9 +608,7 @@ mps               -  1.02x      -         -
             compare: true,
         };
         let o = options(&all);
-        assert_eq!(o.len(), 5);
-        assert_eq!(o["compare"], Value::from(true));
-        assert_eq!(o["compare"].value_signature().to_string(), "b");
+        assert_eq!(o.len(), 4, "compare is a bench, not an option of Probe");
         assert_eq!(o["target"], Value::from("1"));
         assert_eq!(o["seconds"], Value::from(2.5));
         assert_eq!(o["clients"].value_signature().to_string(), "au");

@@ -48,6 +48,7 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         max_slowdown: Some(402.1 / each),
         failed: 0,
         error: None,
+        agent_cpu_percent: Some(0.4),
         per_replica: (0..n).map(|i| replica(i, each, 402.1 / each)).collect(),
     }
 }
@@ -555,6 +556,8 @@ mps, N=5, replica 3 (pid 4203): exit 3
     | loading model
     | <script>alert(1)</script>
     | CUDA error: out of memory
+
+The agent's own CPU over a window: 0.40 % of a core at most
 
 Restored: time-slicing (as before)
 Results kept in /var/lib/gpushare/bench/20261123T101500Z.json
