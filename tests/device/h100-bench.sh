@@ -19,16 +19,18 @@ printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%
 loop="$root/tests/device/bench_loop.py"
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 
-start_agent "$out/agent-$part.log"
+start_agent "$work/agent.log"
+trap 'echo "== agent log (last 40 lines)"; tail -n 40 "$work/agent.log"' EXIT
 case $part in
 small | big)
   echo "== gpushare-ctl bench: $part loop, 1,3,5,7 replicas, ${seconds}s windows"
-  t=$(date +%s.%N)
+  t=$(date +%s%N)
   ctl bench --replicas 1,3,5,7 --strategies time-slicing,mps,mps-limited,mig \
     --duration "${seconds}s" --objective throughput --slo slowdown=2 --fleet 100 \
     --report "$out/bench-$part.html" --json -- python3 "$loop" "$part" units >"$out/bench-$part.json"
-  echo "exit $? after $(echo "$(date +%s.%N) - $t" | bc) s"
+  echo "exit $? after $(( ($(date +%s%N) - t) / 1000000 )) ms"
   ctl bench --replicas 1,3 --strategies mps --duration 2s -- python3 "$loop" "$part" units | tail -n 25
+  [ "$part" = small ] && ctl probe --compare --workload launch --clients 1,4 --seconds 2 | tail -n 25
   stop_agent
   echo "== the same loops by hand (no agent)"
   python3 "$root/tests/device/hand_bench.py" "$part" "$seconds" 1,3,5,7 "$work" >"$out/hand-$part.json"
