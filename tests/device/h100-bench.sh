@@ -64,10 +64,11 @@ for i in range(5):
         subprocess.run(["nvidia-cuda-mps-control"], input=c + "\n", text=True, env=env, check=True, capture_output=True)
     ms.append((time.perf_counter() - t) * 1000)
     subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, capture_output=True)
-    while subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-control"], capture_output=True).returncode == 0:
+    while subprocess.run("ps -eo stat=,args= | grep -v '^Z' | grep -q '[n]vidia-cuda-mps'", shell=True).returncode == 0:
         time.sleep(0.02)
 print("bare switch ms:", " ".join(f"{m:.1f}" for m in ms), "median", f"{statistics.median(ms):.1f}")
 PY
   ;;
 esac
-pgrep -fa "nvidia-cuda-mps" | grep -v pgrep && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"
+# Zombies (an init that does not reap, in some containers) are not daemons left running.
+ps -eo stat=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"

@@ -39,12 +39,26 @@ def start_mps(threads=None, mem_mib=None):
     return (time.perf_counter() - t) * 1000
 
 
+def mps_running():
+    """Whether an MPS daemon or server still runs (zombies, left to an init that does not
+    reap them in some containers, do not count)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"nvidia-cuda-mps" in cmd and stat[stat.rfind(")") + 2] != "Z":
+            return True
+    return False
+
+
 def stop_mps():
     control("quit")
     for _ in range(200):
-        if subprocess.run(["pgrep", "-f", "nvidia-cuda-mps"], capture_output=True).returncode != 0:
+        if not mps_running():
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def run(n, env):

@@ -117,8 +117,8 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
     let before = sharing_shape(&agent.status());
     let replica = Replica::units();
     let out = replica
-        .bench(&agent, &["--target", "1", "--replicas", "1,2", "--duration", "2s", "--json"])
-        .env("BENCH_FAIL", "mps-2-1")
+        .bench(&agent, &["--target", "1", "--replicas", "1,3", "--duration", "2s", "--json"])
+        .env("BENCH_FAIL", "mps-3-1")
         .output()
         .unwrap();
     // A replica failed, which the report says; the bench itself succeeded.
@@ -137,7 +137,7 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
         assert_eq!(s.runs.len(), 2, "{s:?}");
         for run in &s.runs {
             assert!(run.error.is_none(), "{}: {run:?}", s.strategy);
-            let failing = s.strategy == "mps" && run.replicas == 2;
+            let failing = s.strategy == "mps" && run.replicas == 3;
             let ok = run.replicas - u32::from(failing);
             assert_eq!(run.failed, u32::from(failing), "{} {run:?}", s.strategy);
             // Exactly the five units each working replica reported in the window.
@@ -151,18 +151,18 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
     }
     let failed = &report.strategies[1].runs[1].per_replica[1];
     assert_eq!((failed.outcome.as_str(), failed.failed), ("exit 3", true));
-    assert!(failed.stderr_tail.contains("replica mps-2-1 fails on purpose"), "{failed:?}");
+    assert!(failed.stderr_tail.contains("replica mps-3-1 fails on purpose"), "{failed:?}");
 
     // What each replica saw.
     let gpu1 = agent.status().gpus[1].uuid.clone();
-    for n in ["time-slicing-2-0", "time-slicing-2-1"] {
+    for n in ["time-slicing-3-0", "time-slicing-3-2"] {
         let saw = replica.saw(n);
         assert_eq!(saw["device"], gpu1);
         assert_eq!(saw["pipe"], "", "no MPS under time-slicing");
         assert_eq!(saw["report"], "3");
         assert_eq!(saw["cwd"], replica.dir.path().display().to_string());
     }
-    for n in ["mps-2-0", "mps-limited-2-1"] {
+    for n in ["mps-3-0", "mps-limited-3-2"] {
         let saw = replica.saw(n);
         assert_eq!(saw["device"], gpu1);
         assert!(saw["pipe"].starts_with(&agent.mps_root().display().to_string()), "{saw:?}");
@@ -177,6 +177,7 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
 
     // Answers, and the GPU as it was.
     assert_eq!(report.recommendations.len(), 2);
+    assert!(agent.sim_record().contains("set_default_device_pinned_mem_limit 0 13653M"));
     assert!(report.restored.contains("active profile all-mps"), "{}", report.restored);
     let status = agent.status();
     assert_eq!(sharing_shape(&status), before);

@@ -175,7 +175,7 @@ impl MpsController {
             let value = mps_memory_value(bytes);
             self.command(uuid, &format!("set_default_device_pinned_mem_limit 0 {value}"))?;
             let read = self.command(uuid, "get_default_device_pinned_mem_limit 0")?;
-            if read.first().map(|s| s.trim()) != Some(value.as_str()) {
+            if !pinned_limit_reads_back(bytes, read.first().map(|s| s.trim()).unwrap_or("")) {
                 return Err(err(
                     Kind::NotApplied,
                     format!(
@@ -275,6 +275,19 @@ impl MpsController {
         }
         Ok(out)
     }
+}
+
+/// Whether the daemon's answer to `get_default_device_pinned_mem_limit` shows `set` bytes.
+/// The real daemon shows a limit of a gibibyte or more in whole `G`, rounded down (an
+/// H100 answered `79G` for `81559M`, `19G` for `20389M`), smaller ones in `M`: the answer
+/// must be the set limit rounded down to its unit.
+fn pinned_limit_reads_back(set: u64, answer: &str) -> bool {
+    let (digits, unit) = match (answer.strip_suffix('G'), answer.strip_suffix('M')) {
+        (Some(d), _) => (d, 1u64 << 30),
+        (None, Some(d)) => (d, 1u64 << 20),
+        (None, None) => return false,
+    };
+    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(unit)) == Some(set / unit * unit)
 }
 
 impl MpsController {
@@ -380,6 +393,19 @@ fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinned_limits_read_back_as_the_daemon_rounds_them() {
+        assert!(pinned_limit_reads_back(2 << 30, "2G"));
+        assert!(pinned_limit_reads_back(512 << 20, "512M"));
+        // Answers of the real daemon on an H100 (tests/device/results, issue 12).
+        assert!(pinned_limit_reads_back(81559 << 20, "79G"));
+        assert!(pinned_limit_reads_back(20389 << 20, "19G"));
+        assert!(!pinned_limit_reads_back(20389 << 20, "20G"));
+        assert!(!pinned_limit_reads_back(2 << 30, "1G"));
+        assert!(!pinned_limit_reads_back(2 << 30, ""));
+        assert!(!pinned_limit_reads_back(2 << 30, "No default pinned memory limit set"));
+    }
 
     #[test]
     fn percentages_read_back_as_the_daemon_prints_them() {

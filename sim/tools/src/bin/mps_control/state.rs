@@ -236,6 +236,15 @@ fn parse_percentage(text: Option<&&str>) -> Option<f64> {
 }
 
 /// Bytes of a pinned memory limit written `<n>G` or `<n>M`.
+/// A pinned memory limit as the real daemon shows it: a gibibyte or more in whole `G`,
+/// rounded down (an H100 answered `79G` for `81559M` and `19G` for `20389M`), less in `M`.
+fn shown_limit(value: &str) -> String {
+    match mem_limit_bytes(value) {
+        Some(bytes) if bytes >= 1 << 30 => format!("{}G", bytes >> 30),
+        _ => value.to_string(),
+    }
+}
+
 fn mem_limit_bytes(text: &str) -> Option<u64> {
     let (digits, shift) =
         if let Some(d) = text.strip_suffix('G') { (d, 30) } else { (text.strip_suffix('M')?, 20) };
@@ -339,7 +348,7 @@ pub fn answer(state: &mut State, line: &str) -> Answer {
         }
         ["get_default_device_pinned_mem_limit", device, ..] => {
             match state.default_pinned.get(*device) {
-                Some(value) => reply.push(value.clone()),
+                Some(value) => reply.push(shown_limit(value)),
                 None => notes.push(state.control(NO_DEFAULT_PINNED_LIMIT)),
             }
         }
@@ -558,6 +567,9 @@ mod tests {
             ],
         );
         assert_eq!(answer(&mut s, "get_default_device_pinned_mem_limit 1").reply, ["512M"]);
+        // As the H100's daemon answered: whole G, rounded down.
+        answer(&mut s, "set_default_device_pinned_mem_limit 1 81559M");
+        assert_eq!(answer(&mut s, "get_default_device_pinned_mem_limit 1").reply, ["79G"]);
         for bad in ["2T", "G", "1.5G", "2g", "-1G"] {
             let line = format!("set_default_device_pinned_mem_limit 0 {bad}");
             assert!(answer(&mut s, &line).reply.is_empty());
