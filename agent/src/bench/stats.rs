@@ -303,7 +303,8 @@ pub fn summarize_run(
         .or_else(|| largest(measures.iter().map(|m| m.seconds)))
         .unwrap_or(0.0);
     let throughputs: Vec<f64> = counted.iter().map(|m| m.replica.throughput_per_s).collect();
-    let throughput: f64 = throughputs.iter().sum();
+    // Summed from +0.0: an empty f64 sum is -0.0, which JSON would show as such.
+    let throughput: f64 = throughputs.iter().fold(0.0, |sum, x| sum + x);
     let units = counted.iter().fold(0u64, |sum, m| sum.saturating_add(m.units));
     let latencies: Vec<&Latencies> = counted.iter().map(|m| &m.latencies).collect();
     let pooled = Latencies::pooled(&latencies).ok();

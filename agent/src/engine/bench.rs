@@ -467,7 +467,7 @@ impl Engine {
                 let setup = match setup(strategy, n, job.memory_total, &job.mig_sizes) {
                     Ok(s) => s,
                     Err(why) => {
-                        runs.runs.push(error_run(n, why));
+                        runs.runs.push(error_run(n, String::new(), why));
                         outcome.steps_done += 1;
                         continue;
                     }
@@ -479,7 +479,7 @@ impl Engine {
                 } else {
                     if set_up.as_ref() != Some(&setup) {
                         if let Err(e) = self.bench_setup(job, &setup, progress).await {
-                            runs.runs.push(error_run(n, e));
+                            runs.runs.push(error_run(n, setup.describe.clone(), e));
                             outcome.steps_done += 1;
                             set_up = None;
                             continue;
@@ -529,7 +529,7 @@ impl Engine {
         let node = self.observe().await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
-            Err(e) => return Ok(error_run(n, e)),
+            Err(e) => return Ok(error_run(n, setup.describe.clone(), e)),
         };
         let log_dir = dir.join(format!("{}-{n}", setup.strategy));
         std::fs::create_dir_all(&log_dir)
@@ -801,9 +801,9 @@ fn against_itself(run: &mut BenchRun) {
     run.max_slowdown = run.per_replica.iter().filter_map(|r| r.slowdown).reduce(f64::max);
 }
 
-/// A run without figures, and why.
-fn error_run(n: u32, why: String) -> BenchRun {
-    let mut run = stats::summarize_run(n, String::new(), Vec::<ReplicaMeasure>::new(), None);
+/// A run without figures (set up as `setup` says, if it got that far), and why.
+fn error_run(n: u32, setup: String, why: String) -> BenchRun {
+    let mut run = stats::summarize_run(n, setup, Vec::<ReplicaMeasure>::new(), None);
     run.error = Some(why);
     run
 }
