@@ -117,6 +117,19 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Asks for a pipe buffer of `bytes` (Linux `F_SETPIPE_SZ`; unprivileged up to
+/// `/proc/sys/fs/pipe-max-size`, 1 MiB by default); the size granted, or why not.
+pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
+    let wanted = ::libc::c_int::try_from(bytes).map_err(io::Error::other)?;
+    // SAFETY: fcntl on a descriptor we own; F_SETPIPE_SZ takes an int and changes nothing
+    // but the pipe's capacity.
+    let granted = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETPIPE_SZ, wanted) };
+    if granted < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(granted).unwrap_or(0))
+}
+
 /// Who a started program runs as: user, primary group and supplementary groups, as a
 /// login of that user would have them.
 #[derive(Debug, Clone, PartialEq, Eq)]
