@@ -110,9 +110,10 @@ together for one window and are compared with one client running alone: SCALING 
 summed throughput over the solo one (1 client alone = 1.00x), FAIRNESS is Jain's index of
 their throughputs (1.000 = all equal), P50 and P99 are latency inflations over solo,
 SLOWDOWN is solo throughput over each client's.
-With --compare, each workload gets one table: a row per sharing strategy, its SCALING at
-each client count (N=…) and its FAIRNESS at the largest count, then the strategy
-recommended for it. Options left out are the agent's defaults. Examples:
+--compare is the built-in case of `bench`: for each workload, a bench of that workload
+(`bench --builtin W --strategies time-slicing,mps,mps-limited`, the client counts as
+replica counts, --seconds as the window) with bench's tables and recommendation. Options
+left out are the agent's defaults. Examples:
   gpushare-ctl probe
   gpushare-ctl probe --compare --clients 1,4,7
   gpushare-ctl probe --target 1 --clients 1,2,4 --workload compute --seconds 5";
@@ -320,9 +321,9 @@ pub struct ProbeArgs {
     /// Measurement window of each run in seconds, 0.5-60.
     #[arg(long, value_name = "S", value_parser = parse_probe_seconds)]
     pub seconds: Option<f64>,
-    /// Run the sweep under time-slicing, MPS and MPS with 100/N % threads per client
-    /// (temporarily: the sharing is restored afterwards; refused while another process
-    /// computes on the GPU) and recommend a strategy per workload.
+    /// Compare sharing strategies: for each workload, a bench of the built-in workload
+    /// under time-slicing, MPS and MPS with 100/N % threads (the sharing is restored
+    /// afterwards; refused while another process computes on the GPU).
     #[arg(long)]
     pub compare: bool,
 }
@@ -921,7 +922,7 @@ mod tests {
         let compare = probe.get_arguments().find(|a| a.get_id() == "compare").unwrap();
         assert_eq!(
             compare.get_help().unwrap().to_string(),
-            "Run the sweep under time-slicing, MPS and MPS with 100/N % threads per client (temporarily: the sharing is restored afterwards; refused while another process computes on the GPU) and recommend a strategy per workload"
+            "Compare sharing strategies: for each workload, a bench of the built-in workload under time-slicing, MPS and MPS with 100/N % threads (the sharing is restored afterwards; refused while another process computes on the GPU)"
         );
         assert!(parse(&["probe", "--compare=yes"]).is_err());
     }

@@ -21,7 +21,7 @@
 //! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
 //!   [--seconds S] [--compare]`: measure what sharing costs, N CUDA client processes
 //!   against a solo baseline under the current sharing (a job, followed like `apply`); with
-//!   `--compare`, under time-slicing, MPS and limited MPS in turn, with a recommendation;
+//!   `--compare`, a bench of the built-in workload under time-slicing, MPS and limited MPS.
 //! - `bench [--replicas 1,3,5,7] [--strategies …] [--duration 30s | --until-exit]
 //!   [--objective latency|throughput] [--slo p99=50ms] [--report FILE.html] ... -- COMMAND`:
 //!   the user's own program as N replicas under each sharing strategy, measured, with the

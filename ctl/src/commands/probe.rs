@@ -13,18 +13,10 @@
 //! Results kept in /var/lib/gpushare/probes/20261122T084400Z.json
 //! ```
 //!
-//! With `--compare` the agent runs the sweep under each sharing strategy in turn; each
-//! workload then gets one table, a row per strategy, and a recommendation:
-//!
-//! ```text
-//! launch: solo 23,810 steps/s, p50 0.042 ms (23.8 k launches/s)
-//! STRATEGY        N=4    N=7  FAIRNESS
-//! time-slicing  1.00x  1.01x     0.998
-//! mps           3.67x  6.10x     1.000
-//!
-//! Recommendation:
-//! launch: mps — 6.10x at N=7 against 1.01x time-slicing
-//! ```
+//! With `--compare` it is the built-in case of `bench` ([`compare_as_bench`]): one bench
+//! per workload, of the built-in workload under time-slicing, MPS and MPS with limits,
+//! printed as bench prints. (A report with a `comparison`, from an agent before bench, is
+//! still rendered as one table per workload with a row per strategy.)
 //!
 //! Only the options given are sent; the agent fills in the rest. With `--json` the
 //! [`ProbeReport`] alone is printed, or the JSON error object when the probe failed.
