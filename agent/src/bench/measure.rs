@@ -22,6 +22,7 @@ use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT};
 use super::histogram::{self, Histogram};
 use super::replicas::{Batch, ReplicaOutcome, ReplicaSpec, Units};
 use super::stats::{Latencies, ReplicaMeasure};
+use crate::sys::procfs;
 use crate::sys::unix::Identity;
 
 /// How long replicas get to stop after SIGTERM before SIGKILL.
@@ -377,20 +378,12 @@ fn by_replica(batch: &Batch, per_pid: HashMap<u32, u64>) -> HashMap<usize, u64> 
     let groups = batch.pids();
     let mut memory = HashMap::new();
     for (pid, bytes) in per_pid {
-        let Some(group) = process_group(pid) else { continue };
+        let Some(group) = procfs::process_group(pid) else { continue };
         if let Some(index) = groups.iter().position(|&g| g == group) {
             *memory.entry(index).or_insert(0) += bytes;
         }
     }
     memory
-}
-
-/// The process group of `pid`, from `/proc/PID/stat` (field 5, after the command name in
-/// parentheses, which may itself hold spaces and parentheses).
-fn process_group(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 fn replica_measure(
@@ -546,15 +539,6 @@ mod tests {
         );
         assert!(m.replica.failed);
         assert_eq!(m.replica.outcome, "no units in the window");
-    }
-
-    #[test]
-    fn process_groups_come_from_proc() {
-        let me = std::process::id();
-        // SAFETY: getpgrp has no preconditions.
-        let group = unsafe { libc::getpgrp() };
-        assert_eq!(process_group(me), u32::try_from(group).ok());
-        assert_eq!(process_group(u32::MAX), None);
     }
 
     #[test]

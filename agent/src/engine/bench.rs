@@ -32,6 +32,7 @@ use crate::node::{GpuState, NodeState};
 use crate::plan;
 use crate::probe::Workload;
 use crate::profile::{self, MigKey, MigLayout, Profile, Sharing as ProfileSharing};
+use crate::sys::procfs;
 use crate::sys::unix::{self, Identity};
 
 /// Variables of the caller's environment the bench sets itself for each replica.
@@ -838,8 +839,8 @@ fn stop_leftover_replicas(record: &BenchRecord) {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Some((group, uid)) = group_and_uid(pid) else { continue };
-        if uid == record.uid && record.replica_groups.contains(&group) {
+        let Some(group) = procfs::process_group(pid) else { continue };
+        if record.replica_groups.contains(&group) && procfs::real_user(pid) == Some(record.uid) {
             tracing::warn!(
                 pid,
                 group,
@@ -849,22 +850,6 @@ fn stop_leftover_replicas(record: &BenchRecord) {
             let _ = unix::signal_group(group, libc::SIGKILL);
         }
     }
-}
-
-/// The process group and real user of `pid`.
-fn group_and_uid(pid: u32) -> Option<(u32, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let group = rest.split_whitespace().nth(2)?.parse().ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some((group, uid))
 }
 
 /// The last non-empty line of a log tail.

@@ -1,4 +1,5 @@
-//! What `/proc` tells about processes: whether one is alive, and which hold a file open.
+//! What `/proc` tells about processes: whether one is alive, its process group and user,
+//! and which hold a file open.
 
 use std::fs;
 use std::path::Path;
@@ -10,6 +11,20 @@ pub fn alive(pid: u32) -> bool {
         Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// The process group of `pid` (field 5 of `/proc/PID/stat`, after the command name in
+/// parentheses, which may itself hold spaces and parentheses).
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The real user of `pid` (the first `Uid:` of `/proc/PID/status`).
+pub fn real_user(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// The processes under `proc_root` (a `/proc`) with a file descriptor open on
@@ -61,6 +76,16 @@ pub fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn groups_and_users_come_from_proc() {
+        let me = std::process::id();
+        // SAFETY: getpgrp and getuid have no preconditions.
+        let (group, uid) = unsafe { (libc::getpgrp(), libc::getuid()) };
+        assert_eq!(process_group(me), u32::try_from(group).ok());
+        assert_eq!(real_user(me), Some(uid));
+        assert_eq!((process_group(u32::MAX), real_user(u32::MAX)), (None, None));
+    }
 
     #[test]
     fn liveness_comes_from_proc() {
