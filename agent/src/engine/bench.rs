@@ -518,6 +518,22 @@ impl Engine {
         self.apply_unlocked(profile, &quiet(progress)).await
     }
 
+    /// Plans and applies `profile` while the caller holds the apply lock (a bench's own
+    /// steps): the same planner, journal and rollback as any apply.
+    async fn apply_unlocked(
+        &self,
+        profile: Profile,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<(), String> {
+        let before = self.observe().await.map_err(|e| e.to_string())?;
+        let plan = plan::plan(&before, &profile, &self.policy).map_err(|e| e.to_string())?;
+        self.transactions
+            .apply(&plan, None, &before, progress)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("setting up {}: {e}", profile.name))
+    }
+
     /// Runs N replicas under the strategy just set up and summarizes them.
     async fn bench_run(
         &self,

@@ -14,9 +14,7 @@ use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError, report};
 use crate::apply::Progress;
 use crate::gpu::BackendKind;
-use crate::plan;
 use crate::probe::Workload;
-use crate::profile::Profile;
 
 /// What a probe runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,22 +148,6 @@ impl Engine {
         });
         job._guard.finish();
         outcome
-    }
-
-    /// Plans and applies `profile` while the caller holds the apply lock (a bench's own
-    /// steps): the same planner, journal and rollback as any apply.
-    pub(super) async fn apply_unlocked(
-        &self,
-        profile: Profile,
-        progress: &UnboundedSender<Progress>,
-    ) -> Result<(), String> {
-        let before = self.observe().await.map_err(|e| e.to_string())?;
-        let plan = plan::plan(&before, &profile, &self.policy).map_err(|e| e.to_string())?;
-        self.transactions
-            .apply(&plan, None, &before, progress)
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("setting up {}: {e}", profile.name))
     }
 
     async fn probe_runs(
