@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT};
+use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName};
 
 use super::histogram::{self, Histogram};
-use super::replicas::{Batch, ReplicaOutcome, ReplicaSpec, Units};
+use super::replicas::{Batch, ReplicaOutcome, ReplicaSpec};
 use super::stats::{Latencies, ReplicaMeasure};
 use crate::sys::procfs;
 use crate::sys::unix::Identity;
@@ -50,6 +50,17 @@ pub enum Method {
         /// The window.
         window: Duration,
     },
+}
+
+impl Method {
+    /// The protocol's name of this method.
+    pub fn name(&self) -> MethodName {
+        match self {
+            Method::UntilExit => MethodName::UntilExit,
+            Method::Units(_) => MethodName::Units,
+            Method::Histogram { .. } => MethodName::Histogram,
+        }
+    }
 }
 
 /// A request to stop a bench early (Ctrl-C of its client, or its client gone), shared by
@@ -262,27 +273,25 @@ fn units_window(
     if let Err(error) = opened {
         return Measured { error: Some(error), ..Measured::default() };
     }
-    let before = batch.units();
+    let marks = batch.marks();
     let open = Instant::now();
     let cpu = process_cpu_seconds();
     if cancel.sleep_until(open + window) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let memory = by_replica(batch, memory());
-    let after = batch.units();
+    let fresh = batch.since(&marks);
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
-    let per_replica = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| (a.count - b.count, seconds, window_latencies(b, a)))
+    let per_replica = fresh
+        .into_iter()
+        .map(|(units, latencies)| {
+            let latencies =
+                if latencies.is_empty() { Latencies::None } else { Latencies::Samples(latencies) };
+            (units, seconds, latencies)
+        })
         .collect();
     Measured { per_replica, memory, error: None, cpu_percent }
-}
-
-fn window_latencies(before: &Units, after: &Units) -> Latencies {
-    let fresh = &after.latencies_ms[before.latencies_ms.len()..];
-    if fresh.is_empty() { Latencies::None } else { Latencies::Samples(fresh.to_vec()) }
 }
 
 fn histogram_window(
@@ -480,6 +489,7 @@ fn free_ports(n: usize) -> Result<Vec<u16>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::replicas::Units;
 
     fn outcome(stopped: bool, code: Option<i32>, signal: Option<i32>) -> ReplicaOutcome {
         ReplicaOutcome {

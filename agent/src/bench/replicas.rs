@@ -147,6 +147,15 @@ pub struct ReplicaOutcome {
     pub stderr: PathBuf,
 }
 
+/// Where a replica's reports stood at an instant ([`Batch::marks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// Units counted.
+    pub count: u64,
+    /// Latencies kept.
+    pub latencies: usize,
+}
+
 impl ReplicaOutcome {
     /// Whether it ended by itself with status 0.
     pub fn succeeded(&self) -> bool {
@@ -204,6 +213,32 @@ impl Batch {
     /// What each replica reported so far.
     pub fn units(&self) -> Vec<Units> {
         self.replicas.iter().map(|r| lock(&r.units).clone()).collect()
+    }
+
+    /// Where each replica's reports stand now, to measure a window from: units counted
+    /// and latencies kept.
+    pub fn marks(&self) -> Vec<Mark> {
+        self.replicas
+            .iter()
+            .map(|r| {
+                let u = lock(&r.units);
+                Mark { count: u.count, latencies: u.latencies_ms.len() }
+            })
+            .collect()
+    }
+
+    /// What each replica reported since `marks`: its units, and their latencies (only
+    /// those are copied, not everything a replica reported before).
+    pub fn since(&self, marks: &[Mark]) -> Vec<(u64, Vec<f64>)> {
+        self.replicas
+            .iter()
+            .zip(marks)
+            .map(|(r, mark)| {
+                let u = lock(&r.units);
+                let fresh = u.latencies_ms.get(mark.latencies..).unwrap_or_default();
+                (u.count.saturating_sub(mark.count), fresh.to_vec())
+            })
+            .collect()
     }
 
     /// Units replica `index` reported so far (0 for an index out of range).

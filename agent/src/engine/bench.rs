@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::bench::{
     BENCH_MAX_REPLICAS, BenchReport, BenchRun, BenchStrategy, BenchStrategyRuns, ENV_STRATEGY,
-    Method as MethodName, Objective, Slo,
+    Objective, Slo,
 };
 use gpushare_proto::exact_size;
 use tokio::sync::mpsc::UnboundedSender;
@@ -76,11 +76,15 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    fn method(&self) -> MethodName {
+    /// How the runs are measured: to exit without a window, else by the histogram when
+    /// one is named, else by units.
+    fn method(&self) -> Method {
         match (&self.histogram, self.duration) {
-            (_, None) => MethodName::UntilExit,
-            (Some(_), Some(_)) => MethodName::Histogram,
-            (None, Some(_)) => MethodName::Units,
+            (_, None) => Method::UntilExit,
+            (None, Some(d)) => Method::Units(Duration::from_secs_f64(d)),
+            (Some(name), Some(d)) => {
+                Method::Histogram { name: name.clone(), window: Duration::from_secs_f64(d) }
+            }
         }
     }
 
@@ -355,7 +359,7 @@ impl Engine {
             gpu: job.gpu,
             device: job.device.clone(),
             command: job.options.described_command(),
-            method: job.options.method().as_str().into(),
+            method: job.options.method().name().as_str().into(),
             histogram: job.options.histogram.clone(),
             objective: job.options.objective.as_str().into(),
             window_seconds: job.options.duration,
@@ -560,13 +564,7 @@ impl Engine {
             identity: Some(job.identity.clone()),
             cwd: job.options.cwd.clone(),
             log_dir,
-            method: match (&job.options.histogram, job.options.duration) {
-                (_, None) => Method::UntilExit,
-                (None, Some(d)) => Method::Units(Duration::from_secs_f64(d)),
-                (Some(name), Some(d)) => {
-                    Method::Histogram { name: name.clone(), window: Duration::from_secs_f64(d) }
-                }
-            },
+            method: job.options.method(),
             time_limit: Duration::from_secs_f64(job.options.time_limit),
         };
         let journal = std::sync::Arc::clone(&self.journal);
