@@ -149,6 +149,7 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
         failed: 0,
         error: None,
         agent_cpu_percent: Some(0.4),
+        setup_ms: None,
         per_replica: (0..n).map(|i| replica(i, each, alone / each)).collect(),
     }
 }

@@ -319,6 +319,11 @@ pub struct BenchRun {
     /// cost (reading the replicas' reports, scraping, sampling NVML).
     #[serde(default)]
     pub agent_cpu_percent: Option<f64>,
+    /// How long setting the strategy up for this run took, ms: from the observation the
+    /// plan was made from to the sharing verified (for MPS: the server started with its
+    /// limits set and read back). `None` when the run kept the previous run's setup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_ms: Option<f64>,
     /// Each replica, by index.
     pub per_replica: Vec<BenchReplica>,
 }

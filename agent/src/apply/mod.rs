@@ -22,7 +22,7 @@ use crate::node::Operation;
 use crate::plan::{self, MpsDevice, Plan, Step};
 use crate::sharing::mps::ServerRecord;
 use crate::sharing::{SharingError, SharingErrorKind};
-pub use observe::NodeAccess;
+pub use observe::{NodeAccess, Reads};
 
 /// One progress report, a job's `Progress(done, total, step)` signal: a step about to run,
 /// number `done + 1` of `total`, or with `total` 0 a line without a count (verification,
@@ -250,7 +250,8 @@ impl Executor {
             return Err(first);
         }
         let _ = progress.send(purpose.note("verifying"));
-        let observed = self.node.observe(true).await.map_err(ApplyError::Backend)?;
+        let observed =
+            self.node.observe(Reads::to_verify(plan)).await.map_err(ApplyError::Backend)?;
         plan::verify(plan, &observed).map_err(ApplyError::Verification)?;
         Ok(shared.carried_out.load(Ordering::SeqCst))
     }

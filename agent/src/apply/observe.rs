@@ -59,25 +59,56 @@ impl NodeAccess {
         None
     }
 
-    /// A fresh observation: the GPUs and the MPS servers, and `for_planning` also what
-    /// only plans need: the time-slice intervals (one nvidia-smi run; unknown when it
-    /// fails) and the clients of running MPS servers (one control query each).
-    pub async fn observe(&self, for_planning: bool) -> Result<NodeState, GpuError> {
+    /// A fresh observation: the GPUs and the MPS servers, and what `reads` asks for
+    /// besides.
+    pub async fn observe(&self, reads: Reads) -> Result<NodeState, GpuError> {
         let (backend, sharing) = (Arc::clone(&self.backend), Arc::clone(&self.sharing));
         tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let mut node = NodeState::of_gpus(backend.observe()?);
+            let backend_ms = started.elapsed().as_secs_f64() * 1000.0;
             node.mps = sharing.mps_servers();
-            if for_planning {
+            if reads.mps_clients {
                 sharing.read_mps_clients(&mut node.mps);
+            }
+            if reads.timeslices {
                 match sharing.timeslices() {
                     Ok(intervals) => node.timeslices = intervals,
                     Err(e) => tracing::debug!("time-slice intervals unknown: {e}"),
                 }
             }
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            tracing::debug!(?reads, "observed in {ms:.1} ms (GPU backend {backend_ms:.1} ms)");
             Ok(node)
         })
         .await
         .unwrap_or_else(|e| Err(panicked(e)))
+    }
+}
+
+/// What an observation reads besides the GPUs (the backend) and the MPS servers (their
+/// files): each is an external program run, worth it only where it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    /// The time-slice intervals: one nvidia-smi run (about 24 ms on an H100); unknown
+    /// when it fails.
+    pub timeslices: bool,
+    /// The clients of each running MPS server: one control query each, side by side.
+    pub mps_clients: bool,
+}
+
+impl Reads {
+    /// What a plan is made from: the intervals (a plan resets one that is not the
+    /// target's) and the servers' clients (a plan refuses to stop a server in use).
+    pub const FOR_PLANNING: Reads = Reads { timeslices: true, mps_clients: true };
+    /// The GPUs and the servers only.
+    pub const GPUS_AND_SERVERS: Reads = Reads { timeslices: false, mps_clients: false };
+
+    /// What verifying `plan` needs afresh: the intervals only where it set one (the rest
+    /// of the plan is checked against the GPUs and the servers' records and pid files).
+    pub fn to_verify(plan: &Plan) -> Reads {
+        let sets_interval = plan.steps().any(|s| matches!(s, Step::SetTimeslice { .. }));
+        Reads { timeslices: sets_interval, mps_clients: false }
     }
 }
 

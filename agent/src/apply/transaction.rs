@@ -238,7 +238,12 @@ impl Transactions {
         checkpoint: &[GpuCheckpoint],
         progress: &UnboundedSender<Progress>,
     ) -> Result<u32, String> {
-        let node = self.executor.node.observe(true).await.map_err(|e| e.to_string())?;
+        let node = self
+            .executor
+            .node
+            .observe(super::Reads::FOR_PLANNING)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut targets = Vec::new();
         for cp in checkpoint {
             let gpu = node.gpu(cp.gpu).ok_or_else(|| format!("GPU {} is gone", cp.gpu))?;

@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName};
@@ -64,33 +63,40 @@ impl Method {
 }
 
 /// A request to stop a bench early (Ctrl-C of its client, or its client gone), shared by
-/// the engine, the transport and the blocking runner.
+/// the engine, the transport and the blocking runner. A window sleeps on it in one wait
+/// (a cancel wakes it): the agent's CPU over a window is what measuring costs, so nothing
+/// polls.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(Arc<(Mutex<bool>, Condvar)>);
 
 impl Cancel {
     /// Asks the bench to stop.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        let (flag, woken) = &*self.0;
+        *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        woken.notify_all();
     }
 
     /// Whether it was asked to.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sleeps until `deadline` or a cancel, whichever is first; true when cancelled.
     fn sleep_until(&self, deadline: Instant) -> bool {
-        loop {
-            if self.is_cancelled() {
-                return true;
-            }
+        let (flag, woken) = &*self.0;
+        let mut cancelled = flag.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*cancelled {
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
-            std::thread::sleep((deadline - now).min(POLL));
+            cancelled = woken
+                .wait_timeout(cancelled, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
+        true
     }
 }
 
@@ -273,14 +279,14 @@ fn units_window(
     if let Err(error) = opened {
         return Measured { error: Some(error), ..Measured::default() };
     }
-    let marks = batch.marks();
+    let marks = batch.open_window();
     let open = Instant::now();
     let cpu = process_cpu_seconds();
     if cancel.sleep_until(open + window) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let memory = by_replica(batch, memory());
-    let fresh = batch.since(&marks);
+    let fresh = batch.close_window(&marks);
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
     let per_replica = fresh

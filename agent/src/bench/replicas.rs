@@ -13,11 +13,12 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ const REPORT_PIPE_BYTES: usize = 1 << 20;
 /// What the reader of a report pipe takes at once.
 const REPORT_READ_BYTES: usize = 256 << 10;
 /// How long the reader of a report pipe without a backlog waits before reading again.
-const REPORT_READ_PAUSE: Duration = Duration::from_millis(25);
+const REPORT_READ_PAUSE: Duration = Duration::from_millis(50);
 
 /// One replica to start.
 #[derive(Debug, Clone)]
@@ -73,31 +74,21 @@ pub struct Units {
 }
 
 impl Units {
-    /// Adds what `later` counted after these.
-    fn merge(&mut self, later: Units) {
-        self.count += later.count;
-        self.latencies_ms.extend(later.latencies_ms);
-        self.malformed += later.malformed;
-        if self.first_at.is_none() {
-            self.first_at = later.first_at;
-        }
-        if self.first_malformed.is_none() {
-            self.first_malformed = later.first_malformed;
-        }
-    }
-
     /// Counts one report line as the reader has it, bytes without the newline. Most lines
     /// are plain decimals (`0.0337`): those are read here directly, the rest as text.
     fn add_bytes(&mut self, line: &[u8], at: Instant) {
         match plain_decimal(line) {
-            Some(ms) => {
-                self.count += 1;
-                self.first_at.get_or_insert(at);
-                self.latencies_ms.push(ms);
-            }
+            Some(ms) => self.add_latency(ms, at),
             // Invalid UTF-8 counts as malformed.
             None => self.add_line(std::str::from_utf8(line).unwrap_or("\u{fffd}"), at),
         }
+    }
+
+    /// Counts one unit of `ms`.
+    fn add_latency(&mut self, ms: f64, at: Instant) {
+        self.count += 1;
+        self.first_at.get_or_insert(at);
+        self.latencies_ms.push(ms);
     }
 
     /// Counts one report line.
@@ -147,13 +138,11 @@ pub struct ReplicaOutcome {
     pub stderr: PathBuf,
 }
 
-/// Where a replica's reports stood at an instant ([`Batch::marks`]).
+/// Where a replica's count stood when a window opened ([`Batch::open_window`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
     /// Units counted.
     pub count: u64,
-    /// Latencies kept.
-    pub latencies: usize,
 }
 
 impl ReplicaOutcome {
@@ -166,7 +155,6 @@ impl ReplicaOutcome {
 struct Replica {
     child: Child,
     units: Arc<Mutex<Units>>,
-    reader: Option<JoinHandle<()>>,
     exited: Arc<Mutex<Option<Instant>>>,
     stopped: bool,
     stdout: PathBuf,
@@ -178,6 +166,8 @@ pub struct Batch {
     replicas: Vec<Replica>,
     gate: Option<OwnedFd>,
     released: Option<Instant>,
+    /// The one thread reading every replica's report pipe, and what tells it to finish.
+    reader: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
 }
 
 impl Batch {
@@ -186,12 +176,23 @@ impl Batch {
     /// cannot be started stops the ones already started.
     pub fn spawn(gate_program: &Path, specs: Vec<ReplicaSpec>) -> io::Result<Batch> {
         let (gate_read, gate_write) = unix::pipe()?;
-        let mut batch = Batch { replicas: Vec::new(), gate: Some(gate_write), released: None };
+        let mut batch =
+            Batch { replicas: Vec::new(), gate: Some(gate_write), released: None, reader: None };
         let total = specs.len();
+        let mut reports = Vec::new();
         for (index, spec) in specs.into_iter().enumerate() {
-            let replica = start_one(gate_program, &gate_read, index, total, spec)?;
+            let (replica, report) = start_one(gate_program, &gate_read, index, total, spec)?;
+            reports.push(ReportPipe::new(report, Arc::clone(&replica.units))?);
             batch.replicas.push(replica);
         }
+        let finish = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let finish = Arc::clone(&finish);
+            std::thread::Builder::new()
+                .name("bench-reports".into())
+                .spawn(move || read_reports(reports, &finish))?
+        };
+        batch.reader = Some((reader, finish));
         Ok(batch)
     }
 
@@ -215,28 +216,30 @@ impl Batch {
         self.replicas.iter().map(|r| lock(&r.units).clone()).collect()
     }
 
-    /// Where each replica's reports stand now, to measure a window from: units counted
-    /// and latencies kept.
-    pub fn marks(&self) -> Vec<Mark> {
+    /// Opens a window: where each replica's count stands now. The latencies reported
+    /// before it (warm-up) are dropped, so that the window's are all that is kept and
+    /// [`Batch::close_window`] takes them without a copy.
+    pub fn open_window(&self) -> Vec<Mark> {
         self.replicas
             .iter()
             .map(|r| {
-                let u = lock(&r.units);
-                Mark { count: u.count, latencies: u.latencies_ms.len() }
+                let mut u = lock(&r.units);
+                u.latencies_ms.clear();
+                Mark { count: u.count }
             })
             .collect()
     }
 
-    /// What each replica reported since `marks`: its units, and their latencies (only
-    /// those are copied, not everything a replica reported before).
-    pub fn since(&self, marks: &[Mark]) -> Vec<(u64, Vec<f64>)> {
+    /// Closes the window opened at `marks`: each replica's units since, and their
+    /// latencies (taken out: the reader goes on into an empty list).
+    pub fn close_window(&self, marks: &[Mark]) -> Vec<(u64, Vec<f64>)> {
         self.replicas
             .iter()
             .zip(marks)
             .map(|(r, mark)| {
-                let u = lock(&r.units);
-                let fresh = u.latencies_ms.get(mark.latencies..).unwrap_or_default();
-                (u.count.saturating_sub(mark.count), fresh.to_vec())
+                let mut u = lock(&r.units);
+                let latencies = std::mem::take(&mut u.latencies_ms);
+                (u.count.saturating_sub(mark.count), latencies)
             })
             .collect()
     }
@@ -289,15 +292,20 @@ impl Batch {
         self.gate = None;
         self.stop(grace);
         let released = self.released;
-        let replicas = std::mem::take(&mut self.replicas);
-        replicas
+        let reaped: Vec<_> = std::mem::take(&mut self.replicas)
             .into_iter()
             .enumerate()
-            .map(|(index, mut r)| {
-                let status = r.child.wait();
-                if let Some(reader) = r.reader.take() {
-                    let _ = reader.join();
-                }
+            .map(|(index, mut r)| (index, r.child.wait(), r))
+            .collect();
+        // Every replica is reaped: what is left in the pipes is read, and the reader ends
+        // even where a process a replica left behind still holds a pipe open.
+        if let Some((reader, finish)) = self.reader.take() {
+            finish.store(true, Ordering::SeqCst);
+            let _ = reader.join();
+        }
+        reaped
+            .into_iter()
+            .map(|(index, status, r)| {
                 let ended = lock(&r.exited).unwrap_or_else(Instant::now);
                 let seconds = released
                     .map_or(0.0, |start| ended.saturating_duration_since(start).as_secs_f64());
@@ -326,6 +334,114 @@ impl Drop for Batch {
             let _ = unix::signal_group(r.child.id(), libc::SIGKILL);
             let _ = r.child.wait();
         }
+        if let Some((_, finish)) = &self.reader {
+            finish.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One replica's report pipe as the reader holds it: the read end (non-blocking), the
+/// replica's counts, and a line begun in an earlier read.
+struct ReportPipe {
+    file: File,
+    units: Arc<Mutex<Units>>,
+    partial: Vec<u8>,
+}
+
+impl ReportPipe {
+    fn new(read_end: OwnedFd, units: Arc<Mutex<Units>>) -> io::Result<ReportPipe> {
+        unix::set_nonblocking(read_end.as_fd())?;
+        Ok(ReportPipe { file: File::from(read_end), units, partial: Vec::new() })
+    }
+
+    /// Counts the complete lines of `chunk` (after the partial line before it) under one
+    /// lock; keeps the incomplete rest for the next read. A line that is a plain decimal
+    /// and its newline is read in one pass; anything else goes through
+    /// [`Units::add_bytes`].
+    fn take(&mut self, chunk: &[u8], at: Instant) {
+        let mut units = lock(&self.units);
+        let mut rest = chunk;
+        if !self.partial.is_empty() {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                self.partial.extend_from_slice(rest);
+                return;
+            };
+            self.partial.extend_from_slice(&rest[..nl]);
+            units.add_bytes(&self.partial, at);
+            self.partial.clear();
+            rest = &rest[nl + 1..];
+        }
+        while !rest.is_empty() {
+            if let Some((ms, len)) = decimal_prefix(rest)
+                && rest.get(len) == Some(&b'\n')
+            {
+                units.add_latency(ms, at);
+                rest = &rest[len + 1..];
+                continue;
+            }
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                self.partial.extend_from_slice(rest);
+                return;
+            };
+            units.add_bytes(&rest[..nl], at);
+            rest = &rest[nl + 1..];
+        }
+    }
+
+    /// Reads what the pipe holds now: whether more may be waiting (a full read), and
+    /// whether the pipe is still open.
+    fn read_now(&mut self, buffer: &mut [u8]) -> (bool, bool) {
+        match self.file.read(buffer) {
+            Ok(0) => {
+                self.end();
+                (false, false)
+            }
+            Ok(n) => {
+                self.take(&buffer[..n], Instant::now());
+                (n >= buffer.len() / 4, true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => (false, true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => (true, true),
+            Err(_) => {
+                self.end();
+                (false, false)
+            }
+        }
+    }
+
+    /// A last line without its newline still counts.
+    fn end(&mut self) {
+        if !self.partial.is_empty() {
+            let line = String::from_utf8_lossy(&self.partial).into_owned();
+            lock(&self.units).add_line(&line, Instant::now());
+            self.partial.clear();
+        }
+    }
+}
+
+/// The reader of every replica's report pipe, on one thread: each pass reads what every
+/// pipe holds; with no backlog it waits [`REPORT_READ_PAUSE`] before the next. Each wake-up
+/// costs the agent more than the lines it brings (on the H100 host a reader thread per
+/// replica, each waking 40 times a second, cost 0.11 % of a core per replica), so one
+/// thread serves them all. Ends when every pipe is closed, or once `finish` is set (every
+/// replica reaped) after a last pass.
+fn read_reports(mut pipes: Vec<ReportPipe>, finish: &AtomicBool) {
+    let mut buffer = vec![0u8; REPORT_READ_BYTES];
+    while !pipes.is_empty() {
+        let last = finish.load(Ordering::SeqCst);
+        let mut backlog = false;
+        pipes.retain_mut(|pipe| {
+            let (more, open) = pipe.read_now(&mut buffer);
+            backlog |= more;
+            open
+        });
+        if last && !backlog {
+            pipes.iter_mut().for_each(ReportPipe::end);
+            return;
+        }
+        if !backlog {
+            std::thread::sleep(REPORT_READ_PAUSE);
+        }
     }
 }
 
@@ -335,13 +451,13 @@ fn start_one(
     index: usize,
     total: usize,
     spec: ReplicaSpec,
-) -> io::Result<Replica> {
+) -> io::Result<(Replica, OwnedFd)> {
     let stdout = spec.log_dir.join(format!("replica-{index}.out"));
     let stderr = spec.log_dir.join(format!("replica-{index}.err"));
     let (report_read, report_write) = unix::pipe()?;
     // Room for a busy replica's lines while the reader pauses (see the reader below): a
     // replica must never block on its reports. Smaller where the host allows less.
-    // (A pause of REPORT_READ_PAUSE at 8 MB/s of reports fills 200 KB of it.)
+    // (A pause of REPORT_READ_PAUSE at 8 MB/s of reports fills 400 KB of it.)
     let _ = unix::set_pipe_size(&report_write, REPORT_PIPE_BYTES);
     let mut command = Command::new(gate_program);
     command
@@ -374,51 +490,6 @@ fn start_one(
     // it started) is done.
     drop(report_write);
     let units = Arc::new(Mutex::new(Units::default()));
-    let reader = {
-        let units = Arc::clone(&units);
-        std::thread::Builder::new().name(format!("bench-report-{index}")).spawn(move || {
-            // A fast replica reports tens of thousands of lines a second: each read's
-            // complete lines are counted into a local batch, merged under the lock once.
-            let mut reader = BufReader::with_capacity(REPORT_READ_BYTES, File::from(report_read));
-            let mut partial: Vec<u8> = Vec::new();
-            loop {
-                let chunk = match reader.fill_buf() {
-                    Ok([]) | Err(_) => break,
-                    Ok(chunk) => chunk,
-                };
-                let now = Instant::now();
-                let mut batch = Units::default();
-                let mut rest = chunk;
-                while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-                    let line = if partial.is_empty() {
-                        &rest[..nl]
-                    } else {
-                        partial.extend_from_slice(&rest[..nl]);
-                        &partial[..]
-                    };
-                    batch.add_bytes(line, now);
-                    partial.clear();
-                    rest = &rest[nl + 1..];
-                }
-                partial.extend_from_slice(rest);
-                let used = chunk.len();
-                reader.consume(used);
-                lock(&units).merge(batch);
-                // Each wake-up costs the agent more than the lines it brings: with no
-                // backlog, let lines gather for a moment (a replica flushing every 10 ms
-                // would otherwise wake the agent 100 times a second). A backlog of a
-                // quarter of the read buffer is read again at once.
-                if used < REPORT_READ_BYTES / 4 {
-                    std::thread::sleep(REPORT_READ_PAUSE);
-                }
-            }
-            if !partial.is_empty() {
-                let mut batch = Units::default();
-                batch.add_line(&String::from_utf8_lossy(&partial), Instant::now());
-                lock(&units).merge(batch);
-            }
-        })?
-    };
     let exited = Arc::new(Mutex::new(None));
     {
         let (exited, pid) = (Arc::clone(&exited), child.id());
@@ -427,7 +498,7 @@ fn start_one(
             *lock(&exited) = Some(Instant::now());
         })?;
     }
-    Ok(Replica { child, units, reader: Some(reader), exited, stopped: false, stdout, stderr })
+    Ok((Replica { child, units, exited, stopped: false, stdout, stderr }, report_read))
 }
 
 /// The value of `digits[.digits]` with at most 15 digits in all (optionally with spaces
@@ -436,30 +507,38 @@ fn start_one(
 /// quotient is the correctly rounded value, the same double `str::parse` gives (Clinger's
 /// fast path): a report line costs a few nanoseconds instead of a general parse.
 fn plain_decimal(line: &[u8]) -> Option<f64> {
+    let line = line.trim_ascii();
+    decimal_prefix(line).filter(|&(_, len)| len == line.len()).map(|(value, _)| value)
+}
+
+/// The plain decimal at the start of `bytes` (see [`plain_decimal`]) and how many bytes
+/// it takes; `None` when there is none or it has more than 15 digits.
+fn decimal_prefix(bytes: &[u8]) -> Option<(f64, usize)> {
     const POWERS: [f64; 16] =
         [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
-    let line = line.trim_ascii();
     let (mut mantissa, mut digits, mut scale, mut seen_dot) = (0u64, 0usize, 0usize, false);
-    for &b in line {
+    let mut len = 0;
+    for &b in bytes {
         match b {
             b'0'..=b'9' => {
+                if digits == 15 {
+                    return None;
+                }
                 mantissa = mantissa * 10 + u64::from(b - b'0');
                 digits += 1;
                 scale += usize::from(seen_dot);
             }
             b'.' if !seen_dot => seen_dot = true,
-            _ => return None,
+            _ => break,
         }
-        if digits > 15 {
-            return None;
-        }
+        len += 1;
     }
     if digits == 0 {
         return None;
     }
     // Lossless: below 10^15 < 2^53.
     #[allow(clippy::cast_precision_loss)]
-    Some(mantissa as f64 / POWERS[scale])
+    Some((mantissa as f64 / POWERS[scale], len))
 }
 
 fn split_status(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
@@ -510,5 +589,73 @@ mod tests {
         assert_eq!(units.malformed, 3);
         assert_eq!(units.first_malformed.as_deref(), Some("oops"));
         assert_eq!(units.first_at, Some(now));
+    }
+
+    /// Feeds `text` to a report reader in the given pieces, then ends the pipe.
+    fn read_in_pieces(text: &[u8], pieces: &[&[u8]], now: Instant) -> Units {
+        let (read_end, _write_end) = unix::pipe().unwrap();
+        let units = Arc::new(Mutex::new(Units::default()));
+        let mut pipe = ReportPipe::new(read_end, Arc::clone(&units)).unwrap();
+        assert_eq!(pieces.concat(), text);
+        for piece in pieces {
+            pipe.take(piece, now);
+        }
+        pipe.end();
+        lock(&units).clone()
+    }
+
+    #[test]
+    fn report_lines_count_the_same_however_reads_split_them() {
+        let now = Instant::now();
+        let text: &[u8] = b"0.0337\n12.5\n\n 3 \r\n12.5 ms\n7.\n1234567890123456\noops\n0.25\r\n42";
+        let mut expected = Units::default();
+        for line in String::from_utf8_lossy(text).split('\n') {
+            expected.add_line(line, now);
+        }
+        assert_eq!(expected.count, 8, "{expected:?}");
+        assert_eq!(read_in_pieces(text, &[text], now), expected);
+        for cut in 0..=text.len() {
+            let got = read_in_pieces(text, &[&text[..cut], &text[cut..]], now);
+            assert_eq!(got, expected, "split at {cut}");
+        }
+        let bytes: Vec<&[u8]> = text.chunks(3).collect();
+        assert_eq!(read_in_pieces(text, &bytes, now), expected);
+    }
+
+    #[test]
+    fn a_report_pipe_is_read_until_its_writer_is_gone() {
+        let (read_end, write_end) = unix::pipe().unwrap();
+        let units = Arc::new(Mutex::new(Units::default()));
+        let pipe = ReportPipe::new(read_end, Arc::clone(&units)).unwrap();
+        let finish = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let finish = Arc::clone(&finish);
+            std::thread::spawn(move || read_reports(vec![pipe], &finish))
+        };
+        let mut writer = File::from(write_end);
+        writer.write_all(b"1.5\n2.5\n3").unwrap();
+        drop(writer);
+        reader.join().unwrap();
+        let units = lock(&units);
+        assert_eq!(units.latencies_ms, [1.5, 2.5, 3.0]);
+    }
+
+    #[test]
+    fn the_reader_finishes_when_told_although_a_pipe_stays_open() {
+        let (read_end, write_end) = unix::pipe().unwrap();
+        let units = Arc::new(Mutex::new(Units::default()));
+        let pipe = ReportPipe::new(read_end, Arc::clone(&units)).unwrap();
+        let finish = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let finish = Arc::clone(&finish);
+            std::thread::spawn(move || read_reports(vec![pipe], &finish))
+        };
+        // A process a replica left behind holds the write end.
+        let mut writer = File::from(write_end);
+        writer.write_all(b"4\n5").unwrap();
+        finish.store(true, Ordering::SeqCst);
+        reader.join().unwrap();
+        assert_eq!(lock(&units).latencies_ms, [4.0, 5.0]);
+        drop(writer);
     }
 }

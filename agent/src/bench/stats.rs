@@ -337,6 +337,7 @@ pub fn summarize_run(
         failed,
         error: None,
         agent_cpu_percent: None,
+        setup_ms: None,
         per_replica: measures.into_iter().map(|m| m.replica).collect(),
     }
 }
@@ -979,6 +980,7 @@ mod tests {
             failed: 0,
             error: None,
             agent_cpu_percent: None,
+            setup_ms: None,
             per_replica: Vec::new(),
         }
     }

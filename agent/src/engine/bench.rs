@@ -23,8 +23,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError};
-use crate::apply::Progress;
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
+use crate::apply::{Progress, Reads};
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
 use crate::bench::stats::{self, ReplicaMeasure};
 use crate::gpu::BackendKind;
@@ -249,7 +249,7 @@ impl Engine {
             EngineError::NotPossible(format!("the replicas' user (uid {caller_uid}): {e}"))
         })?;
         let lock = self.lock().await?;
-        let node = self.node.observe(true).await?;
+        let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
         let (uuid, gpu) = (g.uuid.clone(), g.index);
@@ -434,8 +434,11 @@ impl Engine {
         };
         say(0, "baseline: one replica alone on the whole GPU, without MPS".into());
         let setup0 = time_slicing();
-        self.bench_setup(job, &setup0, progress).await?;
+        // The first setup reads the time-slice interval (and resets one a profile left);
+        // from then on the bench, holding the apply lock, knows it is the default.
+        let setup_ms = self.bench_setup(job, &setup0, Reads::FOR_PLANNING, progress).await?;
         let mut baseline = self.bench_run(job, &setup0, 1, None, dir).await?;
+        baseline.setup_ms = Some(setup_ms);
         against_itself(&mut baseline);
         outcome.steps_done += 1;
         let baseline_ok = baseline.error.is_none() && baseline.failed == 0;
@@ -480,18 +483,25 @@ impl Engine {
                 say(outcome.steps_done, format!("{strategy}: {n} replicas ({})", setup.describe));
                 let run = if strategy == BenchStrategy::TimeSlicing && n == 1 {
                     // The baseline is exactly this run.
-                    BenchRun { setup: setup.describe.clone(), ..baseline.clone() }
+                    BenchRun { setup: setup.describe.clone(), setup_ms: None, ..baseline.clone() }
                 } else {
+                    let mut setup_ms = None;
                     if set_up.as_ref() != Some(&setup) {
-                        if let Err(e) = self.bench_setup(job, &setup, progress).await {
-                            runs.runs.push(error_run(n, setup.describe.clone(), e));
-                            outcome.steps_done += 1;
-                            set_up = None;
-                            continue;
+                        let reads = BENCH_SETUP_READS;
+                        match self.bench_setup(job, &setup, reads, progress).await {
+                            Ok(ms) => setup_ms = Some(ms),
+                            Err(e) => {
+                                runs.runs.push(error_run(n, setup.describe.clone(), e));
+                                outcome.steps_done += 1;
+                                set_up = None;
+                                continue;
+                            }
                         }
                         set_up = Some(setup.clone());
                     }
-                    self.bench_run(job, &setup, n, Some(&baseline), dir).await?
+                    let mut run = self.bench_run(job, &setup, n, Some(&baseline), dir).await?;
+                    run.setup_ms = setup_ms;
+                    run
                 };
                 let cancelled = run.error.as_deref() == Some("cancelled");
                 runs.runs.push(run);
@@ -506,30 +516,36 @@ impl Engine {
         Ok(())
     }
 
-    /// Sets one strategy up by an ordinary transaction.
+    /// Sets one strategy up by an ordinary transaction, planned from an observation
+    /// with `reads`; how long it took, ms.
     async fn bench_setup(
         &self,
         job: &BenchJob,
         setup: &Setup,
+        reads: Reads,
         progress: &UnboundedSender<Progress>,
-    ) -> Result<(), String> {
+    ) -> Result<f64, String> {
+        let started = Instant::now();
         let profile = whole_gpu(
             &format!("bench-{}", setup.strategy),
             &job.uuid,
             setup.mig.clone(),
             setup.sharing.clone(),
         );
-        self.apply_unlocked(profile, &quiet(progress)).await
+        self.apply_unlocked(profile, reads, &quiet(progress)).await?;
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
     }
 
-    /// Plans and applies `profile` while the caller holds the apply lock (a bench's own
-    /// steps): the same planner, journal and rollback as any apply.
+    /// Plans `profile` from an observation with `reads` and applies it while the caller
+    /// holds the apply lock (a bench's own steps): the same planner, journal and rollback
+    /// as any apply.
     async fn apply_unlocked(
         &self,
         profile: Profile,
+        reads: Reads,
         progress: &UnboundedSender<Progress>,
     ) -> Result<(), String> {
-        let before = self.observe().await.map_err(|e| e.to_string())?;
+        let before = self.node.observe(reads).await.map_err(|e| e.to_string())?;
         let plan = plan::plan(&before, &profile, &self.policy).map_err(|e| e.to_string())?;
         self.transactions
             .apply(&plan, None, &before, progress)
@@ -547,7 +563,7 @@ impl Engine {
         baseline: Option<&BenchRun>,
         dir: &Path,
     ) -> Result<BenchRun, String> {
-        let node = self.observe().await.map_err(|e| e.to_string())?;
+        let node = self.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
             Err(e) => return Ok(error_run(n, setup.describe.clone(), e)),
@@ -580,7 +596,7 @@ impl Engine {
             };
             let mut memory = || {
                 handle
-                    .block_on(node_access.observe(false))
+                    .block_on(node_access.observe(Reads::GPUS_AND_SERVERS))
                     .ok()
                     .and_then(|node| node.gpu(gpu).map(process_memory))
                     .unwrap_or_default()
@@ -815,6 +831,12 @@ fn against_itself(run: &mut BenchRun) {
     }
     run.max_slowdown = run.per_replica.iter().filter_map(|r| r.slowdown).reduce(f64::max);
 }
+
+/// What the setups after the first are planned from: every strategy of a bench runs at
+/// the default time-slice interval, which the first setup saw to, and the bench holds the
+/// apply lock throughout; so the interval is not read again (an nvidia-smi run, the largest
+/// part of a switch otherwise). MPS clients are: a plan must not stop a server in use.
+const BENCH_SETUP_READS: Reads = Reads { timeslices: false, mps_clients: true };
 
 /// A run without figures (set up as `setup` says, if it got that far), and why.
 fn error_run(n: u32, setup: String, why: String) -> BenchRun {

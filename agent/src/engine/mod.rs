@@ -30,7 +30,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
 use crate::apply::transaction::{Recovered, Transactions};
-use crate::apply::{Executor, NodeAccess, Progress};
+use crate::apply::{Executor, NodeAccess, Progress, Reads};
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
 use crate::node::{NodeState, size_text};
@@ -256,7 +256,7 @@ impl Engine {
 
     /// A fresh observation of the GPUs, MPS servers and time-slice intervals.
     pub async fn observe(&self) -> Result<NodeState, EngineError> {
-        Ok(self.node.observe(true).await?)
+        Ok(self.node.observe(Reads::FOR_PLANNING).await?)
     }
 
     /// The observed GPUs, the active profile and the job in progress. Time-slice
@@ -265,7 +265,9 @@ impl Engine {
     pub async fn status(&self) -> Result<Status, EngineError> {
         let journal = self.journal.snapshot();
         let running = self.running_job();
-        let node = self.node.observe(self.active_time_slices(&journal)).await?;
+        let time_slices = self.active_time_slices(&journal);
+        let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
+        let node = self.node.observe(reads).await?;
         let mps = &self.node.sharing.mps;
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
@@ -331,7 +333,7 @@ impl Engine {
 
     /// The MPS servers with their clients.
     pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
-        let mut node = self.node.observe(false).await?;
+        let mut node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
         // The clients as a plan reads them (one query per running server, side by side).
         let sharing = Arc::clone(&self.node.sharing);
         let node = tokio::task::spawn_blocking(move || {
@@ -369,7 +371,7 @@ impl Engine {
                 .map_err(|e| EngineError::Internal(e.to_string()))??;
         // A limit above the served device's memory would be taken and limit nothing.
         if let Some(bytes) = memory_bytes {
-            let node = self.node.observe(false).await?;
+            let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
             if let Some((memory, device)) = node.device_memory(record.gpu, record.placement_start)
                 && bytes > memory
             {
@@ -399,7 +401,7 @@ impl Engine {
 
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
     pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
-        let node = self.node.observe(false).await?;
+        let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
         self.env_for(&node, target).map(|(env, _)| env)
     }
 

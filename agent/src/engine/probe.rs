@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::events::EngineEvent;
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError, report};
-use crate::apply::Progress;
+use crate::apply::{Progress, Reads};
 use crate::gpu::BackendKind;
 use crate::probe::Workload;
 
@@ -87,7 +87,7 @@ impl Engine {
         // The lock first, so that the sharing observed stays as it is; the job is named
         // (for status and Busy) once its target is known.
         let lock = self.lock().await?;
-        let node = self.node.observe(true).await?;
+        let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
         let running =

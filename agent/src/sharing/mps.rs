@@ -158,29 +158,42 @@ impl MpsController {
             err(Kind::Failed, format!("the daemon wrote no pid file in {}", pipe.display()))
         })?;
 
+        // Both limits set and read back in one control run: the daemon answers the
+        // commands in turn, the read-backs last (the thread setter echoes the value it
+        // kept, the memory setter says nothing; checked on an H100, tests/device).
         let limits = record.limits;
         let threads = limits.active_thread_percentage;
-        self.command(uuid, &format!("set_default_active_thread_percentage {threads}"))?;
-        let read = self.command(uuid, "get_default_active_thread_percentage")?;
-        if parse_percentage(&read) != Some(threads) {
+        let memory = limits.pinned_memory_limit_bytes.map(|bytes| (bytes, mps_memory_value(bytes)));
+        let mut batch = vec![format!("set_default_active_thread_percentage {threads}")];
+        if let Some((_, value)) = &memory {
+            batch.push(format!("set_default_device_pinned_mem_limit 0 {value}"));
+        }
+        batch.push("get_default_active_thread_percentage".into());
+        if memory.is_some() {
+            batch.push("get_default_device_pinned_mem_limit 0".into());
+        }
+        let answers = self.commands(uuid, &batch)?;
+        let from_end = |k: usize| answers.len().checked_sub(k).and_then(|i| answers.get(i));
+        let (threads_read, memory_read) = match memory {
+            Some(_) => (from_end(2), from_end(1)),
+            None => (from_end(1), None),
+        };
+        if threads_read.and_then(|t| parse_percentage(t)) != Some(threads) {
             return Err(err(
                 Kind::NotApplied,
                 format!(
                     "active thread percentage {threads} did not take: the daemon reports {:?}",
-                    read.join(" ")
+                    threads_read.map_or("", String::as_str)
                 ),
             ));
         }
-        if let Some(bytes) = limits.pinned_memory_limit_bytes {
-            let value = mps_memory_value(bytes);
-            self.command(uuid, &format!("set_default_device_pinned_mem_limit 0 {value}"))?;
-            let read = self.command(uuid, "get_default_device_pinned_mem_limit 0")?;
-            if !pinned_limit_reads_back(bytes, read.first().map(|s| s.trim()).unwrap_or("")) {
+        if let Some((bytes, value)) = memory {
+            let read = memory_read.map_or("", |m| m.as_str());
+            if !pinned_limit_reads_back(bytes, read) {
                 return Err(err(
                     Kind::NotApplied,
                     format!(
-                        "pinned memory limit {value} did not take: the daemon reports {:?}",
-                        read.join(" ")
+                        "pinned memory limit {value} did not take: the daemon reports {read:?}"
                     ),
                 ));
             }
@@ -232,13 +245,25 @@ impl MpsController {
 
     /// Sends one command to the daemon of `uuid` and returns its answer lines.
     pub fn command(&self, uuid: &str, line: &str) -> Result<Vec<String>, SharingError> {
+        self.commands(uuid, &[line])
+    }
+
+    /// Sends `lines` to the daemon of `uuid` in one control run (it answers them in
+    /// turn) and returns all the answer lines; an unknown command fails them all.
+    pub fn commands(
+        &self,
+        uuid: &str,
+        lines: &[impl AsRef<str>],
+    ) -> Result<Vec<String>, SharingError> {
+        let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
+        let shown = lines.join("; ");
         let err = |kind, what: String| {
-            SharingError::new(kind, format!("MPS server for {uuid}: {line}: {what}"))
+            SharingError::new(kind, format!("MPS server for {uuid}: {shown}: {what}"))
         };
-        let done =
-            self.control(uuid, COMMAND_TIMEOUT).input(format!("{line}\n")).run().map_err(|e| {
-                err(Kind::CannotRun, format!("cannot run {}: {e}", self.config.control.display()))
-            })?;
+        let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let done = self.control(uuid, COMMAND_TIMEOUT).input(input).run().map_err(|e| {
+            err(Kind::CannotRun, format!("cannot run {}: {e}", self.config.control.display()))
+        })?;
         let Some(status) = done.status else {
             let waited = COMMAND_TIMEOUT.as_secs();
             return Err(err(Kind::TimedOut, format!("no answer within {waited} s")));
@@ -360,8 +385,8 @@ fn ps_client_pids(lines: &[String]) -> Vec<u32> {
 }
 
 /// `25.0` → 25.
-fn parse_percentage(lines: &[String]) -> Option<u32> {
-    let value: f64 = lines.first()?.trim().parse().ok()?;
+fn parse_percentage(answer: &str) -> Option<u32> {
+    let value: f64 = answer.trim().parse().ok()?;
     (value.fract() == 0.0).then_some(value as u32)
 }
 
@@ -409,10 +434,10 @@ mod tests {
 
     #[test]
     fn percentages_read_back_as_the_daemon_prints_them() {
-        assert_eq!(parse_percentage(&["25.0".into()]), Some(25));
-        assert_eq!(parse_percentage(&["100.0".into()]), Some(100));
-        assert_eq!(parse_percentage(&["12.5".into()]), None);
-        assert_eq!(parse_percentage(&[]), None);
+        assert_eq!(parse_percentage("25.0"), Some(25));
+        assert_eq!(parse_percentage("100.0"), Some(100));
+        assert_eq!(parse_percentage("12.5"), None);
+        assert_eq!(parse_percentage(""), None);
     }
 
     #[test]

@@ -161,6 +161,9 @@ impl Command {
     /// [`Command::run`], with `pidfd` false watching the exit by looking now and then, as
     /// on kernels without pidfds.
     fn run_watching(mut self, pidfd: bool) -> io::Result<Finished> {
+        let started = Instant::now();
+        // For the debug line: what ran, with the first line it was fed (an MPS command).
+        let what = tracing::enabled!(tracing::Level::DEBUG).then(|| self.describe());
         let stdin = if self.input.is_some() { Stdio::piped() } else { Stdio::null() };
         let stdout = if self.keep_stdout { Stdio::piped() } else { Stdio::null() };
         self.inner.stdin(stdin).stdout(stdout).stderr(Stdio::piped());
@@ -185,7 +188,26 @@ impl Command {
             child,
         };
         let status = run.wait(self.timeout, self.own_group)?;
+        if let Some(what) = what {
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            tracing::debug!(?status, "ran {what} in {ms:.1} ms");
+        }
         Ok(Finished { status, stdout: run.stdout.bytes, stderr: run.stderr.bytes })
+    }
+
+    /// The program, its arguments and the first line of its input, for the log.
+    fn describe(&self) -> String {
+        let mut words = vec![self.inner.get_program().to_string_lossy().into_owned()];
+        words.extend(self.inner.get_args().map(|a| a.to_string_lossy().into_owned()));
+        if let Some(input) = &self.input {
+            let lines = input.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+            let first = input.split(|&b| b == b'\n').next().unwrap_or_default();
+            words.push(format!("<<< {}", String::from_utf8_lossy(first)));
+            if lines > 1 {
+                words.push(format!("(+{} lines)", lines - 1));
+            }
+        }
+        words.join(" ")
     }
 }
 

@@ -240,6 +240,22 @@ pub fn read_one_byte(fd: BorrowedFd<'_>) -> io::Result<bool> {
     }
 }
 
+/// Makes reads of `fd` return `WouldBlock` rather than wait (`O_NONBLOCK`).
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl(2) F_GETFL on a descriptor the caller borrows for the call; no memory
+    // shared.
+    let flags = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, F_SETFL writing the flags back with O_NONBLOCK added.
+    let set = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETFL, flags | ::libc::O_NONBLOCK) };
+    if set < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Marks `fd` to close on exec again (after [`prepare_child`] kept it open for one exec).
 pub fn close_on_exec(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl(2) on a descriptor the caller borrows for the call; no memory shared.

@@ -467,11 +467,43 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
             "\nThe agent's own CPU over a window: {cpu:.2} % of a core at most\n"
         ));
     }
+    text.push_str(&setups_line(report));
     text.push_str(&format!(
         "\nRestored: {}\nResults kept in {}\n",
         report.restored, report.saved_to
     ));
     text
+}
+
+/// `Setting up: time-slicing 31 ms, mps 27 ms, mps-limited 28-35 ms` (the switches the
+/// agent made, each planned, set up and verified); empty without any.
+fn setups_line(report: &BenchReport) -> String {
+    let baseline = report.baseline.iter().map(|b| ("time-slicing", b));
+    let runs =
+        report.strategies.iter().flat_map(|s| s.runs.iter().map(|r| (s.strategy.as_str(), r)));
+    let mut by_strategy: Vec<(&str, Vec<f64>)> = Vec::new();
+    for (strategy, ms) in baseline.chain(runs).filter_map(|(s, r)| Some((s, r.setup_ms?))) {
+        match by_strategy.iter_mut().find(|(s, _)| *s == strategy) {
+            Some((_, all)) => all.push(ms),
+            None => by_strategy.push((strategy, vec![ms])),
+        }
+    }
+    if by_strategy.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by_strategy
+        .iter()
+        .map(|(strategy, all)| {
+            let low = all.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = all.iter().copied().fold(0.0, f64::max);
+            if high - low < 0.5 {
+                format!("{strategy} {low:.0} ms")
+            } else {
+                format!("{strategy} {low:.0}-{high:.0} ms")
+            }
+        })
+        .collect();
+    format!("Setting up (planned, set up, verified): {}\n", parts.join(", "))
 }
 
 /// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`.

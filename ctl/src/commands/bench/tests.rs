@@ -49,6 +49,7 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         failed: 0,
         error: None,
         agent_cpu_percent: Some(0.4),
+        setup_ms: None,
         per_replica: (0..n).map(|i| replica(i, each, 402.1 / each)).collect(),
     }
 }
@@ -67,6 +68,13 @@ pub(crate) fn sample_report() -> BenchReport {
         "loading model\n<script>alert(1)</script>\nCUDA error: out of memory\n".into();
     let mut no_p50 = run(3, 1100.0, None, Some(4.4));
     no_p50.setup = "MPS, 33 % threads, 13 GiB each".into();
+    no_p50.setup_ms = Some(29.6);
+    let mut baseline = run(1, 402.1, Some(2.41), Some(3.1));
+    baseline.setup_ms = Some(55.1);
+    let mut mps_first = run(1, 399.0, Some(2.43), Some(3.2));
+    mps_first.setup_ms = Some(27.4);
+    let mut limited_first = run(1, 398.0, Some(2.44), Some(3.3));
+    limited_first.setup_ms = Some(31.2);
     let mut unset = run(5, 0.0, None, None);
     unset.error = Some("cannot give 5 clients 20 % threads: the MPS server refused".into());
     unset.per_replica.clear();
@@ -82,7 +90,7 @@ pub(crate) fn sample_report() -> BenchReport {
         slo: Some("p99=50ms".into()),
         fleet: 100,
         wall_seconds: 412.34,
-        baseline: Some(run(1, 402.1, Some(2.41), Some(3.1))),
+        baseline: Some(baseline),
         strategies: vec![
             BenchStrategyRuns {
                 strategy: "time-slicing".into(),
@@ -96,16 +104,12 @@ pub(crate) fn sample_report() -> BenchReport {
             BenchStrategyRuns {
                 strategy: "mps".into(),
                 skipped: None,
-                runs: vec![
-                    run(1, 399.0, Some(2.43), Some(3.2)),
-                    run(3, 1180.0, Some(2.52), Some(3.4)),
-                    failed_run,
-                ],
+                runs: vec![mps_first, run(3, 1180.0, Some(2.52), Some(3.4)), failed_run],
             },
             BenchStrategyRuns {
                 strategy: "mps-limited".into(),
                 skipped: None,
-                runs: vec![run(1, 398.0, Some(2.44), Some(3.3)), no_p50, unset],
+                runs: vec![limited_first, no_p50, unset],
             },
             BenchStrategyRuns {
                 strategy: "mig".into(),
@@ -558,6 +562,7 @@ mps, N=5, replica 3 (pid 4203): exit 3
     | CUDA error: out of memory
 
 The agent's own CPU over a window: 0.40 % of a core at most
+Setting up (planned, set up, verified): time-slicing 55 ms, mps 27 ms, mps-limited 30-31 ms
 
 Restored: time-slicing (as before)
 Results kept in /var/lib/gpushare/bench/20261123T101500Z.json
