@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Where the time of an MPS strategy switch and the agent's CPU over a bench window go, on a
+# real GPU host you do not own (MIG, compute mode and time-slice policy untouched):
+#  1. the parts of a switch timed alone (mps-switch-parts.py: nvidia-smi, -d, commands);
+#  2. five applies of an MPS profile with limits, the agent logging every external program
+#     and observation with its time (GPUSHARE_LOG=debug), against the bare start;
+#  3. the agent's CPU by thread (thread-cpu.py) over benches of 7 replicas of the big loop
+#     under MPS and the small loop under MPS with limits.
+# Stops every daemon it started.   tests/device/h100-switch-cpu.sh BIN_DIR OUT_DIR [SECONDS]
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+out=$2
+seconds=${3:-10}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+mkdir -p "$out"
+# shellcheck source=tests/device/lib.sh
+. "$root/tests/device/lib.sh"
+ctl() { "$bin/gpushare-ctl" "$@"; }
+printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' "$work" >"$work/agent.toml"
+loop="$root/tests/device/bench_loop.py"
+nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
+
+echo "== 1. the parts of a switch, alone"
+python3 "$root/tests/device/mps-switch-parts.py" "$work"
+
+echo "== 2. applies of an MPS profile with limits (agent, debug log) vs a bare start"
+log_level="info,gpushare_agent=debug"
+# lib.sh's start_agent sets GPUSHARE_LOG=info itself: start it here with debug.
+dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
+  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
+bus_pid=$!
+for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
+export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
+GPUSHARE_LOG="$log_level" "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
+  --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$work/agent.log" &
+agent_pid=$!
+for _ in $(seq 200); do ctl status --json >/dev/null 2>&1 && break; sleep 0.05; done
+for i in 1 2 3 4 5; do
+  printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' $((30 + i)) >"$work/switch.toml"
+  echo "-- switch $i" >>"$work/agent.log"
+  t=$(date +%s%N)
+  ctl apply -f "$work/switch.toml" >/dev/null 2>&1 || echo "apply failed"
+  echo "agent switch $i: $(( ($(date +%s%N) - t) / 1000000 )) ms"
+  echo "-- back $i" >>"$work/agent.log"
+  ctl apply all-disabled >/dev/null 2>&1
+done
+cp "$work/agent.log" "$out/switch-agent-debug.log"
+# In the agent: from its "apply started" (the plan made) to "job succeeded" (the server
+# started, limits set and read back, verified, the journal committed).
+python3 - "$work/agent.log" <<'PY'
+import re, statistics, sys
+from datetime import datetime
+started, spans = {}, []
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+Z)\s+\w+ .*?(apply started|job succeeded) job=(\S+)(?: profile=(\S+)| what=(\S+))", line)
+    if not m:
+        continue
+    at = datetime.fromisoformat(m[1].replace("Z", "+00:00"))
+    if m[2] == "apply started" and m[4] == "switch":
+        started[m[3]] = at
+    elif m[2] == "job succeeded" and m[3] in started:
+        spans.append((at - started.pop(m[3])).total_seconds() * 1000)
+print("in the agent, apply started -> job succeeded ms:", " ".join(f"{s:.1f}" for s in spans),
+      "median", f"{statistics.median(spans):.1f}")
+PY
+python3 - "$work" <<'PY'
+import os, subprocess, sys, time, statistics
+work = sys.argv[1]
+env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=f"{work}/bare/pipe", CUDA_MPS_LOG_DIRECTORY=f"{work}/bare/log")
+os.makedirs(env["CUDA_MPS_PIPE_DIRECTORY"]); os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"])
+ms = []
+for i in range(5):
+    t = time.perf_counter()
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    for c in (f"set_default_active_thread_percentage {31 + i}", "set_default_device_pinned_mem_limit 0 20G"):
+        subprocess.run(["nvidia-cuda-mps-control"], input=c + "\n", text=True, env=env, check=True, capture_output=True)
+    ms.append((time.perf_counter() - t) * 1000)
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, capture_output=True)
+    while subprocess.run("ps -eo stat=,args= | grep -v '^Z' | grep -q '[n]vidia-cuda-mps'", shell=True).returncode == 0:
+        time.sleep(0.02)
+print("bare -d + 2 limit commands ms:", " ".join(f"{m:.1f}" for m in ms), "median", f"{statistics.median(ms):.1f}")
+PY
+
+echo "== 3. the agent's CPU by thread over bench windows of ${seconds}s"
+for part in big:mps small:mps-limited; do
+  shape=${part%%:*}; strategy=${part#*:}
+  echo "-- $shape loop, 7 replicas, $strategy"
+  python3 "$root/tests/device/thread-cpu.py" "$agent_pid" $((4 * seconds + 40)) 2 >"$work/threads-$shape.txt" &
+  sampler=$!
+  ctl bench --replicas 3,7 --strategies "$strategy" --duration "${seconds}s" --json \
+    -- python3 "$loop" "$shape" units >"$work/bench-$shape.json"
+  echo "exit $?"
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  python3 - "$work/bench-$shape.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = [("baseline", r["baseline"])] + [(s["strategy"], x) for s in r["strategies"] for x in s["runs"]]
+for name, x in runs:
+    print(f"{name} N={x['replicas']}: {x['throughput_per_s']:.0f} units/s agent_cpu_percent={x.get('agent_cpu_percent')}"
+          f" setup_ms={x.get('setup_ms')}")
+PY
+  cat "$work/threads-$shape.txt"
+done
+kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
+kill "$bus_pid"
+ps -eo stat=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"
