@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare_agent::config;
 use gpushare_agent::daemon::{self, Settings};
+use gpushare_agent::gpu::GpuBackend;
 use gpushare_agent::gpu::nvml::{Driver, NvmlBackend, catalog_check};
 use tracing_subscriber::EnvFilter;
 
@@ -43,6 +44,13 @@ struct Args {
     /// With --simulate, the simulated driver's tables are compared.
     #[arg(long)]
     check_catalog: bool,
+
+    /// Check that the NVIDIA driver (with --simulate, gpushare's simulated one) loads and
+    /// lists the GPUs, and exit: 0 when it does, else 1 with one line saying why. The
+    /// unit runs it as its ExecCondition=, so that a host without a driver neither starts
+    /// nor restarts the agent.
+    #[arg(long)]
+    check_driver: bool,
 
     /// Print what NVML answers about every GPU as JSON, read-only, and exit (to compare a
     /// real driver's answers with the simulated driver's).
@@ -123,6 +131,9 @@ fn main() -> ExitCode {
         profiles_dir: args.profiles_dir,
     };
     if settings.simulate.is_none() {
+        if args.check_driver {
+            return check_driver(Driver::Nvidia);
+        }
         if args.check_catalog {
             return check_catalog(Driver::Nvidia);
         }
@@ -138,6 +149,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.check_driver {
+        return check_driver(prepared.driver().clone());
+    }
     if args.check_catalog {
         return check_catalog(prepared.driver().clone());
     }
@@ -160,6 +174,20 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpushare-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--check-driver`: whether the driver loads and lists the GPUs, read-only; one line.
+fn check_driver(driver: Driver) -> ExitCode {
+    match NvmlBackend::open(driver).and_then(|nvml| nvml.observe()) {
+        Ok(gpus) => {
+            println!("gpushare-agent: the NVIDIA driver answers: {} GPUs", gpus.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpushare-agent: not starting, the NVIDIA driver does not answer: {e}");
             ExitCode::FAILURE
         }
     }

@@ -195,7 +195,11 @@ pub struct ProfilesArgs {
 #[derive(Debug, Subcommand)]
 pub enum ProfilesCommand {
     /// List the known profiles; `*` marks the active one.
-    List,
+    List {
+        /// Only the names, one per line (for scripts and shell completion).
+        #[arg(long)]
+        names: bool,
+    },
     /// Show one profile's source text.
     Show {
         /// Profile name.
@@ -710,7 +714,9 @@ mod tests {
         let cli = parse(&["profiles", "list"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Profiles(ProfilesArgs { command: Some(ProfilesCommand::List) })
+            Command::Profiles(ProfilesArgs {
+                command: Some(ProfilesCommand::List { names: false })
+            })
         ));
         let cli = parse(&["profiles", "show", "all-mps"]).unwrap();
         match cli.command {

@@ -132,15 +132,39 @@ fn write_man_pages(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Completions for bash, zsh and fish, under the names clap_complete gives them.
+/// Completions for bash, zsh and fish, under the names clap_complete gives them. Bash's
+/// also completes profile names (asked of the agent) where a verb takes a PROFILE.
 fn write_completions(dir: &Path) -> io::Result<Vec<PathBuf>> {
     use clap_complete::Shell;
     let mut cmd = Cli::command();
-    [Shell::Bash, Shell::Zsh, Shell::Fish]
+    let paths = [Shell::Bash, Shell::Zsh, Shell::Fish]
         .into_iter()
         .map(|shell| clap_complete::generate_to(shell, &mut cmd, "gpushare-ctl", dir))
-        .collect()
+        .collect::<io::Result<Vec<PathBuf>>>()?;
+    if let Some(bash) = paths.iter().find(|p| p.extension().is_some_and(|e| e == "bash")) {
+        let mut file = std::fs::OpenOptions::new().append(true).open(bash)?;
+        io::Write::write_all(&mut file, BASH_PROFILE_NAMES.as_bytes())?;
+    }
+    Ok(paths)
 }
+
+/// Appended to clap's bash completion: the profile names the agent knows, for the
+/// PROFILE of `apply`, `plan` and `assert` and the NAME of `profiles show`; everything
+/// else as clap completes it.
+const BASH_PROFILE_NAMES: &str = r#"
+_gpushare_ctl_profiles() {
+    local cur=${COMP_WORDS[COMP_CWORD]} verb=${COMP_WORDS[1]}
+    if [[ $cur != -* && ${COMP_WORDS[COMP_CWORD-1]} != -* ]]; then
+        if [[ ($COMP_CWORD -eq 2 && ($verb == apply || $verb == plan || $verb == assert)) ||
+              ($COMP_CWORD -eq 3 && $verb == profiles && ${COMP_WORDS[2]} == show) ]]; then
+            COMPREPLY=($(compgen -W "$(gpushare-ctl profiles list --names 2>/dev/null)" -- "$cur"))
+            return 0
+        fi
+    fi
+    _gpushare__ctl "$@"
+}
+complete -F _gpushare_ctl_profiles -o bashdefault -o default gpushare-ctl
+"#;
 
 /// Help and version go to stdout as clap prints them; usage errors are one line, on stderr
 /// or with `--json` as the JSON error object on stdout, exit status 2.

@@ -1,4 +1,4 @@
-//! `gpushare-ctl profiles [list]` and `gpushare-ctl profiles show NAME`.
+//! `gpushare-ctl profiles [list [--names]]` and `gpushare-ctl profiles show NAME`.
 //!
 //! ```text
 //!    NAME           SOURCE                                   DESCRIPTION
@@ -24,14 +24,19 @@ pub async fn run(
     out: &Output,
     command: Option<ProfilesCommand>,
 ) -> Result<ExitStatus, CtlError> {
-    match command.unwrap_or(ProfilesCommand::List) {
-        ProfilesCommand::List => {
+    match command.unwrap_or(ProfilesCommand::List { names: false }) {
+        ProfilesCommand::List { names } => {
             let raw = client.call("ListProfiles", async |a| a.proxy.list_profiles().await).await?;
             if out.json {
                 out.print_document(&raw, "ProfileList")?;
                 return Ok(0);
             }
             let list: ProfileList = parse_document(&raw, "ProfileList")?;
+            if names {
+                let lines: String = list.profiles.iter().map(|p| format!("{}\n", p.name)).collect();
+                out.print(&lines);
+                return Ok(0);
+            }
             out.print(&render_list(&list));
             for error in &list.errors {
                 out.warn(error);
