@@ -2,7 +2,6 @@
 //! ([`gpushare_agent::daemon`]), `--check-catalog`, and the hidden modes for packaging and
 //! for the probe's client processes.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,7 +9,7 @@ use clap::Parser;
 use gpushare_agent::config;
 use gpushare_agent::daemon::{self, Settings};
 use gpushare_agent::gpu::nvml::{Driver, NvmlBackend, catalog_check};
-use tracing_subscriber::EnvFilter;
+use gpushare_agent::sys::log::{self, Destination};
 
 /// The gpushare agent: turns named sharing profiles into GPU state.
 #[derive(Debug, Parser)]
@@ -86,13 +85,8 @@ fn main() -> ExitCode {
         let cwd = args.bench_cwd.as_deref();
         return gpushare_agent::bench::gate::main(fds[0], fds[1], cwd, &args.replica);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // The journal under systemd, else stderr (DESIGN.md, "Logging").
+    let logging = log::init();
     if let Some(workload) = args.bench_builtin {
         return gpushare_agent::probe::client::bench_replica(workload);
     }
@@ -133,10 +127,7 @@ fn main() -> ExitCode {
     // SAFETY: no other thread runs yet: the async runtime starts below.
     let prepared = match unsafe { daemon::prepare(&settings) } {
         Ok(prepared) => prepared,
-        Err(e) => {
-            eprintln!("gpushare-agent: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(logging, &e),
     };
     if args.check_catalog {
         return check_catalog(prepared.driver().clone());
@@ -151,18 +142,22 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gpushare-agent: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(logging, &format!("cannot start the async runtime: {e}")),
     };
     match runtime.block_on(daemon::run(settings, prepared)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpushare-agent: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(logging, &e),
     }
+}
+
+/// Why the service could not start or run: an error entry in the journal (where
+/// `journalctl -p err` finds it), or the line on stderr it always was.
+fn fail(log: Destination, why: &str) -> ExitCode {
+    match log {
+        Destination::Journal => tracing::error!("{why}"),
+        Destination::Stderr => eprintln!("gpushare-agent: {why}"),
+    }
+    ExitCode::FAILURE
 }
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
