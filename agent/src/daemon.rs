@@ -12,16 +12,17 @@ use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use sd_notify::NotifyState;
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
+use tracing::Instrument;
 
 use crate::access::AccessPolicy;
 use crate::config::{self, AgentConfig};
-use crate::engine::{ApplyJob, Engine, EngineEvent, JobKind};
+use crate::engine::{ApplyJob, BOOT_JOB, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
 use crate::gpu::nvml::{Driver, NvmlBackend};
 use crate::profile::ProfileStore;
 use crate::service::AgentService;
 use crate::simulator::{SimulatedNode, SimulatorFiles};
-use crate::sys::{files, unix};
+use crate::sys::{files, log, unix};
 
 /// How the agent was asked to run (its command line).
 #[derive(Debug, Clone, Default)]
@@ -369,19 +370,29 @@ fn notify_ready(engine: &Engine) {
     let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
 }
 
-/// Carries out the start-up re-apply, as a job like any other.
+/// Carries out the start-up re-apply, as a job like any other (its lines with the job
+/// [`BOOT_JOB`] and the profile in the journal).
 async fn boot_apply(engine: &Engine, job: ApplyJob) {
     let profile = job.plan().profile.clone();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let report = engine.run_apply(&job, tx).await;
-    drop(job);
-    match report.error {
-        None if report.changed => {
-            tracing::info!(steps = report.steps_done, "re-applied {profile} at start-up")
+    let span = log::apply_span(BOOT_JOB, &profile);
+    async {
+        let steps = job.plan().step_count();
+        if steps > 0 {
+            tracing::info!(steps, "re-applying {profile} at start-up");
         }
-        None => tracing::info!("the GPUs match {profile}"),
-        Some(e) => tracing::error!("re-applying at start-up: {e}"),
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let report = engine.run_apply(&job, tx).await;
+        drop(job);
+        match report.error {
+            None if report.changed => {
+                tracing::info!(steps = report.steps_done, "re-applied {profile} at start-up")
+            }
+            None => tracing::info!("the GPUs match {profile}"),
+            Some(e) => tracing::error!("re-applying at start-up: {e}"),
+        }
     }
+    .instrument(span)
+    .await;
 }
 
 async fn wait_for_termination() {

@@ -2,7 +2,6 @@
 //! ([`gpushare_agent::daemon`]), `--check-catalog`, and the hidden modes for packaging and
 //! for the probe's client processes.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +10,7 @@ use gpushare_agent::config;
 use gpushare_agent::daemon::{self, Settings};
 use gpushare_agent::gpu::GpuBackend;
 use gpushare_agent::gpu::nvml::{Driver, NvmlBackend, catalog_check};
-use tracing_subscriber::EnvFilter;
+use gpushare_agent::sys::log::{self, Destination};
 
 /// The gpushare agent: turns named sharing profiles into GPU state.
 #[derive(Debug, Parser)]
@@ -94,13 +93,8 @@ fn main() -> ExitCode {
         let cwd = args.bench_cwd.as_deref();
         return gpushare_agent::bench::gate::main(fds[0], fds[1], cwd, &args.replica);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("GPUSHARE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // The journal under systemd, else stderr (DESIGN.md, "Logging").
+    let logging = log::init();
     if let Some(workload) = args.bench_builtin {
         return gpushare_agent::probe::client::bench_replica(workload);
     }
@@ -132,7 +126,7 @@ fn main() -> ExitCode {
     };
     if settings.simulate.is_none() {
         if args.check_driver {
-            return check_driver(Driver::Nvidia);
+            return check_driver(logging, Driver::Nvidia);
         }
         if args.check_catalog {
             return check_catalog(Driver::Nvidia);
@@ -144,13 +138,10 @@ fn main() -> ExitCode {
     // SAFETY: no other thread runs yet: the async runtime starts below.
     let prepared = match unsafe { daemon::prepare(&settings) } {
         Ok(prepared) => prepared,
-        Err(e) => {
-            eprintln!("gpushare-agent: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(logging, &e),
     };
     if args.check_driver {
-        return check_driver(prepared.driver().clone());
+        return check_driver(logging, prepared.driver().clone());
     }
     if args.check_catalog {
         return check_catalog(prepared.driver().clone());
@@ -165,32 +156,41 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gpushare-agent: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(logging, &format!("cannot start the async runtime: {e}")),
     };
     match runtime.block_on(daemon::run(settings, prepared)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpushare-agent: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(logging, &e),
     }
 }
 
-/// `--check-driver`: whether the driver loads and lists the GPUs, read-only; one line.
-fn check_driver(driver: Driver) -> ExitCode {
+/// `--check-driver`: whether the driver loads and lists the GPUs, read-only; one line
+/// (under systemd's ExecCondition= a warning in the journal when it does not).
+fn check_driver(log: Destination, driver: Driver) -> ExitCode {
     match NvmlBackend::open(driver).and_then(|nvml| nvml.observe()) {
         Ok(gpus) => {
             println!("gpushare-agent: the NVIDIA driver answers: {} GPUs", gpus.len());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("gpushare-agent: not starting, the NVIDIA driver does not answer: {e}");
+            let why = format!("not starting, the NVIDIA driver does not answer: {e}");
+            match log {
+                Destination::Journal => tracing::warn!("{why}"),
+                Destination::Stderr => eprintln!("gpushare-agent: {why}"),
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why the service could not start or run: an error entry in the journal (where
+/// `journalctl -p err` finds it), or the line on stderr it always was.
+fn fail(log: Destination, why: &str) -> ExitCode {
+    match log {
+        Destination::Journal => tracing::error!("{why}"),
+        Destination::Stderr => eprintln!("gpushare-agent: {why}"),
+    }
+    ExitCode::FAILURE
 }
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.

@@ -8,6 +8,7 @@ mod agent_state;
 mod bench;
 mod cli_output;
 mod hostile_load;
+mod journal;
 mod metrics;
 mod plan_safety;
 mod profile_input;

@@ -120,6 +120,8 @@ pub struct AgentOptions {
     /// A directory holding the `gpushare-agent` and `gpushare-ctl` to run, instead of
     /// those the environment or the target directory name (another build, to compare).
     pub binaries: Option<PathBuf>,
+    /// A file the agent's stderr is appended to, instead of the test's stderr.
+    pub stderr: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -143,6 +145,12 @@ impl AgentOptions {
     /// Running the `gpushare-agent` and `gpushare-ctl` of directory `dir`.
     pub fn binaries(mut self, dir: &Path) -> Self {
         self.binaries = Some(dir.to_path_buf());
+        self
+    }
+
+    /// With the agent's stderr appended to `file`.
+    pub fn stderr_to(mut self, file: &Path) -> Self {
+        self.stderr = Some(file.to_path_buf());
         self
     }
 
@@ -185,6 +193,16 @@ impl Agent {
         if !self.options.simulate.is_empty() {
             command.args(["--simulate", &self.options.simulate]);
         }
+        let stderr = match &self.options.stderr {
+            Some(file) => Stdio::from(
+                std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(file)
+                    .expect("the agent's stderr file opens"),
+            ),
+            None => Stdio::inherit(),
+        };
         let child = command
             .args(["--bus", self.bus.address()])
             .arg("--state-dir")
@@ -194,10 +212,11 @@ impl Agent {
             .arg("--config")
             .arg(d.join("agent.toml"))
             .env("GPUSHARE_SIM_RECORD", d.join("sim-record.log"))
-            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
+            // Unless the test asks for more.
             .env("GPUSHARE_LOG", "warn")
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("gpushare-agent starts");
         self.child = Some(child);

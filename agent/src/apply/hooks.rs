@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::sys::command::Command;
+use crate::sys::log;
 
 /// The hook commands and their time limit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -75,7 +76,7 @@ impl Hooks {
                 cmd = cmd.env("GPUSHARE_RESULT", result);
             }
             let failed = |e: &dyn std::fmt::Display| format!("{name} hook `{command}`: {e}");
-            let done = tokio::task::spawn_blocking(move || cmd.run())
+            let done = tokio::task::spawn_blocking(log::in_current_span(move || cmd.run()))
                 .await
                 .map_err(|e| failed(&e))?
                 .map_err(|e| failed(&e))?;

@@ -16,12 +16,14 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
+use tracing::Instrument;
 
 use crate::gpu::{ErrorCode, GpuError, MigModeActivation};
 use crate::node::Operation;
 use crate::plan::{self, MpsDevice, Plan, Step};
 use crate::sharing::mps::ServerRecord;
 use crate::sharing::{SharingError, SharingErrorKind};
+use crate::sys::log as logging;
 pub use observe::{NodeAccess, Reads};
 
 /// One progress report, a job's `Progress(done, total, step)` signal: a step about to run,
@@ -89,6 +91,8 @@ pub enum ApplyError {
         number: u32,
         /// Steps in the plan.
         total: u32,
+        /// The GPU it changes.
+        gpu: u32,
         /// The step, for people.
         step: String,
         /// The backend's or the sharing tool's answer.
@@ -267,7 +271,9 @@ impl Shared {
     }
 }
 
-/// Runs one GPU's steps in order.
+/// Runs one GPU's steps in order. Each step is logged as it begins, inside a span that
+/// gives its lines (and those of the driver calls it makes) the GPU and, for an apply, the
+/// step's number in plan order (a rollback's plan is not the one its apply numbered).
 async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), ApplyError> {
     // GPU instances the plan creates are known by placement until the driver gives ids.
     let mut created: HashMap<u8, u32> = HashMap::new();
@@ -276,15 +282,24 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
         if shared.abort.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let number = index as u32 + 1;
+        let span = match shared.purpose {
+            Purpose::Apply => logging::step_span(step.gpu(), number),
+            Purpose::Rollback => logging::gpu_span(step.gpu()),
+        };
         let skip = matches!(step, Step::ResetGpu { always: false, .. }) && pending_reset.is_none();
         let text = if skip {
             format!("GPU {}: no reset needed (the MIG mode change took effect)", step.gpu())
         } else {
             step.to_string()
         };
+        span.in_scope(|| match shared.purpose {
+            Purpose::Apply => tracing::info!("plan step {number} of {}: {text}", shared.total),
+            Purpose::Rollback => tracing::info!("rolling back: {text}"),
+        });
         shared.begin(text);
         if !skip {
-            let effect = run_step(shared, &step, &created).await;
+            let effect = run_step(shared, &step, &created).instrument(span).await;
             if effect.is_ok() {
                 shared.carried_out.fetch_add(1, Ordering::SeqCst);
             }
@@ -298,8 +313,9 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
                 Err(error) => {
                     shared.abort.store(true, Ordering::SeqCst);
                     return Err(ApplyError::Step {
-                        number: index as u32 + 1,
+                        number,
                         total: shared.total,
+                        gpu: step.gpu(),
                         step: step.to_string(),
                         error,
                     });
@@ -321,6 +337,7 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
         Some(gpu) => Err(ApplyError::Step {
             number: shared.total,
             total: shared.total,
+            gpu,
             step: format!("GPU {gpu}: MIG mode change"),
             error: StepError::Gpu(
                 GpuError::new(Operation::SetMigMode.as_str(), Some(gpu), ErrorCode::ResetRequired)
@@ -352,9 +369,11 @@ async fn run_step(
         _ => None,
     };
     let node = shared.node.clone();
-    tokio::task::spawn_blocking(move || carry_out(&node, step, gi_created))
-        .await
-        .unwrap_or_else(|e| Err(StepError::Gpu(observe::panicked(e))))
+    tokio::task::spawn_blocking(logging::in_current_span(move || {
+        carry_out(&node, step, gi_created)
+    }))
+    .await
+    .unwrap_or_else(|e| Err(StepError::Gpu(observe::panicked(e))))
 }
 
 /// Carries out one step (blocking): a backend call, or an MPS or time-slice change.

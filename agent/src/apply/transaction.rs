@@ -11,6 +11,7 @@ use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
 use super::{ApplyError, Executor, NoLog, Progress, Purpose};
 use crate::node::NodeState;
 use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
+use crate::sys::log;
 
 /// How an apply that changed the GPUs ended well.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +208,12 @@ impl Transactions {
         progress: &UnboundedSender<Progress>,
     ) -> TransactionError {
         let warnings = Vec::new();
-        tracing::warn!("{error}; rolling back");
+        // A failed step's line carries its GPU and number (in the journal).
+        let span = match &error {
+            ApplyError::Step { number, gpu, .. } => log::step_span(*gpu, *number),
+            _ => tracing::Span::none(),
+        };
+        span.in_scope(|| tracing::warn!("{error}; rolling back"));
         let gpus: Vec<u32> = checkpoint.iter().map(|c| c.gpu).collect();
         let note = format!("rolling back GPU {} to the state before the apply", list(&gpus));
         let _ = progress.send(Progress::note(note));

@@ -48,7 +48,7 @@ pub use jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 pub use probe::{ProbeJob, ProbeOptions};
 
 /// The name of the job that re-applies the active profile at start-up.
-const BOOT_JOB: &str = "start-up";
+pub const BOOT_JOB: &str = "start-up";
 /// How long a job waits for the apply lock when no job holds it (the MPS health check
 /// does, for a moment) before it is refused as busy.
 const LOCK_WAIT: Duration = Duration::from_secs(20);

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gpushare_proto::{AgentError, JOB_PATH_PREFIX, JobState};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tracing::{Instrument, Span};
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
 use zbus::{Connection, ObjectServer};
@@ -45,12 +46,14 @@ impl Jobs {
 
     /// Publishes the job object at `path` and runs `work` in the background, forwarding
     /// its progress as signals; `work` returns the report and what must live until the
-    /// outcome is reported (the job holding the apply lock).
+    /// outcome is reported (the job holding the apply lock). The job's lines, its outcome's
+    /// included, are logged inside `span` (the job's fields in the journal).
     pub async fn spawn<F, Fut>(
         &self,
         server: &ObjectServer,
         connection: &Connection,
         path: OwnedObjectPath,
+        span: Span,
         object: JobObject,
         work: F,
     ) -> Result<OwnedObjectPath, AgentError>
@@ -62,7 +65,7 @@ impl Jobs {
         self.remember(server, path.clone()).await;
         let connection = connection.clone();
         let job_path = path.clone();
-        tokio::spawn(async move {
+        let task = async move {
             let (tx, mut rx) = unbounded_channel::<Progress>();
             let emitter = SignalEmitter::new(&connection, job_path.clone())
                 .expect("job paths are valid")
@@ -97,7 +100,8 @@ impl Jobs {
             let _ = JobObject::finished(&emitter, &text).await;
             // Only now may another job start, or the agent stop.
             drop(keep_until_reported);
-        });
+        };
+        tokio::spawn(task.instrument(span));
         Ok(path)
     }
 

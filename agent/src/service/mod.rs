@@ -19,6 +19,7 @@ use zbus::{Connection, ObjectServer, interface};
 
 use crate::access::AccessPolicy;
 use crate::engine::{Engine, ProfileRef};
+use crate::sys::log;
 use errors::access_denied;
 use job::{JobObject, Jobs};
 
@@ -139,8 +140,9 @@ impl AgentService {
         let path = self.jobs.next_path();
         let job = self.engine.begin_probe(options, path.as_str()).await?;
         let engine = Arc::clone(&self.engine);
+        let span = log::job_span(path.as_str());
         self.jobs
-            .spawn(server, connection, path, JobObject::default(), async move |tx| {
+            .spawn(server, connection, path, span, JobObject::default(), async move |tx| {
                 let report = engine.run_probe(&job, tx).await;
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
             })
@@ -169,8 +171,9 @@ impl AgentService {
         let watcher = job::cancel_when_gone(connection, sender.to_owned(), cancel.clone()).await;
         let object = JobObject::cancellable(cancel, sender.to_string());
         let engine = Arc::clone(&self.engine);
+        let span = log::job_span(path.as_str());
         self.jobs
-            .spawn(server, connection, path, object, async move |tx| {
+            .spawn(server, connection, path, span, object, async move |tx| {
                 let report = engine.run_bench(&job, tx).await;
                 watcher.abort();
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
@@ -240,10 +243,12 @@ impl AgentService {
         let options = options::apply_options(options)?;
         let path = self.jobs.next_path();
         let job = self.engine.begin_apply(profile, options.force, path.as_str()).await?;
-        tracing::info!(job = %path.as_str(), profile = %job.plan().profile, steps = job.plan().step_count(), "apply started");
+        let profile = &job.plan().profile;
+        tracing::info!(job = %path.as_str(), profile = %profile, steps = job.plan().step_count(), "apply started");
+        let span = log::apply_span(path.as_str(), profile);
         let engine = Arc::clone(&self.engine);
         self.jobs
-            .spawn(server, connection, path, JobObject::default(), async move |tx| {
+            .spawn(server, connection, path, span, JobObject::default(), async move |tx| {
                 let report = engine.run_apply(&job, tx).await;
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
             })

@@ -1,8 +1,10 @@
 //! What the agent needs from the operating system, written once: running external
 //! programs ([`command`]), files written atomically ([`files`]), what `/proc` says about
-//! processes ([`procfs`]), and the few raw C library calls ([`unix`]).
+//! processes ([`procfs`]), the few raw C library calls ([`unix`]), and where log lines go:
+//! stderr or the systemd journal ([`log`]).
 
 pub mod command;
 pub mod files;
+pub mod log;
 pub mod procfs;
 pub mod unix;
