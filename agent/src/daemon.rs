@@ -182,11 +182,14 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     );
 
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
-    notify_systemd(&engine, systemd_events);
+    notify_systemd(&engine, systemd_events, boot_job.is_some());
 
     // Started, for systemd, once the GPUs are in their profile: units ordered after the
     // agent (and nvidia-gpu-reset.target, which DCGM and nvsm wait for) never see MIG on
-    // with its instances still missing.
+    // with its instances still missing, and `systemctl restart gpushare-agent && gpushare-ctl
+    // apply …` never finds the re-apply running. Clients that do not wait for systemd (a
+    // D-Bus activation, an agent started by hand) are served meanwhile: their applies wait
+    // for the re-apply (Engine::lock) instead of being refused.
     match boot_job {
         Some(job) => {
             let engine = Arc::clone(&engine);
@@ -327,9 +330,10 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
     });
 }
 
-/// systemd: ready once the bus name and the GPUs are up; `STATUS=` around jobs (from
-/// `events`); the watchdog pinged from a task of its own that never waits on the driver.
-fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>) {
+/// systemd: `STATUS=` around jobs (from `events`; the first apply is the re-apply at
+/// start-up when `re_applying`, the agent not yet ready); the watchdog pinged from a task
+/// of its own that never waits on the driver. READY comes from [`notify_ready`].
+fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>, mut re_applying: bool) {
     let status = format!("serving {BUS_NAME}: {} GPU backend", engine.backend_kind());
     let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
     if let Some(timeout) = sd_notify::watchdog_enabled() {
@@ -344,6 +348,11 @@ fn notify_systemd(engine: &Engine, mut events: Receiver<EngineEvent>) {
     tokio::spawn(async move {
         loop {
             let status = match events.recv().await {
+                Ok(EngineEvent::JobStarted { kind: JobKind::Apply { profile }, steps })
+                    if std::mem::take(&mut re_applying) =>
+                {
+                    format!("re-applying {profile} at start-up ({steps} steps); ready once done")
+                }
                 Ok(EngineEvent::JobStarted { kind: JobKind::Apply { profile }, steps }) => {
                     format!("applying {profile} ({steps} steps)")
                 }

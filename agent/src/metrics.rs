@@ -520,6 +520,7 @@ mod tests {
             active_source: Some("built-in".into()),
             backend: "simulated".into(),
             apply_in_progress: None,
+            starting_up: false,
             rollback_error: None,
             hands_off: None,
             start_up_error: None,

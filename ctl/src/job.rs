@@ -5,9 +5,17 @@
 //! lines otherwise (steps numbered as they begin on any GPU; `verifying` and a rollback's
 //! `rolling back: …` lines without a count), nothing with `--json`.
 //!
+//! A job the agent refuses as busy because its re-apply at start-up still runs (`status`'s
+//! `starting_up`) is asked for again until that ends: the agent itself waits up to 20 s per
+//! call, within the 25 s a D-Bus client waits for a reply, and ctl calls again for as long
+//! as systemd would wait for the agent's start (`TimeoutStartSec`), saying once on stderr
+//! that it waits. A job refused because another client's job runs is not asked for again.
+//!
 //! Ctrl-C ([`OnInterrupt`]) leaves the job to the agent at once (apply, probe), or first
 //! asks the agent to cancel it and keeps following it to its end (bench), leaving at the
 //! second Ctrl-C.
+
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE, JobProxy};
@@ -25,6 +33,13 @@ use crate::output::Output;
 
 /// How many job signals may queue while the starting call is in flight.
 const SIGNAL_QUEUE: usize = 4096;
+/// How long ctl keeps calling again while the agent refuses the job because its re-apply
+/// at start-up still runs (the unit's `TimeoutStartSec`, which systemd would wait for its
+/// start); each call waits up to 20 s in the agent itself.
+const START_UP_PATIENCE: Duration = Duration::from_secs(900);
+/// The least time between two such calls (the agent answers at once when it predates
+/// waiting).
+const START_UP_RETRY: Duration = Duration::from_secs(1);
 
 /// What Ctrl-C does while ctl follows a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +83,35 @@ pub async fn start_and_follow_with(
         CtlError::ctl(Kind::Failed, format!("cannot watch for Ctrl-C during the {what}: {e}"))
     })?;
     let starting = client.call(method, async |a| {
-        // Subscribe first: the job may finish before the reply reaches us.
-        let jobs = MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
-        let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
-        let job = start(a).await?;
-        Ok((job, jobs, owners, a.conn.clone()))
+        let mut waiting_since = None;
+        loop {
+            // Subscribe first: the job may finish before the reply reaches us.
+            let jobs =
+                MessageStream::for_match_rule(job_rule()?, &a.conn, Some(SIGNAL_QUEUE)).await?;
+            let owners = MessageStream::for_match_rule(owner_rule()?, &a.conn, None).await?;
+            let asked = Instant::now();
+            let busy = match start(a).await {
+                Ok(job) => return Ok((job, jobs, owners, a.conn.clone())),
+                Err(e @ AgentError::Busy(_)) => e,
+                Err(e) => return Err(e),
+            };
+            // The agent's re-apply at start-up, which the agent waited for up to 20 s:
+            // ctl waits on, calling again, as long as it runs (and so long as systemd
+            // would wait for the agent's start).
+            let since = *waiting_since.get_or_insert(asked);
+            let Some(running) = re_applying_at_start_up(a).await else { return Err(busy) };
+            if since.elapsed() >= START_UP_PATIENCE {
+                return Err(busy);
+            }
+            if since == asked && !out.json {
+                eprintln!(
+                    "gpushare-ctl: waiting for the agent's re-apply at start-up to finish ({running})"
+                );
+            }
+            if asked.elapsed() < START_UP_RETRY {
+                tokio::time::sleep(START_UP_RETRY).await;
+            }
+        }
     });
     let (job, jobs, owners, conn) = tokio::select! {
         started = starting => started?,
@@ -108,6 +147,18 @@ async fn cancel_job(conn: Connection, job: OwnedObjectPath) -> Result<(), AgentE
     let proxy =
         JobProxy::builder(&conn).path(job)?.cache_properties(CacheProperties::No).build().await?;
     proxy.cancel().await
+}
+
+/// The job `status` names when it is the agent's re-apply at start-up (`starting_up`);
+/// `None` when another job runs, or none, or the status cannot be read.
+async fn re_applying_at_start_up(agent: &Agent) -> Option<String> {
+    let raw = agent.proxy.status().await.ok()?;
+    let status: serde_json::Value = serde_json::from_str(&raw).ok()?;
+    if status.get("starting_up")?.as_bool()? {
+        Some(status.get("apply_in_progress")?.as_str().unwrap_or("start-up").to_string())
+    } else {
+        None
+    }
 }
 
 /// Signals of job objects, from the agent's name.

@@ -108,6 +108,35 @@ fn progress_counts_every_step_once_in_order_across_parallel_gpus() {
     assert!(err.ends_with("verifying\n"), "{err}");
 }
 
+/// Issue 13's case (point 11): four GPUs reconfigured at once (half-balanced to
+/// all-balanced, 40 steps), each call of the simulated driver slowed so that the GPUs'
+/// steps overlap, stdout and stderr not terminals: each step's `[n/N]` line once, in
+/// order (an agent that numbered steps by those finished printed `[1/40]` four times and
+/// skipped numbers), then `verifying`, and the result alone on stdout.
+#[test]
+fn progress_lines_stay_in_order_while_the_steps_of_gpus_overlap() {
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_DELAY_MS", "5"));
+    for round in 0..3 {
+        for profile in ["all-disabled", "half-balanced"] {
+            let out = agent.ctl(&["apply", profile]);
+            assert!(out.status.success(), "{}", text(&out));
+        }
+        let total = agent.ctl_doc::<PlanReport>(&["plan", "all-balanced"]).steps.len() as u32;
+        assert_eq!(total, 40, "the GPUs of the second half change");
+        let out = agent.ctl(&["apply", "all-balanced"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let err = stderr(&out);
+        let (counted, other) = progress_lines(&err);
+        let expected: Vec<(u32, u32)> = (1..=total).map(|n| (n, total)).collect();
+        assert_eq!(counted, expected, "round {round}: {err}");
+        assert_eq!(other, ["verifying"], "round {round}: {err}");
+        let result = stdout(&out);
+        assert!(result.starts_with("Applied all-balanced: 40 steps in "), "{result}");
+        assert_eq!(result.lines().count(), 1, "{result}");
+    }
+}
+
 #[test]
 fn a_rollback_is_told_apart_from_the_apply() {
     let agent = Agent::start(

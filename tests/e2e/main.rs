@@ -13,6 +13,7 @@ mod metrics;
 mod plan_safety;
 mod profile_input;
 mod sharing;
+mod start_up;
 mod transactions;
 mod wire;
 

@@ -63,7 +63,14 @@ fn the_documents_keep_their_field_names() {
     let status = raw(&agent, &["status"]);
     has_fields(
         &status,
-        &["active_profile", "backend", "apply_in_progress", "rollback_error", "gpus"],
+        &[
+            "active_profile",
+            "backend",
+            "apply_in_progress",
+            "starting_up",
+            "rollback_error",
+            "gpus",
+        ],
     );
     let gpu = &status["gpus"][0];
     has_fields(

@@ -161,6 +161,19 @@ impl AgentOptions {
     }
 }
 
+/// How long starting an agent waits before the test goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Until it answers `status` with no apply in progress: its re-apply at start-up, if
+    /// any, is over.
+    Settled,
+    /// Until its bus name answers `status`, whatever it is doing (the re-apply at start-up
+    /// may still run).
+    Answering,
+    /// Not at all: the process has been started.
+    Started,
+}
+
 /// A running `gpushare-agent` on a private bus, stopped on drop. Its state directory
 /// outlives restarts of the agent.
 pub struct Agent {
@@ -183,11 +196,13 @@ impl Agent {
         std::fs::write(dir.path().join("agent.toml"), with_sim_tools(&options, dir.path()))
             .unwrap();
         let mut agent = Agent { child: None, options, dir, bus: Bus::start() };
-        agent.spawn();
+        agent.spawn(Wait::Settled);
         agent
     }
 
-    fn spawn(&mut self) {
+    /// Starts the agent process and waits as `wait` says; the first status it answered
+    /// with, unless it was not waited for.
+    fn spawn(&mut self, wait: Wait) -> Option<Status> {
         let d = self.dir.path();
         let mut command = Command::new(self.binary("gpushare-agent", "GPUSHARE_AGENT_BIN"));
         if !self.options.simulate.is_empty() {
@@ -220,16 +235,20 @@ impl Agent {
             .spawn()
             .expect("gpushare-agent starts");
         self.child = Some(child);
-        wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
-            // Ready: answering, and done with any re-apply at start-up.
+        if wait == Wait::Started {
+            return None;
+        }
+        let first = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
             let out = self.ctl(&["status", "--json"]);
             if out.status.success() {
                 // A document that does not parse counts as ready: the test's own status()
                 // reports it.
-                let ready = serde_json::from_slice::<Status>(&out.stdout)
-                    .map_or(true, |status| status.apply_in_progress.is_none());
+                let status = serde_json::from_slice::<Status>(&out.stdout).ok();
+                // Settled: done with any re-apply at start-up too.
+                let ready = wait == Wait::Answering
+                    || status.as_ref().is_none_or(|s| s.apply_in_progress.is_none());
                 if ready {
-                    return Ok(());
+                    return Ok(status);
                 }
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -241,6 +260,7 @@ impl Agent {
         if !self.options.simulate.is_empty() && self.options.binaries.is_none() {
             self.assert_simulated_driver_loaded();
         }
+        first
     }
 
     /// Fails the test unless the agent runs the NVML backend on gpushare's simulated
@@ -293,21 +313,27 @@ impl Agent {
     /// Starts the agent again on the same bus and state directory.
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        self.spawn(Wait::Settled);
     }
 
     /// Starts the agent again with this environment instead of the one it had
     /// (`GPUSHARE_SIM_*`), on the same bus and state directory.
     pub fn restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.restart_waiting(env, Wait::Settled);
+    }
+
+    /// [`Agent::restart_with_env`], waiting as `wait` says; the first status the agent
+    /// answered with, unless it was not waited for.
+    pub fn restart_waiting(&mut self, env: &[(&str, &str)], wait: Wait) -> Option<Status> {
         self.stop();
         self.options.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        self.spawn();
+        self.spawn(wait)
     }
 
     /// Starts the agent after it was killed (no SIGTERM to send).
     pub fn start_again(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn(Wait::Settled);
     }
 
     /// Waits up to `timeout` for the agent to exit by itself, and returns how it did.

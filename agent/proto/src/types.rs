@@ -19,6 +19,11 @@ pub struct Status {
     pub backend: String,
     /// The apply changing the GPUs right now (job and profile), if any.
     pub apply_in_progress: Option<String>,
+    /// Whether that apply is the agent's re-apply of its profile at start-up (the job
+    /// `start-up`). Applies, probes and benches that arrive meanwhile wait for it rather
+    /// than be refused as busy (each call up to 20 s; gpushare-ctl calls again).
+    #[serde(default)]
+    pub starting_up: bool,
     /// Set when an apply failed and so did its rollback, or its end could not be written
     /// to the journal: the GPUs may be between layouts until the next apply rolls it back.
     #[serde(default)]

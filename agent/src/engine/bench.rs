@@ -248,7 +248,7 @@ impl Engine {
         let identity = Identity::of_user(caller_uid).map_err(|e| {
             EngineError::NotPossible(format!("the replicas' user (uid {caller_uid}): {e}"))
         })?;
-        let lock = self.lock().await?;
+        let lock = self.lock(None).await?;
         let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
@@ -313,7 +313,7 @@ impl Engine {
             .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
         let running =
             RunningJob { id: job.to_string(), kind: JobKind::Bench { target: uuid.clone() } };
-        let guard = JobGuard::new(lock, running, self.running.clone(), self.events.clone());
+        let guard = self.job_guard(lock, running);
         let mut job = BenchJob {
             options,
             uuid,

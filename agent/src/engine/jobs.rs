@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gpushare_proto::types::ProbeReport;
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::error::EngineError;
 use super::events::{EngineEvent, Events};
@@ -145,9 +145,13 @@ pub struct JobReport {
 /// The apply lock, held by one job: it names the job for `status` and for `Busy` errors
 /// while the job runs. [`JobGuard::finish`] (or dropping it) clears the name and, for a
 /// job that had started, tells the engine's listeners that the GPUs may have changed; the
-/// lock itself goes only when the guard is dropped, after the outcome was reported.
+/// lock itself goes only when the guard is dropped, after the outcome was reported, and
+/// then wakes the calls that wait for it (those that arrived during the re-apply at
+/// start-up).
 pub struct JobGuard {
-    _lock: OwnedMutexGuard<()>,
+    /// `Some` until the guard is dropped.
+    lock: Option<OwnedMutexGuard<()>>,
+    released: Arc<Notify>,
     running: Arc<Mutex<Option<RunningJob>>>,
     events: Events,
     kind: JobKind,
@@ -156,16 +160,26 @@ pub struct JobGuard {
 }
 
 impl JobGuard {
-    /// Holds `lock` for `job`, which `running` names while it is held.
+    /// Holds `lock` for `job`, which `running` names while it is held; `released` is told
+    /// when the lock goes.
     pub(super) fn new(
         lock: OwnedMutexGuard<()>,
         job: RunningJob,
         running: Arc<Mutex<Option<RunningJob>>>,
+        released: Arc<Notify>,
         events: Events,
     ) -> Self {
         let kind = job.kind.clone();
         *running.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
-        JobGuard { _lock: lock, running, events, kind, started: false, finished: false.into() }
+        JobGuard {
+            lock: Some(lock),
+            released,
+            running,
+            events,
+            kind,
+            started: false,
+            finished: false.into(),
+        }
     }
 
     /// The job has been planned and begins its `steps`.
@@ -191,6 +205,8 @@ impl JobGuard {
 impl Drop for JobGuard {
     fn drop(&mut self) {
         self.finish();
+        drop(self.lock.take());
+        self.released.notify_waiters();
     }
 }
 

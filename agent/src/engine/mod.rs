@@ -5,9 +5,11 @@
 //! [`EngineError`]s, which the service alone turns into D-Bus errors.
 //!
 //! One job runs at a time: [`Engine::begin_apply`] and [`Engine::begin_probe`] take the
-//! apply lock or fail with [`EngineError::Busy`] at once; the lock travels with the job
-//! ([`ApplyJob`], [`ProbeJob`]) until it is dropped. Listeners (metrics, systemd) follow
-//! the engine through [`EngineEvent`]s.
+//! apply lock or fail with [`EngineError::Busy`] at once — unless what holds it is the
+//! re-apply at start-up or a holder without a name (the MPS health check), which they wait
+//! for a while (see [`LOCK_WAIT`]); the lock travels with the job ([`ApplyJob`],
+//! [`ProbeJob`]) until it is dropped. Listeners (metrics, systemd) follow the engine
+//! through [`EngineEvent`]s.
 
 pub mod bench;
 pub mod error;
@@ -25,7 +27,7 @@ use gpushare_proto::types::{
 };
 use gpushare_proto::{MPS_THREAD_PERCENTAGE, Strategy};
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
@@ -49,9 +51,15 @@ pub use probe::{ProbeJob, ProbeOptions};
 
 /// The name of the job that re-applies the active profile at start-up.
 pub const BOOT_JOB: &str = "start-up";
-/// How long a job waits for the apply lock when no job holds it (the MPS health check
-/// does, for a moment) before it is refused as busy.
+/// How long, in all, a job waits for the apply lock while the re-apply at start-up holds
+/// it, or a holder without a name (the MPS health check, for a moment; a job letting go)
+/// does, before it is refused as busy. Below the 25 s after which D-Bus clients (libdbus,
+/// busctl, gpushare-ctl) stop waiting for a reply, so that no job starts for a caller that
+/// has given up; gpushare-ctl calls again while the start-up re-apply runs.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
+/// How often a job waiting for the lock looks again while its holder has no name; a job's
+/// release wakes it at once.
+const LOCK_POLL: Duration = Duration::from_millis(20);
 
 /// The agent's engine: the node, the known profiles, the journal, the apply lock.
 pub struct Engine {
@@ -66,7 +74,11 @@ pub struct Engine {
     transactions: Transactions,
     policy: PlanOptions,
     apply_lock: Arc<AsyncMutex<()>>,
+    /// The job holding the apply lock, changed together with taking the lock (under this
+    /// mutex), so that a caller finding the lock held also finds who holds it.
     running: Arc<Mutex<Option<RunningJob>>>,
+    /// Told when a job releases the apply lock: wakes the calls waiting for it.
+    released: Arc<Notify>,
     events: Events,
     /// Why the agent changes nothing on this node (its configuration did not read), if so.
     hands_off: Option<String>,
@@ -179,6 +191,7 @@ impl Engine {
             policy,
             apply_lock: Arc::new(AsyncMutex::new(())),
             running: Arc::new(Mutex::new(None)),
+            released: Arc::new(Notify::new()),
             events: Events::new(),
             hands_off: None,
             document_work: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -292,6 +305,7 @@ impl Engine {
             active_profile: journal.active_profile,
             active_source,
             backend: self.backend_kind().as_str().to_string(),
+            starting_up: running.as_ref().is_some_and(|job| job.id == BOOT_JOB),
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
             hands_off: self.hands_off.clone(),
@@ -676,24 +690,63 @@ impl Engine {
     /// Takes the apply lock for job `id` doing `kind`, or says what holds it. Applies and
     /// probes share it: neither may overlap the other.
     async fn lock_for(&self, id: &str, kind: JobKind) -> Result<JobGuard, EngineError> {
-        let lock = self.lock().await?;
         let job = RunningJob { id: id.to_string(), kind };
-        Ok(JobGuard::new(lock, job, Arc::clone(&self.running), self.events.clone()))
+        let lock = self.lock(Some(&job)).await?;
+        Ok(self.job_guard(lock, job))
     }
 
-    /// Takes the apply lock for a job. Another job holding it refuses this one at once;
-    /// the MPS health check (or a job just letting go) holds it only for a moment, so then
-    /// this one waits, up to [`LOCK_WAIT`], rather than fail for no reason of its caller's.
-    async fn lock(&self) -> Result<OwnedMutexGuard<()>, EngineError> {
-        if let Ok(lock) = Arc::clone(&self.apply_lock).try_lock_owned() {
-            return Ok(lock);
+    /// The guard of `job`, holding `lock`.
+    fn job_guard(&self, lock: OwnedMutexGuard<()>, job: RunningJob) -> JobGuard {
+        let (running, released) = (Arc::clone(&self.running), Arc::clone(&self.released));
+        JobGuard::new(lock, job, running, released, self.events.clone())
+    }
+
+    /// Takes the apply lock for a job, and names it `job` (when given) in the same moment.
+    /// Another job holding the lock refuses this one at once (applies are never queued),
+    /// except the re-apply at start-up: a caller that arrives while the agent is still
+    /// bringing its GPUs back to the active profile (a boot script, right after `systemctl
+    /// restart` without waiting for systemd, a D-Bus activation) did not choose to race
+    /// it, so it waits for it, and then plans against the GPUs as that left them. A holder
+    /// without a name (the MPS health check, a job letting go) is waited for too. Either
+    /// wait lasts up to [`LOCK_WAIT`] in all, then the call is refused as busy naming the
+    /// holder.
+    async fn lock(&self, job: Option<&RunningJob>) -> Result<OwnedMutexGuard<()>, EngineError> {
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let mut told = false;
+        loop {
+            // Listening before looking: a release in between is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let holder = {
+                let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Ok(lock) = Arc::clone(&self.apply_lock).try_lock_owned() {
+                    if let Some(job) = job {
+                        *running = Some(job.clone());
+                    }
+                    return Ok(lock);
+                }
+                running.clone()
+            };
+            let now = tokio::time::Instant::now();
+            let look_again = match &holder {
+                Some(held) if held.id != BOOT_JOB => return Err(EngineError::Busy(holder)),
+                _ if now >= deadline => return Err(EngineError::Busy(holder)),
+                // A job's release wakes this one; nothing else is worth looking at.
+                Some(held) => {
+                    if !told {
+                        tracing::info!("waiting for the re-apply at start-up ({held})");
+                        told = true;
+                    }
+                    deadline
+                }
+                None => (now + LOCK_POLL).min(deadline),
+            };
+            tokio::select! {
+                () = &mut released => {}
+                () = tokio::time::sleep_until(look_again) => {}
+            }
         }
-        if let Some(job) = self.running_job() {
-            return Err(EngineError::Busy(Some(job)));
-        }
-        tokio::time::timeout(LOCK_WAIT, Arc::clone(&self.apply_lock).lock_owned())
-            .await
-            .map_err(|_| EngineError::Busy(self.running_job()))
     }
 
     /// Waits for a running job to end and keeps any new one from starting: for shutdown.
@@ -849,6 +902,44 @@ mod tests {
             assert!(matches!(busy, Err(EngineError::Busy(Some(_)))), "{:?}", busy.err());
             assert!(started.elapsed() < Duration::from_secs(1));
             drop(job);
+        });
+    }
+
+    #[test]
+    fn jobs_wait_for_the_start_up_re_apply_and_are_never_queued_behind_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let boot = engine.begin_apply(ProfileRef::Named("all-balanced"), false, BOOT_JOB);
+            let boot = boot.await.unwrap();
+            let status = engine.status().await.unwrap();
+            assert!(status.starting_up);
+            assert_eq!(status.apply_in_progress.as_deref(), Some("start-up, profile all-balanced"));
+            let first = engine.begin_apply(ProfileRef::Named("all-disabled"), false, "j1");
+            let second = engine.begin_apply(ProfileRef::Named("half-balanced"), false, "j2");
+            let re_apply = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+                let report = engine.run_apply(&boot, tx).await;
+                assert_eq!(report.result, JobResult::Success, "{:?}", report.error);
+                drop(boot);
+            };
+            let (first, second, ()) = tokio::join!(first, second, re_apply);
+            // Both waited for the re-apply instead of being refused; the first to take the
+            // lock refuses the other, as any running job does.
+            let first = first.expect("the apply waited for the start-up re-apply");
+            assert!(
+                matches!(second, Err(EngineError::Busy(Some(ref r))) if r.id == "j1"),
+                "{:?}",
+                second.err()
+            );
+            // Planned against the GPUs as the re-apply left them: MIG on, to be turned off.
+            assert!(first.plan().step_count() > 0);
+            let status = engine.status().await.unwrap();
+            assert!(!status.starting_up);
+            assert_eq!(status.apply_in_progress.as_deref(), Some("j1, profile all-disabled"));
+            drop(first);
         });
     }
 
