@@ -51,6 +51,11 @@ struct Args {
     #[arg(long)]
     check_driver: bool,
 
+    /// Stop every MPS control daemon under the configured MPS root, each through its own
+    /// control binary, and exit (the package's removal runs it once the unit stopped).
+    #[arg(long, hide = true)]
+    stop_mps: bool,
+
     /// Print what NVML answers about every GPU as JSON, read-only, and exit (to compare a
     /// real driver's answers with the simulated driver's).
     #[arg(long, hide = true)]
@@ -116,6 +121,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if args.stop_mps {
+        return stop_mps(&args.config);
     }
     let settings = Settings {
         simulate: args.simulate,
@@ -191,6 +199,30 @@ fn fail(log: Destination, why: &str) -> ExitCode {
         Destination::Stderr => eprintln!("gpushare-agent: {why}"),
     }
     ExitCode::FAILURE
+}
+
+/// `--stop-mps`: quits every MPS control daemon with a record under the MPS root, through
+/// the daemon's own executable (`/proc/PID/exe`: NVIDIA's control binary, or the
+/// simulator's for an agent that ran `--simulate`), and removes its directory.
+fn stop_mps(config: &std::path::Path) -> ExitCode {
+    use gpushare_agent::sharing::mps::{MpsConfig, MpsController};
+    // A configuration that does not read still has the default root.
+    let mps = gpushare_agent::config::AgentConfig::load(config).unwrap_or_default().mps;
+    let found =
+        MpsController::new(MpsConfig { control: mps.control.clone(), root: mps.root.clone() });
+    let mut failed = false;
+    for daemon in found.daemons() {
+        let control = daemon
+            .pid
+            .and_then(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).ok())
+            .unwrap_or_else(|| mps.control.clone());
+        let owner = MpsController::new(MpsConfig { control, root: mps.root.clone() });
+        if let Err(e) = owner.stop(&daemon.record.uuid) {
+            eprintln!("gpushare-agent: {e}");
+            failed = true;
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 /// `--check-catalog`: NVML's MIG profile tables against the catalog, read-only.
