@@ -926,20 +926,28 @@ mod tests {
                 drop(boot);
             };
             let (first, second, ()) = tokio::join!(first, second, re_apply);
-            // Both waited for the re-apply instead of being refused; the first to take the
-            // lock refuses the other, as any running job does.
-            let first = first.expect("the apply waited for the start-up re-apply");
+            // Both waited for the re-apply instead of being refused; whichever took the
+            // lock first (the order the two wake in is not fixed) refuses the other, as any
+            // running job does.
+            let (winner, loser, running) = match (first, second) {
+                (Ok(job), Err(e)) => (job, e, ("j1", "j1, profile all-disabled")),
+                (Err(e), Ok(job)) => (job, e, ("j2", "j2, profile half-balanced")),
+                (first, second) => panic!(
+                    "one apply should run and the other be refused: {:?} / {:?}",
+                    first.err(),
+                    second.err()
+                ),
+            };
             assert!(
-                matches!(second, Err(EngineError::Busy(Some(ref r))) if r.id == "j1"),
-                "{:?}",
-                second.err()
+                matches!(loser, EngineError::Busy(Some(ref r)) if r.id == running.0),
+                "{loser:?}"
             );
-            // Planned against the GPUs as the re-apply left them: MIG on, to be turned off.
-            assert!(first.plan().step_count() > 0);
+            // Planned against the GPUs as the re-apply left them: MIG on, to be changed.
+            assert!(winner.plan().step_count() > 0);
             let status = engine.status().await.unwrap();
             assert!(!status.starting_up);
-            assert_eq!(status.apply_in_progress.as_deref(), Some("j1, profile all-disabled"));
-            drop(first);
+            assert_eq!(status.apply_in_progress.as_deref(), Some(running.1));
+            drop(winner);
         });
     }
 
