@@ -25,17 +25,7 @@ echo "== 1. the parts of a switch, alone"
 python3 "$root/tests/device/mps-switch-parts.py" "$work"
 
 echo "== 2. applies of an MPS profile with limits (agent, debug log) vs a bare start"
-log_level="info,gpushare_agent=debug"
-# lib.sh's start_agent sets GPUSHARE_LOG=info itself: start it here with debug.
-dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
-  --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
-bus_pid=$!
-for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
-export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
-GPUSHARE_LOG="$log_level" "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
-  --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$work/agent.log" &
-agent_pid=$!
-for _ in $(seq 200); do ctl status --json >/dev/null 2>&1 && break; sleep 0.05; done
+agent_log_level="info,gpushare_agent=debug" start_agent "$work/agent.log"
 for i in 1 2 3 4 5; do
   printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' $((30 + i)) >"$work/switch.toml"
   echo "-- switch $i" >>"$work/agent.log"
@@ -102,6 +92,5 @@ for name, x in runs:
 PY
   cat "$work/threads-$shape.txt"
 done
-kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
-kill "$bus_pid"
+stop_agent
 ps -eo stat=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"

@@ -3,14 +3,15 @@
 # scratch directory).
 
 # Starts dbus-daemon on $work/bus and gpushare-agent (NVML) on it with $work/agent.toml,
-# logging to $1; exports GPUSHARE_BUS_ADDRESS and waits until the agent answers.
+# logging to $1 (at $agent_log_level, default info); exports GPUSHARE_BUS_ADDRESS and waits
+# until the agent answers.
 start_agent() {
   dbus-daemon --config-file="$root/tests/dbus/session.conf" --address="unix:path=$work/bus" \
     --nofork --nopidfile --print-address=1 >"$work/address" 2>/dev/null &
   bus_pid=$!
   for _ in $(seq 100); do [ -s "$work/address" ] && break; sleep 0.05; done
   export GPUSHARE_BUS_ADDRESS=$(head -n1 "$work/address")
-  GPUSHARE_LOG=info "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
+  GPUSHARE_LOG=${agent_log_level:-info} "$bin/gpushare-agent" --bus "$GPUSHARE_BUS_ADDRESS" --config "$work/agent.toml" \
     --state-dir "$work/state" --profiles-dir "$work/profiles.d" 2>"$1" &
   agent_pid=$!
   for _ in $(seq 200); do "$bin/gpushare-ctl" status --json >/dev/null 2>&1 && break; sleep 0.05; done
