@@ -28,11 +28,9 @@ echo "== 2. applies of an MPS profile with limits (agent, debug log) vs a bare s
 agent_log_level="info,gpushare_agent=debug" start_agent "$work/agent.log"
 for i in 1 2 3 4 5; do
   printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' $((30 + i)) >"$work/switch.toml"
-  echo "-- switch $i" >>"$work/agent.log"
   t=$(date +%s%N)
   ctl apply -f "$work/switch.toml" >/dev/null 2>&1 || echo "apply failed"
   echo "agent switch $i: $(( ($(date +%s%N) - t) / 1000000 )) ms"
-  echo "-- back $i" >>"$work/agent.log"
   ctl apply all-disabled >/dev/null 2>&1
 done
 cp "$work/agent.log" "$out/switch-agent-debug.log"
