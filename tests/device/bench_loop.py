@@ -24,13 +24,12 @@ def step():
     torch.cuda.synchronize()
 
 
-for _ in range(20):  # warm-up: kernels chosen, clocks up
-    step()
-
-if mode == "units":
-    # Lines batched, flushed every 10 ms: reporting costs no step of its own.
-    report = os.fdopen(int(os.environ["GPUSHARE_BENCH_REPORT"]), "w", buffering=1 << 16)
-    flushed = time.perf_counter()
+def reporting_loop(report, seconds=None):
+    """Steps, each followed by its latency in ms as a line on `report`, the lines batched
+    and flushed every 10 ms (reporting costs no step of its own); for `seconds`, or for
+    ever. Returns the steps per second."""
+    steps, start = 0, time.perf_counter()
+    flushed = start
     while True:
         t = time.perf_counter()
         step()
@@ -39,6 +38,16 @@ if mode == "units":
         if e - flushed > 0.01:
             report.flush()
             flushed = e
+        steps += 1
+        if seconds is not None and e - start >= seconds:
+            return steps / (e - start)
+
+
+for _ in range(20):  # warm-up: kernels chosen, clocks up
+    step()
+
+if mode == "units":
+    reporting_loop(os.fdopen(int(os.environ["GPUSHARE_BENCH_REPORT"]), "w", buffering=1 << 16))
 elif mode == "metrics":
     from prometheus_client import Histogram, start_http_server
 
@@ -54,20 +63,6 @@ elif mode == "hand":
     open(ready, "w").close()
     while not os.path.exists(go):
         time.sleep(0.0005)
-    # The same work per step as `units` (timing, a formatted line, a flush every 10 ms),
-    # the lines going to /dev/null: only the measuring differs, not the loop.
-    report = open(os.devnull, "w", buffering=1 << 16)
-    steps, start = 0, time.perf_counter()
-    flushed = start
-    while True:
-        t = time.perf_counter()
-        step()
-        e = time.perf_counter()
-        report.write(f"{(e - t) * 1000:.4f}\n")
-        if e - flushed > 0.01:
-            report.flush()
-            flushed = e
-        steps += 1
-        if e - start >= seconds:
-            break
-    print(f"{steps / (e - start):.3f}", flush=True)
+    # The same loop as `units`, its lines going to /dev/null: only the measuring differs.
+    rate = reporting_loop(open(os.devnull, "w", buffering=1 << 16), seconds)
+    print(f"{rate:.3f}", flush=True)

@@ -16,8 +16,7 @@ work=$(mktemp -d)
 mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-ctl() { "$bin/gpushare-ctl" "$@"; }
-printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' "$work" >"$work/agent.toml"
+write_hands_off_config
 loop="$root/tests/device/bench_loop.py"
 bench() {
   start_agent "$work/agent-$k.log"

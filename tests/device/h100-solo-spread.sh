@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' "$work" >"$work/agent.toml"
+write_hands_off_config
 loop="$root/tests/device/bench_loop.py"
 start_agent "$work/agent.log"
 for i in $(seq "$n"); do

@@ -16,8 +16,7 @@ work=$(mktemp -d)
 mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-ctl() { "$bin/gpushare-ctl" "$@"; }
-printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' "$work" >"$work/agent.toml"
+write_hands_off_config
 loop="$root/tests/device/bench_loop.py"
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 
@@ -26,13 +25,7 @@ python3 "$root/tests/device/mps-switch-parts.py" "$work"
 
 echo "== 2. applies of an MPS profile with limits (agent, debug log) vs a bare start"
 agent_log_level="info,gpushare_agent=debug" start_agent "$work/agent.log"
-for i in 1 2 3 4 5; do
-  printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' $((30 + i)) >"$work/switch.toml"
-  t=$(date +%s%N)
-  ctl apply -f "$work/switch.toml" >/dev/null 2>&1 || echo "apply failed"
-  echo "agent switch $i: $(( ($(date +%s%N) - t) / 1000000 )) ms"
-  ctl apply all-disabled >/dev/null 2>&1
-done
+time_agent_switches
 cp "$work/agent.log" "$out/switch-agent-debug.log"
 # In the agent: from its "apply started" (the plan made) to "job succeeded" (the server
 # started, limits set and read back, verified, the journal committed).
@@ -52,23 +45,7 @@ for line in open(sys.argv[1]):
 print("in the agent, apply started -> job succeeded ms:", " ".join(f"{s:.1f}" for s in spans),
       "median", f"{statistics.median(spans):.1f}")
 PY
-python3 - "$work" <<'PY'
-import os, subprocess, sys, time, statistics
-work = sys.argv[1]
-env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=f"{work}/bare/pipe", CUDA_MPS_LOG_DIRECTORY=f"{work}/bare/log")
-os.makedirs(env["CUDA_MPS_PIPE_DIRECTORY"]); os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"])
-ms = []
-for i in range(5):
-    t = time.perf_counter()
-    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
-    for c in (f"set_default_active_thread_percentage {31 + i}", "set_default_device_pinned_mem_limit 0 20G"):
-        subprocess.run(["nvidia-cuda-mps-control"], input=c + "\n", text=True, env=env, check=True, capture_output=True)
-    ms.append((time.perf_counter() - t) * 1000)
-    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, capture_output=True)
-    while subprocess.run("ps -eo stat=,args= | grep -v '^Z' | grep -q '[n]vidia-cuda-mps'", shell=True).returncode == 0:
-        time.sleep(0.02)
-print("bare -d + 2 limit commands ms:", " ".join(f"{m:.1f}" for m in ms), "median", f"{statistics.median(ms):.1f}")
-PY
+python3 "$root/tests/device/bare-switch.py" "$work"
 
 echo "== 3. the agent's CPU by thread over bench windows of ${seconds}s"
 for part in big:mps small:mps-limited; do

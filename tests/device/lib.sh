@@ -2,6 +2,30 @@
 # a small CUDA client. Needs $bin (release binaries), $root (the repository), $work (a
 # scratch directory).
 
+# gpushare-ctl of $bin (scripts may define their own after sourcing this).
+ctl() { "$bin/gpushare-ctl" "$@"; }
+
+# $work/agent.toml for a host you do not own: MIG and compute modes left alone, the MPS
+# servers under $work, no metrics listener.
+write_hands_off_config() {
+  printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' \
+    "$work" >"$work/agent.toml"
+}
+
+# Times five applies through the running agent of an MPS profile with both limits, each
+# followed by all-disabled: "agent switch I: N ms" (gpushare-ctl's wall time).
+time_agent_switches() {
+  local i t
+  for i in 1 2 3 4 5; do
+    printf 'name = "switch"\n[[gpu]]\nselect = "all"\nmig = "disabled"\nsharing.mps = { active_thread_percentage = %d, pinned_memory_limit = "20GiB" }\n' \
+      $((30 + i)) >"$work/switch.toml"
+    t=$(date +%s%N)
+    ctl apply -f "$work/switch.toml" >/dev/null 2>&1 || echo "apply failed"
+    echo "agent switch $i: $((($(date +%s%N) - t) / 1000000)) ms"
+    ctl apply all-disabled >/dev/null 2>&1
+  done
+}
+
 # Starts dbus-daemon on $work/bus and gpushare-agent (NVML) on it with $work/agent.toml,
 # logging to $1 (at $agent_log_level, default info); exports GPUSHARE_BUS_ADDRESS and waits
 # until the agent answers.
