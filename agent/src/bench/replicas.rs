@@ -622,39 +622,43 @@ mod tests {
         assert_eq!(read_in_pieces(text, &bytes, now), expected);
     }
 
-    #[test]
-    fn a_report_pipe_is_read_until_its_writer_is_gone() {
+    /// A reader thread on one report pipe: its writer, the replica's counts, the flag
+    /// that tells the reader to finish, and the thread.
+    struct Reading {
+        writer: File,
+        units: Arc<Mutex<Units>>,
+        finish: Arc<AtomicBool>,
+        thread: JoinHandle<()>,
+    }
+
+    fn start_reading() -> Reading {
         let (read_end, write_end) = unix::pipe().unwrap();
         let units = Arc::new(Mutex::new(Units::default()));
         let pipe = ReportPipe::new(read_end, Arc::clone(&units)).unwrap();
         let finish = Arc::new(AtomicBool::new(false));
-        let reader = {
+        let thread = {
             let finish = Arc::clone(&finish);
             std::thread::spawn(move || read_reports(vec![pipe], &finish))
         };
-        let mut writer = File::from(write_end);
+        Reading { writer: File::from(write_end), units, finish, thread }
+    }
+
+    #[test]
+    fn a_report_pipe_is_read_until_its_writer_is_gone() {
+        let Reading { mut writer, units, finish: _, thread } = start_reading();
         writer.write_all(b"1.5\n2.5\n3").unwrap();
         drop(writer);
-        reader.join().unwrap();
-        let units = lock(&units);
-        assert_eq!(units.latencies_ms, [1.5, 2.5, 3.0]);
+        thread.join().unwrap();
+        assert_eq!(lock(&units).latencies_ms, [1.5, 2.5, 3.0]);
     }
 
     #[test]
     fn the_reader_finishes_when_told_although_a_pipe_stays_open() {
-        let (read_end, write_end) = unix::pipe().unwrap();
-        let units = Arc::new(Mutex::new(Units::default()));
-        let pipe = ReportPipe::new(read_end, Arc::clone(&units)).unwrap();
-        let finish = Arc::new(AtomicBool::new(false));
-        let reader = {
-            let finish = Arc::clone(&finish);
-            std::thread::spawn(move || read_reports(vec![pipe], &finish))
-        };
         // A process a replica left behind holds the write end.
-        let mut writer = File::from(write_end);
+        let Reading { mut writer, units, finish, thread } = start_reading();
         writer.write_all(b"4\n5").unwrap();
         finish.store(true, Ordering::SeqCst);
-        reader.join().unwrap();
+        thread.join().unwrap();
         assert_eq!(lock(&units).latencies_ms, [4.0, 5.0]);
         drop(writer);
     }
