@@ -205,18 +205,25 @@ fn fail(log: Destination, why: &str) -> ExitCode {
 /// the daemon's own executable (`/proc/PID/exe`: NVIDIA's control binary, or the
 /// simulator's for an agent that ran `--simulate`), and removes its directory.
 fn stop_mps(config: &std::path::Path) -> ExitCode {
-    use gpushare_agent::sharing::mps::{MpsConfig, MpsController};
+    use gpushare_agent::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
     // A configuration that does not read still has the default root.
     let mps = gpushare_agent::config::AgentConfig::load(config).unwrap_or_default().mps;
-    let found =
-        MpsController::new(MpsConfig { control: mps.control.clone(), root: mps.root.clone() });
+    let found = MpsController::new(MpsConfig {
+        control: mps.control.clone(),
+        root: mps.root.clone(),
+        launch: MpsLaunch::Direct,
+    });
     let mut failed = false;
     for daemon in found.daemons() {
         let control = daemon
             .pid
             .and_then(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).ok())
             .unwrap_or_else(|| mps.control.clone());
-        let owner = MpsController::new(MpsConfig { control, root: mps.root.clone() });
+        let owner = MpsController::new(MpsConfig {
+            control,
+            root: mps.root.clone(),
+            launch: MpsLaunch::Direct,
+        });
         if let Err(e) = owner.stop(&daemon.record.uuid) {
             eprintln!("gpushare-agent: {e}");
             failed = true;

@@ -164,12 +164,13 @@ impl Executor {
     #[cfg(test)]
     pub fn for_tests(backend: Arc<dyn crate::gpu::GpuBackend>) -> Executor {
         use crate::sharing::SharingTools;
-        use crate::sharing::mps::{MpsConfig, MpsController};
+        use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
         use crate::sharing::timeslice::TimesliceControl;
         let sharing = SharingTools {
             mps: MpsController::new(MpsConfig {
                 control: "/nonexistent/nvidia-cuda-mps-control".into(),
                 root: "/nonexistent/gpushare-mps".into(),
+                launch: MpsLaunch::Direct,
             }),
             timeslice: TimesliceControl::new("/nonexistent/nvidia-smi"),
         };

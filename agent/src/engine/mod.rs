@@ -39,7 +39,7 @@ use crate::node::{NodeState, size_text};
 use crate::plan::{self, Plan, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore};
 use crate::sharing::SharingTools;
-use crate::sharing::mps::{MpsConfig, MpsController};
+use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
 use crate::sharing::supervisor::MpsSupervisor;
 use crate::sharing::timeslice::TimesliceControl;
 pub use bench::{BenchJob, BenchOptions};
@@ -160,10 +160,18 @@ impl Engine {
             manage_compute_mode: config.gpu.manage_compute_mode,
             force: false,
         };
+        let (mps_launch, why) = MpsLaunch::detect(&config.mps.root);
+        match mps_launch {
+            MpsLaunch::Unit { .. } => {
+                tracing::info!("MPS control daemons run as gpushare-mps@<uuid>.service units")
+            }
+            MpsLaunch::Direct => tracing::info!("MPS control daemons run from the agent: {why}"),
+        }
         let sharing = Arc::new(SharingTools {
             mps: MpsController::new(MpsConfig {
                 control: config.mps.control.clone(),
                 root: config.mps.root.clone(),
+                launch: mps_launch,
             }),
             timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
         });

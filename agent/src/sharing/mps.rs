@@ -9,6 +9,12 @@
 //! mechanism), and `<root>` sits under `/run`, which a reboot empties just as it ends the
 //! daemons.
 //!
+//! How a daemon is started ([`MpsLaunch`]): when the agent runs as a systemd service with
+//! the packaged root, as an instance of `gpushare-mps@.service` (`systemctl start
+//! gpushare-mps@<uuid>.service`), so that each daemon and its servers live in a cgroup and
+//! sandbox of their own, outside the agent's: an agent restart neither kills them nor
+//! finds them as left-over processes of its own unit. Anywhere else, `-d` from the agent.
+//!
 //! Commands go to the daemon the way NVIDIA documents: written to the stdin of a second
 //! `nvidia-cuda-mps-control` run with the same pipe directory. The control tool exits 0
 //! even for values it refuses (it answers the unchanged value), so every limit is read back
@@ -33,6 +39,15 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 const START_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The control daemon's pid file in the pipe directory.
 const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+/// The environment the `gpushare-mps@.service` instance reads, in the server directory.
+const SERVICE_ENV_FILE: &str = "service.env";
+/// The root `gpushare-mps@.service` has its paths under.
+pub const UNIT_ROOT: &str = "/run/gpushare/mps";
+/// The template unit that runs one control daemon.
+const UNIT_TEMPLATE: &str = "gpushare-mps@.service";
+/// Where systemd looks for the template (administrator's first, then the package's).
+const UNIT_DIRS: [&str; 3] =
+    ["/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"];
 
 /// Where the daemons live and which binary runs them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +56,75 @@ pub struct MpsConfig {
     pub control: PathBuf,
     /// Directory of the servers' directories (`/run/gpushare/mps`).
     pub root: PathBuf,
+    /// How a daemon is started.
+    pub launch: MpsLaunch,
+}
+
+/// How control daemons are started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MpsLaunch {
+    /// `nvidia-cuda-mps-control -d` run by the agent: the daemon is the agent's child (and
+    /// under systemd in the agent's cgroup, where `KillMode=process` keeps it alive).
+    Direct,
+    /// `systemctl start gpushare-mps@<uuid>.service`: the daemon in a unit of its own.
+    Unit {
+        /// The `systemctl` that starts the instances.
+        systemctl: PathBuf,
+    },
+}
+
+impl MpsLaunch {
+    /// [`MpsLaunch::Unit`] when the agent runs as a systemd service (`INVOCATION_ID`, which
+    /// systemd sets for a unit's processes), its MPS root is the one the template's paths
+    /// name, the template is installed and `systemctl` runs; otherwise
+    /// [`MpsLaunch::Direct`], with the reason for the log.
+    pub fn detect(root: &Path) -> (MpsLaunch, &'static str) {
+        if std::env::var_os("INVOCATION_ID").is_none() {
+            return (MpsLaunch::Direct, "the agent does not run as a systemd service");
+        }
+        if root != Path::new(UNIT_ROOT) {
+            return (
+                MpsLaunch::Direct,
+                "[mps] root is not /run/gpushare/mps, where gpushare-mps@.service has its paths",
+            );
+        }
+        if !UNIT_DIRS.iter().any(|dir| Path::new(dir).join(UNIT_TEMPLATE).is_file()) {
+            return (MpsLaunch::Direct, "gpushare-mps@.service is not installed");
+        }
+        match crate::sys::command::find_program(Path::new("systemctl")) {
+            Ok(systemctl) => (MpsLaunch::Unit { systemctl }, "the template and systemctl are here"),
+            Err(_) => (MpsLaunch::Direct, "systemctl is not on PATH"),
+        }
+    }
+}
+
+/// The `gpushare-mps@.service` instance of the daemon for `uuid`; `None` for a UUID that
+/// is not a plain instance name (the real ones are `GPU-`/`MIG-` and hex digits).
+pub fn unit_name(uuid: &str) -> Option<String> {
+    let plain = !uuid.is_empty()
+        && uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    plain.then(|| format!("gpushare-mps@{uuid}.service"))
+}
+
+/// `KEY="value"` lines as systemd's `EnvironmentFile=` reads them (inside double quotes a
+/// backslash escapes `"`, `\`, `` ` `` and `$`); `None` if a value holds a newline.
+fn environment_file(vars: &[(&str, &std::ffi::OsStr)]) -> Option<String> {
+    let mut text = String::new();
+    for (key, value) in vars {
+        let value = value.to_str()?;
+        if value.contains('\n') {
+            return None;
+        }
+        let mut quoted = String::with_capacity(value.len() + 2);
+        for c in value.chars() {
+            if matches!(c, '"' | '\\' | '`' | '$') {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        text.push_str(&format!("{key}=\"{quoted}\"\n"));
+    }
+    Some(text)
 }
 
 /// What the agent asked of one server, kept in `server.json`.
@@ -131,28 +215,9 @@ impl MpsController {
         write_json(&self.server_dir(uuid).join("server.json"), record)
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
-        let control = self.config.control.display();
-        let done = self
-            .control(uuid, START_STOP_TIMEOUT)
-            .arg("-d")
-            .env("CUDA_VISIBLE_DEVICES", uuid)
-            .run()
-            .map_err(|e| err(Kind::CannotRun, format!("cannot run {control}: {e}")))?;
-        match done.status {
-            Some(status) if status.success() => {}
-            Some(status) => {
-                let line = done.first_line();
-                return Err(err(Kind::Failed, format!("{control} -d failed ({status}): {line}")));
-            }
-            None => {
-                return Err(err(
-                    Kind::TimedOut,
-                    format!(
-                        "{control} -d did not finish within {} s and was killed",
-                        START_STOP_TIMEOUT.as_secs()
-                    ),
-                ));
-            }
+        match &self.config.launch {
+            MpsLaunch::Direct => self.start_directly(uuid)?,
+            MpsLaunch::Unit { systemctl } => self.start_unit(uuid, systemctl)?,
         }
         let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe)).ok_or_else(|| {
             err(Kind::Failed, format!("the daemon wrote no pid file in {}", pipe.display()))
@@ -201,6 +266,77 @@ impl MpsController {
         // Limits are in place and read back: clients may come.
         set_mode(&pipe, 0o755).map_err(|e| err(Kind::Files, e))?;
         Ok(pid)
+    }
+
+    /// `nvidia-cuda-mps-control -d`, from the agent.
+    fn start_directly(&self, uuid: &str) -> Result<(), SharingError> {
+        let err =
+            |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
+        let control = self.config.control.display();
+        let done = self
+            .control(uuid, START_STOP_TIMEOUT)
+            .arg("-d")
+            .env("CUDA_VISIBLE_DEVICES", uuid)
+            .run()
+            .map_err(|e| err(Kind::CannotRun, format!("cannot run {control}: {e}")))?;
+        match done.status {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => {
+                let line = done.first_line();
+                Err(err(Kind::Failed, format!("{control} -d failed ({status}): {line}")))
+            }
+            None => Err(err(
+                Kind::TimedOut,
+                format!(
+                    "{control} -d did not finish within {} s and was killed",
+                    START_STOP_TIMEOUT.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// `systemctl start gpushare-mps@<uuid>.service`, after writing the environment the
+    /// instance reads: the control binary (by its full path, the unit has its own `PATH`),
+    /// the device and the directories. systemctl returns once the daemon's pid file is read.
+    fn start_unit(&self, uuid: &str, systemctl: &Path) -> Result<(), SharingError> {
+        let err =
+            |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
+        let unit = unit_name(uuid).ok_or_else(|| {
+            err(Kind::Failed, "the UUID is not a plain systemd instance name".to_owned())
+        })?;
+        let control = crate::sys::command::find_program(&self.config.control).map_err(|why| {
+            err(Kind::CannotRun, format!("cannot run {}: {why}", self.config.control.display()))
+        })?;
+        let (pipe, log) = (self.pipe_dir(uuid), self.log_dir(uuid));
+        let vars = [
+            ("GPUSHARE_MPS_CONTROL", control.as_os_str()),
+            ("CUDA_VISIBLE_DEVICES", std::ffi::OsStr::new(uuid)),
+            ("CUDA_MPS_PIPE_DIRECTORY", pipe.as_os_str()),
+            ("CUDA_MPS_LOG_DIRECTORY", log.as_os_str()),
+        ];
+        let env = environment_file(&vars)
+            .ok_or_else(|| err(Kind::Files, "a path is not UTF-8 or holds a newline".to_owned()))?;
+        let env_path = self.server_dir(uuid).join(SERVICE_ENV_FILE);
+        crate::sys::files::write_atomically(&env_path, env.as_bytes())
+            .map_err(|e| err(Kind::Files, format!("{}: {e}", env_path.display())))?;
+        // systemd's own start timeout (TimeoutStartSec=) ends a hung start first.
+        let done = Command::new(systemctl, START_STOP_TIMEOUT + Duration::from_secs(5))
+            .args(["start", "--quiet", &unit])
+            .run()
+            .map_err(|e| {
+                err(Kind::CannotRun, format!("cannot run {}: {e}", systemctl.display()))
+            })?;
+        match done.status {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => Err(err(
+                Kind::Failed,
+                format!("systemctl start {unit} failed ({status}): {}", done.first_line()),
+            )),
+            None => Err(err(
+                Kind::TimedOut,
+                format!("systemctl start {unit} did not finish and was killed"),
+            )),
+        }
     }
 
     /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
@@ -441,6 +577,41 @@ mod tests {
     }
 
     #[test]
+    fn units_are_named_by_the_uuid_and_odd_ones_refused() {
+        assert_eq!(
+            unit_name("GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab").as_deref(),
+            Some("gpushare-mps@GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab.service")
+        );
+        assert_eq!(unit_name(""), None);
+        assert_eq!(unit_name("GPU-a/b"), None);
+        assert_eq!(unit_name("GPU a"), None);
+    }
+
+    #[test]
+    fn the_environment_file_quotes_as_systemd_reads_it() {
+        use std::ffi::OsStr;
+        let text = environment_file(&[
+            ("GPUSHARE_MPS_CONTROL", OsStr::new("/usr/bin/nvidia-cuda-mps-control")),
+            ("ODD", OsStr::new(r#"a "b" \ $c `d`"#)),
+        ])
+        .unwrap();
+        assert_eq!(
+            text,
+            "GPUSHARE_MPS_CONTROL=\"/usr/bin/nvidia-cuda-mps-control\"\n\
+             ODD=\"a \\\"b\\\" \\\\ \\$c \\`d\\`\"\n"
+        );
+        assert_eq!(environment_file(&[("A", OsStr::new("x\ny"))]), None);
+    }
+
+    #[test]
+    fn the_unit_launch_needs_a_systemd_service_and_the_packaged_root() {
+        // Tests do not run as a systemd service with /run/gpushare/mps as their root.
+        let (launch, why) = MpsLaunch::detect(Path::new("/tmp/elsewhere"));
+        assert_eq!(launch, MpsLaunch::Direct);
+        assert!(!why.is_empty());
+    }
+
+    #[test]
     fn clients_are_read_from_ps_as_the_real_h100_printed_it() {
         let lines = [
             "PID       ID        SERVER         DEVICE                    NAMESPACE      COMMAND",
@@ -458,6 +629,7 @@ mod tests {
         let mps = MpsController::new(MpsConfig {
             control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
             root: dir.path().to_path_buf(),
+            launch: MpsLaunch::Direct,
         });
         let record = ServerRecord {
             uuid: "GPU-abc".into(),

@@ -90,7 +90,7 @@ impl MpsSupervisor {
 mod tests {
     use super::*;
     use crate::node::MpsLimits;
-    use crate::sharing::mps::MpsConfig;
+    use crate::sharing::mps::{MpsConfig, MpsLaunch};
     use crate::sys::files::write_json;
 
     #[test]
@@ -99,6 +99,7 @@ mod tests {
         let mps = MpsController::new(MpsConfig {
             control: "/nonexistent/nvidia-cuda-mps-control".into(),
             root: dir.path().to_path_buf(),
+            launch: MpsLaunch::Direct,
         });
         let record = ServerRecord {
             uuid: "GPU-abc".into(),
