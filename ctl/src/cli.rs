@@ -96,7 +96,7 @@ The answer: per N the strategy the --objective picks; with an --slo, how many re
 GPU each strategy holds to it and the GPUs a --fleet of that many replicas needs.
 Durations take 500ms, 1.5s, 30s, 2m, 1h or plain seconds. Options left out are the agent's
 defaults (replicas 1,3,5,7, every strategy, 30 s windows, throughput, a fleet of 100,
-10 min per replica). Examples:
+10 min per replica, each run measured once and the baseline three times). Examples:
   gpushare-ctl bench -- ./serve --model small
   gpushare-ctl bench --replicas 1,2,4 --strategies mps,mig --slo p99=50ms -- python infer.py
   gpushare-ctl bench --until-exit --report bench.html -- ./train --epochs 1
@@ -406,6 +406,10 @@ pub struct BenchArgs {
     /// The longest a replica may run (`10m`); it is stopped then.
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub time_limit: Option<f64>,
+    /// Measure each run K times back to back and report the median measurement (the
+    /// baseline, which every ratio divides by, is measured at least 3 times anyway).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub repeat: Option<u32>,
     /// Also write the results as one self-contained HTML page (charts, tables, logs).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,

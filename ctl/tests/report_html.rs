@@ -150,6 +150,7 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
         error: None,
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
+        repeat_throughputs_per_s: Vec::new(),
         per_replica: (0..n).map(|i| replica(i, each, alone / each)).collect(),
     }
 }
@@ -180,6 +181,7 @@ fn sample() -> BenchReport {
         histogram: None,
         objective: "throughput".into(),
         window_seconds: Some(20.0),
+        repeat: 1,
         slo: Some("p99=50ms".into()),
         fleet: 100,
         wall_seconds: 611.8,

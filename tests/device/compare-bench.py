@@ -70,7 +70,15 @@ if starts:
         what = "stop + start" if replaces else "start"
         print(f"  {strategy} N={n}: setup {statistics.median(setups):.1f} ms against bare {what}"
               f" {bare:.1f} ms: {statistics.median(setups) / bare:.2f}x")
-solo = " ".join(f"{b['baseline']['throughput_per_s']:.0f}" for b in benches)
-solo_hand = " ".join(f"{h['solo_per_s']:.0f}" for h in hands)
+def measurements(median, all_runs):
+    """`29507` for one measurement, `29507 (22418-34465 of 3)` for several."""
+    if len(all_runs) < 2:
+        return f"{median:.0f}"
+    return f"{median:.0f} ({min(all_runs):.0f}-{max(all_runs):.0f} of {len(all_runs)})"
+
+
+solo = " ".join(measurements(b["baseline"]["throughput_per_s"],
+                             b["baseline"].get("repeat_throughputs_per_s", [])) for b in benches)
+solo_hand = " ".join(measurements(h["solo_per_s"], h.get("solo_runs_per_s", [])) for h in hands)
 print(f"baselines (units/s): gpushare {solo}; by hand {solo_hand}; largest difference {worst * 100:.1f} %")
 sys.exit(1 if worst > 0.10 else 0)

@@ -4,8 +4,10 @@ driver's time-slicing, under a hand-started `nvidia-cuda-mps-control -d`, and un
 with 100/N % threads and memory/N set by the daemon's two limit commands. Prints one JSON
 object: per strategy and N, the aggregate steps/s and the scaling against one copy alone
 under time-slicing; and the time a bare MPS start with its two limit commands takes.
+With REPEAT, each run is measured that many times back to back and the median aggregate
+kept, and one copy alone at least 3 times, as `gpushare-ctl bench --repeat` does.
 
-  python3 hand_bench.py SHAPE SECONDS N,N,... WORKDIR
+  python3 hand_bench.py SHAPE SECONDS N,N,... WORKDIR [REPEAT] [STRATEGY,...]
 """
 import json
 import os
@@ -15,6 +17,8 @@ import sys
 import time
 
 shape, seconds, counts, work = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], sys.argv[4]
+repeat = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+strategies = sys.argv[6].split(",") if len(sys.argv) > 6 else ["time-slicing", "mps", "mps-limited"]
 loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_loop.py")
 pipe = os.path.join(work, "hand-mps", "pipe")
 logs = os.path.join(work, "hand-mps", "log")
@@ -78,18 +82,30 @@ def run(n, env):
     return sum(rates), rates
 
 
-results = {"shape": shape, "seconds": seconds, "runs": []}
-solo, _ = run(1, dict(os.environ))
-for strategy in ("time-slicing", "mps", "mps-limited"):
+def measured(n, env, times):
+    """`times` runs of n copies; the one with the median aggregate (the lower middle of an
+    even count), and every aggregate."""
+    runs = sorted((run(n, env) for _ in range(times)), key=lambda r: r[0])
+    aggregate, rates = runs[(len(runs) - 1) // 2]
+    return aggregate, rates, [r[0] for r in runs]
+
+
+results = {"shape": shape, "seconds": seconds, "repeat": repeat, "runs": []}
+solo, _, solo_all = measured(1, dict(os.environ), max(repeat, 3))
+for strategy in strategies:
     if strategy == "mps":
         start_mps()
     for n in counts:
         if strategy == "mps-limited":
             start_mps(max(1, 100 // n), (total_mib // n))
         env = dict(os.environ) if strategy == "time-slicing" else mps_env
-        aggregate, rates = (solo, [solo]) if (strategy == "time-slicing" and n == 1) else run(n, env)
+        if strategy == "time-slicing" and n == 1:
+            aggregate, rates, all_runs = solo, [solo], solo_all
+        else:
+            aggregate, rates, all_runs = measured(n, env, repeat)
         results["runs"].append({"strategy": strategy, "replicas": n, "aggregate_per_s": aggregate,
-                                "scaling": aggregate / solo, "per_replica": rates})
+                                "scaling": aggregate / solo, "per_replica": rates,
+                                "repeat_aggregates_per_s": all_runs})
         if strategy == "mps-limited":
             stop_mps()
     if strategy == "mps":
@@ -99,6 +115,7 @@ for _ in range(5):
     starts.append(start_mps(33, total_mib // 3))
     stops.append(stop_mps())
 results["solo_per_s"] = solo
+results["solo_runs_per_s"] = solo_all
 results["bare_mps_start_with_limits_ms"] = starts
 results["bare_mps_start_with_limits_median_ms"] = statistics.median(starts)
 # A switch between two limited setups stops one daemon and starts the next.

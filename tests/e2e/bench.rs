@@ -239,6 +239,35 @@ fn histogram_deltas_are_counted_exactly() {
 }
 
 #[test]
+fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let replica = Replica::units();
+    let args = ["--replicas", "2", "--strategies", "mps", "--duration", "1s", "--repeat", "2"];
+    let out = replica.bench(&agent, &[&args[..], &["--json"]].concat()).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = report_of(&out);
+    assert_eq!(report.repeat, 2);
+    let baseline = report.baseline.as_ref().unwrap();
+    assert_eq!(baseline.repeat_throughputs_per_s.len(), 3, "{baseline:?}");
+    let run = &report.strategies[0].runs[0];
+    assert_eq!(run.repeat_throughputs_per_s.len(), 2, "{run:?}");
+    // Each measurement counted its own five units per replica; the median's are reported.
+    assert_eq!((run.units, run.failed), (10, 0), "{run:?}");
+    assert!(run.repeat_throughputs_per_s.contains(&run.throughput_per_s), "{run:?}");
+    assert!(run.setup_ms.is_some(), "set up once, before the first measurement");
+    let starts = agent.sim_record().matches("mps-control daemon pipe=").count();
+    assert_eq!(starts, 1, "one MPS setup for both measurements: {}", agent.sim_record());
+
+    // As people read it: the baseline's range and a spread column.
+    let out = replica.bench(&agent, &args).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("each run 2 times, the median reported"), "{shown}");
+    assert!(shown.contains(" (median of 3, "), "{shown}");
+    assert!(shown.contains("SPREAD"), "{shown}");
+}
+
+#[test]
 fn mig_rows_say_why_when_the_agent_may_not_change_mig() {
     let agent =
         Agent::start(AgentOptions::simulate("a100-40gb:1").config("[gpu]\nmanage_mig = false\n"));
@@ -363,6 +392,8 @@ fn bad_input_is_one_line_and_sets_nothing_up() {
         (vec!["--strategies", "fast"], "fast"),
         (vec!["--replicas", "0,2"], "0"),
         (vec!["--slo", "p99=soon"], "p99=soon"),
+        (vec!["--repeat", "0"], "--repeat"),
+        (vec!["--repeat", "11"], "--repeat"),
     ] {
         let out = replica.bench(&agent, &args).output().unwrap();
         assert!(!out.status.success(), "{args:?}: {}", text(&out));

@@ -37,6 +37,9 @@ pub const BENCH_CWD: &str = "cwd";
 pub const BENCH_ENVIRONMENT: &str = "environment";
 /// Option of `Bench` (d): the longest a replica may run, seconds; it is stopped then.
 pub const BENCH_TIME_LIMIT: &str = "time_limit";
+/// Option of `Bench` (u): how often each run is measured, back to back under the same
+/// setup; the run reported is the median one.
+pub const BENCH_REPEAT: &str = "repeat";
 
 /// Replica counts when none are given.
 pub const BENCH_DEFAULT_REPLICAS: [u32; 4] = [1, 3, 5, 7];
@@ -46,6 +49,15 @@ pub const BENCH_DEFAULT_DURATION: f64 = 30.0;
 pub const BENCH_DEFAULT_FLEET: u32 = 100;
 /// Longest run of one replica when none is given, seconds (`--until-exit` included).
 pub const BENCH_DEFAULT_TIME_LIMIT: f64 = 600.0;
+/// How often each run is measured when not said.
+pub const BENCH_DEFAULT_REPEAT: u32 = 1;
+/// Most measurements of one run.
+pub const BENCH_MAX_REPEAT: u32 = 10;
+/// The fewest measurements of the baseline, whatever the repeat: every scaling, slowdown
+/// and inflation divides by it, and one replica alone is the run that varies most on a
+/// shared host (a latency-bound loop alone ran 22,418 to 34,465 units/s in one bench on
+/// the H100).
+pub const BENCH_BASELINE_RUNS: u32 = 3;
 /// Most replicas a run may have (MPS's client limit).
 pub const BENCH_MAX_REPLICAS: u32 = crate::MPS_MAX_CLIENTS;
 
@@ -247,6 +259,10 @@ pub struct BenchReport {
     pub objective: String,
     /// The measurement window, seconds; `None` with `until-exit`.
     pub window_seconds: Option<f64>,
+    /// How often each run was measured (the baseline at least [`BENCH_BASELINE_RUNS`]
+    /// times); each run reports its median measurement.
+    #[serde(default = "one")]
+    pub repeat: u32,
     /// The SLO as given, normalized (`p99=50ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<String>,
@@ -268,6 +284,10 @@ pub struct BenchReport {
     pub restored: String,
     /// Where the agent keeps this report.
     pub saved_to: String,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// The runs under one strategy.
@@ -324,8 +344,24 @@ pub struct BenchRun {
     /// limits set and read back). `None` when the run kept the previous run's setup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_ms: Option<f64>,
+    /// When the run was measured more than once (`repeat`, and always the baseline): each
+    /// measurement's aggregate throughput, in the order taken. The figures of the run are
+    /// those of the median measurement (of one that failed, if any did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeat_throughputs_per_s: Vec<f64>,
     /// Each replica, by index.
     pub per_replica: Vec<BenchReplica>,
+}
+
+impl BenchRun {
+    /// How far its measurements spread: the largest throughput over the smallest, minus
+    /// one (0.54 for 22,418 and 34,465 units/s); `None` when measured once.
+    pub fn repeat_spread(&self) -> Option<f64> {
+        let all = &self.repeat_throughputs_per_s;
+        let low = all.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (all.len() > 1 && low > 0.0 && high.is_finite()).then(|| high / low - 1.0)
+    }
 }
 
 /// One replica of a run.

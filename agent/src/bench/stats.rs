@@ -51,6 +51,27 @@ pub fn jain_index(xs: &[f64]) -> f64 {
     sum * sum / (xs.len() as f64 * sum_sq)
 }
 
+/// The run to report of several measurements of one run: the first that failed or has
+/// no figures (a failure is reported, never outvoted by the others), else the one with
+/// the median aggregate throughput (the lower middle one of an even count). With more than
+/// one, it carries every measurement's throughput, in the order taken. `None` for none.
+pub fn median_run(mut runs: Vec<BenchRun>) -> Option<BenchRun> {
+    let all: Vec<f64> = runs.iter().map(|r| r.throughput_per_s).collect();
+    let pick = match runs.iter().position(|r| r.error.is_some() || r.failed > 0) {
+        Some(broken) => broken,
+        None => {
+            let mut order: Vec<usize> = (0..runs.len()).collect();
+            order.sort_by(|&a, &b| all[a].total_cmp(&all[b]));
+            *order.get(runs.len().checked_sub(1)? / 2)?
+        }
+    };
+    let mut run = runs.swap_remove(pick);
+    if all.len() > 1 {
+        run.repeat_throughputs_per_s = all;
+    }
+    Some(run)
+}
+
 /// Aggregate scaling: the sum of the clients' throughputs over the solo throughput.
 pub fn scaling(client_throughputs: &[f64], solo_throughput: f64) -> f64 {
     ratio(client_throughputs.iter().sum(), solo_throughput)
@@ -338,6 +359,7 @@ pub fn summarize_run(
         error: None,
         agent_cpu_percent: None,
         setup_ms: None,
+        repeat_throughputs_per_s: Vec::new(),
         per_replica: measures.into_iter().map(|m| m.replica).collect(),
     }
 }
@@ -981,6 +1003,7 @@ mod tests {
             error: None,
             agent_cpu_percent: None,
             setup_ms: None,
+            repeat_throughputs_per_s: Vec::new(),
             per_replica: Vec::new(),
         }
     }
@@ -1211,6 +1234,32 @@ mod tests {
             "5 per GPU: p99 41.2 ms ≤ 50 ms; at 7 p99 63.0 ms; 100 replicas on 20 GPUs instead \
              of 100: 80 % fewer"
         );
+    }
+
+    #[test]
+    fn the_median_measurement_is_reported_with_every_throughput() {
+        let three = vec![run(1, 300.0, None), run(1, 100.0, None), run(1, 200.0, None)];
+        let median = median_run(three).unwrap();
+        assert_eq!(median.throughput_per_s, 200.0);
+        assert_eq!(median.repeat_throughputs_per_s, [300.0, 100.0, 200.0]);
+        assert!((median.repeat_spread().unwrap() - 2.0).abs() < 1e-12);
+        // An even count reports the lower middle one.
+        let two = median_run(vec![run(1, 300.0, None), run(1, 100.0, None)]).unwrap();
+        assert_eq!(two.throughput_per_s, 100.0);
+        // Once: as measured, no list.
+        let once = median_run(vec![run(1, 300.0, None)]).unwrap();
+        assert!(once.repeat_throughputs_per_s.is_empty());
+        assert_eq!(once.repeat_spread(), None);
+        assert!(median_run(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn a_failed_measurement_is_reported_not_outvoted() {
+        let runs = vec![run(3, 300.0, None), failed(run(3, 200.0, None), 1), run(3, 250.0, None)];
+        let reported = median_run(runs).unwrap();
+        assert_eq!((reported.failed, reported.throughput_per_s), (1, 200.0));
+        let runs = vec![run(3, 300.0, None), broken(run(3, 0.0, None), "cancelled")];
+        assert_eq!(median_run(runs).unwrap().error.as_deref(), Some("cancelled"));
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::bench::{
-    BENCH_MAX_REPLICAS, BenchReport, BenchRun, BenchStrategy, BenchStrategyRuns, ENV_STRATEGY,
-    Objective, Slo,
+    BENCH_BASELINE_RUNS, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS, BenchReport, BenchRun,
+    BenchStrategy, BenchStrategyRuns, ENV_STRATEGY, Objective, Slo,
 };
 use gpushare_proto::exact_size;
 use tokio::sync::mpsc::UnboundedSender;
@@ -69,6 +69,9 @@ pub struct BenchOptions {
     pub fleet: u32,
     /// Longest a replica may run, seconds.
     pub time_limit: f64,
+    /// How often each run is measured (the baseline at least [`BENCH_BASELINE_RUNS`]
+    /// times); the median measurement is reported.
+    pub repeat: u32,
     /// The replicas' working directory.
     pub cwd: PathBuf,
     /// The replicas' environment (the caller's).
@@ -115,6 +118,9 @@ impl BenchOptions {
         }
         if self.fleet == 0 {
             return bad("fleet: a fleet has at least one replica".into());
+        }
+        if !(1..=BENCH_MAX_REPEAT).contains(&self.repeat) {
+            return bad(format!("repeat: {} is not from 1 to {BENCH_MAX_REPEAT}", self.repeat));
         }
         if !self.cwd.is_absolute() || !self.cwd.is_dir() {
             return bad(format!("cwd: {} is not a directory", self.cwd.display()));
@@ -363,6 +369,7 @@ impl Engine {
             histogram: job.options.histogram.clone(),
             objective: job.options.objective.as_str().into(),
             window_seconds: job.options.duration,
+            repeat: job.options.repeat,
             slo: job.options.slo.map(|s| s.to_string()),
             fleet: job.options.fleet,
             wall_seconds: 0.0,
@@ -437,7 +444,8 @@ impl Engine {
         // The first setup reads the time-slice interval (and resets one a profile left);
         // from then on the bench, holding the apply lock, knows it is the default.
         let setup_ms = self.bench_setup(job, &setup0, Reads::FOR_PLANNING, progress).await?;
-        let mut baseline = self.bench_run(job, &setup0, 1, None, dir).await?;
+        let measures = job.options.repeat.max(BENCH_BASELINE_RUNS);
+        let mut baseline = self.bench_repeated(job, &setup0, 1, None, dir, measures).await?;
         baseline.setup_ms = Some(setup_ms);
         against_itself(&mut baseline);
         outcome.steps_done += 1;
@@ -499,7 +507,9 @@ impl Engine {
                         }
                         set_up = Some(setup.clone());
                     }
-                    let mut run = self.bench_run(job, &setup, n, Some(&baseline), dir).await?;
+                    let measures = job.options.repeat;
+                    let mut run =
+                        self.bench_repeated(job, &setup, n, Some(&baseline), dir, measures).await?;
                     run.setup_ms = setup_ms;
                     run
                 };
@@ -554,21 +564,51 @@ impl Engine {
             .map_err(|e| format!("setting up {}: {e}", profile.name))
     }
 
-    /// Runs N replicas under the strategy just set up and summarizes them.
-    async fn bench_run(
+    /// Measures N replicas under the strategy just set up `measures` times back to back
+    /// (fresh replicas each time) and reports the median measurement
+    /// ([`stats::median_run`]); stops early at a failure or a cancel, which is reported.
+    async fn bench_repeated(
         &self,
         job: &BenchJob,
         setup: &Setup,
         n: u32,
         baseline: Option<&BenchRun>,
         dir: &Path,
+        measures: u32,
+    ) -> Result<BenchRun, String> {
+        let mut runs = Vec::new();
+        for i in 1..=measures {
+            let logs = if measures == 1 {
+                format!("{}-{n}", setup.strategy)
+            } else {
+                format!("{}-{n}-{i}", setup.strategy)
+            };
+            let run = self.bench_run(job, setup, n, baseline, &dir.join(logs)).await?;
+            let broken = run.error.is_some() || run.failed > 0;
+            runs.push(run);
+            if broken || job.cancel.is_cancelled() {
+                break;
+            }
+        }
+        stats::median_run(runs).ok_or_else(|| "no measurement was taken".to_owned())
+    }
+
+    /// Runs N replicas under the strategy just set up and summarizes them; the replicas'
+    /// logs go to `log_dir`.
+    async fn bench_run(
+        &self,
+        job: &BenchJob,
+        setup: &Setup,
+        n: u32,
+        baseline: Option<&BenchRun>,
+        log_dir: &Path,
     ) -> Result<BenchRun, String> {
         let node = self.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
             Err(e) => return Ok(error_run(n, setup.describe.clone(), e)),
         };
-        let log_dir = dir.join(format!("{}-{n}", setup.strategy));
+        let log_dir = log_dir.to_path_buf();
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
         let spec = RunSpec {
@@ -952,6 +992,7 @@ mod tests {
             histogram: None,
             fleet: 100,
             time_limit: 60.0,
+            repeat: 1,
             cwd: "/".into(),
             environment: vec![
                 ("PATH".into(), "/bin".into()),
@@ -964,5 +1005,7 @@ mod tests {
         assert!(options.validate().is_ok());
         let zero = BenchOptions { replicas: vec![1, 0], ..options.clone() };
         assert_eq!(zero.validate().unwrap_err().to_string(), "replicas: 0 is not from 1 to 48");
+        let never = BenchOptions { repeat: 0, ..options.clone() };
+        assert_eq!(never.validate().unwrap_err().to_string(), "repeat: 0 is not from 1 to 10");
     }
 }

@@ -10,10 +10,10 @@ use gpushare_proto::{
 use zbus::zvariant::OwnedValue;
 
 use gpushare_proto::bench::{
-    BENCH_BUILTIN, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET, BENCH_DEFAULT_REPLICAS,
-    BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
-    BENCH_OBJECTIVE, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT,
-    BENCH_UNTIL_EXIT, BenchStrategy,
+    BENCH_BUILTIN, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET, BENCH_DEFAULT_REPEAT,
+    BENCH_DEFAULT_REPLICAS, BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION, BENCH_ENVIRONMENT,
+    BENCH_FLEET, BENCH_HISTOGRAM, BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO,
+    BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchStrategy,
 };
 
 use crate::engine::{BenchOptions, EngineError, ProbeOptions};
@@ -104,6 +104,7 @@ pub fn bench_options(
         histogram: None,
         fleet: BENCH_DEFAULT_FLEET,
         time_limit: BENCH_DEFAULT_TIME_LIMIT,
+        repeat: BENCH_DEFAULT_REPEAT,
         cwd: Default::default(),
         environment: Vec::new(),
     };
@@ -142,6 +143,9 @@ pub fn bench_options(
                 bench.builtin = Some(text(key, value)?.parse().map_err(|e| invalid(key, e))?);
             }
             BENCH_FLEET => bench.fleet = u32::try_from(value).map_err(|_| bad(key, "a number"))?,
+            BENCH_REPEAT => {
+                bench.repeat = u32::try_from(value).map_err(|_| bad(key, "a number"))?
+            }
             BENCH_TIME_LIMIT => {
                 bench.time_limit = f64::try_from(value).map_err(|_| bad(key, "a number"))?;
             }

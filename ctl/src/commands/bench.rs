@@ -1,7 +1,7 @@
 //! `gpushare-ctl bench [--target GPU|MIG-UUID] [--replicas 1,3,5,7] [--strategies …]
 //! [--duration 30s | --until-exit] [--objective latency|throughput] [--slo p99=50ms]
 //! [--histogram NAME] [--builtin launch|compute|memory] [--fleet K] [--time-limit 10m]
-//! [--report FILE.html] -- COMMAND [ARGS...]`: starts a bench job (`Bench`) and follows it
+//! [--repeat K] [--report FILE.html] -- COMMAND [ARGS...]`: starts a bench job (`Bench`) and follows it
 //! like a probe, then prints which strategy wins at each replica count:
 //!
 //! ```text
@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 use comfy_table::CellAlignment;
 use gpushare_proto::bench::{
     BENCH_BUILTIN, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
-    BENCH_OBJECTIVE, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT,
-    BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method,
+    BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET,
+    BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method,
 };
 use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
@@ -215,6 +215,9 @@ pub fn options(
     }
     if let Some(seconds) = args.time_limit {
         options.insert(BENCH_TIME_LIMIT, Value::from(seconds));
+    }
+    if let Some(repeat) = args.repeat {
+        options.insert(BENCH_REPEAT, Value::from(repeat));
     }
     options
 }
@@ -402,8 +405,12 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     if let Some(slo) = &report.slo {
         measured.push_str(&format!("; SLO {slo}"));
     }
+    if report.repeat > 1 {
+        measured.push_str(&format!("; each run {} times, the median reported", report.repeat));
+    }
     text.push_str(&format!("{measured}; {:.1} s in all\n", report.wall_seconds));
     text.push_str(&baseline_line(report.baseline.as_ref()));
+    text.push_str(&noisy_baseline(report));
 
     for strategy in &report.strategies {
         text.push('\n');
@@ -506,7 +513,33 @@ fn setups_line(report: &BenchReport) -> String {
     format!("Setting up (planned, set up, verified): {}\n", parts.join(", "))
 }
 
-/// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`.
+/// How much a spread of repeated measurements is worth a word: beyond it, scalings off by
+/// that much are within the host's own noise.
+const NOISY_SPREAD: f64 = 0.10;
+
+/// A note when the baseline's measurements spread by more than [`NOISY_SPREAD`]: every
+/// ratio of the report divides by it. Empty otherwise.
+fn noisy_baseline(report: &BenchReport) -> String {
+    let Some(spread) = report.baseline.as_ref().and_then(BenchRun::repeat_spread) else {
+        return String::new();
+    };
+    if spread <= NOISY_SPREAD {
+        return String::new();
+    }
+    let advice = if report.repeat < 3 {
+        "; --repeat 3 (or more) and a longer --duration give steadier ratios"
+    } else {
+        "; a longer --duration or a quieter host gives steadier ratios"
+    };
+    format!(
+        "Note: one replica alone varied by {:.0} % between its measurements: the scalings, \
+         slowdowns and inflations carry that uncertainty{advice}\n",
+        spread * 100.0
+    )
+}
+
+/// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`, with the
+/// measurements' range when there were several (`median of 3, 388-415`).
 fn baseline_line(baseline: Option<&BenchRun>) -> String {
     let Some(run) = baseline else {
         return "Baseline: none\n".into();
@@ -515,6 +548,9 @@ fn baseline_line(baseline: Option<&BenchRun>) -> String {
         return format!("Baseline: error: {error}\n");
     }
     let mut line = format!("Baseline: 1 replica alone: {} units/s", figure(run.throughput_per_s));
+    if let Some(range) = repeat_range(run) {
+        line.push_str(&format!(" ({range})"));
+    }
     if let Some(p50) = run.p50_ms {
         line.push_str(&format!(", p50 {} ms", figure(p50)));
     }
@@ -528,11 +564,26 @@ fn baseline_line(baseline: Option<&BenchRun>) -> String {
     line
 }
 
-/// A row per replica count.
+/// `median of 3, 22,418-34,465` for a run measured several times; `None` for once.
+fn repeat_range(run: &BenchRun) -> Option<String> {
+    let all = &run.repeat_throughputs_per_s;
+    if all.len() < 2 {
+        return None;
+    }
+    let low = all.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(format!("median of {}, {}-{}", all.len(), figure(low), figure(high)))
+}
+
+/// A row per replica count; a SPREAD column (the measurements' largest throughput over the
+/// smallest) when runs were measured more than once.
 fn runs_table(runs: &[BenchRun], glyphs: Glyphs) -> comfy_table::Table {
-    let mut table = plain_table([
-        "N".to_owned(),
-        "UNITS/S".to_owned(),
+    let repeated = runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
+    let mut headers = vec!["N".to_owned(), "UNITS/S".to_owned()];
+    if repeated {
+        headers.push("SPREAD".to_owned());
+    }
+    headers.extend([
         "SCALING".to_owned(),
         "P50 MS".to_owned(),
         "P99 MS".to_owned(),
@@ -542,7 +593,9 @@ fn runs_table(runs: &[BenchRun], glyphs: Glyphs) -> comfy_table::Table {
         "FAILED".to_owned(),
         "SETUP".to_owned(),
     ]);
-    for column in 0..9 {
+    let figures = headers.len() - 1;
+    let mut table = plain_table(headers);
+    for column in 0..figures {
         if let Some(c) = table.column_mut(column) {
             c.set_cell_alignment(CellAlignment::Right);
         }
@@ -550,11 +603,16 @@ fn runs_table(runs: &[BenchRun], glyphs: Glyphs) -> comfy_table::Table {
     for run in runs {
         let mut row = vec![run.replicas.to_string()];
         if let Some(error) = &run.error {
-            row.extend(std::iter::repeat_n("-".to_owned(), 8));
+            row.extend(std::iter::repeat_n("-".to_owned(), figures - 1));
             row.push(format!("error: {error}"));
         } else {
+            row.push(figure(run.throughput_per_s));
+            if repeated {
+                row.push(
+                    run.repeat_spread().map_or("-".to_owned(), |s| format!("{:.0} %", s * 100.0)),
+                );
+            }
             row.extend([
-                figure(run.throughput_per_s),
                 times(run.scaling),
                 maybe_figure(run.p50_ms),
                 maybe_figure(run.p99_ms),

@@ -134,6 +134,7 @@ fn compare_args(args: &ProbeArgs, workload: ProbeWorkload, replicas: Vec<u32>) -
         builtin: Some(workload),
         fleet: None,
         time_limit: None,
+        repeat: None,
         report: None,
         command: Vec::new(),
     }

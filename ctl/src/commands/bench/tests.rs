@@ -50,6 +50,7 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         error: None,
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
+        repeat_throughputs_per_s: Vec::new(),
         per_replica: (0..n).map(|i| replica(i, each, 402.1 / each)).collect(),
     }
 }
@@ -87,6 +88,7 @@ pub(crate) fn sample_report() -> BenchReport {
         histogram: None,
         objective: "throughput".into(),
         window_seconds: Some(30.0),
+        repeat: 1,
         slo: Some("p99=50ms".into()),
         fleet: 100,
         wall_seconds: 412.34,
@@ -203,6 +205,8 @@ fn every_option_parses() {
         "40",
         "--time-limit",
         "10m",
+        "--repeat",
+        "3",
         "--report",
         "out.html",
         "--json",
@@ -220,7 +224,7 @@ fn every_option_parses() {
     let slo = b.slo.clone().unwrap();
     assert_eq!((slo.written.as_str(), slo.slo), ("p99=0.2s", Slo::P99Ms(200.0)));
     assert_eq!(b.histogram.as_deref(), Some("request_seconds"));
-    assert_eq!((b.fleet, b.time_limit), (Some(40), Some(600.0)));
+    assert_eq!((b.fleet, b.time_limit, b.repeat), (Some(40), Some(600.0), Some(3)));
     assert_eq!(b.report.as_deref(), Some(Path::new("out.html")));
     // `--json` after `--` is the program's.
     assert_eq!(b.command, ["python3", "infer.py", "--json"]);
@@ -570,6 +574,38 @@ Results kept in /var/lib/gpushare/bench/20261123T101500Z.json
     assert_eq!(text, expected, "\n{text}");
     let unicode = render_report(&sample_report(), Glyphs::UNICODE);
     assert!(unicode.contains("P99 ×") && unicode.contains("N=3: mps — 2.91x"), "{unicode}");
+}
+
+#[test]
+fn repeated_runs_show_their_spread_and_a_noisy_baseline_a_note() {
+    let mut r = sample_report();
+    r.repeat = 3;
+    let baseline = r.baseline.as_mut().unwrap();
+    baseline.repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
+    r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(text.contains("; each run 3 times, the median reported; 412.3 s in all\n"), "{text}");
+    assert!(
+        text.contains("Baseline: 1 replica alone: 402 units/s (median of 3, 300-450), p50 2.41 ms"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Note: one replica alone varied by 50 % between its measurements"),
+        "{text}"
+    );
+    assert!(text.contains("a longer --duration or a quieter host"), "{text}");
+    // The spread column in the tables of repeated runs only; "-" for a run measured once.
+    assert!(text.contains("N  UNITS/S  SPREAD  SCALING"), "{text}");
+    assert!(text.contains("3    1,180    10 %    2.93x"), "{text}");
+    assert!(text.contains("1      399       -    0.99x"), "{text}");
+    assert!(!text.contains("time-slicing:\nN  UNITS/S  SPREAD"), "{text}");
+
+    // A steady baseline gets no note; one measured less than 3 times suggests --repeat.
+    r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 390.0, 410.0];
+    assert!(!render_report(&r, Glyphs::ASCII).contains("Note:"));
+    r.repeat = 1;
+    r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
+    assert!(render_report(&r, Glyphs::ASCII).contains("--repeat 3 (or more)"));
 }
 
 #[test]
