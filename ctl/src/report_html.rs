@@ -161,6 +161,9 @@ fn header(report: &BenchReport, page: &mut String) {
     if let Some(slo) = &report.slo {
         item("SLO", escape(slo));
     }
+    if report.repeat > 1 {
+        item("Repeats", format!("each run {} times, the median reported", report.repeat));
+    }
     item("Fleet", format!("{} replicas", report.fleet));
     item("Wall time", format!("{:.1} s", report.wall_seconds));
     item("Baseline", baseline(report.baseline.as_ref()));
@@ -176,6 +179,9 @@ fn baseline(run: Option<&BenchRun>) -> String {
         return format!("<span class=\"error\">error: {}</span>", escape(error));
     }
     let mut text = format!("1 replica alone: {} units/s", figure(run.throughput_per_s));
+    if run.repeat_throughputs_per_s.len() > 1 {
+        let _ = write!(text, " (the median of {})", measurements(run));
+    }
     if let Some(p50) = run.p50_ms {
         let _ = write!(text, ", p50 {} ms", figure(p50));
     }
@@ -183,6 +189,26 @@ fn baseline(run: Option<&BenchRun>) -> String {
         let _ = write!(text, ", p99 {} ms", figure(p99));
     }
     text
+}
+
+/// `3: 28,300, 31,120, 30,269 units/s`: a repeated run's measurements, in order.
+fn measurements(run: &BenchRun) -> String {
+    let all: Vec<String> = run.repeat_throughputs_per_s.iter().map(|t| figure(*t)).collect();
+    format!("{}: {} units/s", all.len(), all.join(", "))
+}
+
+/// The units/s cell of a run: the figure, and for a repeated run its spread, with every
+/// measurement in the tooltip.
+fn throughput_cell(run: &BenchRun) -> String {
+    let shown = figure(run.throughput_per_s);
+    match run.repeat_spread() {
+        Some(spread) => format!(
+            "{shown} <span class=\"spread\" title=\"the median of {}\">(spread {:.0} %)</span>",
+            escape(&measurements(run)),
+            spread * 100.0
+        ),
+        None => shown,
+    }
 }
 
 /// One line of a chart: a strategy's figure at each replica count it has one for.
@@ -575,7 +601,7 @@ fn tables(report: &BenchReport, page: &mut String) {
                 "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td class=\"text\">{}{mark}</td></tr>",
                 run.replicas,
-                figure(run.throughput_per_s),
+                throughput_cell(run),
                 maybe(run.scaling, times),
                 maybe(run.p50_ms, figure),
                 maybe(run.p99_ms, figure),

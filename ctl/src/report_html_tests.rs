@@ -213,3 +213,19 @@ fn tick_steps_are_round() {
     assert_eq!(tick_step(0.3), 0.1);
     assert_eq!(tick_step(50.0), 10.0);
 }
+
+#[test]
+fn repeated_runs_show_their_median_and_spread() {
+    let mut r = sample_report();
+    r.repeat = 3;
+    r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
+    r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
+    let page = render(&r);
+    assert!(page.contains("<dt>Repeats</dt><dd>each run 3 times, the median reported</dd>"));
+    assert!(page.contains("1 replica alone: 402 units/s (the median of 3: 402, 300, 450 units/s)"));
+    assert!(page.contains(
+        "<td>1180 <span class=\"spread\" title=\"the median of 3: 1180, 1100, 1210 units/s\">(spread 10 %)</span></td>"
+    ));
+    // Runs measured once keep the bare figure.
+    assert!(page.contains("<td>399</td>"), "{page}");
+}
