@@ -242,7 +242,8 @@ fn histogram_deltas_are_counted_exactly() {
 fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
     let replica = Replica::units();
-    let args = ["--replicas", "2", "--strategies", "mps", "--duration", "1s", "--repeat", "2"];
+    // 2 s windows: the replica reports its five units 1 s into the window.
+    let args = ["--replicas", "2", "--strategies", "mps", "--duration", "2s", "--repeat", "2"];
     let out = replica.bench(&agent, &[&args[..], &["--json"]].concat()).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let report = report_of(&out);
@@ -275,7 +276,7 @@ fn mig_rows_say_why_when_the_agent_may_not_change_mig() {
     let out = replica
         .bench(
             &agent,
-            &["--replicas", "1", "--strategies", "mps,mig", "--duration", "1s", "--json"],
+            &["--replicas", "1", "--strategies", "mps,mig", "--duration", "2s", "--json"],
         )
         .output()
         .unwrap();
