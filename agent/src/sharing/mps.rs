@@ -344,9 +344,12 @@ impl MpsController {
     pub fn stop(&self, uuid: &str) -> Result<(), SharingError> {
         let pipe = self.pipe_dir(uuid);
         if let Some(pid) = daemon_pid(&pipe) {
+            // Opened while the daemon runs, so that its exit is seen the moment it happens
+            // rather than at the next look (a switch waits on it).
+            let exit = unix::pidfd_open(pid);
             // A daemon that does not answer is killed below.
             let _ = self.command(uuid, "quit");
-            if wait_for(START_STOP_TIMEOUT, || (!alive(pid)).then_some(())).is_none() {
+            if !wait_for_exit(pid, exit, START_STOP_TIMEOUT) {
                 // The pid comes from the daemon's own pid file and was alive just now.
                 let _ = unix::kill(pid, false);
             }
@@ -538,6 +541,26 @@ pub fn daemon_pid(pipe_dir: &Path) -> Option<u32> {
     alive(pid).then_some(pid)
 }
 
+/// Whether process `pid` exits within `timeout`: watched through `exit` (its pidfd), or
+/// without one by looking every 5 ms.
+fn wait_for_exit(pid: u32, exit: Option<std::os::fd::OwnedFd>, timeout: Duration) -> bool {
+    use std::os::fd::AsFd;
+    let Some(exit) = exit else {
+        return wait_for(timeout, || (!alive(pid)).then_some(())).is_some();
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match unix::poll_readable(&[exit.as_fd()], left) {
+            Ok(ready) if ready.first() == Some(&true) => return true,
+            // An interrupted wait reads as a timeout: look again until the deadline.
+            Ok(_) if !left.is_zero() => continue,
+            Ok(_) => return false,
+            Err(_) => return wait_for(left, || (!alive(pid)).then_some(())).is_some(),
+        }
+    }
+}
+
 fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -574,6 +597,22 @@ mod tests {
         assert_eq!(parse_percentage("100.0"), Some(100));
         assert_eq!(parse_percentage("12.5"), None);
         assert_eq!(parse_percentage(""), None);
+    }
+
+    #[test]
+    fn an_exit_is_seen_when_it_happens_and_a_timeout_is_kept() {
+        let mut quick = std::process::Command::new("sleep").arg("0.1").spawn().unwrap();
+        let started = Instant::now();
+        assert!(wait_for_exit(quick.id(), unix::pidfd_open(quick.id()), Duration::from_secs(5)));
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        quick.wait().unwrap();
+        let mut slow = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let started = Instant::now();
+        let pidfd = unix::pidfd_open(slow.id());
+        assert!(!wait_for_exit(slow.id(), pidfd, Duration::from_millis(100)));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        slow.kill().unwrap();
+        slow.wait().unwrap();
     }
 
     #[test]
