@@ -5,16 +5,12 @@
 # in the same run. Stops every daemon it started.
 #   tests/device/h100-bench.sh BIN_DIR OUT_DIR small|big|prometheus [SECONDS]
 set -uo pipefail
-bin=$(cd "$1" && pwd)
-out=$2
 part=$3
 seconds=${4:-5}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-write_hands_off_config
+begin_run "$1" "$2"
 loop="$root/tests/device/bench_loop.py"
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 

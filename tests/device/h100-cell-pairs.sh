@@ -11,18 +11,14 @@
 # takes the median of each side's runs of a cell).
 #   tests/device/h100-cell-pairs.sh BIN_DIR OUT_DIR STRATEGY N,N,... [SECONDS] [ROUND]
 set -uo pipefail
-bin=$(cd "$1" && pwd)
-out=$2
 strategy=$3
 counts=$4
 seconds=${5:-2}
 round=${6:-1}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-write_hands_off_config
+begin_run "$1" "$2"
 loop="$root/tests/device/bench_loop.py"
 bench() {
   start_agent "$work/agent-$n.log"

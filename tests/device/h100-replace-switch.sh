@@ -6,14 +6,10 @@
 # untouched; stops every daemon it started.
 #   tests/device/h100-replace-switch.sh BIN_DIR OUT_DIR
 set -uo pipefail
-bin=$(cd "$1" && pwd)
-out=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-write_hands_off_config
+begin_run "$1" "$2"
 agent_log_level=debug start_agent "$out/agent.log"
 ctl bench --replicas 1,3,5 --strategies mps-limited --duration 2s --json -- \
   python3 "$root/tests/device/bench_loop.py" small units >"$out/bench.json"

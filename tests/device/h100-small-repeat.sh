@@ -9,19 +9,15 @@
 # it is the baseline).
 #   tests/device/h100-small-repeat.sh BIN_DIR OUT_DIR PAIRS [SECONDS] [FIRST] [REPEAT] [STRATEGIES]
 set -uo pipefail
-bin=$(cd "$1" && pwd)
-out=$2
 pairs=$3
 seconds=${4:-3}
 first=${5:-1}
 repeat=${6:-1}
 strategies=${7:-time-slicing,mps,mps-limited}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-write_hands_off_config
+begin_run "$1" "$2"
 loop="$root/tests/device/bench_loop.py"
 bench() {
   start_agent "$work/agent-$k.log"

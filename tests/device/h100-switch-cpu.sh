@@ -8,15 +8,11 @@
 #     under MPS and the small loop under MPS with limits.
 # Stops every daemon it started.   tests/device/h100-switch-cpu.sh BIN_DIR OUT_DIR [SECONDS]
 set -uo pipefail
-bin=$(cd "$1" && pwd)
-out=$2
 seconds=${3:-10}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-mkdir -p "$out"
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
-write_hands_off_config
+begin_run "$1" "$2"
 loop="$root/tests/device/bench_loop.py"
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 

@@ -2,6 +2,16 @@
 # a small CUDA client. Needs $bin (release binaries), $root (the repository), $work (a
 # scratch directory).
 
+# Starts a measuring script's run: $bin (the release binaries in $1, made absolute), $out
+# ($2, created), a scratch $work and its hands-off agent.toml.
+begin_run() {
+  bin=$(cd "$1" && pwd)
+  out=$2
+  work=$(mktemp -d)
+  mkdir -p "$out"
+  write_hands_off_config
+}
+
 # gpushare-ctl of $bin (scripts may define their own after sourcing this).
 ctl() { "$bin/gpushare-ctl" "$@"; }
 
