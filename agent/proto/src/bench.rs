@@ -354,13 +354,20 @@ pub struct BenchRun {
 }
 
 impl BenchRun {
-    /// How far its measurements spread: the largest throughput over the smallest, minus
-    /// one (0.54 for 22,418 and 34,465 units/s); `None` when measured once.
-    pub fn repeat_spread(&self) -> Option<f64> {
+    /// The smallest and the largest throughput of its measurements; `None` when measured
+    /// once.
+    pub fn repeat_bounds(&self) -> Option<(f64, f64)> {
         let all = &self.repeat_throughputs_per_s;
         let low = all.iter().copied().fold(f64::INFINITY, f64::min);
         let high = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (all.len() > 1 && low > 0.0 && high.is_finite()).then(|| high / low - 1.0)
+        (all.len() > 1).then_some((low, high))
+    }
+
+    /// How far its measurements spread: the largest throughput over the smallest, minus
+    /// one (0.54 for 22,418 and 34,465 units/s); `None` when measured once.
+    pub fn repeat_spread(&self) -> Option<f64> {
+        let (low, high) = self.repeat_bounds()?;
+        (low > 0.0 && high.is_finite()).then(|| high / low - 1.0)
     }
 }
 

@@ -566,13 +566,9 @@ fn baseline_line(baseline: Option<&BenchRun>) -> String {
 
 /// `median of 3, 22,418-34,465` for a run measured several times; `None` for once.
 fn repeat_range(run: &BenchRun) -> Option<String> {
-    let all = &run.repeat_throughputs_per_s;
-    if all.len() < 2 {
-        return None;
-    }
-    let low = all.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(format!("median of {}, {}-{}", all.len(), figure(low), figure(high)))
+    let (low, high) = run.repeat_bounds()?;
+    let count = run.repeat_throughputs_per_s.len();
+    Some(format!("median of {count}, {}-{}", figure(low), figure(high)))
 }
 
 /// A row per replica count; a SPREAD column (the measurements' largest throughput over the
