@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{SharingError, SharingErrorKind as Kind};
 use crate::node::{MpsLimits, mps_memory_value};
-use crate::sys::command::Command;
+use crate::sys::command::{Command, Finished, find_program};
 use crate::sys::files::{read_json, write_json};
 use crate::sys::procfs::alive;
 use crate::sys::unix;
@@ -91,10 +91,32 @@ impl MpsLaunch {
         if !UNIT_DIRS.iter().any(|dir| Path::new(dir).join(UNIT_TEMPLATE).is_file()) {
             return (MpsLaunch::Direct, "gpushare-mps@.service is not installed");
         }
-        match crate::sys::command::find_program(Path::new("systemctl")) {
+        match find_program(Path::new("systemctl")) {
             Ok(systemctl) => (MpsLaunch::Unit { systemctl }, "the template and systemctl are here"),
             Err(_) => (MpsLaunch::Direct, "systemctl is not on PATH"),
         }
+    }
+}
+
+/// What became of `what` (`nvidia-cuda-mps-control -d`, `systemctl start …`), run to
+/// start the daemon of `uuid` within `limit`: started, or why not, in one line.
+fn start_outcome(
+    uuid: &str,
+    what: &str,
+    done: std::io::Result<Finished>,
+    limit: Duration,
+) -> Result<(), SharingError> {
+    let err = |kind, why: String| SharingError::new(kind, format!("MPS server for {uuid}: {why}"));
+    let done = done.map_err(|e| err(Kind::CannotRun, format!("cannot run {what}: {e}")))?;
+    match done.status {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => {
+            Err(err(Kind::Failed, format!("{what} failed ({status}): {}", done.first_line())))
+        }
+        None => Err(err(
+            Kind::TimedOut,
+            format!("{what} did not finish within {} s and was killed", limit.as_secs()),
+        )),
     }
 }
 
@@ -270,29 +292,13 @@ impl MpsController {
 
     /// `nvidia-cuda-mps-control -d`, from the agent.
     fn start_directly(&self, uuid: &str) -> Result<(), SharingError> {
-        let err =
-            |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
-        let control = self.config.control.display();
         let done = self
             .control(uuid, START_STOP_TIMEOUT)
             .arg("-d")
             .env("CUDA_VISIBLE_DEVICES", uuid)
-            .run()
-            .map_err(|e| err(Kind::CannotRun, format!("cannot run {control}: {e}")))?;
-        match done.status {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => {
-                let line = done.first_line();
-                Err(err(Kind::Failed, format!("{control} -d failed ({status}): {line}")))
-            }
-            None => Err(err(
-                Kind::TimedOut,
-                format!(
-                    "{control} -d did not finish within {} s and was killed",
-                    START_STOP_TIMEOUT.as_secs()
-                ),
-            )),
-        }
+            .run();
+        let what = format!("{} -d", self.config.control.display());
+        start_outcome(uuid, &what, done, START_STOP_TIMEOUT)
     }
 
     /// `systemctl start gpushare-mps@<uuid>.service`, after writing the environment the
@@ -304,7 +310,7 @@ impl MpsController {
         let unit = unit_name(uuid).ok_or_else(|| {
             err(Kind::Failed, "the UUID is not a plain systemd instance name".to_owned())
         })?;
-        let control = crate::sys::command::find_program(&self.config.control).map_err(|why| {
+        let control = find_program(&self.config.control).map_err(|why| {
             err(Kind::CannotRun, format!("cannot run {}: {why}", self.config.control.display()))
         })?;
         let (pipe, log) = (self.pipe_dir(uuid), self.log_dir(uuid));
@@ -320,23 +326,9 @@ impl MpsController {
         crate::sys::files::write_atomically(&env_path, env.as_bytes())
             .map_err(|e| err(Kind::Files, format!("{}: {e}", env_path.display())))?;
         // systemd's own start timeout (TimeoutStartSec=) ends a hung start first.
-        let done = Command::new(systemctl, START_STOP_TIMEOUT + Duration::from_secs(5))
-            .args(["start", "--quiet", &unit])
-            .run()
-            .map_err(|e| {
-                err(Kind::CannotRun, format!("cannot run {}: {e}", systemctl.display()))
-            })?;
-        match done.status {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => Err(err(
-                Kind::Failed,
-                format!("systemctl start {unit} failed ({status}): {}", done.first_line()),
-            )),
-            None => Err(err(
-                Kind::TimedOut,
-                format!("systemctl start {unit} did not finish and was killed"),
-            )),
-        }
+        let limit = START_STOP_TIMEOUT + Duration::from_secs(5);
+        let done = Command::new(systemctl, limit).args(["start", "--quiet", &unit]).run();
+        start_outcome(uuid, &format!("systemctl start {unit}"), done, limit)
     }
 
     /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
