@@ -1,13 +1,16 @@
 """Scaling gpushare-ctl bench measured against the same loops run by hand in the same run.
 
-  python3 tests/device/compare-bench.py BENCH.json[,BENCH.json...] HAND.json[,HAND.json...]
+  python3 tests/device/compare-bench.py BENCH.json[,BENCH.json...] HAND.json[,HAND.json...] [A,B]
 
 Prints one table row per strategy and N: gpushare's scaling (aggregate units/s over its
-baseline), the hand run's (aggregate steps/s over one copy alone), their ratio, and the
-agent's own CPU over the window; exits 1 if any ratio is off by more than 10 %. Given
+baseline), the hand run's (aggregate steps/s over one copy alone), their ratio, the ratio
+of the aggregates themselves (no solo in it), and the agent's own CPU over the window;
+exits 1 if any scaling ratio is off by more than 10 %. Given
 several runs of each side (alternated in the same session), each figure is the median of
 its side's runs: a latency-bound loop's solo rate, which every scaling divides by, varies
-by a third from one run to the next on a shared host.
+by a third from one run to the next on a shared host. Either side may be hand_bench.py's
+JSON (two ways of measuring by hand compared with each other); A,B name the two sides in
+the table (default `gpushare,by hand`).
 """
 import json
 import statistics
@@ -15,6 +18,12 @@ import sys
 
 benches = [json.load(open(p)) for p in sys.argv[1].split(",")]
 hands = [json.load(open(p)) for p in sys.argv[2].split(",")]
+label_a, label_b = (sys.argv[3] if len(sys.argv) > 3 else "gpushare,by hand").split(",")
+
+
+def aggregate(run):
+    """A run's aggregate units/s, in either side's JSON."""
+    return run.get("throughput_per_s", run.get("aggregate_per_s"))
 
 
 def median(values):
@@ -24,6 +33,10 @@ def median(values):
 
 bench_runs, hand_runs = {}, {}
 for bench in benches:
+    if "strategies" not in bench:  # hand_bench.py's JSON on this side too
+        for r in bench["runs"]:
+            bench_runs.setdefault((r["strategy"], r["replicas"]), []).append(r)
+        continue
     for s in bench["strategies"]:
         for run in s["runs"]:
             bench_runs.setdefault((s["strategy"], run["replicas"]), []).append(run)
@@ -32,8 +45,8 @@ for hand in hands:
         hand_runs.setdefault((r["strategy"], r["replicas"]), []).append(r)
 
 worst = 0.0
-print(f"{len(benches)} gpushare run(s), {len(hands)} by hand; medians")
-print(f"{'strategy':<13}{'N':>3}{'gpushare':>10}{'by hand':>9}{'ratio':>7}{'agent CPU':>11}  each gpushare / by hand")
+print(f"{len(benches)} run(s) {label_a}, {len(hands)} {label_b}; medians")
+print(f"{'strategy':<13}{'N':>3}{label_a:>10}{label_b:>9}{'ratio':>7}{'agg.':>7}{'agent CPU':>11}  each {label_a} / {label_b}")
 for (strategy, n), runs in bench_runs.items():
     scaling = median(r.get("scaling") for r in runs)
     hand = hand_runs.get((strategy, n), [])
@@ -44,10 +57,11 @@ for (strategy, n), runs in bench_runs.items():
         continue
     ratio = scaling / hand_scaling
     worst = max(worst, abs(ratio - 1))
+    aggregates = median(aggregate(r) for r in runs) / median(aggregate(h) for h in hand)
     cpu = median(r.get("agent_cpu_percent") for r in runs)
     each = " ".join(f"{r['scaling']:.2f}" for r in runs if r.get("scaling") is not None)
     each_hand = " ".join(f"{h['scaling']:.2f}" for h in hand)
-    print(f"{strategy:<13}{n:>3}{scaling:>9.2f}x{hand_scaling:>8.2f}x{ratio:>7.3f}"
+    print(f"{strategy:<13}{n:>3}{scaling:>9.2f}x{hand_scaling:>8.2f}x{ratio:>7.3f}{aggregates:>7.3f}"
           f"{'-' if cpu is None else f'{cpu:.2f} %':>11}  {each} / {each_hand}")
 # Strategy switches: what the agent's setups took (planned, set up, verified) against a
 # bare start with the two limit commands, and a bare stop then start where the setup
@@ -77,8 +91,14 @@ def measurements(median, all_runs):
     return f"{median:.0f} ({min(all_runs):.0f}-{max(all_runs):.0f} of {len(all_runs)})"
 
 
-solo = " ".join(measurements(b["baseline"]["throughput_per_s"],
-                             b["baseline"].get("repeat_throughputs_per_s", [])) for b in benches)
-solo_hand = " ".join(measurements(h["solo_per_s"], h.get("solo_runs_per_s", [])) for h in hands)
-print(f"baselines (units/s): gpushare {solo}; by hand {solo_hand}; largest difference {worst * 100:.1f} %")
+def baseline(side):
+    if "baseline" not in side:
+        return measurements(side["solo_per_s"], side.get("solo_runs_per_s", []))
+    return measurements(side["baseline"]["throughput_per_s"],
+                        side["baseline"].get("repeat_throughputs_per_s", []))
+
+
+solo = " ".join(baseline(b) for b in benches)
+solo_hand = " ".join(baseline(h) for h in hands)
+print(f"baselines (units/s): {label_a} {solo}; {label_b} {solo_hand}; largest difference {worst * 100:.1f} %")
 sys.exit(1 if worst > 0.10 else 0)

@@ -7,18 +7,32 @@ under time-slicing; and the time a bare MPS start with its two limit commands ta
 With REPEAT, each run is measured that many times back to back and the median aggregate
 kept, and one copy alone at least 3 times, as `gpushare-ctl bench --repeat` does.
 
-  python3 hand_bench.py SHAPE SECONDS N,N,... WORKDIR [REPEAT] [STRATEGY,...]
+METHOD says how a run is counted:
+- `self` (the default): as people time by hand, each copy counts its own steps over its own
+  S seconds from the go file, its lines going to /dev/null.
+- `window`: gpushare's method without gpushare: the copies run in `units` mode, each
+  writing its lines into a pipe of its own that this script drains; one window of S
+  seconds opens once every copy has reported a unit and counts the lines in it for all
+  copies at once; then the copies' process groups are killed. What separates this from
+  `self` is the counting; what separates it from `gpushare-ctl bench` is the agent.
+
+  python3 hand_bench.py SHAPE SECONDS N,N,... WORKDIR [REPEAT] [STRATEGY,...] [METHOD]
 """
 import json
 import os
+import selectors
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 shape, seconds, counts, work = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], sys.argv[4]
 repeat = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-strategies = sys.argv[6].split(",") if len(sys.argv) > 6 else ["time-slicing", "mps", "mps-limited"]
+strategies = sys.argv[6].split(",") if len(sys.argv) > 6 and sys.argv[6] else ["time-slicing", "mps", "mps-limited"]
+method = sys.argv[7] if len(sys.argv) > 7 else "self"
+assert method in ("self", "window"), f"unknown METHOD {method}"
 loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_loop.py")
 pipe = os.path.join(work, "hand-mps", "pipe")
 logs = os.path.join(work, "hand-mps", "log")
@@ -82,15 +96,67 @@ def run(n, env):
     return sum(rates), rates
 
 
+def drain(pipes, counts, done):
+    """Counts the lines on every pipe (index by read end) until each is closed or `done`."""
+    sel = selectors.DefaultSelector()
+    for fd, i in pipes.items():
+        sel.register(fd, selectors.EVENT_READ, i)
+    while sel.get_map() and not done.is_set():
+        for key, _ in sel.select(timeout=0.05):
+            data = os.read(key.fd, 256 << 10)
+            if data:
+                counts[key.data] += data.count(b"\n")
+            else:
+                sel.unregister(key.fd)
+
+
+def run_window(n, env):
+    """n copies in `units` mode, each reporting into a pipe of its own; one common window of
+    `seconds` once every copy has reported a unit. Aggregate and per-copy units/s."""
+    pipes, procs = {}, []
+    for i in range(n):
+        read_end, write_end = os.pipe()
+        procs.append(subprocess.Popen([sys.executable, loop, shape, "units"],
+                                      env=dict(env, GPUSHARE_BENCH_REPORT=str(write_end)),
+                                      pass_fds=(write_end,), stdout=subprocess.DEVNULL,
+                                      start_new_session=True))
+        os.close(write_end)
+        pipes[read_end] = i
+    counts, done = [0] * n, threading.Event()
+    reader = threading.Thread(target=drain, args=(pipes, counts, done))
+    reader.start()
+    deadline = time.time() + 120
+    while not all(counts) and time.time() < deadline:
+        time.sleep(0.01)
+    marks, opened = list(counts), time.perf_counter()
+    time.sleep(seconds)
+    ends, closed = list(counts), time.perf_counter()
+    for p in procs:  # as the agent stops replicas: SIGTERM to the group, SIGKILL later
+        os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    done.set()
+    reader.join()
+    for fd in pipes:
+        os.close(fd)
+    rates = [(e - m) / (closed - opened) for e, m in zip(ends, marks)]
+    return sum(rates), rates
+
+
 def measured(n, env, times):
     """`times` runs of n copies; the one with the median aggregate (the lower middle of an
     even count), and every aggregate."""
-    runs = sorted((run(n, env) for _ in range(times)), key=lambda r: r[0])
+    once = run_window if method == "window" else run
+    runs = sorted((once(n, env) for _ in range(times)), key=lambda r: r[0])
     aggregate, rates = runs[(len(runs) - 1) // 2]
     return aggregate, rates, [r[0] for r in runs]
 
 
-results = {"shape": shape, "seconds": seconds, "repeat": repeat, "runs": []}
+results = {"shape": shape, "seconds": seconds, "repeat": repeat, "method": method, "runs": []}
 solo, _, solo_all = measured(1, dict(os.environ), max(repeat, 3))
 for strategy in strategies:
     if strategy == "mps":
