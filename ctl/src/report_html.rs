@@ -54,6 +54,7 @@ th { background: #f6f8fa; }
 td.text, th.text { text-align: left; }
 tr.recommended td { background: #eef7ee; }
 td.error, p.error { color: #b42318; }
+span.note { color: #9a6700; }
 p.skipped, p.empty { color: #57606a; font-style: italic; }
 .chart { margin: .5rem 0 1.5rem; }
 .chart svg { max-width: 100%; height: auto; }
@@ -167,9 +168,36 @@ fn header(report: &BenchReport, page: &mut String) {
     item("Fleet", format!("{} replicas", report.fleet));
     item("Wall time", format!("{:.1} s", report.wall_seconds));
     item("Baseline", baseline(report.baseline.as_ref()));
+    if let Some(note) = noisy_baseline(report) {
+        item("Note", format!("<span class=\"note\">{}</span>", escape(&note)));
+    }
     item("Sharing restored", escape(&report.restored));
     item("Results kept in", format!("<code>{}</code>", escape(&report.saved_to)));
     page.push_str("</dl>\n");
+}
+
+/// How much a spread of repeated measurements is worth a word: beyond it, scalings off by
+/// that much are within the host's own noise.
+const NOISY_SPREAD: f64 = 0.10;
+
+/// When the baseline's measurements spread by more than [`NOISY_SPREAD`], what that means
+/// for the report (every ratio in it divides by the baseline), in a sentence. The text
+/// report and the page say the same.
+pub fn noisy_baseline(report: &BenchReport) -> Option<String> {
+    let spread = report.baseline.as_ref().and_then(BenchRun::repeat_spread)?;
+    if spread <= NOISY_SPREAD {
+        return None;
+    }
+    let advice = if report.repeat < 3 {
+        "--repeat 3 (or more) and a longer --duration give steadier ratios"
+    } else {
+        "a longer --duration or a quieter host gives steadier ratios"
+    };
+    Some(format!(
+        "one replica alone varied by {:.0} % between its measurements: the scalings, \
+         slowdowns and inflations carry that uncertainty; {advice}",
+        spread * 100.0
+    ))
 }
 
 /// The baseline in a few words.

@@ -222,10 +222,19 @@ fn repeated_runs_show_their_median_and_spread() {
     r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
     let page = render(&r);
     assert!(page.contains("<dt>Repeats</dt><dd>each run 3 times, the median reported</dd>"));
+    // The baseline's measurements spread by 50 %: the page says so, as the text does.
+    assert!(page.contains(
+        "<dt>Note</dt><dd><span class=\"note\">one replica alone varied by 50 % between its \
+         measurements: the scalings, slowdowns and inflations carry that uncertainty; a longer \
+         --duration or a quieter host gives steadier ratios</span></dd>"
+    ));
     assert!(page.contains("1 replica alone: 402 units/s (the median of 3: 402, 300, 450 units/s)"));
     assert!(page.contains(
         "<td>1180 <span class=\"spread\" title=\"the median of 3: 1180, 1100, 1210 units/s\">(spread 10 %)</span></td>"
     ));
     // Runs measured once keep the bare figure.
     assert!(page.contains("<td>399</td>"), "{page}");
+    // Within 10 %, no note.
+    r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 390.0, 420.0];
+    assert!(!render(&r).contains("<dt>Note</dt>"));
 }

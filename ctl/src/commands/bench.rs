@@ -410,7 +410,9 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     }
     text.push_str(&format!("{measured}; {:.1} s in all\n", report.wall_seconds));
     text.push_str(&baseline_line(report.baseline.as_ref()));
-    text.push_str(&noisy_baseline(report));
+    if let Some(note) = report_html::noisy_baseline(report) {
+        text.push_str(&format!("Note: {note}\n"));
+    }
 
     for strategy in &report.strategies {
         text.push('\n');
@@ -511,31 +513,6 @@ fn setups_line(report: &BenchReport) -> String {
         })
         .collect();
     format!("Setting up (planned, set up, verified): {}\n", parts.join(", "))
-}
-
-/// How much a spread of repeated measurements is worth a word: beyond it, scalings off by
-/// that much are within the host's own noise.
-const NOISY_SPREAD: f64 = 0.10;
-
-/// A note when the baseline's measurements spread by more than [`NOISY_SPREAD`]: every
-/// ratio of the report divides by it. Empty otherwise.
-fn noisy_baseline(report: &BenchReport) -> String {
-    let Some(spread) = report.baseline.as_ref().and_then(BenchRun::repeat_spread) else {
-        return String::new();
-    };
-    if spread <= NOISY_SPREAD {
-        return String::new();
-    }
-    let advice = if report.repeat < 3 {
-        "; --repeat 3 (or more) and a longer --duration give steadier ratios"
-    } else {
-        "; a longer --duration or a quieter host gives steadier ratios"
-    };
-    format!(
-        "Note: one replica alone varied by {:.0} % between its measurements: the scalings, \
-         slowdowns and inflations carry that uncertainty{advice}\n",
-        spread * 100.0
-    )
 }
 
 /// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`, with the
