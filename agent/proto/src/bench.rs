@@ -3,7 +3,10 @@
 //! through these (ctl to refuse bad input before calling, the agent because any client
 //! may call it), so a strategy, an objective or an SLO means the same everywhere.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -463,4 +466,86 @@ mod tests {
         assert_eq!("latency".parse(), Ok(Objective::Latency));
         assert!("speed".parse::<Objective>().is_err());
     }
+}
+
+/// Why a bench COMMAND's program is not one a shell would run: ctl refuses it before
+/// calling, the agent again for any client, with the same words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandLookup {
+    /// The program's name is empty.
+    Empty,
+    /// A name with a `/` in it: nothing there.
+    Missing {
+        /// The directory it was taken relative to.
+        cwd: PathBuf,
+    },
+    /// A name with a `/` in it that cannot be looked at.
+    Unreadable(String),
+    /// A name with a `/` in it that is a directory.
+    Directory,
+    /// A name with a `/` in it that is a file without an execute bit.
+    NotExecutable {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A bare name, and no PATH to look in.
+    NoPath,
+    /// A bare name found as an executable file in no directory of PATH.
+    NotOnPath {
+        /// The PATH looked in, as given.
+        path: String,
+    },
+}
+
+impl fmt::Display for CommandLookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("an empty program name"),
+            Self::Missing { cwd } => write!(f, "not found (in {})", cwd.display()),
+            Self::Unreadable(why) => write!(f, "cannot be read: {why}"),
+            Self::Directory => f.write_str("is a directory"),
+            Self::NotExecutable { mode } => write!(
+                f,
+                "not executable (mode {mode:o}): chmod +x it, or name its interpreter first"
+            ),
+            Self::NoPath => f.write_str("not found (PATH is not set)"),
+            Self::NotOnPath { path } => write!(f, "not found (PATH={path})"),
+        }
+    }
+}
+
+/// The file a shell would run for `program` from `cwd` with `path` as its PATH: a name
+/// with a `/` relative to `cwd`, a bare name in the first PATH directory holding an
+/// executable file of that name (an empty entry, or a relative one, from `cwd`).
+pub fn find_command(
+    program: &str,
+    path: Option<&OsStr>,
+    cwd: &Path,
+) -> Result<PathBuf, CommandLookup> {
+    if program.is_empty() {
+        return Err(CommandLookup::Empty);
+    }
+    if program.contains('/') {
+        let candidate = cwd.join(program);
+        return match std::fs::metadata(&candidate) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(CommandLookup::Missing { cwd: cwd.to_path_buf() })
+            }
+            Err(e) => Err(CommandLookup::Unreadable(e.to_string())),
+            Ok(m) if m.is_dir() => Err(CommandLookup::Directory),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                Err(CommandLookup::NotExecutable { mode: m.permissions().mode() & 0o7777 })
+            }
+            Ok(_) => Ok(candidate),
+        };
+    }
+    let path = path.ok_or(CommandLookup::NoPath)?;
+    std::env::split_paths(path)
+        .map(|dir| if dir.as_os_str().is_empty() { cwd.to_path_buf() } else { cwd.join(dir) })
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| CommandLookup::NotOnPath { path: path.to_string_lossy().into_owned() })
 }

@@ -10,13 +10,13 @@
 //! working directory, the user, the target, every strategy's plan and its tools.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::bench::{
     BENCH_BASELINE_RUNS, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS, BenchReport, BenchRun,
-    BenchStrategy, BenchStrategyRuns, ENV_STRATEGY, Objective, Slo,
+    BenchStrategy, BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, find_command,
 };
 use gpushare_proto::exact_size;
 use tokio::sync::mpsc::UnboundedSender;
@@ -167,32 +167,12 @@ impl BenchOptions {
     }
 }
 
-/// The program a command runs: a path with a `/` (relative to `cwd`), or the first
-/// executable of that name on `path`, as a shell finds it.
+/// The file `program` names for a caller with `path` as PATH (the usual directories when it
+/// sent none) in `cwd`, looked up as ctl does before it calls.
 fn find_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<PathBuf, EngineError> {
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.contains('/') {
-        let full = cwd.join(program);
-        return if executable(&full) {
-            Ok(full)
-        } else {
-            Err(EngineError::InvalidArgument(format!(
-                "command `{program}`: no executable file {}",
-                full.display()
-            )))
-        };
-    }
-    let path = path.unwrap_or("/usr/local/bin:/usr/bin:/bin");
-    path.split(':')
-        .map(|dir| if dir.is_empty() { cwd.to_path_buf() } else { cwd.join(dir) })
-        .map(|dir| dir.join(program))
-        .find(|candidate| executable(candidate))
-        .ok_or_else(|| {
-            EngineError::InvalidArgument(format!("command `{program}`: not found in PATH={path}"))
-        })
+    let path = OsStr::new(path.unwrap_or("/usr/local/bin:/usr/bin:/bin"));
+    find_command(program, Some(path), cwd)
+        .map_err(|why| EngineError::InvalidArgument(format!("command `{program}`: {why}")))
 }
 
 /// How one strategy is set up for N replicas.
@@ -964,13 +944,13 @@ mod tests {
         let cwd = dir.path();
         assert!(find_program("sh", Some("/usr/bin:/bin"), cwd).is_ok());
         let e = find_program("no-such-program", Some("/usr/bin"), cwd).unwrap_err();
-        assert_eq!(e.to_string(), "command `no-such-program`: not found in PATH=/usr/bin");
+        assert_eq!(e.to_string(), "command `no-such-program`: not found (PATH=/usr/bin)");
         std::fs::write(cwd.join("run.sh"), "#!/bin/sh\n").unwrap();
         assert!(
             find_program("./run.sh", None, cwd)
                 .unwrap_err()
                 .to_string()
-                .contains("no executable file")
+                .contains("not executable (mode 644)")
         );
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(cwd.join("run.sh"), std::fs::Permissions::from_mode(0o755))

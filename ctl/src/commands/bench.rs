@@ -29,14 +29,13 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use comfy_table::CellAlignment;
 use gpushare_proto::bench::{
     BENCH_BUILTIN, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
     BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET,
-    BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method,
+    BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method, find_command,
 };
 use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
@@ -233,45 +232,12 @@ fn first_repeated<T: Eq + std::hash::Hash + Copy>(items: &[T]) -> Option<T> {
     items.iter().copied().find(|item| !seen.insert(*item))
 }
 
-/// Finds `program` as a shell would: a name without `/` in each directory of `path` (an
-/// empty entry is the current directory), anything else relative to `cwd`. It must be a
-/// file with an execute bit.
+/// The file a shell would run for `program` (see [`find_command`]); refused as
+/// `CommandNotFound` in one line.
 pub fn find_program(program: &str, path: Option<&OsStr>, cwd: &Path) -> Result<PathBuf, CtlError> {
-    let refuse = |why: String| {
+    find_command(program, path, cwd).map_err(|why| {
         CtlError::ctl(Kind::CommandNotFound, format!("bench: COMMAND `{program}`: {why}"))
-    };
-    if program.is_empty() {
-        return Err(refuse("an empty program name".into()));
-    }
-    if program.contains('/') {
-        let candidate = cwd.join(program);
-        return match std::fs::metadata(&candidate) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(refuse(format!("not found (in {})", cwd.display())))
-            }
-            Err(e) => Err(refuse(format!("cannot be read: {e}"))),
-            Ok(m) if m.is_dir() => Err(refuse("is a directory".into())),
-            Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(refuse(format!(
-                "not executable (mode {:o}): chmod +x it, or name its interpreter first",
-                m.permissions().mode() & 0o7777
-            ))),
-            Ok(_) => Ok(candidate),
-        };
-    }
-    let Some(path) = path else {
-        return Err(refuse("not found (PATH is not set)".into()));
-    };
-    for dir in std::env::split_paths(path) {
-        let dir = if dir.as_os_str().is_empty() { cwd.to_path_buf() } else { cwd.join(dir) };
-        let candidate = dir.join(program);
-        if let Ok(m) = std::fs::metadata(&candidate)
-            && m.is_file()
-            && m.permissions().mode() & 0o111 != 0
-        {
-            return Ok(candidate);
-        }
-    }
-    Err(refuse(format!("not found (PATH={})", path.to_string_lossy())))
+    })
 }
 
 /// Checks that `file` (relative to `cwd`) can be written later: its directory exists and
