@@ -5,9 +5,8 @@
 Prints one table row per strategy and N: gpushare's scaling (aggregate units/s over its
 baseline), the hand run's (aggregate steps/s over one copy alone), their ratio, the ratio
 of the aggregates themselves (no solo in it), and the agent's own CPU over the window;
-exits 1 if any scaling ratio is off by more than 10 %. Given
-several runs of each side (alternated in the same session), each figure is the median of
-its side's runs: a latency-bound loop's solo rate, which every scaling divides by, varies
+exits 1 if any scaling ratio is off by more than 10 %. Given several runs of each side
+(alternated in the same session), each figure is the median of its side's runs: a latency-bound loop's solo rate, which every scaling divides by, varies
 by a third from one run to the next on a shared host. Either side may be hand_bench.py's
 JSON (two ways of measuring by hand compared with each other); A,B name the two sides in
 the table (default `gpushare,by hand`).

@@ -11,8 +11,9 @@
 # takes the median of each side's runs of a cell).
 # METHODS (default `self`) lists hand_bench.py's ways of counting to run by hand, each a
 # side of its own (`window` is gpushare's counting without the agent); the sides' order
-# rotates from one N to the next, and from one ROUND (a number) to the next. Each side's line says what the host was doing meanwhile:
-# its load average, and the share of CPU time the hypervisor took (steal).
+# rotates from one N to the next, and from one ROUND (a number) to the next. Each side's
+# line says what the host was doing meanwhile: its load average, and the share of CPU time
+# the hypervisor took (steal).
 #   tests/device/h100-cell-pairs.sh BIN_DIR OUT_DIR STRATEGY N,N,... [SECONDS] [ROUND] [METHODS]
 set -uo pipefail
 strategy=$3
