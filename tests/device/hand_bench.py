@@ -20,20 +20,18 @@ METHOD says how a run is counted:
 """
 import json
 import os
-import selectors
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
+
+from units_copies import LOOP, Copies
 
 shape, seconds, counts, work = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], sys.argv[4]
 repeat = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 strategies = sys.argv[6].split(",") if len(sys.argv) > 6 and sys.argv[6] else ["time-slicing", "mps", "mps-limited"]
 method = sys.argv[7] if len(sys.argv) > 7 else "self"
 assert method in ("self", "window"), f"unknown METHOD {method}"
-loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_loop.py")
 pipe = os.path.join(work, "hand-mps", "pipe")
 logs = os.path.join(work, "hand-mps", "log")
 os.makedirs(pipe, exist_ok=True)
@@ -86,7 +84,7 @@ def run(n, env):
     tag = f"{time.monotonic_ns()}"
     ready = [os.path.join(work, f"ready-{tag}-{i}") for i in range(n)]
     go = os.path.join(work, f"go-{tag}")
-    procs = [subprocess.Popen([sys.executable, loop, shape, "hand", ready[i], go, str(seconds)],
+    procs = [subprocess.Popen([sys.executable, LOOP, shape, "hand", ready[i], go, str(seconds)],
                               env=env, stdout=subprocess.PIPE, text=True) for i in range(n)]
     deadline = time.time() + 120
     while not all(os.path.exists(r) for r in ready) and time.time() < deadline:
@@ -96,53 +94,15 @@ def run(n, env):
     return sum(rates), rates
 
 
-def drain(pipes, counts, done):
-    """Counts the lines on every pipe (index by read end) until each is closed or `done`."""
-    sel = selectors.DefaultSelector()
-    for fd, i in pipes.items():
-        sel.register(fd, selectors.EVENT_READ, i)
-    while sel.get_map() and not done.is_set():
-        for key, _ in sel.select(timeout=0.05):
-            data = os.read(key.fd, 256 << 10)
-            if data:
-                counts[key.data] += data.count(b"\n")
-            else:
-                sel.unregister(key.fd)
-
-
 def run_window(n, env):
     """n copies in `units` mode, each reporting into a pipe of its own; one common window of
     `seconds` once every copy has reported a unit. Aggregate and per-copy units/s."""
-    pipes, procs = {}, []
-    for i in range(n):
-        read_end, write_end = os.pipe()
-        procs.append(subprocess.Popen([sys.executable, loop, shape, "units"],
-                                      env=dict(env, GPUSHARE_BENCH_REPORT=str(write_end)),
-                                      pass_fds=(write_end,), stdout=subprocess.DEVNULL,
-                                      start_new_session=True))
-        os.close(write_end)
-        pipes[read_end] = i
-    counts, done = [0] * n, threading.Event()
-    reader = threading.Thread(target=drain, args=(pipes, counts, done))
-    reader.start()
-    deadline = time.time() + 120
-    while not all(counts) and time.time() < deadline:
-        time.sleep(0.01)
-    marks, opened = list(counts), time.perf_counter()
+    copies = Copies(n, shape, env)
+    copies.wait_working()
+    marks, opened = list(copies.counts), time.perf_counter()
     time.sleep(seconds)
-    ends, closed = list(counts), time.perf_counter()
-    for p in procs:  # as the agent stops replicas: SIGTERM to the group, SIGKILL later
-        os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    done.set()
-    reader.join()
-    for fd in pipes:
-        os.close(fd)
+    ends, closed = list(copies.counts), time.perf_counter()
+    copies.stop()
     rates = [(e - m) / (closed - opened) for e, m in zip(ends, marks)]
     return sum(rates), rates
 

@@ -14,36 +14,15 @@ utilisation, power) over the whole run.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+from units_copies import Copies
+
 long_seconds, short_runs, short_seconds = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_loop.py")
 t0 = time.time()
-
-
-def copy():
-    """A copy in `units` mode and a thread counting its lines: (process, counts list)."""
-    read_end, write_end = os.pipe()
-    proc = subprocess.Popen([sys.executable, loop, "small", "units"],
-                            env=dict(os.environ, GPUSHARE_BENCH_REPORT=str(write_end)),
-                            pass_fds=(write_end,), stdout=subprocess.DEVNULL, start_new_session=True)
-    os.close(write_end)
-    count = [0]
-
-    def drain():
-        while data := os.read(read_end, 256 << 10):
-            count[0] += data.count(b"\n")
-        os.close(read_end)
-
-    threading.Thread(target=drain, daemon=True).start()
-    while count[0] == 0 and proc.poll() is None:
-        time.sleep(0.01)
-    return proc, count
 
 
 def where(pid):
@@ -57,16 +36,18 @@ def where(pid):
         return None, None, None
 
 
-def stop(proc):
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait()
+def started():
+    """One fresh copy, once it has reported a unit."""
+    copies = Copies(1, "small", os.environ)
+    copies.wait_working()
+    return copies
 
 
-def interval(proc, count, seconds):
-    start, mark = time.perf_counter(), count[0]
+def interval(copies, seconds):
+    start, mark = time.perf_counter(), copies.counts[0]
     time.sleep(seconds)
-    end, units = time.perf_counter(), count[0] - mark
-    cpu, vol, invol = where(proc.pid)
+    end, units = time.perf_counter(), copies.counts[0] - mark
+    cpu, vol, invol = where(copies.procs[0].pid)
     return {"t": round(time.time() - t0, 3), "per_s": units / (end - start), "cpu": cpu,
             "voluntary": vol, "involuntary": invol}
 
@@ -76,14 +57,14 @@ sampler = subprocess.Popen(
     ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,pstate,utilization.gpu,power.draw",
      "--format=csv,noheader,nounits", "-lms", "100"], stdout=clocks_file)
 result = {"long": [], "short": []}
-proc, count = copy()
+copies = started()
 while time.time() - t0 < long_seconds:
-    result["long"].append(interval(proc, count, 0.5))
-stop(proc)
+    result["long"].append(interval(copies, 0.5))
+copies.stop()
 for _ in range(short_runs):
-    proc, count = copy()
-    result["short"].append(interval(proc, count, short_seconds))
-    stop(proc)
+    copies = started()
+    result["short"].append(interval(copies, short_seconds))
+    copies.stop()
 sampler.terminate()
 sampler.wait()
 clocks_file.seek(0)
