@@ -15,6 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tracing::Instrument;
 
 use crate::access::AccessPolicy;
+use crate::bench::launch::Launcher;
 use crate::config::{self, AgentConfig};
 use crate::engine::{ApplyJob, BOOT_JOB, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
@@ -128,7 +129,9 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     if let Some(why) = hands_off {
         engine = engine.hands_off(why);
     }
-    let engine = Arc::new(engine);
+    let (launcher, how) = Launcher::detect().await;
+    tracing::info!("bench replicas start as {how}");
+    let engine = Arc::new(engine.with_launcher(launcher));
 
     // Metrics and systemd's status follow the engine before it does anything, so that no
     // job goes unheard of (the start-up re-apply included).
@@ -215,6 +218,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         NotifyState::Stopping,
         NotifyState::Status("stopping once no apply runs"),
     ]);
+    // A bench would run on for minutes: it stops its replicas and restores the GPU now.
+    engine.cancel_bench();
     let _idle = engine.quiesce().await;
     drop(connection);
     match lost {

@@ -69,22 +69,18 @@ struct Args {
     #[arg(long, value_name = "JSON", hide = true)]
     probe_client: Option<String>,
 
-    /// Wait for one byte on GATE_FD, move REPORT_FD to descriptor 3, then run the command
-    /// after `--` in this process (a bench replica's start barrier).
-    #[arg(long, num_args = 2, value_names = ["GATE_FD", "REPORT_FD"], hide = true, requires = "replica")]
-    bench_gate: Option<Vec<i32>>,
+    /// Run a bench replica's gate: descriptor 0 is its control socket to the agent, 1 the
+    /// replica's report pipe (see DESIGN.md, "Replicas are the user's own processes").
+    #[arg(long, hide = true)]
+    bench_gate: bool,
 
-    /// The directory a bench replica runs in, entered by the gate as the replica's user.
-    #[arg(long, value_name = "DIR", hide = true, requires = "bench_gate")]
-    bench_cwd: Option<std::path::PathBuf>,
+    /// Whom the gate becomes first: UID:GID:GROUP,... (exactly these groups).
+    #[arg(long, value_name = "UID:GID:GROUPS", hide = true, requires = "bench_gate")]
+    bench_user: Option<String>,
 
     /// Run a built-in workload as a bench replica (units on GPUSHARE_BENCH_REPORT).
     #[arg(long, value_name = "WORKLOAD", hide = true)]
     bench_builtin: Option<gpushare_proto::Workload>,
-
-    /// A bench replica's command (after `--`, with `--bench-gate`).
-    #[arg(last = true, hide = true, value_name = "COMMAND")]
-    replica: Vec<std::ffi::OsString>,
 
     /// Run probe sweeps (`<workload|all> <n,n,...> <seconds>`), print JSON, and exit.
     #[arg(long, num_args = 3, value_names = ["WORKLOAD", "COUNTS", "SECONDS"], hide = true)]
@@ -93,10 +89,9 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(fds) = &args.bench_gate {
-        // Before anything else: the replicas wait here to start together.
-        let cwd = args.bench_cwd.as_deref();
-        return gpushare_agent::bench::gate::main(fds[0], fds[1], cwd, &args.replica);
+    if args.bench_gate {
+        // Before anything else (no logging, no thread): it first becomes the caller.
+        return gpushare_agent::bench::gate::main(args.bench_user.as_deref());
     }
     // The journal under systemd, else stderr (DESIGN.md, "Logging").
     let logging = log::init();

@@ -1,11 +1,16 @@
-//! The bench's replica runner with the real gate (`gpushare-agent --bench-gate`) and small
-//! shell scripts as replicas: no GPU needed.
+//! The bench's replica runner with the real gate (`gpushare-agent --bench-gate`, started
+//! by the direct launcher: a child in a new session) and small shell scripts as replicas:
+//! no GPU needed.
 
-use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpushare_agent::bench::replicas::{Batch, ReplicaSpec};
+use gpushare_agent::bench::control::{self, FromGate, Logs, Spec, ToGate};
+use gpushare_agent::bench::launch::Launcher;
+use gpushare_agent::bench::replicas::{self, Batch, Launch, ReplicaSpec};
 use gpushare_agent::sys::procfs;
 use gpushare_agent::sys::unix::{self, Identity};
 
@@ -13,44 +18,80 @@ fn gate() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpushare-agent"))
 }
 
+fn launch<'a>(program: &'a Path, identity: Option<&'a Identity>) -> Launch<'a> {
+    static DIRECT: Launcher = Launcher::Direct;
+    Launch {
+        launcher: &DIRECT,
+        program,
+        identity,
+        label: "0",
+        runtime_max: Duration::from_secs(600),
+    }
+}
+
 fn script(dir: &Path, body: &str) -> ReplicaSpec {
     ReplicaSpec {
-        command: ["/bin/sh", "-c", body].iter().map(OsString::from).collect(),
+        command: ["/bin/sh", "-c", body].iter().map(|s| s.to_string()).collect(),
         env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
             ("CUDA_VISIBLE_DEVICES".into(), "GPU-test".into()),
             ("DIR".into(), dir.display().to_string()),
         ],
-        clear_env: false,
-        cwd: None,
-        identity: None,
-        log_dir: dir.to_path_buf(),
+        cwd: dir.display().to_string(),
+        logs: None,
     }
+}
+
+/// `script`, with its output written to `dir/run/`.
+fn logged(dir: &Path, body: &str, index: u32) -> ReplicaSpec {
+    let mut spec = script(dir, body);
+    spec.logs =
+        Some(Logs { dir: dir.display().to_string(), run: "run".into(), index, cap_bytes: 1 << 20 });
+    spec
 }
 
 const GRACE: Duration = Duration::from_secs(2);
 
+/// Waits up to 5 s for `pid` to be gone.
+fn gone(pid: u32) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while procfs::alive(pid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !procfs::alive(pid)
+}
+
 #[test]
 fn units_by_line_are_counted_exactly_and_replicas_see_their_environment() {
     let dir = tempfile::tempdir().unwrap();
-    let body = r#"echo "$GPUSHARE_BENCH_REPLICA/$GPUSHARE_BENCH_REPLICAS $CUDA_VISIBLE_DEVICES"
+    let body = r#"echo "$GPUSHARE_BENCH_REPLICA/$GPUSHARE_BENCH_REPLICAS $CUDA_VISIBLE_DEVICES $(pwd)"
 i=0
 while [ $i -lt $((GPUSHARE_BENCH_REPLICA + 5)) ]; do echo 1.5 >&$GPUSHARE_BENCH_REPORT; i=$((i+1)); done
 echo >&$GPUSHARE_BENCH_REPORT
 echo not-a-number >&$GPUSHARE_BENCH_REPORT"#;
-    let specs = (0..3).map(|_| script(dir.path(), body)).collect();
-    let mut batch = Batch::spawn(&gate(), specs).unwrap();
+    let specs = (0..3).map(|i| logged(dir.path(), body, i)).collect();
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
     batch.release().unwrap();
     assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
     let outcomes = batch.finish(GRACE);
     for (i, o) in outcomes.iter().enumerate() {
         assert!(o.succeeded(), "{o:?}");
         assert_eq!(o.units.count, i as u64 + 6, "{o:?}");
-        assert_eq!(o.units.latencies_ms, vec![1.5; i + 5]);
+        assert_eq!(o.units.latencies.kept(), vec![1.5; i + 5]);
         assert_eq!(o.units.malformed, 1);
         assert_eq!(o.units.first_malformed.as_deref(), Some("not-a-number"));
-        let out = std::fs::read_to_string(&o.stdout).unwrap();
-        assert_eq!(out, format!("{i}/3 GPU-test\n"));
+        let line = format!("{i}/3 GPU-test {}\n", dir.path().display());
+        assert_eq!(o.stdout_tail, line);
+        let file = dir.path().join(format!("run/replica-{i}.out"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), line);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(o.pid > 0);
     }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("run")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
 }
 
 #[test]
@@ -58,7 +99,8 @@ fn nothing_runs_before_the_release_and_all_start_together() {
     let dir = tempfile::tempdir().unwrap();
     let body = r#"date +%s%N > "$DIR/started-$GPUSHARE_BENCH_REPLICA""#;
     let specs = (0..4).map(|_| script(dir.path(), body)).collect();
-    let mut batch = Batch::spawn(&gate(), specs).unwrap();
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         std::fs::read_dir(dir.path())
@@ -89,39 +131,54 @@ fn failures_are_reported_per_replica() {
         script(dir.path(), "echo out of memory >&2; exit 3"),
         script(dir.path(), "kill -9 $$"),
     ];
-    let mut batch = Batch::spawn(&gate(), specs).unwrap();
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
     batch.release().unwrap();
     assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
     let o = batch.finish(GRACE);
     assert!(o[0].succeeded());
     assert_eq!((o[1].code, o[1].signal, o[1].stopped), (Some(3), None, false));
-    assert_eq!(std::fs::read_to_string(&o[1].stderr).unwrap(), "out of memory\n");
+    assert_eq!(o[1].stderr_tail, "out of memory\n");
     assert_eq!((o[2].code, o[2].signal), (None, Some(9)));
     assert!(!o[2].succeeded());
 }
 
 #[test]
-fn a_missing_command_fails_its_replica_with_127() {
+fn a_command_or_directory_the_caller_cannot_use_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
+    let program = gate();
     let mut spec = script(dir.path(), "");
-    spec.command = vec!["/nonexistent/gpushare-bench-command".into()];
-    let mut batch = Batch::spawn(&gate(), vec![spec]).unwrap();
-    batch.release().unwrap();
-    assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
-    let o = batch.finish(GRACE);
-    assert_eq!(o[0].code, Some(127));
-    assert!(std::fs::read_to_string(&o[0].stderr).unwrap().contains("cannot run"));
+    spec.command = vec!["gpushare-no-such-command".into()];
+    let e = replicas::check(&launch(&program, None), spec.clone()).unwrap_err();
+    assert_eq!(e, "command `gpushare-no-such-command`: not found (PATH=/usr/bin:/bin)");
+    let e = Batch::spawn(launch(&program, None), vec![spec]).err().unwrap();
+    assert!(e.contains("not found"), "{e}");
+    let mut spec = script(dir.path(), "true");
+    spec.cwd = dir.path().join("missing").display().to_string();
+    let e = replicas::check(&launch(&program, None), spec).unwrap_err();
+    assert!(e.starts_with("cwd ") && e.contains("No such file or directory"), "{e}");
+    assert!(replicas::check(&launch(&program, None), script(dir.path(), "true")).is_ok());
 }
 
 #[test]
-fn stopping_ends_each_replica_and_what_it_started() {
+fn stopping_ends_each_replica_and_everything_it_started_even_in_other_sessions() {
     let dir = tempfile::tempdir().unwrap();
-    let body = r#"sleep 1000 & echo $! > "$DIR/child-$GPUSHARE_BENCH_REPLICA"; trap '' TERM; while :; do echo >&$GPUSHARE_BENCH_REPORT; sleep 0.01; done"#;
+    // A child in the replica's group, and one that left it and its session (setsid), each
+    // ignoring SIGTERM as the replica itself does.
+    let body = r#"sleep 1000 & echo $! > "$DIR/child-$GPUSHARE_BENCH_REPLICA"
+setsid sh -c 'trap "" TERM; echo $$ > "$DIR/escaped-$GPUSHARE_BENCH_REPLICA"; while :; do sleep 1; done' &
+trap '' TERM; while :; do echo >&$GPUSHARE_BENCH_REPORT; sleep 0.01; done"#;
     let specs = (0..2).map(|_| script(dir.path(), body)).collect();
-    let mut batch = Batch::spawn(&gate(), specs).unwrap();
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
     batch.release().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while batch.units().iter().any(|u| u.count < 3) && Instant::now() < deadline {
+    let escaped = |i: usize| dir.path().join(format!("escaped-{i}"));
+    while (batch.units().iter().any(|u| u.count < 3)
+        || !escaped(0).exists()
+        || !escaped(1).exists())
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let o = batch.finish(Duration::from_millis(300));
@@ -132,56 +189,130 @@ fn stopping_ends_each_replica_and_what_it_started() {
         assert!(r.units.count >= 3);
     }
     for i in 0..2 {
-        let text = std::fs::read_to_string(dir.path().join(format!("child-{i}"))).unwrap();
-        let pid: u32 = text.trim().parse().unwrap();
-        let gone = Instant::now() + Duration::from_secs(5);
-        while procfs::alive(pid) && Instant::now() < gone {
-            std::thread::sleep(Duration::from_millis(10));
+        for name in [format!("child-{i}"), format!("escaped-{i}")] {
+            let text = std::fs::read_to_string(dir.path().join(&name)).unwrap();
+            let pid: u32 = text.trim().parse().unwrap();
+            assert!(gone(pid), "{name} ({pid}) outlived the stop");
         }
-        assert!(!procfs::alive(pid), "the replica's child {pid} outlived the stop");
     }
+}
+
+#[test]
+fn what_a_replica_leaves_behind_stops_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = r#"setsid sh -c 'echo $$ > "$DIR/left"; exec sleep 1000' & sleep 0.2; exit 0"#;
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), vec![script(dir.path(), body)]).unwrap();
+    batch.release().unwrap();
+    assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
+    let o = batch.finish(GRACE);
+    assert!(o[0].succeeded(), "{o:?}");
+    let pid: u32 =
+        std::fs::read_to_string(dir.path().join("left")).unwrap().trim().parse().unwrap();
+    assert!(gone(pid), "the left-over {pid} runs on");
 }
 
 #[test]
 fn replicas_dropped_before_the_release_never_run_their_command() {
     let dir = tempfile::tempdir().unwrap();
     let body = r#"touch "$DIR/ran""#;
-    let batch = Batch::spawn(&gate(), vec![script(dir.path(), body)]).unwrap();
-    let pid = batch.pids()[0];
+    let program = gate();
+    let batch = Batch::spawn(launch(&program, None), vec![script(dir.path(), body)]).unwrap();
     drop(batch);
-    assert!(!procfs::alive(pid));
+    std::thread::sleep(Duration::from_millis(200));
     assert!(!dir.path().join("ran").exists());
 }
 
 #[test]
-fn replicas_run_as_the_identity_asked_for() {
+fn output_beyond_the_cap_is_counted_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3 MiB on stdout against a 1 MiB cap; the end is still the end.
+    let body = r#"head -c 3145728 /dev/zero | tr '\0' x; echo; echo the end"#;
+    let program = gate();
+    let spec = logged(dir.path(), body, 0);
+    let mut batch = Batch::spawn(launch(&program, None), vec![spec]).unwrap();
+    batch.release().unwrap();
+    assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
+    let o = batch.finish(GRACE);
+    assert!(o[0].succeeded(), "{o:?}");
+    assert_eq!(o[0].dropped_bytes, 3 * (1 << 20) + 1 + 8 - (1 << 20));
+    assert!(o[0].stdout_tail.ends_with("the end\n"), "{:?}", o[0].stdout_tail);
+    let log = std::fs::read_to_string(dir.path().join("run/replica-0.out")).unwrap();
+    assert!(log.len() < (1 << 20) + 200, "{}", log.len());
+    assert!(log.ends_with("more were dropped]\n"), "{}", &log[log.len() - 100..]);
+}
+
+#[test]
+fn a_gate_whose_agent_goes_away_stops_its_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, gate_end) = UnixStream::pair().unwrap();
+    let (_report_read, report_write) = unix::pipe().unwrap();
+    let mut child = Command::new(gate())
+        .arg("--bench-gate")
+        .stdin(Stdio::from(OwnedFd::from(gate_end)))
+        .stdout(Stdio::from(report_write))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let spec = Spec {
+        check_only: false,
+        argv: vec!["/bin/sh".into(), "-c".into(), "echo $$ > pid; exec sleep 1000".into()],
+        env: Vec::new(),
+        cwd: dir.path().display().to_string(),
+        logs: None,
+    };
+    control::send(&mut agent, &ToGate::Spec(spec)).unwrap();
+    let ready = control::receive::<FromGate>(&mut agent, control::FROM_GATE_MAX).unwrap();
+    assert_eq!(ready, Some(FromGate::Ready));
+    control::send(&mut agent, &ToGate::Go).unwrap();
+    let running = control::receive::<FromGate>(&mut agent, control::FROM_GATE_MAX).unwrap();
+    assert!(matches!(running, Some(FromGate::Running { .. })), "{running:?}");
+    let pid_file = dir.path().join("pid");
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&pid_file).map_or(true, |t| !t.ends_with('\n')) {
+        assert!(Instant::now() < until, "the replica did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    drop(agent);
+    assert!(child.wait().unwrap().success());
+    assert!(gone(pid), "the replica {pid} outlived its gate's agent");
+}
+
+#[test]
+fn replicas_run_as_exactly_the_identity_asked_for_without_a_terminal_or_privileges() {
     if !unix::is_root() {
         eprintln!("skipped: changing identity needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let nobody = Identity::of_user(65534).expect("user nobody (65534)");
-    let mut spec =
-        script(dir.path(), "id -u; id -g; echo $GPUSHARE_BENCH_REPORT; ls /proc/self/fd");
-    spec.identity = Some(nobody.clone());
-    // What any child of this test inherits (cargo's jobserver, say), plus `ls`'s own.
-    let baseline = std::process::Command::new("ls").arg("/proc/self/fd").output().unwrap();
-    let baseline = String::from_utf8(baseline.stdout).unwrap();
-    let mut batch = Batch::spawn(&gate(), vec![spec]).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // nobody, with group 4 (adm) alone beside its own: not what its passwd entry says.
+    let nobody = Identity::of_caller(65534, Some(&[4])).expect("user nobody (65534)");
+    let body = r#"id -u; id -g; id -G; echo $GPUSHARE_BENCH_REPORT
+grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status | awk '{print $2}' | sort -u
+awk '{print $7}' /proc/self/stat
+ls /proc/self/fd"#;
+    let program = gate();
+    let mut batch =
+        Batch::spawn(launch(&program, Some(&nobody)), vec![script(dir.path(), body)]).unwrap();
     batch.release().unwrap();
     assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
     let o = batch.finish(GRACE);
-    assert!(o[0].succeeded(), "{o:?} {}", std::fs::read_to_string(&o[0].stderr).unwrap());
-    let out = std::fs::read_to_string(&o[0].stdout).unwrap();
-    let lines: Vec<&str> = out.lines().collect();
+    assert!(o[0].succeeded(), "{o:?}");
+    let lines: Vec<&str> = o[0].stdout_tail.lines().collect();
     assert_eq!(lines[0], "65534");
     assert_eq!(lines[1], nobody.gid.to_string());
-    // The replica holds what any child holds, and its report descriptor: not the gate.
-    assert_eq!(lines[2], "3");
-    let fds: Vec<&str> = lines[3..].to_vec();
-    // One more than a plain child: the report (`ls`'s own directory moves from 3 to 4).
-    assert!(
-        fds.contains(&"3") && fds.len() == baseline.lines().count() + 1,
-        "descriptors: {fds:?}, a plain child has {baseline:?}"
-    );
+    assert_eq!(lines[2], format!("{} 4", nobody.gid), "exactly these groups");
+    assert_eq!(lines[3], "3");
+    assert_eq!(lines[4], "0000000000000000", "no capability of any kind");
+    assert_eq!(lines[5], "0", "no controlling terminal");
+    // 0-2, the report, and `ls`'s own directory: nothing of the agent's or the gate's.
+    assert_eq!(lines[6..], ["0", "1", "2", "3", "4"], "{lines:?}");
+    // What nobody may not enter is refused as nobody sees it.
+    let mut spec = script(dir.path(), "true");
+    spec.cwd = "/root".into();
+    let e = replicas::check(&launch(&program, Some(&nobody)), spec).unwrap_err();
+    assert_eq!(e, "cwd /root: Permission denied (os error 13)");
 }

@@ -8,7 +8,10 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue};
 use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use gpushare_proto::bench::{BENCH_MAX_REPLICAS, BenchStrategy, Objective, Slo};
+use gpushare_proto::bench::{
+    BENCH_MAX_DURATION, BENCH_MAX_REPLICAS, BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchStrategy,
+    Objective, Slo,
+};
 use gpushare_proto::{
     BUS_ADDRESS_ENV, MPS_MAX_CLIENTS, MPS_THREAD_PERCENTAGE, PROBE_SECONDS, Workload,
 };
@@ -380,8 +383,8 @@ pub struct BenchArgs {
     /// threads and 1/N of the memory each), `mig` (N equal instances).
     #[arg(long, value_name = "NAME,…", value_delimiter = ',', value_parser = parse_strategy)]
     pub strategies: Vec<BenchStrategy>,
-    /// Measurement window of each run (`30s`, `2m`).
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    /// Measurement window of each run (`30s`, `2m`), 1 s to 1 h.
+    #[arg(long, value_name = "TIME", value_parser = parse_window)]
     pub duration: Option<f64>,
     /// Measure each replica's wall time to its exit instead of a window.
     #[arg(long, conflicts_with_all = ["duration", "histogram"])]
@@ -403,8 +406,8 @@ pub struct BenchArgs {
     /// Replicas the fleet needs, for the GPUs-needed and saving figures (with --slo).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub fleet: Option<u32>,
-    /// The longest a replica may run (`10m`); it is stopped then.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    /// The longest a replica may run (`10m`), 1 s to 24 h; it is stopped then.
+    #[arg(long, value_name = "TIME", value_parser = parse_time_limit)]
     pub time_limit: Option<f64>,
     /// Measure each run K times back to back and report the median measurement (the
     /// baseline, which every ratio divides by, is measured at least 3 times anyway).
@@ -413,6 +416,11 @@ pub struct BenchArgs {
     /// Also write the results as one self-contained HTML page (charts, tables, logs).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Where the replicas' output and report.json go (made if missing, mode 0700; never
+    /// cleaned up); default: a new bench-<time> directory under
+    /// ${XDG_STATE_HOME:-~/.local/state}/gpushare/bench, of which the 10 newest are kept.
+    #[arg(long, value_name = "DIR")]
+    pub logs: Option<PathBuf>,
     /// The program to bench and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -463,6 +471,24 @@ fn parse_histogram(text: &str) -> Result<String, String> {
         return Err(format!("`{text}` is not a Prometheus metric name"));
     }
     Ok(name.to_owned())
+}
+
+/// `--duration`: a duration from 1 s to 1 h.
+pub fn parse_window(text: &str) -> Result<f64, String> {
+    within(text, parse_duration(text)?, BENCH_MAX_DURATION, "1h")
+}
+
+/// `--time-limit`: a duration from 1 s to 24 h.
+pub fn parse_time_limit(text: &str) -> Result<f64, String> {
+    within(text, parse_duration(text)?, BENCH_MAX_TIME_LIMIT, "24h")
+}
+
+/// `seconds` when from 1 s to `max`, else why not.
+fn within(text: &str, seconds: f64, max: f64, max_words: &str) -> Result<f64, String> {
+    if !(BENCH_MIN_SECONDS..=max).contains(&seconds) {
+        return Err(format!("`{text}`: from 1s to {max_words}"));
+    }
+    Ok(seconds)
 }
 
 /// A duration in seconds: `500ms`, `1.5s`, `30s`, `2m`, `1h`, or a plain number of

@@ -214,6 +214,30 @@ pub fn job_event(msg: &Message, job: &str) -> Option<JobEvent> {
     }
 }
 
+/// The whole outcome of a job whose `Finished` carried only its public part (`private`:
+/// a bench's outcome is its caller's, read with `GetOutcome`); other outcomes as they came.
+async fn whole_outcome(
+    conn: &Connection,
+    job: &OwnedObjectPath,
+    outcome: String,
+) -> Result<String, CtlError> {
+    let private = serde_json::from_str::<serde_json::Value>(&outcome)
+        .ok()
+        .and_then(|v| v.get("private")?.as_bool())
+        .unwrap_or(false);
+    if !private {
+        return Ok(outcome);
+    }
+    let proxy = JobProxy::builder(conn)
+        .path(job.clone())
+        .map(|b| b.cache_properties(CacheProperties::No))
+        .map_err(|e| crate::error::from_zbus_error(e, "GetOutcome", "bus"))?
+        .build()
+        .await
+        .map_err(|e| crate::error::from_zbus_error(e, "GetOutcome", "bus"))?;
+    proxy.get_outcome().await.map_err(|e| crate::error::from_agent_error(e, "GetOutcome", "bus"))
+}
+
 /// Whether a `NameOwnerChanged` message says the agent's owner went away.
 pub fn agent_left(msg: &Message) -> bool {
     match msg.body().deserialize::<(String, String, String)>() {
@@ -251,7 +275,7 @@ async fn follow(
             msg = jobs.next() => match msg {
                 Some(Ok(msg)) => match job_event(&msg, job_path) {
                     Some(JobEvent::Progress { done, total, step }) => progress.update(done, total, &step),
-                    Some(JobEvent::Finished(outcome)) => return Ok(outcome),
+                    Some(JobEvent::Finished(outcome)) => return whole_outcome(conn, job, outcome).await,
                     None => {}
                 },
                 Some(Err(e)) => return Err(lost(format!("lost the connection to the bus ({e})"))),

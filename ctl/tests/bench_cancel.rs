@@ -127,6 +127,7 @@ fn cancelled_outcome() -> String {
         warnings: vec![],
         probe: None,
         bench: Some(report),
+        private: false,
     };
     serde_json::to_string(&outcome).unwrap()
 }

@@ -127,6 +127,7 @@ fn replica(index: u32, throughput: f64, slowdown: f64) -> BenchReplica {
         malformed_lines: 0,
         stdout_tail: format!("[replica {index}] model loaded\n[replica {index}] serving\n"),
         stderr_tail: String::new(),
+        output_dropped_bytes: 0,
     }
 }
 
@@ -248,7 +249,8 @@ fn sample() -> BenchReport {
             },
         ],
         restored: "time-slicing (as before)".into(),
-        saved_to: "/var/lib/gpushare/bench/20261123T120000Z.json".into(),
+        saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
+        logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
     }
 }
 

@@ -288,18 +288,21 @@ fn mig_rows_say_why_when_the_agent_may_not_change_mig() {
     assert!(!agent.sim_record().contains("mig -i"), "MIG untouched");
 }
 
-/// Waits until the bench's replicas run (the journal records their process groups).
+/// Waits until the bench's replicas run: the sessions of their gates, as the journal
+/// records them.
 fn replicas_running(agent: &Agent) -> Vec<i32> {
     wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
         if no_bench_record(agent) {
             return Err("no bench yet".to_string());
         }
-        let groups: Vec<i32> = agent.journal()["bench"]["replica_groups"]
+        let sessions: Vec<i32> = agent.journal()["bench"]["replicas"]
             .as_array()
-            .map(|a| a.iter().filter_map(|g| g.as_i64()).map(|g| g as i32).collect())
+            .map(|a| {
+                a.iter().filter_map(|r| r["session"]["pid"].as_i64()).map(|p| p as i32).collect()
+            })
             .unwrap_or_default();
-        (!groups.is_empty())
-            .then_some(groups)
+        (!sessions.is_empty())
+            .then_some(sessions)
             .ok_or_else(|| "the bench's replicas did not start".to_string())
     })
 }
@@ -310,14 +313,14 @@ fn no_bench_record(agent: &Agent) -> bool {
     !file.exists() || agent.journal().get("bench").is_none()
 }
 
-/// Whether any process of the group still runs (zombies left to an init that does not
-/// reap, as in some containers, do not count).
-fn alive(group: i32) -> bool {
+/// Whether any process of session `session` still runs (zombies left to an init that does
+/// not reap, as in some containers, do not count).
+fn alive(session: i32) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
         let Some(close) = stat.rfind(')') else { return false };
         let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
+        fields.len() > 3 && fields[0] != "Z" && fields[3] == session.to_string()
     })
 }
 
@@ -333,7 +336,7 @@ fn ctrl_c_restores_the_sharing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let groups = replicas_running(&agent);
+    let sessions = replicas_running(&agent);
     // SAFETY: kill() with the PID of a child we spawned and have not waited for.
     unsafe { libc::kill(ctl.id() as i32, libc::SIGINT) };
     let status = wait_for(Duration::from_secs(30), Duration::from_millis(50), || {
@@ -347,8 +350,8 @@ fn ctrl_c_restores_the_sharing() {
     assert!(stderr(&out).contains("cancel"), "{}", text(&out));
     let ps = Command::new("ps").args(["-eo", "pid,pgid,stat,args"]).output().unwrap();
     assert!(
-        groups.iter().all(|&g| !alive(g)),
-        "replicas stopped: {groups:?}\n{}\n{}",
+        sessions.iter().all(|&g| !alive(g)),
+        "replicas stopped: {sessions:?}\n{}\n{}",
         text(&out),
         String::from_utf8_lossy(&ps.stdout)
     );
@@ -371,14 +374,18 @@ fn an_agent_restarted_mid_bench_restores_the_sharing() {
         .spawn()
         .unwrap();
     let first = replicas_running(&agent); // the baseline's
-    let groups = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
+    let sessions = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
         let now = replicas_running(&agent);
         (now != first && now.len() == 2).then_some(now).ok_or_else(|| "no MPS run yet".to_string())
     });
     assert!(sharing_shape(&agent.status())[0].contains("mps"));
     agent.start_again(); // SIGKILL, then a new agent on the same state
     let _ = ctl.wait();
-    assert!(groups.iter().all(|&g| !alive(g)), "the new agent stopped the old replicas");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while sessions.iter().any(|&g| alive(g)) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sessions.iter().all(|&g| !alive(g)), "the old replicas were stopped");
     let after = agent.status();
     assert_eq!(sharing_shape(&after), before);
     assert_eq!(after.active_profile, None);

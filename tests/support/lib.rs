@@ -402,8 +402,16 @@ impl Agent {
         cmd.args(args)
             .env("GPUSHARE_BUS_ADDRESS", self.bus.address())
             .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            // A bench's output goes here, not into the home of whoever runs the tests.
+            .env("XDG_STATE_HOME", self.ctl_state())
             .stdin(Stdio::null());
         cmd
+    }
+
+    /// What `gpushare-ctl` run by [`Agent::ctl_command`] has as `XDG_STATE_HOME` (where
+    /// benches keep their output, under `gpushare/bench/`).
+    pub fn ctl_state(&self) -> PathBuf {
+        self.dir.path().join("ctl-state")
     }
 
     /// Runs `gpushare-ctl` and returns its output.

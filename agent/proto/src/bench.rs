@@ -43,6 +43,10 @@ pub const BENCH_TIME_LIMIT: &str = "time_limit";
 /// Option of `Bench` (u): how often each run is measured, back to back under the same
 /// setup; the run reported is the median one.
 pub const BENCH_REPEAT: &str = "repeat";
+/// Option of `Bench` (s): an absolute directory of the caller's where the replicas write
+/// their stdout and stderr (as the caller, `<strategy>-<N>/replica-<i>.{out,err}`); absent:
+/// their output is counted and its ends reported, not kept.
+pub const BENCH_LOGS: &str = "logs";
 
 /// Replica counts when none are given.
 pub const BENCH_DEFAULT_REPLICAS: [u32; 4] = [1, 3, 5, 7];
@@ -54,6 +58,25 @@ pub const BENCH_DEFAULT_FLEET: u32 = 100;
 pub const BENCH_DEFAULT_TIME_LIMIT: f64 = 600.0;
 /// How often each run is measured when not said.
 pub const BENCH_DEFAULT_REPEAT: u32 = 1;
+/// The shortest window and time limit, seconds.
+pub const BENCH_MIN_SECONDS: f64 = 1.0;
+/// The longest window, seconds (an hour).
+pub const BENCH_MAX_DURATION: f64 = 3600.0;
+/// The longest time limit of a replica, seconds (a day).
+pub const BENCH_MAX_TIME_LIMIT: f64 = 86_400.0;
+/// Most bytes of a bench's command line (its arguments together), as `execve` would take
+/// them (each at most 128 KiB there).
+pub const BENCH_MAX_COMMAND_BYTES: usize = 128 << 10;
+/// Most arguments of a bench's command.
+pub const BENCH_MAX_ARGUMENTS: usize = 4096;
+/// Most bytes of the replicas' environment (`NAME=value` strings together).
+pub const BENCH_MAX_ENVIRONMENT_BYTES: usize = 256 << 10;
+/// Most variables of the replicas' environment.
+pub const BENCH_MAX_VARIABLES: usize = 4096;
+/// Most bytes of a path option (`cwd`, `logs`), as `PATH_MAX`.
+pub const BENCH_MAX_PATH_BYTES: usize = 4096;
+/// Most bytes of a short text option (target, histogram name, SLO, ...).
+pub const BENCH_MAX_NAME_BYTES: usize = 256;
 /// Most measurements of one run.
 pub const BENCH_MAX_REPEAT: u32 = 10;
 /// The fewest measurements of the baseline, whatever the repeat: every scaling, slowdown
@@ -285,8 +308,13 @@ pub struct BenchReport {
     pub capacity: Vec<BenchCapacity>,
     /// What the GPU's sharing was restored to afterwards.
     pub restored: String,
-    /// Where the agent keeps this report.
+    /// Where this report is kept: `report.json` in [`BenchReport::logs_dir`], written by
+    /// the client as the caller (`gpushare-ctl` does); empty when nobody kept it.
     pub saved_to: String,
+    /// The caller's directory the replicas wrote their output to (the `logs` option);
+    /// empty when their output was not kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub logs_dir: String,
 }
 
 fn one() -> u32 {
@@ -379,7 +407,7 @@ impl BenchRun {
 pub struct BenchReplica {
     /// Index, from 0 (`GPUSHARE_BENCH_REPLICA`).
     pub index: u32,
-    /// Process id (the replica's process group).
+    /// Process id of its command (which leads its process group).
     pub pid: u32,
     /// Its `CUDA_VISIBLE_DEVICES`.
     pub device: String,
@@ -407,6 +435,13 @@ pub struct BenchReplica {
     pub stdout_tail: String,
     /// The end of its standard error.
     pub stderr_tail: String,
+    /// Bytes of its output beyond the cap of its log files, dropped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_dropped_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The strategy an objective picks at one replica count.

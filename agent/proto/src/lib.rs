@@ -213,9 +213,15 @@ mod proxies {
         #[zbus(property)]
         fn state(&self) -> zbus::Result<String>;
 
-        /// The outcome as a [`types::JobOutcome`] in JSON; empty while running.
+        /// The outcome as a [`types::JobOutcome`] in JSON; empty while running. A bench's
+        /// is its public part (`private`: true); see `GetOutcome`.
         #[zbus(property)]
         fn outcome(&self) -> zbus::Result<String>;
+
+        /// The whole outcome as a [`types::JobOutcome`] in JSON (empty while running). A
+        /// bench's answers only its caller's user and root (`AccessDenied` otherwise);
+        /// other jobs' are `Outcome`.
+        fn get_outcome(&self) -> Result<String, AgentError>;
 
         /// Asks a bench job to stop early: its replicas are stopped and the sharing is
         /// restored before it finishes (failed, "cancelled"). Other jobs cannot be

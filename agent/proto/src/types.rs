@@ -244,6 +244,11 @@ pub struct JobOutcome {
     /// A bench job's results (also when it failed part-way: what was measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bench: Option<crate::bench::BenchReport>,
+    /// This is the public outcome of a job whose whole outcome is its caller's (a bench:
+    /// its command, report and the replicas' output): `Job1.GetOutcome()` answers that
+    /// to the caller's user and root.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// What a probe job measured.

@@ -60,9 +60,34 @@ pub struct BenchRecord {
     pub previous_document: Option<ProfileDocument>,
     /// The user the replicas run as.
     pub uid: u32,
-    /// The process groups of the replicas running now (each replica leads its own).
+    /// The replicas running now.
     #[serde(default)]
-    pub replica_groups: Vec<u32>,
+    pub replicas: Vec<ReplicaHandle>,
+    /// Why restoring the GPU after the bench failed, when it did: the record then stays
+    /// only to say so (`status`), is never replayed, and goes with the next apply that
+    /// commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_error: Option<String>,
+}
+
+/// A running replica as the journal keeps it, so that an agent started after one that
+/// died can stop it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaHandle {
+    /// A transient systemd unit (`gpushare-bench-7-3.service`).
+    Unit {
+        /// The unit's name.
+        name: String,
+    },
+    /// A gate the agent forked into a session of its own: its pid, which names the
+    /// session, and its start time, which tells it from a later process of that pid.
+    Session {
+        /// The gate's pid.
+        pid: u32,
+        /// Its start time (clock ticks after boot).
+        start_time: u64,
+    },
 }
 
 /// An apply in flight.
@@ -213,12 +238,16 @@ impl Journal {
         })
     }
 
-    /// Ends the transaction: its profile is active.
+    /// Ends the transaction: its profile is active. A bench whose restore failed is
+    /// settled by it: the newer apply wins.
     pub fn commit(&self) -> io::Result<()> {
         self.update(|s| {
             if let Some(t) = s.transaction.take() {
                 s.active_profile = Some(t.profile);
                 s.active_document = t.document;
+            }
+            if s.bench.as_ref().is_some_and(|b| b.restore_error.is_some()) {
+                s.bench = None;
             }
         })
     }
@@ -238,11 +267,25 @@ impl Journal {
         self.update(|s| s.bench = Some(record))
     }
 
-    /// Records the process groups of the bench's replicas running now.
-    pub fn bench_replicas(&self, groups: Vec<u32>) -> io::Result<()> {
+    /// Records the bench's replicas running now.
+    pub fn bench_replicas(&self, replicas: Vec<ReplicaHandle>) -> io::Result<()> {
         self.update(|s| {
             if let Some(b) = &mut s.bench {
-                b.replica_groups = groups;
+                b.replicas = replicas;
+            }
+        })
+    }
+
+    /// Keeps the bench record, marked with its restore's failure, and makes the profile
+    /// active before the bench active again (what the next start re-applies; never a
+    /// bench's own setup).
+    pub fn bench_restore_failed(&self, error: &str) -> io::Result<()> {
+        self.update(|s| {
+            if let Some(b) = &mut s.bench {
+                b.restore_error = Some(error.to_string());
+                b.replicas.clear();
+                s.active_profile = b.previous_profile.clone();
+                s.active_document = b.previous_document.clone();
             }
         })
     }

@@ -10,30 +10,27 @@
 //! wall time from the common start to its exit is its one unit.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName};
 
+use super::control::Logs;
 use super::histogram::{self, Histogram};
-use super::replicas::{Batch, ReplicaOutcome, ReplicaSpec};
+use super::replicas::{Batch, Launch, ReplicaOutcome, ReplicaSpec, at_common_rate};
 use super::stats::{Latencies, ReplicaMeasure};
-use crate::sys::procfs;
-use crate::sys::unix::Identity;
+use crate::apply::journal::ReplicaHandle;
 
 /// How long replicas get to stop after SIGTERM before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// The most of each output stream of a replica written to its log file.
+pub const BENCH_LOG_CAP: u64 = 8 << 20;
 /// How often the runner looks at the replicas while it waits.
 const POLL: Duration = Duration::from_millis(20);
 /// How often a histogram is scraped while waiting for every replica to serve it.
 const SCRAPE_POLL: Duration = Duration::from_millis(250);
 /// Timeout of one scrape.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The end of a replica's output kept in the report.
-const TAIL_BYTES: u64 = 4096;
 
 /// How a run is measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,21 +100,18 @@ impl Cancel {
 /// One run: what to start, with what, measured how.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    /// This binary, the replicas' gate.
-    pub gate: PathBuf,
     /// The command each replica runs.
-    pub command: Vec<OsString>,
+    pub command: Vec<String>,
     /// The replicas' environment (the caller's), before the per-replica variables.
     pub env: Vec<(String, String)>,
     /// Per replica, the variables of its device (`CUDA_VISIBLE_DEVICES`, the MPS pipe
     /// directory, the strategy); their number is the number of replicas.
     pub devices: Vec<Vec<(String, String)>>,
-    /// Who the replicas run as.
-    pub identity: Option<Identity>,
-    /// Their working directory.
-    pub cwd: PathBuf,
-    /// Where their stdout and stderr go.
-    pub log_dir: PathBuf,
+    /// Their working directory (absolute).
+    pub cwd: String,
+    /// Where their stdout and stderr go: the caller's log directory and this run's
+    /// directory in it (`mps-3`); `None`: not kept.
+    pub logs: Option<(String, String)>,
     /// How they are measured.
     pub method: Method,
     /// Longest a replica may run (and the longest a window waits for every replica to
@@ -140,13 +134,14 @@ pub struct RunOutcome {
 /// GPU memory per process id, sampled near the window's end.
 pub type MemorySampler<'a> = &'a mut dyn FnMut() -> HashMap<u32, u64>;
 
-/// Runs the replicas of `spec` and measures them. `started` is told their process ids
-/// (their process groups) once they exist, before they run the command, so that an
-/// agent restarted mid-run can stop them.
+/// Runs the replicas of `spec`, started as `launch` says, and measures them. `started` is
+/// told how to stop them once they exist, before they run the command, so that an agent
+/// restarted mid-run can.
 pub fn run(
     spec: &RunSpec,
+    launch: &Launch<'_>,
     cancel: &Cancel,
-    started: &mut dyn FnMut(&[u32]),
+    started: &mut dyn FnMut(Vec<ReplicaHandle>),
     memory: MemorySampler<'_>,
 ) -> Result<RunOutcome, String> {
     let ports = match spec.method {
@@ -163,20 +158,19 @@ pub fn run(
             if let Some(port) = ports.get(i) {
                 env.push((ENV_METRICS_PORT.into(), port.to_string()));
             }
-            ReplicaSpec {
-                command: spec.command.clone(),
-                env,
-                clear_env: true,
-                cwd: Some(spec.cwd.clone()),
-                identity: spec.identity.clone(),
-                log_dir: spec.log_dir.clone(),
-            }
+            let logs = spec.logs.as_ref().map(|(dir, run)| Logs {
+                dir: dir.clone(),
+                run: run.clone(),
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                cap_bytes: BENCH_LOG_CAP,
+            });
+            ReplicaSpec { command: spec.command.clone(), env, cwd: spec.cwd.clone(), logs }
         })
         .collect();
-    let mut batch = Batch::spawn(&spec.gate, specs)
-        .map_err(|e| format!("starting the replicas ({}): {e}", spec.gate.display()))?;
-    started(&batch.pids());
-    let start = batch.release().map_err(|e| format!("starting the replicas: {e}"))?;
+    let mut batch =
+        Batch::spawn(*launch, specs).map_err(|e| format!("starting the replicas: {e}"))?;
+    started(batch.handles());
+    let start = batch.release()?;
     let deadline = start + spec.time_limit;
 
     let measured = match &spec.method {
@@ -230,8 +224,7 @@ fn wait_for_work(
     mut working: impl FnMut(usize) -> bool,
     what: &str,
 ) -> Result<(), String> {
-    let n = batch.pids().len();
-    let mut ready = vec![false; n];
+    let mut ready = vec![false; batch.len()];
     loop {
         for (i, r) in ready.iter_mut().enumerate() {
             if !*r {
@@ -286,11 +279,12 @@ fn units_window(
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let memory = by_replica(batch, memory());
-    let fresh = batch.close_window(&marks);
+    let (units, samples): (Vec<u64>, Vec<_>) = batch.close_window(&marks).into_iter().unzip();
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
-    let per_replica = fresh
+    let per_replica = units
         .into_iter()
+        .zip(at_common_rate(samples))
         .map(|(units, latencies)| {
             let latencies =
                 if latencies.is_empty() { Latencies::None } else { Latencies::Samples(latencies) };
@@ -387,15 +381,17 @@ fn cpu_percent(since: Option<f64>, seconds: f64) -> Option<f64> {
     (seconds > 0.0).then(|| used / seconds * 100.0)
 }
 
-/// GPU memory per replica: the processes NVML lists, grouped by the replica whose
-/// process group each belongs to.
-fn by_replica(batch: &Batch, per_pid: HashMap<u32, u64>) -> HashMap<usize, u64> {
-    let groups = batch.pids();
+/// GPU memory per replica: the processes NVML lists, summed per replica over its
+/// processes (its unit's cgroup, or its gate's session).
+fn by_replica(batch: &Batch<'_>, per_pid: HashMap<u32, u64>) -> HashMap<usize, u64> {
     let mut memory = HashMap::new();
-    for (pid, bytes) in per_pid {
-        let Some(group) = procfs::process_group(pid) else { continue };
-        if let Some(index) = groups.iter().position(|&g| g == group) {
-            *memory.entry(index).or_insert(0) += bytes;
+    if per_pid.is_empty() {
+        return memory;
+    }
+    for index in 0..batch.len() {
+        let held: u64 = batch.processes(index).iter().filter_map(|pid| per_pid.get(pid)).sum();
+        if held > 0 {
+            memory.insert(index, held);
         }
     }
     memory
@@ -437,8 +433,9 @@ fn replica_measure(
             slowdown: None,
             gpu_memory_bytes: memory.get(&o.index).copied(),
             malformed_lines: o.units.malformed,
-            stdout_tail: tail(&o.stdout),
-            stderr_tail: tail(&o.stderr),
+            stdout_tail: o.stdout_tail.clone(),
+            stderr_tail: o.stderr_tail.clone(),
+            output_dropped_bytes: o.dropped_bytes,
         },
         units,
         seconds,
@@ -450,6 +447,9 @@ fn replica_measure(
 /// replica must still run when the window closes (it is then stopped); to completion, it
 /// must exit 0 within the time limit.
 fn classify(o: &ReplicaOutcome, window_method: bool) -> (String, bool) {
+    if let Some(problem) = &o.problem {
+        return (problem.clone(), true);
+    }
     match (o.stopped, o.code, o.signal) {
         (true, _, _) if window_method => ("stopped".into(), false),
         (true, _, _) => ("time limit".into(), true),
@@ -458,23 +458,6 @@ fn classify(o: &ReplicaOutcome, window_method: bool) -> (String, bool) {
         (false, Some(code), _) => (format!("exit {code}"), true),
         (false, None, Some(signal)) => (format!("signal {signal}"), true),
         (false, None, None) => ("unknown".into(), true),
-    }
-}
-
-/// The last [`TAIL_BYTES`] of a log, from a line start.
-fn tail(path: &Path) -> String {
-    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = len.saturating_sub(TAIL_BYTES);
-    if file.seek(SeekFrom::Start(from)).is_err() {
-        return String::new();
-    }
-    let mut bytes = Vec::new();
-    let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    match (from > 0, text.find('\n')) {
-        (true, Some(nl)) => text[nl + 1..].to_string(),
-        _ => text,
     }
 }
 
@@ -506,8 +489,10 @@ mod tests {
             stopped,
             seconds: 2.5,
             units: Units::default(),
-            stdout: PathBuf::new(),
-            stderr: PathBuf::new(),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            dropped_bytes: 0,
+            problem: None,
         }
     }
 
@@ -555,21 +540,5 @@ mod tests {
         );
         assert!(m.replica.failed);
         assert_eq!(m.replica.outcome, "no units in the window");
-    }
-
-    #[test]
-    fn tails_start_at_a_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("log");
-        let mut text = String::new();
-        for i in 0..2000 {
-            text.push_str(&format!("line {i}\n"));
-        }
-        std::fs::write(&log, &text).unwrap();
-        let t = tail(&log);
-        assert!(t.starts_with("line "), "{t:.20}");
-        assert!(t.ends_with("line 1999\n"));
-        assert!(t.len() as u64 <= TAIL_BYTES);
-        assert_eq!(tail(&dir.path().join("missing")), "");
     }
 }

@@ -1,15 +1,20 @@
 //! `bench`: the user's own program (or a built-in CUDA workload) as N replicas under each
-//! sharing strategy (issue 12; under construction).
+//! sharing strategy.
 //!
-//! So far: [`replicas`], the one runner of replicas. The agent starts every replica
-//! through [`gate`] (this binary, `--bench-gate`), which holds it until all N exist and
-//! then lets them exec the command together, as the calling user, each in a process group
-//! of its own, with the report pipe of the units-by-line method open across the exec.
-//! The statistics, the strategy orchestration (an ordinary transaction per strategy),
-//! the D-Bus call, `gpushare-ctl bench` and the HTML report come next.
+//! A replica is the caller's own process: [`launch`] starts its [`gate`] (this binary,
+//! `--bench-gate`) as a transient systemd unit in the caller's slice, or as a child in a
+//! new session; the gate becomes the caller, checks and starts the command, and holds
+//! everything it starts; [`control`] is what the agent and a gate say to each other;
+//! [`replicas`] runs N of them together and reads their reports with bounded buffers;
+//! [`measure`] measures one run by one method (units, [`histogram`], until exit);
+//! [`stats`] turns the measurements into figures and answers. The engine's `bench`
+//! orchestrates a whole bench (see DESIGN.md, "Bench" and "Replicas are the user's own
+//! processes").
 
+pub mod control;
 pub mod gate;
 pub mod histogram;
+pub mod launch;
 pub mod measure;
 pub mod replicas;
 pub mod stats;

@@ -813,6 +813,7 @@ mod tests {
             malformed_lines: 0,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            output_dropped_bytes: 0,
         }
     }
 

@@ -6,17 +6,20 @@
 //! active again, also after a failure or a cancel. The journal's bench record lets an
 //! agent that stopped mid-bench do the same at its next start ([`Engine::recover_bench`]).
 //!
-//! Everything the bench will need is checked before the first change: the command, the
-//! working directory, the user, the target, every strategy's plan and its tools.
+//! Everything the bench will need is checked before the first change: the options, the
+//! caller's identity, the command and working directory *as the caller* (a check gate,
+//! [`crate::bench::replicas::check`]), the target, every strategy's plan and its tools.
+//! Replicas are the caller's own processes ([`crate::bench::launch`]); the agent keeps no
+//! file of a bench.
 
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{
-    BENCH_BASELINE_RUNS, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS, BenchReport, BenchRun,
-    BenchStrategy, BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, find_command,
+    BENCH_BASELINE_RUNS, BENCH_MAX_DURATION, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS,
+    BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchReport, BenchRun, BenchStrategy,
+    BenchStrategyRuns, ENV_STRATEGY, Objective, Slo,
 };
 use gpushare_proto::exact_size;
 use tokio::sync::mpsc::UnboundedSender;
@@ -26,14 +29,17 @@ use super::{Engine, EngineError};
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::apply::{Progress, Reads};
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
+use crate::bench::replicas::{self, Launch, ReplicaSpec};
 use crate::bench::stats::{self, ReplicaMeasure};
 use crate::gpu::BackendKind;
 use crate::node::{GpuState, NodeState};
 use crate::plan;
 use crate::probe::Workload;
 use crate::profile::{self, MigKey, MigLayout, Profile, Sharing as ProfileSharing};
-use crate::sys::procfs;
 use crate::sys::unix::{self, Identity};
+
+/// How long a replica's unit may outlive its time limit (starting, stopping).
+const UNIT_SLACK: Duration = Duration::from_secs(300);
 
 /// Variables of the caller's environment the bench sets itself for each replica.
 const OWN_VARIABLES: [&str; 4] = [
@@ -72,10 +78,21 @@ pub struct BenchOptions {
     /// How often each run is measured (the baseline at least [`BENCH_BASELINE_RUNS`]
     /// times); the median measurement is reported.
     pub repeat: u32,
-    /// The replicas' working directory.
+    /// The replicas' working directory (absolute).
     pub cwd: PathBuf,
     /// The replicas' environment (the caller's).
     pub environment: Vec<(String, String)>,
+    /// The caller's directory for the replicas' output (absolute); `None`: not kept.
+    pub logs: Option<PathBuf>,
+}
+
+/// Who asks for a bench, as the bus knows the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The caller's user.
+    pub uid: u32,
+    /// The caller's supplementary groups (`UnixGroupIDs`), when the bus knows them.
+    pub groups: Option<Vec<u32>>,
 }
 
 impl BenchOptions {
@@ -104,11 +121,13 @@ impl BenchOptions {
         if self.strategies.is_empty() {
             return bad("strategies: give at least one strategy".into());
         }
-        if let Some(d) = self.duration.filter(|d| !(1.0..=3600.0).contains(d)) {
+        if let Some(d) =
+            self.duration.filter(|d| !(BENCH_MIN_SECONDS..=BENCH_MAX_DURATION).contains(d))
+        {
             return bad(format!("duration: {d} s is not from 1 s to 1 hour"));
         }
-        if !(self.time_limit.is_finite() && self.time_limit >= 1.0) {
-            return bad(format!("time_limit: {} s is below 1 s", self.time_limit));
+        if !(BENCH_MIN_SECONDS..=BENCH_MAX_TIME_LIMIT).contains(&self.time_limit) {
+            return bad(format!("time_limit: {} s is not from 1 s to 24 hours", self.time_limit));
         }
         if self.duration.is_some_and(|d| d >= self.time_limit) {
             return bad("duration: the window must be shorter than the time limit".into());
@@ -122,31 +141,41 @@ impl BenchOptions {
         if !(1..=BENCH_MAX_REPEAT).contains(&self.repeat) {
             return bad(format!("repeat: {} is not from 1 to {BENCH_MAX_REPEAT}", self.repeat));
         }
-        if !self.cwd.is_absolute() || !self.cwd.is_dir() {
-            return bad(format!("cwd: {} is not a directory", self.cwd.display()));
+        // Whether they exist, and what the caller may do there, the check gate finds out
+        // as the caller: the agent never looks at a caller's paths itself.
+        if !self.cwd.is_absolute() || self.cwd.to_str().is_none() {
+            return bad(format!("cwd: {} is not an absolute path", self.cwd.display()));
         }
-        let program = match (self.command.first(), self.builtin) {
-            (Some(_), Some(_)) => {
-                return bad("give a command or a built-in workload, not both".into());
-            }
-            (None, None) => return bad("give the command the replicas run".into()),
-            (None, Some(_)) => return Ok(()),
-            (Some(program), None) => program,
-        };
-        let path = self.environment.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
-        find_program(program, path, &self.cwd).map(|_| ())
+        if let Some(logs) = self.logs.as_ref().filter(|l| !l.is_absolute() || l.to_str().is_none())
+        {
+            return bad(format!("logs: {} is not an absolute path", logs.display()));
+        }
+        match (self.command.first(), self.builtin) {
+            (Some(_), Some(_)) => bad("give a command or a built-in workload, not both".into()),
+            (None, None) => bad("give the command the replicas run".into()),
+            _ => Ok(()),
+        }
     }
 
     /// What each replica runs: the command, or this binary running the built-in workload.
-    fn replica_command(&self) -> Result<Vec<OsString>, String> {
+    fn replica_command(&self, program: &Path) -> Result<Vec<String>, String> {
         match self.builtin {
             Some(w) => {
-                let exe = std::env::current_exe()
-                    .map_err(|e| format!("cannot find the agent binary: {e}"))?;
+                let exe = program.to_str().ok_or("the agent's path is not UTF-8")?;
                 Ok(vec![exe.into(), "--bench-builtin".into(), w.as_str().into()])
             }
-            None => Ok(self.command.iter().map(OsString::from).collect()),
+            None => Ok(self.command.clone()),
         }
+    }
+
+    /// The working directory as the replicas get it.
+    fn cwd_text(&self) -> String {
+        self.cwd.to_string_lossy().into_owned()
+    }
+
+    /// The log directory as the replicas get it.
+    fn logs_text(&self) -> Option<String> {
+        self.logs.as_ref().map(|l| l.to_string_lossy().into_owned())
     }
 
     /// The command as the report names it.
@@ -167,14 +196,6 @@ impl BenchOptions {
     }
 }
 
-/// The file `program` names for a caller with `path` as PATH (the usual directories when it
-/// sent none) in `cwd`, looked up as ctl does before it calls.
-fn find_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<PathBuf, EngineError> {
-    let path = OsStr::new(path.unwrap_or("/usr/local/bin:/usr/bin:/bin"));
-    find_command(program, Some(path), cwd)
-        .map_err(|why| EngineError::InvalidArgument(format!("command `{program}`: {why}")))
-}
-
 /// How one strategy is set up for N replicas.
 #[derive(Debug, Clone, PartialEq)]
 struct Setup {
@@ -192,7 +213,10 @@ pub struct BenchJob {
     gpu: u32,
     device: String,
     memory_total: u64,
-    identity: Identity,
+    /// Whom the replicas run as; `None`: as the agent (not root), which the caller is.
+    identity: Option<Identity>,
+    /// The job's number, which names the replicas' units.
+    label: String,
     /// Per strategy, why it is left out, if it is.
     skipped: HashMap<BenchStrategy, String>,
     /// MIG instance size per replica count, where the model has one.
@@ -220,7 +244,7 @@ impl Engine {
     pub async fn begin_bench(
         &self,
         options: BenchOptions,
-        caller_uid: u32,
+        caller: Caller,
         job: &str,
     ) -> Result<BenchJob, EngineError> {
         self.may_change()?;
@@ -231,9 +255,19 @@ impl Engine {
                 "the built-in workloads measure real GPUs with CUDA; this agent simulates its GPUs (bench a command instead)".into(),
             ));
         }
-        let identity = Identity::of_user(caller_uid).map_err(|e| {
-            EngineError::NotPossible(format!("the replicas' user (uid {caller_uid}): {e}"))
-        })?;
+        if let Some(record) = self.journal.snapshot().bench.filter(|b| b.restore_error.is_some()) {
+            return Err(EngineError::NotPossible(format!(
+                "restoring the GPU after the bench {} failed ({}); apply a profile first",
+                record.job,
+                record.restore_error.unwrap_or_default()
+            )));
+        }
+        let identity = replica_identity(&caller)?;
+        let label = job.rsplit('/').next().filter(|l| l.chars().all(|c| c.is_ascii_alphanumeric()));
+        let label = label.unwrap_or("0").to_string();
+        // The directory, the command and the log directory, as the caller sees them:
+        // before the lock is taken and anything on the GPU changes.
+        self.check_as_caller(&options, identity.as_ref(), &label).await?;
         let lock = self.lock(None).await?;
         let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
@@ -293,8 +327,9 @@ impl Engine {
                 checkpoint: GpuCheckpoint::of(&node, [gpu]),
                 previous_profile: before.active_profile.clone(),
                 previous_document: before.active_document.clone(),
-                uid: caller_uid,
-                replica_groups: Vec::new(),
+                uid: caller.uid,
+                replicas: Vec::new(),
+                restore_error: None,
             })
             .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
         let running =
@@ -307,14 +342,68 @@ impl Engine {
             device: g.name.clone(),
             memory_total: g.memory_total_bytes,
             identity,
+            label,
             skipped,
             mig_sizes,
             cancel: Cancel::default(),
             _guard: guard,
         };
+        // SIGTERM to the agent cancels it (Engine::cancel_bench).
+        *self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(job.cancel.clone());
         let steps = job.steps();
         job._guard.start(steps);
         Ok(job)
+    }
+
+    /// Asks the bench running now, if one does, to stop early (SIGTERM to the agent): it
+    /// stops its replicas and restores the GPU, then ends.
+    pub fn cancel_bench(&self) {
+        let running = self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cancel) = running.as_ref() {
+            tracing::warn!(
+                "cancelling the running bench: stopping its replicas and restoring the GPU"
+            );
+            cancel.cancel();
+        }
+    }
+
+    /// Runs one gate in check mode as the caller: the directory, the command and the log
+    /// directory as the caller sees them. The refusal is the caller's own view of it.
+    async fn check_as_caller(
+        &self,
+        options: &BenchOptions,
+        identity: Option<&Identity>,
+        label: &str,
+    ) -> Result<(), EngineError> {
+        let program = agent_binary().map_err(EngineError::Internal)?;
+        let spec = ReplicaSpec {
+            command: options.replica_command(&program).map_err(EngineError::Internal)?,
+            env: options.base_environment(),
+            cwd: options.cwd_text(),
+            logs: options.logs_text().map(|dir| crate::bench::control::Logs {
+                dir,
+                run: "check".into(),
+                index: 0,
+                cap_bytes: 0,
+            }),
+        };
+        let launcher = std::sync::Arc::clone(&self.launcher);
+        let identity = identity.cloned();
+        let label = label.to_string();
+        tokio::task::spawn_blocking(move || {
+            let launch = Launch {
+                launcher: &launcher,
+                program: &program,
+                identity: identity.as_ref(),
+                label: &label,
+                runtime_max: UNIT_SLACK,
+            };
+            replicas::check(&launch, spec)
+        })
+        .await
+        .map_err(|e| EngineError::Internal(format!("the bench's check failed: {e}")))?
+        .map_err(EngineError::InvalidArgument)
     }
 
     /// Runs a bench job: the baseline, every strategy at every replica count, then the
@@ -338,8 +427,6 @@ impl Engine {
             probe: None,
             bench: None,
         };
-        let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let dir = self.probe_dir.with_file_name("bench").join(format!("bench-{stamp}"));
         let mut report = BenchReport {
             target: job.uuid.clone(),
             gpu: job.gpu,
@@ -359,8 +446,9 @@ impl Engine {
             capacity: Vec::new(),
             restored: String::new(),
             saved_to: String::new(),
+            logs_dir: job.options.logs_text().unwrap_or_default(),
         };
-        let measured = self.bench_runs(job, &dir, &progress, &mut outcome, &mut report).await;
+        let measured = self.bench_runs(job, &progress, &mut outcome, &mut report).await;
         let _ = progress.send(Progress {
             done: outcome.steps_total.saturating_sub(1),
             total: outcome.steps_total,
@@ -381,14 +469,6 @@ impl Engine {
             Ok(what) => what.clone(),
             Err(e) => format!("NOT restored: {e}"),
         };
-        let file = dir.join("report.json");
-        report.saved_to = file.display().to_string();
-        let saved = std::fs::create_dir_all(&dir)
-            .and_then(|()| crate::sys::files::write_json(&file, &report));
-        if let Err(e) = saved {
-            outcome.warnings.push(format!("bench report not saved to {}: {e}", file.display()));
-            report.saved_to.clear();
-        }
         let error = match (measured, restored) {
             (Ok(()), Ok(_)) => None,
             (Ok(()), Err(e)) => Some(format!("restoring the sharing after the bench failed: {e}")),
@@ -402,6 +482,7 @@ impl Engine {
             }
         }
         outcome.bench = Some(report);
+        *self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         job._guard.finish();
         outcome
     }
@@ -410,7 +491,6 @@ impl Engine {
     async fn bench_runs(
         &self,
         job: &BenchJob,
-        dir: &Path,
         progress: &UnboundedSender<Progress>,
         outcome: &mut JobReport,
         report: &mut BenchReport,
@@ -425,18 +505,19 @@ impl Engine {
         // from then on the bench, holding the apply lock, knows it is the default.
         let setup_ms = self.bench_setup(job, &setup0, Reads::FOR_PLANNING, progress).await?;
         let measures = job.options.repeat.max(BENCH_BASELINE_RUNS);
-        let mut baseline = self.bench_repeated(job, &setup0, 1, None, dir, measures).await?;
+        let mut baseline = self.bench_repeated(job, &setup0, 1, None, measures).await?;
         baseline.setup_ms = Some(setup_ms);
         against_itself(&mut baseline);
         outcome.steps_done += 1;
         let baseline_ok = baseline.error.is_none() && baseline.failed == 0;
         if !baseline_ok {
+            // Its output is in the report, the caller's alone; not in this message, which
+            // the agent's log has too.
             let why = baseline.error.clone().unwrap_or_else(|| {
                 let r = baseline.per_replica.first();
                 format!(
-                    "the replica failed ({}): {}",
-                    r.map_or("", |r| r.outcome.as_str()),
-                    r.map_or(String::new(), |r| last_line(&r.stderr_tail))
+                    "the replica failed ({}; its output is in the report)",
+                    r.map_or("", |r| r.outcome.as_str())
                 )
             });
             report.baseline = Some(baseline);
@@ -489,7 +570,7 @@ impl Engine {
                     }
                     let measures = job.options.repeat;
                     let mut run =
-                        self.bench_repeated(job, &setup, n, Some(&baseline), dir, measures).await?;
+                        self.bench_repeated(job, &setup, n, Some(&baseline), measures).await?;
                     run.setup_ms = setup_ms;
                     run
                 };
@@ -553,7 +634,6 @@ impl Engine {
         setup: &Setup,
         n: u32,
         baseline: Option<&BenchRun>,
-        dir: &Path,
         measures: u32,
     ) -> Result<BenchRun, String> {
         let mut runs = Vec::new();
@@ -563,7 +643,7 @@ impl Engine {
             } else {
                 format!("{}-{n}-{i}", setup.strategy)
             };
-            let run = self.bench_run(job, setup, n, baseline, &dir.join(logs)).await?;
+            let run = self.bench_run(job, setup, n, baseline, logs).await?;
             let broken = run.error.is_some() || run.failed > 0;
             runs.push(run);
             if broken || job.cancel.is_cancelled() {
@@ -574,43 +654,49 @@ impl Engine {
     }
 
     /// Runs N replicas under the strategy just set up and summarizes them; the replicas'
-    /// logs go to `log_dir`.
+    /// output goes to the run's directory `run` (`mps-3`) in the caller's log directory.
     async fn bench_run(
         &self,
         job: &BenchJob,
         setup: &Setup,
         n: u32,
         baseline: Option<&BenchRun>,
-        log_dir: &Path,
+        run: String,
     ) -> Result<BenchRun, String> {
         let node = self.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
             Err(e) => return Ok(error_run(n, setup.describe.clone(), e)),
         };
-        let log_dir = log_dir.to_path_buf();
-        std::fs::create_dir_all(&log_dir)
-            .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
+        let program = agent_binary()?;
+        let time_limit = Duration::from_secs_f64(job.options.time_limit);
         let spec = RunSpec {
-            gate: std::env::current_exe()
-                .map_err(|e| format!("cannot find the agent binary: {e}"))?,
-            command: job.options.replica_command()?,
+            command: job.options.replica_command(&program)?,
             env: job.options.base_environment(),
             devices,
-            identity: Some(job.identity.clone()),
-            cwd: job.options.cwd.clone(),
-            log_dir,
+            cwd: job.options.cwd_text(),
+            logs: job.options.logs_text().map(|dir| (dir, run)),
             method: job.options.method(),
-            time_limit: Duration::from_secs_f64(job.options.time_limit),
+            time_limit,
         };
+        let launcher = std::sync::Arc::clone(&self.launcher);
+        let identity = job.identity.clone();
+        let label = job.label.clone();
         let journal = std::sync::Arc::clone(&self.journal);
         let cancel = job.cancel.clone();
         let node_access = self.node.clone();
         let gpu = job.gpu;
         let handle = tokio::runtime::Handle::current();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut started = |groups: &[u32]| {
-                if let Err(e) = journal.bench_replicas(groups.to_vec()) {
+            let launch = Launch {
+                launcher: &launcher,
+                program: &program,
+                identity: identity.as_ref(),
+                label: &label,
+                runtime_max: time_limit + UNIT_SLACK,
+            };
+            let mut started = |handles| {
+                if let Err(e) = journal.bench_replicas(handles) {
                     tracing::warn!("recording the bench's replicas in the journal: {e}");
                 }
             };
@@ -621,7 +707,7 @@ impl Engine {
                     .and_then(|node| node.gpu(gpu).map(process_memory))
                     .unwrap_or_default()
             };
-            let result = measure::run(&spec, &cancel, &mut started, &mut memory);
+            let result = measure::run(&spec, &launch, &cancel, &mut started, &mut memory);
             let _ = journal.bench_replicas(Vec::new());
             result
         })
@@ -672,40 +758,104 @@ impl Engine {
 
     /// Puts back what a bench found: stops replicas left behind, returns the GPU to its
     /// checkpoint and makes the profile that was active active again. Returns what it
-    /// restored, for the report.
+    /// restored, for the report. A failure is kept in the journal's record (shown by
+    /// `status`, never replayed).
     async fn restore_bench(
         &self,
         record: &BenchRecord,
         progress: &UnboundedSender<Progress>,
     ) -> Result<String, String> {
-        stop_leftover_replicas(record);
-        let steps = self.transactions.restore(&record.checkpoint, progress).await?;
-        self.journal.end_bench().map_err(|e| format!("writing the journal: {e}"))?;
-        let profile = record.previous_profile.as_deref().unwrap_or("none");
-        let gpus: Vec<String> = record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
-        Ok(format!(
-            "GPU {} as before the bench ({steps} steps); active profile {profile}",
-            gpus.join(", ")
-        ))
+        self.stop_left_over(record.replicas.clone(), record.uid).await;
+        let restored = match self.transactions.restore(&record.checkpoint, progress).await {
+            Ok(steps) => self
+                .journal
+                .end_bench()
+                .map(|()| steps)
+                .map_err(|e| format!("writing the journal: {e}")),
+            Err(e) => Err(e),
+        };
+        match restored {
+            Ok(steps) => {
+                let profile = record.previous_profile.as_deref().unwrap_or("none");
+                let gpus: Vec<String> =
+                    record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
+                Ok(format!(
+                    "GPU {} as before the bench ({steps} steps); active profile {profile}",
+                    gpus.join(", ")
+                ))
+            }
+            Err(e) => {
+                if let Err(w) = self.journal.bench_restore_failed(&e) {
+                    tracing::error!("recording the bench's failed restore in the journal: {w}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops replicas an agent before this one (or this bench) left running.
+    async fn stop_left_over(&self, handles: Vec<crate::apply::journal::ReplicaHandle>, uid: u32) {
+        let launcher = std::sync::Arc::clone(&self.launcher);
+        let stopped =
+            tokio::task::spawn_blocking(move || launcher.stop_left_over(&handles, uid)).await;
+        if let Ok(n) = stopped
+            && n > 0
+        {
+            tracing::warn!("stopped {n} bench replica(s) left running");
+        }
     }
 
     /// At start-up: a bench the journal shows in flight was interrupted (the agent
     /// stopped or died): its replicas are stopped and the GPU restored, before the agent
-    /// serves. Returns what was done, for the log.
+    /// serves. A bench whose restore failed earlier is not tried again (an apply may have
+    /// come since; the next one settles it). Returns what was done, for the log.
     pub async fn recover_bench(&self) -> Result<Option<String>, EngineError> {
         let Some(record) = self.journal.snapshot().bench else {
+            // Under systemd: units of a bench the journal no longer knows of.
+            self.stop_left_over(Vec::new(), 0).await;
             return Ok(None);
         };
+        if let Some(error) = &record.restore_error {
+            self.stop_left_over(record.replicas.clone(), record.uid).await;
+            return Ok(Some(format!(
+                "restoring the GPU after the bench {} failed earlier ({error}); not tried again: the next apply settles it",
+                record.job
+            )));
+        }
         self.may_change()?;
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let restored = self.restore_bench(&record, &tx).await.map_err(|e| {
-            EngineError::Recovery(format!(
-                "restoring after the interrupted bench {}: {e}",
+        Ok(Some(match self.restore_bench(&record, &tx).await {
+            Ok(restored) => format!("the bench {} was interrupted: {restored}", record.job),
+            Err(e) => format!(
+                "the bench {} was interrupted, and restoring the GPU failed: {e} (status shows it; the next apply settles it)",
                 record.job
-            ))
-        })?;
-        Ok(Some(format!("the bench {} was interrupted: {restored}", record.job)))
+            ),
+        }))
     }
+}
+
+/// This binary: the replicas' gate, and the built-in workloads.
+fn agent_binary() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
+}
+
+/// Whom the replicas of `caller` run as: exactly the caller (uid, the passwd entry's
+/// primary group, the bus's supplementary groups), when the agent is root; an agent that
+/// is not root starts them as itself, which only its own user may ask for.
+fn replica_identity(caller: &Caller) -> Result<Option<Identity>, EngineError> {
+    let own = unix::effective_uid();
+    if own != 0 {
+        if caller.uid != own {
+            return Err(EngineError::NotPossible(format!(
+                "this agent runs as uid {own}, not as root: it starts replicas as uid {own} only, and the caller is uid {}",
+                caller.uid
+            )));
+        }
+        return Ok(None);
+    }
+    Identity::of_caller(caller.uid, caller.groups.as_deref()).map(Some).map_err(|e| {
+        EngineError::NotPossible(format!("the replicas' user (uid {}): {e}", caller.uid))
+    })
 }
 
 /// A whole GPU without MIG, idle: what a bench may change the sharing of.
@@ -883,36 +1033,6 @@ fn process_memory(g: &GpuState) -> HashMap<u32, u64> {
     g.processes.iter().filter_map(|p| p.used_memory_bytes.map(|b| (p.pid, b))).collect()
 }
 
-/// Stops the replicas a bench left running: every process still in one of their process
-/// groups that runs as the bench's user (the user check keeps a recycled group id of
-/// someone else's safe).
-fn stop_leftover_replicas(record: &BenchRecord) {
-    if record.replica_groups.is_empty() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Some(group) = procfs::process_group(pid) else { continue };
-        if record.replica_groups.contains(&group) && procfs::real_user(pid) == Some(record.uid) {
-            tracing::warn!(
-                pid,
-                group,
-                "stopping a replica of the interrupted bench {}",
-                record.job
-            );
-            let _ = unix::signal_group(group, libc::SIGKILL);
-        }
-    }
-}
-
-/// The last non-empty line of a log tail.
-fn last_line(text: &str) -> String {
-    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -939,26 +1059,6 @@ mod tests {
     }
 
     #[test]
-    fn programs_are_found_as_a_shell_finds_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let cwd = dir.path();
-        assert!(find_program("sh", Some("/usr/bin:/bin"), cwd).is_ok());
-        let e = find_program("no-such-program", Some("/usr/bin"), cwd).unwrap_err();
-        assert_eq!(e.to_string(), "command `no-such-program`: not found (PATH=/usr/bin)");
-        std::fs::write(cwd.join("run.sh"), "#!/bin/sh\n").unwrap();
-        assert!(
-            find_program("./run.sh", None, cwd)
-                .unwrap_err()
-                .to_string()
-                .contains("not executable (mode 644)")
-        );
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(cwd.join("run.sh"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-        assert_eq!(find_program("./run.sh", None, cwd).unwrap(), cwd.join("./run.sh"));
-    }
-
-    #[test]
     fn the_callers_cuda_variables_never_reach_a_replica() {
         let options = BenchOptions {
             target: None,
@@ -974,6 +1074,7 @@ mod tests {
             time_limit: 60.0,
             repeat: 1,
             cwd: "/".into(),
+            logs: None,
             environment: vec![
                 ("PATH".into(), "/bin".into()),
                 ("CUDA_VISIBLE_DEVICES".into(), "3".into()),

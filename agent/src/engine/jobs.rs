@@ -42,6 +42,12 @@ impl JobKind {
             JobKind::Bench { target } => format!("bench on {target}"),
         }
     }
+
+    /// Whether its whole outcome is its caller's alone (a bench: the caller's command,
+    /// the report and what the replicas printed).
+    pub fn is_private(&self) -> bool {
+        matches!(self, JobKind::Bench { .. })
+    }
 }
 
 /// The job holding the apply lock.

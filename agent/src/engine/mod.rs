@@ -33,6 +33,8 @@ use crate::apply::hooks::Hooks;
 use crate::apply::journal::{Journal, ProfileDocument};
 use crate::apply::transaction::{Recovered, Transactions};
 use crate::apply::{Executor, NodeAccess, Progress, Reads};
+use crate::bench::launch::Launcher;
+use crate::bench::measure::Cancel;
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
 use crate::node::{NodeState, size_text};
@@ -42,7 +44,7 @@ use crate::sharing::SharingTools;
 use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
 use crate::sharing::supervisor::MpsSupervisor;
 use crate::sharing::timeslice::TimesliceControl;
-pub use bench::{BenchJob, BenchOptions};
+pub use bench::{BenchJob, BenchOptions, Caller};
 pub use error::EngineError;
 pub use events::EngineEvent;
 use events::Events;
@@ -91,6 +93,10 @@ pub struct Engine {
     /// Whether the active profile time-slices, for the document it was last worked out
     /// from (a profile applied from a file is parsed once, not at every `status`).
     active_time_slices: Mutex<Option<(ActiveProfile, bool)>>,
+    /// How bench replicas are started: transient units, or children in new sessions.
+    launcher: Arc<Launcher>,
+    /// The cancel of the bench running now, for SIGTERM.
+    running_bench: Mutex<Option<Cancel>>,
 }
 
 /// The active profile as the journal records it: a name, and the document it was applied
@@ -205,7 +211,16 @@ impl Engine {
             document_work: Arc::new(tokio::sync::Semaphore::new(1)),
             start_up_error: Mutex::new(None),
             active_time_slices: Mutex::new(None),
+            launcher: Arc::new(Launcher::Direct),
+            running_bench: Mutex::new(None),
         })
+    }
+
+    /// The engine with bench replicas started by `launcher` (by default the agent forks
+    /// them into new sessions).
+    pub fn with_launcher(mut self, launcher: Launcher) -> Self {
+        self.launcher = Arc::new(launcher);
+        self
     }
 
     /// The engine of an agent whose configuration did not read: it observes, plans and
@@ -308,6 +323,15 @@ impl Engine {
                     t.profile
                 )
             })
+        });
+        // A bench whose restore failed: the GPU is as the failure left it until an apply.
+        let rollback_error = rollback_error.or_else(|| {
+            let bench = journal.bench.as_ref().filter(|_| running.is_none())?;
+            let error = bench.restore_error.as_ref()?;
+            Some(format!(
+                "restoring the GPU after the bench {} failed: {error}; the next apply settles it",
+                bench.job
+            ))
         });
         Ok(Status {
             active_profile: journal.active_profile,

@@ -38,6 +38,25 @@ pub fn job_outcome(report: &JobReport, error_name: Option<String>) -> JobOutcome
         warnings: report.warnings.clone(),
         probe: report.probe.clone(),
         bench: report.bench.clone(),
+        private: false,
+    }
+}
+
+/// What everyone may read of a job's outcome: all of it, unless it is its caller's alone
+/// (a bench), whose public part says how it ended and nothing of what it ran or printed.
+pub fn public_outcome(report: &JobReport, whole: &JobOutcome) -> JobOutcome {
+    if !report.kind.is_private() {
+        return whole.clone();
+    }
+    JobOutcome {
+        error: whole.error.as_ref().map(|_| {
+            "the bench failed; its caller reads why (gpushare-ctl bench shows it)".to_string()
+        }),
+        warnings: Vec::new(),
+        probe: None,
+        bench: None,
+        private: true,
+        ..whole.clone()
     }
 }
 

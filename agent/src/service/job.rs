@@ -1,6 +1,8 @@
 //! Job objects (`io.gpushare.Job1` at `/io/gpushare/Agent1/jobs/<n>`): an apply or probe
 //! runs in the background; its progress goes out as signals and its outcome as a property
-//! and a `Finished` signal. The last [`JOBS_KEPT`] jobs stay on the bus.
+//! and a `Finished` signal. The last [`JOBS_KEPT`] jobs stay on the bus. A bench's outcome
+//! is its caller's: the property and the signal carry its public part, and `GetOutcome`
+//! answers the whole to the caller's user and root.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -87,17 +89,18 @@ impl Jobs {
             }
             let outcome =
                 report::job_outcome(&job_report, job_report.error.as_ref().map(error_name));
-            let text = json(&outcome);
+            let public = json(&report::public_outcome(&job_report, &outcome));
             let server = connection.object_server();
             if let Ok(iface) = server.interface::<_, JobObject>(&job_path).await {
                 let mut job = iface.get_mut().await;
                 let state = if outcome.ok { JobState::Succeeded } else { JobState::Failed };
                 job.state = state.as_str().into();
-                job.outcome = text.clone();
+                job.outcome = public.clone();
+                job.whole_outcome = json(&outcome);
                 let _ = job.state_changed(iface.signal_emitter()).await;
                 let _ = job.outcome_changed(iface.signal_emitter()).await;
             }
-            let _ = JobObject::finished(&emitter, &text).await;
+            let _ = JobObject::finished(&emitter, &public).await;
             // Only now may another job start, or the agent stop.
             drop(keep_until_reported);
         };
@@ -167,9 +170,14 @@ mod object {
     #[derive(Debug)]
     pub struct JobObject {
         pub state: String,
+        /// What everyone may read of the outcome (`Outcome`, `Finished`).
         pub outcome: String,
+        /// The whole outcome (`GetOutcome`).
+        pub whole_outcome: String,
         /// A bench's cancel, and the unique bus name of the client that started it.
         cancel: Option<(Cancel, String)>,
+        /// The user whose job's whole outcome is theirs alone (and root's), if it is.
+        owner_uid: Option<u32>,
     }
 
     impl Default for JobObject {
@@ -177,16 +185,30 @@ mod object {
             JobObject {
                 state: JobState::Running.as_str().into(),
                 outcome: String::new(),
+                whole_outcome: String::new(),
                 cancel: None,
+                owner_uid: None,
             }
         }
     }
 
     impl JobObject {
-        /// The object of a job its starter (`owner`, a unique bus name) or root may cancel.
-        pub fn cancellable(cancel: Cancel, owner: String) -> Self {
-            JobObject { cancel: Some((cancel, owner)), ..JobObject::default() }
+        /// The object of a job its starter (`owner`, a unique bus name) or root may cancel,
+        /// whose whole outcome is user `uid`'s (and root's).
+        pub fn cancellable(cancel: Cancel, owner: String, uid: u32) -> Self {
+            JobObject {
+                cancel: Some((cancel, owner)),
+                owner_uid: Some(uid),
+                ..JobObject::default()
+            }
         }
+    }
+
+    /// The user of the connection that sent `header`'s message.
+    async fn sender_uid(header: &Header<'_>, connection: &Connection) -> Option<u32> {
+        let sender = header.sender()?;
+        let dbus = zbus::fdo::DBusProxy::new(connection).await.ok()?;
+        dbus.get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned())).await.ok()
     }
 
     #[interface(name = "io.gpushare.Job1")]
@@ -204,17 +226,10 @@ mod object {
                 ));
             };
             let sender = header.sender().map(ToString::to_string).unwrap_or_default();
-            if &sender != owner {
-                let dbus = zbus::fdo::DBusProxy::new(connection).await?;
-                let name = zbus::names::BusName::try_from(sender.as_str())
-                    .map_err(|e| AgentError::AccessDenied(format!("Cancel: {e}")))?;
-                let uid = dbus.get_connection_unix_user(name).await.ok();
-                if uid != Some(0) {
-                    return Err(AgentError::AccessDenied(
-                        "Cancel: only the client that started the bench, or root, may cancel it"
-                            .into(),
-                    ));
-                }
+            if &sender != owner && sender_uid(&header, connection).await != Some(0) {
+                return Err(AgentError::AccessDenied(
+                    "Cancel: only the client that started the bench, or root, may cancel it".into(),
+                ));
             }
             if self.state == JobState::Running.as_str() {
                 tracing::warn!(caller = %sender, "bench cancelled by its client");
@@ -229,10 +244,28 @@ mod object {
             self.state.clone()
         }
 
-        /// The JSON `JobOutcome`; empty while running.
+        /// The JSON `JobOutcome` everyone may read (a bench's public part); empty while
+        /// running.
         #[zbus(property)]
         async fn outcome(&self) -> String {
             self.outcome.clone()
+        }
+
+        /// The whole JSON `JobOutcome`: a bench's to its caller's user and root only.
+        async fn get_outcome(
+            &self,
+            #[zbus(header)] header: Header<'_>,
+            #[zbus(connection)] connection: &Connection,
+        ) -> Result<String, AgentError> {
+            if let Some(owner) = self.owner_uid {
+                let uid = sender_uid(&header, connection).await;
+                if uid != Some(owner) && uid != Some(0) {
+                    return Err(AgentError::AccessDenied(
+                        "GetOutcome: a bench's outcome is its caller's and root's alone".into(),
+                    ));
+                }
+            }
+            Ok(self.whole_outcome.clone())
         }
 
         /// Before each step.

@@ -18,7 +18,7 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{Connection, ObjectServer, interface};
 
 use crate::access::AccessPolicy;
-use crate::engine::{Engine, ProfileRef};
+use crate::engine::{Caller, Engine, ProfileRef};
 use crate::sys::log;
 use errors::access_denied;
 use job::{JobObject, Jobs};
@@ -41,14 +41,14 @@ impl AgentService {
     }
 
     /// Refuses a mutating call from a caller the access policy does not allow, whatever
-    /// the bus policy let through; the refusal is logged. Returns the caller's user id,
-    /// when the bus knows it.
+    /// the bus policy let through; the refusal is logged. Returns the caller's user id and
+    /// supplementary groups, as far as the bus knows them.
     async fn authorize(
         &self,
         header: &Header<'_>,
         connection: &Connection,
         method: &str,
-    ) -> Result<Option<u32>, AgentError> {
+    ) -> Result<(Option<u32>, Option<Vec<u32>>), AgentError> {
         let Some(sender) = header.sender() else {
             return Err(access_denied(method, "the caller is unknown"));
         };
@@ -59,13 +59,13 @@ impl AgentService {
             .map_err(|e| {
                 access_denied(method, format!("the caller's credentials are unknown: {e}"))
             })?;
-        let groups = credentials.unix_group_ids().map(|g| g.to_vec()).unwrap_or_default();
+        let groups = credentials.unix_group_ids().map(|g| g.to_vec());
         let uid = credentials.unix_user_id();
-        self.access.may_change(uid, &groups).map_err(|why| {
+        self.access.may_change(uid, groups.as_deref().unwrap_or_default()).map_err(|why| {
             tracing::warn!(method, caller = %sender, uid = ?uid, "refused: {why}");
             access_denied(method, why)
         })?;
-        Ok(uid)
+        Ok((uid, groups))
     }
 }
 
@@ -159,17 +159,18 @@ impl AgentService {
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
-        let uid = self.authorize(&header, connection, "Bench").await?;
+        let (uid, groups) = self.authorize(&header, connection, "Bench").await?;
         let (Some(uid), Some(sender)) = (uid, header.sender()) else {
             return Err(access_denied("Bench", "the caller's user is unknown"));
         };
         let options = options::bench_options(command, &options)?;
         let path = self.jobs.next_path();
-        let job = self.engine.begin_bench(options, uid, path.as_str()).await?;
+        let caller = Caller { uid, groups };
+        let job = self.engine.begin_bench(options, caller, path.as_str()).await?;
         tracing::info!(job = %path.as_str(), uid, "bench started");
         let cancel = job.canceller();
         let watcher = job::cancel_when_gone(connection, sender.to_owned(), cancel.clone()).await;
-        let object = JobObject::cancellable(cancel, sender.to_string());
+        let object = JobObject::cancellable(cancel, sender.to_string(), uid);
         let engine = Arc::clone(&self.engine);
         let span = log::job_span(path.as_str());
         self.jobs

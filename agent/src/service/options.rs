@@ -12,8 +12,11 @@ use zbus::zvariant::OwnedValue;
 use gpushare_proto::bench::{
     BENCH_BUILTIN, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET, BENCH_DEFAULT_REPEAT,
     BENCH_DEFAULT_REPLICAS, BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION, BENCH_ENVIRONMENT,
-    BENCH_FLEET, BENCH_HISTOGRAM, BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO,
-    BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchStrategy,
+    BENCH_FLEET, BENCH_HISTOGRAM, BENCH_LOGS, BENCH_MAX_ARGUMENTS, BENCH_MAX_COMMAND_BYTES,
+    BENCH_MAX_DURATION, BENCH_MAX_ENVIRONMENT_BYTES, BENCH_MAX_NAME_BYTES, BENCH_MAX_PATH_BYTES,
+    BENCH_MAX_TIME_LIMIT, BENCH_MAX_VARIABLES, BENCH_MIN_SECONDS, BENCH_OBJECTIVE, BENCH_REPEAT,
+    BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT,
+    BenchStrategy,
 };
 
 use crate::engine::{BenchOptions, EngineError, ProbeOptions};
@@ -86,12 +89,38 @@ pub fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptio
     Ok(probe)
 }
 
+/// Refuses a list of more than `most` items or `bytes` bytes in all, naming it.
+fn bounded(key: &str, items: &[String], most: usize, bytes: usize) -> Result<(), EngineError> {
+    let total: usize = items.iter().map(String::len).sum();
+    if items.len() > most || total > bytes {
+        return Err(EngineError::InvalidArgument(format!(
+            "{key}: {} items of {total} bytes in all; at most {most} items and {} KiB",
+            items.len(),
+            bytes >> 10
+        )));
+    }
+    Ok(())
+}
+
+/// A number of seconds from `min` to `max`, else why not (never a panic later, whatever
+/// the number).
+fn seconds(key: &str, value: f64, max: f64, max_words: &str) -> Result<f64, EngineError> {
+    if !(BENCH_MIN_SECONDS..=max).contains(&value) {
+        return Err(EngineError::InvalidArgument(format!(
+            "{key}: {value} s is not from 1 s to {max_words}"
+        )));
+    }
+    Ok(value)
+}
+
 /// Reads `Bench`'s command and options (the `BENCH_*` keys of the protocol); what is
-/// left out takes the protocol's defaults, but the working directory must be given.
+/// left out takes the protocol's defaults, but the working directory must be given. Every
+/// string, list and duration is bounded here, where it comes in.
 pub fn bench_options(
     command: Vec<String>,
     options: &HashMap<String, OwnedValue>,
 ) -> Result<BenchOptions, EngineError> {
+    bounded("command", &command, BENCH_MAX_ARGUMENTS, BENCH_MAX_COMMAND_BYTES)?;
     let mut bench = BenchOptions {
         target: None,
         command,
@@ -107,10 +136,21 @@ pub fn bench_options(
         repeat: BENCH_DEFAULT_REPEAT,
         cwd: Default::default(),
         environment: Vec::new(),
+        logs: None,
     };
     let mut until_exit = false;
-    let text =
-        |key: &str, value: OwnedValue| String::try_from(value).map_err(|_| bad(key, "a string"));
+    let text_of = |key: &str, value: OwnedValue, most: usize| {
+        let text = String::try_from(value).map_err(|_| bad(key, "a string"))?;
+        if text.len() > most {
+            return Err(EngineError::InvalidArgument(format!(
+                "{key}: {} bytes; at most {most}",
+                text.len()
+            )));
+        }
+        Ok(text)
+    };
+    let text = |key: &str, value: OwnedValue| text_of(key, value, BENCH_MAX_NAME_BYTES);
+    let path = |key: &str, value: OwnedValue| text_of(key, value, BENCH_MAX_PATH_BYTES);
     let invalid = |key: &str, e: String| EngineError::InvalidArgument(format!("{key}: {e}"));
     for (key, value) in options {
         let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
@@ -118,10 +158,14 @@ pub fn bench_options(
             BENCH_TARGET => bench.target = Some(text(key, value)?),
             BENCH_REPLICAS => {
                 bench.replicas = value.try_into().map_err(|_| bad(key, "an array of numbers"))?;
+                if bench.replicas.len() > 64 {
+                    return Err(bad(key, "at most 64 replica counts"));
+                }
             }
             BENCH_STRATEGIES => {
                 let names: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                bounded(key, &names, BenchStrategy::ALL.len() * 4, BENCH_MAX_NAME_BYTES)?;
                 bench.strategies = names
                     .iter()
                     .map(|n| n.parse().map_err(|e| invalid(key, e)))
@@ -129,7 +173,8 @@ pub fn bench_options(
                 bench.strategies.dedup();
             }
             BENCH_DURATION => {
-                bench.duration = Some(f64::try_from(value).map_err(|_| bad(key, "a number"))?);
+                let d = f64::try_from(value).map_err(|_| bad(key, "a number"))?;
+                bench.duration = Some(seconds(key, d, BENCH_MAX_DURATION, "1 hour")?);
             }
             BENCH_UNTIL_EXIT => {
                 until_exit = bool::try_from(value).map_err(|_| bad(key, "a boolean"))?;
@@ -147,17 +192,20 @@ pub fn bench_options(
                 bench.repeat = u32::try_from(value).map_err(|_| bad(key, "a number"))?
             }
             BENCH_TIME_LIMIT => {
-                bench.time_limit = f64::try_from(value).map_err(|_| bad(key, "a number"))?;
+                let limit = f64::try_from(value).map_err(|_| bad(key, "a number"))?;
+                bench.time_limit = seconds(key, limit, BENCH_MAX_TIME_LIMIT, "24 hours")?;
             }
-            BENCH_CWD => bench.cwd = text(key, value)?.into(),
+            BENCH_CWD => bench.cwd = path(key, value)?.into(),
+            BENCH_LOGS => bench.logs = Some(path(key, value)?.into()),
             BENCH_ENVIRONMENT => {
                 let pairs: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                bounded(key, &pairs, BENCH_MAX_VARIABLES, BENCH_MAX_ENVIRONMENT_BYTES)?;
                 bench.environment = pairs
                     .into_iter()
                     .map(|p| match p.split_once('=') {
                         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-                        _ => Err(invalid(key, format!("{p:?} is not NAME=value"))),
+                        _ => Err(invalid(key, format!("{:?} is not NAME=value", short(&p)))),
                     })
                     .collect::<Result<_, _>>()?;
             }
@@ -178,6 +226,15 @@ pub fn bench_options(
         ));
     }
     Ok(bench)
+}
+
+/// The first 64 characters of `text`, for a message about it.
+fn short(text: &str) -> String {
+    let mut cut: String = text.chars().take(64).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    cut
 }
 
 #[cfg(test)]

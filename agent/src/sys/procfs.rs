@@ -1,5 +1,5 @@
-//! What `/proc` tells about processes: whether one is alive, its process group and user,
-//! and which hold a file open.
+//! What `/proc` tells about processes: whether one is alive, its parent, process group,
+//! session, start time and user, the descendants of a process, and which hold a file open.
 
 use std::fs;
 use std::path::Path;
@@ -13,12 +13,67 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
-/// The process group of `pid` (field 5 of `/proc/PID/stat`, after the command name in
-/// parentheses, which may itself hold spaces and parentheses).
-pub fn process_group(pid: u32) -> Option<u32> {
+/// Field `n` (numbered from 1 as proc(5) does: 4 the parent, 5 the process group, 6 the
+/// session, 22 the start time) of `/proc/PID/stat`, read after the command name in
+/// parentheses, which may itself hold spaces and parentheses.
+fn stat_field<T: std::str::FromStr>(pid: u32, n: usize) -> Option<T> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(2)?.parse().ok()
+    // The state, field 3, is the first after the name.
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+}
+
+/// The process group of `pid`.
+pub fn process_group(pid: u32) -> Option<u32> {
+    stat_field(pid, 5)
+}
+
+/// The parent of `pid`.
+pub fn parent(pid: u32) -> Option<u32> {
+    stat_field(pid, 4)
+}
+
+/// The session of `pid` (the pid of the process that called `setsid`).
+pub fn session(pid: u32) -> Option<u32> {
+    stat_field(pid, 6)
+}
+
+/// When `pid` started, in clock ticks after boot: with the pid, what names one process
+/// for good (a reused pid has a later start).
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat_field(pid, 22)
+}
+
+/// Every process id `/proc` shows now.
+pub fn pids() -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// The processes below `root` (its children, theirs, ...), as `/proc` shows them now;
+/// `root` itself is not among them.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> =
+        pids().into_iter().filter_map(|pid| Some((pid, parent(pid)?))).collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(pid, _) in parents.iter().filter(|&&(pid, ppid)| ppid == p && pid != root) {
+            if !found.contains(&pid) {
+                found.push(pid);
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// The live processes of session `sid` whose real user is `uid`.
+pub fn session_members(sid: u32, uid: u32) -> Vec<u32> {
+    pids()
+        .into_iter()
+        .filter(|&pid| session(pid) == Some(sid) && real_user(pid) == Some(uid) && alive(pid))
+        .collect()
 }
 
 /// The real user of `pid` (the first `Uid:` of `/proc/PID/status`).

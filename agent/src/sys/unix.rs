@@ -130,22 +130,22 @@ pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
     Ok(usize::try_from(granted).unwrap_or(0))
 }
 
-/// Who a started program runs as: user, primary group and supplementary groups, as a
-/// login of that user would have them.
+/// Who a bench replica runs as: user, primary group and supplementary groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// User id.
     pub uid: u32,
     /// Primary group id.
     pub gid: u32,
-    /// Supplementary group ids (the primary one among them).
+    /// Supplementary group ids, exactly these.
     pub groups: Vec<u32>,
 }
 
 impl Identity {
-    /// User `uid` with the primary group of its password entry and the groups the group
-    /// database lists for it (NSS included).
-    pub fn of_user(uid: u32) -> io::Result<Identity> {
+    /// The caller `uid` with the primary group of its password entry and exactly the
+    /// supplementary `groups` the caller has (the bus's `UnixGroupIDs`); without them, the
+    /// primary group alone.
+    pub fn of_caller(uid: u32, groups: Option<&[u32]>) -> io::Result<Identity> {
         let mut buffer = vec![0u8; 16 * 1024];
         // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
         // read after getpwuid_r has filled it.
@@ -166,78 +166,191 @@ impl Identity {
             return Err(io::Error::other(format!("user {uid} is not in the password database")));
         }
         let gid = entry.pw_gid;
-        let mut groups: Vec<::libc::gid_t> = vec![0; 256];
-        loop {
-            let mut count = ::libc::c_int::try_from(groups.len()).unwrap_or(::libc::c_int::MAX);
-            // SAFETY: `pw_name` points into `buffer`, alive and NUL-terminated; `groups`
-            // has room for `count` ids, and getgrouplist writes at most that many (it
-            // reports the number needed when they do not fit).
-            let rc = unsafe {
-                ::libc::getgrouplist(entry.pw_name, gid, groups.as_mut_ptr(), &mut count)
-            };
-            let count = usize::try_from(count).unwrap_or(0);
-            if rc >= 0 {
-                groups.truncate(count);
-                return Ok(Identity { uid, gid, groups });
+        let groups = groups.map_or_else(|| vec![gid], <[u32]>::to_vec);
+        Ok(Identity { uid, gid, groups })
+    }
+
+    /// As `--bench-user` writes it: `UID:GID:G1,G2,...` (the list may be empty).
+    pub fn to_arg(&self) -> String {
+        let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+        format!("{}:{}:{}", self.uid, self.gid, groups.join(","))
+    }
+
+    /// Reads [`Identity::to_arg`]'s form.
+    pub fn from_arg(text: &str) -> Result<Identity, String> {
+        let bad = || format!("`{text}` is not UID:GID:GROUP,...");
+        let mut parts = text.splitn(3, ':');
+        let uid = parts.next().and_then(|u| u.parse().ok()).ok_or_else(bad)?;
+        let gid = parts.next().and_then(|g| g.parse().ok()).ok_or_else(bad)?;
+        let groups = match parts.next().ok_or_else(bad)? {
+            "" => Vec::new(),
+            list => {
+                list.split(',').map(|g| g.parse().map_err(|_| bad())).collect::<Result<_, _>>()?
             }
-            groups.resize(count.max(groups.len() * 2), 0);
-        }
+        };
+        Ok(Identity { uid, gid, groups })
     }
 }
 
-/// Prepares `command`'s child, between fork and exec: it takes `identity` (groups, then
-/// group, then user, so that root can still change them) and keeps the descriptors of
-/// `inherit` open across the exec, though they close on exec in this process.
-pub fn prepare_child(
-    command: &mut std::process::Command,
-    identity: Option<Identity>,
-    inherit: Vec<RawFd>,
-) {
-    let hook = move || -> io::Result<()> {
-        // Only async-signal-safe calls from here on: this runs in the forked child.
-        if let Some(id) = &identity {
-            // SAFETY: `groups` is a live array of that many ids, allocated before the fork.
-            if unsafe { ::libc::setgroups(id.groups.len(), id.groups.as_ptr()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: setgid(2) and setuid(2) take plain integers.
-            if unsafe { ::libc::setgid(id.gid) } != 0 || unsafe { ::libc::setuid(id.uid) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        for &fd in &inherit {
-            // SAFETY: fcntl(2) on a descriptor inherited from the parent, which keeps it
-            // open until the spawn returns; clearing FD_CLOEXEC touches no memory.
-            if unsafe { ::libc::fcntl(fd, ::libc::F_SETFD, 0) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+/// Makes this process `identity` for good: its supplementary groups exactly, then its
+/// group, then its user (real, effective and saved alike), and checks that there is no
+/// way back (for a user other than root). The kernel then makes the process non-dumpable:
+/// the user may signal it but not trace it. Call it before any other thread exists.
+pub fn become_identity(identity: &Identity) -> io::Result<()> {
+    let Identity { uid, gid, groups } = identity;
+    // SAFETY: `groups` is a live array of that many ids for the call.
+    if unsafe { ::libc::setgroups(groups.len(), groups.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setresgid(2) and setresuid(2) take plain integers.
+    if unsafe { ::libc::setresgid(*gid, *gid, *gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { ::libc::setresuid(*uid, *uid, *uid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    // SAFETY: getresuid(2) writes three ids into the live variables.
+    unsafe { ::libc::getresuid(&mut r, &mut e, &mut s) };
+    if [r, e, s] != [*uid; 3] {
+        return Err(io::Error::other(format!("still uid {r}/{e}/{s}, not {uid}")));
+    }
+    // SAFETY: setuid(2) takes a plain integer; it must fail for a user other than root.
+    if *uid != 0 && unsafe { ::libc::setuid(0) } == 0 {
+        return Err(io::Error::other("could become root again"));
+    }
+    Ok(())
+}
+
+/// Prepares `command`'s child, between fork and exec, to start a session of its own: no
+/// controlling terminal, no process group or session of this process (`setsid`).
+pub fn in_new_session(command: &mut std::process::Command) {
+    let hook = || -> io::Result<()> {
+        // SAFETY: setsid(2) is async-signal-safe and takes nothing; a fresh child of a
+        // fork is never a process group leader, so it cannot fail with EPERM.
+        if unsafe { ::libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
         }
         Ok(())
     };
-    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
+    // SAFETY: the hook makes one async-signal-safe system call and allocates nothing.
     unsafe {
         command.pre_exec(hook);
     }
 }
 
-/// Reads one byte from `fd`, waiting for it: `Ok(true)` for a byte, `Ok(false)` at end of
-/// file (every writer closed it).
-pub fn read_one_byte(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: read(2) of at most one byte into a live one-byte buffer.
-        let n = unsafe { ::libc::read(fd.as_raw_fd(), (&raw mut byte).cast(), 1) };
-        match n {
-            1 => return Ok(true),
-            0 => return Ok(false),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+/// Prepares `command`'s child, between fork and exec, to have `fd` (which closes on exec
+/// here) as descriptor `to` across the exec.
+pub fn with_fd_as(command: &mut std::process::Command, fd: RawFd, to: RawFd) {
+    let hook = move || -> io::Result<()> {
+        // SAFETY: dup2(2) is async-signal-safe; `fd` is open in the child (inherited from
+        // the parent, which keeps it open until the spawn returns) and `to` is meant to be
+        // replaced. The duplicate does not close on exec.
+        if unsafe { ::libc::dup2(fd, to) } < 0 {
+            return Err(io::Error::last_os_error());
         }
+        Ok(())
+    };
+    // SAFETY: the hook makes one async-signal-safe system call and allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
     }
+}
+
+/// A duplicate of `fd` numbered `min` or above, closing on exec.
+pub fn duplicate_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl(2) F_DUPFD_CLOEXEC on a descriptor the caller borrows for the call.
+    let new = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_DUPFD_CLOEXEC, min) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just created for us and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Marks every descriptor of this process from `first` on to close on exec: what it
+/// inherited stays out of the programs it starts.
+pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= first)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl(2) F_SETFD on a descriptor number; one already closed (the
+        // directory's own) fails with EBADF, which is fine.
+        unsafe { ::libc::fcntl(fd, ::libc::F_SETFD, ::libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// Puts `/dev/null` at descriptor `fd` (a standard descriptor this process no longer
+/// wants a child to inherit).
+pub fn null_at(fd: RawFd) -> io::Result<()> {
+    let null = File::options().read(true).write(true).open("/dev/null")?;
+    // SAFETY: dup2(2) on descriptor numbers: `null` is open, `fd` is meant to be replaced.
+    if unsafe { ::libc::dup2(null.as_raw_fd(), fd) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`):
+/// whatever they start and leave behind becomes its child, not init's.
+pub fn become_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl(2) PR_SET_CHILD_SUBREAPER takes plain integers.
+    if unsafe { ::libc::prctl(::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether this process (as its real user) may create files in directory `dir`.
+pub fn may_write_dir(dir: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: access(2) with a NUL-terminated path that lives for the call.
+    if unsafe { ::libc::access(path.as_ptr(), ::libc::W_OK | ::libc::X_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// How a process ended: its exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// Its pid.
+    pub pid: u32,
+    /// Exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+}
+
+/// Reaps one child that has ended, without waiting: `None` when none has (or there are
+/// no children).
+pub fn reap_any() -> Option<Ended> {
+    let mut status = 0;
+    // SAFETY: waitpid(2) with WNOHANG writes the status into the live integer.
+    let pid = unsafe { ::libc::waitpid(-1, &mut status, ::libc::WNOHANG) };
+    let pid = u32::try_from(pid).ok().filter(|&p| p > 0)?;
+    let (code, signal) = if ::libc::WIFEXITED(status) {
+        (Some(::libc::WEXITSTATUS(status)), None)
+    } else if ::libc::WIFSIGNALED(status) {
+        (None, Some(::libc::WTERMSIG(status)))
+    } else {
+        (None, None)
+    };
+    Some(Ended { pid, code, signal })
+}
+
+/// Sends `signal` to process `pid`; the caller makes sure the pid names the process it
+/// means (a child not yet reaped, or one whose start time it checked).
+pub fn signal(pid: u32, signal: i32) -> io::Result<()> {
+    let pid = i32::try_from(pid).map_err(|_| io::Error::other(format!("no such pid {pid}")))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    if unsafe { ::libc::kill(pid, signal) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Makes reads of `fd` return `WouldBlock` rather than wait (`O_NONBLOCK`).

@@ -119,6 +119,7 @@ mod tests {
             warnings: vec![],
             probe: None,
             bench: None,
+            private: false,
         }
     }
 

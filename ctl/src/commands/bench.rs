@@ -22,9 +22,10 @@
 //! Nothing is sent before the command line has been checked through: the program must
 //! exist and be executable here, and the `--report` file's directory writable ("refuse
 //! before touching"). Only the options given are sent, plus the caller's directory and
-//! environment, which the replicas run with. With `--json` the [`BenchReport`] alone is
-//! printed, or the JSON error object when the bench failed. Ctrl-C cancels the bench
-//! ([`OnInterrupt::Cancel`]).
+//! environment, which the replicas run with, and the log directory ([`LogDir`]), made here
+//! as the caller, where the replicas write their output and this command `report.json`.
+//! With `--json` the [`BenchReport`] alone is printed, or the JSON error object when the
+//! bench failed. Ctrl-C cancels the bench ([`OnInterrupt::Cancel`]).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -34,8 +35,8 @@ use std::path::{Path, PathBuf};
 use comfy_table::CellAlignment;
 use gpushare_proto::bench::{
     BENCH_BUILTIN, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
-    BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET,
-    BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method, find_command,
+    BENCH_LOGS, BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES,
+    BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method, find_command,
 };
 use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
@@ -61,16 +62,32 @@ pub async fn run(
     out: &Output,
     args: &BenchArgs,
 ) -> Result<ExitStatus, CtlError> {
-    let request = prepare(args, &Caller::current()?)?;
+    let caller = Caller::current()?;
+    let mut request = prepare(args, &caller)?;
+    let logs = LogDir::make(args.logs.as_deref(), &caller)?;
+    request.options.insert(BENCH_LOGS, Value::from(logs.text()?));
     let command: Vec<&str> = request.command.iter().map(String::as_str).collect();
     let notice = OnInterrupt::Cancel { notice: CANCEL_NOTICE };
-    let raw = start_and_follow_with(client, out, "Bench", "bench", notice, async |a| {
+    let started = start_and_follow_with(client, out, "Bench", "bench", notice, async |a| {
         a.proxy.bench(&command, request.options.clone()).await
     })
-    .await?;
-    let outcome: JobOutcome = parse_document(&raw, "JobOutcome")?;
+    .await;
+    let raw = match started {
+        Ok(raw) => raw,
+        Err(e) => {
+            logs.forget_if_empty();
+            return Err(e);
+        }
+    };
+    let mut outcome: JobOutcome = parse_document(&raw, "JobOutcome")?;
     for warning in &outcome.warnings {
         out.warn(warning);
+    }
+    if let Some(report) = outcome.bench.as_mut() {
+        match logs.keep_report(report) {
+            Ok(file) => report.saved_to = file.display().to_string(),
+            Err(e) => out.warn(&format!("the report was not kept: {e}")),
+        }
     }
     let report = outcome.bench.as_ref();
     // What was measured is shown even when the bench failed part-way (not with --json:
@@ -219,6 +236,140 @@ pub fn options(
         options.insert(BENCH_REPEAT, Value::from(repeat));
     }
     options
+}
+
+/// How many `bench-*` directories of the default place are kept (the newest).
+pub const LOG_DIRS_KEPT: usize = 10;
+
+/// The directory of one bench's output, the caller's: `--logs DIR`, or a new
+/// `bench-<ms>` under `${XDG_STATE_HOME:-~/.local/state}/gpushare/bench`, made with mode
+/// 0700 as the caller. Of the default place's `bench-*` directories the newest
+/// [`LOG_DIRS_KEPT`] are kept: older ones are removed when a new one is made. A directory
+/// given with `--logs` is never removed.
+#[derive(Debug)]
+pub struct LogDir {
+    /// The directory (absolute).
+    pub path: PathBuf,
+    /// Whether ctl made it for this bench (and may remove it when the bench never ran).
+    made: bool,
+}
+
+impl LogDir {
+    /// Makes (or takes) the directory of this bench.
+    pub fn make(given: Option<&Path>, caller: &Caller) -> Result<LogDir, CtlError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let refuse = |path: &Path, e: std::io::Error| {
+            CtlError::ctl(
+                Kind::WriteFile,
+                format!(
+                    "bench: cannot make the log directory {}: {e}; give --logs DIR",
+                    path.display()
+                ),
+            )
+        };
+        if let Some(dir) = given {
+            let path = caller.cwd.join(dir);
+            let made = !path.exists();
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&path)
+                .map_err(|e| refuse(&path, e))?;
+            return Ok(LogDir { path, made });
+        }
+        let root = default_log_root(&caller.environment).ok_or_else(|| {
+            CtlError::ctl(
+                Kind::WriteFile,
+                "bench: neither XDG_STATE_HOME nor HOME is set: give --logs DIR for the replicas' output",
+            )
+        })?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| refuse(&root, e))?;
+        remove_old_log_dirs(&root, LOG_DIRS_KEPT - 1);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let path = root.join(format!("bench-{stamp}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| refuse(&path, e))?;
+        Ok(LogDir { path, made: true })
+    }
+
+    /// The directory as the `logs` option sends it.
+    fn text(&self) -> Result<String, CtlError> {
+        self.path.to_str().map(str::to_owned).ok_or_else(|| {
+            CtlError::ctl(
+                Kind::WriteFile,
+                format!(
+                    "bench: the log directory {} is not UTF-8; give --logs DIR",
+                    self.path.display()
+                ),
+            )
+        })
+    }
+
+    /// Removes the directory ctl made when nothing came into it (the bench was refused).
+    fn forget_if_empty(&self) {
+        if self.made {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
+
+    /// Writes `report` as `report.json` into the directory (mode 0600); its path.
+    fn keep_report(&self, report: &BenchReport) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = self.path.join("report.json");
+        let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+        let scratch = self.path.join(format!(".report.json.{}.tmp", std::process::id()));
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&scratch)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&scratch, &file)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&scratch);
+        }
+        written.map(|()| file)
+    }
+}
+
+/// `${XDG_STATE_HOME:-$HOME/.local/state}/gpushare/bench` of `environment`.
+fn default_log_root(environment: &[(OsString, OsString)]) -> Option<PathBuf> {
+    let var = |name: &str| {
+        environment
+            .iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| p.is_absolute())
+    };
+    let state = var("XDG_STATE_HOME").or_else(|| var("HOME").map(|h| h.join(".local/state")))?;
+    Some(state.join("gpushare").join("bench"))
+}
+
+/// Removes the oldest `bench-<ms>` directories of `root` beyond the newest `keep`.
+fn remove_old_log_dirs(root: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let mut dirs: Vec<(u128, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let stamp = e.file_name().to_str()?.strip_prefix("bench-")?.parse().ok()?;
+            Some((stamp, e.path()))
+        })
+        .collect();
+    dirs.sort();
+    let extra = dirs.len().saturating_sub(keep);
+    for (_, dir) in dirs.into_iter().take(extra) {
+        // remove_dir_all does not follow symbolic links inside.
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A usage error of ctl's own (exit status 2).

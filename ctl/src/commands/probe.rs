@@ -136,6 +136,7 @@ fn compare_args(args: &ProbeArgs, workload: ProbeWorkload, replicas: Vec<u32>) -
         time_limit: None,
         repeat: None,
         report: None,
+        logs: None,
         command: Vec::new(),
     }
 }
@@ -563,6 +564,7 @@ mps               -  1.02x      -         -
             warnings: vec![],
             probe: ok.then(report),
             bench: None,
+            private: false,
         }
     }
 

@@ -28,6 +28,7 @@ pub(crate) fn replica(index: u32, throughput: f64, slowdown: f64) -> BenchReplic
         malformed_lines: 0,
         stdout_tail: format!("replica {index} serving\n"),
         stderr_tail: String::new(),
+        output_dropped_bytes: 0,
     }
 }
 
@@ -154,7 +155,8 @@ pub(crate) fn sample_report() -> BenchReport {
             },
         ],
         restored: "time-slicing (as before)".into(),
-        saved_to: "/var/lib/gpushare/bench/20261123T101500Z.json".into(),
+        saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
+        logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
     }
 }
 
@@ -570,7 +572,7 @@ The agent's own CPU over a window: 0.40 % of a core at most
 Setting up (planned, set up, verified): time-slicing 55 ms, mps 27 ms, mps-limited 30-31 ms
 
 Restored: time-slicing (as before)
-Results kept in /var/lib/gpushare/bench/20261123T101500Z.json
+Results kept in /home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json
 ";
     assert_eq!(text, expected, "\n{text}");
     let unicode = render_report(&sample_report(), Glyphs::UNICODE);
@@ -665,6 +667,7 @@ fn outcome(ok: bool, bench: Option<BenchReport>) -> JobOutcome {
         warnings: vec![],
         probe: None,
         bench,
+        private: false,
     }
 }
 
