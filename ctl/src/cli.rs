@@ -80,10 +80,13 @@ gpushare-ctl bench [OPTIONS] -- COMMAND [ARGS]...
 /// Shown under the help of `bench`.
 const BENCH_HELP: &str = "\
 Runs as a job of the agent (progress on stderr): for each strategy and replica count N, it
-sets the GPU up, starts N copies of COMMAND together (as you, in this directory, with this
-environment), measures them, and at the end restores the GPU's sharing as it was. Ctrl-C
-cancels: the agent stops the replicas and restores the sharing (Ctrl-C again leaves that
-to the agent).
+sets the GPU up, starts N copies of COMMAND together (your own processes: as you, with
+exactly your groups, in this directory, with this environment; under systemd each in a
+unit of your slice), measures them, and at the end restores the GPU's sharing as it was.
+Ctrl-C cancels: the agent stops the replicas and restores the sharing (Ctrl-C again
+leaves that to the agent). Their output (8 MiB a stream at most) and report.json go to
+--logs DIR, or a new directory under ${XDG_STATE_HOME:-~/.local/state}/gpushare/bench
+(the newest 10 are kept); what a bench ran and printed is yours and root's alone.
 
 How the replicas are measured (one of three):
   units by line  (the default) each replica writes a line to the file descriptor named in

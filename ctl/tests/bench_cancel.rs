@@ -167,6 +167,7 @@ fn start_ctl(bus: &Bus, extra: &[&str]) -> Child {
         .args(extra)
         .args(["--", "true"])
         .env("PATH", "/usr/bin:/bin")
+        .env("XDG_STATE_HOME", bus.dir.join("state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -203,7 +204,10 @@ fn the_first_ctrl_c_cancels_and_waits_for_the_end() {
     let report = bus.dir.join("r.html");
     let ctl = start_ctl(&bus, &["--report", report.to_str().unwrap()]);
     let bench = next_call(&calls);
-    assert!(bench.starts_with(r#"Bench ["true"] ["cwd", "environment", "replicas"]"#), "{bench}");
+    assert!(
+        bench.starts_with(r#"Bench ["true"] ["cwd", "environment", "logs", "replicas"]"#),
+        "{bench}"
+    );
     // The job path reaches ctl right after.
     std::thread::sleep(Duration::from_millis(300));
     interrupt(&ctl);

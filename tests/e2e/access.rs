@@ -3,112 +3,19 @@
 //! member of the `gpushare` group and as another user. Needs root (to create the test
 //! users and to own the name); skipped otherwise.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use gpushare_proto::types::Status;
-use gpushare_tests::{CtlError, binary, ctl_error, parse_doc, repo_root, text, wait_for};
-
-const MEMBER: &str = "gpushare-e2e-member";
-const OTHER: &str = "gpushare-e2e-other";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", text(&out));
-}
-
-fn exists(kind: &str, name: &str) -> bool {
-    Command::new("getent").args([kind, name]).output().is_ok_and(|o| o.status.success())
-}
-
-/// The gpushare group and two users, one in it, created once per test run.
-fn ensure_users() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(create_users);
-}
-
-fn create_users() {
-    if !exists("group", "gpushare") {
-        run(Command::new("groupadd").args(["--system", "gpushare"]));
-    }
-    for user in [MEMBER, OTHER] {
-        if !exists("passwd", user) {
-            run(Command::new("useradd").args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                user,
-            ]));
-        }
-    }
-    run(Command::new("usermod").args(["--append", "--groups", "gpushare", MEMBER]));
-}
-
-/// A bus with a system bus's default policy (deny by default), plus `include` files.
-fn system_bus(dir: &Path, include: Option<&Path>) -> (Child, String) {
-    let permissive = if include.is_none() {
-        // Without the package's policy: let everything through to show the agent's own check.
-        "<policy context=\"default\"><allow own=\"*\"/><allow send_destination=\"*\"/></policy>"
-    } else {
-        ""
-    };
-    let include =
-        include.map(|p| format!("<include>{}</include>", p.display())).unwrap_or_default();
-    let config = format!(
-        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <auth>EXTERNAL</auth>
-  <listen>unix:path={dir}/bus</listen>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  {permissive}
-  {include}
-</busconfig>
-"#,
-        dir = dir.display()
-    );
-    let path = dir.join("system.conf");
-    std::fs::write(&path, config).unwrap();
-    let mut child = Command::new("dbus-daemon")
-        .arg(format!("--config-file={}", path.display()))
-        .args(["--nofork", "--nopidfile", "--print-address=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut address = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut address).unwrap();
-    // Other users must reach the socket.
-    std::fs::set_permissions(dir.join("bus"), std::fs::Permissions::from_mode(0o777)).unwrap();
-    (child, address.trim().to_string())
-}
+use gpushare_tests::{
+    Bus, CtlError, MEMBER, OTHER, binary, ctl_error, ensure_users, is_root, parse_doc, repo_root,
+    text, wait_for,
+};
 
 struct Running {
-    bus: Child,
+    _bus: Bus,
     agent: Child,
 }
 
@@ -116,13 +23,12 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.agent.kill();
         let _ = self.agent.wait();
-        let _ = self.bus.kill();
-        let _ = self.bus.wait();
     }
 }
 
 fn start(dir: &Path, include: Option<&Path>) -> (Running, String, PathBuf) {
-    let (bus, address) = system_bus(dir, include);
+    let bus = Bus::start_system(include);
+    let address = bus.address().to_string();
     let agent = Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
         .args(["--simulate", "a100-40gb:2", "--bus", &address, "--config", "/dev/null"])
         .arg("--state-dir")
@@ -134,7 +40,7 @@ fn start(dir: &Path, include: Option<&Path>) -> (Running, String, PathBuf) {
     // gpushare-ctl where every user may run it.
     let ctl = dir.join("gpushare-ctl");
     std::fs::copy(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"), &ctl).unwrap();
-    let running = Running { bus, agent };
+    let running = Running { _bus: bus, agent };
     wait_for(Duration::from_secs(20), Duration::from_millis(50), || {
         if ctl_as(&ctl, &address, None, &["status"]).status.success() {
             Ok(())

@@ -6,6 +6,7 @@ use std::time::Duration;
 mod access;
 mod agent_state;
 mod bench;
+mod bench_isolation;
 mod cli_output;
 mod hostile_load;
 mod journal;

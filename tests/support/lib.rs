@@ -67,6 +67,66 @@ pub struct Bus {
 }
 
 impl Bus {
+    /// Starts a system-type bus as a system bus is set up (deny by default, everyone may
+    /// connect: the socket is world-writable), plus `include`, a policy file such as the
+    /// package's. Without `include`, a policy that lets everything through, to show the
+    /// agent's own access check.
+    pub fn start_system(include: Option<&Path>) -> Bus {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let permissive = if include.is_none() {
+            "<policy context=\"default\"><allow own=\"*\"/><allow send_destination=\"*\"/></policy>"
+        } else {
+            ""
+        };
+        let include =
+            include.map(|p| format!("<include>{}</include>", p.display())).unwrap_or_default();
+        let config = format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <auth>EXTERNAL</auth>
+  <listen>unix:path={dir}/bus</listen>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  {permissive}
+  {include}
+</busconfig>
+"#,
+            dir = dir.path().display()
+        );
+        let path = dir.path().join("system.conf");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", path.display()))
+            .args(["--nofork", "--nopidfile", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon runs (apt-get install dbus-daemon)");
+        let mut address = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut address).unwrap();
+        // Other users must reach the socket.
+        std::fs::set_permissions(dir.path().join("bus"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        Bus { child, address: address.trim().to_string(), _dir: dir }
+    }
+
     /// Starts a session-type bus with the repository's test configuration.
     pub fn start() -> Bus {
         let dir = tempfile::tempdir().expect("temporary directory");
@@ -122,6 +182,12 @@ pub struct AgentOptions {
     pub binaries: Option<PathBuf>,
     /// A file the agent's stderr is appended to, instead of the test's stderr.
     pub stderr: Option<PathBuf>,
+    /// Serve other users ([`MEMBER`], [`OTHER`]): a system-type bus with the package's
+    /// policy, and the agent's directory (with a copy of `gpushare-ctl`) open to them.
+    pub other_users: bool,
+    /// Start the agent in a session of its own whose controlling terminal is a fresh
+    /// pseudo-terminal (as an agent started from a terminal has one).
+    pub terminal: bool,
 }
 
 impl AgentOptions {
@@ -154,6 +220,18 @@ impl AgentOptions {
         self
     }
 
+    /// Serving [`MEMBER`] and [`OTHER`] too (see [`AgentOptions::other_users`]).
+    pub fn for_other_users(mut self) -> Self {
+        self.other_users = true;
+        self
+    }
+
+    /// With a controlling terminal (see [`AgentOptions::terminal`]).
+    pub fn with_terminal(mut self) -> Self {
+        self.terminal = true;
+        self
+    }
+
     /// With a profile file.
     pub fn profile(mut self, file: &str, text: &str) -> Self {
         self.profiles.push((file.into(), text.into()));
@@ -179,6 +257,8 @@ pub enum Wait {
 pub struct Agent {
     child: Option<Child>,
     options: AgentOptions,
+    /// The controlling terminal's master side, held open while the agent runs.
+    terminal: Option<std::fs::File>,
     /// The state directory.
     pub dir: TempDir,
     /// The bus it serves on.
@@ -195,7 +275,22 @@ impl Agent {
         }
         std::fs::write(dir.path().join("agent.toml"), with_sim_tools(&options, dir.path()))
             .unwrap();
-        let mut agent = Agent { child: None, options, dir, bus: Bus::start() };
+        let bus = if options.other_users {
+            use std::os::unix::fs::PermissionsExt;
+            ensure_users();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::copy(
+                binary("gpushare-ctl", "GPUSHARE_CTL_BIN"),
+                dir.path().join("gpushare-ctl"),
+            )
+            .unwrap();
+            Bus::start_system(Some(
+                &repo_root().join("etc/dbus-1/system.d/io.gpushare.Agent1.conf"),
+            ))
+        } else {
+            Bus::start()
+        };
+        let mut agent = Agent { child: None, options, terminal: None, dir, bus };
         agent.spawn(Wait::Settled);
         agent
     }
@@ -218,7 +313,7 @@ impl Agent {
             ),
             None => Stdio::inherit(),
         };
-        let child = command
+        command
             .args(["--bus", self.bus.address()])
             .arg("--state-dir")
             .arg(d.join("state"))
@@ -231,9 +326,14 @@ impl Agent {
             .env("GPUSHARE_LOG", "warn")
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("gpushare-agent starts");
+            .stderr(stderr);
+        if self.options.terminal {
+            let (master, slave) = pseudo_terminal();
+            command.stdin(Stdio::from(slave));
+            in_session_with_terminal(&mut command);
+            self.terminal = Some(master);
+        }
+        let child = command.spawn().expect("gpushare-agent starts");
         self.child = Some(child);
         if wait == Wait::Started {
             return None;
@@ -414,6 +514,36 @@ impl Agent {
         self.dir.path().join("ctl-state")
     }
 
+    /// `gpushare-ctl ARGS` as `user` (the copy in the agent's directory, which
+    /// [`AgentOptions::for_other_users`] makes), with `groups` as its supplementary groups
+    /// (`setpriv --groups`; its passwd entry's groups when `None`), `home` as its
+    /// `XDG_STATE_HOME` and `cwd` as its directory.
+    pub fn ctl_as(
+        &self,
+        user: &str,
+        groups: Option<&str>,
+        home: &Path,
+        cwd: &Path,
+        args: &[&str],
+    ) -> Command {
+        assert!(self.options.other_users, "the agent serves only its own user");
+        let mut cmd = Command::new("setpriv");
+        cmd.args([&format!("--reuid={user}"), &format!("--regid={user}")]);
+        match groups {
+            Some(groups) => cmd.arg(format!("--groups={groups}")),
+            None => cmd.arg("--init-groups"),
+        };
+        cmd.arg(self.dir.path().join("gpushare-ctl"))
+            .args(args)
+            .env("GPUSHARE_BUS_ADDRESS", self.bus.address())
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .env("XDG_STATE_HOME", home)
+            .env("HOME", home)
+            .current_dir(cwd)
+            .stdin(Stdio::null());
+        cmd
+    }
+
     /// Runs `gpushare-ctl` and returns its output.
     pub fn ctl(&self, args: &[&str]) -> Output {
         self.ctl_command(args).output().expect("gpushare-ctl runs")
@@ -473,6 +603,108 @@ fn with_sim_tools(options: &AgentOptions, dir: &Path) -> String {
         ));
     }
     config
+}
+
+/// A member of the `gpushare` group made for the tests (also in [`SECRET_GROUP`] by its
+/// passwd entry).
+pub const MEMBER: &str = "gpushare-e2e-member";
+/// A user in no group of gpushare's.
+pub const OTHER: &str = "gpushare-e2e-other";
+/// A group [`MEMBER`]'s passwd entry lists, which a caller may have dropped.
+pub const SECRET_GROUP: &str = "gpushare-e2e-secret";
+
+/// Whether the tests run as root (creating users, owning names on a system-type bus).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", text(&out));
+}
+
+fn exists(kind: &str, name: &str) -> bool {
+    Command::new("getent").args([kind, name]).output().is_ok_and(|o| o.status.success())
+}
+
+/// The id of group or user `name` (`getent group|passwd`).
+pub fn id_of(kind: &str, name: &str) -> u32 {
+    let out = Command::new("getent").args([kind, name]).output().unwrap();
+    let line = String::from_utf8(out.stdout).unwrap();
+    line.split(':')
+        .nth(2)
+        .and_then(|id| id.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The gpushare group, [`SECRET_GROUP`] and the users [`MEMBER`] (in both) and [`OTHER`]
+/// (in neither), created once per test run; needs root.
+pub fn ensure_users() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        assert!(is_root(), "creating test users needs root");
+        for group in ["gpushare", SECRET_GROUP] {
+            if !exists("group", group) {
+                run_ok(Command::new("groupadd").args(["--system", group]));
+            }
+        }
+        for user in [MEMBER, OTHER] {
+            if !exists("passwd", user) {
+                run_ok(Command::new("useradd").args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    user,
+                ]));
+            }
+        }
+        let groups = format!("gpushare,{SECRET_GROUP}");
+        run_ok(Command::new("usermod").args(["--append", "--groups", &groups, MEMBER]));
+    });
+}
+
+/// A new directory owned by `user`, mode 0755 (its cwd, its state home).
+pub fn directory_of(user: &str) -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (uid, gid) = (id_of("passwd", user), id_of("group", user));
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    dir
+}
+
+/// A fresh pseudo-terminal: its master side, and its slave side to hand out.
+fn pseudo_terminal() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt returns a new descriptor or -1; grantpt, unlockpt and ptsname_r
+    // work on it and write at most the buffer's length.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(slave >= 0, "opening the terminal: {}", std::io::Error::last_os_error());
+        (std::fs::File::from_raw_fd(master), std::os::fd::OwnedFd::from_raw_fd(slave))
+    }
+}
+
+/// Starts `command` in a new session whose controlling terminal is its stdin.
+fn in_session_with_terminal(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook makes two async-signal-safe system calls and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// stdout and stderr of an output, for messages.

@@ -212,7 +212,8 @@ impl Journal {
         self.state.lock().expect("journal lock").active_document.clone()
     }
 
-    /// Records the active profile outside a transaction (an apply that changed nothing).
+    /// Records the active profile outside a transaction (an apply that changed nothing:
+    /// the GPUs match it, which settles a bench whose restore failed, as a commit does).
     pub fn set_active(
         &self,
         profile: Option<String>,
@@ -221,6 +222,7 @@ impl Journal {
         self.update(|s| {
             s.active_profile = profile;
             s.active_document = document;
+            settle_failed_bench(s);
         })
     }
 
@@ -246,9 +248,7 @@ impl Journal {
                 s.active_profile = Some(t.profile);
                 s.active_document = t.document;
             }
-            if s.bench.as_ref().is_some_and(|b| b.restore_error.is_some()) {
-                s.bench = None;
-            }
+            settle_failed_bench(s);
         })
     }
 
@@ -312,6 +312,13 @@ impl Journal {
     }
 }
 
+/// Forgets a bench whose restore failed: an apply since has settled the GPUs.
+fn settle_failed_bench(state: &mut AgentState) {
+    if state.bench.as_ref().is_some_and(|b| b.restore_error.is_some()) {
+        state.bench = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +366,36 @@ mod tests {
         let state = Journal::open(dir.path()).unwrap().snapshot();
         assert_eq!(state.active_profile, None);
         assert_eq!(state.transaction.unwrap().rollback_error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn a_failed_bench_restore_is_kept_until_an_apply_and_a_running_bench_is_not_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.set_active(Some("all-mps".into()), None).unwrap();
+        let record = BenchRecord {
+            job: "/io/gpushare/Agent1/jobs/3".into(),
+            checkpoint: vec![],
+            previous_profile: Some("all-mps".into()),
+            previous_document: None,
+            uid: 1000,
+            replicas: vec![ReplicaHandle::Unit { name: "gpushare-bench-3-1.service".into() }],
+            restore_error: None,
+        };
+        journal.begin_bench(record).unwrap();
+        // The bench's own setups commit: the bench record stays.
+        journal.begin(Transaction { profile: "bench-mps".into(), ..transaction() }).unwrap();
+        journal.commit().unwrap();
+        assert!(journal.snapshot().bench.is_some());
+        journal.bench_restore_failed("boom").unwrap();
+        let state = Journal::open(dir.path()).unwrap().snapshot();
+        assert_eq!(state.active_profile.as_deref(), Some("all-mps"), "never a bench setup");
+        let bench = state.bench.unwrap();
+        assert_eq!(bench.restore_error.as_deref(), Some("boom"));
+        assert!(bench.replicas.is_empty());
+        // The next apply, changing something or not, settles it.
+        journal.set_active(Some("all-disabled".into()), None).unwrap();
+        assert_eq!(Journal::open(dir.path()).unwrap().snapshot().bench, None);
     }
 
     #[test]

@@ -297,6 +297,18 @@ fn each_bad_input_is_one_line_naming_its_option() {
             "invalid value '0s' for '--time-limit <TIME>': `0s`: a duration must be above zero",
         ),
         (
+            &["--time-limit", "18446744073709551615s", "--", "true"],
+            "invalid value '18446744073709551615s' for '--time-limit <TIME>': `18446744073709551615s`: from 1s to 24h",
+        ),
+        (
+            &["--duration", "500ms", "--", "true"],
+            "invalid value '500ms' for '--duration <TIME>': `500ms`: from 1s to 1h",
+        ),
+        (
+            &["--duration", "61m", "--", "true"],
+            "invalid value '61m' for '--duration <TIME>': `61m`: from 1s to 1h",
+        ),
+        (
             &["--fleet", "0", "--", "true"],
             "invalid value '0' for '--fleet <K>': 0 is not in 1..=4294967295",
         ),
@@ -471,7 +483,7 @@ fn only_given_options_are_sent_with_the_callers_directory_and_environment() {
         "--strategies",
         "mps-limited,time-slicing",
         "--duration",
-        "500ms",
+        "1500ms",
         "--objective",
         "latency",
         "--slo",
@@ -499,7 +511,7 @@ fn only_given_options_are_sent_with_the_callers_directory_and_environment() {
         Value::from(vec!["mps-limited".to_owned(), "time-slicing".to_owned()])
     );
     assert_eq!(signature("strategies"), "as");
-    assert_eq!((o["duration"].clone(), signature("duration")), (Value::from(0.5), "d".into()));
+    assert_eq!((o["duration"].clone(), signature("duration")), (Value::from(1.5), "d".into()));
     assert_eq!(o["objective"], Value::from("latency"));
     assert_eq!(o["slo"], Value::from("p99=50ms"));
     assert_eq!(o["histogram"], Value::from("rpc_seconds"));
@@ -695,4 +707,40 @@ fn json_is_the_report_document() {
     // Read back, it writes the same document (serde_json reads floats to within an ulp).
     let back: BenchReport = serde_json::from_value(value.clone()).unwrap();
     assert_eq!(serde_json::to_value(back).unwrap(), value);
+}
+
+#[test]
+fn a_bench_gets_a_log_directory_of_the_callers_and_the_newest_ten_are_kept() {
+    let state = tempfile::tempdir().unwrap();
+    let caller = Caller {
+        cwd: state.path().to_path_buf(),
+        environment: vec![("XDG_STATE_HOME".into(), state.path().into())],
+    };
+    let root = state.path().join("gpushare/bench");
+    std::fs::create_dir_all(&root).unwrap();
+    for stamp in 1..=12 {
+        std::fs::create_dir(root.join(format!("bench-{stamp}"))).unwrap();
+    }
+    std::fs::create_dir(root.join("mine")).unwrap();
+    let logs = LogDir::make(None, &caller).unwrap();
+    assert!(logs.path.starts_with(&root), "{:?}", logs.path);
+    assert_eq!(std::fs::metadata(&logs.path).unwrap().permissions().mode() & 0o777, 0o700);
+    let mut left: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    // The 9 newest old ones and the new one; what is not a bench-<ms> stays.
+    assert_eq!(left.len(), 11, "{left:?}");
+    assert!(left.contains(&"mine".to_string()) && !left.contains(&"bench-3".to_string()));
+    assert!(left.contains(&"bench-4".to_string()), "{left:?}");
+    // The report is the caller's alone.
+    let file = logs.keep_report(&sample_report()).unwrap();
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    // A directory named with --logs is made, relative to the caller's, and never cleaned.
+    let given = LogDir::make(Some(Path::new("here/logs")), &caller).unwrap();
+    assert_eq!(given.path, state.path().join("here/logs"));
+    let none = Caller { cwd: "/".into(), environment: Vec::new() };
+    let e = LogDir::make(None, &none).unwrap_err();
+    assert!(e.message.contains("give --logs DIR"), "{}", e.message);
 }

@@ -1,0 +1,119 @@
+//! `gpushare-e2e-call ADDRESS VERB ...`: D-Bus calls the end-to-end tests make that no
+//! `gpushare-ctl` makes, run as whichever user the test chooses (`setpriv`):
+//!
+//! - `bench JSON`: `Bench` with `{"command": [...], "options": {...}}` as given, typed
+//!   from JSON (strings `s`, whole numbers `u`, other numbers `d`, booleans `b`, lists of
+//!   strings `as`, lists of numbers `au`); prints `job PATH`.
+//! - `latest-job`: the object path of the newest job on the bus.
+//! - `outcome PATH`: the job's `Outcome` property.
+//! - `get-outcome PATH`: the job's `GetOutcome()`.
+//!
+//! Errors print `error NAME: MESSAGE` and exit 1.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use gpushare_proto::{AgentProxy, JobProxy};
+use serde_json::Value as Json;
+use zbus::zvariant::Value;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    match runtime.block_on(call(&args)) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("error {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn call(args: &[String]) -> Result<String, String> {
+    let [address, verb, rest @ ..] = args else {
+        return Err("usage: gpushare-e2e-call ADDRESS VERB ...".into());
+    };
+    let connection = zbus::connection::Builder::address(address.as_str())
+        .map_err(|e| e.to_string())?
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let named = |e: gpushare_proto::AgentError| {
+        use zbus::DBusError;
+        format!("{}: {}", e.name(), e.description().unwrap_or_default())
+    };
+    match (verb.as_str(), rest) {
+        ("bench", [json]) => {
+            let request: Json = serde_json::from_str(json).map_err(|e| e.to_string())?;
+            let command: Vec<String> =
+                serde_json::from_value(request["command"].clone()).map_err(|e| e.to_string())?;
+            let command: Vec<&str> = command.iter().map(String::as_str).collect();
+            let options = request["options"].as_object().cloned().unwrap_or_default();
+            let options: HashMap<&str, Value<'_>> =
+                options.iter().map(|(k, v)| (k.as_str(), typed(v))).collect();
+            let agent = AgentProxy::new(&connection).await.map_err(|e| e.to_string())?;
+            let job = agent.bench(&command, options).await.map_err(named)?;
+            Ok(format!("job {}", job.as_str()))
+        }
+        ("latest-job", []) => {
+            let jobs = zbus::fdo::IntrospectableProxy::builder(&connection)
+                .destination(gpushare_proto::BUS_NAME)
+                .and_then(|b| b.path(gpushare_proto::JOB_PATH_PREFIX))
+                .map_err(|e| e.to_string())?
+                .build()
+                .await
+                .map_err(|e| e.to_string())?;
+            let xml = jobs.introspect().await.map_err(|e| e.to_string())?;
+            let newest = xml
+                .split("<node name=\"")
+                .skip(1)
+                .filter_map(|n| n.split('"').next()?.parse::<u64>().ok())
+                .max()
+                .ok_or("no job")?;
+            Ok(format!("{}/{newest}", gpushare_proto::JOB_PATH_PREFIX))
+        }
+        ("outcome", [path]) => {
+            job(&connection, path).await?.outcome().await.map_err(|e| e.to_string())
+        }
+        ("get-outcome", [path]) => job(&connection, path).await?.get_outcome().await.map_err(named),
+        _ => Err(format!("unknown call {verb} {rest:?}")),
+    }
+}
+
+async fn job<'a>(connection: &zbus::Connection, path: &'a str) -> Result<JobProxy<'a>, String> {
+    JobProxy::builder(connection)
+        .path(path)
+        .map(|b| b.cache_properties(zbus::proxy::CacheProperties::No))
+        .map_err(|e| e.to_string())?
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A D-Bus value for a JSON one.
+fn typed(value: &Json) -> Value<'static> {
+    match value {
+        Json::Bool(b) => Value::from(*b),
+        Json::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(whole) => Value::from(whole),
+            None => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::from(s.clone()),
+        Json::Array(items) if items.iter().all(Json::is_u64) => Value::from(
+            items
+                .iter()
+                .filter_map(|i| i.as_u64().and_then(|n| u32::try_from(n).ok()))
+                .collect::<Vec<u32>>(),
+        ),
+        Json::Array(items) => Value::from(
+            items
+                .iter()
+                .map(|i| i.as_str().unwrap_or_default().to_string())
+                .collect::<Vec<String>>(),
+        ),
+        other => Value::from(other.to_string()),
+    }
+}
