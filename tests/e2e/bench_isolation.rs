@@ -465,10 +465,10 @@ fn sigterm_cancels_a_bench_and_restores_within_seconds() {
     // A sleep whose command line no other process has.
     let marker = format!("600.{}2", std::process::id());
     let script = Script::new(None, &format!("#!/bin/sh\necho >&3\nexec sleep {marker}\n"));
-    let mut ctl =
+    let ctl =
         bench(&agent, &script, &["--replicas", "1", "--strategies", "mps", "--duration", "30s"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
     wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
@@ -481,7 +481,9 @@ fn sigterm_cancels_a_bench_and_restores_within_seconds() {
     let exited = agent.wait_exit(Duration::from_secs(10));
     assert!(exited.is_some(), "the agent still ran 10 s after SIGTERM");
     assert!(stopped.elapsed() < Duration::from_secs(10));
-    let _ = ctl.wait();
+    // The caller still learns how its bench ended, although the agent is gone.
+    let out = ctl.wait_with_output().unwrap();
+    assert!(stderr(&out).contains("cancelled; the sharing was restored"), "{}", text(&out));
     assert!(none_running(&marker), "the replica outlived the agent");
     agent.restart_with_env(&[]);
     let status = agent.status();

@@ -373,6 +373,12 @@ fn follow_gate(mut stream: UnixStream, state: &Mutex<GateState>) {
                 s.ended = Some(now);
                 return;
             }
+            // The gate's end closed with a message it never read (a `Stop` that crossed
+            // its last words): as good as an end of file.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                s.ended = Some(now);
+                return;
+            }
             Err(e) => {
                 s.broken = Some(format!("its gate broke the protocol: {e}"));
                 s.ended = Some(now);
@@ -406,6 +412,12 @@ impl Replica {
     /// Whether its gate is gone.
     fn gone(&self) -> bool {
         lock(&self.state).ended.is_some()
+    }
+
+    /// Whether its gate has nothing left to do (it said `Done`, or it is gone).
+    fn finished(&self) -> bool {
+        let s = lock(&self.state);
+        s.done.is_some() || s.ended.is_some()
     }
 }
 
@@ -619,7 +631,7 @@ impl<'a> Batch<'a> {
         let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
         for r in &mut self.replicas {
             r.stopped |= !r.has_ended() && self.released.is_some();
-            if !r.gone() {
+            if !r.finished() {
                 let _ = r.send(&ToGate::Stop { grace_ms });
             }
         }

@@ -348,17 +348,23 @@ impl Engine {
             cancel: Cancel::default(),
             _guard: guard,
         };
-        // SIGTERM to the agent cancels it (Engine::cancel_bench).
+        // SIGTERM to the agent cancels it (Engine::cancel_bench), also one that came while
+        // it was being checked.
         *self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some(job.cancel.clone());
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            job.cancel.cancel();
+        }
         let steps = job.steps();
         job._guard.start(steps);
         Ok(job)
     }
 
     /// Asks the bench running now, if one does, to stop early (SIGTERM to the agent): it
-    /// stops its replicas and restores the GPU, then ends.
+    /// stops its replicas and restores the GPU, then ends; a bench that begins from now on
+    /// is cancelled at once.
     pub fn cancel_bench(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         let running = self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cancel) = running.as_ref() {
             tracing::warn!(

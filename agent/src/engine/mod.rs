@@ -97,6 +97,8 @@ pub struct Engine {
     launcher: Arc<Launcher>,
     /// The cancel of the bench running now, for SIGTERM.
     running_bench: Mutex<Option<Cancel>>,
+    /// Set by SIGTERM: a bench that begins now is cancelled at once.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// The active profile as the journal records it: a name, and the document it was applied
@@ -213,6 +215,7 @@ impl Engine {
             active_time_slices: Mutex::new(None),
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

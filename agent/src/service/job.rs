@@ -90,15 +90,28 @@ impl Jobs {
             let outcome =
                 report::job_outcome(&job_report, job_report.error.as_ref().map(error_name));
             let public = json(&report::public_outcome(&job_report, &outcome));
+            let whole = json(&outcome);
             let server = connection.object_server();
+            let mut starter = None;
             if let Ok(iface) = server.interface::<_, JobObject>(&job_path).await {
                 let mut job = iface.get_mut().await;
                 let state = if outcome.ok { JobState::Succeeded } else { JobState::Failed };
                 job.state = state.as_str().into();
                 job.outcome = public.clone();
-                job.whole_outcome = json(&outcome);
+                job.whole_outcome = whole.clone();
+                starter = job.starter().filter(|_| whole != public).map(str::to_owned);
                 let _ = job.state_changed(iface.signal_emitter()).await;
                 let _ = job.outcome_changed(iface.signal_emitter()).await;
+            }
+            // A private outcome goes whole to its starter alone (a unicast signal, which the
+            // bus delivers to that connection only), before the public one to everyone: the
+            // starter reads it even when the agent stops right after (`systemctl stop`).
+            if let Some(name) =
+                starter.as_deref().and_then(|n| zbus::names::UniqueName::try_from(n).ok())
+            {
+                let to_starter =
+                    emitter.clone().set_destination(zbus::names::BusName::Unique(name));
+                let _ = JobObject::finished(&to_starter, &whole).await;
             }
             let _ = JobObject::finished(&emitter, &public).await;
             // Only now may another job start, or the agent stop.
@@ -201,6 +214,13 @@ mod object {
                 owner_uid: Some(uid),
                 ..JobObject::default()
             }
+        }
+    }
+
+    impl JobObject {
+        /// The unique bus name of the client that started the job, when it is kept.
+        pub fn starter(&self) -> Option<&str> {
+            self.cancel.as_ref().map(|(_, owner)| owner.as_str())
         }
     }
 
