@@ -26,6 +26,7 @@ fn launch<'a>(program: &'a Path, identity: Option<&'a Identity>) -> Launch<'a> {
         identity,
         label: "0",
         runtime_max: Duration::from_secs(600),
+        cancel: None,
     }
 }
 
@@ -315,4 +316,80 @@ ls /proc/self/fd"#;
     spec.cwd = "/root".into();
     let e = replicas::check(&launch(&program, Some(&nobody)), spec).unwrap_err();
     assert_eq!(e, "cwd /root: Permission denied (os error 13)");
+}
+
+#[test]
+fn output_goes_only_into_a_directory_of_the_callers_and_into_files_made_anew() {
+    use std::os::unix::fs::PermissionsExt;
+    let program = gate();
+    // A log directory others may write in is refused, as the check would.
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = replicas::check(&launch(&program, None), logged(shared.path(), "true", 0)).unwrap_err();
+    assert!(e.contains("others may write in the directory (mode 777)"), "{e}");
+    // A name prepared in the run's directory (a link to somewhere else) is replaced, and
+    // what it pointed to is untouched.
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(&elsewhere, "untouched\n").unwrap();
+    std::fs::create_dir(dir.path().join("run")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.path().join("run/replica-0.out")).unwrap();
+    let spec = logged(dir.path(), "echo written by the replica", 0);
+    let mut batch = Batch::spawn(launch(&program, None), vec![spec]).unwrap();
+    batch.release().unwrap();
+    assert!(batch.wait_until(Instant::now() + Duration::from_secs(20)));
+    assert!(batch.finish(GRACE)[0].succeeded());
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched\n");
+    let log = dir.path().join("run/replica-0.out");
+    assert!(std::fs::symlink_metadata(&log).unwrap().file_type().is_file());
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "written by the replica\n");
+}
+
+#[test]
+fn a_replica_whose_gate_was_killed_does_not_run_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = r#"echo $$ > "$DIR/pid"; echo >&3; exec sleep 1000"#;
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), vec![script(dir.path(), body)]).unwrap();
+    let Some(gpushare_agent::apply::journal::ReplicaHandle::Session { pid: gate, .. }) =
+        batch.handles().first().cloned()
+    else {
+        panic!("no session handle: {:?}", batch.handles());
+    };
+    batch.release().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(dir.path().join("pid")).map_or(true, |t| !t.ends_with('\n')) {
+        assert!(Instant::now() < until, "the replica did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let replica: u32 =
+        std::fs::read_to_string(dir.path().join("pid")).unwrap().trim().parse().unwrap();
+    // The user kills their own gate.
+    unix::signal(gate, libc::SIGKILL).unwrap();
+    let o = batch.finish(GRACE);
+    assert!(o[0].problem.is_some(), "{o:?}");
+    assert!(gone(replica), "the replica {replica} ran on after its gate was killed");
+}
+
+#[test]
+fn recovery_leaves_a_session_whose_leader_is_not_the_recorded_gate() {
+    use gpushare_agent::apply::journal::ReplicaHandle;
+    // A process in a session of its own, standing in for a new process that got the pid
+    // of a gate an earlier agent recorded.
+    let mut stranger = Command::new("setsid").args(["sleep", "30"]).spawn().unwrap();
+    let pid = stranger.id();
+    let until = Instant::now() + Duration::from_secs(5);
+    while procfs::session(pid) != Some(pid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = procfs::start_time(pid).unwrap();
+    let uid = unix::effective_uid();
+    let old = ReplicaHandle::Session { pid, start_time: started.saturating_sub(1) };
+    assert_eq!(Launcher::Direct.stop_left_over(&[old], uid), 0);
+    assert!(procfs::alive(pid), "a session that is not the gate's was killed");
+    // The recorded gate itself (same start) is stopped, its session with it.
+    let same = ReplicaHandle::Session { pid, start_time: started };
+    assert_eq!(Launcher::Direct.stop_left_over(&[same], uid), 1);
+    let _ = stranger.wait();
+    assert!(!procfs::alive(pid));
 }

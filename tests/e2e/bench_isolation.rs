@@ -419,6 +419,12 @@ fn a_failed_restore_is_shown_and_never_replayed_over_a_newer_apply() {
     let status = agent.status();
     let error = status.rollback_error.expect("status tells of the failed restore");
     assert!(error.contains("restoring the GPU after the bench"), "{error}");
+    // No bench until then: its checkpoint would be this broken state.
+    let out = bench(&agent, &script, &["--replicas", "1", "--strategies", "mps", "--until-exit"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("apply a profile first"), "{}", text(&out));
     // A newer apply settles it, and a restart does not undo that apply.
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "{}", text(&out));

@@ -283,7 +283,6 @@ impl Journal {
         self.update(|s| {
             if let Some(b) = &mut s.bench {
                 b.restore_error = Some(error.to_string());
-                b.replicas.clear();
                 s.active_profile = b.previous_profile.clone();
                 s.active_document = b.previous_document.clone();
             }
@@ -392,7 +391,7 @@ mod tests {
         assert_eq!(state.active_profile.as_deref(), Some("all-mps"), "never a bench setup");
         let bench = state.bench.unwrap();
         assert_eq!(bench.restore_error.as_deref(), Some("boom"));
-        assert!(bench.replicas.is_empty());
+        assert_eq!(bench.replicas.len(), 1, "kept: an agent started later stops them");
         // The next apply, changing something or not, settles it.
         journal.set_active(Some("all-disabled".into()), None).unwrap();
         assert_eq!(Journal::open(dir.path()).unwrap().snapshot().bench, None);

@@ -18,7 +18,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -50,8 +50,12 @@ const LEFTOVER_GRACE: Duration = Duration::from_millis(1000);
 const DRAIN_AFTER: Duration = Duration::from_millis(500);
 /// How often the gate looks at its processes while nothing else wakes it.
 const TICK: Duration = Duration::from_millis(100);
-/// The most a supervise pass reads from one pipe at once.
+/// The most a supervise pass reads from one pipe at once, and how many such reads a pass
+/// makes before it looks at the rest again (a flood never keeps it from a `Stop`).
 const READ_BYTES: usize = 64 << 10;
+const READS_A_PASS: usize = 16;
+/// The longest reason the gate sends (a path or a PATH can be long).
+const WHY_BYTES: usize = 1024;
 /// Where the gate's own copies of its two descriptors go, out of the way of the
 /// command's 0-3.
 const OWN_FDS_FROM: RawFd = 10;
@@ -117,6 +121,11 @@ impl Gate {
     /// Sends `message`; a gate whose agent is gone has no one to tell, and carries on
     /// (end of file on the socket tells it the same a moment later).
     fn say(&mut self, message: &FromGate) {
+        let message = match message {
+            FromGate::Refused { why } => &FromGate::Refused { why: short(why) },
+            FromGate::NotRun { why } => &FromGate::NotRun { why: short(why) },
+            other => other,
+        };
         let _ = control::send(&mut self.control, message);
     }
 
@@ -190,6 +199,18 @@ impl Gate {
     }
 }
 
+/// `why` cut to [`WHY_BYTES`] at a character boundary.
+fn short(why: &str) -> String {
+    if why.len() <= WHY_BYTES {
+        return why.to_string();
+    }
+    let mut end = WHY_BYTES;
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &why[..end])
+}
+
 /// Moves descriptors 0 (the control socket) and 1 (the report pipe) out of the way, each
 /// closing on exec, and puts `/dev/null` in their place.
 fn take_descriptors() -> io::Result<(UnixStream, OwnedFd)> {
@@ -234,7 +255,29 @@ fn check(spec: &Spec) -> Result<(), String> {
         if !dir.is_absolute() {
             return Err(format!("logs {}: not an absolute path", logs.dir));
         }
+        let open = unix::open_directory(dir).map_err(|e| format!("logs {}: {e}", logs.dir))?;
+        own_private_directory(&open).map_err(|why| format!("logs {}: {why}", logs.dir))?;
         unix::may_write_dir(dir).map_err(|e| format!("logs {}: {e}", logs.dir))?;
+    }
+    Ok(())
+}
+
+/// Whether the open directory `dir` is this process's user's and writable by nobody else:
+/// where the caller's output may go (another user's, or a shared one like /tmp, could
+/// hand the output to whoever prepared it).
+fn own_private_directory(dir: &File) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = dir.metadata().map_err(|e| e.to_string())?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!("the directory is uid {}'s, not yours", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others may write in the directory (mode {:o}); chmod go-w it, or name another",
+            meta.mode() & 0o7777
+        ));
     }
     Ok(())
 }
@@ -257,16 +300,13 @@ fn open_logs(spec: &Spec) -> Result<(Option<File>, Option<File>), String> {
         }
         _ => {}
     }
+    // The run's directory as it is now, checked, then used by descriptor alone.
+    let open_dir =
+        unix::open_directory(&dir).map_err(|e| format!("logs {}: {e}", dir.display()))?;
+    own_private_directory(&open_dir).map_err(|why| format!("logs {}: {why}", dir.display()))?;
     let open = |name: String| {
-        let path = dir.join(name);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("logs {}: {e}", path.display()))
+        unix::create_new_in(&open_dir, &name, 0o600)
+            .map_err(|e| format!("logs {}: {e}", dir.join(&name).display()))
     };
     Ok((Some(open(format!("replica-{index}.out"))?), Some(open(format!("replica-{index}.err"))?)))
 }
@@ -440,7 +480,7 @@ impl Supervisor {
     fn drain(&mut self, i: usize, sink: &mut Sink) {
         let Some(pipe) = &mut self.pipes[i] else { return };
         let mut buffer = vec![0u8; READ_BYTES];
-        loop {
+        for _ in 0..READS_A_PASS {
             match pipe.read(&mut buffer) {
                 Ok(0) => {
                     self.pipes[i] = None;

@@ -15,7 +15,8 @@ use crate::sys::procfs;
 use crate::sys::systemd::{Systemd, TransientService};
 use crate::sys::unix::{self, Identity};
 
-/// The units a bench starts: `gpushare-bench-<job>-<n>.service`.
+/// The units a bench starts: `gpushare-bench-<agent pid>-<job>-<n>.service` (the agent's
+/// pid keeps a new agent's names apart from units an earlier one left).
 pub const UNIT_PATTERN: &str = "gpushare-bench-*.service";
 /// Where the cgroup2 hierarchy is mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -48,7 +49,7 @@ pub struct GateStart<'a> {
     pub control: OwnedFd,
     /// Its descriptor 1, the report pipe's write end.
     pub report: OwnedFd,
-    /// Names the unit (`7` → `gpushare-bench-7-<n>.service`): the job's number.
+    /// Names the unit (`7` → `gpushare-bench-<agent pid>-7-<n>.service`): the job's number.
     pub label: &'a str,
     /// For `systemctl status`.
     pub description: String,
@@ -116,10 +117,11 @@ impl Launcher {
     }
 
     /// The last resort when a gate does not stop its replica: SIGKILL to everything of it
-    /// (its unit's cgroup; or its session's processes of user `uid`, then the gate).
+    /// (its unit's cgroup; or what runs below the gate, its session's processes of user
+    /// `uid` and the gate).
     pub fn kill(&self, gate: &Gate, uid: u32) {
         match (self, gate) {
-            (_, Gate::Child(child)) => kill_session(child.id(), uid),
+            (_, Gate::Child(child)) => kill_tree(child.id(), uid),
             (Launcher::Systemd(launcher), Gate::Unit { name, .. }) => {
                 let killed =
                     launcher.runtime.block_on(launcher.systemd.kill_all(name, libc::SIGKILL));
@@ -131,9 +133,12 @@ impl Launcher {
         }
     }
 
-    /// Reaps a gate the agent forked (its zombie kept its session id from reuse until now).
-    pub fn reap(&self, gate: Gate) {
+    /// Reaps a gate the agent forked, after a last sweep of its session (a gate its user
+    /// killed leaves its command there): until now its zombie kept the session id from
+    /// being reused.
+    pub fn reap(&self, gate: Gate, uid: u32) {
         if let Gate::Child(mut child) = gate {
+            kill_tree(child.id(), uid);
             let _ = child.wait();
         }
     }
@@ -155,16 +160,16 @@ impl Launcher {
         let mut stopped = 0;
         for handle in handles {
             if let ReplicaHandle::Session { pid, start_time } = handle {
-                // The gate itself, if it still is the process of that pid; its session's
-                // processes of that user either way (a session id is not reused while a
-                // process of the session lives).
-                let gate_alive = procfs::start_time(*pid) == Some(*start_time);
-                let members = procfs::session_members(*pid, uid);
-                if gate_alive || !members.is_empty() {
-                    kill_session(*pid, uid);
-                    if gate_alive {
-                        let _ = unix::signal(*pid, libc::SIGKILL);
-                    }
+                // While a process of the gate's pid exists, the session of that id is the
+                // gate's only if that process is the gate (same start). Once no process
+                // has the pid, no new session can have its id, so the processes left in
+                // the session are the replica's (of that user).
+                match procfs::start_time(*pid) {
+                    Some(started) if started != *start_time => continue,
+                    _ => {}
+                }
+                if !procfs::session_members(*pid, uid).is_empty() || procfs::alive(*pid) {
+                    kill_tree(*pid, uid);
                     stopped += 1;
                 }
             }
@@ -183,7 +188,7 @@ impl SystemdLauncher {
             return Err(format!("`{}` cannot name a unit", start.label));
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let name = format!("gpushare-bench-{}-{n}.service", start.label);
+        let name = format!("gpushare-bench-{}-{}-{n}.service", std::process::id(), start.label);
         let slice = format!("user-{}.slice", start.identity.map_or(0, |i| i.uid));
         let program = start.program.to_str().ok_or("the agent's path is not UTF-8")?;
         let service = TransientService {
@@ -246,9 +251,16 @@ fn start_child(start: GateStart<'_>) -> Result<Gate, String> {
     command.spawn().map(Gate::Child).map_err(|e| format!("starting {program}: {e}"))
 }
 
-/// SIGKILL to every process of session `sid` that runs as `uid`.
-fn kill_session(sid: u32, uid: u32) {
-    for pid in procfs::session_members(sid, uid) {
+/// SIGKILL to what runs below gate `gate` (first: they are its to reap, a subreaper's,
+/// and would go to init once it died), then to every process of its session `gate` that
+/// runs as `uid`, the gate among them.
+fn kill_tree(gate: u32, uid: u32) {
+    for pid in procfs::descendants(gate) {
+        if procfs::real_user(pid) == Some(uid) {
+            let _ = unix::signal(pid, libc::SIGKILL);
+        }
+    }
+    for pid in procfs::session_members(gate, uid) {
         let _ = unix::signal(pid, libc::SIGKILL);
     }
 }

@@ -10,7 +10,6 @@
 //! wall time from the common start to its exit is its one unit.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName};
@@ -59,43 +58,7 @@ impl Method {
     }
 }
 
-/// A request to stop a bench early (Ctrl-C of its client, or its client gone), shared by
-/// the engine, the transport and the blocking runner. A window sleeps on it in one wait
-/// (a cancel wakes it): the agent's CPU over a window is what measuring costs, so nothing
-/// polls.
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<(Mutex<bool>, Condvar)>);
-
-impl Cancel {
-    /// Asks the bench to stop.
-    pub fn cancel(&self) {
-        let (flag, woken) = &*self.0;
-        *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        woken.notify_all();
-    }
-
-    /// Whether it was asked to.
-    pub fn is_cancelled(&self) -> bool {
-        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Sleeps until `deadline` or a cancel, whichever is first; true when cancelled.
-    fn sleep_until(&self, deadline: Instant) -> bool {
-        let (flag, woken) = &*self.0;
-        let mut cancelled = flag.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*cancelled {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            cancelled = woken
-                .wait_timeout(cancelled, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        true
-    }
-}
+pub use super::replicas::Cancel;
 
 /// One run: what to start, with what, measured how.
 #[derive(Debug, Clone)]
@@ -337,16 +300,15 @@ fn histogram_window(
         return Measured { error: Some(error), ..Measured::default() };
     }
     // The window opens with a scrape of every replica, together.
-    let before: Vec<Option<Histogram>> =
-        ports.iter().map(|&p| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()).collect();
+    let cancelled = || Measured { error: Some("cancelled".into()), ..Measured::default() };
+    let Some(before) = scrape_all(ports, name, cancel) else { return cancelled() };
     let open = Instant::now();
     let cpu = process_cpu_seconds();
     if cancel.sleep_until(open + window) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let memory = by_replica(batch, memory());
-    let after: Vec<Option<Histogram>> =
-        ports.iter().map(|&p| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()).collect();
+    let Some(after) = scrape_all(ports, name, cancel) else { return cancelled() };
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
     let per_replica = before
@@ -361,6 +323,15 @@ fn histogram_window(
         })
         .collect();
     Measured { per_replica, memory, error: None, cpu_percent }
+}
+
+/// Histogram `name` of every replica, one after another (each scrape may take up to
+/// [`SCRAPE_TIMEOUT`]); `None` as soon as the bench is cancelled.
+fn scrape_all(ports: &[u16], name: &str, cancel: &Cancel) -> Option<Vec<Option<Histogram>>> {
+    ports
+        .iter()
+        .map(|&p| (!cancel.is_cancelled()).then(|| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()))
+        .collect()
 }
 
 /// This process's CPU time so far (all threads, user and system), seconds.

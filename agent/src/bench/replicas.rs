@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,49 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 const STOP_SLACK: Duration = Duration::from_secs(2);
 /// How often the runner looks at its gates while it waits for them.
 const LOOK: Duration = Duration::from_millis(5);
+/// The longest a message to a gate may take to go out.
+const SEND_WITHIN: Duration = Duration::from_secs(10);
+/// The most passes the report reader makes once every gate is gone: what a pipe still
+/// held is read (1 MiB takes four), but a writer that escaped cannot keep it reading.
+const LAST_PASSES: u32 = 8;
+
+/// A request to stop a bench early (Ctrl-C of its client, its client gone, SIGTERM to the
+/// agent), shared by the engine, the transport and the blocking runner. A window sleeps on it in one wait
+/// (a cancel wakes it): the agent's CPU over a window is what measuring costs, so nothing
+/// polls.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<(Mutex<bool>, Condvar)>);
+
+impl Cancel {
+    /// Asks the bench to stop.
+    pub fn cancel(&self) {
+        let (flag, woken) = &*self.0;
+        *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        woken.notify_all();
+    }
+
+    /// Whether it was asked to.
+    pub fn is_cancelled(&self) -> bool {
+        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sleeps until `deadline` or a cancel, whichever is first; true when cancelled.
+    pub fn sleep_until(&self, deadline: Instant) -> bool {
+        let (flag, woken) = &*self.0;
+        let mut cancelled = flag.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*cancelled {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            cancelled = woken
+                .wait_timeout(cancelled, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
 
 /// One replica to start.
 #[derive(Debug, Clone)]
@@ -79,6 +122,8 @@ pub struct Launch<'a> {
     pub label: &'a str,
     /// The longest a replica's unit may live.
     pub runtime_max: Duration,
+    /// Cancels the start too (gates that take long to get ready).
+    pub cancel: Option<&'a Cancel>,
 }
 
 impl Launch<'_> {
@@ -93,9 +138,14 @@ impl Launch<'_> {
         spec: control::Spec,
         report: OwnedFd,
         description: String,
+        seed: u64,
     ) -> Result<Replica, String> {
         let (mut agent_end, gate_end) =
             UnixStream::pair().map_err(|e| format!("a control socket: {e}"))?;
+        // A gate its user stopped (SIGSTOP) must not hold the agent in a write.
+        agent_end
+            .set_write_timeout(Some(SEND_WITHIN))
+            .map_err(|e| format!("a control socket: {e}"))?;
         let gate = self.launcher.start(GateStart {
             program: self.program,
             identity: self.identity,
@@ -106,12 +156,13 @@ impl Launch<'_> {
             runtime_max: self.runtime_max,
         })?;
         let state = Arc::new(Mutex::new(GateState::default()));
+        let units = Units { latencies: Sample::seeded(seed), ..Units::default() };
         let mut replica = Replica {
             gate: Some(gate),
             control: agent_end.try_clone().map_err(|e| format!("a control socket: {e}"))?,
             state: Arc::clone(&state),
             follower: None,
-            units: Arc::new(Mutex::new(Units::default())),
+            units: Arc::new(Mutex::new(units)),
             stopped: false,
         };
         control::send(&mut agent_end, &ToGate::Spec(spec))
@@ -138,7 +189,7 @@ pub fn check(launch: &Launch<'_>, spec: ReplicaSpec) -> Result<(), String> {
         logs: spec.logs,
     };
     let replica =
-        launch.start(spec, report_write, format!("gpushare bench {}: check", launch.label))?;
+        launch.start(spec, report_write, format!("gpushare bench {}: check", launch.label), 0)?;
     let batch = Batch { launch: *launch, replicas: vec![replica], released: None, reader: None };
     let ready = batch.wait_ready(Instant::now() + READY_WITHIN);
     let _ = batch.finish(Duration::ZERO);
@@ -161,6 +212,13 @@ impl Default for Sample {
 }
 
 impl Sample {
+    /// An empty sample whose choices follow `seed` (a replica's own).
+    pub fn seeded(seed: u64) -> Sample {
+        let random = Sample::default().random ^ seed.wrapping_mul(0xA24B_AED4_963E_E407);
+        // Never zero, which xorshift cannot leave.
+        Sample { random: random | 1, ..Sample::default() }
+    }
+
     /// Adds one latency.
     pub fn push(&mut self, ms: f64) {
         self.seen += 1;
@@ -456,7 +514,7 @@ impl<'a> Batch<'a> {
             };
             let description =
                 format!("gpushare bench {}: replica {index} of {total}", launch.label);
-            let replica = launch.start(spec, report_write, description)?;
+            let replica = launch.start(spec, report_write, description, index as u64)?;
             reports.push(
                 ReportPipe::new(report_read, Arc::clone(&replica.units))
                     .map_err(|e| format!("a pipe: {e}"))?,
@@ -508,6 +566,9 @@ impl<'a> Batch<'a> {
                     "the replicas' gates were not ready within {} s",
                     READY_WITHIN.as_secs()
                 ));
+            }
+            if self.launch.cancel.is_some_and(Cancel::is_cancelled) {
+                return Err("cancelled".into());
             }
             std::thread::sleep(LOOK);
         }
@@ -667,7 +728,7 @@ impl<'a> Batch<'a> {
                 let _ = follower.join();
             }
             if let Some(gate) = r.gate.take() {
-                self.launch.launcher.reap(gate);
+                self.launch.launcher.reap(gate, self.launch.uid());
             }
             ended.push(r);
         }
@@ -719,7 +780,7 @@ impl Drop for Batch<'_> {
                     self.launch.launcher.kill(&gate, uid);
                 }
                 let _ = r.control.shutdown(Shutdown::Both);
-                self.launch.launcher.reap(gate);
+                self.launch.launcher.reap(gate, uid);
             }
         }
         if let Some((_, finish)) = &self.reader {
@@ -850,6 +911,7 @@ fn overlong_line() -> String {
 /// replica reaped) after a last pass.
 fn read_reports(mut pipes: Vec<ReportPipe>, finish: &AtomicBool) {
     let mut buffer = vec![0u8; REPORT_READ_BYTES];
+    let mut last_passes = 0;
     while !pipes.is_empty() {
         let last = finish.load(Ordering::SeqCst);
         let mut backlog = false;
@@ -858,7 +920,8 @@ fn read_reports(mut pipes: Vec<ReportPipe>, finish: &AtomicBool) {
             backlog |= more;
             open
         });
-        if last && !backlog {
+        last_passes += u32::from(last);
+        if last && (!backlog || last_passes >= LAST_PASSES) {
             pipes.iter_mut().for_each(ReportPipe::end);
             return;
         }

@@ -404,6 +404,7 @@ impl Engine {
                 identity: identity.as_ref(),
                 label: &label,
                 runtime_max: UNIT_SLACK,
+                cancel: None,
             };
             replicas::check(&launch, spec)
         })
@@ -700,6 +701,7 @@ impl Engine {
                 identity: identity.as_ref(),
                 label: &label,
                 runtime_max: time_limit + UNIT_SLACK,
+                cancel: Some(&cancel),
             };
             let mut started = |handles| {
                 if let Err(e) = journal.bench_replicas(handles) {

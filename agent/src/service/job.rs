@@ -85,6 +85,13 @@ impl Jobs {
                     steps = job_report.steps_done,
                     "job succeeded"
                 ),
+                // A bench's reasons may quote the caller's command or paths: its caller's.
+                Some(e) if job_report.kind.is_private() => tracing::error!(
+                    job = %job_path.as_str(),
+                    error = %error_name(e),
+                    "{} failed (its caller has the reason)",
+                    job_report.kind.subject()
+                ),
                 Some(e) => tracing::error!(job = %job_path.as_str(), "{e}"),
             }
             let outcome =

@@ -317,6 +317,41 @@ pub fn may_write_dir(dir: &std::path::Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Opens directory `path` itself, never through a symbolic link in its last component, to
+/// create files in it with [`create_new_in`] (no path walked again).
+pub fn open_directory(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options().read(true).custom_flags(::libc::O_DIRECTORY | ::libc::O_NOFOLLOW).open(path)
+}
+
+/// Creates file `name` (a plain name) anew in the open directory `dir`, mode `mode`:
+/// whatever had that name is unlinked first, and the new file is this process's own
+/// (`O_EXCL`, `O_NOFOLLOW`), never one somebody else prepared.
+pub fn create_new_in(dir: &File, name: &str, mode: u32) -> io::Result<File> {
+    let name = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: unlinkat(2) with a directory descriptor the caller keeps open and a
+    // NUL-terminated name that lives for the call.
+    if unsafe { ::libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(e);
+        }
+    }
+    let flags = ::libc::O_WRONLY
+        | ::libc::O_CREAT
+        | ::libc::O_EXCL
+        | ::libc::O_NOFOLLOW
+        | ::libc::O_CLOEXEC;
+    // SAFETY: openat(2) as above; the mode is passed as the variadic third argument.
+    let fd =
+        unsafe { ::libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as ::libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created for us and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
 /// How a process ended: its exit code, or the signal that killed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ended {

@@ -275,6 +275,7 @@ impl LogDir {
                 .mode(0o700)
                 .create(&path)
                 .map_err(|e| refuse(&path, e))?;
+            private_directory(&path)?;
             return Ok(LogDir { path, made });
         }
         let root = default_log_root(&caller.environment).ok_or_else(|| {
@@ -294,6 +295,7 @@ impl LogDir {
             .map_or(0, |d| d.as_millis());
         let path = root.join(format!("bench-{stamp}"));
         std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| refuse(&path, e))?;
+        private_directory(&path)?;
         Ok(LogDir { path, made: true })
     }
 
@@ -338,6 +340,31 @@ impl LogDir {
         }
         written.map(|()| file)
     }
+}
+
+/// Refuses a log directory that is not the caller's alone: another user's, a link, or
+/// one others may write in (a file prepared there could hand them the replicas' output).
+fn private_directory(dir: &Path) -> Result<(), CtlError> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |why: String| {
+        CtlError::ctl(Kind::WriteFile, format!("bench: the log directory {}: {why}", dir.display()))
+    };
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| refuse(e.to_string()))?;
+    // /proc/self is owned by this process's effective user.
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(refuse("not a directory (a link?); give --logs DIR".into()));
+    }
+    if meta.uid() != me {
+        return Err(refuse(format!("uid {}'s, not yours; give --logs DIR", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "others may write in it (mode {:o}): chmod go-w it, or give another",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 /// `${XDG_STATE_HOME:-$HOME/.local/state}/gpushare/bench` of `environment`.

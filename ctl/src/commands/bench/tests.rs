@@ -743,4 +743,10 @@ fn a_bench_gets_a_log_directory_of_the_callers_and_the_newest_ten_are_kept() {
     let none = Caller { cwd: "/".into(), environment: Vec::new() };
     let e = LogDir::make(None, &none).unwrap_err();
     assert!(e.message.contains("give --logs DIR"), "{}", e.message);
+    // A directory others may write in is nobody's private place.
+    let shared = state.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let e = LogDir::make(Some(Path::new("shared")), &caller).unwrap_err();
+    assert!(e.message.contains("others may write in it (mode 1777)"), "{}", e.message);
 }
