@@ -100,6 +100,16 @@ fn none_running(marker: &str) -> bool {
     })
 }
 
+/// An agent that serves [`MEMBER`] and [`OTHER`] too, on a system-type bus with the
+/// package's policy; `None` (the test skipped) without root, which creating users needs.
+fn agent_for_other_users() -> Option<Agent> {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return None;
+    }
+    Some(Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users()))
+}
+
 /// Whether the agent's journal holds a bench record.
 fn bench_record(agent: &Agent) -> bool {
     agent.dir.path().join("state/state.json").exists() && agent.journal().get("bench").is_some()
@@ -130,11 +140,7 @@ echo >&3
 /// entry.
 #[test]
 fn a_replica_has_exactly_the_callers_groups() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
-        return;
-    }
-    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users());
+    let Some(agent) = agent_for_other_users() else { return };
     let secret = tempfile::tempdir().unwrap();
     std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let secret_file = secret.path().join("secret");
@@ -180,11 +186,7 @@ fn a_replica_has_exactly_the_callers_groups() {
 /// `Job1` (property, signal, `GetOutcome`), not through its files.
 #[test]
 fn a_bench_is_its_callers_alone() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
-        return;
-    }
-    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users());
+    let Some(agent) = agent_for_other_users() else { return };
     let script = Script::new(Some(MEMBER), "#!/bin/sh\necho printed-TOKEN-4711\necho >&3\n");
     let home = directory_of(MEMBER);
     let out = agent
@@ -251,11 +253,7 @@ fn a_bench_is_its_callers_alone() {
 /// touched: a path the caller cannot see reads the same whether it exists or not.
 #[test]
 fn paths_are_checked_as_the_caller_before_anything_is_touched() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
-        return;
-    }
-    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users());
+    let Some(agent) = agent_for_other_users() else { return };
     let hidden = tempfile::tempdir().unwrap();
     std::fs::set_permissions(hidden.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let secret_dir = hidden.path().join("secret-dir");
