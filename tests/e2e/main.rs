@@ -8,6 +8,7 @@ mod agent_state;
 mod bench;
 mod bench_isolation;
 mod cli_output;
+mod hostile_host;
 mod hostile_load;
 mod journal;
 mod metrics;

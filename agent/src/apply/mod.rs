@@ -450,7 +450,8 @@ fn carry_out(
                     (uuid, Some(start))
                 }
             };
-            let record = ServerRecord { uuid, gpu, placement_start, limits, restarts: 0 };
+            let record =
+                ServerRecord { uuid, gpu, placement_start, limits, restarts: 0, daemon: None };
             sharing.mps.start(&record).map_err(sharing_error(Operation::StartMps, gpu))?;
             StepEffect::None
         }

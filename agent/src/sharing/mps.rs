@@ -2,12 +2,21 @@
 //!
 //! Each server lives in `<root>/<uuid>/`: `pipe/` (the daemon's pipe directory, which
 //! clients point `CUDA_MPS_PIPE_DIRECTORY` at), `log/`, and `server.json` (what the agent
-//! asked for: device, limits, restarts). The pipe directory is created `0700`, so that no
-//! client can reach the daemon until its limits are set *and read back*; then it becomes
-//! `0755`. Daemons are started with `-d` and outlive the agent: the agent finds them again
-//! at start-up from `server.json` and the daemon's pid file (that is the adoption
+//! asked for: device, limits, restarts, and the daemon it started). The pipe directory is
+//! created `0700`, so that no client can reach the daemon until its limits are set *and
+//! read back*; then it becomes `0755`. Daemons are started with `-d` and outlive the
+//! agent: the agent finds them again at start-up from `server.json` (that is the adoption
 //! mechanism), and `<root>` sits under `/run`, which a reboot empties just as it ends the
 //! daemons.
+//!
+//! **Which process is the daemon.** The daemon's pid file is world-writable (`0666`, on a
+//! real H100 too), so it is read once, while the pipe directory is still `0700` and no one
+//! but root can reach it, and the pid with the process's start time goes into the
+//! root-owned `server.json`. From then on the daemon is that pid *and* that start time; the
+//! pid file is never read again, and a signal goes only to a process whose start time
+//! still matches (through a pidfd held across the check). A record from an agent before
+//! this (no daemon in it) is trusted only for a process of the agent's user whose
+//! environment names this pipe directory.
 //!
 //! How a daemon is started ([`MpsLaunch`]): when the agent runs as a systemd service with
 //! the packaged root, as an instance of `gpushare-mps@.service` (`systemctl start
@@ -30,7 +39,7 @@ use super::{SharingError, SharingErrorKind as Kind};
 use crate::node::{MpsLimits, mps_memory_value};
 use crate::sys::command::{Command, Finished, find_program};
 use crate::sys::files::{read_json, write_json};
-use crate::sys::procfs::alive;
+use crate::sys::procfs::{self, alive};
 use crate::sys::unix;
 
 /// How long a control command may take.
@@ -163,6 +172,30 @@ pub struct ServerRecord {
     /// How often the supervisor restarted it.
     #[serde(default)]
     pub restarts: u32,
+    /// The daemon started for it, once it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonIdentity>,
+}
+
+/// One process for good: its pid and when it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonIdentity {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (clock ticks after boot, `/proc/PID/stat`).
+    pub start_time: u64,
+}
+
+impl DaemonIdentity {
+    /// `pid` as it runs now.
+    fn of(pid: u32) -> Option<DaemonIdentity> {
+        procfs::start_time(pid).map(|start_time| DaemonIdentity { pid, start_time })
+    }
+
+    /// Whether this process still runs (the pid names the same process).
+    fn runs(&self) -> bool {
+        alive(self.pid) && procfs::start_time(self.pid) == Some(self.start_time)
+    }
 }
 
 /// A control daemon as found on disk.
@@ -223,27 +256,36 @@ impl MpsController {
             |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
         let pipe = self.pipe_dir(uuid);
         let log = self.log_dir(uuid);
-        if let Some(pid) = daemon_pid(&pipe) {
+        if let Some(pid) = self.running_daemon(uuid) {
             return Err(err(
                 Kind::AlreadyRunning,
                 format!("a control daemon (PID {pid}) already runs in {}", pipe.display()),
             ));
         }
+        let record = ServerRecord { daemon: None, ..record.clone() };
         for dir in [&pipe, &log] {
             std::fs::create_dir_all(dir)
                 .map_err(|e| err(Kind::Files, format!("{}: {e}", dir.display())))?;
         }
         set_mode(&pipe, 0o700).map_err(|e| err(Kind::Files, e))?;
-        write_json(&self.server_dir(uuid).join("server.json"), record)
+        let record_file = self.server_dir(uuid).join("server.json");
+        write_json(&record_file, &record)
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
         match &self.config.launch {
             MpsLaunch::Direct => self.start_directly(uuid)?,
             MpsLaunch::Unit { systemctl } => self.start_unit(uuid, systemctl)?,
         }
-        let pid = wait_for(START_STOP_TIMEOUT, || daemon_pid(&pipe)).ok_or_else(|| {
+        // Read while the pipe directory is root's alone (0700): the file is the daemon's.
+        let daemon = wait_for(START_STOP_TIMEOUT, || {
+            pid_file(&pipe).filter(|&pid| alive(pid)).and_then(DaemonIdentity::of)
+        })
+        .ok_or_else(|| {
             err(Kind::Failed, format!("the daemon wrote no pid file in {}", pipe.display()))
         })?;
+        let pid = daemon.pid;
+        write_json(&record_file, &ServerRecord { daemon: Some(daemon), ..record.clone() })
+            .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
         // Both limits set and read back in one control run: the daemon answers the
         // commands in turn, the read-backs last (the thread setter echoes the value it
@@ -334,16 +376,28 @@ impl MpsController {
     /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
     /// directory.
     pub fn stop(&self, uuid: &str) -> Result<(), SharingError> {
-        let pipe = self.pipe_dir(uuid);
-        if let Some(pid) = daemon_pid(&pipe) {
+        if let Some(daemon) = self.running_identity(uuid) {
             // Opened while the daemon runs, so that its exit is seen the moment it happens
-            // rather than at the next look (a switch waits on it).
-            let exit = unix::pidfd_open(pid);
+            // rather than at the next look (a switch waits on it); and it holds the process,
+            // so that the pid checked below is the pid signalled.
+            let exit = unix::pidfd_open(daemon.pid);
             // A daemon that does not answer is killed below.
             let _ = self.command(uuid, "quit");
-            if !wait_for_exit(pid, exit, START_STOP_TIMEOUT) {
-                // The pid comes from the daemon's own pid file and was alive just now.
-                let _ = unix::kill(pid, false);
+            let pid = daemon.pid;
+            if !wait_for_exit(
+                pid,
+                exit.as_ref().and_then(|fd| fd.try_clone().ok()),
+                START_STOP_TIMEOUT,
+            ) && daemon.runs()
+            {
+                match &exit {
+                    Some(fd) => {
+                        let _ = unix::pidfd_kill(fd);
+                    }
+                    None => {
+                        let _ = unix::kill(pid, false);
+                    }
+                }
             }
         }
         match std::fs::remove_dir_all(self.server_dir(uuid)) {
@@ -365,7 +419,8 @@ impl MpsController {
                 let dir = entry.path();
                 let record: ServerRecord = read_json(&dir.join("server.json")).ok().flatten()?;
                 let pipe_dir = dir.join("pipe");
-                Some(MpsDaemon { pid: daemon_pid(&pipe_dir), record, pipe_dir })
+                let pid = self.identity_of(&record, &pipe_dir).map(|d| d.pid);
+                Some(MpsDaemon { pid, record, pipe_dir })
             })
             .collect();
         servers.sort_by(|a, b| {
@@ -415,6 +470,31 @@ impl MpsController {
     pub fn healthy(&self, server: &MpsDaemon) -> bool {
         server.pid.is_some_and(alive)
             && self.command(&server.record.uuid, "get_default_active_thread_percentage").is_ok()
+    }
+
+    /// The daemon of `uuid`'s server that runs now, if one does.
+    fn running_daemon(&self, uuid: &str) -> Option<u32> {
+        self.running_identity(uuid).map(|d| d.pid)
+    }
+
+    /// The identity of the daemon of `uuid`'s server that runs now, if one does.
+    fn running_identity(&self, uuid: &str) -> Option<DaemonIdentity> {
+        let record: Option<ServerRecord> =
+            read_json(&self.server_dir(uuid).join("server.json")).ok().flatten();
+        match record {
+            Some(record) => self.identity_of(&record, &self.pipe_dir(uuid)),
+            None => legacy_daemon(&self.pipe_dir(uuid)),
+        }
+    }
+
+    /// The daemon `record` names, while that very process runs; for a record without one
+    /// (written by an agent before daemons were recorded), a daemon verified by its
+    /// environment ([`legacy_daemon`]).
+    fn identity_of(&self, record: &ServerRecord, pipe_dir: &Path) -> Option<DaemonIdentity> {
+        match record.daemon {
+            Some(daemon) => daemon.runs().then_some(daemon),
+            None => legacy_daemon(pipe_dir),
+        }
     }
 
     /// The MPS server processes of a daemon with their client pids.
@@ -526,11 +606,27 @@ fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
-/// The live pid of the control daemon of a pipe directory.
-pub fn daemon_pid(pipe_dir: &Path) -> Option<u32> {
+/// The pid the daemon's pid file names (whoever wrote it: the file is world-writable).
+fn pid_file(pipe_dir: &Path) -> Option<u32> {
     let text = std::fs::read_to_string(pipe_dir.join(PID_FILE)).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
-    alive(pid).then_some(pid)
+    text.trim().parse().ok()
+}
+
+/// The daemon of a pipe directory whose record does not name it: the pid file's process,
+/// only if it is this agent's user's and its environment names this pipe directory (which
+/// no process of another user, nor any other root process, has).
+fn legacy_daemon(pipe_dir: &Path) -> Option<DaemonIdentity> {
+    let pid = pid_file(pipe_dir).filter(|&pid| alive(pid))?;
+    if procfs::real_user(pid) != Some(unix::effective_uid()) {
+        return None;
+    }
+    let wanted = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|&b| b == 0)
+        .any(|entry| entry == wanted.as_bytes())
+        .then(|| DaemonIdentity::of(pid))
+        .flatten()
 }
 
 /// Whether process `pid` exits within `timeout`: watched through `exit` (its pidfd), or
@@ -668,12 +764,13 @@ mod tests {
             placement_start: None,
             limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
             restarts: 0,
+            // This test process stands for the daemon the agent started.
+            daemon: DaemonIdentity::of(std::process::id()),
         };
         std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
         write_json(&mps.server_dir("GPU-abc").join("server.json"), &record).unwrap();
-        // A pid file naming this test process stands for a live daemon.
-        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
-            .unwrap();
+        // Whatever the world-writable pid file says is not read.
+        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), "1").unwrap();
         let found = mps.daemons();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].record, record);
@@ -682,5 +779,37 @@ mod tests {
         assert!(e.to_string().contains("already runs"), "{e}");
         let e = mps.command("GPU-abc", "get_server_list").unwrap_err();
         assert!(e.to_string().contains("cannot run /nonexistent/nvidia-cuda-mps-control"), "{e}");
+        // A record whose daemon is gone (another process now has its pid, or none does)
+        // has no daemon, whatever the pid file says.
+        let gone = ServerRecord {
+            daemon: Some(DaemonIdentity { pid: std::process::id(), start_time: 1 }),
+            ..record.clone()
+        };
+        write_json(&mps.server_dir("GPU-abc").join("server.json"), &gone).unwrap();
+        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
+            .unwrap();
+        assert_eq!(mps.daemons()[0].pid, None);
+    }
+
+    #[test]
+    fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("pipe");
+        std::fs::create_dir(&pipe).unwrap();
+        // A process of this user started for that pipe directory, and one that was not.
+        let mut ours = std::process::Command::new("sleep")
+            .arg("30")
+            .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+            .spawn()
+            .unwrap();
+        let mut other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::write(pipe.join(PID_FILE), other.id().to_string()).unwrap();
+        assert_eq!(legacy_daemon(&pipe), None);
+        std::fs::write(pipe.join(PID_FILE), ours.id().to_string()).unwrap();
+        assert_eq!(legacy_daemon(&pipe).map(|d| d.pid), Some(ours.id()));
+        for child in [&mut ours, &mut other] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 }

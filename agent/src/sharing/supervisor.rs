@@ -107,6 +107,7 @@ mod tests {
             placement_start: None,
             limits: MpsLimits { active_thread_percentage: 50, pinned_memory_limit_bytes: None },
             restarts: 0,
+            daemon: None,
         };
         // A server.json without a live daemon: a server that died.
         let write_record = || {

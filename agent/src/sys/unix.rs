@@ -46,6 +46,22 @@ pub fn kill(pid: u32, group: bool) -> io::Result<()> {
     }
 }
 
+/// Sends SIGKILL to the process `pidfd` holds (never to another process that got its pid).
+pub fn pidfd_kill(pidfd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal(2) with a pidfd we own, a signal number, no siginfo and no
+    // flags; it touches no memory of ours.
+    let rc = unsafe {
+        ::libc::syscall(
+            ::libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            ::libc::SIGKILL,
+            std::ptr::null::<::libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// A pidfd of process `pid`: readable once it has exited. `None` where the kernel has no
 /// pidfds (before Linux 5.3) or a sandbox refuses the call; callers then poll.
 pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {

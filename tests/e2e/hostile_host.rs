@@ -1,0 +1,79 @@
+//! The agent cannot be turned against its host (issue 23): what a hostile local user or a
+//! careless operator tries, on simulated GPUs with the real agent and ctl, each test one
+//! point of the issue.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gpushare_tests::{Agent, AgentOptions, OTHER, is_root, text};
+
+/// An agent that serves [`OTHER`] too (a system-type bus with the package's policy);
+/// `None` (the test skipped) without root, which creating users needs.
+fn agent_for_other_users() -> Option<Agent> {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return None;
+    }
+    Some(Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users()))
+}
+
+/// Runs `sh -c SCRIPT` as `user`.
+fn shell_as(user: &str, script: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Whether process `pid` runs (a zombie an init that does not reap keeps does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')').is_some_and(|i| !stat[i + 1..].trim_start().starts_with('Z'))
+    })
+}
+
+/// Point 1: the MPS control daemon's pid file is world-writable (as on a real H100); a pid
+/// another user writes there is never signalled, and a dead one does not make the health
+/// check restart the server.
+#[test]
+fn a_pid_written_into_the_mps_pid_file_is_never_signalled() {
+    let Some(agent) = agent_for_other_users() else { return };
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = agent.mps_servers().remove(0);
+    let pid_file = std::path::Path::new(&server.pipe_directory).join("nvidia-cuda-mps-control.pid");
+    let daemon = server.pid.expect("the daemon runs");
+
+    // A root process of someone else's, and another user naming it in the pid file.
+    let mut victim = Command::new("sleep").arg("300").spawn().unwrap();
+    let wrote = shell_as(OTHER, &format!("echo {} > {}", victim.id(), pid_file.display()));
+    assert!(wrote.status.success(), "the attack needs the file writable: {}", text(&wrote));
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the agent killed the process named in the pid file"
+    );
+    assert!(agent.mps_servers().is_empty());
+    assert!(!running(daemon), "the real daemon stopped");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+
+    // A dead pid written there: the server is not declared down and restarted.
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = agent.mps_servers().remove(0);
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let pid_file = std::path::Path::new(&server.pipe_directory).join("nvidia-cuda-mps-control.pid");
+    let wrote = shell_as(OTHER, &format!("echo {} > {}", gone.id(), pid_file.display()));
+    assert!(wrote.status.success(), "{}", text(&wrote));
+    // Three health checks (1 s each in the tests).
+    std::thread::sleep(Duration::from_millis(3500));
+    let after = agent.mps_servers().remove(0);
+    assert_eq!(after.restarts, 0, "the health check restarted a server that ran: {after:?}");
+    assert_eq!(after.pid, server.pid);
+}
