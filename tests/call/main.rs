@@ -7,6 +7,10 @@
 //! - `latest-job`: the object path of the newest job on the bus.
 //! - `outcome PATH`: the job's `Outcome` property.
 //! - `get-outcome PATH`: the job's `GetOutcome()`.
+//! - `huge METHOD BYTES`: `METHOD` (`Plan`, `ShowProfile`, `Env`, `ValidateProfile`,
+//!   `PlanDocument`, `ApplyDocument`) with one string argument of `BYTES` bytes (the name,
+//!   target or origin; a small valid profile as the text); prints `ok N` or the error as
+//!   `error NAME: (N bytes) FIRST-200-CHARACTERS`.
 //!
 //! Errors print `error NAME: MESSAGE` and exit 1.
 
@@ -79,6 +83,33 @@ async fn call(args: &[String]) -> Result<String, String> {
             job(&connection, path).await?.outcome().await.map_err(|e| e.to_string())
         }
         ("get-outcome", [path]) => job(&connection, path).await?.get_outcome().await.map_err(named),
+        ("huge", [method, bytes]) => {
+            let n: usize = bytes.parse().map_err(|e| format!("{bytes}: {e}"))?;
+            let big = "p".repeat(n);
+            let text = "[[gpu]]\nselect = \"all\"\n";
+            let agent = AgentProxy::new(&connection).await.map_err(|e| e.to_string())?;
+            let answer = match method.as_str() {
+                "Plan" => agent.plan(&big).await,
+                "ShowProfile" => agent.show_profile(&big).await,
+                "Env" => agent.env(&big).await,
+                "ValidateProfile" => agent.validate_profile(text, &big).await,
+                "PlanDocument" => agent.plan_document(text, &big, "").await,
+                "ApplyDocument" => agent
+                    .apply_document(text, &big, "", HashMap::new())
+                    .await
+                    .map(|job| job.to_string()),
+                other => return Err(format!("no huge call {other}")),
+            };
+            match answer {
+                Ok(reply) => Ok(format!("ok {}", reply.len())),
+                Err(e) => {
+                    use zbus::DBusError;
+                    let message = e.description().unwrap_or_default().to_string();
+                    let head: String = message.chars().take(200).collect();
+                    Err(format!("{}: ({} bytes) {head}", e.name(), message.len()))
+                }
+            }
+        }
         _ => Err(format!("unknown call {verb} {rest:?}")),
     }
 }

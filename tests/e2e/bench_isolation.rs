@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::BenchReport;
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, OTHER, SECRET_GROUP, binary, directory_of, id_of, is_root, stderr,
-    text, wait_for,
+    Agent, AgentOptions, MEMBER, OTHER, SECRET_GROUP, directory_of, id_of, is_root, stderr, text,
+    wait_for,
 };
 
 /// A replica script in a directory of `owner`'s (root's when `None`), readable by all.
@@ -57,25 +57,6 @@ fn bench(agent: &Agent, script: &Script, args: &[&str]) -> Command {
 fn report_of(out: &Output) -> BenchReport {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bench --json printed no report ({e}): {}", text(out)))
-}
-
-/// `gpushare-e2e-call ADDRESS ARGS` as `user` (root when `None`).
-fn call(agent: &Agent, user: Option<&str>, args: &[&str]) -> String {
-    let helper = agent.dir.path().join("gpushare-e2e-call");
-    if !helper.exists() {
-        std::fs::copy(binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper).unwrap();
-    }
-    let mut cmd = match user {
-        Some(user) => {
-            let mut c = Command::new("setpriv");
-            c.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
-                .arg(&helper);
-            c
-        }
-        None => Command::new(&helper),
-    };
-    let out = cmd.arg(agent.bus.address()).args(args).stdin(Stdio::null()).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Runs `cmd` for at most `limit`: a command still running then is killed, and its output
@@ -213,18 +194,18 @@ fn a_bench_is_its_callers_alone() {
     assert!(out.status.success(), "{}", text(&out));
     let report = report_of(&out);
     assert!(report.command.iter().any(|a| a.contains("SECRET-0815")));
-    let job = call(&agent, None, &["latest-job"]);
+    let job = agent.call(None, &["latest-job"]);
     assert!(job.starts_with("/io/gpushare/Agent1/jobs/"), "{job}");
 
     // Another user: the public outcome only, and no GetOutcome.
-    let public = call(&agent, Some(OTHER), &["outcome", &job]);
+    let public = agent.call(Some(OTHER), &["outcome", &job]);
     assert!(public.contains("\"private\":true"), "{public}");
     assert!(!public.contains("SECRET-0815") && !public.contains("TOKEN-4711"), "{public}");
-    let refused = call(&agent, Some(OTHER), &["get-outcome", &job]);
+    let refused = agent.call(Some(OTHER), &["get-outcome", &job]);
     assert!(refused.starts_with("error "), "{refused}");
     // The caller and root read the whole.
     for user in [Some(MEMBER), None] {
-        let whole = call(&agent, user, &["get-outcome", &job]);
+        let whole = agent.call(user, &["get-outcome", &job]);
         assert!(whole.contains("SECRET-0815") && whole.contains("TOKEN-4711"), "{user:?}: {whole}");
     }
 
@@ -274,7 +255,7 @@ fn paths_are_checked_as_the_caller_before_anything_is_touched() {
         .to_string()
     };
     let answer =
-        |command: &str, cwd: &str| call(&agent, Some(MEMBER), &["bench", &request(command, cwd)]);
+        |command: &str, cwd: &str| agent.call(Some(MEMBER), &["bench", &request(command, cwd)]);
     let existing = answer("/bin/true", &secret_dir.display().to_string());
     let missing = answer("/bin/true", &hidden.path().join("nope").display().to_string());
     for a in [&existing, &missing] {
@@ -451,7 +432,7 @@ fn durations_beyond_their_bounds_are_refused_in_one_line() {
             "command": ["./replica.sh"],
             "options": { "cwd": dir, key: value, "environment": ["PATH=/usr/bin:/bin"] },
         });
-        let answer = call(&agent, None, &["bench", &request.to_string()]);
+        let answer = agent.call(None, &["bench", &request.to_string()]);
         assert!(answer.starts_with("error io.gpushare.Agent1.Error.Failed"), "{answer}");
         assert!(answer.contains(key), "{answer}");
     }

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use gpushare_tests::{Agent, AgentOptions, OTHER, is_root, text};
+use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, is_root, text};
 
 /// An agent that serves [`OTHER`] too (a system-type bus with the package's policy);
 /// `None` (the test skipped) without root, which creating users needs.
@@ -76,4 +76,32 @@ fn a_pid_written_into_the_mps_pid_file_is_never_signalled() {
     let after = agent.mps_servers().remove(0);
     assert_eq!(after.restarts, 0, "the health check restarted a server that ran: {after:?}");
     assert_eq!(after.pid, server.pid);
+}
+
+/// Point 2: strings as long as the bus carries (32 MiB) from any user neither take the
+/// agent off the bus (its error reply would be too large) nor end up in its state.
+#[test]
+fn strings_as_long_as_the_bus_carries_are_refused_by_their_size() {
+    let Some(mut agent) = agent_for_other_users() else { return };
+    // The bus's default message limit is 32 MiB; the call's own fields take the rest.
+    let huge = (32usize << 20) - 4096;
+    for method in ["Plan", "ShowProfile", "Env", "ValidateProfile", "PlanDocument"] {
+        let answer = agent.call(Some(OTHER), &["huge", method, &huge.to_string()]);
+        assert!(answer.starts_with("error io.gpushare.Agent1.Error."), "{method}: {answer:.300}");
+        let size: usize = answer
+            .split("(")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(usize::MAX);
+        assert!(size < 1024, "{method}: an error of {size} bytes: {answer:.300}");
+        assert!(agent.ctl(&["status"]).status.success(), "the agent left the bus after {method}");
+    }
+    let answer = agent.call(Some(MEMBER), &["huge", "ApplyDocument", &huge.to_string()]);
+    assert!(answer.starts_with("error "), "{answer:.300}");
+    let state = agent.dir.path().join("state/state.json");
+    let kept = std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0);
+    assert!(kept < 64 << 10, "state.json holds {kept} bytes");
+    agent.restart();
+    assert!(agent.ctl(&["status"]).status.success());
 }

@@ -544,6 +544,26 @@ impl Agent {
         cmd
     }
 
+    /// `gpushare-e2e-call ADDRESS ARGS` (D-Bus calls no `gpushare-ctl` makes) as `user`
+    /// (root's, or the test's own, when `None`): its one line of output.
+    pub fn call(&self, user: Option<&str>, args: &[&str]) -> String {
+        let helper = self.dir.path().join("gpushare-e2e-call");
+        if !helper.exists() {
+            std::fs::copy(binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper).unwrap();
+        }
+        let mut cmd = match user {
+            Some(user) => {
+                let mut c = Command::new("setpriv");
+                c.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
+                    .arg(&helper);
+                c
+            }
+            None => Command::new(&helper),
+        };
+        let out = cmd.arg(self.bus.address()).args(args).stdin(Stdio::null()).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Runs `gpushare-ctl` and returns its output.
     pub fn ctl(&self, args: &[&str]) -> Output {
         self.ctl_command(args).output().expect("gpushare-ctl runs")

@@ -40,6 +40,12 @@ pub const MPS_THREAD_PERCENTAGE: RangeInclusive<u32> = 1..=100;
 /// longer text.
 pub const PROFILE_MAX_BYTES: usize = 256 * 1024;
 
+/// The most bytes of a name a caller sends: a profile, a GPU or MIG target, a mig-parted
+/// config (profile names themselves have at most 64 characters).
+pub const NAME_MAX_BYTES: usize = 256;
+/// The most bytes of a document's origin (a path, as `PATH_MAX`).
+pub const ORIGIN_MAX_BYTES: usize = 4096;
+
 /// The one-line refusal of a profile document over [`PROFILE_MAX_BYTES`], after its origin.
 pub fn profile_too_large() -> String {
     format!("larger than {} KiB, the most a profile may be", PROFILE_MAX_BYTES / 1024)

@@ -44,6 +44,39 @@ pub struct AgentState {
     pub bench: Option<BenchRecord>,
 }
 
+impl AgentState {
+    /// Cuts the origins and config names of the documents kept to the bounds a caller's
+    /// are held to now (an agent before them kept whatever came: a 33 MB origin made every
+    /// `status` reply too large for the bus).
+    fn bound_documents(&mut self) {
+        let (document, previous) = match self.transaction.as_mut() {
+            Some(t) => (t.document.as_mut(), t.previous_document.as_mut()),
+            None => (None, None),
+        };
+        let documents = [
+            self.active_document.as_mut(),
+            document,
+            previous,
+            self.bench.as_mut().and_then(|b| b.previous_document.as_mut()),
+        ];
+        for document in documents.into_iter().flatten() {
+            cut(&mut document.origin, gpushare_proto::ORIGIN_MAX_BYTES);
+            cut(&mut document.config, gpushare_proto::NAME_MAX_BYTES);
+        }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
 /// A bench in flight. Its strategies are set up by ordinary transactions, each of which
 /// makes its own temporary profile active; this record is what the bench restores when it
 /// ends, and what the agent restores at start-up when it did not.
@@ -173,7 +206,8 @@ impl Journal {
     pub fn open(state_dir: &Path) -> io::Result<Journal> {
         std::fs::create_dir_all(state_dir)?;
         let path = state_dir.join("state.json");
-        let state = read_json(&path)?.unwrap_or_default();
+        let mut state: AgentState = read_json(&path)?.unwrap_or_default();
+        state.bound_documents();
         Ok(Journal { path, state: Mutex::new(state), write_error: Mutex::new(None) })
     }
 

@@ -11,7 +11,7 @@ mod options;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpushare_proto::AgentError;
+use gpushare_proto::{AgentError, NAME_MAX_BYTES, ORIGIN_MAX_BYTES};
 use serde::Serialize;
 use zbus::message::Header;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
@@ -78,7 +78,7 @@ impl AgentService {
 
     /// What applying a profile would do (JSON `PlanReport`).
     async fn plan(&self, profile: &str) -> Result<String, AgentError> {
-        self.plan_ref(ProfileRef::Named(profile)).await
+        self.plan_ref(named(profile)?).await
     }
 
     /// `Plan` for a profile document or a mig-parted config (JSON `PlanReport`).
@@ -88,7 +88,7 @@ impl AgentService {
         origin: &str,
         config: &str,
     ) -> Result<String, AgentError> {
-        self.plan_ref(ProfileRef::Document { text, origin, config }).await
+        self.plan_ref(document(text, origin, config)?).await
     }
 
     /// Starts an apply and returns its job object.
@@ -101,7 +101,7 @@ impl AgentService {
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
         self.authorize(&header, connection, "Apply").await?;
-        self.start_apply(ProfileRef::Named(profile), &options, server, connection).await
+        self.start_apply(named(profile)?, &options, server, connection).await
     }
 
     /// `Apply` for a profile document or a mig-parted config.
@@ -118,8 +118,7 @@ impl AgentService {
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, AgentError> {
         self.authorize(&header, connection, "ApplyDocument").await?;
-        let profile = ProfileRef::Document { text, origin, config };
-        self.start_apply(profile, &options, server, connection).await
+        self.start_apply(document(text, origin, config)?, &options, server, connection).await
     }
 
     /// The GPUs as they are, as a profile (JSON `Export`).
@@ -204,6 +203,7 @@ impl AgentService {
 
     /// The variables a client needs for a GPU or MIG instance (JSON `ClientEnv`).
     async fn env(&self, target: &str) -> Result<String, AgentError> {
+        let target = options::bounded("target", target, NAME_MAX_BYTES)?;
         Ok(json(&self.engine.client_env(target).await?))
     }
 
@@ -214,11 +214,13 @@ impl AgentService {
 
     /// One profile with its text (JSON `ProfileDetail`).
     async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
+        let name = options::bounded("profile name", name, NAME_MAX_BYTES)?;
         Ok(json(&self.engine.show_profile(name)?))
     }
 
     /// Validates profile text and plans it here (JSON `Validation`).
     async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
+        let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
         Ok(json(&self.engine.validate(text, origin).await?))
     }
 
@@ -227,6 +229,25 @@ impl AgentService {
     async fn version(&self) -> String {
         env!("CARGO_PKG_VERSION").to_string()
     }
+}
+
+/// A profile named by a caller, its name bounded.
+fn named(profile: &str) -> Result<ProfileRef<'_>, AgentError> {
+    Ok(ProfileRef::Named(options::bounded("profile name", profile, NAME_MAX_BYTES)?))
+}
+
+/// A document a caller sent, its origin and config name bounded (the text is bounded where
+/// it is parsed: `PROFILE_MAX_BYTES`).
+fn document<'a>(
+    text: &'a str,
+    origin: &'a str,
+    config: &'a str,
+) -> Result<ProfileRef<'a>, AgentError> {
+    Ok(ProfileRef::Document {
+        text,
+        origin: options::bounded("origin", origin, ORIGIN_MAX_BYTES)?,
+        config: options::bounded("config", config, NAME_MAX_BYTES)?,
+    })
 }
 
 impl AgentService {

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use gpushare_proto::{
-    OPTION_CLIENTS, OPTION_COMPARE, OPTION_FORCE, OPTION_SECONDS, OPTION_TARGET, OPTION_WORKLOADS,
-    PROBE_DEFAULT_CLIENTS, PROBE_DEFAULT_SECONDS, Workload,
+    NAME_MAX_BYTES, OPTION_CLIENTS, OPTION_COMPARE, OPTION_FORCE, OPTION_SECONDS, OPTION_TARGET,
+    OPTION_WORKLOADS, PROBE_DEFAULT_CLIENTS, PROBE_DEFAULT_SECONDS, Workload,
 };
 use zbus::zvariant::OwnedValue;
 
@@ -33,7 +33,19 @@ fn bad(key: &str, what: &str) -> EngineError {
 }
 
 fn unknown(key: &str) -> EngineError {
-    EngineError::InvalidArgument(format!("unknown option {key:?}"))
+    EngineError::InvalidArgument(format!("unknown option {:?}", short(key)))
+}
+
+/// `value`, an argument named `what`, when it has at most `max` bytes; refused otherwise,
+/// saying only its size (never echoing it: a reply must stay far below the bus's limit).
+pub fn bounded<'a>(what: &str, value: &'a str, max: usize) -> Result<&'a str, EngineError> {
+    if value.len() > max {
+        return Err(EngineError::InvalidArgument(format!(
+            "{what}: {} bytes; at most {max}",
+            value.len()
+        )));
+    }
+    Ok(value)
 }
 
 /// Reads `Apply`'s options: `force` (b).
@@ -62,11 +74,13 @@ pub fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptio
         let value = value.try_clone().map_err(|_| bad(key, "a plain value"))?;
         match key.as_str() {
             OPTION_TARGET => {
-                probe.target = Some(String::try_from(value).map_err(|_| bad(key, "a string"))?);
+                let target = String::try_from(value).map_err(|_| bad(key, "a string"))?;
+                probe.target = Some(bounded(key, &target, NAME_MAX_BYTES)?.to_string());
             }
             OPTION_WORKLOADS => {
                 let names: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;
+                bounded_list(key, &names, 16, NAME_MAX_BYTES)?;
                 probe.workloads = names
                     .iter()
                     .map(|n| n.parse().map_err(EngineError::InvalidArgument))
@@ -90,7 +104,7 @@ pub fn probe_options(options: &HashMap<String, OwnedValue>) -> Result<ProbeOptio
 }
 
 /// Refuses a list of more than `most` items or `bytes` bytes in all, naming it.
-fn bounded(key: &str, items: &[String], most: usize, bytes: usize) -> Result<(), EngineError> {
+fn bounded_list(key: &str, items: &[String], most: usize, bytes: usize) -> Result<(), EngineError> {
     let total: usize = items.iter().map(String::len).sum();
     if items.len() > most || total > bytes {
         return Err(EngineError::InvalidArgument(format!(
@@ -120,7 +134,7 @@ pub fn bench_options(
     command: Vec<String>,
     options: &HashMap<String, OwnedValue>,
 ) -> Result<BenchOptions, EngineError> {
-    bounded("command", &command, BENCH_MAX_ARGUMENTS, BENCH_MAX_COMMAND_BYTES)?;
+    bounded_list("command", &command, BENCH_MAX_ARGUMENTS, BENCH_MAX_COMMAND_BYTES)?;
     let mut bench = BenchOptions {
         target: None,
         command,
@@ -165,7 +179,7 @@ pub fn bench_options(
             BENCH_STRATEGIES => {
                 let names: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;
-                bounded(key, &names, BenchStrategy::ALL.len() * 4, BENCH_MAX_NAME_BYTES)?;
+                bounded_list(key, &names, BenchStrategy::ALL.len() * 4, BENCH_MAX_NAME_BYTES)?;
                 bench.strategies = names
                     .iter()
                     .map(|n| n.parse().map_err(|e| invalid(key, e)))
@@ -200,7 +214,7 @@ pub fn bench_options(
             BENCH_ENVIRONMENT => {
                 let pairs: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;
-                bounded(key, &pairs, BENCH_MAX_VARIABLES, BENCH_MAX_ENVIRONMENT_BYTES)?;
+                bounded_list(key, &pairs, BENCH_MAX_VARIABLES, BENCH_MAX_ENVIRONMENT_BYTES)?;
                 bench.environment = pairs
                     .into_iter()
                     .map(|p| match p.split_once('=') {
