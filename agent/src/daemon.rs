@@ -122,6 +122,11 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
 /// error says, in one line, why it could not start.
 pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     let Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock } = prepared;
+    // Descriptors in reserve: clients (metrics connections, bus peers) never take the
+    // agent's last ones.
+    if let Err(e) = unix::raise_open_files_limit() {
+        tracing::warn!("cannot raise the limit of open files: {e}");
+    }
     let backend = backend(driver, &config)?;
     let profiles = load_profiles(&profiles_dir);
     let mut engine =

@@ -105,3 +105,70 @@ fn strings_as_long_as_the_bus_carries_are_refused_by_their_size() {
     agent.restart();
     assert!(agent.ctl(&["status"]).status.success());
 }
+
+/// Point 3: idle connections to the metrics endpoint, as many as a user can open, leave
+/// the agent descriptors for its own work (it runs here under a hard limit of 1024, the
+/// unit's default soft one), and its log stays small.
+#[test]
+fn idle_metrics_connections_never_take_the_agents_descriptors() {
+    // This test holds more than a thousand sockets itself.
+    // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
+    let mut own: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit/setrlimit with a live struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut own);
+        own.rlim_cur = own.rlim_max.min(8192);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &own);
+    }
+    if own.rlim_cur < 2048 {
+        eprintln!("skipped: this test cannot hold enough sockets ({})", own.rlim_cur);
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let agent = Agent::start(
+        AgentOptions::simulate("a100-40gb:1")
+            .config(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"))
+            .stderr_to(log.path()),
+    );
+    let limited = Command::new("prlimit")
+        .args(["--pid", &agent.pid().unwrap().to_string(), "--nofile=1024:1024"])
+        .output()
+        .unwrap();
+    assert!(limited.status.success(), "prlimit: {}", text(&limited));
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    // As many as the endpoint lets through (those beyond its backlog time out: stop after
+    // a run of them).
+    let mut idle = Vec::new();
+    let mut timed_out_in_a_row = 0;
+    while idle.len() < 1100 && timed_out_in_a_row < 20 {
+        match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(50)) {
+            Ok(stream) => {
+                idle.push(stream);
+                timed_out_in_a_row = 0;
+            }
+            Err(_) => timed_out_in_a_row += 1,
+        }
+    }
+    assert!(idle.len() >= 100, "only {} connections", idle.len());
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "an apply with {} idle connections: {}", idle.len(), text(&out));
+    // The endpoint serves again once they are gone.
+    drop(idle);
+    gpushare_tests::wait_for(Duration::from_secs(30), Duration::from_millis(500), || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1))
+            .map_err(|e| e.to_string())?;
+        stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+            .contains("gpushare_active_profile_info{profile=\"all-mps\"} 1")
+            .then_some(())
+            .ok_or_else(|| format!("no metrics yet: {response:.200}"))
+    });
+    let logged = std::fs::metadata(log.path()).unwrap().len();
+    assert!(logged < 64 << 10, "the agent logged {logged} bytes");
+}

@@ -14,6 +14,26 @@ pub fn effective_uid() -> u32 {
     unsafe { ::libc::geteuid() }
 }
 
+/// Raises this process's soft limit of open files to its hard limit (systemd starts
+/// services at 1024 soft, 524288 hard): descriptors in reserve for the agent's own work
+/// whatever its clients hold. Returns the limit now in force.
+pub fn raise_open_files_limit() -> io::Result<u64> {
+    // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
+    let mut limit: ::libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit(2) writes into the live struct.
+    if unsafe { ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit(2) reads the live struct.
+        if unsafe { ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     effective_uid() == 0

@@ -4,7 +4,8 @@
 //! The engine knows nothing of metrics: [`follow`] listens to its events, counts finished
 //! jobs from them, and after every job and every health check reads the same documents the
 //! D-Bus interface returns ([`Status`], [`MpsStatus`]) and turns them into series.
-//! [`install`] serves them over HTTP (`/metrics`, by default on `127.0.0.1:9847`).
+//! [`install`] serves them over HTTP ([`endpoint`]: `/metrics`, by default on
+//! `127.0.0.1:9847`, connections capped and timed out).
 //!
 //! # Names
 //!
@@ -57,6 +58,8 @@
 //! neutral value: 0 for states and counts, NaN (no value) for limits and ratios. Series
 //! thus stay few and stable: instances come and go with MIG layouts, which are few.
 
+pub mod endpoint;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -104,20 +107,34 @@ const APPLY_BUCKETS: &[f64] =
 /// Compute modes, as [`GpuStatus::compute_mode`] names them.
 const COMPUTE_MODES: [&str; 3] = ["default", "exclusive_process", "prohibited"];
 
-/// Installs the global recorder with its HTTP listener on `listen` and describes every
+/// Installs the global recorder, serves it on `listen` ([`endpoint`]) and describes every
 /// metric.
 ///
-/// Call it once, from within the agent's tokio runtime: the listener and the upkeep run as
-/// tasks on it (outside a runtime the exporter would start a thread with its own). The
-/// address is bound here, so an address in use is an error now, not later.
+/// Call it once, from within the agent's tokio runtime: the endpoint and the upkeep run as
+/// tasks on it. The address is bound here, so an address in use is an error now, not
+/// later.
 pub fn install(listen: SocketAddr) -> Result<(), String> {
-    builder()
-        .with_http_listener(listen)
-        .install()
-        .map_err(|e| format!("serving metrics on {listen}: {e}"))?;
+    let failed = |e: &dyn std::fmt::Display| format!("serving metrics on {listen}: {e}");
+    let listener = std::net::TcpListener::bind(listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|e| failed(&e))?;
+    let handle = builder().install_recorder().map_err(|e| failed(&e))?;
+    // Histograms and expiry are kept up between scrapes, as the exporter's own listener did.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(UPKEEP_EVERY).await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(endpoint::serve(listener, handle));
     register();
     Ok(())
 }
+
+/// How often the recorder's upkeep runs.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The exporter's configuration, shared by [`install`] and the tests.
 fn builder() -> PrometheusBuilder {
@@ -660,7 +677,7 @@ mod tests {
 
     #[test]
     fn every_series_is_in_the_table_of_names() {
-        let source = include_str!("metrics.rs");
+        let source = include_str!("mod.rs");
         let (doc, code) =
             source.split_once("\nuse ").expect("the module documentation comes first");
         let names: Vec<&str> = code
