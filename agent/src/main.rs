@@ -138,6 +138,8 @@ fn main() -> ExitCode {
             return dump_nvml(Driver::Nvidia);
         }
     }
+    // What clients make the agent allocate goes back to the system once freed.
+    gpushare_agent::sys::unix::return_large_buffers();
     // SAFETY: no other thread runs yet: the async runtime starts below.
     let prepared = match unsafe { daemon::prepare(&settings) } {
         Ok(prepared) => prepared,

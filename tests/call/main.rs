@@ -12,6 +12,13 @@
 //!   target or origin; a small valid profile as the text); prints `ok N` or the error as
 //!   `error NAME: (N bytes) FIRST-200-CHARACTERS`.
 //!
+//! - `flood CONNECTIONS CALLS METHOD`: `CONNECTIONS` connections, each sending `CALLS`
+//!   calls of `METHOD` (`Export`, `Status`, or `Origin:BYTES`: `ValidateProfile` with an
+//!   origin of `BYTES` bytes) at once (pipelined), waiting for every reply; prints
+//!   `flooded N calls in MS ms`.
+//! - `latency COUNT`: `COUNT` `Status` calls one after another on one connection; prints
+//!   `p50 MS p99 MS max MS`.
+//!
 //! Errors print `error NAME: MESSAGE` and exit 1.
 
 use std::collections::HashMap;
@@ -83,6 +90,60 @@ async fn call(args: &[String]) -> Result<String, String> {
             job(&connection, path).await?.outcome().await.map_err(|e| e.to_string())
         }
         ("get-outcome", [path]) => job(&connection, path).await?.get_outcome().await.map_err(named),
+        ("flood", [connections, calls, method]) => {
+            let (connections, calls): (usize, usize) = (
+                connections.parse().map_err(|e| format!("{connections}: {e}"))?,
+                calls.parse().map_err(|e| format!("{calls}: {e}"))?,
+            );
+            let started = std::time::Instant::now();
+            let mut clients = Vec::new();
+            for _ in 0..connections {
+                let conn = zbus::connection::Builder::address(address.as_str())
+                    .map_err(|e| e.to_string())?
+                    .build()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                clients.push(AgentProxy::new(&conn).await.map_err(|e| e.to_string())?);
+            }
+            let origin = match method.strip_prefix("Origin:") {
+                Some(bytes) => "o".repeat(bytes.parse().map_err(|e| format!("{bytes}: {e}"))?),
+                None => String::new(),
+            };
+            let origin = &origin;
+            let all = clients.iter().flat_map(|agent| {
+                (0..calls).map(move |_| async move {
+                    match method.as_str() {
+                        "Export" => agent.export().await.map(|_| ()),
+                        "Status" => agent.status().await.map(|_| ()),
+                        _ => agent
+                            .validate_profile("[[gpu]]\nselect = 0\n", origin)
+                            .await
+                            .map(|_| ()),
+                    }
+                })
+            });
+            let answers = futures_util::future::join_all(all).await;
+            let failed = answers.iter().filter(|a| a.is_err()).count();
+            Ok(format!(
+                "flooded {} calls in {} ms ({failed} failed)",
+                answers.len(),
+                started.elapsed().as_millis()
+            ))
+        }
+        ("latency", [count]) => {
+            let count: usize = count.parse().map_err(|e| format!("{count}: {e}"))?;
+            let agent = AgentProxy::new(&connection).await.map_err(|e| e.to_string())?;
+            let mut ms = Vec::new();
+            for _ in 0..count {
+                let t = std::time::Instant::now();
+                agent.status().await.map_err(named)?;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            ms.sort_by(f64::total_cmp);
+            let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+            Ok(format!("p50 {:.1} p99 {:.1} max {:.1}", at(0.5), at(0.99), ms[ms.len() - 1]))
+        }
         ("huge", [method, bytes]) => {
             let n: usize = bytes.parse().map_err(|e| format!("{bytes}: {e}"))?;
             let big = "p".repeat(n);

@@ -172,3 +172,56 @@ fn idle_metrics_connections_never_take_the_agents_descriptors() {
     let logged = std::fs::metadata(log.path()).unwrap().len();
     assert!(logged < 64 << 10, "the agent logged {logged} bytes");
 }
+
+/// Point 4: a user flooding the agent with read-only calls (64 connections × 100 pipelined
+/// `Export`s) does not hold up root's `status` (99th percentile within 100 ms), and the
+/// agent's memory comes back down after.
+#[test]
+fn a_flood_of_reads_does_not_hold_up_roots_status() {
+    let Some(agent) = agent_for_other_users() else { return };
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let pid = agent.pid().unwrap();
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+    };
+    let flood = {
+        let helper = agent.dir.path().join("gpushare-e2e-call");
+        let _ = agent.call(None, &["latency", "1"]); // puts the helper in place
+        Command::new("setpriv")
+            .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
+            .arg(helper)
+            .args([agent.bus.address(), "flood", "64", "100", "Export"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let latency = agent.call(None, &["latency", "40"]);
+    let flooded = flood.wait_with_output().unwrap();
+    let flooded = String::from_utf8_lossy(&flooded.stdout);
+    assert!(flooded.starts_with("flooded 6400 calls"), "{flooded}");
+    let p99: f64 = latency.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap();
+    eprintln!("root's status during the flood: {latency}; {flooded}");
+    assert!(p99 <= 100.0, "root's status took {latency} ms while another user flooded ({flooded})");
+    let after = rss();
+    assert!(after < 64 << 20, "the agent holds {} MiB after the flood", after >> 20);
+
+    // 24 clients sending 30 MiB origins at once: refused by their size, and the memory
+    // they took while they were read is given back.
+    let helper = agent.dir.path().join("gpushare-e2e-call");
+    let origins = Command::new("setpriv")
+        .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
+        .arg(helper)
+        .args([agent.bus.address(), "flood", "24", "1", "Origin:31457280"])
+        .output()
+        .unwrap();
+    let origins = String::from_utf8_lossy(&origins.stdout);
+    assert!(origins.contains("(24 failed)"), "{origins}");
+    let latency = agent.call(None, &["latency", "5"]);
+    assert!(latency.starts_with("p50"), "{latency}");
+    let after = rss();
+    eprintln!("after 24 × 30 MiB origins: {latency}; RSS {} MiB", after >> 20);
+    assert!(after < 64 << 20, "the agent holds {} MiB after the origins", after >> 20);
+}

@@ -174,7 +174,7 @@ impl Executor {
             }),
             timeslice: TimesliceControl::new("/nonexistent/nvidia-smi"),
         };
-        Executor { node: NodeAccess { backend, sharing: Arc::new(sharing) }, max_parallel_gpus: 0 }
+        Executor { node: NodeAccess::new(backend, Arc::new(sharing)), max_parallel_gpus: 0 }
     }
 }
 

@@ -19,9 +19,61 @@ pub struct NodeAccess {
     pub backend: Arc<dyn GpuBackend>,
     /// MPS and time-slicing.
     pub sharing: Arc<SharingTools>,
+    /// The observation read-only callers share ([`NodeAccess::observe_shared`]).
+    pub shared: Arc<SharedObservation>,
 }
 
+/// An observation in progress that read-only callers join rather than each start their
+/// own: the driver answers one caller at a time, so a thousand `Export`s from one user
+/// would otherwise queue everyone's `status` behind them (issue 23: 3.2 s).
+#[derive(Default)]
+pub struct SharedObservation {
+    current: std::sync::Mutex<Option<(Reads, InFlight)>>,
+}
+
+/// An observation as a future every joiner polls; it runs on its own task.
+type InFlight = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, Result<Arc<NodeState>, GpuError>>,
+>;
+
 impl NodeAccess {
+    /// The node with `backend` and `sharing`.
+    pub fn new(backend: Arc<dyn GpuBackend>, sharing: Arc<SharingTools>) -> NodeAccess {
+        NodeAccess { backend, sharing, shared: Arc::default() }
+    }
+
+    /// An observation for a read-only answer (status, export, plans, environments): the
+    /// one in progress, when it reads at least `reads`; else a new one, which later
+    /// callers join. The answer is at most one observation's time old; anything that
+    /// changes the GPUs observes afresh ([`NodeAccess::observe`]).
+    pub async fn observe_shared(&self, reads: Reads) -> Result<NodeState, GpuError> {
+        use futures_util::FutureExt;
+        let in_flight = {
+            let mut current =
+                self.shared.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match current.as_ref() {
+                Some((covered, running)) if covered.covers(reads) && running.peek().is_none() => {
+                    running.clone()
+                }
+                _ => {
+                    let me = self.clone();
+                    let task = tokio::spawn(async move { me.observe(reads).await.map(Arc::new) });
+                    let running = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(GpuError::new("observing the node", None, ErrorCode::Unknown)
+                                .with_detail(e.to_string()))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    *current = Some((reads, running.clone()));
+                    running
+                }
+            }
+        };
+        in_flight.await.map(|node| (*node).clone())
+    }
+
     /// The first external program `plan` needs that cannot run here, as one line naming
     /// it, what it is needed for and the agent.toml setting that points at it; `None` when
     /// every one can run. Checked before the first step, so that a missing tool changes
@@ -98,6 +150,11 @@ pub struct Reads {
 }
 
 impl Reads {
+    /// Whether an observation with these reads has everything `other` asks for.
+    pub fn covers(self, other: Reads) -> bool {
+        (self.timeslices || !other.timeslices) && (self.mps_clients || !other.mps_clients)
+    }
+
     /// What a plan is made from: the intervals (a plan resets one that is not the
     /// target's) and the servers' clients (a plan refuses to stop a server in use).
     pub const FOR_PLANNING: Reads = Reads { timeslices: true, mps_clients: true };

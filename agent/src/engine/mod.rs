@@ -183,7 +183,7 @@ impl Engine {
             }),
             timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
         });
-        let node = NodeAccess { backend, sharing };
+        let node = NodeAccess::new(backend, sharing);
         let transactions = Transactions {
             executor: Executor {
                 node: node.clone(),
@@ -306,7 +306,7 @@ impl Engine {
         let running = self.running_job();
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
-        let node = self.node.observe(reads).await?;
+        let node = self.node.observe_shared(reads).await?;
         let mps = &self.node.sharing.mps;
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
@@ -450,7 +450,7 @@ impl Engine {
 
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
     pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
-        let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
+        let node = self.node.observe_shared(Reads::GPUS_AND_SERVERS).await?;
         self.env_for(&node, target).map(|(env, _)| env)
     }
 
@@ -583,7 +583,7 @@ impl Engine {
     /// Plans a profile against a fresh observation.
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.resolve_request(profile).await?;
-        let node = self.observe().await?;
+        let node = self.node.observe_shared(Reads::FOR_PLANNING).await?;
         let plan = self.plan_request(node, profile, self.policy).await?.0;
         self.check_tools(&plan)?;
         Ok(plan)
@@ -791,7 +791,7 @@ impl Engine {
 
     /// The GPUs as they are, as a profile.
     pub async fn export(&self) -> Result<Export, EngineError> {
-        let node = self.observe().await?;
+        let node = self.node.observe_shared(Reads::FOR_PLANNING).await?;
         Ok(Export { text: profile::export::profile_text(&node) })
     }
 

@@ -4,6 +4,7 @@
 //! ([`errors`], the one place that happens). Applies and probes become job objects
 //! ([`job`]).
 
+mod admission;
 mod errors;
 mod job;
 mod options;
@@ -32,12 +33,14 @@ pub struct AgentService {
     engine: Arc<Engine>,
     access: AccessPolicy,
     jobs: Jobs,
+    /// Turns for read-only calls (fair between callers, root first).
+    admission: admission::Admission,
 }
 
 impl AgentService {
     /// The service over `engine`, letting callers change the GPUs as `access` says.
     pub fn new(engine: Arc<Engine>, access: AccessPolicy) -> Self {
-        AgentService { engine, access, jobs: Jobs::default() }
+        AgentService { engine, access, jobs: Jobs::default(), admission: Default::default() }
     }
 
     /// Refuses a mutating call from a caller the access policy does not allow, whatever
@@ -72,12 +75,23 @@ impl AgentService {
 #[interface(name = "io.gpushare.Agent1")]
 impl AgentService {
     /// Observed GPUs and the active profile (JSON `Status`).
-    async fn status(&self) -> Result<String, AgentError> {
+    async fn status(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection).await;
         Ok(json(&self.engine.status().await?))
     }
 
     /// What applying a profile would do (JSON `PlanReport`).
-    async fn plan(&self, profile: &str) -> Result<String, AgentError> {
+    async fn plan(
+        &self,
+        profile: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection).await;
         self.plan_ref(named(profile)?).await
     }
 
@@ -87,7 +101,10 @@ impl AgentService {
         text: &str,
         origin: &str,
         config: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection).await;
         self.plan_ref(document(text, origin, config)?).await
     }
 
@@ -122,7 +139,12 @@ impl AgentService {
     }
 
     /// The GPUs as they are, as a profile (JSON `Export`).
-    async fn export(&self) -> Result<String, AgentError> {
+    async fn export(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection).await;
         Ok(json(&self.engine.export().await?))
     }
 
@@ -182,7 +204,12 @@ impl AgentService {
     }
 
     /// The MPS servers with their limits and clients (JSON `MpsStatus`).
-    async fn mps_status(&self) -> Result<String, AgentError> {
+    async fn mps_status(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection).await;
         Ok(json(&self.engine.mps_status().await?))
     }
 
@@ -202,25 +229,52 @@ impl AgentService {
     }
 
     /// The variables a client needs for a GPU or MIG instance (JSON `ClientEnv`).
-    async fn env(&self, target: &str) -> Result<String, AgentError> {
+    async fn env(
+        &self,
+        target: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
         let target = options::bounded("target", target, NAME_MAX_BYTES)?;
+        let _turn = self.admission.turn(&header, connection).await;
+
         Ok(json(&self.engine.client_env(target).await?))
     }
 
     /// Every known profile (JSON `ProfileList`).
-    async fn list_profiles(&self) -> String {
+    async fn list_profiles(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> String {
+        let _turn = self.admission.turn(&header, connection).await;
         json(&self.engine.list_profiles())
     }
 
     /// One profile with its text (JSON `ProfileDetail`).
-    async fn show_profile(&self, name: &str) -> Result<String, AgentError> {
+    async fn show_profile(
+        &self,
+        name: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
         let name = options::bounded("profile name", name, NAME_MAX_BYTES)?;
+        let _turn = self.admission.turn(&header, connection).await;
+
         Ok(json(&self.engine.show_profile(name)?))
     }
 
     /// Validates profile text and plans it here (JSON `Validation`).
-    async fn validate_profile(&self, text: &str, origin: &str) -> Result<String, AgentError> {
+    async fn validate_profile(
+        &self,
+        text: &str,
+        origin: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
         let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
+        let _turn = self.admission.turn(&header, connection).await;
+
         Ok(json(&self.engine.validate(text, origin).await?))
     }
 

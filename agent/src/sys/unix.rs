@@ -14,6 +14,17 @@ pub fn effective_uid() -> u32 {
     unsafe { ::libc::geteuid() }
 }
 
+/// Makes the allocator give large buffers back to the system when they are freed: glibc
+/// would otherwise raise its mmap threshold to the largest buffer freed (up to 32 MiB), and
+/// keep the next ones of that size in its heap for good — a client sending a few 30 MiB
+/// messages (refused by their size, but read whole first) left the agent at 1.5 GB.
+pub fn return_large_buffers() {
+    // SAFETY: mallopt(3) takes two integers; called before other threads allocate.
+    unsafe {
+        ::libc::mallopt(::libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 /// Raises this process's soft limit of open files to its hard limit (systemd starts
 /// services at 1024 soft, 524288 hard): descriptors in reserve for the agent's own work
 /// whatever its clients hold. Returns the limit now in force.
