@@ -1,8 +1,9 @@
 //! `agent.toml`: where the agent keeps its files and what it may change on the GPUs.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Default configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/agent.toml";
@@ -10,6 +11,13 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/agent.toml";
 pub const DEFAULT_PROFILES_DIR: &str = "/etc/gpushare/profiles.d";
 /// Default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpushare";
+/// Default MPS root (where `gpushare-mps@.service` has its paths).
+pub const DEFAULT_MPS_ROOT: &str = "/run/gpushare/mps";
+/// The most bytes of `agent.toml` read (real ones are under 2 KiB).
+const CONFIG_MAX_BYTES: u64 = 1 << 20;
+/// The file in the state directory that remembers where the last configuration that
+/// read put the MPS servers and the tools (see [`Whereabouts`]).
+const WHEREABOUTS_FILE: &str = "config-in-use.json";
 
 /// The agent's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -60,7 +68,8 @@ pub struct MpsSettings {
     pub control: PathBuf,
     /// Directory of the servers' pipe and log directories.
     pub root: PathBuf,
-    /// Seconds between health checks of the servers.
+    /// Seconds between health checks of the servers (1 to 3600).
+    #[serde(deserialize_with = "health_interval")]
     pub health_interval_seconds: u64,
 }
 
@@ -68,7 +77,7 @@ impl Default for MpsSettings {
     fn default() -> Self {
         Self {
             control: PathBuf::from("nvidia-cuda-mps-control"),
-            root: PathBuf::from("/run/gpushare/mps"),
+            root: PathBuf::from(DEFAULT_MPS_ROOT),
             health_interval_seconds: 5,
         }
     }
@@ -105,7 +114,8 @@ pub struct HookSettings {
     pub pre_apply: Vec<String>,
     /// After the apply, also when it failed.
     pub post_apply: Vec<String>,
-    /// Time limit of one command in seconds.
+    /// Time limit of one command in seconds (1 to 86400).
+    #[serde(deserialize_with = "hook_timeout")]
     pub timeout_seconds: u64,
 }
 
@@ -149,7 +159,73 @@ impl Default for AgentConfig {
     }
 }
 
+/// A whole number of seconds from `min` to `max`, said in our words (the TOML library's
+/// would be `invalid value: integer -1, expected u64`, or "as i128").
+fn seconds<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<u64, D::Error> {
+    let value = i128::deserialize(d)?;
+    u64::try_from(value).ok().filter(|v| (min..=max).contains(v)).ok_or_else(|| {
+        serde::de::Error::custom(format!("{value} is not a number of seconds from {min} to {max}"))
+    })
+}
+
+fn health_interval<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    seconds(d, 1, 3600)
+}
+
+fn hook_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    seconds(d, 1, 86_400)
+}
+
+/// Where the servers and tools of the last configuration that read are: enough to
+/// observe the node correctly while a later `agent.toml` does not read (hands-off), which
+/// would otherwise look for MPS servers in the default place and show running ones as
+/// missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Whereabouts {
+    /// `[mps] control`.
+    pub mps_control: PathBuf,
+    /// `[mps] root`.
+    pub mps_root: PathBuf,
+    /// `[timeslice] nvidia_smi`.
+    pub nvidia_smi: PathBuf,
+    /// `[metrics]`.
+    pub metrics_enabled: bool,
+    /// `[metrics] listen`.
+    pub metrics_listen: std::net::SocketAddr,
+}
+
 impl AgentConfig {
+    /// Where this configuration puts the servers and tools.
+    pub fn whereabouts(&self) -> Whereabouts {
+        Whereabouts {
+            mps_control: self.mps.control.clone(),
+            mps_root: self.mps.root.clone(),
+            nvidia_smi: self.timeslice.nvidia_smi.clone(),
+            metrics_enabled: self.metrics.enabled,
+            metrics_listen: self.metrics.listen,
+        }
+    }
+
+    /// This configuration with the servers and tools where `w` says.
+    pub fn with_whereabouts(mut self, w: Whereabouts) -> Self {
+        self.mps.control = w.mps_control;
+        self.mps.root = w.mps_root;
+        self.timeslice.nvidia_smi = w.nvidia_smi;
+        self.metrics.enabled = w.metrics_enabled;
+        self.metrics.listen = w.metrics_listen;
+        self
+    }
+
+    /// Remembers this configuration's whereabouts in `state_dir`.
+    pub fn remember_whereabouts(&self, state_dir: &Path) -> std::io::Result<()> {
+        crate::sys::files::write_json(&state_dir.join(WHEREABOUTS_FILE), &self.whereabouts())
+    }
+
+    /// The whereabouts remembered in `state_dir`, if any.
+    pub fn remembered_whereabouts(state_dir: &Path) -> Option<Whereabouts> {
+        crate::sys::files::read_json(&state_dir.join(WHEREABOUTS_FILE)).ok().flatten()
+    }
+
     /// Parses configuration text; errors name `origin:line:column`.
     pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| {
@@ -158,13 +234,29 @@ impl AgentConfig {
         })
     }
 
-    /// Reads `path`; a missing file gives the defaults.
+    /// Reads `path`, a regular file of at most 1 MiB (a FIFO or a device would block or
+    /// never end); a missing file gives the defaults.
     pub fn load(path: &Path) -> Result<Self, String> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(&text, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+        use std::os::unix::fs::OpenOptionsExt;
+        let failed = |why: String| format!("{}: {why}", path.display());
+        let file =
+            match std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+                Err(e) => return Err(failed(e.to_string())),
+            };
+        let meta = file.metadata().map_err(|e| failed(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(failed("not a regular file".into()));
         }
+        if meta.len() > CONFIG_MAX_BYTES {
+            return Err(failed(format!("{} bytes; at most 1 MiB", meta.len())));
+        }
+        let mut text = String::new();
+        file.take(CONFIG_MAX_BYTES)
+            .read_to_string(&mut text)
+            .map_err(|e| failed(format!("not readable as UTF-8 text: {e}")))?;
+        Self::parse(&text, &path.display().to_string())
     }
 }
 
@@ -187,6 +279,48 @@ mod tests {
         assert!(e.starts_with("agent.toml:2:14: "), "{e}");
         let e = AgentConfig::parse("[gpu]\nmanage_mgi = false\n", "agent.toml").unwrap_err();
         assert!(e.starts_with("agent.toml:2:1: unknown field `manage_mgi`"), "{e}");
+    }
+
+    #[test]
+    fn numbers_out_of_their_range_are_refused_in_our_words() {
+        let e = AgentConfig::parse("[hooks]\ntimeout_seconds = 18446744073709551615\n", "a.toml")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "a.toml:2:19: 18446744073709551615 is not a number of seconds from 1 to 86400"
+        );
+        let e = AgentConfig::parse("[mps]\nhealth_interval_seconds = -1\n", "a.toml").unwrap_err();
+        assert_eq!(e, "a.toml:2:27: -1 is not a number of seconds from 1 to 3600");
+        let c = AgentConfig::parse("[hooks]\ntimeout_seconds = 60\n", "a.toml").unwrap();
+        assert_eq!(c.hooks.timeout_seconds, 60);
+    }
+
+    #[test]
+    fn only_a_regular_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("agent.toml");
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path that lives for the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let e = AgentConfig::load(&fifo).unwrap_err();
+        assert!(e.ends_with("agent.toml: not a regular file"), "{e}");
+        assert_eq!(
+            AgentConfig::load(&dir.path().join("none.toml")).unwrap(),
+            AgentConfig::default()
+        );
+    }
+
+    #[test]
+    fn whereabouts_are_remembered_and_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut good = AgentConfig::default();
+        good.mps.root = "/srv/mps".into();
+        good.metrics.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 9999));
+        good.remember_whereabouts(dir.path()).unwrap();
+        let w = AgentConfig::remembered_whereabouts(dir.path()).unwrap();
+        let restored = AgentConfig::default().with_whereabouts(w);
+        assert_eq!(restored.mps.root, PathBuf::from("/srv/mps"));
+        assert_eq!(restored.metrics.listen.port(), 9999);
     }
 
     #[test]

@@ -89,6 +89,17 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     let profiles_dir = settings.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
     let state_lock = files::lock_state_dir(&state_dir)
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
+    // The MPS servers and tools are where the last configuration that read put them: a
+    // hands-off agent must still see them (a read of its own; it changes nothing).
+    if hands_off.is_some() {
+        if let Some(whereabouts) = AgentConfig::remembered_whereabouts(&state_dir) {
+            tracing::warn!(
+                mps_root = %whereabouts.mps_root.display(),
+                "observing with the MPS root and tools of the last agent.toml that read"
+            );
+            config = config.with_whereabouts(whereabouts);
+        }
+    }
 
     let driver = match &settings.simulate {
         None => Driver::Nvidia,
@@ -98,13 +109,22 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             let node = SimulatedNode::new(spec, &state_dir);
             // SAFETY: the caller guarantees a single thread.
             unsafe { node.export() };
-            // The simulated node brings its own tools, unless agent.toml names others.
+            // The simulated node brings its own tools, unless agent.toml names others; and
+            // its MPS servers live with its state (simulated GPUs have the same UUIDs on
+            // every node, so two simulated agents must not share a root), unless it is the
+            // packaged agent (the default state directory, which one agent holds at a time),
+            // whose gpushare-mps@ units have their paths under the default root.
             let defaults = AgentConfig::default();
             if config.mps.control == defaults.mps.control {
                 config.mps.control = simulator.mps_control.clone();
             }
             if config.timeslice.nvidia_smi == defaults.timeslice.nvidia_smi {
                 config.timeslice.nvidia_smi = simulator.nvidia_smi.clone();
+            }
+            if config.mps.root == defaults.mps.root
+                && state_dir != Path::new(config::DEFAULT_STATE_DIR)
+            {
+                config.mps.root = state_dir.join("mps");
             }
             tracing::info!(
                 gpus = models.len(),
@@ -115,6 +135,11 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             Driver::Simulated(simulator.library)
         }
     };
+    if hands_off.is_none()
+        && let Err(e) = config.remember_whereabouts(&state_dir)
+    {
+        tracing::warn!("remembering where the MPS servers are: {e}");
+    }
     Ok(Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock: state_lock })
 }
 

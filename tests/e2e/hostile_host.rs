@@ -225,3 +225,60 @@ fn a_flood_of_reads_does_not_hold_up_roots_status() {
     eprintln!("after 24 × 30 MiB origins: {latency}; RSS {} MiB", after >> 20);
     assert!(after < 64 << 20, "the agent holds {} MiB after the origins", after >> 20);
 }
+
+/// Point 5: a malformed `agent.toml` leaves the agent hands-off but still seeing where its
+/// MPS servers run; a FIFO in its place does not block the start; an out-of-range number
+/// is a one-line error of the file, not a panic at every apply.
+#[test]
+fn agent_toml_that_does_not_read_never_blinds_blocks_or_panics_the_agent() {
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let config = agent.dir.path().join("agent.toml");
+    let good = std::fs::read_to_string(&config).unwrap();
+
+    std::fs::write(&config, format!("{good}\n[mps]\nroot = 3\n")).unwrap();
+    agent.restart();
+    let status = agent.status();
+    assert!(status.hands_off.is_some(), "{status:?}");
+    assert_eq!(status.gpus[0].sharing.strategy, "mps", "the running server went unseen");
+
+    std::fs::remove_file(&config).unwrap();
+    let path = std::ffi::CString::new(config.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path that lives for the call.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    agent.restart();
+    let hands_off = agent.status().hands_off.unwrap_or_default();
+    assert!(hands_off.contains("not a regular file"), "{hands_off}");
+
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, format!("{good}\n[hooks]\ntimeout_seconds = 18446744073709551615\n"))
+        .unwrap();
+    agent.restart();
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(!out.status.success());
+    let said = gpushare_tests::stderr(&out);
+    assert!(said.contains("is not a number of seconds from 1 to 86400"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(agent.ctl(&["status"]).status.success(), "the agent runs on");
+}
+
+/// Point 6: two simulated agents side by side (their own buses and states, the default
+/// MPS root in their configuration) never see or stop each other's MPS servers.
+#[test]
+fn simulated_agents_side_by_side_keep_their_mps_servers_apart() {
+    let mps_control = gpushare_tests::binary(
+        gpushare_tests::SIM_MPS_CONTROL,
+        gpushare_tests::SIM_MPS_CONTROL_ENV,
+    );
+    let config = format!("[mps]\ncontrol = {mps_control:?}\nhealth_interval_seconds = 1\n");
+    let first = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+    let second = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+    assert!(first.ctl(&["apply", "all-mps"]).status.success());
+    assert_eq!(first.mps_servers().len(), 1);
+    assert!(second.mps_servers().is_empty(), "the second agent sees the first one's server");
+    assert!(second.ctl(&["apply", "all-disabled"]).status.success());
+    let kept = first.mps_servers();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].state, "running", "the second agent stopped the first one's server");
+    assert!(kept[0].pipe_directory.starts_with(&first.dir.path().display().to_string()));
+}
