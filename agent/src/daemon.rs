@@ -91,14 +91,14 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
     // The MPS servers and tools are where the last configuration that read put them: a
     // hands-off agent must still see them (a read of its own; it changes nothing).
-    if hands_off.is_some() {
-        if let Some(whereabouts) = AgentConfig::remembered_whereabouts(&state_dir) {
-            tracing::warn!(
-                mps_root = %whereabouts.mps_root.display(),
-                "observing with the MPS root and tools of the last agent.toml that read"
-            );
-            config = config.with_whereabouts(whereabouts);
-        }
+    if hands_off.is_some()
+        && let Some(whereabouts) = AgentConfig::remembered_whereabouts(&state_dir)
+    {
+        tracing::warn!(
+            mps_root = %whereabouts.mps_root.display(),
+            "observing with the MPS root and tools of the last agent.toml that read"
+        );
+        config = config.with_whereabouts(whereabouts);
     }
 
     let driver = match &settings.simulate {
