@@ -5,7 +5,10 @@
 //! nobody owns `io.gpushare.Agent1` on the system bus (or the system bus is unreachable)
 //! and `DBUS_SESSION_BUS_ADDRESS` is set, the same call is retried on the session bus,
 //! where a newcomer's agent runs without root; when the agent does not know a method, its
-//! `Version` is read to say which agent is too old.
+//! `Version` is read to say which agent is too old. On the system bus the agent is
+//! activatable: a call that has no answer after a quarter of a second asks systemd whether the
+//! unit can start at all, and says why not at once rather than after the bus's 25 s
+//! activation timeout ([`unit_cannot_start`]).
 
 use gpushare_proto::{AgentError, AgentProxy, BUS_NAME};
 use zbus::Connection;
@@ -226,7 +229,7 @@ impl Client {
             Unreachable(String),
         }
         let missed = match Agent::open(primary.clone()).await {
-            Ok(agent) => match f(&agent).await {
+            Ok(agent) => match first_call(&agent, &f).await? {
                 Err(e) if error::is_no_owner(&e) && fallback => Missed::NoOwner,
                 Err(e) if error::is_no_owner(&e) => return Err(not_running(&primary)),
                 other => return self.keep(agent, method, other).await,
@@ -275,6 +278,92 @@ impl Client {
             Ok(v) => Ok(v),
             Err(e) => Err(agent.explain(method, e).await),
         }
+    }
+}
+
+/// The first call on a bus. On the system bus it is raced against [`unit_cannot_start`]:
+/// an agent whose unit cannot start fails the call at once with the reason.
+async fn first_call<T>(
+    agent: &Agent,
+    f: &impl AsyncFn(&Agent) -> Result<T, AgentError>,
+) -> Result<Result<T, AgentError>, CtlError> {
+    if agent.bus != Bus::System {
+        return Ok(f(agent).await);
+    }
+    tokio::select! {
+        answer = f(agent) => Ok(answer),
+        why = unit_cannot_start(&agent.conn) => Err(CtlError::ctl(Kind::NotRunning, why)),
+    }
+}
+
+/// systemd's interface of every unit.
+const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
+/// The unit of the packaged agent.
+const AGENT_UNIT: &str = "gpushare-agent.service";
+/// How long the first call waits for an answer before ctl asks systemd about the agent.
+const ASK_SYSTEMD_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Resolves, with the reason in one line, once the agent's name has no owner and systemd
+/// shows its unit cannot start (no driver: its `ExecCondition=` failed; the start limit
+/// hit; a failure); never while the agent runs or is starting, nor where there is no such
+/// unit.
+async fn unit_cannot_start(conn: &Connection) -> String {
+    loop {
+        tokio::time::sleep(ASK_SYSTEMD_AFTER).await;
+        if let Some(why) = why_unit_cannot_start(conn).await {
+            return why;
+        }
+    }
+}
+
+async fn why_unit_cannot_start(conn: &Connection) -> Option<String> {
+    let dbus = zbus::fdo::DBusProxy::new(conn).await.ok()?;
+    let name = zbus::names::BusName::try_from(BUS_NAME).ok()?;
+    if dbus.name_has_owner(name).await.ok()? {
+        return None;
+    }
+    let manager = zbus::Proxy::new(
+        conn,
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+    )
+    .await
+    .ok()?;
+    let unit: zbus::zvariant::OwnedObjectPath =
+        manager.call("GetUnit", &(AGENT_UNIT,)).await.ok()?;
+    let property = async |interface: &'static str, name: &'static str| -> Option<String> {
+        let proxy = zbus::Proxy::new(conn, "org.freedesktop.systemd1", unit.clone(), interface)
+            .await
+            .ok()?;
+        proxy.get_property::<String>(name).await.ok()
+    };
+    // A start queued or running (the activation of this very call, say) may yet succeed;
+    // until it ends, the unit's state is that of the last attempt.
+    let unit_proxy =
+        zbus::Proxy::new(conn, "org.freedesktop.systemd1", unit.clone(), UNIT_INTERFACE)
+            .await
+            .ok()?;
+    let (job, _): (u32, zbus::zvariant::OwnedObjectPath) =
+        unit_proxy.get_property("Job").await.ok()?;
+    if job != 0 {
+        return None;
+    }
+    let state = property(UNIT_INTERFACE, "ActiveState").await?;
+    let result = property("org.freedesktop.systemd1.Service", "Result").await?;
+    let see = "see `journalctl -u gpushare-agent`";
+    match (state.as_str(), result.as_str()) {
+        (_, "exec-condition") if matches!(state.as_str(), "inactive" | "failed") => Some(format!(
+            "gpushare-agent is not running: it found no usable NVIDIA driver (its ExecCondition, gpushare-agent --check-driver, failed; {see}); once the driver works, run `systemctl start gpushare-agent`"
+        )),
+        (_, "start-limit-hit") => Some(format!(
+            "gpushare-agent is not running: it failed to start too often and systemd stopped trying (start-limit-hit; {see}); after fixing the cause, run `systemctl reset-failed gpushare-agent && systemctl start gpushare-agent`"
+        )),
+        // With Restart=on-failure, a unit left failed is one systemd stopped restarting.
+        ("failed", result) => Some(format!(
+            "gpushare-agent is not running: its unit failed ({result}) and systemd stopped restarting it ({see}); after fixing the cause, run `systemctl reset-failed gpushare-agent && systemctl start gpushare-agent`"
+        )),
+        _ => None,
     }
 }
 

@@ -76,6 +76,14 @@ pub fn read_document(file: &str) -> Result<(String, String), CtlError> {
     }
     let text =
         String::from_utf8(bytes).map_err(|_| read_error(std::io::ErrorKind::InvalidData.into()))?;
+    // D-Bus strings hold no NUL: sent, it would cost ctl its connection to the bus.
+    if let Some(at) = text.find('\0') {
+        let line = text[..at].matches('\n').count() + 1;
+        return Err(CtlError::ctl(
+            Kind::ReadFile,
+            format!("cannot read {file}: it is not text (a NUL byte on line {line})"),
+        ));
+    }
     Ok((text, origin.to_owned()))
 }
 
@@ -153,6 +161,11 @@ mod tests {
         let e = read_document(path.to_str().unwrap()).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         assert!(e.message.ends_with(": it is not UTF-8 text"), "{}", e.message);
+        let path = dir.join(format!("gpushare-ctl-test-nul-{}.toml", std::process::id()));
+        std::fs::write(&path, b"name = \"x\"\0\n").unwrap();
+        let e = read_document(path.to_str().unwrap()).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.message.ends_with(": it is not text (a NUL byte on line 1)"), "{}", e.message);
     }
 
     #[test]
