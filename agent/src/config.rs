@@ -102,6 +102,7 @@ impl Default for TimesliceSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct ApplySettings {
     /// Most GPUs reconfigured at once; 0 for all.
+    #[serde(deserialize_with = "gpu_count")]
     pub max_parallel_gpus: usize,
 }
 
@@ -165,6 +166,14 @@ fn seconds<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<u64, D
     let value = i128::deserialize(d)?;
     u64::try_from(value).ok().filter(|v| (min..=max).contains(v)).ok_or_else(|| {
         serde::de::Error::custom(format!("{value} is not a number of seconds from {min} to {max}"))
+    })
+}
+
+/// A number of GPUs from 0 (all) to 4096, in our words.
+fn gpu_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let value = i128::deserialize(d)?;
+    usize::try_from(value).ok().filter(|v| *v <= 4096).ok_or_else(|| {
+        serde::de::Error::custom(format!("{value} is not a number of GPUs from 0 (all) to 4096"))
     })
 }
 
@@ -246,6 +255,14 @@ impl AgentConfig {
                 Err(e) => return Err(failed(e.to_string())),
             };
         let meta = file.metadata().map_err(|e| failed(e.to_string()))?;
+        // `--config /dev/null`: no configuration, the defaults, as in any tool.
+        let dev_null = {
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3)
+        };
+        if dev_null {
+            return Ok(Self::default());
+        }
         if !meta.is_file() {
             return Err(failed("not a regular file".into()));
         }
@@ -291,6 +308,8 @@ mod tests {
         );
         let e = AgentConfig::parse("[mps]\nhealth_interval_seconds = -1\n", "a.toml").unwrap_err();
         assert_eq!(e, "a.toml:2:27: -1 is not a number of seconds from 1 to 3600");
+        let e = AgentConfig::parse("[apply]\nmax_parallel_gpus = -1\n", "a.toml").unwrap_err();
+        assert_eq!(e, "a.toml:2:21: -1 is not a number of GPUs from 0 (all) to 4096");
         let c = AgentConfig::parse("[hooks]\ntimeout_seconds = 60\n", "a.toml").unwrap();
         assert_eq!(c.hooks.timeout_seconds, 60);
     }
@@ -304,10 +323,11 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         let e = AgentConfig::load(&fifo).unwrap_err();
         assert!(e.ends_with("agent.toml: not a regular file"), "{e}");
-        assert_eq!(
-            AgentConfig::load(&dir.path().join("none.toml")).unwrap(),
-            AgentConfig::default()
-        );
+        let e = AgentConfig::load(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e, "/dev/zero: not a regular file");
+        for empty in ["none.toml", "/dev/null"] {
+            assert_eq!(AgentConfig::load(&dir.path().join(empty)).unwrap(), AgentConfig::default());
+        }
     }
 
     #[test]

@@ -253,7 +253,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     let _idle = engine.quiesce().await;
     drop(connection);
     match lost {
-        Some(why) => Err(format!("{why} (another agent, or a bus restart?)")),
+        Some(why) => Err(why),
         None => Ok(()),
     }
 }
@@ -319,9 +319,13 @@ async fn name_lost(connection: &zbus::Connection) -> String {
         Ok(stream) => stream,
         Err(e) => return format!("cannot watch the ownership of {BUS_NAME}: {e}"),
     };
+    // The bus says no more than this; its own log has why it dropped a connection (a
+    // message over its size limit, a full queue, the bus itself stopping).
     match lost.next().await {
-        Some(_) => format!("lost the bus name {BUS_NAME}"),
-        None => format!("the bus connection closed; {BUS_NAME} is no longer owned"),
+        Some(_) => format!("the bus took the name {BUS_NAME} away"),
+        None => format!(
+            "the bus closed the agent's connection, and with it {BUS_NAME} (the bus's log says why)"
+        ),
     }
 }
 
@@ -352,7 +356,8 @@ fn reload_profiles_on_sighup(engine: &Arc<Engine>, dir: PathBuf) {
     });
 }
 
-/// Checks the MPS servers every `interval` (restarting those that died).
+/// Checks the MPS servers every `interval` (restarting those that died), and logs drift
+/// from the active profile when something else changed the GPUs.
 fn supervise(engine: &Arc<Engine>, interval: Duration) {
     let engine = Arc::clone(engine);
     tokio::spawn(async move {
@@ -361,6 +366,7 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
         loop {
             ticks.tick().await;
             engine.supervise_mps().await;
+            engine.log_drift().await;
         }
     });
 }

@@ -467,10 +467,7 @@ fn parse_slo(text: &str) -> Result<SloArg, String> {
 /// with a digit).
 fn parse_histogram(text: &str) -> Result<String, String> {
     let name = text.trim();
-    let valid = name.chars().enumerate().all(|(i, c)| {
-        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
-    });
-    if name.is_empty() || !valid {
+    if !gpushare_proto::bench::is_metric_name(name) {
         return Err(format!("`{text}` is not a Prometheus metric name"));
     }
     Ok(name.to_owned())

@@ -282,3 +282,103 @@ fn simulated_agents_side_by_side_keep_their_mps_servers_apart() {
     assert_eq!(kept[0].state, "running", "the second agent stopped the first one's server");
     assert!(kept[0].pipe_directory.starts_with(&first.dir.path().display().to_string()));
 }
+
+/// Point 7: a file with a NUL byte never reaches the bus (which would drop ctl's
+/// connection): one line naming the file and the byte, exit 1, nothing applied.
+#[test]
+fn a_profile_file_with_a_nul_byte_is_refused_by_ctl() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let (_dir, file) =
+        gpushare_tests::temp_file("nul.toml", b"name = \"nul\"\n[[gpu]]\nselect = \"all\"\n\0\n");
+    let path = file.to_str().unwrap();
+    for verb in [&["validate", path][..], &["apply", "-f", path], &["plan", "-f", path]] {
+        let out = agent.ctl(verb);
+        let said = gpushare_tests::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{verb:?}: {said}");
+        assert_eq!(said.trim().lines().count(), 1, "{verb:?}: {said}");
+        assert!(said.contains(path) && said.contains("a NUL byte on line 4"), "{said}");
+    }
+    assert_eq!(agent.status().active_profile, None, "nothing was applied");
+}
+
+/// Point 8: another NVML client destroys an instance of the active layout; `status` says
+/// the GPUs drifted from the active profile (text and JSON), the log says it once,
+/// and applying the profile again clears it.
+#[test]
+fn a_layout_changed_behind_the_agents_back_is_reported_as_drift() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let options = AgentOptions::simulate("a100-40gb:2").env("GPUSHARE_LOG", "info");
+    let agent = Agent::start(options.stderr_to(log.path()));
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    assert_eq!(agent.status().drift, None);
+
+    // The 3g instance of GPU 0 and its compute instances, destroyed as any NVML client can.
+    let out = agent.nvml_client(
+        "dev = ctypes.c_void_p()\n\
+         assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0\n\
+         info = (ctypes.c_uint * 16)()\n\
+         assert nvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, 2, info) == 0\n\
+         gis = (ctypes.c_void_p * 8)(); count = ctypes.c_uint(0)\n\
+         assert nvml.nvmlDeviceGetGpuInstances(dev, info[0], gis, ctypes.byref(count)) == 0\n\
+         assert count.value == 1, count.value\n\
+         gi = ctypes.c_void_p(gis[0])\n\
+         ci_info = (ctypes.c_uint * 16)()\n\
+         assert nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0, ci_info) == 0\n\
+         cis = (ctypes.c_void_p * 8)(); cis_count = ctypes.c_uint(0)\n\
+         assert nvml.nvmlGpuInstanceGetComputeInstances(gi, ci_info[0], cis, ctypes.byref(cis_count)) == 0\n\
+         for i in range(cis_count.value):\n    assert nvml.nvmlComputeInstanceDestroy(ctypes.c_void_p(cis[i])) == 0\n\
+         assert nvml.nvmlGpuInstanceDestroy(gi) == 0\n",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    let status = agent.status();
+    let drift = status.drift.expect("drift reported");
+    assert!(
+        drift.contains("no longer match the active profile half-balanced")
+            && drift.contains("gpushare-ctl plan half-balanced"),
+        "{drift}"
+    );
+    let shown = gpushare_tests::stdout(&agent.ctl(&["status"]));
+    assert!(shown.contains("Drift: the GPUs no longer match"), "{shown}");
+    let logged = |what: &str| std::fs::read_to_string(log.path()).unwrap().matches(what).count();
+    let every = Duration::from_millis(100);
+    gpushare_tests::wait_for(Duration::from_secs(10), every, || {
+        (logged("no longer match the active profile") > 0)
+            .then_some(())
+            .ok_or_else(|| "not logged".to_string())
+    });
+
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    assert_eq!(agent.status().drift, None);
+    gpushare_tests::wait_for(Duration::from_secs(10), every, || {
+        (logged("match the active profile again") > 0)
+            .then_some(())
+            .ok_or_else(|| "not logged".to_string())
+    });
+    assert_eq!(logged("no longer match the active profile"), 1, "logged once");
+}
+
+/// Point 8: when the active profile's own file stops parsing, `status`, `assert` and the
+/// re-apply at start-up name the file's error, not an unknown profile.
+#[test]
+fn a_malformed_active_profile_is_shown_with_its_parse_error() {
+    let good = "name = \"mylab\"\n[[gpu]]\nselect = \"all\"\nsharing.mps = { replicas = 2 }\n";
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1").profile("mylab.toml", good));
+    assert!(agent.ctl(&["apply", "mylab"]).status.success());
+    let file = agent.dir.path().join("profiles.d/mylab.toml");
+    std::fs::write(&file, "name = \"mylab\"\n[[gpu]]\nselect = \"all\"\nsharing.mps = {\n")
+        .unwrap();
+    agent.restart();
+
+    let status = agent.status();
+    let source = status.active_source.clone().unwrap_or_default();
+    assert!(source.contains("mylab.toml") && !source.contains("unknown"), "{source}");
+    let start_up = status.start_up_error.clone().unwrap_or_default();
+    assert!(start_up.contains("mylab.toml") && !start_up.contains("unknown"), "{start_up}");
+    let shown = gpushare_tests::stdout(&agent.ctl(&["status"]));
+    assert!(shown.contains("mylab.toml"), "{shown}");
+    let out = agent.ctl(&["assert", "mylab"]);
+    let said = gpushare_tests::stderr(&out);
+    assert!(!out.status.success() && said.contains("mylab.toml"), "{said}");
+    assert!(!said.contains("unknown profile"), "{said}");
+}

@@ -474,6 +474,33 @@ impl Agent {
             .expect("the simulated nvidia-smi runs")
     }
 
+    /// A Python script run as another NVML client of this agent's simulated node (through
+    /// `ctypes`, as pynvml loads the library): `nvml` is the loaded simulated
+    /// `libnvidia-ml.so`, initialized. What the script printed, or its error.
+    pub fn nvml_client(&self, script: &str) -> Output {
+        // The simulated driver beside the simulated tools (where cargo builds them all).
+        let library = match std::env::var_os("GPUSHARE_SIM_DIR") {
+            Some(dir) => PathBuf::from(dir).join("libnvidia-ml.so.1"),
+            None => {
+                binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV).with_file_name("libgpushare_sim_nvml.so")
+            }
+        };
+        let prelude = "import ctypes, sys\n\
+                       nvml = ctypes.CDLL(sys.argv[1])\n\
+                       assert nvml.nvmlInit_v2() == 0, 'nvmlInit'\n";
+        Command::new("python3")
+            .arg("-c")
+            .arg(format!("{prelude}{script}\nassert nvml.nvmlShutdown() == 0\n"))
+            .arg(library)
+            .env("GPUSHARE_SIM_NODE", &self.options.simulate)
+            .env("GPUSHARE_SIM_STATE", self.sim_state())
+            .env_remove("GPUSHARE_SIM_RECORD")
+            .env_remove("GPUSHARE_SIM_FAIL")
+            .stdin(Stdio::null())
+            .output()
+            .expect("python3 runs")
+    }
+
     /// The MPS server directories' root.
     pub fn mps_root(&self) -> PathBuf {
         self.dir.path().join("mps")

@@ -549,6 +549,25 @@ impl fmt::Display for CommandLookup {
     }
 }
 
+/// A number of seconds as a message shows it: `0.5 s`, `1e300 s` (never three hundred
+/// digits).
+pub fn seconds_text(seconds: f64) -> String {
+    if seconds.is_finite() && seconds.abs() < 1e9 {
+        format!("{seconds} s")
+    } else {
+        format!("{seconds:e} s")
+    }
+}
+
+/// Whether `name` is a Prometheus metric name (letters, digits, `_` and `:`, not empty,
+/// not starting with a digit): what `--histogram` takes.
+pub fn is_metric_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().enumerate().all(|(i, c)| {
+            c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+        })
+}
+
 /// The file a shell would run for `program` from `cwd` with `path` as its PATH: a name
 /// with a `/` relative to `cwd`, a bare name in the first PATH directory holding an
 /// executable file of that name (an empty entry, or a relative one, from `cwd`).

@@ -31,6 +31,10 @@ pub struct Status {
     /// Why the agent changes nothing on the GPUs (its configuration did not read), if so.
     #[serde(default)]
     pub hands_off: Option<String>,
+    /// How the GPUs differ from the active profile, when something else changed them (no
+    /// job of the agent's runs): the steps that would apply it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
     /// Why the re-apply of the active profile at start-up failed, until an apply succeeds.
     #[serde(default)]
     pub start_up_error: Option<String>,

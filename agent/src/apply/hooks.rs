@@ -78,7 +78,7 @@ impl Hooks {
             let failed = |e: &dyn std::fmt::Display| format!("{name} hook `{command}`: {e}");
             let done = tokio::task::spawn_blocking(log::in_current_span(move || cmd.run()))
                 .await
-                .map_err(|e| failed(&e))?
+                .map_err(|e| failed(&crate::sys::task_failed(&e)))?
                 .map_err(|e| failed(&e))?;
             let Some(status) = done.status else {
                 return Err(format!(

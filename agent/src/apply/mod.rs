@@ -326,7 +326,7 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
         let log = Arc::clone(&shared.log);
         let logged = tokio::task::spawn_blocking(move || log.step_done(index))
             .await
-            .map_err(|e| ApplyError::Journal(e.to_string()))
+            .map_err(|e| ApplyError::Journal(crate::sys::task_failed(&e)))
             .and_then(|r| r.map_err(|e| ApplyError::Journal(e.to_string())));
         if let Err(e) = logged {
             shared.abort.store(true, Ordering::SeqCst);

@@ -171,6 +171,5 @@ impl Reads {
 
 /// The error of a backend call that panicked on the blocking pool.
 pub(super) fn panicked(e: tokio::task::JoinError) -> GpuError {
-    GpuError::new("backend", None, ErrorCode::Unknown)
-        .with_detail(format!("the backend call panicked: {e}"))
+    GpuError::new("backend", None, ErrorCode::Unknown).with_detail(crate::sys::task_failed(&e))
 }

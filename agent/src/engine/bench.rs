@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use gpushare_proto::bench::{
     BENCH_BASELINE_RUNS, BENCH_MAX_DURATION, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS,
     BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchReport, BenchRun, BenchStrategy,
-    BenchStrategyRuns, ENV_STRATEGY, Objective, Slo,
+    BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, seconds_text,
 };
 use gpushare_proto::exact_size;
 use tokio::sync::mpsc::UnboundedSender;
@@ -124,10 +124,11 @@ impl BenchOptions {
         if let Some(d) =
             self.duration.filter(|d| !(BENCH_MIN_SECONDS..=BENCH_MAX_DURATION).contains(d))
         {
-            return bad(format!("duration: {d} s is not from 1 s to 1 hour"));
+            return bad(format!("duration: {} is not from 1 s to 1 hour", seconds_text(d)));
         }
         if !(BENCH_MIN_SECONDS..=BENCH_MAX_TIME_LIMIT).contains(&self.time_limit) {
-            return bad(format!("time_limit: {} s is not from 1 s to 24 hours", self.time_limit));
+            let limit = seconds_text(self.time_limit);
+            return bad(format!("time_limit: {limit} is not from 1 s to 24 hours"));
         }
         if self.duration.is_some_and(|d| d >= self.time_limit) {
             return bad("duration: the window must be shorter than the time limit".into());
@@ -409,7 +410,12 @@ impl Engine {
             replicas::check(&launch, spec)
         })
         .await
-        .map_err(|e| EngineError::Internal(format!("the bench's check failed: {e}")))?
+        .map_err(|e| {
+            EngineError::Internal(format!(
+                "the bench's check failed: {}",
+                crate::sys::task_failed(&e)
+            ))
+        })?
         .map_err(EngineError::InvalidArgument)
     }
 

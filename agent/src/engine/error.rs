@@ -19,6 +19,9 @@ pub enum EngineError {
     /// Profile text that does not parse or validate.
     #[error("{0}")]
     InvalidProfile(#[from] ProfileError),
+    /// A profile asked for by name whose file does not load: the file's error.
+    #[error("{0}")]
+    BrokenProfile(String),
     /// The profile cannot be planned here.
     #[error("{0}")]
     Plan(#[from] PlanError),

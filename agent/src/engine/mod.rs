@@ -51,6 +51,15 @@ use events::Events;
 pub use jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 pub use probe::{ProbeJob, ProbeOptions};
 
+/// The error of a profile the store does not have: unknown, or its file does not load
+/// (then the file's own error, which is what the user must fix).
+fn missing_profile(missing: profile::Missing) -> EngineError {
+    match missing {
+        profile::Missing::Unknown(why) => EngineError::UnknownProfile(why),
+        profile::Missing::Broken(why) => EngineError::BrokenProfile(why),
+    }
+}
+
 /// The name of the job that re-applies the active profile at start-up.
 pub const BOOT_JOB: &str = "start-up";
 /// How long, in all, a job waits for the apply lock while the re-apply at start-up holds
@@ -92,7 +101,9 @@ pub struct Engine {
     start_up_error: Mutex<Option<String>>,
     /// Whether the active profile time-slices, for the document it was last worked out
     /// from (a profile applied from a file is parsed once, not at every `status`).
-    active_time_slices: Mutex<Option<(ActiveProfile, bool)>>,
+    active_parsed: Mutex<Option<(ActiveProfile, Option<Arc<Profile>>)>>,
+    /// The drift last logged, so that a change is logged once.
+    drift_logged: Mutex<Option<String>>,
     /// How bench replicas are started: transient units, or children in new sessions.
     launcher: Arc<Launcher>,
     /// The cancel of the bench running now, for SIGTERM.
@@ -212,7 +223,8 @@ impl Engine {
             hands_off: None,
             document_work: Arc::new(tokio::sync::Semaphore::new(1)),
             start_up_error: Mutex::new(None),
-            active_time_slices: Mutex::new(None),
+            active_parsed: Mutex::new(None),
+            drift_logged: Mutex::new(None),
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -308,11 +320,13 @@ impl Engine {
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
         let node = self.node.observe_shared(reads).await?;
         let mps = &self.node.sharing.mps;
+        let drift = self.drift_of(&node, &journal);
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
             match (&journal.active_document, profiles.get(name)) {
                 (Some(document), _) => document.origin.clone(),
                 (None, Ok(stored)) => stored.source.to_string(),
+                (None, Err(missing @ profile::Missing::Broken(_))) => missing.to_string(),
                 (None, Err(_)) => "no longer known".to_string(),
             }
         });
@@ -344,6 +358,7 @@ impl Engine {
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
             hands_off: self.hands_off.clone(),
+            drift,
             start_up_error: self
                 .start_up_error
                 .lock()
@@ -356,28 +371,106 @@ impl Engine {
     /// Whether the active profile time-slices a whole GPU, whether it was applied by
     /// name or from a document: only then is an nvidia-smi run worth it for `status`.
     fn active_time_slices(&self, journal: &crate::apply::journal::AgentState) -> bool {
-        let Some(name) = &journal.active_profile else {
+        if journal.active_profile.is_none() {
             return false;
-        };
-        let mut cached = self.active_time_slices.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((key, answer)) = cached.as_ref()
+        }
+        // A profile that cannot be read any more: read the intervals rather than guess.
+        self.active_profile_parsed(journal).is_none_or(|p| {
+            p.rules.iter().any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
+        })
+    }
+
+    /// The active profile as parsed, for the document or profile store it was last worked
+    /// out from (a profile applied from a file is parsed once, not at every `status`).
+    fn active_profile_parsed(
+        &self,
+        journal: &crate::apply::journal::AgentState,
+    ) -> Option<Arc<Profile>> {
+        let name = journal.active_profile.as_ref()?;
+        let mut cached = self.active_parsed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((key, parsed)) = cached.as_ref()
             && key.name == *name
             && key.document == journal.active_document
         {
-            return *answer;
+            return parsed.clone();
         }
         let active =
             ActiveProfile { name: name.clone(), document: journal.active_document.clone() };
         let profile = match &active.document {
             Some(d) => self.resolve(ProfileRef::of_document(d)).ok(),
             None => self.profiles().get(&active.name).ok().map(|p| p.profile.clone()),
-        };
-        // A profile that cannot be read any more: read the intervals rather than guess.
-        let answer = profile.is_none_or(|p| {
-            p.rules.iter().any(|r| matches!(r.sharing, profile::Sharing::TimeSlicing { .. }))
-        });
-        *cached = Some((active, answer));
-        answer
+        }
+        .map(Arc::new);
+        *cached = Some((active, profile.clone()));
+        profile
+    }
+
+    /// How `node` differs from the active profile: the steps that would apply it again, in
+    /// one line; `None` when it matches, when none is active, or while a job runs (its
+    /// changes are the agent's own).
+    fn drift_of(
+        &self,
+        node: &NodeState,
+        journal: &crate::apply::journal::AgentState,
+    ) -> Option<String> {
+        if self.running_job().is_some() || journal.transaction.is_some() {
+            return None;
+        }
+        let name = journal.active_profile.as_ref()?;
+        let profile = self.active_profile_parsed(journal)?;
+        let options = PlanOptions { force: true, ..self.policy };
+        match plan::plan(node, &profile, &options) {
+            Ok(plan) => {
+                // An interval that was not read (nvidia-smi is run only where one matters)
+                // is no evidence of drift.
+                let steps: Vec<&plan::Step> = plan
+                    .steps()
+                    .filter(|s| match s {
+                        plan::Step::SetTimeslice { gpu, .. } => node.timeslice(*gpu).is_some(),
+                        _ => true,
+                    })
+                    .collect();
+                if steps.is_empty() {
+                    return None;
+                }
+                let shown: Vec<String> = steps.iter().take(3).map(ToString::to_string).collect();
+                let more = steps.len() - shown.len();
+                let more = if more > 0 { format!(", and {more} more") } else { String::new() };
+                let count = steps.len();
+                let noun = if count == 1 { "step" } else { "steps" };
+                Some(format!(
+                    "the GPUs no longer match the active profile {name} (changed outside gpushare?): applying it again would take {count} {noun} ({}{more}); see `gpushare-ctl plan {name}`",
+                    shown.join("; ")
+                ))
+            }
+            Err(e) => Some(format!(
+                "the GPUs no longer match the active profile {name}, which cannot be applied to them as they are: {e}"
+            )),
+        }
+    }
+
+    /// Logs drift from the active profile once when it appears, and once when it is gone
+    /// (called by the health check: something else changed the GPUs behind the agent).
+    pub async fn log_drift(&self) {
+        if self.hands_off.is_some() {
+            return;
+        }
+        // Not while a job changes the GPUs: its changes are no drift.
+        let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return };
+        let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS).await else { return };
+        let journal = self.journal.snapshot();
+        let drift = self.drift_of(&node, &journal);
+        let mut logged = self.drift_logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if *logged != drift {
+            match &drift {
+                Some(how) => tracing::warn!("{how}"),
+                None if logged.is_some() => {
+                    tracing::info!("the GPUs match the active profile again")
+                }
+                None => {}
+            }
+            *logged = drift;
+        }
     }
 
     /// The MPS servers with their clients.
@@ -390,7 +483,7 @@ impl Engine {
             node
         })
         .await
-        .map_err(|e| EngineError::Internal(e.to_string()))?;
+        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?;
         let mps = &self.node.sharing.mps;
         Ok(MpsStatus {
             servers: node.mps.iter().map(|s| report::mps_server(s, &node, mps)).collect(),
@@ -417,7 +510,7 @@ impl Engine {
         let (record, server) =
             tokio::task::spawn_blocking(move || sharing.mps.server_of_client(pid))
                 .await
-                .map_err(|e| EngineError::Internal(e.to_string()))??;
+                .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
         // A limit above the served device's memory would be taken and limit nothing.
         if let Some(bytes) = memory_bytes {
             let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
@@ -438,7 +531,7 @@ impl Engine {
             sharing.mps.limit_server(&served, server, threads, memory_bytes)
         })
         .await
-        .map_err(|e| EngineError::Internal(e.to_string()))??;
+        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
         Ok(MpsLimitResult {
             pid,
             server_pid: server,
@@ -530,11 +623,9 @@ impl Engine {
 
     fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {
         match profile {
-            ProfileRef::Named(name) => self
-                .profiles()
-                .get(name)
-                .map(|p| p.profile.clone())
-                .map_err(EngineError::UnknownProfile),
+            ProfileRef::Named(name) => {
+                self.profiles().get(name).map(|p| p.profile.clone()).map_err(missing_profile)
+            }
             ProfileRef::Document { text, origin, config } => {
                 Ok(profile::parse_document(text, origin, config)?)
             }
@@ -551,7 +642,7 @@ impl Engine {
         let _turn = self.document_turn().await?;
         tokio::task::spawn_blocking(move || profile::parse_document(&text, &origin, &config))
             .await
-            .map_err(|e| EngineError::Internal(e.to_string()))?
+            .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?
             .map_err(EngineError::from)
     }
 
@@ -577,7 +668,7 @@ impl Engine {
             Ok((plan, node, profile))
         })
         .await
-        .map_err(|e| EngineError::Internal(e.to_string()))?
+        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?
     }
 
     /// Plans a profile against a fresh observation.
@@ -808,7 +899,7 @@ impl Engine {
     /// One profile with its text.
     pub fn show_profile(&self, name: &str) -> Result<ProfileDetail, EngineError> {
         let profiles = self.profiles();
-        let stored = profiles.get(name).map_err(EngineError::UnknownProfile)?;
+        let stored = profiles.get(name).map_err(missing_profile)?;
         Ok(ProfileDetail {
             summary: report::summary(stored, self.active_by_name().as_deref()),
             text: stored.text.clone(),
@@ -1005,7 +1096,15 @@ mod tests {
             // The disk goes away mid-apply: the journal's next writes fail.
             let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
             let run = engine.run_apply(&job, tx);
-            let remove = async { std::fs::remove_dir_all(&state).unwrap() };
+            // A journal write on the blocking pool may add a file while it is removed.
+            let remove = async {
+                while let Err(e) = std::fs::remove_dir_all(&state) {
+                    assert_ne!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        break;
+                    }
+                }
+            };
             let (report, ()) = tokio::join!(run, remove);
             drop(job);
             assert_eq!(report.result, JobResult::Failed, "{:?}", report.error);

@@ -174,7 +174,7 @@ impl Engine {
                 crate::probe::run::sweep(&exe, workload, &counts, seconds, &env)
             })
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| crate::sys::task_failed(&e))??;
             for r in results {
                 device = r.solo.device.name.clone();
                 runs.push(report::probe_run(&r));

@@ -23,6 +23,7 @@
 //! | `gpushare_apply_failures_total` | counter | | applies that did not succeed (`failed` + `rolled_back`) |
 //! | `gpushare_apply_in_progress` | gauge | | 1 while an apply changes the GPUs (not while a probe runs) |
 //! | `gpushare_rollback_failed` | gauge | | 1 while the GPUs may be between layouts (an apply failed and so did its rollback) |
+//! | `gpushare_profile_drift` | gauge | | 1 while the GPUs no longer match the active profile (something else changed them) |
 //! | `gpushare_active_profile_info` | gauge | `profile` | 1 for the profile last applied, 0 for one that was before |
 //! | `gpushare_gpu_info` | gauge | `gpu`, `UUID`, `model_name` | 1 |
 //! | `gpushare_gpu_mig_enabled` | gauge | `gpu`, `UUID` | 1 when MIG mode is on |
@@ -82,6 +83,7 @@ const ROLLBACKS: &str = "gpushare_rollbacks_total";
 const APPLY_FAILURES: &str = "gpushare_apply_failures_total";
 const APPLY_IN_PROGRESS: &str = "gpushare_apply_in_progress";
 const ROLLBACK_FAILED: &str = "gpushare_rollback_failed";
+const PROFILE_DRIFT: &str = "gpushare_profile_drift";
 const ACTIVE_PROFILE: &str = "gpushare_active_profile_info";
 const GPU_INFO: &str = "gpushare_gpu_info";
 const GPU_MIG_ENABLED: &str = "gpushare_gpu_mig_enabled";
@@ -169,6 +171,10 @@ fn register() {
         "1 when an apply failed and so did its rollback: the GPUs may be between layouts (see gpushare-ctl status)."
     );
     describe_gauge!(
+        PROFILE_DRIFT,
+        "1 while the GPUs no longer match the active profile: something else changed them (see gpushare-ctl status)."
+    );
+    describe_gauge!(
         ACTIVE_PROFILE,
         "1 for the profile last applied successfully; 0 for one active before."
     );
@@ -219,6 +225,7 @@ fn register() {
     counter!(APPLY_FAILURES).increment(0);
     gauge!(APPLY_IN_PROGRESS).set(0.0);
     gauge!(ROLLBACK_FAILED).set(0.0);
+    gauge!(PROFILE_DRIFT).set(0.0);
 }
 
 /// Follows the engine's events: counts finished applies and probes and marks an apply in
@@ -410,6 +417,7 @@ fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
         out.push(((ACTIVE_PROFILE, vec![("profile", profile.clone())]), 1.0));
     }
     out.push(((ROLLBACK_FAILED, Vec::new()), flag(status.rollback_error.is_some())));
+    out.push(((PROFILE_DRIFT, Vec::new()), flag(status.drift.is_some())));
 
     for gpu in &status.gpus {
         let labels = gpu_labels(gpu);
@@ -540,6 +548,7 @@ mod tests {
             starting_up: false,
             rollback_error: None,
             hands_off: None,
+            drift: None,
             start_up_error: None,
             gpus: vec![
                 GpuStatus {
@@ -771,11 +780,29 @@ mod tests {
     }
 
     #[test]
+    fn metrics_show_drift_while_status_reports_it() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (mut status, mps) = status_and_mps();
+        status.drift = Some("the GPUs no longer match the active profile half-balanced".into());
+        metrics::with_local_recorder(&recorder, || {
+            register();
+            let mut tracker = Tracker::new();
+            tracker.update(&status, &mps);
+            assert_value(&handle.render(), PROFILE_DRIFT, &[], 1.0);
+            status.drift = None;
+            tracker.update(&status, &mps);
+        });
+        assert_value(&handle.render(), PROFILE_DRIFT, &[], 0.0);
+    }
+
+    #[test]
     fn metrics_update_state() {
         let text = render_all();
         assert_value(&text, ACTIVE_PROFILE, &[("profile", "half-balanced")], 1.0);
         assert_value(&text, APPLY_IN_PROGRESS, &[], 0.0);
         assert_value(&text, ROLLBACK_FAILED, &[], 0.0);
+        assert_value(&text, PROFILE_DRIFT, &[], 0.0);
 
         let g0 = [("gpu", "0"), ("UUID", GPU0)];
         let g1 = [("gpu", "1"), ("UUID", GPU1)];

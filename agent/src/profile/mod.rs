@@ -14,7 +14,7 @@ mod parse;
 pub(crate) mod store;
 
 pub use parse::{line_column, parse_pci_device_id, parse_profile};
-pub use store::{ProfileSource, ProfileStore, StoredProfile};
+pub use store::{Missing, ProfileSource, ProfileStore, StoredProfile};
 
 use std::fmt;
 

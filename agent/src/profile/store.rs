@@ -56,6 +56,26 @@ pub struct StoredProfile {
 pub struct ProfileStore {
     profiles: BTreeMap<String, StoredProfile>,
     errors: Vec<String>,
+    /// The error of each file that did not load, by the name its file stem gives it: a
+    /// profile asked for by that name is refused with the file's error, not as unknown.
+    broken: BTreeMap<String, String>,
+}
+
+/// Why [`ProfileStore::get`] has no profile of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// No profile of that name, nor a file that would give it: the known names listed.
+    Unknown(String),
+    /// The file of that name does not load: its error.
+    Broken(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Unknown(why) | Missing::Broken(why) => f.write_str(why),
+        }
+    }
 }
 
 impl ProfileStore {
@@ -93,6 +113,9 @@ impl ProfileStore {
         paths.sort();
         for path in paths {
             if let Err(e) = store.add_file(&path) {
+                if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                    store.broken.insert(super::parse::name_from_stem(stem), e.clone());
+                }
                 store.errors.push(e);
             }
         }
@@ -120,10 +143,16 @@ impl ProfileStore {
     }
 
     /// The profile called `name`, or a one-line error listing the known names.
-    pub fn get(&self, name: &str) -> Result<&StoredProfile, String> {
-        self.profiles.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
-            format!("unknown profile {name:?}; known profiles: {}", known.join(", "))
+    pub fn get(&self, name: &str) -> Result<&StoredProfile, Missing> {
+        self.profiles.get(name).ok_or_else(|| match self.broken.get(name) {
+            Some(e) => Missing::Broken(format!("profile {name:?} does not load: {e}")),
+            None => {
+                let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+                Missing::Unknown(format!(
+                    "unknown profile {name:?}; known profiles: {}",
+                    known.join(", ")
+                ))
+            }
         })
     }
 
@@ -185,7 +214,7 @@ mod tests {
 
     #[test]
     fn unknown_names_list_the_known_ones() {
-        let e = ProfileStore::built_in().get("half").unwrap_err();
+        let e = ProfileStore::built_in().get("half").unwrap_err().to_string();
         assert!(e.starts_with("unknown profile \"half\"; known profiles: all-balanced, "), "{e}");
     }
 
@@ -204,7 +233,14 @@ mod tests {
         let mine = store.get("all-balanced").unwrap();
         assert_eq!(mine.profile.description, "mine");
         assert!(matches!(mine.source, ProfileSource::File(_)));
-        assert!(store.get("broken").is_err());
+        // Asked for by name, a file that does not load answers with its own error.
+        match store.get("broken") {
+            Err(Missing::Broken(why)) => {
+                assert!(why.starts_with("profile \"broken\" does not load: "), "{why}");
+                assert!(why.contains("broken.toml:"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(store.errors().len(), 1);
         assert!(store.errors()[0].contains("broken.toml:"), "{:?}", store.errors());
     }

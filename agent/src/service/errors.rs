@@ -13,7 +13,9 @@ impl From<EngineError> for AgentError {
         let message = e.to_string();
         match e {
             EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
-            EngineError::InvalidProfile(_) => AgentError::InvalidProfile(message),
+            EngineError::InvalidProfile(_) | EngineError::BrokenProfile(_) => {
+                AgentError::InvalidProfile(message)
+            }
             EngineError::Plan(PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
             EngineError::Plan(_) | EngineError::HandsOff(_) => AgentError::Infeasible(message),
             EngineError::Busy(_) => AgentError::Busy(message),

@@ -121,7 +121,8 @@ fn bounded_list(key: &str, items: &[String], most: usize, bytes: usize) -> Resul
 fn seconds(key: &str, value: f64, max: f64, max_words: &str) -> Result<f64, EngineError> {
     if !(BENCH_MIN_SECONDS..=max).contains(&value) {
         return Err(EngineError::InvalidArgument(format!(
-            "{key}: {value} s is not from 1 s to {max_words}"
+            "{key}: {} is not from 1 s to {max_words}",
+            gpushare_proto::bench::seconds_text(value)
         )));
     }
     Ok(value)
@@ -197,7 +198,13 @@ pub fn bench_options(
                 bench.objective = text(key, value)?.parse().map_err(|e| invalid(key, e))?;
             }
             BENCH_SLO => bench.slo = Some(text(key, value)?.parse().map_err(|e| invalid(key, e))?),
-            BENCH_HISTOGRAM => bench.histogram = Some(text(key, value)?),
+            BENCH_HISTOGRAM => {
+                let name = text(key, value)?;
+                if !gpushare_proto::bench::is_metric_name(&name) {
+                    return Err(invalid(key, "not a Prometheus metric name".into()));
+                }
+                bench.histogram = Some(name);
+            }
             BENCH_BUILTIN => {
                 bench.builtin = Some(text(key, value)?.parse().map_err(|e| invalid(key, e))?);
             }
@@ -289,5 +296,30 @@ mod tests {
             e.unwrap_err().to_string(),
             "unknown probe workload \"io\" (launch, compute, memory)"
         );
+    }
+
+    #[test]
+    fn bench_options_are_bounded_and_named_where_they_come_in() {
+        let base = || vec![(BENCH_CWD, Value::from("/w"))];
+        let with = |key: &'static str, value: Value<'static>| {
+            let mut pairs = base();
+            pairs.push((key, value));
+            bench_options(vec!["true".into()], &options(pairs))
+        };
+        assert!(with(BENCH_HISTOGRAM, Value::from("rpc_seconds")).is_ok());
+        let e = with(BENCH_HISTOGRAM, Value::from("")).unwrap_err();
+        assert_eq!(e.to_string(), "histogram: not a Prometheus metric name");
+        let e = with(BENCH_TIME_LIMIT, Value::from(1e300)).unwrap_err();
+        assert_eq!(e.to_string(), "time_limit: 1e300 s is not from 1 s to 24 hours");
+        let e = with(BENCH_TARGET, Value::from("x".repeat(300))).unwrap_err();
+        assert_eq!(e.to_string(), "target: 300 bytes; at most 256");
+        let e = bench_options(vec!["x".repeat(200 << 10)], &options(base())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "command: 1 items of 204800 bytes in all; at most 4096 items and 128 KiB"
+        );
+        let long_key = "k".repeat(1000);
+        let e = apply_options(&options(vec![(long_key.as_str(), Value::from(true))])).unwrap_err();
+        assert!(e.to_string().len() < 100, "{e}");
     }
 }

@@ -9,3 +9,14 @@ pub mod log;
 pub mod procfs;
 pub mod systemd;
 pub mod unix;
+
+/// What a task on tokio's pools that did not finish says to a caller: never the panic's
+/// own text (an internal detail, perhaps quoting input), which the panic hook has already
+/// put in the agent's log.
+pub fn task_failed(e: &tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        "an internal error in gpushare-agent (a bug: its log has the details)".to_owned()
+    } else {
+        "the agent's work was cancelled (the agent is stopping)".to_owned()
+    }
+}

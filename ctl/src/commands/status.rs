@@ -100,6 +100,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     if let Some(error) = &status.start_up_error {
         out.push_str(&format!("Start-up re-apply failed: {error}\n"));
     }
+    if let Some(drift) = &status.drift {
+        out.push_str(&format!("Drift: {drift}\n"));
+    }
     if let Some(apply) = &status.apply_in_progress {
         out.push_str(&format!("Apply in progress: {apply}\n"));
     }
@@ -201,6 +204,7 @@ pub(crate) mod tests {
             starting_up: false,
             rollback_error: None,
             hands_off: None,
+            drift: None,
             start_up_error: None,
             gpus: vec![
                 GpuStatus {
