@@ -6,6 +6,16 @@
 //! gpushare-bench --against DIR [--simulate a100-40gb:8] [--runs 200]
 //! ```
 //!
+//! gpushare-bench --flood [--against DIR] [--simulate a100-40gb:1]
+//! ```
+//!
+//! `--flood` (root: the flood runs as the tests' other user, on a system-type bus with
+//! the package's policy) times root's `status` while another user floods the agent with
+//! 64 connections × 100 pipelined `Export`s, then reads the agent's resident memory after
+//! that and after 24 × 30 MiB origins; with `--against DIR` the other build is measured
+//! the same way right after.
+//!
+//! ```text
 //! `--against DIR` compares this build with the `gpushare-agent` and `gpushare-ctl` of
 //! DIR (another build): both agents run at once on their own buses, and each timed call
 //! goes to one and then the other (the order alternating), so that whatever else the
@@ -29,6 +39,8 @@ struct Args {
     mig_delay_ms: Option<u64>,
     /// Another build's binaries to compare with.
     against: Option<PathBuf>,
+    /// Root's status under another user's flood of reads.
+    flood: bool,
 }
 
 fn parse_args() -> Args {
@@ -38,6 +50,7 @@ fn parse_args() -> Args {
         applies: 100,
         mig_delay_ms: None,
         against: None,
+        flood: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -50,6 +63,7 @@ fn parse_args() -> Args {
                 assert!(args.mig_delay_ms.is_some(), "--mig-delay-ms MS");
             }
             "--against" => args.against = Some(it.next().expect("--against DIR").into()),
+            "--flood" => args.flood = true,
             "--applies" => {
                 args.applies = it.next().and_then(|n| n.parse().ok()).expect("--applies N")
             }
@@ -177,6 +191,10 @@ fn main() {
         parallel_against_serial(delay, 5);
         return;
     }
+    if args.flood {
+        flood(args.simulate.as_deref().unwrap_or("a100-40gb:1"), args.against.as_deref());
+        return;
+    }
     if let Some(other) = &args.against {
         let spec = args.simulate.as_deref().unwrap_or("a100-40gb:8");
         side_by_side(other, spec, args.runs);
@@ -259,5 +277,52 @@ fn main() {
     println!("\n| agent resident memory | KiB |\n|---|---|");
     for l in rss_lines {
         println!("{l}");
+    }
+}
+
+/// `--flood`: root's `status` while another user floods the agent with reads, and the
+/// agent's memory after (issue 23), for this build and then the one of `against`.
+fn flood(spec: &str, against: Option<&std::path::Path>) {
+    use gpushare_tests::OTHER;
+    assert!(gpushare_tests::is_root(), "--flood needs root: the flood runs as {OTHER}");
+    println!("Backend: simulated {spec}; the flood from {OTHER}, status from root\n");
+    println!(
+        "| build | root's `status` during 64 × 100 pipelined `Export`s: p50 / p99 / max ms | the flood | RSS after it | 24 × 30 MiB origins | RSS after them |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let builds = std::iter::once(None).chain(against.map(Some));
+    for dir in builds {
+        let mut options = AgentOptions::simulate(spec).for_other_users();
+        if let Some(dir) = dir {
+            options = options.binaries(dir);
+        }
+        let agent = Agent::start(options);
+        let pid = agent.pid().expect("agent pid");
+        let _ = agent.call(None, &["latency", "1"]); // puts the helper in place
+        let as_other = |args: &[&str]| {
+            let mut cmd = Command::new("setpriv");
+            cmd.args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
+                .arg(agent.dir.path().join("gpushare-e2e-call"))
+                .arg(agent.bus.address())
+                .args(args)
+                .stdout(std::process::Stdio::piped());
+            cmd
+        };
+        let flooding = as_other(&["flood", "64", "100", "Export"]).spawn().expect("the flood");
+        std::thread::sleep(Duration::from_millis(300));
+        let latency = agent.call(None, &["latency", "40"]);
+        let flooded = flooding.wait_with_output().expect("the flood ends");
+        let flooded = String::from_utf8_lossy(&flooded.stdout).trim().replace("flooded ", "");
+        let rss_flood = rss_kib(pid, "VmRSS:");
+        let origins = as_other(&["flood", "24", "1", "Origin:31457280"]).output().unwrap();
+        let origins = String::from_utf8_lossy(&origins.stdout).trim().replace("flooded ", "");
+        let rss_origins = rss_kib(pid, "VmRSS:");
+        let label = dir.map_or("this build".to_string(), |d| format!("`{}`", d.display()));
+        let latency = latency.replace("p50 ", "").replace(" p99 ", " / ").replace(" max ", " / ");
+        println!(
+            "| {label} | {latency} | {flooded} | {:.1} MiB | {origins} | {:.1} MiB |",
+            rss_flood as f64 / 1024.0,
+            rss_origins as f64 / 1024.0
+        );
     }
 }

@@ -85,16 +85,20 @@ fn strings_as_long_as_the_bus_carries_are_refused_by_their_size() {
     let Some(mut agent) = agent_for_other_users() else { return };
     // The bus's default message limit is 32 MiB; the call's own fields take the rest.
     let huge = (32usize << 20) - 4096;
-    for method in ["Plan", "ShowProfile", "Env", "ValidateProfile", "PlanDocument"] {
-        let answer = agent.call(Some(OTHER), &["huge", method, &huge.to_string()]);
-        assert!(answer.starts_with("error io.gpushare.Agent1.Error."), "{method}: {answer:.300}");
+    let methods = ["Plan", "ShowProfile", "Env", "ValidateProfile", "PlanDocument"];
+    for (user, method) in [OTHER, MEMBER].into_iter().flat_map(|u| methods.map(|m| (u, m))) {
+        let answer = agent.call(Some(user), &["huge", method, &huge.to_string()]);
+        assert!(
+            answer.starts_with("error io.gpushare.Agent1.Error."),
+            "{user} {method}: {answer:.300}"
+        );
         let size: usize = answer
             .split("(")
             .nth(1)
             .and_then(|s| s.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(usize::MAX);
-        assert!(size < 1024, "{method}: an error of {size} bytes: {answer:.300}");
+        assert!(size < 1024, "{user} {method}: an error of {size} bytes: {answer:.300}");
         assert!(agent.ctl(&["status"]).status.success(), "the agent left the bus after {method}");
     }
     let answer = agent.call(Some(MEMBER), &["huge", "ApplyDocument", &huge.to_string()]);
