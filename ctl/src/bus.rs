@@ -7,8 +7,8 @@
 //! where a newcomer's agent runs without root; when the agent does not know a method, its
 //! `Version` is read to say which agent is too old. On the system bus the agent is
 //! activatable: a call that has no answer after a quarter of a second asks systemd whether the
-//! unit can start at all, and says why not at once rather than after the bus's 25 s
-//! activation timeout ([`unit_cannot_start`]).
+//! unit can start at all, and once two looks agree says why not, rather than after the
+//! bus's 25 s activation timeout ([`unit_cannot_start`]).
 
 use gpushare_proto::{AgentError, AgentProxy, BUS_NAME};
 use zbus::Connection;
@@ -308,11 +308,17 @@ const ASK_SYSTEMD_AFTER: std::time::Duration = std::time::Duration::from_millis(
 /// hit; a failure); never while the agent runs or is starting, nor where there is no such
 /// unit.
 async fn unit_cannot_start(conn: &Connection) -> String {
+    // Twice the same answer, a quarter of a second apart: the first look may come before
+    // systemd has queued the start this very call asked for (a busy host), and show the
+    // outcome of an earlier attempt.
+    let mut last = None;
     loop {
         tokio::time::sleep(ASK_SYSTEMD_AFTER).await;
-        if let Some(why) = why_unit_cannot_start(conn).await {
-            return why;
+        let why = why_unit_cannot_start(conn).await;
+        if why.is_some() && why == last {
+            return why.unwrap_or_default();
         }
+        last = why;
     }
 }
 
@@ -330,8 +336,9 @@ async fn why_unit_cannot_start(conn: &Connection) -> Option<String> {
     )
     .await
     .ok()?;
+    // LoadUnit rather than GetUnit: an inactive unit systemd unloaded is still the one.
     let unit: zbus::zvariant::OwnedObjectPath =
-        manager.call("GetUnit", &(AGENT_UNIT,)).await.ok()?;
+        manager.call("LoadUnit", &(AGENT_UNIT,)).await.ok()?;
     let property = async |interface: &'static str, name: &'static str| -> Option<String> {
         let proxy = zbus::Proxy::new(conn, "org.freedesktop.systemd1", unit.clone(), interface)
             .await
@@ -356,7 +363,7 @@ async fn why_unit_cannot_start(conn: &Connection) -> Option<String> {
         (_, "exec-condition") if matches!(state.as_str(), "inactive" | "failed") => Some(format!(
             "gpushare-agent is not running: it found no usable NVIDIA driver (its ExecCondition, gpushare-agent --check-driver, failed; {see}); once the driver works, run `systemctl start gpushare-agent`"
         )),
-        (_, "start-limit-hit") => Some(format!(
+        ("failed" | "inactive", "start-limit-hit") => Some(format!(
             "gpushare-agent is not running: it failed to start too often and systemd stopped trying (start-limit-hit; {see}); after fixing the cause, run `systemctl reset-failed gpushare-agent && systemctl start gpushare-agent`"
         )),
         // With Restart=on-failure, a unit left failed is one systemd stopped restarting.

@@ -13,9 +13,10 @@
 //!   `error NAME: (N bytes) FIRST-200-CHARACTERS`.
 //!
 //! - `flood CONNECTIONS CALLS METHOD`: `CONNECTIONS` connections, each sending `CALLS`
-//!   calls of `METHOD` (`Export`, `Status`, or `Origin:BYTES`: `ValidateProfile` with an
-//!   origin of `BYTES` bytes) at once (pipelined), waiting for every reply; prints
-//!   `flooded N calls in MS ms`.
+//!   calls of `METHOD` (`Export`, `Status`, `Origin:BYTES`: `ValidateProfile` with an
+//!   origin of `BYTES` bytes, or `Text:BYTES`: `PlanDocument` with a text of `BYTES`
+//!   bytes) at once (pipelined), waiting for every reply; prints `flooded N calls in MS ms
+//!   (F failed)`.
 //! - `latency COUNT`: `COUNT` `Status` calls one after another on one connection; prints
 //!   `p50 MS p99 MS max MS`.
 //!
@@ -105,16 +106,24 @@ async fn call(args: &[String]) -> Result<String, String> {
                     .map_err(|e| e.to_string())?;
                 clients.push(AgentProxy::new(&conn).await.map_err(|e| e.to_string())?);
             }
-            let origin = match method.strip_prefix("Origin:") {
-                Some(bytes) => "o".repeat(bytes.parse().map_err(|e| format!("{bytes}: {e}"))?),
-                None => String::new(),
+            let sized = |prefix: &str| -> Result<String, String> {
+                match method.strip_prefix(prefix) {
+                    Some(bytes) => {
+                        Ok("o".repeat(bytes.parse().map_err(|e| format!("{bytes}: {e}"))?))
+                    }
+                    None => Ok(String::new()),
+                }
             };
-            let origin = &origin;
+            let (origin, text) = (sized("Origin:")?, sized("Text:")?);
+            let (origin, text) = (&origin, &text);
             let all = clients.iter().flat_map(|agent| {
                 (0..calls).map(move |_| async move {
                     match method.as_str() {
                         "Export" => agent.export().await.map(|_| ()),
                         "Status" => agent.status().await.map(|_| ()),
+                        m if m.starts_with("Text:") => {
+                            agent.plan_document(text, "flood.toml", "").await.map(|_| ())
+                        }
                         _ => agent
                             .validate_profile("[[gpu]]\nselect = 0\n", origin)
                             .await

@@ -34,8 +34,9 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// Point 1: the MPS control daemon's pid file is world-writable (as on a real H100); a pid
-/// another user writes there is never signalled, and a dead one does not make the health
+/// Point 1: the MPS control daemon makes its pid file world-writable (as on a real H100);
+/// the agent makes it 0644 once read, and a pid written there anyway (by root here, as
+/// another user could before) is never signalled, and a dead one does not make the health
 /// check restart the server.
 #[test]
 fn a_pid_written_into_the_mps_pid_file_is_never_signalled() {
@@ -46,10 +47,12 @@ fn a_pid_written_into_the_mps_pid_file_is_never_signalled() {
     let pid_file = std::path::Path::new(&server.pipe_directory).join("nvidia-cuda-mps-control.pid");
     let daemon = server.pid.expect("the daemon runs");
 
-    // A root process of someone else's, and another user naming it in the pid file.
+    // A root process of someone else's, named in the pid file: another user cannot write
+    // it any more, and what is written there anyway is not believed.
     let mut victim = Command::new("sleep").arg("300").spawn().unwrap();
     let wrote = shell_as(OTHER, &format!("echo {} > {}", victim.id(), pid_file.display()));
-    assert!(wrote.status.success(), "the attack needs the file writable: {}", text(&wrote));
+    assert!(!wrote.status.success(), "another user wrote the pid file");
+    std::fs::write(&pid_file, victim.id().to_string()).unwrap();
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "{}", text(&out));
     std::thread::sleep(Duration::from_millis(200));
@@ -69,8 +72,7 @@ fn a_pid_written_into_the_mps_pid_file_is_never_signalled() {
     let mut gone = Command::new("true").spawn().unwrap();
     gone.wait().unwrap();
     let pid_file = std::path::Path::new(&server.pipe_directory).join("nvidia-cuda-mps-control.pid");
-    let wrote = shell_as(OTHER, &format!("echo {} > {}", gone.id(), pid_file.display()));
-    assert!(wrote.status.success(), "{}", text(&wrote));
+    std::fs::write(&pid_file, gone.id().to_string()).unwrap();
     // Three health checks (1 s each in the tests).
     std::thread::sleep(Duration::from_millis(3500));
     let after = agent.mps_servers().remove(0);
@@ -228,6 +230,46 @@ fn a_flood_of_reads_does_not_hold_up_roots_status() {
     let after = rss();
     eprintln!("after 24 × 30 MiB origins: {latency}; RSS {} MiB", after >> 20);
     assert!(after < 64 << 20, "the agent holds {} MiB after the origins", after >> 20);
+
+    // 16 connections × 8 pipelined `PlanDocument`s with 30 MiB texts (3.75 GiB through the
+    // bus): each refused by its size before it waits for a turn, nothing kept after. Root's
+    // calls meanwhile are answered, or refused by the bus itself when its queue to the
+    // agent (127 MiB, four such messages) is full: never held by the agent.
+    let mut texts = Command::new("setpriv")
+        .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
+        .arg(agent.dir.path().join("gpushare-e2e-call"))
+        .args([agent.bus.address(), "flood", "16", "8", "Text:31457280"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut latencies = Vec::new();
+    while texts.try_wait().unwrap().is_none() {
+        latencies.push(agent.call(None, &["latency", "5"]));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let texts = texts.wait_with_output().unwrap();
+    let texts = String::from_utf8_lossy(&texts.stdout);
+    assert!(texts.contains("(128 failed)"), "{texts}");
+    let by_the_bus = latencies.iter().filter(|l| l.contains("full message queue")).count();
+    let slowest = latencies
+        .iter()
+        .filter(|l| !l.contains("full message queue"))
+        .map(|l| {
+            assert!(l.starts_with("p50"), "root's status during 30 MiB texts: {l}");
+            l.split_whitespace().nth(5).and_then(|v| v.parse::<f64>().ok()).unwrap()
+        })
+        .fold(0.0, f64::max);
+    assert!(by_the_bus < latencies.len(), "every run of root's calls refused: {latencies:?}");
+    let latency = agent.call(None, &["latency", "20"]);
+    let p99: f64 = latency.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap();
+    assert!(p99 <= 100.0, "root's status after the texts: {latency}");
+    let after = rss();
+    eprintln!(
+        "during 16 × 8 × 30 MiB texts: {} runs of 5 calls by root, {by_the_bus} refused by the bus, the slowest call of the others {slowest} ms; {texts}; RSS after {} MiB",
+        latencies.len(),
+        after >> 20
+    );
+    assert!(after < 64 << 20, "the agent holds {} MiB after the texts", after >> 20);
 }
 
 /// Point 5: a malformed `agent.toml` leaves the agent hands-off but still seeing where its

@@ -28,7 +28,7 @@ pub struct NodeAccess {
 /// would otherwise queue everyone's `status` behind them (issue 23: 3.2 s).
 #[derive(Default)]
 pub struct SharedObservation {
-    current: std::sync::Mutex<Option<(Reads, InFlight)>>,
+    current: std::sync::Mutex<Option<(Reads, u64, InFlight)>>,
 }
 
 /// An observation as a future every joiner polls; it runs on its own task.
@@ -43,16 +43,19 @@ impl NodeAccess {
     }
 
     /// An observation for a read-only answer (status, export, plans, environments): the
-    /// one in progress, when it reads at least `reads`; else a new one, which later
+    /// one in progress, when it reads at least `reads` and began in the caller's `epoch`
+    /// (no job began or ended since: the engine's count); else a new one, which later
     /// callers join. The answer is at most one observation's time old; anything that
     /// changes the GPUs observes afresh ([`NodeAccess::observe`]).
-    pub async fn observe_shared(&self, reads: Reads) -> Result<NodeState, GpuError> {
+    pub async fn observe_shared(&self, reads: Reads, epoch: u64) -> Result<NodeState, GpuError> {
         use futures_util::FutureExt;
         let in_flight = {
             let mut current =
                 self.shared.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match current.as_ref() {
-                Some((covered, running)) if covered.covers(reads) && running.peek().is_none() => {
+                Some((covered, began, running))
+                    if covered.covers(reads) && *began == epoch && running.peek().is_none() =>
+                {
                     running.clone()
                 }
                 _ => {
@@ -61,12 +64,12 @@ impl NodeAccess {
                     let running = async move {
                         task.await.unwrap_or_else(|e| {
                             Err(GpuError::new("observing the node", None, ErrorCode::Unknown)
-                                .with_detail(e.to_string()))
+                                .with_detail(crate::sys::task_failed(&e)))
                         })
                     }
                     .boxed()
                     .shared();
-                    *current = Some((reads, running.clone()));
+                    *current = Some((reads, epoch, running.clone()));
                     running
                 }
             }

@@ -248,6 +248,7 @@ fn start_child(start: GateStart<'_>) -> Result<Gate, String> {
         .stdout(Stdio::from(start.report))
         .stderr(Stdio::null());
     unix::in_new_session(&mut command);
+    unix::with_open_files_at_start(&mut command);
     command.spawn().map(Gate::Child).map_err(|e| format!("starting {program}: {e}"))
 }
 

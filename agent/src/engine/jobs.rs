@@ -2,7 +2,7 @@
 //! ([`JobKind`]), and how they ended ([`JobReport`], [`JobResult`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -163,6 +163,8 @@ pub struct JobGuard {
     kind: JobKind,
     started: bool,
     finished: AtomicBool,
+    /// Moved on when the job begins and when it ends (see `Engine::job_epoch`).
+    epoch: Arc<AtomicU64>,
 }
 
 impl JobGuard {
@@ -174,9 +176,11 @@ impl JobGuard {
         running: Arc<Mutex<Option<RunningJob>>>,
         released: Arc<Notify>,
         events: Events,
+        epoch: Arc<AtomicU64>,
     ) -> Self {
         let kind = job.kind.clone();
         *running.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+        epoch.fetch_add(1, Ordering::SeqCst);
         JobGuard {
             lock: Some(lock),
             released,
@@ -185,6 +189,7 @@ impl JobGuard {
             kind,
             started: false,
             finished: false.into(),
+            epoch,
         }
     }
 
@@ -201,6 +206,7 @@ impl JobGuard {
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         if self.started {
             self.events.emit(EngineEvent::JobEnded { kind: self.kind.clone() });

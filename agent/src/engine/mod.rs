@@ -104,6 +104,10 @@ pub struct Engine {
     active_parsed: Mutex<Option<(ActiveProfile, Option<Arc<Profile>>)>>,
     /// The drift last logged, so that a change is logged once.
     drift_logged: Mutex<Option<String>>,
+    /// Moved on when a job begins and when it ends: an observation is shared only within
+    /// one epoch, and drift is judged only from an observation no job began or ended
+    /// during (the journal and the GPUs then tell of the same moment).
+    job_epoch: Arc<std::sync::atomic::AtomicU64>,
     /// How bench replicas are started: transient units, or children in new sessions.
     launcher: Arc<Launcher>,
     /// The cancel of the bench running now, for SIGTERM.
@@ -225,6 +229,7 @@ impl Engine {
             start_up_error: Mutex::new(None),
             active_parsed: Mutex::new(None),
             drift_logged: Mutex::new(None),
+            job_epoch: Arc::default(),
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -314,13 +319,14 @@ impl Engine {
     /// intervals cost an nvidia-smi run, so they are read only when the active profile
     /// time-slices.
     pub async fn status(&self) -> Result<Status, EngineError> {
+        let epoch = self.epoch();
         let journal = self.journal.snapshot();
         let running = self.running_job();
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
-        let node = self.node.observe_shared(reads).await?;
+        let node = self.node.observe_shared(reads, epoch).await?;
         let mps = &self.node.sharing.mps;
-        let drift = self.drift_of(&node, &journal);
+        let drift = (self.epoch() == epoch).then(|| self.drift_of(&node, &journal)).flatten();
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
             match (&journal.active_document, profiles.get(name)) {
@@ -457,7 +463,9 @@ impl Engine {
         }
         // Not while a job changes the GPUs: its changes are no drift.
         let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return };
-        let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS).await else { return };
+        let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await else {
+            return;
+        };
         let journal = self.journal.snapshot();
         let drift = self.drift_of(&node, &journal);
         let mut logged = self.drift_logged.lock().unwrap_or_else(PoisonError::into_inner);
@@ -471,6 +479,11 @@ impl Engine {
             }
             *logged = drift;
         }
+    }
+
+    /// The job epoch now (see `job_epoch`).
+    fn epoch(&self) -> u64 {
+        self.job_epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The MPS servers with their clients.
@@ -543,7 +556,7 @@ impl Engine {
 
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
     pub async fn client_env(&self, target: &str) -> Result<ClientEnv, EngineError> {
-        let node = self.node.observe_shared(Reads::GPUS_AND_SERVERS).await?;
+        let node = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await?;
         self.env_for(&node, target).map(|(env, _)| env)
     }
 
@@ -674,7 +687,7 @@ impl Engine {
     /// Plans a profile against a fresh observation.
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.resolve_request(profile).await?;
-        let node = self.node.observe_shared(Reads::FOR_PLANNING).await?;
+        let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         let plan = self.plan_request(node, profile, self.policy).await?.0;
         self.check_tools(&plan)?;
         Ok(plan)
@@ -824,7 +837,8 @@ impl Engine {
     /// The guard of `job`, holding `lock`.
     fn job_guard(&self, lock: OwnedMutexGuard<()>, job: RunningJob) -> JobGuard {
         let (running, released) = (Arc::clone(&self.running), Arc::clone(&self.released));
-        JobGuard::new(lock, job, running, released, self.events.clone())
+        let epoch = Arc::clone(&self.job_epoch);
+        JobGuard::new(lock, job, running, released, self.events.clone(), epoch)
     }
 
     /// Takes the apply lock for a job, and names it `job` (when given) in the same moment.
@@ -882,7 +896,7 @@ impl Engine {
 
     /// The GPUs as they are, as a profile.
     pub async fn export(&self) -> Result<Export, EngineError> {
-        let node = self.node.observe_shared(Reads::FOR_PLANNING).await?;
+        let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         Ok(Export { text: profile::export::profile_text(&node) })
     }
 

@@ -116,7 +116,9 @@ pub fn run_clients(
     let mut stdins: Vec<ChildStdin> = Vec::with_capacity(n);
     let mut stderrs = Vec::with_capacity(n);
     for i in 0..n {
-        let mut child = Command::new(agent_exe)
+        let mut command = Command::new(agent_exe);
+        crate::sys::unix::with_open_files_at_start(&mut command);
+        let mut child = command
             .arg("--probe-client")
             .arg(&spec_json)
             .envs(env.iter().map(|(k, v)| (k, v)))

@@ -57,7 +57,7 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
 }
 
 /// Refuses a text over [`PROFILE_MAX_BYTES`], before anything reads it.
-fn check_size(text: &str, origin: &str) -> Result<(), ProfileError> {
+pub(crate) fn check_size(text: &str, origin: &str) -> Result<(), ProfileError> {
     if text.len() <= PROFILE_MAX_BYTES {
         return Ok(());
     }

@@ -19,7 +19,7 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{Connection, ObjectServer, interface};
 
 use crate::access::AccessPolicy;
-use crate::engine::{Caller, Engine, ProfileRef};
+use crate::engine::{Caller, Engine, EngineError, ProfileRef};
 use crate::sys::log;
 use errors::access_denied;
 use job::{JobObject, Jobs};
@@ -80,7 +80,7 @@ impl AgentService {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection).await;
+        let _turn = self.admission.turn(&header, connection, 0).await?;
         Ok(json(&self.engine.status().await?))
     }
 
@@ -91,8 +91,10 @@ impl AgentService {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection).await;
-        self.plan_ref(named(profile)?).await
+        let bytes = profile.len();
+        let profile = named(profile)?;
+        let _turn = self.admission.turn(&header, connection, bytes).await?;
+        self.plan_ref(profile).await
     }
 
     /// `Plan` for a profile document or a mig-parted config (JSON `PlanReport`).
@@ -104,8 +106,10 @@ impl AgentService {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection).await;
-        self.plan_ref(document(text, origin, config)?).await
+        let document = document(text, origin, config)?;
+        let bytes = text.len() + origin.len() + config.len();
+        let _turn = self.admission.turn(&header, connection, bytes).await?;
+        self.plan_ref(document).await
     }
 
     /// Starts an apply and returns its job object.
@@ -144,7 +148,7 @@ impl AgentService {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection).await;
+        let _turn = self.admission.turn(&header, connection, 0).await?;
         Ok(json(&self.engine.export().await?))
     }
 
@@ -209,7 +213,7 @@ impl AgentService {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection).await;
+        let _turn = self.admission.turn(&header, connection, 0).await?;
         Ok(json(&self.engine.mps_status().await?))
     }
 
@@ -236,8 +240,7 @@ impl AgentService {
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
         let target = options::bounded("target", target, NAME_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection).await;
-
+        let _turn = self.admission.turn(&header, connection, target.len()).await?;
         Ok(json(&self.engine.client_env(target).await?))
     }
 
@@ -246,9 +249,9 @@ impl AgentService {
         &self,
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
-    ) -> String {
-        let _turn = self.admission.turn(&header, connection).await;
-        json(&self.engine.list_profiles())
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection, 0).await?;
+        Ok(json(&self.engine.list_profiles()))
     }
 
     /// One profile with its text (JSON `ProfileDetail`).
@@ -259,8 +262,7 @@ impl AgentService {
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
         let name = options::bounded("profile name", name, NAME_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection).await;
-
+        let _turn = self.admission.turn(&header, connection, name.len()).await?;
         Ok(json(&self.engine.show_profile(name)?))
     }
 
@@ -273,8 +275,8 @@ impl AgentService {
         #[zbus(connection)] connection: &Connection,
     ) -> Result<String, AgentError> {
         let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection).await;
-
+        let text = profile_text(text, origin)?;
+        let _turn = self.admission.turn(&header, connection, text.len() + origin.len()).await?;
         Ok(json(&self.engine.validate(text, origin).await?))
     }
 
@@ -297,11 +299,19 @@ fn document<'a>(
     origin: &'a str,
     config: &'a str,
 ) -> Result<ProfileRef<'a>, AgentError> {
+    let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
     Ok(ProfileRef::Document {
-        text,
-        origin: options::bounded("origin", origin, ORIGIN_MAX_BYTES)?,
+        text: profile_text(text, origin)?,
+        origin,
         config: options::bounded("config", config, NAME_MAX_BYTES)?,
     })
+}
+
+/// A profile text a caller sent, refused over `PROFILE_MAX_BYTES` as the parser would,
+/// before the call waits for a turn or anything copies it.
+fn profile_text<'a>(text: &'a str, origin: &str) -> Result<&'a str, AgentError> {
+    crate::profile::check_size(text, origin).map_err(EngineError::from)?;
+    Ok(text)
 }
 
 impl AgentService {

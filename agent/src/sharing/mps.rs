@@ -286,6 +286,9 @@ impl MpsController {
         let pid = daemon.pid;
         write_json(&record_file, &ServerRecord { daemon: Some(daemon), ..record.clone() })
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
+        // The daemon makes its pid file writable by everyone (0666, on an H100 too): once
+        // read, nobody but root writes it (another user could fill /run through it).
+        let _ = set_mode(&pipe.join(PID_FILE), 0o644);
 
         // Both limits set and read back in one control run: the daemon answers the
         // commands in turn, the read-backs last (the thread setter echoes the value it
@@ -608,7 +611,10 @@ fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
 
 /// The pid the daemon's pid file names (whoever wrote it: the file is world-writable).
 fn pid_file(pipe_dir: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(pipe_dir.join(PID_FILE)).ok()?;
+    use std::io::Read;
+    // A pid is a few digits; whatever else another user wrote there is not read.
+    let mut text = String::new();
+    std::fs::File::open(pipe_dir.join(PID_FILE)).ok()?.take(32).read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
 }
 
@@ -618,6 +624,12 @@ fn pid_file(pipe_dir: &Path) -> Option<u32> {
 fn legacy_daemon(pipe_dir: &Path) -> Option<DaemonIdentity> {
     let pid = pid_file(pipe_dir).filter(|&pid| alive(pid))?;
     if procfs::real_user(pid) != Some(unix::effective_uid()) {
+        return None;
+    }
+    // An MPS control daemon's executable (NVIDIA's, or the simulator's under either name),
+    // not any program of the agent's user that kept such an environment.
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    if !exe.file_name()?.to_str()?.ends_with("nvidia-cuda-mps-control") {
         return None;
     }
     let wanted = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
@@ -791,23 +803,50 @@ mod tests {
         assert_eq!(mps.daemons()[0].pid, None);
     }
 
+    /// `program` as found on the PATH.
+    fn which(program: &str) -> PathBuf {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap())
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+            .unwrap()
+    }
+
     #[test]
     fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
         let dir = tempfile::tempdir().unwrap();
         let pipe = dir.path().join("pipe");
         std::fs::create_dir(&pipe).unwrap();
-        // A process of this user started for that pipe directory, and one that was not.
-        let mut ours = std::process::Command::new("sleep")
-            .arg("30")
-            .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
-            .spawn()
-            .unwrap();
-        let mut other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        std::fs::write(pipe.join(PID_FILE), other.id().to_string()).unwrap();
-        assert_eq!(legacy_daemon(&pipe), None);
+        // A "daemon" of this user started for that pipe directory; the same program not
+        // started for it; another program started for it.
+        let daemon = dir.path().join("nvidia-cuda-mps-control");
+        std::fs::copy(which("sleep"), &daemon).unwrap();
+        let spawn = |program: &Path, env: bool| {
+            let mut cmd = std::process::Command::new(program);
+            if env {
+                cmd.env("CUDA_MPS_PIPE_DIRECTORY", &pipe);
+            }
+            cmd.arg("30");
+            // A copy just written may be open for writing in a child another test forks
+            // meanwhile (ETXTBSY) for a moment.
+            loop {
+                match cmd.spawn() {
+                    Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    started => break started.unwrap(),
+                }
+            }
+        };
+        let mut ours = spawn(&daemon, true);
+        let mut other = spawn(&daemon, false);
+        let mut not_a_daemon = spawn(&which("sleep"), true);
+        for stranger in [&other, &not_a_daemon] {
+            std::fs::write(pipe.join(PID_FILE), stranger.id().to_string()).unwrap();
+            assert_eq!(legacy_daemon(&pipe), None);
+        }
         std::fs::write(pipe.join(PID_FILE), ours.id().to_string()).unwrap();
         assert_eq!(legacy_daemon(&pipe).map(|d| d.pid), Some(ours.id()));
-        for child in [&mut ours, &mut other] {
+        for child in [&mut ours, &mut other, &mut not_a_daemon] {
             child.kill().unwrap();
             child.wait().unwrap();
         }

@@ -105,13 +105,9 @@ impl Command {
     /// Runs `program` (a bare name is looked up on `PATH`) with stdin closed and a time
     /// limit of `timeout`.
     pub fn new(program: impl AsRef<OsStr>, timeout: Duration) -> Self {
-        Command {
-            inner: std::process::Command::new(program),
-            input: None,
-            timeout,
-            own_group: false,
-            keep_stdout: true,
-        }
+        let mut inner = std::process::Command::new(program);
+        super::unix::with_open_files_at_start(&mut inner);
+        Command { inner, input: None, timeout, own_group: false, keep_stdout: true }
     }
 
     /// Adds an argument.

@@ -25,9 +25,15 @@ pub fn return_large_buffers() {
     }
 }
 
+/// The soft limit of open files the agent started with, once it raised its own
+/// ([`raise_open_files_limit`]); `u64::MAX` before.
+static OPEN_FILES_AT_START: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(u64::MAX);
+
 /// Raises this process's soft limit of open files to its hard limit (systemd starts
 /// services at 1024 soft, 524288 hard): descriptors in reserve for the agent's own work
-/// whatever its clients hold. Returns the limit now in force.
+/// whatever its clients hold. Returns the limit now in force. Children get the limit the
+/// agent started with back ([`with_open_files_at_start`]).
 pub fn raise_open_files_limit() -> io::Result<u64> {
     // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
     let mut limit: ::libc::rlimit = unsafe { std::mem::zeroed() };
@@ -36,6 +42,7 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     if limit.rlim_cur < limit.rlim_max {
+        OPEN_FILES_AT_START.store(limit.rlim_cur, std::sync::atomic::Ordering::SeqCst);
         limit.rlim_cur = limit.rlim_max;
         // SAFETY: setrlimit(2) reads the live struct.
         if unsafe { ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) } != 0 {
@@ -268,6 +275,36 @@ pub fn become_identity(identity: &Identity) -> io::Result<()> {
         return Err(io::Error::other("could become root again"));
     }
     Ok(())
+}
+
+/// Prepares `command`'s child, between fork and exec, to have the soft limit of open files
+/// the agent started with (a hook, an MPS daemon, a user's replica must not inherit the
+/// agent's raised one: `select()` and loops closing every descriptor break on it).
+pub fn with_open_files_at_start(command: &mut std::process::Command) {
+    let at_start = OPEN_FILES_AT_START.load(std::sync::atomic::Ordering::SeqCst);
+    if at_start == u64::MAX {
+        return;
+    }
+    let hook = move || -> io::Result<()> {
+        // SAFETY: rlimit is plain old data; getrlimit(2) and setrlimit(2) are
+        // async-signal-safe and read or write the live struct only. Lowering a soft limit
+        // is always allowed.
+        unsafe {
+            let mut limit: ::libc::rlimit = std::mem::zeroed();
+            if ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            limit.rlim_cur = at_start.min(limit.rlim_max);
+            if ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes two async-signal-safe system calls and allocates nothing.
+    unsafe {
+        command.pre_exec(hook);
+    }
 }
 
 /// Prepares `command`'s child, between fork and exec, to start a session of its own: no
@@ -518,6 +555,27 @@ pub fn signal_group(group: u32, signal: i32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn children_get_the_open_files_limit_the_agent_started_with() {
+        // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
+        let mut limit: ::libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: getrlimit(2) writes into the live struct.
+        assert_eq!(unsafe { ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) }, 0);
+        if limit.rlim_max <= 1024 {
+            eprintln!("skipped: the hard limit of open files is {}", limit.rlim_max);
+            return;
+        }
+        limit.rlim_cur = 1024;
+        // SAFETY: setrlimit(2) reads the live struct.
+        assert_eq!(unsafe { ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) }, 0);
+        assert_eq!(raise_open_files_limit().unwrap(), limit.rlim_max);
+        let mut child = std::process::Command::new("/bin/sh");
+        child.args(["-c", "ulimit -Sn"]);
+        with_open_files_at_start(&mut child);
+        let out = child.output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1024");
+    }
 
     #[test]
     fn groups_are_looked_up() {
