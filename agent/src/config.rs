@@ -160,29 +160,35 @@ impl Default for AgentConfig {
     }
 }
 
-/// A whole number of seconds from `min` to `max`, said in our words (the TOML library's
-/// would be `invalid value: integer -1, expected u64`, or "as i128").
-fn seconds<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<u64, D::Error> {
+/// A whole number from `min` to `max`, refused in our words as "VALUE is not a number of
+/// `what`" (the TOML library's would be `invalid value: integer -1, expected u64`, or "as
+/// i128").
+fn whole_number<'de, D: Deserializer<'de>>(
+    d: D,
+    min: u64,
+    max: u64,
+    what: &str,
+) -> Result<u64, D::Error> {
     let value = i128::deserialize(d)?;
-    u64::try_from(value).ok().filter(|v| (min..=max).contains(v)).ok_or_else(|| {
-        serde::de::Error::custom(format!("{value} is not a number of seconds from {min} to {max}"))
-    })
+    u64::try_from(value)
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| serde::de::Error::custom(format!("{value} is not a number of {what}")))
 }
 
-/// A number of GPUs from 0 (all) to 4096, in our words.
+/// A number of GPUs from 0 (all) to 4096.
 fn gpu_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    let value = i128::deserialize(d)?;
-    usize::try_from(value).ok().filter(|v| *v <= 4096).ok_or_else(|| {
-        serde::de::Error::custom(format!("{value} is not a number of GPUs from 0 (all) to 4096"))
-    })
+    let count = whole_number(d, 0, 4096, "GPUs from 0 (all) to 4096")?;
+    // At most 4096: fits any usize.
+    Ok(count as usize)
 }
 
 fn health_interval<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    seconds(d, 1, 3600)
+    whole_number(d, 1, 3600, "seconds from 1 to 3600")
 }
 
 fn hook_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    seconds(d, 1, 86_400)
+    whole_number(d, 1, 86_400, "seconds from 1 to 86400")
 }
 
 /// Where the servers and tools of the last configuration that read are: enough to

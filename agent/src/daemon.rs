@@ -297,8 +297,8 @@ async fn serve(bus: &str, service: AgentService) -> Result<zbus::Connection, Str
         .map_err(|e| format!("bus {bus}: {e}"))?
         .allow_name_replacements(false)
         .replace_existing_names(false)
-        // The agent's own calls on it (whose is a call?) end rather than hold the call
-        // that asked for ever when the bus drops their answer (its queue to us full).
+        // The agent's own calls on it (asking the bus whose a call is) end rather than
+        // hold the call for ever when the bus drops their answer (its queue to us full).
         .method_timeout(std::time::Duration::from_secs(5))
         .build()
         .await

@@ -298,14 +298,9 @@ fn flood(spec: &str, against: Option<&std::path::Path>) {
         }
         let agent = Agent::start(options);
         let pid = agent.pid().expect("agent pid");
-        let _ = agent.call(None, &["latency", "1"]); // puts the helper in place
         let as_other = |args: &[&str]| {
-            let mut cmd = Command::new("setpriv");
-            cmd.args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
-                .arg(agent.dir.path().join("gpushare-e2e-call"))
-                .arg(agent.bus.address())
-                .args(args)
-                .stdout(std::process::Stdio::piped());
+            let mut cmd = agent.call_command(Some(OTHER), args);
+            cmd.stdout(std::process::Stdio::piped());
             cmd
         };
         let flooding = as_other(&["flood", "64", "100", "Export"]).spawn().expect("the flood");

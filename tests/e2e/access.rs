@@ -55,9 +55,8 @@ fn ctl_as(ctl: &Path, address: &str, user: Option<&str>, args: &[&str]) -> Outpu
     let mut cmd = match user {
         None => Command::new(ctl),
         Some(user) => {
-            let mut c = Command::new("setpriv");
-            c.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
-                .arg(ctl);
+            let mut c = gpushare_tests::as_user(user);
+            c.arg(ctl);
             c
         }
     };

@@ -221,8 +221,8 @@ fn a_bench_is_its_callers_alone() {
         let mode = meta.mode() & 0o777;
         assert_eq!(mode, if meta.is_dir() { 0o700 } else { 0o600 }, "{path:?}");
     }
-    let peek = Command::new("setpriv")
-        .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups", "cat"])
+    let peek = gpushare_tests::as_user(OTHER)
+        .arg("cat")
         .arg(logs.join("mps-1/replica-0.out"))
         .output()
         .unwrap();

@@ -19,12 +19,7 @@ fn agent_for_other_users() -> Option<Agent> {
 
 /// Runs `sh -c SCRIPT` as `user`.
 fn shell_as(user: &str, script: &str) -> std::process::Output {
-    Command::new("setpriv")
-        .args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
-        .args(["sh", "-c", script])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    gpushare_tests::as_user(user).args(["sh", "-c", script]).stdin(Stdio::null()).output().unwrap()
 }
 
 /// Whether process `pid` runs (a zombie an init that does not reap keeps does not).
@@ -192,17 +187,11 @@ fn a_flood_of_reads_does_not_hold_up_roots_status() {
         let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
         line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
     };
-    let flood = {
-        let helper = agent.dir.path().join("gpushare-e2e-call");
-        let _ = agent.call(None, &["latency", "1"]); // puts the helper in place
-        Command::new("setpriv")
-            .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
-            .arg(helper)
-            .args([agent.bus.address(), "flood", "64", "100", "Export"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let flood = agent
+        .call_command(Some(OTHER), &["flood", "64", "100", "Export"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let latency = agent.call(None, &["latency", "40"]);
     let flooded = flood.wait_with_output().unwrap();
@@ -216,13 +205,8 @@ fn a_flood_of_reads_does_not_hold_up_roots_status() {
 
     // 24 clients sending 30 MiB origins at once: refused by their size, and the memory
     // they took while they were read is given back.
-    let helper = agent.dir.path().join("gpushare-e2e-call");
-    let origins = Command::new("setpriv")
-        .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
-        .arg(helper)
-        .args([agent.bus.address(), "flood", "24", "1", "Origin:31457280"])
-        .output()
-        .unwrap();
+    let origins =
+        agent.call_command(Some(OTHER), &["flood", "24", "1", "Origin:31457280"]).output().unwrap();
     let origins = String::from_utf8_lossy(&origins.stdout);
     assert!(origins.contains("(24 failed)"), "{origins}");
     let latency = agent.call(None, &["latency", "5"]);
@@ -235,10 +219,8 @@ fn a_flood_of_reads_does_not_hold_up_roots_status() {
     // bus): each refused by its size before it waits for a turn, nothing kept after. Root's
     // calls meanwhile are answered, or refused by the bus itself when its queue to the
     // agent (127 MiB, four such messages) is full: never held by the agent.
-    let mut texts = Command::new("setpriv")
-        .args([&format!("--reuid={OTHER}"), &format!("--regid={OTHER}"), "--init-groups"])
-        .arg(agent.dir.path().join("gpushare-e2e-call"))
-        .args([agent.bus.address(), "flood", "16", "8", "Text:31457280"])
+    let mut texts = agent
+        .call_command(Some(OTHER), &["flood", "16", "8", "Text:31457280"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

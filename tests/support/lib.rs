@@ -366,22 +366,27 @@ impl Agent {
     /// Fails the test unless the agent runs the NVML backend on gpushare's simulated
     /// driver library: the library is mapped into the agent's process, and NVIDIA's is not.
     fn assert_simulated_driver_loaded(&self) {
-        let pid = self.pid().expect("the agent runs");
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let libraries: Vec<&str> =
-            maps.lines().filter_map(|l| l.split_whitespace().nth(5)).collect();
-        let simulated = |l: &&str| {
-            l.ends_with("/libgpushare_sim_nvml.so")
-                || l.ends_with("/gpushare/sim/libnvidia-ml.so.1")
-        };
+        let libraries = self.mapped_files();
         assert!(
-            libraries.iter().any(simulated),
+            self.simulated_driver().is_some(),
             "gpushare-agent --simulate did not load the simulated driver library: {libraries:?}"
         );
         assert!(
-            !libraries.iter().any(|l| l.contains("libnvidia-ml") && !simulated(l)),
+            !libraries.iter().any(|l| l.contains("libnvidia-ml") && !is_simulated_driver(l)),
             "gpushare-agent --simulate loaded NVIDIA's library: {libraries:?}"
         );
+    }
+
+    /// The files mapped into the running agent's process.
+    fn mapped_files(&self) -> Vec<String> {
+        let pid = self.pid().expect("the agent runs");
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        maps.lines().filter_map(|l| l.split_whitespace().nth(5)).map(str::to_string).collect()
+    }
+
+    /// The simulated driver library the running agent loaded, if it loaded one.
+    fn simulated_driver(&self) -> Option<PathBuf> {
+        self.mapped_files().into_iter().find(|l| is_simulated_driver(l)).map(PathBuf::from)
     }
 
     /// The path of this agent's `name` binary: from its options' directory, else as
@@ -478,13 +483,8 @@ impl Agent {
     /// `ctypes`, as pynvml loads the library): `nvml` is the loaded simulated
     /// `libnvidia-ml.so`, initialized. What the script printed, or its error.
     pub fn nvml_client(&self, script: &str) -> Output {
-        // The simulated driver beside the simulated tools (where cargo builds them all).
-        let library = match std::env::var_os("GPUSHARE_SIM_DIR") {
-            Some(dir) => PathBuf::from(dir).join("libnvidia-ml.so.1"),
-            None => {
-                binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV).with_file_name("libgpushare_sim_nvml.so")
-            }
-        };
+        // The very library the agent loaded (cargo may have built it in two places).
+        let library = self.simulated_driver().expect("the agent runs on the simulated driver");
         let prelude = "import ctypes, sys\n\
                        nvml = ctypes.CDLL(sys.argv[1])\n\
                        assert nvml.nvmlInit_v2() == 0, 'nvmlInit'\n";
@@ -572,22 +572,27 @@ impl Agent {
     }
 
     /// `gpushare-e2e-call ADDRESS ARGS` (D-Bus calls no `gpushare-ctl` makes) as `user`
-    /// (root's, or the test's own, when `None`): its one line of output.
-    pub fn call(&self, user: Option<&str>, args: &[&str]) -> String {
+    /// (root's, or the test's own, when `None`), stdin closed, to be run or spawned.
+    pub fn call_command(&self, user: Option<&str>, args: &[&str]) -> Command {
         let helper = self.dir.path().join("gpushare-e2e-call");
         if !helper.exists() {
             std::fs::copy(binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper).unwrap();
         }
         let mut cmd = match user {
             Some(user) => {
-                let mut c = Command::new("setpriv");
-                c.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"])
-                    .arg(&helper);
+                let mut c = as_user(user);
+                c.arg(&helper);
                 c
             }
             None => Command::new(&helper),
         };
-        let out = cmd.arg(self.bus.address()).args(args).stdin(Stdio::null()).output().unwrap();
+        cmd.arg(self.bus.address()).args(args).stdin(Stdio::null());
+        cmd
+    }
+
+    /// [`Agent::call_command`] run: its one line of output.
+    pub fn call(&self, user: Option<&str>, args: &[&str]) -> String {
+        let out = self.call_command(user, args).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
@@ -630,6 +635,12 @@ impl Drop for Agent {
 /// The agent.toml text: the test's own, plus the simulated MPS control daemon and
 /// nvidia-smi of this build (tests never run the real ones, nor installed simulated ones
 /// unless `GPUSHARE_SIM_*_BIN` say so) with the server directories inside `dir`.
+/// Whether a mapped file is gpushare's simulated driver: as cargo builds it, or as the
+/// package installs it.
+fn is_simulated_driver(path: &str) -> bool {
+    path.ends_with("/libgpushare_sim_nvml.so") || path.ends_with("/gpushare/sim/libnvidia-ml.so.1")
+}
+
 fn with_sim_tools(options: &AgentOptions, dir: &Path) -> String {
     let mut config = options.config.clone().unwrap_or_default();
     if !config.contains("[mps]") {
@@ -659,6 +670,14 @@ pub const MEMBER: &str = "gpushare-e2e-member";
 pub const OTHER: &str = "gpushare-e2e-other";
 /// A group [`MEMBER`]'s passwd entry lists, which a caller may have dropped.
 pub const SECRET_GROUP: &str = "gpushare-e2e-secret";
+
+/// `setpriv` set to run a program as `user`, with the groups of its passwd entry: add the
+/// program and its arguments.
+pub fn as_user(user: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([&format!("--reuid={user}"), &format!("--regid={user}"), "--init-groups"]);
+    cmd
+}
 
 /// Whether the tests run as root (creating users, owning names on a system-type bus).
 pub fn is_root() -> bool {

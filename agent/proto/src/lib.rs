@@ -245,6 +245,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn byte_prefixes_end_on_a_character() {
+        assert_eq!(byte_prefix("gpushare", 3), "gpu");
+        assert_eq!(byte_prefix("gpu", 8), "gpu");
+        // "é" takes bytes 1 and 2: a cut at 2 keeps only "x".
+        assert_eq!(byte_prefix("xé", 2), "x");
+        assert_eq!(byte_prefix("", 0), "");
+    }
+
+    #[test]
     fn sizes_parse_like_profiles() {
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_size("2G"), Ok(2 << 30));

@@ -46,6 +46,16 @@ pub const NAME_MAX_BYTES: usize = 256;
 /// The most bytes of a document's origin (a path, as `PATH_MAX`).
 pub const ORIGIN_MAX_BYTES: usize = 4096;
 
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary:
+/// how a string over one of these bounds is cut where it is kept or shown at all.
+pub fn byte_prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// The one-line refusal of a profile document over [`PROFILE_MAX_BYTES`], after its origin.
 pub fn profile_too_large() -> String {
     format!("larger than {} KiB, the most a profile may be", PROFILE_MAX_BYTES / 1024)

@@ -68,13 +68,8 @@ impl AgentState {
 
 /// Cuts `text` to at most `max` bytes, at a character boundary.
 fn cut(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    let end = gpushare_proto::byte_prefix(text, max).len();
+    text.truncate(end);
 }
 
 /// A bench in flight. Its strategies are set up by ordinary transactions, each of which

@@ -201,14 +201,10 @@ impl Gate {
 
 /// `why` cut to [`WHY_BYTES`] at a character boundary.
 fn short(why: &str) -> String {
-    if why.len() <= WHY_BYTES {
-        return why.to_string();
+    match gpushare_proto::byte_prefix(why, WHY_BYTES) {
+        whole if whole.len() == why.len() => why.to_string(),
+        start => format!("{start}…"),
     }
-    let mut end = WHY_BYTES;
-    while !why.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &why[..end])
 }
 
 /// Moves descriptors 0 (the control socket) and 1 (the report pipe) out of the way, each

@@ -12,7 +12,7 @@
 //!
 //! The caller's user is asked of the bus once per connection and remembered (a lookup
 //! that fails is not remembered; the call counts as an unknown user's). The tables are
-//! bounded: [`CONNECTIONS_KEPT`] connections, and users with no call in progress are
+//! bounded ([`ENTRIES_KEPT`] each): connections and users with no call in progress are
 //! forgotten.
 
 use std::collections::HashMap;
@@ -35,9 +35,9 @@ pub const WAITING_PER_USER: usize = 8192;
 pub const WAITING_BYTES_PER_USER: usize = 16 << 20;
 /// What a call is counted as holding besides its strings (its message's header, its task).
 const CALL_OVERHEAD: usize = 1024;
-/// Connections whose user is remembered; beyond it, those with no call in progress are
-/// forgotten.
-const CONNECTIONS_KEPT: usize = 4096;
+/// Connections whose user is remembered, and users whose turns are kept; beyond it,
+/// those with no call in progress are forgotten.
+const ENTRIES_KEPT: usize = 4096;
 /// The user a call counts as when the bus did not say whose it is.
 const UNKNOWN_USER: u32 = u32::MAX;
 
@@ -131,7 +131,7 @@ impl Admission {
     async fn uid_of(&self, sender: &zbus::names::UniqueName<'_>, connection: &Connection) -> u32 {
         let cell = {
             let mut connections = self.connections.lock().unwrap_or_else(PoisonError::into_inner);
-            if !connections.contains_key(sender.as_str()) && connections.len() >= CONNECTIONS_KEPT {
+            if !connections.contains_key(sender.as_str()) && connections.len() >= ENTRIES_KEPT {
                 connections.retain(|_, cell| Arc::strong_count(cell) > 1);
             }
             Arc::clone(connections.entry(sender.to_string()).or_default())
@@ -149,7 +149,7 @@ impl Admission {
     /// more).
     fn user(&self, uid: u32) -> Arc<User> {
         let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
-        if !users.contains_key(&uid) && users.len() >= CONNECTIONS_KEPT {
+        if !users.contains_key(&uid) && users.len() >= ENTRIES_KEPT {
             users.retain(|_, user| Arc::strong_count(user) > 1);
         }
         Arc::clone(users.entry(uid).or_insert_with(|| {

@@ -14,9 +14,10 @@
 //! but root can reach it, and the pid with the process's start time goes into the
 //! root-owned `server.json`. From then on the daemon is that pid *and* that start time; the
 //! pid file is never read again, and a signal goes only to a process whose start time
-//! still matches (through a pidfd held across the check). A record from an agent before
-//! this (no daemon in it) is trusted only for a process of the agent's user whose
-//! environment names this pipe directory.
+//! still matches (through a pidfd held across the check); once read, the pid file is made
+//! `0644`. A record from an agent before this (no daemon in it) is trusted only for an MPS
+//! control daemon's executable of the agent's user whose environment names this pipe
+//! directory.
 //!
 //! How a daemon is started ([`MpsLaunch`]): when the agent runs as a systemd service with
 //! the packaged root, as an instance of `gpushare-mps@.service` (`systemctl start
@@ -256,7 +257,7 @@ impl MpsController {
             |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
         let pipe = self.pipe_dir(uuid);
         let log = self.log_dir(uuid);
-        if let Some(pid) = self.running_daemon(uuid) {
+        if let Some(DaemonIdentity { pid, .. }) = self.running_identity(uuid) {
             return Err(err(
                 Kind::AlreadyRunning,
                 format!("a control daemon (PID {pid}) already runs in {}", pipe.display()),
@@ -473,11 +474,6 @@ impl MpsController {
     pub fn healthy(&self, server: &MpsDaemon) -> bool {
         server.pid.is_some_and(alive)
             && self.command(&server.record.uuid, "get_default_active_thread_percentage").is_ok()
-    }
-
-    /// The daemon of `uuid`'s server that runs now, if one does.
-    fn running_daemon(&self, uuid: &str) -> Option<u32> {
-        self.running_identity(uuid).map(|d| d.pid)
     }
 
     /// The identity of the daemon of `uuid`'s server that runs now, if one does.
@@ -803,14 +799,6 @@ mod tests {
         assert_eq!(mps.daemons()[0].pid, None);
     }
 
-    /// `program` as found on the PATH.
-    fn which(program: &str) -> PathBuf {
-        std::env::split_paths(&std::env::var_os("PATH").unwrap())
-            .map(|dir| dir.join(program))
-            .find(|path| path.is_file())
-            .unwrap()
-    }
-
     #[test]
     fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
         let dir = tempfile::tempdir().unwrap();
@@ -819,7 +807,8 @@ mod tests {
         // A "daemon" of this user started for that pipe directory; the same program not
         // started for it; another program started for it.
         let daemon = dir.path().join("nvidia-cuda-mps-control");
-        std::fs::copy(which("sleep"), &daemon).unwrap();
+        let sleep = find_program(Path::new("sleep")).unwrap();
+        std::fs::copy(&sleep, &daemon).unwrap();
         let spawn = |program: &Path, env: bool| {
             let mut cmd = std::process::Command::new(program);
             if env {
@@ -839,7 +828,7 @@ mod tests {
         };
         let mut ours = spawn(&daemon, true);
         let mut other = spawn(&daemon, false);
-        let mut not_a_daemon = spawn(&which("sleep"), true);
+        let mut not_a_daemon = spawn(&sleep, true);
         for stranger in [&other, &not_a_daemon] {
             std::fs::write(pipe.join(PID_FILE), stranger.id().to_string()).unwrap();
             assert_eq!(legacy_daemon(&pipe), None);

@@ -178,11 +178,8 @@ impl Journal {
         let sent = self.socket.send_to(&entry(priority, message, fields, meta), &self.path);
         let sent = match sent {
             Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                let mut end = MESSAGE_CUT.min(message.len());
-                while !message.is_char_boundary(end) {
-                    end -= 1;
-                }
-                let cut = format!("{}… (cut at {end} bytes)", &message[..end]);
+                let start = gpushare_proto::byte_prefix(message, MESSAGE_CUT);
+                let cut = format!("{start}… (cut at {} bytes)", start.len());
                 self.socket.send_to(&entry(priority, &cut, fields, meta), &self.path)
             }
             other => other,
