@@ -210,12 +210,9 @@ fn short(why: &str) -> String {
 /// Moves descriptors 0 (the control socket) and 1 (the report pipe) out of the way, each
 /// closing on exec, and puts `/dev/null` in their place.
 fn take_descriptors() -> io::Result<(UnixStream, OwnedFd)> {
-    // SAFETY: descriptors 0 and 1 were handed to this process by its starter (systemd or
-    // the agent) and nothing else in it uses them; they are borrowed only to duplicate.
-    let (zero, one) =
-        unsafe { (std::os::fd::BorrowedFd::borrow_raw(0), std::os::fd::BorrowedFd::borrow_raw(1)) };
-    let control = unix::duplicate_above(zero, OWN_FDS_FROM)?;
-    let report = unix::duplicate_above(one, OWN_FDS_FROM)?;
+    // Descriptors 0 and 1, as the starter (systemd or the agent) handed them over.
+    let control = unix::duplicate_above(io::stdin().as_fd(), OWN_FDS_FROM)?;
+    let report = unix::duplicate_above(io::stdout().as_fd(), OWN_FDS_FROM)?;
     unix::null_at(0)?;
     unix::null_at(1)?;
     // Whatever else the gate inherited (its starter's descriptors) stays out of the command.
@@ -264,9 +261,7 @@ fn check(spec: &Spec) -> Result<(), String> {
 fn own_private_directory(dir: &File) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let meta = dir.metadata().map_err(|e| e.to_string())?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
+    if meta.uid() != unix::effective_uid() {
         return Err(format!("the directory is uid {}'s, not yours", meta.uid()));
     }
     if meta.mode() & 0o022 != 0 {

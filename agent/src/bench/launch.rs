@@ -66,8 +66,10 @@ pub enum Gate {
     Unit {
         /// Its name.
         name: String,
-        /// Its cgroup, when systemd said (`/user.slice/user-1000.slice/<name>`).
-        cgroup: Option<String>,
+        /// Its cgroup (`/user.slice/user-1000.slice/<name>`), known from its slice and name:
+        /// systemd realizes it only when the start job runs, so asking right after the
+        /// start may find none yet.
+        cgroup: String,
     },
 }
 
@@ -111,8 +113,7 @@ impl Launcher {
     pub fn processes(&self, gate: &Gate, uid: u32) -> Vec<u32> {
         match gate {
             Gate::Child(child) => procfs::session_members(child.id(), uid),
-            Gate::Unit { cgroup: Some(cgroup), .. } => cgroup_processes(cgroup),
-            Gate::Unit { cgroup: None, .. } => Vec::new(),
+            Gate::Unit { cgroup, .. } => cgroup_processes(cgroup),
         }
     }
 
@@ -189,7 +190,10 @@ impl SystemdLauncher {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("gpushare-bench-{}-{}-{n}.service", std::process::id(), start.label);
-        let slice = format!("user-{}.slice", start.identity.map_or(0, |i| i.uid));
+        let uid = start.identity.map_or(0, |i| i.uid);
+        let slice = format!("user-{uid}.slice");
+        // Systemd's slice names are paths: `user-1000.slice` lies below `user.slice`.
+        let cgroup = format!("/user.slice/{slice}/{name}");
         let program = start.program.to_str().ok_or("the agent's path is not UTF-8")?;
         let service = TransientService {
             name: name.clone(),
@@ -203,7 +207,6 @@ impl SystemdLauncher {
         self.runtime
             .block_on(self.systemd.start_service(service))
             .map_err(|e| format!("starting the unit {name}: {e}"))?;
-        let cgroup = self.runtime.block_on(self.systemd.control_group(&name));
         Ok(Gate::Unit { name, cgroup })
     }
 

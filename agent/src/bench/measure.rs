@@ -241,10 +241,11 @@ fn units_window(
     if cancel.sleep_until(open + window) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
-    let memory = by_replica(batch, memory());
     let (units, samples): (Vec<u64>, Vec<_>) = batch.close_window(&marks).into_iter().unzip();
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
+    // After the window: finding each replica's processes scans /proc.
+    let memory = by_replica(batch, memory());
     let per_replica = units
         .into_iter()
         .zip(at_common_rate(samples))
@@ -307,10 +308,11 @@ fn histogram_window(
     if cancel.sleep_until(open + window) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
-    let memory = by_replica(batch, memory());
     let Some(after) = scrape_all(ports, name, cancel) else { return cancelled() };
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
+    // After the window: finding each replica's processes scans /proc.
+    let memory = by_replica(batch, memory());
     let per_replica = before
         .iter()
         .zip(&after)

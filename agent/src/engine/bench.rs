@@ -266,10 +266,10 @@ impl Engine {
         let identity = replica_identity(&caller)?;
         let label = job.rsplit('/').next().filter(|l| l.chars().all(|c| c.is_ascii_alphanumeric()));
         let label = label.unwrap_or("0").to_string();
-        // The directory, the command and the log directory, as the caller sees them:
-        // before the lock is taken and anything on the GPU changes.
-        self.check_as_caller(&options, identity.as_ref(), &label).await?;
+        // A busy agent says so first; then the directory, the command and the log
+        // directory, as the caller sees them, before anything on the GPU changes.
         let lock = self.lock(None).await?;
+        self.check_as_caller(&options, identity.as_ref(), &label).await?;
         let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;

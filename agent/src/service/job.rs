@@ -106,7 +106,7 @@ impl Jobs {
                 job.state = state.as_str().into();
                 job.outcome = public.clone();
                 job.whole_outcome = whole.clone();
-                starter = job.starter().filter(|_| whole != public).map(str::to_owned);
+                starter = job.starter().filter(|_| job_report.kind.is_private()).map(str::to_owned);
                 let _ = job.state_changed(iface.signal_emitter()).await;
                 let _ = job.outcome_changed(iface.signal_emitter()).await;
             }

@@ -23,11 +23,6 @@ fn stat_field<T: std::str::FromStr>(pid: u32, n: usize) -> Option<T> {
     rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }
 
-/// The process group of `pid`.
-pub fn process_group(pid: u32) -> Option<u32> {
-    stat_field(pid, 5)
-}
-
 /// The parent of `pid`.
 pub fn parent(pid: u32) -> Option<u32> {
     stat_field(pid, 4)
@@ -133,13 +128,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn groups_and_users_come_from_proc() {
+    fn sessions_and_users_come_from_proc() {
         let me = std::process::id();
-        // SAFETY: getpgrp and getuid have no preconditions.
-        let (group, uid) = unsafe { (libc::getpgrp(), libc::getuid()) };
-        assert_eq!(process_group(me), u32::try_from(group).ok());
+        // SAFETY: getsid and getuid have no preconditions.
+        let (session, uid) = unsafe { (libc::getsid(0), libc::getuid()) };
+        assert_eq!(super::session(me), u32::try_from(session).ok());
         assert_eq!(real_user(me), Some(uid));
-        assert_eq!((process_group(u32::MAX), real_user(u32::MAX)), (None, None));
+        assert_eq!((super::session(u32::MAX), real_user(u32::MAX)), (None, None));
     }
 
     #[test]

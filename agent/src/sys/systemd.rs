@@ -70,7 +70,6 @@ pub struct TransientService {
 #[derive(Debug, Clone)]
 pub struct Systemd {
     manager: manager::ManagerProxy<'static>,
-    connection: zbus::Connection,
 }
 
 impl Systemd {
@@ -78,7 +77,7 @@ impl Systemd {
     pub async fn connect() -> zbus::Result<Systemd> {
         let connection = zbus::Connection::system().await?;
         let manager = manager::ManagerProxy::new(&connection).await?;
-        Ok(Systemd { manager, connection })
+        Ok(Systemd { manager })
     }
 
     /// Starts `service`: a `Type=exec` service whose start job is done once its program
@@ -121,23 +120,5 @@ impl Systemd {
     pub async fn units_matching(&self, pattern: &str) -> zbus::Result<Vec<String>> {
         let units = self.manager.list_units_by_patterns(&[], &[pattern]).await?;
         Ok(units.into_iter().map(|u| u.0).collect())
-    }
-
-    /// The cgroup of unit `name` (`/user.slice/user-1000.slice/x.service`), `None` when it
-    /// is not loaded or has none.
-    pub async fn control_group(&self, name: &str) -> Option<String> {
-        let path = self.manager.get_unit(name).await.ok()?;
-        let properties = zbus::fdo::PropertiesProxy::builder(&self.connection)
-            .destination("org.freedesktop.systemd1")
-            .ok()?
-            .path(path)
-            .ok()?
-            .build()
-            .await
-            .ok()?;
-        let interface =
-            zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Service").ok()?;
-        let value = properties.get(interface, "ControlGroup").await.ok()?;
-        String::try_from(value).ok().filter(|g| !g.is_empty())
     }
 }

@@ -74,10 +74,17 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
 /// pid of the process that leads it). The caller makes sure the pid still names the
 /// process it means: a child not yet reaped, or a daemon's pid read from its own pid file.
 pub fn kill(pid: u32, group: bool) -> io::Result<()> {
-    let pid = i32::try_from(pid).map_err(|_| io::Error::other(format!("no such pid {pid}")))?;
-    let target = if group { -pid } else { pid };
+    if group { signal_group(pid, ::libc::SIGKILL) } else { signal(pid, ::libc::SIGKILL) }
+}
+
+/// kill(2): `signal` to `target` (a pid, or a process group's id negated).
+fn send_signal(target: i32, signal: i32) -> io::Result<()> {
+    // 0 is our own process group and -1 every process we may signal: never meant here.
+    if target == 0 || target == -1 {
+        return Err(io::Error::other(format!("no process {target} to signal")));
+    }
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { ::libc::kill(target, ::libc::SIGKILL) } == 0 {
+    if unsafe { ::libc::kill(target, signal) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
@@ -468,8 +475,7 @@ pub fn reap_any() -> Option<Ended> {
 /// means (a child not yet reaped, or one whose start time it checked).
 pub fn signal(pid: u32, signal: i32) -> io::Result<()> {
     let pid = i32::try_from(pid).map_err(|_| io::Error::other(format!("no such pid {pid}")))?;
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { ::libc::kill(pid, signal) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    send_signal(pid, signal)
 }
 
 /// Makes reads of `fd` return `WouldBlock` rather than wait (`O_NONBLOCK`).
@@ -488,73 +494,22 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Marks `fd` to close on exec again (after [`prepare_child`] kept it open for one exec).
-pub fn close_on_exec(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: fcntl(2) on a descriptor the caller borrows for the call; no memory shared.
-    if unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETFD, ::libc::FD_CLOEXEC) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Waits until child `pid` has exited, without reaping it: its zombie keeps the pid (and
-/// the process group it leads) from being reused until the caller reaps it.
-pub fn wait_exit_keeping_zombie(pid: u32) -> io::Result<()> {
-    let pid = ::libc::id_t::from(pid);
-    loop {
-        // SAFETY: `siginfo_t` is plain old data; an all-zero value is valid for waitid to
-        // fill.
-        let mut info: ::libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid(2) with a live siginfo_t to fill; WNOWAIT leaves the child as is.
-        let rc = unsafe {
-            ::libc::waitid(::libc::P_PID, pid, &mut info, ::libc::WEXITED | ::libc::WNOWAIT)
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// Moves descriptor `from` to number `to` (kept open across exec), closing `from`; a
-/// descriptor already at `to` is replaced.
-pub fn move_fd(from: RawFd, to: RawFd) -> io::Result<()> {
-    if from == to {
-        // SAFETY: fcntl(2) on a descriptor number the caller owns; no memory shared.
-        if unsafe { ::libc::fcntl(from, ::libc::F_SETFD, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        return Ok(());
-    }
-    // SAFETY: dup2(2) and close(2) on descriptor numbers the caller owns; `to` is meant
-    // to be replaced, and `from` is not used after it is closed.
-    unsafe {
-        if ::libc::dup2(from, to) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        ::libc::close(from);
-    }
-    Ok(())
-}
-
 /// Sends `signal` to process group `group`.
 pub fn signal_group(group: u32, signal: i32) -> io::Result<()> {
     let group = i32::try_from(group).map_err(|_| io::Error::other("no such process group"))?;
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { ::libc::kill(-group, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    send_signal(-group, signal)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_own_group_and_every_process_are_never_signalled() {
+        assert!(kill(0, false).is_err());
+        assert!(kill(0, true).is_err());
+        assert!(signal_group(1, ::libc::SIGKILL).is_err(), "kill(-1) reaches every process");
+    }
 
     #[test]
     fn children_get_the_open_files_limit_the_agent_started_with() {

@@ -102,7 +102,7 @@ pub async fn run(
             out.print(&json);
         }
         if let Some(path) = &args.report {
-            write_atomically(path, &report_html::render(report)).map_err(|e| {
+            write_atomically(path, &report_html::render(report), 0o666).map_err(|e| {
                 CtlError::ctl(
                     Kind::WriteFile,
                     format!("cannot write the report {}: {e}", path.display()),
@@ -321,24 +321,10 @@ impl LogDir {
 
     /// Writes `report` as `report.json` into the directory (mode 0600); its path.
     fn keep_report(&self, report: &BenchReport) -> std::io::Result<PathBuf> {
-        use std::os::unix::fs::OpenOptionsExt;
         let file = self.path.join("report.json");
         let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
-        let scratch = self.path.join(format!(".report.json.{}.tmp", std::process::id()));
-        let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&scratch)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&scratch, &file)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&scratch);
-        }
-        written.map(|()| file)
+        write_atomically(&file, &text, 0o600)?;
+        Ok(file)
     }
 }
 
@@ -452,15 +438,17 @@ fn split_file(file: &Path, cwd: &Path) -> Option<(PathBuf, OsString)> {
 }
 
 /// Writes `contents` to `file` as a whole or not at all: into a scratch file beside it,
-/// then renamed over it.
-pub fn write_atomically(file: &Path, contents: &str) -> std::io::Result<()> {
+/// then renamed over it. A new file gets `mode` (less the umask).
+pub fn write_atomically(file: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let cwd = std::env::current_dir()?;
     let (dir, name) = split_file(file, &cwd).ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
     })?;
     let scratch = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
     let written = (|| {
-        let mut f = std::fs::File::create(&scratch)?;
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&scratch)?;
         f.write_all(contents.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&scratch, dir.join(&name))

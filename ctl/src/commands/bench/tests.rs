@@ -427,12 +427,12 @@ fn report_files_must_be_writable_and_are_not_created() {
 fn reports_are_written_whole() {
     let dir = scratch("atomic");
     let file = dir.join("r.html");
-    write_atomically(&file, "<p>one</p>").unwrap();
-    write_atomically(&file, "<p>two</p>").unwrap();
+    write_atomically(&file, "<p>one</p>", 0o666).unwrap();
+    write_atomically(&file, "<p>two</p>", 0o666).unwrap();
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "<p>two</p>");
     let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 4, "no scratch file left: {names:?}");
-    assert!(write_atomically(&dir.join("missing/r.html"), "x").is_err());
+    assert!(write_atomically(&dir.join("missing/r.html"), "x", 0o666).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
