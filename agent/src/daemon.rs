@@ -38,6 +38,9 @@ pub struct Settings {
     pub state_dir: Option<PathBuf>,
     /// The profile directory, over the configuration's.
     pub profiles_dir: Option<PathBuf>,
+    /// A check (`--check-driver` and the like): the agent only reads, so it writes
+    /// nothing, takes no state directory, and runs a simulated node on a private copy.
+    pub read_only: bool,
 }
 
 /// What the agent settles before it starts any thread: its configuration, state
@@ -50,8 +53,10 @@ pub struct Prepared {
     state_dir: PathBuf,
     profiles_dir: PathBuf,
     driver: Driver,
-    /// Held while the agent runs: one agent per state directory.
-    _state_lock: std::fs::File,
+    /// Held while the agent runs: one agent per state directory (none for a check).
+    _state_lock: Option<std::fs::File>,
+    /// A check's copy of the simulated node, removed when it ends.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Prepared {
@@ -87,8 +92,14 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         }
     });
     let profiles_dir = settings.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
-    let state_lock = files::lock_state_dir(&state_dir)
-        .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?;
+    let state_lock = match settings.read_only {
+        true => None,
+        false => Some(
+            files::lock_state_dir(&state_dir)
+                .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?,
+        ),
+    };
+    let mut scratch = None;
     // The MPS servers and tools are where the last configuration that read put them: a
     // hands-off agent must still see them (a read of its own; it changes nothing).
     if hands_off.is_some()
@@ -106,7 +117,16 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         Some(spec) => {
             let models = crate::catalog::parse_node_spec(spec)?;
             let simulator = SimulatorFiles::find()?;
-            let node = SimulatedNode::new(spec, &state_dir);
+            let node = if settings.read_only {
+                // The simulated driver takes up (or replaces) its state file at the first
+                // nvmlInit: a check looks at a copy of it instead.
+                let copy = SimulatedNode::scratch_copy(spec, &state_dir)?;
+                let node = SimulatedNode::new(spec, copy.path());
+                scratch = Some(copy);
+                node
+            } else {
+                SimulatedNode::new(spec, &state_dir)
+            };
             // SAFETY: the caller guarantees a single thread.
             unsafe { node.export() };
             // The simulated node brings its own tools, unless agent.toml names others; and
@@ -135,18 +155,33 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             Driver::Simulated(simulator.library)
         }
     };
+    // Without root the default MPS root (under /run) cannot be written: the servers live
+    // with the agent's state, as a simulated node's do.
+    if !unix::is_root() && config.mps.root == AgentConfig::default().mps.root {
+        config.mps.root = state_dir.join("mps");
+    }
     if hands_off.is_none()
+        && !settings.read_only
         && let Err(e) = config.remember_whereabouts(&state_dir)
     {
         tracing::warn!("remembering where the MPS servers are: {e}");
     }
-    Ok(Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock: state_lock })
+    Ok(Prepared {
+        config,
+        hands_off,
+        state_dir,
+        profiles_dir,
+        driver,
+        _state_lock: state_lock,
+        _scratch: scratch,
+    })
 }
 
 /// Runs the agent until SIGTERM or SIGINT, then waits for a running job and stops. The
 /// error says, in one line, why it could not start.
 pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
-    let Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock } = prepared;
+    let Prepared { config, hands_off, state_dir, profiles_dir, driver, _state_lock, _scratch } =
+        prepared;
     // Descriptors in reserve: clients (metrics connections, bus peers) never take the
     // agent's last ones.
     if let Err(e) = unix::raise_open_files_limit() {

@@ -126,6 +126,7 @@ fn main() -> ExitCode {
         config: args.config,
         state_dir: args.state_dir,
         profiles_dir: args.profiles_dir,
+        read_only: args.check_driver || args.check_catalog || args.dump_nvml,
     };
     if settings.simulate.is_none() {
         if args.check_driver {

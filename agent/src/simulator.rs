@@ -113,6 +113,21 @@ impl SimulatedNode {
         SimulatedNode { spec: spec.to_owned(), state: state_dir.join(STATE_FILE) }
     }
 
+    /// A private directory holding a copy of the node's state file in `state_dir` (none
+    /// when there is none yet), for a run that must leave the node as it is.
+    pub fn scratch_copy(spec: &str, state_dir: &Path) -> Result<tempfile::TempDir, String> {
+        let scratch = tempfile::Builder::new()
+            .prefix("gpushare-check-")
+            .tempdir()
+            .map_err(|e| format!("a scratch directory for the simulated node: {e}"))?;
+        let kept = state_dir.join(STATE_FILE);
+        match std::fs::copy(&kept, scratch.path().join(STATE_FILE)) {
+            Ok(_) => Ok(scratch),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(scratch),
+            Err(e) => Err(format!("--simulate {spec}: reading {}: {e}", kept.display())),
+        }
+    }
+
     /// Puts the node into this process's environment, for the simulated library and the
     /// tools the agent runs.
     ///

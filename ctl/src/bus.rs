@@ -5,7 +5,9 @@
 //! nobody owns `io.gpushare.Agent1` on the system bus (or the system bus is unreachable)
 //! and `DBUS_SESSION_BUS_ADDRESS` is set, the same call is retried on the session bus,
 //! where a newcomer's agent runs without root; when the agent does not know a method, its
-//! `Version` is read to say which agent is too old. On the system bus the agent is
+//! `Version` is read to say which agent is too old. When nobody owns the name but an agent
+//! for this bus began moments ago, ctl waits for it to take the name ([`starting`]). On
+//! the system bus the agent is
 //! activatable: a call that has no answer after a quarter of a second asks systemd whether the
 //! unit can start at all, and once two looks agree says why not, rather than after the
 //! bus's 25 s activation timeout ([`unit_cannot_start`]).
@@ -19,6 +21,7 @@ use zbus::proxy::CacheProperties;
 const METHOD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
 use crate::error::{self, CtlError, Kind};
+use crate::starting;
 
 /// What `--address` (or `GPUSHARE_BUS_ADDRESS`) asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,11 +232,13 @@ impl Client {
             Unreachable(String),
         }
         let missed = match Agent::open(primary.clone()).await {
-            Ok(agent) => match first_call(&agent, &f).await? {
-                Err(e) if error::is_no_owner(&e) && fallback => Missed::NoOwner,
-                Err(e) if error::is_no_owner(&e) => return Err(not_running(&primary)),
-                other => return self.keep(agent, method, other).await,
-            },
+            Ok(agent) => {
+                match retry_once_started(&agent, first_call(&agent, &f).await?, &f).await {
+                    Err(e) if error::is_no_owner(&e) && fallback => Missed::NoOwner,
+                    Err(e) if error::is_no_owner(&e) => return Err(not_running(&primary)),
+                    other => return self.keep(agent, method, other).await,
+                }
+            }
             Err(ConnectError::Unreachable(_, why)) if fallback => Missed::Unreachable(why),
             Err(e) => return Err(e.into()),
         };
@@ -249,7 +254,8 @@ impl Client {
                 });
             }
         };
-        match f(&session).await {
+        let answer = f(&session).await;
+        match retry_once_started(&session, answer, &f).await {
             Err(e) if error::is_no_owner(&e) => {
                 let message = match missed {
                     Missed::NoOwner => format!(
@@ -279,6 +285,51 @@ impl Client {
             Err(e) => Err(agent.explain(method, e).await),
         }
     }
+}
+
+/// `answer` again, or when it says nobody owns the agent's name while an agent for this
+/// bus is starting, the call made again once the agent took its name (or gave up).
+async fn retry_once_started<T>(
+    agent: &Agent,
+    answer: Result<T, AgentError>,
+    f: &impl AsyncFn(&Agent) -> Result<T, AgentError>,
+) -> Result<T, AgentError> {
+    match answer {
+        Err(e) if error::is_no_owner(&e) && agent_took_its_name(agent).await => f(agent).await,
+        other => other,
+    }
+}
+
+/// How often ctl looks whether a starting agent has taken its name.
+const START_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits while an agent that serves `agent`'s bus is starting (begun moments ago, see
+/// [`starting`]); whether it took its name. Nobody starting: false at once.
+async fn agent_took_its_name(agent: &Agent) -> bool {
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(&agent.conn).await else { return false };
+    let Ok(name) = zbus::names::BusName::try_from(BUS_NAME) else { return false };
+    let serves = |s: &starting::StartingAgent| match (&agent.bus, s.bus.as_deref()) {
+        (Bus::System, Some(bus)) => bus == "system",
+        (Bus::Session, Some(bus)) => bus == "session",
+        (Bus::Address(address), Some(bus)) => bus == address,
+        (Bus::System, None) => s.root,
+        (Bus::Session, None) => !s.root,
+        (Bus::Address(_), None) => false,
+    };
+    let mut starting: Vec<_> = starting::starting_agents().into_iter().filter(serves).collect();
+    let Some(longest) = starting.iter().map(|s| s.left).max() else { return false };
+    let deadline = tokio::time::Instant::now() + longest;
+    while tokio::time::Instant::now() < deadline {
+        if dbus.name_has_owner(name.clone()).await.unwrap_or(false) {
+            return true;
+        }
+        starting.retain(|s| starting::alive(s.pid));
+        if starting.is_empty() {
+            return false;
+        }
+        tokio::time::sleep(START_POLL).await;
+    }
+    false
 }
 
 /// The first call on a bus. On the system bus it is raced against [`unit_cannot_start`]:

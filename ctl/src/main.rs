@@ -56,6 +56,7 @@ mod output;
 mod report_html;
 #[cfg(test)]
 mod report_html_tests;
+mod starting;
 
 use std::ffi::OsString;
 use std::io;

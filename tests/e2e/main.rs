@@ -8,6 +8,7 @@ mod agent_state;
 mod bench;
 mod bench_isolation;
 mod cli_output;
+mod first_hour;
 mod hostile_host;
 mod hostile_load;
 mod journal;

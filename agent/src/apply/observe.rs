@@ -77,9 +77,9 @@ impl NodeAccess {
         in_flight.await.map(|node| (*node).clone())
     }
 
-    /// The first external program `plan` needs that cannot run here, as one line naming
-    /// it, what it is needed for and the agent.toml setting that points at it; `None` when
-    /// every one can run. Checked before the first step, so that a missing tool changes
+    /// The first external program `plan` needs that cannot run here, or the MPS root it
+    /// cannot write, as one line naming it, what it is needed for and the agent.toml
+    /// setting that points at it; `None` when every one can run. Checked before the first step, so that a missing tool changes
     /// nothing rather than fail halfway and roll back.
     pub fn missing_tool(&self, plan: &Plan) -> Option<String> {
         let mps = self.sharing.mps.control_program();
@@ -111,6 +111,15 @@ impl NodeAccess {
             }
             checked.push(program);
         }
+        let starts_mps = plan.steps().any(|s| matches!(s, Step::StartMps { .. }));
+        let root = self.sharing.mps.root();
+        if starts_mps && let Err(why) = may_create_in(root) {
+            return Some(format!(
+                "{} starts MPS servers, whose directories go under {}, but {why} (set [mps] root in agent.toml); nothing was changed",
+                plan.profile,
+                root.display()
+            ));
+        }
         None
     }
 
@@ -139,6 +148,17 @@ impl NodeAccess {
         .await
         .unwrap_or_else(|e| Err(panicked(e)))
     }
+}
+
+/// Whether this process may make directories in `dir`, or in the nearest of its
+/// ancestors that exists when `dir` does not yet; why not, in a few words.
+fn may_create_in(dir: &Path) -> Result<(), String> {
+    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
+    if !existing.is_dir() {
+        return Err(format!("{} is not a directory", existing.display()));
+    }
+    crate::sys::unix::may_write_dir(existing)
+        .map_err(|e| format!("this agent cannot write in {}: {e}", existing.display()))
 }
 
 /// What an observation reads besides the GPUs (the backend) and the MPS servers (their

@@ -227,6 +227,11 @@ impl MpsController {
         &self.config.control
     }
 
+    /// The directory of every server's directory.
+    pub fn root(&self) -> &Path {
+        &self.config.root
+    }
+
     /// `<root>/<uuid>`.
     pub fn server_dir(&self, uuid: &str) -> PathBuf {
         self.config.root.join(uuid)
