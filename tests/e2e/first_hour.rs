@@ -223,3 +223,28 @@ fn an_mps_root_the_agent_cannot_write_is_refused_before_anything_changes() {
     );
     assert_eq!(agent.status().gpus, before.gpus);
 }
+
+/// Point 4: the usual A100 course (MIG mode set, pending until the plan's reset) is no
+/// warning: an apply on a healthy simulated node logs nothing at `warn`.
+#[test]
+fn a_healthy_apply_logs_no_warning() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:4").stderr_to(log.path()));
+    for profile in ["half-balanced", "all-mps", "all-time-sliced", "all-disabled"] {
+        let out = agent.ctl(&["apply", profile]);
+        assert!(out.status.success(), "{profile}: {}", text(&out));
+    }
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(!logged.contains("WARN") && !logged.contains("ERROR"), "{logged}");
+}
+
+/// Point 4: `scripts/demo --help` prints its usage, not a line of its code.
+#[test]
+fn the_demo_prints_its_usage() {
+    let out = Command::new(repo_root().join("scripts/demo")).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let usage = String::from_utf8_lossy(&out.stdout);
+    assert!(usage.starts_with("Runs the main job on simulated GPUs"), "{usage}");
+    assert!(usage.contains("scripts/demo [PROFILE] [--simulate MODEL:N,...]"), "{usage}");
+    assert!(!usage.contains("set -euo") && !usage.contains("# "), "{usage}");
+}

@@ -461,7 +461,8 @@ impl<'a> Session<'a> {
         } else if mode.pending == wanted {
             // Set but not activated: the reset failed or must happen elsewhere
             // (RESET_REQUIRED in pass-through VMs, IN_USE while anything holds the GPU).
-            tracing::warn!(
+            // The usual course on an A100: the plan's next step resets the GPU.
+            tracing::info!(
                 gpu,
                 enabled,
                 activation = return_name(status),
