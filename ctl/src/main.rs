@@ -143,10 +143,17 @@ fn write_completions(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .map(|shell| clap_complete::generate_to(shell, &mut cmd, "gpushare-ctl", dir))
         .collect::<io::Result<Vec<PathBuf>>>()?;
     if let Some(bash) = paths.iter().find(|p| p.extension().is_some_and(|e| e == "bash")) {
-        let mut file = std::fs::OpenOptions::new().append(true).open(bash)?;
-        io::Write::write_all(&mut file, BASH_PROFILE_NAMES.as_bytes())?;
+        let generated = std::fs::read_to_string(bash)?;
+        std::fs::write(bash, repair_bash_cases(&generated) + BASH_PROFILE_NAMES)?;
     }
     Ok(paths)
+}
+
+/// clap_complete names a hyphenated binary's verbs two ways in its bash script: it sets
+/// `cmd="gpushare__ctl__subcmd__apply"` but matches `gpushare__subcmd__ctl__subcmd__apply)`,
+/// so no verb's options complete. The arms are renamed to what `cmd` holds.
+fn repair_bash_cases(script: &str) -> String {
+    script.replace("gpushare__subcmd__ctl", "gpushare__ctl")
 }
 
 /// Appended to clap's bash completion: the profile names the agent knows, for the
@@ -252,6 +259,50 @@ mod tests {
             assert!(text.contains("apply") && text.contains("json"), "{name}");
             assert!(!text.contains("generate"), "{name}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What bash offers for the words `line` (the last one being completed), with the
+    /// completion script loaded as bash-completion loads it.
+    fn bash_completes(script: &Path, line: &[&str]) -> Vec<String> {
+        let words: Vec<String> = line.iter().map(|w| format!("'{w}'")).collect();
+        let current = line.len() - 1;
+        let program = format!(
+            "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={current}\nCOMP_LINE='{}'\n\
+             _gpushare_ctl_profiles gpushare-ctl '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+            script.display(),
+            words.join(" "),
+            line.join(" "),
+            line[current],
+            line[current - 1],
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "--noprofile", "-c", &program])
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn bash_completes_every_verbs_options() {
+        let dir = scratch_dir("bash-completion");
+        std::fs::create_dir_all(&dir).unwrap();
+        write_completions(&dir).unwrap();
+        let script = dir.join("gpushare-ctl.bash");
+        let apply = bash_completes(&script, &["gpushare-ctl", "apply", "--"]);
+        for option in ["--file", "--config", "--force", "--dry-run", "--json", "--address"] {
+            assert!(apply.iter().any(|o| o == option), "apply --: {option} not in {apply:?}");
+        }
+        let bench = bash_completes(&script, &["gpushare-ctl", "bench", "--"]);
+        for option in ["--replicas", "--strategies", "--duration", "--until-exit", "--report"] {
+            assert!(bench.iter().any(|o| o == option), "bench --: {option} not in {bench:?}");
+        }
+        let limit = bash_completes(&script, &["gpushare-ctl", "mps", "limit", "--"]);
+        assert!(!limit.is_empty() && limit.iter().all(|o| o.starts_with("--")), "{limit:?}");
+        let verbs = bash_completes(&script, &["gpushare-ctl", "ap"]);
+        assert_eq!(verbs, ["apply"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
