@@ -50,8 +50,9 @@ pub enum Command {
     Assert(AssertArgs),
     /// Show the GPUs, their MIG instances and sharing, and the active profile.
     Status,
-    /// Print the GPUs' current state as a profile (TOML) that `apply -f` accepts.
-    Export,
+    /// Print the GPUs' current state as a profile (TOML) that `apply -f` accepts, or as
+    /// NVIDIA mig-parted's config file (`apply -f FILE -c exported` takes it back).
+    Export(ExportArgs),
     /// List the known profiles, or show one.
     Profiles(ProfilesArgs),
     /// Check a profile file and plan it against this node, changing nothing.
@@ -157,6 +158,24 @@ pub struct ProfileSource {
     // argument, as it does with PROFILE through the group.
     #[arg(short = 'c', long, value_name = "NAME", requires = "file", conflicts_with = "profile")]
     pub config: Option<String>,
+}
+
+/// Arguments of `export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// `toml` (a gpushare profile) or `mig-parted` (NVIDIA mig-parted's config.yaml, one
+    /// config named `exported`; the MIG layout only).
+    #[arg(long, value_enum, default_value_t = ExportFormat::Toml)]
+    pub format: ExportFormat,
+}
+
+/// What `export` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// A gpushare profile.
+    Toml,
+    /// NVIDIA mig-parted's config file.
+    MigParted,
 }
 
 /// Arguments of `apply`.
@@ -708,13 +727,22 @@ mod tests {
     }
 
     #[test]
-    fn export_takes_no_arguments() {
+    fn export_takes_a_format_only() {
         let cli = parse(&["export", "--json"]).unwrap();
         assert!(cli.json);
-        assert!(matches!(cli.command, Command::Export));
+        assert!(matches!(cli.command, Command::Export(ExportArgs { format: ExportFormat::Toml })));
+        let cli = parse(&["export", "--format", "mig-parted"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Export(ExportArgs { format: ExportFormat::MigParted })
+        ));
         assert_eq!(
             parse(&["export", "x"]).unwrap_err().kind(),
             clap::error::ErrorKind::UnknownArgument
+        );
+        assert_eq!(
+            parse(&["export", "--format", "yaml"]).unwrap_err().kind(),
+            clap::error::ErrorKind::InvalidValue
         );
     }
 

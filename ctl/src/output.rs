@@ -144,7 +144,7 @@ pub fn render_table(table: &Table) -> String {
 
 /// `"1 step"`, `"3 steps"`.
 pub fn plural(n: usize, word: &str) -> String {
-    if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
+    gpushare_proto::plural(n as u64, word)
 }
 
 pub use gpushare_proto::exact_size;

@@ -16,6 +16,8 @@ use std::fmt::Write as _;
 
 use gpushare_proto::bench::{BenchReport, BenchRun, BenchStrategyRuns, Slo};
 
+use gpushare_proto::plural;
+
 /// The page for `report`.
 pub fn render(report: &BenchReport) -> String {
     let mut page = String::with_capacity(64 * 1024);
@@ -165,9 +167,9 @@ fn header(report: &BenchReport, page: &mut String) {
     if report.repeat > 1 {
         item("Repeats", format!("each run {} times, the median reported", report.repeat));
     }
-    item("Fleet", format!("{} replicas", report.fleet));
+    item("Fleet", plural(report.fleet, "replica"));
     item("Wall time", format!("{:.1} s", report.wall_seconds));
-    item("Baseline", baseline(report.baseline.as_ref()));
+    item("Baseline", baseline(report.baseline.as_ref(), report.rate_unit()));
     if let Some(note) = noisy_baseline(report) {
         item("Note", format!("<span class=\"note\">{}</span>", escape(&note)));
     }
@@ -188,10 +190,13 @@ pub fn noisy_baseline(report: &BenchReport) -> Option<String> {
     if spread <= NOISY_SPREAD {
         return None;
     }
-    let advice = if report.repeat < 3 {
-        "--repeat 3 (or more) and a longer --duration give steadier ratios"
-    } else {
-        "a longer --duration or a quieter host gives steadier ratios"
+    // --duration sets a window: with --until-exit there is none to lengthen.
+    let windowed = report.window_seconds.is_some();
+    let advice = match (report.repeat < 3, windowed) {
+        (true, true) => "--repeat 3 (or more) and a longer --duration give steadier ratios",
+        (true, false) => "--repeat 3 (or more) gives steadier ratios",
+        (false, true) => "a longer --duration or a quieter host gives steadier ratios",
+        (false, false) => "more --repeat or a quieter host gives steadier ratios",
     };
     Some(format!(
         "one replica alone varied by {:.0} % between its measurements: the scalings, \
@@ -201,14 +206,14 @@ pub fn noisy_baseline(report: &BenchReport) -> Option<String> {
 }
 
 /// The baseline in a few words.
-fn baseline(run: Option<&BenchRun>) -> String {
+fn baseline(run: Option<&BenchRun>, rate: &str) -> String {
     let Some(run) = run else { return "none".into() };
     if let Some(error) = &run.error {
         return format!("<span class=\"error\">error: {}</span>", escape(error));
     }
-    let mut text = format!("1 replica alone: {} units/s", figure(run.throughput_per_s));
+    let mut text = format!("1 replica alone: {} {rate}", figure(run.throughput_per_s));
     if run.repeat_throughputs_per_s.len() > 1 {
-        let _ = write!(text, " (the median of {})", measurements(run));
+        let _ = write!(text, " (the median of {})", measurements(run, rate));
     }
     if let Some(p50) = run.p50_ms {
         let _ = write!(text, ", p50 {} ms", figure(p50));
@@ -220,19 +225,19 @@ fn baseline(run: Option<&BenchRun>) -> String {
 }
 
 /// `3: 28,300, 31,120, 30,269 units/s`: a repeated run's measurements, in order.
-fn measurements(run: &BenchRun) -> String {
+fn measurements(run: &BenchRun, rate: &str) -> String {
     let all: Vec<String> = run.repeat_throughputs_per_s.iter().map(|t| figure(*t)).collect();
-    format!("{}: {} units/s", all.len(), all.join(", "))
+    format!("{}: {} {rate}", all.len(), all.join(", "))
 }
 
 /// The units/s cell of a run: the figure, and for a repeated run its spread, with every
 /// measurement in the tooltip.
-fn throughput_cell(run: &BenchRun) -> String {
+fn throughput_cell(run: &BenchRun, rate: &str) -> String {
     let shown = figure(run.throughput_per_s);
     match run.repeat_spread() {
         Some(spread) => format!(
             "{shown} <span class=\"spread\" title=\"the median of {}\">(spread {:.0} %)</span>",
-            escape(&measurements(run)),
+            escape(&measurements(run, rate)),
             spread * 100.0
         ),
         None => shown,
@@ -501,7 +506,10 @@ fn charts(report: &BenchReport, page: &mut String) {
     let ok_baseline = report.baseline.as_ref().filter(|b| b.error.is_none());
     let throughput = Chart {
         title: "Aggregate throughput against replicas per GPU".into(),
-        y_label: "units/s, all replicas",
+        y_label: match report.rate_unit() {
+            "runs/s" => "runs/s, all replicas",
+            _ => "units/s, all replicas",
+        },
         series: measured(report)
             .map(|(s, color)| Series {
                 label: s.strategy.clone(),
@@ -512,14 +520,14 @@ fn charts(report: &BenchReport, page: &mut String) {
                     .iter()
                     .map(|r| (f64::from(r.replicas), figure_of(r, |r| Some(r.throughput_per_s))))
                     .collect(),
-                unit: "units/s",
+                unit: report.rate_unit(),
             })
             .collect(),
         references: ok_baseline
             .filter(|b| b.throughput_per_s > 0.0)
             .map(|b| Reference {
                 y: b.throughput_per_s,
-                label: format!("1 alone: {} units/s", figure(b.throughput_per_s)),
+                label: format!("1 alone: {} {}", figure(b.throughput_per_s), report.rate_unit()),
                 legend: "baseline (1 alone)".into(),
                 color: BASELINE_COLOR,
             })
@@ -603,10 +611,12 @@ fn tables(report: &BenchReport, page: &mut String) {
             page.push_str("<p class=\"empty\">No runs.</p>\n");
             continue;
         }
-        page.push_str(
-            "<table>\n<thead><tr><th>N</th><th>units/s</th><th>scaling</th><th>p50 ms</th>\
+        let _ = write!(
+            page,
+            "<table>\n<thead><tr><th>N</th><th>{}</th><th>scaling</th><th>p50 ms</th>\
              <th>p99 ms</th><th>p99 ×</th><th>fairness</th><th>max slowdown</th><th>failed</th>\
              <th class=\"text\">setup</th></tr></thead>\n<tbody>\n",
+            report.rate_unit()
         );
         for run in &s.runs {
             let recommended = report
@@ -629,7 +639,7 @@ fn tables(report: &BenchReport, page: &mut String) {
                 "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td class=\"text\">{}{mark}</td></tr>",
                 run.replicas,
-                throughput_cell(run),
+                throughput_cell(run, report.rate_unit()),
                 maybe(run.scaling, times),
                 maybe(run.p50_ms, figure),
                 maybe(run.p99_ms, figure),
@@ -677,10 +687,10 @@ fn capacity(report: &BenchReport, page: &mut String) {
     }
     let _ = writeln!(
         page,
-        "<p>At {} for a fleet of {} replicas:</p>\n<table>\n<thead><tr><th class=\"text\">strategy</th>\
+        "<p>At {} for a fleet of {}:</p>\n<table>\n<thead><tr><th class=\"text\">strategy</th>\
          <th>replicas per GPU</th><th>GPUs needed</th><th>saving</th><th class=\"text\">why</th></tr></thead>\n<tbody>",
         escape(report.slo.as_deref().unwrap_or("the SLO")),
-        report.fleet
+        plural(report.fleet, "replica")
     );
     for c in &report.capacity {
         let per_gpu =
@@ -711,8 +721,8 @@ fn logs(report: &BenchReport, page: &mut String) {
         let open = if failed > 0 { " open class=\"failed\"" } else { "" };
         let state = match (&run.error, failed) {
             (Some(error), _) => format!("error: {}", escape(error)),
-            (None, 0) => format!("{} replicas", run.per_replica.len()),
-            (None, n) => format!("{} replicas, {n} failed", run.per_replica.len()),
+            (None, 0) => plural(run.per_replica.len() as u64, "replica"),
+            (None, n) => format!("{}, {n} failed", plural(run.per_replica.len() as u64, "replica")),
         };
         let _ = writeln!(
             page,
@@ -721,9 +731,12 @@ fn logs(report: &BenchReport, page: &mut String) {
             escape(&run.setup)
         );
         if !run.per_replica.is_empty() {
-            page.push_str(
+            let rate = report.rate_unit();
+            let units = rate.trim_end_matches("/s");
+            let _ = write!(
+                page,
                 "<table>\n<thead><tr><th>replica</th><th>pid</th><th class=\"text\">device</th>\
-                 <th class=\"text\">outcome</th><th>seconds</th><th>units</th><th>units/s</th>\
+                 <th class=\"text\">outcome</th><th>seconds</th><th>{units}</th><th>{rate}</th>\
                  <th>p50 ms</th><th>p99 ms</th><th>slowdown</th><th>GPU memory</th>\
                  <th>malformed lines</th></tr></thead>\n<tbody>\n",
             );

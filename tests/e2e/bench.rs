@@ -175,9 +175,9 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
     assert_eq!(mig.len(), 3, "one MIG instance per replica");
     assert_eq!(report.strategies[3].runs[0].setup, "1 × 7g.40gb");
     assert_eq!(report.strategies[3].runs[1].setup, "3 × 2g.10gb");
-    // 40 GiB / 3 in whole MiB, which the simulated daemon shows as 13G, as the real one
-    // rounds (an exact read-back check failed here before).
-    assert_eq!(report.strategies[2].runs[1].setup, "MPS, 33 % threads, 13653 MiB each");
+    // 40 GiB / 3 in whole MiB (13653 MiB, shown as 13.3 GiB), which the simulated daemon
+    // shows as 13G, as the real one rounds (an exact read-back check failed here before).
+    assert_eq!(report.strategies[2].runs[1].setup, "MPS, 33 % threads, 13.3 GiB each");
     assert!(agent.sim_record().contains("set_default_device_pinned_mem_limit 0 13653M"));
 
     // Answers, and the GPU as it was.

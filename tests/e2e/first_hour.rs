@@ -135,6 +135,11 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     ] {
         assert!(said.contains(expected), "`{expected}` missing:\n{said}");
     }
+    // Point 7's wording, where this bench produced it.
+    for expected in ["time-slicing: 1 replica (whole GPU, no MPS)", "restoring: "] {
+        assert!(said.contains(expected), "`{expected}` missing:\n{said}");
+    }
+    assert!(!said.contains("1 replicas") && !said.contains("rolling back"), "{said}");
     assert!(left.is_empty(), "left behind after the teardown: {left:#?}");
 }
 
@@ -247,4 +252,82 @@ fn the_demo_prints_its_usage() {
     assert!(usage.starts_with("Runs the main job on simulated GPUs"), "{usage}");
     assert!(usage.contains("scripts/demo [PROFILE] [--simulate MODEL:N,...]"), "{usage}");
     assert!(!usage.contains("set -euo") && !usage.contains("# "), "{usage}");
+}
+
+/// Point 6: a node's layout goes back to mig-parted users: `export --format mig-parted`
+/// is a mig-parted file whose `exported` config `apply -f … -c` takes back to the same
+/// layout (nothing to do right after the export).
+#[test]
+fn a_mig_parted_export_round_trips_through_apply() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:4,h100-80gb:2"));
+    let mixed = "name = \"mixed\"\n\
+                 [[gpu]]\nselect = 0\nmig = { \"1g\" = 7 }\n\
+                 [[gpu]]\nselect = \"1,4\"\nmig = { \"3g\" = 2 }\n\
+                 [[gpu]]\nselect = 5\nmig = {}\n\
+                 [[gpu]]\nselect = \"all\"\nmig = \"disabled\"\n";
+    let (_dir, file) = gpushare_tests::temp_file("mixed.toml", mixed);
+    let out = agent.ctl(&["apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let before = gpushare_tests::layout(&agent.status());
+
+    let out = agent.ctl(&["export", "--format", "mig-parted"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let yaml = gpushare_tests::stdout(&out);
+    assert!(yaml.contains("version: v1\nmig-configs:\n  exported:\n"), "{yaml}");
+    let (_dir, exported) = gpushare_tests::temp_file("node.yaml", &yaml);
+    let exported = exported.to_str().unwrap();
+    let out = agent.ctl(&["plan", "-f", exported, "-c", "exported"]);
+    assert!(text(&out).contains("nothing to do"), "{}", text(&out));
+
+    assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
+    assert_ne!(gpushare_tests::layout(&agent.status()), before);
+    let out = agent.ctl(&["apply", "-f", exported, "-c", "exported"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(gpushare_tests::layout(&agent.status()), before, "{yaml}");
+
+    // Without -c: which configs there are, and how to choose one.
+    let out = agent.ctl(&["plan", "-f", exported]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out)
+            .contains("a mig-parted file holds 1 configs: choose one with -c NAME (exported)"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Point 7: a bench's words. On a MIG GPU it names a GPU it could take instead; run to
+/// completion it counts runs, not units, and its noise note does not suggest --duration.
+#[test]
+fn a_benchs_words_fit_what_it_did() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:4"));
+    assert!(agent.ctl(&["apply", "half-balanced"]).status.success());
+    let out = agent.ctl(&["bench", "--target", "1", "--", "true"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(
+            "GPU 1 (A100-SXM4-40GB) has MIG on: bench starts from a whole GPU; give --target 2 (GPU 2, 3 have no MIG), or apply a profile without MIG on it first"
+        ),
+        "{}",
+        text(&out)
+    );
+
+    let out = agent.ctl(&[
+        "bench",
+        "--target",
+        "3",
+        "--replicas",
+        "1",
+        "--strategies",
+        "time-slicing",
+        "--until-exit",
+        "--",
+        "sleep",
+        "0.1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = gpushare_tests::stdout(&out);
+    assert!(said.contains("Baseline: 1 replica alone: ") && said.contains(" runs/s"), "{said}");
+    assert!(said.contains("N  RUNS/S") && !said.contains("units/s"), "{said}");
+    assert!(!said.contains("--duration"), "{said}");
 }

@@ -264,6 +264,14 @@ impl Method {
     }
 }
 
+impl BenchReport {
+    /// What its throughputs count a second: `runs/s` when each replica ran once to its
+    /// exit (`--until-exit`), else `units/s`.
+    pub fn rate_unit(&self) -> &'static str {
+        if self.method == Method::UntilExit.as_str() { "runs/s" } else { "units/s" }
+    }
+}
+
 /// What a bench job measured: `JobOutcome::bench`, and what `gpushare-ctl bench --json`
 /// prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -43,6 +43,25 @@ pub fn exact_size(bytes: u64) -> String {
     )
 }
 
+/// A byte size for people: exactly when it is a whole number of GiB (or less than one),
+/// else in GiB with one decimal (`79.6 GiB`, where the exact size is `81559 MiB`).
+pub fn readable_size(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    if bytes < GIB || bytes.is_multiple_of(GIB) {
+        exact_size(bytes)
+    } else {
+        format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    }
+}
+
+/// `"1 replica"`, `"3 replicas"`: `n` and `word`, plural unless `n` is one.
+pub fn plural(n: impl Into<u64>, word: &str) -> String {
+    match n.into() {
+        1 => format!("1 {word}"),
+        n => format!("{n} {word}s"),
+    }
+}
+
 /// Parses a byte size as profiles and `gpushare-ctl` take it: a number of bytes, or a number with a unit
 /// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -251,6 +270,16 @@ mod tests {
         // "é" takes bytes 1 and 2: a cut at 2 keeps only "x".
         assert_eq!(byte_prefix("xé", 2), "x");
         assert_eq!(byte_prefix("", 0), "");
+    }
+
+    #[test]
+    fn sizes_for_people_and_plurals() {
+        assert_eq!(readable_size(80 << 30), "80 GiB");
+        assert_eq!(readable_size(81559 << 20), "79.6 GiB");
+        assert_eq!(readable_size(512 << 20), "512 MiB");
+        assert_eq!(plural(1u32, "replica"), "1 replica");
+        assert_eq!(plural(7u32, "replica"), "7 replicas");
+        assert_eq!(plural(0u64, "config"), "0 configs");
     }
 
     #[test]

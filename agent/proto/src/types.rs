@@ -388,4 +388,9 @@ pub struct Validation {
 pub struct Export {
     /// A profile (TOML) that describes the GPUs as they are; applying it changes nothing.
     pub text: String,
+    /// The same MIG layout as an NVIDIA mig-parted file (`version: v1`) with one config,
+    /// `exported`: `apply -f FILE -c exported` changes nothing either. Empty from an agent
+    /// older than this field.
+    #[serde(default)]
+    pub mig_parted: String,
 }

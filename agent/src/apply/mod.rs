@@ -59,6 +59,9 @@ pub enum Purpose {
     /// A rollback: every line `rolling back: …`, uncounted, so that it cannot be taken for
     /// the apply's progress.
     Rollback,
+    /// A return to a layout kept on purpose (after a bench): every line `restoring: …`,
+    /// uncounted; nothing failed.
+    Restore,
 }
 
 impl Purpose {
@@ -66,7 +69,7 @@ impl Purpose {
     fn line(self, number: u32, total: u32, text: String) -> Progress {
         match self {
             Purpose::Apply => Progress::step(number, total, text),
-            Purpose::Rollback => self.note(&text),
+            Purpose::Rollback | Purpose::Restore => self.note(&text),
         }
     }
 
@@ -74,7 +77,18 @@ impl Purpose {
     fn note(self, text: &str) -> Progress {
         match self {
             Purpose::Apply => Progress::note(text),
-            Purpose::Rollback => Progress::note(format!("rolling back: {text}")),
+            Purpose::Rollback | Purpose::Restore => {
+                Progress::note(format!("{}: {text}", self.doing()))
+            }
+        }
+    }
+
+    /// What a rollback or restore line begins with.
+    fn doing(self) -> &'static str {
+        match self {
+            Purpose::Apply => "applying",
+            Purpose::Rollback => "rolling back",
+            Purpose::Restore => "restoring",
         }
     }
 }
@@ -286,7 +300,7 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
         let number = index as u32 + 1;
         let span = match shared.purpose {
             Purpose::Apply => logging::step_span(step.gpu(), number),
-            Purpose::Rollback => logging::gpu_span(step.gpu()),
+            Purpose::Rollback | Purpose::Restore => logging::gpu_span(step.gpu()),
         };
         let skip = matches!(step, Step::ResetGpu { always: false, .. }) && pending_reset.is_none();
         let text = if skip {
@@ -296,7 +310,9 @@ async fn run_gpu(shared: &Shared, steps: Vec<(usize, Step)>) -> Result<(), Apply
         };
         span.in_scope(|| match shared.purpose {
             Purpose::Apply => tracing::info!("plan step {number} of {}: {text}", shared.total),
-            Purpose::Rollback => tracing::info!("rolling back: {text}"),
+            Purpose::Rollback | Purpose::Restore => {
+                tracing::info!("{}: {text}", shared.purpose.doing())
+            }
         });
         shared.begin(text);
         if !skip {

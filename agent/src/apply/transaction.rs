@@ -217,7 +217,7 @@ impl Transactions {
         let gpus: Vec<u32> = checkpoint.iter().map(|c| c.gpu).collect();
         let note = format!("rolling back GPU {} to the state before the apply", list(&gpus));
         let _ = progress.send(Progress::note(note));
-        match self.restore(checkpoint, progress).await {
+        match self.restore(checkpoint, Purpose::Rollback, progress).await {
             Ok(_) => match self.journal.rolled_back() {
                 Ok(()) => TransactionError::RolledBack { error, gpus, steps_done, warnings },
                 Err(e) => TransactionError::RollbackFailed {
@@ -238,10 +238,12 @@ impl Transactions {
         }
     }
 
-    /// Returns the GPUs of `checkpoint` to their layout there; the steps that took.
+    /// Returns the GPUs of `checkpoint` to their layout there, its lines told as
+    /// `purpose` says (a rollback, or a restore on purpose); the steps that took.
     pub async fn restore(
         &self,
         checkpoint: &[GpuCheckpoint],
+        purpose: Purpose,
         progress: &UnboundedSender<Progress>,
     ) -> Result<u32, String> {
         let node = self
@@ -287,7 +289,7 @@ impl Transactions {
         let plan =
             plan::plan_to(&node, "rollback", targets, &options).map_err(|e| e.to_string())?;
         self.executor
-            .execute_for(Purpose::Rollback, &plan, progress, Arc::new(NoLog))
+            .execute_for(purpose, &plan, progress, Arc::new(NoLog))
             .await
             .map_err(|e| e.to_string())
     }
@@ -301,7 +303,7 @@ impl Transactions {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let gpu_ids: Vec<u32> = transaction.checkpoint.iter().map(|c| c.gpu).collect();
         let gpus = list(&gpu_ids);
-        let restored = match self.restore(&transaction.checkpoint, &tx).await {
+        let restored = match self.restore(&transaction.checkpoint, Purpose::Rollback, &tx).await {
             Ok(steps) => self
                 .journal
                 .rolled_back()

@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 use gpushare_proto::bench::{
     BenchCapacity, BenchRecommendation, BenchReplica, BenchRun, BenchStrategyRuns, Objective, Slo,
 };
+use gpushare_proto::plural;
 
 /// The `p`-th percentile (0..=100) of `sorted` (ascending), by linear interpolation
 /// between closest ranks. `None` for an empty slice.
@@ -457,14 +458,15 @@ fn one_line(text: &str) -> String {
 /// error and no failed replica (skipped strategies aside), and why, in one line: the other
 /// side's cost against the strategy the other objective picks, or, when both pick the
 /// same, against the runner-up; strategies left out are named with the reason. With no
-/// candidate the strategy is `none`.
+/// candidate the strategy is `none`. Throughputs are given in `rate` (`units/s`).
 pub fn recommend(
     strategies: &[BenchStrategyRuns],
     objective: Objective,
+    rate: &str,
 ) -> Vec<BenchRecommendation> {
     let counts: BTreeSet<u32> =
         strategies.iter().flat_map(|s| s.runs.iter().map(|r| r.replicas)).collect();
-    counts.into_iter().map(|n| recommend_at(strategies, objective, n)).collect()
+    counts.into_iter().map(|n| recommend_at(strategies, objective, n, rate)).collect()
 }
 
 /// [`recommend`] at `n` replicas.
@@ -472,18 +474,20 @@ fn recommend_at(
     strategies: &[BenchStrategyRuns],
     objective: Objective,
     n: u32,
+    rate: &str,
 ) -> BenchRecommendation {
     let mut candidates: Vec<(&str, &BenchRun)> = Vec::new();
     let mut left_out: Vec<String> = Vec::new();
     for s in strategies.iter().filter(|s| s.skipped.is_none()) {
         let name = s.strategy.as_str();
         match s.runs.iter().find(|r| r.replicas == n) {
-            None => left_out.push(format!("{name} left out: no run with {n} replicas")),
+            None => left_out.push(format!("{name} left out: no run with {}", plural(n, "replica"))),
             Some(run) => match &run.error {
                 Some(e) => left_out.push(format!("{name} left out: {}", one_line(e))),
                 None if run.failed > 0 => left_out.push(format!(
-                    "{name} left out: {} of {} replicas failed",
-                    run.failed, run.replicas
+                    "{name} left out: {} of {} failed",
+                    run.failed,
+                    plural(run.replicas, "replica")
                 )),
                 None => candidates.push((name, run)),
             },
@@ -514,13 +518,14 @@ fn recommend_at(
             (
                 name,
                 format!(
-                    "{name}: the only strategy that ran {n} replicas without failures \
-                     ({:.1} units/s, {p99})",
+                    "{name}: the only strategy that ran {} without failures \
+                     ({:.1} {rate}, {p99})",
+                    plural(n, "replica"),
                     run.throughput_per_s
                 ),
             )
         }
-        _ => ("none", format!("no strategy ran {n} replicas without failures")),
+        _ => ("none", format!("no strategy ran {} without failures", plural(n, "replica"))),
     };
     for why in left_out {
         reason.push_str("; ");
@@ -537,7 +542,7 @@ fn keeps(run: &BenchRun, slo: Slo) -> Result<String, String> {
         return Err(format!("at {n}: {}", one_line(e)));
     }
     if run.failed > 0 {
-        return Err(format!("at {n} {} of {n} replicas failed", run.failed));
+        return Err(format!("at {n} {} of {} failed", run.failed, plural(n, "replica")));
     }
     match slo {
         Slo::P99Ms(limit) => {
@@ -606,8 +611,9 @@ fn capacity_of(strategy: &BenchStrategyRuns, slo: Slo, fleet: u32) -> BenchCapac
     let saving = if fleet > 0 { 1.0 - f64::from(gpus_needed) / f64::from(fleet) } else { 0.0 };
     let next = broken.unwrap_or_else(|| "the most measured".into());
     let reason = format!(
-        "{per_gpu} per GPU: {figure}; {next}; {fleet} replicas on {gpus_needed} GPUs instead \
-         of {fleet}: {:.0} % fewer",
+        "{per_gpu} per GPU: {figure}; {next}; {} on {} instead of {fleet}: {:.0} % fewer",
+        plural(fleet, "replica"),
+        plural(gpus_needed, "GPU"),
         saving * 100.0
     );
     BenchCapacity { strategy: name, replicas_per_gpu: per_gpu, gpus_needed, saving, reason }
@@ -1028,7 +1034,7 @@ mod tests {
     }
 
     fn only(strategies: &[BenchStrategyRuns], objective: Objective) -> BenchRecommendation {
-        let mut all = recommend(strategies, objective);
+        let mut all = recommend(strategies, objective, "units/s");
         assert_eq!(all.len(), 1, "{all:?}");
         all.remove(0)
     }
@@ -1172,7 +1178,7 @@ mod tests {
             ),
             strategy("mps", vec![run(1, 10.0, Some(1.0)), run(3, 30.0, Some(3.5))]),
         ];
-        let all = recommend(&strategies, Objective::Throughput);
+        let all = recommend(&strategies, Objective::Throughput, "units/s");
         let picks: Vec<(u32, &str)> =
             all.iter().map(|r| (r.replicas, r.strategy.as_str())).collect();
         assert_eq!(picks, [(1, "time-slicing"), (3, "mps"), (5, "time-slicing")]);
@@ -1181,7 +1187,7 @@ mod tests {
             "time-slicing: the only strategy that ran 5 replicas without failures \
              (10.0 units/s, p99 9.0 ms); mps left out: no run with 5 replicas"
         );
-        assert!(recommend(&[], Objective::Latency).is_empty());
+        assert!(recommend(&[], Objective::Latency, "units/s").is_empty());
     }
 
     #[test]

@@ -21,13 +21,13 @@ use gpushare_proto::bench::{
     BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchReport, BenchRun, BenchStrategy,
     BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, seconds_text,
 };
-use gpushare_proto::exact_size;
+use gpushare_proto::{plural, readable_size};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError};
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
-use crate::apply::{Progress, Reads};
+use crate::apply::{Progress, Purpose, Reads};
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
 use crate::bench::replicas::{self, Launch, ReplicaSpec};
 use crate::bench::stats::{self, ReplicaMeasure};
@@ -472,7 +472,8 @@ impl Engine {
             None => Err("the journal lost the bench record".into()),
         };
         outcome.steps_done = outcome.steps_total;
-        report.recommendations = stats::recommend(&report.strategies, job.options.objective);
+        report.recommendations =
+            stats::recommend(&report.strategies, job.options.objective, report.rate_unit());
         if let Some(slo) = job.options.slo {
             report.capacity = stats::capacity(&report.strategies, slo, job.options.fleet);
         }
@@ -562,7 +563,10 @@ impl Engine {
                         continue;
                     }
                 };
-                say(outcome.steps_done, format!("{strategy}: {n} replicas ({})", setup.describe));
+                say(
+                    outcome.steps_done,
+                    format!("{strategy}: {} ({})", plural(n, "replica"), setup.describe),
+                );
                 let run = if strategy == BenchStrategy::TimeSlicing && n == 1 {
                     // The baseline is exactly this run.
                     BenchRun { setup: setup.describe.clone(), setup_ms: None, ..baseline.clone() }
@@ -780,7 +784,8 @@ impl Engine {
         progress: &UnboundedSender<Progress>,
     ) -> Result<String, String> {
         self.stop_left_over(record.replicas.clone(), record.uid).await;
-        let restored = match self.transactions.restore(&record.checkpoint, progress).await {
+        let restore = self.transactions.restore(&record.checkpoint, Purpose::Restore, progress);
+        let restored = match restore.await {
             Ok(steps) => self
                 .journal
                 .end_bench()
@@ -890,8 +895,20 @@ fn whole_gpu_target<'a>(node: &'a NodeState, target: &str) -> Result<&'a GpuStat
         }));
     };
     if g.mig_enabled {
+        // A GPU of this node the bench could take as it is, if there is one.
+        let whole: Vec<String> = node
+            .gpus
+            .iter()
+            .filter(|o| !o.mig_enabled && o.processes.is_empty())
+            .map(|o| o.index.to_string())
+            .collect();
+        let instead = match whole.as_slice() {
+            [] => String::new(),
+            [one] => format!("--target {one} (without MIG), or "),
+            [first, ..] => format!("--target {first} (GPU {} have no MIG), or ", whole.join(", ")),
+        };
         return Err(EngineError::NotPossible(format!(
-            "{} has MIG on: bench starts from a whole GPU (apply a profile without MIG on it first)",
+            "{} has MIG on: bench starts from a whole GPU; give {instead}apply a profile without MIG on it first",
             g.label()
         )));
     }
@@ -946,7 +963,7 @@ fn setup(
                     pinned_memory_limit_bytes: Some(each),
                     ..Default::default()
                 }),
-                describe: format!("MPS, {threads} % threads, {} each", exact_size(each)),
+                describe: format!("MPS, {threads} % threads, {} each", readable_size(each)),
             }
         }
         BenchStrategy::Mig => {
@@ -1069,7 +1086,9 @@ mod tests {
         let ProfileSharing::Mps(m) = &s.sharing else { panic!("{s:?}") };
         assert_eq!(m.active_thread_percentage, Some(33));
         assert_eq!(m.pinned_memory_limit_bytes, Some(27306 << 20));
-        assert_eq!(s.describe, "MPS, 33 % threads, 27306 MiB each");
+        assert_eq!(s.describe, "MPS, 33 % threads, 26.7 GiB each");
+        let s = setup(BenchStrategy::MpsLimited, 2, 80 << 30, &HashMap::new()).unwrap();
+        assert_eq!(s.describe, "MPS, 50 % threads, 40 GiB each");
     }
 
     #[test]

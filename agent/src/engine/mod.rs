@@ -897,7 +897,10 @@ impl Engine {
     /// The GPUs as they are, as a profile.
     pub async fn export(&self) -> Result<Export, EngineError> {
         let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
-        Ok(Export { text: profile::export::profile_text(&node) })
+        Ok(Export {
+            text: profile::export::profile_text(&node),
+            mig_parted: profile::export::mig_parted_text(&node),
+        })
     }
 
     /// Every known profile.

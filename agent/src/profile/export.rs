@@ -24,10 +24,8 @@ fn layout(gpu: &GpuState) -> Layout {
     })
 }
 
-/// A profile named `exported` with one rule per group of GPUs of the same layout. Exact
-/// profile names are used; placements are not written, and the planner keeps instances
-/// where they are, so applying the profile changes nothing.
-pub fn profile_text(node: &NodeState) -> String {
+/// The GPUs grouped by layout, in the order of their first GPU.
+fn groups(node: &NodeState) -> Vec<(Layout, Vec<u32>)> {
     let mut groups: Vec<(Layout, Vec<u32>)> = Vec::new();
     for gpu in &node.gpus {
         let l = layout(gpu);
@@ -36,6 +34,14 @@ pub fn profile_text(node: &NodeState) -> String {
             None => groups.push((l, vec![gpu.index])),
         }
     }
+    groups
+}
+
+/// A profile named `exported` with one rule per group of GPUs of the same layout. Exact
+/// profile names are used; placements are not written, and the planner keeps instances
+/// where they are, so applying the profile changes nothing.
+pub fn profile_text(node: &NodeState) -> String {
+    let groups = groups(node);
     let mut text = String::from(
         "name = \"exported\"\ndescription = \"The GPUs as gpushare-ctl export found them\"\n",
     );
@@ -48,6 +54,35 @@ pub fn profile_text(node: &NodeState) -> String {
                 let items: Vec<String> =
                     counts.iter().map(|(name, n)| format!("\"{name}\" = {n}")).collect();
                 let _ = writeln!(text, "mig = {{ {} }}", items.join(", "));
+            }
+        }
+    }
+    text
+}
+
+/// The MIG layout as NVIDIA mig-parted's config file: one config, `exported`, with one
+/// entry per group of GPUs of the same layout (exact profile names, GPUs by index). The
+/// groups select disjoint GPUs, so mig-parted's every-matching-entry and gpushare's
+/// first-rule readings agree; `apply -f FILE -c exported` changes nothing. MIG names and
+/// indices need no YAML quoting but are quoted anyway, as mig-parted's own files do.
+pub fn mig_parted_text(node: &NodeState) -> String {
+    let mut text = String::from(
+        "# The GPUs as gpushare-ctl export found them (NVIDIA mig-parted's format)\n\
+         version: v1\nmig-configs:\n  exported:\n",
+    );
+    for (layout, gpus) in groups(node) {
+        let devices: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        let _ = writeln!(text, "    - devices: [{}]", devices.join(", "));
+        match layout {
+            None => text.push_str("      mig-enabled: false\n"),
+            Some(counts) if counts.is_empty() => {
+                text.push_str("      mig-enabled: true\n      mig-devices: {}\n");
+            }
+            Some(counts) => {
+                text.push_str("      mig-enabled: true\n      mig-devices:\n");
+                for (name, n) in counts {
+                    let _ = writeln!(text, "        \"{name}\": {n}");
+                }
             }
         }
     }
@@ -80,7 +115,7 @@ mod tests {
     use crate::gpu::GpuBackend;
     use crate::gpu::sim::{SimBackend, SimOptions};
     use crate::plan::{PlanOptions, plan};
-    use crate::profile::{ProfileStore, parse_profile};
+    use crate::profile::{ProfileStore, parse_document, parse_profile};
 
     #[test]
     fn ranges_compress() {
@@ -114,6 +149,16 @@ mod tests {
         );
         assert!(text.contains("select = \"4-7\"\nmig = \"disabled\""), "{text}");
         let exported = parse_profile(&text, "exported.toml", None).unwrap();
+        assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
+
+        let yaml = mig_parted_text(&node);
+        assert!(
+            yaml.contains(
+                "  exported:\n    - devices: [0, 1, 2, 3]\n      mig-enabled: true\n      mig-devices:\n        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n    - devices: [4, 5, 6, 7]\n      mig-enabled: false\n"
+            ),
+            "{yaml}"
+        );
+        let exported = parse_document(&yaml, "exported.yaml", "exported").unwrap();
         assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
     }
 }

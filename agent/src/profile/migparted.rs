@@ -60,10 +60,21 @@ pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profil
     let file = load(text, origin)?;
     let names: Vec<&str> = file.configs.iter().map(|c| c.name.as_str()).collect();
     let Some(found) = file.configs.iter().find(|c| c.name == config) else {
-        return Err(ProfileError {
-            location: file.configs_location,
-            message: format!("no mig-parted config {config:?}; the file has {}", names.join(", ")),
-        });
+        let message = if config.is_empty() {
+            format!(
+                "a mig-parted file holds {} configs: choose one with -c NAME ({})",
+                names.len(),
+                some_of(&names)
+            )
+        } else {
+            let guess = closest(config, &names).map(|n| format!(" (did you mean {n}?)"));
+            format!(
+                "no mig-parted config {config:?}{}; the file has {}",
+                guess.unwrap_or_default(),
+                some_of(&names)
+            )
+        };
+        return Err(ProfileError { location: file.configs_location, message });
     };
     // mig-parted carries out every entry that matches a GPU, in file order, so the last
     // one wins; gpushare gives a GPU the first rule that selects it: reverse the entries.
@@ -74,6 +85,27 @@ pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profil
         description: format!("mig-parted config {config} from {origin}"),
         rules,
     })
+}
+
+/// Names to show in a one-line message: all of a short list, else the first ones and how
+/// many more there are.
+fn some_of(names: &[&str]) -> String {
+    const SHOWN: usize = 8;
+    if names.len() <= SHOWN {
+        return names.join(", ");
+    }
+    format!("{}, … and {} more", names[..SHOWN].join(", "), names.len() - SHOWN)
+}
+
+/// The name most like `typed`, when one is close enough to be a typo of it (as clap
+/// suggests subcommands, by Jaro similarity; above 0.8 here, as the names share prefixes).
+fn closest<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .map(|n| (strsim::jaro(typed, n), *n))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n)
 }
 
 /// A checked file: every config converted.
@@ -787,6 +819,29 @@ mig-configs:
         assert_eq!(
             e,
             "t.yaml:6:20: mig-devices: 9 instances in one entry, more than any GPU holds (8 at most)"
+        );
+    }
+
+    #[test]
+    fn a_file_without_a_config_chosen_says_to_choose_one() {
+        let e = parse_mig_parted(SMALL, "t.yaml", "").unwrap_err();
+        assert_eq!(
+            e.message,
+            "a mig-parted file holds 2 configs: choose one with -c NAME (mixed, on-empty)"
+        );
+        let nvidia = include_str!("../../../tests/data/mig-parted-config-default.yaml");
+        let e = parse_mig_parted(nvidia, "config.yaml", "all-balancd").unwrap_err();
+        assert!(
+            e.message.starts_with("no mig-parted config \"all-balancd\" (did you mean all-balanced?); the file has all-disabled, "),
+            "{}",
+            e.message
+        );
+        let e = parse_mig_parted(nvidia, "config.yaml", "").unwrap_err();
+        assert!(
+            e.message.starts_with("a mig-parted file holds 81 configs: choose one with -c NAME (all-disabled, all-enabled, ")
+                && e.message.ends_with(", … and 73 more)"),
+            "{}",
+            e.message
         );
     }
 

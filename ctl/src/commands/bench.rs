@@ -47,7 +47,7 @@ use crate::bus::Client;
 use crate::cli::BenchArgs;
 use crate::error::{CtlError, Kind};
 use crate::job::{OnInterrupt, start_and_follow_with};
-use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+use crate::output::{Glyphs, Output, parse_document, plain_table, plural, render_table};
 use crate::report_html::{self, command_line};
 
 /// What the first Ctrl-C during a bench prints on stderr.
@@ -541,7 +541,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         measured.push_str(&format!("; each run {} times, the median reported", report.repeat));
     }
     text.push_str(&format!("{measured}; {:.1} s in all\n", report.wall_seconds));
-    text.push_str(&baseline_line(report.baseline.as_ref()));
+    text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit()));
     if let Some(note) = report_html::noisy_baseline(report) {
         text.push_str(&format!("Note: {note}\n"));
     }
@@ -557,7 +557,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
             text.push_str("no runs\n");
             continue;
         }
-        text.push_str(&render_table(&runs_table(&strategy.runs, glyphs)));
+        text.push_str(&render_table(&runs_table(&strategy.runs, report.rate_unit(), glyphs)));
     }
 
     if !report.recommendations.is_empty() {
@@ -572,7 +572,8 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
 
     if !report.capacity.is_empty() {
         let slo = report.slo.as_deref().unwrap_or("the SLO");
-        text.push_str(&format!("\nCapacity at {slo} (a fleet of {} replicas):\n", report.fleet));
+        let fleet = plural(report.fleet as usize, "replica");
+        text.push_str(&format!("\nCapacity at {slo} (a fleet of {fleet}):\n"));
         let mut table = plain_table(["STRATEGY", "PER GPU", "GPUS", "SAVING", "WHY"]);
         for column in 1..4 {
             if let Some(c) = table.column_mut(column) {
@@ -649,14 +650,14 @@ fn setups_line(report: &BenchReport) -> String {
 
 /// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`, with the
 /// measurements' range when there were several (`median of 3, 388-415`).
-fn baseline_line(baseline: Option<&BenchRun>) -> String {
+fn baseline_line(baseline: Option<&BenchRun>, rate: &str) -> String {
     let Some(run) = baseline else {
         return "Baseline: none\n".into();
     };
     if let Some(error) = &run.error {
         return format!("Baseline: error: {error}\n");
     }
-    let mut line = format!("Baseline: 1 replica alone: {} units/s", figure(run.throughput_per_s));
+    let mut line = format!("Baseline: 1 replica alone: {} {rate}", figure(run.throughput_per_s));
     if let Some(range) = repeat_range(run) {
         line.push_str(&format!(" ({range})"));
     }
@@ -682,9 +683,9 @@ fn repeat_range(run: &BenchRun) -> Option<String> {
 
 /// A row per replica count; a SPREAD column (the measurements' largest throughput over the
 /// smallest) when runs were measured more than once.
-fn runs_table(runs: &[BenchRun], glyphs: Glyphs) -> comfy_table::Table {
+fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> comfy_table::Table {
     let repeated = runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
-    let mut headers = vec!["N".to_owned(), "UNITS/S".to_owned()];
+    let mut headers = vec!["N".to_owned(), rate.to_uppercase()];
     if repeated {
         headers.push("SPREAD".to_owned());
     }

@@ -41,7 +41,7 @@ pub async fn run(
         }
         Command::Assert(args) => assert::run(client, out, &args).await,
         Command::Status => status::run(client, out).await,
-        Command::Export => export::run(client, out).await,
+        Command::Export(args) => export::run(client, &args, out).await,
         Command::Profiles(args) => profiles::run(client, out, args.command).await,
         Command::Validate(args) => validate::run(client, out, &args.file).await,
         Command::Mps(args) => mps::run(client, out, args.command).await,

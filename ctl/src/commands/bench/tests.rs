@@ -621,6 +621,18 @@ fn repeated_runs_show_their_spread_and_a_noisy_baseline_a_note() {
     r.repeat = 1;
     r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
     assert!(render_report(&r, Glyphs::ASCII).contains("--repeat 3 (or more)"));
+
+    // Run to completion: runs a second, and no --duration to lengthen.
+    r.method = "until-exit".into();
+    r.window_seconds = None;
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains("Baseline: 1 replica alone: 402 runs/s (median of 3, 300-450)"),
+        "{text}"
+    );
+    assert!(text.contains("N  RUNS/S  SPREAD  SCALING") && !text.contains("units/s"), "{text}");
+    assert!(text.contains("; --repeat 3 (or more) gives steadier ratios"), "{text}");
+    assert!(!text.contains("--duration"), "{text}");
 }
 
 #[test]
