@@ -42,6 +42,32 @@ pub struct MigProfile {
     pub placements: &'static [u8],
     /// Whether the profile carries the media extensions (`+me`).
     pub media_extensions: bool,
+    /// The engines an instance gets, as NVML's `ProfileInfo` counts them.
+    pub engines: Engines,
+}
+
+/// The copy and media engines of one MIG instance (`nvidia-smi mig -lgip`'s CE, DEC,
+/// ENC, JPEG and OFA columns; NVML's `copyEngineCount` … `ofaCount`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Engines {
+    /// Copy engines.
+    pub copy: u8,
+    /// Video decoders (NVDEC).
+    pub decoders: u8,
+    /// Video encoders (NVENC).
+    pub encoders: u8,
+    /// JPEG decoders (NVJPG).
+    pub jpeg: u8,
+    /// Optical flow accelerators.
+    pub ofa: u8,
+}
+
+impl Engines {
+    /// `copy` copy engines, `decoders` NVDECs, `jpeg` NVJPGs, `ofa` OFAs, no encoder (none
+    /// of the MIG GPUs modelled has one in an instance).
+    pub const fn new(copy: u8, decoders: u8, jpeg: u8, ofa: u8) -> Engines {
+        Engines { copy, decoders, encoders: 0, jpeg, ofa }
+    }
 }
 
 /// A GPU model the agent knows.
@@ -198,6 +224,7 @@ const fn seven_slice(
     names: [&'static str; 7],
     memory_mib: [u64; 7],
     sms: [u32; 7],
+    engines: [Engines; 7],
 ) -> [MigProfile; 7] {
     [
         MigProfile {
@@ -211,6 +238,7 @@ const fn seven_slice(
             max_count: 7,
             placements: ALL_SEVEN,
             media_extensions: false,
+            engines: engines[0],
         },
         MigProfile {
             name: names[1],
@@ -223,6 +251,7 @@ const fn seven_slice(
             max_count: 1,
             placements: ALL_SEVEN,
             media_extensions: true,
+            engines: engines[1],
         },
         MigProfile {
             name: names[2],
@@ -235,6 +264,7 @@ const fn seven_slice(
             max_count: 4,
             placements: EVEN_FOUR,
             media_extensions: false,
+            engines: engines[2],
         },
         MigProfile {
             name: names[3],
@@ -247,6 +277,7 @@ const fn seven_slice(
             max_count: 3,
             placements: EVEN_THREE,
             media_extensions: false,
+            engines: engines[3],
         },
         MigProfile {
             name: names[4],
@@ -259,6 +290,7 @@ const fn seven_slice(
             max_count: 2,
             placements: HALVES,
             media_extensions: false,
+            engines: engines[4],
         },
         MigProfile {
             name: names[5],
@@ -271,6 +303,7 @@ const fn seven_slice(
             max_count: 1,
             placements: FIRST,
             media_extensions: false,
+            engines: engines[5],
         },
         MigProfile {
             name: names[6],
@@ -283,20 +316,47 @@ const fn seven_slice(
             max_count: 1,
             placements: FIRST,
             media_extensions: false,
+            engines: engines[6],
         },
     ]
 }
+
+/// An A100's instances' engines, 1g … 7g as [`seven_slice`] orders them: NVIDIA's MIG
+/// user guide (supported profiles: NVDECs / JPEG / OFA, copy engines).
+const AMPERE_ENGINES: [Engines; 7] = [
+    Engines::new(1, 0, 0, 0),
+    Engines::new(1, 1, 1, 1),
+    Engines::new(1, 1, 0, 0),
+    Engines::new(2, 1, 0, 0),
+    Engines::new(3, 2, 0, 0),
+    Engines::new(4, 2, 0, 0),
+    Engines::new(7, 5, 1, 1),
+];
+
+/// An H100's (and H200's) instances' engines, as `nvidia-smi mig -lgip` and NVML's
+/// `ProfileInfo` showed them on a real H100 80GB HBM3 (driver 580.159.04, 2026-11-27).
+const HOPPER_ENGINES: [Engines; 7] = [
+    Engines::new(1, 1, 1, 0),
+    Engines::new(1, 1, 1, 1),
+    Engines::new(1, 1, 1, 0),
+    Engines::new(2, 2, 2, 0),
+    Engines::new(3, 3, 3, 0),
+    Engines::new(4, 4, 4, 0),
+    Engines::new(8, 7, 7, 1),
+];
 
 static A100_40GB: [MigProfile; 7] = seven_slice(
     ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
     [4864, 4864, 9856, 9856, 19968, 19968, 40192],
     [14, 14, 14, 28, 42, 56, 98],
+    AMPERE_ENGINES,
 );
 
 static A100_80GB: [MigProfile; 7] = seven_slice(
     ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     [9856, 9856, 19968, 19968, 40192, 40192, 80384],
     [14, 14, 14, 28, 42, 56, 98],
+    AMPERE_ENGINES,
 );
 
 // memorySizeMB as NVML reported it on a real H100 80GB HBM3 (driver 580.159.04).
@@ -304,6 +364,7 @@ static H100_80GB: [MigProfile; 7] = seven_slice(
     ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     [9984, 9984, 20096, 20096, 40448, 40448, 81152],
     [16, 16, 26, 32, 60, 64, 132],
+    HOPPER_ENGINES,
 );
 
 // 1g.35gb, 2g.35gb, 3g.71gb and 4g.71gb as NVML reports them on a read-only H200 (33280
@@ -312,9 +373,11 @@ static H200_141GB: [MigProfile; 7] = seven_slice(
     ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
     [16384, 16384, 33280, 33280, 71424, 71424, 143360],
     [16, 16, 26, 32, 60, 64, 132],
+    HOPPER_ENGINES,
 );
 
-// A30: four memory slots, four compute slices. Memory from GiB with two decimals.
+// A30: four memory slots, four compute slices. Memory from GiB with two decimals; engines
+// from NVIDIA's MIG user guide (supported profiles, A30).
 static A30_24GB: [MigProfile; 4] = [
     MigProfile {
         name: "1g.6gb",
@@ -327,6 +390,7 @@ static A30_24GB: [MigProfile; 4] = [
         max_count: 4,
         placements: &[0, 1, 2, 3],
         media_extensions: false,
+        engines: Engines::new(1, 0, 0, 0),
     },
     MigProfile {
         name: "1g.6gb+me",
@@ -339,6 +403,7 @@ static A30_24GB: [MigProfile; 4] = [
         max_count: 1,
         placements: &[0, 1, 2, 3],
         media_extensions: true,
+        engines: Engines::new(1, 1, 1, 1),
     },
     MigProfile {
         name: "2g.12gb",
@@ -351,6 +416,7 @@ static A30_24GB: [MigProfile; 4] = [
         max_count: 2,
         placements: &[0, 2],
         media_extensions: false,
+        engines: Engines::new(2, 2, 0, 0),
     },
     MigProfile {
         name: "4g.24gb",
@@ -363,6 +429,7 @@ static A30_24GB: [MigProfile; 4] = [
         max_count: 1,
         placements: &[0],
         media_extensions: false,
+        engines: Engines::new(4, 4, 1, 1),
     },
 ];
 

@@ -597,6 +597,7 @@ mod tests {
             max_count: 2,
             placements: &[1, 2],
             media_extensions: false,
+            engines: gpushare_catalog::Engines::new(1, 0, 0, 0),
         },
         MigProfile {
             name: "2g.odd",
@@ -609,6 +610,7 @@ mod tests {
             max_count: 1,
             placements: &[1],
             media_extensions: false,
+            engines: gpushare_catalog::Engines::new(1, 0, 0, 0),
         },
     ];
 
