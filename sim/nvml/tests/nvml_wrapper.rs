@@ -9,14 +9,17 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::error::NvmlError;
 
-/// `libgpushare_sim_nvml.so` next to the test executable's directory (target/debug).
+/// `libgpushare_sim_nvml.so` as cargo built it for these tests: the newer of target/debug's
+/// copy and deps/'s (`cargo test` alone updates only the one in deps/).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     [deps.parent().unwrap(), deps]
         .iter()
         .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .find(|p| p.exists())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
         .expect("cargo builds the cdylib before the integration tests")
 }
 

@@ -15,6 +15,7 @@
 
 pub mod exports;
 pub mod handles;
+mod stubs;
 pub mod types;
 
 use std::collections::BTreeMap;
