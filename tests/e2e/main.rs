@@ -13,6 +13,7 @@ mod hostile_host;
 mod hostile_load;
 mod journal;
 mod metrics;
+mod nvidia_clients;
 mod plan_safety;
 mod profile_input;
 mod sharing;

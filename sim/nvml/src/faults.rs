@@ -26,49 +26,14 @@ pub const REBOOT_ENV: &str = "GPUSHARE_SIM_REBOOT";
 /// Tool actions that `GPUSHARE_SIM_FAIL` may name; the simulated nvidia-smi counts them.
 pub const TOOL_ACTIONS: &[&str] = &["gpu-reset", "set-timeslice"];
 
-/// The NVML functions this library exports, which `GPUSHARE_SIM_FAIL` may name.
-pub const FUNCTIONS: &[&str] = &[
-    "nvmlInit_v2",
-    "nvmlInitWithFlags",
-    "nvmlShutdown",
-    "nvmlSystemGetDriverVersion",
-    "nvmlDeviceGetCount_v2",
-    "nvmlDeviceGetHandleByIndex_v2",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetPciInfo_v3",
-    "nvmlDeviceGetMemoryInfo_v2",
-    "nvmlDeviceGetMinorNumber",
-    "nvmlDeviceGetPersistenceMode",
-    "nvmlDeviceSetPersistenceMode",
-    "nvmlDeviceGetMigMode",
-    "nvmlDeviceSetMigMode",
-    "nvmlDeviceGetComputeMode",
-    "nvmlDeviceSetComputeMode",
-    "nvmlDeviceGetMaxMigDeviceCount",
-    "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceIsMigDeviceHandle",
-    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
-    "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetComputeInstanceId",
-    "nvmlDeviceGetComputeRunningProcesses_v3",
-    "nvmlDeviceGetGpuInstanceProfileInfo",
-    "nvmlDeviceGetGpuInstanceProfileInfoV",
-    "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
-    "nvmlDeviceGetGpuInstanceRemainingCapacity",
-    "nvmlDeviceCreateGpuInstanceWithPlacement",
-    "nvmlDeviceGetGpuInstances",
-    "nvmlDeviceGetGpuInstanceById",
-    "nvmlGpuInstanceGetInfo",
-    "nvmlGpuInstanceDestroy",
-    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-    "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
-    "nvmlGpuInstanceCreateComputeInstance",
-    "nvmlGpuInstanceGetComputeInstances",
-    "nvmlGpuInstanceGetComputeInstanceById",
-    "nvmlComputeInstanceGetInfo_v2",
-    "nvmlComputeInstanceDestroy",
-];
+/// Every function of nvml.h the library exports (the list its stubs are generated from):
+/// each one, modelled or not, counts its calls and may be failed.
+const NVML_FUNCTIONS: &str = include_str!("../abi/nvml-functions.txt");
+
+/// Whether `name` is a function of nvml.h.
+pub fn is_nvml_function(name: &str) -> bool {
+    NVML_FUNCTIONS.lines().any(|l| l.trim() == name)
+}
 
 /// One injected failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,10 +90,9 @@ fn parse_one(part: &str) -> Result<Failure, String> {
         .split_once(':')
         .ok_or_else(|| format!("{FAIL_ENV}: {part:?}: write <function>:<n>[=<NVML_ERROR_X>]"))?;
     let name = name.trim();
-    if !FUNCTIONS.contains(&name) && !TOOL_ACTIONS.contains(&name) {
+    if !is_nvml_function(name) && !TOOL_ACTIONS.contains(&name) {
         return Err(format!(
-            "{FAIL_ENV}: {part:?}: unknown function {name:?}; known: {}, {}",
-            FUNCTIONS.join(", "),
+            "{FAIL_ENV}: {part:?}: unknown function {name:?}: name a function of nvml.h (nvmlDeviceSetMigMode) or a tool action ({})",
             TOOL_ACTIONS.join(", ")
         ));
     }
@@ -186,8 +150,8 @@ pub struct Knobs {
     pub failures: Vec<Failure>,
     /// `GPUSHARE_SIM_DELAY_MS`.
     pub delay: Duration,
-    /// `GPUSHARE_SIM_PROCESSES`.
-    pub processes: Vec<Process>,
+    /// `GPUSHARE_SIM_PROCESSES`, when set (empty: no processes).
+    pub processes: Option<Vec<Process>>,
     /// `GPUSHARE_SIM_REBOOT`.
     pub reboot: bool,
 }
@@ -203,8 +167,12 @@ impl Knobs {
                 .map_err(|_| format!("{DELAY_ENV}: {v:?} is not a number of milliseconds"))?;
             knobs.delay = Duration::from_millis(ms);
         }
-        if let Some(v) = var(PROCESSES_ENV) {
-            knobs.processes = parse_processes(&v)?;
+        // Set, even empty, it says what runs; unset, the node keeps what it has (another
+        // NVML client, a pynvml script, must not clear the agent's processes).
+        if let Some(v) = std::env::var_os(PROCESSES_ENV) {
+            let v = v.to_str().ok_or_else(|| format!("{PROCESSES_ENV} is not UTF-8"))?;
+            knobs.processes =
+                Some(if v.trim().is_empty() { Vec::new() } else { parse_processes(v)? });
         }
         if let Some(v) = var(REBOOT_ENV) {
             knobs.reboot = match v.trim() {

@@ -75,9 +75,11 @@ pub fn profile_of(g: &Gpu, gi: &GpuInstance) -> &'static MigProfile {
 }
 
 /// `nvmlDeviceSetMigMode`: returns the activation status. A GPU without MIG is
-/// NOT_SUPPORTED; disabling with GPU instances is IN_USE. On Ampere a change stays pending
-/// (activation status IN_USE) while persistence mode is on or compute processes are on the
-/// GPU, and takes effect otherwise; Hopper switches at once.
+/// NOT_SUPPORTED; disabling with GPU instances is IN_USE. A GPU that is not idle cannot be
+/// unbound to switch (nvml.h: the activation status is IN_USE "if device unbind fails
+/// because the device isn't idle"): the change stays pending until a reset, on every
+/// model while compute processes run, and on Ampere also while persistence mode holds the
+/// GPU. Otherwise it takes effect at once.
 pub fn set_mig_mode(node: &mut Node, index: u32, enabled: bool) -> Result<Code, Code> {
     let busy = !node.pids_on(index).is_empty();
     let g = gpu_mut(node, index)?;
@@ -89,7 +91,7 @@ pub fn set_mig_mode(node: &mut Node, index: u32, enabled: bool) -> Result<Code, 
         g.mig_pending = None;
         return Ok(ret::SUCCESS);
     }
-    if model.mode_change_may_need_reset() && (g.persistence_mode || busy) {
+    if busy || (model.mode_change_may_need_reset() && g.persistence_mode) {
         g.mig_pending = Some(enabled);
         return Ok(ret::IN_USE);
     }
@@ -144,12 +146,10 @@ fn check_fits(
 }
 
 /// `nvmlDeviceGetGpuInstanceRemainingCapacity`: how many more instances of the profile
-/// fit, placed greedily on its possible placements. MIG off is NOT_SUPPORTED.
+/// fit, placed greedily on its possible placements. With MIG off it answers for the empty
+/// GPU, as the real H100 did (7 for 1g.10gb).
 pub fn remaining_capacity(g: &Gpu, profile_id: u32) -> Result<u32, Code> {
     let profile = gi_profile_by_id(g, profile_id)?;
-    if !g.mig_enabled {
-        return Err(ret::NOT_SUPPORTED);
-    }
     let mut extra = Vec::new();
     for &start in profile.placements {
         if check_fits(g, &extra, profile, start).is_ok() {
@@ -181,7 +181,7 @@ pub fn create_gpu_instance(
         return Err(ret::INVALID_ARGUMENT);
     }
     check_fits(g, &[], profile, start)?;
-    let id = (1..).find(|id| g.instances.iter().all(|gi| gi.id != *id)).expect("a free id");
+    let id = gpu_instance_id(g.model(), start, profile.memory_slices);
     let serial = node.next_serial();
     let g = gpu_mut(node, index)?;
     g.instances.push(GpuInstance {
@@ -193,6 +193,30 @@ pub fn create_gpu_instance(
         compute_instances: Vec::new(),
     });
     Ok(id)
+}
+
+/// The id the driver gives a GPU instance: its node in the binary tree of the GPU's
+/// memory slots (the whole GPU 0; halves 1-2; quarters 3-6; eighths 7-14 on an 8-slot
+/// GPU), so that it follows from the placement as on hardware: a 7g is GI 0, a 3g at slot
+/// 4 GI 2, a 1g at slot 2 GI 9 (NVIDIA's MIG user guide shows these ids).
+pub fn gpu_instance_id(model: &GpuModel, start: u8, size: u8) -> u32 {
+    let slots = u32::from(model.memory_slots);
+    let size = u32::from(size.max(1));
+    (slots / size).saturating_sub(1) + u32::from(start) / size
+}
+
+/// The placement the driver picks when none is given (`nvmlDeviceCreateGpuInstance`,
+/// `nvidia-smi mig -cgi`): the highest start where the profile fits, as the MIG user
+/// guide's examples show (a first 3g.20gb lands at slot 4, GI 2).
+pub fn driver_placement(g: &Gpu, profile_id: u32) -> Result<u8, Code> {
+    let profile = gi_profile_by_id(g, profile_id)?;
+    profile
+        .placements
+        .iter()
+        .rev()
+        .copied()
+        .find(|&start| check_fits(g, &[], profile, start).is_ok())
+        .ok_or(ret::INSUFFICIENT_RESOURCES)
 }
 
 /// `nvmlGpuInstanceDestroy`: IN_USE while it has compute instances or compute processes.
@@ -251,6 +275,43 @@ pub fn ci_profile(g: &Gpu, gi: &GpuInstance, nvml_enum: u32) -> Result<CiProfile
         .ok_or(ret::NOT_SUPPORTED)
 }
 
+/// The starts a compute instance of `slices` may take in a GPU instance of `gi_slices`
+/// compute slices: aligned to the power of two at or above its size, as GPU-instance
+/// placements are (on a 7-slice GPU instance 1c {0..6}, 2c {0,2,4}, 3c {0,4}, 4c {0}).
+pub fn ci_placements(gi_slices: u8, slices: u8) -> Vec<u8> {
+    let align = slices.max(1).next_power_of_two();
+    (0..gi_slices).step_by(usize::from(align)).filter(|&s| s + slices <= gi_slices).collect()
+}
+
+/// Whether a compute instance of `slices` at `start` overlaps none of `gi`'s.
+fn ci_free(gi: &GpuInstance, start: u8, slices: u8) -> bool {
+    gi.compute_instances.iter().all(|ci| start + slices <= ci.start || ci.start + ci.size <= start)
+}
+
+/// `nvmlGpuInstanceGetComputeInstanceRemainingCapacity`: how many more compute instances
+/// of the profile fit, placed greedily, within its count.
+pub fn ci_remaining_capacity(g: &Gpu, gi: &GpuInstance, profile_id: u32) -> Result<u32, Code> {
+    let profile = ci_profile(g, gi, profile_id)?;
+    let gi_slices = profile_of(g, gi).compute_slices;
+    let same = gi.compute_instances.iter().filter(|ci| ci.profile_id == profile_id).count();
+    let mut trial = gi.clone();
+    let mut fits = 0;
+    for start in ci_placements(gi_slices, profile.slices) {
+        if ci_free(&trial, start, profile.slices) {
+            trial.compute_instances.push(ComputeInstance {
+                id: u32::MAX,
+                profile_id,
+                start,
+                size: profile.slices,
+                uuid: String::new(),
+                serial: 0,
+            });
+            fits += 1;
+        }
+    }
+    Ok(fits.min(profile.instance_count.saturating_sub(same as u32)))
+}
+
 /// `nvmlGpuInstanceCreateComputeInstance`: returns the new compute instance's id. A
 /// profile the GPU instance does not offer is NOT_SUPPORTED (INVALID_ARGUMENT past the
 /// enum count); no free aligned compute slices or the profile's count reached is
@@ -261,23 +322,47 @@ pub fn create_compute_instance(
     gi_id: u32,
     profile_id: u32,
 ) -> Result<u32, Code> {
+    create_compute_instance_at(node, index, gi_id, profile_id, None)
+}
+
+/// [`create_compute_instance`] at `placement` (`nvmlGpuInstanceCreateComputeInstance-
+/// WithPlacement`): a start that is not one of the profile's placements, or a size other
+/// than its slices, is INVALID_ARGUMENT; a taken one INSUFFICIENT_RESOURCES. Without one,
+/// the lowest free placement.
+pub fn create_compute_instance_at(
+    node: &mut Node,
+    index: u32,
+    gi_id: u32,
+    profile_id: u32,
+    placement: Option<(u32, u32)>,
+) -> Result<u32, Code> {
     let g = gpu(node, index)?;
     let gi = g.instance(gi_id).ok_or(ret::INVALID_ARGUMENT)?;
     let profile = ci_profile(g, gi, profile_id)?;
     let gi_slices = profile_of(g, gi).compute_slices;
+    let placements = ci_placements(gi_slices, profile.slices);
+    let wanted = match placement {
+        None => None,
+        Some((start, size)) => {
+            let start = u8::try_from(start).map_err(|_| ret::INVALID_ARGUMENT)?;
+            if !placements.contains(&start) || size != u32::from(profile.slices) {
+                return Err(ret::INVALID_ARGUMENT);
+            }
+            Some(start)
+        }
+    };
     let same = gi.compute_instances.iter().filter(|ci| ci.profile_id == profile_id).count();
     if same as u32 >= profile.instance_count {
         return Err(ret::INSUFFICIENT_RESOURCES);
     }
-    let free = |s: u8| {
-        gi.compute_instances
-            .iter()
-            .all(|ci| s + profile.slices <= ci.start || ci.start + ci.size <= s)
+    let start = match wanted {
+        Some(start) if ci_free(gi, start, profile.slices) => start,
+        Some(_) => return Err(ret::INSUFFICIENT_RESOURCES),
+        None => placements
+            .into_iter()
+            .find(|&s| ci_free(gi, s, profile.slices))
+            .ok_or(ret::INSUFFICIENT_RESOURCES)?,
     };
-    let start = (0..gi_slices)
-        .step_by(usize::from(profile.slices))
-        .find(|&s| s + profile.slices <= gi_slices && free(s))
-        .ok_or(ret::INSUFFICIENT_RESOURCES)?;
     let id = (0..).find(|id| gi.compute_instances.iter().all(|ci| ci.id != *id)).expect("an id");
     let gpu_uuid = g.uuid.clone();
     let serial = node.next_serial();
@@ -419,11 +504,12 @@ mod tests {
         assert_eq!(create_gpu_instance(&mut n, 0, 99, 0, 4), Err(ret::INVALID_ARGUMENT));
         assert_eq!(create_gpu_instance(&mut n, 0, 9, 2, 4), Err(ret::INVALID_ARGUMENT));
         assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 2), Err(ret::INVALID_ARGUMENT));
-        assert_eq!(create_gpu_instance(&mut n, 0, 9, 4, 4), Ok(1));
+        // Ids follow the placement, as on hardware: a 3g at slot 4 is GI 2, at 0 GI 1.
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 4, 4), Ok(2));
         assert_eq!(create_gpu_instance(&mut n, 0, 0, 0, 8), Err(ret::INSUFFICIENT_RESOURCES));
         assert_eq!(remaining_capacity(&n.gpus[0], 9), Ok(1));
         assert_eq!(remaining_capacity(&n.gpus[0], 19), Ok(4));
-        assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 4), Ok(2));
+        assert_eq!(create_gpu_instance(&mut n, 0, 9, 0, 4), Ok(1));
         assert_eq!(remaining_capacity(&n.gpus[0], 19), Ok(0));
         // 3g + 3g use 6 of 7 compute slices and all memory.
         assert_eq!(create_gpu_instance(&mut n, 0, 19, 0, 1), Err(ret::INSUFFICIENT_RESOURCES));

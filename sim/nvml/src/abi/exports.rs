@@ -32,7 +32,7 @@ pub const DRIVER_MARK: &CStr = match CStr::from_bytes_with_nul(
 };
 
 /// Used GPU memory reported per compute process.
-const PROCESS_MEMORY: u64 = 512 << 20;
+pub(super) const PROCESS_MEMORY: u64 = 512 << 20;
 
 fn gpu_at(node: &Node, index: u32) -> Result<&Gpu, Code> {
     rules::gpu(node, index)
@@ -184,33 +184,9 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     })
 }
 
-/// `nvmlDeviceGetPciInfo_v3`. `pciSubSystemId` is 0 (the catalog has none).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
-    device: nvmlDevice_t,
-    pci: *mut nvmlPciInfo_t,
-) -> nvmlReturn_t {
-    read("nvmlDeviceGetPciInfo_v3", |node, epoch| {
-        // SAFETY: null or a writable nvmlPciInfo_t (nvml.h).
-        let pci = unsafe { out(pci) }?;
-        let g = gpu_at(node, handles::device(node, epoch, device)?.index())?;
-        let bus = g.pci_bus_id.get(9..11).and_then(|b| u32::from_str_radix(b, 16).ok());
-        let bus = bus.ok_or(ret::UNKNOWN)?;
-        *pci = nvmlPciInfo_t {
-            busIdLegacy: c_name(&format!("{:04X}:{bus:02X}:00.0", 0)),
-            domain: 0,
-            bus,
-            device: 0,
-            pciDeviceId: g.model().pci_device_ids[0],
-            pciSubSystemId: 0,
-            busId: c_name(&g.pci_bus_id),
-        };
-        Ok(())
-    })
-}
-
 /// `nvmlDeviceGetMemoryInfo_v2`: the version must be `nvmlMemory_v2`
-/// (NVML_ERROR_ARGUMENT_VERSION_MISMATCH otherwise). No memory is reserved or used.
+/// (NVML_ERROR_ARGUMENT_VERSION_MISMATCH otherwise). The driver's reserved memory is apart
+/// from `used`, as on the real H100 (see [`super::device_info::memory_of`]).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
@@ -222,16 +198,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if memory.version != nvmlMemory_v2 {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
-        let mib = match handles::device(node, epoch, device)? {
-            Device::Gpu(i) => gpu_at(node, i)?.model().memory_mib,
-            Device::Mig(i, gi, _) => {
-                let g = gpu_at(node, i)?;
-                rules::profile_of(g, gi_of(g, gi)?).memory_mib
-            }
+        let (total, reserved, used) = super::device_info::memory_of(node, epoch, device)?;
+        *memory = nvmlMemory_v2_t {
+            version: nvmlMemory_v2,
+            total,
+            reserved,
+            free: total - reserved - used,
+            used,
         };
-        let total = mib << 20;
-        *memory =
-            nvmlMemory_v2_t { version: nvmlMemory_v2, total, reserved: 0, free: total, used: 0 };
         Ok(())
     })
 }
@@ -506,28 +480,75 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 // ---------------------------------------------------------------------------------------
 // GPU instances
 
-/// The figures of a GPU-instance profile; the engine counts and `isP2pSupported` are 0
-/// (the catalog has none of them).
-struct GiFigures {
-    id: u32,
-    slices: u32,
-    count: u32,
-    sms: u32,
-    memory: u64,
-    name: [c_char; NVML_DEVICE_NAME_V2_BUFFER_SIZE],
+/// The figures of a GPU-instance profile; `isP2pSupported` is 0, as on the real H100.
+pub(super) struct GiFigures {
+    pub(super) id: u32,
+    pub(super) slices: u32,
+    pub(super) count: u32,
+    pub(super) sms: u32,
+    pub(super) memory: u64,
+    pub(super) engines: gpushare_catalog::Engines,
+    pub(super) name: [c_char; NVML_DEVICE_NAME_V2_BUFFER_SIZE],
+}
+
+impl GiFigures {
+    /// The figures of `p`.
+    pub(super) fn of(p: &gpushare_catalog::MigProfile) -> GiFigures {
+        GiFigures {
+            id: p.id,
+            slices: u32::from(p.compute_slices),
+            count: u32::from(p.max_count),
+            sms: p.sms,
+            memory: p.memory_mib,
+            engines: p.engines,
+            name: c_name(&format!("MIG {}", p.name)),
+        }
+    }
+
+    /// The v2 struct (`nvmlDeviceGetGpuInstanceProfileInfoV`, `…ByIdV`).
+    pub(super) fn v2(&self, version: c_uint) -> nvmlGpuInstanceProfileInfo_v2_t {
+        let e = self.engines;
+        nvmlGpuInstanceProfileInfo_v2_t {
+            version,
+            id: self.id,
+            isP2pSupported: 0,
+            sliceCount: self.slices,
+            instanceCount: self.count,
+            multiprocessorCount: self.sms,
+            copyEngineCount: e.copy.into(),
+            decoderCount: e.decoders.into(),
+            encoderCount: e.encoders.into(),
+            jpegCount: e.jpeg.into(),
+            ofaCount: e.ofa.into(),
+            memorySizeMB: self.memory,
+            name: self.name,
+        }
+    }
+
+    /// The v3 struct.
+    pub(super) fn v3(&self, version: c_uint) -> nvmlGpuInstanceProfileInfo_v3_t {
+        let e = self.engines;
+        nvmlGpuInstanceProfileInfo_v3_t {
+            version,
+            id: self.id,
+            sliceCount: self.slices,
+            instanceCount: self.count,
+            multiprocessorCount: self.sms,
+            copyEngineCount: e.copy.into(),
+            decoderCount: e.decoders.into(),
+            encoderCount: e.encoders.into(),
+            jpegCount: e.jpeg.into(),
+            ofaCount: e.ofa.into(),
+            memorySizeMB: self.memory,
+            name: self.name,
+            capabilities: 0,
+        }
+    }
 }
 
 fn gi_figures(node: &Node, epoch: u32, device: nvmlDevice_t, e: u32) -> Result<GiFigures, Code> {
     let g = gpu_at(node, whole_gpu(node, epoch, device)?)?;
-    let p = rules::gi_profile_by_enum(g, e)?;
-    Ok(GiFigures {
-        id: p.id,
-        slices: u32::from(p.compute_slices),
-        count: u32::from(p.max_count),
-        sms: p.sms,
-        memory: p.memory_mib,
-        name: c_name(&format!("MIG {}", p.name)),
-    })
+    Ok(GiFigures::of(rules::gi_profile_by_enum(g, e)?))
 }
 
 /// `nvmlDeviceGetGpuInstanceProfileInfo` (v1 struct, no name).
@@ -541,17 +562,18 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
         // SAFETY: null or a writable v1 struct (nvml.h).
         let info = unsafe { out(info) }?;
         let f = gi_figures(node, epoch, device, profile)?;
+        let e = f.engines;
         *info = nvmlGpuInstanceProfileInfo_t {
             id: f.id,
             isP2pSupported: 0,
             sliceCount: f.slices,
             instanceCount: f.count,
             multiprocessorCount: f.sms,
-            copyEngineCount: 0,
-            decoderCount: 0,
-            encoderCount: 0,
-            jpegCount: 0,
-            ofaCount: 0,
+            copyEngineCount: e.copy.into(),
+            decoderCount: e.decoders.into(),
+            encoderCount: e.encoders.into(),
+            jpegCount: e.jpeg.into(),
+            ofaCount: e.ofa.into(),
             memorySizeMB: f.memory,
         };
         Ok(())
@@ -575,41 +597,14 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
         let f = gi_figures(node, epoch, device, profile)?;
+        // The real driver leaves the version field 0 in what it writes (the H100 did).
         if version == nvmlGpuInstanceProfileInfo_v2 {
-            *v2 = nvmlGpuInstanceProfileInfo_v2_t {
-                version,
-                id: f.id,
-                isP2pSupported: 0,
-                sliceCount: f.slices,
-                instanceCount: f.count,
-                multiprocessorCount: f.sms,
-                copyEngineCount: 0,
-                decoderCount: 0,
-                encoderCount: 0,
-                jpegCount: 0,
-                ofaCount: 0,
-                memorySizeMB: f.memory,
-                name: f.name,
-            };
+            *v2 = f.v2(0);
         } else {
             // SAFETY: the caller's version field says the struct is a v3 (nvml.h), of
             // the same size as the v2 checked above.
             let v3 = unsafe { out(info.cast::<nvmlGpuInstanceProfileInfo_v3_t>()) }?;
-            *v3 = nvmlGpuInstanceProfileInfo_v3_t {
-                version,
-                id: f.id,
-                sliceCount: f.slices,
-                instanceCount: f.count,
-                multiprocessorCount: f.sms,
-                copyEngineCount: 0,
-                decoderCount: 0,
-                encoderCount: 0,
-                jpegCount: 0,
-                ofaCount: 0,
-                memorySizeMB: f.memory,
-                name: f.name,
-                capabilities: 0,
-            };
+            *v3 = f.v3(0);
         }
         Ok(())
     })

@@ -155,17 +155,18 @@ mod tests {
         let mut node = Node::new(&parse_node_spec("a100-40gb:2").unwrap());
         node.gpus[1].mig_enabled = true;
         crate::rules::create_gpu_instance(&mut node, 1, 9, 4, 4).unwrap();
-        crate::rules::create_compute_instance(&mut node, 1, 1, 2).unwrap();
+        // A 3g at slot 4 is GPU instance 2, as on hardware.
+        crate::rules::create_compute_instance(&mut node, 1, 2, 2).unwrap();
         let gi = &node.gpus[1].instances[0];
         let ci = &gi.compute_instances[0];
         assert!(!gpu(7, 0).is_null());
         assert_eq!(device(&node, 7, gpu(7, 1)), Ok(Device::Gpu(1)));
         assert_eq!(device(&node, 8, gpu(7, 1)), Err(ret::INVALID_ARGUMENT));
         assert_eq!(device(&node, 7, gpu(7, 2)), Err(ret::INVALID_ARGUMENT));
-        assert_eq!(device(&node, 7, mig(7, 1, ci.serial)), Ok(Device::Mig(1, 1, 0)));
-        assert_eq!(resolve_gpu_instance(&node, 7, gpu_instance(7, 1, gi)), Ok((1, 1)));
+        assert_eq!(device(&node, 7, mig(7, 1, ci.serial)), Ok(Device::Mig(1, 2, 0)));
+        assert_eq!(resolve_gpu_instance(&node, 7, gpu_instance(7, 1, gi)), Ok((1, 2)));
         assert_eq!(resolve_gpu_instance(&node, 7, gpu(7, 1)), Err(ret::INVALID_ARGUMENT));
-        assert_eq!(resolve_compute_instance(&node, 7, compute_instance(7, 1, ci)), Ok((1, 1, 0)));
+        assert_eq!(resolve_compute_instance(&node, 7, compute_instance(7, 1, ci)), Ok((1, 2, 0)));
         assert_eq!(device(&node, 7, std::ptr::null_mut()), Err(ret::INVALID_ARGUMENT));
     }
 }

@@ -13,8 +13,10 @@
 //! node when the generation says it is current and on a fresh read otherwise, and are
 //! written atomically before the call returns.
 
+pub mod device_info;
 pub mod exports;
 pub mod handles;
+pub mod mig;
 mod stubs;
 pub mod types;
 
@@ -59,12 +61,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
     epoch: 0,
     session_started: false,
     pinned: false,
-    knobs: Knobs {
-        failures: Vec::new(),
-        delay: Duration::ZERO,
-        processes: Vec::new(),
-        reboot: false,
-    },
+    knobs: Knobs { failures: Vec::new(), delay: Duration::ZERO, processes: None, reboot: false },
     calls: BTreeMap::new(),
     file: None,
     cache: None,
@@ -264,7 +261,8 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
         None => Node::new(&models),
     };
     if !lib.session_started {
-        if let Some(p) = lib.knobs.processes.iter().find(|p| p.gpu as usize >= node.gpus.len()) {
+        let declared = lib.knobs.processes.iter().flatten();
+        if let Some(p) = declared.clone().find(|p| p.gpu as usize >= node.gpus.len()) {
             return Err(unknown(format!(
                 "{}: GPU {} does not exist (the node has {})",
                 faults::PROCESSES_ENV,
@@ -272,12 +270,21 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
                 node.gpus.len()
             )));
         }
+        // Every NVML client of the node (the agent, a pynvml script, mig-parted, the
+        // simulated tools) sees the same node: a process changes only what its knobs say.
         if lib.knobs.reboot {
             node.reboot();
         }
-        node.processes = lib.knobs.processes.clone();
-        node.tool_calls.clear();
-        node.session_pid = Some(std::process::id());
+        if let Some(processes) = &lib.knobs.processes {
+            node.processes = processes.clone();
+        }
+        if !lib.knobs.failures.is_empty() {
+            // The tools' calls count from this session on (GPUSHARE_SIM_FAIL's n-th).
+            node.tool_calls.clear();
+        }
+        if lib.knobs.reboot || lib.knobs.processes.is_some() || !lib.knobs.failures.is_empty() {
+            node.session_pid = Some(std::process::id());
+        }
     }
     file.write(&lock, &node).map_err(unknown)?;
     lib.session_started = true;

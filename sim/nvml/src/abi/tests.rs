@@ -7,7 +7,9 @@ use std::os::raw::{c_char, c_uint};
 use std::ptr::{null, null_mut};
 use std::sync::{Mutex, MutexGuard};
 
+use super::device_info::*;
 use super::exports::*;
+use super::mig::*;
 use super::types::*;
 use crate::node::{NodeFile, Process};
 
@@ -166,6 +168,7 @@ fn ci_info(ci: nvmlComputeInstance_t) -> Result<nvmlComputeInstanceInfo_t, nvmlR
 
 fn gi_profile_v2(d: nvmlDevice_t, e: u32) -> Result<nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t> {
     // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    // SAFETY: the struct is plain old data; all-zero is a valid value.
     let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
     info.version = nvmlGpuInstanceProfileInfo_v2;
     match nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, e, &mut info)) {
@@ -443,7 +446,7 @@ fn mig_instances_follow_the_drivers_rules() {
     let info = gi_info(gi).unwrap();
     assert_eq!(
         (info.id, info.profileId, info.placement),
-        (1, 9, nvmlGpuInstancePlacement_t { start: 4, size: 4 })
+        (2, 9, nvmlGpuInstancePlacement_t { start: 4, size: 4 })
     );
     assert_eq!(info.device, d);
 
@@ -453,7 +456,7 @@ fn mig_instances_follow_the_drivers_rules() {
     assert_eq!(nv!(nvmlDeviceGetGpuInstances(d, 9, list.as_mut_ptr(), &mut count)), ret::SUCCESS);
     assert_eq!((count, list[0]), (1, gi));
     let mut by_id = null_mut();
-    assert_eq!(nv!(nvmlDeviceGetGpuInstanceById(d, 1, &mut by_id)), ret::SUCCESS);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceById(d, 2, &mut by_id)), ret::SUCCESS);
     assert_eq!(by_id, gi);
     assert_eq!(nv!(nvmlDeviceGetGpuInstanceById(d, 5, &mut by_id)), ret::NOT_FOUND);
 
@@ -504,7 +507,7 @@ fn mig_instances_follow_the_drivers_rules() {
     assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(mig, &mut gid)), ret::SUCCESS);
     assert_eq!(nv!(nvmlDeviceGetComputeInstanceId(mig, &mut cid)), ret::SUCCESS);
     assert_eq!(nv!(nvmlDeviceIsMigDeviceHandle(mig, &mut is_mig)), ret::SUCCESS);
-    assert_eq!((gid, cid, is_mig), (1, 0, 1));
+    assert_eq!((gid, cid, is_mig), (2, 0, 1));
     let mut parent = null_mut();
     assert_eq!(nv!(nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, &mut parent)), ret::SUCCESS);
     assert_eq!(parent, d);
@@ -565,16 +568,22 @@ fn h100_1g_20gb_offers_1_slice_and_1_slice_rev1() {
 
 #[test]
 fn processes_hold_gpus_and_instances() {
-    let sim = Sim::new("h100-80gb:2", &[("GPUSHARE_SIM_PROCESSES", "0:100, 1/1:200")]);
+    let sim = Sim::new("h100-80gb:2", &[("GPUSHARE_SIM_PROCESSES", "0:100")]);
     let (a, b) = (dev(0), dev(1));
     assert_eq!(processes(a).unwrap(), vec![(100, NO_INSTANCE, NO_INSTANCE)]);
     assert_eq!(
         nv!(nvmlDeviceGetComputeRunningProcesses_v3(a, null_mut(), null_mut())),
         ret::INVALID_ARGUMENT
     );
+    // Hopper under a process, as Ampere: the GPU cannot be unbound; the change waits.
+    assert_eq!(set_mig(a, NVML_DEVICE_MIG_ENABLE), Ok(ret::IN_USE));
+    assert_eq!(mig_mode(a), (0, 1));
     assert_eq!(set_mig(b, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
     let gi = create_gi(b, 9, 0, 4).unwrap();
     assert_eq!(gi_info(gi).unwrap().id, 1);
+    // A process starts in it (another client's, as nvidia-smi would see it).
+    let runs = Process { gpu: 1, gpu_instance: Some(1), pid: 200 };
+    sim.file().update(|n| n.processes.push(runs)).unwrap();
     assert_eq!(processes(b).unwrap(), vec![(200, 1, NO_INSTANCE)]);
     let ci = create_ci(gi, 2).unwrap();
     assert_eq!(processes(b).unwrap(), vec![(200, 1, 0)]);
@@ -630,12 +639,18 @@ fn the_session_applies_reboot_and_processes_once_per_process() {
     assert_eq!(set_mig(dev(0), NVML_DEVICE_MIG_ENABLE), Ok(ret::IN_USE));
     assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
     file.update(|n| n.count_tool_call("gpu-reset")).unwrap();
-    assert_eq!(file.read().unwrap().session_pid, Some(std::process::id()));
+    // A client that sets no knob starts no session of its own.
+    assert_eq!(file.read().unwrap().session_pid, None);
     assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
 
     // A new process (the agent restarted after a reboot) on the same state file.
     super::reset_process_for_tests();
-    for (k, v) in [("GPUSHARE_SIM_REBOOT", "1"), ("GPUSHARE_SIM_PROCESSES", "1:42")] {
+    let knobs = [
+        ("GPUSHARE_SIM_REBOOT", "1"),
+        ("GPUSHARE_SIM_PROCESSES", "1:42"),
+        ("GPUSHARE_SIM_FAIL", "nvmlDeviceGetPowerUsage:99"),
+    ];
+    for (k, v) in knobs {
         // SAFETY: under SERIAL (held by `sim`).
         unsafe { std::env::set_var(k, v) };
     }
@@ -643,8 +658,9 @@ fn the_session_applies_reboot_and_processes_once_per_process() {
     let node = file.read().unwrap();
     assert!(node.gpus[0].mig_enabled && node.gpus[0].mig_pending.is_none());
     assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::Default);
-    assert!(node.tool_calls.is_empty());
+    assert!(node.tool_calls.is_empty(), "counted afresh for this session's failures");
     assert_eq!(node.processes, vec![Process { gpu: 1, gpu_instance: None, pid: 42 }]);
+    assert_eq!(node.session_pid, Some(std::process::id()));
     // Later inits in the same process start no session: nothing is applied again.
     assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
     file.update(|n| {
@@ -671,4 +687,39 @@ fn a_state_file_of_other_gpus_starts_fresh() {
     let node = sim.file().read().unwrap();
     assert_eq!(node.gpus.len(), 3);
     assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::Default);
+}
+
+#[test]
+fn the_driver_places_instances_itself_and_ids_follow_the_placement() {
+    let _sim = Sim::new("a100-40gb:1", &[]);
+    let d = dev(0);
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(d, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let create = |profile: c_uint| {
+        let mut gi = null_mut();
+        match nv!(nvmlDeviceCreateGpuInstance(d, profile, &mut gi)) {
+            ret::SUCCESS => Ok(gi_info(gi).unwrap()),
+            code => Err(code),
+        }
+    };
+    // The highest placement that fits: a 1g at slot 6 (GI 13), a 2g at 4 (GI 5), a 3g at
+    // 0 (GI 1); then a 1g finds no slot.
+    let one = create(19).unwrap();
+    assert_eq!((one.id, one.placement.start), (13, 6));
+    let two = create(14).unwrap();
+    assert_eq!((two.id, two.placement.start), (5, 4));
+    let three = create(9).unwrap();
+    assert_eq!((three.id, three.placement.start), (1, 0));
+    assert_eq!(create(19).map(|i| i.id), Err(ret::INSUFFICIENT_RESOURCES));
+    // By id (19), with the engine counts; the version field comes back 0.
+    // SAFETY: the struct is plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    info.version = nvmlGpuInstanceProfileInfo_v2;
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceProfileInfoByIdV(d, 19, &mut info)), ret::SUCCESS);
+    assert_eq!((info.id, info.copyEngineCount, info.decoderCount, info.version), (19, 1, 0, 0));
+    info.version = 7;
+    assert_eq!(
+        nv!(nvmlDeviceGetGpuInstanceProfileInfoByIdV(d, 19, &mut info)),
+        ret::ARGUMENT_VERSION_MISMATCH
+    );
 }

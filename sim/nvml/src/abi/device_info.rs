@@ -1,0 +1,500 @@
+//! What NVIDIA's own clients ask of a device before they touch MIG (nvidia-ml-py's device
+//! queries, go-nvml and go-nvlib as mig-parted uses them): handles by index, UUID, serial
+//! and PCI bus id, the index, the NVML and CUDA driver versions, memory v1, architecture,
+//! compute capability, brand, serial, board id, the PCI info versions, and the older
+//! unversioned entry points nvml.h keeps for old binaries. Figures the catalog lacks are
+//! the real H100's (tests/device/results/nvidia-tools-2026-11-27), named where used.
+//!
+//! # Safety (for every function here)
+//! As in [`super::exports`]: the caller follows nvml.h.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_uint};
+
+use gpushare_catalog::Architecture;
+
+use super::handles::{self, Device};
+use super::types::*;
+use super::{init, out, put_str, read};
+use crate::node::{Gpu, Node};
+use crate::rules::{self, Code};
+
+/// `nvmlSystemGetNVMLVersion` of driver 580.159.04 (the real H100 answered so).
+const NVML_VERSION: &str = "13.580.159.04";
+/// `nvmlSystemGetCudaDriverVersion`: CUDA 13.0 (the real H100's driver).
+const CUDA_DRIVER_VERSION: c_int = 13000;
+/// Framebuffer memory the driver keeps for itself: 480 MiB on the real H100 (memory v2's
+/// `reserved`, which v1 counts as used).
+const RESERVED_BYTES: u64 = 480 << 20;
+/// `nvmlBrandType_t`: NVML_BRAND_NVIDIA (the H100's), NVML_BRAND_GEFORCE_RTX.
+const BRAND_NVIDIA: c_uint = 14;
+const BRAND_GEFORCE_RTX: c_uint = 15;
+/// `nvmlDeviceArchitecture_t`.
+const ARCH_AMPERE: c_uint = 7;
+const ARCH_ADA: c_uint = 8;
+const ARCH_HOPPER: c_uint = 9;
+
+/// `nvmlMemory_t` (v1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlMemory_t {
+    /// Total bytes.
+    pub total: u64,
+    /// Free bytes.
+    pub free: u64,
+    /// Used bytes (the reserved ones included).
+    pub used: u64,
+}
+
+fn gpu_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<(u32, &Gpu), Code> {
+    match handles::device(node, epoch, device)? {
+        Device::Gpu(i) => Ok((i, rules::gpu(node, i)?)),
+        Device::Mig(..) => Err(ret::NOT_SUPPORTED),
+    }
+}
+
+/// A GPU's serial number: 13 digits, stable per UUID (the real H100's is 1654723009368).
+pub(crate) fn serial_of(g: &Gpu) -> String {
+    let digits: u64 = g.uuid.bytes().fold(1_654_723_009_368, |acc, b| {
+        acc.wrapping_mul(131).wrapping_add(u64::from(b)) % 10_000_000_000_000
+    });
+    format!("{digits:013}")
+}
+
+/// The PCI subsystem id: the real H100 SXM's where that is the model, else the device id
+/// (no recording for the others).
+fn subsystem_id(g: &Gpu) -> c_uint {
+    match g.model().pci_device_ids[0] {
+        0x2330_10DE => 0x16C1_10DE,
+        other => other,
+    }
+}
+
+/// The PCI fields of a GPU from its bus id `00000000:BB:DD.F`.
+fn pci_info(g: &Gpu) -> Result<nvmlPciInfo_t, Code> {
+    let parse = |range: std::ops::Range<usize>| {
+        g.pci_bus_id.get(range).and_then(|t| u32::from_str_radix(t, 16).ok())
+    };
+    let (domain, bus, device) = (parse(0..8), parse(9..11), parse(12..14));
+    let (Some(domain), Some(bus), Some(device)) = (domain, bus, device) else {
+        return Err(ret::UNKNOWN);
+    };
+    Ok(nvmlPciInfo_t {
+        busIdLegacy: c_name(&format!("{:04X}:{bus:02X}:{device:02X}.0", domain & 0xFFFF)),
+        domain,
+        bus,
+        device,
+        pciDeviceId: g.model().pci_device_ids[0],
+        pciSubSystemId: subsystem_id(g),
+        busId: c_name(&g.pci_bus_id),
+    })
+}
+
+fn c_name<const N: usize>(s: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    for (slot, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
+        *slot = b as c_char;
+    }
+    out
+}
+
+/// A PCI bus id as clients write it: `domain:bus:device.function` with a domain of 4 or 8
+/// hex digits or none, any case (`00000000:1B:00.0`, `0000:1b:00.0`, `1B:00.0`): the
+/// node's canonical `00000000:1B:00.0`, or `None` when it is no bus id.
+pub fn canonical_bus_id(text: &str) -> Option<String> {
+    let text = text.trim();
+    let (rest, function) = text.rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let [domain, bus, device] = parts[..] else { return None };
+    let hex = |t: &str, max: usize| {
+        (!t.is_empty() && t.len() <= max).then(|| u32::from_str_radix(t, 16).ok()).flatten()
+    };
+    let (domain, bus, device, function) =
+        (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?, hex(function, 1)?);
+    Some(format!("{domain:08X}:{bus:02X}:{device:02X}.{function:X}"))
+}
+
+/// Writes the handle of the GPU `find` picks.
+fn handle_of(
+    name: &'static str,
+    device: *mut nvmlDevice_t,
+    find: impl FnOnce(&Node) -> Result<u32, Code>,
+) -> nvmlReturn_t {
+    read(name, |node, epoch| {
+        // SAFETY: null or a writable handle (nvml.h).
+        let device = unsafe { out(device) }?;
+        *device = handles::gpu(epoch, find(node)?);
+        Ok(())
+    })
+}
+
+/// The text a `const char *` argument holds: null is INVALID_ARGUMENT.
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string live for the call.
+unsafe fn text_arg<'a>(p: *const c_char) -> Result<&'a str, Code> {
+    if p.is_null() {
+        return Err(ret::INVALID_ARGUMENT);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| ret::INVALID_ARGUMENT)
+}
+
+// ---------------------------------------------------------------------------------------
+// Library and system
+
+/// `nvmlInit` (v1, kept by nvml.h for old binaries).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlInit() -> nvmlReturn_t {
+    init("nvmlInit")
+}
+
+/// `nvmlSystemGetNVMLVersion`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: null or `length` writable bytes (nvml.h).
+    read("nvmlSystemGetNVMLVersion", |_, _| unsafe { put_str(version, length, NVML_VERSION) })
+}
+
+/// `nvmlSystemGetCudaDriverVersion`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
+    cudaDriverVersion: *mut c_int,
+) -> nvmlReturn_t {
+    read("nvmlSystemGetCudaDriverVersion", |_, _| {
+        // SAFETY: null or a writable int (nvml.h).
+        *unsafe { out(cudaDriverVersion) }? = CUDA_DRIVER_VERSION;
+        Ok(())
+    })
+}
+
+/// `nvmlSystemGetCudaDriverVersion_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
+    cudaDriverVersion: *mut c_int,
+) -> nvmlReturn_t {
+    read("nvmlSystemGetCudaDriverVersion_v2", |_, _| {
+        // SAFETY: null or a writable int (nvml.h).
+        *unsafe { out(cudaDriverVersion) }? = CUDA_DRIVER_VERSION;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Handles and the index
+
+/// `nvmlDeviceGetCount` (v1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> nvmlReturn_t {
+    read("nvmlDeviceGetCount", |node, _| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        *unsafe { out(deviceCount) }? = node.gpus.len() as c_uint;
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetHandleByIndex` (v1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
+    index: c_uint,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    handle_of("nvmlDeviceGetHandleByIndex", device, |node| rules::gpu(node, index).map(|_| index))
+}
+
+/// `nvmlDeviceGetHandleByUUID`: a GPU's UUID; an unknown one is NOT_FOUND, as on the real
+/// driver. (A MIG device's UUID finds no GPU handle here: nvml.h leaves that to
+/// `nvmlDeviceGetMigDeviceHandleByIndex`.)
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    handle_of("nvmlDeviceGetHandleByUUID", device, |node| {
+        // SAFETY: null or a NUL-terminated string (nvml.h).
+        let uuid = unsafe { text_arg(uuid) }?;
+        let found = node.gpus.iter().position(|g| g.uuid.eq_ignore_ascii_case(uuid.trim()));
+        found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
+    })
+}
+
+/// `nvmlDeviceGetHandleBySerial`: the board's serial ([`serial_of`]); NOT_FOUND otherwise.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
+    serial: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    handle_of("nvmlDeviceGetHandleBySerial", device, |node| {
+        // SAFETY: null or a NUL-terminated string (nvml.h).
+        let serial = unsafe { text_arg(serial) }?;
+        let found = node.gpus.iter().position(|g| serial_of(g) == serial.trim());
+        found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
+    })
+}
+
+/// The GPU whose bus id `text` names in any form ([`canonical_bus_id`]): a malformed id is
+/// INVALID_ARGUMENT and an unknown one NOT_FOUND, as the real driver answers.
+fn by_bus_id(node: &Node, text: &str) -> Result<u32, Code> {
+    let wanted = canonical_bus_id(text).ok_or(ret::INVALID_ARGUMENT)?;
+    let found = node.gpus.iter().position(|g| g.pci_bus_id.eq_ignore_ascii_case(&wanted));
+    found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
+}
+
+/// `nvmlDeviceGetHandleByPciBusId_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    pciBusId: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    handle_of("nvmlDeviceGetHandleByPciBusId_v2", device, |node| {
+        // SAFETY: null or a NUL-terminated string (nvml.h).
+        by_bus_id(node, unsafe { text_arg(pciBusId) }?)
+    })
+}
+
+/// `nvmlDeviceGetHandleByPciBusId` (v1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
+    pciBusId: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    handle_of("nvmlDeviceGetHandleByPciBusId", device, |node| {
+        // SAFETY: null or a NUL-terminated string (nvml.h).
+        by_bus_id(node, unsafe { text_arg(pciBusId) }?)
+    })
+}
+
+/// `nvmlDeviceGetIndex`: a GPU's NVML index; a MIG device handle is NOT_SUPPORTED.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(
+    device: nvmlDevice_t,
+    index: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetIndex", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let index = unsafe { out(index) }?;
+        *index = gpu_of(node, epoch, device)?.0;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// What the device is
+
+/// `nvmlDeviceGetMemoryInfo` (v1): `used` counts the driver's reserved memory, as the real
+/// H100's did (503316480 bytes used with nothing running). A MIG device has its profile's
+/// memory and nothing reserved.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetMemoryInfo", |node, epoch| {
+        // SAFETY: null or a writable nvmlMemory_t (nvml.h).
+        let memory = unsafe { out(memory) }?;
+        let (total, reserved, used) = memory_of(node, epoch, device)?;
+        *memory = nvmlMemory_t { total, free: total - reserved - used, used: reserved + used };
+        Ok(())
+    })
+}
+
+/// `(total, reserved, used)` bytes of a GPU or MIG device: processes use
+/// [`super::exports::PROCESS_MEMORY`] each.
+pub(super) fn memory_of(
+    node: &Node,
+    epoch: u32,
+    device: nvmlDevice_t,
+) -> Result<(u64, u64, u64), Code> {
+    let per_process = super::exports::PROCESS_MEMORY;
+    Ok(match handles::device(node, epoch, device)? {
+        Device::Gpu(i) => {
+            let g = rules::gpu(node, i)?;
+            let used = rules::processes(node, i, None)?.len() as u64 * per_process;
+            (g.model().memory_mib << 20, RESERVED_BYTES, used)
+        }
+        Device::Mig(i, gi, ci) => {
+            let g = rules::gpu(node, i)?;
+            let instance = g.instance(gi).ok_or(ret::INVALID_ARGUMENT)?;
+            let used = rules::processes(node, i, Some((gi, ci)))?.len() as u64 * per_process;
+            (rules::profile_of(g, instance).memory_mib << 20, 0, used)
+        }
+    })
+}
+
+/// `nvmlDeviceGetArchitecture`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
+    device: nvmlDevice_t,
+    arch: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetArchitecture", |node, epoch| {
+        // SAFETY: null or a writable nvmlDeviceArchitecture_t (nvml.h).
+        let arch = unsafe { out(arch) }?;
+        let index = handles::device(node, epoch, device)?.index();
+        *arch = match rules::gpu(node, index)?.model().architecture {
+            Architecture::Ampere => ARCH_AMPERE,
+            Architecture::Hopper => ARCH_HOPPER,
+            Architecture::AdaLovelace => ARCH_ADA,
+        };
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetCudaComputeCapability`: 8.0 (A100, A30), 9.0 (H100, H200), 8.9 (Ada).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: nvmlDevice_t,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetCudaComputeCapability", |node, epoch| {
+        // SAFETY: null or writable ints (nvml.h).
+        let (major, minor) = unsafe { (out(major)?, out(minor)?) };
+        let index = handles::device(node, epoch, device)?.index();
+        (*major, *minor) = match rules::gpu(node, index)?.model().architecture {
+            Architecture::Ampere => (8, 0),
+            Architecture::Hopper => (9, 0),
+            Architecture::AdaLovelace => (8, 9),
+        };
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetBrand`: NVIDIA for the data-center models, GeForce RTX for the RTX 4090.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBrand(
+    device: nvmlDevice_t,
+    brand: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetBrand", |node, epoch| {
+        // SAFETY: null or a writable nvmlBrandType_t (nvml.h).
+        let brand = unsafe { out(brand) }?;
+        let index = handles::device(node, epoch, device)?.index();
+        let geforce = rules::gpu(node, index)?.model().nvml_name.contains("GeForce");
+        *brand = if geforce { BRAND_GEFORCE_RTX } else { BRAND_NVIDIA };
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetSerial`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSerial(
+    device: nvmlDevice_t,
+    serial: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetSerial", |node, epoch| {
+        let text = serial_of(gpu_of(node, epoch, device)?.1);
+        // SAFETY: null or `length` writable bytes (nvml.h).
+        unsafe { put_str(serial, length, &text) }
+    })
+}
+
+/// `nvmlDeviceGetBoardId`: one board per GPU, numbered from the GPU's PCI device (the real
+/// H100 at 00:06.0 answered 6).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBoardId(
+    device: nvmlDevice_t,
+    boardId: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetBoardId", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let board = unsafe { out(boardId) }?;
+        let pci = pci_info(gpu_of(node, epoch, device)?.1)?;
+        *board = pci.bus << 8 | pci.device;
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetMultiGpuBoard`: none is.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMultiGpuBoard(
+    device: nvmlDevice_t,
+    multiGpuBool: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetMultiGpuBoard", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let multi = unsafe { out(multiGpuBool) }?;
+        gpu_of(node, epoch, device)?;
+        *multi = 0;
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetNumGpuCores`: the model's SMs times CUDA cores per SM (64 on GA100, 128 on
+/// Hopper and Ada; the real H100 answered 16896).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(
+    device: nvmlDevice_t,
+    numCores: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetNumGpuCores", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let cores = unsafe { out(numCores) }?;
+        let model = gpu_of(node, epoch, device)?.1.model();
+        let per_sm = if model.architecture == Architecture::Ampere { 64 } else { 128 };
+        *cores = model.sms * per_sm;
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetPciInfo_v3`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
+    device: nvmlDevice_t,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    pci_query("nvmlDeviceGetPciInfo_v3", device, pci)
+}
+
+/// `nvmlDeviceGetPciInfo_v2`: nvml.h declares the older entry points with the same
+/// `nvmlPciInfo_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
+    device: nvmlDevice_t,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    pci_query("nvmlDeviceGetPciInfo_v2", device, pci)
+}
+
+/// `nvmlDeviceGetPciInfo` (v1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
+    device: nvmlDevice_t,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    pci_query("nvmlDeviceGetPciInfo", device, pci)
+}
+
+fn pci_query(name: &'static str, device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t {
+    read(name, |node, epoch| {
+        // SAFETY: null or a writable nvmlPciInfo_t (nvml.h).
+        let pci = unsafe { out(pci) }?;
+        let index = handles::device(node, epoch, device)?.index();
+        *pci = pci_info(rules::gpu(node, index)?)?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_bus_id;
+
+    #[test]
+    fn bus_ids_are_read_in_every_form_clients_write() {
+        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 "] {
+            assert_eq!(canonical_bus_id(form).as_deref(), Some("00000000:1B:00.0"), "{form}");
+        }
+        for bad in ["", "1B", "x:1B:00.0", "00000000:1B:00", "000000000:1B:00.0", "GPU-1"] {
+            assert_eq!(canonical_bus_id(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! MIG calls NVIDIA's clients make beyond gpushare's: `nvmlDeviceCreateGpuInstance` with the
+//! driver's own placement (go-nvlib, mig-parted, `nvidia-smi mig -cgi`), profile info by
+//! id, compute-instance placements, capacity and creation with a placement, and the older
+//! process queries (v1 and v2 structs) that nvidia-ml-py and go-nvml still call.
+//!
+//! # Safety (for every function here)
+//! As in [`super::exports`]: the caller follows nvml.h.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::os::raw::c_uint;
+
+use super::exports::{GiFigures, PROCESS_MEMORY};
+use super::handles::{self, Device};
+use super::types::*;
+use super::{mutate, out, read};
+use crate::node::Node;
+use crate::rules::{self, Code};
+
+fn whole_gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
+    match handles::device(node, epoch, device)? {
+        Device::Gpu(i) => Ok(i),
+        Device::Mig(..) => Err(ret::NOT_SUPPORTED),
+    }
+}
+
+/// `nvmlDeviceCreateGpuInstance`: the driver picks the placement
+/// ([`rules::driver_placement`]); MIG off is NOT_SUPPORTED, no room
+/// INSUFFICIENT_RESOURCES.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceCreateGpuInstance(
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    gpuInstance: *mut nvmlGpuInstance_t,
+) -> nvmlReturn_t {
+    mutate("nvmlDeviceCreateGpuInstance", |node, epoch| {
+        // SAFETY: null or a writable handle (nvml.h).
+        let handle = unsafe { out(gpuInstance) }?;
+        let index = whole_gpu(node, epoch, device)?;
+        let g = rules::gpu(node, index)?;
+        if !g.model().supports_mig() || !g.mig_enabled {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        let start = rules::driver_placement(g, profileId)?;
+        let size = rules::gi_profile_by_id(g, profileId)?.memory_slices;
+        let id = rules::create_gpu_instance(
+            node,
+            index,
+            profileId,
+            c_uint::from(start),
+            c_uint::from(size),
+        )?;
+        let gi = rules::gpu(node, index)?.instance(id).ok_or(ret::UNKNOWN)?;
+        *handle = handles::gpu_instance(epoch, index, gi);
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetGpuInstanceProfileInfoByIdV`: the profile by its id (19 for 1g.10gb)
+/// rather than its enum; v2 and v3 structs, the version field written as 0 afterwards as
+/// the real H100's driver does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_v2_t,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetGpuInstanceProfileInfoByIdV", |node, epoch| {
+        // SAFETY: null or a struct whose version says its layout; v2 and v3 have the same
+        // size (see nvmlDeviceGetGpuInstanceProfileInfoV).
+        let v2 = unsafe { out(info) }?;
+        let version = v2.version;
+        if version != nvmlGpuInstanceProfileInfo_v2 && version != nvmlGpuInstanceProfileInfo_v3 {
+            return Err(ret::ARGUMENT_VERSION_MISMATCH);
+        }
+        let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
+        let figures = GiFigures::of(rules::gi_profile_by_id(g, profileId)?);
+        if version == nvmlGpuInstanceProfileInfo_v2 {
+            *v2 = figures.v2(0);
+        } else {
+            // SAFETY: the caller's version says v3 (nvml.h), of the v2's size.
+            let v3 = unsafe { out(info.cast::<nvmlGpuInstanceProfileInfo_v3_t>()) }?;
+            *v3 = figures.v3(0);
+        }
+        Ok(())
+    })
+}
+
+/// `nvmlGpuInstanceGetComputeInstanceRemainingCapacity`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+    gpuInstance: nvmlGpuInstance_t,
+    profileId: c_uint,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let count = unsafe { out(count) }?;
+        let (index, gi_id) = handles::resolve_gpu_instance(node, epoch, gpuInstance)?;
+        let g = rules::gpu(node, index)?;
+        let gi = g.instance(gi_id).ok_or(ret::INVALID_ARGUMENT)?;
+        *count = rules::ci_remaining_capacity(g, gi, profileId)?;
+        Ok(())
+    })
+}
+
+/// `nvmlGpuInstanceGetComputeInstancePossiblePlacements`: a null buffer asks for the
+/// count; a smaller `*count` than the placements is INSUFFICIENT_SIZE with the count.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+    gpuInstance: nvmlGpuInstance_t,
+    profileId: c_uint,
+    placements: *mut nvmlComputeInstancePlacement_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlGpuInstanceGetComputeInstancePossiblePlacements", |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let count = unsafe { out(count) }?;
+        let (index, gi_id) = handles::resolve_gpu_instance(node, epoch, gpuInstance)?;
+        let g = rules::gpu(node, index)?;
+        let gi = g.instance(gi_id).ok_or(ret::INVALID_ARGUMENT)?;
+        let profile = rules::ci_profile(g, gi, profileId)?;
+        let starts = rules::ci_placements(rules::profile_of(g, gi).compute_slices, profile.slices);
+        let capacity = *count as usize;
+        *count = starts.len() as c_uint;
+        if placements.is_null() {
+            return Ok(());
+        }
+        if capacity < starts.len() {
+            return Err(ret::INSUFFICIENT_SIZE);
+        }
+        // SAFETY: a non-null buffer holds `capacity` >= `starts.len()` placements (nvml.h).
+        let buf = unsafe { std::slice::from_raw_parts_mut(placements, starts.len()) };
+        for (slot, start) in buf.iter_mut().zip(starts) {
+            *slot = nvmlComputeInstancePlacement_t {
+                start: c_uint::from(start),
+                size: c_uint::from(profile.slices),
+            };
+        }
+        Ok(())
+    })
+}
+
+/// `nvmlGpuInstanceCreateComputeInstanceWithPlacement`: see
+/// `rules::create_compute_instance_at`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+    gpuInstance: nvmlGpuInstance_t,
+    profileId: c_uint,
+    placement: *const nvmlComputeInstancePlacement_t,
+    computeInstance: *mut nvmlComputeInstance_t,
+) -> nvmlReturn_t {
+    mutate("nvmlGpuInstanceCreateComputeInstanceWithPlacement", |node, epoch| {
+        // SAFETY: null or a readable placement and a writable handle (nvml.h).
+        let (placement, handle) = unsafe { (placement.as_ref(), out(computeInstance)?) };
+        let placement = *placement.ok_or(ret::INVALID_ARGUMENT)?;
+        let (index, gi_id) = handles::resolve_gpu_instance(node, epoch, gpuInstance)?;
+        let id = rules::create_compute_instance_at(
+            node,
+            index,
+            gi_id,
+            profileId,
+            Some((placement.start, placement.size)),
+        )?;
+        let gi = rules::gpu(node, index)?.instance(gi_id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instances.iter().find(|c| c.id == id).ok_or(ret::UNKNOWN)?;
+        *handle = handles::compute_instance(epoch, index, ci);
+        Ok(())
+    })
+}
+
+/// `nvmlProcessInfo_v1_t`: pid and used memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlProcessInfo_v1_t {
+    /// Process id.
+    pub pid: c_uint,
+    /// Used GPU memory in bytes.
+    pub usedGpuMemory: u64,
+}
+const _: () = assert!(size_of::<nvmlProcessInfo_v1_t>() == 16);
+
+/// The compute processes of a GPU or MIG device into a caller's buffer of `T`, two-phase
+/// as `nvmlDeviceGetComputeRunningProcesses_v3` (see there).
+fn processes_into<T>(
+    name: &'static str,
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut T,
+    entry: impl Fn(&rules::ProcessView) -> T,
+) -> nvmlReturn_t {
+    read(name, |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let count = unsafe { out(infoCount) }?;
+        let list = match handles::device(node, epoch, device)? {
+            Device::Gpu(i) => rules::processes(node, i, None)?,
+            Device::Mig(i, gi, ci) => rules::processes(node, i, Some((gi, ci)))?,
+        };
+        let capacity = *count as usize;
+        *count = list.len() as c_uint;
+        if list.is_empty() {
+            return Ok(());
+        }
+        if capacity < list.len() {
+            return Err(ret::INSUFFICIENT_SIZE);
+        }
+        if infos.is_null() {
+            return Err(ret::INVALID_ARGUMENT);
+        }
+        // SAFETY: `infos` holds `capacity` writable entries of `T` (nvml.h), at least
+        // `list.len()`.
+        let slots = unsafe { std::slice::from_raw_parts_mut(infos, list.len()) };
+        for (slot, p) in slots.iter_mut().zip(&list) {
+            *slot = entry(p);
+        }
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses` (v1 struct: pid and used memory).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
+    processes_into("nvmlDeviceGetComputeRunningProcesses", device, infoCount, infos, |p| {
+        nvmlProcessInfo_v1_t { pid: p.pid, usedGpuMemory: PROCESS_MEMORY }
+    })
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses_v2` (the v2 struct, which is v3's).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    processes_into("nvmlDeviceGetComputeRunningProcesses_v2", device, infoCount, infos, |p| {
+        nvmlProcessInfo_t {
+            pid: p.pid,
+            usedGpuMemory: PROCESS_MEMORY,
+            gpuInstanceId: p.gpu_instance,
+            computeInstanceId: p.compute_instance,
+        }
+    })
+}
