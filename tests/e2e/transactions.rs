@@ -148,8 +148,9 @@ fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
 fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
     let before = agent.status();
-    // GPU 4's first instance (GPU instance 1) runs PID 4242.
-    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "4/1:4242")]);
+    // A process runs in GPU 4's first instance (its id follows its placement).
+    let gi = before.gpus[4].instances[0].gpu_instance_id;
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &format!("4/{gi}:4242"))]);
     let sevens = "name = \"sevens\"\n[[gpu]]\nselect = 4\nmig = { \"1g\" = 7 }\n";
     let (_dir, file) = temp_file("sevens.toml", sevens);
     let file = file.to_str().unwrap();
@@ -170,8 +171,9 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     assert!(err.contains("rolled back"), "{err}");
     assert_eq!(layout(&agent.status()), layout(&before), "rolled back");
 
-    // Once the process has gone, the apply goes through.
-    agent.restart_with_env(&[]);
+    // Once the process has gone, the apply goes through. (Unset, the variable would leave
+    // the node's processes as they are: other NVML clients share them.)
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "")]);
     let out = agent.ctl(&["apply", "-f", file]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);

@@ -48,6 +48,7 @@
 //! is treated as root); `nvmlInitWithFlags` flags.
 
 pub mod abi;
+pub mod device;
 pub mod faults;
 pub mod node;
 pub mod rules;

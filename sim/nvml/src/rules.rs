@@ -198,24 +198,50 @@ pub fn create_gpu_instance(
 /// The id the driver gives a GPU instance: its node in the binary tree of the GPU's
 /// memory slots (the whole GPU 0; halves 1-2; quarters 3-6; eighths 7-14 on an 8-slot
 /// GPU), so that it follows from the placement as on hardware: a 7g is GI 0, a 3g at slot
-/// 4 GI 2, a 1g at slot 2 GI 9 (NVIDIA's MIG user guide shows these ids).
+/// 4 GI 2, a 1g at slot 2 GI 9 (NVIDIA's MIG user guide's A100 listings). Published H100
+/// listings number the eighths from slot 4 on (slots 4-6 are GI 7-9, slots 0-3 GI 11-14);
+/// Hopper's eighths follow that. Its larger instances keep the A100's numbering: no
+/// listing of them was at hand.
 pub fn gpu_instance_id(model: &GpuModel, start: u8, size: u8) -> u32 {
     let slots = u32::from(model.memory_slots);
     let size = u32::from(size.max(1));
-    (slots / size).saturating_sub(1) + u32::from(start) / size
+    let positions = slots / size;
+    let mut position = u32::from(start) / size;
+    if model.architecture == gpushare_catalog::Architecture::Hopper && size == 1 && positions == 8 {
+        position = (position + 4) % 8;
+    }
+    positions.saturating_sub(1) + position
 }
 
 /// The placement the driver picks when none is given (`nvmlDeviceCreateGpuInstance`,
-/// `nvidia-smi mig -cgi`): the highest start where the profile fits, as the MIG user
-/// guide's examples show (a first 3g.20gb lands at slot 4, GI 2).
+/// `nvidia-smi mig -cgi`): it keeps room for large instances, taking the free placement
+/// that makes the fewest other placements (of any profile) unusable, the lowest start on
+/// a tie. That rule gives every placement of NVIDIA's MIG user guide examples (A100-40GB
+/// `-cgi 19,14,5` at 6, 4, 0; `9,19,14,19` at 4, 0, 2, 1; `14,19,19,19,19,19` at 4, 6, 0,
+/// 1, 2, 3; `19,19,14,9` failing on the 3g after 6, 4, 0) and the published H100 `-cgi`
+/// of seven 1g (6, 4, 5, 0, 1, 2, 3).
 pub fn driver_placement(g: &Gpu, profile_id: u32) -> Result<u8, Code> {
     let profile = gi_profile_by_id(g, profile_id)?;
+    let taken: Vec<(u8, u8)> = g.instances.iter().map(|gi| (gi.start, gi.size)).collect();
+    let overlap = |a: u8, a_size: u8, b: u8, b_size: u8| a < b + b_size && b < a + a_size;
+    let free = |start: u8, size: u8| taken.iter().all(|&(s, n)| !overlap(start, size, s, n));
+    let usable: Vec<(u8, u8)> = g
+        .model()
+        .mig_profiles
+        .iter()
+        .flat_map(|p| p.placements.iter().map(|&s| (s, p.memory_slices)))
+        .filter(|&(s, n)| free(s, n))
+        .collect();
+    let size = profile.memory_slices;
     profile
         .placements
         .iter()
-        .rev()
         .copied()
-        .find(|&start| check_fits(g, &[], profile, start).is_ok())
+        .filter(|&start| check_fits(g, &[], profile, start).is_ok())
+        .min_by_key(|&start| {
+            let blocked = usable.iter().filter(|&&(s, n)| overlap(start, size, s, n)).count();
+            (blocked, start)
+        })
         .ok_or(ret::INSUFFICIENT_RESOURCES)
 }
 
@@ -494,6 +520,50 @@ mod tests {
         assert!(h.gpus[0].mig_enabled);
         let mut l = node("l40s:1");
         assert_eq!(set_mig_mode(&mut l, 0, true), Err(ret::NOT_SUPPORTED));
+    }
+
+    /// The starts the driver picks for `profiles` in turn on a fresh `spec` GPU, up to the
+    /// first that does not fit.
+    fn driver_starts(spec: &str, profiles: &[u32]) -> Vec<u8> {
+        let mut n = node(spec);
+        n.gpus[0].mig_enabled = true;
+        let mut out = Vec::new();
+        for &id in profiles {
+            let Ok(start) = driver_placement(&n.gpus[0], id) else { break };
+            let size = u32::from(n.gpus[0].model().profile_by_id(id).unwrap().memory_slices);
+            create_gpu_instance(&mut n, 0, id, u32::from(start), size).unwrap();
+            out.push(start);
+        }
+        out
+    }
+
+    #[test]
+    fn the_driver_places_as_the_mig_user_guide_examples_show() {
+        assert_eq!(driver_starts("a100-40gb:1", &[19, 14, 5]), [6, 4, 0]);
+        assert_eq!(driver_starts("a100-40gb:1", &[9, 19, 14, 19]), [4, 0, 2, 1]);
+        assert_eq!(driver_starts("a100-40gb:1", &[14, 19, 19, 19, 19, 19]), [4, 6, 0, 1, 2, 3]);
+        // The guide's failing order: the 3g.20gb no longer fits after these three.
+        assert_eq!(driver_starts("a100-40gb:1", &[19, 19, 14, 9]), [6, 4, 0]);
+        assert_eq!(driver_starts("h100-80gb:1", &[19; 7]), [6, 4, 5, 0, 1, 2, 3]);
+        assert_eq!(driver_starts("h100-80gb:1", &[0, 19]), [0]);
+        assert_eq!(driver_starts("a30:1", &[5, 5, 14]), [0, 2]);
+    }
+
+    #[test]
+    fn instance_ids_follow_the_placement_as_published() {
+        let (a100, h100) = (model_by_key("a100-40gb").unwrap(), model_by_key("h100-80gb").unwrap());
+        let a30 = model_by_key("a30").unwrap();
+        // A100 (MIG user guide): 7g 0, 3g at 4 2, 2g at 0 3, 1g at 2 9.
+        let ids: Vec<u32> =
+            [(0, 8), (4, 4), (0, 2), (2, 1)].map(|(s, n)| gpu_instance_id(a100, s, n)).to_vec();
+        assert_eq!(ids, [0, 2, 3, 9]);
+        // H100 (published -lgi of seven 1g): slots 4, 5, 6, 0, 1, 2, 3 are 7, 8, 9, 11-14.
+        let ids: Vec<u32> = [4, 5, 6, 0, 1, 2, 3].map(|s| gpu_instance_id(h100, s, 1)).to_vec();
+        assert_eq!(ids, [7, 8, 9, 11, 12, 13, 14]);
+        // A30: four slots, the whole GPU 0, halves 1-2, quarters 3-6.
+        let ids: Vec<u32> =
+            [(0, 4), (2, 2), (3, 1)].map(|(s, n)| gpu_instance_id(a30, s, n)).to_vec();
+        assert_eq!(ids, [0, 2, 6]);
     }
 
     #[test]

@@ -77,11 +77,14 @@ fn the_second_reset_of_a_session_fails_when_injected() {
     let node = file.read().unwrap();
     assert_eq!((node.gpus[0].reset_count, node.gpus[1].reset_count), (1, 0));
     assert_eq!(node.tool_calls["gpu-reset"], 2);
-    let (code, out, _) = text(&nvidia_smi(&env, None, &["-L", "-i", "1"]));
+    let (code, out, _) = text(&nvidia_smi(&env, None, &["-L"]));
     assert_eq!(code, Some(0));
-    assert_eq!(out, format!("GPU 1: NVIDIA A100-SXM4-40GB (UUID: {})\n", node.gpus[1].uuid));
+    assert!(
+        out.ends_with(&format!("\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: {})\n", node.gpus[1].uuid)),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(&record).unwrap(),
-        "nvidia-smi --gpu-reset -i 0\nnvidia-smi --gpu-reset -i 1\nnvidia-smi -L -i 1\n"
+        "nvidia-smi --gpu-reset -i 0\nnvidia-smi --gpu-reset -i 1\nnvidia-smi -L\n"
     );
 }

@@ -18,6 +18,7 @@ use gpushare_catalog::Architecture;
 use super::handles::{self, Device};
 use super::types::*;
 use super::{init, out, put_str, read};
+use crate::device;
 use crate::node::{Gpu, Node};
 use crate::rules::{self, Code};
 
@@ -25,9 +26,6 @@ use crate::rules::{self, Code};
 const NVML_VERSION: &str = "13.580.159.04";
 /// `nvmlSystemGetCudaDriverVersion`: CUDA 13.0 (the real H100's driver).
 const CUDA_DRIVER_VERSION: c_int = 13000;
-/// Framebuffer memory the driver keeps for itself: 480 MiB on the real H100 (memory v2's
-/// `reserved`, which v1 counts as used).
-const RESERVED_BYTES: u64 = 480 << 20;
 /// `nvmlBrandType_t`: NVML_BRAND_NVIDIA (the H100's), NVML_BRAND_GEFORCE_RTX.
 const BRAND_NVIDIA: c_uint = 14;
 const BRAND_GEFORCE_RTX: c_uint = 15;
@@ -55,41 +53,18 @@ fn gpu_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<(u32, &Gpu), 
     }
 }
 
-/// A GPU's serial number: 13 digits, stable per UUID (the real H100's is 1654723009368).
-pub(crate) fn serial_of(g: &Gpu) -> String {
-    let digits: u64 = g.uuid.bytes().fold(1_654_723_009_368, |acc, b| {
-        acc.wrapping_mul(131).wrapping_add(u64::from(b)) % 10_000_000_000_000
-    });
-    format!("{digits:013}")
-}
-
-/// The PCI subsystem id: the real H100 SXM's where that is the model, else the device id
-/// (no recording for the others).
-fn subsystem_id(g: &Gpu) -> c_uint {
-    match g.model().pci_device_ids[0] {
-        0x2330_10DE => 0x16C1_10DE,
-        other => other,
+/// The PCI fields of a GPU.
+fn pci_info(g: &Gpu) -> nvmlPciInfo_t {
+    let pci = device::pci(g);
+    nvmlPciInfo_t {
+        busIdLegacy: c_name(&pci.legacy_bus_id()),
+        domain: pci.domain,
+        bus: pci.bus,
+        device: pci.device,
+        pciDeviceId: device::device_id(g),
+        pciSubSystemId: device::subsystem_id(g),
+        busId: c_name(&pci.bus_id()),
     }
-}
-
-/// The PCI fields of a GPU from its bus id `00000000:BB:DD.F`.
-fn pci_info(g: &Gpu) -> Result<nvmlPciInfo_t, Code> {
-    let parse = |range: std::ops::Range<usize>| {
-        g.pci_bus_id.get(range).and_then(|t| u32::from_str_radix(t, 16).ok())
-    };
-    let (domain, bus, device) = (parse(0..8), parse(9..11), parse(12..14));
-    let (Some(domain), Some(bus), Some(device)) = (domain, bus, device) else {
-        return Err(ret::UNKNOWN);
-    };
-    Ok(nvmlPciInfo_t {
-        busIdLegacy: c_name(&format!("{:04X}:{bus:02X}:{device:02X}.0", domain & 0xFFFF)),
-        domain,
-        bus,
-        device,
-        pciDeviceId: g.model().pci_device_ids[0],
-        pciSubSystemId: subsystem_id(g),
-        busId: c_name(&g.pci_bus_id),
-    })
 }
 
 fn c_name<const N: usize>(s: &str) -> [c_char; N] {
@@ -98,25 +73,6 @@ fn c_name<const N: usize>(s: &str) -> [c_char; N] {
         *slot = b as c_char;
     }
     out
-}
-
-/// A PCI bus id as clients write it: `domain:bus:device.function` with a domain of 4 or 8
-/// hex digits or none, any case (`00000000:1B:00.0`, `0000:1b:00.0`, `1B:00.0`): the
-/// node's canonical `00000000:1B:00.0`, or `None` when it is no bus id.
-pub fn canonical_bus_id(text: &str) -> Option<String> {
-    let text = text.trim();
-    let (rest, function) = text.rsplit_once('.')?;
-    let mut parts: Vec<&str> = rest.split(':').collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0");
-    }
-    let [domain, bus, device] = parts[..] else { return None };
-    let hex = |t: &str, max: usize| {
-        (!t.is_empty() && t.len() <= max).then(|| u32::from_str_radix(t, 16).ok()).flatten()
-    };
-    let (domain, bus, device, function) =
-        (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?, hex(function, 1)?);
-    Some(format!("{domain:08X}:{bus:02X}:{device:02X}.{function:X}"))
 }
 
 /// Writes the handle of the GPU `find` picks.
@@ -226,7 +182,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     })
 }
 
-/// `nvmlDeviceGetHandleBySerial`: the board's serial ([`serial_of`]); NOT_FOUND otherwise.
+/// `nvmlDeviceGetHandleBySerial`: the board's serial ([`device::serial`]); NOT_FOUND otherwise.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
     serial: *const c_char,
@@ -235,16 +191,16 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
     handle_of("nvmlDeviceGetHandleBySerial", device, |node| {
         // SAFETY: null or a NUL-terminated string (nvml.h).
         let serial = unsafe { text_arg(serial) }?;
-        let found = node.gpus.iter().position(|g| serial_of(g) == serial.trim());
+        let found = node.gpus.iter().position(|g| device::serial(g) == serial.trim());
         found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
     })
 }
 
-/// The GPU whose bus id `text` names in any form ([`canonical_bus_id`]): a malformed id is
+/// The GPU whose bus id `text` names in any form ([`device::PciAddress::parse`]): a malformed id is
 /// INVALID_ARGUMENT and an unknown one NOT_FOUND, as the real driver answers.
 fn by_bus_id(node: &Node, text: &str) -> Result<u32, Code> {
-    let wanted = canonical_bus_id(text).ok_or(ret::INVALID_ARGUMENT)?;
-    let found = node.gpus.iter().position(|g| g.pci_bus_id.eq_ignore_ascii_case(&wanted));
+    let wanted = device::PciAddress::parse(text).ok_or(ret::INVALID_ARGUMENT)?;
+    let found = node.gpus.iter().position(|g| device::pci(g) == wanted);
     found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
 }
 
@@ -307,18 +263,18 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
 }
 
 /// `(total, reserved, used)` bytes of a GPU or MIG device: processes use
-/// [`super::exports::PROCESS_MEMORY`] each.
+/// [`device::PROCESS_MEMORY`] each.
 pub(super) fn memory_of(
     node: &Node,
     epoch: u32,
     device: nvmlDevice_t,
 ) -> Result<(u64, u64, u64), Code> {
-    let per_process = super::exports::PROCESS_MEMORY;
+    let per_process = device::PROCESS_MEMORY;
     Ok(match handles::device(node, epoch, device)? {
         Device::Gpu(i) => {
             let g = rules::gpu(node, i)?;
             let used = rules::processes(node, i, None)?.len() as u64 * per_process;
-            (g.model().memory_mib << 20, RESERVED_BYTES, used)
+            (g.model().memory_mib << 20, device::RESERVED_BYTES, used)
         }
         Device::Mig(i, gi, ci) => {
             let g = rules::gpu(node, i)?;
@@ -392,7 +348,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(
     length: c_uint,
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetSerial", |node, epoch| {
-        let text = serial_of(gpu_of(node, epoch, device)?.1);
+        let text = device::serial(gpu_of(node, epoch, device)?.1);
         // SAFETY: null or `length` writable bytes (nvml.h).
         unsafe { put_str(serial, length, &text) }
     })
@@ -408,8 +364,7 @@ pub unsafe extern "C" fn nvmlDeviceGetBoardId(
     read("nvmlDeviceGetBoardId", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let board = unsafe { out(boardId) }?;
-        let pci = pci_info(gpu_of(node, epoch, device)?.1)?;
-        *board = pci.bus << 8 | pci.device;
+        *board = device::board_id(gpu_of(node, epoch, device)?.1);
         Ok(())
     })
 }
@@ -479,22 +434,7 @@ fn pci_query(name: &'static str, device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) 
         // SAFETY: null or a writable nvmlPciInfo_t (nvml.h).
         let pci = unsafe { out(pci) }?;
         let index = handles::device(node, epoch, device)?.index();
-        *pci = pci_info(rules::gpu(node, index)?)?;
+        *pci = pci_info(rules::gpu(node, index)?);
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::canonical_bus_id;
-
-    #[test]
-    fn bus_ids_are_read_in_every_form_clients_write() {
-        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 "] {
-            assert_eq!(canonical_bus_id(form).as_deref(), Some("00000000:1B:00.0"), "{form}");
-        }
-        for bad in ["", "1B", "x:1B:00.0", "00000000:1B:00", "000000000:1B:00.0", "GPU-1"] {
-            assert_eq!(canonical_bus_id(bad), None, "{bad}");
-        }
-    }
 }

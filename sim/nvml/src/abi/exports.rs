@@ -17,6 +17,7 @@ use std::os::raw::{c_char, c_uint};
 use super::handles::{self, Device};
 use super::types::*;
 use super::{init, mutate, out, put_str, read};
+use crate::device::PROCESS_MEMORY;
 use crate::node::{Gpu, GpuInstance, Node};
 use crate::rules::{self, CiProfile, Code};
 
@@ -30,9 +31,6 @@ pub const DRIVER_MARK: &CStr = match CStr::from_bytes_with_nul(
     Ok(c) => c,
     Err(_) => panic!("the marker is NUL-terminated"),
 };
-
-/// Used GPU memory reported per compute process.
-pub(super) const PROCESS_MEMORY: u64 = 512 << 20;
 
 fn gpu_at(node: &Node, index: u32) -> Result<&Gpu, Code> {
     rules::gpu(node, index)

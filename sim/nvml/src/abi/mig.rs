@@ -10,10 +10,11 @@
 
 use std::os::raw::c_uint;
 
-use super::exports::{GiFigures, PROCESS_MEMORY};
+use super::exports::GiFigures;
 use super::handles::{self, Device};
 use super::types::*;
 use super::{mutate, out, read};
+use crate::device::PROCESS_MEMORY;
 use crate::node::Node;
 use crate::rules::{self, Code};
 

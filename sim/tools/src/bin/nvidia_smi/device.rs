@@ -1,0 +1,103 @@
+//! What nvidia-smi shows of a GPU beyond the node's own fields: figures derived the way
+//! the simulated driver derives them for NVML (serial, PCI subsystem id, board id,
+//! reserved and used memory), so that the tool and the library answer alike, and the
+//! words nvidia-smi prints for modes.
+
+use gpushare_catalog::Architecture;
+use gpushare_sim_nvml::node::{ComputeMode, Gpu, Node};
+use gpushare_sim_nvml::rules;
+
+/// The driver's version (`nvmlSystemGetDriverVersion`).
+pub use gpushare_sim_nvml::abi::exports::DRIVER_VERSION;
+
+/// The CUDA version driver 580 reports (the real H100 printed 13.0).
+pub const CUDA_VERSION: &str = "13.0";
+/// Framebuffer memory the driver keeps for itself (memory v2's `reserved`), in MiB.
+pub const RESERVED_MIB: u64 = gpushare_sim_nvml::device::RESERVED_BYTES >> 20;
+/// Memory the simulated driver reports used per compute process, in MiB.
+pub const PROCESS_MIB: u64 = gpushare_sim_nvml::device::PROCESS_MEMORY >> 20;
+/// What nvidia-smi prints for a value it cannot read.
+pub const NOT_AVAILABLE: &str = "[N/A]";
+
+// Serial, PCI address and ids as the simulated driver reports them (one definition).
+pub use gpushare_sim_nvml::device::{PciAddress, board_id, device_id, pci, serial, subsystem_id};
+
+/// `Product Brand`.
+pub fn brand(g: &Gpu) -> &'static str {
+    if g.name().contains("GeForce") { "GeForce" } else { "NVIDIA" }
+}
+
+/// `Product Architecture`.
+pub fn architecture(g: &Gpu) -> &'static str {
+    match g.model().architecture {
+        Architecture::Ampere => "Ampere",
+        Architecture::Hopper => "Hopper",
+        Architecture::AdaLovelace => "Ada Lovelace",
+    }
+}
+
+/// Framebuffer memory in MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    pub total: u64,
+    pub reserved: u64,
+    pub used: u64,
+}
+
+impl Memory {
+    pub fn free(self) -> u64 {
+        self.total.saturating_sub(self.reserved + self.used)
+    }
+}
+
+/// A GPU's memory: the driver's reserve, and what its compute processes use.
+pub fn memory(node: &Node, index: usize) -> Memory {
+    let g = &node.gpus[index];
+    let processes = rules::processes(node, index as u32, None).map_or(0, |p| p.len() as u64);
+    Memory { total: g.model().memory_mib, reserved: RESERVED_MIB, used: processes * PROCESS_MIB }
+}
+
+/// A MIG device's memory: its GPU instance's, none reserved, what its processes use.
+pub fn mig_memory(node: &Node, index: usize, gi: u32, ci: u32) -> Memory {
+    let g = &node.gpus[index];
+    let total = g.instance(gi).map_or(0, |i| rules::profile_of(g, i).memory_mib);
+    let processes =
+        rules::processes(node, index as u32, Some((gi, ci))).map_or(0, |p| p.len() as u64);
+    Memory { total, reserved: 0, used: processes * PROCESS_MIB }
+}
+
+/// `Enabled` / `Disabled`.
+pub fn enabled(on: bool) -> &'static str {
+    if on { "Enabled" } else { "Disabled" }
+}
+
+/// The compute mode as nvidia-smi writes it.
+pub fn compute_mode(mode: ComputeMode) -> &'static str {
+    match mode {
+        ComputeMode::Default => "Default",
+        ComputeMode::Prohibited => "Prohibited",
+        ComputeMode::ExclusiveProcess => "Exclusive_Process",
+    }
+}
+
+/// The current and pending MIG modes; `None` for a GPU without MIG (nvidia-smi: N/A).
+pub fn mig_modes(g: &Gpu) -> Option<(&'static str, &'static str)> {
+    g.model().supports_mig().then(|| (enabled(g.mig_enabled), enabled(g.mig_mode_after_reset())))
+}
+
+/// The local time formatted by `strftime(format)`, and its milliseconds.
+pub fn local_time(format: &str) -> (String, u32) {
+    // SAFETY: a zeroed timespec and tm are valid values; clock_gettime and localtime_r
+    // write into them, and strftime writes at most `buf.len()` bytes into `buf` from a
+    // NUL-terminated format.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&ts.tv_sec, &mut tm);
+        let format = std::ffi::CString::new(format).unwrap_or_default();
+        let mut buf = [0u8; 64];
+        let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), format.as_ptr(), &tm);
+        (String::from_utf8_lossy(&buf[..n]).into_owned(), (ts.tv_nsec / 1_000_000) as u32)
+    }
+}
