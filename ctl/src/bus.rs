@@ -302,22 +302,41 @@ async fn retry_once_started<T>(
 
 /// How often ctl looks whether a starting agent has taken its name.
 const START_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long ctl looks for a starting agent at all: a shell's `gpushare-agent … &` may not
+/// have exec'd the agent yet when the next line runs ctl.
+const LOOK_FOR_START: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Waits while an agent that serves `agent`'s bus is starting (begun moments ago, see
-/// [`starting`]); whether it took its name. Nobody starting: false at once.
+/// [`starting`]); whether it took its name. Nobody starting within [`LOOK_FOR_START`]:
+/// false.
 async fn agent_took_its_name(agent: &Agent) -> bool {
     let Ok(dbus) = zbus::fdo::DBusProxy::new(&agent.conn).await else { return false };
     let Ok(name) = zbus::names::BusName::try_from(BUS_NAME) else { return false };
+    let me = own_uid();
+    // A session bus is its user's: another user's agent never serves this one.
     let serves = |s: &starting::StartingAgent| match (&agent.bus, s.bus.as_deref()) {
         (Bus::System, Some(bus)) => bus == "system",
-        (Bus::Session, Some(bus)) => bus == "session",
+        (Bus::Session, Some(bus)) => bus == "session" && Some(s.uid) == me,
         (Bus::Address(address), Some(bus)) => bus == address,
-        (Bus::System, None) => s.root,
-        (Bus::Session, None) => !s.root,
+        (Bus::System, None) => s.uid == 0,
+        (Bus::Session, None) => s.uid != 0 && Some(s.uid) == me,
         (Bus::Address(_), None) => false,
     };
-    let mut starting: Vec<_> = starting::starting_agents().into_iter().filter(serves).collect();
-    let Some(longest) = starting.iter().map(|s| s.left).max() else { return false };
+    let looking_until = tokio::time::Instant::now() + LOOK_FOR_START;
+    let mut starting = Vec::new();
+    while starting.is_empty() {
+        starting = starting::starting_agents().into_iter().filter(serves).collect();
+        if dbus.name_has_owner(name.clone()).await.unwrap_or(false) {
+            return true;
+        }
+        if starting.is_empty() {
+            if tokio::time::Instant::now() >= looking_until {
+                return false;
+            }
+            tokio::time::sleep(START_POLL).await;
+        }
+    }
+    let longest = starting.iter().map(|s| s.left).max().unwrap_or_default();
     let deadline = tokio::time::Instant::now() + longest;
     while tokio::time::Instant::now() < deadline {
         if dbus.name_has_owner(name.clone()).await.unwrap_or(false) {
@@ -330,6 +349,12 @@ async fn agent_took_its_name(agent: &Agent) -> bool {
         tokio::time::sleep(START_POLL).await;
     }
     false
+}
+
+/// This process's user (the owner of `/proc/self`).
+fn own_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
 /// The first call on a bus. On the system bus it is raced against [`unit_cannot_start`]:

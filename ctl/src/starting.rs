@@ -21,27 +21,27 @@ pub struct StartingAgent {
     pub left: Duration,
     /// Its `--bus` argument, if it gave one.
     pub bus: Option<String>,
-    /// Whether it runs as root (its default bus is then the system bus, else the session
-    /// bus).
-    pub root: bool,
+    /// Its user (root's default bus is the system bus, anyone else's their session bus).
+    pub uid: u32,
 }
 
 /// The agents started less than [`START_GRACE`] ago. Bench replicas (`--bench-gate`,
 /// `--bench-builtin`) and probe clients are agents' children, not agents.
 pub fn starting_agents() -> Vec<StartingAgent> {
     use std::os::unix::fs::MetadataExt;
-    let Some(now) = start_ticks("self") else { return Vec::new() };
     let ticks_per_second = clock_ticks_per_second();
+    let Some(now) = uptime_ticks(ticks_per_second) else { return Vec::new() };
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let Some((comm, start)) = comm_and_start(&pid.to_string()) else { continue };
-        if comm != "gpushare-agent" {
+        let Some(stat) = stat_of(&pid.to_string()) else { continue };
+        if stat.comm != "gpushare-agent" || stat.ended() {
             continue;
         }
+        let start = stat.start;
         let age = Duration::from_secs_f64(now.saturating_sub(start) as f64 / ticks_per_second);
         let Some(left) = START_GRACE.checked_sub(age) else { continue };
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
@@ -50,8 +50,8 @@ pub fn starting_agents() -> Vec<StartingAgent> {
         if args.iter().any(|a| HELPER_FLAGS.iter().any(|flag| a.starts_with(flag))) {
             continue;
         }
-        let root = entry.metadata().is_ok_and(|m| m.uid() == 0);
-        found.push(StartingAgent { pid, left, bus: bus_argument(&args), root });
+        let Ok(uid) = entry.metadata().map(|m| m.uid()) else { continue };
+        found.push(StartingAgent { pid, left, bus: bus_argument(&args), uid });
     }
     found
 }
@@ -82,23 +82,44 @@ fn bus_argument(args: &[String]) -> Option<String> {
     None
 }
 
-/// Whether process `pid` still runs.
+/// Whether process `pid` still runs (a zombie has ended).
 pub fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    stat_of(&pid.to_string()).is_some_and(|s| !s.ended())
 }
 
-/// The command name and the start time (clock ticks since boot) of `/proc/<pid>`.
-fn comm_and_start(pid: &str) -> Option<(String, u64)> {
+/// What `/proc/<pid>/stat` says of a process.
+struct Stat {
+    /// The command name.
+    comm: String,
+    /// The state letter.
+    state: char,
+    /// The start time, clock ticks since boot.
+    start: u64,
+}
+
+impl Stat {
+    /// Whether the process has ended (a zombie, or dead).
+    fn ended(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+fn stat_of(pid: &str) -> Option<Stat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (open, close) = (stat.find('(')?, stat.rfind(')')?);
     let comm = stat.get(open + 1..close)?.to_string();
     // After the name: state is field 3, starttime field 22.
-    let start = stat.get(close + 1..)?.split_whitespace().nth(22 - 3)?.parse().ok()?;
-    Some((comm, start))
+    let mut fields = stat.get(close + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(22 - 4)?.parse().ok()?;
+    Some(Stat { comm, state, start })
 }
 
-fn start_ticks(pid: &str) -> Option<u64> {
-    comm_and_start(pid).map(|(_, start)| start)
+/// Now, in clock ticks since boot (`/proc/uptime`), the unit of start times.
+fn uptime_ticks(ticks_per_second: f64) -> Option<u64> {
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    Some((seconds * ticks_per_second) as u64)
 }
 
 /// Clock ticks a second, from the auxiliary vector the kernel gave this process (100 on
@@ -119,8 +140,10 @@ mod tests {
 
     #[test]
     fn this_process_has_a_name_a_start_and_a_clock() {
-        let (comm, start) = comm_and_start("self").expect("/proc/self/stat reads");
-        assert!(!comm.is_empty() && start > 0);
+        let stat = stat_of("self").expect("/proc/self/stat reads");
+        assert!(!stat.comm.is_empty() && stat.start > 0 && !stat.ended());
+        let now = uptime_ticks(100.0).unwrap();
+        assert!(now >= stat.start, "started {} ticks after boot, now {now}", stat.start);
         assert_eq!(clock_ticks_per_second(), 100.0);
         assert!(alive(std::process::id()));
         assert!(!alive(u32::MAX));

@@ -285,14 +285,19 @@ fn a_mig_parted_export_round_trips_through_apply() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(gpushare_tests::layout(&agent.status()), before, "{yaml}");
 
-    // Without -c: which configs there are, and how to choose one.
+    // A file of one config needs no -c; one of several says which there are.
     let out = agent.ctl(&["plan", "-f", exported]);
+    assert!(text(&out).contains("nothing to do"), "{}", text(&out));
+    let two = format!("{yaml}  again:\n    - devices: all\n      mig-enabled: false\n");
+    let (_dir, two_file) = gpushare_tests::temp_file("two.yaml", &two);
+    let out = agent.ctl(&["plan", "-f", two_file.to_str().unwrap()]);
     assert!(!out.status.success());
+    let said = text(&out);
     assert!(
-        text(&out)
-            .contains("a mig-parted file holds 1 configs: choose one with -c NAME (exported)"),
-        "{}",
-        text(&out)
+        said.contains(
+            "a mig-parted file holds 2 configs: choose one with -c NAME (exported, again)"
+        ),
+        "{said}"
     );
 }
 

@@ -42,6 +42,7 @@ fn pynvml(script: &str, spec: &str, state: &Path) -> Output {
         .env_remove("GPUSHARE_SIM_PROCESSES")
         .env_remove("GPUSHARE_SIM_FAIL")
         .env_remove("GPUSHARE_SIM_REBOOT")
+        .env_remove("GPUSHARE_SIM_DELAY_MS")
         .stdin(Stdio::null())
         .output()
         .expect("python3 runs")
@@ -112,6 +113,9 @@ fn two_nvml_clients_see_the_same_processes_and_layouts() {
         .env("GPUSHARE_SIM_NODE", "h100-80gb:2")
         .env("GPUSHARE_SIM_STATE", agent.sim_state())
         .env_remove("GPUSHARE_SIM_PROCESSES")
+        .env_remove("GPUSHARE_SIM_FAIL")
+        .env_remove("GPUSHARE_SIM_REBOOT")
+        .env_remove("GPUSHARE_SIM_DELAY_MS")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

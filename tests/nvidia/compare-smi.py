@@ -87,7 +87,12 @@ def q(real, sim):
 def query(real, sim):
     out = plain(real[:1], sim[:1])  # the header
     header = [h.strip().split(" ")[0] for h in real[0].split(",")] if real else []
+    if len(real) != len(sim):
+        out.append("%d rows real, %d simulated" % (len(real), len(sim)))
     for i, (r, s) in enumerate(zip(real[1:], sim[1:])):
+        if len(r.split(",")) != len(s.split(",")):
+            out.append("query row %d: %d columns real, %d simulated"
+                       % (i + 1, len(r.split(",")), len(s.split(","))))
         for col, (a, b) in enumerate(zip(r.split(","), s.split(","))):
             name = header[col] if col < len(header) else str(col)
             if name not in QUERY_IDS and a.strip() != b.strip():

@@ -2,9 +2,10 @@
 """Compares two documents of tests/nvidia/pynvml_readonly.py (a real GPU's, the
 simulator's) field for field; prints each difference and exits 1 when there is one.
 
-Left out: what names one board rather than a kind of GPU (UUID, serial, board id, PCI bus
-and device numbers and ids) and what the driver reports of the moment (compute processes).
-Everything else, the engine counts of every MIG profile included, must be equal.
+Left out: what names one board rather than a kind of GPU (UUID, serial, board id, PCI
+domain, bus and device numbers and bus ids). Everything else, the engine counts of every
+MIG profile and the count of compute processes included, must be equal (record and
+compare on idle GPUs).
 """
 
 import json

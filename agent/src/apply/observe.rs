@@ -153,7 +153,12 @@ impl NodeAccess {
 /// Whether this process may make directories in `dir`, or in the nearest of its
 /// ancestors that exists when `dir` does not yet; why not, in a few words.
 fn may_create_in(dir: &Path) -> Result<(), String> {
-    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
+    // A relative root's last ancestor is "", the current directory.
+    let existing = dir
+        .ancestors()
+        .map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d })
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
     if !existing.is_dir() {
         return Err(format!("{} is not a directory", existing.display()));
     }

@@ -59,11 +59,14 @@ pub fn config_names(text: &str, origin: &str) -> Result<Vec<String>, ProfileErro
 pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profile, ProfileError> {
     let file = load(text, origin)?;
     let names: Vec<&str> = file.configs.iter().map(|c| c.name.as_str()).collect();
-    let Some(found) = file.configs.iter().find(|c| c.name == config) else {
+    // A file of one config (what `gpushare-ctl export --format mig-parted` writes) needs
+    // no -c to say which.
+    let only = (config.is_empty() && file.configs.len() == 1).then(|| &file.configs[0]);
+    let Some(found) = only.or_else(|| file.configs.iter().find(|c| c.name == config)) else {
         let message = if config.is_empty() {
             format!(
-                "a mig-parted file holds {} configs: choose one with -c NAME ({})",
-                names.len(),
+                "a mig-parted file holds {}: choose one with -c NAME ({})",
+                gpushare_proto::plural(names.len() as u64, "config"),
                 some_of(&names)
             )
         } else {
@@ -80,8 +83,9 @@ pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profil
     // one wins; gpushare gives a GPU the first rule that selects it: reverse the entries.
     let mut rules = found.rules.clone();
     rules.reverse();
+    let config = &found.name;
     Ok(Profile {
-        name: config.to_string(),
+        name: config.clone(),
         description: format!("mig-parted config {config} from {origin}"),
         rules,
     })
@@ -824,6 +828,8 @@ mig-configs:
 
     #[test]
     fn a_file_without_a_config_chosen_says_to_choose_one() {
+        let one = "version: v1\nmig-configs:\n  exported:\n    - devices: all\n      mig-enabled: false\n";
+        assert_eq!(parse_mig_parted(one, "n.yaml", "").unwrap().name, "exported");
         let e = parse_mig_parted(SMALL, "t.yaml", "").unwrap_err();
         assert_eq!(
             e.message,

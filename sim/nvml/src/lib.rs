@@ -28,10 +28,13 @@
 //! `gpushare_sim_last_error`.
 //!
 //! # Sessions
-//! The first successful `nvmlInit` of a process starts its session: it applies
-//! `GPUSHARE_SIM_REBOOT`, sets the node's processes from `GPUSHARE_SIM_PROCESSES`, clears
-//! the tool-call counters and records its pid. Later inits (the agent shuts NVML down
-//! around a GPU reset) do not. The library pins itself (`RTLD_NODELETE`) so that this and
+//! The first successful `nvmlInit` of a process applies that process's knobs, and only
+//! those it sets: `GPUSHARE_SIM_REBOOT` reboots the node, `GPUSHARE_SIM_PROCESSES` (set,
+//! even empty) replaces its processes, `GPUSHARE_SIM_FAIL` restarts the tool-call counters;
+//! a process that sets any of them records its pid as the session's. Every other NVML
+//! client (a pynvml script, mig-parted, the simulated tools) sees the node as it is.
+//! Later inits in the same process (the agent shuts NVML down around a GPU reset) apply
+//! nothing again. The library pins itself (`RTLD_NODELETE`) so that this and
 //! the call counters survive nvml-wrapper's `dlclose`.
 //!
 //! # Handles

@@ -72,14 +72,15 @@ impl ComputeMode {
 pub struct Node {
     /// One entry per GPU, by NVML index.
     pub gpus: Vec<Gpu>,
-    /// Compute processes on the GPUs (from `GPUSHARE_SIM_PROCESSES`, set at each session).
+    /// Compute processes on the GPUs (from the `GPUSHARE_SIM_PROCESSES` of the last client
+    /// that set it).
     #[serde(default)]
     pub processes: Vec<Process>,
     /// Calls of tool actions (`gpu-reset`, `set-timeslice`) counted for
-    /// `GPUSHARE_SIM_FAIL`, cleared when a driver session starts.
+    /// `GPUSHARE_SIM_FAIL`, cleared when a client that sets it starts.
     #[serde(default)]
     pub tool_calls: BTreeMap<String, u32>,
-    /// The pid of the process whose first `nvmlInit` started the current session.
+    /// The pid of the last process whose first `nvmlInit` applied knobs to the node.
     #[serde(default)]
     pub session_pid: Option<u32>,
     /// The last serial handed out to a GPU or compute instance; serials are never reused,

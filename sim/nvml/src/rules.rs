@@ -213,6 +213,29 @@ pub fn gpu_instance_id(model: &GpuModel, start: u8, size: u8) -> u32 {
     positions.saturating_sub(1) + position
 }
 
+/// Gives every GPU instance of a node the id its placement implies
+/// ([`gpu_instance_id`]), moving the processes that name an old id along: a state file
+/// written before ids followed placements numbered them in creation order, and two
+/// instances must never share an id. Placements never overlap, so the new ids are unique.
+pub fn renumber_instances(node: &mut Node) {
+    for (index, g) in node.gpus.iter_mut().enumerate() {
+        let model = g.model();
+        let mut moved = Vec::new();
+        for gi in &mut g.instances {
+            let id = gpu_instance_id(model, gi.start, gi.size);
+            if gi.id != id {
+                moved.push((gi.id, id));
+                gi.id = id;
+            }
+        }
+        for p in node.processes.iter_mut().filter(|p| p.gpu as usize == index) {
+            if let Some(&(_, new)) = moved.iter().find(|(old, _)| Some(*old) == p.gpu_instance) {
+                p.gpu_instance = Some(new);
+            }
+        }
+    }
+}
+
 /// The placement the driver picks when none is given (`nvmlDeviceCreateGpuInstance`,
 /// `nvidia-smi mig -cgi`): it keeps room for large instances, taking the free placement
 /// that makes the fewest other placements (of any profile) unusable, the lowest start on
@@ -547,6 +570,22 @@ mod tests {
         assert_eq!(driver_starts("h100-80gb:1", &[19; 7]), [6, 4, 5, 0, 1, 2, 3]);
         assert_eq!(driver_starts("h100-80gb:1", &[0, 19]), [0]);
         assert_eq!(driver_starts("a30:1", &[5, 5, 14]), [0, 2]);
+    }
+
+    #[test]
+    fn an_older_state_files_ids_follow_the_placement_once_loaded() {
+        let mut n = node("a100-40gb:1");
+        n.gpus[0].mig_enabled = true;
+        create_gpu_instance(&mut n, 0, 9, 4, 4).unwrap();
+        create_gpu_instance(&mut n, 0, 9, 0, 4).unwrap();
+        // As an older simulator numbered them: in creation order, from 1.
+        n.gpus[0].instances[0].id = 1;
+        n.gpus[0].instances[1].id = 2;
+        n.processes.push(Process { gpu: 0, gpu_instance: Some(2), pid: 7 });
+        renumber_instances(&mut n);
+        let ids: Vec<(u8, u32)> = n.gpus[0].instances.iter().map(|gi| (gi.start, gi.id)).collect();
+        assert_eq!(ids, [(4, 2), (0, 1)]);
+        assert_eq!(n.processes[0].gpu_instance, Some(1), "the process moves with its instance");
     }
 
     #[test]

@@ -166,19 +166,31 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     handle_of("nvmlDeviceGetHandleByIndex", device, |node| rules::gpu(node, index).map(|_| index))
 }
 
-/// `nvmlDeviceGetHandleByUUID`: a GPU's UUID; an unknown one is NOT_FOUND, as on the real
-/// driver. (A MIG device's UUID finds no GPU handle here: nvml.h leaves that to
-/// `nvmlDeviceGetMigDeviceHandleByIndex`.)
+/// `nvmlDeviceGetHandleByUUID`: a GPU's UUID gives its handle, a MIG device's (`MIG-…`,
+/// one per compute instance) the MIG device handle (nvml.h: "the UUID of the target GPU
+/// or MIG instance"; the container toolkit and DCGM look MIG devices up so); an unknown
+/// one is NOT_FOUND, as on the real driver.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    handle_of("nvmlDeviceGetHandleByUUID", device, |node| {
-        // SAFETY: null or a NUL-terminated string (nvml.h).
-        let uuid = unsafe { text_arg(uuid) }?;
-        let found = node.gpus.iter().position(|g| g.uuid.eq_ignore_ascii_case(uuid.trim()));
-        found.map(|i| i as u32).ok_or(ret::NOT_FOUND)
+    read("nvmlDeviceGetHandleByUUID", |node, epoch| {
+        // SAFETY: null or a writable handle and a NUL-terminated string (nvml.h).
+        let (device, uuid) = unsafe { (out(device)?, text_arg(uuid)?) };
+        let uuid = uuid.trim();
+        for (index, g) in node.gpus.iter().enumerate() {
+            if g.uuid.eq_ignore_ascii_case(uuid) {
+                *device = handles::gpu(epoch, index as u32);
+                return Ok(());
+            }
+            let mut cis = g.instances.iter().flat_map(|gi| gi.compute_instances.iter());
+            if let Some(ci) = cis.find(|ci| ci.uuid.eq_ignore_ascii_case(uuid)) {
+                *device = handles::mig(epoch, index as u32, ci.serial);
+                return Ok(());
+            }
+        }
+        Err(ret::NOT_FOUND)
     })
 }
 
@@ -257,7 +269,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
         // SAFETY: null or a writable nvmlMemory_t (nvml.h).
         let memory = unsafe { out(memory) }?;
         let (total, reserved, used) = memory_of(node, epoch, device)?;
-        *memory = nvmlMemory_t { total, free: total - reserved - used, used: reserved + used };
+        let used = (reserved + used).min(total);
+        *memory = nvmlMemory_t { total, free: total - used, used };
         Ok(())
     })
 }
@@ -420,13 +433,51 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     pci_query("nvmlDeviceGetPciInfo_v2", device, pci)
 }
 
-/// `nvmlDeviceGetPciInfo` (v1).
+/// The struct the unversioned `nvmlDeviceGetPciInfo` fills for the binaries that still
+/// call it: NVML before version 9 had a 16-byte `busId` and four reserved words (52
+/// bytes); writing today's 68-byte struct would overrun their buffers.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlPciInfo_v1_t {
+    /// `"%04X:%02X:%02X.0"`.
+    pub busId: [c_char; 16],
+    /// PCI domain.
+    pub domain: c_uint,
+    /// PCI bus.
+    pub bus: c_uint,
+    /// PCI device.
+    pub device: c_uint,
+    /// Combined 16-bit device id and 16-bit vendor id.
+    pub pciDeviceId: c_uint,
+    /// Sub system id.
+    pub pciSubSystemId: c_uint,
+    /// Reserved: 0.
+    pub reserved: [c_uint; 4],
+}
+const _: () = assert!(size_of::<nvmlPciInfo_v1_t>() == 52);
+
+/// `nvmlDeviceGetPciInfo` (v1: the 52-byte struct).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     device: nvmlDevice_t,
-    pci: *mut nvmlPciInfo_t,
+    pci: *mut nvmlPciInfo_v1_t,
 ) -> nvmlReturn_t {
-    pci_query("nvmlDeviceGetPciInfo", device, pci)
+    read("nvmlDeviceGetPciInfo", |node, epoch| {
+        // SAFETY: null or a writable v1 struct (old nvml.h).
+        let pci = unsafe { out(pci) }?;
+        let index = handles::device(node, epoch, device)?.index();
+        let info = pci_info(rules::gpu(node, index)?);
+        *pci = nvmlPciInfo_v1_t {
+            busId: info.busIdLegacy,
+            domain: info.domain,
+            bus: info.bus,
+            device: info.device,
+            pciDeviceId: info.pciDeviceId,
+            pciSubSystemId: info.pciSubSystemId,
+            reserved: [0; 4],
+        };
+        Ok(())
+    })
 }
 
 fn pci_query(name: &'static str, device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t {

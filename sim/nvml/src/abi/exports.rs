@@ -201,7 +201,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             version: nvmlMemory_v2,
             total,
             reserved,
-            free: total - reserved - used,
+            free: total.saturating_sub(reserved + used),
             used,
         };
         Ok(())

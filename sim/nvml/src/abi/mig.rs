@@ -107,6 +107,8 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
 
 /// `nvmlGpuInstanceGetComputeInstancePossiblePlacements`: a null buffer asks for the
 /// count; a smaller `*count` than the placements is INSUFFICIENT_SIZE with the count.
+/// (nvml.h documents `count` as an output only; reading it as the buffer's size, as the
+/// GPU-instance call does, is deliberate: it keeps a short buffer from being overrun.)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
     gpuInstance: nvmlGpuInstance_t,

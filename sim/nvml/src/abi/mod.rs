@@ -250,7 +250,10 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
     let generation = Generation::open(&file).map_err(unknown)?;
     let lock = file.lock().map_err(unknown)?;
     let mut node = match file.read_optional().map_err(unknown)? {
-        Some(saved) if saved.has_models(&models) => saved,
+        Some(mut saved) if saved.has_models(&models) => {
+            crate::rules::renumber_instances(&mut saved);
+            saved
+        }
         Some(_) => {
             eprintln!(
                 "gpushare simulated NVML: {} holds other GPUs than {NODE_ENV}={spec}: starting fresh",
