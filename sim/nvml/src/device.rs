@@ -38,7 +38,13 @@ impl PciAddress {
     /// `domain:bus:device.function` with a domain of up to 8 hex digits or none, any case
     /// (`00000000:1B:00.0`, `0000:1b:00.0`, `1B:00.0`).
     pub fn parse(text: &str) -> Option<PciAddress> {
-        let (rest, function) = text.trim().rsplit_once('.')?;
+        // nvml.h takes `domain:bus:device` without a function too (function 0).
+        let text = text.trim();
+        let (rest, function) = match text.rsplit_once('.') {
+            Some((rest, function)) => (rest, function),
+            None if text.matches(':').count() == 2 => (text, "0"),
+            None => return None,
+        };
         let parts: Vec<&str> = rest.split(':').collect();
         let (domain, bus, device) = match parts[..] {
             [bus, device] => ("0", bus, device),
@@ -112,12 +118,12 @@ mod tests {
 
     #[test]
     fn bus_ids_are_read_in_every_form_clients_write() {
-        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 "] {
+        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 ", "0:1B:0"] {
             let parsed = PciAddress::parse(form).unwrap_or_else(|| panic!("{form}"));
             assert_eq!(parsed.bus_id(), "00000000:1B:00.0", "{form}");
             assert_eq!(parsed.legacy_bus_id(), "0000:1B:00.0", "{form}");
         }
-        for bad in ["", "1B", "x:1B:00.0", "00000000:1B:00", "000000000:1B:00.0", "GPU-1"] {
+        for bad in ["", "1B", "1B:00", "x:1B:00.0", "000000000:1B:00.0", "GPU-1"] {
             assert_eq!(PciAddress::parse(bad), None, "{bad}");
         }
     }
