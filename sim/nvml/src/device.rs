@@ -118,7 +118,8 @@ mod tests {
 
     #[test]
     fn bus_ids_are_read_in_every_form_clients_write() {
-        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 ", "0:1B:0"] {
+        for form in ["00000000:1B:00.0", "0000:1b:00.0", "1B:00.0", " 00000000:1b:00.0 ", "0:1B:0"]
+        {
             let parsed = PciAddress::parse(form).unwrap_or_else(|| panic!("{form}"));
             assert_eq!(parsed.bus_id(), "00000000:1B:00.0", "{form}");
             assert_eq!(parsed.legacy_bus_id(), "0000:1B:00.0", "{form}");

@@ -2,22 +2,11 @@
 //! list, `abi/nvml-functions.txt`), and one the simulator does not model answers
 //! `NVML_ERROR_NOT_SUPPORTED` once initialized, `NVML_ERROR_UNINITIALIZED` before.
 
-use std::ffi::CString;
-use std::path::PathBuf;
+mod common;
 
-/// `libgpushare_sim_nvml.so` as cargo built it for these tests (the newer of the two
-/// places cargo leaves it).
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.parent().unwrap(), deps]
-        .iter()
-        .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("cargo builds the cdylib before the integration tests")
-}
+use common::library;
+
+use std::ffi::CString;
 
 fn header_functions() -> Vec<String> {
     let list = concat!(env!("CARGO_MANIFEST_DIR"), "/abi/nvml-functions.txt");

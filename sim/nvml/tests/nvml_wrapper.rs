@@ -2,26 +2,15 @@
 //! the symbol set and layouts work through the real wrapper. One test function: the
 //! environment is set before the only init.
 
+mod common;
+
+use common::library;
+
 use std::ffi::OsStr;
-use std::path::PathBuf;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::error::NvmlError;
-
-/// `libgpushare_sim_nvml.so` as cargo built it for these tests: the newer of target/debug's
-/// copy and deps/'s (`cargo test` alone updates only the one in deps/).
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.parent().unwrap(), deps]
-        .iter()
-        .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("cargo builds the cdylib before the integration tests")
-}
 
 #[test]
 fn nvml_wrapper_drives_the_simulated_library() {

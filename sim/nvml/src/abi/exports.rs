@@ -17,7 +17,6 @@ use std::os::raw::{c_char, c_uint};
 use super::handles::{self, Device};
 use super::types::*;
 use super::{init, mutate, out, put_str, read};
-use crate::device::PROCESS_MEMORY;
 use crate::node::{Gpu, GpuInstance, Node};
 use crate::rules::{self, CiProfile, Code};
 
@@ -443,36 +442,13 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    read("nvmlDeviceGetComputeRunningProcesses_v3", |node, epoch| {
-        // SAFETY: null or a writable c_uint (nvml.h).
-        let count = unsafe { out(infoCount) }?;
-        let list = match handles::device(node, epoch, device)? {
-            Device::Gpu(i) => rules::processes(node, i, None)?,
-            Device::Mig(i, gi, ci) => rules::processes(node, i, Some((gi, ci)))?,
-        };
-        let capacity = *count as usize;
-        *count = list.len() as c_uint;
-        if list.is_empty() {
-            return Ok(());
-        }
-        if capacity < list.len() {
-            return Err(ret::INSUFFICIENT_SIZE);
-        }
-        if infos.is_null() {
-            return Err(ret::INVALID_ARGUMENT);
-        }
-        // SAFETY: `infos` holds `capacity` writable entries (nvml.h), at least `list.len()`.
-        let infos = unsafe { std::slice::from_raw_parts_mut(infos, list.len()) };
-        for (slot, p) in infos.iter_mut().zip(&list) {
-            *slot = nvmlProcessInfo_t {
-                pid: p.pid,
-                usedGpuMemory: PROCESS_MEMORY,
-                gpuInstanceId: p.gpu_instance,
-                computeInstanceId: p.compute_instance,
-            };
-        }
-        Ok(())
-    })
+    super::mig::processes_into(
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        device,
+        infoCount,
+        infos,
+        super::mig::process_info,
+    )
 }
 
 // ---------------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ const _: () = assert!(size_of::<nvmlProcessInfo_v1_t>() == 16);
 
 /// The compute processes of a GPU or MIG device into a caller's buffer of `T`, two-phase
 /// as `nvmlDeviceGetComputeRunningProcesses_v3` (see there).
-fn processes_into<T>(
+pub(super) fn processes_into<T>(
     name: &'static str,
     device: nvmlDevice_t,
     infoCount: *mut c_uint,
@@ -239,12 +239,21 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
-    processes_into("nvmlDeviceGetComputeRunningProcesses_v2", device, infoCount, infos, |p| {
-        nvmlProcessInfo_t {
-            pid: p.pid,
-            usedGpuMemory: PROCESS_MEMORY,
-            gpuInstanceId: p.gpu_instance,
-            computeInstanceId: p.compute_instance,
-        }
-    })
+    processes_into(
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        device,
+        infoCount,
+        infos,
+        process_info,
+    )
+}
+
+/// A process as the v2/v3 struct has it.
+pub(super) fn process_info(p: &rules::ProcessView) -> nvmlProcessInfo_t {
+    nvmlProcessInfo_t {
+        pid: p.pid,
+        usedGpuMemory: PROCESS_MEMORY,
+        gpuInstanceId: p.gpu_instance,
+        computeInstanceId: p.compute_instance,
+    }
 }
