@@ -82,6 +82,14 @@ fn admits(filter: &Filter, id: u32) -> bool {
     filter.as_ref().is_none_or(|ids| ids.contains(&id))
 }
 
+/// The ids of `g`'s GPU instances that `filter` admits, ascending.
+fn gpu_instance_ids(g: &Gpu, filter: &Filter) -> Vec<u32> {
+    let mut ids: Vec<u32> =
+        g.instances.iter().map(|gi| gi.id).filter(|&id| admits(filter, id)).collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// `nvidia-smi mig ...`.
 pub fn run(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     let mut parsed = Args::default();
@@ -598,13 +606,7 @@ fn create_compute_instances(
 ) -> u8 {
     let mut found = false;
     for &index in targets {
-        let mut gi_ids: Vec<u32> = node.gpus[index]
-            .instances
-            .iter()
-            .map(|gi| gi.id)
-            .filter(|&id| admits(gi_filter, id))
-            .collect();
-        gi_ids.sort_unstable();
+        let gi_ids = gpu_instance_ids(&node.gpus[index], gi_filter);
         for gi_id in gi_ids {
             found = true;
             let g = &node.gpus[index];
@@ -673,13 +675,7 @@ fn destroy_gpu_instances(
 ) -> u8 {
     let mut found = false;
     for &index in targets {
-        let mut gi_ids: Vec<u32> = node.gpus[index]
-            .instances
-            .iter()
-            .map(|gi| gi.id)
-            .filter(|&id| admits(gi_filter, id))
-            .collect();
-        gi_ids.sort_unstable();
+        let gi_ids = gpu_instance_ids(&node.gpus[index], gi_filter);
         for gi_id in gi_ids {
             found = true;
             if let Err(code) = rules::destroy_gpu_instance(node, index as u32, gi_id) {
