@@ -311,8 +311,12 @@ fn plan_gpu(
             for (key, count) in requests {
                 let profile = key.resolve(model).ok_or_else(|| {
                     let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name).collect();
+                    // A renamed profile (a driver's `1g.24gb` → `1g.23gb`) names its heir.
+                    let guess = crate::profile::closest(&key.to_string(), &names)
+                        .map(|n| format!("did you mean {n}? "))
+                        .unwrap_or_default();
                     PlanError::Infeasible(format!(
-                        "{label}: no MIG profile {key} (the rule at {}); {} has {}",
+                        "{label}: no MIG profile {key} (the rule at {}); {guess}{} has {}",
                         rule.location,
                         model.display_name,
                         names.join(", ")

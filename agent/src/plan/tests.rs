@@ -130,6 +130,18 @@ fn infeasible_layouts_name_gpu_model_and_reason() {
         ),
         "{e}"
     );
+    // A name a driver renamed (GB200's 1g.24gb became 1g.23gb) is refused naming its heir,
+    // never taken as nothing to do; a variant the model lacks too.
+    let h100 = node("h100-80gb:1");
+    let p = profile("[[gpu]]\nselect = \"all\"\nmig = { \"1g.21gb\" = 1 }\n");
+    let e = plan_on(&h100, &p).unwrap_err().to_string();
+    assert!(
+        e.starts_with("GPU 0 (H100-80GB-HBM3): no MIG profile 1g.21gb (the rule at test.toml:1:1); did you mean 1g.20gb? H100-80GB-HBM3 has 1g.10gb, "),
+        "{e}"
+    );
+    let p = profile("[[gpu]]\nselect = \"all\"\nmig = { \"1g.10gb+gfx\" = 1 }\n");
+    let e = plan_on(&h100, &p).unwrap_err().to_string();
+    assert!(e.contains("no MIG profile 1g.10gb+gfx") && e.contains("did you mean 1g.10gb"), "{e}");
     let l40s = node("l40s:1");
     let e = plan_on(&l40s, &built_in("all-balanced")).unwrap_err().to_string();
     assert!(e.starts_with("GPU 0 (L40S): has no MIG"), "{e}");

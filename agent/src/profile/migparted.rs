@@ -70,7 +70,7 @@ pub fn parse_mig_parted(text: &str, origin: &str, config: &str) -> Result<Profil
                 some_of(&names)
             )
         } else {
-            let guess = closest(config, &names).map(|n| format!(" (did you mean {n}?)"));
+            let guess = super::closest(config, &names).map(|n| format!(" (did you mean {n}?)"));
             format!(
                 "no mig-parted config {config:?}{}; the file has {}",
                 guess.unwrap_or_default(),
@@ -99,17 +99,6 @@ fn some_of(names: &[&str]) -> String {
         return names.join(", ");
     }
     format!("{}, … and {} more", names[..SHOWN].join(", "), names.len() - SHOWN)
-}
-
-/// The name most like `typed`, when one is close enough to be a typo of it (as clap
-/// suggests subcommands, by Jaro similarity; above 0.8 here, as the names share prefixes).
-fn closest<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
-    names
-        .iter()
-        .map(|n| (strsim::jaro(typed, n), *n))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, n)| n)
 }
 
 /// A checked file: every config converted.

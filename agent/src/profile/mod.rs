@@ -56,6 +56,19 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
     parse_profile(text, origin, Some(stem.unwrap_or_default()))
 }
 
+/// The name most like `typed`, when one is close enough to be a typo of it (as clap
+/// suggests subcommands, by Jaro similarity; above 0.8 here, as the names share prefixes):
+/// a mistyped mig-parted config, or a MIG profile renamed by a driver (`1g.24gb` →
+/// `1g.23gb`).
+pub(crate) fn closest<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .map(|n| (strsim::jaro(typed, n), *n))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n)
+}
+
 /// Refuses a text over [`PROFILE_MAX_BYTES`], before anything reads it.
 pub(crate) fn check_size(text: &str, origin: &str) -> Result<(), ProfileError> {
     if text.len() <= PROFILE_MAX_BYTES {

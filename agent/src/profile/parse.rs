@@ -633,7 +633,12 @@ pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
         return Ok(MigKey::Slices(slices));
     }
     let size = rest.strip_prefix('.').ok_or_else(bad)?;
-    let size = size.strip_suffix("+me").unwrap_or(size);
+    // The variants drivers print: media extensions (`+me`, all of them `+me.all`, none
+    // `-me`) and graphics (`+gfx`, RTX PRO Blackwell).
+    let size = ["+me.all", "+me", "-me", "+gfx"]
+        .iter()
+        .find_map(|variant| size.strip_suffix(variant))
+        .unwrap_or(size);
     let digits = size.strip_suffix("gb").ok_or_else(bad)?;
     if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
         return Err(bad());
@@ -667,6 +672,16 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn mig_names_take_every_variant_drivers_print() {
+        for name in ["1g.24gb+gfx", "1g.24gb-me", "1g.24gb+me.all", "1g.18gb+me", "3g.40gb"] {
+            assert_eq!(parse_mig_key(name), Ok(MigKey::Name(name.to_string())), "{name}");
+        }
+        for bad in ["1g.24gb+foo", "1g.24gb+", "1g+gfx", "1g.gb+me"] {
+            assert!(parse_mig_key(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
