@@ -15,6 +15,7 @@ use std::os::raw::{c_char, c_int, c_uint};
 
 use gpushare_catalog::Architecture;
 
+use super::exports::{c_name, whole_gpu};
 use super::handles::{self, Device};
 use super::types::*;
 use super::{init, out, put_str, read};
@@ -47,10 +48,8 @@ pub struct nvmlMemory_t {
 }
 
 fn gpu_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<(u32, &Gpu), Code> {
-    match handles::device(node, epoch, device)? {
-        Device::Gpu(i) => Ok((i, rules::gpu(node, i)?)),
-        Device::Mig(..) => Err(ret::NOT_SUPPORTED),
-    }
+    let index = whole_gpu(node, epoch, device)?;
+    Ok((index, rules::gpu(node, index)?))
 }
 
 /// The PCI fields of a GPU.
@@ -65,14 +64,6 @@ fn pci_info(g: &Gpu) -> nvmlPciInfo_t {
         pciSubSystemId: device::subsystem_id(g),
         busId: c_name(&pci.bus_id()),
     }
-}
-
-fn c_name<const N: usize>(s: &str) -> [c_char; N] {
-    let mut out = [0 as c_char; N];
-    for (slot, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
-        *slot = b as c_char;
-    }
-    out
 }
 
 /// Writes the handle of the GPU `find` picks.

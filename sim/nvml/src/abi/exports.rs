@@ -36,7 +36,7 @@ fn gpu_at(node: &Node, index: u32) -> Result<&Gpu, Code> {
 }
 
 /// A whole-GPU handle: MIG device handles are NOT_SUPPORTED for this query.
-fn whole_gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
+pub(super) fn whole_gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
     match handles::device(node, epoch, device)? {
         Device::Gpu(i) => Ok(i),
         Device::Mig(..) => Err(ret::NOT_SUPPORTED),
@@ -47,7 +47,8 @@ fn gi_of(g: &Gpu, id: u32) -> Result<&GpuInstance, Code> {
     g.instance(id).ok_or(ret::INVALID_ARGUMENT)
 }
 
-fn c_name<const N: usize>(s: &str) -> [c_char; N] {
+/// `s` as a NUL-terminated C array, cut to fit.
+pub(super) fn c_name<const N: usize>(s: &str) -> [c_char; N] {
     let mut out = [0 as c_char; N];
     for (slot, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
         *slot = b as c_char;

@@ -10,20 +10,12 @@
 
 use std::os::raw::c_uint;
 
-use super::exports::GiFigures;
+use super::exports::{GiFigures, whole_gpu};
 use super::handles::{self, Device};
 use super::types::*;
 use super::{mutate, out, read};
 use crate::device::PROCESS_MEMORY;
-use crate::node::Node;
-use crate::rules::{self, Code};
-
-fn whole_gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
-    match handles::device(node, epoch, device)? {
-        Device::Gpu(i) => Ok(i),
-        Device::Mig(..) => Err(ret::NOT_SUPPORTED),
-    }
-}
+use crate::rules;
 
 /// `nvmlDeviceCreateGpuInstance`: the driver picks the placement
 /// ([`rules::driver_placement`]); MIG off is NOT_SUPPORTED, no room
