@@ -129,22 +129,14 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             };
             // SAFETY: the caller guarantees a single thread.
             unsafe { node.export() };
-            // The simulated node brings its own tools, unless agent.toml names others; and
-            // its MPS servers live with its state (simulated GPUs have the same UUIDs on
-            // every node, so two simulated agents must not share a root), unless it is the
-            // packaged agent (the default state directory, which one agent holds at a time),
-            // whose gpushare-mps@ units have their paths under the default root.
+            // The simulated node brings its own tools, unless agent.toml names others (its
+            // MPS root: below).
             let defaults = AgentConfig::default();
             if config.mps.control == defaults.mps.control {
                 config.mps.control = simulator.mps_control.clone();
             }
             if config.timeslice.nvidia_smi == defaults.timeslice.nvidia_smi {
                 config.timeslice.nvidia_smi = simulator.nvidia_smi.clone();
-            }
-            if config.mps.root == defaults.mps.root
-                && state_dir != Path::new(config::DEFAULT_STATE_DIR)
-            {
-                config.mps.root = state_dir.join("mps");
             }
             tracing::info!(
                 gpus = models.len(),
@@ -155,9 +147,16 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             Driver::Simulated(simulator.library)
         }
     };
-    // Without root the default MPS root (under /run) cannot be written: the servers live
-    // with the agent's state, as a simulated node's do.
-    if !unix::is_root() && config.mps.root == AgentConfig::default().mps.root {
+    // The MPS servers live with the agent's state, unless agent.toml names their root: for
+    // an agent without root (it cannot write the default under /run), and for a simulated
+    // node outside the packaged state directory (simulated GPUs have the same UUIDs on
+    // every node, so two simulated agents must not share a root; the packaged agent's
+    // gpushare-mps@ units have their paths under the default root).
+    let simulated_elsewhere =
+        settings.simulate.is_some() && state_dir != Path::new(config::DEFAULT_STATE_DIR);
+    if config.mps.root == AgentConfig::default().mps.root
+        && (!unix::is_root() || simulated_elsewhere)
+    {
         config.mps.root = state_dir.join("mps");
     }
     if hands_off.is_none()
