@@ -988,7 +988,7 @@ fn mig_size(model: &gpushare_catalog::GpuModel, n: u32) -> Result<(u8, String), 
     model
         .mig_profiles
         .iter()
-        .filter(|p| !p.media_extensions && u32::from(p.max_count) >= n)
+        .filter(|p| p.is_plain() && u32::from(p.max_count) >= n)
         .filter(|p| model.profile_by_compute_slices(p.compute_slices).map(|q| q.id) == Some(p.id))
         .max_by_key(|p| (p.compute_slices, std::cmp::Reverse(p.memory_mib)))
         .map(|p| (p.compute_slices, p.name.to_string()))

@@ -132,7 +132,7 @@ pub struct GpuState {
 impl GpuState {
     /// The model's display name, or NVML's name for a GPU the catalog lacks.
     pub fn model_name(&self) -> &str {
-        self.model.map(|m| m.display_name).unwrap_or(&self.name)
+        self.model.map_or(&self.name, |m| &m.display_name)
     }
 
     /// `GPU 2 (A100-SXM4-40GB)`, the way messages name a GPU.

@@ -310,7 +310,8 @@ fn plan_gpu(
             let mut wanted = Vec::new();
             for (key, count) in requests {
                 let profile = key.resolve(model).ok_or_else(|| {
-                    let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name).collect();
+                    let names: Vec<&str> =
+                        model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
                     // A renamed profile (a driver's `1g.24gb` → `1g.23gb`) names its heir.
                     let guess = crate::profile::closest(&key.to_string(), &names)
                         .map(|n| format!("did you mean {n}? "))
@@ -514,7 +515,7 @@ fn plan_gpu_to(
                 gpu: gpu.index,
                 start: placed.start,
                 gpu_instance: existing.map(|gi| gi.id),
-                profile: placed.profile.name,
+                profile: &placed.profile.name,
             });
         }
     }
@@ -598,7 +599,7 @@ fn mps_steps(
                 .instances
                 .iter()
                 .find(|p| p.start == start)
-                .map_or("MIG instance", |p| p.profile.name);
+                .map_or("MIG instance", |p| &p.profile.name);
             let device = MpsDevice::Instance { start, profile };
             starts.push(Step::StartMps { gpu: gpu.index, device, limits });
         }
@@ -705,7 +706,7 @@ fn current_layout(gpu: &GpuState) -> Vec<Placed> {
 }
 
 fn profile_of(gpu: &GpuState, profile_id: u32) -> &'static str {
-    gpu.model.and_then(|m| m.profile_by_id(profile_id)).map_or("MIG instance", |p| p.name)
+    gpu.model.and_then(|m| m.profile_by_id(profile_id)).map_or("MIG instance", |p| &p.name)
 }
 
 #[cfg(test)]

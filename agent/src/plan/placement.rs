@@ -44,14 +44,14 @@ pub enum Infeasible {
     /// The GPU model has no MIG profiles at all.
     NoMig {
         /// The model's display name.
-        model: &'static str,
+        model: String,
     },
     /// A wanted profile is not one of the model's profiles.
     ForeignProfile {
         /// The profile's name.
         profile: &'static str,
         /// The model's display name.
-        model: &'static str,
+        model: String,
     },
     /// More instances of one profile than a GPU can hold.
     TooMany {
@@ -150,14 +150,17 @@ pub fn solve(
         return Ok(Vec::new());
     }
     if !model.supports_mig() {
-        return Err(Infeasible::NoMig { model: model.display_name });
+        return Err(Infeasible::NoMig { model: model.display_name.clone() });
     }
     if let Some(p) = wanted.iter().find(|p| !model.mig_profiles.contains(p)) {
-        return Err(Infeasible::ForeignProfile { profile: p.name, model: model.display_name });
+        return Err(Infeasible::ForeignProfile {
+            profile: &p.name,
+            model: model.display_name.clone(),
+        });
     }
     let groups = group(wanted);
     if let Some((p, n)) = groups.iter().find(|(p, n)| *n > usize::from(p.max_count)) {
-        return Err(Infeasible::TooMany { profile: p.name, count: *n, max: p.max_count });
+        return Err(Infeasible::TooMany { profile: &p.name, count: *n, max: p.max_count });
     }
     let memory: u32 = wanted.iter().map(|p| u32::from(p.memory_slices)).sum();
     if memory > u32::from(model.memory_slots) {
@@ -193,7 +196,7 @@ pub fn solve(
             request: describe_request(wanted),
             placements: groups
                 .iter()
-                .map(|(p, _)| format!("{} {}", p.name, describe_starts(p.placements)))
+                .map(|(p, _)| format!("{} {}", p.name, describe_starts(&p.placements)))
                 .collect::<Vec<_>>()
                 .join(", "),
         }),
@@ -224,7 +227,7 @@ pub fn validate_layout(model: &GpuModel, layout: &[Placed]) -> Result<(), String
             return Err(format!(
                 "{placed} is not an allowed placement of {} (starts {})",
                 p.name,
-                describe_starts(p.placements)
+                describe_starts(&p.placements)
             ));
         }
         let end = u32::from(placed.start) + u32::from(p.memory_slices);
@@ -248,7 +251,7 @@ pub fn validate_layout(model: &GpuModel, layout: &[Placed]) -> Result<(), String
     for (p, n) in group(&profiles) {
         if n > usize::from(p.max_count) {
             return Err(
-                Infeasible::TooMany { profile: p.name, count: n, max: p.max_count }.to_string()
+                Infeasible::TooMany { profile: &p.name, count: n, max: p.max_count }.to_string()
             );
         }
     }
@@ -270,8 +273,8 @@ fn end_of(p: &Placed) -> u32 {
 }
 
 /// Orders profiles by size, smallest first; unique within one model.
-fn size_key(p: &MigProfile) -> (u8, u8, u32, &'static str) {
-    (p.memory_slices, p.compute_slices, p.id, p.name)
+fn size_key(p: &MigProfile) -> (u8, u8, u32, &str) {
+    (p.memory_slices, p.compute_slices, p.id, &p.name)
 }
 
 /// The request as (profile, count) pairs, smallest profile first.
@@ -349,7 +352,7 @@ impl Search {
             (b.memory_slices, b.compute_slices)
                 .cmp(&(a.memory_slices, a.compute_slices))
                 .then(a.id.cmp(&b.id))
-                .then(a.name.cmp(b.name))
+                .then(a.name.cmp(&b.name))
         });
         let mut instances = Vec::new();
         let mut target = 0;
@@ -437,7 +440,7 @@ impl Search {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Architecture, model_by_key, models};
+    use crate::catalog::{model_by_key, models};
     use proptest::prelude::*;
 
     fn model(key: &str) -> &'static GpuModel {
@@ -585,53 +588,50 @@ mod tests {
         assert_eq!(err.to_string(), "1g.10gb is not a MIG profile of A100-SXM4-40GB");
     }
 
-    static ODD_PROFILES: [MigProfile; 2] = [
-        MigProfile {
-            name: "1g.odd",
-            id: 1,
-            nvml_enum: 0,
-            compute_slices: 1,
-            memory_slices: 1,
-            memory_mib: 1024,
-            sms: 1,
-            max_count: 2,
-            placements: &[1, 2],
-            media_extensions: false,
-            engines: gpushare_catalog::Engines::new(1, 0, 0, 0),
-        },
-        MigProfile {
-            name: "2g.odd",
-            id: 2,
-            nvml_enum: 1,
-            compute_slices: 2,
-            memory_slices: 2,
-            memory_mib: 2048,
-            sms: 2,
-            max_count: 1,
-            placements: &[1],
-            media_extensions: false,
-            engines: gpushare_catalog::Engines::new(1, 0, 0, 0),
-        },
-    ];
-
-    static ODD: GpuModel = GpuModel {
-        key: "odd",
-        aliases: &[],
-        display_name: "Odd",
-        nvml_name: "Odd",
-        pci_device_ids: &[],
-        architecture: Architecture::Hopper,
-        memory_mib: 4096,
-        sms: 4,
-        memory_slots: 4,
-        compute_slices: 4,
-        mig_profiles: &ODD_PROFILES,
-    };
+    /// A model whose placements no real GPU has, so that placement failures show.
+    fn odd() -> &'static GpuModel {
+        let file = r#"
+            key = "odd"
+            source = "a test double"
+            display_name = "Odd"
+            nvml_name = "Odd"
+            pci_device_ids = []
+            architecture = "hopper"
+            memory_mib = 4096
+            sms = 4
+            memory_slots = 4
+            compute_slices = 4
+            [[mig_profile]]
+            name = "1g.odd"
+            id = 1
+            nvml_enum = 0
+            compute_slices = 1
+            memory_slices = 1
+            memory_mib = 1024
+            sms = 1
+            max_count = 2
+            placements = [1, 2]
+            engines = { copy = 1, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
+            [[mig_profile]]
+            name = "2g.odd"
+            id = 2
+            nvml_enum = 1
+            compute_slices = 2
+            memory_slices = 2
+            memory_mib = 2048
+            sms = 2
+            max_count = 1
+            placements = [1]
+            engines = { copy = 1, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
+        "#;
+        gpushare_catalog::intern(gpushare_catalog::parse_model_file(file).unwrap())
+    }
 
     #[test]
     fn totals_that_fit_without_a_placement_are_explained() {
-        let wanted = [&ODD_PROFILES[1], &ODD_PROFILES[0]];
-        let err = solve(&ODD, &wanted, &[]).unwrap_err();
+        let odd = odd();
+        let wanted = [&odd.mig_profiles[1], &odd.mig_profiles[0]];
+        let err = solve(odd, &wanted, &[]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "no placement fits 1g.odd ×1, 2g.odd ×1 (placements: 1g.odd {1,2}, 2g.odd {1})"
@@ -662,8 +662,9 @@ mod tests {
             validate_layout(a100, &media).unwrap_err(),
             "1g.5gb+me ×2 exceeds the maximum of 1 per GPU"
         );
-        let past = [Placed { profile: &ODD_PROFILES[1], start: 1 }];
-        validate_layout(&ODD, &past).unwrap();
+        let odd = odd();
+        let past = [Placed { profile: &odd.mig_profiles[1], start: 1 }];
+        validate_layout(odd, &past).unwrap();
     }
 
     // ---- properties -------------------------------------------------------------------
@@ -693,7 +694,7 @@ mod tests {
                 }
                 return;
             };
-            for &start in profile.placements {
+            for &start in &profile.placements {
                 current.push(Placed { profile, start });
                 go(model, rest, preferred, current, best);
                 current.pop();
@@ -712,7 +713,7 @@ mod tests {
     fn sorted_profiles(
         list: impl IntoIterator<Item = &'static MigProfile>,
     ) -> Vec<(u32, &'static str)> {
-        let mut v: Vec<_> = list.into_iter().map(|p| (p.id, p.name)).collect();
+        let mut v: Vec<_> = list.into_iter().map(|p| (p.id, p.name.as_str())).collect();
         v.sort();
         v
     }
@@ -744,10 +745,10 @@ mod tests {
                     .into_iter()
                     .map(|(junk, i, j, slot)| {
                         if junk || wanted.is_empty() {
-                            Placed { profile: i.get(model.mig_profiles), start: slot }
+                            Placed { profile: i.get(&model.mig_profiles), start: slot }
                         } else {
                             let profile = *i.get(&wanted);
-                            Placed { profile, start: *j.get(profile.placements) }
+                            Placed { profile, start: *j.get(&profile.placements) }
                         }
                     })
                     .collect();

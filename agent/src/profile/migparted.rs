@@ -919,7 +919,7 @@ mig-configs:
                     // Whichever of the model's PCI ids the GPUs have, the plan must hold;
                     // with at least one of them, the config selects every GPU.
                     let mut most = 0;
-                    for &id in model.pci_device_ids {
+                    for &id in &model.pci_device_ids {
                         let mut n = observed.clone();
                         for g in &mut n.gpus {
                             g.pci_device_id = id;
@@ -935,7 +935,7 @@ mig-configs:
                     }
                     assert_eq!(most, count, "{name} on {}:{count}", model.key);
                 }
-                planned.push((name.clone(), model.key));
+                planned.push((name.clone(), model.key.as_str()));
             }
             if !named_any {
                 naming_none.push(name.as_str());

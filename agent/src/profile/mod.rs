@@ -243,7 +243,7 @@ pub enum MigKey {
 
 impl MigKey {
     /// The profile this key stands for on `model`.
-    pub fn resolve(&self, model: &GpuModel) -> Option<&'static MigProfile> {
+    pub fn resolve(&self, model: &'static GpuModel) -> Option<&'static MigProfile> {
         match self {
             MigKey::Slices(n) => model.profile_by_compute_slices(*n),
             MigKey::Name(name) => model.profile_by_name(name),
@@ -253,8 +253,8 @@ impl MigKey {
     /// Whether an instance of `profile` is what this key names.
     pub fn matches(&self, profile: &MigProfile) -> bool {
         match self {
-            MigKey::Slices(n) => profile.compute_slices == *n && !profile.media_extensions,
-            MigKey::Name(name) => profile.name == name,
+            MigKey::Slices(n) => profile.compute_slices == *n && profile.is_plain(),
+            MigKey::Name(name) => profile.name == *name,
         }
     }
 }

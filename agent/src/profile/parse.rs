@@ -582,7 +582,7 @@ pub fn parse_selector(s: &str) -> Result<Selector, String> {
         return Ok(Selector::Uuid(s.to_string()));
     }
     if let Some(model) = catalog::model_by_key(s) {
-        return Ok(Selector::Model(model.key));
+        return Ok(Selector::Model(&model.key));
     }
     if s.starts_with(|c: char| c.is_ascii_digit()) {
         if s.split(',').nth(MAX_LIST_ITEMS).is_some() {
@@ -599,7 +599,7 @@ pub fn parse_selector(s: &str) -> Result<Selector, String> {
         }
         return Ok(Selector::Indices(ranges));
     }
-    let models: Vec<&str> = catalog::models().iter().map(|m| m.key).collect();
+    let models: Vec<&str> = catalog::models().iter().map(|m| m.key.as_str()).collect();
     Err(format!(
         "select: unknown selector {s:?}: use all, first-half, second-half, an index (2), a range (0-3), a list (0,2,5), a GPU UUID or a model ({})",
         models.join(", ")

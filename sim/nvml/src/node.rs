@@ -214,12 +214,12 @@ impl Gpu {
 
     /// The catalog model. The state file is checked to hold catalog keys when read.
     pub fn model(&self) -> &'static GpuModel {
-        catalog::model_by_key(&self.model).expect("simulated GPU models are catalog keys")
+        catalog::simulated_model_by_key(&self.model).expect("simulated GPU models are known keys")
     }
 
     /// The name NVML reports (`nvmlDeviceGetName`).
     pub fn name(&self) -> &'static str {
-        self.model().nvml_name
+        &self.model().nvml_name
     }
 
     /// The MIG mode after the next reset: the pending one, else the current one.
@@ -322,7 +322,7 @@ impl Node {
     /// Checks what serde cannot: every model is a catalog key.
     fn validate(&self) -> Result<(), String> {
         for (i, gpu) in self.gpus.iter().enumerate() {
-            if catalog::model_by_key(&gpu.model).is_none() {
+            if catalog::simulated_model_by_key(&gpu.model).is_none() {
                 return Err(format!("GPU {i} has unknown model {:?}", gpu.model));
             }
         }

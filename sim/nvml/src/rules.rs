@@ -151,7 +151,7 @@ fn check_fits(
 pub fn remaining_capacity(g: &Gpu, profile_id: u32) -> Result<u32, Code> {
     let profile = gi_profile_by_id(g, profile_id)?;
     let mut extra = Vec::new();
-    for &start in profile.placements {
+    for &start in &profile.placements {
         if check_fits(g, &extra, profile, start).is_ok() {
             extra.push((start, profile.memory_slices, profile.id));
         }

@@ -57,7 +57,7 @@ pub fn dump(nvml: &NvmlBackend) -> Result<serde_json::Value, GpuError> {
             "uuid": gpu.uuid,
             "name": gpu.name,
             "pci_device_id": format!("{:#010X}", gpu.pci_device_id),
-            "model": gpu.model.map(|m| m.key),
+            "model": gpu.model.map(|m| &m.key),
             "memory_total_bytes": gpu.memory_total_bytes,
             "mig_enabled": gpu.mig_enabled,
             "mig_pending": gpu.mig_pending,
@@ -100,7 +100,7 @@ pub struct NvmlProfileInfo {
 /// missing on either side. Empty when they agree. Profiles are matched by enum index.
 pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<String> {
     let mut out = Vec::new();
-    for p in model.mig_profiles {
+    for p in &model.mig_profiles {
         let label = format!("{} {} (enum {})", model.key, p.name, p.nvml_enum);
         let Some(n) = info.iter().find(|n| n.nvml_enum == p.nvml_enum) else {
             out.push(format!("{label}: in the catalog, not reported by NVML"));

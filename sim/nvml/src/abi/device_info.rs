@@ -30,10 +30,6 @@ const CUDA_DRIVER_VERSION: c_int = 13000;
 /// `nvmlBrandType_t`: NVML_BRAND_NVIDIA (the H100's), NVML_BRAND_GEFORCE_RTX.
 const BRAND_NVIDIA: c_uint = 14;
 const BRAND_GEFORCE_RTX: c_uint = 15;
-/// `nvmlDeviceArchitecture_t`.
-const ARCH_AMPERE: c_uint = 7;
-const ARCH_ADA: c_uint = 8;
-const ARCH_HOPPER: c_uint = 9;
 
 /// `nvmlMemory_t` (v1).
 #[repr(C)]
@@ -299,16 +295,13 @@ pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
         // SAFETY: null or a writable nvmlDeviceArchitecture_t (nvml.h).
         let arch = unsafe { out(arch) }?;
         let index = handles::device(node, epoch, device)?.index();
-        *arch = match rules::gpu(node, index)?.model().architecture {
-            Architecture::Ampere => ARCH_AMPERE,
-            Architecture::Hopper => ARCH_HOPPER,
-            Architecture::AdaLovelace => ARCH_ADA,
-        };
+        *arch = rules::gpu(node, index)?.model().architecture.nvml_value();
         Ok(())
     })
 }
 
-/// `nvmlDeviceGetCudaComputeCapability`: 8.0 (A100, A30), 9.0 (H100, H200), 8.9 (Ada).
+/// `nvmlDeviceGetCudaComputeCapability`: the model's (8.0 A100/A30, 9.0 H100/H200, 8.9
+/// Ada, 10.0 B200, 12.0 RTX PRO 6000 Blackwell).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     device: nvmlDevice_t,
@@ -319,11 +312,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
         // SAFETY: null or writable ints (nvml.h).
         let (major, minor) = unsafe { (out(major)?, out(minor)?) };
         let index = handles::device(node, epoch, device)?.index();
-        (*major, *minor) = match rules::gpu(node, index)?.model().architecture {
-            Architecture::Ampere => (8, 0),
-            Architecture::Hopper => (9, 0),
-            Architecture::AdaLovelace => (8, 9),
-        };
+        let [cc_major, cc_minor] = rules::gpu(node, index)?.model().cuda_capability();
+        (*major, *minor) = (cc_major as c_int, cc_minor as c_int);
         Ok(())
     })
 }

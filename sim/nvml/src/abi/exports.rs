@@ -611,7 +611,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
         }
         // SAFETY: a non-null buffer holds `capacity` >= `n` placements (nvml.h).
         let buf = unsafe { std::slice::from_raw_parts_mut(placements, n) };
-        for (slot, &start) in buf.iter_mut().zip(p.placements) {
+        for (slot, &start) in buf.iter_mut().zip(&p.placements) {
             *slot = nvmlGpuInstancePlacement_t {
                 start: c_uint::from(start),
                 size: c_uint::from(p.memory_slices),
@@ -779,7 +779,7 @@ fn ci_figures(
     let g = gpu_at(node, index)?;
     let gi = gi_of(g, id)?;
     let p = rules::ci_profile(g, gi, profile)?;
-    let gi_name = rules::profile_of(g, gi).name;
+    let gi_name = &rules::profile_of(g, gi).name;
     Ok((p, format!("MIG {}c.{gi_name}", p.slices)))
 }
 

@@ -33,6 +33,8 @@ pub fn architecture(g: &Gpu) -> &'static str {
         Architecture::Ampere => "Ampere",
         Architecture::Hopper => "Hopper",
         Architecture::AdaLovelace => "Ada Lovelace",
+        Architecture::Blackwell => "Blackwell",
+        Architecture::Other => "Unknown",
     }
 }
 

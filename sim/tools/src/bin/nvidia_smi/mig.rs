@@ -277,7 +277,7 @@ fn gi_profiles(node: &Node, indexes: &[usize]) -> Listed {
     let mut text = String::from(LGIP_HEAD);
     for index in capable {
         let g = &node.gpus[index];
-        for p in g.model().mig_profiles {
+        for p in &g.model().mig_profiles {
             let free = if g.mig_enabled {
                 rules::remaining_capacity(g, p.id).unwrap_or(0)
             } else {
@@ -302,7 +302,7 @@ fn gi_profiles(node: &Node, indexes: &[usize]) -> Listed {
 fn gi_placements(node: &Node, indexes: &[usize]) -> Listed {
     let mut text = String::new();
     for &index in indexes {
-        for p in node.gpus[index].model().mig_profiles {
+        for p in &node.gpus[index].model().mig_profiles {
             let starts: Vec<String> = p.placements.iter().map(u8::to_string).collect();
             let label = if starts.len() == 1 { "Placement " } else { "Placements" };
             let _ = writeln!(
