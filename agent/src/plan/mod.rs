@@ -300,7 +300,7 @@ fn plan_gpu(
     let label = gpu.label();
     let target_instances = match &rule.mig {
         MigLayout::Disabled => Vec::new(),
-        MigLayout::Enabled(requests) => {
+        MigLayout::Enabled(_) | MigLayout::Balanced => {
             let model = gpu.model.filter(|m| m.supports_mig()).ok_or_else(|| {
                 PlanError::Infeasible(format!(
                     "{label}: has no MIG, but the rule at {} asks for a MIG layout",
@@ -308,7 +308,7 @@ fn plan_gpu(
                 ))
             })?;
             let mut wanted = Vec::new();
-            for (key, count) in requests {
+            for (key, count) in &rule.mig.requests(model) {
                 let profile = key.resolve(model).ok_or_else(|| {
                     let names: Vec<&str> =
                         model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
@@ -330,7 +330,7 @@ fn plan_gpu(
                 .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?
         }
     };
-    let mig_enabled = matches!(rule.mig, MigLayout::Enabled(_));
+    let mig_enabled = rule.mig.is_enabled();
     let mps = match (&rule.sharing, mig_enabled) {
         (Sharing::Mps(s), false) => {
             Some(device_mps_limits(gpu, rule, s, gpu.memory_total_bytes, "the GPU's")?)

@@ -904,11 +904,8 @@ mig-configs:
                     })
                     .collect();
                 let names_model = !applicable.is_empty()
-                    && applicable.iter().all(|r| match &r.mig {
-                        MigLayout::Disabled => true,
-                        MigLayout::Enabled(instances) => {
-                            instances.iter().all(|(key, _)| key.resolve(model).is_some())
-                        }
+                    && applicable.iter().all(|r| {
+                        r.mig.requests(model).iter().all(|(key, _)| key.resolve(model).is_some())
                     });
                 if !names_model {
                     continue;

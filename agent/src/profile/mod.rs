@@ -230,6 +230,48 @@ pub enum MigLayout {
     Disabled,
     /// MIG mode on with these instances (possibly none).
     Enabled(Vec<(MigKey, u32)>),
+    /// MIG mode on in NVIDIA's balanced layout for whatever GPU it is (`mig =
+    /// "balanced"`), from the GPU's own table: see [`balanced_layout`].
+    Balanced,
+}
+
+impl MigLayout {
+    /// Whether the layout turns MIG on.
+    pub fn is_enabled(&self) -> bool {
+        !matches!(self, MigLayout::Disabled)
+    }
+
+    /// The instances this layout asks of `model`: its own list, or the balanced layout.
+    pub fn requests(&self, model: &GpuModel) -> Vec<(MigKey, u32)> {
+        match self {
+            MigLayout::Disabled => Vec::new(),
+            MigLayout::Enabled(requests) => requests.clone(),
+            MigLayout::Balanced => balanced_layout(model),
+        }
+    }
+}
+
+/// NVIDIA's balanced MIG layout, generalized from mig-parted's `all-balanced` entries
+/// (1g ×2, 2g ×1, 3g ×1 on every 7-slice GPU; 1g ×2, 2g ×1 on the A30 and the RTX PRO
+/// 6000): two of the smallest plain profile, then one of each next size while the
+/// compute slices last. A 2-slice GPU gets 1g ×2.
+pub fn balanced_layout(model: &GpuModel) -> Vec<(MigKey, u32)> {
+    let mut sizes: Vec<u8> =
+        model.mig_profiles.iter().filter(|p| p.is_plain()).map(|p| p.compute_slices).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut layout = Vec::new();
+    let mut used = 0u32;
+    for (i, &size) in sizes.iter().enumerate() {
+        let count = if i == 0 { 2 } else { 1 };
+        let needs = u32::from(size) * count;
+        if used + needs > u32::from(model.compute_slices) {
+            break;
+        }
+        used += needs;
+        layout.push((MigKey::Slices(size), count));
+    }
+    layout
 }
 
 /// How a profile names a MIG instance kind.
@@ -328,6 +370,27 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+
+    #[test]
+    fn balanced_is_nvidias_layout_on_every_model_and_places() {
+        let layout = |key: &str| {
+            let model = crate::catalog::simulated_model_by_key(key).unwrap();
+            balanced_layout(model).iter().map(|(k, n)| format!("{k}x{n}")).collect::<Vec<_>>()
+        };
+        assert_eq!(layout("a100-40gb"), ["1gx2", "2gx1", "3gx1"]);
+        assert_eq!(layout("h100-80gb"), ["1gx2", "2gx1", "3gx1"]);
+        assert_eq!(layout("a30"), ["1gx2", "2gx1"]);
+        assert!(layout("l40s").is_empty());
+        for model in crate::catalog::simulated_models().iter().filter(|m| m.supports_mig()) {
+            let wanted: Vec<&MigProfile> = balanced_layout(model)
+                .iter()
+                .flat_map(|(k, n)| std::iter::repeat_n(k.resolve(model).unwrap(), *n as usize))
+                .collect();
+            assert!(wanted.len() >= 2, "{}", model.key);
+            crate::plan::placement::solve(model, &wanted, &[])
+                .unwrap_or_else(|e| panic!("{}: {e}", model.key));
+        }
+    }
 
     /// A profile of `rules` rules, each followed by `pad` empty lines: many lines, and
     /// every rule far into the text.

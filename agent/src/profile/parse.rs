@@ -288,15 +288,20 @@ impl Context<'_> {
         if let Some(per_kind) = raw.get("instance_sharing") {
             let example = "{ \"3g\" = { mps = {} } }";
             for (key, value) in self.table(per_kind, "instance_sharing", example)? {
-                let MigLayout::Enabled(instances) = &mig else {
-                    return Err(self.error(
-                        &value.span(),
-                        "instance_sharing needs a MIG layout (`mig = { ... }`) in the same rule"
-                            .into(),
-                    ));
-                };
                 let key = parse_mig_key(key.get_ref()).map_err(|m| self.error(&value.span(), m))?;
-                if !instances.iter().any(|(k, _)| *k == key) {
+                let named = match &mig {
+                    MigLayout::Enabled(instances) => instances.iter().any(|(k, _)| *k == key),
+                    // Which sizes a balanced layout holds depends on the GPU: slice keys.
+                    MigLayout::Balanced => matches!(key, MigKey::Slices(_)),
+                    MigLayout::Disabled => {
+                        return Err(self.error(
+                            &value.span(),
+                            "instance_sharing needs a MIG layout (`mig = { ... }` or `mig = \"balanced\"`) in the same rule"
+                                .into(),
+                        ));
+                    }
+                };
+                if !named {
                     return Err(self.error(
                         &value.span(),
                         format!("instance_sharing names {key}, which the rule's `mig` layout does not contain"),
@@ -378,6 +383,7 @@ impl Context<'_> {
         match value.get_ref() {
             DeValue::Boolean(false) => Ok(MigLayout::Disabled),
             DeValue::String(s) if s == "disabled" => Ok(MigLayout::Disabled),
+            DeValue::String(s) if s == "balanced" => Ok(MigLayout::Balanced),
             DeValue::Table(table) => {
                 let mut instances = Vec::new();
                 for (key, count) in table {
@@ -399,7 +405,7 @@ impl Context<'_> {
                 Ok(MigLayout::Enabled(instances))
             }
             _ => Err(err(
-                "mig: expected \"disabled\" or a table of instance counts such as { \"1g\" = 2, \"3g.20gb\" = 1 }".into(),
+                "mig: expected \"disabled\", \"balanced\" or a table of instance counts such as { \"1g\" = 2, \"3g.20gb\" = 1 }".into(),
             )),
         }
     }

@@ -2,7 +2,7 @@
 //! catalog's, read-only. This is how the catalog's rows were checked against a real H100.
 
 use super::NvmlBackend;
-use crate::catalog::GpuModel;
+use crate::catalog::{self, Engines, GpuModel};
 use crate::gpu::{GpuBackend, GpuError};
 
 /// Compares every GPU's MIG profile table, as NVML reports it, with the catalog's, handing
@@ -11,7 +11,10 @@ use crate::gpu::{GpuBackend, GpuError};
 pub fn check(nvml: &NvmlBackend, mut say: impl FnMut(String)) -> Result<bool, GpuError> {
     let mut agrees = true;
     for gpu in &nvml.observe()? {
-        let Some(model) = gpu.model else {
+        // The catalog's model, not the GPU's: that one is built from the driver's table.
+        let catalog_model = catalog::model_by_pci_id(gpu.pci_device_id)
+            .or_else(|| catalog::model_by_nvml_name(&gpu.name));
+        let Some(model) = catalog_model else {
             say(format!(
                 "{}: not in the catalog (PCI id {:#010X})",
                 gpu.label(),
@@ -91,6 +94,9 @@ pub struct NvmlProfileInfo {
     pub sms: u32,
     /// Memory of one instance (`memorySizeMB`, MiB).
     pub memory_mib: u64,
+    /// Copy, decoder, encoder, JPEG and OFA engines of one instance.
+    #[serde(serialize_with = "engines_json")]
+    pub engines: Engines,
     /// Possible placements as `(start, size)` in memory slots, sorted.
     pub placements: Vec<(u32, u32)>,
 }
@@ -119,6 +125,7 @@ pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<S
         differ("instance count", n.instance_count.to_string(), p.max_count.to_string());
         differ("SMs", n.sms.to_string(), p.sms.to_string());
         differ("memory MiB", n.memory_mib.to_string(), p.memory_mib.to_string());
+        differ("engines (CE/DEC/ENC/JPEG/OFA)", engines_text(n.engines), engines_text(p.engines));
         let mut catalog_placements: Vec<(u32, u32)> = p
             .placements
             .iter()
@@ -145,6 +152,23 @@ pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<S
     out
 }
 
+/// `1/1/0/1/0`: copy engines, decoders, encoders, JPEG decoders and OFAs, as
+/// `nvidia-smi mig -lgip` groups them.
+pub fn engines_text(e: Engines) -> String {
+    format!("{}/{}/{}/{}/{}", e.copy, e.decoders, e.encoders, e.jpeg, e.ofa)
+}
+
+fn engines_json<S: serde::Serializer>(e: &Engines, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut out = s.serialize_struct("Engines", 5)?;
+    out.serialize_field("copy", &e.copy)?;
+    out.serialize_field("decoders", &e.decoders)?;
+    out.serialize_field("encoders", &e.encoders)?;
+    out.serialize_field("jpeg", &e.jpeg)?;
+    out.serialize_field("ofa", &e.ofa)?;
+    out.end()
+}
+
 /// `{0,2,4}:2` when every placement has one size, else `0:1,2:2`; `none` when empty.
 fn format_placements(placements: &[(u32, u32)]) -> String {
     match placements.first() {
@@ -165,7 +189,6 @@ fn format_placements(placements: &[(u32, u32)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog;
 
     fn h100() -> &'static GpuModel {
         catalog::model_by_key("h100-80gb").expect("H100 in the catalog")
@@ -184,6 +207,7 @@ mod tests {
                 instance_count: u32::from(p.max_count),
                 sms: p.sms,
                 memory_mib: p.memory_mib,
+                engines: p.engines,
                 placements: p
                     .placements
                     .iter()
@@ -228,6 +252,18 @@ mod tests {
                 _ => vec![(0, 8)],
             }
         };
+        // CE/DEC/ENC/JPEG/OFA as the same run's ProfileInfo gave them.
+        let engines = |e: u32| {
+            let (copy, media, ofa) = match e {
+                0 | 9 => (1, 1, 0),
+                7 => (1, 1, 1),
+                1 => (2, 2, 0),
+                2 => (3, 3, 0),
+                3 => (4, 4, 0),
+                _ => (8, 7, 1),
+            };
+            Engines { copy, decoders: media, encoders: 0, jpeg: media, ofa }
+        };
         let info: Vec<NvmlProfileInfo> = reported
             .iter()
             .map(|&(e, id, name, slices, max, sms, mib)| NvmlProfileInfo {
@@ -238,6 +274,7 @@ mod tests {
                 instance_count: max,
                 sms,
                 memory_mib: mib,
+                engines: engines(e),
                 placements: placements(e),
             })
             .collect();
@@ -281,6 +318,7 @@ mod tests {
             instance_count: 7,
             sms: 16,
             memory_mib: 9984,
+            engines: Engines { copy: 1, ..Engines::default() },
             placements: vec![(0, 1)],
         });
         info[0].name = "1g.10gb.x".to_owned();

@@ -29,6 +29,7 @@
 //!   afterwards (see [`NvmlBackend`]).
 
 pub mod catalog_check;
+mod driver_table;
 mod errors;
 mod library;
 mod raw;
@@ -51,6 +52,7 @@ use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
 use crate::catalog::{self, MigProfile};
 use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use catalog_check::NvmlProfileInfo;
+use driver_table::{DeviceFacts, DriverTables};
 use errors::{raw_error, return_name, with_context, wrapper_error};
 pub use library::Driver;
 use raw::{Raw, device_handle};
@@ -90,6 +92,8 @@ pub struct NvmlBackend {
     driver: Driver,
     /// The nvidia-smi that resets GPUs; a bare name is looked up on `PATH`.
     nvidia_smi: PathBuf,
+    /// Each GPU's MIG table as its driver reported it.
+    tables: DriverTables,
 }
 
 impl NvmlBackend {
@@ -111,6 +115,7 @@ impl NvmlBackend {
             session: RwLock::new(Some(nvml)),
             driver,
             nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
+            tables: DriverTables::default(),
         })
     }
 
@@ -177,7 +182,7 @@ impl NvmlBackend {
                 tracing::info!("initializing NVML again (it was closed for a GPU reset)");
                 self.driver.open(call, gpu)
             },
-            |nvml| f(Session { nvml }),
+            |nvml| f(Session { nvml, tables: &self.tables }),
         )
     }
 }
@@ -187,6 +192,7 @@ impl NvmlBackend {
 /// reset closes the session only under the write lock).
 struct Session<'a> {
     nvml: &'a Nvml,
+    tables: &'a DriverTables,
 }
 
 impl<'a> Session<'a> {
@@ -211,6 +217,7 @@ impl<'a> Session<'a> {
                 instance_count: p.instance_count,
                 sms: p.sms,
                 memory_mib: p.memory_mib,
+                engines: p.engines,
                 placements,
             });
         }
@@ -235,20 +242,37 @@ impl<'a> Session<'a> {
         let name = device.name().map_err(err("nvmlDeviceGetName"))?;
         let pci_device_id =
             device.pci_info().map_err(err("nvmlDeviceGetPciInfo_v3"))?.pci_device_id;
-        let model =
-            catalog::model_by_pci_id(pci_device_id).or_else(|| catalog::model_by_nvml_name(&name));
         let memory_total_bytes =
             device.memory_info().map_err(err("nvmlDeviceGetMemoryInfo_v2"))?.total;
 
-        let (mig_enabled, mig_pending) = match device.mig_mode() {
+        let (mig_enabled, mig_pending, supports_mig) = match device.mig_mode() {
             Ok(mode) => {
                 let current = mode.current == NVML_DEVICE_MIG_ENABLE;
                 let pending = mode.pending == NVML_DEVICE_MIG_ENABLE;
-                (current, (pending != current).then_some(pending))
+                (current, (pending != current).then_some(pending), true)
             }
             // A GPU without MIG.
-            Err(NvmlError::NotSupported) => (false, None),
+            Err(NvmlError::NotSupported) => (false, None, false),
             Err(e) => return Err(err("nvmlDeviceGetMigMode")(e)),
+        };
+        // The driver's MIG table is the truth on a MIG GPU; the catalog names the others.
+        let model = if supports_mig {
+            let driver_version = self.nvml.sys_driver_version().unwrap_or_default();
+            let facts = DeviceFacts {
+                uuid: &uuid,
+                index,
+                name: &name,
+                pci_device_id,
+                memory_total_bytes,
+                architecture: device
+                    .architecture()
+                    .ok()
+                    .map(|a| catalog::Architecture::from_nvml(a.as_c())),
+                driver_version: &driver_version,
+            };
+            self.tables.model(&facts, || self.profile_table(index))
+        } else {
+            catalog::model_by_pci_id(pci_device_id).or_else(|| catalog::model_by_nvml_name(&name))
         };
 
         let compute_mode = match device.compute_mode() {

@@ -19,6 +19,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::errors::{raw_error, wrapper_error};
+use crate::catalog::Engines;
 use crate::gpu::{ErrorCode, GpuError};
 
 /// Enum indexes are never asked past this, whatever a driver answers: nvml.h's counts are
@@ -52,6 +53,20 @@ pub(super) struct GiProfile {
     pub(super) instance_count: u32,
     pub(super) sms: u32,
     pub(super) memory_mib: u64,
+    pub(super) engines: Engines,
+}
+
+/// A profile's engine counts as NVML's `ProfileInfo` gives them (saturating: no MIG
+/// instance has more than 255 of any engine).
+fn engines(copy: u32, decoders: u32, encoders: u32, jpeg: u32, ofa: u32) -> Engines {
+    let n = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
+    Engines {
+        copy: n(copy),
+        decoders: n(decoders),
+        encoders: n(encoders),
+        jpeg: n(jpeg),
+        ofa: n(ofa),
+    }
 }
 
 /// The raw handle of a device, for the calls nvml-wrapper lacks.
@@ -194,6 +209,13 @@ impl<'a> Raw<'a> {
                         instance_count: i.instanceCount,
                         sms: i.multiprocessorCount,
                         memory_mib: i.memorySizeMB,
+                        engines: engines(
+                            i.copyEngineCount,
+                            i.decoderCount,
+                            i.encoderCount,
+                            i.jpegCount,
+                            i.ofaCount,
+                        ),
                     }));
                 }
                 Err(e) if e.code == ErrorCode::NotSupported => return Ok(ProfileSlot::Absent),
@@ -211,6 +233,13 @@ impl<'a> Raw<'a> {
                 instance_count: i.instanceCount,
                 sms: i.multiprocessorCount,
                 memory_mib: i.memorySizeMB,
+                engines: engines(
+                    i.copyEngineCount,
+                    i.decoderCount,
+                    i.encoderCount,
+                    i.jpegCount,
+                    i.ofaCount,
+                ),
             })),
             Err(e) => Ok(absent_or_past_last(e)?),
         }

@@ -1,0 +1,352 @@
+//! The MIG table a GPU's driver reports, as the model the agent plans with.
+//!
+//! On a real host the driver knows its GPU's profiles, placements, memory, SM and engine
+//! counts exactly, and drivers rename and resize profiles (GB200's `1g.24gb` became
+//! `1g.23gb`; the H200's `1g.35gb` is 32.25 GiB on one driver, 32.5 on another). So each
+//! MIG-capable GPU's model is built from NVML's answers: read once per GPU and driver
+//! version, kept in [`DriverTables`], compared with the catalog (a difference is a
+//! warning, never a refusal) and handed out through [`catalog::intern`] so that the rest
+//! of the agent keeps its `&'static GpuModel`. A GPU the catalog has never heard of is
+//! as usable as one it knows.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use super::catalog_check::{NvmlProfileInfo, compare_with_catalog};
+use crate::catalog::{self, Architecture, GpuModel, MigProfile};
+
+/// What identifies a GPU to its table: NVML's facts besides the profiles.
+#[derive(Debug, Clone)]
+pub(super) struct DeviceFacts<'a> {
+    /// `GPU-…`.
+    pub uuid: &'a str,
+    /// NVML index, for messages.
+    pub index: u32,
+    /// `nvmlDeviceGetName`.
+    pub name: &'a str,
+    /// `pciDeviceId`.
+    pub pci_device_id: u32,
+    /// Total memory in bytes.
+    pub memory_total_bytes: u64,
+    /// `nvmlDeviceGetArchitecture`, when it answered.
+    pub architecture: Option<Architecture>,
+    /// `nvmlSystemGetDriverVersion`.
+    pub driver_version: &'a str,
+}
+
+/// Driver-read models by GPU UUID, each with the driver version it was read under, so
+/// that a driver update (the agent survives a module reload) reads the table again.
+#[derive(Debug, Default)]
+pub(super) struct DriverTables {
+    by_gpu: Mutex<HashMap<String, (String, &'static GpuModel)>>,
+}
+
+impl DriverTables {
+    /// The model of the GPU `facts` describes: the one read before under the same
+    /// driver, else `read()`'s table made into a model (warning about every difference
+    /// from the catalog). Falls back to the catalog's model, with a warning, when the
+    /// table cannot be read or makes no usable model.
+    pub(super) fn model(
+        &self,
+        facts: &DeviceFacts<'_>,
+        read: impl FnOnce() -> Result<Vec<NvmlProfileInfo>, crate::gpu::GpuError>,
+    ) -> Option<&'static GpuModel> {
+        let catalog_model = catalog::model_by_pci_id(facts.pci_device_id)
+            .or_else(|| catalog::model_by_nvml_name(facts.name));
+        let mut known = self.by_gpu.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((driver, model)) = known.get(facts.uuid)
+            && driver == facts.driver_version
+        {
+            return Some(model);
+        }
+        let label = format!("GPU {}", facts.index);
+        let model = match read() {
+            Ok(table) if !table.is_empty() => match model_from_driver(facts, catalog_model, &table)
+            {
+                Ok(model) => {
+                    if let Some(cat) = catalog_model {
+                        for d in compare_with_catalog(&table, cat) {
+                            tracing::warn!(
+                                "{label}: the driver's MIG table differs from the catalog: {d}; using the driver's"
+                            );
+                        }
+                    } else {
+                        tracing::info!(
+                            "{label} ({}, PCI id {:#010X}) is not in gpushare's catalog: its MIG profiles come from the driver alone ({} profiles)",
+                            facts.name,
+                            facts.pci_device_id,
+                            model.mig_profiles.len()
+                        );
+                    }
+                    Some(catalog::intern(model))
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        "{label}: the driver's MIG table makes no usable model ({why}); using the catalog's"
+                    );
+                    catalog_model
+                }
+            },
+            Ok(_) => catalog_model,
+            Err(e) => {
+                tracing::warn!(
+                    "{label}: the driver's MIG table could not be read ({e}); using the catalog's"
+                );
+                catalog_model
+            }
+        };
+        if let Some(model) = model {
+            known.insert(facts.uuid.to_owned(), (facts.driver_version.to_owned(), model));
+        }
+        model
+    }
+}
+
+/// The model a driver's MIG table describes. Identity (key, names, PCI ids) comes from
+/// the catalog where it knows the GPU, else from NVML's name; every MIG figure comes from
+/// the driver. Refused (with why) when the table breaks a rule no real table breaks.
+pub(super) fn model_from_driver(
+    facts: &DeviceFacts<'_>,
+    catalog_model: Option<&GpuModel>,
+    table: &[NvmlProfileInfo],
+) -> Result<GpuModel, String> {
+    let mut profiles = Vec::with_capacity(table.len());
+    for info in table {
+        let catalog_profile = catalog_model
+            .and_then(|m| m.mig_profiles.iter().find(|p| p.nvml_enum == info.nvml_enum));
+        let name = if !info.name.is_empty() {
+            info.name.clone()
+        } else if let Some(p) = catalog_profile {
+            // The unversioned query has no name: the catalog's, for the same enum.
+            p.name.clone()
+        } else {
+            fallback_name(info)
+        };
+        let Some(&(_, size)) = info.placements.first() else {
+            // No placement (the query needs privileges some drivers enforce): unplaceable.
+            tracing::debug!("GPU {}: MIG profile {name} has no placements; left out", facts.index);
+            continue;
+        };
+        if info.placements.iter().any(|&(_, s)| s != size) {
+            return Err(format!("{name} has placements of different sizes"));
+        }
+        let small = |what: &str, v: u32| {
+            u8::try_from(v).map_err(|_| format!("{name}: {what} {v} is out of range"))
+        };
+        let placements = info
+            .placements
+            .iter()
+            .map(|&(start, _)| small("placement start", start))
+            .collect::<Result<Vec<u8>, _>>()?;
+        profiles.push(MigProfile {
+            id: info.id,
+            nvml_enum: info.nvml_enum,
+            compute_slices: small("slice count", info.slice_count)?,
+            memory_slices: small("placement size", size)?,
+            memory_mib: info.memory_mib,
+            sms: info.sms,
+            max_count: small("instance count", info.instance_count)?,
+            placements,
+            engines: info.engines,
+            name,
+        });
+    }
+    if profiles.is_empty() {
+        return Err("no profile has a placement".into());
+    }
+    let memory_slots = profiles
+        .iter()
+        .flat_map(|p| p.placements.iter().map(move |&s| u32::from(s) + u32::from(p.memory_slices)))
+        .max()
+        .unwrap_or(0);
+    let compute_slices = profiles.iter().map(|p| p.compute_slices).max().unwrap_or(0);
+    let whole_gpu_sms = profiles.iter().map(|p| p.sms).max().unwrap_or(0);
+    let display = facts.name.strip_prefix("NVIDIA ").unwrap_or(facts.name).to_owned();
+    let source = format!("read from the driver ({}) through NVML", facts.driver_version);
+    let model = GpuModel {
+        key: catalog_model.map_or_else(|| key_of(facts.name), |m| m.key.clone()),
+        source,
+        aliases: catalog_model.map(|m| m.aliases.clone()).unwrap_or_default(),
+        display_name: catalog_model.map_or(display, |m| m.display_name.clone()),
+        nvml_name: facts.name.to_owned(),
+        pci_device_ids: vec![facts.pci_device_id],
+        architecture: facts
+            .architecture
+            .or(catalog_model.map(|m| m.architecture))
+            .unwrap_or(Architecture::Other),
+        compute_capability: catalog_model.and_then(|m| m.compute_capability),
+        memory_mib: facts.memory_total_bytes >> 20,
+        sms: catalog_model.map_or(whole_gpu_sms, |m| m.sms),
+        memory_slots: u8::try_from(memory_slots).map_err(|_| "too many memory slots".to_owned())?,
+        compute_slices,
+        mig_profiles: profiles,
+    };
+    catalog::check_model(&model)?;
+    Ok(model)
+}
+
+/// `1g.24gb` from a profile's slices and memory, for a driver that gives no name and a
+/// GPU the catalog lacks (nvidia-smi rounds the GiB the same way).
+fn fallback_name(info: &NvmlProfileInfo) -> String {
+    let gb = (info.memory_mib as f64 / 1024.0).round() as u64;
+    format!("{}g.{gb}gb{}", info.slice_count, enum_variant(info.nvml_enum))
+}
+
+/// The name suffix an `NVML_GPU_INSTANCE_PROFILE_*` enum stands for (nvml.h's constant
+/// names: `_REV1` is `+me`, `_GFX` `+gfx`, `_NO_ME` `-me`, `_ALL_ME` `+me.all`).
+fn enum_variant(nvml_enum: u32) -> &'static str {
+    match nvml_enum {
+        7 | 8 => "+me",
+        10..=12 => "+gfx",
+        13 | 14 => "-me",
+        15 | 16 => "+me.all",
+        _ => "",
+    }
+}
+
+/// A model key from NVML's name: `NVIDIA RTX PRO 5000 Blackwell` → `rtx-pro-5000-blackwell`.
+fn key_of(nvml_name: &str) -> String {
+    let name = nvml_name.strip_prefix("NVIDIA ").unwrap_or(nvml_name);
+    let mut key = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            key.push(c.to_ascii_lowercase());
+        } else if !key.is_empty() && !key.ends_with('-') {
+            key.push('-');
+        }
+    }
+    key.trim_end_matches('-').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(name: &'a str, pci: u32) -> DeviceFacts<'a> {
+        DeviceFacts {
+            uuid: "GPU-1",
+            index: 0,
+            name,
+            pci_device_id: pci,
+            memory_total_bytes: 81559 << 20,
+            architecture: Some(Architecture::Hopper),
+            driver_version: "580.159.04",
+        }
+    }
+
+    /// The table NVML gives for a catalog model, as the real H100's matched ours.
+    fn table_of(model: &GpuModel) -> Vec<NvmlProfileInfo> {
+        model
+            .mig_profiles
+            .iter()
+            .map(|p| NvmlProfileInfo {
+                nvml_enum: p.nvml_enum,
+                id: p.id,
+                name: p.name.clone(),
+                slice_count: u32::from(p.compute_slices),
+                instance_count: u32::from(p.max_count),
+                sms: p.sms,
+                memory_mib: p.memory_mib,
+                engines: p.engines,
+                placements: p
+                    .placements
+                    .iter()
+                    .map(|&s| (u32::from(s), u32::from(p.memory_slices)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_driver_that_agrees_gives_the_catalog_model_back() {
+        for known in catalog::models().iter().filter(|m| m.supports_mig()) {
+            let pci = known.pci_device_ids[0];
+            let mut f = facts(&known.nvml_name, pci);
+            f.architecture = Some(known.architecture);
+            f.memory_total_bytes = known.memory_mib << 20;
+            let from_driver = model_from_driver(&f, Some(known), &table_of(known)).unwrap();
+            assert_eq!(from_driver.mig_profiles, known.mig_profiles, "{}", known.key);
+            assert_eq!(
+                (from_driver.memory_slots, from_driver.compute_slices, &from_driver.key),
+                (known.memory_slots, known.compute_slices, &known.key)
+            );
+        }
+    }
+
+    #[test]
+    fn the_driver_wins_where_it_differs() {
+        let h100 = catalog::model_by_key("h100").unwrap();
+        let mut table = table_of(h100);
+        table[0].name = "1g.9gb".into();
+        table[0].memory_mib = 9000;
+        let model =
+            model_from_driver(&facts(&h100.nvml_name, 0x2330_10DE), Some(h100), &table).unwrap();
+        assert_eq!(model.mig_profiles[0].name, "1g.9gb");
+        assert_eq!(model.mig_profiles[0].memory_mib, 9000);
+        assert_eq!(model.key, "h100-80gb", "still the catalog's GPU");
+        assert!(!compare_with_catalog(&table, h100).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_no_catalog_knows_gets_a_model_from_its_name_and_table() {
+        let h100 = catalog::model_by_key("h100").unwrap();
+        let mut table = table_of(h100);
+        for row in &mut table {
+            row.name.clear(); // a driver answering only the unversioned query
+        }
+        let f = facts("NVIDIA RTX PRO 5000 Blackwell", 0x2BB4_10DE);
+        let model = model_from_driver(&f, None, &table).unwrap();
+        assert_eq!(model.key, "rtx-pro-5000-blackwell");
+        assert_eq!(model.display_name, "RTX PRO 5000 Blackwell");
+        assert_eq!(model.memory_slots, 8);
+        assert_eq!(model.compute_slices, 7);
+        let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
+        assert!(names.contains(&"1g.10gb") && names.contains(&"1g.10gb+me"), "{names:?}");
+        assert!(names.contains(&"7g.79gb"), "{names:?}");
+        assert_eq!(model.profile_by_compute_slices(1).unwrap().name, "1g.10gb");
+    }
+
+    #[test]
+    fn a_table_that_breaks_the_rules_is_not_used() {
+        let h100 = catalog::model_by_key("h100").unwrap();
+        let mut table = table_of(h100);
+        table[1].id = table[0].id;
+        let f = facts(&h100.nvml_name, 0x2330_10DE);
+        assert!(model_from_driver(&f, Some(h100), &table).unwrap_err().contains("two profiles"));
+        let mut mixed = table_of(h100);
+        mixed[2].placements.push((1, 1));
+        assert!(model_from_driver(&f, Some(h100), &mixed).unwrap_err().contains("different sizes"));
+    }
+
+    #[test]
+    fn tables_are_read_once_per_driver_version() {
+        let tables = DriverTables::default();
+        let h100 = catalog::model_by_key("h100").unwrap();
+        let mut reads = 0;
+        let mut f = facts(&h100.nvml_name, 0x2330_10DE);
+        for _ in 0..3 {
+            tables.model(&f, || {
+                reads += 1;
+                Ok(table_of(h100))
+            });
+        }
+        assert_eq!(reads, 1);
+        f.driver_version = "590.1";
+        let model = tables.model(&f, || {
+            reads += 1;
+            Ok(table_of(h100))
+        });
+        assert_eq!(reads, 2);
+        assert_eq!(model.unwrap().mig_profiles, h100.mig_profiles);
+        // An unreadable table falls back to the catalog's.
+        f.uuid = "GPU-2";
+        let model = tables.model(&f, || {
+            Err(crate::gpu::GpuError::new(
+                "profile_table",
+                Some(0),
+                crate::gpu::ErrorCode::NoPermission,
+            ))
+        });
+        assert!(std::ptr::eq(model.unwrap(), h100));
+    }
+}
