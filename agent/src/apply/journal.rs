@@ -13,7 +13,9 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::{ComputeMode, MpsLimits, NodeState, TimeSliceInterval};
+use crate::node::{
+    ComputeMode, GpuInstance, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
+};
 use crate::sys::files::{read_json, write_json};
 
 /// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
@@ -153,11 +155,20 @@ pub struct GpuCheckpoint {
     pub mig_enabled: bool,
     /// GPU instances as (profile id, placement start).
     pub instances: Vec<(u32, u8)>,
+    /// The compute slices of each GPU instance's compute instances, largest first, in the
+    /// order of `instances`. Missing (a journal written before compute instances could be
+    /// subdivided) or empty: the instance is used whole.
+    #[serde(default)]
+    pub compute: Vec<Vec<u8>>,
     /// Compute mode.
     pub compute_mode: ComputeMode,
     /// MPS servers as (placement start, limits); no start for the whole GPU.
     #[serde(default)]
     pub mps: Vec<(Option<u8>, MpsLimits)>,
+    /// The compute instance each server of `mps` serves in its GPU instance, by index, in
+    /// the order of `mps`; missing: 0.
+    #[serde(default)]
+    pub mps_compute: Vec<u8>,
     /// Time-slice interval, when it was known.
     #[serde(default)]
     pub timeslice: Option<TimeSliceInterval>,
@@ -173,17 +184,19 @@ impl GpuCheckpoint {
                 uuid: g.uuid.clone(),
                 mig_enabled: g.mig_enabled,
                 instances: g.instances.iter().map(|i| (i.profile_id, i.placement_start)).collect(),
+                compute: g.instances.iter().map(GpuInstance::compute_layout).collect(),
                 compute_mode: g.compute_mode,
-                mps: node
-                    .mps
-                    .iter()
-                    .filter(|s| s.gpu == g.index && s.pid.is_some())
-                    .map(|s| (s.placement_start, s.limits))
-                    .collect(),
+                mps: running(node, g.index).map(|s| (s.placement_start, s.limits)).collect(),
+                mps_compute: running(node, g.index).map(|s| s.compute_instance).collect(),
                 timeslice: node.timeslice(g.index),
             })
             .collect()
     }
+}
+
+/// The running MPS servers of GPU `gpu`.
+fn running(node: &NodeState, gpu: u32) -> impl Iterator<Item = &MpsServerState> {
+    node.mps.iter().filter(move |s| s.gpu == gpu && s.pid.is_some())
 }
 
 /// The journal file and its content in memory.

@@ -425,7 +425,7 @@ fn carry_out(
         Step::CreateGpuInstance { gpu, profile, start } => {
             StepEffect::CreatedGpuInstance(start, b.create_gpu_instance(gpu, profile, start)?)
         }
-        Step::CreateComputeInstance { gpu, gpu_instance, start, .. } => {
+        Step::CreateComputeInstance { gpu, gpu_instance, start, slices, .. } => {
             let gi = gpu_instance.or(gi_created).ok_or_else(|| {
                 GpuError::new(
                     Operation::CreateComputeInstance.as_str(),
@@ -434,7 +434,7 @@ fn carry_out(
                 )
                 .with_detail(format!("no GPU instance at slot {start}"))
             })?;
-            b.create_compute_instance(gpu, gi)?;
+            b.create_compute_instance(gpu, gi, slices)?;
             StepEffect::None
         }
         Step::SetComputeMode { gpu, mode } => {
@@ -446,28 +446,40 @@ fn carry_out(
             StepEffect::None
         }
         Step::StartMps { gpu, device, limits } => {
-            let (uuid, placement_start) = match device {
-                MpsDevice::Gpu { uuid } => (uuid, None),
-                MpsDevice::Instance { start, .. } => {
+            let (uuid, placement_start, compute_instance) = match device {
+                MpsDevice::Gpu { uuid } => (uuid, None, 0),
+                MpsDevice::Instance { start, compute_instance, .. } => {
                     // The instance may be new: its MIG UUID is known only now.
+                    let index = compute_instance.map_or(0, |(index, _)| index);
                     let gpus = b.observe()?;
                     let uuid = gpus
                         .iter()
                         .find(|g| g.index == gpu)
                         .and_then(|g| g.instances.iter().find(|gi| gi.placement_start == start))
-                        .and_then(|gi| gi.compute_instances.first())
+                        .and_then(|gi| gi.compute_instances.get(usize::from(index)))
                         .map(|ci| ci.uuid.clone())
                         .ok_or_else(|| {
+                            let what = match compute_instance {
+                                None => "a compute instance".to_string(),
+                                Some(_) => format!("compute instance {index}"),
+                            };
                             sharing_error(Operation::StartMps, gpu)(SharingError::new(
                                 SharingErrorKind::NoDevice,
-                                format!("no MIG instance with a compute instance at slot {start}"),
+                                format!("no MIG instance with {what} at slot {start}"),
                             ))
                         })?;
-                    (uuid, Some(start))
+                    (uuid, Some(start), index)
                 }
             };
-            let record =
-                ServerRecord { uuid, gpu, placement_start, limits, restarts: 0, daemon: None };
+            let record = ServerRecord {
+                uuid,
+                gpu,
+                placement_start,
+                compute_instance,
+                limits,
+                restarts: 0,
+                daemon: None,
+            };
             sharing.mps.start(&record).map_err(sharing_error(Operation::StartMps, gpu))?;
             StepEffect::None
         }

@@ -10,7 +10,7 @@ use super::hooks::{Hooks, Phase, Settled};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
 use super::{ApplyError, Executor, NoLog, Progress, Purpose};
 use crate::node::NodeState;
-use crate::plan::{self, GpuTarget, Placed, Plan, PlanOptions};
+use crate::plan::{self, ComputeLayout, GpuTarget, Placed, Plan, PlanOptions};
 use crate::sys::log;
 
 /// How an apply that changed the GPUs ended well.
@@ -259,7 +259,7 @@ impl Transactions {
                 return Err(format!("GPU {} is now {}, not {}", cp.gpu, gpu.uuid, cp.uuid));
             }
             let mut instances = Vec::new();
-            for &(profile_id, start) in &cp.instances {
+            for (i, &(profile_id, start)) in cp.instances.iter().enumerate() {
                 let profile =
                     gpu.model.and_then(|m| m.profile_by_id(profile_id)).ok_or_else(|| {
                         format!(
@@ -267,7 +267,12 @@ impl Transactions {
                             gpu.label()
                         )
                     })?;
-                instances.push(Placed { profile, start });
+                let mut placed = Placed::new(profile, start);
+                // Subdivided: its compute instances as they were.
+                if let Some(sizes) = cp.compute.get(i).filter(|s| !s.is_empty()) {
+                    placed.compute = ComputeLayout::of(sizes);
+                }
+                instances.push(placed);
             }
             targets.push((
                 cp.gpu,
@@ -279,7 +284,11 @@ impl Transactions {
                     instance_mps: cp
                         .mps
                         .iter()
-                        .filter_map(|&(start, l)| start.map(|s| (s, l)))
+                        .enumerate()
+                        .filter_map(|(i, &(start, l))| {
+                            let index = cp.mps_compute.get(i).copied().unwrap_or(0);
+                            start.map(|s| (s, index, l))
+                        })
                         .collect(),
                     timeslice: cp.timeslice,
                 },
@@ -340,5 +349,83 @@ impl Transactions {
                 Err(message)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::catalog::parse_node_spec;
+    use crate::gpu::GpuBackend;
+    use crate::gpu::sim::{SimBackend, SimOptions};
+    use crate::node::Operation;
+    use crate::profile::parse_profile;
+
+    fn layouts(sim: &SimBackend) -> Vec<(u8, Vec<u8>)> {
+        let gpus = sim.observe().unwrap();
+        gpus[0].instances.iter().map(|gi| (gi.placement_start, gi.compute_layout())).collect()
+    }
+
+    /// A failure while creating the second compute instance of a new subdivision rolls
+    /// the GPU back to its subdivision before, compute instances and all.
+    #[test]
+    fn a_rollback_restores_subdivided_instances() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = parse_node_spec("h100-80gb:1").unwrap();
+        // The sixth compute instance creation fails: the second of the change below.
+        let failing = SimOptions {
+            failures: vec![(Operation::CreateComputeInstance, 6)],
+            ..SimOptions::default()
+        };
+        let sim = Arc::new(SimBackend::new(&models, failing));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let observe = |sim: &Arc<SimBackend>| NodeState::of_gpus(sim.observe().unwrap());
+        let profile = |mig: &str| {
+            parse_profile(&format!("[[gpu]]\nselect = 0\nmig = {{ {mig} }}\n"), "t.toml", Some("t"))
+                .unwrap()
+        };
+        let transactions = |sim: &Arc<SimBackend>| Transactions {
+            executor: super::super::Executor::for_tests(sim.clone()),
+            journal: Arc::new(Journal::open(dir.path()).unwrap()),
+            hooks: super::super::hooks::Hooks {
+                timeout: Duration::from_secs(5),
+                ..Default::default()
+            },
+            policy: PlanOptions::default(),
+        };
+        let before = profile("\"2c.3g\" = 1, \"1c.3g\" = 3");
+        let plan = plan::plan(&observe(&sim), &before, &PlanOptions::default()).unwrap();
+        rt.block_on(transactions(&sim).apply(&plan, None, &observe(&sim), &tx)).unwrap();
+        let was = layouts(&sim);
+        assert_eq!(was, [(0, vec![1, 1, 1]), (4, vec![2])]);
+        let checkpoint = GpuCheckpoint::of(&observe(&sim), [0]);
+        assert_eq!(checkpoint[0].compute, [vec![1, 1, 1], vec![2]]);
+
+        // Another subdivision of both instances, whose second compute instance (the
+        // sixth creation of this double) fails: back to the subdivision before.
+        let other = profile("\"1c.3g\" = 2, \"3g\" = 1");
+        let change = plan::plan(&observe(&sim), &other, &PlanOptions::default()).unwrap();
+        let e = rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx));
+        let e = e.unwrap_err();
+        assert!(matches!(e, TransactionError::RolledBack { .. }), "{e}");
+        assert!(e.to_string().contains("create a 1c compute instance"), "{e}");
+        assert_eq!(layouts(&sim), was);
+
+        // Restoring a checkpoint after the layout changed also brings the subdivision back.
+        rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx)).unwrap();
+        assert_eq!(layouts(&sim), [(0, vec![1, 1]), (4, vec![3])]);
+        let t = transactions(&sim);
+        rt.block_on(t.restore(&checkpoint, Purpose::Rollback, &tx)).unwrap();
+        assert_eq!(layouts(&sim), was);
+
+        // A journal written before compute layouts were recorded still loads: whole.
+        let old = r#"{"gpu":0,"uuid":"GPU-x","mig_enabled":true,"instances":[[9,4]],
+            "compute_mode":"default","mps":[[4,{"active_thread_percentage":50,
+            "pinned_memory_limit_bytes":null}]]}"#;
+        let old: GpuCheckpoint = serde_json::from_str(old).unwrap();
+        assert!(old.compute.is_empty() && old.mps_compute.is_empty());
     }
 }

@@ -139,8 +139,14 @@ pub trait GpuBackend: Send + Sync {
         start: u8,
     ) -> Result<u32, GpuError>;
 
-    /// Creates the full-size compute instance in a GPU instance; returns its id.
-    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError>;
+    /// Creates a compute instance of `slices` compute slices in a GPU instance (all of
+    /// its slices: the full-size one), at the lowest free place; returns its id.
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u8,
+    ) -> Result<u32, GpuError>;
 
     /// Destroys a compute instance.
     fn destroy_compute_instance(

@@ -59,7 +59,8 @@ struct SimInstance {
     profile_id: u32,
     start: u8,
     size: u8,
-    compute_instances: Vec<(u32, String)>,
+    /// (id, `MIG-…`, compute slices).
+    compute_instances: Vec<(u32, String, u8)>,
 }
 
 impl SimNode {
@@ -247,7 +248,11 @@ impl GpuBackend for SimBackend {
                         compute_instances: gi
                             .compute_instances
                             .iter()
-                            .map(|(id, uuid)| ComputeInstance { id: *id, uuid: uuid.clone() })
+                            .map(|(id, uuid, slices)| ComputeInstance {
+                                id: *id,
+                                uuid: uuid.clone(),
+                                slices: *slices,
+                            })
                             .collect(),
                     })
                     .collect();
@@ -354,30 +359,51 @@ impl GpuBackend for SimBackend {
         })
     }
 
-    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u8,
+    ) -> Result<u32, GpuError> {
         let op = Operation::CreateComputeInstance;
         self.mutate(op, gpu, |g, generation| {
             let uuid_seed = g.uuid.clone();
+            let model = model_of(g);
             let gi = g
                 .instances
                 .iter_mut()
                 .find(|i| i.id == gpu_instance)
                 .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
-            if !gi.compute_instances.is_empty() {
+            let profile = model
+                .profile_by_id(gi.profile_id)
+                .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
+            // As the driver: sizes the GPU instance offers, as many as fit.
+            let Some((_, most)) = crate::profile::compute_instance_sizes(model, profile)
+                .into_iter()
+                .find(|&(c, _)| c == slices)
+            else {
+                return Err(GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotSupported));
+            };
+            let used: u8 = gi.compute_instances.iter().map(|ci| ci.2).sum();
+            let same = gi.compute_instances.iter().filter(|ci| ci.2 == slices).count();
+            if used + slices > profile.compute_slices || same >= usize::from(most) {
                 return Err(GpuError::new(
                     op.as_str(),
                     Some(gpu),
                     ErrorCode::InsufficientResources,
                 )
-                .with_detail("the GPU instance already has its full-size compute instance"));
+                .with_detail("no room for the compute instance"));
             }
             *generation += 1;
             let uuid = format!(
                 "MIG-{}",
                 uuid_like(&[uuid_seed.as_bytes(), &gi.id.to_le_bytes(), &generation.to_le_bytes()])
             );
-            gi.compute_instances.push((0, uuid));
-            Ok(0)
+            let id =
+                (0..).find(|id| gi.compute_instances.iter().all(|ci| ci.0 != *id)).expect("an id");
+            gi.compute_instances.push((id, uuid, slices));
+            gi.compute_instances.sort_by_key(|ci| ci.0);
+            Ok(id)
         })
     }
 
@@ -392,9 +418,9 @@ impl GpuBackend for SimBackend {
             let gi = g.instances.iter_mut().find(|i| i.id == gpu_instance);
             let cis = gi
                 .map(|gi| &mut gi.compute_instances)
-                .filter(|cis| cis.iter().any(|(id, _)| *id == compute_instance))
+                .filter(|cis| cis.iter().any(|(id, ..)| *id == compute_instance))
                 .ok_or_else(|| GpuError::new(op.as_str(), Some(gpu), ErrorCode::NotFound))?;
-            cis.retain(|(id, _)| *id != compute_instance);
+            cis.retain(|(id, ..)| *id != compute_instance);
             Ok(())
         })
     }
@@ -478,7 +504,7 @@ mod tests {
         assert_eq!(code(sim.create_gpu_instance(0, p3g, 2)), ErrorCode::InvalidArgument);
         let gi = sim.create_gpu_instance(0, p3g, 4).unwrap();
         assert_eq!(code(sim.create_gpu_instance(0, p7g, 0)), ErrorCode::InsufficientResources);
-        let ci = sim.create_compute_instance(0, gi).unwrap();
+        let ci = sim.create_compute_instance(0, gi, 3).unwrap();
         assert_eq!(sim.destroy_gpu_instance(0, gi).unwrap_err().code, ErrorCode::InUse);
         assert_eq!(sim.set_mig_mode(0, false).unwrap_err().code, ErrorCode::InUse);
         let seen = sim.observe().unwrap();

@@ -56,6 +56,9 @@ pub struct MpsServerState {
     pub gpu: u32,
     /// Placement start of the MIG instance it serves; `None` for a whole GPU.
     pub placement_start: Option<u8>,
+    /// Which compute instance of that GPU instance it serves, by index in the instance's
+    /// compute instances (ordered by id); 0 for a GPU instance used whole.
+    pub compute_instance: u8,
     /// Its limits.
     pub limits: MpsLimits,
     /// The control daemon's pid; `None` when it is not running.
@@ -152,8 +155,19 @@ pub struct GpuInstance {
     pub placement_start: u8,
     /// Memory slots occupied.
     pub placement_size: u8,
-    /// Compute instances inside it.
+    /// Compute instances inside it, ordered by id.
     pub compute_instances: Vec<ComputeInstance>,
+}
+
+impl GpuInstance {
+    /// The compute slices of its compute instances, largest first (the order a plan
+    /// creates them in): `[3]` for an instance of 3 slices used whole, `[1, 1, 1]` for one
+    /// subdivided into three, `[]` for one without compute instances.
+    pub fn compute_layout(&self) -> Vec<u8> {
+        let mut sizes: Vec<u8> = self.compute_instances.iter().map(|ci| ci.slices).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes
+    }
 }
 
 /// A MIG compute instance.
@@ -163,6 +177,8 @@ pub struct ComputeInstance {
     pub id: u32,
     /// `MIG-…` of the MIG device this compute instance is.
     pub uuid: String,
+    /// Its compute slices (all of its GPU instance's when it is the full-size one).
+    pub slices: u8,
 }
 
 /// A process holding a compute context.

@@ -13,12 +13,13 @@ mod verify;
 
 use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
 
+use crate::catalog::{GpuModel, MigProfile};
 use crate::node::{
     ComputeMode, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
     size_text,
 };
 use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Selector, Sharing};
-pub use placement::Placed;
+pub use placement::{ComputeLayout, Placed};
 pub use step::{MpsDevice, Step};
 pub use verify::verify;
 
@@ -124,8 +125,10 @@ pub struct GpuTarget {
     pub compute_mode: Option<ComputeMode>,
     /// An MPS server for the whole GPU (MIG off).
     pub mps: Option<MpsLimits>,
-    /// MPS servers for MIG instances, by placement start.
-    pub instance_mps: Vec<(u8, MpsLimits)>,
+    /// MPS servers for MIG devices: the GPU instance's placement start, the compute
+    /// instance's index in it (0 for an instance used whole; see
+    /// [`crate::node::MpsServerState::compute_instance`]) and the limits.
+    pub instance_mps: Vec<(u8, u8, MpsLimits)>,
     /// Time-slice interval of the whole GPU; `None` leaves it alone.
     pub timeslice: Option<TimeSliceInterval>,
 }
@@ -307,27 +310,47 @@ fn plan_gpu(
                     rule.location
                 ))
             })?;
-            let mut wanted = Vec::new();
+            let mut wanted: Vec<(&'static MigProfile, ComputeLayout)> = Vec::new();
             for (key, count) in &rule.mig.requests(model) {
                 let profile = key.resolve(model).ok_or_else(|| {
                     let names: Vec<&str> =
                         model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
                     // A renamed profile (a driver's `1g.24gb` → `1g.23gb`) names its heir.
-                    let guess = crate::profile::closest(&key.to_string(), &names)
+                    let guess = crate::profile::closest(&key.instance().to_string(), &names)
                         .map(|n| format!("did you mean {n}? "))
                         .unwrap_or_default();
                     PlanError::Infeasible(format!(
-                        "{label}: no MIG profile {key} (the rule at {}); {guess}{} has {}",
+                        "{label}: no MIG profile {} (the rule at {}); {guess}{} has {}",
+                        key.instance(),
                         rule.location,
                         model.display_name,
                         names.join(", ")
                     ))
                 })?;
-                wanted.extend(std::iter::repeat_n(profile, *count as usize));
+                match key.compute_slices() {
+                    None => wanted.extend(std::iter::repeat_n(
+                        (profile, ComputeLayout::whole(profile)),
+                        *count as usize,
+                    )),
+                    Some(compute) => {
+                        let per_instance = compute_per_instance(model, profile, compute)
+                            .ok_or_else(|| {
+                                PlanError::Infeasible(format!(
+                                    "{label}: {key} does not fit (the rule at {}): a {} instance holds {}",
+                                    rule.location,
+                                    profile.name,
+                                    offered_compute_instances(model, profile)
+                                ))
+                            })?;
+                        wanted.extend(pack(profile, compute, per_instance, *count));
+                    }
+                }
             }
+            let profiles: Vec<&'static MigProfile> = wanted.iter().map(|(p, _)| *p).collect();
             let preferred = current_layout(gpu);
-            placement::solve(model, &wanted, &preferred)
-                .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?
+            let placed = placement::solve(model, &profiles, &preferred)
+                .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?;
+            assign_compute_layouts(gpu, placed, wanted)
         }
     };
     let mig_enabled = rule.mig.is_enabled();
@@ -346,10 +369,28 @@ fn plan_gpu(
     let mut instance_mps = Vec::new();
     if mig_enabled {
         for p in &target_instances {
-            if let Sharing::Mps(s) = rule.sharing_for(p.profile) {
-                let device = format!("the {} instance's", p.profile.name);
-                let memory = p.profile.memory_mib << 20;
-                instance_mps.push((p.start, device_mps_limits(gpu, rule, s, memory, &device)?));
+            let memory = p.profile.memory_mib << 20;
+            if !p.is_subdivided() {
+                if let Sharing::Mps(s) = rule.sharing_for(p.profile, None) {
+                    let device = format!("the {} instance's", p.profile.name);
+                    let limits = device_mps_limits(gpu, rule, s, memory, &device)?;
+                    instance_mps.push((p.start, 0, limits));
+                }
+                continue;
+            }
+            // Compute instances share their GPU instance's memory: each MPS server's
+            // device is its compute instance's share of it.
+            let sizes = p.compute.sizes();
+            let share = memory / sizes.len() as u64;
+            for (index, &compute) in sizes.iter().enumerate() {
+                if let Sharing::Mps(s) = rule.sharing_for(p.profile, Some(compute)) {
+                    let device = format!(
+                        "the {compute}c.{} compute instance's share of memory,",
+                        p.profile.name
+                    );
+                    let limits = device_mps_limits(gpu, rule, s, share, &device)?;
+                    instance_mps.push((p.start, index as u8, limits));
+                }
             }
         }
     }
@@ -367,6 +408,89 @@ fn plan_gpu(
         timeslice: Some(timeslice),
     };
     plan_gpu_to(gpu, node, target, options)
+}
+
+/// How many compute instances of `compute` slices one GPU instance of `profile` holds on
+/// `model`; `None` when it offers none of that size (see
+/// [`crate::profile::compute_instance_sizes`]).
+fn compute_per_instance(model: &GpuModel, profile: &MigProfile, compute: u8) -> Option<u8> {
+    crate::profile::compute_instance_sizes(model, profile)
+        .into_iter()
+        .find(|&(c, _)| c == compute)
+        .map(|(_, n)| n)
+}
+
+/// What a GPU instance of `profile` holds, for messages: `1c ×3, 2c ×1 or 3c ×1`.
+fn offered_compute_instances(model: &GpuModel, profile: &MigProfile) -> String {
+    let sizes: Vec<String> = crate::profile::compute_instance_sizes(model, profile)
+        .iter()
+        .map(|(c, n)| format!("{c}c ×{n}"))
+        .collect();
+    match sizes.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => sizes.join(""),
+    }
+}
+
+/// `count` compute instances of `compute` slices packed as mig-parted packs them: a GPU
+/// instance of `profile` filled with `per_instance` of them, then the next, the last
+/// holding what is left (`1c.3g` ×4: 3 + 1).
+fn pack(
+    profile: &'static MigProfile,
+    compute: u8,
+    per_instance: u8,
+    count: u32,
+) -> Vec<(&'static MigProfile, ComputeLayout)> {
+    let mut instances = Vec::new();
+    let mut left = count;
+    while left > 0 {
+        let here = left.min(u32::from(per_instance));
+        instances.push((profile, ComputeLayout::of(&vec![compute; here as usize])));
+        left -= here;
+    }
+    instances
+}
+
+/// Gives each placed GPU instance one of the wanted compute layouts of its profile: an
+/// instance that exists at its place with a wanted layout keeps it (and so stays), the
+/// others take the rest in the order the rule asked for them.
+fn assign_compute_layouts(
+    gpu: &GpuState,
+    mut placed: Vec<Placed>,
+    wanted: Vec<(&'static MigProfile, ComputeLayout)>,
+) -> Vec<Placed> {
+    let mut left: Vec<Option<(&'static MigProfile, ComputeLayout)>> =
+        wanted.into_iter().map(Some).collect();
+    let mut assigned = vec![false; placed.len()];
+    let mut take = |profile: &MigProfile, layout: Option<ComputeLayout>| {
+        left.iter_mut()
+            .find(|w| {
+                w.is_some_and(|(p, l)| p.id == profile.id && layout.is_none_or(|want| want == l))
+            })
+            .and_then(Option::take)
+            .map(|(_, l)| l)
+    };
+    for (i, p) in placed.iter_mut().enumerate() {
+        let existing = gpu.mig_enabled.then_some(()).and_then(|()| {
+            gpu.instances
+                .iter()
+                .find(|gi| gi.profile_id == p.profile.id && gi.placement_start == p.start)
+        });
+        if let Some(gi) = existing
+            && let Some(layout) = take(p.profile, Some(ComputeLayout::of(&gi.compute_layout())))
+        {
+            p.compute = layout;
+            assigned[i] = true;
+        }
+    }
+    for (i, p) in placed.iter_mut().enumerate() {
+        if !assigned[i]
+            && let Some(layout) = take(p.profile, None)
+        {
+            p.compute = layout;
+        }
+    }
+    placed
 }
 
 /// The limits of an MPS server for `settings` on a device of `memory_bytes`: what the
@@ -462,23 +586,21 @@ fn plan_gpu_to(
     let mut freed = Vec::new();
     for gi in &gpu.instances {
         let profile = profile_of(gpu, gi.profile_id);
-        let stays = gpu.mig_enabled
-            && target.mig_enabled
-            && target
-                .instances
-                .iter()
-                .any(|p| p.profile.id == gi.profile_id && p.start == gi.placement_start);
-        if stays {
-            continue;
+        match instance_fate(gpu, gi, &target) {
+            Fate::Stays => continue,
+            Fate::Recomputed => {}
+            Fate::Destroyed => {
+                if gpu.model.and_then(|m| m.profile_by_id(gi.profile_id)).is_none() {
+                    // A rollback recreates instances from the catalog: what it cannot
+                    // recreate, the agent does not destroy.
+                    return Err(PlanError::Infeasible(format!(
+                        "{label}: GPU instance {} has MIG profile id {}, which the catalog lacks; gpushare could not restore it after a failure, so it leaves this GPU alone",
+                        gi.id, gi.profile_id
+                    )));
+                }
+            }
         }
-        if gpu.model.and_then(|m| m.profile_by_id(gi.profile_id)).is_none() {
-            // A rollback recreates instances from the catalog: what it cannot recreate,
-            // the agent does not destroy.
-            return Err(PlanError::Infeasible(format!(
-                "{label}: GPU instance {} has MIG profile id {}, which the catalog lacks; gpushare could not restore it after a failure, so it leaves this GPU alone",
-                gi.id, gi.profile_id
-            )));
-        }
+        // Its compute instances go either way (processes in them with them).
         freed.push(gi);
         for ci in &gi.compute_instances {
             steps.push(Step::DestroyComputeInstance {
@@ -489,12 +611,14 @@ fn plan_gpu_to(
                 start: gi.placement_start,
             });
         }
-        steps.push(Step::DestroyGpuInstance {
-            gpu: gpu.index,
-            gpu_instance: gi.id,
-            profile,
-            start: gi.placement_start,
-        });
+        if instance_fate(gpu, gi, &target) == Fate::Destroyed {
+            steps.push(Step::DestroyGpuInstance {
+                gpu: gpu.index,
+                gpu_instance: gi.id,
+                profile,
+                start: gi.placement_start,
+            });
+        }
     }
     steps.extend(mode_steps(gpu, target.mig_enabled));
     for placed in &target.instances {
@@ -510,13 +634,18 @@ fn plan_gpu_to(
                 start: placed.start,
             });
         }
-        if existing.is_none_or(|gi| gi.compute_instances.is_empty()) {
-            steps.push(Step::CreateComputeInstance {
-                gpu: gpu.index,
-                start: placed.start,
-                gpu_instance: existing.map(|gi| gi.id),
-                profile: &placed.profile.name,
-            });
+        if existing.is_none_or(|gi| instance_fate(gpu, gi, &target) != Fate::Stays) {
+            let whole = !placed.is_subdivided();
+            for &slices in placed.compute.sizes() {
+                steps.push(Step::CreateComputeInstance {
+                    gpu: gpu.index,
+                    start: placed.start,
+                    gpu_instance: existing.map(|gi| gi.id),
+                    profile: &placed.profile.name,
+                    slices,
+                    whole,
+                });
+            }
         }
     }
 
@@ -547,16 +676,9 @@ fn mps_steps(
     target: &GpuTarget,
 ) -> (Vec<Step>, Vec<Step>) {
     let instance_stays = |start: u8| {
-        gpu.mig_enabled
-            && target.mig_enabled
-            && gpu.instances.iter().any(|gi| {
-                gi.placement_start == start
-                    && !gi.compute_instances.is_empty()
-                    && target
-                        .instances
-                        .iter()
-                        .any(|p| p.profile.id == gi.profile_id && p.start == start)
-            })
+        gpu.instances
+            .iter()
+            .any(|gi| gi.placement_start == start && instance_fate(gpu, gi, target) == Fate::Stays)
     };
     let wanted = |server: &MpsServerState| -> bool {
         server.pid.is_some()
@@ -567,14 +689,18 @@ fn mps_steps(
                         && target.mps == Some(server.limits)
                 }
                 Some(start) => {
+                    let index = server.compute_instance;
                     instance_stays(start)
                         && target
                             .instance_mps
                             .iter()
-                            .any(|&(s, l)| s == start && l == server.limits)
+                            .any(|&(s, i, l)| s == start && i == index && l == server.limits)
                         && gpu.instances.iter().any(|gi| {
                             gi.placement_start == start
-                                && gi.compute_instances.iter().any(|ci| ci.uuid == server.uuid)
+                                && gi
+                                    .compute_instances
+                                    .get(usize::from(index))
+                                    .is_some_and(|ci| ci.uuid == server.uuid)
                         })
                 }
             }
@@ -585,22 +711,24 @@ fn mps_steps(
         .filter(|s| !wanted(s))
         .map(|s| Step::StopMps { gpu: gpu.index, uuid: s.uuid.clone() })
         .collect();
-    let kept = |start: Option<u8>| mine.iter().any(|s| s.placement_start == start && wanted(s));
+    let kept = |start: Option<u8>, index: u8| {
+        mine.iter().any(|s| s.placement_start == start && s.compute_instance == index && wanted(s))
+    };
     let mut starts = Vec::new();
     if let Some(limits) = target.mps
-        && !kept(None)
+        && !kept(None, 0)
     {
         let device = MpsDevice::Gpu { uuid: gpu.uuid.clone() };
         starts.push(Step::StartMps { gpu: gpu.index, device, limits });
     }
-    for &(start, limits) in &target.instance_mps {
-        if !kept(Some(start)) {
-            let profile = target
-                .instances
-                .iter()
-                .find(|p| p.start == start)
-                .map_or("MIG instance", |p| &p.profile.name);
-            let device = MpsDevice::Instance { start, profile };
+    for &(start, index, limits) in &target.instance_mps {
+        if !kept(Some(start), index) {
+            let placed = target.instances.iter().find(|p| p.start == start);
+            let profile = placed.map_or("MIG instance", |p| &p.profile.name);
+            let compute_instance = placed
+                .filter(|p| p.is_subdivided())
+                .map(|p| (index, p.compute.sizes().get(usize::from(index)).copied().unwrap_or(0)));
+            let device = MpsDevice::Instance { start, profile, compute_instance };
             starts.push(Step::StartMps { gpu: gpu.index, device, limits });
         }
     }
@@ -688,6 +816,36 @@ fn check_no_mps_clients(
     )))
 }
 
+/// What a plan does to an existing GPU instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// It stays as it is: the target has its profile at its start with the compute
+    /// instances it has.
+    Stays,
+    /// It stays, but its compute instances are destroyed and made anew (another layout).
+    Recomputed,
+    /// It is destroyed.
+    Destroyed,
+}
+
+fn instance_fate(gpu: &GpuState, gi: &GpuInstance, target: &GpuTarget) -> Fate {
+    if !(gpu.mig_enabled && target.mig_enabled) {
+        return Fate::Destroyed;
+    }
+    let Some(placed) = target
+        .instances
+        .iter()
+        .find(|p| p.profile.id == gi.profile_id && p.start == gi.placement_start)
+    else {
+        return Fate::Destroyed;
+    };
+    if placed.compute.sizes() == gi.compute_layout().as_slice() {
+        Fate::Stays
+    } else {
+        Fate::Recomputed
+    }
+}
+
 fn current_layout(gpu: &GpuState) -> Vec<Placed> {
     let Some(model) = gpu.model else {
         return Vec::new();
@@ -700,7 +858,7 @@ fn current_layout(gpu: &GpuState) -> Vec<Placed> {
         .filter_map(|gi| {
             model
                 .profile_by_id(gi.profile_id)
-                .map(|profile| Placed { profile, start: gi.placement_start })
+                .map(|profile| Placed::new(profile, gi.placement_start))
         })
         .collect()
 }

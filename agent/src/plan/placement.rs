@@ -21,19 +21,83 @@ use std::fmt;
 
 use crate::catalog::{GpuModel, MigProfile};
 
-/// One GPU instance of a layout: a profile at a start slot (in memory-slice units).
+/// One GPU instance of a layout: a profile at a start slot (in memory-slice units), and
+/// the compute instances it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
     /// The instance's MIG profile.
     pub profile: &'static MigProfile,
     /// The first memory slot it occupies; it covers `start..start + memory_slices`.
     pub start: u8,
+    /// Its compute instances: one full-size one, unless it is subdivided.
+    pub compute: ComputeLayout,
+}
+
+impl Placed {
+    /// An instance of `profile` at `start` used whole (one full-size compute instance).
+    pub fn new(profile: &'static MigProfile, start: u8) -> Placed {
+        Placed { profile, start, compute: ComputeLayout::whole(profile) }
+    }
+
+    /// Whether it holds compute instances smaller than itself.
+    pub fn is_subdivided(&self) -> bool {
+        self.compute.sizes() != [self.profile.compute_slices]
+    }
 }
 
 impl fmt::Display for Placed {
-    /// `3g.20gb@4`.
+    /// `3g.20gb@4`, or a subdivided one `3g.20gb(1c ×3)@4`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.profile.name, self.start)
+        if self.is_subdivided() {
+            write!(f, "{}({})@{}", self.profile.name, self.compute, self.start)
+        } else {
+            write!(f, "{}@{}", self.profile.name, self.start)
+        }
+    }
+}
+
+/// The compute instances of one GPU instance: the compute slices of each, largest first,
+/// the order they are created in (the driver places each at the lowest free start
+/// aligned to its size, where larger ones first always fit). At most 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ComputeLayout {
+    sizes: [u8; 8],
+    len: u8,
+}
+
+impl ComputeLayout {
+    /// One full-size compute instance of `profile`.
+    pub fn whole(profile: &MigProfile) -> ComputeLayout {
+        ComputeLayout::of(&[profile.compute_slices])
+    }
+
+    /// Compute instances of these slices (the first 8), sorted largest first.
+    pub fn of(slices: &[u8]) -> ComputeLayout {
+        let mut sizes = [0u8; 8];
+        let len = slices.len().min(8);
+        sizes[..len].copy_from_slice(&slices[..len]);
+        sizes[..len].sort_unstable_by(|a, b| b.cmp(a));
+        ComputeLayout { sizes, len: len as u8 }
+    }
+
+    /// The compute slices of each, largest first.
+    pub fn sizes(&self) -> &[u8] {
+        &self.sizes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Display for ComputeLayout {
+    /// `1c ×3`, `2c ×1 + 1c ×1`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut groups: Vec<(u8, usize)> = Vec::new();
+        for &c in self.sizes() {
+            match groups.last_mut() {
+                Some((size, n)) if *size == c => *n += 1,
+                _ => groups.push((c, 1)),
+            }
+        }
+        let parts: Vec<String> = groups.iter().map(|(c, n)| format!("{c}c ×{n}")).collect();
+        f.write_str(&parts.join(" + "))
     }
 }
 
@@ -187,7 +251,7 @@ pub fn solve(
                 .instances
                 .iter()
                 .zip(starts)
-                .map(|(inst, start)| Placed { profile: inst.profile, start })
+                .map(|(inst, start)| Placed::new(inst.profile, start))
                 .collect();
             layout.sort_by_key(|p| (p.start, size_key(p.profile)));
             Ok(layout)
@@ -457,7 +521,7 @@ mod tests {
     }
 
     fn at(model: &'static GpuModel, name: &str, start: u8) -> Placed {
-        Placed { profile: model.profile_by_name(name).unwrap(), start }
+        Placed::new(model.profile_by_name(name).unwrap(), start)
     }
 
     fn text(layout: &[Placed]) -> String {
@@ -663,7 +727,7 @@ mod tests {
             "1g.5gb+me ×2 exceeds the maximum of 1 per GPU"
         );
         let odd = odd();
-        let past = [Placed { profile: &odd.mig_profiles[1], start: 1 }];
+        let past = [Placed::new(&odd.mig_profiles[1], 1)];
         validate_layout(odd, &past).unwrap();
     }
 
@@ -695,7 +759,7 @@ mod tests {
                 return;
             };
             for &start in &profile.placements {
-                current.push(Placed { profile, start });
+                current.push(Placed::new(profile, start));
                 go(model, rest, preferred, current, best);
                 current.pop();
             }
@@ -745,10 +809,10 @@ mod tests {
                     .into_iter()
                     .map(|(junk, i, j, slot)| {
                         if junk || wanted.is_empty() {
-                            Placed { profile: i.get(&model.mig_profiles), start: slot }
+                            Placed::new(i.get(&model.mig_profiles), slot)
                         } else {
                             let profile = *i.get(&wanted);
-                            Placed { profile, start: *j.get(&profile.placements) }
+                            Placed::new(profile, *j.get(&profile.placements))
                         }
                     })
                     .collect();

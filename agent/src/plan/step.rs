@@ -21,6 +21,9 @@ pub enum MpsDevice {
         start: u8,
         /// Profile name, for people.
         profile: &'static str,
+        /// In a subdivided GPU instance: which compute instance, by index (see
+        /// [`crate::node::MpsServerState::compute_instance`]), and its compute slices.
+        compute_instance: Option<(u8, u8)>,
     },
 }
 
@@ -67,7 +70,8 @@ pub enum Step {
         /// Placement start.
         start: u8,
     },
-    /// Create the full-size compute instance of the GPU instance at `start`.
+    /// Create a compute instance of `slices` compute slices in the GPU instance at
+    /// `start`: its full-size one, or one of several (`whole` false).
     CreateComputeInstance {
         /// GPU index.
         gpu: u32,
@@ -77,6 +81,10 @@ pub enum Step {
         gpu_instance: Option<u32>,
         /// Profile name, for people.
         profile: &'static str,
+        /// Compute slices of the compute instance.
+        slices: u8,
+        /// Whether it is the full-size compute instance (the GPU instance used whole).
+        whole: bool,
     },
     /// Reset the GPU so that a pending MIG mode takes effect.
     ResetGpu {
@@ -176,8 +184,14 @@ impl fmt::Display for Step {
             Step::CreateGpuInstance { gpu, profile, start } => {
                 write!(f, "GPU {gpu}: create {} at slot {start}", profile.name)
             }
-            Step::CreateComputeInstance { gpu, start, profile, .. } => {
+            Step::CreateComputeInstance { gpu, start, profile, whole: true, .. } => {
                 write!(f, "GPU {gpu}: create the compute instance of {profile} at slot {start}")
+            }
+            Step::CreateComputeInstance { gpu, start, profile, slices, whole: false, .. } => {
+                write!(
+                    f,
+                    "GPU {gpu}: create a {slices}c compute instance ({slices}c.{profile}) in {profile} at slot {start}"
+                )
             }
             Step::ResetGpu { gpu, always: true } => {
                 write!(f, "GPU {gpu}: reset the GPU (a MIG mode change is pending)")
@@ -192,7 +206,18 @@ impl fmt::Display for Step {
             Step::StartMps { gpu, device, limits } => {
                 let on = match device {
                     MpsDevice::Gpu { .. } => "the GPU".to_string(),
-                    MpsDevice::Instance { start, profile } => format!("{profile} at slot {start}"),
+                    MpsDevice::Instance { start, profile, compute_instance: None } => {
+                        format!("{profile} at slot {start}")
+                    }
+                    MpsDevice::Instance {
+                        start,
+                        profile,
+                        compute_instance: Some((index, slices)),
+                    } => {
+                        format!(
+                            "compute instance {index} ({slices}c.{profile}) of {profile} at slot {start}"
+                        )
+                    }
                 };
                 let memory = limits
                     .pinned_memory_limit_bytes

@@ -21,13 +21,17 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
                 on_off(want.mig_enabled)
             ));
         }
-        let mut have: Vec<(u32, u8, bool)> = gpu
+        // Each GPU instance with its compute instances' sizes.
+        let mut have: Vec<(u32, u8, Vec<u8>)> = gpu
             .instances
             .iter()
-            .map(|gi| (gi.profile_id, gi.placement_start, !gi.compute_instances.is_empty()))
+            .map(|gi| (gi.profile_id, gi.placement_start, gi.compute_layout()))
             .collect();
-        let mut expect: Vec<(u32, u8, bool)> =
-            want.instances.iter().map(|p| (p.profile.id, p.start, true)).collect();
+        let mut expect: Vec<(u32, u8, Vec<u8>)> = want
+            .instances
+            .iter()
+            .map(|p| (p.profile.id, p.start, p.compute.sizes().to_vec()))
+            .collect();
         have.sort_unstable();
         expect.sort_unstable();
         if have != expect {
@@ -35,12 +39,12 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
         }
         let servers: Vec<&MpsServerState> =
             node.mps.iter().filter(|s| s.gpu == gpu.index && s.pid.is_some()).collect();
-        let mut expected: Vec<(Option<u8>, MpsLimits)> =
-            want.mps.iter().map(|&l| (None, l)).collect();
-        expected.extend(want.instance_mps.iter().map(|&(start, l)| (Some(start), l)));
-        let mut running: Vec<(Option<u8>, MpsLimits)> =
-            servers.iter().map(|s| (s.placement_start, s.limits)).collect();
-        let key = |e: &(Option<u8>, MpsLimits)| (e.0, e.1.active_thread_percentage);
+        let mut expected: Vec<(Option<u8>, u8, MpsLimits)> =
+            want.mps.iter().map(|&l| (None, 0, l)).collect();
+        expected.extend(want.instance_mps.iter().map(|&(start, i, l)| (Some(start), i, l)));
+        let mut running: Vec<(Option<u8>, u8, MpsLimits)> =
+            servers.iter().map(|s| (s.placement_start, s.compute_instance, s.limits)).collect();
+        let key = |e: &(Option<u8>, u8, MpsLimits)| (e.0, e.1, e.2.active_thread_percentage);
         expected.sort_by_key(key);
         running.sort_by_key(key);
         if expected != running {

@@ -33,7 +33,7 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 
-use super::parse::{listed, parse_pci_device_id, too_many, too_many_instances};
+use super::parse::{listed, parse_pci_device_id, split_compute, too_many, too_many_instances};
 use super::{
     GpuRule, Location, MAX_LIST_ITEMS, MAX_MIG_INSTANCES, MAX_MIG_PARTED_CONFIGS, MAX_RULES,
     MigKey, MigLayout, Profile, ProfileError, Selector, Sharing, check_size,
@@ -554,7 +554,14 @@ impl Context<'_> {
             };
             if value > 0 {
                 let value = u32::try_from(value).unwrap_or(u32::MAX);
-                instances.push((MigKey::Name(name), value));
+                // `1c.3g.40gb`: compute instances of 1 slice in 3g.40gb instances.
+                let key = match split_compute(&name) {
+                    Some((compute, instance)) => {
+                        MigKey::compute(compute, MigKey::Name(instance.to_string()))
+                    }
+                    None => MigKey::Name(name),
+                };
+                instances.push((key, value));
             }
         }
         let total: u64 = instances.iter().map(|(_, c)| u64::from(*c)).sum();
@@ -600,8 +607,9 @@ impl Context<'_> {
 }
 
 /// Whether `name` looks like a MIG profile name: `<n>g.` and more (`1g.5gb`,
-/// `1g.5gb+me`, `1g.24gb+gfx`).
+/// `1g.5gb+me`, `1g.24gb+gfx`), or a compute instance's, `<n>c.` before it (`1c.3g.40gb`).
 fn is_mig_name(name: &str) -> bool {
+    let name = split_compute(name).map_or(name, |(_, instance)| instance);
     let Some((slices, rest)) = name.split_once("g.") else {
         return false;
     };
@@ -874,6 +882,25 @@ mig-configs:
             panic!("MIG off");
         };
         assert_eq!(instances.len(), 3);
+    }
+
+    #[test]
+    fn compute_instance_names_import_as_subdivisions() {
+        let text = "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1c.3g.40gb\": 3, \"3g.40gb\": 1}\n";
+        let p = parse_mig_parted(text, "t.yaml", "c").unwrap();
+        let compute =
+            MigKey::Compute { compute: 1, instance: Box::new(MigKey::Name("3g.40gb".into())) };
+        assert_eq!(
+            p.rules[0].mig,
+            MigLayout::Enabled(vec![(compute, 3), (MigKey::Name("3g.40gb".into()), 1)])
+        );
+        let plan = plan::plan(&node("h100-80gb:1"), &p, &PlanOptions::default()).unwrap();
+        let layouts: Vec<Vec<u8>> =
+            plan.gpus[0].target.instances.iter().map(|i| i.compute.sizes().to_vec()).collect();
+        assert_eq!(layouts, [vec![1, 1, 1], vec![3]]);
+        let bad = text.replace("1c.3g.40gb", "1c.3x.40gb");
+        let e = parse_mig_parted(&bad, "t.yaml", "c").unwrap_err().to_string();
+        assert!(e.contains("is not a MIG profile name"), "{e}");
     }
 
     /// NVIDIA's shipped file: every config parses, and every config that names a model of

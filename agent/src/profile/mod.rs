@@ -144,11 +144,13 @@ impl GpuRule {
             && (self.device_filter.is_empty() || self.device_filter.contains(&gpu.pci_device_id))
     }
 
-    /// The sharing of an instance of `profile`, per `instance_sharing` then `sharing`.
-    pub fn sharing_for(&self, profile: &MigProfile) -> &Sharing {
+    /// The sharing of an instance of `profile` used whole (`compute` `None`), or of each
+    /// compute instance of `compute` slices in a subdivided one, per `instance_sharing`
+    /// then `sharing`.
+    pub fn sharing_for(&self, profile: &MigProfile, compute: Option<u8>) -> &Sharing {
         self.instance_sharing
             .iter()
-            .find(|(key, _)| key.matches(profile))
+            .find(|(key, _)| key.compute_slices() == compute && key.matches(profile))
             .map(|(_, s)| s)
             .unwrap_or(&self.sharing)
     }
@@ -281,22 +283,72 @@ pub enum MigKey {
     Slices(u8),
     /// By exact profile name (`3g.20gb`, `1g.5gb+me`).
     Name(String),
+    /// Compute instances of `compute` slices inside GPU instances of `instance` (`1c.3g`,
+    /// mig-parted's `1c.3g.40gb`): the count is of compute instances. `instance` is a
+    /// [`MigKey::Slices`] or [`MigKey::Name`], and `compute` is fewer slices than it has
+    /// (`3c.3g` is `3g`: see [`MigKey::compute`]).
+    Compute {
+        /// Compute slices of each compute instance.
+        compute: u8,
+        /// The GPU instances' kind.
+        instance: Box<MigKey>,
+    },
 }
 
 impl MigKey {
-    /// The profile this key stands for on `model`.
+    /// Compute instances of `compute` slices in GPU instances of `instance`; the GPU
+    /// instance itself when `compute` is all of its slices (`3c.3g` is `3g`).
+    pub fn compute(compute: u8, instance: MigKey) -> MigKey {
+        if instance.instance_slices() == Some(compute) {
+            return instance;
+        }
+        MigKey::Compute { compute, instance: Box::new(instance) }
+    }
+
+    /// The GPU instances' kind: the key itself, or a subdivision's GPU instances.
+    pub fn instance(&self) -> &MigKey {
+        match self {
+            MigKey::Compute { instance, .. } => instance,
+            other => other,
+        }
+    }
+
+    /// The compute slices of each compute instance of a subdivision; `None` for GPU
+    /// instances used whole.
+    pub fn compute_slices(&self) -> Option<u8> {
+        match self {
+            MigKey::Compute { compute, .. } => Some(*compute),
+            _ => None,
+        }
+    }
+
+    /// The compute slices of the GPU instances the key names, as written (`3` of `3g`
+    /// and of `3g.40gb`).
+    fn instance_slices(&self) -> Option<u8> {
+        match self.instance() {
+            MigKey::Slices(n) => Some(*n),
+            MigKey::Name(name) => name.split_once('g').and_then(|(n, _)| n.parse().ok()),
+            MigKey::Compute { .. } => None,
+        }
+    }
+
+    /// The GPU-instance profile this key stands for on `model` (of a subdivision: its
+    /// GPU instances').
     pub fn resolve(&self, model: &'static GpuModel) -> Option<&'static MigProfile> {
         match self {
             MigKey::Slices(n) => model.profile_by_compute_slices(*n),
             MigKey::Name(name) => model.profile_by_name(name),
+            MigKey::Compute { instance, .. } => instance.resolve(model),
         }
     }
 
-    /// Whether an instance of `profile` is what this key names.
+    /// Whether an instance of `profile` is what this key names (of a subdivision: its GPU
+    /// instances).
     pub fn matches(&self, profile: &MigProfile) -> bool {
         match self {
             MigKey::Slices(n) => profile.compute_slices == *n && profile.is_plain(),
             MigKey::Name(name) => profile.name == *name,
+            MigKey::Compute { instance, .. } => instance.matches(profile),
         }
     }
 }
@@ -306,8 +358,37 @@ impl fmt::Display for MigKey {
         match self {
             MigKey::Slices(n) => write!(f, "{n}g"),
             MigKey::Name(name) => f.write_str(name),
+            MigKey::Compute { compute, instance } => write!(f, "{compute}c.{instance}"),
         }
     }
+}
+
+/// The compute-instance sizes (in compute slices) a GPU instance of `profile` offers on
+/// `model`, each with how many of it fit in one such instance, smallest first: the
+/// standard sizes (1, 2, 3, 4 and 7 slices) up to the instance's own, where the model has
+/// a GPU-instance profile of that many slices, as many as fit at starts aligned to the
+/// power of two at or above the size (as NVML places them: in a 3g instance 1c ×3, 2c ×1,
+/// 3c ×1; in a 7g instance 1c ×7, 2c ×3, 3c ×2, 4c ×1, 7c ×1). The simulated driver
+/// (`sim/nvml/src/rules.rs`, `ci_profiles` and `ci_placements`) follows the same rule.
+pub fn compute_instance_sizes(model: &GpuModel, profile: &MigProfile) -> Vec<(u8, u8)> {
+    let gi_slices = profile.compute_slices;
+    let mut sizes = Vec::new();
+    for c in [1u8, 2, 3, 4, 7] {
+        if c > gi_slices || model.profile_by_compute_slices(c).is_none() {
+            continue;
+        }
+        let align = c.next_power_of_two();
+        let fits = (0..gi_slices).step_by(usize::from(align)).filter(|&s| s + c <= gi_slices);
+        let count = u8::try_from(fits.count()).unwrap_or(u8::MAX).min(gi_slices / c);
+        if count > 0 {
+            sizes.push((c, count));
+        }
+    }
+    if !sizes.iter().any(|&(c, _)| c == gi_slices) {
+        // The full-size compute instance, whatever its size.
+        sizes.push((gi_slices, 1));
+    }
+    sizes
 }
 
 /// How a GPU or MIG instance is shared.

@@ -623,31 +623,56 @@ pub fn parse_pci_device_id(text: &str) -> Result<u32, String> {
         .map_err(|_| format!("{text:?} is not a PCI device id such as 0x20B010DE"))
 }
 
-/// Parses a MIG key: `3g` or an exact name like `3g.20gb` / `1g.5gb+me`.
+/// The compute part of a key (`1c.` of `1c.3g` and mig-parted's `1c.3g.40gb`): its
+/// slices, from 1 to 8, and the rest.
+pub(crate) fn split_compute(key: &str) -> Option<(u8, &str)> {
+    let (compute, rest) = key.split_once("c.")?;
+    if compute.is_empty() || !compute.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let compute: u8 = compute.parse().ok().filter(|c| (1..=8).contains(c))?;
+    Some((compute, rest))
+}
+
+/// Parses a MIG key: `3g` or an exact name like `3g.20gb` / `1g.5gb+me`, or compute
+/// instances inside such GPU instances, `1c.3g` / `1c.3g.40gb` (`3c.3g` is `3g`).
 pub fn parse_mig_key(key: &str) -> Result<MigKey, String> {
     let bad = || {
         format!(
-            "mig: {key:?} is not a MIG profile: write a slice count (\"3g\") or a profile name (\"3g.20gb\", \"1g.5gb+me\")"
+            "mig: {key:?} is not a MIG profile: write a slice count (\"3g\"), a profile name (\"3g.20gb\", \"1g.5gb+me\") or compute instances in one (\"1c.3g\", \"1c.3g.40gb\")"
         )
     };
-    let (slices, rest) = key.split_once('g').ok_or_else(bad)?;
-    let slices: u8 = slices.parse().map_err(|_| bad())?;
+    if key.contains("c.") {
+        let (compute, rest) = split_compute(key).ok_or_else(bad)?;
+        let instance = parse_instance_key(rest).map_err(|_| bad())?;
+        return Ok(MigKey::compute(compute, instance));
+    }
+    parse_instance_key(key).map_err(|_| bad())
+}
+
+/// A GPU instance's key: `3g` or an exact name.
+fn parse_instance_key(key: &str) -> Result<MigKey, ()> {
+    if !key.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(());
+    }
+    let (slices, rest) = key.split_once('g').ok_or(())?;
+    let slices: u8 = slices.parse().map_err(|_| ())?;
     if !(1..=8).contains(&slices) {
-        return Err(bad());
+        return Err(());
     }
     if rest.is_empty() {
         return Ok(MigKey::Slices(slices));
     }
-    let size = rest.strip_prefix('.').ok_or_else(bad)?;
+    let size = rest.strip_prefix('.').ok_or(())?;
     // The variants drivers print: media extensions (`+me`, all of them `+me.all`, none
     // `-me`) and graphics (`+gfx`, RTX PRO Blackwell).
     let size = ["+me.all", "+me", "-me", "+gfx"]
         .iter()
         .find_map(|variant| size.strip_suffix(variant))
         .unwrap_or(size);
-    let digits = size.strip_suffix("gb").ok_or_else(bad)?;
+    let digits = size.strip_suffix("gb").ok_or(())?;
     if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return Err(bad());
+        return Err(());
     }
     Ok(MigKey::Name(key.to_string()))
 }
@@ -688,6 +713,42 @@ mod tests {
         for bad in ["1g.24gb+foo", "1g.24gb+", "1g+gfx", "1g.gb+me"] {
             assert!(parse_mig_key(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn compute_instance_keys_read_as_subdivisions() {
+        let sub = |c, instance| MigKey::Compute { compute: c, instance: Box::new(instance) };
+        assert_eq!(parse_mig_key("1c.3g"), Ok(sub(1, MigKey::Slices(3))));
+        assert_eq!(parse_mig_key("1c.3g.40gb"), Ok(sub(1, MigKey::Name("3g.40gb".into()))));
+        assert_eq!(parse_mig_key("2c.4g.20gb+me"), Ok(sub(2, MigKey::Name("4g.20gb+me".into()))));
+        // All of the instance's slices: the instance itself.
+        assert_eq!(parse_mig_key("3c.3g"), Ok(MigKey::Slices(3)));
+        assert_eq!(parse_mig_key("7c.7g.80gb"), Ok(MigKey::Name("7g.80gb".into())));
+        assert_eq!(parse_mig_key("1c.3g").unwrap().to_string(), "1c.3g");
+        for bad in ["1c.", "c.3g", "0c.3g", "9c.3g", "+1c.3g", "1c.1c.3g", "1c3g", "1c.3x"] {
+            let e = parse_mig_key(bad).unwrap_err();
+            assert!(e.contains("compute instances in one (\"1c.3g\""), "{bad}: {e}");
+        }
+        let p = parse(
+            "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 3, \"3g\" = 1 }\n\
+             instance_sharing.\"1c.3g\" = { mps = { replicas = 2 } }\n",
+        )
+        .unwrap();
+        let rule = &p.rules[0];
+        assert_eq!(
+            rule.mig,
+            MigLayout::Enabled(vec![(sub(1, MigKey::Slices(3)), 3), (MigKey::Slices(3), 1)])
+        );
+        let model = crate::catalog::simulated_model_by_key("h100-80gb").unwrap();
+        let p3g = model.profile_by_name("3g.40gb").unwrap();
+        // Each compute instance of the subdivision has MPS; the whole 3g not.
+        assert_eq!(rule.sharing_for(p3g, Some(1)).strategy(), "mps");
+        assert_eq!(rule.sharing_for(p3g, None).strategy(), "exclusive");
+        // A subdivision is no part of a balanced layout.
+        let e = err(
+            "name = \"c\"\n[[gpu]]\nselect = 0\nmig = \"balanced\"\ninstance_sharing.\"1c.3g\" = \"mps\"\n",
+        );
+        assert!(e.contains("instance_sharing names 1c.3g, which the rule's `mig` layout"), "{e}");
     }
 
     #[test]

@@ -32,6 +32,7 @@ impl SharingTools {
                 uuid: s.record.uuid,
                 gpu: s.record.gpu,
                 placement_start: s.record.placement_start,
+                compute_instance: s.record.compute_instance,
                 limits: s.record.limits,
                 pid: s.pid,
                 restarts: s.record.restarts,

@@ -168,6 +168,10 @@ pub struct ServerRecord {
     pub gpu: u32,
     /// Placement start of the MIG instance; `None` for a whole GPU.
     pub placement_start: Option<u8>,
+    /// Which compute instance of that GPU instance, by index (0 for one used whole, and in
+    /// records written before compute instances could be subdivided).
+    #[serde(default)]
+    pub compute_instance: u8,
     /// Limits set on the daemon.
     pub limits: MpsLimits,
     /// How often the supervisor restarted it.
@@ -433,7 +437,8 @@ impl MpsController {
             })
             .collect();
         servers.sort_by(|a, b| {
-            (a.record.gpu, a.record.placement_start).cmp(&(b.record.gpu, b.record.placement_start))
+            let key = |r: &ServerRecord| (r.gpu, r.placement_start, r.compute_instance);
+            key(&a.record).cmp(&key(&b.record))
         });
         servers
     }
@@ -775,6 +780,7 @@ mod tests {
             uuid: "GPU-abc".into(),
             gpu: 1,
             placement_start: None,
+            compute_instance: 0,
             limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
             restarts: 0,
             // This test process stands for the daemon the agent started.

@@ -105,6 +105,7 @@ mod tests {
             uuid: "GPU-abc".into(),
             gpu: 0,
             placement_start: None,
+            compute_instance: 0,
             limits: MpsLimits { active_thread_percentage: 50, pinned_memory_limit_bytes: None },
             restarts: 0,
             daemon: None,

@@ -367,7 +367,7 @@ impl<'a> Session<'a> {
                     continue;
                 }
                 let mut compute_instances = Vec::new();
-                for (ci_id, _) in raw.compute_instances_of(gi)? {
+                for (ci_id, _, slices) in raw.compute_instances_of(gi)? {
                     let uuid = match uuids.get(&(info.id, ci_id)) {
                         Some(uuid) => (*uuid).to_owned(),
                         None => {
@@ -380,7 +380,8 @@ impl<'a> Session<'a> {
                             String::new()
                         }
                     };
-                    compute_instances.push(ComputeInstance { id: ci_id, uuid });
+                    let slices = raw.to_u8("compute instance slices", slices)?;
+                    compute_instances.push(ComputeInstance { id: ci_id, uuid, slices });
                 }
                 found.insert(
                     info.id,
@@ -546,7 +547,12 @@ impl<'a> Session<'a> {
         Ok(raw.gi_info(gi)?.id)
     }
 
-    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u8,
+    ) -> Result<u32, GpuError> {
         let call = Operation::CreateComputeInstance.as_str();
         let device = self.device(call, gpu)?;
         let dev = device_handle(&device);
@@ -563,11 +569,17 @@ impl<'a> Session<'a> {
             )));
         };
         let ci_profiles = raw.ci_profiles(gi)?;
-        let Some(ci_profile) = full_size_ci_profile(&gi_profile, &ci_profiles) else {
+        let ci_profile = if u32::from(slices) == gi_profile.slice_count {
+            full_size_ci_profile(&gi_profile, &ci_profiles)
+        } else {
+            // A part of the GPU instance: the lowest enum of that many slices
+            // (NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE=0, 2=1, 3=2, 4=3, 7=4, 8=5, 6=6).
+            ci_profiles.iter().find(|(_, p)| p.sliceCount == u32::from(slices)).map(|(_, p)| p.id)
+        };
+        let Some(ci_profile) = ci_profile else {
             return Err(GpuError::new(call, Some(gpu), ErrorCode::NotSupported).with_detail(
                 format!(
-                    "GPU instance {gpu_instance} offers no {}-slice compute instance profile",
-                    gi_profile.slice_count
+                    "GPU instance {gpu_instance} offers no {slices}-slice compute instance profile"
                 ),
             ));
         };
@@ -714,9 +726,14 @@ impl GpuBackend for NvmlBackend {
         self.with_session(call, Some(gpu), |s| s.create_gpu_instance(gpu, profile, start))
     }
 
-    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32) -> Result<u32, GpuError> {
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u8,
+    ) -> Result<u32, GpuError> {
         let call = Operation::CreateComputeInstance.as_str();
-        self.with_session(call, Some(gpu), |s| s.create_compute_instance(gpu, gpu_instance))
+        self.with_session(call, Some(gpu), |s| s.create_compute_instance(gpu, gpu_instance, slices))
     }
 
     fn destroy_compute_instance(

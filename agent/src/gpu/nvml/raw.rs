@@ -441,22 +441,24 @@ impl<'a> Raw<'a> {
         Ok(handles)
     }
 
-    /// Every compute instance of a GPU instance as `(id, handle)`, sorted by id.
+    /// Every compute instance of a GPU instance as `(id, handle, compute slices)`, sorted
+    /// by id. The slices are those of the profile it was found under, which is the one
+    /// `nvmlComputeInstanceGetInfo_v2` names.
     pub(super) fn compute_instances_of(
         &self,
         gi: nvmlGpuInstance_t,
-    ) -> Result<Vec<(u32, nvmlComputeInstance_t)>, GpuError> {
+    ) -> Result<Vec<(u32, nvmlComputeInstance_t, u32)>, GpuError> {
         let mut profile_ids = HashSet::new();
-        let mut found: BTreeMap<u32, nvmlComputeInstance_t> = BTreeMap::new();
+        let mut found: BTreeMap<u32, (nvmlComputeInstance_t, u32)> = BTreeMap::new();
         for (_, profile) in self.ci_profiles(gi)? {
             if profile.instanceCount == 0 || !profile_ids.insert(profile.id) {
                 continue;
             }
             for ci in self.compute_instances(gi, profile.id, profile.instanceCount)? {
-                found.entry(self.ci_info(ci)?.id).or_insert(ci);
+                found.entry(self.ci_info(ci)?.id).or_insert((ci, profile.sliceCount));
             }
         }
-        Ok(found.into_iter().collect())
+        Ok(found.into_iter().map(|(id, (ci, slices))| (id, ci, slices)).collect())
     }
 
     pub(super) fn ci_info(
