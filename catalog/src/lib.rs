@@ -404,14 +404,10 @@ mod tests {
         for model in simulated_models() {
             assert!(!model.source.trim().is_empty(), "{} names no source", model.key);
             for p in &model.mig_profiles {
+                // Aligned to the placement's own size: the RTX PRO 6000's 6-slot 2g's start
+                // at 0 and 6 (published), so not to a power of two.
                 for &start in &p.placements {
-                    assert_eq!(
-                        start % p.memory_slices.min(4),
-                        0,
-                        "{} {} aligned",
-                        model.key,
-                        p.name
-                    );
+                    assert_eq!(start % p.memory_slices, 0, "{} {} aligned", model.key, p.name);
                 }
             }
         }
@@ -505,6 +501,402 @@ mod tests {
         let big = model_by_key("a100-80gb").unwrap();
         for (a, b) in small.mig_profiles.iter().zip(&big.mig_profiles) {
             assert_eq!((a.id, &a.placements, a.sms), (b.id, &b.placements, b.sms));
+        }
+    }
+
+    /// A `-lgip` row as published: (name, id, max, GiB as printed, SMs, CE/DEC/ENC/JPEG/OFA).
+    type Row = (&'static str, u32, u8, f64, u32, [u8; 5]);
+
+    /// Checks `rows` against `model`'s profiles; memory is the printed GiB times 1024,
+    /// rounded.
+    fn assert_rows(model: &GpuModel, rows: &[Row]) {
+        for &(name, id, max, gib, sms, [copy, decoders, encoders, jpeg, ofa]) in rows {
+            let p = model
+                .profile_by_name(name)
+                .unwrap_or_else(|| panic!("{} has no {name}", model.key));
+            assert_eq!(
+                (p.id, p.max_count, p.memory_mib, p.sms),
+                (id, max, (gib * 1024.0).round() as u64, sms),
+                "{} {name}",
+                model.key
+            );
+            assert_eq!(
+                p.engines,
+                Engines { copy, decoders, encoders, jpeg, ofa },
+                "{} {name}",
+                model.key
+            );
+        }
+    }
+
+    /// `(name, max count)` of every profile, in file order.
+    fn names_and_counts(model: &GpuModel) -> Vec<(&str, u8)> {
+        model.mig_profiles.iter().map(|p| (p.name.as_str(), p.max_count)).collect()
+    }
+
+    #[test]
+    fn keys_and_aliases_name_one_model_each() {
+        let mut names: Vec<String> = simulated_models()
+            .iter()
+            .flat_map(|m| std::iter::once(&m.key).chain(&m.aliases))
+            .map(|n| n.to_ascii_lowercase())
+            .collect();
+        let all = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all, "{names:?}");
+        for model in simulated_models() {
+            assert_eq!(simulated_model_by_key(&model.key).unwrap().key, model.key);
+        }
+    }
+
+    #[test]
+    fn every_profile_enum_is_one_nvml_names_for_its_variant() {
+        // nvml.h: 1/2/3/4/7_SLICE 0-4, 1_SLICE_REV1 7 (+me), 2_SLICE_REV1 8, 1_SLICE_REV2
+        // 9, 1/2/4_SLICE_GFX 10-12, 1/2_SLICE_NO_ME 13-14, 1/2_SLICE_ALL_ME 15-16.
+        for model in simulated_models() {
+            for p in &model.mig_profiles {
+                let allowed: &[u32] = match (p.variant(), p.compute_slices) {
+                    ("", 1) => &[0, 9],
+                    ("", 2) => &[1],
+                    ("", 3) => &[2],
+                    ("", 4) => &[3],
+                    ("", 7) => &[4],
+                    ("+me", 1) => &[7],
+                    ("+me", 2) => &[8],
+                    ("+gfx", 1) => &[10],
+                    ("+gfx", 2) => &[11],
+                    ("+gfx", 4) => &[12],
+                    ("-me", 1) => &[13],
+                    ("-me", 2) => &[14],
+                    ("+me.all", 1) => &[15],
+                    ("+me.all", 2) => &[16],
+                    _ => &[],
+                };
+                assert!(
+                    allowed.contains(&p.nvml_enum),
+                    "{} {}: {}",
+                    model.key,
+                    p.name,
+                    p.nvml_enum
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn simulator_only_models_stay_out_of_the_agents_catalog() {
+        // The RTX PRO 5000 is in no catalog: no key, PCI id or name finds it.
+        let pro5000 = simulated_model_by_key("rtx-pro-5000").unwrap();
+        assert!(model_by_key("rtx-pro-5000").is_none());
+        assert!(model_by_pci_id(pro5000.pci_device_ids[0]).is_none());
+        assert!(model_by_nvml_name(&pro5000.nvml_name).is_none());
+        assert!(simulated_models().iter().all(|m| m.key == pro5000.key
+            || !m.pci_device_ids.iter().any(|id| pro5000.pci_device_ids.contains(id))));
+        assert_eq!(parse_node_spec("rtx-pro-5000:2").unwrap()[1].key, "rtx-pro-5000");
+        // The early GB200 looks like the production one to the catalog, whose names differ.
+        let early = simulated_model_by_key("gb200-early").unwrap();
+        assert!(model_by_key("gb200-early").is_none());
+        let production = model_by_pci_id(early.pci_device_ids[0]).unwrap();
+        assert_eq!(production.key, "gb200");
+        assert_eq!(model_by_nvml_name(&early.nvml_name).unwrap().key, "gb200");
+        assert!(production.profile_by_name("1g.24gb").is_none());
+        assert!(early.profile_by_name("1g.23gb").is_none());
+        assert_eq!(
+            early.mig_profiles.iter().map(|p| p.id).collect::<Vec<_>>(),
+            production.mig_profiles.iter().map(|p| p.id).collect::<Vec<_>>()
+        );
+        // Every other model, catalog or not, is found by its PCI id as itself.
+        for model in models() {
+            for &id in &model.pci_device_ids {
+                assert_eq!(model_by_pci_id(id).unwrap().key, model.key);
+            }
+        }
+    }
+
+    #[test]
+    fn b200_carries_the_published_rows() {
+        let b200 = model_by_key("b200").unwrap();
+        // I187 (Mar 2025): 20.50 GiB for the 1g rows (I166, Jan 2025, printed 22.00).
+        assert_rows(
+            b200,
+            &[
+                ("1g.23gb", 19, 7, 20.50, 18, [2, 1, 0, 1, 0]),
+                ("1g.23gb+me", 20, 1, 20.50, 18, [2, 1, 0, 1, 1]),
+                ("1g.45gb", 15, 4, 44.25, 30, [2, 1, 0, 1, 0]),
+                ("2g.45gb", 14, 3, 44.25, 36, [4, 2, 0, 2, 0]),
+            ],
+        );
+        let counts = names_and_counts(b200);
+        assert_eq!(counts[4..], [("3g.90gb", 2), ("4g.90gb", 1), ("7g.180gb", 1)]);
+        let ce: Vec<u8> = b200.mig_profiles[4..].iter().map(|p| p.engines.copy).collect();
+        assert_eq!(ce, [6, 8, 16], "G1's copy engines");
+        assert!(b200.matches_pci_id(0x2901_10DE));
+        assert_eq!(
+            (b200.nvml_name.as_str(), b200.memory_mib, b200.sms),
+            ("NVIDIA B200", 183359, 148)
+        );
+        assert_eq!(b200.cuda_capability(), [10, 0]);
+    }
+
+    #[test]
+    fn gb200_has_the_production_names() {
+        let gb200 = model_by_key("gb200").unwrap();
+        assert_rows(
+            gb200,
+            &[
+                ("1g.23gb", 19, 7, 22.00, 18, [2, 1, 0, 1, 0]),
+                ("1g.23gb+me", 20, 1, 22.00, 18, [2, 1, 0, 1, 1]),
+                ("1g.47gb", 15, 4, 45.50, 32, [2, 1, 0, 1, 0]),
+            ],
+        );
+        let two = gb200.profile_by_name("2g.47gb").unwrap();
+        assert_eq!((two.id, two.max_count, two.sms, two.engines.decoders), (14, 3, 38, 2));
+        assert_eq!(names_and_counts(gb200)[4..], [("3g.93gb", 2), ("4g.93gb", 1), ("7g.186gb", 1)]);
+        assert!(gb200.matches_pci_id(0x2941_10DE));
+        let early = simulated_model_by_key("gb200-early").unwrap();
+        assert_rows(
+            early,
+            &[
+                ("1g.24gb", 19, 7, 20.00, 18, [2, 1, 0, 1, 0]),
+                ("1g.24gb+me", 20, 1, 20.00, 18, [2, 1, 0, 1, 1]),
+                ("1g.47gb", 15, 4, 45.50, 32, [2, 1, 0, 1, 0]),
+                ("2g.47gb", 14, 3, 45.50, 38, [4, 2, 0, 2, 0]),
+            ],
+        );
+        let names: Vec<&str> = early.mig_profiles[4..].iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["3g.95gb", "4g.95gb", "7g.189gb"]);
+    }
+
+    #[test]
+    fn b300_has_mig_parteds_names_and_counts() {
+        let b300 = model_by_key("b300").unwrap();
+        assert_eq!(
+            names_and_counts(b300),
+            [
+                ("1g.34gb", 7),
+                ("1g.34gb+me", 1),
+                ("1g.67gb", 4),
+                ("2g.67gb", 3),
+                ("3g.135gb", 2),
+                ("4g.135gb", 1),
+                ("7g.269gb", 1)
+            ]
+        );
+        assert!(b300.matches_pci_id(0x3182_10DE));
+        assert_eq!(b300.cuda_capability(), [10, 3]);
+        assert!(b300.source.contains("DERIVED"));
+    }
+
+    #[test]
+    fn gh200_144gb_carries_the_published_rows() {
+        let gh200 = model_by_key("gh200-144gb").unwrap();
+        assert_rows(
+            gh200,
+            &[
+                ("1g.18gb", 19, 7, 17.50, 16, [1, 1, 0, 1, 0]),
+                ("1g.18gb+me", 20, 1, 17.50, 16, [1, 1, 0, 1, 1]),
+                ("1g.36gb", 15, 4, 35.25, 26, [1, 1, 0, 1, 0]),
+                ("2g.36gb", 14, 3, 35.25, 32, [2, 2, 0, 2, 0]),
+            ],
+        );
+        assert_eq!(names_and_counts(gh200)[4..], [("3g.72gb", 2), ("4g.72gb", 1), ("7g.144gb", 1)]);
+        assert!(gh200.matches_pci_id(0x2348_10DE));
+    }
+
+    #[test]
+    fn h100_nvl_carries_the_published_rows_and_placements() {
+        let nvl = model_by_key("h100-nvl").unwrap();
+        assert_rows(
+            nvl,
+            &[
+                ("1g.12gb", 19, 7, 10.75, 16, [1, 1, 0, 1, 0]),
+                ("1g.12gb+me", 20, 1, 10.75, 16, [1, 1, 0, 1, 1]),
+                ("1g.24gb", 15, 4, 21.62, 26, [1, 1, 0, 1, 0]),
+            ],
+        );
+        assert_eq!(nvl.profile_by_name("3g.47gb").unwrap().memory_mib, 47493, "I101's 46.38");
+        // CFX's -lgipp.
+        let placements: Vec<(u32, Vec<u8>, u8)> = nvl
+            .mig_profiles
+            .iter()
+            .map(|p| (p.id, p.placements.clone(), p.memory_slices))
+            .collect();
+        assert_eq!(
+            placements,
+            [
+                (19, vec![0, 1, 2, 3, 4, 5, 6], 1),
+                (20, vec![0, 1, 2, 3, 4, 5, 6], 1),
+                (15, vec![0, 2, 4, 6], 2),
+                (14, vec![0, 2, 4], 2),
+                (9, vec![0, 4], 4),
+                (5, vec![0], 4),
+                (0, vec![0], 8)
+            ]
+        );
+        let engines: Vec<[u8; 2]> =
+            nvl.mig_profiles[3..].iter().map(|p| [p.engines.copy, p.engines.decoders]).collect();
+        assert_eq!(engines, [[2, 2], [3, 3], [4, 4], [8, 7]], "G1");
+        assert!(nvl.matches_pci_id(0x2321_10DE) && nvl.matches_pci_id(0x233A_10DE));
+        assert_eq!((nvl.nvml_name.as_str(), nvl.memory_mib), ("NVIDIA H100 NVL", 95830));
+    }
+
+    #[test]
+    fn h100_96gb_has_the_guides_table() {
+        let h = model_by_key("gh200-96gb").unwrap();
+        assert_eq!(h.key, "h100-96gb");
+        assert_eq!(
+            names_and_counts(h),
+            [
+                ("1g.12gb", 7),
+                ("1g.12gb+me", 1),
+                ("1g.24gb", 4),
+                ("2g.24gb", 3),
+                ("3g.48gb", 2),
+                ("4g.48gb", 1),
+                ("7g.96gb", 1)
+            ]
+        );
+        // G1: CE and NVDEC/JPEG/OFA.
+        let engines: Vec<[u8; 4]> = h
+            .mig_profiles
+            .iter()
+            .map(|p| [p.engines.copy, p.engines.decoders, p.engines.jpeg, p.engines.ofa])
+            .collect();
+        assert_eq!(
+            engines,
+            [
+                [1, 1, 1, 0],
+                [1, 1, 1, 1],
+                [1, 1, 1, 0],
+                [2, 2, 2, 0],
+                [3, 3, 3, 0],
+                [4, 4, 4, 0],
+                [8, 7, 7, 1]
+            ]
+        );
+        // Memory: the guide's fractions (1/8, 1/4, 2/8, 4/8, 4/8, full) of 96 GiB.
+        let mib: Vec<u64> = h.mig_profiles.iter().map(|p| p.memory_mib).collect();
+        assert_eq!(mib, [12288, 12288, 24576, 24576, 49152, 49152, 98304]);
+        for id in [0x2342_10DE, 0x233D_10DE, 0x20B6_10DE, 0x2329_10DE] {
+            assert!(h.matches_pci_id(id));
+        }
+    }
+
+    #[test]
+    fn rtx_pro_6000_is_kubesimplifys_listing_in_full() {
+        let rtx = model_by_key("rtx-pro-6000").unwrap();
+        assert_eq!(rtx.key, "rtx-pro-6000-bse");
+        assert_eq!(
+            (rtx.memory_slots, rtx.compute_slices, rtx.sms, rtx.memory_mib),
+            (12, 4, 188, 97887)
+        );
+        assert_eq!(rtx.cuda_capability(), [12, 0]);
+        assert_eq!(rtx.nvml_name, "NVIDIA RTX PRO 6000 Blackwell Server Edition");
+        assert!(rtx.matches_pci_id(0x2BB5_10DE));
+        let rows: [Row; 11] = [
+            ("1g.24gb", 14, 4, 23.62, 46, [1, 1, 1, 1, 0]),
+            ("1g.24gb+me", 21, 1, 23.62, 46, [1, 1, 1, 1, 1]),
+            ("1g.24gb+gfx", 47, 4, 23.62, 46, [1, 1, 1, 1, 0]),
+            ("1g.24gb+me.all", 65, 1, 23.62, 46, [1, 4, 4, 4, 1]),
+            ("1g.24gb-me", 67, 4, 23.62, 46, [1, 0, 0, 0, 0]),
+            ("2g.48gb", 5, 2, 47.38, 94, [2, 2, 2, 2, 0]),
+            ("2g.48gb+gfx", 35, 2, 47.38, 94, [2, 2, 2, 2, 0]),
+            ("2g.48gb+me.all", 64, 1, 47.38, 94, [2, 4, 4, 4, 1]),
+            ("2g.48gb-me", 66, 2, 47.38, 94, [2, 0, 0, 0, 0]),
+            ("4g.96gb", 0, 1, 95.12, 188, [4, 4, 4, 4, 1]),
+            ("4g.96gb+gfx", 32, 1, 95.12, 188, [4, 4, 4, 4, 1]),
+        ];
+        assert_rows(rtx, &rows);
+        assert_eq!(rtx.mig_profiles.len(), rows.len());
+        for p in &rtx.mig_profiles {
+            let (starts, size): (&[u8], u8) = match p.compute_slices {
+                1 => (&[0, 3, 6, 9], 3),
+                2 => (&[0, 6], 6),
+                _ => (&[0], 12),
+            };
+            assert_eq!((p.placements.as_slice(), p.memory_slices), (starts, size), "{}", p.name);
+        }
+        // The assumed enums, by nvml.h's names.
+        let enums: Vec<(&str, u32)> =
+            rtx.mig_profiles.iter().map(|p| (p.name.as_str(), p.nvml_enum)).collect();
+        assert_eq!(
+            enums,
+            [
+                ("1g.24gb", 0),
+                ("1g.24gb+me", 7),
+                ("1g.24gb+gfx", 10),
+                ("1g.24gb+me.all", 15),
+                ("1g.24gb-me", 13),
+                ("2g.48gb", 1),
+                ("2g.48gb+gfx", 11),
+                ("2g.48gb+me.all", 16),
+                ("2g.48gb-me", 14),
+                ("4g.96gb", 3),
+                ("4g.96gb+gfx", 12)
+            ]
+        );
+        assert_eq!(rtx.profile_by_compute_slices(1).unwrap().name, "1g.24gb");
+        assert!(rtx.profile_by_compute_slices(3).is_none());
+    }
+
+    #[test]
+    fn rtx_pro_5000_has_the_newer_guides_table() {
+        let pro = simulated_model_by_key("rtx-pro-5000").unwrap();
+        assert_eq!(
+            names_and_counts(pro),
+            [
+                ("1g.24gb", 2),
+                ("1g.24gb+me", 1),
+                ("1g.24gb+gfx", 2),
+                ("1g.24gb+me.all", 1),
+                ("1g.24gb-me", 2),
+                ("2g.48gb", 1),
+                ("2g.48gb+gfx", 1)
+            ]
+        );
+        // G1: NVDEC/NVENC/JPEG/OFA, CE.
+        let engines: Vec<[u8; 5]> = pro
+            .mig_profiles
+            .iter()
+            .map(|p| {
+                let e = p.engines;
+                [e.decoders, e.encoders, e.jpeg, e.ofa, e.copy]
+            })
+            .collect();
+        assert_eq!(
+            engines,
+            [
+                [1, 1, 0, 0, 1],
+                [1, 1, 1, 1, 1],
+                [1, 1, 0, 0, 1],
+                [3, 3, 1, 1, 1],
+                [0, 0, 0, 0, 1],
+                [3, 3, 1, 1, 4],
+                [3, 3, 1, 1, 4]
+            ]
+        );
+        assert!(pro.source.contains("PLACEHOLDER"));
+        assert_eq!((pro.memory_slots, pro.compute_slices), (6, 2));
+    }
+
+    #[test]
+    fn a30_has_the_2g_12gb_me_of_the_published_listing() {
+        let a30 = model_by_key("a30").unwrap();
+        assert_rows(a30, &[("2g.12gb+me", 6, 1, 11.69, 28, [2, 2, 0, 1, 1])]);
+        let p = a30.profile_by_name("2g.12gb+me").unwrap();
+        assert_eq!((p.nvml_enum, p.placements.as_slice(), p.memory_slices), (8, &[0, 2][..], 2));
+        let ids: Vec<u32> = a30.mig_profiles.iter().map(|p| p.id).collect();
+        assert_eq!(ids, [14, 21, 5, 6, 0], "-lgipp's order");
+    }
+
+    #[test]
+    fn derived_memory_never_exceeds_the_gpu() {
+        for model in simulated_models() {
+            for p in &model.mig_profiles {
+                assert!(p.memory_mib <= model.memory_mib, "{} {}", model.key, p.name);
+                assert!(p.sms <= model.sms, "{} {}", model.key, p.name);
+            }
         }
     }
 }

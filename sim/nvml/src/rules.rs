@@ -1,7 +1,7 @@
 //! The driver's MIG and compute rules on a [`Node`], pure (no I/O), answering NVML return
 //! codes. The C ABI (`abi`) looks handles up and calls these.
 
-use gpushare_catalog::{GpuModel, MigProfile};
+use gpushare_catalog::{Engines, GpuModel, MigProfile};
 
 use crate::abi::types::{
     NO_INSTANCE, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
@@ -113,8 +113,52 @@ pub fn set_persistence_mode(node: &mut Node, index: u32, enabled: bool) -> Resul
     Ok(())
 }
 
+/// The copy and media engines of the whole GPU: the most of each kind that one profile of
+/// the model gets (the full-GPU profile's on every model the catalog has).
+pub fn engine_totals(model: &GpuModel) -> Engines {
+    model.mig_profiles.iter().fold(Engines::default(), |all, p| {
+        let e = p.engines;
+        Engines {
+            copy: all.copy.max(e.copy),
+            decoders: all.decoders.max(e.decoders),
+            encoders: all.encoders.max(e.encoders),
+            jpeg: all.jpeg.max(e.jpeg),
+            ofa: all.ofa.max(e.ofa),
+        }
+    })
+}
+
+/// `a + b`, kind by kind.
+fn add_engines(a: Engines, b: Engines) -> Engines {
+    Engines {
+        copy: a.copy.saturating_add(b.copy),
+        decoders: a.decoders.saturating_add(b.decoders),
+        encoders: a.encoders.saturating_add(b.encoders),
+        jpeg: a.jpeg.saturating_add(b.jpeg),
+        ofa: a.ofa.saturating_add(b.ofa),
+    }
+}
+
+/// Whether `used` fits in `total`, kind by kind.
+fn engines_within(used: Engines, total: Engines) -> bool {
+    used.copy <= total.copy
+        && used.decoders <= total.decoders
+        && used.encoders <= total.encoders
+        && used.jpeg <= total.jpeg
+        && used.ofa <= total.ofa
+}
+
 /// Why a GPU instance of `profile` at `start` cannot be added: INSUFFICIENT_RESOURCES when
-/// it overlaps an instance, exceeds the profile's count or the GPU's compute slices.
+/// it overlaps an instance, exceeds the profile's count, the GPU's compute slices or its
+/// engines.
+///
+/// The engines are a budget: each GPU instance takes its profile's copy and media engines
+/// out of the whole GPU's ([`engine_totals`]). Assumed, not recorded on hardware: it is
+/// what the guide's words mean ("+me.all takes every media engine", "only one instance
+/// can own" the OFA), and it never binds a layout of plain profiles within their counts
+/// and slices on any catalog model (the tests check); it is what keeps, on an RTX PRO
+/// 6000, a `1g.24gb+me.all` (all four decoders) from sharing the GPU with a `1g.24gb`
+/// (one decoder) while three `1g.24gb-me` (none) fit beside it.
 fn check_fits(
     g: &Gpu,
     extra: &[(u8, u8, u32)],
@@ -130,6 +174,7 @@ fn check_fits(
         .chain(extra.iter().copied());
     let mut same = 0;
     let mut compute = 0;
+    let mut engines = profile.engines;
     for (s, size, profile_id) in taken {
         if start < s + size && s < end {
             return Err(ret::INSUFFICIENT_RESOURCES);
@@ -137,9 +182,15 @@ fn check_fits(
         if profile_id == profile.id {
             same += 1;
         }
-        compute += model.profile_by_id(profile_id).map_or(0, |p| p.compute_slices);
+        if let Some(p) = model.profile_by_id(profile_id) {
+            compute += p.compute_slices;
+            engines = add_engines(engines, p.engines);
+        }
     }
-    if same >= profile.max_count || compute + profile.compute_slices > model.compute_slices {
+    if same >= profile.max_count
+        || compute + profile.compute_slices > model.compute_slices
+        || !engines_within(engines, engine_totals(model))
+    {
         return Err(ret::INSUFFICIENT_RESOURCES);
     }
     Ok(())
@@ -202,6 +253,16 @@ pub fn create_gpu_instance(
 /// listings number the eighths from slot 4 on (slots 4-6 are GI 7-9, slots 0-3 GI 11-14);
 /// Hopper's eighths follow that. Its larger instances keep the A100's numbering: no
 /// listing of them was at hand.
+///
+/// The tree's leaves are the model's smallest placement, not one memory slot: an instance
+/// of `size` slots is one of `memory_slots / size` nodes on its level. On the 8-slot
+/// GPUs and the A30's 4 slots that is the slot tree; on the RTX PRO 6000's 12-slot grid
+/// (a compute slice takes 3 slots) the 1g's at 0, 3, 6, 9 are GI 3-6 and a 2g at 0 GI 1,
+/// as the published `-lgi` shows (catalog/listings.md, KS). Every catalog model's sizes
+/// divide its slots into a power of two of positions, which a tree needs (the tests
+/// check that no two placements share an id). Assumed for models nobody recorded: the
+/// Blackwell 7-slice GPUs number as the guide's A100 (their eighths not rotated as
+/// Hopper's), and the RTX PRO 5000's 6-slot grid as the 6000's.
 pub fn gpu_instance_id(model: &GpuModel, start: u8, size: u8) -> u32 {
     let slots = u32::from(model.memory_slots);
     let size = u32::from(size.max(1));
@@ -242,7 +303,12 @@ pub fn renumber_instances(node: &mut Node) {
 /// a tie. That rule gives every placement of NVIDIA's MIG user guide examples (A100-40GB
 /// `-cgi 19,14,5` at 6, 4, 0; `9,19,14,19` at 4, 0, 2, 1; `14,19,19,19,19,19` at 4, 6, 0,
 /// 1, 2, 3; `19,19,14,9` failing on the 3g after 6, 4, 0) and the published H100 `-cgi`
-/// of seven 1g (6, 4, 5, 0, 1, 2, 3).
+/// of seven 1g (6, 4, 5, 0, 1, 2, 3). It knows no slot count: on the RTX PRO 6000's
+/// 12-slot grid, where every profile's placements cover the whole grid, each free start
+/// blocks as many as any other and the lowest wins, which is the published order (four
+/// 1g.24gb at 0, 3, 6, 9; a 2g.48gb at 0, then 1g's at 6 and 9; catalog/listings.md, KS)
+/// and the A30's (1g's at 0 then 1, a 2g at 2; A30L). For the models nobody recorded it
+/// is assumed to hold as it does for these.
 pub fn driver_placement(g: &Gpu, profile_id: u32) -> Result<u8, Code> {
     let profile = gi_profile_by_id(g, profile_id)?;
     let taken: Vec<(u8, u8)> = g.instances.iter().map(|gi| (gi.start, gi.size)).collect();
@@ -326,7 +392,9 @@ pub fn ci_profile(g: &Gpu, gi: &GpuInstance, nvml_enum: u32) -> Result<CiProfile
 
 /// The starts a compute instance of `slices` may take in a GPU instance of `gi_slices`
 /// compute slices: aligned to the power of two at or above its size, as GPU-instance
-/// placements are (on a 7-slice GPU instance 1c {0..6}, 2c {0,2,4}, 3c {0,4}, 4c {0}).
+/// placements are (on a 7-slice GPU instance 1c {0..6}, 2c {0,2,4}, 3c {0,4}, 4c {0}; in
+/// the RTX PRO 6000's 4-slice one 1c {0..3}, 2c {0,2}, 4c {0}). Compute slices are
+/// counted alone, whatever memory slots a compute slice spans (3 on the RTX PRO 6000).
 pub fn ci_placements(gi_slices: u8, slices: u8) -> Vec<u8> {
     let align = slices.max(1).next_power_of_two();
     (0..gi_slices).step_by(usize::from(align)).filter(|&s| s + slices <= gi_slices).collect()
@@ -691,5 +759,187 @@ mod tests {
         assert_eq!(gi_profile_by_enum(&n.gpus[0], 17), Err(ret::INVALID_ARGUMENT));
         assert_eq!(gi_profile_by_enum(&n.gpus[1], 0), Err(ret::NOT_SUPPORTED));
         assert_eq!(max_mig_devices(&n.gpus[0]), 0);
+    }
+
+    /// A fresh one-GPU node of `key` with MIG on.
+    fn mig_node(key: &str) -> Node {
+        let mut n = node(&format!("{key}:1"));
+        n.gpus[0].mig_enabled = true;
+        n
+    }
+
+    /// Creates GPU instances of the named profiles where the driver would place them:
+    /// `(start, id)` of each, stopping at the first that fails.
+    fn driver_creates(n: &mut Node, names: &[&str]) -> Result<Vec<(u8, u32)>, Code> {
+        let mut out = Vec::new();
+        for name in names {
+            let p = n.gpus[0].model().profile_by_name(name).ok_or(ret::INVALID_ARGUMENT)?;
+            let start = driver_placement(&n.gpus[0], p.id)?;
+            let id = create_gpu_instance(n, 0, p.id, u32::from(start), u32::from(p.memory_slices))?;
+            out.push((start, id));
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn no_two_placements_of_a_model_share_an_instance_id() {
+        for model in gpushare_catalog::simulated_models().iter().filter(|m| m.supports_mig()) {
+            let mut seen = std::collections::HashMap::new();
+            for p in &model.mig_profiles {
+                assert_eq!(model.memory_slots % p.memory_slices, 0, "{} {}", model.key, p.name);
+                let positions = model.memory_slots / p.memory_slices;
+                assert!(positions.is_power_of_two(), "{} {}: a tree level", model.key, p.name);
+                for &start in &p.placements {
+                    let id = gpu_instance_id(model, start, p.memory_slices);
+                    if let Some(other) = seen.insert(id, (start, p.memory_slices)) {
+                        assert_eq!(other, (start, p.memory_slices), "{} GI {id}", model.key);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_rtx_pro_6000_numbers_and_places_as_published() {
+        // kubesimplify's -cgi of four 1g.24gb: GI 3, 4, 5, 6 at 0, 3, 6, 9.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        let four = driver_creates(&mut n, &["1g.24gb"; 4]).unwrap();
+        assert_eq!(four, [(0, 3), (3, 4), (6, 5), (9, 6)]);
+        assert_eq!(remaining_capacity(&n.gpus[0], 14), Ok(0));
+        // Its -cgi 2g.48gb,1g.24gb,1g.24gb: GI 1 at 0, GI 5 at 6, GI 6 at 9.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        let mixed = driver_creates(&mut n, &["2g.48gb", "1g.24gb", "1g.24gb"]).unwrap();
+        assert_eq!(mixed, [(0, 1), (6, 5), (9, 6)]);
+        // The whole card, with graphics, is GI 0.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        assert_eq!(driver_creates(&mut n, &["4g.96gb+gfx"]), Ok(vec![(0, 0)]));
+        assert_eq!(driver_creates(&mut n, &["1g.24gb-me"]), Err(ret::INSUFFICIENT_RESOURCES));
+        // Placements off the 12-slot grid are refused.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        assert_eq!(create_gpu_instance(&mut n, 0, 14, 1, 3), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_gpu_instance(&mut n, 0, 5, 3, 6), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(create_gpu_instance(&mut n, 0, 5, 0, 3), Err(ret::INVALID_ARGUMENT));
+        assert_eq!(max_mig_devices(&n.gpus[0]), 4);
+    }
+
+    #[test]
+    fn the_a30_numbers_and_places_as_published() {
+        // A30L: -cgi 14, 14, then 5: GI 3 at 0, GI 4 at 1, GI 2 at 2.
+        let mut n = mig_node("a30");
+        let made = driver_creates(&mut n, &["1g.6gb", "1g.6gb", "2g.12gb"]).unwrap();
+        assert_eq!(made, [(0, 3), (1, 4), (2, 2)]);
+        // The 2g.12gb+me, at either half.
+        let mut n = mig_node("a30");
+        assert_eq!(create_gpu_instance(&mut n, 0, 6, 2, 2), Ok(2));
+        assert_eq!(create_gpu_instance(&mut n, 0, 6, 0, 2), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(gi_profile_by_enum(&n.gpus[0], 8).unwrap().name, "2g.12gb+me");
+    }
+
+    #[test]
+    fn media_engines_are_shared_out_of_the_whole_gpus() {
+        let mut n = mig_node("rtx-pro-6000-bse");
+        // +me.all takes all four decoders: a plain 1g (one decoder) no longer fits, -me does.
+        assert_eq!(driver_creates(&mut n, &["1g.24gb+me.all"]), Ok(vec![(0, 3)]));
+        assert_eq!(remaining_capacity(&n.gpus[0], 14), Ok(0));
+        assert_eq!(remaining_capacity(&n.gpus[0], 67), Ok(3));
+        assert_eq!(driver_creates(&mut n, &["1g.24gb"]), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(driver_creates(&mut n, &["1g.24gb-me"; 3]).unwrap().len(), 3);
+        // The same with 2g's.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        driver_creates(&mut n, &["2g.48gb+me.all"]).unwrap();
+        assert_eq!(driver_creates(&mut n, &["2g.48gb+gfx"]), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(driver_creates(&mut n, &["2g.48gb-me"]).unwrap().len(), 1);
+        // The one OFA: a 1g.24gb+me and a 2g.48gb+me.all exclude each other; the A30's
+        // one JPEG and OFA keep its two +me profiles apart.
+        let mut n = mig_node("rtx-pro-6000-bse");
+        driver_creates(&mut n, &["1g.24gb+me"]).unwrap();
+        assert_eq!(remaining_capacity(&n.gpus[0], 64), Ok(0));
+        let mut n = mig_node("a30");
+        driver_creates(&mut n, &["1g.6gb+me"]).unwrap();
+        assert_eq!(driver_creates(&mut n, &["2g.12gb+me"]), Err(ret::INSUFFICIENT_RESOURCES));
+        assert_eq!(driver_creates(&mut n, &["2g.12gb"]).unwrap().len(), 1);
+    }
+
+    /// Every layout of `model`'s plain profiles that fits memory, compute slices and counts,
+    /// visited once each, checking the driver's rules admit it (the engine budget never
+    /// binds these).
+    fn admit_every_plain_layout(
+        n: &mut Node,
+        seen: &mut std::collections::HashSet<Vec<(u8, u32)>>,
+    ) {
+        let model = n.gpus[0].model();
+        for p in model.mig_profiles.iter().filter(|p| p.is_plain()) {
+            for &start in &p.placements {
+                let g = &n.gpus[0];
+                let end = start + p.memory_slices;
+                let free =
+                    g.instances.iter().all(|gi| end <= gi.start || gi.start + gi.size <= start);
+                let same = g.instances.iter().filter(|gi| gi.profile_id == p.id).count();
+                let compute: u8 =
+                    g.instances.iter().map(|gi| profile_of(g, gi).compute_slices).sum();
+                let fits = free
+                    && same < usize::from(p.max_count)
+                    && compute + p.compute_slices <= model.compute_slices;
+                if !fits {
+                    continue;
+                }
+                let mut next = n.clone();
+                let made = create_gpu_instance(
+                    &mut next,
+                    0,
+                    p.id,
+                    u32::from(start),
+                    u32::from(p.memory_slices),
+                );
+                assert!(
+                    made.is_ok(),
+                    "{}: {} at {start} after {:?}",
+                    model.key,
+                    p.name,
+                    layout_of(n)
+                );
+                if seen.insert(layout_of(&next)) {
+                    admit_every_plain_layout(&mut next, seen);
+                }
+            }
+        }
+    }
+
+    fn layout_of(n: &Node) -> Vec<(u8, u32)> {
+        let mut l: Vec<(u8, u32)> =
+            n.gpus[0].instances.iter().map(|gi| (gi.start, gi.profile_id)).collect();
+        l.sort_unstable();
+        l
+    }
+
+    #[test]
+    fn the_engine_budget_never_refuses_a_layout_of_plain_profiles() {
+        for model in gpushare_catalog::simulated_models().iter().filter(|m| m.supports_mig()) {
+            let mut seen = std::collections::HashSet::new();
+            admit_every_plain_layout(&mut mig_node(&model.key), &mut seen);
+            assert!(seen.len() >= model.mig_profiles.iter().filter(|p| p.is_plain()).count());
+        }
+    }
+
+    #[test]
+    fn compute_instances_divide_the_rtx_pro_6000s_instances() {
+        let rtx = model_by_key("rtx-pro-6000-bse").unwrap();
+        let four = ci_profiles(rtx, rtx.profile_by_name("4g.96gb+gfx").unwrap());
+        let e: Vec<(u32, u8, u32, u32)> =
+            four.iter().map(|c| (c.nvml_enum, c.slices, c.sms, c.instance_count)).collect();
+        assert_eq!(e, [(0, 1, 46, 4), (1, 2, 94, 2), (3, 4, 188, 1)], "no 3-slice profile");
+        assert_eq!(ci_placements(4, 1), [0, 1, 2, 3]);
+        assert_eq!(ci_placements(4, 2), [0, 2]);
+        let mut n = mig_node("rtx-pro-6000-bse");
+        let gi = create_gpu_instance(&mut n, 0, 0, 0, 12).unwrap();
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 1), Ok(0));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 0), Ok(1));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 0), Ok(2));
+        assert_eq!(create_compute_instance(&mut n, 0, gi, 0), Err(ret::INSUFFICIENT_RESOURCES));
+        let starts: Vec<(u8, u8)> =
+            n.gpus[0].instances[0].compute_instances.iter().map(|c| (c.start, c.size)).collect();
+        assert_eq!(starts, [(0, 2), (2, 1), (3, 1)]);
+        let one = ci_profiles(rtx, rtx.profile_by_name("1g.24gb-me").unwrap());
+        assert_eq!(one, [CiProfile { nvml_enum: 0, slices: 1, sms: 46, instance_count: 1 }]);
     }
 }

@@ -359,3 +359,168 @@ fn a_mig_change_waits_for_the_processes_on_an_a100() {
     assert_eq!(process("GPU instance ID"), Some("N/A".into()));
     assert_eq!(sim.ok(&["--query-gpu=memory.used", "--format=csv,noheader"]), "512 MiB\n");
 }
+
+#[test]
+fn an_rtx_pro_6000_lists_and_cuts_as_published() {
+    // Against the -lgip, -lgipp, -cgi, -lgi and -lci that kubesimplify published for an
+    // RTX PRO 6000 Blackwell Server Edition (driver 610.43.02; catalog/listings.md, KS).
+    let sim = Sim::new("rtx-pro-6000-bse:1");
+    assert_eq!(sim.ok(&["-mig", "1"]), format!("Enabled MIG Mode for GPU {BUS}\nAll done.\n"));
+    let lgip = sim.ok(&["mig", "-i", "0", "-lgip"]);
+    let lines: Vec<&str> = lgip.lines().collect();
+    assert_eq!(lines.len(), 5 + 3 * 11, "{lgip}");
+    for (at, want) in [
+        (5, "|   0  MIG 1g.24gb         14     4/4        23.62      No     46     1     1   |"),
+        (6, "|                                                               1     1     0   |"),
+        (14, "|   0  MIG 1g.24gb+me.all  65     1/1        23.62      No     46     4     4   |"),
+        (15, "|                                                               1     4     1   |"),
+        (17, "|   0  MIG 1g.24gb-me      67     4/4        23.62      No     46     0     0   |"),
+        (23, "|   0  MIG 2g.48gb+gfx     35     2/2        47.38      No     94     2     2   |"),
+        (35, "|   0  MIG 4g.96gb+gfx     32     1/1        95.12      No     188    4     4   |"),
+        (36, "|                                                               4     4     1   |"),
+    ] {
+        assert_eq!(lines[at], want, "line {at}");
+    }
+    let lgipp = sim.ok(&["mig", "-i", "0", "-lgipp"]);
+    let want: String = [
+        (14, "s: {0,3,6,9}:3"),
+        (21, "s: {0,3,6,9}:3"),
+        (47, "s: {0,3,6,9}:3"),
+        (65, "s: {0,3,6,9}:3"),
+        (67, "s: {0,3,6,9}:3"),
+        (5, "s: {0,6}:6"),
+        (35, "s: {0,6}:6"),
+        (64, "s: {0,6}:6"),
+        (66, "s: {0,6}:6"),
+        (0, " : {0}:12"),
+        (32, " : {0}:12"),
+    ]
+    .iter()
+    .map(|(id, rest)| format!("GPU  0 Profile ID {id:>2} Placement{rest}\n"))
+    .collect();
+    assert_eq!(lgipp, want);
+
+    // Four 1g.24gb with their compute instances: GI 3 to 6, at 0, 3, 6, 9.
+    let created = sim.ok(&["mig", "-i", "0", "-cgi", "1g.24gb,1g.24gb,1g.24gb,1g.24gb", "-C"]);
+    let want: String = (3..=6)
+        .map(|gi| {
+            format!(
+                "Successfully created GPU instance ID {gi:>2} on GPU  0 using profile MIG 1g.24gb \
+                 (ID 14)\nSuccessfully created compute instance ID  0 on GPU  0 GPU instance ID \
+                 {gi:>2} using profile MIG 1g.24gb (ID  0)\n"
+            )
+        })
+        .collect();
+    assert_eq!(created, want);
+    let rows: Vec<String> =
+        sim.ok(&["mig", "-lgi"]).lines().skip(5).step_by(2).map(String::from).collect();
+    let want: Vec<String> =
+        [(3, 0), (4, 3), (5, 6), (6, 9)].map(|(gi, s)| lgi_row(gi, "1g.24gb", 14, s, 3)).to_vec();
+    assert_eq!(rows, want);
+    let lci = sim.ok(&["mig", "-lci"]);
+    assert_eq!(
+        lci.lines().nth(6).unwrap(),
+        "|   0      3       MIG 1g.24gb          0         0          0:1     |"
+    );
+    assert_eq!(lci.lines().count(), 6 + 2 * 4);
+    assert!(sim.ok(&["mig", "-lgip"]).contains("|   0  MIG 1g.24gb         14     0/4"));
+
+    // Torn down, then one 2g and two 1g: GI 1 at 0:6, GI 5 and 6 at 6:3 and 9:3, listed
+    // 1g first as the real tool does.
+    assert_eq!(sim.ok(&["mig", "-dci"]).lines().count(), 4);
+    assert_eq!(sim.ok(&["mig", "-dgi"]).lines().count(), 4);
+    let created = sim.ok(&["mig", "-cgi", "2g.48gb,1g.24gb,1g.24gb", "-C"]);
+    assert!(created.starts_with(
+        "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 2g.48gb (ID  5)\n\
+         Successfully created compute instance ID  0 on GPU  0 GPU instance ID  1 using profile \
+         MIG 2g.48gb (ID  1)\n"
+    ));
+    let rows: Vec<String> =
+        sim.ok(&["mig", "-lgi"]).lines().skip(5).step_by(2).map(String::from).collect();
+    assert_eq!(
+        rows,
+        [
+            lgi_row(5, "1g.24gb", 14, 6, 3),
+            lgi_row(6, "1g.24gb", 14, 9, 3),
+            lgi_row(1, "2g.48gb", 5, 0, 6)
+        ]
+    );
+    // Inside the 2g: two 1-slice compute instances where its default one was.
+    sim.ok(&["mig", "-dci", "-gi", "1"]);
+    let created = sim.ok(&["mig", "-cci", "1c.2g.48gb,0", "-gi", "1"]);
+    assert_eq!(created.lines().count(), 2, "{created}");
+    assert_eq!(layout(&sim.node())[0], (0, vec![(0, 1), (1, 1)]));
+    assert_eq!(sim.ok(&["-L"]).matches("MIG 1c.2g.48gb").count(), 2);
+}
+
+#[test]
+fn an_rtx_pro_6000s_variants_share_its_media_engines() {
+    let sim = Sim::new("rtx-pro-6000:1");
+    sim.change(|node| node.gpus[0].mig_enabled = true);
+    // +me.all takes all four decoders and encoders: no plain 1g.24gb beside it, -me ones
+    // (none) fit.
+    let made = sim.ok(&["mig", "-cgi", "1g.24gb+me.all", "-C"]);
+    assert!(made.starts_with(
+        "Successfully created GPU instance ID  3 on GPU  0 using profile MIG 1g.24gb+me.all (ID 65)"
+    ));
+    let lgip = sim.ok(&["mig", "-lgip"]);
+    assert!(lgip.contains("|   0  MIG 1g.24gb         14     0/4"), "{lgip}");
+    assert!(lgip.contains("|   0  MIG 1g.24gb-me      67     3/4"), "{lgip}");
+    assert_eq!(
+        sim.run(&["mig", "-cgi", "14"]),
+        (
+            "Unable to create a GPU instance on GPU  0 using profile 14: Insufficient Resources\n\
+             Failed to create GPU instances: Insufficient Resources\n"
+                .into(),
+            255
+        )
+    );
+    sim.ok(&["mig", "-cgi", "1g.24gb-me,MIG 1g.24gb-me,67", "-C"]);
+    assert_eq!(sim.node().gpus[0].instances.len(), 4);
+    sim.ok(&["mig", "-dci"]);
+    sim.ok(&["mig", "-dgi"]);
+    // The whole card with graphics, cut into compute instances by name.
+    sim.ok(&["mig", "-cgi", "4g.96gb+gfx"]);
+    let lcip = sim.ok(&["mig", "-lcip"]);
+    let names: Vec<&str> =
+        lcip.lines().skip(6).step_by(3).map(|l| l.split_whitespace().nth(4).unwrap()).collect();
+    assert_eq!(names, ["1c.4g.96gb+gfx", "2c.4g.96gb+gfx", "4g.96gb+gfx"], "{lcip}");
+    sim.ok(&["mig", "-cci", "2c.4g.96gb+gfx,1c.4g.96gb+gfx,0"]);
+    assert_eq!(layout(&sim.node()), [(0, vec![(0, 2), (2, 1), (3, 1)])]);
+}
+
+#[test]
+fn every_simulated_model_takes_its_profiles_through_nvidia_smi() {
+    for model in gpushare_catalog::simulated_models().iter().filter(|m| m.supports_mig()) {
+        let sim = Sim::new(&format!("{}:1", model.key));
+        sim.change(|node| node.gpus[0].mig_enabled = true);
+        let lgipp = sim.ok(&["mig", "-lgipp"]);
+        assert_eq!(lgipp.lines().count(), model.mig_profiles.len(), "{}", model.key);
+        let lgip = sim.ok(&["mig", "-lgip"]);
+        for p in &model.mig_profiles {
+            let row =
+                format!("|   0  MIG {:<14}{:>4}{:>6}/{}", p.name, p.id, p.max_count, p.max_count);
+            assert!(lgip.contains(&row), "{}: {row}\n{lgip}", model.key);
+        }
+        // Each profile alone by name, with its default compute instance, and back.
+        for p in &model.mig_profiles {
+            let made = sim.ok(&["mig", "-cgi", &p.name, "-C"]);
+            assert!(made.contains(&format!("using profile MIG {} (ID {:>2})", p.name, p.id)));
+            sim.ok(&["mig", "-dci"]);
+            sim.ok(&["mig", "-dgi"]);
+        }
+        // NVIDIA's balanced layout, largest first, by slice count's plain profile.
+        let slices: &[u8] = match model.compute_slices {
+            7 => &[3, 2, 1, 1],
+            4 => &[2, 1, 1],
+            _ => &[1, 1],
+        };
+        let names: Vec<&str> = slices
+            .iter()
+            .map(|&c| model.profile_by_compute_slices(c).unwrap().name.as_str())
+            .collect();
+        let made = sim.ok(&["mig", "-cgi", &names.join(","), "-C"]);
+        assert_eq!(made.lines().count(), 2 * names.len(), "{}: {made}", model.key);
+        assert_eq!(sim.ok(&["-L"]).matches("MIG ").count(), names.len(), "{}", model.key);
+    }
+}

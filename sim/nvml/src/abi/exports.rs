@@ -455,6 +455,18 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 // ---------------------------------------------------------------------------------------
 // GPU instances
 
+/// `NVML_GPU_INSTANCE_PROFILE_CAPS_GFX` (nvml.h): the GPU-instance profile offers graphics.
+pub(super) const NVML_GPU_INSTANCE_PROFILE_CAPS_GFX: c_uint = 0x2;
+/// `NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX` (nvml.h).
+pub(super) const NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX: c_uint = 0x1;
+
+/// The `NVML_GPU_INSTANCE_PROFILE_CAPS_*` bits of a profile: GFX for a `+gfx` one (the only
+/// variant the guide says adds graphics), never P2P (`isP2pSupported` is 0 on the real
+/// H100). No driver's answer was recorded: the bits follow the constants' names.
+pub(super) fn gi_capabilities(p: &gpushare_catalog::MigProfile) -> c_uint {
+    if p.variant() == "+gfx" { NVML_GPU_INSTANCE_PROFILE_CAPS_GFX } else { 0 }
+}
+
 /// The figures of a GPU-instance profile; `isP2pSupported` is 0, as on the real H100.
 pub(super) struct GiFigures {
     pub(super) id: u32,
@@ -464,6 +476,7 @@ pub(super) struct GiFigures {
     pub(super) memory: u64,
     pub(super) engines: gpushare_catalog::Engines,
     pub(super) name: [c_char; NVML_DEVICE_NAME_V2_BUFFER_SIZE],
+    pub(super) capabilities: c_uint,
 }
 
 impl GiFigures {
@@ -477,6 +490,7 @@ impl GiFigures {
             memory: p.memory_mib,
             engines: p.engines,
             name: c_name(&format!("MIG {}", p.name)),
+            capabilities: gi_capabilities(p),
         }
     }
 
@@ -500,7 +514,7 @@ impl GiFigures {
         }
     }
 
-    /// The v3 struct.
+    /// The v3 struct, with the profile's `NVML_GPU_INSTANCE_PROFILE_CAPS_*` bits.
     pub(super) fn v3(&self, version: c_uint) -> nvmlGpuInstanceProfileInfo_v3_t {
         let e = self.engines;
         nvmlGpuInstanceProfileInfo_v3_t {
@@ -516,7 +530,7 @@ impl GiFigures {
             ofaCount: e.ofa.into(),
             memorySizeMB: self.memory,
             name: self.name,
-            capabilities: 0,
+            capabilities: self.capabilities,
         }
     }
 }
@@ -765,13 +779,15 @@ pub unsafe extern "C" fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) 
 // ---------------------------------------------------------------------------------------
 // Compute instances
 
+/// A compute-instance profile, its name and its `NVML_COMPUTE_INSTANCE_PROFILE_CAPS_*` bits
+/// (GFX inside a `+gfx` GPU instance: assumed, as no driver's answer was recorded).
 fn ci_figures(
     node: &Node,
     epoch: u32,
     gpu_instance: nvmlGpuInstance_t,
     profile: c_uint,
     eng_profile: c_uint,
-) -> Result<(CiProfile, String), Code> {
+) -> Result<(CiProfile, String, c_uint), Code> {
     let (index, id) = handles::resolve_gpu_instance(node, epoch, gpu_instance)?;
     if eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
         return Err(ret::INVALID_ARGUMENT);
@@ -779,8 +795,10 @@ fn ci_figures(
     let g = gpu_at(node, index)?;
     let gi = gi_of(g, id)?;
     let p = rules::ci_profile(g, gi, profile)?;
-    let gi_name = &rules::profile_of(g, gi).name;
-    Ok((p, format!("MIG {}c.{gi_name}", p.slices)))
+    let gi_profile = rules::profile_of(g, gi);
+    let caps =
+        if gi_profile.variant() == "+gfx" { NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX } else { 0 };
+    Ok((p, format!("MIG {}c.{}", p.slices, gi_profile.name), caps))
 }
 
 /// `nvmlGpuInstanceGetComputeInstanceProfileInfo` (v1 struct). The shared engine counts
@@ -795,7 +813,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     read("nvmlGpuInstanceGetComputeInstanceProfileInfo", |node, epoch| {
         // SAFETY: null or a writable v1 struct (nvml.h).
         let info = unsafe { out(info) }?;
-        let (p, _) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
+        let (p, _, _) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
         *info = nvmlComputeInstanceProfileInfo_t {
             id: p.nvml_enum,
             sliceCount: c_uint::from(p.slices),
@@ -830,7 +848,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
-        let (p, name) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
+        let (p, name, caps) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
         *v2 = nvmlComputeInstanceProfileInfo_v2_t {
             version,
             id: p.nvml_enum,
@@ -848,7 +866,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
             // SAFETY: the version says the caller's struct is a v3 (nvml.h), whose first
             // fields are the v2's and whose `capabilities` follows them.
             let v3 = unsafe { out(info.cast::<nvmlComputeInstanceProfileInfo_v3_t>()) }?;
-            v3.capabilities = 0;
+            v3.capabilities = caps;
         }
         Ok(())
     })

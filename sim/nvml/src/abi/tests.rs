@@ -723,3 +723,280 @@ fn the_driver_places_instances_itself_and_ids_follow_the_placement() {
         ret::ARGUMENT_VERSION_MISMATCH
     );
 }
+
+fn destroy_gi(gi: nvmlGpuInstance_t) -> nvmlReturn_t {
+    nv!(nvmlGpuInstanceDestroy(gi))
+}
+
+fn capacity(d: nvmlDevice_t, profile: u32) -> u32 {
+    let mut n = 999;
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceRemainingCapacity(d, profile, &mut n)), ret::SUCCESS);
+    n
+}
+
+fn driver_gi(d: nvmlDevice_t, profile: u32) -> Result<nvmlGpuInstance_t, nvmlReturn_t> {
+    let mut gi = null_mut();
+    match nv!(nvmlDeviceCreateGpuInstance(d, profile, &mut gi)) {
+        ret::SUCCESS => Ok(gi),
+        code => Err(code),
+    }
+}
+
+/// `NVML_COMPUTE_INSTANCE_PROFILE_*` of a compute instance of `slices` compute slices.
+fn ci_enum(slices: u8) -> u32 {
+    match slices {
+        1 => NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+        2 => NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
+        3 => NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+        4 => NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
+        _ => NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
+    }
+}
+
+/// A MIG GPU of `model`, alone on a fresh node, with MIG on.
+fn mig_gpu(model: &gpushare_catalog::GpuModel) -> (Sim, nvmlDevice_t) {
+    let sim = Sim::new(&format!("{}:1", model.key), &[]);
+    let d = dev(0);
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(d, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS), "{}", model.key);
+    (sim, d)
+}
+
+/// Every model the simulated driver plays, catalog and simulator-only, with MIG.
+fn mig_models() -> impl Iterator<Item = &'static gpushare_catalog::GpuModel> {
+    gpushare_catalog::simulated_models().iter().filter(|m| m.supports_mig())
+}
+
+#[test]
+fn every_model_answers_its_profile_table_by_enum() {
+    for model in mig_models() {
+        let (_sim, d) = mig_gpu(model);
+        for e in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+            let Some(p) = model.mig_profiles.iter().find(|p| p.nvml_enum == e) else {
+                assert_eq!(
+                    gi_profile_v2(d, e).unwrap_err(),
+                    ret::NOT_SUPPORTED,
+                    "{} {e}",
+                    model.key
+                );
+                continue;
+            };
+            let v2 = gi_profile_v2(d, e).unwrap();
+            let what = format!("{} {}", model.key, p.name);
+            assert_eq!(
+                (v2.id, v2.sliceCount, v2.instanceCount, v2.multiprocessorCount, v2.memorySizeMB),
+                (p.id, u32::from(p.compute_slices), u32::from(p.max_count), p.sms, p.memory_mib),
+                "{what}"
+            );
+            let engines =
+                [v2.copyEngineCount, v2.decoderCount, v2.encoderCount, v2.jpegCount, v2.ofaCount];
+            let e2 = p.engines;
+            assert_eq!(
+                engines,
+                [e2.copy, e2.decoders, e2.encoders, e2.jpeg, e2.ofa].map(u32::from),
+                "{what}"
+            );
+            assert_eq!(name_of(&v2.name), format!("MIG {}", p.name), "{what}");
+            // v3: the name again, and GFX among the capabilities of a +gfx profile only.
+            // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+            let mut v3: nvmlGpuInstanceProfileInfo_v3_t = unsafe { std::mem::zeroed() };
+            v3.version = nvmlGpuInstanceProfileInfo_v3;
+            let v3p = (&mut v3 as *mut nvmlGpuInstanceProfileInfo_v3_t).cast();
+            assert_eq!(nv!(nvmlDeviceGetGpuInstanceProfileInfoV(d, e, v3p)), ret::SUCCESS);
+            assert_eq!(name_of(&v3.name), format!("MIG {}", p.name), "{what}");
+            let gfx = if p.variant() == "+gfx" { NVML_GPU_INSTANCE_PROFILE_CAPS_GFX } else { 0 };
+            assert_eq!(v3.capabilities, gfx, "{what}");
+        }
+        assert_eq!(
+            gi_profile_v2(d, NVML_GPU_INSTANCE_PROFILE_COUNT).unwrap_err(),
+            ret::INVALID_ARGUMENT
+        );
+    }
+}
+
+#[test]
+fn every_profile_of_every_model_fills_its_placements_and_empties_again() {
+    for model in mig_models() {
+        let (_sim, d) = mig_gpu(model);
+        for p in &model.mig_profiles {
+            let what = format!("{} {}", model.key, p.name);
+            let mut n = 0;
+            assert_eq!(
+                nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, p.id, null_mut(), &mut n)),
+                ret::SUCCESS
+            );
+            let mut pl = vec![nvmlGpuInstancePlacement_t { start: 99, size: 99 }; n as usize];
+            assert_eq!(
+                nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+                    d,
+                    p.id,
+                    pl.as_mut_ptr(),
+                    &mut n
+                )),
+                ret::SUCCESS
+            );
+            let want: Vec<(u32, u32)> =
+                p.placements.iter().map(|&s| (u32::from(s), u32::from(p.memory_slices))).collect();
+            assert_eq!(pl.iter().map(|p| (p.start, p.size)).collect::<Vec<_>>(), want, "{what}");
+            assert_eq!(capacity(d, p.id), u32::from(p.max_count), "{what}");
+            // Up to its count, at its placements in turn; then no more.
+            let mut made = Vec::new();
+            for &(start, size) in &want {
+                if made.len() == usize::from(p.max_count) {
+                    assert_eq!(create_gi(d, p.id, start, size), Err(ret::INSUFFICIENT_RESOURCES));
+                    continue;
+                }
+                let gi = create_gi(d, p.id, start, size).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let info = gi_info(gi).unwrap();
+                let id = crate::rules::gpu_instance_id(model, start as u8, size as u8);
+                assert_eq!((info.id, info.profileId, info.placement.start), (id, p.id, start));
+                made.push(gi);
+            }
+            assert_eq!(made.len(), usize::from(p.max_count), "{what}");
+            assert_eq!(capacity(d, p.id), 0, "{what}");
+            assert_eq!(driver_gi(d, p.id), Err(ret::INSUFFICIENT_RESOURCES), "{what}");
+            for gi in made {
+                assert_eq!(destroy_gi(gi), ret::SUCCESS, "{what}");
+            }
+            assert_eq!(capacity(d, p.id), u32::from(p.max_count), "{what}");
+        }
+    }
+}
+
+#[test]
+fn every_model_takes_the_balanced_layout_and_its_variants() {
+    for model in mig_models() {
+        let (_sim, d) = mig_gpu(model);
+        // NVIDIA's balanced layout (1g×2, 2g, 3g on 7 slices; 1g×2, 2g on 4; 1g×2 on 2),
+        // largest first, where the driver places it, each with its default compute
+        // instance.
+        let slices: &[u8] = match model.compute_slices {
+            7 => &[3, 2, 1, 1],
+            4 => &[2, 1, 1],
+            _ => &[1, 1],
+        };
+        let mut gis = Vec::new();
+        for &c in slices {
+            let p = model.profile_by_compute_slices(c).unwrap();
+            let gi = driver_gi(d, p.id).unwrap_or_else(|e| panic!("{} {}: {e}", model.key, p.name));
+            create_ci(gi, ci_enum(c)).unwrap();
+            gis.push(gi);
+        }
+        let mut count = 0;
+        assert_eq!(nv!(nvmlDeviceGetMaxMigDeviceCount(d, &mut count)), ret::SUCCESS);
+        assert_eq!(count, u32::from(model.compute_slices));
+        for (i, _) in gis.iter().enumerate() {
+            let mut mig = null_mut();
+            assert_eq!(
+                nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, i as c_uint, &mut mig)),
+                ret::SUCCESS
+            );
+            assert!(text(|b, n| nv!(nvmlDeviceGetName(mig, b, n))).unwrap().contains(" MIG "));
+        }
+        for gi in gis {
+            assert_eq!(destroy_gi(gi), ret::IN_USE, "{}: its compute instance first", model.key);
+            let mut cis = [null_mut::<c_void>(); 1];
+            let mut n = 0;
+            let profile = gi_info(gi).unwrap().profileId;
+            let slices = model.profile_by_id(profile).unwrap().compute_slices;
+            assert_eq!(
+                nv!(nvmlGpuInstanceGetComputeInstances(
+                    gi,
+                    ci_enum(slices),
+                    cis.as_mut_ptr(),
+                    &mut n
+                )),
+                ret::SUCCESS
+            );
+            assert_eq!(nv!(nvmlComputeInstanceDestroy(cis[0])), ret::SUCCESS);
+            assert_eq!(destroy_gi(gi), ret::SUCCESS);
+        }
+        // Every variant (+me, +gfx, -me, +me.all) alone, named as such on its MIG device.
+        for p in model.mig_profiles.iter().filter(|p| !p.is_plain()) {
+            let gi = driver_gi(d, p.id).unwrap_or_else(|e| panic!("{} {}: {e}", model.key, p.name));
+            let ci = create_ci(gi, ci_enum(p.compute_slices)).unwrap();
+            let mut mig = null_mut();
+            assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(d, 0, &mut mig)), ret::SUCCESS);
+            let name = text(|b, n| nv!(nvmlDeviceGetName(mig, b, n))).unwrap();
+            assert_eq!(name, format!("{} MIG {}", model.nvml_name, p.name));
+            assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::SUCCESS);
+            assert_eq!(destroy_gi(gi), ret::SUCCESS);
+        }
+    }
+}
+
+#[test]
+fn every_model_divides_a_gpu_instance_into_one_slice_compute_instances() {
+    for model in mig_models() {
+        let (_sim, d) = mig_gpu(model);
+        // The largest plain profile of 3 compute slices or fewer: a 3g on 7-slice GPUs, a
+        // 2g on the others.
+        let p = (2..=3).rev().find_map(|c| model.profile_by_compute_slices(c)).unwrap();
+        let what = format!("{} {}", model.key, p.name);
+        let gi = driver_gi(d, p.id).unwrap();
+        let one = NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
+        let cp = ci_profile_v2(gi, one).unwrap();
+        assert_eq!(cp.instanceCount, u32::from(p.compute_slices), "{what}");
+        assert_eq!(name_of(&cp.name), format!("MIG 1c.{}", p.name));
+        let mut n = 0;
+        assert_eq!(
+            nv!(nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, one, null_mut(), &mut n)),
+            ret::SUCCESS
+        );
+        assert_eq!(n, u32::from(p.compute_slices), "{what}");
+        let mut cis = Vec::new();
+        for slot in 0..p.compute_slices {
+            let ci = create_ci(gi, one).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let info = ci_info(ci).unwrap();
+            assert_eq!((info.placement.start, info.placement.size), (u32::from(slot), 1), "{what}");
+            cis.push(ci);
+        }
+        assert_eq!(create_ci(gi, one), Err(ret::INSUFFICIENT_RESOURCES), "{what}");
+        let mut count = 0;
+        assert_eq!(nv!(nvmlDeviceGetMaxMigDeviceCount(d, &mut count)), ret::SUCCESS);
+        assert!(cis.len() <= count as usize, "{what}");
+        for ci in cis {
+            assert_eq!(nv!(nvmlComputeInstanceDestroy(ci)), ret::SUCCESS);
+        }
+        assert_eq!(destroy_gi(gi), ret::SUCCESS);
+    }
+}
+
+#[test]
+fn the_rtx_pro_6000s_variants_answer_by_their_assumed_enums() {
+    let _sim = Sim::new("rtx-pro-6000-bse:1", &[]);
+    let d = dev(0);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let names: Vec<(u32, u32, String)> = (10..=16)
+        .map(|e| {
+            let p = gi_profile_v2(d, e).unwrap();
+            (e, p.id, name_of(&p.name))
+        })
+        .collect();
+    let want = [
+        (10, 47, "MIG 1g.24gb+gfx"),
+        (11, 35, "MIG 2g.48gb+gfx"),
+        (12, 32, "MIG 4g.96gb+gfx"),
+        (13, 67, "MIG 1g.24gb-me"),
+        (14, 66, "MIG 2g.48gb-me"),
+        (15, 65, "MIG 1g.24gb+me.all"),
+        (16, 64, "MIG 2g.48gb+me.all"),
+    ];
+    assert_eq!(names, want.map(|(e, id, n)| (e, id, n.to_string())));
+    // A +gfx instance, a -me one, and a 2g on the 12-slot grid: GI ids 1, 5, 6.
+    let two = create_gi(d, 5, 0, 6).unwrap();
+    let gfx = create_gi(d, 47, 6, 3).unwrap();
+    let no_me = create_gi(d, 67, 9, 3).unwrap();
+    let ids: Vec<u32> = [two, gfx, no_me].iter().map(|&gi| gi_info(gi).unwrap().id).collect();
+    assert_eq!(ids, [1, 5, 6]);
+    // Compute instances of a +gfx instance carry GFX.
+    // SAFETY: all-zero bytes are a valid value of this integer-only struct.
+    let mut v3: nvmlComputeInstanceProfileInfo_v3_t = unsafe { std::mem::zeroed() };
+    v3.version = nvmlComputeInstanceProfileInfo_v3;
+    let v3p = (&mut v3 as *mut nvmlComputeInstanceProfileInfo_v3_t).cast();
+    assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceProfileInfoV(gfx, 0, 0, v3p)), ret::SUCCESS);
+    assert_eq!((name_of(&v3.name), v3.capabilities), ("MIG 1c.1g.24gb+gfx".into(), 1));
+    let v3p = (&mut v3 as *mut nvmlComputeInstanceProfileInfo_v3_t).cast();
+    assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceProfileInfoV(two, 0, 0, v3p)), ret::SUCCESS);
+    assert_eq!((v3.instanceCount, v3.capabilities), (2, 0));
+}
