@@ -14,11 +14,20 @@ fn layout(gpu: &GpuState) -> Layout {
     gpu.mig_enabled.then(|| {
         let mut counts = BTreeMap::new();
         for gi in &gpu.instances {
-            let name = gpu
-                .model
-                .and_then(|m| m.profile_by_id(gi.profile_id))
+            let profile = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id));
+            let name = profile
                 .map_or_else(|| format!("profile-id-{}", gi.profile_id), |p| p.name.to_string());
-            *counts.entry(name).or_insert(0) += 1;
+            let whole = profile.map(|p| p.compute_slices);
+            // A subdivided instance counts its compute instances (`1c.3g.40gb`); one
+            // used whole (or without compute instances: applying makes its one) counts 1.
+            let sizes = gi.compute_layout();
+            if sizes.is_empty() || sizes.iter().all(|&c| Some(c) == whole) {
+                *counts.entry(name).or_insert(0) += 1;
+                continue;
+            }
+            for c in sizes {
+                *counts.entry(format!("{c}c.{name}")).or_insert(0) += 1;
+            }
         }
         counts
     })
@@ -38,8 +47,11 @@ fn groups(node: &NodeState) -> Vec<(Layout, Vec<u32>)> {
 }
 
 /// A profile named `exported` with one rule per group of GPUs of the same layout. Exact
-/// profile names are used; placements are not written, and the planner keeps instances
-/// where they are, so applying the profile changes nothing.
+/// profile names are used, subdivided instances as their compute instances
+/// (`"1c.3g.40gb" = 3`); placements are not written, and the planner keeps instances
+/// where they are, so applying the profile changes nothing (unless one GPU instance holds
+/// compute instances of different sizes, or fewer than it could while another of its
+/// profile holds more: a profile packs them as mig-parted does).
 pub fn profile_text(node: &NodeState) -> String {
     let groups = groups(node);
     let mut text = String::from(
@@ -158,6 +170,34 @@ mod tests {
             ),
             "{yaml}"
         );
+        let exported = parse_document(&yaml, "exported.yaml", "exported").unwrap();
+        assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn subdivided_instances_export_as_their_compute_instances() {
+        let sim =
+            Arc::new(SimBackend::new(&parse_spec("h100-80gb:2").unwrap(), SimOptions::default()));
+        let text = "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 4, \"3g\" = 0 }\n";
+        let p = parse_profile(text, "c.toml", None).unwrap();
+        let p =
+            plan(&NodeState::of_gpus(sim.observe().unwrap()), &p, &PlanOptions::default()).unwrap();
+        let backend: Arc<dyn GpuBackend> = sim.clone();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = crate::apply::Executor::for_tests(backend);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(executor.execute(&p, &tx, Arc::new(crate::apply::NoLog)))
+            .unwrap();
+        let node = NodeState::of_gpus(sim.observe().unwrap());
+        let text = profile_text(&node);
+        assert!(text.contains("select = \"0\"\nmig = { \"1c.3g.40gb\" = 4 }"), "{text}");
+        let exported = parse_profile(&text, "exported.toml", None).unwrap();
+        assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
+        let yaml = mig_parted_text(&node);
+        assert!(yaml.contains("      mig-devices:\n        \"1c.3g.40gb\": 4\n"), "{yaml}");
         let exported = parse_document(&yaml, "exported.yaml", "exported").unwrap();
         assert!(plan(&node, &exported, &PlanOptions::default()).unwrap().is_empty());
     }
