@@ -1,0 +1,157 @@
+//! Issue 26: MIG on every MIG GPU, as its driver describes it. Each simulated model (the
+//! new Blackwell and Hopper parts, a GPU in no catalog, a driver whose table differs from
+//! the catalog) driven end to end through the real binaries.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use gpushare_tests::{Agent, AgentOptions, instance_profiles, repo_root, stderr, temp_file, text};
+
+/// The models issue 26 adds, with the profile a `"1g"` resolves to, its most instances,
+/// and a variant the model has beside `+me` (a graphics or no-media profile), if any.
+const NEW_MODELS: &[(&str, &str, usize, Option<&str>)] = &[
+    ("b200", "1g.23gb", 7, None),
+    ("gb200", "1g.23gb", 7, None),
+    ("b300", "1g.34gb", 7, None),
+    ("gh200-144gb", "1g.18gb", 7, None),
+    ("h100-nvl", "1g.12gb", 7, None),
+    ("h100-96gb", "1g.12gb", 7, None),
+    ("rtx-pro-6000-bse", "1g.24gb", 4, Some("1g.24gb+gfx")),
+    ("a30-24gb", "1g.6gb", 4, Some("2g.12gb+me")),
+];
+
+fn applied(agent: &Agent, args: &[&str]) {
+    let out = agent.ctl(args);
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+}
+
+fn profile(dir: &Path, name: &str, mig: &str) -> String {
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, format!("name = \"{name}\"\n[[gpu]]\nselect = \"all\"\nmig = {mig}\n"))
+        .unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// The balanced layout NVIDIA's mig-parted writes for each model (its `all-balanced`).
+fn balanced(one_g: &str, model: &str) -> Vec<String> {
+    let sizes: &[&str] = match model {
+        "b200" => &["2g.45gb", "3g.90gb"],
+        "gb200" => &["2g.47gb", "3g.93gb"],
+        "b300" => &["2g.67gb", "3g.135gb"],
+        "gh200-144gb" => &["2g.36gb", "3g.72gb"],
+        "h100-nvl" | "h100-96gb" => &["2g.24gb", "3g.47gb"],
+        "rtx-pro-6000-bse" => &["2g.48gb"],
+        "a30-24gb" => &["2g.12gb"],
+        other => panic!("{other}"),
+    };
+    let mut names: Vec<String> =
+        [one_g, one_g].iter().chain(sizes).map(|s| s.to_string()).collect();
+    if model == "h100-96gb" {
+        names[3] = "3g.48gb".into();
+    }
+    names.sort();
+    names
+}
+
+/// Acceptance: on each new simulated model, `all-balanced`, `"1g"` at the model's most,
+/// a graphics or no-media variant where the model has one, and back to `all-disabled`;
+/// NVIDIA's own mig-parted file applied and asserted on every model.
+#[test]
+fn every_new_model_takes_the_layouts_and_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mig_parted = repo_root().join("tests/data/mig-parted-config-default.yaml");
+    let mig_parted = mig_parted.to_str().unwrap();
+    for &(model, one_g, most, variant) in NEW_MODELS {
+        let agent = Agent::start(AgentOptions::simulate(&format!("{model}:2")));
+        applied(&agent, &["apply", "all-balanced"]);
+        let status = agent.status();
+        assert_eq!(instance_profiles(&status, 1), balanced(one_g, model), "{model}");
+
+        let all_1g = profile(dir.path(), "all-1g", &format!("{{ \"1g\" = {most} }}"));
+        applied(&agent, &["apply", "-f", &all_1g]);
+        assert_eq!(instance_profiles(&agent.status(), 0), vec![one_g.to_string(); most], "{model}");
+
+        if let Some(variant) = variant {
+            let file = profile(dir.path(), "variant", &format!("{{ \"{variant}\" = 1 }}"));
+            applied(&agent, &["apply", "-f", &file]);
+            assert_eq!(instance_profiles(&agent.status(), 1), vec![variant.to_string()]);
+        }
+
+        // NVIDIA's file, as mig-parted ships it: its all-balanced entry for this GPU.
+        applied(&agent, &["apply", "-f", mig_parted, "-c", "all-balanced"]);
+        applied(&agent, &["assert", "-f", mig_parted, "-c", "all-balanced"]);
+        assert_eq!(instance_profiles(&agent.status(), 0), balanced(one_g, model), "{model}");
+
+        applied(&agent, &["apply", "all-disabled"]);
+        let status = agent.status();
+        assert!(status.gpus.iter().all(|g| !g.mig_enabled && g.instances.is_empty()), "{model}");
+    }
+}
+
+/// Acceptance: a MIG GPU no catalog knows (the RTX PRO 5000 Blackwell is only in the
+/// simulator's models) applies `all-balanced` from the driver's table alone.
+#[test]
+fn a_gpu_in_no_catalog_is_planned_from_its_driver() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let options =
+        AgentOptions::simulate("rtx-pro-5000:1").stderr_to(log.path()).env("GPUSHARE_LOG", "info");
+    let agent = Agent::start(options);
+    let status = agent.status();
+    assert_eq!(status.gpus[0].model, "RTX PRO 5000 Blackwell", "{status:?}");
+    applied(&agent, &["apply", "all-balanced"]);
+    assert_eq!(instance_profiles(&agent.status(), 0), ["1g.24gb", "1g.24gb"]);
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        logged
+            .contains("is not in gpushare's catalog: its MIG profiles come from the driver alone"),
+        "{logged}"
+    );
+    applied(&agent, &["apply", "all-disabled"]);
+}
+
+/// Acceptance: a catalog that disagrees with the driver produces a warning, and the driver
+/// wins. The pre-production GB200's driver printed `1g.24gb` where the catalog (production
+/// boards) has `1g.23gb`: mig-parted applied nothing, successfully (its issue 227).
+#[test]
+fn where_the_catalog_disagrees_the_driver_wins_with_a_warning() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let agent = Agent::start(AgentOptions::simulate("gb200-early:1").stderr_to(log.path()));
+    applied(&agent, &["apply", "all-balanced"]);
+    let names = instance_profiles(&agent.status(), 0);
+    assert!(names.contains(&"1g.24gb".to_string()), "{names:?}");
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        logged.contains("the driver's MIG table differs from the catalog")
+            && logged.contains("name: NVML 1g.24gb, catalog 1g.23gb")
+            && logged.contains("using the driver's"),
+        "{logged}"
+    );
+
+    // A profile written for the catalog's name is refused naming the driver's.
+    let (_dir, file) = temp_file(
+        "renamed.toml",
+        "name = \"renamed\"\n[[gpu]]\nselect = \"all\"\nmig = { \"1g.23gb\" = 2 }\n",
+    );
+    let out = agent.ctl(&["apply", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("no MIG profile 1g.23gb") && err.contains("did you mean 1g.24gb?"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // --check-catalog lists the differences, and says the tables disagree.
+    let check = agent_check(&["--simulate", "gb200-early:1", "--check-catalog"]);
+    assert!(!check.status.success(), "{}", text(&check));
+    assert!(text(&check).contains("name: NVML 1g.24gb, catalog 1g.23gb"), "{}", text(&check));
+}
+
+fn agent_check(args: &[&str]) -> Output {
+    Command::new(gpushare_tests::binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
+        .args(args)
+        .env("GPUSHARE_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("gpushare-agent runs")
+}
