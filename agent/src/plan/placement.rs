@@ -144,6 +144,18 @@ pub enum Infeasible {
         /// Compute slices of the GPU.
         available: u8,
     },
+    /// The instances need more of one kind of engine than the GPU has (a `+me.all`
+    /// instance takes every media engine: nothing else with one fits beside it).
+    Engines {
+        /// The request as [`describe_request`] writes it.
+        request: String,
+        /// Which engine, as nvidia-smi names its column (`DEC`).
+        engine: &'static str,
+        /// How many the request needs.
+        needed: u32,
+        /// How many the GPU has.
+        available: u32,
+    },
     /// The totals fit, but no arrangement of the allowed start slots does.
     NoPlacement {
         /// The request as [`describe_request`] writes it.
@@ -168,6 +180,9 @@ impl fmt::Display for Infeasible {
             }
             Self::ComputeSlices { request, needed, available } => {
                 write!(f, "{request} needs {needed} of {available} compute slices")
+            }
+            Self::Engines { request, engine, needed, available } => {
+                write!(f, "{request} needs {needed} {engine} engines, the GPU has {available}")
             }
             Self::NoPlacement { request, placements } => {
                 write!(f, "no placement fits {request} (placements: {placements})")
@@ -242,6 +257,9 @@ pub fn solve(
             available: model.compute_slices,
         });
     }
+    if let Some(short) = engine_shortfall(model, wanted) {
+        return Err(short);
+    }
 
     let mut search = Search::new(model, &groups, preferred);
     search.run(0, 0, 0);
@@ -265,6 +283,32 @@ pub fn solve(
                 .join(", "),
         }),
     }
+}
+
+/// The first kind of engine the request needs more of than the GPU has. A GPU instance
+/// takes its profile's copy and media engines out of the whole GPU's, which are the most
+/// any one profile has (the whole-GPU profile's): so a `+me.all` instance, which takes
+/// every media engine, fits beside no instance with one. The simulated driver follows
+/// the same rule; on every modelled GPU it never binds a layout of plain profiles.
+fn engine_shortfall(model: &GpuModel, wanted: &[&'static MigProfile]) -> Option<Infeasible> {
+    type Count = fn(&MigProfile) -> u8;
+    let kinds: [(&'static str, Count); 5] = [
+        ("CE", |p| p.engines.copy),
+        ("DEC", |p| p.engines.decoders),
+        ("ENC", |p| p.engines.encoders),
+        ("JPEG", |p| p.engines.jpeg),
+        ("OFA", |p| p.engines.ofa),
+    ];
+    kinds.iter().find_map(|&(engine, count)| {
+        let available: u32 = model.mig_profiles.iter().map(|p| u32::from(count(p))).max()?;
+        let needed: u32 = wanted.iter().map(|p| u32::from(count(p))).sum();
+        (needed > available).then(|| Infeasible::Engines {
+            request: describe_request(wanted),
+            engine,
+            needed,
+            available,
+        })
+    })
 }
 
 /// Checks a layout against the MIG rules of `model`: each instance at an allowed start of
@@ -327,6 +371,9 @@ pub fn validate_layout(model: &GpuModel, layout: &[Placed]) -> Result<(), String
             available: model.compute_slices,
         }
         .to_string());
+    }
+    if let Some(short) = engine_shortfall(model, &profiles) {
+        return Err(short.to_string());
     }
     Ok(())
 }
@@ -540,6 +587,28 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_with_every_media_engine_fits_beside_none_with_one() {
+        let rtx = model("rtx-pro-6000-bse");
+        let wanted = profiles(rtx, &[("1g.24gb+me.all", 1), ("1g.24gb", 1)]);
+        let err = solve(rtx, &wanted, &[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "1g.24gb ×1, 1g.24gb+me.all ×1 needs 5 DEC engines, the GPU has 4"
+        );
+        // Beside instances without media engines it fits.
+        let wanted = profiles(rtx, &[("1g.24gb+me.all", 1), ("1g.24gb-me", 3)]);
+        let layout = solve(rtx, &wanted, &[]).unwrap();
+        validate_layout(rtx, &layout).unwrap();
+        // No catalog model's plain profiles run out of engines at their most.
+        for m in models().iter().filter(|m| m.supports_mig()) {
+            for p in m.mig_profiles.iter().filter(|p| p.is_plain()) {
+                let all = vec![p; usize::from(p.max_count)];
+                assert!(engine_shortfall(m, &all).is_none(), "{} {}", m.key, p.name);
+            }
+        }
+    }
+
+    #[test]
     fn h100_balanced_solves() {
         let h100 = model("h100");
         let wanted = profiles(h100, &[("3g.40gb", 1), ("1g.10gb", 2), ("2g.20gb", 1)]);
@@ -675,7 +744,7 @@ mod tests {
             sms = 1
             max_count = 2
             placements = [1, 2]
-            engines = { copy = 1, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
+            engines = { copy = 0, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
             [[mig_profile]]
             name = "2g.odd"
             id = 2
@@ -686,7 +755,7 @@ mod tests {
             sms = 2
             max_count = 1
             placements = [1]
-            engines = { copy = 1, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
+            engines = { copy = 0, decoders = 0, encoders = 0, jpeg = 0, ofa = 0 }
         "#;
         gpushare_catalog::intern(gpushare_catalog::parse_model_file(file).unwrap())
     }
