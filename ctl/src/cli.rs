@@ -59,6 +59,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show the MPS servers the agent runs, or set the limits of one.
     Mps(MpsArgs),
+    /// Show the GPUs' MIG profiles as their driver reports them (`mig profiles [GPU]`).
+    Mig(MigArgs),
     /// Print the variables a client needs to use a GPU or MIG instance as it is shared.
     #[command(after_help = ENV_HELP)]
     Env(EnvArgs),
@@ -278,6 +280,43 @@ pub struct MpsLimitArgs {
     pub memory: Option<u64>,
 }
 
+/// Arguments of `mig`.
+#[derive(Debug, Args)]
+pub struct MigArgs {
+    /// `profiles`.
+    #[command(subcommand)]
+    pub command: MigCommand,
+}
+
+/// Sub-verbs of `mig`.
+#[derive(Debug, Subcommand)]
+pub enum MigCommand {
+    /// List a GPU's MIG profiles as its driver reports them (`nvidia-smi mig -lgip`'s
+    /// columns and `-lgipp`'s placements), with the names gpushare profiles accept.
+    #[command(after_help = MIG_PROFILES_HELP)]
+    Profiles(MigProfilesArgs),
+}
+
+/// Arguments of `mig profiles`.
+#[derive(Debug, Args)]
+pub struct MigProfilesArgs {
+    /// The GPU (index or `GPU-…` UUID); every GPU with MIG when left out.
+    #[arg(value_name = "GPU")]
+    pub gpu: Option<String>,
+}
+
+/// Shown under the help of `mig profiles`.
+const MIG_PROFILES_HELP: &str = "\
+Columns as `nvidia-smi mig -lgip` prints them: FREE/TOTAL instances (free: how many more
+fit beside the GPU's instances now; `-` while MIG is off), memory in GiB (MiB/1024), SMs,
+decoders, encoders, copy engines, JPEG decoders and optical flow accelerators of one
+instance; then PLACEMENTS as `-lgipp` writes them ({start slots}:memory slots) and ACCEPTS,
+the names a profile's `mig` table may use for it (mig-parted files take the exact name).
+The header line says where the table comes from (the driver, through NVML) and how it
+compares with gpushare's catalog. Examples:
+  gpushare-ctl mig profiles
+  gpushare-ctl mig profiles 0 --json";
+
 /// Arguments of `env`.
 #[derive(Debug, Args)]
 pub struct EnvArgs {
@@ -307,6 +346,20 @@ pub fn verbs() -> Vec<String> {
 /// limit`, for pointing at the right `--help` (hidden verbs included: only a command line
 /// that names one gets here).
 pub fn verb_path<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    named_command(args).0
+}
+
+/// The sub-verbs users see of the verb a command line names (`profiles` for `gpushare-ctl
+/// mig`), or the verbs when it names none.
+pub fn sub_verbs<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<String> {
+    let cmd = named_command(args).1;
+    let names = cmd.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_owned());
+    names.filter(|n| n != "help").collect()
+}
+
+/// The path of verbs a command line names (as [`verb_path`]) and the innermost one's
+/// definition.
+fn named_command<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (String, clap::Command) {
     let mut cmd = Hidden::augment_subcommands(Cli::command());
     let mut path = String::from("gpushare-ctl");
     let mut args = args.iter().skip(1).map(AsRef::as_ref);
@@ -325,7 +378,11 @@ pub fn verb_path<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
             cmd = sub;
         }
     }
-    path
+    if path == "gpushare-ctl" {
+        // The hidden verbs are no verbs to list.
+        cmd = Cli::command();
+    }
+    (path, cmd)
 }
 
 /// Arguments of `probe`. Whatever is left out is not sent: the agent's defaults apply.
@@ -868,6 +925,25 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
         assert!(e.to_string().contains("<GPU|MIG-UUID>"), "{e}");
         assert_eq!(parse(&["env", "0", "1"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn mig_profiles_takes_an_optional_gpu() {
+        use clap::error::ErrorKind;
+        let gpu_of = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Mig(MigArgs { command: MigCommand::Profiles(p) }) => p.gpu,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(gpu_of(&["mig", "profiles"]), None);
+        assert_eq!(gpu_of(&["mig", "profiles", "0"]).as_deref(), Some("0"));
+        assert_eq!(gpu_of(&["mig", "profiles", "GPU-1", "--json"]).as_deref(), Some("GPU-1"));
+        assert!(parse(&["--json", "mig", "profiles"]).unwrap().json);
+        let e = parse(&["mig"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(parse(&["mig", "0"]).unwrap_err().kind(), ErrorKind::InvalidSubcommand);
+        let e = parse(&["mig", "profiles", "0", "1"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
     }
 
     fn invocation(args: &[&str]) -> Result<Invocation, clap::Error> {

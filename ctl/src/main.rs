@@ -16,6 +16,8 @@
 //!   directories;
 //! - `mps limit --pid PID [--threads PCT] [--memory SIZE]`: set the limits of the MPS
 //!   server serving a client (they apply to the server's new clients);
+//! - `mig profiles [GPU]`: a GPU's MIG profiles as its driver reports them (`nvidia-smi mig
+//!   -lgip`'s columns, `-lgipp`'s placements) with the names gpushare profiles accept;
 //! - `env GPU|MIG-UUID`: `export` lines of the variables a client needs
 //!   (`eval "$(gpushare-ctl env 0)"`);
 //! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
@@ -195,7 +197,10 @@ fn usage_line(e: &clap::Error, args: &[OsString]) -> String {
     let reason = match e.kind() {
         // clap would list `help` and show the whole help text.
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            format!("a verb is required: {}", cli::verbs().join(", "))
+            match command.as_str() {
+                "gpushare-ctl" => format!("a verb is required: {}", cli::verbs().join(", ")),
+                _ => format!("a sub-verb is required: {}", cli::sub_verbs(args).join(", ")),
+            }
         }
         _ => {
             let rendered = e.render().to_string();
@@ -236,7 +241,12 @@ mod tests {
         let paths = write_man_pages(&dir).unwrap();
         let names: Vec<String> =
             paths.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        for name in ["gpushare-ctl.1", "gpushare-ctl-apply.1", "gpushare-ctl-mps-limit.1"] {
+        for name in [
+            "gpushare-ctl.1",
+            "gpushare-ctl-apply.1",
+            "gpushare-ctl-mps-limit.1",
+            "gpushare-ctl-mig-profiles.1",
+        ] {
             assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
         }
         assert!(!names.iter().any(|n| n.contains("generate") || n.contains("help")), "{names:?}");
@@ -301,6 +311,10 @@ mod tests {
         }
         let limit = bash_completes(&script, &["gpushare-ctl", "mps", "limit", "--"]);
         assert!(!limit.is_empty() && limit.iter().all(|o| o.starts_with("--")), "{limit:?}");
+        let mig = bash_completes(&script, &["gpushare-ctl", "mig", "p"]);
+        assert_eq!(mig, ["profiles"]);
+        let profiles = bash_completes(&script, &["gpushare-ctl", "mig", "profiles", "--"]);
+        assert!(profiles.iter().any(|o| o == "--json"), "{profiles:?}");
         let verbs = bash_completes(&script, &["gpushare-ctl", "ap"]);
         assert_eq!(verbs, ["apply"]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -328,13 +342,23 @@ mod tests {
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
         let verbs =
-            "apply, plan, assert, status, export, profiles, validate, mps, env, probe, bench";
+            "apply, plan, assert, status, export, profiles, validate, mps, mig, env, probe, bench";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),
                 format!("a verb is required: {verbs}; see 'gpushare-ctl --help'")
             );
         }
+        for args in [&["mig"][..], &["--json", "mig"]] {
+            assert_eq!(
+                usage_line_of(args),
+                "a sub-verb is required: profiles; see 'gpushare-ctl mig --help'"
+            );
+        }
+        assert_eq!(
+            usage_line_of(&["mig", "profiles", "0", "1"]),
+            "unexpected argument '1' found; see 'gpushare-ctl mig profiles --help'"
+        );
         assert_eq!(
             usage_line_of(&["probe", "--workload", "flops"]),
             "invalid value 'flops' for '--workload <NAME,…>' [possible values: launch, compute, memory]; see 'gpushare-ctl probe --help'"

@@ -206,6 +206,12 @@ mod proxies {
         /// instance (`MIG-…`) as the active profile shares it: a [`types::ClientEnv`].
         fn env(&self, target: &str) -> Result<String, AgentError>;
 
+        /// The MIG profiles of a GPU (index or `GPU-…`) as its driver reports them, or of
+        /// every MIG-capable GPU when `gpu` is empty: a [`types::MigProfiles`]. A GPU
+        /// without MIG, or one the node lacks, is refused (`Failed`) naming the GPUs that
+        /// have MIG.
+        fn mig_profiles(&self, gpu: &str) -> Result<String, AgentError>;
+
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;
 

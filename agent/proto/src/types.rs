@@ -394,3 +394,95 @@ pub struct Export {
     #[serde(default)]
     pub mig_parted: String,
 }
+
+/// What `MigProfiles` returns: the MIG profiles of GPUs as their driver reports them, the
+/// columns of `nvidia-smi mig -lgip` with the placements of `-lgipp` and the names
+/// gpushare accepts for each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigProfiles {
+    /// The GPUs asked for (every MIG-capable GPU when none was named), by index.
+    pub gpus: Vec<GpuMigProfiles>,
+}
+
+/// One GPU of [`MigProfiles`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMigProfiles {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Model display name, as `status` shows it.
+    pub model: String,
+    /// Where the table comes from: `read from the driver (580.159.04) through NVML`, or
+    /// the catalog file's source when the driver's table could not be used.
+    pub source: String,
+    /// Whether the table is the driver's (true) or the catalog's (false).
+    pub from_driver: bool,
+    /// Whether MIG mode is on now (only then are `instances_free` known).
+    pub mig_enabled: bool,
+    /// Memory slots MIG places instances on (8, or 4 on the A30).
+    pub memory_slots: u32,
+    /// Compute slices of the whole GPU (7, or 4 on the A30).
+    pub compute_slices: u32,
+    /// The driver's table against gpushare's catalog; `null` when the catalog does not
+    /// know the GPU.
+    pub catalog: Option<CatalogComparison>,
+    /// The profiles, in `nvidia-smi mig -lgip` order (compute slices, memory, enum).
+    pub profiles: Vec<MigProfileInfo>,
+}
+
+/// How a GPU's MIG table compares with the catalog's model of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CatalogComparison {
+    /// The catalog model (`h100-80gb`).
+    pub key: String,
+    /// One line per difference (`h100-80gb 1g.10gb (enum 0): SMs: NVML 14, catalog 16`);
+    /// empty when they agree. Where they differ, the driver's figures are used.
+    pub differences: Vec<String>,
+}
+
+/// One GPU-instance profile of [`GpuMigProfiles`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigProfileInfo {
+    /// The driver's name (`1g.10gb`, `1g.10gb+me`).
+    pub name: String,
+    /// Profile id (nvidia-smi's ID column, NVML's `ProfileInfo.id`).
+    pub id: u32,
+    /// NVML's `NVML_GPU_INSTANCE_PROFILE_*` enum value.
+    pub nvml_enum: u32,
+    /// How many more instances of this profile fit beside the GPU's instances, as the
+    /// driver counts them (nvidia-smi's Free); `null` while MIG is off.
+    pub instances_free: Option<u32>,
+    /// Most instances of this profile on the GPU (nvidia-smi's Total).
+    pub instances_total: u32,
+    /// Memory of one instance in MiB (nvidia-smi prints it as GiB, MiB/1024).
+    pub memory_mib: u64,
+    /// Streaming multiprocessors of one instance.
+    pub sms: u32,
+    /// Compute slices (the `Ng` of the name).
+    pub compute_slices: u32,
+    /// Memory slots one instance takes (the placement size).
+    pub memory_slices: u32,
+    /// Copy and media engines of one instance.
+    pub engines: MigEngines,
+    /// Start slots an instance may be placed at (`-lgipp`'s `{0,2,4}`), ascending.
+    pub placements: Vec<u32>,
+    /// The names a gpushare profile (or a mig-parted file) may use for it: the exact name,
+    /// and the slice count (`1g`) where it stands for this profile on this GPU.
+    pub accepts: Vec<String>,
+}
+
+/// The engines of one MIG instance: `nvidia-smi mig -lgip`'s CE, DEC, ENC, JPEG and OFA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigEngines {
+    /// Copy engines (CE).
+    pub copy: u32,
+    /// Video decoders (DEC).
+    pub decoders: u32,
+    /// Video encoders (ENC).
+    pub encoders: u32,
+    /// JPEG decoders (JPEG).
+    pub jpeg: u32,
+    /// Optical flow accelerators (OFA).
+    pub ofa: u32,
+}

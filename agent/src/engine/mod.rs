@@ -15,6 +15,7 @@ pub mod bench;
 pub mod error;
 pub mod events;
 pub mod jobs;
+pub mod mig_profiles;
 pub mod probe;
 pub mod report;
 
@@ -23,7 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::types::{
-    ClientEnv, Export, MpsLimitResult, MpsStatus, ProfileDetail, ProfileList, Status, Validation,
+    ClientEnv, Export, MigProfiles, MpsLimitResult, MpsStatus, ProfileDetail, ProfileList, Status,
+    Validation,
 };
 use gpushare_proto::{MPS_THREAD_PERCENTAGE, Strategy};
 use tokio::sync::mpsc::UnboundedSender;
@@ -903,6 +905,13 @@ impl Engine {
         })
     }
 
+    /// The MIG profiles of the GPU `gpu` names (index or `GPU-…`), or of every MIG GPU
+    /// for `""`: see [`mig_profiles`].
+    pub async fn mig_profiles(&self, gpu: &str) -> Result<MigProfiles, EngineError> {
+        let node = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await?;
+        mig_profiles::mig_profiles(&node, gpu)
+    }
+
     /// Every known profile.
     pub fn list_profiles(&self) -> ProfileList {
         let active = self.active_by_name();
@@ -1178,6 +1187,7 @@ mod tests {
                 let _ = engine.validate(&text, &origin).await;
                 let _ = engine.show_profile(&name);
                 let _ = engine.client_env(&name).await;
+                let _ = engine.mig_profiles(&name).await;
                 let _ = engine.mps_limit(pid, Some(threads), Some(memory)).await;
                 if let Ok(job) = engine.begin_apply(ProfileRef::Document { text: &text, origin: &origin, config: &config }, false, "fuzz").await {
                     drop(job);

@@ -244,6 +244,18 @@ impl AgentService {
         Ok(json(&self.engine.client_env(target).await?))
     }
 
+    /// The MIG profiles of a GPU, or of every MIG GPU for `""` (JSON `MigProfiles`).
+    async fn mig_profiles(
+        &self,
+        gpu: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let gpu = options::bounded("GPU", gpu, NAME_MAX_BYTES)?;
+        let _turn = self.admission.turn(&header, connection, gpu.len()).await?;
+        Ok(json(&self.engine.mig_profiles(gpu).await?))
+    }
+
     /// Every known profile (JSON `ProfileList`).
     async fn list_profiles(
         &self,

@@ -10,6 +10,7 @@ pub mod assert;
 pub mod bench;
 pub mod env;
 pub mod export;
+pub mod mig;
 pub mod mps;
 pub mod plan;
 pub mod probe;
@@ -45,6 +46,7 @@ pub async fn run(
         Command::Profiles(args) => profiles::run(client, out, args.command).await,
         Command::Validate(args) => validate::run(client, out, &args.file).await,
         Command::Mps(args) => mps::run(client, out, args.command).await,
+        Command::Mig(args) => mig::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
         Command::Bench(args) => bench::run(client, out, &args).await,

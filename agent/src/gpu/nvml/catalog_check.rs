@@ -152,6 +152,31 @@ pub fn compare_with_catalog(info: &[NvmlProfileInfo], model: &GpuModel) -> Vec<S
     out
 }
 
+/// The table NVML would report for `model` if the driver agreed with it exactly (profiles
+/// in the model's order, placements ascending): how a model, a driver-read one included,
+/// is compared with another by [`compare_with_catalog`].
+pub(crate) fn table_of(model: &GpuModel) -> Vec<NvmlProfileInfo> {
+    model
+        .mig_profiles
+        .iter()
+        .map(|p| NvmlProfileInfo {
+            nvml_enum: p.nvml_enum,
+            id: p.id,
+            name: p.name.clone(),
+            slice_count: u32::from(p.compute_slices),
+            instance_count: u32::from(p.max_count),
+            sms: p.sms,
+            memory_mib: p.memory_mib,
+            engines: p.engines,
+            placements: p
+                .placements
+                .iter()
+                .map(|&s| (u32::from(s), u32::from(p.memory_slices)))
+                .collect(),
+        })
+        .collect()
+}
+
 /// `1/1/0/1/0`: copy engines, decoders, encoders, JPEG decoders and OFAs, as
 /// `nvidia-smi mig -lgip` groups them.
 pub fn engines_text(e: Engines) -> String {
@@ -194,30 +219,6 @@ mod tests {
         catalog::model_by_key("h100-80gb").expect("H100 in the catalog")
     }
 
-    /// What NVML would report for a model if the catalog were exact.
-    fn table_of(model: &GpuModel) -> Vec<NvmlProfileInfo> {
-        model
-            .mig_profiles
-            .iter()
-            .map(|p| NvmlProfileInfo {
-                nvml_enum: p.nvml_enum,
-                id: p.id,
-                name: p.name.to_owned(),
-                slice_count: u32::from(p.compute_slices),
-                instance_count: u32::from(p.max_count),
-                sms: p.sms,
-                memory_mib: p.memory_mib,
-                engines: p.engines,
-                placements: p
-                    .placements
-                    .iter()
-                    .rev()
-                    .map(|&s| (u32::from(s), u32::from(p.memory_slices)))
-                    .collect(),
-            })
-            .collect()
-    }
-
     #[test]
     fn the_catalog_agrees_with_itself() {
         for model in catalog::models() {
@@ -227,6 +228,12 @@ mod tests {
                 "{}",
                 model.key
             );
+            // In whatever order the driver lists the placements.
+            let mut reversed = table_of(model);
+            for p in &mut reversed {
+                p.placements.reverse();
+            }
+            assert_eq!(compare_with_catalog(&reversed, model), Vec::<String>::new());
         }
     }
 

@@ -220,6 +220,7 @@ fn key_of(nvml_name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::catalog_check::table_of;
     use super::*;
 
     fn facts<'a>(name: &'a str, pci: u32) -> DeviceFacts<'a> {
@@ -232,29 +233,6 @@ mod tests {
             architecture: Some(Architecture::Hopper),
             driver_version: "580.159.04",
         }
-    }
-
-    /// The table NVML gives for a catalog model, as the real H100's matched ours.
-    fn table_of(model: &GpuModel) -> Vec<NvmlProfileInfo> {
-        model
-            .mig_profiles
-            .iter()
-            .map(|p| NvmlProfileInfo {
-                nvml_enum: p.nvml_enum,
-                id: p.id,
-                name: p.name.clone(),
-                slice_count: u32::from(p.compute_slices),
-                instance_count: u32::from(p.max_count),
-                sms: p.sms,
-                memory_mib: p.memory_mib,
-                engines: p.engines,
-                placements: p
-                    .placements
-                    .iter()
-                    .map(|&s| (u32::from(s), u32::from(p.memory_slices)))
-                    .collect(),
-            })
-            .collect()
     }
 
     #[test]
