@@ -14,6 +14,7 @@ mod hostile_host;
 mod hostile_load;
 mod journal;
 mod metrics;
+mod mig_models;
 mod mig_profiles;
 mod nvidia_clients;
 mod plan_safety;

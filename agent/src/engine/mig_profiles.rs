@@ -233,7 +233,11 @@ mod tests {
             profile_id: p.id,
             placement_start: start,
             placement_size: p.memory_slices,
-            compute_instances: vec![ComputeInstance { id: 0, uuid: format!("MIG-{id}") }],
+            compute_instances: vec![ComputeInstance {
+                id: 0,
+                uuid: format!("MIG-{id}"),
+                slices: p.compute_slices,
+            }],
         }
     }
 
