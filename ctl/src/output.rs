@@ -15,6 +15,8 @@ pub struct Glyphs {
     pub tree_mid: &'static str,
     /// Branch to the last instance.
     pub tree_last: &'static str,
+    /// The line past a branch that has siblings below it (under `tree_mid`).
+    pub tree_trunk: &'static str,
     /// "becomes".
     pub arrow: &'static str,
     /// "times", as in a ratio (`P50 ×`).
@@ -27,13 +29,25 @@ pub struct Glyphs {
 
 impl Glyphs {
     /// For terminals.
-    pub const UNICODE: Glyphs =
-        Glyphs {
-            tree_mid: "├─", tree_last: "└─", arrow: "→", times: "×", range: "–", dash: "—"
-        };
+    pub const UNICODE: Glyphs = Glyphs {
+        tree_mid: "├─",
+        tree_last: "└─",
+        tree_trunk: "│",
+        arrow: "→",
+        times: "×",
+        range: "–",
+        dash: "—",
+    };
     /// For pipes and files.
-    pub const ASCII: Glyphs =
-        Glyphs { tree_mid: "|-", tree_last: "`-", arrow: "->", times: "x", range: "-", dash: "-" };
+    pub const ASCII: Glyphs = Glyphs {
+        tree_mid: "|-",
+        tree_last: "`-",
+        tree_trunk: "|",
+        arrow: "->",
+        times: "x",
+        range: "-",
+        dash: "-",
+    };
 }
 
 /// The output mode of this run.

@@ -52,6 +52,24 @@ fn subdivision_with_mps_round_trips(spec: &str, three_g: &str) {
     assert_eq!(uuids.len(), 3, "{running:?}");
     let whole = gpu.instances.iter().find(|i| i.placement_start == 4).unwrap();
     assert_eq!(whole.sharing.strategy, "exclusive");
+    // Status lists them: three 1c compute instances, each behind its own server.
+    let split = gpu.instances.iter().find(|i| i.placement_start == 0).unwrap();
+    let listed: Vec<(u32, &str)> = split
+        .compute_instances
+        .iter()
+        .map(|c| (c.compute_slices, c.sharing.strategy.as_str()))
+        .collect();
+    assert_eq!(listed, [(1, "mps"), (1, "mps"), (1, "mps")], "{split:?}");
+    let listed: Vec<&str> = split.compute_instances.iter().map(|c| c.uuid.as_str()).collect();
+    let mut served: Vec<&str> = running.iter().map(|(_, u)| u.as_str()).collect();
+    served.sort();
+    let mut listed_sorted = listed.clone();
+    listed_sorted.sort();
+    assert_eq!(listed_sorted, served);
+    assert_eq!(whole.compute_instances.len(), 1);
+    assert_eq!(whole.compute_instances[0].compute_slices, 3);
+    let text_status = stdout(&agent.ctl(&["status"]));
+    assert_eq!(text_status.matches(&format!("1c.{three_g}")).count(), 3, "{text_status}");
 
     // Applying it again changes nothing; so does applying the export of the MIG layout,
     // in both formats, onto the same node once MPS is stopped.

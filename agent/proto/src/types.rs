@@ -84,7 +84,24 @@ pub struct InstanceStatus {
     pub uuid: Option<String>,
     /// Instance memory in bytes.
     pub memory_bytes: u64,
-    /// How the instance is shared.
+    /// How the instance is shared (its first compute instance's sharing).
+    pub sharing: Sharing,
+    /// Its compute instances, each a MIG device of its own (one, full-size, unless the
+    /// instance is subdivided: `"1c.3g" = 3`). Empty from an agent older than this field.
+    #[serde(default)]
+    pub compute_instances: Vec<ComputeInstanceStatus>,
+}
+
+/// One compute instance of an [`InstanceStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComputeInstanceStatus {
+    /// NVML compute instance id.
+    pub compute_instance_id: u32,
+    /// Compute slices (the `1c` of `1c.3g.40gb`).
+    pub compute_slices: u32,
+    /// `MIG-…` of the MIG device it is.
+    pub uuid: String,
+    /// How it is shared: its own MPS server, or exclusive.
     pub sharing: Sharing,
 }
 

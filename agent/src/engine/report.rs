@@ -2,8 +2,8 @@
 //! types out. No decisions are made here, only translations.
 
 use gpushare_proto::types::{
-    GpuStatus, InstanceStatus, JobOutcome, MpsServer, ProbeClient, ProbeRun, ProfileSummary,
-    Sharing,
+    ComputeInstanceStatus, GpuStatus, InstanceStatus, JobOutcome, MpsServer, ProbeClient, ProbeRun,
+    ProfileSummary, Sharing,
 };
 use gpushare_proto::{ServerState, Strategy};
 
@@ -160,6 +160,16 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuS
                     uuid: ci.map(|c| c.uuid.clone()),
                     memory_bytes: profile(gi.profile_id).map_or(0, |p| p.memory_mib << 20),
                     sharing: ci.and_then(|c| mps_on(&c.uuid)).unwrap_or_else(Sharing::exclusive),
+                    compute_instances: gi
+                        .compute_instances
+                        .iter()
+                        .map(|c| ComputeInstanceStatus {
+                            compute_instance_id: c.id,
+                            compute_slices: u32::from(c.slices),
+                            uuid: c.uuid.clone(),
+                            sharing: mps_on(&c.uuid).unwrap_or_else(Sharing::exclusive),
+                        })
+                        .collect(),
                 }
             })
             .collect(),

@@ -529,6 +529,7 @@ mod tests {
             uuid: Some(uuid.into()),
             memory_bytes: 20 << 30,
             sharing,
+            compute_instances: Vec::new(),
         }
     }
 

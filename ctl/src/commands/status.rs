@@ -158,6 +158,29 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
                 Cell::new(ids),
                 Cell::new(inst.uuid.as_deref().unwrap_or("-")),
             ]);
+            // A subdivided instance: one row per compute instance, each its own MIG device.
+            if inst.compute_instances.len() > 1 {
+                let trunk = if i == last { " " } else { glyphs.tree_trunk };
+                let ci_last = inst.compute_instances.len() - 1;
+                for (j, ci) in inst.compute_instances.iter().enumerate() {
+                    let twig = if j == ci_last { glyphs.tree_last } else { glyphs.tree_mid };
+                    table.add_row(vec![
+                        Cell::new(""),
+                        Cell::new(format!(
+                            "{trunk}  {twig} {}c.{}",
+                            ci.compute_slices, inst.profile
+                        )),
+                        Cell::new(""),
+                        Cell::new(""),
+                        Cell::new(sharing_cell(&ci.sharing)),
+                        Cell::new(""),
+                        Cell::new(""),
+                        Cell::new(""),
+                        Cell::new(format!("{}/{}", inst.gpu_instance_id, ci.compute_instance_id)),
+                        Cell::new(&ci.uuid),
+                    ]);
+                }
+            }
         }
     }
     out.push_str(&render_table(&table));
@@ -167,7 +190,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gpushare_proto::types::{GpuStatus, InstanceStatus, MpsServer, Sharing};
+    use gpushare_proto::types::{
+        ComputeInstanceStatus, GpuStatus, InstanceStatus, MpsServer, Sharing,
+    };
 
     const GIB: u64 = 1 << 30;
 
@@ -226,6 +251,7 @@ pub(crate) mod tests {
                             uuid: Some("MIG-11111111-1111-1111-1111-111111111111".into()),
                             memory_bytes: 19968 * (1 << 20),
                             sharing: Sharing::exclusive(),
+                            compute_instances: vec![],
                         },
                         InstanceStatus {
                             profile: "1g.5gb".into(),
@@ -236,6 +262,7 @@ pub(crate) mod tests {
                             uuid: None,
                             memory_bytes: 4864 * (1 << 20),
                             sharing: mps_sharing(25, Some(2 * GIB)),
+                            compute_instances: vec![],
                         },
                     ],
                     processes: vec![],
@@ -272,6 +299,32 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 ";
         assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn a_subdivided_instance_lists_its_compute_instances() {
+        let mut status = sample_status();
+        let ci = |id: u32, sharing: Sharing| ComputeInstanceStatus {
+            compute_instance_id: id,
+            compute_slices: 1,
+            uuid: format!("MIG-3333333{id}-3333-3333-3333-333333333333"),
+            sharing,
+        };
+        status.gpus[0].instances[0].compute_instances = vec![
+            ci(0, mps_sharing(50, None)),
+            ci(1, mps_sharing(50, None)),
+            ci(2, Sharing::exclusive()),
+        ];
+        let text = render_status(&status, Glyphs::ASCII);
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains("1c.3g.20gb")).collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows[0].contains("|  |- 1c.3g.20gb") && rows[0].contains("mps 50%"), "{text}");
+        assert!(rows[0].contains("1/0") && rows[0].contains("MIG-33333330-"), "{text}");
+        assert!(rows[2].contains("|  `- 1c.3g.20gb") && rows[2].contains("exclusive"), "{text}");
+        assert!(rows[2].contains("1/2"), "{text}");
+        // One full-size compute instance adds no rows.
+        status.gpus[0].instances[0].compute_instances.truncate(1);
+        assert!(!render_status(&status, Glyphs::ASCII).contains("1c.3g"));
     }
 
     #[test]
