@@ -30,6 +30,12 @@ pub struct AgentConfig {
     /// Profile to apply at start-up instead of the active one (MIG instances do not
     /// survive a reboot, so the agent re-applies at every start).
     pub boot_profile: Option<String>,
+    /// The host's root directory, under which the agent reads what decides whether a GPU
+    /// can be reset before a plan resets one: `sys/` (`nvidia_drm`'s parameters, the PCI
+    /// functions' reset methods, NVSwitches) and `proc/` (Fabric Manager). `/`; an agent
+    /// in a container that sees the host's files at `/host` sets `/host`; `--simulate`
+    /// left at `/` reads the simulated host beside the node's state file.
+    pub host_root: PathBuf,
     /// What the agent may change.
     pub gpu: GpuPolicy,
     /// How applies run.
@@ -150,6 +156,7 @@ impl Default for AgentConfig {
             profiles_dir: PathBuf::from(DEFAULT_PROFILES_DIR),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             boot_profile: None,
+            host_root: PathBuf::from("/"),
             gpu: GpuPolicy::default(),
             apply: ApplySettings::default(),
             hooks: HookSettings::default(),
@@ -290,6 +297,7 @@ mod tests {
     #[test]
     fn defaults_and_overrides() {
         assert_eq!(AgentConfig::parse("", "a.toml").unwrap(), AgentConfig::default());
+        assert_eq!(AgentConfig::default().host_root, Path::new("/"));
         let c = AgentConfig::parse("state_dir = \"/tmp/s\"\n[gpu]\nmanage_mig = false\n", "a.toml")
             .unwrap();
         assert_eq!(c.state_dir, PathBuf::from("/tmp/s"));

@@ -138,6 +138,9 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if config.timeslice.nvidia_smi == defaults.timeslice.nvidia_smi {
                 config.timeslice.nvidia_smi = simulator.nvidia_smi.clone();
             }
+            if config.host_root == defaults.host_root {
+                config.host_root = node.host_root();
+            }
             tracing::info!(
                 gpus = models.len(),
                 spec = %spec,

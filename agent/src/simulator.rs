@@ -113,6 +113,15 @@ impl SimulatedNode {
         SimulatedNode { spec: spec.to_owned(), state: state_dir.join(STATE_FILE) }
     }
 
+    /// The simulated host beside the state file, `<state>.host`: the files the simulated
+    /// driver writes for what decides whether a GPU can be reset (`sys/`, `run/`,
+    /// `proc/`), read by the agent as it reads `/` on a real host (agent.toml `host_root`).
+    pub fn host_root(&self) -> PathBuf {
+        let mut root = self.state.clone().into_os_string();
+        root.push(".host");
+        PathBuf::from(root)
+    }
+
     /// A private directory holding a copy of the node's state file in `state_dir` (none
     /// when there is none yet), for a run that must leave the node as it is.
     pub fn scratch_copy(spec: &str, state_dir: &Path) -> Result<tempfile::TempDir, String> {
@@ -195,5 +204,7 @@ mod tests {
     fn the_node_lives_in_the_state_directory() {
         let node = SimulatedNode::new("a100-40gb:2", Path::new("/var/lib/gpushare"));
         assert_eq!(node.state, Path::new("/var/lib/gpushare/simulated-gpus.json"));
+        // Where the simulated driver writes the host's files.
+        assert_eq!(node.host_root(), gpushare_sim_nvml::host::root_of(&node.state));
     }
 }

@@ -19,6 +19,7 @@ mod mig_profiles;
 mod nvidia_clients;
 mod plan_safety;
 mod profile_input;
+mod reset_blockers;
 mod sharing;
 mod start_up;
 mod transactions;

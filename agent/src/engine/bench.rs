@@ -318,7 +318,7 @@ impl Engine {
             );
             let plan = plan::plan(&node, &profile, &self.policy)
                 .map_err(|e| EngineError::NotPossible(format!("{}: {e}", s.strategy)))?;
-            self.check_tools(&plan)?;
+            self.check_host(&plan, &node).await?;
         }
 
         let before = self.journal.snapshot();

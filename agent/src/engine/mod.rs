@@ -200,7 +200,7 @@ impl Engine {
             }),
             timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
         });
-        let node = NodeAccess::new(backend, sharing);
+        let node = NodeAccess::new(backend, sharing).with_host_root(&config.host_root);
         let transactions = Transactions {
             executor: Executor {
                 node: node.clone(),
@@ -690,15 +690,18 @@ impl Engine {
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.resolve_request(profile).await?;
         let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
-        let plan = self.plan_request(node, profile, self.policy).await?.0;
-        self.check_tools(&plan)?;
+        let (plan, node, _) = self.plan_request(node, profile, self.policy).await?;
+        self.check_host(&plan, &node).await?;
         Ok(plan)
     }
 
-    /// Refuses a plan that needs a program this host cannot run (see
-    /// [`NodeAccess::missing_tool`]).
-    fn check_tools(&self, plan: &Plan) -> Result<(), EngineError> {
-        match self.node.missing_tool(plan) {
+    /// Refuses a plan that needs a program this host cannot run, or a GPU reset it cannot
+    /// do (see [`NodeAccess::missing_tool`], [`NodeAccess::reset_blocked`]).
+    async fn check_host(&self, plan: &Plan, node: &NodeState) -> Result<(), EngineError> {
+        if let Some(why) = self.node.missing_tool(plan) {
+            return Err(EngineError::NotPossible(why));
+        }
+        match self.node.reset_blocked(plan, node).await {
             Some(why) => Err(EngineError::NotPossible(why)),
             None => Ok(()),
         }
@@ -729,7 +732,7 @@ impl Engine {
         let before = self.observe().await?;
         let options = PlanOptions { force, ..self.policy };
         let (plan, before, _) = self.plan_request(before, profile, options).await?;
-        self.check_tools(&plan)?;
+        self.check_host(&plan, &before).await?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {

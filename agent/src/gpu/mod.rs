@@ -11,9 +11,12 @@ pub mod nvml;
 pub mod sim;
 
 use std::fmt;
+use std::path::Path;
 
 use crate::catalog::MigProfile;
 use crate::node::{ComputeMode, GpuState};
+
+pub use nvml::reset_blockers::ResetBlocker;
 
 /// Which backend drives the GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +172,16 @@ pub trait GpuBackend: Send + Sync {
     /// The external program [`GpuBackend::reset_gpu`] runs, if any, so that a plan with
     /// resets is refused before its first step when the program is missing.
     fn reset_program(&self) -> Option<&std::path::Path> {
+        None
+    }
+
+    /// What would make [`GpuBackend::reset_gpu`] fail on this host whatever the agent did
+    /// first (a VM that does not let the GPU be reset, `nvidia_drm` holding it, NVSwitches
+    /// without Fabric Manager), found without changing anything: from the driver, and from
+    /// the host's files under `host_root` (`/` on a real host). `None` when nothing known
+    /// blocks a reset, so that a plan that resets a blocked GPU is refused before its first
+    /// step instead of leaving a MIG mode pending.
+    fn reset_blocker(&self, _gpu: u32, _host_root: &Path) -> Option<ResetBlocker> {
         None
     }
 }

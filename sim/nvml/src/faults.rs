@@ -8,11 +8,19 @@
 //! - `GPUSHARE_SIM_DELAY_MS=<ms>`: every mutating call sleeps this long first.
 //! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>,..."`: compute processes.
 //! - `GPUSHARE_SIM_REBOOT=1|0`: start as after a reboot.
+//! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs, as far as GPU resets
+//!   care ([`parse_host`]): `passthrough[=<gpus>]` and `vgpu[=<gpus>]` (NVML's
+//!   virtualization mode), `no-flr[=<gpus>]` (PCI functions without function-level
+//!   reset), `nvidia-drm.modeset=1|0` (`nvidia_drm` loaded, with or without modesetting),
+//!   `nvswitches=<n>` and `fabric-manager=running|stopped`. `<gpus>`: indexes joined by
+//!   `+` (`0+2`); without, every GPU. Set, even empty, it replaces what the node's host
+//!   was (bare metal, FLR on every GPU, no `nvidia_drm`, no NVSwitch, Fabric Manager
+//!   running where there are NVSwitches); unset, the node keeps it.
 
 use std::time::Duration;
 
 use crate::abi::types::{nvmlReturn_t, ret};
-use crate::node::Process;
+use crate::node::{FabricManager, Host, Node, NvidiaDrm, Process, VirtualizationMode};
 
 /// `GPUSHARE_SIM_FAIL`.
 pub const FAIL_ENV: &str = "GPUSHARE_SIM_FAIL";
@@ -22,6 +30,8 @@ pub const DELAY_ENV: &str = "GPUSHARE_SIM_DELAY_MS";
 pub const PROCESSES_ENV: &str = "GPUSHARE_SIM_PROCESSES";
 /// `GPUSHARE_SIM_REBOOT`.
 pub const REBOOT_ENV: &str = "GPUSHARE_SIM_REBOOT";
+/// `GPUSHARE_SIM_HOST`.
+pub const HOST_ENV: &str = "GPUSHARE_SIM_HOST";
 
 /// Tool actions that `GPUSHARE_SIM_FAIL` may name; the simulated nvidia-smi counts them.
 pub const TOOL_ACTIONS: &[&str] = &["gpu-reset", "set-timeslice"];
@@ -143,6 +153,114 @@ pub fn parse_processes(text: &str) -> Result<Vec<Process>, String> {
         .collect()
 }
 
+/// One fact of `GPUSHARE_SIM_HOST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostFact {
+    /// `passthrough[=<gpus>]`, `vgpu[=<gpus>]`: NVML's virtualization mode of those GPUs
+    /// (`None`: every GPU).
+    Virtualization(VirtualizationMode, Option<Vec<u32>>),
+    /// `no-flr[=<gpus>]`: those GPUs' PCI functions offer no function-level reset.
+    NoFlr(Option<Vec<u32>>),
+    /// `nvidia-drm.modeset=1|0`: `nvidia_drm` is loaded, with or without modesetting.
+    NvidiaDrm(NvidiaDrm),
+    /// `nvswitches=<n>`: NVSwitch PCI functions.
+    NvSwitches(u8),
+    /// `fabric-manager=running|stopped`.
+    FabricManager(FabricManager),
+}
+
+/// Parses `GPUSHARE_SIM_HOST`'s value (see the module docs).
+pub fn parse_host(text: &str) -> Result<Vec<HostFact>, String> {
+    text.split(',').map(str::trim).filter(|p| !p.is_empty()).map(parse_host_fact).collect()
+}
+
+fn parse_host_fact(part: &str) -> Result<HostFact, String> {
+    let bad = |why: &str| format!("{HOST_ENV}: {part:?}: {why}");
+    let (name, value) = match part.split_once('=') {
+        Some((name, value)) => (name.trim(), Some(value.trim())),
+        None => (part, None),
+    };
+    let gpus = |value: Option<&str>| -> Result<Option<Vec<u32>>, String> {
+        value
+            .map(|v| {
+                v.split('+')
+                    .map(|g| {
+                        g.trim().parse::<u32>().map_err(|_| bad("write GPU indexes joined by +"))
+                    })
+                    .collect()
+            })
+            .transpose()
+    };
+    let required = || value.ok_or_else(|| bad("needs a value after ="));
+    Ok(match name {
+        "passthrough" => HostFact::Virtualization(VirtualizationMode::Passthrough, gpus(value)?),
+        "vgpu" => HostFact::Virtualization(VirtualizationMode::Vgpu, gpus(value)?),
+        "no-flr" => HostFact::NoFlr(gpus(value)?),
+        "nvidia-drm.modeset" => HostFact::NvidiaDrm(NvidiaDrm {
+            modeset: match required()? {
+                "1" | "Y" | "y" => true,
+                "0" | "N" | "n" => false,
+                _ => return Err(bad("write 1 or 0")),
+            },
+        }),
+        "nvswitches" => {
+            HostFact::NvSwitches(required()?.parse().map_err(|_| bad("write a number to 255"))?)
+        }
+        "fabric-manager" => HostFact::FabricManager(match required()? {
+            "running" => FabricManager::Running,
+            "stopped" => FabricManager::Stopped,
+            _ => return Err(bad("write running or stopped")),
+        }),
+        _ => {
+            return Err(bad(
+                "unknown fact: passthrough, vgpu, no-flr, nvidia-drm.modeset, nvswitches or fabric-manager",
+            ));
+        }
+    })
+}
+
+/// Makes `node`'s host what `facts` say over a bare-metal host; a GPU index the node lacks
+/// is a one-line error and changes nothing.
+pub fn apply_host(facts: &[HostFact], node: &mut Node) -> Result<(), String> {
+    let count = node.gpus.len();
+    let listed = facts.iter().flat_map(|f| match f {
+        HostFact::Virtualization(_, Some(g)) | HostFact::NoFlr(Some(g)) => g.as_slice(),
+        _ => &[],
+    });
+    if let Some(g) = listed.clone().find(|&&g| g as usize >= count) {
+        return Err(format!("{HOST_ENV}: GPU {g} does not exist (the node has {count})"));
+    }
+    node.host = Host::default();
+    for gpu in &mut node.gpus {
+        gpu.virtualization_mode = VirtualizationMode::None;
+        gpu.flr = true;
+    }
+    let chosen =
+        |gpus: &Option<Vec<u32>>, i: usize| gpus.as_ref().is_none_or(|g| g.contains(&(i as u32)));
+    for fact in facts {
+        match fact {
+            HostFact::Virtualization(mode, gpus) => {
+                for (i, gpu) in node.gpus.iter_mut().enumerate() {
+                    if chosen(gpus, i) {
+                        gpu.virtualization_mode = *mode;
+                    }
+                }
+            }
+            HostFact::NoFlr(gpus) => {
+                for (i, gpu) in node.gpus.iter_mut().enumerate() {
+                    if chosen(gpus, i) {
+                        gpu.flr = false;
+                    }
+                }
+            }
+            HostFact::NvidiaDrm(drm) => node.host.nvidia_drm = Some(*drm),
+            HostFact::NvSwitches(n) => node.host.nvswitches = *n,
+            HostFact::FabricManager(fm) => node.host.fabric_manager = *fm,
+        }
+    }
+    Ok(())
+}
+
 /// All knobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Knobs {
@@ -154,6 +272,8 @@ pub struct Knobs {
     pub processes: Option<Vec<Process>>,
     /// `GPUSHARE_SIM_REBOOT`.
     pub reboot: bool,
+    /// `GPUSHARE_SIM_HOST`, when set (empty: a bare-metal host).
+    pub host: Option<Vec<HostFact>>,
 }
 
 impl Knobs {
@@ -180,6 +300,11 @@ impl Knobs {
                 "0" | "false" | "no" => false,
                 other => return Err(format!("{REBOOT_ENV}: {other:?}: write 1 or 0")),
             };
+        }
+        // As GPUSHARE_SIM_PROCESSES: set, even empty, it says what the host is.
+        if let Some(v) = std::env::var_os(HOST_ENV) {
+            let v = v.to_str().ok_or_else(|| format!("{HOST_ENV} is not UTF-8"))?;
+            knobs.host = Some(parse_host(v)?);
         }
         Ok(knobs)
     }
@@ -225,6 +350,48 @@ mod tests {
             assert!(!e.contains('\n'));
         }
         assert!(parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn host_facts_parse_and_apply_over_bare_metal() {
+        use gpushare_catalog::parse_node_spec;
+        let facts = parse_host(
+            "passthrough, no-flr=1, nvidia-drm.modeset=1, nvswitches=6, fabric-manager=stopped",
+        )
+        .unwrap();
+        assert_eq!(facts.len(), 5);
+        let mut node = Node::new(&parse_node_spec("a100-40gb:2").unwrap());
+        node.gpus[0].flr = false;
+        apply_host(&facts, &mut node).unwrap();
+        assert!(node.gpus.iter().all(|g| g.virtualization_mode == VirtualizationMode::Passthrough));
+        assert!(node.gpus[0].flr && !node.gpus[1].flr, "reset to bare metal first");
+        assert_eq!(node.host.nvidia_drm, Some(NvidiaDrm { modeset: true }));
+        assert_eq!((node.host.nvswitches, node.host.fabric_manager), (6, FabricManager::Stopped));
+
+        apply_host(&parse_host("vgpu=0+1, nvidia-drm.modeset=0").unwrap(), &mut node).unwrap();
+        assert!(
+            node.gpus.iter().all(|g| g.virtualization_mode == VirtualizationMode::Vgpu && g.flr)
+        );
+        assert_eq!(node.host.nvidia_drm, Some(NvidiaDrm { modeset: false }));
+        assert_eq!((node.host.nvswitches, node.host.fabric_manager), (0, FabricManager::Running));
+
+        apply_host(&[], &mut node).unwrap();
+        assert_eq!(node, Node::new(&parse_node_spec("a100-40gb:2").unwrap()));
+
+        let e = apply_host(&parse_host("no-flr=2").unwrap(), &mut node).unwrap_err();
+        assert_eq!(e, "GPUSHARE_SIM_HOST: GPU 2 does not exist (the node has 2)");
+        for (text, needle) in [
+            ("flr", "unknown fact"),
+            ("passthrough=a", "GPU indexes joined by +"),
+            ("nvidia-drm.modeset", "needs a value"),
+            ("nvidia-drm.modeset=yes", "write 1 or 0"),
+            ("nvswitches=300", "a number to 255"),
+            ("fabric-manager=off", "running or stopped"),
+        ] {
+            let e = parse_host(text).unwrap_err();
+            assert!(e.starts_with("GPUSHARE_SIM_HOST: "), "{e}");
+            assert!(e.contains(needle), "{text}: {e}");
+        }
     }
 
     #[test]

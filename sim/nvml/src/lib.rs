@@ -7,7 +7,8 @@
 //!
 //! Modules: [`node`] (the simulated node and its JSON state file, shared with the
 //! simulated nvidia-smi in `sim/tools`), [`rules`] (the driver's MIG and compute rules,
-//! pure), [`faults`] (the knobs), [`abi`] (nvml.h layouts, handles, exports).
+//! pure), [`faults`] (the knobs), [`host`] (the host's files beside the state file),
+//! [`abi`] (nvml.h layouts, handles, exports).
 //!
 //! # Configuration (read at the first `nvmlInit` after a full shutdown)
 //! - `GPUSHARE_SIM_NODE`: the GPUs, `MODEL[:N],...` (`a100-40gb:8`).
@@ -23,6 +24,11 @@
 //! - `GPUSHARE_SIM_DELAY_MS`: every mutating call sleeps first.
 //! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>,..."`: compute processes.
 //! - `GPUSHARE_SIM_REBOOT=1`: start as after a reboot.
+//! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs as far as GPU resets
+//!   care: `passthrough[=<gpus>]`, `vgpu[=<gpus>]`, `no-flr[=<gpus>]`,
+//!   `nvidia-drm.modeset=1|0`, `nvswitches=<n>`, `fabric-manager=running|stopped` (see
+//!   [`faults`]; `<gpus>` like `0+2`). Kept in the node (`host`, each GPU's
+//!   `virtualization_mode` and `flr`) and shown as files under `<state>.host/` ([`host`]).
 //!
 //! A malformed knob fails `nvmlInit` with NVML_ERROR_UNKNOWN, the reason on stderr and in
 //! `gpushare_sim_last_error`.
@@ -30,7 +36,8 @@
 //! # Sessions
 //! The first successful `nvmlInit` of a process applies that process's knobs, and only
 //! those it sets: `GPUSHARE_SIM_REBOOT` reboots the node, `GPUSHARE_SIM_PROCESSES` (set,
-//! even empty) replaces its processes, `GPUSHARE_SIM_FAIL` restarts the tool-call counters;
+//! even empty) replaces its processes, `GPUSHARE_SIM_HOST` (set, even empty) its host,
+//! `GPUSHARE_SIM_FAIL` restarts the tool-call counters;
 //! a process that sets any of them records its pid as the session's. Every other NVML
 //! client (a pynvml script, mig-parted, the simulated tools) sees the node as it is.
 //! Later inits in the same process (the agent shuts NVML down around a GPU reset) apply
@@ -53,5 +60,6 @@
 pub mod abi;
 pub mod device;
 pub mod faults;
+pub mod host;
 pub mod node;
 pub mod rules;

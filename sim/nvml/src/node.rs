@@ -88,6 +88,76 @@ pub struct Node {
     /// every creation.
     #[serde(default)]
     pub last_serial: u64,
+    /// What the host around the GPUs holds that decides whether a GPU can be reset
+    /// (`nvidia_drm`, NVSwitches, Fabric Manager), shown as files in the simulated host
+    /// directory beside the state file ([`crate::host`]).
+    #[serde(default)]
+    pub host: Host,
+}
+
+/// The host around the simulated GPUs, as far as GPU resets care (issue 26, point 5).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// The `nvidia_drm` kernel module, when loaded.
+    #[serde(default)]
+    pub nvidia_drm: Option<NvidiaDrm>,
+    /// NVSwitch PCI functions (six on an HGX A100 baseboard); every GPU of the node is on
+    /// their fabric.
+    #[serde(default)]
+    pub nvswitches: u8,
+    /// Whether NVIDIA Fabric Manager runs (only meaningful with NVSwitches).
+    #[serde(default)]
+    pub fabric_manager: FabricManager,
+}
+
+/// The loaded `nvidia_drm` module's parameters (`/sys/module/nvidia_drm/parameters/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvidiaDrm {
+    /// `modeset`: with it, nvidia-drm allocates an NVKMS device on every GPU at load and
+    /// keeps it open, so resets find the GPU "In use by another client".
+    pub modeset: bool,
+}
+
+/// NVIDIA Fabric Manager (`nv-fabricmanager`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FabricManager {
+    /// Running (its pid file names a live `nv-fabricmanager`).
+    #[default]
+    Running,
+    /// Not running (no pid file).
+    Stopped,
+}
+
+/// `nvmlGpuVirtualizationMode_t`: how the GPU is virtualized, as NVML reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VirtualizationMode {
+    /// `NVML_GPU_VIRTUALIZATION_MODE_NONE` (0): bare metal.
+    #[default]
+    None,
+    /// `NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH` (1): passed through to a VM (this node is
+    /// the VM; a cloud GPU VM reports this).
+    Passthrough,
+    /// `NVML_GPU_VIRTUALIZATION_MODE_VGPU` (2): a vGPU inside a VM.
+    Vgpu,
+    /// `NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU` (3): a hypervisor host in vGPU mode.
+    HostVgpu,
+    /// `NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA` (4): a hypervisor host in vSGA mode.
+    HostVsga,
+}
+
+impl VirtualizationMode {
+    /// The `nvmlGpuVirtualizationMode_t` value.
+    pub fn nvml_value(self) -> u32 {
+        match self {
+            VirtualizationMode::None => 0,
+            VirtualizationMode::Passthrough => 1,
+            VirtualizationMode::Vgpu => 2,
+            VirtualizationMode::HostVgpu => 3,
+            VirtualizationMode::HostVsga => 4,
+        }
+    }
 }
 
 /// One simulated GPU.
@@ -120,9 +190,22 @@ pub struct Gpu {
     /// The GPU instances.
     #[serde(default)]
     pub instances: Vec<GpuInstance>,
+    /// How NVML reports the GPU virtualized (`nvmlDeviceGetVirtualizationMode`).
+    #[serde(default)]
+    pub virtualization_mode: VirtualizationMode,
+    /// Whether the GPU's PCI function offers a function-level reset (its PCIe Device
+    /// Capabilities' FLR bit, the `flr` of sysfs `reset_method`). On by default, as on
+    /// bare metal and on the cloud H100 VM gpushare was tested on; a VM whose hypervisor
+    /// hides it cannot reset the GPU.
+    #[serde(default = "default_flr")]
+    pub flr: bool,
 }
 
 fn default_persistence_mode() -> bool {
+    true
+}
+
+fn default_flr() -> bool {
     true
 }
 
@@ -189,6 +272,19 @@ pub enum ResetRefused {
     /// Persistence mode is on: nvidia-persistenced keeps the GPU open ("In use by another
     /// client").
     PersistenceMode,
+    /// `nvidia_drm` is loaded with `modeset=Y`: its NVKMS device keeps the GPU open ("In
+    /// use by another client", NVIDIA/mig-parted#181).
+    NvidiaDrm,
+    /// The GPU cannot be reset here at all ("Resetting GPU … is not supported."): a vGPU
+    /// guest, or a VM whose PCI function offers no function-level reset (the MIG user
+    /// guide's passthrough example).
+    NotSupported,
+    /// An Ampere GPU on an NVSwitch fabric without Fabric Manager: only all its NVLink
+    /// peers together can be reset (nvidia-smi(1), `-r`); these are the ones missing.
+    NvLinkPeers {
+        /// Indexes of the peers that must be reset in the same command.
+        missing: Vec<usize>,
+    },
 }
 
 impl Gpu {
@@ -209,6 +305,8 @@ impl Gpu {
             timeslice: 0,
             reset_count: 0,
             instances: Vec::new(),
+            virtualization_mode: VirtualizationMode::None,
+            flr: default_flr(),
         }
     }
 
@@ -242,6 +340,7 @@ impl Node {
             tool_calls: BTreeMap::new(),
             session_pid: None,
             last_serial: 0,
+            host: Host::default(),
         }
     }
 
@@ -267,25 +366,66 @@ impl Node {
         self.processes.iter().filter(|p| p.gpu == gpu).map(|p| p.pid).collect()
     }
 
-    /// What `nvidia-smi --gpu-reset -i N` does.
-    ///
-    /// Refused while compute processes are on the GPU, or while persistence mode is on
-    /// (nvidia-persistenced keeps the GPU open: "In use by another client"). Otherwise a
-    /// pending MIG mode takes effect; the GPU and compute instances are gone (nvml.h,
+    /// What `nvidia-smi --gpu-reset -i N` does: [`Node::reset_gpu_among`] of that GPU alone.
+    pub fn reset_gpu(&mut self, index: usize) -> Result<(), ResetRefused> {
+        self.reset_gpu_among(index, &[index])
+    }
+
+    /// Why GPU `index` cannot be reset in a command that resets the GPUs `together`, if
+    /// it cannot; changes nothing. In the order the checks are made:
+    /// - a vGPU guest, or a GPU passed through to a VM without function-level reset:
+    ///   [`ResetRefused::NotSupported`] (the MIG user guide's passthrough example: the
+    ///   hypervisor does not allow the reset);
+    /// - compute processes, persistence mode, `nvidia_drm` with `modeset=Y`: "In use by
+    ///   another client";
+    /// - an Ampere GPU on an NVSwitch fabric whose Fabric Manager is not running, reset
+    ///   without all its NVLink peers (nvidia-smi(1): "On Ampere NVSwitch systems, Fabric
+    ///   Manager is required to facilitate reset"; without it "any GPUs with NVLink
+    ///   connections to a GPU being reset must also be reset in the same command").
+    pub fn reset_refusal(&self, index: usize, together: &[usize]) -> Option<ResetRefused> {
+        let Some(gpu) = self.gpus.get(index) else { return Some(ResetRefused::NoSuchGpu) };
+        let not_exposed = gpu.virtualization_mode == VirtualizationMode::Passthrough && !gpu.flr;
+        if gpu.virtualization_mode == VirtualizationMode::Vgpu || not_exposed {
+            return Some(ResetRefused::NotSupported);
+        }
+        let pids = self.pids_on(index as u32);
+        if !pids.is_empty() {
+            return Some(ResetRefused::InUse { pids });
+        }
+        if gpu.persistence_mode {
+            return Some(ResetRefused::PersistenceMode);
+        }
+        if self.host.nvidia_drm.is_some_and(|drm| drm.modeset) {
+            return Some(ResetRefused::NvidiaDrm);
+        }
+        let ampere = gpu.model().architecture == catalog::Architecture::Ampere;
+        if ampere && self.host.nvswitches > 0 && self.host.fabric_manager == FabricManager::Stopped
+        {
+            let missing: Vec<usize> =
+                (0..self.gpus.len()).filter(|i| !together.contains(i)).collect();
+            if !missing.is_empty() {
+                return Some(ResetRefused::NvLinkPeers { missing });
+            }
+        }
+        None
+    }
+
+    /// What `nvidia-smi --gpu-reset` does to GPU `index` in a command resetting the GPUs
+    /// `together`: refused as [`Node::reset_refusal`] says; otherwise a pending MIG mode
+    /// takes effect; the GPU and compute instances are gone (nvml.h,
     /// `nvmlDeviceCreateGpuInstanceWithPlacement`: "If the parent device is unbound, reset
     /// or the GPU instance is destroyed explicitly, the GPU instance handle would become
     /// invalid. The GPU instance must be recreated to acquire a valid handle."); the
     /// compute mode and the time-slice go back to their defaults; `reset_count` counts it.
-    pub fn reset_gpu(&mut self, index: usize) -> Result<(), ResetRefused> {
-        let gpu_index = index as u32;
-        let pids = self.pids_on(gpu_index);
-        let gpu = self.gpus.get_mut(index).ok_or(ResetRefused::NoSuchGpu)?;
-        if !pids.is_empty() {
-            return Err(ResetRefused::InUse { pids });
+    pub fn reset_gpu_among(
+        &mut self,
+        index: usize,
+        together: &[usize],
+    ) -> Result<(), ResetRefused> {
+        if let Some(refused) = self.reset_refusal(index, together) {
+            return Err(refused);
         }
-        if gpu.persistence_mode {
-            return Err(ResetRefused::PersistenceMode);
-        }
+        let gpu = &mut self.gpus[index];
         if let Some(mode) = gpu.mig_pending.take() {
             gpu.mig_enabled = mode;
         }
@@ -592,6 +732,47 @@ mod tests {
         let g = &node.gpus[0];
         assert!(g.mig_enabled && g.mig_pending.is_none());
         assert_eq!((g.compute_mode, g.reset_count), (ComputeMode::Default, 1));
+    }
+
+    #[test]
+    fn reset_blockers_refuse_resets_as_the_real_tool_does() {
+        let mut node = a100(2);
+        for gpu in &mut node.gpus {
+            gpu.persistence_mode = false;
+        }
+        assert_eq!(node.reset_refusal(0, &[0]), None);
+        // Passed through with FLR (the cloud H100 VM): resets; without: not supported.
+        node.gpus[0].virtualization_mode = VirtualizationMode::Passthrough;
+        assert_eq!(node.reset_refusal(0, &[0]), None);
+        node.gpus[0].flr = false;
+        assert_eq!(node.reset_refusal(0, &[0]), Some(ResetRefused::NotSupported));
+        // Bare metal without FLR resets another way (a bus reset).
+        node.gpus[0].virtualization_mode = VirtualizationMode::None;
+        assert_eq!(node.reset_refusal(0, &[0]), None);
+        node.gpus[1].virtualization_mode = VirtualizationMode::Vgpu;
+        assert_eq!(node.reset_refusal(1, &[1]), Some(ResetRefused::NotSupported));
+        node.gpus[1].virtualization_mode = VirtualizationMode::None;
+
+        node.host.nvidia_drm = Some(NvidiaDrm { modeset: false });
+        assert_eq!(node.reset_refusal(0, &[0]), None);
+        node.host.nvidia_drm = Some(NvidiaDrm { modeset: true });
+        assert_eq!(node.reset_refusal(0, &[0]), Some(ResetRefused::NvidiaDrm));
+        node.host.nvidia_drm = None;
+
+        node.host.nvswitches = 6;
+        assert_eq!(node.reset_refusal(0, &[0]), None, "Fabric Manager runs");
+        node.host.fabric_manager = FabricManager::Stopped;
+        assert_eq!(
+            node.reset_refusal(0, &[0]),
+            Some(ResetRefused::NvLinkPeers { missing: vec![1] })
+        );
+        assert_eq!(node.reset_gpu_among(0, &[0, 1]), Ok(()), "all peers together");
+        // Hopper resets alone without Fabric Manager.
+        let mut h100 = Node::new(&parse_node_spec("h100-80gb:2").unwrap());
+        h100.gpus[0].persistence_mode = false;
+        h100.host.nvswitches = 4;
+        h100.host.fabric_manager = FabricManager::Stopped;
+        assert_eq!(h100.reset_refusal(0, &[0]), None);
     }
 
     #[test]

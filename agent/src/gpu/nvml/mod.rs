@@ -34,6 +34,7 @@ mod errors;
 mod library;
 mod raw;
 mod reset;
+pub mod reset_blockers;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -765,6 +766,10 @@ impl GpuBackend for NvmlBackend {
     /// the GPU's device node open while the agent's session is closed.
     fn reset_program(&self) -> Option<&std::path::Path> {
         Some(&self.nvidia_smi)
+    }
+
+    fn reset_blocker(&self, gpu: u32, host_root: &std::path::Path) -> Option<super::ResetBlocker> {
+        self.find_reset_blocker(gpu, host_root)
     }
 
     fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {

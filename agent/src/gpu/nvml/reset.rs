@@ -16,9 +16,11 @@ use crate::sys::command::Command;
 use crate::sys::procfs::holders_sentence;
 
 /// A failed reset's error with what holds the GPU's device node (`device_node`, or why
-/// it is unknown) added to its detail; unchanged when nvidia-smi was not found.
+/// it is unknown) added to its detail; unchanged when nvidia-smi was not found or said
+/// the reset is not supported here (a VM that does not let the GPU be reset: no holder
+/// is to blame, see [`super::reset_blockers`]).
 pub(super) fn with_holders(error: GpuError, device_node: &Result<String, String>) -> GpuError {
-    if error.code == ErrorCode::NotFound {
+    if matches!(error.code, ErrorCode::NotFound | ErrorCode::NotSupported) {
         return error;
     }
     let holders = match device_node {
@@ -535,6 +537,9 @@ exit 255"#,
         let missing = GpuError::new("reset_gpu", Some(0), ErrorCode::NotFound)
             .with_detail("nvidia-smi not found at nvidia-smi (searched PATH)");
         assert_eq!(with_holders(missing.clone(), &Ok("/dev/nvidia0".to_owned())), missing);
+        let unsupported = GpuError::new("reset_gpu", Some(0), ErrorCode::NotSupported)
+            .with_detail("Resetting GPU 00000000:00:03.0 is not supported.");
+        assert_eq!(with_holders(unsupported.clone(), &Ok("/dev/nvidia0".to_owned())), unsupported);
 
         let file = tempfile::NamedTempFile::new().unwrap();
         let path = file.path().to_str().unwrap().to_owned();

@@ -1,9 +1,10 @@
 //! What NVIDIA's own clients ask of a device before they touch MIG (nvidia-ml-py's device
 //! queries, go-nvml and go-nvlib as mig-parted uses them): handles by index, UUID, serial
 //! and PCI bus id, the index, the NVML and CUDA driver versions, memory v1, architecture,
-//! compute capability, brand, serial, board id, the PCI info versions, and the older
-//! unversioned entry points nvml.h keeps for old binaries. Figures the catalog lacks are
-//! the real H100's (tests/device/results/nvidia-tools-2026-11-27), named where used.
+//! compute capability, brand, serial, board id, the PCI info versions, the virtualization
+//! mode, and the older unversioned entry points nvml.h keeps for old binaries. Figures the
+//! catalog lacks are the real H100's (tests/device/results/nvidia-tools-2026-11-27), named
+//! where used.
 //!
 //! # Safety (for every function here)
 //! As in [`super::exports`]: the caller follows nvml.h.
@@ -391,6 +392,23 @@ pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(
         let model = gpu_of(node, epoch, device)?.1.model();
         let per_sm = if model.architecture == Architecture::Ampere { 64 } else { 128 };
         *cores = model.sms * per_sm;
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetVirtualizationMode`: the GPU's `virtualization_mode` (NONE on bare metal;
+/// PASS_THROUGH as the cloud H100 VM gpushare was tested on answered). A MIG device
+/// answers its parent's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetVirtualizationMode(
+    device: nvmlDevice_t,
+    pVirtualMode: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetVirtualizationMode", |node, epoch| {
+        // SAFETY: null or a writable nvmlGpuVirtualizationMode_t (nvml.h).
+        let mode = unsafe { out(pVirtualMode) }?;
+        let index = handles::device(node, epoch, device)?.index();
+        *mode = rules::gpu(node, index)?.virtualization_mode.nvml_value();
         Ok(())
     })
 }

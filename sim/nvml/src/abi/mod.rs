@@ -61,7 +61,13 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
     epoch: 0,
     session_started: false,
     pinned: false,
-    knobs: Knobs { failures: Vec::new(), delay: Duration::ZERO, processes: None, reboot: false },
+    knobs: Knobs {
+        failures: Vec::new(),
+        delay: Duration::ZERO,
+        processes: None,
+        reboot: false,
+        host: None,
+    },
     calls: BTreeMap::new(),
     file: None,
     cache: None,
@@ -281,15 +287,25 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
         if let Some(processes) = &lib.knobs.processes {
             node.processes = processes.clone();
         }
+        if let Some(host) = &lib.knobs.host {
+            faults::apply_host(host, &mut node).map_err(unknown)?;
+        }
         if !lib.knobs.failures.is_empty() {
             // The tools' calls count from this session on (GPUSHARE_SIM_FAIL's n-th).
             node.tool_calls.clear();
         }
-        if lib.knobs.reboot || lib.knobs.processes.is_some() || !lib.knobs.failures.is_empty() {
+        if lib.knobs.reboot
+            || lib.knobs.processes.is_some()
+            || lib.knobs.host.is_some()
+            || !lib.knobs.failures.is_empty()
+        {
             node.session_pid = Some(std::process::id());
         }
     }
     file.write(&lock, &node).map_err(unknown)?;
+    // The host's files, under the node's lock (see crate::host).
+    crate::host::render(&crate::host::root_of(file.path()), &node)
+        .map_err(|e| unknown(format!("the simulated host: {e}")))?;
     lib.session_started = true;
     lib.cache = Some((generation.current(), node));
     lib.file = Some((file, generation));

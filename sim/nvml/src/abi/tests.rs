@@ -31,6 +31,7 @@ const KNOBS: &[&str] = &[
     "GPUSHARE_SIM_DELAY_MS",
     "GPUSHARE_SIM_PROCESSES",
     "GPUSHARE_SIM_REBOOT",
+    "GPUSHARE_SIM_HOST",
 ];
 
 /// One test's simulated process: the global lock, a temp dir, the environment set.
@@ -674,6 +675,52 @@ fn the_session_applies_reboot_and_processes_once_per_process() {
     assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::ExclusiveProcess);
     assert!(node.processes.is_empty());
     assert_eq!(node.tool_calls["set-timeslice"], 1);
+}
+
+#[test]
+fn the_host_knob_shows_in_nvml_and_in_the_host_files() {
+    let sim = Sim::new("a100-40gb:2", &[("GPUSHARE_SIM_HOST", "passthrough=1,no-flr=1")]);
+    let mode = |d| {
+        let mut m: c_uint = 99;
+        (nv!(nvmlDeviceGetVirtualizationMode(d, &mut m)), m)
+    };
+    assert_eq!(mode(dev(0)), (ret::SUCCESS, 0));
+    assert_eq!(mode(dev(1)), (ret::SUCCESS, 1));
+    assert_eq!(nv!(nvmlDeviceGetVirtualizationMode(dev(1), null_mut())), ret::INVALID_ARGUMENT);
+    let host = crate::host::root_of(sim.file().path());
+    let methods = |bdf: &str| {
+        std::fs::read_to_string(host.join("sys/bus/pci/devices").join(bdf).join("reset_method"))
+            .unwrap()
+    };
+    assert_eq!(
+        (methods("0000:1b:00.0").as_str(), methods("0000:1c:00.0").as_str()),
+        ("flr bus\n", "bus\n")
+    );
+    assert_eq!(sim.file().read().unwrap().session_pid, Some(std::process::id()));
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+
+    // A client without the knob sees the host as it is; one with it, empty, makes it bare
+    // metal again.
+    super::reset_process_for_tests();
+    // SAFETY: under SERIAL (held by `sim`).
+    unsafe { std::env::remove_var("GPUSHARE_SIM_HOST") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    assert_eq!(mode(dev(1)), (ret::SUCCESS, 1));
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    super::reset_process_for_tests();
+    // SAFETY: as above.
+    unsafe { std::env::set_var("GPUSHARE_SIM_HOST", "") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    assert_eq!(mode(dev(1)), (ret::SUCCESS, 0));
+    assert_eq!(methods("0000:1c:00.0"), "flr bus\n");
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+
+    // A GPU the node lacks fails init with the knob's one-line reason.
+    super::reset_process_for_tests();
+    // SAFETY: as above.
+    unsafe { std::env::set_var("GPUSHARE_SIM_HOST", "vgpu=2") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::UNKNOWN);
+    assert_eq!(last_error(), "GPUSHARE_SIM_HOST: GPU 2 does not exist (the node has 2)");
 }
 
 #[test]

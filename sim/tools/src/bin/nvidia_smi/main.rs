@@ -83,11 +83,15 @@
 //!   `create_gpu_instance`, `create_compute_instance`, `destroy_*`: what they refuse is
 //!   refused here with their NVML code. `-lgip`'s free counts are
 //!   `rules::remaining_capacity`; `-lcip`'s are counted by creating on a copy of the node.
-//! - `-r` is [`Node::reset_gpu`]: a pending MIG mode takes effect, instances are gone,
-//!   compute mode and time-slice return to default. Refused while compute processes hold
-//!   the GPU or while persistence mode is on (the real tool then finds nvidia-persistenced
-//!   holding it): "The following GPUs could not be reset: … In use by another client",
-//!   NVIDIA's explanatory paragraph, exit 255.
+//! - `-r` is [`Node::reset_gpu_among`] of the chosen GPUs together: a pending MIG mode
+//!   takes effect, instances are gone, compute mode and time-slice return to default.
+//!   Refused while compute processes hold the GPU, while persistence mode is on (the real
+//!   tool then finds nvidia-persistenced holding it) or while `nvidia_drm` is loaded with
+//!   modesetting: "The following GPUs could not be reset: … In use by another client",
+//!   NVIDIA's explanatory paragraph, exit 255; on a vGPU guest or a VM without
+//!   function-level reset: "Resetting GPU … is not supported.", exit 3; an Ampere GPU on
+//!   an NVSwitch fabric without Fabric Manager only with all its NVLink peers (see
+//!   `modes::gpu_reset`). Nothing is reset when any chosen GPU is refused.
 //! - `compute-policy --set-timeslice` / `-l` store and read [`Gpu::timeslice`] (the table
 //!   as recorded; the help as the real one prints it).
 //! - `GPUSHARE_SIM_FAIL` (`gpushare_sim_nvml::faults`) may name the tool actions

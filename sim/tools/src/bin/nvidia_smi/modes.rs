@@ -99,8 +99,20 @@ pub fn mig_mode(node: &mut Node, ids: Option<&str>, on: bool, out: &mut Out<'_>)
     0
 }
 
-/// `--gpu-reset` on the node (under its lock): [`Node::reset_gpu`], refused as the real
-/// tool refuses while processes or persistence mode hold the GPU.
+/// `--gpu-reset` on the node (under its lock): [`Node::reset_gpu_among`] of every chosen
+/// GPU together, or none of them when any is refused ([`Node::reset_refusal`]), answered
+/// as the real tool answers:
+/// - a GPU that cannot be reset here (a vGPU guest, a VM without function-level reset):
+///   "Resetting GPU … is not supported.", exit 3 (NVIDIA's MIG user guide, "GPU Reset on
+///   NVIDIA Ampere Architecture GPUs", on an A100 passed through to a VM; 3 is nvidia-smi's
+///   "not available on target device");
+/// - an Ampere GPU on an NVSwitch fabric without Fabric Manager, reset without its NVLink
+///   peers: a line naming the peers that must be reset in the same command, exit 255
+///   (nvidia-smi(1) says the tool "will issue an error identifying the additional GPUs";
+///   its wording is ours, not recorded);
+/// - held by processes, persistence mode or `nvidia_drm` with modesetting: "The following
+///   GPUs could not be reset: … In use by another client" and NVIDIA's explanatory
+///   paragraph, exit 255 (NVIDIA/mig-parted#181 for `nvidia_drm`).
 pub fn gpu_reset(
     node: &mut Node,
     ids: Option<&str>,
@@ -141,20 +153,46 @@ pub fn gpu_reset(
         }
         return exit_status(code);
     }
-    let mut refused = Vec::new();
-    for ((index, _), pci) in chosen.iter().zip(&pcis) {
-        match node.reset_gpu(*index) {
-            Ok(()) => {
-                let _ = writeln!(out.out, "GPU {pci} was successfully reset.");
-            }
-            Err(ResetRefused::InUse { .. } | ResetRefused::PersistenceMode) => {
-                refused.push(pci.clone());
-            }
-            Err(ResetRefused::NoSuchGpu) => return no_devices(out),
-        }
+    let together: Vec<usize> = chosen.iter().map(|(i, _)| *i).collect();
+    let refusals: Vec<(String, ResetRefused)> = together
+        .iter()
+        .zip(&pcis)
+        .filter_map(|(&i, pci)| node.reset_refusal(i, &together).map(|r| (pci.clone(), r)))
+        .collect();
+    if refusals.iter().any(|(_, r)| *r == ResetRefused::NoSuchGpu) {
+        return no_devices(out);
     }
-    if !refused.is_empty() {
-        return in_use_block(out, &refused);
+    let not_supported: Vec<&String> = refusals
+        .iter()
+        .filter(|(_, r)| *r == ResetRefused::NotSupported)
+        .map(|(pci, _)| pci)
+        .collect();
+    if !not_supported.is_empty() {
+        for pci in not_supported {
+            let _ = writeln!(out.out, "Resetting GPU {pci} is not supported.");
+        }
+        return exit_status(ret::NOT_SUPPORTED);
+    }
+    if let Some((pci, ResetRefused::NvLinkPeers { missing })) =
+        refusals.iter().find(|(_, r)| matches!(r, ResetRefused::NvLinkPeers { .. }))
+    {
+        let peers: Vec<&str> = missing.iter().map(|&i| node.gpus[i].pci_bus_id.as_str()).collect();
+        let _ = writeln!(
+            out.out,
+            "Unable to reset GPU {pci}: Fabric Manager is not running, so the GPUs connected \
+             to it by NVLink must be reset in the same command: {}",
+            peers.join(", ")
+        );
+        return EXIT_OTHER;
+    }
+    if !refusals.is_empty() {
+        let held: Vec<String> = refusals.into_iter().map(|(pci, _)| pci).collect();
+        return in_use_block(out, &held);
+    }
+    for (&index, pci) in together.iter().zip(&pcis) {
+        if node.reset_gpu_among(index, &together).is_ok() {
+            let _ = writeln!(out.out, "GPU {pci} was successfully reset.");
+        }
     }
     let _ = writeln!(out.out, "All done.");
     0

@@ -397,3 +397,69 @@ fn values_it_does_not_know_are_refused_before_the_node_is_read() {
     );
     assert_eq!(f.node(), node, "nothing changed");
 }
+
+/// Each reset blocker of issue 26 (point 5) refuses `-r` as the real tool does, and resets
+/// nothing; without it the same reset goes through.
+#[test]
+fn reset_blockers_refuse_resets_and_change_nothing() {
+    use gpushare_sim_nvml::node::{FabricManager, NvidiaDrm, VirtualizationMode};
+    let f = Fixture::new("a100-40gb:2");
+    f.change(|node| {
+        for gpu in &mut node.gpus {
+            gpu.persistence_mode = false;
+            gpu.mig_pending = Some(true);
+        }
+    });
+    let refused = |args: &[&str], expected: (u8, &str)| {
+        let before = f.node();
+        let (status, out) = f.run(args);
+        assert_eq!((status, out.as_str()), expected, "{args:?}");
+        assert_eq!(f.node().gpus, before.gpus, "{args:?}: nothing reset");
+    };
+
+    // An A100 passed through to a VM without function-level reset (the MIG user guide's
+    // example).
+    f.change(|node| {
+        node.gpus[0].virtualization_mode = VirtualizationMode::Passthrough;
+        node.gpus[0].flr = false;
+    });
+    refused(&["-r", "-i", "0"], (3, "Resetting GPU 00000000:1B:00.0 is not supported.\n"));
+    refused(&["-r"], (3, "Resetting GPU 00000000:1B:00.0 is not supported.\n"));
+    // A vGPU guest.
+    f.change(|node| {
+        node.gpus[0].virtualization_mode = VirtualizationMode::Vgpu;
+        node.gpus[0].flr = true;
+    });
+    refused(&["-r", "-i", "0"], (3, "Resetting GPU 00000000:1B:00.0 is not supported.\n"));
+
+    // nvidia_drm with modesetting holds every GPU.
+    f.change(|node| {
+        node.gpus[0].virtualization_mode = VirtualizationMode::Passthrough;
+        node.host.nvidia_drm = Some(NvidiaDrm { modeset: true });
+    });
+    refused(&["-r", "-i", "1"], (255, &in_use("00000000:1C:00.0")));
+
+    // NVSwitches without Fabric Manager: an A100 is reset only with its NVLink peers.
+    f.change(|node| {
+        node.host.nvidia_drm = Some(NvidiaDrm { modeset: false });
+        node.host.nvswitches = 6;
+        node.host.fabric_manager = FabricManager::Stopped;
+    });
+    refused(
+        &["-r", "-i", "0"],
+        (
+            255,
+            "Unable to reset GPU 00000000:1B:00.0: Fabric Manager is not running, so the GPUs \
+             connected to it by NVLink must be reset in the same command: 00000000:1C:00.0\n",
+        ),
+    );
+    // All of them together, or one with Fabric Manager running, are reset.
+    let (status, out) = f.run(&["-r"]);
+    assert_eq!(status, 0, "{out}");
+    assert!(f.node().gpus.iter().all(|g| g.mig_enabled && g.reset_count == 1));
+    f.change(|node| node.host.fabric_manager = FabricManager::Running);
+    assert_eq!(
+        f.run(&["-r", "-i", "1"]),
+        (0, "GPU 00000000:1C:00.0 was successfully reset.\nAll done.\n".into())
+    );
+}
