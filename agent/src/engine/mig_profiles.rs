@@ -162,9 +162,13 @@ fn instances_free(gpu: &GpuState, model: &GpuModel, profile: &MigProfile) -> u32
             .filter_map(|&(_, _, id)| model.profile_by_id(id))
             .map(|p| u32::from(p.compute_slices))
             .sum();
+        let mut with: Vec<&MigProfile> =
+            taken.iter().filter_map(|&(_, _, id)| model.profile_by_id(id)).collect();
+        with.push(profile);
         if !overlaps
             && same < usize::from(profile.max_count)
             && compute + u32::from(profile.compute_slices) <= u32::from(model.compute_slices)
+            && crate::plan::placement::engines_fit(model, &with)
         {
             taken.push((start, size, profile.id));
             free += 1;
@@ -348,6 +352,22 @@ mod tests {
         node.gpus[0].instances =
             (0..7).map(|s| instance(model, "1g.10gb", s, 7 + u32::from(s))).collect();
         assert!(free(&node).iter().all(|(_, f)| *f == Some(0)), "{:?}", free(&node));
+    }
+
+    #[test]
+    fn free_counts_keep_to_the_engines_the_gpu_has() {
+        let mut node = node("rtx-pro-6000-bse:1");
+        let model = node.gpus[0].model.unwrap();
+        node.gpus[0].mig_enabled = true;
+        node.gpus[0].instances = vec![instance(model, "1g.24gb", 0, 3)];
+        let doc = mig_profiles(&node, "0").unwrap();
+        let free = |name: &str| {
+            doc.gpus[0].profiles.iter().find(|p| p.name == name).unwrap().instances_free
+        };
+        // A 1g.24gb holds a decoder: nothing with every media engine fits beside it.
+        assert_eq!(free("1g.24gb+me.all"), Some(0));
+        assert_eq!(free("1g.24gb-me"), Some(3));
+        assert_eq!(free("1g.24gb"), Some(3));
     }
 
     #[test]

@@ -291,6 +291,23 @@ pub fn solve(
 /// every media engine, fits beside no instance with one. The simulated driver follows
 /// the same rule; on every modelled GPU it never binds a layout of plain profiles.
 fn engine_shortfall(model: &GpuModel, wanted: &[&'static MigProfile]) -> Option<Infeasible> {
+    engine_need(model, wanted).map(|(engine, needed, available)| Infeasible::Engines {
+        request: describe_request(wanted),
+        engine,
+        needed,
+        available,
+    })
+}
+
+/// Whether instances of these profiles, together, leave the GPU's engines enough (see
+/// [`engine_shortfall`]).
+pub fn engines_fit(model: &GpuModel, profiles: &[&MigProfile]) -> bool {
+    engine_need(model, profiles).is_none()
+}
+
+/// The first engine `profiles` need more of than `model` has: (nvidia-smi's column name,
+/// needed, available).
+fn engine_need(model: &GpuModel, profiles: &[&MigProfile]) -> Option<(&'static str, u32, u32)> {
     type Count = fn(&MigProfile) -> u8;
     let kinds: [(&'static str, Count); 5] = [
         ("CE", |p| p.engines.copy),
@@ -301,13 +318,8 @@ fn engine_shortfall(model: &GpuModel, wanted: &[&'static MigProfile]) -> Option<
     ];
     kinds.iter().find_map(|&(engine, count)| {
         let available: u32 = model.mig_profiles.iter().map(|p| u32::from(count(p))).max()?;
-        let needed: u32 = wanted.iter().map(|p| u32::from(count(p))).sum();
-        (needed > available).then(|| Infeasible::Engines {
-            request: describe_request(wanted),
-            engine,
-            needed,
-            available,
-        })
+        let needed: u32 = profiles.iter().map(|p| u32::from(count(p))).sum();
+        (needed > available).then_some((engine, needed, available))
     })
 }
 
