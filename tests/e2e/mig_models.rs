@@ -155,3 +155,27 @@ fn agent_check(args: &[&str]) -> Output {
         .output()
         .expect("gpushare-agent runs")
 }
+
+/// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
+/// refused in one line naming the rule and the names that would work; nothing changes.
+#[test]
+fn a_name_or_variant_the_gpu_lacks_is_refused_naming_what_it_has() {
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    let before = agent.status();
+    for (key, guess) in [("1g.10gb+gfx", "1g.10gb"), ("1g.11gb", "1g.10gb")] {
+        let text =
+            format!("name = \"bad\"\n[[gpu]]\nselect = \"all\"\nmig = {{ \"{key}\" = 1 }}\n");
+        let (_dir, file) = temp_file("bad.toml", text);
+        let out = agent.ctl(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("no MIG profile {key} (the rule at ")), "{err}");
+        assert!(err.contains("bad.toml:2:1); did you mean ") && err.contains(guess), "{err}");
+        assert!(
+            err.contains("has 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb"),
+            "{err}"
+        );
+    }
+    assert_eq!(agent.status(), before);
+}
