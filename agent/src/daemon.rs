@@ -64,6 +64,11 @@ impl Prepared {
     pub fn driver(&self) -> &Driver {
         &self.driver
     }
+
+    /// Where the host's files are read (`/`, or the simulated host under `--simulate`).
+    pub fn host_root(&self) -> &std::path::Path {
+        &self.config.host_root
+    }
 }
 
 /// Reads the configuration, locks the state directory and, for `--simulate`, finds the

@@ -130,7 +130,7 @@ fn main() -> ExitCode {
     };
     if settings.simulate.is_none() {
         if args.check_driver {
-            return check_driver(logging, Driver::Nvidia);
+            return check_driver(logging, Driver::Nvidia, std::path::Path::new("/"));
         }
         if args.check_catalog {
             return check_catalog(Driver::Nvidia);
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(logging, &e),
     };
     if args.check_driver {
-        return check_driver(logging, prepared.driver().clone());
+        return check_driver(logging, prepared.driver().clone(), prepared.host_root());
     }
     if args.check_catalog {
         return check_catalog(prepared.driver().clone());
@@ -171,11 +171,24 @@ fn main() -> ExitCode {
 }
 
 /// `--check-driver`: whether the driver loads and lists the GPUs, read-only; one line
-/// (under systemd's ExecCondition= a warning in the journal when it does not).
-fn check_driver(log: Destination, driver: Driver) -> ExitCode {
-    match NvmlBackend::open(driver).and_then(|nvml| nvml.observe()) {
+/// (under systemd's ExecCondition= a warning in the journal when it does not), then one
+/// per GPU whose reset (for an Ampere MIG mode change) something on this host would block.
+fn check_driver(log: Destination, driver: Driver, host_root: &std::path::Path) -> ExitCode {
+    let opened = NvmlBackend::open(driver);
+    match opened.as_ref().map_err(Clone::clone).and_then(|nvml| nvml.observe()) {
         Ok(gpus) => {
             println!("gpushare-agent: the NVIDIA driver answers: {} GPUs", gpus.len());
+            if let Ok(nvml) = &opened {
+                for gpu in &gpus {
+                    if let Some(blocker) = nvml.reset_blocker(gpu.index, host_root) {
+                        println!(
+                            "gpushare-agent: {} cannot be reset here: {}",
+                            gpu.label(),
+                            blocker.cause(false)
+                        );
+                    }
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

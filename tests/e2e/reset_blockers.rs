@@ -176,3 +176,33 @@ fn only_gpus_the_plan_resets_are_asked_about() {
     let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// `gpushare-agent --check-driver` names each GPU whose reset the host would block, and
+/// says nothing of a host without blockers: an operator's read-only look before applying.
+#[test]
+fn check_driver_names_the_gpus_the_host_would_not_let_reset() {
+    let check = |host: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(gpushare_tests::binary(
+            "gpushare-agent",
+            "GPUSHARE_AGENT_BIN",
+        ))
+        .args(["--simulate", "a100-40gb:2", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .arg("--check-driver")
+        .env("GPUSHARE_SIM_HOST", host)
+        .env("GPUSHARE_LOG", "warn")
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        stdout(&out)
+    };
+    let blocked = check("passthrough=1,no-flr=1");
+    assert!(blocked.contains("answers: 2 GPUs"), "{blocked}");
+    assert!(
+        blocked.contains("GPU 1 (A100-SXM4-40GB) cannot be reset here: it is passed through"),
+        "{blocked}"
+    );
+    assert!(!blocked.contains("GPU 0 (A100-SXM4-40GB) cannot"), "{blocked}");
+    assert!(!check("").contains("cannot be reset"));
+}
