@@ -54,7 +54,8 @@ fn balanced(one_g: &str, model: &str) -> Vec<String> {
 }
 
 /// Acceptance: on each new simulated model, `all-balanced`, `"1g"` at the model's most,
-/// a graphics or no-media variant where the model has one, and back to `all-disabled`;
+/// a graphics or no-media variant where the model has one, a compute-instance subdivision
+/// with MPS on its compute instances, and back to `all-disabled`;
 /// NVIDIA's own mig-parted file applied and asserted on every model.
 #[test]
 fn every_new_model_takes_the_layouts_and_goes_back() {
@@ -77,6 +78,27 @@ fn every_new_model_takes_the_layouts_and_goes_back() {
             assert_eq!(instance_profiles(&agent.status(), 1), vec![variant.to_string()]);
         }
 
+        // A 2g instance split into two 1c compute instances, each behind its own MPS
+        // server, beside a whole 1g.
+        let split = dir.path().join("split.toml");
+        std::fs::write(
+            &split,
+            "name = \"split\"\n[[gpu]]\nselect = \"all\"\nmig = { \"1c.2g\" = 2, \"1g\" = 1 }\n\
+             instance_sharing.\"1c.2g\" = \"mps\"\n",
+        )
+        .unwrap();
+        applied(&agent, &["apply", "-f", split.to_str().unwrap()]);
+        let status = agent.status();
+        let two_g = status.gpus[0].instances.iter().find(|i| i.profile.starts_with("2g.")).unwrap();
+        let cis: Vec<(u32, &str)> = two_g
+            .compute_instances
+            .iter()
+            .map(|c| (c.compute_slices, c.sharing.strategy.as_str()))
+            .collect();
+        assert_eq!(cis, [(1, "mps"), (1, "mps")], "{model}: {two_g:?}");
+        let running = agent.mps_servers().iter().filter(|s| s.state == "running").count();
+        assert_eq!(running, 4, "{model}: one server per compute instance on each GPU");
+
         // NVIDIA's file, as mig-parted ships it: its all-balanced entry for this GPU.
         applied(&agent, &["apply", "-f", mig_parted, "-c", "all-balanced"]);
         applied(&agent, &["assert", "-f", mig_parted, "-c", "all-balanced"]);
@@ -85,6 +107,7 @@ fn every_new_model_takes_the_layouts_and_goes_back() {
         applied(&agent, &["apply", "all-disabled"]);
         let status = agent.status();
         assert!(status.gpus.iter().all(|g| !g.mig_enabled && g.instances.is_empty()), "{model}");
+        assert!(agent.mps_servers().is_empty(), "{model}");
     }
 }
 
