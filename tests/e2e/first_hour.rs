@@ -7,7 +7,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, as_user, directory_of, ensure_users, is_root, repo_root, text,
+    Agent, AgentOptions, MEMBER, agent_check, as_user, directory_of, ensure_users, is_root,
+    repo_root, text,
 };
 
 /// The ```` ```lang ```` blocks of the README section under heading `section`, in order.
@@ -160,14 +161,6 @@ fn tree(dir: &Path) -> Option<Vec<(PathBuf, u32, Vec<u8>)>> {
     Some(entries)
 }
 
-fn agent_check(args: &[&str]) -> Output {
-    Command::new(gpushare_tests::binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
-        .args(args)
-        .env("GPUSHARE_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .expect("gpushare-agent runs")
-}
 
 /// Point 5: `--check-driver` (and the other read-only checks) on a simulated node leave
 /// the state directory as it was: not made, not locked, the node's file not replaced by

@@ -3,9 +3,10 @@
 //! the catalog) driven end to end through the real binaries.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
-use gpushare_tests::{Agent, AgentOptions, instance_profiles, repo_root, stderr, temp_file, text};
+use gpushare_tests::{
+    Agent, AgentOptions, agent_check, instance_profiles, repo_root, stderr, temp_file, text,
+};
 
 /// The models issue 26 adds, with the profile a `"1g"` resolves to, its most instances,
 /// and a variant the model has beside `+me` (a graphics or no-media profile), if any.
@@ -170,14 +171,6 @@ fn where_the_catalog_disagrees_the_driver_wins_with_a_warning() {
     assert!(text(&check).contains("name: NVML 1g.24gb, catalog 1g.23gb"), "{}", text(&check));
 }
 
-fn agent_check(args: &[&str]) -> Output {
-    Command::new(gpushare_tests::binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
-        .args(args)
-        .env("GPUSHARE_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .expect("gpushare-agent runs")
-}
 
 /// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
 /// refused in one line naming the rule and the names that would work; nothing changes.

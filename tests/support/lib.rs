@@ -51,6 +51,17 @@ pub fn binary(name: &str, env: &str) -> PathBuf {
     path
 }
 
+/// Runs `gpushare-agent` with `args` (a read-only check: `--check-driver`,
+/// `--check-catalog`, `--dump-nvml`), warnings only, and waits for it.
+pub fn agent_check(args: &[&str]) -> Output {
+    Command::new(binary("gpushare-agent", "GPUSHARE_AGENT_BIN"))
+        .args(args)
+        .env("GPUSHARE_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("gpushare-agent runs")
+}
+
 /// Path of the repository's root (`GPUSHARE_REPO_ROOT` when the tests run elsewhere).
 pub fn repo_root() -> PathBuf {
     if let Some(root) = std::env::var_os("GPUSHARE_REPO_ROOT") {

@@ -39,7 +39,10 @@ pub fn mig_profiles(node: &NodeState, gpu: &str) -> Result<MigProfiles, EngineEr
             match indices.len() {
                 0 => "no GPU of this node has MIG".to_owned(),
                 1 => format!("the GPU with MIG is {} (by index or GPU-… UUID)", indices[0]),
-                _ => format!("the GPUs with MIG are {} (by index or GPU-… UUID)", ranges(indices)),
+                _ => format!(
+                    "the GPUs with MIG are {} (by index or GPU-… UUID)",
+                    crate::node::index_ranges(&indices)
+                ),
             }
         };
         match found {
@@ -67,23 +70,6 @@ pub fn mig_profiles(node: &NodeState, gpu: &str) -> Result<MigProfiles, EngineEr
 /// The model of a GPU with MIG profiles.
 fn mig_model(gpu: &GpuState) -> Option<&'static GpuModel> {
     gpu.model.filter(|m| m.supports_mig())
-}
-
-/// `0-3,6`.
-fn ranges(mut indices: Vec<u32>) -> String {
-    indices.sort_unstable();
-    let mut runs: Vec<(u32, u32)> = Vec::new();
-    for i in indices {
-        match runs.last_mut() {
-            Some((_, hi)) if *hi + 1 == i => *hi = i,
-            _ => runs.push((i, i)),
-        }
-    }
-    let runs: Vec<String> = runs
-        .iter()
-        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
-        .collect();
-    runs.join(",")
 }
 
 /// One GPU's table.

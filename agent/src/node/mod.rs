@@ -212,6 +212,24 @@ pub fn mps_memory_value(bytes: u64) -> String {
     }
 }
 
+/// GPU indices as runs: `0-3,6`.
+pub fn index_ranges(indices: &[u32]) -> String {
+    let mut indices = indices.to_vec();
+    indices.sort_unstable();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for i in indices {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == i => *hi = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let runs: Vec<String> = runs
+        .iter()
+        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+        .collect();
+    runs.join(",")
+}
+
 /// A size for people: `40 GiB`, `4.75 GiB`, `999 TiB` (binary units, at most two
 /// decimals).
 pub fn size_text(bytes: u64) -> String {

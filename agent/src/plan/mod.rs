@@ -223,23 +223,11 @@ fn check_selectors(node: &NodeState, profile: &Profile) -> Result<(), PlanError>
 
 /// `GPUs 0-7`, `GPU 0`, `no GPUs`.
 fn gpu_indices(node: &NodeState) -> String {
-    let mut indices: Vec<u32> = node.gpus.iter().map(|g| g.index).collect();
-    indices.sort_unstable();
-    let mut runs: Vec<(u32, u32)> = Vec::new();
-    for i in indices {
-        match runs.last_mut() {
-            Some((_, hi)) if *hi + 1 == i => *hi = i,
-            _ => runs.push((i, i)),
-        }
-    }
-    let text: Vec<String> = runs
-        .iter()
-        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
-        .collect();
+    let text = crate::node::index_ranges(&node.gpus.iter().map(|g| g.index).collect::<Vec<_>>());
     match node.gpus.len() {
         0 => "no GPUs".to_string(),
-        1 => format!("GPU {}", text.join(",")),
-        _ => format!("GPUs {}", text.join(",")),
+        1 => format!("GPU {text}"),
+        _ => format!("GPUs {text}"),
     }
 }
 

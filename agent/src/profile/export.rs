@@ -58,7 +58,7 @@ pub fn profile_text(node: &NodeState) -> String {
         "name = \"exported\"\ndescription = \"The GPUs as gpushare-ctl export found them\"\n",
     );
     for (layout, gpus) in groups {
-        let select = ranges(&gpus);
+        let select = crate::node::index_ranges(&gpus);
         let _ = write!(text, "\n[[gpu]]\nselect = \"{select}\"\n");
         match layout {
             None => text.push_str("mig = \"disabled\"\n"),
@@ -101,23 +101,6 @@ pub fn mig_parted_text(node: &NodeState) -> String {
     text
 }
 
-/// `0-3,6`.
-fn ranges(indices: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < indices.len() {
-        let start = indices[i];
-        let mut end = start;
-        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
-            i += 1;
-            end = indices[i];
-        }
-        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
-        i += 1;
-    }
-    parts.join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -131,16 +114,14 @@ mod tests {
 
     #[test]
     fn ranges_compress() {
-        assert_eq!(ranges(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
-        assert_eq!(ranges(&[5]), "5");
+        assert_eq!(crate::node::index_ranges(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(crate::node::index_ranges(&[5]), "5");
     }
 
-    #[test]
-    fn an_exported_node_plans_to_nothing() {
-        let sim =
-            Arc::new(SimBackend::new(&parse_spec("a100-40gb:8").unwrap(), SimOptions::default()));
-        let half = ProfileStore::built_in().get("half-balanced").unwrap().profile.clone();
-        let p = plan(&NodeState::of_gpus(sim.observe().unwrap()), &half, &PlanOptions::default())
+    /// A simulated node of `spec` after `profile` was applied to it.
+    fn applied(spec: &str, profile: &crate::profile::Profile) -> NodeState {
+        let sim = Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()));
+        let p = plan(&NodeState::of_gpus(sim.observe().unwrap()), profile, &PlanOptions::default())
             .unwrap();
         let backend: Arc<dyn GpuBackend> = sim.clone();
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
@@ -151,7 +132,13 @@ mod tests {
             .unwrap()
             .block_on(executor.execute(&p, &tx, Arc::new(crate::apply::NoLog)))
             .unwrap();
-        let node = NodeState::of_gpus(sim.observe().unwrap());
+        NodeState::of_gpus(sim.observe().unwrap())
+    }
+
+    #[test]
+    fn an_exported_node_plans_to_nothing() {
+        let half = ProfileStore::built_in().get("half-balanced").unwrap().profile.clone();
+        let node = applied("a100-40gb:8", &half);
         let text = profile_text(&node);
         assert!(
             text.contains(
@@ -176,22 +163,8 @@ mod tests {
 
     #[test]
     fn subdivided_instances_export_as_their_compute_instances() {
-        let sim =
-            Arc::new(SimBackend::new(&parse_spec("h100-80gb:2").unwrap(), SimOptions::default()));
         let text = "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 4, \"3g\" = 0 }\n";
-        let p = parse_profile(text, "c.toml", None).unwrap();
-        let p =
-            plan(&NodeState::of_gpus(sim.observe().unwrap()), &p, &PlanOptions::default()).unwrap();
-        let backend: Arc<dyn GpuBackend> = sim.clone();
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let executor = crate::apply::Executor::for_tests(backend);
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(executor.execute(&p, &tx, Arc::new(crate::apply::NoLog)))
-            .unwrap();
-        let node = NodeState::of_gpus(sim.observe().unwrap());
+        let node = applied("h100-80gb:2", &parse_profile(text, "c.toml", None).unwrap());
         let text = profile_text(&node);
         assert!(text.contains("select = \"0\"\nmig = { \"1c.3g.40gb\" = 4 }"), "{text}");
         let exported = parse_profile(&text, "exported.toml", None).unwrap();
