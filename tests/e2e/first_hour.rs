@@ -161,7 +161,6 @@ fn tree(dir: &Path) -> Option<Vec<(PathBuf, u32, Vec<u8>)>> {
     Some(entries)
 }
 
-
 /// Point 5: `--check-driver` (and the other read-only checks) on a simulated node leave
 /// the state directory as it was: not made, not locked, the node's file not replaced by
 /// one of another spec. Before, as root, it created /var/lib/gpushare and replaced

@@ -171,7 +171,6 @@ fn where_the_catalog_disagrees_the_driver_wins_with_a_warning() {
     assert!(text(&check).contains("name: NVML 1g.24gb, catalog 1g.23gb"), "{}", text(&check));
 }
 
-
 /// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
 /// refused in one line naming the rule and the names that would work; nothing changes.
 #[test]
