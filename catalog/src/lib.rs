@@ -84,6 +84,12 @@ pub struct MigProfile {
     pub placements: Vec<u8>,
     /// The engines an instance gets, as NVML's `ProfileInfo` counts them.
     pub engines: Engines,
+    /// The compute-instance sizes an instance of this profile offers, as `[compute
+    /// slices, how many fit]`, smallest first, where a driver reported them (NVML answers
+    /// only for a GPU instance that exists); empty where none did, and the MIG guide's
+    /// rule applies (the agent's `compute_instance_sizes`).
+    #[serde(default)]
+    pub compute_profiles: Vec<[u8; 2]>,
 }
 
 impl MigProfile {

@@ -68,6 +68,16 @@ fn subdivision_with_mps_round_trips(spec: &str, three_g: &str) {
     assert_eq!(listed_sorted, served);
     assert_eq!(whole.compute_instances.len(), 1);
     assert_eq!(whole.compute_instances[0].compute_slices, 3);
+    // With a 3g instance there, the driver has told its compute-instance sizes: the
+    // simulated driver's are the MIG guide's rule.
+    let profiles: gpushare_proto::types::MigProfiles = agent.ctl_doc(&["mig", "profiles", "0"]);
+    let three = profiles.gpus[0].profiles.iter().find(|p| p.name == three_g).unwrap();
+    let sizes: Vec<(u32, u32)> =
+        three.compute_instances.iter().map(|c| (c.compute_slices, c.count)).collect();
+    assert!(three.compute_from_driver, "{three:?}");
+    assert_eq!(sizes, [(1, 3), (2, 1), (3, 1)]);
+    let seven = profiles.gpus[0].profiles.iter().find(|p| p.name.starts_with("7g.")).unwrap();
+    assert!(!seven.compute_from_driver, "no 7g instance exists to ask about");
     let text_status = stdout(&agent.ctl(&["status"]));
     assert_eq!(text_status.matches(&format!("1c.{three_g}")).count(), 3, "{text_status}");
 

@@ -487,6 +487,23 @@ pub struct MigProfileInfo {
     /// The names a gpushare profile (or a mig-parted file) may use for it: the exact name,
     /// and the slice count (`1g`) where it stands for this profile on this GPU.
     pub accepts: Vec<String>,
+    /// The compute instances one instance of it can be split into (`"1c.3g" = 3`): each
+    /// size with how many fit, smallest first. Empty from an older agent.
+    #[serde(default)]
+    pub compute_instances: Vec<ComputeInstanceSize>,
+    /// Whether those sizes are the driver's (NVML reports them only for a GPU instance
+    /// that exists; the agent keeps what it read) rather than the MIG guide's rule.
+    #[serde(default)]
+    pub compute_from_driver: bool,
+}
+
+/// One compute-instance size of a [`MigProfileInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeInstanceSize {
+    /// Compute slices (the `1c` of `1c.3g.40gb`).
+    pub compute_slices: u32,
+    /// How many of this size one GPU instance holds.
+    pub count: u32,
 }
 
 /// The engines of one MIG instance: `nvidia-smi mig -lgip`'s CE, DEC, ENC, JPEG and OFA.

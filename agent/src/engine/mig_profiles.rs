@@ -5,7 +5,7 @@
 //! may use for each profile.
 
 use gpushare_proto::types::{
-    CatalogComparison, GpuMigProfiles, MigEngines, MigProfileInfo, MigProfiles,
+    CatalogComparison, ComputeInstanceSize, GpuMigProfiles, MigEngines, MigProfileInfo, MigProfiles,
 };
 
 use super::EngineError;
@@ -120,6 +120,14 @@ fn gpu_profiles(gpu: &GpuState, model: &'static GpuModel) -> GpuMigProfiles {
                     starts
                 },
                 accepts: accepts(model, p),
+                compute_instances: crate::profile::compute_instance_sizes(model, p)
+                    .into_iter()
+                    .map(|(s, n)| ComputeInstanceSize {
+                        compute_slices: u32::from(s),
+                        count: u32::from(n),
+                    })
+                    .collect(),
+                compute_from_driver: !p.compute_profiles.is_empty(),
             })
             .collect(),
     }

@@ -364,13 +364,18 @@ impl fmt::Display for MigKey {
 }
 
 /// The compute-instance sizes (in compute slices) a GPU instance of `profile` offers on
-/// `model`, each with how many of it fit in one such instance, smallest first: the
+/// `model`, each with how many of it fit in one such instance, smallest first: those the
+/// driver reported for the profile (`MigProfile::compute_profiles`), else the
 /// standard sizes (1, 2, 3, 4 and 7 slices) up to the instance's own, where the model has
 /// a GPU-instance profile of that many slices, as many as fit at starts aligned to the
 /// power of two at or above the size (as NVML places them: in a 3g instance 1c ×3, 2c ×1,
 /// 3c ×1; in a 7g instance 1c ×7, 2c ×3, 3c ×2, 4c ×1, 7c ×1). The simulated driver
 /// (`sim/nvml/src/rules.rs`, `ci_profiles` and `ci_placements`) follows the same rule.
 pub fn compute_instance_sizes(model: &GpuModel, profile: &MigProfile) -> Vec<(u8, u8)> {
+    // What the driver said, where it was asked (a GPU instance of the profile existed).
+    if !profile.compute_profiles.is_empty() {
+        return profile.compute_profiles.iter().map(|&[s, n]| (s, n)).collect();
+    }
     let gi_slices = profile.compute_slices;
     let mut sizes = Vec::new();
     for c in [1u8, 2, 3, 4, 7] {

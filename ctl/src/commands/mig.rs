@@ -1,14 +1,14 @@
 //! `gpushare-ctl mig profiles [GPU]`: each MIG GPU's profiles as its driver reports them,
 //! in `nvidia-smi mig -lgip`'s columns and order, with `-lgipp`'s placements and the names
-//! a gpushare profile accepts:
+//! a gpushare profile accepts, and the compute instances one instance splits into:
 //!
 //! ```text
 //! GPU 0: H100-80GB-HBM3, MIG on; profiles read from the driver (580.159.04) through NVML; agrees with the catalog (h100-80gb)
-//! NAME        ID  FREE/TOTAL  MEMORY GiB   SM  DEC  ENC  CE  JPEG  OFA  PLACEMENTS         ACCEPTS
-//! 1g.10gb     19         1/7        9.75   16    1    0   1     1    0  {0,1,2,3,4,5,6}:1  1g.10gb, 1g
-//! 1g.10gb+me  20         1/1        9.75   16    1    0   1     1    1  {0,1,2,3,4,5,6}:1  1g.10gb+me
-//! 1g.20gb     15         1/4       19.62   26    1    0   1     1    0  {0,2,4,6}:2        1g.20gb
-//! 7g.80gb      0         0/1       79.25  132    7    0   8     7    1  {0}:8              7g.80gb, 7g
+//! NAME     ID  FREE/TOTAL  MEMORY GiB   SM  DEC  ENC  CE  JPEG  OFA  PLACEMENTS         COMPUTE INSTANCES         ACCEPTS
+//! 1g.10gb  19         4/7        9.75   16    1    0   1     1    0  {0,1,2,3,4,5,6}:1  1x1c                      1g.10gb, 1g
+//! 1g.20gb  15         2/4       19.62   26    1    0   1     1    0  {0,2,4,6}:2        1x1c                      1g.20gb
+//! 7g.80gb   0         0/1       79.25  132    7    0   8     7    1  {0}:8              7x1c 3x2c 2x3c 1x4c 1x7c  7g.80gb, 7g
+//! Compute instances as the driver reported them for 7g.80gb; the MIG guide's rule for the others (the driver tells only for an instance that exists).
 //! ```
 //!
 //! FREE is `-` while MIG is off (no instance can be made then; nvidia-smi prints the empty
@@ -18,6 +18,8 @@
 //! [`MigProfiles`] document. `mig` takes sub-verbs so that more MIG views can join it.
 
 use comfy_table::CellAlignment;
+#[cfg(test)]
+use gpushare_proto::types::ComputeInstanceSize;
 use gpushare_proto::types::{GpuMigProfiles, MigProfileInfo, MigProfiles};
 
 use super::ExitStatus;
@@ -80,6 +82,7 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
         "JPEG",
         "OFA",
         "PLACEMENTS",
+        "COMPUTE INSTANCES",
         "ACCEPTS",
     ]);
     for column in 1..=9 {
@@ -102,11 +105,27 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
             e.jpeg.to_string(),
             e.ofa.to_string(),
             placements(p),
+            compute_instances(p),
             p.accepts.join(", "),
         ]);
     }
     out.push_str(&render_table(&table));
+    let read: Vec<&str> =
+        gpu.profiles.iter().filter(|p| p.compute_from_driver).map(|p| p.name.as_str()).collect();
+    if !read.is_empty() && read.len() < gpu.profiles.len() {
+        out.push_str(&format!(
+            "Compute instances as the driver reported them for {}; the MIG guide's rule for the others (the driver tells only for an instance that exists).\n",
+            read.join(", ")
+        ));
+    }
     out
+}
+
+/// `3x1c 1x2c 1x3c`: the compute-instance sizes of one instance, with how many fit.
+fn compute_instances(p: &MigProfileInfo) -> String {
+    let sizes: Vec<String> =
+        p.compute_instances.iter().map(|c| format!("{}x{}c", c.count, c.compute_slices)).collect();
+    if sizes.is_empty() { "-".to_owned() } else { sizes.join(" ") }
 }
 
 /// Where the table comes from and how it compares with the catalog, for the header line.
@@ -168,6 +187,8 @@ mod tests {
             engines: MigEngines { copy, decoders: media, encoders: 0, jpeg: media, ofa },
             placements: placements.to_vec(),
             accepts: accepts.iter().map(|a| a.to_string()).collect(),
+            compute_instances: Vec::new(),
+            compute_from_driver: false,
         }
     }
 
@@ -220,14 +241,25 @@ mod tests {
 
     #[test]
     fn a_gpu_renders_in_nvidia_smi_columns() {
-        let text = render_mig_profiles(&MigProfiles { gpus: vec![h100(&[])] });
+        let mut gpu = h100(&[]);
+        let sizes = |list: &[(u32, u32)]| -> Vec<ComputeInstanceSize> {
+            list.iter()
+                .map(|&(compute_slices, count)| ComputeInstanceSize { compute_slices, count })
+                .collect()
+        };
+        gpu.profiles[0].compute_instances = sizes(&[(1, 1)]);
+        gpu.profiles[1].compute_instances = sizes(&[(1, 1)]);
+        gpu.profiles[2].compute_instances = sizes(&[(1, 7), (2, 3), (3, 2), (4, 1), (7, 1)]);
+        gpu.profiles[2].compute_from_driver = true;
+        let text = render_mig_profiles(&MigProfiles { gpus: vec![gpu] });
         assert_eq!(
             text,
             "GPU 0: H100-80GB-HBM3, MIG on; profiles read from the driver (580.159.04) through NVML; agrees with the catalog (h100-80gb)\n\
-             NAME     ID  FREE/TOTAL  MEMORY GiB   SM  DEC  ENC  CE  JPEG  OFA  PLACEMENTS         ACCEPTS\n\
-             1g.10gb  19         4/7        9.75   16    1    0   1     1    0  {0,1,2,3,4,5,6}:1  1g.10gb, 1g\n\
-             1g.20gb  15         2/4       19.62   26    1    0   1     1    0  {0,2,4,6}:2        1g.20gb\n\
-             7g.80gb   0         0/1       79.25  132    7    0   8     7    1  {0}:8              7g.80gb, 7g\n"
+             NAME     ID  FREE/TOTAL  MEMORY GiB   SM  DEC  ENC  CE  JPEG  OFA  PLACEMENTS         COMPUTE INSTANCES         ACCEPTS\n\
+             1g.10gb  19         4/7        9.75   16    1    0   1     1    0  {0,1,2,3,4,5,6}:1  1x1c                      1g.10gb, 1g\n\
+             1g.20gb  15         2/4       19.62   26    1    0   1     1    0  {0,2,4,6}:2        1x1c                      1g.20gb\n\
+             7g.80gb   0         0/1       79.25  132    7    0   8     7    1  {0}:8              7x1c 3x2c 2x3c 1x4c 1x7c  7g.80gb, 7g\n\
+             Compute instances as the driver reported them for 7g.80gb; the MIG guide's rule for the others (the driver tells only for an instance that exists).\n"
         );
     }
 

@@ -9,7 +9,7 @@
 //! of the agent keeps its `&'static GpuModel`. A GPU the catalog has never heard of is
 //! as usable as one it knows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 use super::catalog_check::{NvmlProfileInfo, compare_with_catalog};
@@ -102,6 +102,84 @@ impl DriverTables {
     }
 }
 
+/// Compute-instance sizes read from the driver, by GPU-instance profile id: `[compute
+/// slices, how many fit]`, smallest first.
+pub(super) type ComputeProfilesLearned = BTreeMap<u32, Vec<[u8; 2]>>;
+
+/// `[slices, count]` of each compute-instance profile a GPU instance offers (one entry per
+/// size: a size offered under two enums, such as a `_REV1` variant, counts its larger
+/// count), smallest first.
+pub(super) fn compute_sizes(
+    offered: &[(u32, nvml_wrapper_sys::bindings::nvmlComputeInstanceProfileInfo_t)],
+) -> Vec<[u8; 2]> {
+    let mut sizes: BTreeMap<u8, u8> = BTreeMap::new();
+    for (_, info) in offered {
+        let (Ok(slices), Ok(count)) =
+            (u8::try_from(info.sliceCount), u8::try_from(info.instanceCount))
+        else {
+            continue;
+        };
+        let most = sizes.entry(slices).or_insert(0);
+        *most = (*most).max(count);
+    }
+    sizes.into_iter().filter(|&(s, n)| s > 0 && n > 0).map(|(s, n)| [s, n]).collect()
+}
+
+impl DriverTables {
+    /// `model` with the compute-instance sizes `learned` for its profiles (read once: NVML
+    /// answers them only for a GPU instance that exists), kept for the GPU `uuid` like the
+    /// rest of its table. Where the driver's sizes differ from the MIG guide's rule the
+    /// planner would otherwise use, a warning; the driver's are used.
+    pub(super) fn learn_compute_profiles(
+        &self,
+        uuid: &str,
+        index: u32,
+        model: &'static GpuModel,
+        learned: ComputeProfilesLearned,
+    ) -> &'static GpuModel {
+        let mut updated = model.clone();
+        let mut changed = false;
+        for (id, sizes) in learned {
+            let Some(profile) = updated.mig_profiles.iter_mut().find(|p| p.id == id) else {
+                continue;
+            };
+            if sizes.is_empty() || !profile.compute_profiles.is_empty() {
+                continue;
+            }
+            let rule: Vec<[u8; 2]> = crate::profile::compute_instance_sizes(model, profile)
+                .into_iter()
+                .map(|(s, n)| [s, n])
+                .collect();
+            if rule != sizes {
+                tracing::warn!(
+                    "GPU {index}: the driver's compute-instance sizes in a {} instance ({}) differ from the MIG guide's rule ({}); using the driver's",
+                    profile.name,
+                    sizes_text(&sizes),
+                    sizes_text(&rule)
+                );
+            }
+            profile.compute_profiles = sizes;
+            changed = true;
+        }
+        if !changed {
+            return model;
+        }
+        let updated = catalog::intern(updated);
+        let mut known = self.by_gpu.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, kept)) = known.get_mut(uuid)
+            && std::ptr::eq(*kept, model)
+        {
+            *kept = updated;
+        }
+        updated
+    }
+}
+
+/// `1c ×3, 2c ×1, 3c ×1`.
+fn sizes_text(sizes: &[[u8; 2]]) -> String {
+    sizes.iter().map(|[s, n]| format!("{s}c ×{n}")).collect::<Vec<_>>().join(", ")
+}
+
 /// The model a driver's MIG table describes. Identity (key, names, PCI ids) comes from
 /// the catalog where it knows the GPU, else from NVML's name; every MIG figure comes from
 /// the driver. Refused (with why) when the table breaks a rule no real table breaks.
@@ -148,6 +226,7 @@ pub(super) fn model_from_driver(
             max_count: small("instance count", info.instance_count)?,
             placements,
             engines: info.engines,
+            compute_profiles: Vec::new(),
             name,
         });
     }
@@ -294,6 +373,30 @@ mod tests {
         let mut mixed = table_of(h100);
         mixed[2].placements.push((1, 1));
         assert!(model_from_driver(&f, Some(h100), &mixed).unwrap_err().contains("different sizes"));
+    }
+
+    #[test]
+    fn compute_instance_sizes_the_driver_reports_are_kept_and_used() {
+        let tables = DriverTables::default();
+        let h100 = catalog::model_by_key("h100").unwrap();
+        let f = facts(&h100.nvml_name, 0x2330_10DE);
+        let model = tables.model(&f, || Ok(table_of(h100))).unwrap();
+        let three = model.profile_by_name("3g.40gb").unwrap();
+        assert!(three.compute_profiles.is_empty());
+        // The driver offers 1c ×3 and 3c ×1 in a 3g (unlike the rule's 2c ×1 besides).
+        let learned = ComputeProfilesLearned::from([(three.id, vec![[1, 3], [3, 1]])]);
+        let updated = tables.learn_compute_profiles(f.uuid, 0, model, learned);
+        let three = updated.profile_by_name("3g.40gb").unwrap();
+        assert_eq!(three.compute_profiles, [[1, 3], [3, 1]]);
+        assert_eq!(crate::profile::compute_instance_sizes(updated, three), [(1, 3), (3, 1)]);
+        // Kept: the next observation's model has them without asking again.
+        let again = tables.model(&f, || panic!("read again"));
+        assert!(std::ptr::eq(again.unwrap(), updated));
+        // Nothing new: the same model back.
+        assert!(std::ptr::eq(
+            tables.learn_compute_profiles(f.uuid, 0, updated, ComputeProfilesLearned::new()),
+            updated
+        ));
     }
 
     #[test]

@@ -50,10 +50,10 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::{BackendKind, ErrorCode, GpuBackend, GpuError, MigModeActivation};
-use crate::catalog::{self, MigProfile};
+use crate::catalog::{self, GpuModel, MigProfile};
 use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, GpuState, Operation};
 use catalog_check::NvmlProfileInfo;
-use driver_table::{DeviceFacts, DriverTables};
+use driver_table::{ComputeProfilesLearned, DeviceFacts, DriverTables, compute_sizes};
 use errors::{raw_error, return_name, with_context, wrapper_error};
 pub use library::Driver;
 use raw::{Raw, device_handle};
@@ -290,9 +290,13 @@ impl<'a> Session<'a> {
             Err(e) => return Err(err("nvmlDeviceGetComputeMode")(e)),
         };
 
+        let mut model = model;
         let (instances, mig_devices) = if mig_enabled {
             let mig_devices = self.mig_devices(OBSERVE, index, &device)?;
-            let instances = self.gpu_instances(index, &device, &mig_devices)?;
+            let (instances, learned) = self.gpu_instances(index, &device, &mig_devices, model)?;
+            if let Some(known) = model {
+                model = Some(self.tables.learn_compute_profiles(&uuid, index, known, learned));
+            }
             (instances, mig_devices)
         } else {
             (Vec::new(), Vec::new())
@@ -341,13 +345,18 @@ impl<'a> Session<'a> {
         Ok(found)
     }
 
-    /// Every GPU instance of a MIG-enabled GPU with its compute instances, by placement.
+    /// Every GPU instance of a MIG-enabled GPU with its compute instances, by placement;
+    /// and, for each GPU-instance profile whose compute-instance sizes `model` does not yet
+    /// hold, the sizes the driver offers in an instance of it (NVML answers them only for
+    /// an instance that exists).
     fn gpu_instances(
         &self,
         gpu: u32,
         device: &Device<'_>,
         mig_devices: &[MigDevice],
-    ) -> Result<Vec<GpuInstance>, GpuError> {
+        model: Option<&GpuModel>,
+    ) -> Result<(Vec<GpuInstance>, ComputeProfilesLearned), GpuError> {
+        let mut learned = ComputeProfilesLearned::new();
         let dev = device_handle(device);
         let raw = self.raw(OBSERVE, gpu);
         let uuids: HashMap<(u32, u32), &str> = mig_devices
@@ -366,6 +375,21 @@ impl<'a> Session<'a> {
                 let info = raw.gi_info(gi)?;
                 if found.contains_key(&info.id) {
                     continue;
+                }
+                let unknown = model
+                    .and_then(|m| m.profile_by_id(info.profileId))
+                    .is_some_and(|p| p.compute_profiles.is_empty());
+                if unknown && !learned.contains_key(&info.profileId) {
+                    match raw.ci_profiles(gi) {
+                        Ok(offered) => {
+                            learned.insert(info.profileId, compute_sizes(&offered));
+                        }
+                        Err(e) => tracing::warn!(
+                            gpu,
+                            "the compute-instance profiles of GPU instance {} could not be read: {e}",
+                            info.id
+                        ),
+                    }
                 }
                 let mut compute_instances = Vec::new();
                 for (ci_id, _, slices) in raw.compute_instances_of(gi)? {
@@ -398,7 +422,7 @@ impl<'a> Session<'a> {
         }
         let mut instances: Vec<GpuInstance> = found.into_values().collect();
         instances.sort_by_key(|gi| (gi.placement_start, gi.id));
-        Ok(instances)
+        Ok((instances, learned))
     }
 
     /// The compute processes on a GPU. Under MIG the parent's aggregate list needs a
