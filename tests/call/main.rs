@@ -7,7 +7,7 @@
 //! - `latest-job`: the object path of the newest job on the bus.
 //! - `outcome PATH`: the job's `Outcome` property.
 //! - `get-outcome PATH`: the job's `GetOutcome()`.
-//! - `huge METHOD BYTES`: `METHOD` (`Plan`, `ShowProfile`, `Env`, `ValidateProfile`,
+//! - `huge METHOD BYTES`: `METHOD` (`Plan`, `ShowProfile`, `Env`, `MigProfiles`, `ValidateProfile`,
 //!   `PlanDocument`, `ApplyDocument`) with one string argument of `BYTES` bytes (the name,
 //!   target or origin; a small valid profile as the text); prints `ok N` or the error as
 //!   `error NAME: (N bytes) FIRST-200-CHARACTERS`.
@@ -162,6 +162,7 @@ async fn call(args: &[String]) -> Result<String, String> {
                 "Plan" => agent.plan(&big).await,
                 "ShowProfile" => agent.show_profile(&big).await,
                 "Env" => agent.env(&big).await,
+                "MigProfiles" => agent.mig_profiles(&big).await,
                 "ValidateProfile" => agent.validate_profile(text, &big).await,
                 "PlanDocument" => agent.plan_document(text, &big, "").await,
                 "ApplyDocument" => agent

@@ -82,7 +82,7 @@ fn strings_as_long_as_the_bus_carries_are_refused_by_their_size() {
     let Some(mut agent) = agent_for_other_users() else { return };
     // The bus's default message limit is 32 MiB; the call's own fields take the rest.
     let huge = (32usize << 20) - 4096;
-    let methods = ["Plan", "ShowProfile", "Env", "ValidateProfile", "PlanDocument"];
+    let methods = ["Plan", "ShowProfile", "Env", "MigProfiles", "ValidateProfile", "PlanDocument"];
     for (user, method) in [OTHER, MEMBER].into_iter().flat_map(|u| methods.map(|m| (u, m))) {
         let answer = agent.call(Some(user), &["huge", method, &huge.to_string()]);
         assert!(
