@@ -574,19 +574,25 @@ fn plan_gpu_to(
     let mut freed = Vec::new();
     for gi in &gpu.instances {
         let profile = profile_of(gpu, gi.profile_id);
-        match instance_fate(gpu, gi, &target) {
-            Fate::Stays => continue,
-            Fate::Recomputed => {}
-            Fate::Destroyed => {
-                if gpu.model.and_then(|m| m.profile_by_id(gi.profile_id)).is_none() {
-                    // A rollback recreates instances from the catalog: what it cannot
-                    // recreate, the agent does not destroy.
-                    return Err(PlanError::Infeasible(format!(
-                        "{label}: GPU instance {} has MIG profile id {}, which the catalog lacks; gpushare could not restore it after a failure, so it leaves this GPU alone",
-                        gi.id, gi.profile_id
-                    )));
-                }
-            }
+        let fate = instance_fate(gpu, gi, &target);
+        if fate == Fate::Stays {
+            continue;
+        }
+        // A rollback recreates what goes from the GPU's MIG table: what it could not
+        // recreate, the agent does not destroy.
+        let Some(known) = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id)) else {
+            return Err(PlanError::Infeasible(format!(
+                "{label}: GPU instance {} has MIG profile id {}, which the GPU's MIG table lacks; gpushare could not restore it after a failure, so it leaves this GPU alone",
+                gi.id, gi.profile_id
+            )));
+        };
+        if placement::creation_order(known.compute_slices, &gi.compute_layout()).is_none() {
+            return Err(PlanError::Infeasible(format!(
+                "{label}: the compute instances of GPU instance {} ({} of {}c) could be created again in no order, so gpushare could not restore them after a failure and leaves this GPU alone",
+                gi.id,
+                gi.compute_instances.len(),
+                gi.compute_layout().iter().map(u8::to_string).collect::<Vec<_>>().join("c, ")
+            )));
         }
         // Its compute instances go either way (processes in them with them).
         freed.push(gi);
@@ -624,7 +630,15 @@ fn plan_gpu_to(
         }
         if existing.is_none_or(|gi| instance_fate(gpu, gi, &target) != Fate::Stays) {
             let whole = !placed.is_subdivided();
-            for &slices in placed.compute.sizes() {
+            let sizes =
+                placement::creation_order(placed.profile.compute_slices, placed.compute.sizes())
+                    .ok_or_else(|| {
+                        PlanError::Infeasible(format!(
+                            "{label}: compute instances {} do not fit in {} in any order",
+                            placed.compute, placed.profile.name
+                        ))
+                    })?;
+            for slices in sizes {
                 steps.push(Step::CreateComputeInstance {
                     gpu: gpu.index,
                     start: placed.start,

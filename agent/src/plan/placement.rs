@@ -101,6 +101,52 @@ impl fmt::Display for ComputeLayout {
     }
 }
 
+/// An order to create compute instances of `sizes` (compute slices each) in a GPU
+/// instance of `gi_slices` in which each fits where the driver puts it: the lowest free
+/// start aligned to the power of two at or above its size (the simulated driver's
+/// `ci_placements`). Largest first works for every layout but a few mixed ones (a 7g of
+/// 2c, 2c and 3c needs the 2c's first), so it is tried first, then the others; `None`
+/// when no order fits.
+pub fn creation_order(gi_slices: u8, sizes: &[u8]) -> Option<Vec<u8>> {
+    fn place(gi_slices: u8, used: u8, left: &mut Vec<u8>, order: &mut Vec<u8>) -> bool {
+        if left.is_empty() {
+            return true;
+        }
+        let mut tried: Vec<u8> = Vec::new();
+        for i in 0..left.len() {
+            let size = left[i];
+            if tried.contains(&size) {
+                continue;
+            }
+            tried.push(size);
+            let align = size.next_power_of_two().max(1);
+            let Some(start) = (0..gi_slices).step_by(usize::from(align)).find(|&s| {
+                let mask = ((1u16 << size) - 1) << s;
+                u16::from(s) + u16::from(size) <= u16::from(gi_slices)
+                    && u16::from(used) & mask == 0
+            }) else {
+                continue;
+            };
+            let taken = (((1u16 << size) - 1) << start) as u8;
+            left.remove(i);
+            order.push(size);
+            if place(gi_slices, used | taken, left, order) {
+                return true;
+            }
+            order.pop();
+            left.insert(i, size);
+        }
+        false
+    }
+    if gi_slices > 8 || sizes.iter().any(|&s| s == 0 || s > gi_slices) {
+        return None;
+    }
+    let mut left = sizes.to_vec();
+    left.sort_unstable_by(|a, b| b.cmp(a));
+    let mut order = Vec::with_capacity(left.len());
+    place(gi_slices, 0, &mut left, &mut order).then_some(order)
+}
+
 /// Why a wanted set of MIG instances cannot be placed on a GPU. `Display` gives a
 /// one-line explanation, such as `3g.20gb ×3 exceeds the maximum of 2 per GPU`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -596,6 +642,20 @@ mod tests {
         assert_eq!(text(&layout), "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4");
         validate_layout(a100, &layout).unwrap();
         assert_eq!(describe_request(&wanted), "1g.5gb ×2, 2g.10gb ×1, 3g.20gb ×1");
+    }
+
+    #[test]
+    fn compute_instances_are_created_in_an_order_the_driver_can_place() {
+        // Largest first where that fits.
+        assert_eq!(creation_order(3, &[1, 1, 1]), Some(vec![1, 1, 1]));
+        assert_eq!(creation_order(7, &[1, 2, 4]), Some(vec![4, 2, 1]));
+        // A 7g of 2c, 2c and 3c: the 3c first would take 0-2, leaving the 2c's 4-5 only;
+        // a 2c first (at 0), the 3c (at 4), the other 2c (at 2) all fit.
+        assert_eq!(creation_order(7, &[3, 2, 2]), Some(vec![2, 3, 2]));
+        // Too much, or a size past the instance: no order.
+        assert_eq!(creation_order(7, &[4, 4]), None);
+        assert_eq!(creation_order(3, &[4]), None);
+        assert_eq!(creation_order(3, &[0]), None);
     }
 
     #[test]
