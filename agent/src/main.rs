@@ -130,7 +130,10 @@ fn main() -> ExitCode {
     };
     if settings.simulate.is_none() {
         if args.check_driver {
-            return check_driver(logging, Driver::Nvidia, std::path::Path::new("/"));
+            // The host's files are where agent.toml says (a container: the host's root).
+            let config = gpushare_agent::config::AgentConfig::load(&settings.config);
+            let host_root = config.map(|c| c.host_root).unwrap_or_else(|_| "/".into());
+            return check_driver(logging, Driver::Nvidia, &host_root);
         }
         if args.check_catalog {
             return check_catalog(Driver::Nvidia);

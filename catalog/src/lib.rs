@@ -292,6 +292,12 @@ pub fn check_model(model: &GpuModel) -> Result<(), String> {
         if p.memory_slices == 0 || p.compute_slices == 0 {
             return Err(format!("{key} {name}: zero memory or compute slices"));
         }
+        if let Some(bad) = p.compute_profiles.iter().find(|&&[s, n]| !compute_size_fits(p, s, n)) {
+            return Err(format!(
+                "{key} {name}: {}c ×{} compute instances do not fit in it",
+                bad[0], bad[1]
+            ));
+        }
         for (what, value) in
             [("id", p.id.to_string()), ("enum", p.nvml_enum.to_string()), ("name", p.name.clone())]
         {
@@ -301,6 +307,15 @@ pub fn check_model(model: &GpuModel) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `count` compute instances of `slices` can be in one instance of `profile`: none
+/// empty, none larger than it, and no more slices in all than it has.
+pub fn compute_size_fits(profile: &MigProfile, slices: u8, count: u8) -> bool {
+    slices > 0
+        && count > 0
+        && slices <= profile.compute_slices
+        && u32::from(slices) * u32::from(count) <= u32::from(profile.compute_slices)
 }
 
 /// All known models: the catalog the agent plans with.

@@ -336,8 +336,9 @@ fn plan_gpu(
             }
             let profiles: Vec<&'static MigProfile> = wanted.iter().map(|(p, _)| *p).collect();
             let preferred = current_layout(gpu);
-            let placed = placement::solve(model, &profiles, &preferred)
-                .map_err(|why| PlanError::Infeasible(format!("{label}: {why}")))?;
+            let placed = placement::solve(model, &profiles, &preferred).map_err(|why| {
+                PlanError::Infeasible(format!("{label}: {why} (the rule at {})", rule.location))
+            })?;
             assign_compute_layouts(gpu, placed, wanted)
         }
     };
@@ -404,7 +405,7 @@ fn plan_gpu(
 fn compute_per_instance(model: &GpuModel, profile: &MigProfile, compute: u8) -> Option<u8> {
     crate::profile::compute_instance_sizes(model, profile)
         .into_iter()
-        .find(|&(c, _)| c == compute)
+        .find(|&(c, n)| c == compute && n > 0)
         .map(|(_, n)| n)
 }
 
@@ -430,7 +431,7 @@ fn pack(
     count: u32,
 ) -> Vec<(&'static MigProfile, ComputeLayout)> {
     let mut instances = Vec::new();
-    let mut left = count;
+    let mut left = if per_instance == 0 { 0 } else { count };
     while left > 0 {
         let here = left.min(u32::from(per_instance));
         instances.push((profile, ComputeLayout::of(&vec![compute; here as usize])));

@@ -598,7 +598,10 @@ fn a_subdivision_that_does_not_fit_names_the_rule_and_what_would() {
     // More compute instances than GPU instances of the profile can hold.
     let text = "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 7 }\n";
     let e = plan_on(&sim, &profile(text)).unwrap_err().to_string();
-    assert!(e.starts_with("GPU 0 (H100-80GB-HBM3): "), "{e}");
+    assert_eq!(
+        e,
+        "GPU 0 (H100-80GB-HBM3): 3g.40gb ×3 exceeds the maximum of 2 per GPU (the rule at test.toml:2:1)"
+    );
 }
 
 #[test]

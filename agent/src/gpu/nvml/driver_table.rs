@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::catalog_check::{NvmlProfileInfo, compare_with_catalog};
 use crate::catalog::{self, Architecture, GpuModel, MigProfile};
@@ -39,7 +40,15 @@ pub(super) struct DeviceFacts<'a> {
 #[derive(Debug, Default)]
 pub(super) struct DriverTables {
     by_gpu: Mutex<HashMap<String, (String, &'static GpuModel)>>,
+    /// GPUs whose table could not be used, with the driver version and when: read again
+    /// once [`RETRY_AFTER`] has passed (a transient NVML error must not pin the catalog's
+    /// table until the next driver update), not at every observation.
+    fell_back: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// How long a GPU whose table could not be used runs on the catalog's before the driver is
+/// asked again.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 impl DriverTables {
     /// The model of the GPU `facts` describes: the one read before under the same
@@ -58,6 +67,13 @@ impl DriverTables {
             && driver == facts.driver_version
         {
             return Some(model);
+        }
+        let mut fell_back = self.fell_back.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((driver, when)) = fell_back.get(facts.uuid)
+            && driver == facts.driver_version
+            && when.elapsed() < RETRY_AFTER
+        {
+            return catalog_model;
         }
         let label = format!("GPU {}", facts.index);
         let model = match read() {
@@ -84,21 +100,34 @@ impl DriverTables {
                     tracing::warn!(
                         "{label}: the driver's MIG table makes no usable model ({why}); using the catalog's"
                     );
-                    catalog_model
+                    None
                 }
             },
-            Ok(_) => catalog_model,
+            Ok(_) => {
+                tracing::warn!(
+                    "{label}: the driver offers no MIG profile although MIG is supported; using the catalog's table"
+                );
+                None
+            }
             Err(e) => {
                 tracing::warn!(
                     "{label}: the driver's MIG table could not be read ({e}); using the catalog's"
                 );
-                catalog_model
+                None
             }
         };
-        if let Some(model) = model {
-            known.insert(facts.uuid.to_owned(), (facts.driver_version.to_owned(), model));
+        match model {
+            Some(model) => {
+                fell_back.remove(facts.uuid);
+                known.insert(facts.uuid.to_owned(), (facts.driver_version.to_owned(), model));
+                Some(model)
+            }
+            None => {
+                let when = (facts.driver_version.to_owned(), Instant::now());
+                fell_back.insert(facts.uuid.to_owned(), when);
+                catalog_model
+            }
         }
-        model
     }
 }
 
@@ -144,6 +173,15 @@ impl DriverTables {
                 continue;
             };
             if sizes.is_empty() || !profile.compute_profiles.is_empty() {
+                continue;
+            }
+            if let Some(&[s, n]) =
+                sizes.iter().find(|&&[s, n]| !catalog::compute_size_fits(profile, s, n))
+            {
+                tracing::warn!(
+                    "GPU {index}: the driver offers {s}c ×{n} compute instances in a {} instance, which cannot fit in it; keeping the MIG guide's rule",
+                    profile.name
+                );
                 continue;
             }
             let rule: Vec<[u8; 2]> = crate::profile::compute_instance_sizes(model, profile)
@@ -389,6 +427,13 @@ mod tests {
         let three = updated.profile_by_name("3g.40gb").unwrap();
         assert_eq!(three.compute_profiles, [[1, 3], [3, 1]]);
         assert_eq!(crate::profile::compute_instance_sizes(updated, three), [(1, 3), (3, 1)]);
+        // Sizes that cannot fit in the instance are not taken (the rule stays).
+        let bad = ComputeProfilesLearned::from([(
+            model.profile_by_name("2g.20gb").unwrap().id,
+            vec![[2, 2]],
+        )]);
+        let same = tables.learn_compute_profiles(f.uuid, 0, updated, bad);
+        assert!(std::ptr::eq(same, updated));
         // Kept: the next observation's model has them without asking again.
         let again = tables.model(&f, || panic!("read again"));
         assert!(std::ptr::eq(again.unwrap(), updated));
@@ -419,7 +464,7 @@ mod tests {
         });
         assert_eq!(reads, 2);
         assert_eq!(model.unwrap().mig_profiles, h100.mig_profiles);
-        // An unreadable table falls back to the catalog's.
+        // An unreadable table falls back to the catalog's, and is not read again at once.
         f.uuid = "GPU-2";
         let model = tables.model(&f, || {
             Err(crate::gpu::GpuError::new(
@@ -429,5 +474,11 @@ mod tests {
             ))
         });
         assert!(std::ptr::eq(model.unwrap(), h100));
+        let model = tables.model(&f, || panic!("asked again at once"));
+        assert!(std::ptr::eq(model.unwrap(), h100));
+        // After a while (or under another driver) it is asked again, and then kept.
+        f.driver_version = "590.2";
+        let model = tables.model(&f, || Ok(table_of(h100))).unwrap();
+        assert_eq!(model.source, "read from the driver (590.2) through NVML");
     }
 }

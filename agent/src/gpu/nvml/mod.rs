@@ -204,11 +204,19 @@ impl<'a> Session<'a> {
         let raw = self.raw(PROFILE_TABLE, gpu);
         let mut table = Vec::new();
         for (nvml_enum, p) in raw.gi_profiles(dev)? {
-            let mut placements: Vec<(u32, u32)> = raw
-                .gi_possible_placements(dev, p.id)?
-                .into_iter()
-                .map(|pl| (pl.start, pl.size))
-                .collect();
+            // A profile whose placements cannot be read (nvml.h: the query may need a
+            // privileged user) stays in the table without them: unplaceable, not fatal.
+            let mut placements: Vec<(u32, u32)> = match raw.gi_possible_placements(dev, p.id) {
+                Ok(found) => found.into_iter().map(|pl| (pl.start, pl.size)).collect(),
+                Err(e) => {
+                    tracing::debug!(
+                        gpu,
+                        "the placements of MIG profile {} could not be read: {e}",
+                        p.id
+                    );
+                    Vec::new()
+                }
+            };
             placements.sort_unstable();
             table.push(NvmlProfileInfo {
                 nvml_enum,

@@ -56,6 +56,11 @@ pub(super) struct GiProfile {
     pub(super) engines: Engines,
 }
 
+/// The most entries a buffer sized by a driver's count holds (placements of a profile,
+/// instances of a profile): far above any GPU's, so that a wrong count cannot make the
+/// agent allocate without bound.
+const MAX_LISTED: c_uint = 64;
+
 /// A profile's engine counts as NVML's `ProfileInfo` gives them (saturating: no MIG
 /// instance has more than 255 of any engine).
 fn engines(copy: u32, decoders: u32, encoders: u32, jpeg: u32, ofa: u32) -> Engines {
@@ -302,6 +307,9 @@ impl<'a> Raw<'a> {
         if count == 0 {
             return Ok(Vec::new());
         }
+        // The driver's count sizes a buffer: bounded (no GPU has more than a dozen
+        // placements of a profile); a larger one answers INSUFFICIENT_SIZE below.
+        let count = count.min(MAX_LISTED);
         let mut placements = vec![nvmlGpuInstancePlacement_t { start: 0, size: 0 }; count as usize];
         let mut written = count;
         // SAFETY: as above; `placements` holds `count` elements, as many as NVML said the
@@ -320,7 +328,8 @@ impl<'a> Raw<'a> {
     ) -> Result<Vec<nvmlGpuInstance_t>, GpuError> {
         const F: &str = "nvmlDeviceGetGpuInstances";
         let f = self.sym(F, nvml_sym(self.lib.nvmlDeviceGetGpuInstances.as_ref()))?;
-        let capacity = capacity.max(1);
+        // The profile's instanceCount, from the driver, sizes a buffer: bounded.
+        let capacity = capacity.clamp(1, MAX_LISTED);
         let mut handles: Vec<nvmlGpuInstance_t> = vec![ptr::null_mut(); capacity as usize];
         let mut count: c_uint = capacity;
         // SAFETY: `f` has nvml.h's signature; `handles` holds the profile's instanceCount
@@ -429,7 +438,8 @@ impl<'a> Raw<'a> {
     ) -> Result<Vec<nvmlComputeInstance_t>, GpuError> {
         const F: &str = "nvmlGpuInstanceGetComputeInstances";
         let f = self.sym(F, nvml_sym(self.lib.nvmlGpuInstanceGetComputeInstances.as_ref()))?;
-        let capacity = capacity.max(1);
+        // The profile's instanceCount, from the driver, sizes a buffer: bounded.
+        let capacity = capacity.clamp(1, MAX_LISTED);
         let mut handles: Vec<nvmlComputeInstance_t> = vec![ptr::null_mut(); capacity as usize];
         let mut count: c_uint = capacity;
         // SAFETY: `f` has nvml.h's signature; `handles` holds the profile's instanceCount
