@@ -89,6 +89,7 @@ fn the_h100_profiles_as_the_driver_reports_them() {
             "JPEG",
             "OFA",
             "PLACEMENTS",
+            "COMPUTE INSTANCES",
             "ACCEPTS"
         ],
         "{printed}"
@@ -108,6 +109,7 @@ fn the_h100_profiles_as_the_driver_reports_them() {
             "1",
             "0",
             "{0,1,2,3,4,5,6}:1",
+            "1x1c",
             "1g.10gb,",
             "1g"
         ],
