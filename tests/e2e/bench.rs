@@ -418,3 +418,43 @@ fn bad_input_is_one_line_and_sets_nothing_up() {
     assert_eq!(agent.sim_record(), "");
     assert!(no_bench_record(&agent));
 }
+
+/// Issue 27: a replica reporting the wrong way (`latency=10ms` on the descriptor) is told
+/// so within seconds, with its first line and what is expected, rather than after the
+/// whole `--time-limit` (10 minutes by default).
+#[test]
+fn a_replica_writing_lines_that_are_no_unit_is_told_within_seconds() {
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("replica.sh"),
+        "#!/bin/sh\nwhile true; do echo latency=10ms >&3; sleep 0.05; done\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = agent
+        .ctl_command(&[
+            "bench",
+            "--replicas",
+            "1",
+            "--duration",
+            "2s",
+            "--",
+            "/bin/sh",
+            "replica.sh",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("replica 0 writes lines to $GPUSHARE_BENCH_REPORT that are no unit (")
+            && err.contains("the first: \"latency=10ms\"")
+            && err.contains("an empty line, or the unit's latency in milliseconds"),
+        "{err}"
+    );
+    // The first strategy's window waits MALFORMED_GRACE (5 s); the rest is set-up.
+    assert!(took < Duration::from_secs(30), "told after {took:?}: {err}");
+}

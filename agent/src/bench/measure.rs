@@ -179,19 +179,31 @@ fn until_exit(batch: &Batch, cancel: &Cancel, deadline: Instant) -> Measured {
     Measured::default()
 }
 
+/// How long a replica may write nothing but lines that are no unit before the bench says
+/// so (rather than wait out the whole `--time-limit`): a header line or two before the
+/// first unit is fine, seconds of them are a replica reporting the wrong way.
+const MALFORMED_GRACE: Duration = Duration::from_secs(5);
+
 /// Waits until every replica still running passes `working`; an error names who did not.
+/// `wrong` may give up on a replica that is not working yet (given the time waited): its
+/// answer is the error.
 fn wait_for_work(
     batch: &Batch,
     cancel: &Cancel,
     deadline: Instant,
     mut working: impl FnMut(usize) -> bool,
+    mut wrong: impl FnMut(usize, Duration) -> Option<String>,
     what: &str,
 ) -> Result<(), String> {
     let mut ready = vec![false; batch.len()];
+    let began = Instant::now();
     loop {
         for (i, r) in ready.iter_mut().enumerate() {
             if !*r {
                 *r = working(i);
+                if !*r && let Some(why) = wrong(i, began.elapsed()) {
+                    return Err(why);
+                }
             }
         }
         if ready.iter().all(|&r| r) {
@@ -218,6 +230,20 @@ fn wait_for_work(
     }
 }
 
+/// The error for replica `i` when, `waited` into the wait, it has written only lines that
+/// are no unit for [`MALFORMED_GRACE`]: what arrived (the first line) and what is expected.
+fn malformed_only(batch: &Batch, i: usize, waited: Duration) -> Option<String> {
+    let (count, first) = batch.malformed(i);
+    if count == 0 || waited < MALFORMED_GRACE {
+        return None;
+    }
+    let first = first.unwrap_or_default();
+    Some(format!(
+        "replica {i} writes lines to $GPUSHARE_BENCH_REPORT that are no unit ({count} in {}s, the first: {first:?}); write one line per unit of work done: an empty line, or the unit's latency in milliseconds as a number (12.5)",
+        waited.as_secs()
+    ))
+}
+
 fn units_window(
     batch: &Batch,
     cancel: &Cancel,
@@ -230,6 +256,7 @@ fn units_window(
         cancel,
         deadline,
         |i| batch.unit_count(i) > 0 || batch.exited(i),
+        |i, waited| malformed_only(batch, i, waited),
         "no unit on the descriptor in $GPUSHARE_BENCH_REPORT",
     );
     if let Err(error) = opened {
@@ -290,6 +317,7 @@ fn histogram_window(
                 }
             }
         },
+        |_, _| None,
         &format!("histogram `{name}` on $GPUSHARE_BENCH_METRICS_PORT"),
     );
     if let Err(error) = opened {

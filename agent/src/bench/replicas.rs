@@ -648,6 +648,14 @@ impl<'a> Batch<'a> {
         self.replicas.get(index).map_or(0, |r| lock(&r.units).count)
     }
 
+    /// How many lines replica `index` wrote that are no unit, and the first of them.
+    pub fn malformed(&self, index: usize) -> (u64, Option<String>) {
+        self.replicas.get(index).map_or((0, None), |r| {
+            let units = lock(&r.units);
+            (units.malformed, units.first_malformed.clone())
+        })
+    }
+
     /// Whether replica `index` has ended.
     pub fn exited(&self, index: usize) -> bool {
         self.replicas.get(index).is_none_or(Replica::has_ended)
