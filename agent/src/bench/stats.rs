@@ -504,26 +504,24 @@ fn recommend_at(
     let (strategy, mut reason) = match (best(objective, None), best(other(objective), None)) {
         (Some((i, name, run)), Some((j, other_name, other_run))) if candidates.len() > 1 => {
             if i != j {
-                (name, format!("{name}: {}", contrast(objective, run, other_name, other_run)))
+                (name, contrast(objective, run, other_name, other_run))
             } else {
                 let runner_up = best(objective, Some(i));
                 let against = runner_up.map_or(String::new(), |(_, r_name, r_run)| {
                     format!("; against the runner-up, {}", contrast(objective, run, r_name, r_run))
                 });
-                (name, format!("{name}: best on both throughput and p99{against}"))
+                (name, format!("best on both throughput and p99{against}"))
             }
         }
         (Some((_, name, run)), _) => {
             let p99 = run.p99_ms.map_or("no p99".into(), |p| format!("p99 {p:.1} ms"));
-            (
-                name,
-                format!(
-                    "{name}: the only strategy that ran {} without failures \
-                     ({:.1} {rate}, {p99})",
-                    plural(n, "replica"),
-                    run.throughput_per_s
-                ),
-            )
+            // The only one asked for is not "the only one that ran" (issue 27's wording).
+            let only = if left_out.is_empty() {
+                "the only strategy benched".to_owned()
+            } else {
+                format!("the only strategy that ran {} without failures", plural(n, "replica"))
+            };
+            (name, format!("{only} ({:.1} {rate}, {p99})", run.throughput_per_s))
         }
         _ => ("none", format!("no strategy ran {} without failures", plural(n, "replica"))),
     };
@@ -1048,10 +1046,10 @@ mod tests {
         ];
         let t = only(&strategies, Objective::Throughput);
         assert_eq!((t.replicas, t.strategy.as_str()), (3, "mps"));
-        assert_eq!(t.reason, "mps: 3.4x the throughput of time-slicing, p99 2.1x worse");
+        assert_eq!(t.reason, "3.4x the throughput of time-slicing, p99 2.1x worse");
         let l = only(&strategies, Objective::Latency);
         assert_eq!(l.strategy, "time-slicing");
-        assert_eq!(l.reason, "time-slicing: p99 2.1x lower than mps, 3.4x less throughput");
+        assert_eq!(l.reason, "p99 2.1x lower than mps, 3.4x less throughput");
     }
 
     #[test]
@@ -1064,14 +1062,14 @@ mod tests {
         let t = only(&strategies, Objective::Throughput);
         assert_eq!(
             t.reason,
-            "mps: best on both throughput and p99; against the runner-up, 2.0x the throughput \
+            "best on both throughput and p99; against the runner-up, 2.0x the throughput \
              of mps-limited, p99 2.0x better"
         );
         let l = only(&strategies, Objective::Latency);
         assert_eq!(l.strategy, "mps");
         assert_eq!(
             l.reason,
-            "mps: best on both throughput and p99; against the runner-up, p99 2.0x lower than \
+            "best on both throughput and p99; against the runner-up, p99 2.0x lower than \
              mps-limited, 2.0x the throughput"
         );
     }
@@ -1086,11 +1084,11 @@ mod tests {
         for objective in [Objective::Throughput, Objective::Latency] {
             let r = only(&strategies, objective);
             assert_eq!(r.strategy, "mps");
-            assert!(r.reason.starts_with("mps: best on both throughput and p99"), "{}", r.reason);
+            assert!(r.reason.starts_with("best on both throughput and p99"), "{}", r.reason);
         }
         assert_eq!(
             only(&strategies, Objective::Throughput).reason,
-            "mps: best on both throughput and p99; against the runner-up, the same throughput \
+            "best on both throughput and p99; against the runner-up, the same throughput \
              as time-slicing, p99 1.5x better"
         );
         // Same p99: the larger throughput wins.
@@ -1100,7 +1098,7 @@ mod tests {
         ];
         assert_eq!(
             only(&strategies, Objective::Latency).reason,
-            "mps: best on both throughput and p99; against the runner-up, the same p99 as \
+            "best on both throughput and p99; against the runner-up, the same p99 as \
              time-slicing, 2.0x the throughput"
         );
         // Equal on both: the first run wins, and nothing is called better or worse.
@@ -1111,7 +1109,7 @@ mod tests {
         let r = only(&strategies, Objective::Latency);
         assert_eq!(
             r.reason,
-            "time-slicing: best on both throughput and p99; against the runner-up, the same \
+            "best on both throughput and p99; against the runner-up, the same \
              p99 as mps, the same throughput"
         );
     }
@@ -1147,7 +1145,7 @@ mod tests {
         assert_eq!(r.strategy, "time-slicing");
         assert_eq!(
             r.reason,
-            "time-slicing: the only strategy that ran 5 replicas without failures \
+            "the only strategy that ran 5 replicas without failures \
              (10.0 units/s, p99 2.0 ms); mps left out: 1 of 5 replicas failed; mig left out: 5 \
              instances do not fit at all"
         );
@@ -1184,10 +1182,19 @@ mod tests {
         assert_eq!(picks, [(1, "time-slicing"), (3, "mps"), (5, "time-slicing")]);
         assert_eq!(
             all[2].reason,
-            "time-slicing: the only strategy that ran 5 replicas without failures \
+            "the only strategy that ran 5 replicas without failures \
              (10.0 units/s, p99 9.0 ms); mps left out: no run with 5 replicas"
         );
         assert!(recommend(&[], Objective::Latency, "units/s").is_empty());
+    }
+
+    #[test]
+    fn a_strategy_benched_alone_is_not_called_the_only_one_that_ran() {
+        let strategies = [strategy("mig", vec![run(1, 10.0, Some(1.0))])];
+        let all = recommend(&strategies, Objective::Throughput, "units/s");
+        assert_eq!(all[0].strategy, "mig");
+        // The strategy is its own field: the reason does not repeat it ("mig - mig: …").
+        assert_eq!(all[0].reason, "the only strategy benched (10.0 units/s, p99 1.0 ms)");
     }
 
     #[test]
@@ -1198,7 +1205,7 @@ mod tests {
         ];
         let r = only(&strategies, Objective::Latency);
         assert_eq!(r.strategy, "mps");
-        assert_eq!(r.reason, "mps: no p99 to compare with time-slicing, 5.0x less throughput");
+        assert_eq!(r.reason, "no p99 to compare with time-slicing, 5.0x less throughput");
     }
 
     // --- capacity ---
