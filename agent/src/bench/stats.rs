@@ -533,7 +533,9 @@ fn recommend_at(
 }
 
 /// Whether `run` kept `slo` with no error and no failed replica: `Ok` with the figure
-/// that kept it (`p99 41.2 ms ≤ 50 ms`), or `Err` with what broke it (`at 7 p99 63.0 ms`).
+/// that kept it (`worst replica's p99 41.2 ms ≤ 50 ms`: the SLO holds for each replica,
+/// so unlike the runs table's pooled p99 it is the worst replica's), or `Err` with what
+/// broke it (`at 7 worst replica's p99 63.0 ms`).
 fn keeps(run: &BenchRun, slo: Slo) -> Result<String, String> {
     let n = run.replicas;
     if let Some(e) = &run.error {
@@ -557,9 +559,9 @@ fn keeps(run: &BenchRun, slo: Slo) -> Result<String, String> {
                 }
             }
             if worst <= limit {
-                Ok(format!("p99 {worst:.1} ms ≤ {limit} ms"))
+                Ok(format!("worst replica's p99 {worst:.1} ms ≤ {limit} ms"))
             } else {
-                Err(format!("at {n} p99 {worst:.1} ms"))
+                Err(format!("at {n} worst replica's p99 {worst:.1} ms"))
             }
         }
         Slo::Slowdown(limit) => match run.max_slowdown {
@@ -1245,7 +1247,7 @@ mod tests {
         assert!(close(c.saving, 0.8));
         assert_eq!(
             c.reason,
-            "5 per GPU: p99 41.2 ms ≤ 50 ms; at 7 p99 63.0 ms; 100 replicas on 20 GPUs instead \
+            "5 per GPU: worst replica's p99 41.2 ms ≤ 50 ms; at 7 worst replica's p99 63.0 ms; 100 replicas on 20 GPUs instead \
              of 100: 80 % fewer"
         );
     }
@@ -1356,7 +1358,10 @@ mod tests {
         ];
         let all = capacity(&strategies, Slo::P99Ms(50.0), 100);
         assert_eq!((all[0].replicas_per_gpu, all[0].gpus_needed, all[0].saving), (0, 0, 0.0));
-        assert_eq!(all[0].reason, "no replica count kept p99=50ms: at 1 p99 63.0 ms");
+        assert_eq!(
+            all[0].reason,
+            "no replica count kept p99=50ms: at 1 worst replica's p99 63.0 ms"
+        );
         assert_eq!(all[1].reason, "no replica count kept p99=50ms: no run was measured");
     }
 }
