@@ -243,7 +243,8 @@ impl<'a> Session<'a> {
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetHandleByIndex_v2", e))
     }
 
-    fn observe_gpu(&self, index: u32) -> Result<GpuState, GpuError> {
+    /// One GPU; `driver_version` keys its MIG table (read once per observation).
+    fn observe_gpu(&self, index: u32, driver_version: &str) -> Result<GpuState, GpuError> {
         let err =
             |function: &'static str| move |e| wrapper_error(OBSERVE, Some(index), function, e);
         let device = self.device(OBSERVE, index)?;
@@ -266,7 +267,6 @@ impl<'a> Session<'a> {
         };
         // The driver's MIG table is the truth on a MIG GPU; the catalog names the others.
         let model = if supports_mig {
-            let driver_version = self.nvml.sys_driver_version().unwrap_or_default();
             let facts = DeviceFacts {
                 uuid: &uuid,
                 index,
@@ -277,7 +277,7 @@ impl<'a> Session<'a> {
                     .architecture()
                     .ok()
                     .map(|a| catalog::Architecture::from_nvml(a.as_c())),
-                driver_version: &driver_version,
+                driver_version,
             };
             self.tables.model(&facts, || self.profile_table(index))
         } else {
@@ -498,7 +498,11 @@ impl<'a> Session<'a> {
             .nvml
             .device_count()
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
-        let gpus = (0..count).map(|index| self.observe_gpu(index)).collect::<Result<_, _>>()?;
+        // The driver's version keys the MIG tables: one query per observation, not per GPU.
+        let driver_version = self.nvml.sys_driver_version().unwrap_or_default();
+        let gpus = (0..count)
+            .map(|index| self.observe_gpu(index, &driver_version))
+            .collect::<Result<_, _>>()?;
         Ok(gpus)
     }
 
