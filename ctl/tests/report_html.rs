@@ -152,6 +152,9 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        throughput_interval: None,
+        p99_interval_ms: None,
+        scaling_warning: None,
         per_replica: (0..n).map(|i| replica(i, each, alone / each)).collect(),
     }
 }
@@ -230,6 +233,7 @@ fn sample() -> BenchReport {
                 replicas,
                 strategy: strategy.into(),
                 reason: format!("{strategy}: the most throughput at N={replicas}"),
+                indistinguishable: Vec::new(),
             })
             .collect(),
         capacity: vec![
@@ -251,6 +255,12 @@ fn sample() -> BenchReport {
         restored: "time-slicing (as before)".into(),
         saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
         logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
+        pinning: None,
+        intervals: String::new(),
+        noise: None,
+        estimate_seconds: None,
+        capped: String::new(),
+        sequence: Vec::new(),
     }
 }
 

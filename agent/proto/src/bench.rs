@@ -47,6 +47,12 @@ pub const BENCH_REPEAT: &str = "repeat";
 /// their stdout and stderr (as the caller, `<strategy>-<N>/replica-<i>.{out,err}`); absent:
 /// their output is counted and its ends reported, not kept.
 pub const BENCH_LOGS: &str = "logs";
+/// Option of `Bench` (s): the CPUs the replicas are pinned to, as a Linux CPU list
+/// (`0-7,16-23`), divided into equal disjoint sets, one per replica; absent: the CPUs of
+/// the GPU's NUMA node (all of the agent's where the host has one node).
+pub const BENCH_CPUS: &str = "cpus";
+/// Option of `Bench` (b): `false` runs the replicas unpinned (`--no-pin`); pinned when absent.
+pub const BENCH_PIN: &str = "pin";
 
 /// Replica counts when none are given.
 pub const BENCH_DEFAULT_REPLICAS: [u32; 4] = [1, 3, 5, 7];
@@ -323,6 +329,90 @@ pub struct BenchReport {
     /// empty when their output was not kept.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub logs_dir: String,
+    /// The CPUs each replica was pinned to, the same in every run; `None`: unpinned
+    /// (`--no-pin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<BenchPinning>,
+    /// How the intervals of the runs were found, one line (`95 % bootstrap interval of the
+    /// median over 3 repeats`); empty in a report of an older agent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub intervals: String,
+    /// What the host's own noise is, and what it means for the verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<BenchNoise>,
+    /// The bench's length as estimated before the first window, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_seconds: Option<f64>,
+    /// Replica counts of the default list left out because the host has too few CPUs to
+    /// pin them, with why; empty when none were.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub capped: String,
+    /// Every measurement in the order taken (rounds interleave strategies and replica
+    /// counts; see DESIGN.md "Interleaved repeats").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequence: Vec<BenchMeasurement>,
+}
+
+/// How the replicas were pinned to CPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchPinning {
+    /// The CPUs divided among the replicas, as a CPU list (`0-15`).
+    pub cpus: String,
+    /// Where that set comes from: `--cpus`, `NUMA node 1 of the GPU`, `the agent's CPUs`.
+    pub from: String,
+    /// CPUs each replica gets.
+    pub cpus_per_replica: u32,
+    /// Replica i's CPUs (its index in this list), as CPU lists; the baseline runs on
+    /// replica 0's.
+    pub replicas: Vec<String>,
+}
+
+/// The host's noise over the bench.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchNoise {
+    /// The baseline's spread over its measurements: the largest throughput over the
+    /// smallest, minus one.
+    pub baseline_spread: Option<f64>,
+    /// The same of the baseline's p99s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_p99_spread: Option<f64>,
+    /// Differences smaller than this fraction are called noise (the larger of the
+    /// baseline's spread and the floor of 2 %).
+    pub floor: f64,
+    /// Time the replicas' CPUs were stolen by the hypervisor over the windows, percent
+    /// (`/proc/stat`); `None` where the kernel does not count it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_percent: Option<f64>,
+    /// The replicas' CPUs' clock over the windows, MHz: lowest, median and highest
+    /// sample; `None` where the host does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_mhz: Option<[f64; 3]>,
+    /// What it means, one sentence (`differences under 12 % on this host are noise`).
+    pub meaning: String,
+}
+
+/// One measurement of one run, in the bench's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchMeasurement {
+    /// The round (1-based); every round measures every run once.
+    pub round: u32,
+    /// [`BenchStrategy`] name; the baseline is `baseline`.
+    pub strategy: String,
+    /// Replicas run together.
+    pub replicas: u32,
+    /// When its replicas started, seconds from the bench's start.
+    pub at_seconds: f64,
+    /// Its aggregate throughput (0 when it failed).
+    pub throughput_per_s: f64,
+    /// Its pooled p99, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    /// Its worst replica's p99, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_p99_ms: Option<f64>,
+    /// Whether a replica failed or the run had an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 fn one() -> u32 {
@@ -388,6 +478,17 @@ pub struct BenchRun {
     /// those of the median measurement (of one that failed, if any did).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeat_throughputs_per_s: Vec<f64>,
+    /// The interval of the median throughput: low and high (see [`BenchReport::intervals`]);
+    /// `None` when measured fewer than 2 times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_interval: Option<[f64; 2]>,
+    /// The interval of the median pooled p99, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_interval_ms: Option<[f64; 2]>,
+    /// Why its scaling cannot be read as measured (above N: no sharing makes replicas
+    /// faster than alone), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling_warning: Option<String>,
     /// Each replica, by index.
     pub per_replica: Vec<BenchReplica>,
 }
@@ -462,6 +563,11 @@ pub struct BenchRecommendation {
     /// The figures behind it and the other side's cost, one line (`mps: 3.4x the
     /// throughput of time-slicing, p99 2.1x worse`).
     pub reason: String,
+    /// The strategies the measurements cannot tell apart from the one picked on the
+    /// objective's figure (itself included), when more than one: the pick is then by
+    /// isolation (MIG, MPS-limited, MPS, time-slicing), not by the figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indistinguishable: Vec<String>,
 }
 
 /// With an SLO: how many replicas per GPU a strategy keeps it for, and what that saves.

@@ -361,6 +361,9 @@ pub fn summarize_run(
         agent_cpu_percent: None,
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        throughput_interval: None,
+        p99_interval_ms: None,
+        scaling_warning: None,
         per_replica: measures.into_iter().map(|m| m.replica).collect(),
     }
 }
@@ -529,7 +532,12 @@ fn recommend_at(
         reason.push_str("; ");
         reason.push_str(&why);
     }
-    BenchRecommendation { replicas: n, strategy: strategy.into(), reason }
+    BenchRecommendation {
+        replicas: n,
+        strategy: strategy.into(),
+        reason,
+        indistinguishable: Vec::new(),
+    }
 }
 
 /// Whether `run` kept `slo` with no error and no failed replica: `Ok` with the figure
@@ -1011,6 +1019,9 @@ mod tests {
             agent_cpu_percent: None,
             setup_ms: None,
             repeat_throughputs_per_s: Vec::new(),
+            throughput_interval: None,
+            p99_interval_ms: None,
+            scaling_warning: None,
             per_replica: Vec::new(),
         }
     }

@@ -460,6 +460,12 @@ impl Engine {
             restored: String::new(),
             saved_to: String::new(),
             logs_dir: job.options.logs_text().unwrap_or_default(),
+            pinning: None,
+            intervals: String::new(),
+            noise: None,
+            estimate_seconds: None,
+            capped: String::new(),
+            sequence: Vec::new(),
         };
         let measured = self.bench_runs(job, &progress, &mut outcome, &mut report).await;
         let _ = progress.send(Progress {

@@ -53,6 +53,9 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        throughput_interval: None,
+        p99_interval_ms: None,
+        scaling_warning: None,
         per_replica: (0..n).map(|i| replica(i, each, 402.1 / each)).collect(),
     }
 }
@@ -126,16 +129,19 @@ pub(crate) fn sample_report() -> BenchReport {
                 replicas: 1,
                 strategy: "time-slicing".into(),
                 reason: "all within 1 % alone".into(),
+                indistinguishable: Vec::new(),
             },
             BenchRecommendation {
                 replicas: 3,
                 strategy: "mps".into(),
                 reason: "2.91x the throughput of time-slicing, p99 0.3x".into(),
+                indistinguishable: Vec::new(),
             },
             BenchRecommendation {
                 replicas: 5,
                 strategy: "mps".into(),
                 reason: "3.86x the throughput of time-slicing; 1 replica failed".into(),
+                indistinguishable: Vec::new(),
             },
         ],
         capacity: vec![
@@ -157,6 +163,12 @@ pub(crate) fn sample_report() -> BenchReport {
         restored: "time-slicing (as before)".into(),
         saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
         logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
+        pinning: None,
+        intervals: String::new(),
+        noise: None,
+        estimate_seconds: None,
+        capped: String::new(),
+        sequence: Vec::new(),
     }
 }
 
