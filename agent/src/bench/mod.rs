@@ -7,14 +7,17 @@
 //! everything it starts; [`control`] is what the agent and a gate say to each other;
 //! [`replicas`] runs N of them together and reads their reports with bounded buffers;
 //! [`measure`] measures one run by one method (units, [`histogram`], until exit);
-//! [`stats`] turns the measurements into figures and answers. The engine's `bench`
-//! orchestrates a whole bench (see DESIGN.md, "Bench" and "Replicas are the user's own
-//! processes").
+//! [`stats`] turns the measurements into figures and answers; [`pinning`] chooses each
+//! replica's CPUs and [`host_noise`] samples the host's CPU noise over a window. The
+//! engine's `bench` orchestrates a whole bench (see DESIGN.md, "Bench" and "Replicas are
+//! the user's own processes").
 
 pub mod control;
 pub mod gate;
 pub mod histogram;
+pub mod host_noise;
 pub mod launch;
 pub mod measure;
+pub mod pinning;
 pub mod replicas;
 pub mod stats;

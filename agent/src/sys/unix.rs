@@ -500,6 +500,75 @@ pub fn signal_group(group: u32, signal: i32) -> io::Result<()> {
     send_signal(-group, signal)
 }
 
+/// The most CPU numbers the affinity calls handle (the kernel's mask may be smaller; a
+/// larger one is asked for when the kernel's is larger, up to this).
+const AFFINITY_BITS_MAX: usize = 1 << 16;
+
+/// The CPUs this process may run on (`sched_getaffinity(0)`), in increasing order.
+pub fn cpu_affinity() -> io::Result<Vec<u32>> {
+    let mut words = 1024 / 64;
+    loop {
+        let mut mask = vec![0u64; words];
+        let bytes = words * 8;
+        // SAFETY: the kernel writes at most `bytes` bytes into the live buffer, which is
+        // exactly that long; a cpu_set_t is a plain bit array of any length (CPU_ALLOC).
+        let rc = unsafe {
+            ::libc::sched_getaffinity(0, bytes, mask.as_mut_ptr().cast::<::libc::cpu_set_t>())
+        };
+        if rc == 0 {
+            return Ok(bits_of(&mask));
+        }
+        let e = io::Error::last_os_error();
+        // EINVAL: the kernel's mask is larger than the buffer.
+        if e.raw_os_error() == Some(::libc::EINVAL) && words * 64 < AFFINITY_BITS_MAX {
+            words *= 2;
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// Binds this process (its calling thread, which for a single-threaded process is the
+/// process; children inherit it) to `cpus` (`sched_setaffinity(0)`). The kernel keeps only
+/// those of them the process's cpuset allows, so the mask in force is read back and
+/// returned: the caller compares it with `cpus`.
+pub fn set_cpu_affinity(cpus: &[u32]) -> io::Result<Vec<u32>> {
+    let Some(&highest) = cpus.iter().max() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no CPU"));
+    };
+    let highest = usize::try_from(highest).unwrap_or(usize::MAX);
+    if highest >= AFFINITY_BITS_MAX {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a CPU number beyond 65535"));
+    }
+    let mut mask = vec![0u64; highest / 64 + 1];
+    for &cpu in cpus {
+        let cpu = cpu as usize;
+        mask[cpu / 64] |= 1 << (cpu % 64);
+    }
+    // SAFETY: the kernel reads `mask.len() * 8` bytes of the live buffer, its length.
+    let rc = unsafe {
+        ::libc::sched_setaffinity(0, mask.len() * 8, mask.as_ptr().cast::<::libc::cpu_set_t>())
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    cpu_affinity()
+}
+
+/// The numbers of the bits set in `mask` (bit `i` of word `w` is CPU `64 w + i`).
+fn bits_of(mask: &[u64]) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for (w, &word) in mask.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let bit = word.trailing_zeros();
+            cpus.push(u32::try_from(w * 64).unwrap_or(u32::MAX).saturating_add(bit));
+            word &= word - 1;
+        }
+    }
+    cpus
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,6 +599,28 @@ mod tests {
         with_open_files_at_start(&mut child);
         let out = child.output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1024");
+    }
+
+    #[test]
+    fn affinity_is_read_and_set_on_a_thread_of_its_own() {
+        // A thread of its own: affinity is per thread, and the test harness's other
+        // threads keep theirs.
+        std::thread::spawn(|| {
+            let all = cpu_affinity().unwrap();
+            assert!(!all.is_empty());
+            assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+            let first = all[0];
+            assert_eq!(set_cpu_affinity(&[first]).unwrap(), [first]);
+            assert_eq!(cpu_affinity().unwrap(), [first]);
+            assert!(set_cpu_affinity(&[]).is_err());
+            assert!(set_cpu_affinity(&[70_000]).is_err());
+            // A CPU this host lacks (beyond the kernel's mask) is refused, the mask kept.
+            assert!(set_cpu_affinity(&[65_000]).is_err());
+            assert_eq!(cpu_affinity().unwrap(), [first]);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(bits_of(&[0b1011, 1 << 63]), [0, 1, 3, 127]);
     }
 
     #[test]
