@@ -18,7 +18,8 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use gpushare_proto::bench::{
-    BenchCapacity, BenchRecommendation, BenchReplica, BenchRun, BenchStrategyRuns, Objective, Slo,
+    BenchCapacity, BenchMeasurement, BenchNoise, BenchRecommendation, BenchReplica, BenchRun,
+    BenchStrategy, BenchStrategyRuns, Objective, Slo,
 };
 use gpushare_proto::plural;
 
@@ -71,6 +72,244 @@ pub fn median_run(mut runs: Vec<BenchRun>) -> Option<BenchRun> {
         run.repeat_throughputs_per_s = all;
     }
     Some(run)
+}
+
+/// Resamples of a bootstrap interval.
+pub const BOOTSTRAP_RESAMPLES: usize = 2000;
+/// The smallest difference ever told apart from noise (2 %): below it even a quiet host's
+/// repeats differ.
+pub const MIN_NOISE_FLOOR: f64 = 0.02;
+
+/// The median of a sample (the mean of the two middle values of an even count).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sort_samples(&mut sorted);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// The 95 % interval of the median of `values`: a percentile bootstrap
+/// ([`BOOTSTRAP_RESAMPLES`] resamples, drawn by a generator seeded from the values
+/// themselves, so the same measurements always give the same interval); with two values
+/// their range; `None` with fewer. With three values it is their range too, since a
+/// resample's median is one of them.
+pub fn median_interval(values: &[f64]) -> Option<[f64; 2]> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.len() < 2 || finite.len() != values.len() {
+        return None;
+    }
+    let low = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if finite.len() <= 3 {
+        return Some([low, high]);
+    }
+    let mut state = finite
+        .iter()
+        .fold(0x9E37_79B9_7F4A_7C15_u64, |h, v| (h ^ v.to_bits()).wrapping_mul(0x100_0000_01B3));
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let n = finite.len();
+    let mut medians: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
+        .map(|_| {
+            let resample: Vec<f64> = (0..n).map(|_| finite[(next() % n as u64) as usize]).collect();
+            median(&resample).unwrap_or(low)
+        })
+        .collect();
+    sort_samples(&mut medians);
+    Some([percentile(&medians, 2.5)?, percentile(&medians, 97.5)?])
+}
+
+/// The run to report of all measurements of one cell (strategy × N): [`median_run`],
+/// with the interval of its median throughput and p99 ([`median_interval`]) when every
+/// measurement succeeded and there are at least two.
+pub fn cell_run(runs: Vec<BenchRun>) -> Option<BenchRun> {
+    let ok = runs.iter().all(|r| r.error.is_none() && r.failed == 0);
+    let throughputs: Vec<f64> = runs.iter().map(|r| r.throughput_per_s).collect();
+    let p99s: Option<Vec<f64>> = runs.iter().map(|r| r.p99_ms).collect();
+    let mut run = median_run(runs)?;
+    if ok {
+        run.throughput_interval = median_interval(&throughputs);
+        run.p99_interval_ms = p99s.as_deref().and_then(median_interval);
+    }
+    Some(run)
+}
+
+/// What the host's noise lets the verdicts tell apart: relative differences smaller than
+/// these are noise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoiseFloor {
+    /// For throughputs.
+    pub throughput: f64,
+    /// For p99s.
+    pub p99: f64,
+}
+
+impl Default for NoiseFloor {
+    fn default() -> Self {
+        NoiseFloor { throughput: MIN_NOISE_FLOOR, p99: MIN_NOISE_FLOOR }
+    }
+}
+
+/// Largest over smallest, minus one, of at least two positive figures.
+fn spread(values: &[f64]) -> Option<f64> {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (values.len() > 1 && low > 0.0 && high.is_finite()).then(|| high / low - 1.0)
+}
+
+/// The host's noise as the baseline shows it: the spread of its measurements'
+/// throughputs and p99s (`baseline` is every measurement of one replica alone), at least
+/// [`MIN_NOISE_FLOOR`]; with the replicas' CPUs' steal and clock over the windows, and
+/// what it means in one sentence.
+pub fn noise(
+    baseline: &[BenchMeasurement],
+    steal_percent: Option<f64>,
+    frequency_mhz: &[f64],
+) -> (NoiseFloor, BenchNoise) {
+    let ok: Vec<&BenchMeasurement> = baseline.iter().filter(|m| !m.failed).collect();
+    let throughputs: Vec<f64> = ok.iter().map(|m| m.throughput_per_s).collect();
+    let p99s: Option<Vec<f64>> = ok.iter().map(|m| m.p99_ms).collect();
+    let baseline_spread = spread(&throughputs);
+    let baseline_p99_spread = p99s.as_deref().and_then(spread);
+    let floor = NoiseFloor {
+        throughput: baseline_spread.unwrap_or(0.0).max(MIN_NOISE_FLOOR),
+        p99: baseline_p99_spread.unwrap_or(0.0).max(MIN_NOISE_FLOOR),
+    };
+    let mut meaning = match baseline_spread {
+        Some(_) => format!(
+            "differences in throughput under {} on this host are noise: one replica alone \
+             varied that much over {} measurements",
+            percent_text(floor.throughput),
+            ok.len(),
+        ),
+        None => format!(
+            "the baseline was measured fewer than twice, so differences under {} are called \
+             noise",
+            percent_text(floor.throughput)
+        ),
+    };
+    if let Some(steal) = steal_percent.filter(|s| *s >= 1.0) {
+        meaning.push_str(&format!("; the hypervisor took {steal:.1} % of the replicas' CPU time"));
+    }
+    let mut mhz: Vec<f64> = frequency_mhz.iter().copied().filter(|f| *f > 0.0).collect();
+    sort_samples(&mut mhz);
+    let frequency_mhz = match (mhz.first(), percentile(&mhz, 50.0), mhz.last()) {
+        (Some(&low), Some(mid), Some(&high)) => Some([low, mid, high]),
+        _ => None,
+    };
+    let noise = BenchNoise {
+        baseline_spread,
+        baseline_p99_spread,
+        floor: floor.throughput,
+        steal_percent,
+        frequency_mhz,
+        meaning,
+    };
+    (floor, noise)
+}
+
+/// `0.123` as `12 %`, `0.02` as `2 %`.
+fn percent_text(fraction: f64) -> String {
+    format!("{:.0} %", fraction * 100.0)
+}
+
+/// Whether two figures are told apart: they differ, by more than `floor` (relative to the
+/// smaller), and their intervals, where both have one, do not overlap.
+fn apart(
+    a: f64,
+    a_interval: Option<[f64; 2]>,
+    b: f64,
+    b_interval: Option<[f64; 2]>,
+    floor: f64,
+) -> bool {
+    let (high, low) = if a >= b { (a, b) } else { (b, a) };
+    if high == low {
+        return false;
+    }
+    if low > 0.0 && high / low - 1.0 < floor {
+        return false;
+    }
+    match (a_interval, b_interval) {
+        (Some(x), Some(y)) => x[1] < y[0] || y[1] < x[0],
+        _ => true,
+    }
+}
+
+/// Whether `a` and `b` differ beyond the noise on `objective`'s figure. Runs without a
+/// p99 are never alike on latency (they cannot be compared).
+fn apart_on(objective: Objective, a: &BenchRun, b: &BenchRun, floor: NoiseFloor) -> bool {
+    match objective {
+        Objective::Throughput => apart(
+            a.throughput_per_s,
+            a.throughput_interval,
+            b.throughput_per_s,
+            b.throughput_interval,
+            floor.throughput,
+        ),
+        Objective::Latency => match (a.p99_ms, b.p99_ms) {
+            (Some(x), Some(y)) => apart(x, a.p99_interval_ms, y, b.p99_interval_ms, floor.p99),
+            _ => true,
+        },
+    }
+}
+
+/// Sets `run`'s comparisons with the baseline anew (the baseline's figures are its
+/// median over every round, known only at the end): scaling, p50/p99 inflation, each
+/// replica's slowdown and the largest.
+pub fn against_baseline(run: &mut BenchRun, baseline: &BenchRun) {
+    let base = Some(baseline.throughput_per_s).filter(|t| t.is_finite() && *t > 0.0);
+    for replica in &mut run.per_replica {
+        replica.slowdown = match base {
+            Some(base) if !replica.failed => ratio_of(base, replica.throughput_per_s),
+            _ => None,
+        };
+    }
+    let counted: Vec<&BenchReplica> = run.per_replica.iter().filter(|r| !r.failed).collect();
+    let any = !counted.is_empty();
+    run.scaling = base.filter(|_| any).and_then(|base| ratio_of(run.throughput_per_s, base));
+    run.p50_inflation = run.p50_ms.zip(baseline.p50_ms).and_then(|(own, b)| ratio_of(own, b));
+    run.p99_inflation = run.p99_ms.zip(baseline.p99_ms).and_then(|(own, b)| ratio_of(own, b));
+    run.max_slowdown = if any {
+        counted
+            .iter()
+            .map(|r| r.slowdown)
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|all| largest(all.into_iter()))
+    } else {
+        None
+    };
+}
+
+/// Flags a scaling above N: replicas sharing a GPU never do more than N alone would, so
+/// a larger figure is the baseline's noise (or replicas doing less work together), not a
+/// gain.
+pub fn check_scaling(run: &mut BenchRun, floor: NoiseFloor) {
+    let n = f64::from(run.replicas);
+    run.scaling_warning = match run.scaling {
+        Some(s) if s.is_finite() && s > n && s <= n * (1.0 + floor.throughput) => Some(format!(
+            "scaling {s:.2}x is above {}, within the host's noise ({}): read it as {}x, not a gain",
+            run.replicas,
+            percent_text(floor.throughput),
+            run.replicas
+        )),
+        Some(s) if s.is_finite() && s > n => Some(format!(
+            "scaling {s:.2}x is above {}, beyond the host's noise ({}): a measurement problem (a \
+             noisy baseline, or replicas that do less work together), not a gain",
+            run.replicas,
+            percent_text(floor.throughput)
+        )),
+        _ => None,
+    };
 }
 
 /// Aggregate scaling: the sum of the clients' throughputs over the solo throughput.
@@ -304,8 +543,6 @@ pub fn summarize_run(
     measures: Vec<ReplicaMeasure>,
     baseline: Option<&BenchRun>,
 ) -> BenchRun {
-    let base_throughput =
-        baseline.map(|b| b.throughput_per_s).filter(|t| t.is_finite() && *t > 0.0);
     let mut measures = measures;
     measures.sort_by_key(|m| m.replica.index);
     for m in &mut measures {
@@ -314,10 +551,7 @@ pub fn summarize_run(
         replica.throughput_per_s = per_second(m.units, m.seconds);
         replica.p50_ms = m.latencies.percentile(50.0);
         replica.p99_ms = m.latencies.percentile(99.0);
-        replica.slowdown = match base_throughput {
-            Some(base) if !replica.failed => ratio_of(base, replica.throughput_per_s),
-            _ => None,
-        };
+        replica.slowdown = None;
     }
     let counted: Vec<&ReplicaMeasure> = measures.iter().filter(|m| !m.replica.failed).collect();
     let failed = u32::try_from(measures.len() - counted.len()).unwrap_or(u32::MAX);
@@ -330,32 +564,20 @@ pub fn summarize_run(
     let units = counted.iter().fold(0u64, |sum, m| sum.saturating_add(m.units));
     let latencies: Vec<&Latencies> = counted.iter().map(|m| &m.latencies).collect();
     let pooled = Latencies::pooled(&latencies).ok();
-    let p50_ms = pooled.as_ref().and_then(|l| l.percentile(50.0));
-    let p99_ms = pooled.as_ref().and_then(|l| l.percentile(99.0));
-    let over_baseline = |own: Option<f64>, base: Option<f64>| ratio_of(own?, base?);
     let any = !counted.is_empty();
-    let max_slowdown = if any {
-        counted
-            .iter()
-            .map(|m| m.replica.slowdown)
-            .collect::<Option<Vec<f64>>>()
-            .and_then(|all| largest(all.into_iter()))
-    } else {
-        None
-    };
-    BenchRun {
+    let mut run = BenchRun {
         replicas,
         setup,
         seconds,
         units,
         throughput_per_s: throughput,
-        scaling: base_throughput.filter(|_| any).and_then(|base| ratio_of(throughput, base)),
-        p50_ms,
-        p99_ms,
-        p50_inflation: over_baseline(p50_ms, baseline.and_then(|b| b.p50_ms)),
-        p99_inflation: over_baseline(p99_ms, baseline.and_then(|b| b.p99_ms)),
+        scaling: None,
+        p50_ms: pooled.as_ref().and_then(|l| l.percentile(50.0)),
+        p99_ms: pooled.as_ref().and_then(|l| l.percentile(99.0)),
+        p50_inflation: None,
+        p99_inflation: None,
         jain_fairness: any.then(|| jain_index(&throughputs)),
-        max_slowdown,
+        max_slowdown: None,
         failed,
         error: None,
         agent_cpu_percent: None,
@@ -365,7 +587,11 @@ pub fn summarize_run(
         p99_interval_ms: None,
         scaling_warning: None,
         per_replica: measures.into_iter().map(|m| m.replica).collect(),
+    };
+    if let Some(baseline) = baseline {
+        against_baseline(&mut run, baseline);
     }
+    run
 }
 
 /// Orders `a` before `b` when `objective` prefers it: latency, the smaller p99 (a run
@@ -434,22 +660,47 @@ fn p99_against(a: Option<f64>, b: Option<f64>, b_name: Option<&str>) -> String {
     }
 }
 
+/// `a`'s figure on `measure` against `b`'s: as [`throughput_against`] or [`p99_against`]
+/// where they differ beyond the noise, else `throughput within the noise of b` /
+/// `p99 within the noise`.
+fn against(
+    measure: Objective,
+    a: &BenchRun,
+    b: &BenchRun,
+    b_name: Option<&str>,
+    floor: NoiseFloor,
+) -> String {
+    if !apart_on(measure, a, b, floor) && (measure == Objective::Throughput || a.p99_ms.is_some()) {
+        let what = match measure {
+            Objective::Throughput => "throughput",
+            Objective::Latency => "p99",
+        };
+        return match b_name {
+            Some(name) => format!("{what} within the noise of {name}"),
+            None => format!("{what} within the noise"),
+        };
+    }
+    match measure {
+        Objective::Throughput => throughput_against(a.throughput_per_s, b.throughput_per_s, b_name),
+        Objective::Latency => p99_against(a.p99_ms, b.p99_ms, b_name),
+    }
+}
+
 /// `a` against `b` (named `b_name`), the objective's measure first:
 /// `3.4x the throughput of b, p99 2.1x worse` or `p99 2.1x lower than b, 3.4x less
-/// throughput`.
-fn contrast(objective: Objective, a: &BenchRun, b_name: &str, b: &BenchRun) -> String {
-    match objective {
-        Objective::Throughput => format!(
-            "{}, {}",
-            throughput_against(a.throughput_per_s, b.throughput_per_s, Some(b_name)),
-            p99_against(a.p99_ms, b.p99_ms, None)
-        ),
-        Objective::Latency => format!(
-            "{}, {}",
-            p99_against(a.p99_ms, b.p99_ms, Some(b_name)),
-            throughput_against(a.throughput_per_s, b.throughput_per_s, None)
-        ),
-    }
+/// throughput`; a difference within the noise is said to be.
+fn contrast(
+    objective: Objective,
+    a: &BenchRun,
+    b_name: &str,
+    b: &BenchRun,
+    floor: NoiseFloor,
+) -> String {
+    format!(
+        "{}, {}",
+        against(objective, a, b, Some(b_name), floor),
+        against(other(objective), a, b, None, floor)
+    )
 }
 
 /// Text on one line: runs of whitespace (newlines included) as one space.
@@ -457,19 +708,51 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// How well a strategy isolates its replicas from each other, most first: the order the
+/// recommendation picks by among strategies the measurements cannot tell apart.
+const ISOLATION: [BenchStrategy; 4] =
+    [BenchStrategy::Mig, BenchStrategy::MpsLimited, BenchStrategy::Mps, BenchStrategy::TimeSlicing];
+
+/// A strategy's place in [`ISOLATION`] (unknown names last).
+fn isolation_rank(name: &str) -> usize {
+    name.parse::<BenchStrategy>()
+        .ok()
+        .and_then(|s| ISOLATION.iter().position(|i| *i == s))
+        .unwrap_or(ISOLATION.len())
+}
+
+/// A run's figure on `measure` for people, with its interval where it has one:
+/// `181-205 units/s`, `183.2 units/s`, `p99 4.1-4.6 ms`.
+fn figure_text(measure: Objective, run: &BenchRun, rate: &str) -> String {
+    match (measure, run.throughput_interval, run.p99_ms, run.p99_interval_ms) {
+        (Objective::Throughput, Some([low, high]), _, _) => format!("{low:.1}-{high:.1} {rate}"),
+        (Objective::Throughput, None, _, _) => format!("{:.1} {rate}", run.throughput_per_s),
+        (Objective::Latency, _, _, Some([low, high])) => format!("p99 {low:.2}-{high:.2} ms"),
+        (Objective::Latency, _, Some(p99), None) => format!("p99 {p99:.2} ms"),
+        (Objective::Latency, _, None, None) => "no p99".into(),
+    }
+}
+
 /// Per replica count (ascending), the strategy `objective` picks among the runs with no
-/// error and no failed replica (skipped strategies aside), and why, in one line: the other
-/// side's cost against the strategy the other objective picks, or, when both pick the
-/// same, against the runner-up; strategies left out are named with the reason. With no
-/// candidate the strategy is `none`. Throughputs are given in `rate` (`units/s`).
+/// error and no failed replica (skipped strategies aside), and why, in one line.
+///
+/// The best run on the objective's figure is compared with every other: those it cannot
+/// be told apart from ([`apart`]: a difference under the host's noise `floor`, or
+/// overlapping intervals) are **indistinguishable** with it, and among them the pick is
+/// the best isolated ([`ISOLATION`]), said so, with the figures. Otherwise the pick is
+/// the best, with the other side's cost against the strategy the other objective picks,
+/// or, when both pick the same, against the runner-up. Strategies left out are named
+/// with the reason. With no candidate the strategy is `none`. Throughputs are given in
+/// `rate` (`units/s`).
 pub fn recommend(
     strategies: &[BenchStrategyRuns],
     objective: Objective,
     rate: &str,
+    floor: NoiseFloor,
 ) -> Vec<BenchRecommendation> {
     let counts: BTreeSet<u32> =
         strategies.iter().flat_map(|s| s.runs.iter().map(|r| r.replicas)).collect();
-    counts.into_iter().map(|n| recommend_at(strategies, objective, n, rate)).collect()
+    counts.into_iter().map(|n| recommend_at(strategies, objective, n, rate, floor)).collect()
 }
 
 /// [`recommend`] at `n` replicas.
@@ -478,6 +761,7 @@ fn recommend_at(
     objective: Objective,
     n: u32,
     rate: &str,
+    floor: NoiseFloor,
 ) -> BenchRecommendation {
     let mut candidates: Vec<(&str, &BenchRun)> = Vec::new();
     let mut left_out: Vec<String> = Vec::new();
@@ -496,22 +780,63 @@ fn recommend_at(
             },
         }
     }
-    let best = |objective: Objective, except: Option<usize>| {
+    let best = |objective: Objective, except: &dyn Fn(usize) -> bool| {
         candidates
             .iter()
             .enumerate()
-            .filter(|(i, _)| Some(*i) != except)
+            .filter(|(i, _)| !except(*i))
             .min_by(|(_, a), (_, b)| preference(objective, a.1, b.1))
             .map(|(i, &(name, run))| (i, name, run))
     };
-    let (strategy, mut reason) = match (best(objective, None), best(other(objective), None)) {
+    let top = best(objective, &|_| false);
+    // Those the measurements cannot tell from the best on the objective's figure.
+    let alike: Vec<usize> = match top {
+        Some((i, _, top_run)) => (0..candidates.len())
+            .filter(|&j| j == i || !apart_on(objective, top_run, candidates[j].1, floor))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut indistinguishable = Vec::new();
+    let (strategy, mut reason) = match (top, best(other(objective), &|_| false)) {
+        (Some(_), _) if alike.len() > 1 => {
+            let mut tied: Vec<usize> = alike.clone();
+            tied.sort_by_key(|&j| isolation_rank(candidates[j].0));
+            let (pick_name, pick_run) = candidates[tied[0]];
+            indistinguishable = tied.iter().map(|&j| candidates[j].0.to_string()).collect();
+            let figures: Vec<String> = tied
+                .iter()
+                .map(|&j| {
+                    format!("{} {}", candidates[j].0, figure_text(objective, candidates[j].1, rate))
+                })
+                .collect();
+            let noise = match objective {
+                Objective::Throughput => floor.throughput,
+                Objective::Latency => floor.p99,
+            };
+            let mut text = format!(
+                "indistinguishable here: {} (differences under {} or overlapping intervals are \
+                 noise); picked by isolation (MIG, then MPS-limited, MPS, time-slicing)",
+                figures.join(", "),
+                percent_text(noise)
+            );
+            if let Some((_, o_name, o_run)) = best(objective, &|j| alike.contains(&j)) {
+                text.push_str(&format!(
+                    "; {}",
+                    contrast(objective, pick_run, o_name, o_run, floor)
+                ));
+            }
+            (pick_name, text)
+        }
         (Some((i, name, run)), Some((j, other_name, other_run))) if candidates.len() > 1 => {
             if i != j {
-                (name, contrast(objective, run, other_name, other_run))
+                (name, contrast(objective, run, other_name, other_run, floor))
             } else {
-                let runner_up = best(objective, Some(i));
+                let runner_up = best(objective, &|k| k == i);
                 let against = runner_up.map_or(String::new(), |(_, r_name, r_run)| {
-                    format!("; against the runner-up, {}", contrast(objective, run, r_name, r_run))
+                    format!(
+                        "; against the runner-up, {}",
+                        contrast(objective, run, r_name, r_run, floor)
+                    )
                 });
                 (name, format!("best on both throughput and p99{against}"))
             }
@@ -532,73 +857,135 @@ fn recommend_at(
         reason.push_str("; ");
         reason.push_str(&why);
     }
-    BenchRecommendation {
-        replicas: n,
-        strategy: strategy.into(),
-        reason,
-        indistinguishable: Vec::new(),
-    }
+    BenchRecommendation { replicas: n, strategy: strategy.into(), reason, indistinguishable }
 }
 
-/// Whether `run` kept `slo` with no error and no failed replica: `Ok` with the figure
-/// that kept it (`worst replica's p99 41.2 ms ≤ 50 ms`: the SLO holds for each replica,
-/// so unlike the runs table's pooled p99 it is the worst replica's), or `Err` with what
-/// broke it (`at 7 worst replica's p99 63.0 ms`).
-fn keeps(run: &BenchRun, slo: Slo) -> Result<String, String> {
+/// How a run fares against an SLO.
+enum Verdict {
+    /// Kept beyond the noise, with the figure that kept it.
+    Kept(String),
+    /// Broken, or too close to tell, with why.
+    NotKept(String),
+}
+
+/// The band a figure may lie in: its interval over the measurements where there is one,
+/// widened to at least `floor` either side of `value`.
+fn band(value: f64, interval: Option<[f64; 2]>, floor: f64) -> [f64; 2] {
+    let [low, high] = interval.unwrap_or([value, value]);
+    [low.min(value / (1.0 + floor)), high.max(value * (1.0 + floor))]
+}
+
+/// Whether `run` kept `slo` with no error and no failed replica, beyond the host's noise
+/// (`floor`, and the spread of the cell's `measurements`): [`Verdict::Kept`] with the
+/// figure that kept it (`worst replica's p99 41.2 ms ≤ 50 ms`: the SLO holds for each
+/// replica, so unlike the runs table's pooled p99 it is the worst replica's), or
+/// [`Verdict::NotKept`] with what broke it (`at 7 worst replica's p99 63.0 ms`) or why it
+/// is too close to call (`at 7 within the noise of 50 ms: worst replica's p99 46.0-55.1
+/// ms`).
+fn keeps(
+    run: &BenchRun,
+    slo: Slo,
+    floor: NoiseFloor,
+    measurements: &[&BenchMeasurement],
+) -> Verdict {
     let n = run.replicas;
     if let Some(e) = &run.error {
-        return Err(format!("at {n}: {}", one_line(e)));
+        return Verdict::NotKept(format!("at {n}: {}", one_line(e)));
     }
     if run.failed > 0 {
-        return Err(format!("at {n} {} of {} failed", run.failed, plural(n, "replica")));
+        return Verdict::NotKept(format!(
+            "at {n} {} of {} failed",
+            run.failed,
+            plural(n, "replica")
+        ));
     }
     match slo {
         Slo::P99Ms(limit) => {
             if run.per_replica.is_empty() {
-                return Err(format!("at {n} no replica was measured"));
+                return Verdict::NotKept(format!("at {n} no replica was measured"));
             }
             let mut worst = f64::NEG_INFINITY;
             for replica in &run.per_replica {
                 match replica.p99_ms {
-                    Some(p99) if !p99.is_nan() => {
-                        worst = worst.max(p99);
+                    Some(p99) if !p99.is_nan() => worst = worst.max(p99),
+                    _ => {
+                        return Verdict::NotKept(format!(
+                            "at {n} replica {} has no p99",
+                            replica.index
+                        ));
                     }
-                    _ => return Err(format!("at {n} replica {} has no p99", replica.index)),
                 }
             }
-            if worst <= limit {
-                Ok(format!("worst replica's p99 {worst:.1} ms ≤ {limit} ms"))
+            let worsts: Option<Vec<f64>> = measurements.iter().map(|m| m.worst_p99_ms).collect();
+            let [low, high] = band(worst, worsts.as_deref().and_then(median_interval), floor.p99);
+            if high <= limit {
+                Verdict::Kept(format!("worst replica's p99 {worst:.1} ms ≤ {limit} ms"))
+            } else if low > limit {
+                Verdict::NotKept(format!("at {n} worst replica's p99 {worst:.1} ms"))
             } else {
-                Err(format!("at {n} worst replica's p99 {worst:.1} ms"))
+                Verdict::NotKept(format!(
+                    "at {n} within the noise of {limit} ms: worst replica's p99 {low:.1}-{high:.1} ms"
+                ))
             }
         }
         Slo::Slowdown(limit) => match run.max_slowdown {
-            Some(x) if x <= limit => Ok(format!("max slowdown {x:.1}x ≤ {limit}x")),
-            Some(x) => Err(format!("at {n} max slowdown {x:.1}x")),
-            None => Err(format!("at {n} no slowdown was measured")),
+            Some(x) => {
+                let [low, high] = band(x, None, floor.throughput);
+                if high <= limit {
+                    Verdict::Kept(format!("max slowdown {x:.1}x ≤ {limit}x"))
+                } else if low > limit {
+                    Verdict::NotKept(format!("at {n} max slowdown {x:.1}x"))
+                } else {
+                    Verdict::NotKept(format!(
+                        "at {n} within the noise of {limit}x: max slowdown {low:.2}-{high:.2}x"
+                    ))
+                }
+            }
+            None => Verdict::NotKept(format!("at {n} no slowdown was measured")),
         },
     }
 }
 
 /// Per strategy (skipped ones aside), the most replicas per GPU such that it and every
-/// smaller replica count measured kept `slo` with no error and no failed replica
-/// (`Slo::P99Ms`: every replica's p99, one without p99 breaks it; `Slo::Slowdown`: the
-/// largest slowdown), and what that means for a fleet of `fleet` replicas: GPUs needed,
-/// and the share saved against one GPU per replica.
-pub fn capacity(strategies: &[BenchStrategyRuns], slo: Slo, fleet: u32) -> Vec<BenchCapacity> {
-    strategies.iter().filter(|s| s.skipped.is_none()).map(|s| capacity_of(s, slo, fleet)).collect()
+/// smaller replica count measured kept `slo` beyond the noise ([`keeps`]) with no error
+/// and no failed replica (`Slo::P99Ms`: every replica's p99, one without p99 breaks it;
+/// `Slo::Slowdown`: the largest slowdown), and what that means for a fleet of `fleet`
+/// replicas: GPUs needed, and the share saved against one GPU per replica. `sequence`
+/// holds every measurement, for the spread of each cell's.
+pub fn capacity(
+    strategies: &[BenchStrategyRuns],
+    slo: Slo,
+    fleet: u32,
+    floor: NoiseFloor,
+    sequence: &[BenchMeasurement],
+) -> Vec<BenchCapacity> {
+    strategies
+        .iter()
+        .filter(|s| s.skipped.is_none())
+        .map(|s| capacity_of(s, slo, fleet, floor, sequence))
+        .collect()
 }
 
 /// [`capacity`] of one strategy.
-fn capacity_of(strategy: &BenchStrategyRuns, slo: Slo, fleet: u32) -> BenchCapacity {
+fn capacity_of(
+    strategy: &BenchStrategyRuns,
+    slo: Slo,
+    fleet: u32,
+    floor: NoiseFloor,
+    sequence: &[BenchMeasurement],
+) -> BenchCapacity {
     let mut runs: Vec<&BenchRun> = strategy.runs.iter().collect();
     runs.sort_by_key(|r| r.replicas);
     let mut kept: Option<(u32, String)> = None;
     let mut broken: Option<String> = None;
     for run in runs {
-        match keeps(run, slo) {
-            Ok(figure) => kept = Some((run.replicas, figure)),
-            Err(why) => {
+        let measurements: Vec<&BenchMeasurement> = sequence
+            .iter()
+            .filter(|m| m.strategy == strategy.strategy && m.replicas == run.replicas && !m.failed)
+            .collect();
+        match keeps(run, slo, floor, &measurements) {
+            Verdict::Kept(figure) => kept = Some((run.replicas, figure)),
+            Verdict::NotKept(why) => {
                 broken = Some(why);
                 break;
             }
@@ -1044,8 +1431,11 @@ mod tests {
         BenchStrategyRuns { strategy: name.into(), skipped: Some(why.into()), runs: Vec::new() }
     }
 
+    /// A host without noise: every difference is real.
+    const QUIET: NoiseFloor = NoiseFloor { throughput: 0.0, p99: 0.0 };
+
     fn only(strategies: &[BenchStrategyRuns], objective: Objective) -> BenchRecommendation {
-        let mut all = recommend(strategies, objective, "units/s");
+        let mut all = recommend(strategies, objective, "units/s", QUIET);
         assert_eq!(all.len(), 1, "{all:?}");
         all.remove(0)
     }
@@ -1088,43 +1478,178 @@ mod tests {
     }
 
     #[test]
-    fn ties_break_on_the_other_measure_then_on_the_order_run() {
-        // Same throughput: the smaller p99 wins, for both objectives.
+    fn equal_figures_are_indistinguishable_and_isolation_picks() {
+        // Same throughput: nothing tells them apart on the objective's figure.
         let strategies = [
             strategy("time-slicing", vec![run(3, 10.0, Some(3.0))]),
             strategy("mps", vec![run(3, 10.0, Some(2.0))]),
         ];
-        for objective in [Objective::Throughput, Objective::Latency] {
-            let r = only(&strategies, objective);
-            assert_eq!(r.strategy, "mps");
-            assert!(r.reason.starts_with("best on both throughput and p99"), "{}", r.reason);
-        }
-        assert_eq!(
-            only(&strategies, Objective::Throughput).reason,
-            "best on both throughput and p99; against the runner-up, the same throughput \
-             as time-slicing, p99 1.5x better"
-        );
-        // Same p99: the larger throughput wins.
-        let strategies = [
-            strategy("time-slicing", vec![run(3, 10.0, Some(2.0))]),
-            strategy("mps", vec![run(3, 20.0, Some(2.0))]),
-        ];
-        assert_eq!(
-            only(&strategies, Objective::Latency).reason,
-            "best on both throughput and p99; against the runner-up, the same p99 as \
-             time-slicing, 2.0x the throughput"
-        );
-        // Equal on both: the first run wins, and nothing is called better or worse.
-        let strategies = [
-            strategy("time-slicing", vec![run(3, 10.0, Some(2.0))]),
-            strategy("mps", vec![run(3, 10.0, Some(2.0))]),
-        ];
-        let r = only(&strategies, Objective::Latency);
+        let r = only(&strategies, Objective::Throughput);
+        assert_eq!(r.strategy, "mps");
+        assert_eq!(r.indistinguishable, ["mps", "time-slicing"]);
         assert_eq!(
             r.reason,
-            "best on both throughput and p99; against the runner-up, the same \
-             p99 as mps, the same throughput"
+            "indistinguishable here: mps 10.0 units/s, time-slicing 10.0 units/s (differences \
+             under 0 % or overlapping intervals are noise); picked by isolation (MIG, then \
+             MPS-limited, MPS, time-slicing)"
         );
+        // On latency the p99s differ: mps is simply better.
+        let r = only(&strategies, Objective::Latency);
+        assert_eq!(r.strategy, "mps");
+        assert!(r.indistinguishable.is_empty());
+        assert!(r.reason.starts_with("best on both throughput and p99"), "{}", r.reason);
+    }
+
+    /// A run measured several times: its median throughput and the interval of it.
+    fn repeated(n: u32, throughputs: &[f64], p99: f64) -> BenchRun {
+        let runs = throughputs.iter().map(|&t| run(n, t, Some(p99))).collect();
+        cell_run(runs).unwrap()
+    }
+
+    #[test]
+    fn a_difference_inside_the_hosts_noise_is_never_a_verdict() {
+        // issue 27: at N=1 time-slicing "gave 1.2x the throughput of mps-limited"; the
+        // baseline alone varied 25 %.
+        let strategies = [
+            strategy("time-slicing", vec![run(1, 240.0, Some(5.0))]),
+            strategy("mps-limited", vec![run(1, 200.0, Some(5.5))]),
+        ];
+        let noisy = NoiseFloor { throughput: 0.25, p99: 0.25 };
+        let r = recommend(&strategies, Objective::Throughput, "units/s", noisy).remove(0);
+        assert_eq!(r.strategy, "mps-limited");
+        assert_eq!(r.indistinguishable, ["mps-limited", "time-slicing"]);
+        assert!(r.reason.starts_with("indistinguishable here: mps-limited 200.0 units/s, time-slicing 240.0 units/s (differences under 25 %"), "{}", r.reason);
+        assert!(!r.reason.contains("1.2x"), "{}", r.reason);
+        // The same figures on a quiet host are a difference.
+        let r = recommend(&strategies, Objective::Throughput, "units/s", QUIET).remove(0);
+        assert_eq!(r.strategy, "time-slicing");
+        assert!(r.reason.contains("1.2x the throughput of mps-limited"), "{}", r.reason);
+    }
+
+    #[test]
+    fn overlapping_intervals_are_indistinguishable_and_apart_ones_are_not() {
+        let floor = NoiseFloor { throughput: 0.05, p99: 0.05 };
+        let strategies = [
+            strategy("time-slicing", vec![repeated(3, &[180.0, 230.0, 205.0], 4.0)]),
+            strategy("mps", vec![repeated(3, &[190.0, 215.0, 240.0], 4.0)]),
+            strategy("mps-limited", vec![repeated(3, &[400.0, 420.0, 410.0], 3.0)]),
+        ];
+        let r = recommend(&strategies, Objective::Throughput, "units/s", floor).remove(0);
+        // mps-limited's interval is apart from both: a real difference, said with its ratio.
+        assert_eq!(r.strategy, "mps-limited");
+        assert!(r.indistinguishable.is_empty());
+        assert!(r.reason.contains("1.9x the throughput of mps"), "{}", r.reason);
+        // Without it, mps and time-slicing overlap (180-230 and 190-240).
+        let r = recommend(&strategies[..2], Objective::Throughput, "units/s", floor).remove(0);
+        assert_eq!((r.strategy.as_str(), r.indistinguishable.len()), ("mps", 2));
+        assert!(
+            r.reason.contains("mps 190.0-240.0 units/s, time-slicing 180.0-230.0 units/s"),
+            "{}",
+            r.reason
+        );
+        assert!(!r.reason.contains("x the throughput"), "{}", r.reason);
+        // A runner-up outside the tie is compared with the pick.
+        let strategies = [
+            strategy("time-slicing", vec![repeated(3, &[100.0, 101.0, 102.0], 4.0)]),
+            strategy("mps", vec![repeated(3, &[300.0, 305.0, 310.0], 4.0)]),
+            strategy("mig", vec![repeated(3, &[299.0, 303.0, 306.0], 4.0)]),
+        ];
+        let r = recommend(&strategies, Objective::Throughput, "units/s", floor).remove(0);
+        assert_eq!(r.strategy, "mig");
+        assert!(
+            r.reason.ends_with("; 3.0x the throughput of time-slicing, p99 within the noise"),
+            "{}",
+            r.reason
+        );
+    }
+
+    #[test]
+    fn median_intervals_are_bootstrapped_and_repeatable() {
+        assert_eq!(median_interval(&[5.0]), None);
+        assert_eq!(median_interval(&[5.0, 3.0]), Some([3.0, 5.0]));
+        assert_eq!(median_interval(&[5.0, 3.0, 4.0]), Some([3.0, 5.0]));
+        assert_eq!(median_interval(&[5.0, f64::NAN, 4.0]), None);
+        let values = [10.0, 11.0, 9.5, 10.2, 30.0, 10.1, 9.9, 10.4, 10.0];
+        let [low, high] = median_interval(&values).unwrap();
+        assert!(low >= 9.5 && high <= 11.0 && low < high, "{low} {high}");
+        // The same measurements give the same interval, every time.
+        assert_eq!(median_interval(&values), Some([low, high]));
+        let cell = cell_run(vec![run(2, 10.0, Some(1.0)), run(2, 12.0, Some(3.0))]).unwrap();
+        assert_eq!(cell.throughput_interval, Some([10.0, 12.0]));
+        assert_eq!(cell.p99_interval_ms, Some([1.0, 3.0]));
+        // A failed measurement is reported, and no interval is made around it.
+        let cell = cell_run(vec![run(2, 10.0, None), failed(run(2, 12.0, None), 1)]).unwrap();
+        assert_eq!((cell.failed, cell.throughput_interval), (1, None));
+    }
+
+    #[test]
+    fn a_scaling_above_n_is_flagged_not_reported_as_a_gain() {
+        let floor = NoiseFloor { throughput: 0.1, p99: 0.1 };
+        let mut r = run(2, 21.0, None);
+        r.scaling = Some(2.10);
+        check_scaling(&mut r, floor);
+        assert_eq!(
+            r.scaling_warning.as_deref(),
+            Some(
+                "scaling 2.10x is above 2, within the host's noise (10 %): read it as 2x, not a gain"
+            )
+        );
+        r.scaling = Some(2.6);
+        check_scaling(&mut r, floor);
+        assert!(
+            r.scaling_warning
+                .as_deref()
+                .unwrap()
+                .contains("beyond the host's noise (10 %): a measurement problem")
+        );
+        r.scaling = Some(1.9);
+        check_scaling(&mut r, floor);
+        assert_eq!(r.scaling_warning, None);
+    }
+
+    fn measurement(throughput: f64, p99: f64) -> BenchMeasurement {
+        BenchMeasurement {
+            round: 1,
+            strategy: "baseline".into(),
+            replicas: 1,
+            at_seconds: 0.0,
+            throughput_per_s: throughput,
+            p99_ms: Some(p99),
+            worst_p99_ms: Some(p99),
+            failed: false,
+        }
+    }
+
+    #[test]
+    fn the_noise_floor_is_the_baselines_spread() {
+        let baseline = [measurement(100.0, 2.0), measurement(112.0, 2.2), measurement(105.0, 2.0)];
+        let (floor, found) = noise(&baseline, Some(3.5), &[2400.0, 3100.0, 2900.0]);
+        assert!(close(floor.throughput, 0.12) && close(floor.p99, 0.1), "{floor:?}");
+        assert_eq!(found.frequency_mhz, Some([2400.0, 2900.0, 3100.0]));
+        assert_eq!(
+            found.meaning,
+            "differences in throughput under 12 % on this host are noise: one replica alone \
+             varied that much over 3 measurements; the hypervisor took 3.5 % of the replicas' \
+             CPU time"
+        );
+        // A quiet host still has a floor.
+        let (floor, quiet) = noise(&[measurement(100.0, 2.0), measurement(100.5, 2.0)], None, &[]);
+        assert_eq!(floor.throughput, MIN_NOISE_FLOOR);
+        assert_eq!((quiet.steal_percent, quiet.frequency_mhz), (None, None));
+    }
+
+    #[test]
+    fn comparisons_with_the_baseline_are_made_again_from_its_median() {
+        let mut r = run(2, 30.0, Some(4.0));
+        r.per_replica = vec![
+            BenchReplica { throughput_per_s: 10.0, ..replica(0, false) },
+            BenchReplica { throughput_per_s: 20.0, ..replica(1, false) },
+        ];
+        let base = run(1, 20.0, Some(2.0));
+        against_baseline(&mut r, &base);
+        assert!(close_some(r.scaling, 1.5) && close_some(r.p99_inflation, 2.0));
+        assert!(close_some(r.max_slowdown, 2.0));
+        assert!(close_some(r.per_replica[1].slowdown, 1.0));
     }
 
     #[test]
@@ -1189,22 +1714,22 @@ mod tests {
             ),
             strategy("mps", vec![run(1, 10.0, Some(1.0)), run(3, 30.0, Some(3.5))]),
         ];
-        let all = recommend(&strategies, Objective::Throughput, "units/s");
+        let all = recommend(&strategies, Objective::Throughput, "units/s", QUIET);
         let picks: Vec<(u32, &str)> =
             all.iter().map(|r| (r.replicas, r.strategy.as_str())).collect();
-        assert_eq!(picks, [(1, "time-slicing"), (3, "mps"), (5, "time-slicing")]);
+        assert_eq!(picks, [(1, "mps"), (3, "mps"), (5, "time-slicing")]);
         assert_eq!(
             all[2].reason,
             "the only strategy that ran 5 replicas without failures \
              (10.0 units/s, p99 9.0 ms); mps left out: no run with 5 replicas"
         );
-        assert!(recommend(&[], Objective::Latency, "units/s").is_empty());
+        assert!(recommend(&[], Objective::Latency, "units/s", QUIET).is_empty());
     }
 
     #[test]
     fn a_strategy_benched_alone_is_not_called_the_only_one_that_ran() {
         let strategies = [strategy("mig", vec![run(1, 10.0, Some(1.0))])];
-        let all = recommend(&strategies, Objective::Throughput, "units/s");
+        let all = recommend(&strategies, Objective::Throughput, "units/s", QUIET);
         assert_eq!(all[0].strategy, "mig");
         // The strategy is its own field: the reason does not repeat it ("mig - mig: …").
         assert_eq!(all[0].reason, "the only strategy benched (10.0 units/s, p99 1.0 ms)");
@@ -1251,7 +1776,7 @@ mod tests {
                 measured(&p99s(&[63.0, 30.0, 1.0, 1.0, 1.0, 1.0, 1.0]), None),
             ],
         )];
-        let c = capacity(&strategies, Slo::P99Ms(50.0), 100);
+        let c = capacity(&strategies, Slo::P99Ms(50.0), 100, QUIET, &[]);
         assert_eq!(c.len(), 1);
         let c = &c[0];
         assert_eq!((c.strategy.as_str(), c.replicas_per_gpu, c.gpus_needed), ("mps", 5, 20));
@@ -1261,6 +1786,42 @@ mod tests {
             "5 per GPU: worst replica's p99 41.2 ms ≤ 50 ms; at 7 worst replica's p99 63.0 ms; 100 replicas on 20 GPUs instead \
              of 100: 80 % fewer"
         );
+    }
+
+    #[test]
+    fn a_count_within_the_noise_of_the_slo_does_not_keep_it() {
+        let strategies = [strategy(
+            "mps",
+            vec![measured(&p99s(&[10.0]), None), measured(&p99s(&[30.0, 48.0]), None)],
+        )];
+        let worst = |p99| BenchMeasurement {
+            strategy: "mps".into(),
+            replicas: 2,
+            worst_p99_ms: Some(p99),
+            ..measurement(1.0, p99)
+        };
+        // Measured three times at N=2: worst p99 44-53 ms straddles 50 ms.
+        let sequence = [worst(48.0), worst(44.0), worst(53.0)];
+        let c = &capacity(&strategies, Slo::P99Ms(50.0), 100, QUIET, &sequence)[0];
+        assert_eq!(c.replicas_per_gpu, 1);
+        assert!(
+            c.reason
+                .contains("; at 2 within the noise of 50 ms: worst replica's p99 44.0-53.0 ms;"),
+            "{}",
+            c.reason
+        );
+        // A noisy host's floor alone does the same for a run measured once.
+        let noisy = NoiseFloor { throughput: 0.1, p99: 0.1 };
+        let c = &capacity(&strategies, Slo::P99Ms(50.0), 100, noisy, &[])[0];
+        assert_eq!(c.replicas_per_gpu, 1);
+        assert!(
+            c.reason.contains("at 2 within the noise of 50 ms: worst replica's p99 43.6-52.8 ms"),
+            "{}",
+            c.reason
+        );
+        // Clearly under it: kept.
+        let c = &capacity(&strategies, Slo::P99Ms(60.0), 100, noisy, &sequence)[0];
+        assert_eq!(c.replicas_per_gpu, 2);
     }
 
     #[test]
@@ -1299,7 +1860,7 @@ mod tests {
                 measured(&p99s(&[1.0]), Some(1.0)),
             ],
         )];
-        let c = &capacity(&strategies, Slo::Slowdown(2.0), 100)[0];
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 100, QUIET, &[])[0];
         assert_eq!((c.replicas_per_gpu, c.gpus_needed), (4, 25));
         assert!(close(c.saving, 0.75));
         assert_eq!(
@@ -1308,10 +1869,10 @@ mod tests {
              instead of 100: 75 % fewer"
         );
         // A fleet that does not divide evenly needs one GPU more.
-        let c = &capacity(&strategies, Slo::Slowdown(2.0), 10)[0];
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 10, QUIET, &[])[0];
         assert_eq!(c.gpus_needed, 3);
         assert!(close(c.saving, 0.7));
-        let c = &capacity(&strategies, Slo::Slowdown(2.0), 0)[0];
+        let c = &capacity(&strategies, Slo::Slowdown(2.0), 0, QUIET, &[])[0];
         assert_eq!((c.gpus_needed, c.saving), (0, 0.0));
     }
 
@@ -1339,7 +1900,7 @@ mod tests {
             ),
             skipped("mig", "not MIG-capable"),
         ];
-        let all = capacity(&strategies, Slo::Slowdown(2.0), 100);
+        let all = capacity(&strategies, Slo::Slowdown(2.0), 100, QUIET, &[]);
         let per_gpu: Vec<(&str, u32)> =
             all.iter().map(|c| (c.strategy.as_str(), c.replicas_per_gpu)).collect();
         assert_eq!(per_gpu, [("time-slicing", 1), ("mps", 1), ("mps-limited", 1)]);
@@ -1356,7 +1917,7 @@ mod tests {
             "mps",
             vec![measured(&p99s(&[1.0]), None), measured(&[Some(1.0), None], None)],
         )];
-        let c = &capacity(&strategies, Slo::P99Ms(50.0), 100)[0];
+        let c = &capacity(&strategies, Slo::P99Ms(50.0), 100, QUIET, &[])[0];
         assert_eq!(c.replicas_per_gpu, 1);
         assert!(c.reason.contains("; at 2 replica 1 has no p99;"), "{}", c.reason);
     }
@@ -1367,7 +1928,7 @@ mod tests {
             strategy("mps", vec![measured(&p99s(&[63.0]), None), measured(&p99s(&[1.0; 3]), None)]),
             strategy("mig", Vec::new()),
         ];
-        let all = capacity(&strategies, Slo::P99Ms(50.0), 100);
+        let all = capacity(&strategies, Slo::P99Ms(50.0), 100, QUIET, &[]);
         assert_eq!((all[0].replicas_per_gpu, all[0].gpus_needed, all[0].saving), (0, 0, 0.0));
         assert_eq!(
             all[0].reason,
