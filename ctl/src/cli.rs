@@ -101,6 +101,12 @@ How the replicas are measured (one of three):
 Replicas also see $GPUSHARE_BENCH_REPLICA (0, 1, ...), $GPUSHARE_BENCH_REPLICAS (N) and
 $GPUSHARE_BENCH_STRATEGY.
 
+Each replica is pinned to its own CPUs: the CPUs of the GPU's NUMA node (or --cpus LIST)
+divided into equal, disjoint sets, the same set for replica i in every run, strategy and
+repeat, the baseline on replica 0's; so a replica count needs that many CPUs. --no-pin
+leaves them wherever the kernel puts them. The report shows the pinning, each run's
+interval, and the host's own noise: differences within it are called indistinguishable.
+
 The answer: per N the strategy the --objective picks; with an --slo, how many replicas per
 GPU each strategy holds to it and the GPUs a --fleet of that many replicas needs.
 Durations take 500ms, 1.5s, 30s, 2m, 1h or plain seconds. Options left out are the agent's
@@ -109,6 +115,7 @@ defaults (replicas 1,3,5,7, every strategy, 30 s windows, throughput, a fleet of
   gpushare-ctl bench -- ./serve --model small
   gpushare-ctl bench --replicas 1,2,4 --strategies mps,mig --slo p99=50ms -- python infer.py
   gpushare-ctl bench --until-exit --report bench.html -- ./train --epochs 1
+  gpushare-ctl bench --cpus 0-15 --repeat 3 -- python infer.py --batch 8
   gpushare-ctl bench --builtin compute --duration 5s --json";
 
 /// Shown under the help of `probe`.
@@ -492,6 +499,13 @@ pub struct BenchArgs {
     /// baseline, which every ratio divides by, is measured at least 3 times anyway).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10))]
     pub repeat: Option<u32>,
+    /// Pin the replicas to these CPUs (a CPU list: `0-7,16-23`), divided into equal,
+    /// disjoint sets, one per replica; default: the CPUs of the GPU's NUMA node.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus: Option<String>,
+    /// Run the replicas unpinned: wherever the kernel puts them.
+    #[arg(long, conflicts_with = "cpus")]
+    pub no_pin: bool,
     /// Also write the results as one self-contained HTML page (charts, tables, logs).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
@@ -521,6 +535,40 @@ fn parse_replica_count(text: &str) -> Result<u32, String> {
         return Err(format!("N = {n}: a run has 1 to {BENCH_MAX_REPLICAS} replicas"));
     }
     Ok(n)
+}
+
+/// One past the highest CPU number `--cpus` takes (the agent's limit too).
+const CPUS_MAX: u32 = 4096;
+
+/// `--cpus`: a Linux CPU list, numbers and ranges joined by commas (`0-3,8,10-11`), at
+/// least one CPU, each below [`CPUS_MAX`]; the text as given (trimmed) is what is sent.
+pub fn parse_cpu_list(text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("an empty CPU list (write it like 0-3,8,10-11)".into());
+    }
+    for part in trimmed.split(',') {
+        let part = part.trim();
+        let bad = |why: &str| format!("`{part}` {why}");
+        let number = |s: &str| -> Result<u32, String> {
+            let s = s.trim();
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad("is not a CPU number or range (write them like 0-3,8,10-11)"));
+            }
+            match s.parse::<u32>() {
+                Ok(n) if n < CPUS_MAX => Ok(n),
+                _ => Err(format!("CPU {s}: CPU numbers go up to {}", CPUS_MAX - 1)),
+            }
+        };
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, 0),
+        };
+        if part.contains('-') && first > last {
+            return Err(bad("runs backwards (write the lower number first)"));
+        }
+    }
+    Ok(trimmed.to_owned())
 }
 
 /// `--strategies`: one strategy name.

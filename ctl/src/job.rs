@@ -1,9 +1,10 @@
 //! Following a job the agent runs (an apply or a probe): the job's signals are subscribed
 //! to before the call that starts it, so none is missed however fast the job is;
 //! `NameOwnerChanged` of the agent's name is watched too, so that ctl stops waiting if the
-//! agent exits mid-job. Progress goes to stderr: a bar on a terminal, `[3/12] GPU 0: ...`
-//! lines otherwise (steps numbered as they begin on any GPU; `verifying` and a rollback's
-//! `rolling back: …` lines without a count), nothing with `--json`.
+//! agent exits mid-job. Progress goes to stderr: a bar with the time since the job started
+//! on a terminal, `[3/12 1m05s] GPU 0: ...` lines otherwise (steps numbered as they begin
+//! on any GPU, with that time; `verifying` and a rollback's `rolling back: …` lines
+//! without a count or time), nothing with `--json`.
 //!
 //! A job the agent refuses as busy because its re-apply at start-up still runs (`status`'s
 //! `starting_up`) is asked for again until that ends: the agent itself waits up to 20 s per
@@ -30,6 +31,7 @@ use zbus::{Connection, MatchRule, Message, MessageStream};
 use crate::bus::{Agent, Client};
 use crate::error::{CtlError, Kind};
 use crate::output::Output;
+use crate::report_html::duration_text;
 
 /// How many job signals may queue while the starting call is in flight.
 const SIGNAL_QUEUE: usize = 4096;
@@ -325,20 +327,24 @@ async fn follow(
     }
 }
 
-/// `[3/12] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1; the
-/// text alone for a line without a count (`total` 0: verifying, rolling back).
-pub fn progress_line(done: u32, total: u32, step: &str) -> String {
+/// `[3/12 1m05s] GPU 0: create 2g.10gb at slot 4`: the step about to run, counted from 1,
+/// and the time since the job started; the text alone for a line without a count (`total`
+/// 0: verifying, rolling back).
+pub fn progress_line(done: u32, total: u32, step: &str, elapsed: Duration) -> String {
     if total == 0 {
         return step.to_string();
     }
     // An agent before issue 10 sent its verification as step `total` of `total`.
     let number = if done >= total { total } else { done + 1 };
-    format!("[{number}/{total}] {step}")
+    format!("[{number}/{total} {}] {step}", duration_text(elapsed.as_secs_f64()))
 }
 
-/// Progress on stderr: a bar on a terminal, plain lines otherwise, nothing with `--json`.
+/// Progress on stderr: a bar on a terminal, plain lines otherwise, nothing with `--json`;
+/// both with the time since the job started.
 struct Progress {
     mode: ProgressMode,
+    /// When ctl began following the job (its start, to within the starting call).
+    started: Instant,
 }
 
 enum ProgressMode {
@@ -356,26 +362,33 @@ impl Progress {
         } else {
             ProgressMode::Lines
         };
-        Self { mode }
+        Self { mode, started: Instant::now() }
     }
 
     fn update(&mut self, done: u32, total: u32, step: &str) {
         match &mut self.mode {
             ProgressMode::Silent => {}
-            ProgressMode::Lines => eprintln!("{}", progress_line(done, total, step)),
+            ProgressMode::Lines => {
+                eprintln!("{}", progress_line(done, total, step, self.started.elapsed()))
+            }
             ProgressMode::Bar(Some(bar)) if total == 0 => bar.set_message(step.to_string()),
             ProgressMode::Bar(None) if total == 0 => eprintln!("{step}"),
             ProgressMode::Bar(bar) => {
+                let started = self.started;
                 let bar = bar.get_or_insert_with(|| {
+                    // The job's time, not the bar's: the bar comes with the first counted step.
                     let bar = ProgressBar::with_draw_target(
                         Some(u64::from(total)),
                         ProgressDrawTarget::stderr(),
-                    );
-                    if let Ok(style) =
-                        ProgressStyle::with_template("{bar:30} {pos:>3}/{len:3} {wide_msg}")
-                    {
+                    )
+                    .with_elapsed(started.elapsed());
+                    if let Ok(style) = ProgressStyle::with_template(
+                        "{bar:30} {pos:>3}/{len:3} {elapsed:>4} {wide_msg}",
+                    ) {
                         bar.set_style(style);
                     }
+                    // The time goes on during a step (a bench's window: minutes).
+                    bar.enable_steady_tick(Duration::from_secs(1));
                     bar
                 });
                 bar.set_length(u64::from(total));
@@ -406,23 +419,51 @@ impl Progress {
 mod tests {
     use super::*;
 
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
     #[test]
-    fn progress_lines_count_from_one() {
+    fn progress_lines_count_from_one_with_the_time_since_the_start() {
         assert_eq!(
-            progress_line(2, 12, "GPU 0: create 2g.10gb at slot 4"),
-            "[3/12] GPU 0: create 2g.10gb at slot 4"
+            progress_line(2, 12, "GPU 0: create 2g.10gb at slot 4", secs(0.3)),
+            "[3/12 0s] GPU 0: create 2g.10gb at slot 4"
         );
-        assert_eq!(progress_line(0, 1, "x"), "[1/1] x");
-        assert_eq!(progress_line(12, 12, "verify"), "[12/12] verify");
+        assert_eq!(progress_line(0, 1, "x", secs(7.6)), "[1/1 8s] x");
+        assert_eq!(progress_line(12, 12, "verify", secs(59.4)), "[12/12 59s] verify");
+        assert_eq!(
+            progress_line(2, 9, "mps: 3 replicas (MPS, 3 clients)", secs(72.0)),
+            "[3/9 1m12s] mps: 3 replicas (MPS, 3 clients)"
+        );
     }
 
     #[test]
     fn progress_without_a_count_is_the_text_alone() {
-        assert_eq!(progress_line(0, 0, "verifying"), "verifying");
+        assert_eq!(progress_line(0, 0, "verifying", secs(75.0)), "verifying");
         assert_eq!(
-            progress_line(0, 0, "rolling back: GPU 0: disable MIG mode"),
+            progress_line(0, 0, "rolling back: GPU 0: disable MIG mode", secs(3.0)),
             "rolling back: GPU 0: disable MIG mode"
         );
+    }
+
+    #[test]
+    fn durations_read_to_the_second() {
+        for (seconds, text) in [
+            (0.0, "0s"),
+            (0.49, "0s"),
+            (42.0, "42s"),
+            (59.6, "1m00s"),
+            (65.0, "1m05s"),
+            (372.0, "6m12s"),
+            (3599.0, "59m59s"),
+            (3720.0, "1h02m"),
+            (90_000.0, "25h00m"),
+        ] {
+            assert_eq!(duration_text(seconds), text, "{seconds}");
+        }
+        for nonsense in [f64::NAN, -1.0, f64::INFINITY] {
+            assert_eq!(duration_text(nonsense), "?");
+        }
     }
 
     fn signal(path: &str, member: &str) -> zbus::message::Builder<'static> {

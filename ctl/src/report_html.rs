@@ -14,7 +14,9 @@
 
 use std::fmt::Write as _;
 
-use gpushare_proto::bench::{BenchReport, BenchRun, BenchStrategyRuns, Slo};
+use gpushare_proto::bench::{
+    BenchNoise, BenchPinning, BenchRecommendation, BenchReport, BenchRun, BenchStrategyRuns, Slo,
+};
 
 use gpushare_proto::plural;
 
@@ -203,6 +205,128 @@ pub fn noisy_baseline(report: &BenchReport) -> Option<String> {
          slowdowns and inflations carry that uncertainty; {advice}",
         spread * 100.0
     ))
+}
+
+/// A length of time as people read it, to the second: `0s`, `42s`, `1m05s`, `6m30s`,
+/// `1h02m` (minutes from an hour on); `?` for what is no time. Progress lines, the text
+/// report and the page write times so.
+pub fn duration_text(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "?".into();
+    }
+    // Whole seconds, rounded; beyond a thousand years it is all the same.
+    let total = seconds.min(3.2e10).round() as u64;
+    let (hours, minutes, secs) = (total / 3600, total / 60 % 60, total % 60);
+    if hours > 0 {
+        format!("{hours}h{minutes:02}m")
+    } else if minutes > 0 {
+        format!("{minutes}m{secs:02}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `took 6m12s (estimated 6m30s)`: the bench's wall time, and its estimate when the agent
+/// made one.
+pub fn took(report: &BenchReport) -> String {
+    let mut text = format!("took {}", duration_text(report.wall_seconds));
+    if let Some(estimate) = report.estimate_seconds {
+        let _ = write!(text, " (estimated {})", duration_text(estimate));
+    }
+    text
+}
+
+/// How the replicas were pinned, without the word `Pinned`: `2 CPUs per replica from CPUs
+/// 0-15 (NUMA node 0 of the GPU); replica 0: 0-1, replica 1: 2-3, …`, at most `shown`
+/// replicas named (the first ones and the last, `more` between them).
+pub fn pinning_text(pinning: &BenchPinning, shown: usize, more: &str) -> String {
+    let mut text = format!(
+        "{} per replica from CPUs {} ({})",
+        plural(pinning.cpus_per_replica, "CPU"),
+        pinning.cpus,
+        pinning.from
+    );
+    let named: Vec<String> = pinning
+        .replicas
+        .iter()
+        .enumerate()
+        .map(|(i, cpus)| format!("replica {i}: {cpus}"))
+        .collect();
+    let shown = shown.max(2);
+    let listed = if named.len() > shown {
+        let mut first = named[..shown - 1].to_vec();
+        first.push(more.to_owned());
+        first.push(named[named.len() - 1].clone());
+        first
+    } else {
+        named
+    };
+    if !listed.is_empty() {
+        let _ = write!(text, "; {}", listed.join(", "));
+    }
+    text
+}
+
+/// Whether the report comes from an agent that pins and measures the host's noise (issue
+/// 27): one from an older agent says nothing of pinning.
+pub fn knows_pinning(report: &BenchReport) -> bool {
+    report.pinning.is_some() || report.noise.is_some() || !report.intervals.is_empty()
+}
+
+/// The host's noise in one sentence: `baseline spread 8.1 %, steal 0.4 %, CPU 2,450–3,100
+/// MHz — differences under 12 % on this host are noise.`, figures written by `number`,
+/// ranges joined by `range`, the meaning after `dash`.
+pub fn noise_text(
+    noise: &BenchNoise,
+    number: impl Fn(f64) -> String,
+    range: &str,
+    dash: &str,
+) -> String {
+    let mut parts = Vec::new();
+    if let Some(spread) = noise.baseline_spread {
+        let mut part = format!("baseline spread {:.1} %", spread * 100.0);
+        if let Some(p99) = noise.baseline_p99_spread {
+            let _ = write!(part, " (p99 {:.1} %)", p99 * 100.0);
+        }
+        parts.push(part);
+    }
+    if let Some(steal) = noise.steal_percent {
+        parts.push(format!("steal {steal:.1} %"));
+    }
+    if let Some([low, _, high]) = noise.frequency_mhz {
+        if (high - low).abs() < 0.5 {
+            parts.push(format!("CPU {} MHz", number(low)));
+        } else {
+            parts.push(format!("CPU {}{range}{} MHz", number(low), number(high)));
+        }
+    }
+    let meaning = noise.meaning.trim().trim_end_matches('.');
+    match (parts.is_empty(), meaning.is_empty()) {
+        (true, true) => format!("noise floor {:.0} %", noise.floor * 100.0),
+        (true, false) => format!("{meaning}."),
+        (false, true) => parts.join(", "),
+        (false, false) => format!("{} {dash} {meaning}.", parts.join(", ")),
+    }
+}
+
+/// What a recommendation whose strategies the measurements cannot tell apart says of it,
+/// when its reason does not say so already: `the measurements cannot tell time-slicing,
+/// mps and mps-limited apart here: picked by isolation`; `None` for a recommendation by
+/// the figures.
+pub fn tie_text(recommendation: &BenchRecommendation) -> Option<String> {
+    let tied = &recommendation.indistinguishable;
+    if tied.len() < 2 {
+        return None;
+    }
+    let reason = recommendation.reason.to_lowercase();
+    if reason.contains("indistinguishable") || reason.contains("cannot tell") {
+        return None;
+    }
+    let names = match tied.split_last() {
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Some(format!("the measurements cannot tell {names} apart here: picked by isolation"))
 }
 
 /// The baseline in a few words.

@@ -101,9 +101,17 @@ fn bench_help_explains_the_methods() {
     let out = ctl().args(["bench", "--help"]).output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for needle in
-        ["$GPUSHARE_BENCH_REPORT", "--histogram", "--until-exit", "-- COMMAND", "Examples:"]
-    {
+    for needle in [
+        "$GPUSHARE_BENCH_REPORT",
+        "--histogram",
+        "--until-exit",
+        "-- COMMAND",
+        "Examples:",
+        "--cpus <LIST>",
+        "--no-pin",
+        "equal, disjoint sets, the same set for replica i in every run",
+        "the baseline on replica 0's",
+    ] {
         assert!(help.contains(needle), "{needle} missing from bench --help:\n{help}");
     }
 }

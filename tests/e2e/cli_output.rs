@@ -73,7 +73,8 @@ fn usage_errors_are_one_line_with_exit_status_2() {
     }
 }
 
-/// The `(n, N)` of each `[n/N] …` line of an apply's stderr, and the other lines.
+/// The `(n, N)` of each `[n/N 1m05s] …` line of an apply's stderr (the time since the
+/// job started after the count), and the other lines.
 fn progress_lines(stderr: &str) -> (Vec<(u32, u32)>, Vec<String>) {
     let mut counted = Vec::new();
     let mut other = Vec::new();
@@ -81,6 +82,8 @@ fn progress_lines(stderr: &str) -> (Vec<(u32, u32)>, Vec<String>) {
         let count = line
             .strip_prefix('[')
             .and_then(|rest| rest.split_once(']'))
+            .and_then(|(count, _)| count.split_once(' '))
+            .filter(|(_, elapsed)| elapsed.ends_with('s') || elapsed.ends_with('m'))
             .and_then(|(count, _)| count.split_once('/'))
             .and_then(|(n, total)| Some((n.parse().ok()?, total.parse().ok()?)));
         match count {

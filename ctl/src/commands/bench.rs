@@ -1,7 +1,7 @@
 //! `gpushare-ctl bench [--target GPU|MIG-UUID] [--replicas 1,3,5,7] [--strategies …]
 //! [--duration 30s | --until-exit] [--objective latency|throughput] [--slo p99=50ms]
 //! [--histogram NAME] [--builtin launch|compute|memory] [--fleet K] [--time-limit 10m]
-//! [--repeat K] [--report FILE.html] -- COMMAND [ARGS...]`: starts a bench job (`Bench`) and follows it
+//! [--repeat K] [--cpus LIST | --no-pin] [--report FILE.html] -- COMMAND [ARGS...]`: starts a bench job (`Bench`) and follows it
 //! like a probe, then prints which strategy wins at each replica count:
 //!
 //! ```text
@@ -34,9 +34,10 @@ use std::path::{Path, PathBuf};
 
 use comfy_table::CellAlignment;
 use gpushare_proto::bench::{
-    BENCH_BUILTIN, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM,
-    BENCH_LOGS, BENCH_OBJECTIVE, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES,
-    BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport, BenchRun, Method, find_command,
+    BENCH_BUILTIN, BENCH_CPUS, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET,
+    BENCH_HISTOGRAM, BENCH_LOGS, BENCH_OBJECTIVE, BENCH_PIN, BENCH_REPEAT, BENCH_REPLICAS,
+    BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport,
+    BenchRun, Method, find_command,
 };
 use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
@@ -234,6 +235,12 @@ pub fn options(
     }
     if let Some(repeat) = args.repeat {
         options.insert(BENCH_REPEAT, Value::from(repeat));
+    }
+    if let Some(cpus) = &args.cpus {
+        options.insert(BENCH_CPUS, Value::from(cpus.clone()));
+    }
+    if args.no_pin {
+        options.insert(BENCH_PIN, Value::from(false));
     }
     options
 }
@@ -540,8 +547,16 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     if report.repeat > 1 {
         measured.push_str(&format!("; each run {} times, the median reported", report.repeat));
     }
-    text.push_str(&format!("{measured}; {:.1} s in all\n", report.wall_seconds));
-    text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit()));
+    text.push_str(&format!("{measured}\n"));
+    text.push_str(&pinning_line(report, glyphs));
+    if !report.capped.is_empty() {
+        text.push_str(&format!("Note: {}\n", report.capped));
+    }
+    text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit(), glyphs));
+    if let Some(noise) = &report.noise {
+        let line = report_html::noise_text(noise, figure, glyphs.range, glyphs.dash);
+        text.push_str(&format!("Host noise: {line}\n"));
+    }
     if let Some(note) = report_html::noisy_baseline(report) {
         text.push_str(&format!("Note: {note}\n"));
     }
@@ -558,15 +573,24 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
             continue;
         }
         text.push_str(&render_table(&runs_table(&strategy.runs, report.rate_unit(), glyphs)));
+        for run in strategy.runs.iter().filter(|r| r.error.is_none()) {
+            if let Some(warning) = &run.scaling_warning {
+                text.push_str(&format!("! N={}: {warning}\n", run.replicas));
+            }
+        }
+    }
+    if !report.intervals.is_empty() && has_intervals(report) {
+        text.push_str(&format!("\nIntervals [low{}high]: {}\n", glyphs.range, report.intervals));
     }
 
     if !report.recommendations.is_empty() {
         text.push_str(&format!("\nRecommendation ({}):\n", report.objective));
         for r in &report.recommendations {
-            text.push_str(&format!(
-                "N={}: {} {} {}\n",
-                r.replicas, r.strategy, glyphs.dash, r.reason
-            ));
+            let reason = match report_html::tie_text(r) {
+                Some(tie) => format!("{tie}; {}", r.reason),
+                None => r.reason.clone(),
+            };
+            text.push_str(&format!("N={}: {} {} {reason}\n", r.replicas, r.strategy, glyphs.dash));
         }
     }
 
@@ -610,11 +634,49 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         ));
     }
     text.push_str(&setups_line(report));
+    let mut took = report_html::took(report);
+    took[..1].make_ascii_uppercase();
     text.push_str(&format!(
-        "\nRestored: {}\nResults kept in {}\n",
+        "\n{took}\nRestored: {}\nResults kept in {}\n",
         report.restored, report.saved_to
     ));
     text
+}
+
+/// How many replicas the pinning line names before it leaves some out.
+const PINNING_SHOWN: usize = 4;
+
+/// `Pinned: 2 CPUs per replica from CPUs 0-15 (NUMA node 0 of the GPU); replica 0: 0-1,
+/// …`, or `Not pinned (--no-pin)`; nothing for a report of an agent that never pinned.
+fn pinning_line(report: &BenchReport, glyphs: Glyphs) -> String {
+    let more = if glyphs == Glyphs::ASCII { "..." } else { "…" };
+    match &report.pinning {
+        Some(pinning) => {
+            format!("Pinned: {}\n", report_html::pinning_text(pinning, PINNING_SHOWN, more))
+        }
+        None if report_html::knows_pinning(report) => "Not pinned (--no-pin)\n".into(),
+        None => String::new(),
+    }
+}
+
+/// Whether any run (the baseline included) has an interval.
+fn has_intervals(report: &BenchReport) -> bool {
+    report
+        .strategies
+        .iter()
+        .flat_map(|s| &s.runs)
+        .chain(report.baseline.as_ref())
+        .any(|r| r.throughput_interval.is_some() || r.p99_interval_ms.is_some())
+}
+
+/// `1,180 [1,120-1,230]`: a figure and its interval, when it has one.
+fn with_interval(shown: String, interval: Option<[f64; 2]>, glyphs: Glyphs) -> String {
+    match interval {
+        Some([low, high]) => {
+            format!("{shown} [{}{}{}]", figure(low), glyphs.range, figure(high))
+        }
+        None => shown,
+    }
 }
 
 /// `Setting up: time-slicing 31 ms, mps 27 ms, mps-limited 28-35 ms` (the switches the
@@ -649,15 +711,17 @@ fn setups_line(report: &BenchReport) -> String {
 }
 
 /// `Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms`, with the
-/// measurements' range when there were several (`median of 3, 388-415`).
-fn baseline_line(baseline: Option<&BenchRun>, rate: &str) -> String {
+/// intervals where there are, and the measurements' range when there were several
+/// (`median of 3, 388-415`).
+fn baseline_line(baseline: Option<&BenchRun>, rate: &str, glyphs: Glyphs) -> String {
     let Some(run) = baseline else {
         return "Baseline: none\n".into();
     };
     if let Some(error) = &run.error {
         return format!("Baseline: error: {error}\n");
     }
-    let mut line = format!("Baseline: 1 replica alone: {} {rate}", figure(run.throughput_per_s));
+    let throughput = with_interval(figure(run.throughput_per_s), run.throughput_interval, glyphs);
+    let mut line = format!("Baseline: 1 replica alone: {throughput} {rate}");
     if let Some(range) = repeat_range(run) {
         line.push_str(&format!(" ({range})"));
     }
@@ -665,7 +729,8 @@ fn baseline_line(baseline: Option<&BenchRun>, rate: &str) -> String {
         line.push_str(&format!(", p50 {} ms", figure(p50)));
     }
     if let Some(p99) = run.p99_ms {
-        line.push_str(&format!(", p99 {} ms", figure(p99)));
+        let p99 = with_interval(figure(p99), run.p99_interval_ms, glyphs);
+        line.push_str(&format!(", p99 {p99} ms"));
     }
     if run.failed > 0 {
         line.push_str(", failed");
@@ -681,10 +746,14 @@ fn repeat_range(run: &BenchRun) -> Option<String> {
     Some(format!("median of {count}, {}-{}", figure(low), figure(high)))
 }
 
-/// A row per replica count; a SPREAD column (the measurements' largest throughput over the
-/// smallest) when runs were measured more than once.
+/// A row per replica count, the throughput and the p99 with their intervals
+/// (`1,180 [1,120-1,230]`) and a scaling above N marked (`2.10x!`, its note under the
+/// table); a SPREAD column (the measurements' largest throughput over the smallest) when
+/// runs were measured more than once and have no intervals (a report of an older agent):
+/// an interval says what the spread said, and more.
 fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> comfy_table::Table {
-    let repeated = runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
+    let intervals = runs.iter().any(|r| r.throughput_interval.is_some());
+    let repeated = !intervals && runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
     let mut headers = vec!["N".to_owned(), rate.to_uppercase()];
     if repeated {
         headers.push("SPREAD".to_owned());
@@ -712,16 +781,22 @@ fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> comfy_table::Tab
             row.extend(std::iter::repeat_n("-".to_owned(), figures - 1));
             row.push(format!("error: {error}"));
         } else {
-            row.push(figure(run.throughput_per_s));
+            row.push(with_interval(figure(run.throughput_per_s), run.throughput_interval, glyphs));
             if repeated {
                 row.push(
                     run.repeat_spread().map_or("-".to_owned(), |s| format!("{:.0} %", s * 100.0)),
                 );
             }
+            let mut scaling = times(run.scaling);
+            if run.scaling_warning.is_some() {
+                scaling.push('!');
+            }
             row.extend([
-                times(run.scaling),
+                scaling,
                 maybe_figure(run.p50_ms),
-                maybe_figure(run.p99_ms),
+                run.p99_ms.map_or("-".into(), |p99| {
+                    with_interval(figure(p99), run.p99_interval_ms, glyphs)
+                }),
                 times(run.p99_inflation),
                 fairness(run.jain_fairness),
                 times(run.max_slowdown),

@@ -135,6 +135,8 @@ fn compare_args(args: &ProbeArgs, workload: ProbeWorkload, replicas: Vec<u32>) -
         fleet: None,
         time_limit: None,
         repeat: None,
+        cpus: None,
+        no_pin: false,
         report: None,
         logs: None,
         command: Vec::new(),

@@ -3,8 +3,8 @@ use std::path::Path;
 
 use clap::Parser;
 use gpushare_proto::bench::{
-    BenchCapacity, BenchRecommendation, BenchReplica, BenchStrategy, BenchStrategyRuns, Objective,
-    Slo,
+    BenchCapacity, BenchMeasurement, BenchNoise, BenchPinning, BenchRecommendation, BenchReplica,
+    BenchStrategy, BenchStrategyRuns, Objective, Slo,
 };
 
 use super::*;
@@ -84,6 +84,23 @@ pub(crate) fn sample_report() -> BenchReport {
     let mut unset = run(5, 0.0, None, None);
     unset.error = Some("cannot give 5 clients 20 % threads: the MPS server refused".into());
     unset.per_replica.clear();
+    // Intervals where the runs were measured three times.
+    baseline.throughput_interval = Some([388.0, 415.0]);
+    baseline.p99_interval_ms = Some([3.0, 3.2]);
+    let mut sliced_alone = run(1, 401.0, Some(2.42), Some(3.1));
+    sliced_alone.throughput_interval = Some([395.0, 410.0]);
+    let mut mps_three = run(3, 1180.0, Some(2.52), Some(3.4));
+    mps_three.throughput_interval = Some([1120.0, 1230.0]);
+    mps_three.p99_interval_ms = Some([3.1, 3.6]);
+    mps_three.setup = "3 × MPS clients".into();
+    // More than one replica alone: a noisy baseline, flagged.
+    limited_first.throughput_per_s = 442.0;
+    limited_first.scaling = Some(442.0 / 402.1);
+    limited_first.throughput_interval = Some([401.0, 450.0]);
+    limited_first.scaling_warning = Some(
+        "1.10x with 1 replica is above 1, which no sharing gives: the baseline's noise, not a gain"
+            .into(),
+    );
     BenchReport {
         target: "GPU-00000000-0000-0000-0000-000000000000".into(),
         gpu: 0,
@@ -103,7 +120,7 @@ pub(crate) fn sample_report() -> BenchReport {
                 strategy: "time-slicing".into(),
                 skipped: None,
                 runs: vec![
-                    run(1, 401.0, Some(2.42), Some(3.1)),
+                    sliced_alone,
                     run(3, 405.0, Some(7.3), Some(9.8)),
                     run(5, 404.0, Some(12.2), Some(16.4)),
                 ],
@@ -111,7 +128,7 @@ pub(crate) fn sample_report() -> BenchReport {
             BenchStrategyRuns {
                 strategy: "mps".into(),
                 skipped: None,
-                runs: vec![mps_first, run(3, 1180.0, Some(2.52), Some(3.4)), failed_run],
+                runs: vec![mps_first, mps_three, failed_run],
             },
             BenchStrategyRuns {
                 strategy: "mps-limited".into(),
@@ -127,9 +144,9 @@ pub(crate) fn sample_report() -> BenchReport {
         recommendations: vec![
             BenchRecommendation {
                 replicas: 1,
-                strategy: "time-slicing".into(),
-                reason: "all within 1 % alone".into(),
-                indistinguishable: Vec::new(),
+                strategy: "mps-limited".into(),
+                reason: "throughputs within 12 % of each other, the host's noise".into(),
+                indistinguishable: vec!["time-slicing".into(), "mps".into(), "mps-limited".into()],
             },
             BenchRecommendation {
                 replicas: 3,
@@ -163,13 +180,67 @@ pub(crate) fn sample_report() -> BenchReport {
         restored: "time-slicing (as before)".into(),
         saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
         logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
-        pinning: None,
-        intervals: String::new(),
-        noise: None,
-        estimate_seconds: None,
+        pinning: Some(BenchPinning {
+            cpus: "0-15".into(),
+            from: "NUMA node 0 of the GPU".into(),
+            cpus_per_replica: 3,
+            replicas: ["0-2", "3-5", "6-8", "9-11", "12-14"].map(String::from).to_vec(),
+        }),
+        intervals: "95 % bootstrap interval of the median over 3 measurements".into(),
+        noise: Some(BenchNoise {
+            baseline_spread: Some(0.081),
+            baseline_p99_spread: None,
+            floor: 0.12,
+            steal_percent: Some(0.4),
+            frequency_mhz: Some([2450.0, 2900.0, 3100.0]),
+            meaning: "differences under 12 % on this host are noise".into(),
+        }),
+        estimate_seconds: Some(390.0),
         capped: String::new(),
-        sequence: Vec::new(),
+        sequence: vec![
+            measurement(1, "baseline", 1, 0.0, 402.1),
+            measurement(1, "time-slicing", 3, 31.0, 405.0),
+            measurement(1, "mps", 3, 64.5, 1180.0),
+            measurement(2, "baseline", 1, 98.2, 388.0),
+        ],
     }
+}
+
+/// One measurement of the bench's sequence.
+pub(crate) fn measurement(
+    round: u32,
+    strategy: &str,
+    replicas: u32,
+    at_seconds: f64,
+    throughput: f64,
+) -> BenchMeasurement {
+    BenchMeasurement {
+        round,
+        strategy: strategy.into(),
+        replicas,
+        at_seconds,
+        throughput_per_s: throughput,
+        p99_ms: Some(3.1),
+        worst_p99_ms: Some(3.3),
+        failed: false,
+    }
+}
+
+/// [`sample_report`] as an agent before issue 27 sent it: no pinning, intervals, noise,
+/// estimate or sequence.
+pub(crate) fn older_report() -> BenchReport {
+    let mut r = sample_report();
+    (r.pinning, r.noise, r.estimate_seconds) = (None, None, None);
+    r.intervals.clear();
+    r.sequence.clear();
+    let runs = r.strategies.iter_mut().flat_map(|s| s.runs.iter_mut());
+    for run in runs.chain(r.baseline.as_mut()) {
+        (run.throughput_interval, run.p99_interval_ms, run.scaling_warning) = (None, None, None);
+    }
+    for rec in &mut r.recommendations {
+        rec.indistinguishable.clear();
+    }
+    r
 }
 
 fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
@@ -222,6 +293,8 @@ fn every_option_parses() {
         "10m",
         "--repeat",
         "3",
+        "--cpus",
+        " 0-7,16-23 ",
         "--report",
         "out.html",
         "--json",
@@ -241,12 +314,15 @@ fn every_option_parses() {
     assert_eq!(b.histogram.as_deref(), Some("request_seconds"));
     assert_eq!((b.fleet, b.time_limit, b.repeat), (Some(40), Some(600.0), Some(3)));
     assert_eq!(b.report.as_deref(), Some(Path::new("out.html")));
+    assert_eq!((b.cpus.as_deref(), b.no_pin), (Some("0-7,16-23"), false));
     // `--json` after `--` is the program's.
     assert_eq!(b.command, ["python3", "infer.py", "--json"]);
     let b = parse(&["--until-exit", "--builtin", "compute", "--slo", "slowdown=1.5x"]).unwrap();
     assert!(b.until_exit && b.command.is_empty());
     assert_eq!(b.builtin, Some(crate::cli::ProbeWorkload::Compute));
     assert_eq!(b.slo.unwrap().slo, Slo::Slowdown(1.5));
+    let b = parse(&["--no-pin", "--", "./serve"]).unwrap();
+    assert!(b.no_pin && b.cpus.is_none());
 }
 
 #[test]
@@ -345,6 +421,34 @@ fn each_bad_input_is_one_line_naming_its_option() {
             "the argument '--builtin <NAME>' cannot be used with '[COMMAND]...'",
         ),
         (&[], "the following required arguments were not provided: <--builtin <NAME>|COMMAND>"),
+        (
+            &["--cpus", "0-3,x", "--", "true"],
+            "invalid value '0-3,x' for '--cpus <LIST>': `x` is not a CPU number or range (write them like 0-3,8,10-11)",
+        ),
+        (
+            &["--cpus", "7-4", "--", "true"],
+            "invalid value '7-4' for '--cpus <LIST>': `7-4` runs backwards (write the lower number first)",
+        ),
+        (
+            &["--cpus", "0-4096", "--", "true"],
+            "invalid value '0-4096' for '--cpus <LIST>': CPU 4096: CPU numbers go up to 4095",
+        ),
+        (
+            &["--cpus", "0--3", "--", "true"],
+            "invalid value '0--3' for '--cpus <LIST>': `0--3` is not a CPU number or range (write them like 0-3,8,10-11)",
+        ),
+        (
+            &["--cpus", "1,,2", "--", "true"],
+            "invalid value '1,,2' for '--cpus <LIST>': `` is not a CPU number or range (write them like 0-3,8,10-11)",
+        ),
+        (
+            &["--cpus", " ", "--", "true"],
+            "invalid value ' ' for '--cpus <LIST>': an empty CPU list (write it like 0-3,8,10-11)",
+        ),
+        (
+            &["--cpus", "0-3", "--no-pin", "--", "true"],
+            "the argument '--cpus <LIST>' cannot be used with '--no-pin'",
+        ),
     ];
     for (args, expected) in cases {
         assert_eq!(&usage_line(args), expected, "{args:?}");
@@ -535,6 +639,16 @@ fn only_given_options_are_sent_with_the_callers_directory_and_environment() {
     assert_eq!(o["cwd"], Value::from("/w"));
     assert!(!o.contains_key("until_exit"));
 
+    assert!(!o.contains_key("cpus") && !o.contains_key("pin"), "pinned by the agent's default");
+    let o = options(&parse(&["--cpus", "0-7, 16-23", "--", "x"]).unwrap(), "/w", vec![]);
+    assert_eq!(
+        (o["cpus"].clone(), signature_of(&o, "cpus")),
+        (Value::from("0-7, 16-23"), "s".into())
+    );
+    assert!(!o.contains_key("pin"));
+    let o = options(&parse(&["--no-pin", "--", "x"]).unwrap(), "/w", vec![]);
+    assert_eq!((o["pin"].clone(), signature_of(&o, "pin")), (Value::from(false), "b".into()));
+    assert!(!o.contains_key("cpus"));
     let o = options(&parse(&["--until-exit", "--", "x"]).unwrap(), "/w", vec![]);
     assert_eq!(
         (o["until_exit"].clone(), signature_of(&o, "until_exit")),
@@ -553,31 +667,36 @@ fn human_report() {
     let text = render_report(&sample_report(), Glyphs::ASCII);
     let expected = "\
 Bench of GPU-00000000-0000-0000-0000-000000000000 (GPU 0, NVIDIA A100-SXM4-40GB): ./serve --model 'small files'
-Measured: units by line over 30 s windows; objective throughput; SLO p99=50ms; 412.3 s in all
-Baseline: 1 replica alone: 402 units/s, p50 2.41 ms, p99 3.10 ms
+Measured: units by line over 30 s windows; objective throughput; SLO p99=50ms
+Pinned: 3 CPUs per replica from CPUs 0-15 (NUMA node 0 of the GPU); replica 0: 0-2, replica 1: 3-5, replica 2: 6-8, ..., replica 4: 12-14
+Baseline: 1 replica alone: 402 [388-415] units/s, p50 2.41 ms, p99 3.10 [3.00-3.20] ms
+Host noise: baseline spread 8.1 %, steal 0.4 %, CPU 2,450-3,100 MHz - differences under 12 % on this host are noise.
 
 time-slicing:
-N  UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1      401    1.00x    2.42    3.10  1.00x     0.999         1.00x       0  1 clients
-3      405    1.01x    7.30    9.80  3.16x     0.999         2.98x       0  3 clients
-5      404    1.00x    12.2    16.4  5.29x     0.999         4.98x       0  5 clients
+N        UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1  401 [395-410]    1.00x    2.42    3.10  1.00x     0.999         1.00x       0  1 clients
+3            405    1.01x    7.30    9.80  3.16x     0.999         2.98x       0  3 clients
+5            404    1.00x    12.2    16.4  5.29x     0.999         4.98x       0  5 clients
 
 mps:
-N  UNITS/S  SCALING  P50 MS  P99 MS   P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1      399    0.99x    2.43    3.20   1.03x     0.999         1.01x       0  1 clients
-3    1,180    2.93x    2.52    3.40   1.10x     0.999         1.02x       0  3 clients
-5    1,560    3.88x    3.90    61.0  19.68x     0.999         1.29x       1  5 clients
+N              UNITS/S  SCALING  P50 MS            P99 MS   P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1                  399    0.99x    2.43              3.20   1.03x     0.999         1.01x       0  1 clients
+3  1,180 [1,120-1,230]    2.93x    2.52  3.40 [3.10-3.60]   1.10x     0.999         1.02x       0  3 × MPS clients
+5                1,560    3.88x    3.90              61.0  19.68x     0.999         1.29x       1  5 clients
 
 mps-limited:
-N  UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1      398    0.99x    2.44    3.30  1.06x     0.999         1.01x       0  1 clients
-3    1,100    2.74x       -    4.40  1.42x     0.999         1.10x       0  MPS, 33 % threads, 13 GiB each
-5        -        -       -       -      -         -             -       -  error: cannot give 5 clients 20 % threads: the MPS server refused
+N        UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
+1  442 [401-450]   1.10x!    2.44    3.30  1.06x     0.999         1.01x       0  1 clients
+3          1,100    2.74x       -    4.40  1.42x     0.999         1.10x       0  MPS, 33 % threads, 13 GiB each
+5              -        -       -       -      -         -             -       -  error: cannot give 5 clients 20 % threads: the MPS server refused
+! N=1: 1.10x with 1 replica is above 1, which no sharing gives: the baseline's noise, not a gain
 
 mig: skipped (manage_mig = false)
 
+Intervals [low-high]: 95 % bootstrap interval of the median over 3 measurements
+
 Recommendation (throughput):
-N=1: time-slicing - all within 1 % alone
+N=1: mps-limited - the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation; throughputs within 12 % of each other, the host's noise
 N=3: mps - 2.91x the throughput of time-slicing, p99 0.3x
 N=5: mps - 3.86x the throughput of time-slicing; 1 replica failed
 
@@ -595,23 +714,39 @@ mps, N=5, replica 3 (pid 4203): exit 3
 The agent's own CPU over a window: 0.40 % of a core at most
 Setting up (planned, set up, verified): time-slicing 55 ms, mps 27 ms, mps-limited 30-31 ms
 
+Took 6m52s (estimated 6m30s)
 Restored: time-slicing (as before)
 Results kept in /home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json
 ";
     assert_eq!(text, expected, "\n{text}");
     let unicode = render_report(&sample_report(), Glyphs::UNICODE);
     assert!(unicode.contains("P99 ×") && unicode.contains("N=3: mps — 2.91x"), "{unicode}");
+    for ranged in ["1,180 [1,120–1,230]", "3.40 [3.10–3.60]", "CPU 2,450–3,100 MHz — differences"]
+    {
+        assert!(unicode.contains(ranged), "{ranged}: {unicode}");
+    }
+    assert!(unicode.contains("replica 2: 6-8, …, replica 4: 12-14\n"), "{unicode}");
+    assert!(unicode.contains("Intervals [low–high]: 95 % bootstrap"), "{unicode}");
+    // No figure of the table spills past 100 columns (the setup's words may).
+    for line in text.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())) {
+        let setup = line.rfind("  ").unwrap();
+        assert!(setup <= 100, "{line}");
+    }
 }
 
 #[test]
 fn repeated_runs_show_their_spread_and_a_noisy_baseline_a_note() {
-    let mut r = sample_report();
+    // As an agent before issue 27 reports them: no intervals, so a SPREAD column.
+    let mut r = older_report();
     r.repeat = 3;
     let baseline = r.baseline.as_mut().unwrap();
     baseline.repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
     r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
     let text = render_report(&r, Glyphs::ASCII);
-    assert!(text.contains("; each run 3 times, the median reported; 412.3 s in all\n"), "{text}");
+    assert!(text.contains("; each run 3 times, the median reported\n"), "{text}");
+    // Nothing said of pinning, noise or an estimate that the agent did not report.
+    assert!(!text.contains("inned") && !text.contains("Host noise") && !text.contains("Intervals"));
+    assert!(text.contains("\nTook 6m52s\nRestored: "), "{text}");
     assert!(
         text.contains("Baseline: 1 replica alone: 402 units/s (median of 3, 300-450), p50 2.41 ms"),
         "{text}"
@@ -648,6 +783,134 @@ fn repeated_runs_show_their_spread_and_a_noisy_baseline_a_note() {
 }
 
 #[test]
+fn pinning_is_shown_as_the_agent_did_it() {
+    let mut r = sample_report();
+    let pinning = r.pinning.as_mut().unwrap();
+    pinning.replicas.truncate(4);
+    pinning.cpus_per_replica = 1;
+    pinning.from = "--cpus".into();
+    pinning.cpus = "8-11".into();
+    pinning.replicas = ["8", "9", "10", "11"].map(String::from).to_vec();
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains(
+            "\nPinned: 1 CPU per replica from CPUs 8-11 (--cpus); replica 0: 8, replica 1: 9, replica 2: 10, replica 3: 11\nBaseline: "
+        ),
+        "{text}"
+    );
+    // --no-pin; an agent before pinning says nothing of it.
+    r.pinning = None;
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(text.contains("SLO p99=50ms\nNot pinned (--no-pin)\nBaseline: "), "{text}");
+    assert!(!render_report(&older_report(), Glyphs::ASCII).contains("pinned"));
+    // The default replica counts the host's CPUs could not pin, as the agent says it.
+    r.capped = "N=7 left out: 16 CPUs pin at most 5 replicas of 3 CPUs".into();
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains(
+            "Not pinned (--no-pin)\nNote: N=7 left out: 16 CPUs pin at most 5 replicas of 3 CPUs\nBaseline: "
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_hosts_noise_is_one_line_with_what_it_means() {
+    let mut r = sample_report();
+    let noise = r.noise.as_mut().unwrap();
+    noise.baseline_p99_spread = Some(0.153);
+    noise.meaning = "differences in throughput under 12 % on this host are noise: one replica alone varied that much over 3 measurements.".into();
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains(
+            "\nHost noise: baseline spread 8.1 % (p99 15.3 %), steal 0.4 %, CPU 2,450-3,100 MHz - differences in throughput under 12 % on this host are noise: one replica alone varied that much over 3 measurements.\n"
+        ),
+        "one full stop: {text}"
+    );
+    // What the host does not say is left out; a steady clock is one figure.
+    let noise = r.noise.as_mut().unwrap();
+    (noise.baseline_spread, noise.steal_percent) = (None, None);
+    noise.frequency_mhz = Some([2900.0, 2900.0, 2900.2]);
+    noise.meaning =
+        "the baseline was measured fewer than twice, so differences under 2 % are called noise"
+            .into();
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains(
+            "\nHost noise: CPU 2,900 MHz - the baseline was measured fewer than twice, so differences under 2 % are called noise.\n"
+        ),
+        "{text}"
+    );
+    r.noise.as_mut().unwrap().frequency_mhz = None;
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(text.contains("\nHost noise: the baseline was measured fewer than twice"), "{text}");
+}
+
+#[test]
+fn strategies_the_measurements_cannot_tell_apart_are_said_to_be_so_once() {
+    let mut r = sample_report();
+    let text = render_report(&r, Glyphs::ASCII);
+    let line = text.lines().find(|l| l.starts_with("N=1: ")).unwrap();
+    assert_eq!(
+        line,
+        "N=1: mps-limited - the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation; throughputs within 12 % of each other, the host's noise"
+    );
+    // Where the agent's reason says it already, it is not said twice.
+    r.recommendations[0].reason =
+        "indistinguishable here from time-slicing and mps (intervals overlap); mps-limited isolates best".into();
+    r.recommendations[0].indistinguishable = vec!["mps-limited".into(), "mps".into()];
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(
+        text.contains("\nN=1: mps-limited - indistinguishable here from time-slicing and mps (intervals overlap); mps-limited isolates best\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("indistinguishable").count(), 1, "{text}");
+    // A pick by the figures says nothing of ties.
+    assert!(!text.contains("cannot tell"), "{text}");
+}
+
+#[test]
+fn a_scaling_above_n_is_marked_and_said_under_its_table() {
+    let mut r = sample_report();
+    let run = &mut r.strategies[1].runs[1];
+    run.scaling = Some(3.4);
+    run.scaling_warning = Some("3.40x with 3 replicas is above 3: the baseline's noise".into());
+    let text = render_report(&r, Glyphs::ASCII);
+    let mps = &text[text.find("\nmps:\n").unwrap()..text.find("\nmps-limited:\n").unwrap()];
+    assert!(mps.contains("1,180 [1,120-1,230]   3.40x!"), "{mps}");
+    assert!(
+        mps.ends_with("\n! N=3: 3.40x with 3 replicas is above 3: the baseline's noise\n"),
+        "{mps}"
+    );
+    // A run that failed to set up has no figures to flag.
+    r.strategies[2].runs[2].scaling_warning = Some("never shown".into());
+    assert!(!render_report(&r, Glyphs::ASCII).contains("never shown"));
+}
+
+#[test]
+fn intervals_replace_the_spread_and_are_explained_once() {
+    let mut r = sample_report();
+    r.repeat = 3;
+    r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
+    let text = render_report(&r, Glyphs::ASCII);
+    assert!(!text.contains("SPREAD"), "{text}");
+    assert_eq!(text.matches("Intervals [low-high]:").count(), 1, "{text}");
+    // Without any interval in the runs, no footnote.
+    let mut r = older_report();
+    r.intervals = "95 % bootstrap interval of the median over 3 measurements".into();
+    assert!(!render_report(&r, Glyphs::ASCII).contains("Intervals"));
+}
+
+#[test]
+fn the_footer_has_the_time_taken_and_the_estimate() {
+    let mut r = sample_report();
+    (r.wall_seconds, r.estimate_seconds) = (19.4, Some(21.0));
+    assert!(render_report(&r, Glyphs::ASCII).contains("\nTook 19s (estimated 21s)\nRestored: "));
+    (r.wall_seconds, r.estimate_seconds) = (3725.0, None);
+    assert!(render_report(&r, Glyphs::ASCII).contains("\nTook 1h02m\nRestored: "));
+}
+
+#[test]
 fn human_report_of_a_bench_with_nothing_measured() {
     let mut r = sample_report();
     r.baseline = None;
@@ -660,7 +923,13 @@ fn human_report_of_a_bench_with_nothing_measured() {
         s.runs.clear();
     }
     let text = render_report(&r, Glyphs::ASCII);
-    assert!(text.contains("Measured: each replica's wall time to its exit; objective throughput; 412.3 s in all\nBaseline: none\n"), "{text}");
+    assert!(
+        text.contains(
+            "Measured: each replica's wall time to its exit; objective throughput\nPinned: "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("replica 4: 12-14\nBaseline: none\nHost noise: "), "{text}");
     assert!(text.contains("\nmps:\nno runs\n"), "{text}");
     assert!(
         !text.contains("Recommendation") && !text.contains("Capacity") && !text.contains("Failed"),
@@ -728,6 +997,19 @@ fn json_is_the_report_document() {
     let value = serde_json::to_value(sample_report()).unwrap();
     assert_eq!(value["strategies"][3]["skipped"], "manage_mig = false");
     assert!(value["strategies"][0].get("skipped").is_none());
+    // Issue 27's fields come through as the agent sent them.
+    assert_eq!(value["pinning"]["replicas"][1], "3-5");
+    assert_eq!(value["noise"]["frequency_mhz"][2], 3100.0);
+    assert_eq!(value["estimate_seconds"], 390.0);
+    assert_eq!(value["sequence"][2]["strategy"], "mps");
+    assert_eq!(value["strategies"][1]["runs"][1]["throughput_interval"][0], 1120.0);
+    assert_eq!(value["recommendations"][0]["indistinguishable"][2], "mps-limited");
+    assert!(value["intervals"].as_str().unwrap().starts_with("95 % bootstrap"));
+    // An older agent's report reads, without them.
+    let older = serde_json::to_value(older_report()).unwrap();
+    assert!(older.get("pinning").is_none() && older.get("sequence").is_none());
+    let back: BenchReport = serde_json::from_value(older.clone()).unwrap();
+    assert_eq!(serde_json::to_value(back).unwrap(), older);
     // Read back, it writes the same document (serde_json reads floats to within an ulp).
     let back: BenchReport = serde_json::from_value(value.clone()).unwrap();
     assert_eq!(serde_json::to_value(back).unwrap(), value);
