@@ -12,10 +12,13 @@
 //!   care ([`parse_host`]): `passthrough[=<gpus>]` and `vgpu[=<gpus>]` (NVML's
 //!   virtualization mode), `no-flr[=<gpus>]` (PCI functions without function-level
 //!   reset), `nvidia-drm.modeset=1|0` (`nvidia_drm` loaded, with or without modesetting),
-//!   `nvswitches=<n>` and `fabric-manager=running|stopped`. `<gpus>`: indexes joined by
-//!   `+` (`0+2`); without, every GPU. Set, even empty, it replaces what the node's host
-//!   was (bare metal, FLR on every GPU, no `nvidia_drm`, no NVSwitch, Fabric Manager
-//!   running where there are NVSwitches); unset, the node keeps it.
+//!   `nvswitches=<n>` and `fabric-manager=running|stopped`; and, for a bench's pinning,
+//!   `numa:<gpus>=<cpus>`: the host has several NUMA nodes and those GPUs sit on one
+//!   whose CPUs are `<cpus>`, a CPU list with `+` for its commas (`numa:0=0-3+8`; see
+//!   [`crate::host`] for the files). `<gpus>`: indexes joined by `+` (`0+2`); without,
+//!   every GPU. Set, even empty, it replaces what the node's host was (bare metal, FLR on
+//!   every GPU, no `nvidia_drm`, no NVSwitch, Fabric Manager running where there are
+//!   NVSwitches, one NUMA node); unset, the node keeps it.
 
 use std::time::Duration;
 
@@ -167,6 +170,8 @@ pub enum HostFact {
     NvSwitches(u8),
     /// `fabric-manager=running|stopped`.
     FabricManager(FabricManager),
+    /// `numa:<gpus>=<cpus>`: those GPUs' local CPUs (a CPU list, canonical commas).
+    Numa(Vec<u32>, String),
 }
 
 /// Parses `GPUSHARE_SIM_HOST`'s value (see the module docs).
@@ -192,6 +197,13 @@ fn parse_host_fact(part: &str) -> Result<HostFact, String> {
             .transpose()
     };
     let required = || value.ok_or_else(|| bad("needs a value after ="));
+    if let Some(listed) = name.strip_prefix("numa:") {
+        let gpus = gpus(Some(listed))?.unwrap_or_default();
+        let cpus = cpu_list(required()?).ok_or_else(|| {
+            bad("write numa:<gpus>=<cpus>, the CPUs as numbers and ranges joined by + (0-3+8)")
+        })?;
+        return Ok(HostFact::Numa(gpus, cpus));
+    }
     Ok(match name {
         "passthrough" => HostFact::Virtualization(VirtualizationMode::Passthrough, gpus(value)?),
         "vgpu" => HostFact::Virtualization(VirtualizationMode::Vgpu, gpus(value)?),
@@ -213,10 +225,27 @@ fn parse_host_fact(part: &str) -> Result<HostFact, String> {
         }),
         _ => {
             return Err(bad(
-                "unknown fact: passthrough, vgpu, no-flr, nvidia-drm.modeset, nvswitches or fabric-manager",
+                "unknown fact: passthrough, vgpu, no-flr, nvidia-drm.modeset, nvswitches, fabric-manager or numa:<gpus>",
             ));
         }
     })
+}
+
+/// A CPU list written with `+` for its commas (`0-3+8`), as sysfs writes it (`0-3,8`);
+/// `None` unless every part is a CPU number below 4096 or a range of them.
+fn cpu_list(text: &str) -> Option<String> {
+    let number = |s: &str| s.trim().parse::<u32>().ok().filter(|&n| n < 4096);
+    let parts: Option<Vec<String>> = text
+        .split('+')
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (number(a)?, number(b)?);
+                (a <= b).then(|| format!("{a}-{b}"))
+            }
+            None => number(part).map(|n| n.to_string()),
+        })
+        .collect();
+    parts.filter(|p| !p.is_empty()).map(|p| p.join(","))
 }
 
 /// Makes `node`'s host what `facts` say over a bare-metal host; a GPU index the node lacks
@@ -225,6 +254,7 @@ pub fn apply_host(facts: &[HostFact], node: &mut Node) -> Result<(), String> {
     let count = node.gpus.len();
     let listed = facts.iter().flat_map(|f| match f {
         HostFact::Virtualization(_, Some(g)) | HostFact::NoFlr(Some(g)) => g.as_slice(),
+        HostFact::Numa(g, _) => g.as_slice(),
         _ => &[],
     });
     if let Some(g) = listed.clone().find(|&&g| g as usize >= count) {
@@ -256,6 +286,11 @@ pub fn apply_host(facts: &[HostFact], node: &mut Node) -> Result<(), String> {
             HostFact::NvidiaDrm(drm) => node.host.nvidia_drm = Some(*drm),
             HostFact::NvSwitches(n) => node.host.nvswitches = *n,
             HostFact::FabricManager(fm) => node.host.fabric_manager = *fm,
+            HostFact::Numa(gpus, cpus) => {
+                for &gpu in gpus {
+                    node.host.numa.insert(gpu, cpus.clone());
+                }
+            }
         }
     }
     Ok(())
@@ -380,6 +415,19 @@ mod tests {
 
         let e = apply_host(&parse_host("no-flr=2").unwrap(), &mut node).unwrap_err();
         assert_eq!(e, "GPUSHARE_SIM_HOST: GPU 2 does not exist (the node has 2)");
+        let e = apply_host(&parse_host("numa:0+2=1").unwrap(), &mut node).unwrap_err();
+        assert_eq!(e, "GPUSHARE_SIM_HOST: GPU 2 does not exist (the node has 2)");
+
+        let facts = parse_host("numa:1=1, numa:0=0-3+8 , no-flr=0").unwrap();
+        assert_eq!(facts[0], HostFact::Numa(vec![1], "1".into()));
+        assert_eq!(facts[1], HostFact::Numa(vec![0], "0-3,8".into()));
+        apply_host(&facts, &mut node).unwrap();
+        assert_eq!(node.host.numa.get(&0).map(String::as_str), Some("0-3,8"));
+        assert_eq!(node.host.numa.get(&1).map(String::as_str), Some("1"));
+        apply_host(&parse_host("numa:0+1=4-7").unwrap(), &mut node).unwrap();
+        assert_eq!(node.host.numa.values().collect::<Vec<_>>(), ["4-7", "4-7"]);
+        apply_host(&[], &mut node).unwrap();
+        assert!(node.host.numa.is_empty(), "one node again");
         for (text, needle) in [
             ("flr", "unknown fact"),
             ("passthrough=a", "GPU indexes joined by +"),
@@ -387,6 +435,14 @@ mod tests {
             ("nvidia-drm.modeset=yes", "write 1 or 0"),
             ("nvswitches=300", "a number to 255"),
             ("fabric-manager=off", "running or stopped"),
+            ("numa:1", "needs a value"),
+            ("numa:x=1", "GPU indexes joined by +"),
+            ("numa:=1", "GPU indexes joined by +"),
+            ("numa:0=3-1", "write numa:<gpus>=<cpus>"),
+            ("numa:0=a", "write numa:<gpus>=<cpus>"),
+            ("numa:0=4096", "write numa:<gpus>=<cpus>"),
+            ("numa:0=", "write numa:<gpus>=<cpus>"),
+            ("numa=0", "unknown fact"),
         ] {
             let e = parse_host(text).unwrap_err();
             assert!(e.starts_with("GPUSHARE_SIM_HOST: "), "{e}");

@@ -22,7 +22,14 @@
 //!   (Fabric Manager's default `PID_FILE_PATH`) naming [`FABRIC_MANAGER_PID`], and
 //!   `proc/<that pid>/comm` holding `nv-fabricmanage` (a command name cut to 15 bytes,
 //!   as the kernel keeps it); `proc/1/comm` (`systemd`) is always there, so that `proc/`
-//!   reads as a host's process list.
+//!   reads as a host's process list;
+//! - with NUMA (`GPUSHARE_SIM_HOST`'s `numa:<gpus>=<cpus>`, [`Host::numa`]):
+//!   `sys/devices/system/node/online` (`0-<n-1>`: a node for each distinct CPU list, at
+//!   least two, numbered in the order of the lowest GPU on each) and, for each GPU named,
+//!   `numa_node` and `local_cpulist` in its PCI directory. Without, none of them: a host
+//!   of one node (what sysfs of a kernel without NUMA shows too).
+//!
+//! [`Host::numa`]: crate::node::Host::numa
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -99,6 +106,28 @@ pub fn files(node: &Node) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     for bdf in nvswitch_bus_ids(node) {
         pci(bdf, 0x1af1, 0x068000, true);
+    }
+    if !node.host.numa.is_empty() {
+        // A node per distinct CPU list, in the order of the lowest GPU on each.
+        let mut lists: Vec<&String> = Vec::new();
+        for (&index, cpus) in &node.host.numa {
+            let number = match lists.iter().position(|l| *l == cpus) {
+                Some(n) => n,
+                None => {
+                    lists.push(cpus);
+                    lists.len() - 1
+                }
+            };
+            let Some(gpu) = node.gpus.get(index as usize) else { continue };
+            let dir = devices.join(sysfs_bus_id(&device::pci(gpu)));
+            files.insert(dir.join("numa_node"), format!("{number}\n").into_bytes());
+            files.insert(dir.join("local_cpulist"), format!("{cpus}\n").into_bytes());
+        }
+        let last = lists.len().max(2) - 1;
+        files.insert(
+            PathBuf::from("sys/devices/system/node/online"),
+            format!("0-{last}\n").into_bytes(),
+        );
     }
     // Init, so that proc/ reads as a host's process list whatever else runs.
     files.insert(PathBuf::from("proc/1/comm"), b"systemd\n".to_vec());
@@ -223,6 +252,8 @@ mod tests {
         assert_eq!(devcap >> 28 & 1, 1);
         assert!(!dir.path().join("sys/module").exists());
         assert!(!dir.path().join("run").exists());
+        assert!(!dir.path().join("sys/devices").exists(), "one NUMA node: no node files");
+        assert!(!dir.path().join(gpu).join("local_cpulist").exists());
         assert_eq!(read(dir.path(), "proc/1/comm").as_deref(), Some("systemd\n"));
     }
 
@@ -269,5 +300,35 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(before, after);
+    }
+
+    #[test]
+    fn numa_shows_the_nodes_and_each_named_gpus_cpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut node = Node::new(&parse_node_spec("a100-40gb:3").unwrap());
+        node.host.numa.insert(1, "1".into());
+        render(root, &node).unwrap();
+        assert_eq!(read(root, "sys/devices/system/node/online").as_deref(), Some("0-1\n"));
+        let gpu =
+            |i: usize| format!("sys/bus/pci/devices/{}", sysfs_bus_id(&device::pci(&node.gpus[i])));
+        assert_eq!(read(root, &format!("{}/local_cpulist", gpu(1))).as_deref(), Some("1\n"));
+        assert_eq!(read(root, &format!("{}/numa_node", gpu(1))).as_deref(), Some("0\n"));
+        assert_eq!(read(root, &format!("{}/local_cpulist", gpu(0))), None, "not named");
+        node.host.numa.insert(0, "0-3,8".into());
+        node.host.numa.insert(2, "1".into());
+        render(root, &node).unwrap();
+        assert_eq!(read(root, &format!("{}/numa_node", gpu(0))).as_deref(), Some("0\n"));
+        assert_eq!(read(root, &format!("{}/numa_node", gpu(1))).as_deref(), Some("1\n"));
+        assert_eq!(read(root, &format!("{}/numa_node", gpu(2))).as_deref(), Some("1\n"));
+        assert_eq!(read(root, &format!("{}/local_cpulist", gpu(0))).as_deref(), Some("0-3,8\n"));
+        node.host.numa.insert(2, "9-10".into());
+        render(root, &node).unwrap();
+        assert_eq!(read(root, "sys/devices/system/node/online").as_deref(), Some("0-2\n"));
+        node.host.numa.clear();
+        render(root, &node).unwrap();
+        assert!(!root.join("sys/devices").exists());
+        assert!(!root.join(gpu(0)).join("numa_node").exists());
+        assert!(root.join(gpu(0)).join("config").exists());
     }
 }

@@ -26,7 +26,8 @@
 //! - `GPUSHARE_SIM_REBOOT=1`: start as after a reboot.
 //! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs as far as GPU resets
 //!   care: `passthrough[=<gpus>]`, `vgpu[=<gpus>]`, `no-flr[=<gpus>]`,
-//!   `nvidia-drm.modeset=1|0`, `nvswitches=<n>`, `fabric-manager=running|stopped` (see
+//!   `nvidia-drm.modeset=1|0`, `nvswitches=<n>`, `fabric-manager=running|stopped`, and
+//!   `numa:<gpus>=<cpus>` (several NUMA nodes; those GPUs' local CPUs, `0-3+8`) (see
 //!   [`faults`]; `<gpus>` like `0+2`). Kept in the node (`host`, each GPU's
 //!   `virtualization_mode` and `flr`) and shown as files under `<state>.host/` ([`host`]).
 //!

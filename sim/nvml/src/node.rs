@@ -108,6 +108,10 @@ pub struct Host {
     /// Whether NVIDIA Fabric Manager runs (only meaningful with NVSwitches).
     #[serde(default)]
     pub fabric_manager: FabricManager,
+    /// The CPUs local to GPUs of a host of several NUMA nodes, as CPU lists (`0-3,8`) by
+    /// GPU index (issue 27: a bench pins its replicas there); empty: one NUMA node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub numa: BTreeMap<u32, String>,
 }
 
 /// The loaded `nvidia_drm` module's parameters (`/sys/module/nvidia_drm/parameters/`).
