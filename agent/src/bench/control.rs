@@ -7,7 +7,8 @@
 //! in the caller's world and answers [`FromGate::Ready`] or [`FromGate::Refused`] (and, in
 //! check mode, ends there). Then [`ToGate::Go`] starts the command ([`FromGate::Running`],
 //! later [`FromGate::Exited`] and [`FromGate::Done`]); [`ToGate::Stop`] stops it. End of
-//! file on either side means the other side is gone.
+//! file on either side means the other side is gone. While the command runs, the gate
+//! also says [`FromGate::StdoutNumber`] once if its standard output looks like units.
 
 use std::io::{self, Read, Write};
 
@@ -19,6 +20,9 @@ use serde::{Deserialize, Serialize};
 pub const TO_GATE_MAX: usize = 4 << 20;
 /// The largest frame a gate sends (two 4 KiB tails and a few numbers).
 pub const FROM_GATE_MAX: usize = 64 << 10;
+
+/// The longest line [`FromGate::StdoutNumber`] carries (no plain number is longer).
+pub const STDOUT_NUMBER_MAX: usize = 64;
 
 /// What one gate is to run, and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +37,11 @@ pub struct Spec {
     pub cwd: String,
     /// Where its output goes; `None`: counted and its ends kept, not written.
     pub logs: Option<Logs>,
+    /// The CPUs the gate binds itself to before the command starts (the command and all
+    /// it starts inherit them); `None`: unpinned. Checked as the caller (the caller's
+    /// cpuset may not allow them) before [`FromGate::Ready`].
+    #[serde(default)]
+    pub cpus: Option<Vec<u32>>,
 }
 
 /// Where a replica's stdout and stderr go: `<dir>/<run>/replica-<index>.{out,err}`.
@@ -83,6 +92,14 @@ pub enum FromGate {
     NotRun {
         /// Why (`cannot run ./x: Permission denied (os error 13)`).
         why: String,
+    },
+    /// A line of the command's standard output is a plain number (`12.5`), as a unit line
+    /// of the report descriptor would be: the first such line, said once (at most
+    /// [`STDOUT_NUMBER_MAX`] bytes), so that a replica reporting to the wrong descriptor is
+    /// told within seconds.
+    StdoutNumber {
+        /// The line, without its newline.
+        line: String,
     },
     /// The command's own process ended.
     Exited {
@@ -152,6 +169,7 @@ mod tests {
             env: vec![("BASH_FUNC_x%%".into(), "() { echo \"é\n\"; }".into())],
             cwd: "/home/member".into(),
             logs: Some(Logs { dir: "/tmp/l".into(), run: "mps-3".into(), index: 2, cap_bytes: 9 }),
+            cpus: Some(vec![2, 3]),
         });
         send(&mut agent, &spec).unwrap();
         send(&mut agent, &ToGate::Stop { grace_ms: 3000 }).unwrap();
@@ -160,13 +178,30 @@ mod tests {
             receive::<ToGate>(&mut gate, TO_GATE_MAX).unwrap(),
             Some(ToGate::Stop { grace_ms: 3000 })
         );
+        send(&mut gate, &FromGate::StdoutNumber { line: "12.5".into() }).unwrap();
         send(&mut gate, &FromGate::Exited { code: None, signal: Some(9) }).unwrap();
         drop(gate);
+        assert_eq!(
+            receive::<FromGate>(&mut agent, FROM_GATE_MAX).unwrap(),
+            Some(FromGate::StdoutNumber { line: "12.5".into() })
+        );
         assert_eq!(
             receive::<FromGate>(&mut agent, FROM_GATE_MAX).unwrap(),
             Some(FromGate::Exited { code: None, signal: Some(9) })
         );
         assert_eq!(receive::<FromGate>(&mut agent, FROM_GATE_MAX).unwrap(), None);
+    }
+
+    #[test]
+    fn a_spec_without_cpus_is_unpinned() {
+        let text =
+            r#"{"message":"spec","check_only":true,"argv":["x"],"env":[],"cwd":"/","logs":null}"#;
+        let mut frame = (text.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(text.as_bytes());
+        match receive::<ToGate>(&mut &frame[..], TO_GATE_MAX).unwrap() {
+            Some(ToGate::Spec(spec)) => assert_eq!(spec.cpus, None),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -5,15 +5,18 @@
 //!
 //! It first becomes the caller (exactly the caller's groups, then group, then user), then,
 //! as the caller and in the caller's world: reads the spec, enters the directory, looks
-//! the command up in the caller's `PATH`, opens the log files, and says `Ready` (or
-//! `Refused`, with the reason as the caller would see it). On `Go` it starts the command in
+//! the command up in the caller's `PATH`, binds itself to the spec's CPUs (which the
+//! command then inherits; the caller's cpuset may refuse them), opens the log files, and
+//! says `Ready` (or `Refused`, with the reason as the caller would see it). On `Go` it starts the command in
 //! a process group of its own — stdin `/dev/null`, stdout and stderr pipes to the gate,
 //! the report pipe as descriptor [`REPORT_FD`] — and supervises it: the output goes to
 //! the log files up to their cap, the end of each stream is kept, and everything the
 //! command starts stays the gate's to stop (the gate is a child subreaper, so even
 //! processes that `setsid` away are reparented to it). When the command exits, on `Stop`,
 //! or when the agent goes away (end of file on the socket), the gate stops the whole tree
-//! (SIGTERM, SIGKILL after a grace), then reports `Done` and exits.
+//! (SIGTERM, SIGKILL after a grace), then reports `Done` and exits. The first line of the
+//! command's stdout that is a plain number (a unit line written to the wrong descriptor)
+//! is said at once (`StdoutNumber`).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -27,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::find_command;
 
-use super::control::{self, FromGate, Logs, Spec, ToGate};
+use super::control::{self, FromGate, Logs, STDOUT_NUMBER_MAX, Spec, ToGate};
+use super::pinning;
 use super::replicas::REPORT_ENV;
 use crate::sys::procfs;
 use crate::sys::unix::{self, Identity};
@@ -92,7 +96,9 @@ pub fn main(user: Option<&str>) -> ExitCode {
             return ExitCode::from(NOT_RUN);
         }
     };
-    let files = match check(&spec).and_then(|()| open_logs(&spec)) {
+    let checked =
+        check(&spec).and_then(|()| pin(spec.cpus.as_deref())).and_then(|()| open_logs(&spec));
+    let files = match checked {
         Ok(files) => files,
         Err(why) => {
             gate.say(&FromGate::Refused { why });
@@ -129,6 +135,13 @@ impl Gate {
         let _ = control::send(&mut self.control, message);
     }
 
+    /// Says the first plain number of the command's stdout, once, when one has come.
+    fn say_stdout_number(&mut self, out: &mut Sink) {
+        if let Some(line) = out.numbers.as_mut().and_then(NumberWatch::take_found) {
+            self.say(&FromGate::StdoutNumber { line });
+        }
+    }
+
     /// Starts the command and supervises it until it and everything it started is gone.
     fn run(
         &mut self,
@@ -144,7 +157,8 @@ impl Gate {
             });
             return ExitCode::from(NOT_RUN);
         }
-        let out = Sink::new(files.0, cap);
+        let mut out = Sink::new(files.0, cap);
+        out.numbers = Some(NumberWatch::default());
         let mut err = Sink::new(files.1, cap);
         let started = start_command(spec, &report);
         drop(report);
@@ -182,6 +196,7 @@ impl Gate {
                 }
                 Event::Tick => {}
             }
+            self.say_stdout_number(&mut sinks[0]);
             if let Some(ended) = supervisor.reap() {
                 self.say(&FromGate::Exited { code: ended.code, signal: ended.signal });
                 // A replica is its command: what it leaves behind stops with it.
@@ -191,8 +206,9 @@ impl Gate {
                 break;
             }
         }
-        let [out, err] = sinks;
+        let [mut out, err] = sinks;
         if !supervisor.agent_gone {
+            self.say_stdout_number(&mut out);
             self.say(&done(out, err));
         }
         ExitCode::SUCCESS
@@ -253,6 +269,29 @@ fn check(spec: &Spec) -> Result<(), String> {
         unix::may_write_dir(dir).map_err(|e| format!("logs {}: {e}", logs.dir))?;
     }
     Ok(())
+}
+
+/// Binds the gate (and so the command it starts, and all that starts) to `cpus`, as the
+/// caller: the caller's cpuset may allow fewer, and the kernel then keeps those it allows,
+/// which is refused here too. `None`: unpinned, nothing changes.
+fn pin(cpus: Option<&[u32]>) -> Result<(), String> {
+    let Some(cpus) = cpus else { return Ok(()) };
+    let wanted = pinning::CpuList::of(cpus)?;
+    if wanted.is_empty() {
+        return Err("cpus: an empty set to pin the replica to".into());
+    }
+    match unix::set_cpu_affinity(wanted.cpus()) {
+        Ok(got) if got == wanted.cpus() => Ok(()),
+        Ok(got) => Err(format!(
+            "cpus {wanted}: only {} of them may be used here (a cpuset limits the caller's \
+             processes); give --cpus within them, or --no-pin",
+            pinning::format_cpus(&got)
+        )),
+        Err(e) => Err(format!(
+            "cpus {wanted}: the replica cannot be pinned to them ({e}): they are offline, \
+             absent or outside the caller's cpuset; give --cpus others, or --no-pin"
+        )),
+    }
 }
 
 /// Whether the open directory `dir` is this process's user's and writable by nobody else:
@@ -333,8 +372,10 @@ fn start_command(spec: &Spec, report: &OwnedFd) -> Result<(u32, File, File), Str
 }
 
 /// One output stream: written to its file up to `cap` bytes, the rest counted; its last
-/// [`TAIL_BYTES`] kept.
+/// [`TAIL_BYTES`] kept; stdout also watched for lines that look like units.
 struct Sink {
+    /// Looks for the first line that is a plain number (stdout only).
+    numbers: Option<NumberWatch>,
     file: Option<File>,
     cap: u64,
     written: u64,
@@ -349,6 +390,7 @@ struct Sink {
 impl Sink {
     fn new(file: Option<File>, cap: u64) -> Sink {
         Sink {
+            numbers: None,
             file,
             cap,
             written: 0,
@@ -360,6 +402,9 @@ impl Sink {
     }
 
     fn take(&mut self, bytes: &[u8]) {
+        if let Some(watch) = &mut self.numbers {
+            watch.take(bytes);
+        }
         if let Some(file) = &mut self.file {
             let room = usize::try_from(self.cap.saturating_sub(self.written)).unwrap_or(usize::MAX);
             let (kept, over) = bytes.split_at(bytes.len().min(room));
@@ -403,6 +448,63 @@ impl Sink {
         };
         (text, self.dropped)
     }
+}
+
+/// Finds the first line of a stream that is a plain number (what a unit line of the
+/// report descriptor would be: `12.5`, ` 3 `), keeping at most [`STDOUT_NUMBER_MAX`] bytes
+/// of the line under way; once found, the rest of the stream costs nothing.
+#[derive(Debug, Default)]
+struct NumberWatch {
+    line: Vec<u8>,
+    /// The line under way is longer than any number: skipped to its end.
+    overlong: bool,
+    found: Option<String>,
+    /// Whether the line found was handed out.
+    said: bool,
+}
+
+impl NumberWatch {
+    fn take(&mut self, mut bytes: &[u8]) {
+        while self.found.is_none() && !bytes.is_empty() {
+            let (part, ended) = match memchr::memchr(b'\n', bytes) {
+                Some(nl) => (&bytes[..nl], true),
+                None => (bytes, false),
+            };
+            bytes = &bytes[(part.len() + usize::from(ended)).min(bytes.len())..];
+            if !self.overlong {
+                if self.line.len() + part.len() > STDOUT_NUMBER_MAX {
+                    self.overlong = true;
+                    self.line.clear();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            if ended {
+                if !std::mem::take(&mut self.overlong) {
+                    self.found = plain_number(&self.line);
+                }
+                self.line.clear();
+            }
+        }
+    }
+
+    /// The line found, the first time it is asked for after it was.
+    fn take_found(&mut self) -> Option<String> {
+        if self.said {
+            return None;
+        }
+        let found = self.found.clone()?;
+        self.said = true;
+        Some(found)
+    }
+}
+
+/// `line` trimmed, when it is a number the report descriptor would count as a unit's
+/// latency (finite, not negative).
+fn plain_number(line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?.trim();
+    let number: f64 = text.parse().ok()?;
+    (number.is_finite() && number >= 0.0).then(|| text.to_string())
 }
 
 /// The gate's last message.
@@ -593,9 +695,79 @@ mod tests {
             env: Vec::new(),
             cwd: "/".into(),
             logs: Some(Logs { dir: "/tmp".into(), run: run.into(), index: 0, cap_bytes: 1 }),
+            cpus: None,
         };
         for bad in ["../x", "a/b", "", "."] {
             assert!(open_logs(&spec(bad)).unwrap_err().contains("plain directory name"), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_first_plain_number_on_stdout_is_found_however_reads_split_it() {
+        let text: &[u8] = b"loading model\nepoch 1: 12.5\n\n  \n-3\nNaN\ninf\n 12.5 \r\n7\n";
+        for cut in 0..=text.len() {
+            let mut watch = NumberWatch::default();
+            watch.take(&text[..cut]);
+            watch.take(&text[cut..]);
+            assert_eq!(watch.take_found().as_deref(), Some("12.5"), "split at {cut}");
+            assert_eq!(watch.take_found(), None, "said once");
+        }
+        let mut watch = NumberWatch::default();
+        for byte in text {
+            watch.take(std::slice::from_ref(byte));
+        }
+        assert_eq!(watch.take_found().as_deref(), Some("12.5"));
+        // Nothing but text; a number without its newline yet.
+        let mut watch = NumberWatch::default();
+        watch.take(b"step 1 done\nstep 2 done\n42");
+        assert_eq!(watch.take_found(), None);
+        watch.take(b"\n");
+        assert_eq!(watch.take_found().as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn a_long_line_ending_in_digits_is_no_number_and_costs_its_bound() {
+        let mut watch = NumberWatch::default();
+        let mut long = vec![b'x'; 1 << 20];
+        long.extend_from_slice(b"12\n");
+        watch.take(&long);
+        assert_eq!(watch.take_found(), None);
+        let digits = vec![b'1'; STDOUT_NUMBER_MAX + 1];
+        watch.take(&digits);
+        watch.take(b"\n");
+        assert_eq!(watch.take_found(), None, "longer than any number");
+        assert!(watch.line.capacity() <= 2 * STDOUT_NUMBER_MAX + 8);
+        watch.take(b"0.25\n");
+        assert_eq!(watch.take_found().as_deref(), Some("0.25"));
+    }
+
+    #[test]
+    fn a_stdout_sink_watches_for_numbers_and_a_stderr_one_does_not() {
+        let mut out = Sink::new(None, 0);
+        out.numbers = Some(NumberWatch::default());
+        out.take(b"3.5\n");
+        assert_eq!(out.numbers.as_mut().and_then(NumberWatch::take_found).as_deref(), Some("3.5"));
+        let mut err = Sink::new(None, 0);
+        err.take(b"3.5\n");
+        assert!(err.numbers.is_none());
+    }
+
+    #[test]
+    fn pinning_binds_the_gate_or_says_why_not() {
+        // A thread of its own: affinity is per thread.
+        std::thread::spawn(|| {
+            assert_eq!(pin(None), Ok(()));
+            let all = unix::cpu_affinity().unwrap();
+            assert_eq!(pin(Some(&[all[0]])), Ok(()));
+            assert_eq!(unix::cpu_affinity().unwrap(), [all[0]]);
+            let e = pin(Some(&[4000])).unwrap_err();
+            assert!(e.starts_with("cpus 4000: the replica cannot be pinned to them ("), "{e}");
+            let e = pin(Some(&[all[0], 4000])).unwrap_err();
+            assert!(e.contains(&format!(": only {} of them may be used here", all[0])), "{e}");
+            assert!(pin(Some(&[])).unwrap_err().contains("empty"));
+            assert!(pin(Some(&[5000])).unwrap_err().contains("beyond"));
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -633,6 +633,26 @@ mod tests {
     }
 
     #[test]
+    fn the_simulated_numa_host_reads_as_a_real_one() {
+        use gpushare_sim_nvml::node::Node;
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = Node::new(&crate::catalog::parse_node_spec("a100-40gb:2").unwrap());
+        let own = [0, 1, 2, 3];
+        gpushare_sim_nvml::host::render(dir.path(), &node).unwrap();
+        assert_eq!(on_gpu_node(&own, dir.path(), GPU), (own.to_vec(), AGENTS_CPUS.into()));
+        // GPUSHARE_SIM_HOST=numa:1=1: GPU 1 (00000000:1C:00.0) is local to CPU 1.
+        node.host.numa.insert(1, "1".into());
+        gpushare_sim_nvml::host::render(dir.path(), &node).unwrap();
+        let gpu1 = Some("00000000:1C:00.0");
+        assert_eq!(on_gpu_node(&own, dir.path(), gpu1), (vec![1], "NUMA node 0 of the GPU".into()));
+        let (cpus, from) = on_gpu_node(&own, dir.path(), GPU);
+        assert_eq!(
+            (cpus, from.as_str()),
+            (own.to_vec(), "the agent's CPUs (the GPU's NUMA node is unknown)")
+        );
+    }
+
+    #[test]
     fn the_agents_cpus_are_available_here() {
         let (cpus, from) = available(Path::new("/nonexistent"), GPU).unwrap();
         assert!(!cpus.is_empty());

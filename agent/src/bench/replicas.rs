@@ -107,6 +107,9 @@ pub struct ReplicaSpec {
     pub cwd: String,
     /// Where its output goes (the gate writes it, as the caller).
     pub logs: Option<Logs>,
+    /// The CPUs it is pinned to (its gate binds itself, as the caller, before it starts
+    /// the command, and refuses a set the caller may not use); `None`: unpinned.
+    pub cpus: Option<Vec<u32>>,
 }
 
 /// How the replicas of a batch are started.
@@ -187,6 +190,7 @@ pub fn check(launch: &Launch<'_>, spec: ReplicaSpec) -> Result<(), String> {
         env: spec.env,
         cwd: spec.cwd,
         logs: spec.logs,
+        cpus: spec.cpus,
     };
     let replica =
         launch.start(spec, report_write, format!("gpushare bench {}: check", launch.label), 0)?;
@@ -408,6 +412,8 @@ struct GateState {
     ended: Option<Instant>,
     /// A frame that broke the protocol.
     broken: Option<String>,
+    /// The first line of its command's stdout that is a plain number.
+    stdout_number: Option<String>,
 }
 
 /// Reads a gate's messages until its socket ends.
@@ -421,6 +427,11 @@ fn follow_gate(mut stream: UnixStream, state: &Mutex<GateState>) {
             Ok(Some(FromGate::Refused { why })) => s.refused = Some(why),
             Ok(Some(FromGate::Running { pid })) => s.pid = Some(pid),
             Ok(Some(FromGate::NotRun { why })) => s.not_run = Some(why),
+            Ok(Some(FromGate::StdoutNumber { line })) => {
+                // Bounded here too: the gate is the caller's process.
+                let line = gpushare_proto::byte_prefix(&line, control::STDOUT_NUMBER_MAX);
+                s.stdout_number.get_or_insert_with(|| line.to_string());
+            }
             Ok(Some(FromGate::Exited { code, signal })) => {
                 s.exited.get_or_insert((now, code, signal));
             }
@@ -511,6 +522,7 @@ impl<'a> Batch<'a> {
                 env,
                 cwd: spec.cwd,
                 logs: spec.logs,
+                cpus: spec.cpus,
             };
             let description =
                 format!("gpushare bench {}: replica {index} of {total}", launch.label);
@@ -654,6 +666,12 @@ impl<'a> Batch<'a> {
             let units = lock(&r.units);
             (units.malformed, units.first_malformed.clone())
         })
+    }
+
+    /// The first line replica `index` wrote to its stdout that is a plain number (`12.5`:
+    /// a unit line, sent to the wrong descriptor), once its gate has seen one.
+    pub fn stdout_number(&self, index: usize) -> Option<String> {
+        self.replicas.get(index).and_then(|r| lock(&r.state).stdout_number.clone())
     }
 
     /// Whether replica `index` has ended.
