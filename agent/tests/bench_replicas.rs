@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use gpushare_agent::bench::control::{self, FromGate, Logs, Spec, ToGate};
 use gpushare_agent::bench::launch::Launcher;
+use gpushare_agent::bench::pinning::CpuList;
 use gpushare_agent::bench::replicas::{self, Batch, Launch, ReplicaSpec};
 use gpushare_agent::sys::procfs;
 use gpushare_agent::sys::unix::{self, Identity};
@@ -40,6 +41,7 @@ fn script(dir: &Path, body: &str) -> ReplicaSpec {
         ],
         cwd: dir.display().to_string(),
         logs: None,
+        cpus: None,
     }
 }
 
@@ -161,6 +163,88 @@ fn a_command_or_directory_the_caller_cannot_use_is_refused_before_anything_runs(
     assert!(replicas::check(&launch(&program, None), script(dir.path(), "true")).is_ok());
 }
 
+/// The CPUs a process may run on, as `/proc/PID/status` lists them (`Cpus_allowed_list`).
+fn allowed_cpus(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap();
+    CpuList::parse(line).unwrap().cpus().to_vec()
+}
+
+#[test]
+fn each_replica_and_what_it_starts_run_on_its_own_cpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = unix::cpu_affinity().unwrap();
+    // Replica 0 on the first CPU, replica 1 on the last (the same one on a single CPU),
+    // replica 2 unpinned.
+    let sets = [Some(vec![own[0]]), Some(vec![*own.last().unwrap()]), None];
+    let body = r#"sleep 30 & echo $! > "$DIR/child-$GPUSHARE_BENCH_REPLICA"; echo 1 >&3; wait"#;
+    let specs = sets
+        .iter()
+        .map(|cpus| ReplicaSpec { cpus: cpus.clone(), ..script(dir.path(), body) })
+        .collect();
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
+    batch.release().unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while (0..3).any(|i| batch.unit_count(i) == 0) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (i, cpus) in sets.iter().enumerate() {
+        let child: u32 = std::fs::read_to_string(dir.path().join(format!("child-{i}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let expected = cpus.clone().unwrap_or_else(|| own.clone());
+        for pid in batch.processes(i).into_iter().chain([child]) {
+            assert_eq!(allowed_cpus(pid), expected, "replica {i}, process {pid}");
+        }
+    }
+    let outcomes = batch.finish(GRACE);
+    assert!(outcomes.iter().all(|o| o.problem.is_none()), "{outcomes:?}");
+}
+
+#[test]
+fn cpus_the_caller_may_not_use_are_refused_before_anything_runs_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = gate();
+    let own = unix::cpu_affinity().unwrap();
+    let absent = ReplicaSpec { cpus: Some(vec![4000, 4001]), ..script(dir.path(), "touch ran") };
+    let e = replicas::check(&launch(&program, None), absent.clone()).unwrap_err();
+    assert!(e.starts_with("cpus 4000-4001: the replica cannot be pinned to them ("), "{e}");
+    assert!(e.ends_with("; give --cpus others, or --no-pin"), "{e}");
+    let e = Batch::spawn(launch(&program, None), vec![absent]).err().unwrap();
+    assert!(e.starts_with("cpus 4000-4001"), "{e}");
+    // Partly outside: the kernel would keep the rest; refused all the same.
+    let partly = ReplicaSpec { cpus: Some(vec![own[0], 4000]), ..script(dir.path(), "touch ran") };
+    let e = replicas::check(&launch(&program, None), partly).unwrap_err();
+    assert!(e.contains(&format!("only {} of them may be used here", own[0])), "{e}");
+    assert!(!dir.path().join("ran").exists());
+    let fine = ReplicaSpec { cpus: Some(own.clone()), ..script(dir.path(), "true") };
+    assert_eq!(replicas::check(&launch(&program, None), fine), Ok(()));
+}
+
+#[test]
+fn numbers_on_stdout_are_told_at_once_and_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Units to stdout instead of descriptor 3, then more of them, never ending by itself.
+    let body = r#"echo starting; echo 12.5; echo 13; while :; do sleep 1; done"#;
+    let specs = vec![script(dir.path(), body), script(dir.path(), "echo 7 >&3; sleep 30")];
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
+    batch.release().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while batch.stdout_number(0).is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(batch.stdout_number(0).as_deref(), Some("12.5"));
+    assert_eq!(batch.stdout_number(1), None, "its number went to descriptor 3");
+    assert_eq!(batch.stdout_number(7), None);
+    let outcomes = batch.finish(GRACE);
+    assert_eq!(outcomes[0].stdout_tail, "starting\n12.5\n13\n");
+    assert_eq!(outcomes[1].units.count, 1);
+}
+
 #[test]
 fn stopping_ends_each_replica_and_everything_it_started_even_in_other_sessions() {
     let dir = tempfile::tempdir().unwrap();
@@ -261,6 +345,7 @@ fn a_gate_whose_agent_goes_away_stops_its_replica() {
         env: Vec::new(),
         cwd: dir.path().display().to_string(),
         logs: None,
+        cpus: None,
     };
     control::send(&mut agent, &ToGate::Spec(spec)).unwrap();
     let ready = control::receive::<FromGate>(&mut agent, control::FROM_GATE_MAX).unwrap();
