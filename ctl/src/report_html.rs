@@ -2,8 +2,10 @@
 //! FILE.html`): no network, no script, no external style or font. Charts are inline SVG
 //! drawn here: aggregate throughput against the replica count, one line per strategy, and
 //! p99 (solid) and p50 (dashed) latency against the replica count, with the baseline
-//! (and a p99 SLO) as dashed references; then a table per strategy, the recommendations, capacity and cost,
-//! and each run's replicas with the ends of their stdout and stderr.
+//! (and a p99 SLO) as dashed references and each run's interval as an error bar; then a
+//! table per strategy, the recommendations, capacity and cost, the measurements in the
+//! order taken, and each run's replicas with the ends of their stdout and stderr. The
+//! header says how the replicas were pinned and how noisy the host was.
 //!
 //! Every string taken from the report (command lines, setups, reasons, logs) is escaped:
 //! they are user data. A Content-Security-Policy forbids scripts and fetches besides.
@@ -37,6 +39,7 @@ pub fn render(report: &BenchReport) -> String {
     tables(report, &mut page);
     recommendations(report, &mut page);
     capacity(report, &mut page);
+    sequence(report, &mut page);
     logs(report, &mut page);
     page.push_str("</body>\n</html>\n");
     page
@@ -56,9 +59,13 @@ table { border-collapse: collapse; margin: .4rem 0 1rem; font-size: .9rem; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid #d0d7de; text-align: right; }
 th { background: #f6f8fa; }
 td.text, th.text { text-align: left; }
+td:not(.text) { white-space: nowrap; }
 tr.recommended td { background: #eef7ee; }
 td.error, p.error { color: #b42318; }
-span.note { color: #9a6700; }
+span.note, p.note { color: #9a6700; }
+span.interval { color: #57606a; font-size: .85em; white-space: nowrap; }
+p.footnote { color: #57606a; font-size: .9rem; }
+li.tie em { font-style: normal; color: #57606a; }
 p.skipped, p.empty { color: #57606a; font-style: italic; }
 .chart { margin: .5rem 0 1.5rem; }
 .chart svg { max-width: 100%; height: auto; }
@@ -170,8 +177,19 @@ fn header(report: &BenchReport, page: &mut String) {
         item("Repeats", format!("each run {} times, the median reported", report.repeat));
     }
     item("Fleet", plural(report.fleet, "replica"));
-    item("Wall time", format!("{:.1} s", report.wall_seconds));
+    item("Wall time", took(report).replacen("took ", "", 1));
+    match &report.pinning {
+        Some(pinning) => item("Pinned", escape(&pinning_text(pinning, usize::MAX, "…"))),
+        None if knows_pinning(report) => item("Pinned", "no (--no-pin)".into()),
+        None => {}
+    }
+    if !report.capped.is_empty() {
+        item("Note", format!("<span class=\"note\">{}</span>", escape(&report.capped)));
+    }
     item("Baseline", baseline(report.baseline.as_ref(), report.rate_unit()));
+    if let Some(noise) = &report.noise {
+        item("Host noise", escape(&noise_text(noise, figure, "–", "—")));
+    }
     if let Some(note) = noisy_baseline(report) {
         item("Note", format!("<span class=\"note\">{}</span>", escape(&note)));
     }
@@ -335,7 +353,11 @@ fn baseline(run: Option<&BenchRun>, rate: &str) -> String {
     if let Some(error) = &run.error {
         return format!("<span class=\"error\">error: {}</span>", escape(error));
     }
-    let mut text = format!("1 replica alone: {} {rate}", figure(run.throughput_per_s));
+    let mut text = format!(
+        "1 replica alone: {}{} {rate}",
+        figure(run.throughput_per_s),
+        interval(run.throughput_interval)
+    );
     if run.repeat_throughputs_per_s.len() > 1 {
         let _ = write!(text, " (the median of {})", measurements(run, rate));
     }
@@ -343,9 +365,20 @@ fn baseline(run: Option<&BenchRun>, rate: &str) -> String {
         let _ = write!(text, ", p50 {} ms", figure(p50));
     }
     if let Some(p99) = run.p99_ms {
-        let _ = write!(text, ", p99 {} ms", figure(p99));
+        let _ = write!(text, ", p99 {}{} ms", figure(p99), interval(run.p99_interval_ms));
     }
     text
+}
+
+/// ` <span class="interval">[1120–1230]</span>`: an interval after its figure; empty
+/// without one.
+fn interval(bounds: Option<[f64; 2]>) -> String {
+    match bounds {
+        Some([low, high]) => {
+            format!(" <span class=\"interval\">[{}–{}]</span>", figure(low), figure(high))
+        }
+        None => String::new(),
+    }
 }
 
 /// `3: 28,300, 31,120, 30,269 units/s`: a repeated run's measurements, in order.
@@ -354,10 +387,10 @@ fn measurements(run: &BenchRun, rate: &str) -> String {
     format!("{}: {} {rate}", all.len(), all.join(", "))
 }
 
-/// The units/s cell of a run: the figure, and for a repeated run its spread, with every
-/// measurement in the tooltip.
+/// The units/s cell of a run: the figure with its interval, and for a repeated run its
+/// spread, with every measurement in the tooltip.
 fn throughput_cell(run: &BenchRun, rate: &str) -> String {
-    let shown = figure(run.throughput_per_s);
+    let shown = format!("{}{}", figure(run.throughput_per_s), interval(run.throughput_interval));
     match run.repeat_spread() {
         Some(spread) => format!(
             "{shown} <span class=\"spread\" title=\"the median of {}\">(spread {:.0} %)</span>",
@@ -378,6 +411,8 @@ struct Series {
     dashed: bool,
     /// `(N, figure)`; `None` breaks the line.
     points: Vec<(f64, Option<f64>)>,
+    /// `(N, [low, high])`: the figures' intervals, drawn as error bars.
+    bars: Vec<(f64, [f64; 2])>,
     /// The unit in marker tooltips (`units/s`).
     unit: &'static str,
 }
@@ -451,6 +486,7 @@ impl Chart {
             .series
             .iter()
             .flat_map(|s| s.points.iter().filter_map(|p| p.1))
+            .chain(self.series.iter().flat_map(|s| s.bars.iter().map(|b| b.1[1])))
             .chain(self.references.iter().map(|r| r.y))
             .filter(|y| y.is_finite())
             .collect();
@@ -533,6 +569,35 @@ impl Chart {
                 r.color,
                 escape(&r.label)
             );
+        }
+        // Error bars, under the lines: a vertical line from low to high, capped.
+        for s in &self.series {
+            for (n, [low, high]) in &s.bars {
+                if !(low.is_finite() && high.is_finite()) {
+                    continue;
+                }
+                let (x, top, bottom) = (px(*n), py(*high), py(*low));
+                let tip = format!(
+                    "{}, N={n}: interval {}–{} {}",
+                    s.label,
+                    figure(*low),
+                    figure(*high),
+                    s.unit
+                );
+                let _ = writeln!(
+                    svg,
+                    "<g class=\"interval\" stroke=\"{}\" stroke-width=\"1.5\"><title>{}</title>\
+                     <line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{top:.1}\" y2=\"{bottom:.1}\"/>\
+                     <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{top:.1}\" y2=\"{top:.1}\"/>\
+                     <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{bottom:.1}\" y2=\"{bottom:.1}\"/></g>",
+                    s.color,
+                    escape(&tip),
+                    x - 5.0,
+                    x + 5.0,
+                    x - 5.0,
+                    x + 5.0
+                );
+            }
         }
         // The series: a polyline per unbroken stretch, and a marker per figure.
         for s in &self.series {
@@ -644,6 +709,7 @@ fn charts(report: &BenchReport, page: &mut String) {
                     .iter()
                     .map(|r| (f64::from(r.replicas), figure_of(r, |r| Some(r.throughput_per_s))))
                     .collect(),
+                bars: bars(&s.runs, |r| r.throughput_interval),
                 unit: report.rate_unit(),
             })
             .collect(),
@@ -668,6 +734,7 @@ fn charts(report: &BenchReport, page: &mut String) {
             color,
             dashed: false,
             points: points(|r| r.p99_ms),
+            bars: bars(&s.runs, |r| r.p99_interval_ms),
             unit: "ms",
         });
         latency_series.push(Series {
@@ -675,6 +742,7 @@ fn charts(report: &BenchReport, page: &mut String) {
             color,
             dashed: true,
             points: points(|r| r.p50_ms),
+            bars: Vec::new(),
             unit: "ms",
         });
     }
@@ -694,11 +762,32 @@ fn charts(report: &BenchReport, page: &mut String) {
             .chain(slo_reference(report))
             .collect(),
     };
+    let caption = |chart: &Chart| {
+        let drawn = chart.series.iter().any(|s| !s.bars.is_empty());
+        if drawn && !report.intervals.is_empty() {
+            format!(
+                "<p class=\"footnote\">Error bars: {}.</p>\n",
+                escape(report.intervals.trim_end_matches('.'))
+            )
+        } else {
+            String::new()
+        }
+    };
     page.push_str("<h2 id=\"throughput\">Throughput</h2>\n<div class=\"chart\">\n");
     page.push_str(&throughput.svg());
+    page.push_str(&caption(&throughput));
     page.push_str("</div>\n<h2 id=\"latency\">Latency</h2>\n<div class=\"chart\">\n");
     page.push_str(&latency.svg());
+    page.push_str(&caption(&latency));
     page.push_str("</div>\n");
+}
+
+/// The intervals of the runs with figures that have one.
+fn bars(runs: &[BenchRun], pick: fn(&BenchRun) -> Option<[f64; 2]>) -> Vec<(f64, [f64; 2])> {
+    runs.iter()
+        .filter(|r| r.error.is_none())
+        .filter_map(|r| Some((f64::from(r.replicas), pick(r)?)))
+        .collect()
 }
 
 /// A p99 SLO as a line on the latency chart.
@@ -757,16 +846,29 @@ fn tables(report: &BenchReport, page: &mut String) {
                 );
                 continue;
             }
-            let mark = if recommended { " (recommended)" } else { "" };
+            let tied = report.recommendations.iter().any(|r| {
+                r.replicas == run.replicas
+                    && r.strategy == s.strategy
+                    && r.indistinguishable.len() > 1
+            });
+            let mark = match (recommended, tied) {
+                (true, true) => " (recommended, by isolation)",
+                (true, false) => " (recommended)",
+                _ => "",
+            };
             let _ = writeln!(
                 page,
                 "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td class=\"text\">{}{mark}</td></tr>",
                 run.replicas,
                 throughput_cell(run, report.rate_unit()),
-                maybe(run.scaling, times),
+                scaling_cell(run),
                 maybe(run.p50_ms, figure),
-                maybe(run.p99_ms, figure),
+                maybe(run.p99_ms, |p99| format!(
+                    "{}{}",
+                    figure(p99),
+                    interval(run.p99_interval_ms)
+                )),
                 maybe(run.p99_inflation, times),
                 maybe(run.jain_fairness, |x| format!("{x:.3}")),
                 maybe(run.max_slowdown, times),
@@ -775,6 +877,36 @@ fn tables(report: &BenchReport, page: &mut String) {
             );
         }
         page.push_str("</tbody>\n</table>\n");
+        for run in s.runs.iter().filter(|r| r.error.is_none()) {
+            if let Some(warning) = &run.scaling_warning {
+                let _ =
+                    writeln!(page, "<p class=\"note\">N={}: {}</p>", run.replicas, escape(warning));
+            }
+        }
+    }
+    let any_interval = report
+        .strategies
+        .iter()
+        .flat_map(|s| &s.runs)
+        .chain(report.baseline.as_ref())
+        .any(|r| r.throughput_interval.is_some() || r.p99_interval_ms.is_some());
+    if any_interval && !report.intervals.is_empty() {
+        let _ = writeln!(
+            page,
+            "<p class=\"footnote\">Intervals [low–high]: {}.</p>",
+            escape(report.intervals.trim_end_matches('.'))
+        );
+    }
+}
+
+/// The scaling cell of a run: above N it is marked (`2.10×!`), the warning in its tooltip.
+fn scaling_cell(run: &BenchRun) -> String {
+    let shown = maybe(run.scaling, times);
+    match &run.scaling_warning {
+        Some(warning) => {
+            format!("<span class=\"note\" title=\"{}\">{shown}!</span>", escape(warning))
+        }
+        None => shown,
     }
 }
 
@@ -791,9 +923,14 @@ fn recommendations(report: &BenchReport, page: &mut String) {
     }
     page.push_str("<ul>\n");
     for r in &report.recommendations {
+        let (class, tie) = match tie_text(r) {
+            Some(tie) => (" class=\"tie\"", format!("<em>{}</em>; ", escape(&tie))),
+            None if r.indistinguishable.len() > 1 => (" class=\"tie\"", String::new()),
+            None => ("", String::new()),
+        };
         let _ = writeln!(
             page,
-            "<li><strong>N={}: {}</strong> — {}</li>",
+            "<li{class}><strong>N={}: {}</strong> — {tie}{}</li>",
             r.replicas,
             escape(&r.strategy),
             escape(&r.reason)
@@ -829,6 +966,39 @@ fn capacity(report: &BenchReport, page: &mut String) {
         );
     }
     page.push_str("</tbody>\n</table>\n");
+}
+
+/// Every measurement in the order taken (rounds interleave the strategies and replica
+/// counts), folded away.
+fn sequence(report: &BenchReport, page: &mut String) {
+    if report.sequence.is_empty() {
+        return;
+    }
+    let rate = report.rate_unit();
+    let _ = write!(
+        page,
+        "<h2 id=\"sequence\">Measurements in the order taken</h2>\n<details><summary>{}</summary>\n\
+         <table>\n<thead><tr><th>round</th><th class=\"text\">strategy</th><th>N</th>\
+         <th>started at</th><th>{rate}</th><th>p99 ms</th><th>worst replica's p99 ms</th>\
+         <th class=\"text\">failed</th></tr></thead>\n<tbody>\n",
+        plural(report.sequence.len() as u64, "measurement")
+    );
+    for m in &report.sequence {
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td class=\"text\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td class=\"text error\">{}</td></tr>",
+            m.round,
+            escape(&m.strategy),
+            m.replicas,
+            duration_text(m.at_seconds),
+            figure(m.throughput_per_s),
+            maybe(m.p99_ms, figure),
+            maybe(m.worst_p99_ms, figure),
+            if m.failed { "failed" } else { "" }
+        );
+    }
+    page.push_str("</tbody>\n</table>\n</details>\n");
 }
 
 /// Every run's replicas, with the ends of their output; failed ones open.

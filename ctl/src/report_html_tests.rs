@@ -3,7 +3,7 @@
 
 use gpushare_proto::bench::BenchReport;
 
-use crate::commands::bench::tests::sample_report;
+use crate::commands::bench::tests::{older_report, sample_report};
 use crate::report_html::{command_line, escape, render};
 
 /// The text between the `n`th `<svg` and its `</svg>`.
@@ -156,6 +156,14 @@ fn tables_mark_errors_skips_and_recommendations() {
         page.contains("<td>3</td><td>1100</td><td>2.74×</td><td>–</td><td>4.40</td>"),
         "a missing p50 is a dash"
     );
+    // Intervals beside their figures.
+    assert!(
+        page.contains(
+            "<td>3</td><td>1180 <span class=\"interval\">[1120–1230]</span></td><td>2.93×</td>\
+             <td>2.52</td><td>3.40 <span class=\"interval\">[3.10–3.60]</span></td>"
+        ),
+        "{page}"
+    );
     assert!(
         page.contains("<td>mps</td><td>3</td><td>34</td><td>66 %</td>")
             || page.contains("<td class=\"text\">mps</td><td>3</td><td>34</td><td>66 %</td>")
@@ -228,13 +236,116 @@ fn repeated_runs_show_their_median_and_spread() {
          measurements: the scalings, slowdowns and inflations carry that uncertainty; a longer \
          --duration or a quieter host gives steadier ratios</span></dd>"
     ));
-    assert!(page.contains("1 replica alone: 402 units/s (the median of 3: 402, 300, 450 units/s)"));
     assert!(page.contains(
-        "<td>1180 <span class=\"spread\" title=\"the median of 3: 1180, 1100, 1210 units/s\">(spread 10 %)</span></td>"
+        "1 replica alone: 402 <span class=\"interval\">[388–415]</span> units/s (the median of 3: 402, 300, 450 units/s)"
+    ));
+    assert!(page.contains(
+        "<td>1180 <span class=\"interval\">[1120–1230]</span> <span class=\"spread\" title=\"the median of 3: 1180, 1100, 1210 units/s\">(spread 10 %)</span></td>"
     ));
     // Runs measured once keep the bare figure.
     assert!(page.contains("<td>399</td>"), "{page}");
     // Within 10 %, no note.
     r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 390.0, 420.0];
     assert!(!render(&r).contains("<dt>Note</dt>"));
+}
+
+#[test]
+fn the_header_says_how_the_replicas_were_pinned_and_how_noisy_the_host_was() {
+    let page = render(&sample_report());
+    assert!(page.contains(
+        "<dt>Pinned</dt><dd>3 CPUs per replica from CPUs 0-15 (NUMA node 0 of the GPU); \
+         replica 0: 0-2, replica 1: 3-5, replica 2: 6-8, replica 3: 9-11, replica 4: 12-14</dd>"
+    ));
+    assert!(page.contains(
+        "<dt>Host noise</dt><dd>baseline spread 8.1 %, steal 0.4 %, CPU 2450–3100 MHz — \
+         differences under 12 % on this host are noise.</dd>"
+    ));
+    assert!(page.contains("<dt>Wall time</dt><dd>6m52s (estimated 6m30s)</dd>"));
+    assert!(page.contains("<td class=\"text\">1 clients (recommended, by isolation)</td>"));
+    assert!(page.contains("<td class=\"text\">3 × MPS clients (recommended)</td>"));
+    assert!(page.contains(
+        "<dt>Baseline</dt><dd>1 replica alone: 402 <span class=\"interval\">[388–415]</span> \
+         units/s, p50 2.41 ms, p99 3.10 <span class=\"interval\">[3.00–3.20]</span> ms</dd>"
+    ));
+    assert!(!page.contains("<dt>Note</dt>"), "nothing capped, a steady baseline");
+    let mut r = sample_report();
+    r.pinning = None;
+    r.capped = "N=7 left out: <16> CPUs".into();
+    let page = render(&r);
+    assert!(page.contains("<dt>Pinned</dt><dd>no (--no-pin)</dd>"));
+    assert!(page.contains(
+        "<dt>Note</dt><dd><span class=\"note\">N=7 left out: &lt;16&gt; CPUs</span></dd>"
+    ));
+    // An older agent's report says nothing of what it did not do.
+    let page = render(&older_report());
+    for absent in
+        ["Pinned", "Host noise", "estimated", "class=\"interval\"", "Error bars", "sequence"]
+    {
+        assert!(!page.contains(absent), "{absent}");
+    }
+}
+
+#[test]
+fn intervals_are_error_bars_explained_once_under_each_chart() {
+    let page = render(&sample_report());
+    let throughput = svg(&page, 0);
+    // The baseline-less runs with an interval: time-slicing 1, mps 3, mps-limited 1.
+    assert_eq!(throughput.matches("<g class=\"interval\"").count(), 3, "{throughput}");
+    assert!(throughput.contains(
+        "<g class=\"interval\" stroke=\"#d62728\" stroke-width=\"1.5\"><title>mps, N=3: interval 1120–1230 units/s</title>"
+    ));
+    let latency = svg(&page, 1);
+    assert_eq!(latency.matches("<g class=\"interval\"").count(), 1, "{latency}");
+    assert!(latency.contains("<title>mps p99, N=3: interval 3.10–3.60 ms</title>"));
+    assert_eq!(
+        page.matches(
+            "<p class=\"footnote\">Error bars: 95 % bootstrap interval of the median over 3 measurements.</p>"
+        )
+        .count(),
+        2
+    );
+    assert_eq!(
+        page.matches(
+            "<p class=\"footnote\">Intervals [low–high]: 95 % bootstrap interval of the median over 3 measurements.</p>"
+        )
+        .count(),
+        1
+    );
+    // A bar reaches above every figure: the axis makes room for it.
+    let mut r = sample_report();
+    r.strategies[1].runs[2].throughput_interval = Some([1500.0, 5000.0]);
+    assert!(svg(&render(&r), 0).contains(">5000</text>"), "the axis goes up to the bar's top");
+}
+
+#[test]
+fn scaling_warnings_ties_and_the_sequence_are_shown() {
+    let page = render(&sample_report());
+    assert!(page.contains(
+        "<td><span class=\"note\" title=\"1.10x with 1 replica is above 1, which no sharing gives: the baseline&#39;s noise, not a gain\">1.10×!</span></td>"
+    ));
+    assert!(page.contains(
+        "<p class=\"note\">N=1: 1.10x with 1 replica is above 1, which no sharing gives: the baseline&#39;s noise, not a gain</p>"
+    ));
+    assert!(page.contains(
+        "<li class=\"tie\"><strong>N=1: mps-limited</strong> — <em>the measurements cannot tell \
+         time-slicing, mps and mps-limited apart here: picked by isolation</em>; throughputs \
+         within 12 % of each other, the host&#39;s noise</li>"
+    ));
+    assert!(page.contains("<li><strong>N=3: mps</strong> — 2.91x the throughput"));
+    // The agent's reason says it: not twice.
+    let mut r = sample_report();
+    r.recommendations[0].reason = "indistinguishable here: time-slicing, mps".into();
+    let page = render(&r);
+    assert!(page.contains(
+        "<li class=\"tie\"><strong>N=1: mps-limited</strong> — indistinguishable here: time-slicing, mps</li>"
+    ));
+    assert!(!page.contains("cannot tell"));
+    // The measurements in the order taken, folded.
+    let page = render(&sample_report());
+    assert!(page.contains(
+        "<h2 id=\"sequence\">Measurements in the order taken</h2>\n<details><summary>4 measurements</summary>"
+    ));
+    assert!(page.contains(
+        "<tr><td>1</td><td class=\"text\">mps</td><td>3</td><td>1m05s</td><td>1180</td><td>3.10</td><td>3.30</td><td class=\"text error\"></td></tr>"
+    ));
 }

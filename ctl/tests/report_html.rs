@@ -23,7 +23,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{
-    BenchCapacity, BenchRecommendation, BenchReplica, BenchReport, BenchRun, BenchStrategyRuns,
+    BenchCapacity, BenchMeasurement, BenchNoise, BenchPinning, BenchRecommendation, BenchReplica,
+    BenchReport, BenchRun, BenchStrategyRuns,
 };
 
 /// How long one Chromium run may take.
@@ -159,8 +160,18 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
     }
 }
 
+/// `run` measured three times: intervals about its figures (±4 % throughput, ±8 % p99).
+fn repeated(mut run: BenchRun) -> BenchRun {
+    let (t, p99) = (run.throughput_per_s, run.p99_ms.unwrap_or(0.0));
+    run.throughput_interval = Some([t * 0.96, t * 1.04]);
+    run.p99_interval_ms = Some([p99 * 0.92, p99 * 1.08]);
+    run.repeat_throughputs_per_s = vec![t * 0.97, t, t * 1.03];
+    run
+}
+
 /// What a bench of an inference server on an A100 could report: four strategies asked
-/// for, MIG skipped, one MPS replica failed with markup in its stderr.
+/// for, MIG skipped, one MPS replica failed with markup in its stderr; pinned, each run
+/// measured three times with intervals, a noisy N=1 flagged, N=1 a tie.
 fn sample() -> BenchReport {
     let mut crashed = run(7, 610.0, 11.9, 48.0, "MPS, 7 clients");
     crashed.failed = 1;
@@ -174,7 +185,23 @@ fn sample() -> BenchReport {
     bad.stderr_tail =
         "Traceback (most recent call last):\n<script>alert(1)</script>\nRuntimeError: CUDA out of memory\n".into();
     let limited = |n: u32, throughput: f64, p50: f64, p99: f64| {
-        run(n, throughput, p50, p99, &format!("MPS, {} % threads each", 100 / n))
+        repeated(run(n, throughput, p50, p99, &format!("MPS, {} % threads each", 100 / n)))
+    };
+    let mut fast_alone = repeated(run(1, 137.0, 8.2, 11.4, "MPS, 1 client"));
+    fast_alone.scaling_warning = Some(
+        "1.10x with 1 replica is above 1, which no sharing gives: the baseline's noise".into(),
+    );
+    let at = |round: u32, strategy: &str, replicas: u32, at_seconds: f64, throughput: f64| {
+        BenchMeasurement {
+            round,
+            strategy: strategy.into(),
+            replicas,
+            at_seconds,
+            throughput_per_s: throughput,
+            p99_ms: Some(15.0),
+            worst_p99_ms: Some(16.2),
+            failed: false,
+        }
     };
     BenchReport {
         target: "GPU-5a1f0c2e-9d3b-4e8f-a6c7-1b2d3e4f5a6b".into(),
@@ -185,11 +212,11 @@ fn sample() -> BenchReport {
         histogram: None,
         objective: "throughput".into(),
         window_seconds: Some(20.0),
-        repeat: 1,
+        repeat: 3,
         slo: Some("p99=50ms".into()),
         fleet: 100,
         wall_seconds: 611.8,
-        baseline: Some(run(1, 124.0, 8.0, 11.0, "the whole GPU")),
+        baseline: Some(repeated(run(1, 124.0, 8.0, 11.0, "the whole GPU"))),
         strategies: vec![
             BenchStrategyRuns {
                 strategy: "time-slicing".into(),
@@ -205,9 +232,9 @@ fn sample() -> BenchReport {
                 strategy: "mps".into(),
                 skipped: None,
                 runs: vec![
-                    run(1, 122.0, 8.2, 11.4, "MPS, 1 client"),
-                    run(3, 331.0, 9.1, 15.2, "MPS, 3 clients"),
-                    run(5, 498.0, 10.3, 24.0, "MPS, 5 clients"),
+                    fast_alone,
+                    repeated(run(3, 331.0, 9.1, 15.2, "MPS, 3 clients")),
+                    repeated(run(5, 498.0, 10.3, 24.0, "MPS, 5 clients")),
                     crashed,
                 ],
             },
@@ -233,7 +260,11 @@ fn sample() -> BenchReport {
                 replicas,
                 strategy: strategy.into(),
                 reason: format!("{strategy}: the most throughput at N={replicas}"),
-                indistinguishable: Vec::new(),
+                indistinguishable: if replicas == 1 {
+                    vec!["time-slicing".into(), "mps".into(), "mps-limited".into()]
+                } else {
+                    Vec::new()
+                },
             })
             .collect(),
         capacity: vec![
@@ -255,12 +286,31 @@ fn sample() -> BenchReport {
         restored: "time-slicing (as before)".into(),
         saved_to: "/home/ada/.local/state/gpushare/bench/bench-1795428900000/report.json".into(),
         logs_dir: "/home/ada/.local/state/gpushare/bench/bench-1795428900000".into(),
-        pinning: None,
-        intervals: String::new(),
-        noise: None,
-        estimate_seconds: None,
+        pinning: Some(BenchPinning {
+            cpus: "0-27".into(),
+            from: "NUMA node 0 of the GPU".into(),
+            cpus_per_replica: 4,
+            replicas: ["0-3", "4-7", "8-11", "12-15", "16-19", "20-23", "24-27"]
+                .map(String::from)
+                .to_vec(),
+        }),
+        intervals: "95 % bootstrap interval of the median over 3 measurements".into(),
+        noise: Some(BenchNoise {
+            baseline_spread: Some(0.062),
+            baseline_p99_spread: Some(0.08),
+            floor: 0.062,
+            steal_percent: Some(0.3),
+            frequency_mhz: Some([2450.0, 2890.0, 3100.0]),
+            meaning: "differences in throughput under 6 % on this host are noise".into(),
+        }),
+        estimate_seconds: Some(590.0),
         capped: String::new(),
-        sequence: Vec::new(),
+        sequence: vec![
+            at(1, "baseline", 1, 0.0, 124.0),
+            at(1, "time-slicing", 3, 24.0, 131.0),
+            at(1, "mps", 3, 49.5, 331.0),
+            at(2, "baseline", 1, 201.0, 120.3),
+        ],
     }
 }
 
@@ -304,6 +354,22 @@ fn the_report_page_opens_in_chromium_without_errors() {
     assert!(!dom.to_lowercase().contains("<script"), "a script element in the DOM:\n{dom}");
     assert!(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the log's text is gone");
     assert!(dom.contains("Skipped: manage_mig = false in /etc/gpushare/agent.toml"));
+    // Issue 27's parts: the pinning, the noise, intervals as text and as error bars, the
+    // flagged scaling, the tie, the estimate and the measurements in order.
+    for part in [
+        "<dt>Pinned</dt><dd>4 CPUs per replica from CPUs 0-27 (NUMA node 0 of the GPU); replica 0: 0-3,",
+        "<dt>Host noise</dt><dd>baseline spread 6.2 % (p99 8.0 %), steal 0.3 %, CPU 2450–3100 MHz",
+        "(estimated 9m50s)",
+        "<span class=\"interval\">[318–344]</span>",
+        "1.10×!</span>",
+        "<em>the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation</em>",
+        "Intervals [low–high]: 95 % bootstrap interval of the median over 3 measurements.",
+        "<summary>4 measurements</summary>",
+    ] {
+        assert!(dom.contains(part), "{part} missing from the DOM:\n{dom}");
+    }
+    // Error bars on both charts: mps N=1,3,5 and mps-limited's four, throughput and p99.
+    assert_eq!(dom.matches("<g class=\"interval\"").count(), 14, "{dom}");
 
     // Painted: many colours, the strategies' among them, in the charts' area.
     let shot = dir.join("report.png");
