@@ -7,6 +7,7 @@ mod access;
 mod agent_state;
 mod bench;
 mod bench_isolation;
+mod bench_locking;
 mod cli_output;
 mod compute_instances;
 mod first_hour;

@@ -38,8 +38,39 @@ pub struct Status {
     /// Why the re-apply of the active profile at start-up failed, until an apply succeeds.
     #[serde(default)]
     pub start_up_error: Option<String>,
+    /// The benches running now, each holding one GPU until it ends (issue 27; one at a
+    /// time on a node for now). Empty when none runs.
+    #[serde(default)]
+    pub benches: Vec<BenchStatus>,
     /// Every GPU, by index.
     pub gpus: Vec<GpuStatus>,
+}
+
+/// A bench running on a GPU, as [`Status`] shows it to everyone: the job, the GPU, who
+/// started it, since when, and what the GPU goes back to at its end. Never the command,
+/// its directory or its output, which are the caller's and root's alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BenchStatus {
+    /// The bench's job (`/io/gpushare/Agent1/jobs/3`).
+    pub job: String,
+    /// The GPU it holds, by index.
+    pub gpu: u32,
+    /// That GPU's `GPU-…`.
+    pub uuid: String,
+    /// Who started it.
+    pub uid: u32,
+    /// Their user name, when the password database knows it.
+    pub user: Option<String>,
+    /// When it began, seconds since the Unix epoch.
+    pub started_unix_seconds: u64,
+    /// How long it has run, seconds.
+    pub running_seconds: u64,
+    /// The profile active when it began (`null`: none). Its setups never become the active
+    /// profile; an apply of another GPU during the bench does, and stays so after it.
+    pub profile_before: Option<String>,
+    /// The GPU's sharing as it was when the bench began, which the bench puts back at its
+    /// end, in words: `MIG off, compute mode default, MPS at 100 % threads`.
+    pub restores: String,
 }
 
 /// One GPU in [`Status`].

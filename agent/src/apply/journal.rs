@@ -74,9 +74,10 @@ fn cut(text: &mut String, max: usize) {
     text.truncate(end);
 }
 
-/// A bench in flight. Its strategies are set up by ordinary transactions, each of which
-/// makes its own temporary profile active; this record is what the bench restores when it
-/// ends, and what the agent restores at start-up when it did not.
+/// A bench in flight. Its strategies are set up by ordinary transactions on its GPU, which
+/// leave the active profile as it is (a bench's setup is never the node's profile); this
+/// record is what the bench restores when it ends, and what the agent restores at start-up
+/// when it did not.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRecord {
     /// The job, for the log.
@@ -98,6 +99,26 @@ pub struct BenchRecord {
     /// commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_error: Option<String>,
+    /// Whether the bench's setups leave the active profile alone. An agent before issue 27
+    /// made each setup the active profile and put `previous_profile` back at the end; its
+    /// records lack the field and are ended that way.
+    #[serde(default)]
+    pub keeps_active: bool,
+}
+
+impl BenchRecord {
+    /// Whether `transaction` is one of this bench's own setups: the bench runs (its restore
+    /// has not failed) and the transaction touches its GPUs only. No other transaction
+    /// touches them while it runs (the engine refuses applies that select them).
+    fn sets_up(&self, transaction: &Transaction) -> bool {
+        self.keeps_active
+            && self.restore_error.is_none()
+            && !transaction.checkpoint.is_empty()
+            && transaction
+                .checkpoint
+                .iter()
+                .all(|t| self.checkpoint.iter().any(|c| c.gpu == t.gpu && c.uuid == t.uuid))
+    }
 }
 
 /// A running replica as the journal keeps it, so that an agent started after one that
@@ -282,11 +303,14 @@ impl Journal {
         })
     }
 
-    /// Ends the transaction: its profile is active. A bench whose restore failed is
-    /// settled by it: the newer apply wins.
+    /// Ends the transaction: its profile is active, unless it was a running bench's setup,
+    /// which leaves the active profile as it is. A bench whose restore failed is settled by
+    /// it: the newer apply wins.
     pub fn commit(&self) -> io::Result<()> {
         self.update(|s| {
-            if let Some(t) = s.transaction.take() {
+            if let Some(t) = s.transaction.take()
+                && !bench_setup(s, &t)
+            {
                 s.active_profile = Some(t.profile);
                 s.active_document = t.document;
             }
@@ -294,10 +318,13 @@ impl Journal {
         })
     }
 
-    /// Ends the transaction after a successful rollback: the previous profile is active.
+    /// Ends the transaction after a successful rollback: the previous profile is active
+    /// (a bench's setup changed none).
     pub fn rolled_back(&self) -> io::Result<()> {
         self.update(|s| {
-            if let Some(t) = s.transaction.take() {
+            if let Some(t) = s.transaction.take()
+                && !bench_setup(s, &t)
+            {
                 s.active_profile = t.previous_profile;
                 s.active_document = t.previous_document;
             }
@@ -318,39 +345,60 @@ impl Journal {
         })
     }
 
-    /// Keeps the bench record, marked with its restore's failure, and makes the profile
-    /// active before the bench active again (what the next start re-applies; never a
-    /// bench's own setup).
+    /// Keeps the bench record, marked with its restore's failure. The active profile is
+    /// the one committed last (a record of an agent before issue 27: the profile active
+    /// before the bench, which its setups replaced); what the next start re-applies is
+    /// never a bench's own setup.
     pub fn bench_restore_failed(&self, error: &str) -> io::Result<()> {
         self.update(|s| {
             if let Some(b) = &mut s.bench {
                 b.restore_error = Some(error.to_string());
-                s.active_profile = b.previous_profile.clone();
-                s.active_document = b.previous_document.clone();
+                if !b.keeps_active {
+                    s.active_profile = b.previous_profile.clone();
+                    s.active_document = b.previous_document.clone();
+                }
             }
         })
     }
 
-    /// Ends the bench: the profile it found active is active again.
+    /// Ends the bench, its GPU restored. The active profile stays the one committed last:
+    /// an apply of another GPU that committed during the bench stays active (a record of
+    /// an agent before issue 27: the profile it found active is active again). A setup of
+    /// the bench whose rollback failed is settled by the restore and leaves the journal.
     pub fn end_bench(&self) -> io::Result<()> {
         self.update(|s| {
-            if let Some(b) = s.bench.take() {
+            let Some(b) = s.bench.take() else { return };
+            if let Some(t) = &s.transaction
+                && b.sets_up(t)
+            {
+                s.transaction = None;
+            }
+            if !b.keeps_active {
                 s.active_profile = b.previous_profile;
                 s.active_document = b.previous_document;
             }
         })
     }
 
-    /// Keeps the transaction, marked with the rollback's failure; no profile is active.
+    /// Keeps the transaction, marked with the rollback's failure; no profile is active
+    /// (a running bench's setup leaves it: the bench restores its GPU at its end).
     pub fn rollback_failed(&self, error: &str) -> io::Result<()> {
         self.update(|s| {
-            s.active_profile = None;
-            s.active_document = None;
+            let setup = s.transaction.as_ref().is_some_and(|t| bench_setup(s, t));
+            if !setup {
+                s.active_profile = None;
+                s.active_document = None;
+            }
             if let Some(t) = &mut s.transaction {
                 t.rollback_error = Some(error.to_string());
             }
         })
     }
+}
+
+/// Whether `transaction` is a setup of the bench `state` records as running.
+fn bench_setup(state: &AgentState, transaction: &Transaction) -> bool {
+    state.bench.as_ref().is_some_and(|b| b.sets_up(transaction))
 }
 
 /// Forgets a bench whose restore failed: an apply since has settled the GPUs.
@@ -422,6 +470,8 @@ mod tests {
             uid: 1000,
             replicas: vec![ReplicaHandle::Unit { name: "gpushare-bench-3-1.service".into() }],
             restore_error: None,
+            // As an agent before issue 27 wrote it.
+            keeps_active: false,
         };
         journal.begin_bench(record).unwrap();
         // The bench's own setups commit: the bench record stays.
@@ -437,6 +487,84 @@ mod tests {
         // The next apply, changing something or not, settles it.
         journal.set_active(Some("all-disabled".into()), None).unwrap();
         assert_eq!(Journal::open(dir.path()).unwrap().snapshot().bench, None);
+    }
+
+    fn checkpoint(gpu: u32) -> GpuCheckpoint {
+        GpuCheckpoint {
+            gpu,
+            uuid: format!("GPU-{gpu}"),
+            mig_enabled: false,
+            instances: vec![],
+            compute: vec![],
+            compute_mode: ComputeMode::Default,
+            mps: vec![],
+            mps_compute: vec![],
+            timeslice: None,
+        }
+    }
+
+    /// Issue 27: a bench's setups are never the active profile, an apply of another GPU
+    /// that commits during the bench stays active after it, and a setup whose rollback
+    /// failed neither clears the active profile nor outlives the bench's restore.
+    #[test]
+    fn a_benchs_setups_leave_the_active_profile_to_the_applies_of_other_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.set_active(Some("all-mps".into()), None).unwrap();
+        let record = BenchRecord {
+            job: "/io/gpushare/Agent1/jobs/3".into(),
+            checkpoint: vec![checkpoint(0)],
+            previous_profile: Some("all-mps".into()),
+            previous_document: None,
+            uid: 1000,
+            replicas: vec![],
+            restore_error: None,
+            keeps_active: true,
+        };
+        journal.begin_bench(record.clone()).unwrap();
+        let on = |gpu: u32, profile: &str| Transaction {
+            profile: profile.into(),
+            previous_profile: journal.active_profile(),
+            checkpoint: vec![checkpoint(gpu)],
+            ..transaction()
+        };
+        journal.begin(on(0, "bench-mps")).unwrap();
+        journal.commit().unwrap();
+        assert_eq!(journal.active_profile().as_deref(), Some("all-mps"), "a setup is no profile");
+        journal.begin(on(0, "bench-mig")).unwrap();
+        journal.rolled_back().unwrap();
+        assert_eq!(journal.active_profile().as_deref(), Some("all-mps"));
+        // Another GPU's apply, during the bench.
+        journal.begin(on(1, "gpu1-mps")).unwrap();
+        journal.commit().unwrap();
+        assert_eq!(journal.active_profile().as_deref(), Some("gpu1-mps"));
+        // A setup whose rollback fails: the active profile stays; the restore settles it.
+        journal.begin(on(0, "bench-mps-limited")).unwrap();
+        journal.rollback_failed("boom").unwrap();
+        assert_eq!(journal.active_profile().as_deref(), Some("gpu1-mps"));
+        journal.end_bench().unwrap();
+        let state = Journal::open(dir.path()).unwrap().snapshot();
+        assert_eq!(state.active_profile.as_deref(), Some("gpu1-mps"), "not the one before");
+        assert_eq!((state.bench, state.transaction), (None, None));
+
+        // An apply's own unsettled transaction is not the bench's to settle.
+        journal.begin_bench(record.clone()).unwrap();
+        journal.begin(on(1, "gpu1-exclusive")).unwrap();
+        journal.rollback_failed("boom").unwrap();
+        assert_eq!(journal.active_profile(), None);
+        journal.end_bench().unwrap();
+        assert!(journal.snapshot().transaction.is_some());
+
+        // Once its restore failed, the bench's GPU is an apply's again: a commit sets the
+        // active profile and settles the record.
+        journal.rolled_back().unwrap();
+        journal.begin_bench(record).unwrap();
+        journal.bench_restore_failed("no").unwrap();
+        journal.begin(on(0, "all-disabled")).unwrap();
+        journal.commit().unwrap();
+        let state = journal.snapshot();
+        assert_eq!(state.active_profile.as_deref(), Some("all-disabled"));
+        assert_eq!(state.bench, None);
     }
 
     #[test]

@@ -322,20 +322,23 @@ impl Engine {
         }
 
         let before = self.journal.snapshot();
+        let record = BenchRecord {
+            job: job.to_string(),
+            checkpoint: GpuCheckpoint::of(&node, [gpu]),
+            previous_profile: before.active_profile.clone(),
+            previous_document: before.active_document.clone(),
+            uid: caller.uid,
+            replicas: Vec::new(),
+            restore_error: None,
+            keeps_active: true,
+        };
         self.journal
-            .begin_bench(BenchRecord {
-                job: job.to_string(),
-                checkpoint: GpuCheckpoint::of(&node, [gpu]),
-                previous_profile: before.active_profile.clone(),
-                previous_document: before.active_document.clone(),
-                uid: caller.uid,
-                replicas: Vec::new(),
-                restore_error: None,
-            })
+            .begin_bench(record.clone())
             .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
         let running =
             RunningJob { id: job.to_string(), kind: JobKind::Bench { target: uuid.clone() } };
-        let guard = self.job_guard(lock, running);
+        // The GPU is the bench's from now to its end; the apply lock goes.
+        let guard = self.claim_for_bench(lock, running, &record, &node).await;
         let mut job = BenchJob {
             options,
             uuid,
@@ -780,9 +783,9 @@ impl Engine {
         Ok(devices)
     }
 
-    /// Puts back what a bench found: stops replicas left behind, returns the GPU to its
-    /// checkpoint and makes the profile that was active active again. Returns what it
-    /// restored, for the report. A failure is kept in the journal's record (shown by
+    /// Puts back what a bench found: stops replicas left behind and returns the GPU to its
+    /// checkpoint (in turn with other transactions); the active profile stays the one
+    /// committed last. Returns what it restored, for the report. A failure is kept in the journal's record (shown by
     /// `status`, never replayed).
     async fn restore_bench(
         &self,
@@ -801,7 +804,9 @@ impl Engine {
         };
         match restored {
             Ok(steps) => {
-                let profile = record.previous_profile.as_deref().unwrap_or("none");
+                // The profile committed last: the one before the bench, or one applied to
+                // another GPU during it (a bench's setups are never active).
+                let profile = self.journal.active_profile().unwrap_or_else(|| "none".into());
                 let gpus: Vec<String> =
                     record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
                 Ok(format!(

@@ -1,10 +1,11 @@
-//! Jobs: the applies and probes that hold the apply lock while they run, what they are
-//! ([`JobKind`]), and how they ended ([`JobReport`], [`JobResult`]).
+//! Jobs: the applies and probes that hold the apply lock while they run, the benches that
+//! claim their GPU for their whole length ([`BenchClaim`]), what they are ([`JobKind`]),
+//! and how they ended ([`JobReport`], [`JobResult`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use gpushare_proto::types::ProbeReport;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -82,6 +83,90 @@ impl fmt::Display for RunningJob {
     }
 }
 
+/// A GPU a bench holds from its start to its end: no apply that selects the GPU, no
+/// other bench or probe, no MPS limit or health check touches it meanwhile. Named in `Busy`
+/// errors and `status` (open to all: who, which GPU, since when and what comes back; never
+/// the command).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchClaim {
+    /// The bench's job (its object path).
+    pub job: String,
+    /// The GPU's index.
+    pub gpu: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Who started the bench.
+    pub uid: u32,
+    /// Their user name, when the password database knows it.
+    pub user: Option<String>,
+    /// When the bench began.
+    pub since: SystemTime,
+    /// The profile active when the bench began.
+    pub profile_before: Option<String>,
+    /// The GPU's layout the bench puts back, in words (`MIG off, compute mode default,
+    /// MPS at 100 % threads`).
+    pub restores: String,
+}
+
+impl BenchClaim {
+    /// `ada (uid 1000)`, or `uid 1000` for a user the password database does not know.
+    pub fn who(&self) -> String {
+        match &self.user {
+            Some(name) => format!("{name} (uid {})", self.uid),
+            None => format!("uid {}", self.uid),
+        }
+    }
+
+    /// The bench as a `Busy` error names it: `a bench is running (/io/gpushare/Agent1/jobs/3,
+    /// bench on GPU 0, started by ada (uid 1000)); try again when it has finished`.
+    pub fn holder(&self) -> RunningJob {
+        RunningJob {
+            id: self.job.clone(),
+            kind: JobKind::Bench { target: format!("GPU {}, started by {}", self.gpu, self.who()) },
+        }
+    }
+}
+
+/// The GPUs benches claim now.
+#[derive(Debug, Default)]
+pub struct Claims {
+    held: Mutex<Vec<BenchClaim>>,
+}
+
+impl Claims {
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<BenchClaim>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every claim, oldest first.
+    pub fn all(&self) -> Vec<BenchClaim> {
+        self.held().clone()
+    }
+
+    /// The claim on GPU `gpu`, if a bench holds it.
+    pub fn of_gpu(&self, gpu: u32) -> Option<BenchClaim> {
+        self.held().iter().find(|c| c.gpu == gpu).cloned()
+    }
+
+    /// Whether a bench holds GPU `gpu`.
+    pub fn holds(&self, gpu: u32) -> bool {
+        self.held().iter().any(|c| c.gpu == gpu)
+    }
+
+    /// Whether no bench runs.
+    pub fn is_empty(&self) -> bool {
+        self.held().is_empty()
+    }
+
+    pub(super) fn add(&self, claim: BenchClaim) {
+        self.held().push(claim);
+    }
+
+    pub(super) fn release(&self, job: &str) {
+        self.held().retain(|c| c.job != job);
+    }
+}
+
 /// How a job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobResult {
@@ -148,17 +233,22 @@ pub struct JobReport {
     pub bench: Option<gpushare_proto::bench::BenchReport>,
 }
 
-/// The apply lock, held by one job: it names the job for `status` and for `Busy` errors
-/// while the job runs. [`JobGuard::finish`] (or dropping it) clears the name and, for a
-/// job that had started, tells the engine's listeners that the GPUs may have changed; the
-/// lock itself goes only when the guard is dropped, after the outcome was reported, and
-/// then wakes the calls that wait for it (those that arrived during the re-apply at
-/// start-up).
+/// What a job holds while it runs: the apply lock (an apply, a probe), which names the job
+/// for `status` and for `Busy` errors; or a claim on one GPU (a bench). [`JobGuard::finish`]
+/// (or dropping it) clears the name or releases the claim and, for a job that had started,
+/// tells the engine's listeners that the GPUs may have changed; the lock itself goes only
+/// when the guard is dropped, after the outcome was reported, and then wakes the calls
+/// that wait for it (those that arrived during the re-apply at start-up). A claim goes at
+/// `finish`: the bench's GPU is restored by then, and an apply sent once its client heard
+/// the outcome is not refused.
 pub struct JobGuard {
-    /// `Some` until the guard is dropped.
+    /// `Some` until the guard is dropped; `None` for a claim.
     lock: Option<OwnedMutexGuard<()>>,
     released: Arc<Notify>,
-    running: Arc<Mutex<Option<RunningJob>>>,
+    /// What names the job while it holds the lock; `None` for a claim.
+    running: Option<Arc<Mutex<Option<RunningJob>>>>,
+    /// The claims and the job whose claim this guard releases.
+    claim: Option<(Arc<Claims>, String)>,
     events: Events,
     kind: JobKind,
     started: bool,
@@ -184,7 +274,32 @@ impl JobGuard {
         JobGuard {
             lock: Some(lock),
             released,
-            running,
+            running: Some(running),
+            claim: None,
+            events,
+            kind,
+            started: false,
+            finished: false.into(),
+            epoch,
+        }
+    }
+
+    /// Holds `claim` in `claims` for a bench doing `kind`, without the apply lock; `released`
+    /// is told when the claim goes. The caller adds the claim under the apply lock.
+    pub(super) fn claiming(
+        claim: &BenchClaim,
+        kind: JobKind,
+        claims: Arc<Claims>,
+        released: Arc<Notify>,
+        events: Events,
+        epoch: Arc<AtomicU64>,
+    ) -> Self {
+        epoch.fetch_add(1, Ordering::SeqCst);
+        JobGuard {
+            lock: None,
+            released,
+            running: None,
+            claim: Some((claims, claim.job.clone())),
             events,
             kind,
             started: false,
@@ -207,7 +322,13 @@ impl JobGuard {
             return;
         }
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(running) = &self.running {
+            *running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+        if let Some((claims, job)) = &self.claim {
+            claims.release(job);
+            self.released.notify_waiters();
+        }
         if self.started {
             self.events.emit(EngineEvent::JobEnded { kind: self.kind.clone() });
         }
@@ -250,6 +371,21 @@ mod tests {
             EngineError::Busy(Some(probe)).to_string(),
             "a probe is running (/io/gpushare/Agent1/jobs/9, probe of GPU-1); try again when it has finished"
         );
+        let bench = BenchClaim {
+            job: "/io/gpushare/Agent1/jobs/3".into(),
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            uid: 1000,
+            user: Some("ada".into()),
+            since: SystemTime::UNIX_EPOCH,
+            profile_before: None,
+            restores: String::new(),
+        };
+        assert_eq!(
+            EngineError::Busy(Some(bench.holder())).to_string(),
+            "a bench is running (/io/gpushare/Agent1/jobs/3, bench on GPU 0, started by ada (uid 1000)); try again when it has finished"
+        );
+        assert_eq!(BenchClaim { user: None, ..bench }.who(), "uid 1000");
         assert_eq!(
             EngineError::Busy(None).to_string(),
             "another apply is running (recovery at start-up); try again when it has finished"

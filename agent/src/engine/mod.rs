@@ -4,12 +4,15 @@
 //! built in [`report`]; jobs end in a typed [`JobReport`]; failures are typed
 //! [`EngineError`]s, which the service alone turns into D-Bus errors.
 //!
-//! One job runs at a time: [`Engine::begin_apply`] and [`Engine::begin_probe`] take the
-//! apply lock or fail with [`EngineError::Busy`] at once — unless what holds it is the
-//! re-apply at start-up or a holder without a name (the MPS health check), which they wait
-//! for a while (see [`LOCK_WAIT`]); the lock travels with the job ([`ApplyJob`],
-//! [`ProbeJob`]) until it is dropped. Listeners (metrics, systemd) follow the engine
-//! through [`EngineEvent`]s.
+//! One apply or probe runs at a time: [`Engine::begin_apply`] and [`Engine::begin_probe`]
+//! take the apply lock or fail with [`EngineError::Busy`] at once — unless what holds it is
+//! the re-apply at start-up or a holder without a name (the MPS health check), which they
+//! wait for a while (see [`LOCK_WAIT`]); the lock travels with the job ([`ApplyJob`],
+//! [`ProbeJob`]) until it is dropped. A bench takes the apply lock only while it is checked,
+//! then claims its GPU for its whole length ([`BenchClaim`]): an apply whose profile selects
+//! another GPU goes through meanwhile. Transactions (an apply's, a bench's setups and its
+//! restore, a rollback) run one at a time ([`SerialTransactions`]). Listeners (metrics,
+//! systemd) follow the engine through [`EngineEvent`]s.
 
 pub mod bench;
 pub mod error;
@@ -32,9 +35,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 
 use crate::apply::hooks::Hooks;
-use crate::apply::journal::{Journal, ProfileDocument};
-use crate::apply::transaction::{Recovered, Transactions};
-use crate::apply::{Executor, NodeAccess, Progress, Reads};
+use crate::apply::journal::{BenchRecord, GpuCheckpoint, Journal, ProfileDocument};
+use crate::apply::transaction::{Applied, Recovered, TransactionError, Transactions};
+use crate::apply::{Executor, NodeAccess, Progress, Purpose, Reads};
 use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::config::AgentConfig;
@@ -50,7 +53,7 @@ pub use bench::{BenchJob, BenchOptions, Caller};
 pub use error::EngineError;
 pub use events::EngineEvent;
 use events::Events;
-pub use jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
+pub use jobs::{BenchClaim, Claims, JobGuard, JobKind, JobReport, JobResult, RunningJob};
 pub use probe::{ProbeJob, ProbeOptions};
 
 /// The error of a profile the store does not have: unknown, or its file does not load
@@ -84,9 +87,13 @@ pub struct Engine {
     /// Replaced whole on a reload (SIGHUP); each operation works on one version.
     profiles: RwLock<Arc<ProfileStore>>,
     journal: Arc<Journal>,
-    transactions: Transactions,
+    transactions: SerialTransactions,
     policy: PlanOptions,
+    /// Held by an apply or probe for its whole length, and by a bench while it is checked
+    /// and claims its GPU.
     apply_lock: Arc<AsyncMutex<()>>,
+    /// The GPUs benches hold (added under the apply lock).
+    claims: Arc<Claims>,
     /// The job holding the apply lock, changed together with taking the lock (under this
     /// mutex), so that a caller finding the lock held also finds who holds it.
     running: Arc<Mutex<Option<RunningJob>>>,
@@ -124,6 +131,81 @@ pub struct Engine {
 struct ActiveProfile {
     name: String,
     document: Option<ProfileDocument>,
+}
+
+/// The engine's transactions, one at a time: an apply's, a bench's setups and its restore,
+/// the rollback of an unfinished apply. The journal records one transaction in flight, and a
+/// transaction is planned against GPUs no other one changes meanwhile; the turn is held only
+/// while one executes (seconds), never for a bench's length, so an apply of another GPU
+/// waits at most for one setup of a bench. A setup of a bench that changes nothing is no
+/// apply of a profile and is not recorded (see [`SerialTransactions::apply`]).
+pub struct SerialTransactions {
+    inner: Transactions,
+    turn: Arc<AsyncMutex<()>>,
+    claims: Arc<Claims>,
+    /// Moved on when a transaction begins and ends (see `Engine::job_epoch`).
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The turn to run a transaction; the job epoch moves on when it is taken and when it goes.
+struct Turn<'a> {
+    _held: tokio::sync::MutexGuard<'a, ()>,
+    epoch: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl SerialTransactions {
+    /// Waits for the turn.
+    async fn turn(&self) -> Turn<'_> {
+        let held = self.turn.lock().await;
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Turn { _held: held, epoch: &self.epoch }
+    }
+
+    /// The turn if no transaction runs now.
+    fn try_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.turn.try_lock().ok()
+    }
+
+    /// [`Transactions::apply`] in turn. A plan of benched GPUs alone is a bench's own setup
+    /// (no apply that selects a benched GPU gets this far): when it changes nothing, there
+    /// is nothing to record, and its profile (`bench-mps`) never becomes the active one.
+    pub async fn apply(
+        &self,
+        plan: &Plan,
+        document: Option<ProfileDocument>,
+        before: &NodeState,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<Applied, TransactionError> {
+        let setup = !plan.gpus.is_empty() && plan.gpus.iter().all(|g| self.claims.holds(g.gpu));
+        if setup && plan.is_empty() {
+            return Ok(Applied { steps_done: 0, warnings: Vec::new() });
+        }
+        let _turn = self.turn().await;
+        self.inner.apply(plan, document, before, progress).await
+    }
+
+    /// [`Transactions::restore`] in turn.
+    pub async fn restore(
+        &self,
+        checkpoint: &[GpuCheckpoint],
+        purpose: Purpose,
+        progress: &UnboundedSender<Progress>,
+    ) -> Result<u32, String> {
+        let _turn = self.turn().await;
+        self.inner.restore(checkpoint, purpose, progress).await
+    }
+
+    /// [`Transactions::recover`] in turn.
+    pub async fn recover(&self) -> Result<Option<Recovered>, String> {
+        let _turn = self.turn().await;
+        self.inner.recover().await
+    }
 }
 
 /// An apply that holds the apply lock and has its plan. The lock is released when the
@@ -201,6 +283,8 @@ impl Engine {
             timeslice: TimesliceControl::new(config.timeslice.nvidia_smi.clone()),
         });
         let node = NodeAccess::new(backend, sharing).with_host_root(&config.host_root);
+        let claims = Arc::new(Claims::default());
+        let job_epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let transactions = Transactions {
             executor: Executor {
                 node: node.clone(),
@@ -214,6 +298,12 @@ impl Engine {
             },
             policy,
         };
+        let transactions = SerialTransactions {
+            inner: transactions,
+            turn: Arc::new(AsyncMutex::new(())),
+            claims: Arc::clone(&claims),
+            epoch: Arc::clone(&job_epoch),
+        };
         Ok(Engine {
             node,
             probe_dir: state_dir.join("probe"),
@@ -223,6 +313,7 @@ impl Engine {
             transactions,
             policy,
             apply_lock: Arc::new(AsyncMutex::new(())),
+            claims,
             running: Arc::new(Mutex::new(None)),
             released: Arc::new(Notify::new()),
             events: Events::new(),
@@ -231,7 +322,7 @@ impl Engine {
             start_up_error: Mutex::new(None),
             active_parsed: Mutex::new(None),
             drift_logged: Mutex::new(None),
-            job_epoch: Arc::default(),
+            job_epoch,
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -287,6 +378,11 @@ impl Engine {
         self.running.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// The GPUs benches hold now.
+    pub fn bench_claims(&self) -> Vec<BenchClaim> {
+        self.claims.all()
+    }
+
     /// A listener for the engine's events from now on, at its own pace.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.events.subscribe()
@@ -322,8 +418,14 @@ impl Engine {
     /// time-slices.
     pub async fn status(&self) -> Result<Status, EngineError> {
         let epoch = self.epoch();
-        let journal = self.journal.snapshot();
+        // Whether the journal's transaction is settled: none runs now (a bench's setup runs
+        // with no job named). Read while no transaction can begin.
+        let (journal, settled) = match self.transactions.try_turn() {
+            Some(_idle) => (self.journal.snapshot(), true),
+            None => (self.journal.snapshot(), false),
+        };
         let running = self.running_job();
+        let benches = self.claims.all();
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
         let node = self.node.observe_shared(reads, epoch).await?;
@@ -338,9 +440,9 @@ impl Engine {
                 (None, Err(_)) => "no longer known".to_string(),
             }
         });
-        // A transaction the journal still holds with no job running was not settled: its
+        // A transaction the journal still holds while none runs was not settled: its
         // rollback failed, or its end could not be written. The next apply rolls it back.
-        let rollback_error = journal.transaction.filter(|_| running.is_none()).map(|t| {
+        let rollback_error = journal.transaction.filter(|_| settled).map(|t| {
             t.rollback_error.unwrap_or_else(|| {
                 let why = self.journal.write_error().map(|e| format!(" ({e})")).unwrap_or_default();
                 format!(
@@ -351,7 +453,7 @@ impl Engine {
         });
         // A bench whose restore failed: the GPU is as the failure left it until an apply.
         let rollback_error = rollback_error.or_else(|| {
-            let bench = journal.bench.as_ref().filter(|_| running.is_none())?;
+            let bench = journal.bench.as_ref()?;
             let error = bench.restore_error.as_ref()?;
             Some(format!(
                 "restoring the GPU after the bench {} failed: {error}; the next apply settles it",
@@ -372,6 +474,7 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            benches: benches.iter().map(bench_status).collect(),
             gpus: node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect(),
         })
     }
@@ -415,7 +518,8 @@ impl Engine {
 
     /// How `node` differs from the active profile: the steps that would apply it again, in
     /// one line; `None` when it matches, when none is active, or while a job runs (its
-    /// changes are the agent's own).
+    /// changes are the agent's own). A benched GPU is left out: its sharing is the bench's
+    /// until the bench puts it back.
     fn drift_of(
         &self,
         node: &NodeState,
@@ -432,7 +536,10 @@ impl Engine {
                 // An interval that was not read (nvidia-smi is run only where one matters)
                 // is no evidence of drift.
                 let steps: Vec<&plan::Step> = plan
-                    .steps()
+                    .gpus
+                    .iter()
+                    .filter(|g| !self.claims.holds(g.gpu))
+                    .flat_map(|g| &g.steps)
                     .filter(|s| match s {
                         plan::Step::SetTimeslice { gpu, .. } => node.timeslice(*gpu).is_some(),
                         _ => true,
@@ -451,6 +558,8 @@ impl Engine {
                     shown.join("; ")
                 ))
             }
+            // A benched GPU may be what the plan fails on.
+            Err(_) if !self.claims.is_empty() => None,
             Err(e) => Some(format!(
                 "the GPUs no longer match the active profile {name}, which cannot be applied to them as they are: {e}"
             )),
@@ -463,8 +572,9 @@ impl Engine {
         if self.hands_off.is_some() {
             return;
         }
-        // Not while a job changes the GPUs: its changes are no drift.
+        // Not while a job or a transaction changes the GPUs: its changes are no drift.
         let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return };
+        let Some(_turn) = self.transactions.try_turn() else { return };
         let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await else {
             return;
         };
@@ -526,6 +636,10 @@ impl Engine {
             tokio::task::spawn_blocking(move || sharing.mps.server_of_client(pid))
                 .await
                 .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
+        // A bench's server serves its replicas: its limits are the bench's setup.
+        if let Some(claim) = self.claims.of_gpu(record.gpu) {
+            return Err(EngineError::Busy(Some(claim.holder())));
+        }
         // A limit above the served device's memory would be taken and limit nothing.
         if let Some(bytes) = memory_bytes {
             let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
@@ -615,22 +729,29 @@ impl Engine {
         Ok((ClientEnv { uuid, strategy: strategy.as_str().into(), variables }, gpu))
     }
 
-    /// Runs one health check of the MPS servers (see [`MpsSupervisor`]); skipped while a
-    /// job runs. Listeners hear of it either way. Returns what it did, one line per server.
+    /// Runs one health check of the MPS servers (see [`MpsSupervisor`]); skipped while an
+    /// apply, a probe or a transaction runs, and the servers of a benched GPU are left
+    /// alone (neither asked nor restarted: they are the bench's setup, and a restart would
+    /// change what it measures). Listeners hear of it either way. Returns what it did, one
+    /// line per server.
     pub async fn supervise_mps(&self) -> Vec<String> {
         let lock = match self.hands_off {
             None => Arc::clone(&self.apply_lock).try_lock_owned().ok(),
             Some(_) => None,
         };
-        let restarts = match lock {
-            Some(_lock) => {
+        let turn = lock.as_ref().and_then(|_| self.transactions.try_turn());
+        let restarts = match (lock, turn) {
+            (Some(_lock), Some(_turn)) => {
                 let supervisor = Arc::clone(&self.supervisor);
                 let sharing = Arc::clone(&self.node.sharing);
-                tokio::task::spawn_blocking(move || supervisor.check(&sharing.mps))
-                    .await
-                    .unwrap_or_default()
+                let benched: Vec<u32> = self.claims.all().iter().map(|c| c.gpu).collect();
+                tokio::task::spawn_blocking(move || {
+                    supervisor.check_sparing(&sharing.mps, &benched)
+                })
+                .await
+                .unwrap_or_default()
             }
-            None => Vec::new(),
+            _ => Vec::new(),
         };
         self.events.emit(EngineEvent::HealthChecked);
         restarts
@@ -716,20 +837,15 @@ impl Engine {
         job: &str,
     ) -> Result<ApplyJob, EngineError> {
         self.may_change()?;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         let profile = self.resolve_request(source).await?;
         let kind = JobKind::Apply { profile: profile.name.clone() };
         let mut guard = self.lock_for(job, kind).await?;
-        // An apply whose rollback failed leaves its GPUs between layouts: roll it back
-        // first (again), or refuse, rather than overwrite its record. What that repairs is
-        // part of this apply's report.
-        let repaired = if self.journal.snapshot().transaction.is_some() {
-            self.transactions.recover().await.map_err(|e| {
-                EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
-            })?
-        } else {
-            None
-        };
+        let repaired = self.settle_unfinished(deadline).await?;
         let before = self.observe().await?;
+        // A benched GPU is the bench's until it ends; refused before any plan is made (a
+        // plan would describe the bench's setup, and the bench's restore would undo it).
+        self.refuse_benched(&profile, &before)?;
         let options = PlanOptions { force, ..self.policy };
         let (plan, before, _) = self.plan_request(before, profile, options).await?;
         self.check_host(&plan, &before).await?;
@@ -744,6 +860,61 @@ impl Engine {
         guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
         let boot = job == BOOT_JOB;
         Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
+    }
+
+    /// An apply whose rollback failed (or whose end could not be written) leaves its GPUs
+    /// between layouts: it is rolled back first (again), or the new apply is refused,
+    /// rather than its record overwritten. What that repairs is part of the new apply's
+    /// report. A transaction the journal holds may also be running now (a bench's setup or
+    /// its restore): it is waited for, up to `deadline`; an unsettled setup of a running
+    /// bench is the bench's to settle (its restore does).
+    async fn settle_unfinished(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Recovered>, EngineError> {
+        if self.journal.snapshot().transaction.is_none() {
+            return Ok(None);
+        }
+        let busy = || EngineError::Busy(self.claims.all().first().map(BenchClaim::holder));
+        let turn = tokio::time::timeout_at(deadline, self.transactions.turn())
+            .await
+            .map_err(|_| busy())?;
+        let Some(pending) = self.journal.snapshot().transaction else { return Ok(None) };
+        if let Some(claim) = pending.checkpoint.iter().find_map(|c| self.claims.of_gpu(c.gpu)) {
+            return Err(EngineError::Busy(Some(claim.holder())));
+        }
+        let recovered = self.transactions.inner.recover().await;
+        drop(turn);
+        recovered.map_err(|e| {
+            EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
+        })
+    }
+
+    /// Refuses a profile that selects a GPU a bench holds, naming the bench.
+    fn refuse_benched(&self, profile: &Profile, node: &NodeState) -> Result<(), EngineError> {
+        let count = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+        for claim in self.claims.all() {
+            let Some(g) = node.gpu(claim.gpu) else { continue };
+            let gpu = profile::GpuRef {
+                index: g.index,
+                count,
+                uuid: &g.uuid,
+                pci_device_id: g.pci_device_id,
+                model: g.model,
+            };
+            if profile.rules.iter().any(|r| r.selects(&gpu)) {
+                let mut holder = claim.holder();
+                holder.kind = JobKind::Bench {
+                    target: format!(
+                        "GPU {} (this profile selects it), started by {}",
+                        claim.gpu,
+                        claim.who()
+                    ),
+                };
+                return Err(EngineError::Busy(Some(holder)));
+            }
+        }
+        Ok(())
     }
 
     /// Carries out an apply job as a transaction, sending progress.
@@ -854,7 +1025,9 @@ impl Engine {
     /// it, so it waits for it, and then plans against the GPUs as that left them. A holder
     /// without a name (the MPS health check, a job letting go) is waited for too. Either
     /// wait lasts up to [`LOCK_WAIT`] in all, then the call is refused as busy naming the
-    /// holder.
+    /// holder. A caller without a job yet (a probe or a bench, named once its target is
+    /// known) is a measurement: refused while a bench runs, naming it (one measurement at a
+    /// time on a node: they would share its CPUs, and a bench's replicas are pinned to them).
     async fn lock(&self, job: Option<&RunningJob>) -> Result<OwnedMutexGuard<()>, EngineError> {
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         let mut told = false;
@@ -866,6 +1039,12 @@ impl Engine {
             let holder = {
                 let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Ok(lock) = Arc::clone(&self.apply_lock).try_lock_owned() {
+                    // Claims are added under the lock: none appears while it is held.
+                    if job.is_none()
+                        && let Some(claim) = self.claims.all().first()
+                    {
+                        return Err(EngineError::Busy(Some(claim.holder())));
+                    }
                     if let Some(job) = job {
                         *running = Some(job.clone());
                     }
@@ -894,9 +1073,61 @@ impl Engine {
         }
     }
 
-    /// Waits for a running job to end and keeps any new one from starting: for shutdown.
+    /// Waits for a running job (and every bench: cancel them first) to end and keeps any
+    /// new one from starting: for shutdown.
     pub async fn quiesce(&self) -> OwnedMutexGuard<()> {
-        Arc::clone(&self.apply_lock).lock_owned().await
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let lock = Arc::clone(&self.apply_lock).lock_owned().await;
+            // Claims are added under the lock: with none now, none comes.
+            if self.claims.is_empty() {
+                return lock;
+            }
+            drop(lock);
+            released.await;
+        }
+    }
+
+    /// Claims the GPU of a bench's `record` for the bench `job` and lets `lock` (the apply
+    /// lock, held while the bench was checked and its record written) go: from now on an
+    /// apply whose profile leaves the GPU out runs beside the bench. The claim goes when the
+    /// bench finishes (the guard).
+    pub(super) async fn claim_for_bench(
+        &self,
+        lock: OwnedMutexGuard<()>,
+        job: RunningJob,
+        record: &BenchRecord,
+        node: &NodeState,
+    ) -> JobGuard {
+        let uid = record.uid;
+        let user = tokio::task::spawn_blocking(move || user_name(uid)).await.ok().flatten();
+        let (gpu, uuid, restores) = match record.checkpoint.first() {
+            Some(cp) => (cp.gpu, cp.uuid.clone(), layout_words(cp, node)),
+            None => (u32::MAX, String::new(), String::new()),
+        };
+        let claim = BenchClaim {
+            job: job.id.clone(),
+            gpu,
+            uuid,
+            uid,
+            user,
+            since: std::time::SystemTime::now(),
+            profile_before: record.previous_profile.clone(),
+            restores,
+        };
+        self.claims.add(claim.clone());
+        let guard = JobGuard::claiming(
+            &claim,
+            job.kind,
+            Arc::clone(&self.claims),
+            Arc::clone(&self.released),
+            self.events.clone(),
+            Arc::clone(&self.job_epoch),
+        );
+        drop(lock);
+        guard
     }
 
     /// The GPUs as they are, as a profile.
@@ -950,6 +1181,80 @@ impl Engine {
         let (plan, _, profile) = self.plan_request(node, profile, self.policy).await?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
+}
+
+/// A bench as `status` shows it.
+fn bench_status(claim: &BenchClaim) -> gpushare_proto::types::BenchStatus {
+    let since = claim.since.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let running = claim.since.elapsed().unwrap_or_default();
+    gpushare_proto::types::BenchStatus {
+        job: claim.job.clone(),
+        gpu: claim.gpu,
+        uuid: claim.uuid.clone(),
+        uid: claim.uid,
+        user: claim.user.clone(),
+        started_unix_seconds: since.as_secs(),
+        running_seconds: running.as_secs(),
+        profile_before: claim.profile_before.clone(),
+        restores: claim.restores.clone(),
+    }
+}
+
+/// The name of user `uid` in the password database (`getent`, so that directory users count
+/// too); `None` when it has none, or a name no one could mistake for text of ours.
+fn user_name(uid: u32) -> Option<String> {
+    let finished = crate::sys::command::Command::new("getent", Duration::from_secs(2))
+        .args(["passwd", &uid.to_string()])
+        .run()
+        .ok()
+        .filter(crate::sys::command::Finished::success)?;
+    let name = finished.stdout_text().split(':').next()?.trim().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
+    (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
+}
+
+/// A GPU's layout at a checkpoint, in words: `MIG off, compute mode default, MPS at 100 %
+/// threads`; `MIG on: 3g.20gb, 2g.10gb, 1g.5gb ×2, compute mode default, no MPS`.
+fn layout_words(cp: &GpuCheckpoint, node: &NodeState) -> String {
+    let mut words = Vec::new();
+    if cp.mig_enabled {
+        let model = node.gpu(cp.gpu).and_then(|g| g.model);
+        let mut names: Vec<(String, u32)> = Vec::new();
+        for &(id, _) in &cp.instances {
+            let name = model
+                .and_then(|m| m.profile_by_id(id))
+                .map_or_else(|| format!("profile {id}"), |p| p.name.to_string());
+            match names.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, count)) => *count += 1,
+                None => names.push((name, 1)),
+            }
+        }
+        let listed: Vec<String> =
+            names.into_iter().map(|(n, c)| if c > 1 { format!("{n} ×{c}") } else { n }).collect();
+        words.push(match listed.as_slice() {
+            [] => "MIG on, no instances".to_string(),
+            _ => format!("MIG on: {}", listed.join(", ")),
+        });
+    } else {
+        words.push("MIG off".to_string());
+    }
+    words.push(format!("compute mode {}", cp.compute_mode.as_str()));
+    let whole = cp.mps.iter().find(|(start, _)| start.is_none()).map(|(_, l)| l);
+    let served = cp.mps.iter().filter(|(start, _)| start.is_some()).count();
+    match (whole, served) {
+        (Some(l), _) => {
+            let memory = l.pinned_memory_limit_bytes.map_or_else(String::new, |b| {
+                format!(", {} pinned memory", gpushare_proto::exact_size(b))
+            });
+            words.push(format!("MPS at {} % threads{memory}", l.active_thread_percentage));
+        }
+        (None, 0) => words.push("no MPS".to_string()),
+        (None, n) => words.push(format!("MPS on {}", gpushare_proto::plural(n as u64, "instance"))),
+    }
+    if let Some(interval) = cp.timeslice {
+        words.push(format!("time-slice {}", interval.as_str()));
+    }
+    words.join(", ")
 }
 
 #[cfg(test)]

@@ -37,12 +37,29 @@ impl MpsSupervisor {
     /// One health check of every server under `mps` (blocking: it runs the control tool).
     /// Returns what it did, one line per server it restarted or failed to.
     pub fn check(&self, mps: &MpsController) -> Vec<String> {
-        self.check_with(mps, Instant::now)
+        self.check_sparing(mps, &[])
     }
 
-    /// [`Self::check`] with the clock `now`, read once per server (a restart takes time).
-    fn check_with(&self, mps: &MpsController, now: impl Fn() -> Instant) -> Vec<String> {
-        let down: Vec<_> = mps.daemons().into_iter().filter(|d| !mps.healthy(d)).collect();
+    /// [`Self::check`], leaving the servers of GPUs `spared` alone (a bench's: neither asked
+    /// nor restarted while it measures).
+    pub fn check_sparing(&self, mps: &MpsController, spared: &[u32]) -> Vec<String> {
+        self.check_with(mps, spared, Instant::now)
+    }
+
+    /// [`Self::check_sparing`] with the clock `now`, read once per server (a restart takes
+    /// time).
+    fn check_with(
+        &self,
+        mps: &MpsController,
+        spared: &[u32],
+        now: impl Fn() -> Instant,
+    ) -> Vec<String> {
+        let down: Vec<_> = mps
+            .daemons()
+            .into_iter()
+            .filter(|d| !spared.contains(&d.record.gpu))
+            .filter(|d| !mps.healthy(d))
+            .collect();
         let mut reports = Vec::new();
         for daemon in down {
             let now = now();
@@ -118,9 +135,11 @@ mod tests {
         write_record();
         let supervisor = MpsSupervisor::new();
         let t0 = Instant::now();
+        // A benched GPU's server is left alone.
+        assert!(supervisor.check_with(&mps, &[0], Instant::now).is_empty());
         let tries = |at: Instant| {
             write_record();
-            supervisor.check_with(&mps, || at)
+            supervisor.check_with(&mps, &[], || at)
         };
         let first = tries(t0);
         assert_eq!(first.len(), 1, "{first:?}");

@@ -3,6 +3,8 @@
 //! ```text
 //! Active profile: half-balanced  (backend: nvml (simulated driver))
 //! Apply in progress: /io/gpushare/Agent1/jobs/3, profile all-mps
+//! Bench running on GPU 1 for 2 min 5 s, started by ada (uid 1000): /io/gpushare/Agent1/jobs/4
+//!   At its end GPU 1 goes back to: MIG off, compute mode default, no MPS (profile active when it began: half-balanced)
 //! GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
 //! 0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
 //!      |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-1111…
@@ -10,14 +12,15 @@
 //! 1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
 //! ```
 //!
-//! The `Apply in progress` line appears only while an apply runs. The PLACEMENT, GI/CI and
+//! The `Apply in progress` line appears only while an apply runs, the two `Bench` lines
+//! only while a bench holds a GPU (never its command). The PLACEMENT, GI/CI and
 //! UUID columns appear only when some GPU has MIG instances. SHARING is the strategy, with
 //! the MPS server's default thread percentage and pinned memory limit of clients under
 //! `mps`, and the time-slice interval under `time-slicing` when the agent reports one.
 
 use comfy_table::{Cell, CellAlignment};
 use gpushare_proto::Strategy;
-use gpushare_proto::types::{Sharing, Status};
+use gpushare_proto::types::{BenchStatus, Sharing, Status};
 
 use super::ExitStatus;
 use crate::bus::Client;
@@ -78,6 +81,32 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
     cell
 }
 
+/// A running bench for people: on which GPU, for how long, whose, and what its GPU goes
+/// back to.
+fn bench_lines(bench: &BenchStatus) -> String {
+    let who = match &bench.user {
+        Some(name) => format!("{name} (uid {})", bench.uid),
+        None => format!("uid {}", bench.uid),
+    };
+    format!(
+        "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n",
+        elapsed(bench.running_seconds),
+        bench.job,
+        bench.restores,
+        bench.profile_before.as_deref().unwrap_or("(none)"),
+        gpu = bench.gpu,
+    )
+}
+
+/// `45 s`, `2 min 5 s`, `1 h 3 min`.
+fn elapsed(seconds: u64) -> String {
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
 /// Renders a status document for people.
 pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     // A profile applied from a file says so: it is not the known profile of that name.
@@ -105,6 +134,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     }
     if let Some(apply) = &status.apply_in_progress {
         out.push_str(&format!("Apply in progress: {apply}\n"));
+    }
+    for bench in &status.benches {
+        out.push_str(&bench_lines(bench));
     }
     if let Some(error) = &status.rollback_error {
         out.push_str(&format!("Rollback failed (the GPUs may be between layouts): {error}\n"));
@@ -231,6 +263,7 @@ pub(crate) mod tests {
             hands_off: None,
             drift: None,
             start_up_error: None,
+            benches: vec![],
             gpus: vec![
                 GpuStatus {
                     index: 0,
@@ -395,6 +428,43 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
             render_status(&status, Glyphs::ASCII),
             "Active profile: half-balanced  (backend: nvml (simulated driver))\nApply in progress: /io/gpushare/Agent1/jobs/3, profile half-balanced\nNo GPUs found.\n"
         );
+    }
+
+    #[test]
+    fn a_running_bench_says_where_whose_and_what_comes_back() {
+        let mut status = sample_status();
+        status.benches.push(BenchStatus {
+            job: "/io/gpushare/Agent1/jobs/4".into(),
+            gpu: 1,
+            uuid: "GPU-11111111-0000-0000-0000-000000000000".into(),
+            uid: 1000,
+            user: Some("ada".into()),
+            started_unix_seconds: 1_700_000_000,
+            running_seconds: 125,
+            profile_before: Some("half-balanced".into()),
+            restores: "MIG off, compute mode default, no MPS".into(),
+        });
+        let text = render_status(&status, Glyphs::ASCII);
+        assert!(
+            text.starts_with(
+                "Active profile: half-balanced  (backend: nvml (simulated driver))\n\
+                 Bench running on GPU 1 for 2 min 5 s, started by ada (uid 1000): /io/gpushare/Agent1/jobs/4\n  \
+                 At its end GPU 1 goes back to: MIG off, compute mode default, no MPS (profile active when it began: half-balanced)\n\
+                 GPU  MODEL"
+            ),
+            "{text}"
+        );
+        status.benches[0].user = None;
+        status.benches[0].profile_before = None;
+        status.benches[0].running_seconds = 3725;
+        let text = render_status(&status, Glyphs::ASCII);
+        assert!(text.contains("for 1 h 2 min, started by uid 1000: "), "{text}");
+        assert!(text.contains("(profile active when it began: (none))"), "{text}");
+        // A document of an agent before benches were shown reads as none running.
+        let mut raw: serde_json::Value = serde_json::to_value(sample_status()).unwrap();
+        raw.as_object_mut().unwrap().remove("benches");
+        let parsed: Status = parse_document(&raw.to_string(), "Status").unwrap();
+        assert!(parsed.benches.is_empty());
     }
 
     #[test]
