@@ -117,7 +117,11 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
     let before = sharing_shape(&agent.status());
     let replica = Replica::units();
     let out = replica
-        .bench(&agent, &["--target", "1", "--replicas", "1,3", "--duration", "2s", "--json"])
+        // Three replicas on a 2-core CI machine: unpinned (pinning is tests/e2e/bench_trust.rs's).
+        .bench(
+            &agent,
+            &["--target", "1", "--replicas", "1,3", "--no-pin", "--duration", "2s", "--json"],
+        )
         .env("BENCH_FAIL", "mps-3-1")
         .output()
         .unwrap();
@@ -256,8 +260,9 @@ fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times(
     assert_eq!((run.units, run.failed), (10, 0), "{run:?}");
     assert!(run.repeat_throughputs_per_s.contains(&run.throughput_per_s), "{run:?}");
     assert!(run.setup_ms.is_some(), "set up once, before the first measurement");
+    // Interleaved: the baseline (without MPS) comes between the two measurements.
     let starts = agent.sim_record().matches("mps-control daemon pipe=").count();
-    assert_eq!(starts, 1, "one MPS setup for both measurements: {}", agent.sim_record());
+    assert_eq!(starts, 2, "one MPS setup a round: {}", agent.sim_record());
 
     // As people read it: the baseline's range and a spread column.
     let out = replica.bench(&agent, &args).output().unwrap();
@@ -331,7 +336,10 @@ fn ctrl_c_restores_the_sharing() {
     let before = sharing_shape(&agent.status());
     let replica = Replica::units();
     let mut ctl = replica
-        .bench(&agent, &["--replicas", "1,3", "--strategies", "mps-limited", "--duration", "60s"])
+        .bench(
+            &agent,
+            &["--replicas", "1,3", "--no-pin", "--strategies", "mps-limited", "--duration", "60s"],
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -8,6 +8,7 @@ mod agent_state;
 mod bench;
 mod bench_isolation;
 mod bench_locking;
+mod bench_trust;
 mod cli_output;
 mod compute_instances;
 mod first_hour;

@@ -16,6 +16,7 @@ use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName
 
 use super::control::Logs;
 use super::histogram::{self, Histogram};
+use super::host_noise::{HostNoise, HostSampler};
 use super::replicas::{Batch, Launch, ReplicaOutcome, ReplicaSpec, at_common_rate};
 use super::stats::{Latencies, ReplicaMeasure};
 use crate::apply::journal::ReplicaHandle;
@@ -80,6 +81,9 @@ pub struct RunSpec {
     /// Longest a replica may run (and the longest a window waits for every replica to
     /// start working).
     pub time_limit: Duration,
+    /// Per replica, the CPUs it is pinned to (the same number of entries as `devices`);
+    /// `None`: unpinned.
+    pub cpus: Option<Vec<Vec<u32>>>,
 }
 
 /// What a run gives back: each replica's measurement, and why the run as a whole has no
@@ -92,6 +96,8 @@ pub struct RunOutcome {
     pub error: Option<String>,
     /// The agent's CPU time over the window, percent of one core.
     pub agent_cpu_percent: Option<f64>,
+    /// The replicas' CPUs over the window: steal and clock.
+    pub host: Option<HostNoise>,
 }
 
 /// GPU memory per process id, sampled near the window's end.
@@ -100,12 +106,14 @@ pub type MemorySampler<'a> = &'a mut dyn FnMut() -> HashMap<u32, u64>;
 /// Runs the replicas of `spec`, started as `launch` says, and measures them. `started` is
 /// told how to stop them once they exist, before they run the command, so that an agent
 /// restarted mid-run can.
+/// `window_opened` is called as the window opens (never with `--until-exit`).
 pub fn run(
     spec: &RunSpec,
     launch: &Launch<'_>,
     cancel: &Cancel,
     started: &mut dyn FnMut(Vec<ReplicaHandle>),
     memory: MemorySampler<'_>,
+    window_opened: &mut dyn FnMut(),
 ) -> Result<RunOutcome, String> {
     let ports = match spec.method {
         Method::Histogram { .. } => free_ports(spec.devices.len())?,
@@ -127,7 +135,13 @@ pub fn run(
                 index: u32::try_from(i).unwrap_or(u32::MAX),
                 cap_bytes: BENCH_LOG_CAP,
             });
-            ReplicaSpec { command: spec.command.clone(), env, cwd: spec.cwd.clone(), logs }
+            ReplicaSpec {
+                command: spec.command.clone(),
+                env,
+                cwd: spec.cwd.clone(),
+                logs,
+                cpus: spec.cpus.as_ref().and_then(|sets| sets.get(i).cloned()),
+            }
         })
         .collect();
     let mut batch =
@@ -136,11 +150,14 @@ pub fn run(
     let start = batch.release()?;
     let deadline = start + spec.time_limit;
 
+    // The CPUs whose noise the window sees: the replicas' (every CPU when unpinned).
+    let sampled: Vec<u32> = spec.cpus.iter().flatten().flatten().copied().collect();
+    let window = Window { cancel, deadline, memory, opened: window_opened, cpus: &sampled };
     let measured = match &spec.method {
         Method::UntilExit => until_exit(&batch, cancel, deadline),
-        Method::Units(window) => units_window(&batch, cancel, deadline, *window, memory),
-        Method::Histogram { name, window } => {
-            histogram_window(&batch, cancel, deadline, &ports, name, *window, memory)
+        Method::Units(length) => units_window(&batch, *length, window),
+        Method::Histogram { name, window: length } => {
+            histogram_window(&batch, &ports, name, *length, window)
         }
     };
     let outcomes = batch.finish(STOP_GRACE);
@@ -157,7 +174,22 @@ pub fn run(
             replica_measure(o, device, window, window_method, &measured.memory)
         })
         .collect();
-    Ok(RunOutcome { measures, error: measured.error, agent_cpu_percent: measured.cpu_percent })
+    Ok(RunOutcome {
+        measures,
+        error: measured.error,
+        agent_cpu_percent: measured.cpu_percent,
+        host: measured.host,
+    })
+}
+
+/// What a window method needs besides the batch: when to give up, what to sample, whom
+/// to tell it opened.
+struct Window<'a, 'b> {
+    cancel: &'a Cancel,
+    deadline: Instant,
+    memory: MemorySampler<'b>,
+    opened: &'a mut dyn FnMut(),
+    cpus: &'a [u32],
 }
 
 /// What a method measured of each replica, before the replicas were reaped.
@@ -167,6 +199,7 @@ struct Measured {
     memory: HashMap<usize, u64>,
     error: Option<String>,
     cpu_percent: Option<f64>,
+    host: Option<HostNoise>,
 }
 
 fn until_exit(batch: &Batch, cancel: &Cancel, deadline: Instant) -> Measured {
@@ -244,35 +277,45 @@ fn malformed_only(batch: &Batch, i: usize, waited: Duration) -> Option<String> {
     ))
 }
 
-fn units_window(
-    batch: &Batch,
-    cancel: &Cancel,
-    deadline: Instant,
-    window: Duration,
-    memory: MemorySampler<'_>,
-) -> Measured {
+/// The error for replica `i` when, `waited` into the wait, it has reported no unit for
+/// [`MALFORMED_GRACE`] but writes numbers to its stdout: units sent the wrong way.
+fn units_on_stdout(batch: &Batch, i: usize, waited: Duration) -> Option<String> {
+    if waited < MALFORMED_GRACE || batch.unit_count(i) > 0 {
+        return None;
+    }
+    let line = batch.stdout_number(i)?;
+    Some(format!(
+        "replica {i} writes numbers to its stdout (the first: {line:?}) and no unit to $GPUSHARE_BENCH_REPORT in {}s; write each unit to descriptor 3 instead (echo 12.5 >&3, or os.fdopen(int(os.environ[\"GPUSHARE_BENCH_REPORT\"]), \"w\"))",
+        waited.as_secs()
+    ))
+}
+
+fn units_window(batch: &Batch, length: Duration, w: Window<'_, '_>) -> Measured {
     let opened = wait_for_work(
         batch,
-        cancel,
-        deadline,
+        w.cancel,
+        w.deadline,
         |i| batch.unit_count(i) > 0 || batch.exited(i),
-        |i, waited| malformed_only(batch, i, waited),
+        |i, waited| malformed_only(batch, i, waited).or_else(|| units_on_stdout(batch, i, waited)),
         "no unit on the descriptor in $GPUSHARE_BENCH_REPORT",
     );
     if let Err(error) = opened {
         return Measured { error: Some(error), ..Measured::default() };
     }
+    (w.opened)();
     let marks = batch.open_window();
     let open = Instant::now();
     let cpu = process_cpu_seconds();
-    if cancel.sleep_until(open + window) {
+    let host = HostSampler::start(w.cpus);
+    if w.cancel.sleep_until(open + length) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let (units, samples): (Vec<u64>, Vec<_>) = batch.close_window(&marks).into_iter().unzip();
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
+    let host = Some(host.finish());
     // After the window: finding each replica's processes scans /proc.
-    let memory = by_replica(batch, memory());
+    let memory = by_replica(batch, (w.memory)());
     let per_replica = units
         .into_iter()
         .zip(at_common_rate(samples))
@@ -282,25 +325,24 @@ fn units_window(
             (units, seconds, latencies)
         })
         .collect();
-    Measured { per_replica, memory, error: None, cpu_percent }
+    Measured { per_replica, memory, error: None, cpu_percent, host }
 }
 
 fn histogram_window(
     batch: &Batch,
-    cancel: &Cancel,
-    deadline: Instant,
     ports: &[u16],
     name: &str,
-    window: Duration,
-    memory: MemorySampler<'_>,
+    length: Duration,
+    w: Window<'_, '_>,
 ) -> Measured {
+    let cancel = w.cancel;
     let mut first: Vec<Option<Histogram>> = vec![None; ports.len()];
     let mut last_error: Vec<String> = vec![String::new(); ports.len()];
     let mut next_try = vec![Instant::now(); ports.len()];
     let opened = wait_for_work(
         batch,
         cancel,
-        deadline,
+        w.deadline,
         |i| {
             if Instant::now() < next_try[i] {
                 return false;
@@ -329,18 +371,21 @@ fn histogram_window(
         return Measured { error: Some(error), ..Measured::default() };
     }
     // The window opens with a scrape of every replica, together.
+    (w.opened)();
     let cancelled = || Measured { error: Some("cancelled".into()), ..Measured::default() };
     let Some(before) = scrape_all(ports, name, cancel) else { return cancelled() };
     let open = Instant::now();
     let cpu = process_cpu_seconds();
-    if cancel.sleep_until(open + window) {
+    let host = HostSampler::start(w.cpus);
+    if cancel.sleep_until(open + length) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
     let Some(after) = scrape_all(ports, name, cancel) else { return cancelled() };
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
+    let host = Some(host.finish());
     // After the window: finding each replica's processes scans /proc.
-    let memory = by_replica(batch, memory());
+    let memory = by_replica(batch, (w.memory)());
     let per_replica = before
         .iter()
         .zip(&after)
@@ -352,7 +397,7 @@ fn histogram_window(
             _ => (0, seconds, Latencies::None),
         })
         .collect();
-    Measured { per_replica, memory, error: None, cpu_percent }
+    Measured { per_replica, memory, error: None, cpu_percent, host }
 }
 
 /// Histogram `name` of every replica, one after another (each scrape may take up to

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{
     BENCH_BASELINE_RUNS, BENCH_MAX_DURATION, BENCH_MAX_REPEAT, BENCH_MAX_REPLICAS,
-    BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchReport, BenchRun, BenchStrategy,
-    BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, seconds_text,
+    BENCH_MAX_TIME_LIMIT, BENCH_MIN_SECONDS, BenchMeasurement, BenchReport, BenchRun,
+    BenchStrategy, BenchStrategyRuns, ENV_STRATEGY, Objective, Slo, seconds_text,
 };
 use gpushare_proto::{plural, readable_size};
 use tokio::sync::mpsc::UnboundedSender;
@@ -28,7 +28,9 @@ use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
 use super::{Engine, EngineError};
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::apply::{Progress, Purpose, Reads};
+use crate::bench::host_noise::HostNoise;
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
+use crate::bench::pinning::{self, CpuList, Pinning};
 use crate::bench::replicas::{self, Launch, ReplicaSpec};
 use crate::bench::stats::{self, ReplicaMeasure};
 use crate::gpu::BackendKind;
@@ -84,6 +86,14 @@ pub struct BenchOptions {
     pub environment: Vec<(String, String)>,
     /// The caller's directory for the replicas' output (absolute); `None`: not kept.
     pub logs: Option<PathBuf>,
+    /// The CPUs to divide among the replicas, as a CPU list; `None`: the agent's on the
+    /// GPU's NUMA node.
+    pub cpus: Option<String>,
+    /// Whether the replicas are pinned to CPUs (`--no-pin`: false).
+    pub pin: bool,
+    /// Whether the replica counts were given (the defaults are capped by the CPUs there
+    /// are to pin them; given ones are refused above it).
+    pub replicas_given: bool,
 }
 
 /// Who asks for a bench, as the bus knows the caller.
@@ -141,6 +151,12 @@ impl BenchOptions {
         }
         if !(1..=BENCH_MAX_REPEAT).contains(&self.repeat) {
             return bad(format!("repeat: {} is not from 1 to {BENCH_MAX_REPEAT}", self.repeat));
+        }
+        if let Some(cpus) = &self.cpus {
+            if !self.pin {
+                return bad("cpus: the replicas are not pinned (pin = false)".into());
+            }
+            CpuList::parse(cpus).map_err(EngineError::InvalidArgument)?;
         }
         // Whether they exist, and what the caller may do there, the check gate finds out
         // as the caller: the agent never looks at a caller's paths itself.
@@ -222,6 +238,10 @@ pub struct BenchJob {
     skipped: HashMap<BenchStrategy, String>,
     /// MIG instance size per replica count, where the model has one.
     mig_sizes: HashMap<u32, Result<(u8, String), String>>,
+    /// The CPUs of each replica; `None`: unpinned.
+    pinning: Option<Pinning>,
+    /// The default replica counts left out for want of CPUs, and why; empty if none.
+    capped: String,
     cancel: Cancel,
     _guard: JobGuard,
 }
@@ -232,10 +252,38 @@ impl BenchJob {
         self.cancel.clone()
     }
 
+    /// Every cell of the bench (a strategy at a replica count), in the order of a round
+    /// ([`round_order`]): replica counts ascending as given, the strategies in turn at
+    /// each; time-slicing at 1 is the baseline, not a cell.
+    fn cells(&self) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for &n in &self.options.replicas {
+            for &strategy in &self.options.strategies {
+                if self.skipped.contains_key(&strategy)
+                    || (strategy == BenchStrategy::TimeSlicing && n == 1)
+                {
+                    continue;
+                }
+                cells.push(Cell {
+                    strategy,
+                    n,
+                    setup: setup(strategy, n, self.memory_total, &self.mig_sizes),
+                    runs: Vec::new(),
+                    setup_ms: None,
+                    done: false,
+                });
+            }
+        }
+        cells
+    }
+
+    /// A step per measurement (see [`round_order`]) and one for the restore.
     fn steps(&self) -> u32 {
-        let runs = self.options.strategies.iter().filter(|s| !self.skipped.contains_key(s)).count()
-            * self.options.replicas.len();
-        u32::try_from(runs + 2).unwrap_or(u32::MAX)
+        let cells = self.cells().len();
+        let measurements: usize = (1..=self.options.repeat)
+            .map(|round| round_order(round, self.options.repeat, cells).len())
+            .sum();
+        u32::try_from(measurements + 1).unwrap_or(u32::MAX)
     }
 }
 
@@ -244,7 +292,7 @@ impl Engine {
     /// nothing on the GPU has changed yet when this returns.
     pub async fn begin_bench(
         &self,
-        options: BenchOptions,
+        mut options: BenchOptions,
         caller: Caller,
         job: &str,
     ) -> Result<BenchJob, EngineError> {
@@ -274,6 +322,8 @@ impl Engine {
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
         let (uuid, gpu) = (g.uuid.clone(), g.index);
+        // The CPUs: N above them is refused here, before any setup.
+        let (pinning, capped) = self.bench_pinning(&mut options, gpu).await?;
 
         let mut skipped = HashMap::new();
         let mut mig_sizes = HashMap::new();
@@ -349,6 +399,8 @@ impl Engine {
             label,
             skipped,
             mig_sizes,
+            pinning,
+            capped,
             cancel: Cancel::default(),
             _guard: guard,
         };
@@ -397,6 +449,9 @@ impl Engine {
                 index: 0,
                 cap_bytes: 0,
             }),
+            // The CPUs are planned later, against the GPU: the gate checks them as it
+            // pins each replica.
+            cpus: None,
         };
         let launcher = std::sync::Arc::clone(&self.launcher);
         let identity = identity.cloned();
@@ -470,7 +525,9 @@ impl Engine {
             capped: String::new(),
             sequence: Vec::new(),
         };
-        let measured = self.bench_runs(job, &progress, &mut outcome, &mut report).await;
+        report.pinning = job.pinning.as_ref().map(Pinning::to_proto);
+        report.capped = job.capped.clone();
+        let measured = self.bench_runs(job, &progress, &mut outcome, &mut report, started).await;
         let _ = progress.send(Progress {
             done: outcome.steps_total.saturating_sub(1),
             total: outcome.steps_total,
@@ -481,11 +538,6 @@ impl Engine {
             None => Err("the journal lost the bench record".into()),
         };
         outcome.steps_done = outcome.steps_total;
-        report.recommendations =
-            stats::recommend(&report.strategies, job.options.objective, report.rate_unit());
-        if let Some(slo) = job.options.slo {
-            report.capacity = stats::capacity(&report.strategies, slo, job.options.fleet);
-        }
         outcome.duration = started.elapsed();
         report.wall_seconds = outcome.duration.as_secs_f64();
         report.restored = match &restored {
@@ -510,107 +562,271 @@ impl Engine {
         outcome
     }
 
-    /// The baseline, then each strategy at each replica count.
+    /// The rounds: each measures the baseline and every cell once, in [`round_order`];
+    /// then each cell's figures from its measurements, against the baseline's median,
+    /// and the host's noise. What was measured is in the report also when the bench
+    /// failed or was cancelled part-way.
     async fn bench_runs(
         &self,
         job: &BenchJob,
         progress: &UnboundedSender<Progress>,
         outcome: &mut JobReport,
         report: &mut BenchReport,
+        started: Instant,
     ) -> Result<(), String> {
         let total = outcome.steps_total;
-        let say = |done: u32, step: String| {
-            let _ = progress.send(Progress { done, total, step });
-        };
-        say(0, "baseline: one replica alone on the whole GPU, without MPS".into());
+        let repeat = job.options.repeat;
         let setup0 = time_slicing();
+        let _ = progress.send(Progress {
+            done: 0,
+            total,
+            step: "setting the GPU up for the baseline: the whole GPU, without MPS".into(),
+        });
         // The first setup reads the time-slice interval (and resets one a profile left);
-        // from then on the bench, holding the apply lock, knows it is the default.
-        let setup_ms = self.bench_setup(job, &setup0, Reads::FOR_PLANNING, progress).await?;
-        let measures = job.options.repeat.max(BENCH_BASELINE_RUNS);
-        let mut baseline = self.bench_repeated(job, &setup0, 1, None, measures).await?;
-        baseline.setup_ms = Some(setup_ms);
-        against_itself(&mut baseline);
-        outcome.steps_done += 1;
-        let baseline_ok = baseline.error.is_none() && baseline.failed == 0;
-        if !baseline_ok {
-            // Its output is in the report, the caller's alone; not in this message, which
-            // the agent's log has too.
-            let why = baseline.error.clone().unwrap_or_else(|| {
-                let r = baseline.per_replica.first();
-                format!(
-                    "the replica failed ({}; its output is in the report)",
-                    r.map_or("", |r| r.outcome.as_str())
-                )
-            });
-            report.baseline = Some(baseline);
-            return Err(format!("the baseline run failed: {why}"));
+        // from then on the bench, holding the GPU, knows it is the default.
+        let setup0_ms = self.bench_setup(job, &setup0, Reads::FOR_PLANNING, progress).await?;
+        let mut current = Some(setup0.clone());
+        let mut cells = job.cells();
+        let orders: Vec<Vec<Item>> =
+            (1..=repeat).map(|round| round_order(round, repeat, cells.len())).collect();
+        let mut timing = Timing::new(started, &orders, &cells, setup0_ms);
+        let mut baseline_runs: Vec<BenchRun> = Vec::new();
+        let mut host = HostTotals::default();
+        let mut result = Ok(());
+        'rounds: for (round, order) in (1..=repeat).zip(&orders) {
+            for &item in order {
+                if job.cancel.is_cancelled() {
+                    result = Err("cancelled".to_owned());
+                    break 'rounds;
+                }
+                let (setup, n, name) = match item {
+                    Item::Baseline => (setup0.clone(), 1, "baseline"),
+                    Item::Cell(i) => match (&cells[i].setup, cells[i].done) {
+                        (Ok(s), false) => (s.clone(), cells[i].n, cells[i].strategy.as_str()),
+                        (setup, _) => {
+                            outcome.steps_done += 1;
+                            if setup.is_ok() {
+                                timing.skipped();
+                            }
+                            continue;
+                        }
+                    },
+                };
+                let what = match item {
+                    Item::Baseline => {
+                        "baseline: one replica alone on the whole GPU, without MPS".to_owned()
+                    }
+                    Item::Cell(_) => {
+                        format!("{name}: {} ({})", plural(n, "replica"), setup.describe)
+                    }
+                };
+                let rounds =
+                    if repeat > 1 { format!("round {round} of {repeat}: ") } else { String::new() };
+                let _ = progress.send(Progress {
+                    done: outcome.steps_done,
+                    total,
+                    step: format!("{rounds}{what}{}", timing.left_text()),
+                });
+                if current.as_ref() != Some(&setup) {
+                    let began = Instant::now();
+                    let set_up = self.bench_setup(job, &setup, BENCH_SETUP_READS, progress).await;
+                    timing.set_up(began.elapsed().as_secs_f64());
+                    match (set_up, item) {
+                        (Ok(ms), Item::Cell(i)) => {
+                            cells[i].setup_ms.get_or_insert(ms);
+                            current = Some(setup.clone());
+                        }
+                        (Ok(_), Item::Baseline) => current = Some(setup.clone()),
+                        (Err(e), Item::Baseline) => {
+                            result = Err(format!("setting the baseline up again failed: {e}"));
+                            break 'rounds;
+                        }
+                        (Err(e), Item::Cell(i)) => {
+                            current = None;
+                            cells[i].runs.push(error_run(n, setup.describe.clone(), e));
+                            cells[i].done = true;
+                            outcome.steps_done += 1;
+                            continue;
+                        }
+                    }
+                }
+                let logs = match item {
+                    Item::Baseline => format!("time-slicing-1-{}", baseline_runs.len() + 1),
+                    Item::Cell(_) if repeat == 1 => format!("{name}-{n}"),
+                    Item::Cell(_) => format!("{name}-{n}-{round}"),
+                };
+                let at_seconds = started.elapsed().as_secs_f64();
+                let opened = timing.window_hook(progress, job.options.duration);
+                let (run, noise) = self.bench_run(job, &setup, n, logs, opened).await?;
+                timing.measured(&run);
+                host.add(noise);
+                let broken = run.error.is_some() || run.failed > 0;
+                report.sequence.push(BenchMeasurement {
+                    round,
+                    strategy: name.to_owned(),
+                    replicas: n,
+                    at_seconds,
+                    throughput_per_s: run.throughput_per_s,
+                    p99_ms: run.p99_ms,
+                    worst_p99_ms: worst_p99(&run),
+                    failed: broken,
+                });
+                outcome.steps_done += 1;
+                let cancelled = run.error.as_deref() == Some("cancelled");
+                match item {
+                    Item::Baseline => {
+                        if broken && !cancelled {
+                            // Its output is in the report, the caller's alone; not in this
+                            // message, which the agent's log has too.
+                            let why = run.error.clone().unwrap_or_else(|| {
+                                let r = run.per_replica.first();
+                                format!(
+                                    "the replica failed ({}; its output is in the report)",
+                                    r.map_or("", |r| r.outcome.as_str())
+                                )
+                            });
+                            baseline_runs.push(run);
+                            result = Err(format!("the baseline run failed: {why}"));
+                            break 'rounds;
+                        }
+                        baseline_runs.push(run);
+                    }
+                    Item::Cell(i) => {
+                        cells[i].runs.push(run);
+                        cells[i].done |= broken;
+                    }
+                }
+                if cancelled {
+                    result = Err("cancelled".to_owned());
+                    break 'rounds;
+                }
+            }
         }
-        report.baseline = Some(baseline.clone());
+        report.estimate_seconds = timing.first_estimate;
+        self.bench_figures(job, report, baseline_runs, cells, setup0_ms, &host);
+        result
+    }
 
+    /// The report's figures from the measurements: the baseline (the median of its),
+    /// the host's noise, each cell against the baseline, flagged where its scaling is
+    /// above N, and how the intervals were found.
+    fn bench_figures(
+        &self,
+        job: &BenchJob,
+        report: &mut BenchReport,
+        baseline_runs: Vec<BenchRun>,
+        cells: Vec<Cell>,
+        setup0_ms: f64,
+        host: &HostTotals,
+    ) {
+        let Some(mut baseline) = stats::cell_run(baseline_runs) else {
+            return;
+        };
+        baseline.setup_ms = Some(setup0_ms);
+        against_itself(&mut baseline);
+        let measured_alone: Vec<BenchMeasurement> =
+            report.sequence.iter().filter(|m| m.strategy == "baseline").cloned().collect();
+        let (floor, noise) = stats::noise(&measured_alone, host.steal(), &host.frequency_mhz);
+        report.noise = Some(noise);
+        report.baseline = Some(baseline.clone());
+        let mut cells = cells;
         for &strategy in &job.options.strategies {
             let mut runs = BenchStrategyRuns {
                 strategy: strategy.as_str().into(),
                 skipped: job.skipped.get(&strategy).cloned(),
                 runs: Vec::new(),
             };
-            if runs.skipped.is_some() {
-                report.strategies.push(runs);
-                continue;
-            }
-            let mut set_up: Option<Setup> = None;
-            for &n in &job.options.replicas {
-                if job.cancel.is_cancelled() {
-                    report.strategies.push(runs);
-                    return Err("cancelled".into());
-                }
-                let setup = match setup(strategy, n, job.memory_total, &job.mig_sizes) {
-                    Ok(s) => s,
-                    Err(why) => {
-                        runs.runs.push(error_run(n, String::new(), why));
-                        outcome.steps_done += 1;
+            if runs.skipped.is_none() {
+                for &n in &job.options.replicas {
+                    if strategy == BenchStrategy::TimeSlicing && n == 1 {
+                        // The baseline is exactly this run.
+                        let describe = time_slicing().describe;
+                        runs.runs.push(BenchRun {
+                            setup: describe,
+                            setup_ms: None,
+                            ..baseline.clone()
+                        });
                         continue;
                     }
-                };
-                say(
-                    outcome.steps_done,
-                    format!("{strategy}: {} ({})", plural(n, "replica"), setup.describe),
-                );
-                let run = if strategy == BenchStrategy::TimeSlicing && n == 1 {
-                    // The baseline is exactly this run.
-                    BenchRun { setup: setup.describe.clone(), setup_ms: None, ..baseline.clone() }
-                } else {
-                    let mut setup_ms = None;
-                    if set_up.as_ref() != Some(&setup) {
-                        let reads = BENCH_SETUP_READS;
-                        match self.bench_setup(job, &setup, reads, progress).await {
-                            Ok(ms) => setup_ms = Some(ms),
-                            Err(e) => {
-                                runs.runs.push(error_run(n, setup.describe.clone(), e));
-                                outcome.steps_done += 1;
-                                set_up = None;
-                                continue;
-                            }
+                    let Some(cell) = cells.iter_mut().find(|c| c.strategy == strategy && c.n == n)
+                    else {
+                        continue;
+                    };
+                    let measured = std::mem::take(&mut cell.runs);
+                    if let Some(mut run) = stats::cell_run(measured) {
+                        if run.error.is_none() {
+                            stats::against_baseline(&mut run, &baseline);
+                            stats::check_scaling(&mut run, floor);
                         }
-                        set_up = Some(setup.clone());
+                        run.setup_ms = cell.setup_ms;
+                        runs.runs.push(run);
                     }
-                    let measures = job.options.repeat;
-                    let mut run =
-                        self.bench_repeated(job, &setup, n, Some(&baseline), measures).await?;
-                    run.setup_ms = setup_ms;
-                    run
-                };
-                let cancelled = run.error.as_deref() == Some("cancelled");
-                runs.runs.push(run);
-                outcome.steps_done += 1;
-                if cancelled {
-                    report.strategies.push(runs);
-                    return Err("cancelled".into());
                 }
             }
             report.strategies.push(runs);
         }
-        Ok(())
+        report.intervals =
+            intervals_text(job.options.repeat, baseline.repeat_throughputs_per_s.len());
+        report.recommendations =
+            stats::recommend(&report.strategies, job.options.objective, report.rate_unit(), floor);
+        if let Some(slo) = job.options.slo {
+            report.capacity = stats::capacity(
+                &report.strategies,
+                slo,
+                job.options.fleet,
+                floor,
+                &report.sequence,
+            );
+        }
+    }
+
+    /// The CPUs each replica is pinned to (`None` with `pin = false`), and the default
+    /// replica counts left out for want of CPUs: a count above the CPUs there are is
+    /// refused when given, left out (and said so) when it is a default.
+    async fn bench_pinning(
+        &self,
+        options: &mut BenchOptions,
+        gpu: u32,
+    ) -> Result<(Option<Pinning>, String), EngineError> {
+        if !options.pin {
+            return Ok((None, String::new()));
+        }
+        let (cpus, from) = match &options.cpus {
+            None => self.node.bench_cpus(gpu).await.map_err(EngineError::Internal)?,
+            Some(text) => {
+                let list = CpuList::parse(text).map_err(EngineError::InvalidArgument)?;
+                let own = unix::cpu_affinity()
+                    .map_err(|e| EngineError::Internal(format!("the agent's CPUs: {e}")))?;
+                let outside: Vec<u32> =
+                    list.cpus().iter().copied().filter(|c| !own.contains(c)).collect();
+                if !outside.is_empty() {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "cpus: CPU {} is not among the agent's CPUs ({})",
+                        pinning::format_cpus(&outside),
+                        pinning::format_cpus(&own)
+                    )));
+                }
+                let topology = pinning::Topology::read(Path::new("/"), list.cpus());
+                (topology.sibling_order(list.cpus()), "--cpus".to_owned())
+            }
+        };
+        let most = u32::try_from(cpus.len()).unwrap_or(u32::MAX);
+        let mut capped = String::new();
+        if !options.replicas_given && options.replicas.iter().any(|&n| n > most) {
+            let (kept, left): (Vec<u32>, Vec<u32>) =
+                options.replicas.iter().partition(|&&n| n <= most);
+            let left: Vec<String> = left.iter().map(u32::to_string).collect();
+            capped = format!(
+                "{} replicas left out: {} to pin one replica each ({}, {from}); --no-pin runs them unpinned",
+                left.join(", "),
+                plural(most, "CPU"),
+                pinning::format_cpus(&cpus)
+            );
+            options.replicas = kept;
+        }
+        let max = options.replicas.iter().copied().max().unwrap_or(1);
+        let plan = pinning::plan(&cpus, &from, max).map_err(EngineError::InvalidArgument)?;
+        Ok((Some(plan), capped))
     }
 
     /// Sets one strategy up by an ordinary transaction, planned from an observation
@@ -651,49 +867,27 @@ impl Engine {
             .map_err(|e| format!("setting up {}: {e}", profile.name))
     }
 
-    /// Measures N replicas under the strategy just set up `measures` times back to back
-    /// (fresh replicas each time) and reports the median measurement
-    /// ([`stats::median_run`]); stops early at a failure or a cancel, which is reported.
-    async fn bench_repeated(
-        &self,
-        job: &BenchJob,
-        setup: &Setup,
-        n: u32,
-        baseline: Option<&BenchRun>,
-        measures: u32,
-    ) -> Result<BenchRun, String> {
-        let mut runs = Vec::new();
-        for i in 1..=measures {
-            let logs = if measures == 1 {
-                format!("{}-{n}", setup.strategy)
-            } else {
-                format!("{}-{n}-{i}", setup.strategy)
-            };
-            let run = self.bench_run(job, setup, n, baseline, logs).await?;
-            let broken = run.error.is_some() || run.failed > 0;
-            runs.push(run);
-            if broken || job.cancel.is_cancelled() {
-                break;
-            }
-        }
-        stats::median_run(runs).ok_or_else(|| "no measurement was taken".to_owned())
-    }
-
     /// Runs N replicas under the strategy just set up and summarizes them; the replicas'
     /// output goes to the run's directory `run` (`mps-3`) in the caller's log directory.
+    /// Its comparisons with the baseline are made at the end ([`stats::against_baseline`]);
+    /// `opened` is called as its window opens.
     async fn bench_run(
         &self,
         job: &BenchJob,
         setup: &Setup,
         n: u32,
-        baseline: Option<&BenchRun>,
         run: String,
-    ) -> Result<BenchRun, String> {
+        opened: Box<dyn FnMut() + Send>,
+    ) -> Result<(BenchRun, Option<HostNoise>), String> {
         let node = self.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
-            Err(e) => return Ok(error_run(n, setup.describe.clone(), e)),
+            Err(e) => return Ok((error_run(n, setup.describe.clone(), e), None)),
         };
+        let cpus = job
+            .pinning
+            .as_ref()
+            .map(|p| (0..n as usize).map(|i| p.replica(i).unwrap_or_default().to_vec()).collect());
         let program = agent_binary()?;
         let time_limit = Duration::from_secs_f64(job.options.time_limit);
         let spec = RunSpec {
@@ -704,7 +898,9 @@ impl Engine {
             logs: job.options.logs_text().map(|dir| (dir, run)),
             method: job.options.method(),
             time_limit,
+            cpus,
         };
+        let mut opened = opened;
         let launcher = std::sync::Arc::clone(&self.launcher);
         let identity = job.identity.clone();
         let label = job.label.clone();
@@ -734,16 +930,17 @@ impl Engine {
                     .and_then(|node| node.gpu(gpu).map(process_memory))
                     .unwrap_or_default()
             };
-            let result = measure::run(&spec, &launch, &cancel, &mut started, &mut memory);
+            let result =
+                measure::run(&spec, &launch, &cancel, &mut started, &mut memory, &mut *opened);
             let _ = journal.bench_replicas(Vec::new());
             result
         })
         .await
         .map_err(|e| format!("the bench runner failed: {e}"))??;
-        let mut run = stats::summarize_run(n, setup.describe.clone(), outcome.measures, baseline);
+        let mut run = stats::summarize_run(n, setup.describe.clone(), outcome.measures, None);
         run.error = outcome.error;
         run.agent_cpu_percent = outcome.agent_cpu_percent;
-        Ok(run)
+        Ok((run, outcome.host))
     }
 
     /// Per replica, the variables of its device under the strategy set up now.
@@ -861,6 +1058,240 @@ impl Engine {
                 record.job
             ),
         }))
+    }
+}
+
+/// One cell of a bench: a strategy at a replica count, measured once a round.
+struct Cell {
+    strategy: BenchStrategy,
+    n: u32,
+    /// How it is set up; an error is the cell's figure (`8 instances do not fit`).
+    setup: Result<Setup, String>,
+    /// Its measurements, in order.
+    runs: Vec<BenchRun>,
+    /// How long its first setup took, ms.
+    setup_ms: Option<f64>,
+    /// Measured no more: a measurement failed, and that failure is what is reported.
+    done: bool,
+}
+
+/// What a bench measures next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    /// One replica alone on the whole GPU without MPS.
+    Baseline,
+    /// The cell of this index ([`BenchJob::cells`]).
+    Cell(usize),
+}
+
+/// The measurements of round `round` (1-based) of `repeat`, of a bench of `cells` cells:
+/// the baseline first, then every cell once, forward in odd rounds and backward in even
+/// ones, so that a drift over the bench falls on every cell alike (round-robin over
+/// strategies and replica counts, never one strategy's repeats back to back). The first
+/// round measures the baseline more than once when there are fewer rounds than
+/// [`BENCH_BASELINE_RUNS`], so that it is always measured at least that often: every
+/// ratio divides by it, and its spread is the host's noise.
+fn round_order(round: u32, repeat: u32, cells: usize) -> Vec<Item> {
+    let baselines =
+        if round == 1 { (BENCH_BASELINE_RUNS + 1).saturating_sub(repeat).max(1) } else { 1 };
+    let mut order = vec![Item::Baseline; baselines as usize];
+    if round % 2 == 1 {
+        order.extend((0..cells).map(Item::Cell));
+    } else {
+        order.extend((0..cells).rev().map(Item::Cell));
+    }
+    order
+}
+
+/// How long a bench has taken and will take: the estimate said as the first window
+/// opens, and what is left as each measurement starts.
+struct Timing {
+    started: Instant,
+    /// Measurements and setups not yet begun.
+    measurements_left: u32,
+    setups_left: u32,
+    /// How long measurements and setups took so far, seconds.
+    measurement_seconds: Vec<f64>,
+    setup_seconds: Vec<f64>,
+    /// When the measurement under way began.
+    measuring_since: Option<Instant>,
+    /// The estimate of the bench's whole length, made as the first window opened.
+    first_estimate: Option<f64>,
+    /// Shared with the window hook, which makes the first estimate.
+    shared: std::sync::Arc<std::sync::Mutex<Option<f64>>>,
+}
+
+/// What a replica's stop and reaping take after its window, a guess until measured.
+const STOP_GUESS: f64 = 0.1;
+
+impl Timing {
+    fn new(
+        started: Instant,
+        orders: &[Vec<Item>],
+        cells: &[Cell],
+        first_setup_seconds_ms: f64,
+    ) -> Timing {
+        let all: Vec<Item> = orders.iter().flatten().copied().collect();
+        let usable = |item: &Item| match item {
+            Item::Baseline => true,
+            Item::Cell(i) => cells[*i].setup.is_ok(),
+        };
+        let setup_of = |item: &Item| match item {
+            Item::Baseline => Some(time_slicing()),
+            Item::Cell(i) => cells[*i].setup.clone().ok(),
+        };
+        let mut setups = 1; // the restore
+        let mut current = Some(time_slicing());
+        for item in all.iter().filter(|i| usable(i)) {
+            let next = setup_of(item);
+            if next != current {
+                setups += 1;
+                current = next;
+            }
+        }
+        Timing {
+            started,
+            measurements_left: u32::try_from(all.iter().filter(|i| usable(i)).count())
+                .unwrap_or(u32::MAX),
+            setups_left: setups,
+            measurement_seconds: Vec::new(),
+            setup_seconds: vec![first_setup_seconds_ms / 1000.0],
+            measuring_since: None,
+            first_estimate: None,
+            shared: std::sync::Arc::default(),
+        }
+    }
+
+    fn mean(values: &[f64]) -> Option<f64> {
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    }
+
+    /// A setup took `seconds`.
+    fn set_up(&mut self, seconds: f64) {
+        self.setup_seconds.push(seconds);
+        self.setups_left = self.setups_left.saturating_sub(1);
+    }
+
+    /// A planned measurement is not taken (its cell failed or could not be set up).
+    fn skipped(&mut self) {
+        self.measurements_left = self.measurements_left.saturating_sub(1);
+    }
+
+    /// A measurement is over.
+    fn measured(&mut self, _run: &BenchRun) {
+        if let Some(since) = self.measuring_since.take() {
+            self.measurement_seconds.push(since.elapsed().as_secs_f64());
+        }
+        if self.first_estimate.is_none() {
+            self.first_estimate =
+                *self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// What is left, from what measurements and setups took so far: `, about 3m 10s
+    /// left`; empty before the first measurement ends.
+    fn left_text(&mut self) -> String {
+        self.measuring_since = Some(Instant::now());
+        let Some(each) = Self::mean(&self.measurement_seconds) else { return String::new() };
+        let setup = Self::mean(&self.setup_seconds).unwrap_or(0.0);
+        let left = f64::from(self.measurements_left) * each + f64::from(self.setups_left) * setup;
+        self.measurements_left = self.measurements_left.saturating_sub(1);
+        format!(
+            " ({} so far, about {} left)",
+            duration_text(self.started.elapsed().as_secs_f64()),
+            duration_text(left)
+        )
+    }
+
+    /// The hook of the measurement starting now: as its window opens it says so, and
+    /// the first time, the whole bench's estimated length (its start-up measured, each
+    /// later measurement taken to be as long, each setup as long as the first).
+    fn window_hook(
+        &self,
+        progress: &UnboundedSender<Progress>,
+        window: Option<f64>,
+    ) -> Box<dyn FnMut() + Send> {
+        let progress = progress.clone();
+        let shared = std::sync::Arc::clone(&self.shared);
+        let first = self.first_estimate.is_none() && self.measurement_seconds.is_empty();
+        let since = self.measuring_since.unwrap_or_else(Instant::now);
+        let started = self.started;
+        let after = f64::from(self.measurements_left);
+        let setups = f64::from(self.setups_left);
+        let setup = Self::mean(&self.setup_seconds).unwrap_or(0.0);
+        Box::new(move || {
+            let Some(length) = window else { return };
+            let mut step = format!("  measuring for {}", duration_text(length));
+            if first {
+                let start_up = since.elapsed().as_secs_f64();
+                let estimate = started.elapsed().as_secs_f64()
+                    + length
+                    + STOP_GUESS
+                    + after * (start_up + length + STOP_GUESS)
+                    + setups * setup;
+                *shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(estimate);
+                tracing::info!(
+                    "bench estimate {estimate:.1} s: {:.1} s so far, start-up {start_up:.2} s, {after} measurements and {setups} setups of {setup:.2} s to come",
+                    started.elapsed().as_secs_f64()
+                );
+                step.push_str(&format!(
+                    "; the whole bench takes about {} (estimated)",
+                    duration_text(estimate)
+                ));
+            }
+            let _ = progress.send(Progress { done: 0, total: 0, step });
+        })
+    }
+}
+
+/// `45 s`, `6m 05s`, `1h 02m`.
+fn duration_text(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The replicas' CPUs over every window: steal and clock.
+#[derive(Default)]
+struct HostTotals {
+    steal: Vec<f64>,
+    frequency_mhz: Vec<f64>,
+}
+
+impl HostTotals {
+    fn add(&mut self, noise: Option<HostNoise>) {
+        if let Some(noise) = noise {
+            self.steal.extend(noise.steal_percent);
+            self.frequency_mhz.extend(noise.frequency_mhz);
+        }
+    }
+
+    /// The mean steal over the windows (of equal length).
+    fn steal(&self) -> Option<f64> {
+        Timing::mean(&self.steal)
+    }
+}
+
+/// The worst replica's p99 of a run, ms.
+fn worst_p99(run: &BenchRun) -> Option<f64> {
+    run.per_replica.iter().filter(|r| !r.failed).filter_map(|r| r.p99_ms).reduce(f64::max)
+}
+
+/// How the runs' intervals were found, for the report.
+fn intervals_text(repeat: u32, baseline_measurements: usize) -> String {
+    let baseline = format!("the baseline's from its {baseline_measurements} measurements");
+    match repeat {
+        1 => format!(
+            "runs measured once have no interval ({baseline}); they are compared through the host's noise floor. --repeat 3 or more gives each run a 95 % bootstrap interval of its median"
+        ),
+        2 => format!("the range of each run's 2 measurements ({baseline})"),
+        k => format!(
+            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples; with 3 it is their range)",
+            stats::BOOTSTRAP_RESAMPLES
+        ),
     }
 }
 
@@ -1080,6 +1511,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rounds_interleave_every_cell_and_measure_the_baseline_at_least_three_times() {
+        use Item::{Baseline as B, Cell as C};
+        // Once: the baseline three times, then each cell.
+        assert_eq!(round_order(1, 1, 3), [B, B, B, C(0), C(1), C(2)]);
+        // Twice: twice then once; the second round backwards.
+        assert_eq!(round_order(1, 2, 3), [B, B, C(0), C(1), C(2)]);
+        assert_eq!(round_order(2, 2, 3), [B, C(2), C(1), C(0)]);
+        // Three or more: once a round, forward and backward in turn.
+        assert_eq!(round_order(1, 3, 2), [B, C(0), C(1)]);
+        assert_eq!(round_order(2, 3, 2), [B, C(1), C(0)]);
+        assert_eq!(round_order(3, 3, 2), [B, C(0), C(1)]);
+        assert_eq!(round_order(4, 10, 0), [B]);
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration_text(44.6), "45 s");
+        assert_eq!(duration_text(365.0), "6m 05s");
+        assert_eq!(duration_text(3720.0), "1h 02m");
+        assert_eq!(duration_text(-1.0), "0 s");
+    }
+
+    #[test]
     fn mig_sizes_follow_the_model() {
         let h100 = gpushare_catalog::model_by_key("h100-80gb").unwrap();
         let names: Vec<String> =
@@ -1119,6 +1573,9 @@ mod tests {
             repeat: 1,
             cwd: "/".into(),
             logs: None,
+            cpus: None,
+            pin: true,
+            replicas_given: true,
             environment: vec![
                 ("PATH".into(), "/bin".into()),
                 ("CUDA_VISIBLE_DEVICES".into(), "3".into()),

@@ -184,4 +184,11 @@ pub trait GpuBackend: Send + Sync {
     fn reset_blocker(&self, _gpu: u32, _host_root: &Path) -> Option<ResetBlocker> {
         None
     }
+
+    /// The GPU's PCI address as NVML writes it (`00000000:1B:00.0`), which names its
+    /// sysfs directory (its NUMA node's CPUs, for a bench's pinning); `None` when the
+    /// driver does not say.
+    fn pci_bus_id(&self, _gpu: u32) -> Option<String> {
+        None
+    }
 }

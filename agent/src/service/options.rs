@@ -10,13 +10,13 @@ use gpushare_proto::{
 use zbus::zvariant::OwnedValue;
 
 use gpushare_proto::bench::{
-    BENCH_BUILTIN, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET, BENCH_DEFAULT_REPEAT,
-    BENCH_DEFAULT_REPLICAS, BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION, BENCH_ENVIRONMENT,
-    BENCH_FLEET, BENCH_HISTOGRAM, BENCH_LOGS, BENCH_MAX_ARGUMENTS, BENCH_MAX_COMMAND_BYTES,
-    BENCH_MAX_DURATION, BENCH_MAX_ENVIRONMENT_BYTES, BENCH_MAX_NAME_BYTES, BENCH_MAX_PATH_BYTES,
-    BENCH_MAX_TIME_LIMIT, BENCH_MAX_VARIABLES, BENCH_MIN_SECONDS, BENCH_OBJECTIVE, BENCH_REPEAT,
-    BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT,
-    BenchStrategy,
+    BENCH_BUILTIN, BENCH_CPUS, BENCH_CWD, BENCH_DEFAULT_DURATION, BENCH_DEFAULT_FLEET,
+    BENCH_DEFAULT_REPEAT, BENCH_DEFAULT_REPLICAS, BENCH_DEFAULT_TIME_LIMIT, BENCH_DURATION,
+    BENCH_ENVIRONMENT, BENCH_FLEET, BENCH_HISTOGRAM, BENCH_LOGS, BENCH_MAX_ARGUMENTS,
+    BENCH_MAX_COMMAND_BYTES, BENCH_MAX_DURATION, BENCH_MAX_ENVIRONMENT_BYTES, BENCH_MAX_NAME_BYTES,
+    BENCH_MAX_PATH_BYTES, BENCH_MAX_TIME_LIMIT, BENCH_MAX_VARIABLES, BENCH_MIN_SECONDS,
+    BENCH_OBJECTIVE, BENCH_PIN, BENCH_REPEAT, BENCH_REPLICAS, BENCH_SLO, BENCH_STRATEGIES,
+    BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchStrategy,
 };
 
 use crate::engine::{BenchOptions, EngineError, ProbeOptions};
@@ -152,6 +152,9 @@ pub fn bench_options(
         cwd: Default::default(),
         environment: Vec::new(),
         logs: None,
+        cpus: None,
+        pin: true,
+        replicas_given: false,
     };
     let mut until_exit = false;
     let text_of = |key: &str, value: OwnedValue, most: usize| {
@@ -172,6 +175,7 @@ pub fn bench_options(
         match key.as_str() {
             BENCH_TARGET => bench.target = Some(text(key, value)?),
             BENCH_REPLICAS => {
+                bench.replicas_given = true;
                 bench.replicas = value.try_into().map_err(|_| bad(key, "an array of numbers"))?;
                 if bench.replicas.len() > 64 {
                     return Err(bad(key, "at most 64 replica counts"));
@@ -218,6 +222,8 @@ pub fn bench_options(
             }
             BENCH_CWD => bench.cwd = path(key, value)?.into(),
             BENCH_LOGS => bench.logs = Some(path(key, value)?.into()),
+            BENCH_CPUS => bench.cpus = Some(text(key, value)?),
+            BENCH_PIN => bench.pin = bool::try_from(value).map_err(|_| bad(key, "a boolean"))?,
             BENCH_ENVIRONMENT => {
                 let pairs: Vec<String> =
                     value.try_into().map_err(|_| bad(key, "an array of strings"))?;

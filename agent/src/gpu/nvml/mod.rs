@@ -808,6 +808,17 @@ impl GpuBackend for NvmlBackend {
         self.find_reset_blocker(gpu, host_root)
     }
 
+    fn pci_bus_id(&self, gpu: u32) -> Option<String> {
+        let call = "nvmlDeviceGetPciInfo_v3";
+        self.with_session(call, Some(gpu), |s| {
+            let info = s.device(call, gpu)?.pci_info();
+            info.map_err(|e| errors::wrapper_error(call, Some(gpu), call, e))
+        })
+        .map(|info| info.bus_id)
+        .map_err(|e| tracing::warn!("the PCI address of GPU {gpu}: {e}"))
+        .ok()
+    }
+
     fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
         let call = Operation::ResetGpu.as_str();
         // The device node, looked up before the reset while the handle surely works.
