@@ -1411,6 +1411,74 @@ mod tests {
         });
     }
 
+    /// Issue 27: a GPU a bench claims refuses the applies that select it (naming the
+    /// bench), a probe or another bench, and MPS limits on it; an apply of the other GPU
+    /// goes through; status names the bench; the claim goes when the bench finishes.
+    #[test]
+    fn a_claimed_gpu_refuses_what_would_touch_it_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let node = engine.observe().await.unwrap();
+            let record = BenchRecord {
+                job: "/io/gpushare/Agent1/jobs/7".into(),
+                checkpoint: GpuCheckpoint::of(&node, [0]),
+                previous_profile: None,
+                previous_document: None,
+                uid: 4242,
+                replicas: Vec::new(),
+                restore_error: None,
+                keeps_active: true,
+            };
+            engine.journal.begin_bench(record.clone()).unwrap();
+            let lock = engine.lock(None).await.unwrap();
+            let running = RunningJob {
+                id: record.job.clone(),
+                kind: JobKind::Bench { target: node.gpus[0].uuid.clone() },
+            };
+            let guard = engine.claim_for_bench(lock, running, &record, &node).await;
+            assert_eq!(engine.running_job(), None, "a bench holds no apply lock");
+
+            let status = engine.status().await.unwrap();
+            let [bench] = status.benches.as_slice() else { panic!("{status:?}") };
+            assert_eq!((bench.gpu, bench.uid, bench.job.as_str()), (0, 4242, record.job.as_str()));
+            assert_eq!(bench.restores, "MIG off, compute mode default, no MPS");
+            assert_eq!(status.apply_in_progress, None);
+
+            let who = "started by uid 4242";
+            for profile in ["all-balanced", "half-balanced", "all-mps"] {
+                let refused = engine.begin_apply(ProfileRef::Named(profile), false, "j1").await;
+                let Err(e @ EngineError::Busy(Some(_))) = refused else {
+                    panic!("{profile}: {:?}", refused.err())
+                };
+                let e = e.to_string();
+                assert!(e.starts_with("a bench is running (/io/gpushare/Agent1/jobs/7, bench on GPU 0 (this profile selects it), "), "{e}");
+                assert!(e.contains(who), "{e}");
+            }
+            // half-balanced of two GPUs: GPU 0 in MIG, GPU 1 whole. A profile of GPU 1 alone:
+            let gpu1 = "name = \"gpu1\"\n[[gpu]]\nselect = 1\nmig = { \"3g\" = 2 }\n";
+            let document = ProfileRef::Document { text: gpu1, origin: "gpu1.toml", config: "" };
+            let job = engine.begin_apply(document, false, "j2").await.unwrap();
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let report = engine.run_apply(&job, tx).await;
+            assert_eq!(report.result, JobResult::Success, "{:?}", report.error);
+            drop(job);
+            assert_eq!(engine.active_profile().as_deref(), Some("gpu1"));
+
+            // No probe or second bench meanwhile, on any GPU.
+            let busy = engine.lock(None).await.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(busy.contains("bench on GPU 0, started by uid 4242"), "{busy}");
+
+            drop(guard);
+            assert!(engine.status().await.unwrap().benches.is_empty());
+            engine.journal.end_bench().unwrap();
+            assert_eq!(engine.active_profile().as_deref(), Some("gpu1"));
+            let job = engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j3").await;
+            assert!(job.is_ok(), "{:?}", job.err());
+        });
+    }
+
     /// A rollback that worked but could not be written down: status says the journal
     /// still holds the apply, as state.json does, instead of nothing.
     #[test]
