@@ -12,8 +12,9 @@
 //! Host noise: baseline spread 7.0 %, steal 0.4 %, CPU 2,450–3,100 MHz — differences under 7 % on this host are noise.
 //!
 //! mps:
-//! N              UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-//! 3  1,180 [1,120–1,230]    2.94x    2.52    3.40  1.10x     0.999         1.03x       0  MPS, 3 clients
+//! N  UNITS/S                SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  SLOWEST  FAILED  SETUP
+//! 1      399                  0.99x    2.43    3.20  1.03x     0.999    1.01x       0  MPS, 1 client
+//! 3    1,180 [1,120–1,230]    2.94x    2.52    3.40  1.10x     0.999    1.03x       0  MPS, 3 clients
 //!
 //! mig: skipped (manage_mig = false)
 //!
@@ -752,57 +753,89 @@ fn repeat_range(run: &BenchRun) -> Option<String> {
     Some(format!("median of {count}, {}-{}", figure(low), figure(high)))
 }
 
-/// A row per replica count, the throughput and the p99 with their intervals
-/// (`1,180 [1,120-1,230]`) and a scaling above N marked (`2.10x!`, its note under the
-/// table); a SPREAD column (the measurements' largest throughput over the smallest) when
-/// runs were measured more than once and have no intervals (a report of an older agent):
-/// an interval says what the spread said, and more.
+/// A row per replica count; the throughput's and the p99's intervals in columns of their
+/// own beside them, unnamed (`1,180 [1,120-1,230]`: the medians stay aligned), where any
+/// run has one; a scaling above N marked (`2.10x!`, its note under the table); a SPREAD
+/// column (the measurements' largest throughput over the smallest) when runs were measured
+/// more than once and have no intervals (a report of an older agent): an interval says
+/// what the spread said, and more.
 fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> comfy_table::Table {
-    let intervals = runs.iter().any(|r| r.throughput_interval.is_some());
+    let measured = || runs.iter().filter(|r| r.error.is_none());
+    let intervals = measured().any(|r| r.throughput_interval.is_some());
+    let p99_intervals = measured().any(|r| r.p99_interval_ms.is_some());
     let repeated = !intervals && runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
-    let mut headers = vec!["N".to_owned(), rate.to_uppercase()];
-    if repeated {
-        headers.push("SPREAD".to_owned());
+    let flagged = measured().any(|r| r.scaling_warning.is_some());
+    // Each column's header and whether it is a figure (right-aligned).
+    let mut columns = vec![("N".to_owned(), true), (rate.to_uppercase(), true)];
+    if intervals {
+        columns.push((String::new(), false));
     }
-    headers.extend([
-        "SCALING".to_owned(),
-        "P50 MS".to_owned(),
-        "P99 MS".to_owned(),
-        format!("P99 {}", glyphs.times),
-        "FAIRNESS".to_owned(),
-        "MAX SLOWDOWN".to_owned(),
-        "FAILED".to_owned(),
-        "SETUP".to_owned(),
+    if repeated {
+        columns.push(("SPREAD".to_owned(), true));
+    }
+    columns.extend([
+        ("SCALING".to_owned(), true),
+        ("P50 MS".to_owned(), true),
+        ("P99 MS".to_owned(), true),
     ]);
-    let figures = headers.len() - 1;
-    let mut table = plain_table(headers);
-    for column in 0..figures {
-        if let Some(c) = table.column_mut(column) {
+    if p99_intervals {
+        columns.push((String::new(), false));
+    }
+    columns.extend([
+        (format!("P99 {}", glyphs.times), true),
+        ("FAIRNESS".to_owned(), true),
+        ("SLOWEST".to_owned(), true),
+        ("FAILED".to_owned(), true),
+        ("SETUP".to_owned(), false),
+    ]);
+    let mut table = plain_table(columns.iter().map(|(header, _)| header));
+    for (at, (header, figure)) in columns.iter().enumerate() {
+        if let (true, Some(c)) = (*figure, table.column_mut(at)) {
             c.set_cell_alignment(CellAlignment::Right);
         }
+        // An interval one space after its figure, as `1,180 [1,120-1,230]` reads.
+        if let (true, Some(c)) = (header.is_empty(), table.column_mut(at.wrapping_sub(1))) {
+            c.set_padding((0, 1));
+        }
     }
+    let bounds = |interval: Option<[f64; 2]>| {
+        interval.map_or(String::new(), |[low, high]| {
+            format!("[{}{}{}]", figure(low), glyphs.range, figure(high))
+        })
+    };
     for run in runs {
         let mut row = vec![run.replicas.to_string()];
         if let Some(error) = &run.error {
-            row.extend(std::iter::repeat_n("-".to_owned(), figures - 1));
+            row.extend(std::iter::repeat_n("-".to_owned(), columns.len() - 2));
             row.push(format!("error: {error}"));
+            // No interval for a run without figures.
+            for (at, (header, _)) in columns.iter().enumerate() {
+                if header.is_empty() {
+                    row[at] = String::new();
+                }
+            }
         } else {
-            row.push(with_interval(figure(run.throughput_per_s), run.throughput_interval, glyphs));
+            row.push(figure(run.throughput_per_s));
+            if intervals {
+                row.push(bounds(run.throughput_interval));
+            }
             if repeated {
                 row.push(
                     run.repeat_spread().map_or("-".to_owned(), |s| format!("{:.0} %", s * 100.0)),
                 );
             }
+            // The mark after the figure, a blank where others have one: the points align.
             let mut scaling = times(run.scaling);
             if run.scaling_warning.is_some() {
                 scaling.push('!');
+            } else if flagged {
+                scaling.push(' ');
+            }
+            row.extend([scaling, maybe_figure(run.p50_ms), maybe_figure(run.p99_ms)]);
+            if p99_intervals {
+                row.push(bounds(run.p99_interval_ms));
             }
             row.extend([
-                scaling,
-                maybe_figure(run.p50_ms),
-                run.p99_ms.map_or("-".into(), |p99| {
-                    with_interval(figure(p99), run.p99_interval_ms, glyphs)
-                }),
                 times(run.p99_inflation),
                 fairness(run.jain_fairness),
                 times(run.max_slowdown),

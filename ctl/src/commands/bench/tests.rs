@@ -673,22 +673,22 @@ Baseline: 1 replica alone: 402 [388-415] units/s, p50 2.41 ms, p99 3.10 [3.00-3.
 Host noise: baseline spread 8.1 %, steal 0.4 %, CPU 2,450-3,100 MHz - differences under 12 % on this host are noise.
 
 time-slicing:
-N        UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1  401 [395-410]    1.00x    2.42    3.10  1.00x     0.999         1.00x       0  1 clients
-3            405    1.01x    7.30    9.80  3.16x     0.999         2.98x       0  3 clients
-5            404    1.00x    12.2    16.4  5.29x     0.999         4.98x       0  5 clients
+N  UNITS/S            SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  SLOWEST  FAILED  SETUP
+1      401 [395-410]    1.00x    2.42    3.10  1.00x     0.999    1.00x       0  1 clients
+3      405              1.01x    7.30    9.80  3.16x     0.999    2.98x       0  3 clients
+5      404              1.00x    12.2    16.4  5.29x     0.999    4.98x       0  5 clients
 
 mps:
-N              UNITS/S  SCALING  P50 MS            P99 MS   P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1                  399    0.99x    2.43              3.20   1.03x     0.999         1.01x       0  1 clients
-3  1,180 [1,120-1,230]    2.93x    2.52  3.40 [3.10-3.60]   1.10x     0.999         1.02x       0  3 × MPS clients
-5                1,560    3.88x    3.90              61.0  19.68x     0.999         1.29x       1  5 clients
+N  UNITS/S                SCALING  P50 MS  P99 MS               P99 x  FAIRNESS  SLOWEST  FAILED  SETUP
+1      399                  0.99x    2.43    3.20               1.03x     0.999    1.01x       0  1 clients
+3    1,180 [1,120-1,230]    2.93x    2.52    3.40 [3.10-3.60]   1.10x     0.999    1.02x       0  3 × MPS clients
+5    1,560                  3.88x    3.90    61.0              19.68x     0.999    1.29x       1  5 clients
 
 mps-limited:
-N        UNITS/S  SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  MAX SLOWDOWN  FAILED  SETUP
-1  442 [401-450]   1.10x!    2.44    3.30  1.06x     0.999         1.01x       0  1 clients
-3          1,100    2.74x       -    4.40  1.42x     0.999         1.10x       0  MPS, 33 % threads, 13 GiB each
-5              -        -       -       -      -         -             -       -  error: cannot give 5 clients 20 % threads: the MPS server refused
+N  UNITS/S            SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  SLOWEST  FAILED  SETUP
+1      442 [401-450]   1.10x!    2.44    3.30  1.06x     0.999    1.01x       0  1 clients
+3    1,100             2.74x        -    4.40  1.42x     0.999    1.10x       0  MPS, 33 % threads, 13 GiB each
+5        -                  -       -       -      -         -        -       -  error: cannot give 5 clients 20 % threads: the MPS server refused
 ! N=1: 1.10x with 1 replica is above 1, which no sharing gives: the baseline's noise, not a gain
 
 mig: skipped (manage_mig = false)
@@ -877,7 +877,8 @@ fn a_scaling_above_n_is_marked_and_said_under_its_table() {
     run.scaling_warning = Some("3.40x with 3 replicas is above 3: the baseline's noise".into());
     let text = render_report(&r, Glyphs::ASCII);
     let mps = &text[text.find("\nmps:\n").unwrap()..text.find("\nmps-limited:\n").unwrap()];
-    assert!(mps.contains("1,180 [1,120-1,230]   3.40x!"), "{mps}");
+    assert!(mps.contains("\n3    1,180 [1,120-1,230]   3.40x!    2.52"), "{mps}");
+    assert!(mps.contains("\n1      399                 0.99x     2.43"), "aligned: {mps}");
     assert!(
         mps.ends_with("\n! N=3: 3.40x with 3 replicas is above 3: the baseline's noise\n"),
         "{mps}"
