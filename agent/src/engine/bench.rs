@@ -1192,10 +1192,11 @@ impl Timing {
     /// left`; empty before the first measurement ends.
     fn left_text(&mut self) -> String {
         self.measuring_since = Some(Instant::now());
+        let before = self.measurements_left;
+        self.measurements_left = before.saturating_sub(1);
         let Some(each) = Self::mean(&self.measurement_seconds) else { return String::new() };
         let setup = Self::mean(&self.setup_seconds).unwrap_or(0.0);
-        let left = f64::from(self.measurements_left) * each + f64::from(self.setups_left) * setup;
-        self.measurements_left = self.measurements_left.saturating_sub(1);
+        let left = f64::from(before) * each + f64::from(self.setups_left) * setup;
         format!(
             " ({} so far, about {} left)",
             duration_text(self.started.elapsed().as_secs_f64()),
@@ -1230,7 +1231,7 @@ impl Timing {
                     + after * (start_up + length + STOP_GUESS)
                     + setups * setup;
                 *shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(estimate);
-                tracing::info!(
+                tracing::debug!(
                     "bench estimate {estimate:.1} s: {:.1} s so far, start-up {start_up:.2} s, {after} measurements and {setups} setups of {setup:.2} s to come",
                     started.elapsed().as_secs_f64()
                 );
