@@ -1479,6 +1479,81 @@ mod tests {
         });
     }
 
+    /// Issue 27: an agent that stopped during a bench of GPU 0, in the middle of an apply of
+    /// GPU 1, rolls the apply back (its previous profile, applied to GPU 1 during the bench,
+    /// is active again), then restores GPU 0; the bench's setup never was the active profile.
+    #[test]
+    fn recovery_rolls_back_an_apply_of_another_gpu_then_restores_the_benched_gpu() {
+        use crate::apply::journal::Transaction;
+        let dir = tempfile::tempdir().unwrap();
+        let backend: Arc<dyn GpuBackend> =
+            Arc::new(SimBackend::new(&parse_spec("a100-40gb:2").unwrap(), SimOptions::default()));
+        let mut config = AgentConfig::default();
+        config.mps.root = dir.path().join("mps");
+        let start = || {
+            Engine::new(Arc::clone(&backend), ProfileStore::built_in(), dir.path(), &config)
+                .unwrap()
+        };
+        let engine = start();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let gpu1 = "name = \"gpu1\"\n[[gpu]]\nselect = 1\nmig = { \"3g\" = 2 }\n";
+            let document = ProfileRef::Document { text: gpu1, origin: "gpu1.toml", config: "" };
+            let job = engine.begin_apply(document, false, "j1").await.unwrap();
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            assert!(engine.run_apply(&job, tx.clone()).await.result.is_ok());
+            drop(job);
+            let node = engine.observe().await.unwrap();
+            let record = BenchRecord {
+                job: "/io/gpushare/Agent1/jobs/2".into(),
+                checkpoint: GpuCheckpoint::of(&node, [0]),
+                previous_profile: Some("gpu1".into()),
+                previous_document: None,
+                uid: 4242,
+                replicas: Vec::new(),
+                restore_error: None,
+                keeps_active: true,
+            };
+            engine.journal.begin_bench(record).unwrap();
+            // A bench setup: GPU 0 in MIG, committed, not active.
+            let mig = profile::MigLayout::Enabled(vec![(profile::MigKey::Slices(3), 2)]);
+            let uuid = node.gpus[0].uuid.clone();
+            let setup = bench::whole_gpu("bench-mig", &uuid, mig, profile::Sharing::Exclusive);
+            let plan = plan::plan(&node, &setup, &engine.policy).unwrap();
+            engine.transactions.apply(&plan, None, &node, &tx).await.unwrap();
+            assert_eq!(engine.active_profile().as_deref(), Some("gpu1"));
+            // An apply of GPU 1 that the agent's end cut short.
+            let node = engine.observe().await.unwrap();
+            engine
+                .journal
+                .begin(Transaction {
+                    profile: "all-disabled".into(),
+                    document: None,
+                    previous_profile: engine.journal.active_profile(),
+                    previous_document: engine.journal.active_document(),
+                    checkpoint: GpuCheckpoint::of(&node, [1]),
+                    steps: vec!["GPU 1: disable MIG mode".into()],
+                    completed: vec![],
+                    rollback_error: None,
+                })
+                .unwrap();
+        });
+        drop(engine);
+        let engine = start();
+        rt.block_on(async {
+            let rolled = engine.recover().await.unwrap().unwrap();
+            assert!(rolled.contains("active profile gpu1"), "{rolled}");
+            let restored = engine.recover_bench().await.unwrap().unwrap();
+            assert!(restored.contains("GPU 0 as before the bench"), "{restored}");
+            assert!(restored.contains("active profile gpu1"), "{restored}");
+            let state = engine.journal.snapshot();
+            assert_eq!((state.transaction, state.bench), (None, None));
+            assert_eq!(state.active_profile.as_deref(), Some("gpu1"));
+            let node = engine.observe().await.unwrap();
+            assert!(!node.gpus[0].mig_enabled && node.gpus[1].mig_enabled);
+        });
+    }
+
     /// A rollback that worked but could not be written down: status says the journal
     /// still holds the apply, as state.json does, instead of nothing.
     #[test]
