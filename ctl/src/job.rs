@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gpushare_proto::{AgentError, BUS_NAME, JOB_INTERFACE, JobProxy};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use zbus::message::Type as MessageType;
@@ -339,6 +339,17 @@ pub fn progress_line(done: u32, total: u32, step: &str, elapsed: Duration) -> St
     format!("[{number}/{total} {}] {step}", duration_text(elapsed.as_secs_f64()))
 }
 
+/// The bar's look: `███░░░   3/9  1m12s mps: 3 replicas …`, the time since the job
+/// started written as the plain lines write it (`1m12s`, not indicatif's `1m`).
+fn bar_style() -> Option<ProgressStyle> {
+    let since_start = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = write!(w, "{:>5}", duration_text(state.elapsed().as_secs_f64()));
+    };
+    ProgressStyle::with_template("{bar:30} {pos:>3}/{len:3} {since_start} {wide_msg}")
+        .ok()
+        .map(|style| style.with_key("since_start", since_start))
+}
+
 /// Progress on stderr: a bar on a terminal, plain lines otherwise, nothing with `--json`;
 /// both with the time since the job started.
 struct Progress {
@@ -382,9 +393,7 @@ impl Progress {
                         ProgressDrawTarget::stderr(),
                     )
                     .with_elapsed(started.elapsed());
-                    if let Ok(style) = ProgressStyle::with_template(
-                        "{bar:30} {pos:>3}/{len:3} {elapsed:>4} {wide_msg}",
-                    ) {
+                    if let Some(style) = bar_style() {
                         bar.set_style(style);
                     }
                     // The time goes on during a step (a bench's window: minutes).
@@ -435,6 +444,57 @@ mod tests {
             progress_line(2, 9, "mps: 3 replicas (MPS, 3 clients)", secs(72.0)),
             "[3/9 1m12s] mps: 3 replicas (MPS, 3 clients)"
         );
+    }
+
+    /// A terminal that keeps what is drawn on it.
+    #[derive(Debug, Clone, Default)]
+    struct Screen(std::sync::Arc<std::sync::Mutex<String>>);
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            100
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.write_str(&format!("{s}\n"))
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().push_str(s);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_bar_shows_the_time_since_the_job_started() {
+        let screen = Screen::default();
+        let bar = ProgressBar::with_draw_target(
+            Some(9),
+            ProgressDrawTarget::term_like(Box::new(screen.clone())),
+        )
+        .with_elapsed(secs(72.0));
+        bar.set_style(bar_style().expect("a valid template"));
+        bar.set_position(3);
+        bar.set_message("mps: 3 replicas");
+        bar.force_draw();
+        let drawn = screen.0.lock().unwrap().clone();
+        assert!(drawn.contains("  3/9   1m12s mps: 3 replicas"), "{drawn:?}");
     }
 
     #[test]
