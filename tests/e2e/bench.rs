@@ -264,13 +264,14 @@ fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times(
     let starts = agent.sim_record().matches("mps-control daemon pipe=").count();
     assert_eq!(starts, 2, "one MPS setup a round: {}", agent.sim_record());
 
-    // As people read it: the baseline's range and a spread column.
+    // As people read it: the baseline's range and each run's interval.
     let out = replica.bench(&agent, &args).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("each run 2 times, the median reported"), "{shown}");
     assert!(shown.contains(" (median of 3, "), "{shown}");
-    assert!(shown.contains("SPREAD"), "{shown}");
+    assert!(shown.contains("5.00 [5.00-5.00]"), "{shown}");
+    assert!(shown.contains("the range of each run's 2 measurements"), "{shown}");
 }
 
 #[test]

@@ -186,11 +186,18 @@ pub fn noise(
         p99: baseline_p99_spread.unwrap_or(0.0).max(MIN_NOISE_FLOOR),
     };
     let mut meaning = match baseline_spread {
-        Some(_) => format!(
+        Some(s) if s >= MIN_NOISE_FLOOR => format!(
             "differences in throughput under {} on this host are noise: one replica alone \
              varied that much over {} measurements",
             percent_text(floor.throughput),
             ok.len(),
+        ),
+        Some(s) => format!(
+            "one replica alone varied {:.1} % over {} measurements, a quiet host; differences \
+             in throughput under {} are still called noise",
+            s * 100.0,
+            ok.len(),
+            percent_text(MIN_NOISE_FLOOR)
         ),
         None => format!(
             "the baseline was measured fewer than twice, so differences under {} are called \
@@ -1635,6 +1642,11 @@ mod tests {
         // A quiet host still has a floor.
         let (floor, quiet) = noise(&[measurement(100.0, 2.0), measurement(100.5, 2.0)], None, &[]);
         assert_eq!(floor.throughput, MIN_NOISE_FLOOR);
+        assert_eq!(
+            quiet.meaning,
+            "one replica alone varied 0.5 % over 2 measurements, a quiet host; differences in \
+             throughput under 2 % are still called noise"
+        );
         assert_eq!((quiet.steal_percent, quiet.frequency_mhz), (None, None));
     }
 

@@ -551,6 +551,7 @@ mod tests {
             hands_off: None,
             drift: None,
             start_up_error: None,
+            benches: vec![],
             gpus: vec![
                 GpuStatus {
                     index: 0,
