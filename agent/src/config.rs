@@ -132,9 +132,9 @@ impl Default for HookSettings {
     }
 }
 
-/// What the agent may change on the GPUs. On a shared host you do not own, set both to
-/// false: the agent then observes, plans and refuses any plan that would change MIG, and
-/// leaves compute modes alone.
+/// What the agent may change on the GPUs. On a shared host you do not own, set all three
+/// to false: the agent then observes, plans and refuses any plan that would change MIG or
+/// set a time-slice interval, and leaves compute modes and intervals alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GpuPolicy {
@@ -142,11 +142,13 @@ pub struct GpuPolicy {
     pub manage_mig: bool,
     /// Compute modes.
     pub manage_compute_mode: bool,
+    /// Time-slice intervals (`nvidia-smi compute-policy --set-timeslice`).
+    pub manage_timeslice: bool,
 }
 
 impl Default for GpuPolicy {
     fn default() -> Self {
-        Self { manage_mig: true, manage_compute_mode: true }
+        Self { manage_mig: true, manage_compute_mode: true, manage_timeslice: true }
     }
 }
 
@@ -301,7 +303,10 @@ mod tests {
         let c = AgentConfig::parse("state_dir = \"/tmp/s\"\n[gpu]\nmanage_mig = false\n", "a.toml")
             .unwrap();
         assert_eq!(c.state_dir, PathBuf::from("/tmp/s"));
-        assert_eq!(c.gpu, GpuPolicy { manage_mig: false, manage_compute_mode: true });
+        assert_eq!(
+            c.gpu,
+            GpuPolicy { manage_mig: false, manage_compute_mode: true, manage_timeslice: true }
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ ctl() { "$bin/gpushare-ctl" "$@"; }
 # $work/agent.toml for a host you do not own: MIG and compute modes left alone, the MPS
 # servers under $work, no metrics listener.
 write_hands_off_config() {
-  printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' \
+  printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\nmanage_timeslice = false\n[mps]\nroot = "%s/mps"\n[metrics]\nenabled = false\n' \
     "$work" >"$work/agent.toml"
 }
 

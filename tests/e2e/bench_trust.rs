@@ -405,3 +405,35 @@ fn a_replica_writing_its_units_to_stdout_is_told_within_seconds() {
     // 5 s after the replicas started (the baseline's), with set-up around it.
     assert!(took < Duration::from_secs(15), "told after {took:?}: {err}");
 }
+
+#[test]
+fn replicas_run_on_the_gpus_numa_node_where_the_host_has_several() {
+    let own = own_cpus();
+    let last = *own.last().unwrap();
+    // Two NUMA nodes; GPU 1's local CPUs are the last of this host's.
+    let host = format!("numa:1={last}");
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").env("GPUSHARE_SIM_HOST", &host));
+    let bench = Bench::new(PINNED_REPLICA, "replica.sh");
+    let args = ["--target", "1", "--strategies", "mps", "--duration", "1s", "--json"];
+    let out = bench.run(
+        &agent,
+        &[&args[..], &["--replicas", "1"]].concat(),
+        &["/bin/sh", "replica.sh"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let pinning = report_of(&out).pinning.unwrap();
+    assert!(pinning.from.contains("NUMA node"), "{pinning:?}");
+    assert_eq!(pinning.replicas, [last.to_string()]);
+    assert_eq!(allowed_in(&bench.logs().join("mps-1/replica-0.out")), [last]);
+    // The node has one CPU: two replicas are refused, naming it.
+    let out = bench.run(
+        &agent,
+        &[&args[..], &["--replicas", "2"]].concat(),
+        &["/bin/sh", "replica.sh"],
+        &[],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("2 replicas need 2 CPUs") && err.contains("NUMA node"), "{err}");
+}

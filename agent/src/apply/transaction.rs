@@ -290,7 +290,7 @@ impl Transactions {
                             start.map(|s| (s, index, l))
                         })
                         .collect(),
-                    timeslice: cp.timeslice,
+                    timeslice: cp.timeslice.filter(|_| self.policy.manage_timeslice),
                 },
             ));
         }

@@ -265,6 +265,7 @@ impl Engine {
         let policy = PlanOptions {
             manage_mig: config.gpu.manage_mig,
             manage_compute_mode: config.gpu.manage_compute_mode,
+            manage_timeslice: config.gpu.manage_timeslice,
             force: false,
         };
         let (mps_launch, why) = MpsLaunch::detect(&config.mps.root);

@@ -30,13 +30,15 @@ pub struct PlanOptions {
     pub manage_mig: bool,
     /// Whether compute modes may change (agent.toml `[gpu] manage_compute_mode`).
     pub manage_compute_mode: bool,
+    /// Whether time-slice intervals may change (agent.toml `[gpu] manage_timeslice`).
+    pub manage_timeslice: bool,
     /// Proceed although compute processes use what must change.
     pub force: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        Self { manage_mig: true, manage_compute_mode: true, force: false }
+        Self { manage_mig: true, manage_compute_mode: true, manage_timeslice: true, force: false }
     }
 }
 
@@ -355,6 +357,19 @@ fn plan_gpu(
         (Sharing::TimeSlicing { interval, .. }, false) => *interval,
         _ => TimeSliceInterval::Default,
     };
+    // Hands off: the interval stays as it is; a profile that needs one set is refused.
+    let timeslice = match (options.manage_timeslice, timeslice) {
+        (true, interval) => Some(interval),
+        (false, TimeSliceInterval::Default) => None,
+        (false, interval) => {
+            return Err(PlanError::Forbidden(format!(
+                "{}: the profile sets the time-slice interval {} (the rule at {}), but the agent's configuration sets manage_timeslice = false",
+                gpu.label(),
+                interval.as_str(),
+                rule.location
+            )));
+        }
+    };
     let mut instance_mps = Vec::new();
     if mig_enabled {
         for p in &target_instances {
@@ -394,7 +409,7 @@ fn plan_gpu(
         compute_mode,
         mps,
         instance_mps,
-        timeslice: Some(timeslice),
+        timeslice,
     };
     plan_gpu_to(gpu, node, target, options)
 }

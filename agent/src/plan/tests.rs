@@ -201,12 +201,29 @@ fn busy_instances_are_refused_with_their_pids_unless_forced() {
 #[test]
 fn the_agent_configuration_can_forbid_changes() {
     let sim = node("h100-80gb:1");
-    let hands_off = PlanOptions { manage_mig: false, manage_compute_mode: false, force: false };
+    let hands_off = PlanOptions {
+        manage_mig: false,
+        manage_compute_mode: false,
+        manage_timeslice: false,
+        force: false,
+    };
     let e = plan(&observed(&sim), &built_in("all-balanced"), &hands_off).unwrap_err();
     assert!(matches!(e, PlanError::Forbidden(_)), "{e}");
     let p = plan(&observed(&sim), &built_in("all-disabled"), &hands_off).unwrap();
     assert!(p.is_empty());
     assert_eq!(p.gpus[0].target.compute_mode, None);
+    // An interval someone set stays, also under a profile that would reset it.
+    let mut state = observed(&sim);
+    state.timeslices.insert(0, TimeSliceInterval::Medium);
+    let p = plan(&state, &built_in("all-mps"), &hands_off).unwrap();
+    assert_eq!(p.gpus[0].target.timeslice, None);
+    assert!(!p.steps().any(|s| matches!(s, Step::SetTimeslice { .. })), "{:?}", p.gpus[0].steps);
+    // A profile that needs one set is refused, naming the setting.
+    let sliced =
+        profile("[[gpu]]\nselect = 0\nsharing = { time-slicing = { interval = \"short\" } }\n");
+    let e = plan(&state, &sliced, &hands_off).unwrap_err();
+    assert!(matches!(e, PlanError::Forbidden(_)), "{e}");
+    assert!(e.to_string().contains("manage_timeslice = false"), "{e}");
 }
 
 #[test]
