@@ -434,6 +434,7 @@ fn replicas_run_on_the_gpus_numa_node_where_the_host_has_several() {
         &[],
     );
     assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(err.contains("2 replicas need 2 CPUs") && err.contains("NUMA node"), "{err}");
+    // With --json the reason is the document's.
+    let said = text(&out);
+    assert!(said.contains("2 replicas need 2 CPUs") && said.contains("NUMA node"), "{said}");
 }
