@@ -133,16 +133,11 @@ impl NodeAccess {
         None
     }
 
-    /// The CPUs a bench may pin GPU `gpu`'s replicas to, and where they come from
-    /// ([`crate::bench::pinning::available`]: the agent's, on the GPU's NUMA node).
-    pub async fn bench_cpus(&self, gpu: u32) -> Result<(Vec<u32>, String), String> {
-        let (backend, root) = (Arc::clone(&self.backend), self.host_root.clone());
-        tokio::task::spawn_blocking(move || {
-            let bus_id = backend.pci_bus_id(gpu);
-            crate::bench::pinning::available(&root, bus_id.as_deref())
-        })
-        .await
-        .map_err(|e| format!("finding the CPUs: {}", crate::sys::task_failed(&e)))?
+    /// GPU `gpu`'s PCI address as NVML writes it ([`GpuBackend::pci_bus_id`]), which names
+    /// its sysfs directory under [`NodeAccess::host_root`].
+    pub async fn pci_bus_id(&self, gpu: u32) -> Option<String> {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || backend.pci_bus_id(gpu)).await.ok().flatten()
     }
 
     /// The GPUs `plan` resets that cannot be reset on this host ([`GpuBackend::reset_blocker`]),
