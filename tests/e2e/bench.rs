@@ -271,7 +271,7 @@ fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times(
     assert!(shown.contains("each run 2 times, the median reported"), "{shown}");
     assert!(shown.contains(" (median of 3, "), "{shown}");
     assert!(shown.contains("5.00 [5.00-5.00]"), "{shown}");
-    assert!(shown.contains("the range of each run's 2 measurements"), "{shown}");
+    assert!(shown.contains("with 2 it is their range"), "{shown}");
 }
 
 #[test]

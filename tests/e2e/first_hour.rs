@@ -137,7 +137,7 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
         assert!(said.contains(expected), "`{expected}` missing:\n{said}");
     }
     // Point 7's wording, where this bench produced it.
-    for expected in ["time-slicing: 1 replica (whole GPU, no MPS)", "restoring: "] {
+    for expected in ["baseline: one replica alone on the whole GPU, without MPS", "restoring: "] {
         assert!(said.contains(expected), "`{expected}` missing:\n{said}");
     }
     assert!(!said.contains("1 replicas") && !said.contains("rolling back"), "{said}");
