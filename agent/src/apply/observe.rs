@@ -140,6 +140,14 @@ impl NodeAccess {
         tokio::task::spawn_blocking(move || backend.pci_bus_id(gpu)).await.ok().flatten()
     }
 
+    /// GPU `gpu`'s device minor number ([`GpuBackend::minor_number`]), which names its
+    /// device node `/dev/nvidia<minor>` and its MIG capabilities under
+    /// [`NodeAccess::host_root`] ([`crate::gpu::device_nodes`]).
+    pub async fn minor_number(&self, gpu: u32) -> Option<u32> {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || backend.minor_number(gpu)).await.ok().flatten()
+    }
+
     /// The GPUs `plan` resets that cannot be reset on this host ([`GpuBackend::reset_blocker`]),
     /// as one line naming each GPU (`node`'s label), why and what to do; `None` when every
     /// reset can run. Checked before the first step, beside [`NodeAccess::missing_tool`]:

@@ -6,6 +6,7 @@
 //! very same calls (see [`nvml::Driver`]). The unit tests' in-process double, `sim`,
 //! exists only under `cfg(test)`.
 
+pub mod device_nodes;
 pub mod nvml;
 #[cfg(test)]
 pub mod sim;
@@ -189,6 +190,13 @@ pub trait GpuBackend: Send + Sync {
     /// sysfs directory (its NUMA node's CPUs, for a bench's pinning); `None` when the
     /// driver does not say.
     fn pci_bus_id(&self, _gpu: u32) -> Option<String> {
+        None
+    }
+
+    /// The GPU's device minor number (`nvmlDeviceGetMinorNumber`): the `N` of its
+    /// `/dev/nvidia<N>` and of the `gpu<N>` of its MIG capabilities ([`device_nodes`]);
+    /// `None` when the driver does not say.
+    fn minor_number(&self, _gpu: u32) -> Option<u32> {
         None
     }
 }

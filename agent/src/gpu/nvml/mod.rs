@@ -819,6 +819,16 @@ impl GpuBackend for NvmlBackend {
         .ok()
     }
 
+    fn minor_number(&self, gpu: u32) -> Option<u32> {
+        let call = "nvmlDeviceGetMinorNumber";
+        self.with_session(call, Some(gpu), |s| {
+            let minor = s.device(call, gpu)?.minor_number();
+            minor.map_err(|e| errors::wrapper_error(call, Some(gpu), call, e))
+        })
+        .map_err(|e| tracing::warn!("the device minor number of GPU {gpu}: {e}"))
+        .ok()
+    }
+
     fn reset_gpu(&self, gpu: u32) -> Result<(), GpuError> {
         let call = Operation::ResetGpu.as_str();
         // The device node, looked up before the reset while the handle surely works.
