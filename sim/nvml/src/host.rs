@@ -3,9 +3,11 @@
 //! `gpushare-agent --simulate` reads them there (its `host_root` setting) with the very
 //! code that reads `/` on a real host.
 //!
-//! Written from the node ([`Node::host`] and each GPU's `flr`) at every first `nvmlInit`
-//! of a process, under the node's lock ([`render`]); a file that already holds what it
-//! should is left alone, and one the node no longer explains is removed. What is there:
+//! Written from the node ([`Node::host`], each GPU's `flr` and MIG instances) whenever the
+//! node is written (every first `nvmlInit` of a process, and every change: instances
+//! created or destroyed by the library or the simulated nvidia-smi), under the node's lock
+//! ([`render`], from [`NodeFile::write`]); a file that already holds what it should is left
+//! alone, and one the node no longer explains is removed. What is there:
 //!
 //! - `sys/module/nvidia_drm/parameters/{modeset,fbdev}`: `Y` or `N`, while `nvidia_drm`
 //!   is loaded (the kernel prints a bool parameter so; `fbdev` follows `modeset`, as
@@ -27,13 +29,35 @@
 //!   `sys/devices/system/node/online` (`0-<n-1>`: a node for each distinct CPU list, at
 //!   least two, numbered in the order of the lowest GPU on each) and, for each GPU named,
 //!   `numa_node` and `local_cpulist` in its PCI directory. Without, none of them: a host
-//!   of one node (what sysfs of a kernel without NUMA shows too).
+//!   of one node (what sysfs of a kernel without NUMA shows too);
+//! - the driver's MIG capabilities (issue 28: a CDI spec's MIG devices need them):
+//!   `proc/driver/nvidia-caps/mig-minors`, the driver's whole table of capability minors
+//!   (`config 1`, `monitor 2`, then `gpu<G>/gi<I>/access` and `gpu<G>/gi<I>/ci<C>/access`
+//!   for every GPU minor below 32, GPU instance id below 15 and compute instance id below
+//!   8: see [`gpu_instance_minor`]); `proc/driver/nvidia/capabilities/mig/{config,monitor}`;
+//!   and for each GPU instance and compute instance that exists,
+//!   `proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/access` and
+//!   `…/gi<id>/ci<id>/access` (`DeviceFileMinor: <N>`, `DeviceFileMode: 292`,
+//!   `DeviceFileModify: 1`, as the driver writes them), gone with the instance;
+//! - device nodes, real character devices (`mknod`), only when the library runs as root
+//!   (with `CAP_MKNOD`): `dev/nvidia<minor>` for each GPU and `dev/nvidiactl` (major 195,
+//!   the driver's; `nvidiactl` minor 255), `dev/nvidia-uvm` and `dev/nvidia-uvm-tools`
+//!   (major [`UVM_MAJOR`], minors 0 and 1), and `dev/nvidia-caps/nvidia-cap<N>` for
+//!   `config`, `monitor` and each live instance's capabilities (major [`CAPS_MAJOR`]); the
+//!   real `nvidia-uvm` and `nvidia-caps` majors are dynamic, so made-up ones stand in;
+//! - `gpushare-simulated-host` at the root ([`MARKER`]): says that this is a simulated
+//!   host, and `device nodes: made`, or `device nodes: none: <why>` when the library could
+//!   not make them, which the agent repeats when a node is missing.
 //!
 //! [`Host::numa`]: crate::node::Host::numa
+//! [`NodeFile::write`]: crate::node::NodeFile::write
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::CString;
 use std::fs;
 use std::io::{ErrorKind, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::device::{self, PciAddress};
@@ -45,6 +69,139 @@ pub const FABRIC_MANAGER_PID: u32 = 4127;
 const FIRST_NVSWITCH_BUS: u8 = 0xc4;
 /// Where the PCI Express capability sits in the rendered configuration space.
 const PCIE_CAPABILITY: usize = 0x60;
+
+/// The major number of `/dev/nvidia<N>` and `/dev/nvidiactl` (the driver's
+/// `NV_MAJOR_DEVICE_NUMBER`).
+pub const NVIDIA_MAJOR: u32 = 195;
+/// The minor number of `/dev/nvidiactl`.
+pub const NVIDIACTL_MINOR: u32 = 255;
+/// The simulated `nvidia-uvm` major (the real one is dynamic, from `/proc/devices`).
+pub const UVM_MAJOR: u32 = 510;
+/// The simulated `nvidia-caps` major (the real one is dynamic, from `/proc/devices`).
+pub const CAPS_MAJOR: u32 = 511;
+/// The file at the simulated host's root that says it is one, and whether it has device
+/// nodes (`gpushare_agent::gpu::device_nodes` reads it when a node is missing).
+pub const MARKER: &str = "gpushare-simulated-host";
+/// What the marker says when the library is not root.
+pub const NOT_ROOT: &str = "the simulator makes device nodes only as root";
+
+/// GPU minors, GPU instance ids and compute instance ids the driver's MIG capability table
+/// covers (`gpu31/gi14/ci7/access 4322` is its last line).
+const TABLE_GPUS: u32 = 32;
+const TABLE_GPU_INSTANCES: u32 = 15;
+const TABLE_COMPUTE_INSTANCES: u32 = 8;
+/// Minors per GPU instance in the table: its own and one per compute instance.
+const MINORS_PER_GI: u32 = 1 + TABLE_COMPUTE_INSTANCES;
+/// The first GPU instance minor (`config` is 1, `monitor` 2).
+const FIRST_GI_MINOR: u32 = 3;
+
+/// The minor of capability `gpu<gpu_minor>/gi<gpu_instance>/access` in the driver's
+/// `/proc/driver/nvidia-caps/mig-minors`: the table is fixed at module load and lists
+/// every GPU minor below 32 and GPU instance id below 15, each GPU instance followed by
+/// its 8 compute instances (the MIG user guide's excerpt ends `gpu31/gi14/ci7/access
+/// 4322`; NVIDIA's k8s-dra-driver quotes `gpu3/gi3/ci3/access 439` and
+/// `gpu6/gi11/ci7/access 920`): `3 + 135 * gpu + 9 * gi`. `None` outside the table.
+pub fn gpu_instance_minor(gpu_minor: u32, gpu_instance: u32) -> Option<u32> {
+    (gpu_minor < TABLE_GPUS && gpu_instance < TABLE_GPU_INSTANCES).then(|| {
+        FIRST_GI_MINOR
+            + gpu_minor * TABLE_GPU_INSTANCES * MINORS_PER_GI
+            + gpu_instance * MINORS_PER_GI
+    })
+}
+
+/// The minor of capability `gpu<gpu_minor>/gi<gpu_instance>/ci<compute_instance>/access`:
+/// its GPU instance's plus one plus the compute instance id ([`gpu_instance_minor`]).
+pub fn compute_instance_minor(
+    gpu_minor: u32,
+    gpu_instance: u32,
+    compute_instance: u32,
+) -> Option<u32> {
+    if compute_instance >= TABLE_COMPUTE_INSTANCES {
+        return None;
+    }
+    Some(gpu_instance_minor(gpu_minor, gpu_instance)? + 1 + compute_instance)
+}
+
+/// The driver's `/proc/driver/nvidia-caps/mig-minors`: `<capability> <minor>` lines,
+/// `config 1`, `monitor 2`, then every GPU instance and compute instance capability.
+pub fn mig_minors_table() -> String {
+    let mut table = String::from("config 1\nmonitor 2\n");
+    for gpu in 0..TABLE_GPUS {
+        for gi in 0..TABLE_GPU_INSTANCES {
+            let minor = gpu_instance_minor(gpu, gi).expect("inside the table");
+            table.push_str(&format!("gpu{gpu}/gi{gi}/access {minor}\n"));
+            for ci in 0..TABLE_COMPUTE_INSTANCES {
+                table.push_str(&format!("gpu{gpu}/gi{gi}/ci{ci}/access {}\n", minor + 1 + ci));
+            }
+        }
+    }
+    table
+}
+
+/// A capability file under `/proc/driver/nvidia/capabilities/`, as the driver writes it.
+fn capability_file(minor: u32, mode: u32) -> Vec<u8> {
+    format!("DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n").into_bytes()
+}
+
+/// A character device the simulated host has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CharDevice {
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+    /// Permission bits (`0o666`).
+    pub mode: u32,
+}
+
+/// `DeviceFileMode` of `mig/config` (0400: root only), and of `mig/monitor` and every
+/// instance's `access` (0444).
+const CONFIG_MODE: u32 = 0o400;
+const ACCESS_MODE: u32 = 0o444;
+
+/// The MIG capabilities the host shows: (`proc` file under `capabilities/`, minor, mode),
+/// `config` and `monitor` first, then each existing GPU instance and compute instance.
+fn capabilities(node: &Node) -> Vec<(String, u32, u32)> {
+    let mut caps = vec![
+        ("mig/config".to_string(), 1, CONFIG_MODE),
+        ("mig/monitor".to_string(), 2, ACCESS_MODE),
+    ];
+    for gpu in &node.gpus {
+        let g = gpu.minor_number;
+        for gi in &gpu.instances {
+            let Some(minor) = gpu_instance_minor(g, gi.id) else { continue };
+            caps.push((format!("gpu{g}/mig/gi{}/access", gi.id), minor, ACCESS_MODE));
+            for ci in &gi.compute_instances {
+                let Some(minor) = compute_instance_minor(g, gi.id, ci.id) else { continue };
+                caps.push((
+                    format!("gpu{g}/mig/gi{}/ci{}/access", gi.id, ci.id),
+                    minor,
+                    ACCESS_MODE,
+                ));
+            }
+        }
+    }
+    caps
+}
+
+/// Every device node the node's host has (made only as root, see [`render`]), by path
+/// under the root.
+pub fn devices(node: &Node) -> BTreeMap<PathBuf, CharDevice> {
+    let mut devices = BTreeMap::new();
+    let mut add = |path: String, major: u32, minor: u32, mode: u32| {
+        devices.insert(PathBuf::from(path), CharDevice { major, minor, mode });
+    };
+    for gpu in &node.gpus {
+        add(format!("dev/nvidia{}", gpu.minor_number), NVIDIA_MAJOR, gpu.minor_number, 0o666);
+    }
+    add("dev/nvidiactl".into(), NVIDIA_MAJOR, NVIDIACTL_MINOR, 0o666);
+    add("dev/nvidia-uvm".into(), UVM_MAJOR, 0, 0o666);
+    add("dev/nvidia-uvm-tools".into(), UVM_MAJOR, 1, 0o666);
+    for (_, minor, mode) in capabilities(node) {
+        add(format!("dev/nvidia-caps/nvidia-cap{minor}"), CAPS_MAJOR, minor, mode);
+    }
+    devices
+}
 
 /// The simulated host of the node in `state`: `<state>.host`.
 pub fn root_of(state: &Path) -> PathBuf {
@@ -129,6 +286,15 @@ pub fn files(node: &Node) -> BTreeMap<PathBuf, Vec<u8>> {
             format!("0-{last}\n").into_bytes(),
         );
     }
+    // The driver's MIG capabilities (issue 28).
+    files.insert(
+        PathBuf::from("proc/driver/nvidia-caps/mig-minors"),
+        mig_minors_table().into_bytes(),
+    );
+    let caps = Path::new("proc/driver/nvidia/capabilities");
+    for (file, minor, mode) in capabilities(node) {
+        files.insert(caps.join(file), capability_file(minor, mode));
+    }
     // Init, so that proc/ reads as a host's process list whatever else runs.
     files.insert(PathBuf::from("proc/1/comm"), b"systemd\n".to_vec());
     if node.host.nvswitches > 0 && node.host.fabric_manager == FabricManager::Running {
@@ -150,11 +316,26 @@ pub fn sysfs_bus_id(pci: &PciAddress) -> String {
 }
 
 /// Makes the directory `root` show the node's host: writes each file of [`files`] whose
-/// content differs (atomically: a temporary file, then a rename), removes every other
-/// file under `root`'s `sys/`, `run/` and `proc/` and the directories left empty.
+/// content differs (atomically: a temporary file, then a rename), makes each device node
+/// of [`devices`] that is not already that device (as root only: [`MARKER`] says whether
+/// it could), and removes every other file and node under `root`'s `sys/`, `run/`,
+/// `proc/` and `dev/` and the directories left empty.
 pub fn render(root: &Path, node: &Node) -> Result<(), String> {
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
-    let wanted = files(node);
+    let mut wanted = files(node);
+    let devices = devices(node);
+    let made = make_devices(root, &devices)?;
+    let nodes = match &made {
+        Ok(()) => "device nodes: made".to_string(),
+        Err(why) => format!("device nodes: none: {why}"),
+    };
+    wanted.insert(
+        PathBuf::from(MARKER),
+        format!(
+            "A simulated host: gpushare's simulated NVIDIA driver writes this directory, which stands for /.\n{nodes}\n"
+        )
+        .into_bytes(),
+    );
     for (relative, content) in &wanted {
         let path = root.join(relative);
         match fs::read(&path) {
@@ -165,9 +346,7 @@ pub fn render(root: &Path, node: &Node) -> Result<(), String> {
         }
         let dir = path.parent().expect("a file under the root");
         fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(format!(".tmp.{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
+        let tmp = temporary(&path);
         let written = fs::File::create(&tmp)
             .and_then(|mut f| f.write_all(content))
             .and_then(|()| fs::rename(&tmp, &path));
@@ -176,10 +355,76 @@ pub fn render(root: &Path, node: &Node) -> Result<(), String> {
             return Err(failed(&path, e));
         }
     }
-    for top in ["sys", "run", "proc"] {
-        prune(root, &root.join(top), &wanted).map_err(|(p, e)| failed(&p, e))?;
+    let mut keep: BTreeSet<PathBuf> = wanted.into_keys().collect();
+    if made.is_ok() {
+        keep.extend(devices.into_keys());
+    }
+    for top in ["sys", "run", "proc", "dev"] {
+        prune(root, &root.join(top), &keep).map_err(|(p, e)| failed(&p, e))?;
     }
     Ok(())
+}
+
+/// `<path>.tmp.<pid>`.
+fn temporary(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    PathBuf::from(tmp)
+}
+
+/// Makes each of `devices` under `root` that is not already that character device with
+/// that mode (a node made under a temporary name, then renamed over). `Ok(Err(why))`
+/// when this process may not make device nodes (not root, or no `CAP_MKNOD`): none made.
+fn make_devices(
+    root: &Path,
+    devices: &BTreeMap<PathBuf, CharDevice>,
+) -> Result<Result<(), String>, String> {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(Err(NOT_ROOT.to_string()));
+    }
+    let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    for (relative, device) in devices {
+        let path = root.join(relative);
+        let rdev = libc::makedev(device.major, device.minor);
+        match fs::symlink_metadata(&path) {
+            Ok(m)
+                if m.file_type().is_char_device()
+                    && m.rdev() == rdev
+                    && m.mode() & 0o7777 == device.mode =>
+            {
+                continue;
+            }
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&path).map_err(|e| failed(&path, e))?,
+            Ok(_) => fs::remove_file(&path).map_err(|e| failed(&path, e))?,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&path, e)),
+        }
+        let dir = path.parent().expect("a node under the root");
+        fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
+        let tmp = temporary(&path);
+        let _ = fs::remove_file(&tmp);
+        let c_tmp = CString::new(tmp.as_os_str().as_bytes())
+            .map_err(|_| format!("{}: a NUL in the path", tmp.display()))?;
+        // SAFETY: a NUL-terminated path that outlives the call; mknod reads only it.
+        let rc = unsafe { libc::mknod(c_tmp.as_ptr(), libc::S_IFCHR | device.mode, rdev) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::PermissionDenied {
+                // Root in a user namespace, or without CAP_MKNOD: as if not root.
+                return Ok(Err(format!("{NOT_ROOT} with CAP_MKNOD (mknod: {e})")));
+            }
+            return Err(failed(&tmp, e));
+        }
+        // mknod's mode is cut by the umask.
+        let placed = fs::set_permissions(&tmp, fs::Permissions::from_mode(device.mode))
+            .and_then(|()| fs::rename(&tmp, &path));
+        if let Err(e) = placed {
+            let _ = fs::remove_file(&tmp);
+            return Err(failed(&path, e));
+        }
+    }
+    Ok(Ok(()))
 }
 
 /// Removes the files under `dir` that `wanted` lacks, then `dir` itself when empty;
@@ -187,7 +432,7 @@ pub fn render(root: &Path, node: &Node) -> Result<(), String> {
 fn prune(
     root: &Path,
     dir: &Path,
-    wanted: &BTreeMap<PathBuf, Vec<u8>>,
+    wanted: &BTreeSet<PathBuf>,
 ) -> Result<bool, (PathBuf, std::io::Error)> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -200,7 +445,7 @@ fn prune(
         let is_dir = path.symlink_metadata().map_err(|e| (path.clone(), e))?.is_dir();
         let gone = if is_dir {
             prune(root, &path, wanted)?
-        } else if path.strip_prefix(root).is_ok_and(|r| wanted.contains_key(r)) {
+        } else if path.strip_prefix(root).is_ok_and(|r| wanted.contains(r)) {
             false
         } else {
             fs::remove_file(&path).map_err(|e| (path.clone(), e))?;
@@ -330,5 +575,153 @@ mod tests {
         assert!(!root.join("sys/devices").exists());
         assert!(!root.join(gpu(0)).join("numa_node").exists());
         assert!(root.join(gpu(0)).join("config").exists());
+    }
+
+    #[test]
+    fn capability_minors_follow_the_drivers_table() {
+        // The points published from real tables (see gpu_instance_minor).
+        assert_eq!(gpu_instance_minor(0, 0), Some(3));
+        assert_eq!(compute_instance_minor(0, 0, 0), Some(4));
+        assert_eq!(compute_instance_minor(0, 0, 2), Some(6));
+        assert_eq!(compute_instance_minor(3, 3, 3), Some(439));
+        assert_eq!(compute_instance_minor(6, 11, 7), Some(920));
+        assert_eq!(compute_instance_minor(31, 14, 7), Some(4322));
+        assert_eq!(gpu_instance_minor(32, 0), None);
+        assert_eq!(gpu_instance_minor(0, 15), None);
+        assert_eq!(compute_instance_minor(0, 1, 8), None);
+        let table = mig_minors_table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2 + 32 * 15 * 9);
+        assert_eq!(
+            &lines[..5],
+            [
+                "config 1",
+                "monitor 2",
+                "gpu0/gi0/access 3",
+                "gpu0/gi0/ci0/access 4",
+                "gpu0/gi0/ci1/access 5"
+            ]
+        );
+        assert_eq!(lines.last(), Some(&"gpu31/gi14/ci7/access 4322"));
+        // Every minor once, from 1 up.
+        let minors: Vec<u32> =
+            lines.iter().map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap()).collect();
+        assert_eq!(minors, (1..=4322).collect::<Vec<_>>());
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions and touches no memory.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn mig_capabilities_and_device_nodes_follow_the_instances() {
+        use crate::rules;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut node = Node::new(&parse_node_spec("a100-40gb:2").unwrap());
+        render(root, &node).unwrap();
+        let caps = "proc/driver/nvidia/capabilities";
+        assert_eq!(
+            read(root, &format!("{caps}/mig/config")).as_deref(),
+            Some("DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+        );
+        assert_eq!(
+            read(root, &format!("{caps}/mig/monitor")).as_deref(),
+            Some("DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+        );
+        assert!(!root.join(caps).join("gpu1").exists());
+        assert_eq!(read(root, "proc/driver/nvidia-caps/mig-minors"), Some(mig_minors_table()));
+
+        node.gpus[1].mig_enabled = true;
+        // A 3g.20gb at slot 4 (GI 2) split in two 1c, and a 1g.5gb at slot 0 (GI 7).
+        let gi = rules::create_gpu_instance(&mut node, 1, 9, 4, 4).unwrap();
+        assert_eq!(gi, 2);
+        let ci0 = rules::create_compute_instance(&mut node, 1, gi, 0).unwrap();
+        let ci1 = rules::create_compute_instance(&mut node, 1, gi, 0).unwrap();
+        assert_eq!((ci0, ci1), (0, 1));
+        let small = rules::create_gpu_instance(&mut node, 1, 19, 0, 1).unwrap();
+        rules::create_compute_instance(&mut node, 1, small, 0).unwrap();
+        render(root, &node).unwrap();
+        // GPU minor 1: 3 + 135 = 138; GI 2: + 18 = 156; its CIs 157, 158; GI 7: 201, CI 202.
+        let access = |path: &str| read(root, &format!("{caps}/gpu1/mig/{path}"));
+        let file = |minor: u32| {
+            format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+        };
+        assert_eq!(access("gi2/access"), Some(file(156)));
+        assert_eq!(access("gi2/ci0/access"), Some(file(157)));
+        assert_eq!(access("gi2/ci1/access"), Some(file(158)));
+        assert_eq!(access(&format!("gi{small}/access")), Some(file(3 + 135 + 9 * small)));
+        assert_eq!(access(&format!("gi{small}/ci0/access")), Some(file(4 + 135 + 9 * small)));
+        assert!(!root.join(caps).join("gpu0").exists());
+        let marker = read(root, MARKER).unwrap();
+        if is_root() && marker.contains("device nodes: made") {
+            let dev = |path: &str| {
+                let m = fs::symlink_metadata(root.join(path)).unwrap();
+                assert!(m.file_type().is_char_device(), "{path}");
+                (libc::major(m.rdev()), libc::minor(m.rdev()), m.mode() & 0o7777)
+            };
+            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o666));
+            assert_eq!(dev("dev/nvidia1"), (195, 1, 0o666));
+            assert_eq!(dev("dev/nvidiactl"), (195, 255, 0o666));
+            assert_eq!(dev("dev/nvidia-uvm"), (UVM_MAJOR, 0, 0o666));
+            assert_eq!(dev("dev/nvidia-uvm-tools"), (UVM_MAJOR, 1, 0o666));
+            assert_eq!(dev("dev/nvidia-caps/nvidia-cap1"), (CAPS_MAJOR, 1, 0o400));
+            assert_eq!(dev("dev/nvidia-caps/nvidia-cap2"), (CAPS_MAJOR, 2, 0o444));
+            for minor in [156, 157, 158] {
+                assert_eq!(
+                    dev(&format!("dev/nvidia-caps/nvidia-cap{minor}")),
+                    (CAPS_MAJOR, minor, 0o444)
+                );
+            }
+            // A file planted in a node's place is replaced by the node.
+            fs::remove_file(root.join("dev/nvidia0")).unwrap();
+            fs::write(root.join("dev/nvidia0"), "planted").unwrap();
+            render(root, &node).unwrap();
+            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o666));
+        } else {
+            assert!(
+                marker
+                    .contains("device nodes: none: the simulator makes device nodes only as root"),
+                "{marker}"
+            );
+            assert!(!root.join("dev").exists());
+        }
+
+        // Destroyed instances take their files and nodes with them.
+        rules::destroy_compute_instance(&mut node, 1, gi, ci1).unwrap();
+        render(root, &node).unwrap();
+        assert!(access("gi2/ci0/access").is_some());
+        assert!(access("gi2/ci1/access").is_none());
+        assert!(!root.join("dev/nvidia-caps/nvidia-cap158").exists());
+        rules::destroy_compute_instance(&mut node, 1, gi, ci0).unwrap();
+        rules::destroy_gpu_instance(&mut node, 1, gi).unwrap();
+        rules::destroy_compute_instance(&mut node, 1, small, 0).unwrap();
+        rules::destroy_gpu_instance(&mut node, 1, small).unwrap();
+        render(root, &node).unwrap();
+        assert!(!root.join(caps).join("gpu1").exists());
+        assert!(root.join(caps).join("mig/monitor").exists());
+        assert!(!root.join("dev/nvidia-caps/nvidia-cap156").exists());
+        assert_eq!(root.join("dev/nvidia1").exists(), marker.contains("made"));
+    }
+
+    #[test]
+    fn writing_the_node_renders_its_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = crate::node::NodeFile::new(dir.path().join("node.json"));
+        let mut node = Node::new(&parse_node_spec("a100-40gb:1").unwrap());
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        let root = root_of(file.path());
+        assert!(root.join(MARKER).exists());
+        node.gpus[0].mig_enabled = true;
+        crate::rules::create_gpu_instance(&mut node, 0, 0, 0, 8).unwrap();
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        assert_eq!(
+            read(&root, "proc/driver/nvidia/capabilities/gpu0/mig/gi0/access").as_deref(),
+            Some("DeviceFileMinor: 3\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+        );
+        crate::rules::destroy_gpu_instance(&mut node, 0, 0).unwrap();
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        assert!(!root.join("proc/driver/nvidia/capabilities/gpu0").exists());
     }
 }

@@ -652,7 +652,9 @@ impl NodeFile {
     }
 
     /// Writes the node atomically (a temporary file in the same directory, then a rename)
-    /// under `lock`, and bumps its generation.
+    /// under `lock`, bumps its generation, and renders its host's files beside it
+    /// ([`crate::host::render`] into `<state>.host/`), so that they follow every change
+    /// (MIG capabilities appear and go with their instances).
     pub fn write(&self, lock: &NodeLock, node: &Node) -> Result<(), String> {
         let bytes = serde_json::to_vec_pretty(node).expect("the simulated node serializes");
         let mut tmp = self.path.clone().into_os_string();
@@ -668,7 +670,14 @@ impl NodeFile {
         result.map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             format!("{}: {e}", self.path.display())
-        })
+        })?;
+        // A node of unknown models (only tests write one, and reading refuses it) has no
+        // host to show.
+        if node.validate().is_err() {
+            return Ok(());
+        }
+        crate::host::render(&crate::host::root_of(&self.path), node)
+            .map_err(|e| format!("the simulated host: {e}"))
     }
 
     /// Under the exclusive lock: reads the node, runs `f`, and writes the node atomically

@@ -302,10 +302,8 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
             node.session_pid = Some(std::process::id());
         }
     }
+    // With the host's files, under the node's lock (see crate::host).
     file.write(&lock, &node).map_err(unknown)?;
-    // The host's files, under the node's lock (see crate::host).
-    crate::host::render(&crate::host::root_of(file.path()), &node)
-        .map_err(|e| unknown(format!("the simulated host: {e}")))?;
     lib.session_started = true;
     lib.cache = Some((generation.current(), node));
     lib.file = Some((file, generation));
