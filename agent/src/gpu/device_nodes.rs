@@ -393,4 +393,49 @@ mod tests {
             ]
         );
     }
+
+    /// The simulated driver's host (its library's own rendering) reads as a real one.
+    #[test]
+    fn the_simulated_host_gives_every_node() {
+        use gpushare_sim_nvml::{host, node::Node, rules};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut node = Node::new(&gpushare_catalog::parse_node_spec("a100-40gb:2").unwrap());
+        node.gpus[1].mig_enabled = true;
+        // A 3g.20gb (profile 9) at slot 4 (GI 2) in two compute instances.
+        let gi = rules::create_gpu_instance(&mut node, 1, 9, 4, 4).unwrap();
+        rules::create_compute_instance(&mut node, 1, gi, 0).unwrap();
+        rules::create_compute_instance(&mut node, 1, gi, 0).unwrap();
+        host::render(root, &node).unwrap();
+        assert_eq!(host::MARKER, SIMULATED_HOST_MARKER);
+        let made = fs::read_to_string(root.join(SIMULATED_HOST_MARKER))
+            .unwrap()
+            .contains("device nodes: made");
+        if !made {
+            let e = gpu_nodes(root, 1).unwrap_err();
+            assert!(
+                e.ends_with(
+                    "dev/nvidia1 is missing: the simulator makes device nodes only as root"
+                ),
+                "{e}"
+            );
+            let e = mig_nodes(root, 1, gi, 1).unwrap_err();
+            assert!(e.contains("nvidia-cap158 is missing: the simulator makes"), "{e}");
+            return;
+        }
+        let paths = |nodes: Vec<DeviceNode>| nodes.into_iter().map(|n| n.path).collect::<Vec<_>>();
+        assert_eq!(
+            paths(gpu_nodes(root, 1).unwrap()),
+            ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+        );
+        // GPU minor 1, GI 2: 3 + 135 + 18 = 156; CI 1: 158 (the driver's mig-minors).
+        assert_eq!(
+            paths(mig_nodes(root, 1, gi, 1).unwrap()),
+            ["/dev/nvidia-caps/nvidia-cap156", "/dev/nvidia-caps/nvidia-cap158"]
+        );
+        let e = mig_nodes(root, 1, gi, 2).unwrap_err();
+        assert!(e.starts_with("compute instance 2 of GPU instance 2 of the GPU of minor 1"), "{e}");
+        let e = mig_nodes(root, 0, gi, 0).unwrap_err();
+        assert!(e.ends_with("capabilities/gpu0/mig/gi2/access does not exist"), "{e}");
+    }
 }
