@@ -420,7 +420,7 @@ mod tests {
                 "{e}"
             );
             let e = mig_nodes(root, 1, gi, 1).unwrap_err();
-            assert!(e.contains("nvidia-cap158 is missing: the simulator makes"), "{e}");
+            assert!(e.contains("nvidia-cap156 is missing: the simulator makes"), "{e}");
             return;
         }
         let paths = |nodes: Vec<DeviceNode>| nodes.into_iter().map(|n| n.path).collect::<Vec<_>>();
