@@ -48,6 +48,26 @@ pub struct AgentConfig {
     pub timeslice: TimesliceSettings,
     /// Prometheus metrics.
     pub metrics: MetricsSettings,
+    /// The CDI spec for container runtimes.
+    pub cdi: CdiSettings,
+}
+
+/// The CDI spec (Container Device Interface) the agent keeps of what the node shares.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CdiSettings {
+    /// Whether to write it.
+    pub enabled: bool,
+    /// The directory container runtimes read CDI specs from (`/var/run/cdi`; under
+    /// `--simulate` left at that, `<state_dir>/cdi`, so that a simulation never names
+    /// devices to the host's runtimes unless asked to).
+    pub dir: PathBuf,
+}
+
+impl Default for CdiSettings {
+    fn default() -> Self {
+        Self { enabled: true, dir: PathBuf::from("/var/run/cdi") }
+    }
 }
 
 /// Prometheus metrics.
@@ -164,6 +184,7 @@ impl Default for AgentConfig {
             hooks: HookSettings::default(),
             mps: MpsSettings::default(),
             timeslice: TimesliceSettings::default(),
+            cdi: CdiSettings::default(),
             metrics: MetricsSettings::default(),
         }
     }

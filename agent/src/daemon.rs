@@ -146,6 +146,9 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if config.host_root == defaults.host_root {
                 config.host_root = node.host_root();
             }
+            if config.cdi.dir == defaults.cdi.dir {
+                config.cdi.dir = state_dir.join("cdi");
+            }
             tracing::info!(
                 gpus = models.len(),
                 spec = %spec,
@@ -166,6 +169,10 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         && (!unix::is_root() || simulated_elsewhere)
     {
         config.mps.root = state_dir.join("mps");
+    }
+    // An agent without root cannot write /var/run/cdi: its spec lives with its state.
+    if config.cdi.dir == AgentConfig::default().cdi.dir && !unix::is_root() {
+        config.cdi.dir = state_dir.join("cdi");
     }
     if hands_off.is_none()
         && !settings.read_only
@@ -241,6 +248,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
             None
         }
     };
+    // The CDI spec names what is there from the start (a re-apply rewrites it itself).
+    if boot_job.is_none() && !settings.read_only {
+        engine.refresh_cdi().await;
+    }
 
     let bus = settings
         .bus

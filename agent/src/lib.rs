@@ -15,27 +15,30 @@
 //! 7. [`gpu`] — the hardware seam: [`gpu::GpuBackend`] and NVML, on NVIDIA's driver or the
 //!    simulated one.
 //! 8. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
-//! 9. [`apply`] — carrying out plans: observation, parallel execution, journal,
-//!    transactions with rollback, hooks.
-//! 10. [`bench`] — replicas of the user's program started together and measured (the
+//! 9. [`cdi`] — the CDI spec of what the node shares (whole GPUs, MIG devices, MPS
+//!    shares) for container runtimes, and where it is written.
+//! 10. [`apply`] — carrying out plans: observation, parallel execution, journal,
+//!     transactions with rollback, hooks.
+//! 11. [`bench`] — replicas of the user's program started together and measured (the
 //!     runner so far; issue 12), and the one statistics module of bench and probe.
-//! 11. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
+//! 12. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
 //!     its statistics are bench's.
-//! 12. [`access`] — who may change the GPUs.
-//! 13. [`engine`] — the agent's operations for any transport: typed jobs, results,
+//! 13. [`access`] — who may change the GPUs.
+//! 14. [`engine`] — the agent's operations for any transport: typed jobs, results,
 //!     errors and events.
-//! 14. [`metrics`] — Prometheus series, following the engine's events.
-//! 15. [`service`] — the D-Bus interface: transport only, and the one place errors become
+//! 15. [`metrics`] — Prometheus series, following the engine's events.
+//! 16. [`service`] — the D-Bus interface: transport only, and the one place errors become
 //!     D-Bus errors.
-//! 16. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
+//! 17. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
 //!     environment that hands them the node (`--simulate`).
-//! 17. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//! 18. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
 
 pub mod access;
 pub mod apply;
 pub mod bench;
 pub use gpushare_catalog as catalog;
+pub mod cdi;
 pub mod config;
 pub mod daemon;
 pub mod engine;

@@ -64,6 +64,10 @@ pub enum Command {
     /// Print the variables a client needs to use a GPU or MIG instance as it is shared.
     #[command(after_help = ENV_HELP)]
     Env(EnvArgs),
+    /// List the devices of the agent's CDI spec (whole GPUs, MIG devices, MPS shares) and
+    /// how a container asks for each.
+    #[command(after_help = CDI_HELP)]
+    Cdi,
     /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
     /// the current sharing.
     #[command(after_help = PROBE_HELP)]
@@ -323,6 +327,14 @@ The header line says where the table comes from (the driver, through NVML) and h
 compares with gpushare's catalog. Examples:
   gpushare-ctl mig profiles
   gpushare-ctl mig profiles 0 --json";
+
+const CDI_HELP: &str = "\
+The agent keeps a CDI spec (/var/run/cdi/gpushare.json) of what the node shares, rewritten
+with every apply: podman, containerd, CRI-O and Docker 25+ read it. Names: 0 or GPU-… (a
+whole GPU), 0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its
+limits). Examples:
+  gpushare-ctl cdi
+  podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
 
 /// Arguments of `env`.
 #[derive(Debug, Args)]

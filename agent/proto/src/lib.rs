@@ -7,6 +7,7 @@
 //! in [`types`]. Fields may be added; none are renamed or removed.
 
 pub mod bench;
+pub mod cdi;
 pub mod types;
 mod vocab;
 
@@ -211,6 +212,10 @@ mod proxies {
         /// without MIG, or one the node lacks, is refused (`Failed`) naming the GPUs that
         /// have MIG.
         fn mig_profiles(&self, gpu: &str) -> Result<String, AgentError>;
+
+        /// The devices the agent's CDI spec names now, each with its `podman run` line:
+        /// a [`cdi::CdiReport`]. Open to all, like `Status`.
+        fn cdi_devices(&self) -> Result<String, AgentError>;
 
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;

@@ -15,6 +15,7 @@
 //! systemd) follow the engine through [`EngineEvent`]s.
 
 pub mod bench;
+pub mod cdi;
 pub mod error;
 pub mod events;
 pub mod jobs;
@@ -141,6 +142,8 @@ struct ActiveProfile {
 /// apply of a profile and is not recorded (see [`SerialTransactions::apply`]).
 pub struct SerialTransactions {
     inner: Transactions,
+    /// The CDI spec, rebuilt after each transaction, in its turn.
+    cdi: cdi::CdiKeeper,
     turn: Arc<AsyncMutex<()>>,
     claims: Arc<Claims>,
     /// Moved on when a transaction begins and ends (see `Engine::job_epoch`).
@@ -187,7 +190,10 @@ impl SerialTransactions {
             return Ok(Applied { steps_done: 0, warnings: Vec::new() });
         }
         let _turn = self.turn().await;
-        self.inner.apply(plan, document, before, progress).await
+        let applied = self.inner.apply(plan, document, before, progress).await;
+        // Committed or rolled back, the spec names what is there now.
+        self.cdi.refresh().await;
+        applied
     }
 
     /// [`Transactions::restore`] in turn.
@@ -198,13 +204,19 @@ impl SerialTransactions {
         progress: &UnboundedSender<Progress>,
     ) -> Result<u32, String> {
         let _turn = self.turn().await;
-        self.inner.restore(checkpoint, purpose, progress).await
+        let restored = self.inner.restore(checkpoint, purpose, progress).await;
+        self.cdi.refresh().await;
+        restored
     }
 
     /// [`Transactions::recover`] in turn.
     pub async fn recover(&self) -> Result<Option<Recovered>, String> {
         let _turn = self.turn().await;
-        self.inner.recover().await
+        let recovered = self.inner.recover().await;
+        if matches!(recovered, Ok(Some(_))) {
+            self.cdi.refresh().await;
+        }
+        recovered
     }
 }
 
@@ -299,7 +311,10 @@ impl Engine {
             },
             policy,
         };
+        let writer =
+            crate::cdi::writer::Writer { dir: config.cdi.dir.clone(), enabled: config.cdi.enabled };
         let transactions = SerialTransactions {
+            cdi: cdi::CdiKeeper::new(writer, node.clone()),
             inner: transactions,
             turn: Arc::new(AsyncMutex::new(())),
             claims: Arc::clone(&claims),
@@ -850,6 +865,8 @@ impl Engine {
         let options = PlanOptions { force, ..self.policy };
         let (plan, before, _) = self.plan_request(before, profile, options).await?;
         self.check_host(&plan, &before).await?;
+        // The spec is rewritten at commit: a place it cannot go is refused now.
+        self.transactions.cdi.check().map_err(EngineError::NotPossible)?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -1147,6 +1164,17 @@ impl Engine {
         mig_profiles::mig_profiles(&node, gpu)
     }
 
+    /// The devices of the CDI spec as last built.
+    pub fn cdi_devices(&self) -> gpushare_proto::cdi::CdiReport {
+        self.transactions.cdi.report()
+    }
+
+    /// Rebuilds the CDI spec from the node as it is (at start-up, when no transaction
+    /// did: a node without an active profile, or one the re-apply left as it was).
+    pub async fn refresh_cdi(&self) {
+        self.transactions.cdi.refresh().await;
+    }
+
     /// Every known profile.
     pub fn list_profiles(&self) -> ProfileList {
         let active = self.active_by_name();
@@ -1270,6 +1298,7 @@ mod tests {
         let mut config = AgentConfig::default();
         config.mps.control = "/nonexistent/nvidia-cuda-mps-control".into();
         config.mps.root = dir.join("mps");
+        config.cdi.dir = dir.join("cdi");
         config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
         Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
     }
@@ -1491,6 +1520,7 @@ mod tests {
             Arc::new(SimBackend::new(&parse_spec("a100-40gb:2").unwrap(), SimOptions::default()));
         let mut config = AgentConfig::default();
         config.mps.root = dir.path().join("mps");
+        config.cdi.dir = dir.path().join("cdi");
         let start = || {
             Engine::new(Arc::clone(&backend), ProfileStore::built_in(), dir.path(), &config)
                 .unwrap()
@@ -1566,6 +1596,7 @@ mod tests {
         let backend = Arc::new(SimBackend::new(&parse_spec("a100-40gb:1").unwrap(), options));
         let mut config = AgentConfig::default();
         config.mps.root = dir.path().join("mps");
+        config.cdi.dir = dir.path().join("cdi");
         let engine = Engine::new(backend, ProfileStore::built_in(), &state, &config).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {

@@ -256,6 +256,16 @@ impl AgentService {
         Ok(json(&self.engine.mig_profiles(gpu).await?))
     }
 
+    /// The devices of the agent's CDI spec (JSON `CdiReport`).
+    async fn cdi_devices(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection, 0).await?;
+        Ok(json(&self.engine.cdi_devices()))
+    }
+
     /// Every known profile (JSON `ProfileList`).
     async fn list_profiles(
         &self,

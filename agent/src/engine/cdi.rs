@@ -1,0 +1,152 @@
+//! The CDI spec kept true: rebuilt from a fresh observation after every transaction (a
+//! commit, a rollback, a bench's setup or restore, the recovery at start-up) and at
+//! start-up, and written when it changed; the last build answers `gpushare-ctl cdi`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use gpushare_proto::cdi::{CdiDevice, CdiReport};
+
+use crate::apply::{NodeAccess, Reads};
+use crate::cdi::writer::Writer;
+use crate::cdi::{self, Described, Host, KIND};
+use crate::gpu::device_nodes::{self, DeviceNode};
+
+/// The spec's writer, what it is built from, and the last build.
+pub struct CdiKeeper {
+    writer: Writer,
+    node: NodeAccess,
+    last: Mutex<Option<Built>>,
+}
+
+/// What the last build gave.
+#[derive(Debug, Clone, Default)]
+struct Built {
+    described: Vec<Described>,
+    left_out: Vec<String>,
+    error: Option<String>,
+}
+
+/// The host as the spec needs it: device nodes under `host_root`, found through the
+/// GPUs' minor numbers; MPS directories where the sharing layer keeps them.
+struct AccessHost<'a> {
+    node: &'a NodeAccess,
+    minors: HashMap<u32, Option<u32>>,
+}
+
+impl Host for AccessHost<'_> {
+    fn nodes(&self, gpu: u32, mig: Option<(u32, u32)>) -> Result<Vec<DeviceNode>, String> {
+        let minor = self
+            .minors
+            .get(&gpu)
+            .copied()
+            .flatten()
+            .ok_or("the driver did not say its device minor number")?;
+        let root = &self.node.host_root;
+        let mut nodes = device_nodes::gpu_nodes(root, minor)?;
+        if let Some((gi, ci)) = mig {
+            nodes.extend(device_nodes::mig_nodes(root, minor, gi, ci)?);
+        }
+        Ok(nodes)
+    }
+
+    fn mps_dirs(&self, uuid: &str) -> (PathBuf, PathBuf) {
+        (self.node.sharing.mps.pipe_dir(uuid), self.node.sharing.mps.log_dir(uuid))
+    }
+}
+
+impl CdiKeeper {
+    /// A keeper writing through `writer` what `node` observes.
+    pub fn new(writer: Writer, node: NodeAccess) -> Self {
+        CdiKeeper { writer, node, last: Mutex::new(None) }
+    }
+
+    /// Whether the spec can be written (checked before an apply's first step).
+    pub fn check(&self) -> Result<(), String> {
+        self.writer.check()
+    }
+
+    /// Builds the spec from a fresh observation and writes it when it changed; a failure
+    /// is logged and kept for `gpushare-ctl cdi` (the GPUs are as the transaction left
+    /// them either way: the spec follows them, never the other way round).
+    pub async fn refresh(&self) {
+        if !self.writer.enabled {
+            return;
+        }
+        let built = match self.node.observe(Reads::GPUS_AND_SERVERS).await {
+            Ok(node) => {
+                let mut minors = HashMap::new();
+                for g in &node.gpus {
+                    minors.insert(g.index, self.node.minor_number(g.index).await);
+                }
+                let host = AccessHost { node: &self.node, minors };
+                let (spec, described, left_out) = cdi::build(&node, &host);
+                let bytes = (!spec.devices.is_empty()).then(|| cdi::to_bytes(&spec));
+                let error = match self.writer.write(bytes.as_deref()) {
+                    Ok(true) => {
+                        tracing::info!(
+                            devices = spec.devices.len(),
+                            "CDI spec {} written",
+                            self.writer.path().display()
+                        );
+                        None
+                    }
+                    Ok(false) => None,
+                    Err(e) => {
+                        let why = format!("writing {}: {e}", self.writer.path().display());
+                        tracing::error!("CDI spec: {why}");
+                        Some(why)
+                    }
+                };
+                for why in &left_out {
+                    tracing::warn!("CDI spec: left out {why}");
+                }
+                Built { described, left_out, error }
+            }
+            Err(e) => {
+                let why = format!("observing the node: {e}");
+                tracing::error!("CDI spec not rebuilt: {why}");
+                Built { error: Some(why), ..Built::default() }
+            }
+        };
+        *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(built);
+    }
+
+    /// The devices of the spec as last built, with the `podman run` line of each.
+    pub fn report(&self) -> CdiReport {
+        let last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let built = last.unwrap_or_default();
+        let devices = built
+            .described
+            .into_iter()
+            .map(|d| {
+                let device = format!("{KIND}={}", d.name);
+                CdiDevice {
+                    podman: podman_line(&device, d.what),
+                    name: d.name,
+                    device,
+                    what: d.what.into(),
+                    uuid: d.uuid,
+                    describe: d.describe,
+                }
+            })
+            .collect();
+        CdiReport {
+            enabled: self.writer.enabled,
+            path: self.writer.path().display().to_string(),
+            kind: KIND.into(),
+            written: self.writer.enabled && self.writer.path().is_file(),
+            devices,
+            left_out: built.left_out,
+            error: built.error,
+        }
+    }
+}
+
+/// How a container asks for `device` with podman: an MPS share also shares the server's
+/// IPC namespace (MPS clients meet their server in shared memory, which CDI cannot give).
+fn podman_line(device: &str, what: &str) -> String {
+    let ipc = if what == "mps-share" { " --ipc=host" } else { "" };
+    format!("podman run --device {device}{ipc} IMAGE")
+}
