@@ -11,6 +11,7 @@ mod bench_locking;
 mod bench_trust;
 mod cli_output;
 mod compute_instances;
+mod device_nodes;
 mod first_hour;
 mod hostile_host;
 mod hostile_load;
