@@ -17,6 +17,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tempfile::TempDir;
 
+pub mod podman;
+pub use podman::{Podman, validate_cdi};
+
 /// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.
 pub const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
 /// Instance profiles of `half-balanced`/`all-balanced` on an H100-80GB, sorted.

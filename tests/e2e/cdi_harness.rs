@@ -1,0 +1,214 @@
+//! The harness for issue 28's CDI tests, checked on hand-written specs: the CDI schema
+//! (tests/data/cdi-schema.json) accepts a valid spec and names each fault of an invalid
+//! one, and a real podman (Debian's 4.3 with runc, `tests/support/podman.rs`) injects a
+//! spec's environment, device node and mount into a container, refuses an unknown name
+//! with CDI's "unresolvable" error, and gives each test its own CDI directory.
+
+use std::path::Path;
+
+use gpushare_tests::podman::{UNRESOLVABLE, assert_unresolvable, has_jsonschema};
+use gpushare_tests::{Podman, stdout, text, validate_cdi};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// The kind of the hand-written specs (not gpushare's own).
+const KIND: &str = "gpushare-test.io/gpu";
+
+/// A spec with every edit the agent's will use: env, a device node (`host_node` as
+/// `/dev/gpushare-test0`), a bind mount (`host_dir` as `/mounted`), spec-wide env.
+fn full_spec(host_node: &Path, host_dir: &Path) -> Value {
+    json!({
+        "cdiVersion": "0.5.0",
+        "kind": KIND,
+        "devices": [
+            {
+                "name": "x",
+                "containerEdits": {
+                    "env": ["GPUSHARE_TEST_DEVICE=x", "CUDA_MPS_PIPE_DIRECTORY=/mounted"],
+                    "deviceNodes": [{
+                        "path": "/dev/gpushare-test0",
+                        "hostPath": host_node,
+                        "type": "c",
+                        "major": 195,
+                        "minor": 0,
+                        "permissions": "rw",
+                        "fileMode": 0o666
+                    }],
+                    "mounts": [{
+                        "hostPath": host_dir,
+                        "containerPath": "/mounted",
+                        "options": ["ro", "nosuid", "nodev", "bind"]
+                    }]
+                }
+            },
+            { "name": "0", "containerEdits": { "env": ["GPUSHARE_TEST_ZERO=1"] } }
+        ],
+        "containerEdits": { "env": ["GPUSHARE_TEST_SPEC=1"] }
+    })
+}
+
+fn write_spec(dir: &Path, spec: &Value) -> std::path::PathBuf {
+    let path = dir.join("test.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
+    path
+}
+
+/// A character device 195:0 (as /dev/nvidia0) made with mknod under `dir`.
+fn char_device(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("gpu0");
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: c_path is a NUL-terminated path that outlives the call.
+    let made =
+        unsafe { libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, 0)) };
+    assert_eq!(made, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    path
+}
+
+#[test]
+fn schema_accepts_a_valid_spec_and_names_each_fault_of_an_invalid_one() {
+    if !has_jsonschema() {
+        return;
+    }
+    let dir = TempDir::new().unwrap();
+    let valid = write_spec(dir.path(), &full_spec(Path::new("/dev/nvidia0"), Path::new("/tmp")));
+    validate_cdi(&valid).unwrap();
+
+    let invalid = json!({
+        "cdiVersion": "0.5.0",
+        "kind": "gpushare-test.io/gpu.mps",
+        "annotations": { "a": "b" },
+        "devices": [
+            { "name": "x", "containerEdits": { "env": ["NO_EQUALS"] } },
+            { "name": "x", "containerEdits": {
+                "deviceNodes": [{ "path": "dev/relative", "type": "x" }],
+                "mounts": [{ "hostPath": "/tmp", "containerPath": "/m" }],
+                "unknown": []
+            } },
+            { "name": "-bad", "containerEdits": {} }
+        ]
+    });
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, serde_json::to_vec(&invalid).unwrap()).unwrap();
+    let err = validate_cdi(&bad).unwrap_err();
+    for fault in [
+        "/annotations: False schema",
+        "/kind: 'gpushare-test.io/gpu.mps' does not match",
+        "/devices/0/containerEdits/env/0: 'NO_EQUALS' does not match",
+        "/devices/1/containerEdits: Additional properties are not allowed ('unknown'",
+        "/devices/1/containerEdits/deviceNodes/0/path: 'dev/relative' does not match '^/'",
+        "/devices/1/containerEdits/deviceNodes/0/type: 'x' is not one of",
+        "/devices/1/containerEdits/mounts/0: 'options' is a required property",
+        "/devices/2/containerEdits: {} is not valid",
+        "/devices/2/name: '-bad' does not match",
+        "/devices: device name 'x' defined 2 times",
+    ] {
+        assert!(err.contains(fault), "no {fault:?} in:\n{err}");
+    }
+
+    // 0.6.0 allows annotations and a dot in the class; not JSON at all is refused.
+    let mut v060 = invalid.clone();
+    v060["cdiVersion"] = json!("0.6.0");
+    v060["devices"] = json!([{ "name": "x", "containerEdits": { "env": ["A=1"] } }]);
+    std::fs::write(&bad, serde_json::to_vec(&v060).unwrap()).unwrap();
+    validate_cdi(&bad).unwrap();
+    std::fs::write(&bad, "{").unwrap();
+    assert!(validate_cdi(&bad).unwrap_err().contains("not JSON"));
+}
+
+#[test]
+fn podman_injects_a_hand_written_cdi_spec() {
+    let Some(podman) = Podman::available() else { return };
+    let host = TempDir::new().unwrap();
+    let node = char_device(host.path());
+    let mounted = host.path().join("mounted");
+    std::fs::create_dir(&mounted).unwrap();
+    std::fs::write(mounted.join("pipe-file"), "hello\n").unwrap();
+    let cdi = TempDir::new().unwrap();
+    let spec = write_spec(cdi.path(), &full_spec(&node, &mounted));
+    validate_cdi(&spec).unwrap();
+    let podman = podman.with_cdi_dir(cdi.path());
+
+    let out = podman.run(
+        &[&format!("{KIND}=x")],
+        "env | sort | grep -E '^(GPUSHARE|CUDA)_'; ls -l /dev/gpushare-test0; ls /mounted; \
+         cat /mounted/pipe-file; touch /mounted/w 2>&1 || echo read-only",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let seen = stdout(&out);
+    for line in [
+        "CUDA_MPS_PIPE_DIRECTORY=/mounted",
+        "GPUSHARE_TEST_DEVICE=x",
+        "GPUSHARE_TEST_SPEC=1",
+        "pipe-file",
+        "hello",
+        "read-only",
+    ] {
+        assert!(seen.lines().any(|l| l == line), "no line {line:?} in:\n{seen}");
+    }
+    let node_line = seen.lines().find(|l| l.ends_with("/dev/gpushare-test0")).unwrap();
+    assert!(
+        node_line.starts_with('c') && node_line.contains("195,") && node_line.contains(" 0 "),
+        "{node_line}"
+    );
+
+    // Two devices of one spec at once; a device name starting with a digit (0.5.0).
+    let out = podman.run(&[&format!("{KIND}=0"), &format!("{KIND}=x")], "env | sort");
+    assert!(out.status.success(), "{}", text(&out));
+    for line in ["GPUSHARE_TEST_ZERO=1", "GPUSHARE_TEST_DEVICE=x"] {
+        assert!(stdout(&out).lines().any(|l| l == line), "no {line:?}: {}", text(&out));
+    }
+
+    // A name the spec lacks: CDI's "unresolvable" error, podman's exit status 126.
+    let missing = format!("{KIND}=nope");
+    let out = podman.run(&[&missing], "true");
+    assert_unresolvable(&out, &missing);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("Error: setting up CDI devices: {UNRESOLVABLE} {missing}")),
+        "{}",
+        text(&out)
+    );
+
+    // Debian 12's podman 4.3 loads specs up to cdiVersion 0.5.0: a 0.6.0 file is skipped
+    // whole, so even its valid devices are "unresolvable". The agent writes 0.5.0.
+    let version = podman.command().arg("--version").output().unwrap();
+    if stdout(&version).starts_with("podman version 4.3.") {
+        let mut v060 = full_spec(&node, &mounted);
+        v060["cdiVersion"] = json!("0.6.0");
+        write_spec(cdi.path(), &v060);
+        assert_unresolvable(&podman.run(&[&format!("{KIND}=x")], "true"), &format!("{KIND}=x"));
+    }
+}
+
+#[test]
+fn each_podman_sees_only_its_own_cdi_directory() {
+    let Some(podman) = Podman::available() else { return };
+    // The same kind and name in two directories, used at once from two threads.
+    let dirs: Vec<TempDir> = (0..2).map(|_| TempDir::new().unwrap()).collect();
+    for (i, dir) in dirs.iter().enumerate() {
+        let spec = json!({
+            "cdiVersion": "0.5.0",
+            "kind": KIND,
+            "devices": [{ "name": "x", "containerEdits": { "env": [format!("WHICH={i}")] } }]
+        });
+        write_spec(dir.path(), &spec);
+    }
+    std::thread::scope(|s| {
+        let runs: Vec<_> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, dir)| {
+                let podman = podman.with_cdi_dir(dir.path());
+                s.spawn(move || (i, podman.run(&[&format!("{KIND}=x")], "echo $WHICH")))
+            })
+            .collect();
+        for run in runs {
+            let (i, out) = run.join().unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            assert_eq!(stdout(&out).trim(), i.to_string());
+        }
+    });
+    // Without a directory of its own a container sees no spec at all.
+    let device = format!("{KIND}=x");
+    assert_unresolvable(&podman.run(&[&device], "true"), &device);
+}
