@@ -19,8 +19,8 @@ fn host_of(agent: &Agent) -> PathBuf {
 
 /// `(major, minor)` of the character device at `path`, failing on anything else.
 fn char_device(path: &Path) -> (u32, u32) {
-    let meta = std::fs::symlink_metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let meta =
+        std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(meta.file_type().is_char_device(), "{} is not a character device", path.display());
     (libc::major(meta.rdev()), libc::minor(meta.rdev()))
 }
@@ -71,8 +71,8 @@ fn mig_instances_bring_their_capability_nodes_and_take_them_away() {
             capabilities.push((format!("gpu0/mig/gi{gi}/ci{ci}/access"), minor));
         }
         for (file, minor) in capabilities {
-            let text = std::fs::read_to_string(caps.join(&file))
-                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            let text =
+                std::fs::read_to_string(caps.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert_eq!(
                 text,
                 format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),

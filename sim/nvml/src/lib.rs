@@ -29,7 +29,9 @@
 //!   `nvidia-drm.modeset=1|0`, `nvswitches=<n>`, `fabric-manager=running|stopped`, and
 //!   `numa:<gpus>=<cpus>` (several NUMA nodes; those GPUs' local CPUs, `0-3+8`) (see
 //!   [`faults`]; `<gpus>` like `0+2`). Kept in the node (`host`, each GPU's
-//!   `virtualization_mode` and `flr`) and shown as files under `<state>.host/` ([`host`]).
+//!   `virtualization_mode` and `flr`) and shown as files under `<state>.host/` ([`host`]),
+//!   beside the driver's device nodes (as root only) and MIG capability files, rendered
+//!   again at every write of the node.
 //!
 //! A malformed knob fails `nvmlInit` with NVML_ERROR_UNKNOWN, the reason on stderr and in
 //! `gpushare_sim_last_error`.
