@@ -146,3 +146,61 @@ fn a_cdi_directory_the_agent_cannot_use_refuses_the_apply_before_its_first_step(
     let since = since.strip_prefix(&record).unwrap_or(&since);
     assert!(!since.contains("mps-control daemon"), "no MPS server started: {since}");
 }
+
+/// Issue 28's acceptance with a real podman: a container asks for a device of the agent's
+/// spec with one flag and gets what the spec says.
+#[test]
+fn podman_containers_get_mps_shares_and_mig_devices_and_refuse_what_is_gone() {
+    let Some(podman) = gpushare_tests::Podman::available() else { return };
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let dir = spec_path(&agent).parent().unwrap().to_path_buf();
+    let podman = podman.with_cdi_dir(&dir);
+    let valid = |agent: &Agent| {
+        gpushare_tests::validate_cdi(&spec_path(agent))
+            .unwrap_or_else(|e| panic!("the spec breaks the CDI schema: {e}"))
+    };
+
+    // all-mps: one share, with the server's pipe directory, the limits and the nodes.
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    valid(&agent);
+    let uuid = agent.status().gpus[0].uuid.clone();
+    let pipe = agent.mps_root().join(&uuid).join("pipe");
+    let out = podman.run(
+        &["gpushare.io/gpu=0-mps-1"],
+        "env | grep -E '^(CUDA_|GPUSHARE_CDI)' | sort; ls -ld /dev/nvidia0 /dev/nvidiactl; \
+         test -d \"$CUDA_MPS_PIPE_DIRECTORY\" && echo pipe-dir-seen",
+    );
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    for line in [
+        format!("CUDA_VISIBLE_DEVICES={uuid}"),
+        format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".to_string(),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10G".to_string(),
+        "GPUSHARE_CDI_DEVICE=gpushare.io/gpu=0-mps-1".to_string(),
+        "pipe-dir-seen".to_string(),
+    ] {
+        assert!(said.contains(&line), "`{line}` missing:\n{said}");
+    }
+    assert!(said.lines().any(|l| l.starts_with('c') && l.ends_with("/dev/nvidia0")), "{said}");
+
+    // all-balanced: a MIG device, its UUID and its capability nodes.
+    assert!(agent.ctl(&["apply", "all-balanced"]).status.success());
+    valid(&agent);
+    let mig = agent.status().gpus[0].instances[0].uuid.clone().expect("a MIG device");
+    let out =
+        podman.run(&["gpushare.io/gpu=0:0"], "echo $CUDA_VISIBLE_DEVICES; ls -l /dev/nvidia-caps");
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(&mig), "{said}");
+    assert_eq!(said.lines().filter(|l| l.starts_with('c')).count(), 2, "{said}");
+
+    // all-disabled: the MPS and MIG names are gone; the GPU itself still resolves.
+    assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
+    valid(&agent);
+    for gone in ["gpushare.io/gpu=0-mps-1", "gpushare.io/gpu=0:0"] {
+        gpushare_tests::podman::assert_unresolvable(&podman.run(&[gone], "true"), gone);
+    }
+    let out = podman.run(&["gpushare.io/gpu=0"], "echo $CUDA_VISIBLE_DEVICES");
+    assert!(out.status.success() && text(&out).contains(&uuid), "{}", text(&out));
+}

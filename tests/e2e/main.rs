@@ -9,6 +9,7 @@ mod bench;
 mod bench_isolation;
 mod bench_locking;
 mod bench_trust;
+mod cdi;
 mod cdi_harness;
 mod cli_output;
 mod compute_instances;
