@@ -67,7 +67,7 @@ pub enum Command {
     /// List the devices of the agent's CDI spec (whole GPUs, MIG devices, MPS shares) and
     /// how a container asks for each.
     #[command(after_help = CDI_HELP)]
-    Cdi,
+    Cdi(CdiArgs),
     /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
     /// the current sharing.
     #[command(after_help = PROBE_HELP)]
@@ -334,7 +334,16 @@ with every apply: podman, containerd, CRI-O and Docker 25+ read it. Names: 0 or 
 whole GPU), 0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its
 limits). Examples:
   gpushare-ctl cdi
+  gpushare-ctl cdi 0-mps-1
   podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
+
+/// Arguments of `cdi`.
+#[derive(Debug, Args)]
+pub struct CdiArgs {
+    /// One device only (`0-mps-1` or `gpushare.io/gpu=0-mps-1`).
+    #[arg(value_name = "DEVICE")]
+    pub device: Option<String>,
+}
 
 /// Arguments of `env`.
 #[derive(Debug, Args)]

@@ -121,9 +121,19 @@ fn the_spec_names_what_every_apply_leaves_and_a_rollback_leaves_it_byte_for_byte
     assert_eq!(caps.len(), 2, "the GPU instance's and the compute instance's: {first}");
     assert!(env_of(first)[0].starts_with("CUDA_VISIBLE_DEVICES=MIG-"), "{first}");
 
-    // all-disabled: the MPS and MIG names are gone.
+    // all-disabled: the MPS and MIG names are gone, and looking one up says so in a line.
     assert!(agent.ctl(&["apply", "all-disabled"]).status.success());
     assert_eq!(names(&spec(&agent)), ["0", gpu0.as_str(), "1", gpu1.as_str()]);
+    let out = agent.ctl(&["cdi", "0-mps-2"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no CDI device \"0-mps-2\"") && err.contains(&format!("has: 0, {gpu0}, 1")),
+        "{err}"
+    );
+    let one: gpushare_proto::cdi::CdiDevice = agent.ctl_doc(&["cdi", "gpushare.io/gpu=1"]);
+    assert_eq!(one.uuid, gpu1);
 }
 
 #[test]

@@ -14,17 +14,30 @@ use gpushare_proto::cdi::CdiReport;
 
 use super::ExitStatus;
 use crate::bus::Client;
-use crate::error::CtlError;
+use crate::error::{CtlError, Kind};
 use crate::output::{Output, parse_document, plain_table, render_table};
 
-/// Runs `cdi`.
-pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
+/// Runs `cdi [DEVICE]`.
+pub async fn run(
+    client: &mut Client,
+    out: &Output,
+    device: Option<&str>,
+) -> Result<ExitStatus, CtlError> {
     let raw = client.call("CdiDevices", async |a| a.proxy.cdi_devices().await).await?;
-    if out.json {
+    if out.json && device.is_none() {
         out.print_document(&raw, "CdiReport")?;
         return Ok(0);
     }
-    let report: CdiReport = parse_document(&raw, "CdiReport")?;
+    let mut report: CdiReport = parse_document(&raw, "CdiReport")?;
+    if let Some(wanted) = device {
+        report.devices = vec![one(&report, wanted)?];
+        if out.json {
+            let doc = serde_json::to_string_pretty(&report.devices[0])
+                .map_err(|e| CtlError::ctl(Kind::Failed, e.to_string()))?;
+            out.print(&format!("{doc}\n"));
+            return Ok(0);
+        }
+    }
     out.print(&render(&report));
     for why in &report.left_out {
         out.warn(&format!("left out of the spec: {why}"));
@@ -33,6 +46,24 @@ pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlErr
         out.warn(&format!("the spec was not rebuilt: {error}"));
     }
     Ok(0)
+}
+
+/// The device `wanted` names (its name, or `kind=name`), or a one-line refusal naming
+/// the devices there are.
+fn one(report: &CdiReport, wanted: &str) -> Result<gpushare_proto::cdi::CdiDevice, CtlError> {
+    let name = wanted.strip_prefix(&format!("{}=", report.kind)).unwrap_or(wanted);
+    if let Some(d) = report.devices.iter().find(|d| d.name == name) {
+        return Ok(d.clone());
+    }
+    let names: Vec<&str> = report.devices.iter().map(|d| d.name.as_str()).collect();
+    let there = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+    Err(CtlError::ctl(
+        Kind::Failed,
+        format!(
+            "no CDI device {wanted:?} on this node as it is shared now; {} has: {there}",
+            report.kind
+        ),
+    ))
 }
 
 /// The report for people.
@@ -86,6 +117,12 @@ mod tests {
         assert!(text.starts_with("CDI spec /var/run/cdi/gpushare.json (kind gpushare.io/gpu)\n"));
         assert!(text.contains("gpushare.io/gpu=0-mps-1"), "{text}");
         assert!(text.contains("podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE"));
+        assert_eq!(one(&report, "gpushare.io/gpu=0-mps-1").unwrap().name, "0-mps-1");
+        let e = one(&report, "0-mps-9").unwrap_err().to_string();
+        assert!(
+            e.contains("no CDI device \"0-mps-9\"") && e.contains("gpushare.io/gpu has: 0-mps-1"),
+            "{e}"
+        );
         let off = CdiReport { enabled: false, ..report };
         assert!(render(&off).contains("[cdi] enabled = false"));
     }

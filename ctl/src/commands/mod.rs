@@ -49,7 +49,7 @@ pub async fn run(
         Command::Mps(args) => mps::run(client, out, args.command).await,
         Command::Mig(args) => mig::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
-        Command::Cdi => cdi::run(client, out).await,
+        Command::Cdi(args) => cdi::run(client, out, args.device.as_deref()).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
         Command::Bench(args) => bench::run(client, out, &args).await,
     }
