@@ -287,10 +287,10 @@ pub fn files(node: &Node) -> BTreeMap<PathBuf, Vec<u8>> {
         );
     }
     // The driver's MIG capabilities (issue 28).
-    files.insert(
-        PathBuf::from("proc/driver/nvidia-caps/mig-minors"),
-        mig_minors_table().into_bytes(),
-    );
+    // The table is fixed: made once per process.
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| mig_minors_table().into_bytes());
+    files.insert(PathBuf::from("proc/driver/nvidia-caps/mig-minors"), table.clone());
     let caps = Path::new("proc/driver/nvidia/capabilities");
     for (file, minor, mode) in capabilities(node) {
         files.insert(caps.join(file), capability_file(minor, mode));
