@@ -2,8 +2,9 @@
 //! driver makes `/dev/nvidia<N>`, `nvidiactl`, `nvidia-uvm(-tools)` and each live MIG
 //! instance's capability files and `/dev/nvidia-caps/nvidia-cap<N>` nodes under
 //! `<state>.host/` (the agent's `host_root` on `--simulate`), numbered as the real driver's
-//! `mig-minors` table numbers them, and removes an instance's with the instance. Real
-//! character devices take root: as anyone else the test says so and does nothing.
+//! `mig-minors` table numbers them, and removes an instance's with the instance; podman
+//! (where available) binds them into a container. Real character devices take root: as
+//! anyone else the test says so and does nothing.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -81,6 +82,30 @@ fn mig_instances_bring_their_capability_nodes_and_take_them_away() {
             let node = host.join(format!("dev/nvidia-caps/nvidia-cap{minor}"));
             assert_eq!(char_device(&node).1, minor, "{}", node.display());
             minors.push(minor);
+        }
+    }
+
+    // A real container runtime binds them: podman's --device takes the host's node
+    // (its type and numbers) and makes it in the container.
+    if let Some(podman) = gpushare_tests::podman::Podman::available() {
+        let mut devices: Vec<String> = ["nvidia0", "nvidiactl"]
+            .iter()
+            .map(|n| format!("{}:/dev/{n}", host.join("dev").join(n).display()))
+            .collect();
+        for minor in &minors {
+            let node = format!("dev/nvidia-caps/nvidia-cap{minor}");
+            devices.push(format!("{}:/{node}", host.join(&node).display()));
+        }
+        let devices: Vec<&str> = devices.iter().map(String::as_str).collect();
+        let out = podman.run(&devices, "stat -c '%n %F %t:%T' /dev/nvidia0 /dev/nvidia-caps/*");
+        assert!(out.status.success(), "{}", text(&out));
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(seen.contains("/dev/nvidia0 character special file c3:0\n"), "{seen}");
+        for minor in &minors {
+            let line = format!(
+                "/dev/nvidia-caps/nvidia-cap{minor} character special file 1ff:{minor:x}\n"
+            );
+            assert!(seen.contains(&line), "{line}: {seen}");
         }
     }
 
