@@ -131,6 +131,9 @@ impl BenchClaim {
 #[derive(Debug, Default)]
 pub struct Claims {
     held: Mutex<Vec<BenchClaim>>,
+    /// Bench guards not yet dropped: a bench whose claim went may still be reporting its
+    /// outcome to its client, which a shutdown waits for.
+    reporting: std::sync::atomic::AtomicUsize,
 }
 
 impl Claims {
@@ -156,6 +159,11 @@ impl Claims {
     /// Whether no bench runs.
     pub fn is_empty(&self) -> bool {
         self.held().is_empty()
+    }
+
+    /// Whether no bench runs or is still reporting its outcome (for shutdown).
+    pub fn all_reported(&self) -> bool {
+        self.is_empty() && self.reporting.load(Ordering::SeqCst) == 0
     }
 
     pub(super) fn add(&self, claim: BenchClaim) {
@@ -295,6 +303,7 @@ impl JobGuard {
         epoch: Arc<AtomicU64>,
     ) -> Self {
         epoch.fetch_add(1, Ordering::SeqCst);
+        claims.reporting.fetch_add(1, Ordering::SeqCst);
         JobGuard {
             lock: None,
             released,
@@ -339,6 +348,9 @@ impl Drop for JobGuard {
     fn drop(&mut self) {
         self.finish();
         drop(self.lock.take());
+        if let Some((claims, _)) = &self.claim {
+            claims.reporting.fetch_sub(1, Ordering::SeqCst);
+        }
         self.released.notify_waiters();
     }
 }
