@@ -68,6 +68,10 @@ pub enum Command {
     /// how a container asks for each.
     #[command(after_help = CDI_HELP)]
     Cdi(CdiArgs),
+    /// Show every process using the GPUs (PID, user, unit or container, where, memory,
+    /// MPS share, command line) and the MIG instances and MPS servers no one uses.
+    #[command(after_help = CLIENTS_HELP)]
+    Clients,
     /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
     /// the current sharing.
     #[command(after_help = PROBE_HELP)]
@@ -336,6 +340,15 @@ limits). Examples:
   gpushare-ctl cdi
   gpushare-ctl cdi 0-mps-1
   podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
+
+const CLIENTS_HELP: &str = "\
+Lists the compute processes of every GPU and MIG instance as the driver reports them, and the
+clients of every MPS server the agent runs, each with its user, its systemd unit or container
+(from its cgroup), GPU memory (as the driver reports it; `-` for an MPS client the driver
+shows only through its server) and, for an MPS client, its share. A command line is shown to
+root and to the process's own user only. Examples:
+  gpushare-ctl clients
+  gpushare-ctl clients --json";
 
 /// Arguments of `cdi`.
 #[derive(Debug, Args)]

@@ -341,7 +341,7 @@ mod tests {
             usage_line_of(&["--json", "stauts"]),
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
-        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, probe, bench";
+        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, probe, bench";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),

@@ -12,6 +12,7 @@ mod bench_trust;
 mod cdi;
 mod cdi_harness;
 mod cli_output;
+mod clients;
 mod compute_instances;
 mod device_nodes;
 mod first_hour;

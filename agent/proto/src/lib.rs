@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod cdi;
+pub mod clients;
 pub mod types;
 mod vocab;
 
@@ -216,6 +217,12 @@ mod proxies {
         /// The devices the agent's CDI spec names now, each with its `podman run` line:
         /// a [`cdi::CdiReport`]. Open to all, like `Status`.
         fn cdi_devices(&self) -> Result<String, AgentError>;
+
+        /// Every process using the GPUs, attributed to its user, unit or container, with
+        /// its GPU memory and MPS share, and the MIG devices and MPS servers no one uses: a
+        /// [`clients::ClientTable`]. Open to all; a command line is shown to root and to the
+        /// process's own user only.
+        fn clients(&self) -> Result<String, AgentError>;
 
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;

@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod cdi;
+pub mod clients;
 pub mod error;
 pub mod events;
 pub mod jobs;
@@ -629,6 +630,22 @@ impl Engine {
         Ok(MpsStatus {
             servers: node.mps.iter().map(|s| report::mps_server(s, &node, mps)).collect(),
         })
+    }
+
+    /// Every process using the GPUs, attributed, and the capacity no one uses (see
+    /// [`clients::table`]), for the caller with user id `caller` (command lines are shown to root
+    /// and to a process's own user only).
+    pub async fn clients(
+        &self,
+        caller: Option<u32>,
+    ) -> Result<gpushare_proto::clients::ClientTable, EngineError> {
+        let reads = Reads { timeslices: false, mps_clients: true };
+        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        tokio::task::spawn_blocking(move || {
+            clients::table(&node, Path::new("/proc"), caller, &crate::sys::unix::user_name)
+        })
+        .await
+        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))
     }
 
     /// Sets the limits of the MPS server serving client `pid` (for its new clients).

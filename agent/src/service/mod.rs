@@ -217,6 +217,18 @@ impl AgentService {
         Ok(json(&self.engine.mps_status().await?))
     }
 
+    /// Every process using the GPUs, attributed (JSON `ClientTable`). Open to all; a
+    /// command line is shown to root and to the process's own user only.
+    async fn clients(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection, 0).await?;
+        let caller = caller_uid(&header, connection).await;
+        Ok(json(&self.engine.clients(caller).await?))
+    }
+
     /// Sets the limits of the MPS server of client `pid` (JSON `MpsLimitResult`).
     async fn mps_limit(
         &self,
@@ -307,6 +319,13 @@ impl AgentService {
     async fn version(&self) -> String {
         env!("CARGO_PKG_VERSION").to_string()
     }
+}
+
+/// The user of the connection that sent `header`'s message, as the bus knows it.
+async fn caller_uid(header: &Header<'_>, connection: &Connection) -> Option<u32> {
+    let sender = header.sender()?;
+    let dbus = zbus::fdo::DBusProxy::new(connection).await.ok()?;
+    dbus.get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned())).await.ok()
 }
 
 /// A profile named by a caller, its name bounded.

@@ -1,5 +1,6 @@
 //! What `/proc` tells about processes: whether one is alive, its parent, process group,
-//! session, start time and user, the descendants of a process, and which hold a file open.
+//! session, start time and user, the descendants of a process, and which hold a file open;
+//! a process's owner, command line, cgroup placement (unit, container) and environment.
 
 use std::fs;
 use std::path::Path;
@@ -123,6 +124,105 @@ pub fn holders_sentence(proc_root: &Path, device_path: &str, own_pid: u32) -> St
     format!("{device_path} is open in {}", list.join(", "))
 }
 
+/// At most `max` bytes of the file at `path` (a `/proc` file may be of any size).
+fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path).ok()?.take(max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// A process as `/proc/PID/status` names it: its command name (`comm`, at most 15 bytes)
+/// and real user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// `Name:`.
+    pub name: String,
+    /// The first `Uid:`.
+    pub uid: u32,
+}
+
+/// The name and real user of `pid` under `proc_root` (a `/proc`); `None` when it has gone.
+pub fn owner_in(proc_root: &Path, pid: u32) -> Option<Owner> {
+    let status = read_bounded(&proc_root.join(pid.to_string()).join("status"), 16 * 1024)?;
+    let status = String::from_utf8_lossy(&status);
+    let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+    Some(Owner { name: field("Name:").unwrap_or_default().to_string(), uid })
+}
+
+/// The command line of `pid` under `proc_root`: its arguments joined by spaces, cut to at
+/// most `max` bytes (on a character boundary, ending in `…` when cut); `None` when it
+/// cannot be read or is empty (a kernel thread, a zombie).
+pub fn command_line_in(proc_root: &Path, pid: u32, max: usize) -> Option<String> {
+    let path = proc_root.join(pid.to_string()).join("cmdline");
+    let bytes = read_bounded(&path, u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1))?;
+    let cut = bytes.len() > max;
+    let bytes = &bytes[..bytes.len().min(max)];
+    let text = String::from_utf8_lossy(bytes);
+    let mut line: String =
+        text.chars().map(|c| if c == '\0' || c.is_control() { ' ' } else { c }).collect();
+    if cut {
+        // A lossy character may have grown the text: cut it on a boundary.
+        while line.len() > max.saturating_sub('…'.len_utf8()) {
+            line.pop();
+        }
+        line.push('…');
+    }
+    let line = line.trim_end().to_string();
+    (!line.is_empty()).then_some(line)
+}
+
+/// The systemd unit and the container (the first 12 hex digits of its id) that `pid`
+/// under `proc_root` runs in, from its cgroup path.
+pub fn placement_in(proc_root: &Path, pid: u32) -> (Option<String>, Option<String>) {
+    let path = proc_root.join(pid.to_string()).join("cgroup");
+    match read_bounded(&path, 16 * 1024) {
+        Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes)),
+        None => (None, None),
+    }
+}
+
+/// [`placement_in`] of a `/proc/PID/cgroup` text: the unified hierarchy's path (`0::`),
+/// else systemd's (`name=systemd`). A container is a component holding 64 hex digits
+/// (`docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, or the id alone under cgroupfs drivers); the unit is the last
+/// component ending in `.service` or `.scope` that is not the container's own scope.
+pub fn placement_of_cgroup(text: &str) -> (Option<String>, Option<String>) {
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .or_else(|| text.lines().find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p)))
+        .unwrap_or_default();
+    let mut unit = None;
+    let mut container = None;
+    for component in path.split('/').filter(|c| !c.is_empty()) {
+        if let Some(id) = container_id(component) {
+            container = Some(id);
+        } else if component.ends_with(".service") || component.ends_with(".scope") {
+            unit = Some(component.to_string());
+        }
+    }
+    (unit, container)
+}
+
+/// The first 12 hex digits of the 64-digit container id in a cgroup path component.
+fn container_id(component: &str) -> Option<String> {
+    let stem = component.strip_suffix(".scope").unwrap_or(component);
+    let id = stem.rsplit('-').next().unwrap_or(stem);
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id[..12].to_string())
+}
+
+/// The value of variable `name` in the environment `pid` under `proc_root` started with
+/// (its first 64 KiB; readable by root and the process's own user only).
+pub fn environment_variable_in(proc_root: &Path, pid: u32, name: &str) -> Option<String> {
+    let environ = read_bounded(&proc_root.join(pid.to_string()).join("environ"), 64 * 1024)?;
+    environ.split(|&b| b == 0).find_map(|entry| {
+        let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +316,62 @@ mod tests {
         let me = std::process::id();
         assert!(holders_of(Path::new("/proc"), path, 0).iter().any(|(pid, _)| *pid == me));
         assert!(!holders_of(Path::new("/proc"), path, me).iter().any(|(pid, _)| *pid == me));
+    }
+
+    #[test]
+    fn units_and_containers_come_from_the_cgroup_path() {
+        let id = "0123456789abcdef".repeat(4);
+        let cases = [
+            ("0::/system.slice/ollama.service\n", Some("ollama.service"), None),
+            (
+                "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-r1.scope\n",
+                Some("run-r1.scope"),
+                None,
+            ),
+            (&*format!("0::/system.slice/docker-{id}.scope\n"), None, Some("0123456789ab")),
+            (
+                &*format!("0::/machine.slice/libpod-{id}.scope/container\n"),
+                None,
+                Some("0123456789ab"),
+            ),
+            (
+                &*format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope\n"),
+                None,
+                Some("0123456789ab"),
+            ),
+            (
+                &*format!("12:cpu:/docker/{id}\n1:name=systemd:/docker/{id}\n"),
+                None,
+                Some("0123456789ab"),
+            ),
+            ("0::/\n", None, None),
+            ("", None, None),
+        ];
+        for (text, unit, container) in cases {
+            let (u, c) = placement_of_cgroup(text);
+            assert_eq!((u.as_deref(), c.as_deref()), (unit, container), "{text}");
+        }
+    }
+
+    #[test]
+    fn owners_command_lines_and_environments_are_read_bounded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("7");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
+            .unwrap();
+        fs::write(dir.join("cmdline"), b"python3\0train.py\0--lr\0").unwrap();
+        fs::write(dir.join("environ"), b"A=1\0CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20\0").unwrap();
+        assert_eq!(owner_in(tmp.path(), 7), Some(Owner { name: "python3".into(), uid: 1000 }));
+        assert_eq!(command_line_in(tmp.path(), 7, 256).as_deref(), Some("python3 train.py --lr"));
+        assert_eq!(command_line_in(tmp.path(), 7, 10).as_deref(), Some("python3…"));
+        let var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+        assert_eq!(environment_variable_in(tmp.path(), 7, var).as_deref(), Some("20"));
+        assert_eq!(environment_variable_in(tmp.path(), 7, "CUDA"), None);
+        assert_eq!(owner_in(tmp.path(), 8), None);
+        let me = std::process::id();
+        let proc_root = Path::new("/proc");
+        assert_eq!(owner_in(proc_root, me).map(|o| o.uid), real_user(me));
+        assert!(command_line_in(proc_root, me, 256).is_some());
     }
 }

@@ -191,6 +191,30 @@ pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
     Ok(usize::try_from(granted).unwrap_or(0))
 }
 
+/// The name of user `uid` in the password database (NSS included, so directory users
+/// count), without starting a process; `None` when it has none, or a name no one could
+/// mistake for text of ours.
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buffer = vec![0u8; 16 * 1024];
+    // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
+    // read after getpwuid_r has filled it.
+    let mut entry: ::libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut ::libc::passwd = std::ptr::null_mut();
+    // SAFETY: the buffer and its length match, `entry` and `found` outlive the call;
+    // getpwuid_r is thread-safe.
+    let rc = unsafe {
+        ::libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr().cast(), buffer.len(), &mut found)
+    };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded: pw_name points at a NUL-terminated string inside
+    // `buffer`, which is still alive.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }.to_str().ok()?.to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
+    (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
+}
+
 /// Who a bench replica runs as: user, primary group and supplementary groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -572,6 +596,12 @@ fn bits_of(mask: &[u64]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_names_come_from_the_password_database() {
+        assert_eq!(user_name(0).as_deref(), Some("root"));
+        assert_eq!(user_name(u32::MAX - 7), None);
+    }
 
     #[test]
     fn our_own_group_and_every_process_are_never_signalled() {

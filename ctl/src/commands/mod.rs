@@ -9,6 +9,7 @@ pub mod apply;
 pub mod assert;
 pub mod bench;
 pub mod cdi;
+pub mod clients;
 pub mod env;
 pub mod export;
 pub mod mig;
@@ -50,6 +51,7 @@ pub async fn run(
         Command::Mig(args) => mig::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
         Command::Cdi(args) => cdi::run(client, out, args.device.as_deref()).await,
+        Command::Clients => clients::run(client, out).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
         Command::Bench(args) => bench::run(client, out, &args).await,
     }

@@ -1,0 +1,386 @@
+//! Who uses the GPUs (issue 29): the clients of one observation, attributed. The driver's
+//! compute processes of each GPU and MIG instance, and the clients each running MPS
+//! server's control daemon lists (the driver shows an MPS client only through its server),
+//! each read once in `/proc`: its user, command line, unit or container (its cgroup), and
+//! for an MPS client the share it runs under. A process gone by the time `/proc` is read
+//! is left out; so are MPS's own processes (the control daemon and its servers). Nothing
+//! here asks the driver: the observation already has it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use gpushare_proto::clients::{CLIENTS_MAX, ClientShare, ClientTable, GpuClient, IdleDevice};
+
+use crate::node::{GpuState, MpsServerState, NodeState, mps_memory_value};
+use crate::sys::procfs;
+
+/// The most bytes of a command line shown.
+const COMMAND_MAX_BYTES: usize = 256;
+/// The command name (`comm`, cut at 15 bytes) of MPS's own processes,
+/// `nvidia-cuda-mps-control` and `nvidia-cuda-mps-server`: not clients.
+const MPS_COMM: &str = "nvidia-cuda-mps";
+/// The variable an MPS client lowers its own thread percentage with.
+const THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
+/// A process the observation shows using a GPU, before `/proc` is read.
+struct Found<'a> {
+    pid: u32,
+    gpu: &'a GpuState,
+    /// Its GPU instance, under MIG.
+    gpu_instance: Option<u32>,
+    /// Its MIG device.
+    instance: Option<String>,
+    /// The running MPS server it is a client of.
+    server: Option<&'a MpsServerState>,
+    memory: Option<u64>,
+}
+
+/// The client table of `node`, reading processes under `proc_root` (a `/proc`), for a
+/// caller with user id `caller` (command lines are shown to root and to a process's own
+/// user); `user_name` names a user id (each asked once).
+pub fn table(
+    node: &NodeState,
+    proc_root: &Path,
+    caller: Option<u32>,
+    user_name: &dyn Fn(u32) -> Option<String>,
+) -> ClientTable {
+    let running = || node.mps.iter().filter(|s| s.pid.is_some());
+    let mut found: Vec<Found<'_>> = Vec::new();
+    for g in &node.gpus {
+        for p in &g.processes {
+            let gpu_instance = p.gpu_instance_id.filter(|_| g.mig_enabled);
+            let server = running().find(|s| s.gpu == g.index && s.clients.contains(&p.pid));
+            let instance = gpu_instance
+                .and_then(|id| sole_compute_instance(g, id))
+                .or_else(|| server.and_then(|s| served_instance(g, s).1));
+            found.push(Found {
+                pid: p.pid,
+                gpu: g,
+                gpu_instance,
+                instance,
+                server,
+                memory: p.used_memory_bytes,
+            });
+        }
+    }
+    for s in running() {
+        let Some(g) = node.gpu(s.gpu) else { continue };
+        for &pid in &s.clients {
+            if found.iter().any(|f| f.pid == pid && f.gpu.index == s.gpu) {
+                continue;
+            }
+            let (gpu_instance, instance) = served_instance(g, s);
+            found.push(Found {
+                pid,
+                gpu: g,
+                gpu_instance,
+                instance,
+                server: Some(s),
+                memory: None,
+            });
+        }
+    }
+    found.sort_by(|a, b| {
+        let key =
+            |f: &Found<'_>| (f.gpu.index, f.gpu_instance, f.server.map(|s| s.uuid.clone()), f.pid);
+        key(a).cmp(&key(b))
+    });
+
+    let mut names: HashMap<u32, Option<String>> = HashMap::new();
+    let mut clients: Vec<GpuClient> = Vec::new();
+    let mut left_out = 0u32;
+    // What is in use, counting the clients beyond the cap too.
+    let mut used_instances: HashSet<(u32, u32)> = HashSet::new();
+    let mut used_servers: HashSet<&str> = HashSet::new();
+    for f in &found {
+        if clients.len() >= CLIENTS_MAX {
+            left_out = left_out.saturating_add(1);
+            if let Some(gi) = f.gpu_instance {
+                used_instances.insert((f.gpu.index, gi));
+            }
+            if let Some(s) = f.server {
+                used_servers.insert(&s.uuid);
+            }
+            continue;
+        }
+        let Some(owner) = procfs::owner_in(proc_root, f.pid) else { continue };
+        if owner.name == MPS_COMM {
+            continue;
+        }
+        if let Some(gi) = f.gpu_instance {
+            used_instances.insert((f.gpu.index, gi));
+        }
+        if let Some(s) = f.server {
+            used_servers.insert(&s.uuid);
+        }
+        let user = names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone();
+        let command = (caller == Some(0) || caller == Some(owner.uid)).then(|| {
+            procfs::command_line_in(proc_root, f.pid, COMMAND_MAX_BYTES)
+                .unwrap_or_else(|| format!("[{}]", owner.name))
+        });
+        let (unit, container) = procfs::placement_in(proc_root, f.pid);
+        let via = match (f.server, f.gpu_instance) {
+            (Some(_), _) => "mps",
+            (None, Some(_)) => "mig",
+            (None, None) => "gpu",
+        };
+        let share = f.server.map(|s| {
+            share_of(s, procfs::environment_variable_in(proc_root, f.pid, THREADS_VARIABLE))
+        });
+        clients.push(GpuClient {
+            pid: f.pid,
+            uid: Some(owner.uid),
+            user,
+            command,
+            unit,
+            container,
+            gpu: f.gpu.index,
+            gpu_uuid: f.gpu.uuid.clone(),
+            instance: f.instance.clone(),
+            gpu_instance_id: f.gpu_instance,
+            via: via.to_string(),
+            mps_server: f.server.map(|s| s.uuid.clone()),
+            memory_bytes: f.memory,
+            share,
+        });
+    }
+
+    let mut idle = Vec::new();
+    for g in node.gpus.iter().filter(|g| g.mig_enabled) {
+        for gi in g.instances.iter().filter(|gi| !used_instances.contains(&(g.index, gi.id))) {
+            for ci in &gi.compute_instances {
+                // An instance an MPS server serves shows as that server.
+                if running().any(|s| s.uuid == ci.uuid) {
+                    continue;
+                }
+                idle.push(IdleDevice {
+                    gpu: g.index,
+                    uuid: ci.uuid.clone(),
+                    what: "mig".into(),
+                    describe: format!("{} (CI {}): no process", mig_device(g, gi.id), ci.id),
+                });
+            }
+        }
+    }
+    for s in running().filter(|s| !used_servers.contains(s.uuid.as_str())) {
+        let Some(g) = node.gpu(s.gpu) else { continue };
+        let device = match served_instance(g, s).0 {
+            Some(gi) => mig_device(g, gi),
+            None => g.label(),
+        };
+        let pinned = s
+            .limits
+            .pinned_memory_limit_bytes
+            .map(|b| format!(", pinned memory {}", mps_memory_value(b)))
+            .unwrap_or_default();
+        idle.push(IdleDevice {
+            gpu: s.gpu,
+            uuid: s.uuid.clone(),
+            what: "mps-server".into(),
+            describe: format!(
+                "MPS server of {device} ({} % threads{pinned}): no client",
+                s.limits.active_thread_percentage
+            ),
+        });
+    }
+    ClientTable { clients, idle, left_out }
+}
+
+/// The share an MPS client of `server` runs under: the server's limits, or the thread
+/// percentage of its own environment (`threads`) when it set a lower one.
+fn share_of(server: &MpsServerState, threads: Option<String>) -> ClientShare {
+    let limits = server.limits;
+    let own = threads
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|&t| (1..limits.active_thread_percentage).contains(&t));
+    ClientShare {
+        active_thread_percentage: own.unwrap_or(limits.active_thread_percentage),
+        pinned_memory_bytes: limits.pinned_memory_limit_bytes,
+        from: if own.is_some() { "client" } else { "server" }.into(),
+    }
+}
+
+/// The `MIG-…` of GPU instance `gi` of `gpu` when it has one compute instance (the driver
+/// names a process's GPU instance, not its compute instance).
+fn sole_compute_instance(gpu: &GpuState, gi: u32) -> Option<String> {
+    match gpu.instances.iter().find(|i| i.id == gi)?.compute_instances.as_slice() {
+        [ci] => Some(ci.uuid.clone()),
+        _ => None,
+    }
+}
+
+/// The GPU instance and `MIG-…` an MPS server serves; `(None, None)` for a whole GPU.
+fn served_instance(gpu: &GpuState, server: &MpsServerState) -> (Option<u32>, Option<String>) {
+    gpu.instances
+        .iter()
+        .find(|gi| gi.compute_instances.iter().any(|ci| ci.uuid == server.uuid))
+        .map_or((None, None), |gi| (Some(gi.id), Some(server.uuid.clone())))
+}
+
+/// `GPU 0 (A100-SXM4-40GB) MIG 3g.20gb (GI 1)`.
+fn mig_device(gpu: &GpuState, gi: u32) -> String {
+    let profile = gpu
+        .instances
+        .iter()
+        .find(|i| i.id == gi)
+        .and_then(|i| gpu.model?.profile_by_id(i.profile_id))
+        .map_or_else(|| "instance".to_string(), |p| p.name.to_string());
+    format!("{} MIG {profile} (GI {gi})", gpu.label())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+    use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, MpsLimits};
+
+    fn gpu(index: u32, instances: Vec<GpuInstance>, processes: Vec<ComputeProcess>) -> GpuState {
+        GpuState {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA A100-SXM4-40GB".into(),
+            pci_device_id: 0x20B0_10DE,
+            model: None,
+            memory_total_bytes: 40 << 30,
+            mig_enabled: !instances.is_empty(),
+            mig_pending: None,
+            compute_mode: ComputeMode::Default,
+            instances,
+            processes,
+        }
+    }
+
+    fn instance(id: u32, uuid: &str) -> GpuInstance {
+        GpuInstance {
+            id,
+            profile_id: 19,
+            placement_start: u8::try_from(id).unwrap(),
+            placement_size: 1,
+            compute_instances: vec![ComputeInstance { id: 0, uuid: uuid.into(), slices: 1 }],
+        }
+    }
+
+    fn process(pid: u32, gi: Option<u32>, memory: Option<u64>) -> ComputeProcess {
+        ComputeProcess { pid, gpu_instance_id: gi, used_memory_bytes: memory }
+    }
+
+    fn server(uuid: &str, gpu: u32, threads: u32, clients: Vec<u32>) -> MpsServerState {
+        MpsServerState {
+            uuid: uuid.into(),
+            gpu,
+            placement_start: None,
+            compute_instance: 0,
+            limits: MpsLimits {
+                active_thread_percentage: threads,
+                pinned_memory_limit_bytes: Some(4 << 30),
+            },
+            pid: Some(900),
+            restarts: 0,
+            clients,
+        }
+    }
+
+    /// A fake `/proc/PID`.
+    fn fake(root: &Path, pid: u32, name: &str, uid: u32, cmdline: &str, cgroup: &str, env: &str) {
+        let dir = root.join(pid.to_string());
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("status"), format!("Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
+            .unwrap();
+        fs::write(dir.join("cmdline"), cmdline.replace(' ', "\0")).unwrap();
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+        fs::write(dir.join("environ"), env.replace(' ', "\0")).unwrap();
+    }
+
+    #[test]
+    fn every_client_is_attributed_and_unused_capacity_shows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let id = "ab".repeat(32);
+        fake(root, 10, "python3", 1000, "python3 serve.py", "0::/system.slice/serve.service\n", "");
+        fake(root, 11, MPS_COMM, 0, "nvidia-cuda-mps-server", "0::/\n", "");
+        fake(root, 12, "python3", 1001, "python3 a.py", "0::/user.slice/run-r2.scope\n", "");
+        fake(root, 20, "train", 0, "train --secret=x", &format!("0::/docker-{id}.scope\n"), "");
+        let env = format!("A=1 {THREADS_VARIABLE}=10");
+        fake(root, 30, "infer", 1000, "infer", "0::/\n", &env);
+        // 31 has gone.
+        let node = NodeState {
+            gpus: vec![
+                gpu(
+                    0,
+                    Vec::new(),
+                    vec![
+                        process(10, None, Some(1 << 30)),
+                        process(11, None, Some(300 << 20)),
+                        process(12, None, Some(2 << 30)),
+                    ],
+                ),
+                gpu(
+                    1,
+                    vec![instance(1, "MIG-a"), instance(2, "MIG-b"), instance(3, "MIG-c")],
+                    vec![process(20, Some(1), Some(512 << 20))],
+                ),
+            ],
+            mps: vec![server("GPU-0", 0, 50, vec![12]), server("MIG-c", 1, 100, vec![30, 31])],
+            ..NodeState::default()
+        };
+        let name = |uid: u32| (uid == 1000).then(|| "alice".to_string());
+        let table = table(&node, root, Some(1000), &name);
+        let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
+        assert_eq!(pids, [10, 12, 20, 30], "{table:#?}");
+        let [whole, mps, mig, own] = table.clients.as_slice() else { unreachable!() };
+
+        assert_eq!((whole.via.as_str(), whole.gpu, whole.instance.as_deref()), ("gpu", 0, None));
+        assert_eq!((whole.uid, whole.user.as_deref()), (Some(1000), Some("alice")));
+        assert_eq!(whole.command.as_deref(), Some("python3 serve.py"), "the caller's own");
+        assert_eq!(whole.unit.as_deref(), Some("serve.service"));
+        assert_eq!((whole.memory_bytes, whole.share.as_ref()), (Some(1 << 30), None));
+
+        assert_eq!((mps.via.as_str(), mps.mps_server.as_deref()), ("mps", Some("GPU-0")));
+        assert_eq!(mps.memory_bytes, Some(2 << 30), "the driver's figure");
+        assert_eq!(mps.command, None, "another user's");
+        assert_eq!(mps.unit.as_deref(), Some("run-r2.scope"));
+        let share = mps.share.as_ref().unwrap();
+        assert_eq!((share.active_thread_percentage, share.from.as_str()), (50, "server"));
+        assert_eq!(share.pinned_memory_bytes, Some(4 << 30));
+
+        assert_eq!((mig.via.as_str(), mig.instance.as_deref()), ("mig", Some("MIG-a")));
+        assert_eq!(
+            (mig.gpu_instance_id, mig.user.as_deref(), mig.command.as_deref()),
+            (Some(1), None, None)
+        );
+        assert_eq!((mig.container.as_deref(), mig.unit.as_deref()), (Some("abababababab"), None));
+
+        assert_eq!((own.via.as_str(), own.instance.as_deref()), ("mps", Some("MIG-c")));
+        assert_eq!((own.gpu_instance_id, own.memory_bytes), (Some(3), None));
+        let share = own.share.as_ref().unwrap();
+        assert_eq!((share.active_thread_percentage, share.from.as_str()), (10, "client"));
+
+        let idle: Vec<(&str, &str)> =
+            table.idle.iter().map(|d| (d.what.as_str(), d.uuid.as_str())).collect();
+        assert_eq!(idle, [("mig", "MIG-b")], "MIG-c is served, and its server has a client");
+        assert!(table.idle[0].describe.contains("(GI 2) (CI 0): no process"), "{table:?}");
+        assert_eq!(table.left_out, 0);
+
+        // Root sees every command line; the server's clients gone, it is idle.
+        let node = NodeState { mps: vec![server("MIG-c", 1, 100, vec![31])], ..node };
+        let table = super::table(&node, root, Some(0), &name);
+        assert_eq!(table.clients[2].command.as_deref(), Some("train --secret=x"));
+        let idle: Vec<(&str, &str)> =
+            table.idle.iter().map(|d| (d.what.as_str(), d.uuid.as_str())).collect();
+        assert_eq!(idle, [("mig", "MIG-b"), ("mps-server", "MIG-c")]);
+        assert!(table.idle[1].describe.contains("(100 % threads, pinned memory 4G): no client"));
+        // An unknown caller sees none.
+        let table = super::table(&node, root, None, &name);
+        assert!(table.clients.iter().all(|c| c.command.is_none()));
+    }
+
+    #[test]
+    fn the_table_is_capped_and_says_how_many_were_left_out() {
+        let me = std::process::id();
+        let processes = (0..CLIENTS_MAX as u32 + 5).map(|_| process(me, None, None)).collect();
+        let node = NodeState { gpus: vec![gpu(0, Vec::new(), processes)], ..NodeState::default() };
+        let table = table(&node, Path::new("/proc"), Some(0), &|_| None);
+        assert_eq!((table.clients.len(), table.left_out), (CLIENTS_MAX, 5));
+    }
+}

@@ -1,0 +1,194 @@
+//! Who uses the GPUs (issue 29), end to end on simulated GPUs: a process on a whole GPU
+//! and one in a MIG instance (the simulated driver's `GPUSHARE_SIM_PROCESSES`, 512 MiB
+//! each), and two MPS clients of a server (the simulated control daemon's
+//! `--fake-client`, which the driver does not list: no memory), all real `sleep`
+//! processes of known users, attributed by `gpushare-ctl clients`; another user sees no
+//! command line but its own; clients leave the table when their process exits.
+
+use std::process::{Child, Command, Stdio};
+
+use gpushare_proto::clients::{ClientTable, GpuClient};
+use gpushare_tests::{
+    Agent, AgentOptions, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, as_user, binary,
+    directory_of, id_of, is_root, parse_doc, stdout, text,
+};
+
+/// GPU 0 in MIG, GPU 1 under MPS (2 replicas: 50 % threads each), GPU 2 left alone.
+const MIXED: &str = "name = \"mixed\"\n\
+    [[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+    [[gpu]]\nselect = 1\nsharing = { mps = { replicas = 2 } }\n";
+
+/// A `sleep` that stands for a GPU client, killed on drop.
+struct Sleeper(Child);
+
+impl Sleeper {
+    /// As the test's user, or as `user`, with `env`.
+    fn start(user: Option<&str>, env: &[(&str, &str)]) -> Sleeper {
+        let mut command = match user {
+            Some(user) => {
+                let mut c = as_user(user);
+                c.arg("sleep");
+                c
+            }
+            None => Command::new("sleep"),
+        };
+        command.arg("600").envs(env.iter().copied()).stdin(Stdio::null());
+        Sleeper(command.spawn().expect("sleep starts"))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Ends it and reaps it: its `/proc` entry is gone.
+    fn end(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Connects the simulated CUDA client `pid` to the MPS server of pipe directory `pipe`.
+fn connect_client(pipe: &str, pid: u32) {
+    let client = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", &pid.to_string()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .output()
+        .unwrap();
+    assert!(client.status.success(), "{}", text(&client));
+}
+
+/// `clients --json` as root.
+fn clients(agent: &Agent) -> ClientTable {
+    agent.ctl_doc(&["clients"])
+}
+
+/// The client with process `pid`.
+fn client(table: &ClientTable, pid: u32) -> &GpuClient {
+    table
+        .clients
+        .iter()
+        .find(|c| c.pid == pid)
+        .unwrap_or_else(|| panic!("no client {pid} in {table:#?}"))
+}
+
+fn pids(table: &ClientTable) -> Vec<u32> {
+    let mut pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[test]
+fn every_client_is_attributed_and_leaves_when_it_exits() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return;
+    }
+    let options = AgentOptions::simulate("a100-40gb:3").profile("mixed.toml", MIXED);
+    let mut agent = Agent::start(options.for_other_users());
+    let out = agent.ctl(&["apply", "mixed"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    let first = &status.gpus[0].instances[0];
+    let (gi, mig_uuid) = (first.gpu_instance_id, first.uuid.clone().expect("one CI, its MIG-"));
+
+    let whole = Sleeper::start(None, &[]);
+    let in_mig = Sleeper::start(None, &[]);
+    let lowered = Sleeper::start(Some(MEMBER), &[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")]);
+    let plain = Sleeper::start(Some(OTHER), &[]);
+    let processes = format!("2:{},0/{gi}:{}", whole.pid(), in_mig.pid());
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
+    let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
+    connect_client(&server.pipe_directory, lowered.pid());
+    connect_client(&server.pipe_directory, plain.pid());
+
+    let table = clients(&agent);
+    let mut expected = vec![whole.pid(), in_mig.pid(), lowered.pid(), plain.pid()];
+    expected.sort_unstable();
+    assert_eq!(pids(&table), expected, "{table:#?}");
+
+    let c = client(&table, whole.pid());
+    assert_eq!(
+        (c.via.as_str(), c.gpu, c.gpu_uuid.as_str()),
+        ("gpu", 2, status.gpus[2].uuid.as_str())
+    );
+    assert_eq!((c.instance.as_deref(), c.mps_server.as_deref(), &c.share), (None, None, &None));
+    assert_eq!((c.uid, c.user.as_deref()), (Some(0), Some("root")));
+    assert_eq!(c.memory_bytes, Some(512 << 20), "the simulated driver's figure");
+    assert_eq!(c.command.as_deref(), Some("sleep 600"));
+
+    let c = client(&table, in_mig.pid());
+    assert_eq!((c.via.as_str(), c.gpu, c.gpu_instance_id), ("mig", 0, Some(gi)));
+    assert_eq!(c.instance.as_deref(), Some(mig_uuid.as_str()));
+    assert_eq!(c.memory_bytes, Some(512 << 20));
+
+    let gpu1 = status.gpus[1].uuid.as_str();
+    let c = client(&table, lowered.pid());
+    assert_eq!((c.via.as_str(), c.gpu, c.mps_server.as_deref()), ("mps", 1, Some(gpu1)));
+    assert_eq!((c.uid, c.user.as_deref()), (Some(id_of("passwd", MEMBER)), Some(MEMBER)));
+    assert_eq!(c.memory_bytes, None, "the driver lists MPS clients only through the server");
+    let share = c.share.as_ref().expect("an MPS client's share");
+    assert_eq!((share.active_thread_percentage, share.from.as_str()), (10, "client"));
+
+    let c = client(&table, plain.pid());
+    assert_eq!((c.via.as_str(), c.user.as_deref()), ("mps", Some(OTHER)));
+    let share = c.share.as_ref().expect("an MPS client's share");
+    assert_eq!(share.active_thread_percentage, server.active_thread_percentage);
+    assert_eq!(
+        (share.from.as_str(), share.pinned_memory_bytes),
+        ("server", server.pinned_memory_limit_bytes)
+    );
+
+    // The other three instances of GPU 0 are idle; GPU 1's server has clients.
+    let idle: Vec<&str> = table.idle.iter().map(|d| d.what.as_str()).collect();
+    assert_eq!(idle, ["mig"; 3], "{table:#?}");
+    assert!(!table.idle.iter().any(|d| d.uuid == mig_uuid));
+
+    // A member sees every client, and its own command line alone.
+    let home = directory_of(MEMBER);
+    let out = agent
+        .ctl_as(MEMBER, None, home.path(), home.path(), &["clients", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let seen: ClientTable = parse_doc(&out, "clients --json as a member");
+    assert_eq!(pids(&seen), expected);
+    for c in &seen.clients {
+        let own = c.pid == lowered.pid();
+        assert_eq!(c.command.is_some(), own, "{c:?}");
+        assert_eq!(c.memory_bytes, client(&table, c.pid).memory_bytes);
+    }
+
+    // For people: a line each, then the idle instances.
+    let out = agent.ctl(&["clients"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = stdout(&out);
+    assert!(shown.starts_with("PID"), "{shown}");
+    assert!(shown.contains("10 % threads (own)"), "{shown}");
+    assert!(shown.contains("Idle:\n"), "{shown}");
+
+    // Clients leave as their processes exit; the server without one is idle.
+    let (gone, stays) = (whole.pid(), in_mig.pid());
+    whole.end();
+    lowered.end();
+    let table = clients(&agent);
+    assert_eq!(pids(&table), {
+        let mut left = vec![stays, plain.pid()];
+        left.sort_unstable();
+        left
+    });
+    assert!(!table.clients.iter().any(|c| c.pid == gone));
+    in_mig.end();
+    plain.end();
+    let table = clients(&agent);
+    assert!(table.clients.is_empty(), "{table:#?}");
+    let idle: Vec<&str> = table.idle.iter().map(|d| d.what.as_str()).collect();
+    assert_eq!(idle, ["mig", "mig", "mig", "mig", "mps-server"], "{table:#?}");
+    assert!(table.idle[4].uuid == gpu1);
+}
