@@ -1,6 +1,6 @@
 //! Who uses the GPUs (issue 29), end to end on simulated GPUs: a process on a whole GPU
-//! and one in a MIG instance (the simulated driver's `GPUSHARE_SIM_PROCESSES`, 512 MiB
-//! each), and two MPS clients of a server (the simulated control daemon's
+//! and one in each of two MIG instances (the simulated driver's `GPUSHARE_SIM_PROCESSES`,
+//! 512 MiB each), and two MPS clients of a server (the simulated control daemon's
 //! `--fake-client`, which the driver does not list: no memory), all real `sleep`
 //! processes of known users, attributed by `gpushare-ctl clients`; another user sees no
 //! command line but its own; clients leave the table when their process exits.
@@ -97,19 +97,22 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let status = agent.status();
     let first = &status.gpus[0].instances[0];
     let (gi, mig_uuid) = (first.gpu_instance_id, first.uuid.clone().expect("one CI, its MIG-"));
+    let second = &status.gpus[0].instances[1];
+    let (gi2, mig_uuid2) = (second.gpu_instance_id, second.uuid.clone().expect("its MIG-"));
 
     let whole = Sleeper::start(None, &[]);
     let in_mig = Sleeper::start(None, &[]);
+    let in_mig2 = Sleeper::start(Some(OTHER), &[]);
     let lowered = Sleeper::start(Some(MEMBER), &[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")]);
     let plain = Sleeper::start(Some(OTHER), &[]);
-    let processes = format!("2:{},0/{gi}:{}", whole.pid(), in_mig.pid());
+    let processes = format!("2:{},0/{gi}:{},0/{gi2}:{}", whole.pid(), in_mig.pid(), in_mig2.pid());
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
     let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
     connect_client(&server.pipe_directory, lowered.pid());
     connect_client(&server.pipe_directory, plain.pid());
 
     let table = clients(&agent);
-    let mut expected = vec![whole.pid(), in_mig.pid(), lowered.pid(), plain.pid()];
+    let mut expected = vec![whole.pid(), in_mig.pid(), in_mig2.pid(), lowered.pid(), plain.pid()];
     expected.sort_unstable();
     assert_eq!(pids(&table), expected, "{table:#?}");
 
@@ -127,6 +130,9 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     assert_eq!((c.via.as_str(), c.gpu, c.gpu_instance_id), ("mig", 0, Some(gi)));
     assert_eq!(c.instance.as_deref(), Some(mig_uuid.as_str()));
     assert_eq!(c.memory_bytes, Some(512 << 20));
+    let c = client(&table, in_mig2.pid());
+    assert_eq!((c.via.as_str(), c.gpu_instance_id), ("mig", Some(gi2)));
+    assert_eq!((c.instance.as_deref(), c.user.as_deref()), (Some(mig_uuid2.as_str()), Some(OTHER)));
 
     let gpu1 = status.gpus[1].uuid.as_str();
     let c = client(&table, lowered.pid());
@@ -145,10 +151,10 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
         ("server", server.pinned_memory_limit_bytes)
     );
 
-    // The other three instances of GPU 0 are idle; GPU 1's server has clients.
+    // The other two instances of GPU 0 are idle; GPU 1's server has clients.
     let idle: Vec<&str> = table.idle.iter().map(|d| d.what.as_str()).collect();
-    assert_eq!(idle, ["mig"; 3], "{table:#?}");
-    assert!(!table.idle.iter().any(|d| d.uuid == mig_uuid));
+    assert_eq!(idle, ["mig"; 2], "{table:#?}");
+    assert!(!table.idle.iter().any(|d| d.uuid == mig_uuid || d.uuid == mig_uuid2));
 
     // A member sees every client, and its own command line alone.
     let home = directory_of(MEMBER);
@@ -179,12 +185,13 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     lowered.end();
     let table = clients(&agent);
     assert_eq!(pids(&table), {
-        let mut left = vec![stays, plain.pid()];
+        let mut left = vec![stays, in_mig2.pid(), plain.pid()];
         left.sort_unstable();
         left
     });
     assert!(!table.clients.iter().any(|c| c.pid == gone));
     in_mig.end();
+    in_mig2.end();
     plain.end();
     let table = clients(&agent);
     assert!(table.clients.is_empty(), "{table:#?}");

@@ -157,7 +157,12 @@ pub fn table(
                     gpu: g.index,
                     uuid: ci.uuid.clone(),
                     what: "mig".into(),
-                    describe: format!("{} (CI {}): no process", mig_device(g, gi.id), ci.id),
+                    describe: format!(
+                        "{} (GI {}, CI {}): no process",
+                        mig_device(g, gi.id),
+                        gi.id,
+                        ci.id
+                    ),
                 });
             }
         }
@@ -165,7 +170,7 @@ pub fn table(
     for s in running().filter(|s| !used_servers.contains(s.uuid.as_str())) {
         let Some(g) = node.gpu(s.gpu) else { continue };
         let device = match served_instance(g, s).0 {
-            Some(gi) => mig_device(g, gi),
+            Some(gi) => format!("{} (GI {gi})", mig_device(g, gi)),
             None => g.label(),
         };
         let pinned = s
@@ -217,7 +222,7 @@ fn served_instance(gpu: &GpuState, server: &MpsServerState) -> (Option<u32>, Opt
         .map_or((None, None), |gi| (Some(gi.id), Some(server.uuid.clone())))
 }
 
-/// `GPU 0 (A100-SXM4-40GB) MIG 3g.20gb (GI 1)`.
+/// `GPU 0 (A100-SXM4-40GB) MIG 3g.20gb`: GPU instance `gi` of `gpu`.
 fn mig_device(gpu: &GpuState, gi: u32) -> String {
     let profile = gpu
         .instances
@@ -225,7 +230,7 @@ fn mig_device(gpu: &GpuState, gi: u32) -> String {
         .find(|i| i.id == gi)
         .and_then(|i| gpu.model?.profile_by_id(i.profile_id))
         .map_or_else(|| "instance".to_string(), |p| p.name.to_string());
-    format!("{} MIG {profile} (GI {gi})", gpu.label())
+    format!("{} MIG {profile}", gpu.label())
 }
 
 #[cfg(test)]
@@ -359,7 +364,7 @@ mod tests {
         let idle: Vec<(&str, &str)> =
             table.idle.iter().map(|d| (d.what.as_str(), d.uuid.as_str())).collect();
         assert_eq!(idle, [("mig", "MIG-b")], "MIG-c is served, and its server has a client");
-        assert!(table.idle[0].describe.contains("(GI 2) (CI 0): no process"), "{table:?}");
+        assert!(table.idle[0].describe.contains("(GI 2, CI 0): no process"), "{table:?}");
         assert_eq!(table.left_out, 0);
 
         // Root sees every command line; the server's clients gone, it is idle.

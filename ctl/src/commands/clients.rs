@@ -6,7 +6,7 @@
 //! 4242  alice  serve.service        GPU 0       1 GiB    -                              python3 serve.py
 //! 4250  bob    container 0123abcd…  GPU 1/GI 3  -        25 % threads, 8 GiB pinned     -
 //! Idle:
-//!   GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9) (CI 0): no process  MIG-…
+//!   MIG-…  GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
 //! A command line is shown to root and to the process's own user only (`-` otherwise).
@@ -63,7 +63,7 @@ pub fn render(table: &ClientTable) -> String {
     if !table.idle.is_empty() {
         text.push_str("Idle:\n");
         for d in &table.idle {
-            text.push_str(&format!("  {}  {}\n", d.describe, d.uuid));
+            text.push_str(&format!("  {}  {}\n", d.uuid, d.describe));
         }
     }
     text
@@ -159,7 +159,7 @@ mod tests {
                 gpu: 1,
                 uuid: "MIG-b".into(),
                 what: "mig".into(),
-                describe: "GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9) (CI 0): no process".into(),
+                describe: "GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process".into(),
             }],
             left_out: 0,
         };
@@ -182,10 +182,7 @@ mod tests {
         }
         assert!(lines[2].trim_end().ends_with('-'), "no command shown: {text}");
         assert_eq!(lines[3], "Idle:");
-        assert_eq!(
-            lines[4],
-            "  GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9) (CI 0): no process  MIG-b"
-        );
+        assert_eq!(lines[4], "  MIG-b  GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process");
 
         let empty = ClientTable::default();
         assert_eq!(render(&empty), "No process uses the GPUs.\n");
