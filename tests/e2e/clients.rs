@@ -171,6 +171,24 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
         assert_eq!(c.memory_bytes, client(&table, c.pid).memory_bytes);
     }
 
+    // A user outside the group (the bus policy lets anyone ask) sees every client too,
+    // and its own processes' command lines alone.
+    let home = directory_of(OTHER);
+    let out = agent
+        .ctl_as(OTHER, None, home.path(), home.path(), &["clients", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let seen: ClientTable = parse_doc(&out, "clients --json as another user");
+    assert_eq!(pids(&seen), expected);
+    for c in &seen.clients {
+        assert_eq!(c.command.is_some(), c.user.as_deref() == Some(OTHER), "{c:?}");
+    }
+    // And the CDI devices.
+    let out =
+        agent.ctl_as(OTHER, None, home.path(), home.path(), &["cdi", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
     // For people: a line each, then the idle instances.
     let out = agent.ctl(&["clients"]);
     assert!(out.status.success(), "{}", text(&out));
