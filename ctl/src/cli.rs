@@ -71,7 +71,11 @@ pub enum Command {
     /// Show every process using the GPUs (PID, user, unit or container, where, memory,
     /// MPS share, command line) and the MIG instances and MPS servers no one uses.
     #[command(after_help = CLIENTS_HELP)]
-    Clients,
+    Clients(ClientsArgs),
+    /// A live view, one screen refreshed each second: per GPU and MIG instance its model,
+    /// MIG, sharing and memory, then the processes using it, then what no one uses.
+    #[command(after_help = TOP_HELP)]
+    Top(TopArgs),
     /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
     /// the current sharing.
     #[command(after_help = PROBE_HELP)]
@@ -346,9 +350,197 @@ Lists the compute processes of every GPU and MIG instance as the driver reports 
 clients of every MPS server the agent runs, each with its user, its systemd unit or container
 (from its cgroup), GPU memory (as the driver reports it; `-` for an MPS client the driver
 shows only through its server) and, for an MPS client, its share. A command line is shown to
-root and to the process's own user only. Examples:
+root and to the process's own user only.
+--watch redraws the table every --interval on a terminal (cut to its height), and prints
+a new table per interval, after a blank line, into a pipe or file; Ctrl-C ends it (exit
+0). With --json, which otherwise prints one object, watching prints a stream: one
+ClientTable document per line (NDJSON), one per interval.
+--query prints the fields named, comma-separated, one line per client in CSV (RFC 4180
+quoting, lines ending in LF) under a header line (`--format csv,noheader` leaves it out);
+a field the agent does not know or does not show (a unit, another user's command line)
+is empty. Fields: pid, user, uid, unit, container, gpu, gpu_uuid, instance (MIG-…), via
+(gpu, mig or mps), mps_server, memory_bytes, share_threads (an MPS client's active thread
+percentage), share_memory_bytes (its pinned memory limit), command. Examples:
   gpushare-ctl clients
-  gpushare-ctl clients --json";
+  gpushare-ctl clients --json
+  gpushare-ctl clients --watch --interval 2
+  gpushare-ctl clients --query pid,user,memory_bytes --format csv,noheader";
+
+const TOP_HELP: &str = "\
+Shows what `status` and `clients` report, together: a line per GPU (model, MIG on or off,
+sharing, memory, and the GPU memory its listed processes hold), a line per MIG instance,
+under each the processes using it, and the MIG instances and MPS servers no one uses.
+Utilisation, temperature and power are not shown: the agent does not report them yet.
+On a terminal the screen is redrawn every --interval (cut to its height); into a pipe or
+file a new view is printed per interval, after a blank line. Ctrl-C ends it (exit 0).
+--json prints one line per interval (NDJSON): {\"status\": …, \"clients\": …}, the
+Status and ClientTable documents. Examples:
+  gpushare-ctl top
+  gpushare-ctl top --interval 0.5";
+
+/// The range of `--interval`.
+pub const WATCH_INTERVAL: std::ops::RangeInclusive<f64> = 0.2..=60.0;
+
+/// `--interval`: a number of seconds from 0.2 to 60.
+fn parse_interval(text: &str) -> Result<f64, String> {
+    let trimmed = text.trim();
+    let seconds: f64 = match trimmed.parse() {
+        Ok(s) if trimmed.chars().all(|c| c.is_ascii_digit() || c == '.') => s,
+        _ => return Err(format!("`{text}` is not a number of seconds")),
+    };
+    if !WATCH_INTERVAL.contains(&seconds) {
+        let (low, high) = (WATCH_INTERVAL.start(), WATCH_INTERVAL.end());
+        return Err(format!("the interval must be {low} to {high} seconds, not {text}"));
+    }
+    Ok(seconds)
+}
+
+/// Arguments of `clients`.
+#[derive(Debug, Args)]
+pub struct ClientsArgs {
+    /// Refresh every --interval until Ctrl-C: redrawn on a terminal, a table per interval
+    /// otherwise (with --json, one document per line).
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: seconds between two refreshes, 0.2-60.
+    #[arg(long, value_name = "SECONDS", requires = "watch", value_parser = parse_interval)]
+    pub interval: Option<f64>,
+    /// Print these fields of each client as CSV, comma-separated (`pid,user,memory_bytes`;
+    /// see below for the fields).
+    #[arg(
+        long,
+        value_name = "FIELDS",
+        value_delimiter = ',',
+        value_parser = parse_field,
+        conflicts_with = "watch"
+    )]
+    pub query: Vec<ClientField>,
+    /// With --query: `csv`, or `csv,noheader` without the header line.
+    #[arg(long, value_name = "FORMAT", requires = "query", value_parser = parse_csv_format)]
+    pub format: Option<CsvFormat>,
+}
+
+/// Arguments of `top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between two refreshes, 0.2-60.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval)]
+    pub interval: f64,
+}
+
+/// A field of `clients --query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientField {
+    /// Process id.
+    Pid,
+    /// User name.
+    User,
+    /// User id.
+    Uid,
+    /// Systemd unit.
+    Unit,
+    /// Container id.
+    Container,
+    /// GPU index.
+    Gpu,
+    /// `GPU-…`.
+    GpuUuid,
+    /// `MIG-…`.
+    Instance,
+    /// `gpu`, `mig` or `mps`.
+    Via,
+    /// The `GPU-…`/`MIG-…` of its MPS server.
+    MpsServer,
+    /// GPU memory held.
+    MemoryBytes,
+    /// An MPS client's active thread percentage.
+    ShareThreads,
+    /// An MPS client's pinned memory limit.
+    ShareMemoryBytes,
+    /// Command line.
+    Command,
+}
+
+impl ClientField {
+    /// Every field, in the order the help lists them.
+    pub const ALL: [ClientField; 14] = [
+        ClientField::Pid,
+        ClientField::User,
+        ClientField::Uid,
+        ClientField::Unit,
+        ClientField::Container,
+        ClientField::Gpu,
+        ClientField::GpuUuid,
+        ClientField::Instance,
+        ClientField::Via,
+        ClientField::MpsServer,
+        ClientField::MemoryBytes,
+        ClientField::ShareThreads,
+        ClientField::ShareMemoryBytes,
+        ClientField::Command,
+    ];
+
+    /// Its name on the command line and in the CSV header.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientField::Pid => "pid",
+            ClientField::User => "user",
+            ClientField::Uid => "uid",
+            ClientField::Unit => "unit",
+            ClientField::Container => "container",
+            ClientField::Gpu => "gpu",
+            ClientField::GpuUuid => "gpu_uuid",
+            ClientField::Instance => "instance",
+            ClientField::Via => "via",
+            ClientField::MpsServer => "mps_server",
+            ClientField::MemoryBytes => "memory_bytes",
+            ClientField::ShareThreads => "share_threads",
+            ClientField::ShareMemoryBytes => "share_memory_bytes",
+            ClientField::Command => "command",
+        }
+    }
+}
+
+/// One field of `--query`, by name (case and blanks around it do not matter).
+pub fn parse_field(text: &str) -> Result<ClientField, String> {
+    let name = text.trim().to_ascii_lowercase();
+    ClientField::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = ClientField::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown field `{}`; the fields are {}", text.trim(), names.join(", "))
+    })
+}
+
+/// `--format` of `clients --query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CsvFormat {
+    /// Whether a header line comes first.
+    pub header: bool,
+}
+
+impl Default for CsvFormat {
+    fn default() -> Self {
+        Self { header: true }
+    }
+}
+
+/// `csv`, with nvidia-smi's options `noheader` and `nounits` (sizes are plain bytes
+/// anyway), comma-separated.
+pub fn parse_csv_format(text: &str) -> Result<CsvFormat, String> {
+    let mut csv = false;
+    let mut format = CsvFormat::default();
+    for option in text.split(',').map(|o| o.trim().to_ascii_lowercase()) {
+        match option.as_str() {
+            "csv" => csv = true,
+            "noheader" => format.header = false,
+            "nounits" => {}
+            _ => return Err(format!("`{option}` is not a format: csv, csv,noheader")),
+        }
+    }
+    if !csv {
+        return Err(format!("`{text}`: the format is csv (csv, csv,noheader)"));
+    }
+    Ok(format)
+}
 
 /// Arguments of `cdi`.
 #[derive(Debug, Args)]
@@ -937,6 +1129,71 @@ mod tests {
         );
         let e = parse(&[]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    fn clients_args(args: &[&str]) -> ClientsArgs {
+        match parse(args).unwrap().command {
+            Command::Clients(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn clients_takes_watch_query_and_format() {
+        use clap::error::ErrorKind;
+        let c = clients_args(&["clients"]);
+        assert!(!c.watch && c.interval.is_none() && c.query.is_empty() && c.format.is_none());
+        let c = clients_args(&["clients", "--watch", "--interval", "0.2"]);
+        assert!(c.watch);
+        assert_eq!(c.interval, Some(0.2));
+        assert_eq!(clients_args(&["clients", "--watch", "--interval=60"]).interval, Some(60.0));
+        assert!(parse(&["--json", "clients", "--watch"]).unwrap().json);
+        let c = clients_args(&["clients", "--query", "pid, USER,memory_bytes", "--format", "csv"]);
+        assert_eq!(c.query, [ClientField::Pid, ClientField::User, ClientField::MemoryBytes]);
+        assert_eq!(c.format, Some(CsvFormat { header: true }));
+        let c = clients_args(&["clients", "--query=command", "--format=csv,noheader"]);
+        assert_eq!(
+            (c.query.as_slice(), c.format),
+            (&[ClientField::Command][..], Some(CsvFormat { header: false }))
+        );
+        assert_eq!(clients_args(&["clients", "--query", "pid"]).format, None);
+        assert_eq!(parse_csv_format("noheader,csv,nounits"), Ok(CsvFormat { header: false }));
+        for name in ClientField::ALL.map(ClientField::name) {
+            assert_eq!(parse_field(name).map(ClientField::name), Ok(name));
+        }
+        let e = parse(&["clients", "--query", "pid,gpu_util"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(
+            e.to_string().contains("unknown field `gpu_util`; the fields are pid, user, uid, unit, container, gpu, gpu_uuid, instance, via, mps_server, memory_bytes, share_threads, share_memory_bytes, command"),
+            "{e}"
+        );
+        for bad in [
+            &["clients", "--interval", "2"][..],
+            &["clients", "--watch", "--interval", "0.1"],
+            &["clients", "--watch", "--interval", "61"],
+            &["clients", "--watch", "--interval", "-1"],
+            &["clients", "--watch", "--interval", "NaN"],
+            &["clients", "--format", "csv"],
+            &["clients", "--query", "pid", "--format", "json"],
+            &["clients", "--query", "pid", "--format", "noheader"],
+            &["clients", "--query", "pid", "--watch"],
+            &["clients", "--query", ""],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn top_takes_an_interval() {
+        let interval = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Top(t) => t.interval,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(interval(&["top"]), 1.0);
+        assert_eq!(interval(&["top", "--interval", "2.5"]), 2.5);
+        assert!(parse(&["top", "--interval", "0"]).is_err());
+        assert!(parse(&["top", "extra"]).is_err());
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //!   server serving a client (they apply to the server's new clients);
 //! - `mig profiles [GPU]`: a GPU's MIG profiles as its driver reports them (`nvidia-smi mig
 //!   -lgip`'s columns, `-lgipp`'s placements) with the names gpushare profiles accept;
+//! - `clients [--watch [--interval S]] [--query FIELDS [--format csv[,noheader]]]`: every
+//!   process using the GPUs, attributed (user, unit or container, memory, MPS share), and
+//!   the capacity no one uses; refreshed until Ctrl-C, or as CSV;
+//! - `top [--interval S]`: `status` and `clients` together, one screen refreshed each
+//!   second;
 //! - `env GPU|MIG-UUID`: `export` lines of the variables a client needs
 //!   (`eval "$(gpushare-ctl env 0)"`);
 //! - `probe [--target GPU|MIG-UUID] [--clients 1,2,4,7] [--workload launch,compute,memory]
@@ -341,7 +346,7 @@ mod tests {
             usage_line_of(&["--json", "stauts"]),
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
-        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, probe, bench";
+        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, top, probe, bench";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),

@@ -13,6 +13,7 @@ mod cdi;
 mod cdi_harness;
 mod cli_output;
 mod clients;
+mod clients_watch;
 mod compute_instances;
 mod device_nodes;
 mod first_hour;

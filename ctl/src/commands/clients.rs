@@ -10,18 +10,62 @@
 //! ```
 //!
 //! A command line is shown to root and to the process's own user only (`-` otherwise).
-//! `--json` prints the [`ClientTable`] document.
+//! `--json` prints the [`ClientTable`] document. `--watch` shows it again every
+//! `--interval` ([`watch`], which `top` shares): redrawn on a terminal, one table after
+//! another into a pipe, one document per line with `--json`. `--query FIELDS` prints CSV
+//! ([`csv`]), as `nvidia-smi --query-compute-apps=… --format=csv` does.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::time::Duration;
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_proto::readable_size;
 
 use super::ExitStatus;
 use crate::bus::Client;
-use crate::error::CtlError;
+use crate::cli::{ClientField, ClientsArgs, CsvFormat};
+use crate::error::{CtlError, Kind};
 use crate::output::{Output, parse_document, plain_table, render_table};
 
+/// The refresh interval of `--watch` when `--interval` is left out, in seconds.
+const DEFAULT_INTERVAL: f64 = 1.0;
+
 /// Runs `clients`.
-pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
+pub async fn run(
+    client: &mut Client,
+    out: &Output,
+    args: &ClientsArgs,
+) -> Result<ExitStatus, CtlError> {
+    if !args.query.is_empty() {
+        if out.json {
+            let why = "--query prints CSV, --json a document: leave one out";
+            return Err(CtlError::ctl(Kind::Usage, why).with_exit_code(2));
+        }
+        let table = fetch(client).await?;
+        let _ = write_stdout(&csv(&table, &args.query, args.format.unwrap_or_default()));
+        warn_left_out(out, &table);
+        return Ok(0);
+    }
+    if args.watch {
+        let interval = args.interval.unwrap_or(DEFAULT_INTERVAL);
+        return watch(out, interval, "gpushare-ctl clients", async || {
+            let raw = client.call("Clients", async |a| a.proxy.clients().await).await?;
+            if out.json {
+                return one_line(&raw, "ClientTable");
+            }
+            let table: ClientTable = parse_document(&raw, "ClientTable")?;
+            let mut text = render(&table);
+            if table.left_out > 0 {
+                text.push_str(&format!(
+                    "{} more clients not listed by the agent\n",
+                    table.left_out
+                ));
+            }
+            Ok(text)
+        })
+        .await;
+    }
     let raw = client.call("Clients", async |a| a.proxy.clients().await).await?;
     if out.json {
         out.print_document(&raw, "ClientTable")?;
@@ -29,6 +73,18 @@ pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlErr
     }
     let table: ClientTable = parse_document(&raw, "ClientTable")?;
     out.print(&render(&table));
+    warn_left_out(out, &table);
+    Ok(0)
+}
+
+/// Asks the agent for its client table.
+async fn fetch(client: &mut Client) -> Result<ClientTable, CtlError> {
+    let raw = client.call("Clients", async |a| a.proxy.clients().await).await?;
+    parse_document(&raw, "ClientTable")
+}
+
+/// Says on stderr how many clients the agent left out, if any.
+fn warn_left_out(out: &Output, table: &ClientTable) {
     if table.left_out > 0 {
         out.warn(&format!(
             "{} more clients were left out (the agent lists at most {})",
@@ -36,7 +92,144 @@ pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlErr
             table.clients.len()
         ));
     }
-    Ok(0)
+}
+
+/// An agent document on one line (for NDJSON), after checking it is one JSON object.
+pub fn one_line(raw: &str, what: &str) -> Result<String, CtlError> {
+    let doc: serde_json::Map<String, serde_json::Value> = parse_document(raw, what)?;
+    Ok(serde_json::Value::Object(doc).to_string())
+}
+
+/// Writes to stdout and flushes; an error (a closed pipe) is returned, not printed.
+fn write_stdout(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
+}
+
+/// Shows what `frame` returns every `seconds` until Ctrl-C (exit 0) or until stdout is
+/// closed (exit 0): on a terminal the screen is cleared and redrawn, cut to its height
+/// under a title line; with `--json` each frame is one line (NDJSON); otherwise frames
+/// follow each other, a blank line between two. An agent call that fails ends it.
+pub async fn watch(
+    out: &Output,
+    seconds: f64,
+    title: &str,
+    mut frame: impl AsyncFnMut() -> Result<String, CtlError>,
+) -> Result<ExitStatus, CtlError> {
+    let interval = Duration::from_secs_f64(seconds);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut first = true;
+    loop {
+        let text = tokio::select! {
+            _ = &mut ctrl_c => return Ok(0),
+            text = frame() => text?,
+        };
+        let shown = if out.json {
+            format!("{}\n", text.trim_end())
+        } else if out.stdout_tty {
+            let screen = format!("Every {seconds} s: {title}  (Ctrl-C quits)\n\n{text}");
+            // One line fewer than the terminal has: a last newline would scroll it.
+            let (rows, columns) = terminal_size();
+            format!("\x1b[H\x1b[2J{}", fit(&screen, rows.saturating_sub(1), columns))
+        } else if first {
+            text
+        } else {
+            format!("\n{text}")
+        };
+        first = false;
+        if write_stdout(&shown).is_err() {
+            return Ok(0);
+        }
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(0),
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// The rows and columns of the terminal on stdout, 24 by 80 when it does not say.
+fn terminal_size() -> (usize, usize) {
+    let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which points to `size`,
+    // alive and exclusively borrowed for the call.
+    let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &raw mut size) };
+    if got == 0 && size.ws_row > 0 && size.ws_col > 0 {
+        (usize::from(size.ws_row), usize::from(size.ws_col))
+    } else {
+        (24, 80)
+    }
+}
+
+/// `text` cut to one screen: each line to `columns` characters (a wrapped line would take
+/// two rows), and to `rows` lines at most: when longer, its first `rows - 1` lines and
+/// `… N more lines` (at least the first line and that one are kept).
+pub fn fit(text: &str, rows: usize, columns: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let keep = if lines.len() <= rows { lines.len() } else { rows.saturating_sub(1).max(1) };
+    let mut cut = String::new();
+    for line in &lines[..keep] {
+        cut.extend(line.chars().take(columns.max(1)));
+        cut.push('\n');
+    }
+    if keep == lines.len() {
+        return cut;
+    }
+    let more = lines.len() - keep;
+    cut.push_str(&format!("… {more} more {}\n", if more == 1 { "line" } else { "lines" }));
+    cut
+}
+
+/// `clients --query`: the fields of each client as CSV (RFC 4180 quoting, LF line ends),
+/// under a header line of the field names unless `format` leaves it out.
+pub fn csv(table: &ClientTable, fields: &[ClientField], format: CsvFormat) -> String {
+    let mut text = String::new();
+    let mut record = |values: Vec<String>| {
+        let quoted: Vec<Cow<'_, str>> = values.iter().map(|v| csv_quote(v)).collect();
+        text.push_str(&quoted.join(","));
+        text.push('\n');
+    };
+    if format.header {
+        record(fields.iter().map(|f| f.name().to_owned()).collect());
+    }
+    for c in &table.clients {
+        record(fields.iter().map(|f| field(c, *f)).collect());
+    }
+    text
+}
+
+/// A CSV value, in double quotes (doubled inside) when it holds a comma, a quote or a line
+/// break.
+pub fn csv_quote(value: &str) -> Cow<'_, str> {
+    if value.contains([',', '"', '\n', '\r']) {
+        Cow::Owned(format!("\"{}\"", value.replace('"', "\"\"")))
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+/// One field of a client for `--query`; empty where the agent does not know or show it.
+pub fn field(c: &GpuClient, f: ClientField) -> String {
+    fn opt<T: ToString>(v: Option<T>) -> String {
+        v.map(|v| v.to_string()).unwrap_or_default()
+    }
+    match f {
+        ClientField::Pid => c.pid.to_string(),
+        ClientField::User => opt(c.user.as_deref()),
+        ClientField::Uid => opt(c.uid),
+        ClientField::Unit => opt(c.unit.as_deref()),
+        ClientField::Container => opt(c.container.as_deref()),
+        ClientField::Gpu => c.gpu.to_string(),
+        ClientField::GpuUuid => c.gpu_uuid.clone(),
+        ClientField::Instance => opt(c.instance.as_deref()),
+        ClientField::Via => c.via.clone(),
+        ClientField::MpsServer => opt(c.mps_server.as_deref()),
+        ClientField::MemoryBytes => opt(c.memory_bytes),
+        ClientField::ShareThreads => opt(c.share.as_ref().map(|s| s.active_thread_percentage)),
+        ClientField::ShareMemoryBytes => opt(c.share.as_ref().and_then(|s| s.pinned_memory_bytes)),
+        ClientField::Command => opt(c.command.as_deref()),
+    }
 }
 
 /// The table for people.
@@ -45,20 +238,7 @@ pub fn render(table: &ClientTable) -> String {
     if table.clients.is_empty() {
         text.push_str("No process uses the GPUs.\n");
     } else {
-        let mut rows =
-            plain_table(["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE", "COMMAND"]);
-        for c in &table.clients {
-            rows.add_row([
-                c.pid.to_string(),
-                user(c),
-                placement(c),
-                place(c),
-                c.memory_bytes.map_or_else(|| "-".to_string(), readable_size),
-                share(c),
-                c.command.clone().unwrap_or_else(|| "-".into()),
-            ]);
-        }
-        text.push_str(&render_table(&rows));
+        text.push_str(&client_rows(table.clients.iter()));
     }
     if !table.idle.is_empty() {
         text.push_str("Idle:\n");
@@ -67,6 +247,24 @@ pub fn render(table: &ClientTable) -> String {
         }
     }
     text
+}
+
+/// The clients' table (with its header line), one line each.
+pub fn client_rows<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> String {
+    let mut rows =
+        plain_table(["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE", "COMMAND"]);
+    for c in clients {
+        rows.add_row([
+            c.pid.to_string(),
+            user(c),
+            placement(c),
+            place(c),
+            c.memory_bytes.map_or_else(|| "-".to_string(), readable_size),
+            share(c),
+            c.command.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    render_table(&rows)
 }
 
 /// Its user's name, else its uid.
@@ -108,6 +306,8 @@ fn share(c: &GpuClient) -> String {
 #[cfg(test)]
 mod tests {
     use gpushare_proto::clients::{ClientShare, IdleDevice};
+
+    use crate::cli::CsvFormat;
 
     use super::*;
 
@@ -186,5 +386,105 @@ mod tests {
 
         let empty = ClientTable::default();
         assert_eq!(render(&empty), "No process uses the GPUs.\n");
+    }
+
+    #[test]
+    fn csv_has_a_header_and_quotes_what_needs_it() {
+        use crate::cli::parse_field;
+        let odd = GpuClient {
+            command: Some("python3 -c \"print(1, 2)\"\nsecond line".into()),
+            memory_bytes: Some(512 << 20),
+            share: Some(ClientShare {
+                active_thread_percentage: 25,
+                pinned_memory_bytes: None,
+                from: "server".into(),
+            }),
+            ..client(4242, "mps")
+        };
+        let plain = GpuClient { user: None, uid: None, ..client(7, "gpu") };
+        let table = ClientTable { clients: vec![odd, plain], idle: vec![], left_out: 0 };
+        let fields: Vec<ClientField> =
+            "pid,user,uid,memory_bytes,share_threads,share_memory_bytes,command"
+                .split(',')
+                .map(|f| parse_field(f).unwrap())
+                .collect();
+        assert_eq!(
+            csv(&table, &fields, CsvFormat { header: true }),
+            "pid,user,uid,memory_bytes,share_threads,share_memory_bytes,command\n\
+             4242,alice,1000,536870912,25,,\"python3 -c \"\"print(1, 2)\"\"\nsecond line\"\n\
+             7,,,,,,\n"
+        );
+        let fields = [ClientField::Pid, ClientField::Via];
+        assert_eq!(csv(&table, &fields, CsvFormat { header: false }), "4242,mps\n7,gpu\n");
+        assert_eq!(csv(&ClientTable::default(), &fields, CsvFormat::default()), "pid,via\n");
+        assert_eq!(csv_quote("a,b"), "\"a,b\"");
+        assert_eq!(csv_quote("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_quote("cr\rlf"), "\"cr\rlf\"");
+        assert_eq!(csv_quote("plain text"), "plain text");
+    }
+
+    #[test]
+    fn every_field_has_a_value() {
+        let c = GpuClient {
+            unit: Some("serve.service".into()),
+            container: Some("0123456789ab".into()),
+            instance: Some("MIG-c".into()),
+            mps_server: Some("MIG-c".into()),
+            share: Some(ClientShare {
+                active_thread_percentage: 10,
+                pinned_memory_bytes: Some(1 << 30),
+                from: "client".into(),
+            }),
+            command: Some("sleep 600".into()),
+            memory_bytes: Some(1),
+            ..client(9, "mps")
+        };
+        let values: Vec<String> = ClientField::ALL.iter().map(|f| field(&c, *f)).collect();
+        assert_eq!(
+            values,
+            [
+                "9",
+                "alice",
+                "1000",
+                "serve.service",
+                "0123456789ab",
+                "0",
+                "GPU-0",
+                "MIG-c",
+                "mps",
+                "MIG-c",
+                "1",
+                "10",
+                "1073741824",
+                "sleep 600"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_screen_is_cut_with_a_count() {
+        let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(fit(&text, 10, 80), text);
+        assert_eq!(fit(&text, 40, 80), text);
+        assert_eq!(fit(&text, 4, 80), "line 1\nline 2\nline 3\n… 7 more lines\n");
+        assert_eq!(
+            fit(&text, 9, 80),
+            format!("{}… 2 more lines\n", &text[..text.find("line 9").unwrap()])
+        );
+        // A terminal too small still shows the first line and the count.
+        assert_eq!(fit(&text, 0, 80), "line 1\n… 9 more lines\n");
+        assert_eq!(fit("a\nb\n", 1, 80), "a\n… 1 more line\n");
+        // Lines as wide as the terminal at most; characters, not bytes.
+        assert_eq!(fit("├─ 3g.20gb\nab\n", 5, 4), "├─ 3\nab\n");
+        assert_eq!(fit(&text, 3, 3), "lin\nlin\n… 8 more lines\n");
+    }
+
+    #[test]
+    fn documents_become_one_line() {
+        assert_eq!(
+            one_line("{\n  \"clients\": [],\n  \"idle\": []\n}\n", "ClientTable").unwrap(),
+            "{\"clients\":[],\"idle\":[]}"
+        );
+        assert!(one_line("[]", "ClientTable").is_err());
     }
 }

@@ -19,6 +19,7 @@ pub mod probe;
 pub mod profiles;
 pub mod source;
 pub mod status;
+pub mod top;
 pub mod validate;
 
 use crate::bus::Client;
@@ -51,7 +52,8 @@ pub async fn run(
         Command::Mig(args) => mig::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
         Command::Cdi(args) => cdi::run(client, out, args.device.as_deref()).await,
-        Command::Clients => clients::run(client, out).await,
+        Command::Clients(args) => clients::run(client, out, &args).await,
+        Command::Top(args) => top::run(client, out, args.interval).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
         Command::Bench(args) => bench::run(client, out, &args).await,
     }
