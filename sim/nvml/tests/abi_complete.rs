@@ -65,7 +65,7 @@ fn an_unmodelled_function_is_not_supported_once_initialized() {
         unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> u32>(f) }
     };
     // NVML_ERROR_UNINITIALIZED is 1, NVML_ERROR_NOT_SUPPORTED 3.
-    let unmodelled = "nvmlDeviceGetPowerUsage";
+    let unmodelled = "nvmlDeviceGetFanSpeed";
     assert_eq!(function(unmodelled)(), 1);
     assert_eq!(function("nvmlInit_v2")(), 0);
     assert_eq!(function(unmodelled)(), 3);

@@ -488,3 +488,88 @@ fn pci_query(name: &'static str, device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) 
         Ok(())
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// Telemetry: what `nvidia-smi` and `gpushare-ctl top` show of a live GPU
+
+/// `nvmlUtilization_t`: percent of the last sample period.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlUtilization_t {
+    /// Percent of time a kernel ran.
+    pub gpu: c_uint,
+    /// Percent of time device memory was read or written.
+    pub memory: c_uint,
+}
+
+/// `NVML_TEMPERATURE_GPU`, the only sensor nvml.h's `nvmlTemperatureSensors_t` has.
+pub const NVML_TEMPERATURE_GPU: c_uint = 0;
+/// An idle GPU's temperature: the real H100 answered 35 °C idle
+/// (tests/device/results/nvidia-tools-2026-11-27/nvidia-smi/q.txt).
+pub const IDLE_TEMPERATURE_C: c_uint = 35;
+/// An idle GPU's power draw: the real H100 drew 73.6 W idle (same file).
+pub const IDLE_POWER_MW: c_uint = 73_600;
+
+/// The simulator's load rule: each compute process the node lists on a GPU (its MIG
+/// instances' included) adds 30 % GPU and 10 % memory utilisation (at most 100), 3 °C
+/// (at most 30) and 50 W (at most 600); with none the GPU is idle, as a real one is.
+fn load_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
+    let index = whole_gpu(node, epoch, device)?;
+    Ok(u32::try_from(rules::processes(node, index, None)?.len()).unwrap_or(u32::MAX))
+}
+
+/// `nvmlDeviceGetUtilizationRates`: 0 % idle, 30 % GPU and 10 % memory per compute process
+/// (at most 100). NOT_SUPPORTED on a MIG device, as on the real H100.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetUtilizationRates", |node, epoch| {
+        let n = load_of(node, epoch, device)?;
+        // SAFETY: null or a writable nvmlUtilization_t (nvml.h).
+        let utilization = unsafe { out(utilization) }?;
+        *utilization = nvmlUtilization_t {
+            gpu: n.saturating_mul(30).min(100),
+            memory: n.saturating_mul(10).min(100),
+        };
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetTemperature`: sensor NVML_TEMPERATURE_GPU only (NOT_SUPPORTED for any
+/// other); 35 °C idle, 3 °C more per compute process (at most 30 more).
+/// NOT_SUPPORTED on a MIG device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensorType: c_uint,
+    temp: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetTemperature", |node, epoch| {
+        let n = load_of(node, epoch, device)?;
+        if sensorType != NVML_TEMPERATURE_GPU {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let temp = unsafe { out(temp) }?;
+        *temp = IDLE_TEMPERATURE_C + n.saturating_mul(3).min(30);
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetPowerUsage` (milliwatts): 73.6 W idle, 50 W more per compute process
+/// (at most 600 W more). NOT_SUPPORTED on a MIG device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    device: nvmlDevice_t,
+    power: *mut c_uint,
+) -> nvmlReturn_t {
+    read("nvmlDeviceGetPowerUsage", |node, epoch| {
+        let n = load_of(node, epoch, device)?;
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let power = unsafe { out(power) }?;
+        *power = IDLE_POWER_MW + n.saturating_mul(50_000).min(600_000);
+        Ok(())
+    })
+}

@@ -1047,3 +1047,66 @@ fn the_rtx_pro_6000s_variants_answer_by_their_assumed_enums() {
     assert_eq!(nv!(nvmlGpuInstanceGetComputeInstanceProfileInfoV(two, 0, 0, v3p)), ret::SUCCESS);
     assert_eq!((v3.instanceCount, v3.capabilities), (2, 0));
 }
+
+#[test]
+fn telemetry_answers_like_an_idle_h100_and_rises_with_processes() {
+    let sim = Sim::new(
+        "h100-80gb:2",
+        &[
+            ("GPUSHARE_SIM_PROCESSES", "1:100,1:101"),
+            ("GPUSHARE_SIM_FAIL", "nvmlDeviceGetPowerUsage:2=NVML_ERROR_GPU_IS_LOST"),
+        ],
+    );
+    let (a, b) = (dev(0), dev(1));
+    let util = |d| {
+        let mut u = nvmlUtilization_t::default();
+        (nv!(nvmlDeviceGetUtilizationRates(d, &mut u)), u.gpu, u.memory)
+    };
+    let temp = |d, sensor| {
+        let mut t: c_uint = 0;
+        (nv!(nvmlDeviceGetTemperature(d, sensor, &mut t)), t)
+    };
+    let power = |d| {
+        let mut p: c_uint = 0;
+        (nv!(nvmlDeviceGetPowerUsage(d, &mut p)), p)
+    };
+    // Idle: what the real H100 answered (0 %, 35 °C, 73.6 W).
+    assert_eq!(util(a), (ret::SUCCESS, 0, 0));
+    assert_eq!(temp(a, NVML_TEMPERATURE_GPU), (ret::SUCCESS, 35));
+    assert_eq!(power(a), (ret::SUCCESS, 73_600));
+    // Two processes: 60 % and 20 %, 41 °C, 173.6 W.
+    assert_eq!(util(b), (ret::SUCCESS, 60, 20));
+    assert_eq!(temp(b, NVML_TEMPERATURE_GPU), (ret::SUCCESS, 41));
+    // The second call fails as injected.
+    assert_eq!(power(b), (ret::GPU_IS_LOST, 0));
+    assert_eq!(power(b), (ret::SUCCESS, 173_600));
+    assert_eq!(temp(a, 1).0, ret::NOT_SUPPORTED);
+    assert_eq!(nv!(nvmlDeviceGetUtilizationRates(a, null_mut())), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceGetTemperature(a, 0, null_mut())), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceGetPowerUsage(a, null_mut())), ret::INVALID_ARGUMENT);
+    // Ten processes: capped at 100 %, 65 °C.
+    sim.file()
+        .update(|n| {
+            n.processes =
+                (0..10).map(|pid| Process { gpu: 0, gpu_instance: None, pid: 300 + pid }).collect()
+        })
+        .unwrap();
+    assert_eq!(util(a), (ret::SUCCESS, 100, 100));
+    assert_eq!(temp(a, NVML_TEMPERATURE_GPU), (ret::SUCCESS, 65));
+    assert_eq!(power(a), (ret::SUCCESS, 573_600));
+    sim.file().update(|n| n.processes.clear()).unwrap();
+
+    // A MIG device: no utilisation, temperature or power, as on the real H100; memory works.
+    assert_eq!(set_mig(a, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let gi = create_gi(a, 9, 0, 4).unwrap();
+    create_ci(gi, 2).unwrap();
+    let mut mig = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(a, 0, &mut mig)), ret::SUCCESS);
+    assert_eq!(util(mig).0, ret::NOT_SUPPORTED);
+    assert_eq!(temp(mig, NVML_TEMPERATURE_GPU).0, ret::NOT_SUPPORTED);
+    assert_eq!(power(mig).0, ret::NOT_SUPPORTED);
+    let mut mem =
+        nvmlMemory_v2_t { version: nvmlMemory_v2, total: 0, reserved: 0, free: 0, used: 0 };
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(mig, &mut mem)), ret::SUCCESS);
+    assert!(mem.total > 0 && mem.used == 0);
+}
