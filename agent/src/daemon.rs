@@ -220,6 +220,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
             Ok(()) => {
                 tracing::info!(listen = %config.metrics.listen, "serving metrics");
                 crate::metrics::follow(Arc::clone(&engine));
+                crate::metrics::clients::watch(
+                    Arc::clone(&engine),
+                    crate::metrics::clients::REFRESH_EVERY,
+                );
             }
             Err(e) => tracing::warn!("metrics not served on {}: {e}", config.metrics.listen),
         }

@@ -233,6 +233,45 @@ fn mig_device(gpu: &GpuState, gi: u32) -> String {
     format!("{} MIG {profile}", gpu.label())
 }
 
+/// An MPS server as a client refresh sees it: what tells that its clients went with a
+/// fault (the supervisor restarted it, or its control daemon is down).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerHealth {
+    /// `GPU-…` or `MIG-…` it serves (a client's `mps_server`).
+    pub uuid: String,
+    /// Restarts by the supervisor.
+    pub restarts: u32,
+    /// Whether its control daemon runs.
+    pub running: bool,
+}
+
+impl super::Engine {
+    /// The client table without command lines (no caller may see them: cheaper) and the
+    /// MPS servers' health, from one shared observation: what the metrics' background
+    /// refresh reads every few seconds.
+    pub async fn clients_and_servers(
+        &self,
+    ) -> Result<(ClientTable, Vec<ServerHealth>), super::EngineError> {
+        let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
+        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        tokio::task::spawn_blocking(move || {
+            let servers = node
+                .mps
+                .iter()
+                .map(|s| ServerHealth {
+                    uuid: s.uuid.clone(),
+                    restarts: s.restarts,
+                    running: s.pid.is_some(),
+                })
+                .collect();
+            let table = table(&node, Path::new("/proc"), None, &crate::sys::unix::user_name);
+            (table, servers)
+        })
+        .await
+        .map_err(|e| super::EngineError::Internal(crate::sys::task_failed(&e)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;

@@ -70,7 +70,7 @@ async fn answer(
     handle: PrometheusHandle,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => (StatusCode::OK, handle.render()),
+        (&Method::GET, "/metrics") => (StatusCode::OK, handle.render() + &super::clients::render()),
         (_, "/metrics") => (StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_string()),
         _ => (StatusCode::NOT_FOUND, "the metrics are at /metrics\n".to_string()),
     };

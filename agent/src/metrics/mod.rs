@@ -40,6 +40,9 @@
 //! | `gpushare_probe_scaling_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the last probe's work done by N clients together over one alone |
 //! | `gpushare_probe_fairness_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | Jain's fairness index of the clients' throughputs (1 = all equal) |
 //! | `gpushare_probe_p50_latency_inflation_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the clients' median step latency over the solo one |
+//! | `gpushare_client_gpu_memory_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | GPU memory of the clients with these labels, summed ([`clients`]) |
+//! | `gpushare_client_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | the highest active thread share (0-1) of those MPS clients |
+//! | `gpushare_client_series_dropped_total` | counter | | client label sets left out by the cap of 256, counted at each refresh |
 //!
 //! # Labels
 //!
@@ -57,8 +60,11 @@
 //! The exporter cannot remove a series, so a series that a new state no longer has (a
 //! destroyed MIG instance, a stopped MPS server, the profile applied before) is kept at a
 //! neutral value: 0 for states and counts, NaN (no value) for limits and ratios. Series
-//! thus stay few and stable: instances come and go with MIG layouts, which are few.
+//! thus stay few and stable: instances come and go with MIG layouts, which are few. The
+//! client series ([`clients`]) are the exception: rendered beside the recorder's, they go
+//! with their last client, and a cap bounds them.
 
+pub mod clients;
 pub mod endpoint;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -220,6 +226,7 @@ fn register() {
         "Last probe: the clients' median step latency over the solo client's."
     );
 
+    clients::register();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     counter!(ROLLBACKS).increment(0);
     counter!(APPLY_FAILURES).increment(0);
@@ -986,8 +993,9 @@ mod tests {
             tracker.update(&gone, &MpsStatus { servers: Vec::new() });
             apply_each_result();
         });
-        let text = handle.render();
+        let text = handle.render() + &clients::tests::sample().render();
         assert!(text.contains("NaN"), "{text}");
+        assert!(text.contains("gpushare_client_mps_active_thread_ratio{"), "{text}");
 
         let mut child = Command::new(promtool)
             .args(["check", "metrics"])

@@ -1,0 +1,487 @@
+//! Series per client (issue 29): the GPU memory and MPS share of the clients in the
+//! engine's client table, aggregated over bounded label sets, and the journal lines of
+//! clients that come and go.
+//!
+//! [`watch`] refreshes them every few seconds from [`Engine::clients_and_servers`] (one
+//! shared observation, as `status` reads it; no command lines read).
+//!
+//! # Labels
+//!
+//! `gpu` (index), `UUID` (the GPU's `GPU-…`), `GPU_I_ID` (the MIG GPU instance id, empty
+//! on a whole GPU), as the other GPU series name them (dcgm-exporter's: series join); `via`
+//! (`gpu`, `mig`, `mps`); `user` (the name, else the uid, else empty); `unit` (the systemd
+//! unit, else the container id, else empty). Never a PID or a command line. Not
+//! `instance`: Prometheus sets that label on every scraped series itself (ours would
+//! become `exported_instance`).
+//!
+//! Several clients with the same labels (one user's processes in one unit on one device)
+//! are one series: their memory summed, their thread share the highest of theirs.
+//!
+//! # Removal and cap
+//!
+//! These series are rendered by [`render`] beside the recorder's (the recorder cannot
+//! remove a series): a label set no client has any more is gone at the next refresh. At
+//! most [`SERIES_MAX`] label sets are exported, those exported before first; each refresh
+//! counts the label sets it leaves out in `gpushare_client_series_dropped_total`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use gpushare_proto::clients::{ClientTable, GpuClient};
+use metrics::{Unit, counter, describe_counter};
+
+use crate::engine::Engine;
+use crate::engine::clients::ServerHealth;
+
+/// GPU memory of a label set's clients.
+pub const CLIENT_MEMORY: &str = "gpushare_client_gpu_memory_bytes";
+/// Active thread share of a label set's MPS clients, 0-1.
+pub const CLIENT_THREADS: &str = "gpushare_client_mps_active_thread_ratio";
+/// Label sets left out by the cap, counted at each refresh.
+pub const CLIENT_DROPPED: &str = "gpushare_client_series_dropped_total";
+/// The most label sets exported.
+pub const SERIES_MAX: usize = 256;
+/// How often [`watch`] refreshes.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+
+/// The labels of one client series.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClientKey {
+    /// `gpu`: the GPU's index.
+    pub gpu: u32,
+    /// `UUID`: the GPU's `GPU-…`.
+    pub gpu_uuid: String,
+    /// `GPU_I_ID`: the MIG GPU instance id, empty on a whole GPU.
+    pub gpu_instance: String,
+    /// `via`: `gpu`, `mig` or `mps`.
+    pub via: String,
+    /// `user`: the user's name, else the uid, else empty.
+    pub user: String,
+    /// `unit`: the systemd unit, else the container id, else empty.
+    pub unit: String,
+}
+
+impl ClientKey {
+    /// The labels of client `c`.
+    pub fn of(c: &GpuClient) -> Self {
+        ClientKey {
+            gpu: c.gpu,
+            gpu_uuid: c.gpu_uuid.clone(),
+            gpu_instance: c.gpu_instance_id.map(|i| i.to_string()).unwrap_or_default(),
+            via: c.via.clone(),
+            user: c.user.clone().or_else(|| c.uid.map(|u| u.to_string())).unwrap_or_default(),
+            unit: c.unit.clone().or_else(|| c.container.clone()).unwrap_or_default(),
+        }
+    }
+
+    fn labels(&self) -> [(&'static str, String); 6] {
+        [
+            ("gpu", self.gpu.to_string()),
+            ("UUID", self.gpu_uuid.clone()),
+            ("GPU_I_ID", self.gpu_instance.clone()),
+            ("via", self.via.clone()),
+            ("user", self.user.clone()),
+            ("unit", self.unit.clone()),
+        ]
+    }
+}
+
+/// What the clients of one label set add up to.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Aggregate {
+    /// Their memory summed; `None` when the driver reports none of theirs (MPS clients).
+    pub memory_bytes: Option<u64>,
+    /// The highest active thread percentage among them (MPS clients only).
+    pub threads: Option<u32>,
+}
+
+/// The exported client series.
+#[derive(Debug, Default)]
+pub struct ClientSeries {
+    series: BTreeMap<ClientKey, Aggregate>,
+}
+
+impl ClientSeries {
+    /// No series.
+    pub const fn new() -> Self {
+        ClientSeries { series: BTreeMap::new() }
+    }
+
+    /// Replaces the series with `table`'s; returns how many label sets the cap left out.
+    pub fn update(&mut self, table: &ClientTable) -> usize {
+        let mut all: BTreeMap<ClientKey, Aggregate> = BTreeMap::new();
+        for c in &table.clients {
+            let a = all.entry(ClientKey::of(c)).or_default();
+            if let Some(m) = c.memory_bytes {
+                a.memory_bytes = Some(a.memory_bytes.unwrap_or(0).saturating_add(m));
+            }
+            if let Some(share) = &c.share {
+                a.threads = a.threads.max(Some(share.active_thread_percentage));
+            }
+        }
+        // Those exported already keep their place; new ones fill what is left, in order.
+        let (kept, new): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|(k, _)| self.series.contains_key(k));
+        let total = kept.len() + new.len();
+        self.series = kept.into_iter().chain(new).take(SERIES_MAX).collect();
+        total - self.series.len()
+    }
+
+    /// The series in the exposition format, empty when there are none.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let memory: Vec<_> =
+            self.series.iter().filter_map(|(k, a)| Some((k, a.memory_bytes? as f64))).collect();
+        let threads: Vec<_> = self
+            .series
+            .iter()
+            .filter_map(|(k, a)| Some((k, f64::from(a.threads?) / 100.0)))
+            .collect();
+        for (name, help, samples) in [
+            (
+                CLIENT_MEMORY,
+                "GPU memory of clients, summed by GPU, instance, way in, user and unit.",
+                memory,
+            ),
+            (
+                CLIENT_THREADS,
+                "Active thread share of MPS clients (0-1), the highest by GPU, instance, user and unit.",
+                threads,
+            ),
+        ] {
+            if samples.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (key, value) in samples {
+                let labels: Vec<String> =
+                    key.labels().iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+                let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// How many label sets are exported.
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
+}
+
+/// A label value as the exposition format quotes it.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The series [`render`] shows.
+static SERIES: Mutex<ClientSeries> = Mutex::new(ClientSeries::new());
+
+/// The client series, for the endpoint to append to the recorder's.
+pub fn render() -> String {
+    SERIES.lock().unwrap_or_else(PoisonError::into_inner).render()
+}
+
+/// Describes the dropped counter and creates it at 0.
+pub fn register() {
+    describe_counter!(
+        CLIENT_DROPPED,
+        Unit::Count,
+        "Client label sets not exported because of the cap, counted at each refresh."
+    );
+    counter!(CLIENT_DROPPED).increment(0);
+}
+
+/// Sets the client series from `table`.
+pub fn update(table: &ClientTable) {
+    let dropped = SERIES.lock().unwrap_or_else(PoisonError::into_inner).update(table);
+    counter!(CLIENT_DROPPED).increment(dropped as u64);
+}
+
+/// A client as the journal lines remember it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    who: String,
+    place: String,
+    server: Option<String>,
+}
+
+/// The clients of the last refresh and the MPS servers' health, to log who comes and goes.
+#[derive(Debug, Default)]
+pub struct Journal {
+    clients: HashMap<(u32, u32), Seen>,
+    servers: HashMap<String, ServerHealth>,
+}
+
+/// What a client's comings and goings are logged as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A client appeared (debug).
+    Started(String),
+    /// A client left (debug).
+    Left(String),
+    /// A client left as its MPS server restarted or went down (info).
+    Faulted(String),
+}
+
+impl Journal {
+    /// The changes since the last call (the first call reports every client as started).
+    /// Holds at most one entry per client of the table (itself capped).
+    pub fn diff(&mut self, table: &ClientTable, servers: &[ServerHealth]) -> Vec<Change> {
+        let now: HashMap<(u32, u32), Seen> = table
+            .clients
+            .iter()
+            .map(|c| {
+                let key = ClientKey::of(c);
+                let who = format!(
+                    "client {} ({}, {})",
+                    c.pid,
+                    if key.user.is_empty() { "unknown user" } else { &key.user },
+                    if key.unit.is_empty() { "no unit" } else { &key.unit },
+                );
+                let place = match (&c.instance, &c.mps_server) {
+                    (_, Some(server)) => {
+                        format!("GPU {} through the MPS server of {server}", c.gpu)
+                    }
+                    (Some(mig), None) => format!("GPU {} MIG device {mig}", c.gpu),
+                    (None, None) => match c.gpu_instance_id {
+                        Some(gi) => format!("GPU {} GPU instance {gi}", c.gpu),
+                        None => format!("GPU {}", c.gpu),
+                    },
+                };
+                ((c.pid, c.gpu), Seen { who, place, server: c.mps_server.clone() })
+            })
+            .collect();
+        let health: HashMap<String, ServerHealth> =
+            servers.iter().map(|s| (s.uuid.clone(), s.clone())).collect();
+        let mut changes = Vec::new();
+        let mut left: BTreeSet<&(u32, u32)> = BTreeSet::new();
+        for (key, seen) in &self.clients {
+            if now.contains_key(key) {
+                continue;
+            }
+            left.insert(key);
+            let faulted = seen.server.as_ref().is_some_and(|uuid| {
+                let before = self.servers.get(uuid);
+                match health.get(uuid) {
+                    Some(h) => !h.running || before.is_some_and(|b| h.restarts > b.restarts),
+                    None => false,
+                }
+            });
+            changes.push(if faulted {
+                Change::Faulted(format!(
+                    "{} ended with the MPS server's fault on {}",
+                    seen.who, seen.place
+                ))
+            } else {
+                Change::Left(format!("{} left {}", seen.who, seen.place))
+            });
+        }
+        for (key, seen) in &now {
+            if !self.clients.contains_key(key) {
+                changes.push(Change::Started(format!("{} started on {}", seen.who, seen.place)));
+            }
+        }
+        changes.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        self.clients = now;
+        self.servers = health;
+        changes
+    }
+}
+
+/// Refreshes the client series and logs the clients that come and go, every `every`.
+pub fn watch(engine: Arc<Engine>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut journal = Journal::default();
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match engine.clients_and_servers().await {
+                Ok((table, servers)) => {
+                    update(&table);
+                    for change in journal.diff(&table, &servers) {
+                        match change {
+                            Change::Started(line) | Change::Left(line) => tracing::debug!("{line}"),
+                            Change::Faulted(line) => tracing::info!("{line}"),
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("client metrics not refreshed: {e}"),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use gpushare_proto::clients::ClientShare;
+
+    const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";
+
+    fn client(pid: u32, user: &str, unit: Option<&str>) -> GpuClient {
+        GpuClient {
+            pid,
+            uid: Some(1000),
+            user: Some(user.into()),
+            command: None,
+            unit: unit.map(Into::into),
+            container: None,
+            gpu: 0,
+            gpu_uuid: GPU0.into(),
+            instance: None,
+            gpu_instance_id: None,
+            via: "gpu".into(),
+            mps_server: None,
+            memory_bytes: Some(100),
+            share: None,
+        }
+    }
+
+    fn mps(pid: u32, user: &str, threads: u32) -> GpuClient {
+        GpuClient {
+            via: "mps".into(),
+            mps_server: Some(GPU0.into()),
+            memory_bytes: None,
+            share: Some(ClientShare {
+                active_thread_percentage: threads,
+                pinned_memory_bytes: None,
+                from: "server".into(),
+            }),
+            ..client(pid, user, None)
+        }
+    }
+
+    fn table(clients: Vec<GpuClient>) -> ClientTable {
+        ClientTable { clients, ..ClientTable::default() }
+    }
+
+    #[test]
+    fn clients_of_one_label_set_add_up() {
+        let mut series = ClientSeries::new();
+        let dropped = series.update(&table(vec![
+            client(1, "alice", Some("a.service")),
+            client(2, "alice", Some("a.service")),
+            client(3, "bob", Some("a.service")),
+            mps(4, "carol", 30),
+            mps(5, "carol", 60),
+        ]));
+        assert_eq!((dropped, series.len()), (0, 3));
+        let text = series.render();
+        let line = |s: &str| text.lines().any(|l| l == s);
+        assert!(
+            line(&format!(
+                "{CLIENT_MEMORY}{{gpu=\"0\",UUID=\"{GPU0}\",GPU_I_ID=\"\",via=\"gpu\",user=\"alice\",unit=\"a.service\"}} 200"
+            )),
+            "{text}"
+        );
+        assert!(
+            line(&format!(
+                "{CLIENT_MEMORY}{{gpu=\"0\",UUID=\"{GPU0}\",GPU_I_ID=\"\",via=\"gpu\",user=\"bob\",unit=\"a.service\"}} 100"
+            )),
+            "{text}"
+        );
+        assert!(
+            line(&format!(
+                "{CLIENT_THREADS}{{gpu=\"0\",UUID=\"{GPU0}\",GPU_I_ID=\"\",via=\"mps\",user=\"carol\",unit=\"\"}} 0.6"
+            )),
+            "{text}"
+        );
+        // MPS clients have no memory of their own in the driver's list: no memory series.
+        assert!(!text.contains(&format!(
+            "{CLIENT_MEMORY}{{gpu=\"0\",UUID=\"{GPU0}\",GPU_I_ID=\"\",via=\"mps\""
+        )));
+        assert!(text.contains(&format!("# TYPE {CLIENT_MEMORY} gauge")));
+    }
+
+    /// Series of every kind, for the promtool test of the whole exposition.
+    pub(crate) fn sample() -> ClientSeries {
+        let mut series = ClientSeries::new();
+        series.update(&table(vec![
+            client(1, "alice", Some("a.service")),
+            client(2, "bob", None),
+            mps(3, "carol", 40),
+        ]));
+        series
+    }
+
+    #[test]
+    fn series_go_when_their_clients_do() {
+        let mut series = ClientSeries::new();
+        series.update(&table(vec![client(1, "alice", None), client(2, "bob", None)]));
+        series.update(&table(vec![client(2, "bob", None)]));
+        let text = series.render();
+        assert!(!text.contains("alice") && text.contains("bob"), "{text}");
+        series.update(&table(Vec::new()));
+        assert_eq!(series.render(), "");
+    }
+
+    #[test]
+    fn the_cap_holds_and_keeps_the_series_exported_before() {
+        let mut series = ClientSeries::new();
+        series.update(&table(vec![client(1, "zed", None)]));
+        // 1,000 short-lived clients of as many users.
+        let many: Vec<GpuClient> =
+            (0..1000).map(|i| client(10 + i, &format!("u{i:04}"), None)).collect();
+        let mut with_zed = many.clone();
+        with_zed.push(client(1, "zed", None));
+        let dropped = series.update(&table(with_zed));
+        assert_eq!((series.len(), dropped), (SERIES_MAX, 1001 - SERIES_MAX));
+        assert!(series.render().contains("user=\"zed\""), "the series exported first stays");
+        assert_eq!(series.render().lines().filter(|l| !l.starts_with('#')).count(), SERIES_MAX + 1);
+        // They all exit: nothing stale.
+        assert_eq!(series.update(&table(Vec::new())), 0);
+        assert_eq!((series.len(), series.render()), (0, String::new()));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut series = ClientSeries::new();
+        series.update(&table(vec![client(1, "a\"b\\c\nd", None)]));
+        assert!(series.render().contains("user=\"a\\\"b\\\\c\\nd\""), "{}", series.render());
+    }
+
+    #[test]
+    fn the_journal_tells_starts_leaves_and_faults() {
+        let server = |restarts, running| ServerHealth { uuid: GPU0.into(), restarts, running };
+        let mut journal = Journal::default();
+        let changes = journal.diff(
+            &table(vec![
+                client(1, "alice", Some("a.service")),
+                mps(2, "carol", 50),
+                mps(3, "carol", 50),
+            ]),
+            &[server(0, true)],
+        );
+        assert_eq!(changes.len(), 3);
+        assert!(
+            changes
+                .contains(&Change::Started("client 1 (alice, a.service) started on GPU 0".into()))
+        );
+        assert!(changes.iter().all(|c| matches!(c, Change::Started(_))));
+        // Client 1 leaves; 2 goes with a restarted server.
+        let changes = journal.diff(&table(vec![mps(3, "carol", 50)]), &[server(1, true)]);
+        assert_eq!(
+            changes,
+            [
+                Change::Faulted(format!(
+                    "client 2 (carol, no unit) ended with the MPS server's fault on GPU 0 through the MPS server of {GPU0}"
+                )),
+                Change::Left("client 1 (alice, a.service) left GPU 0".into()),
+            ]
+        );
+        // A client leaving a server that did not restart just leaves.
+        let changes = journal.diff(&table(Vec::new()), &[server(1, true)]);
+        assert!(matches!(changes.as_slice(), [Change::Left(_)]), "{changes:?}");
+        // Nothing more.
+        assert!(journal.diff(&table(Vec::new()), &[]).is_empty());
+    }
+}

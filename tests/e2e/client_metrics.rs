@@ -1,0 +1,185 @@
+//! Series per client (issue 29) on `/metrics`: real `sleep` processes stand for clients on
+//! a whole GPU (two of one user: one series, memory summed), in a MIG instance
+//! (`GPUSHARE_SIM_PROCESSES`, 512 MiB each) and through an MPS server (the simulated control
+//! daemon's `--fake-client`); the series carry their labels, promtool lints the exposition,
+//! and the series are gone once the processes exit (the agent refreshes every 5 s).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gpushare_tests::{
+    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, as_user, binary, is_root,
+    text, wait_for,
+};
+
+/// GPU 0 in MIG, GPU 1 under MPS (2 replicas: 50 % threads each), GPU 2 left alone.
+const MIXED: &str = "name = \"mixed\"\n\
+    [[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
+    [[gpu]]\nselect = 1\nsharing = { mps = { replicas = 2 } }\n";
+
+const MEMORY: &str = "gpushare_client_gpu_memory_bytes";
+const THREADS: &str = "gpushare_client_mps_active_thread_ratio";
+
+/// A `sleep` standing for a client, killed and reaped on drop.
+struct Sleeper(Child);
+
+impl Sleeper {
+    fn start(user: Option<&str>) -> Sleeper {
+        let mut command = match user {
+            Some(user) => {
+                let mut c = as_user(user);
+                c.arg("sleep");
+                c
+            }
+            None => Command::new("sleep"),
+        };
+        command.arg("600").stdin(Stdio::null());
+        Sleeper(command.spawn().expect("sleep starts"))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scrape(port: u16) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of the one `name` sample whose labels start with `labels` (everything up to
+/// `unit`, whose value depends on where the test runs).
+fn sample(body: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels},unit=\"");
+    let found: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| l.rsplit_once(' ').expect("a value").1.parse().expect("a number"))
+        .collect();
+    assert!(found.len() <= 1, "{prefix} appears {} times:\n{body}", found.len());
+    found.first().copied()
+}
+
+/// Client series in `body` (sample lines).
+fn client_samples(body: &str) -> Vec<&str> {
+    body.lines().filter(|l| l.starts_with(MEMORY) || l.starts_with(THREADS)).collect()
+}
+
+fn promtool_accepts(body: &str) {
+    let promtool = std::path::Path::new("/usr/bin/promtool");
+    if !promtool.exists() {
+        eprintln!("promtool not installed (apt-get install prometheus): exposition not linted");
+        return;
+    }
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "promtool check metrics: {}", text(&out));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "promtool lint: {}", text(&out));
+}
+
+#[test]
+fn client_series_appear_with_their_labels_and_go_with_their_processes() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create test users and own the bus name");
+        return;
+    }
+    let port = free_port();
+    let options = AgentOptions {
+        config: Some(format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n")),
+        ..AgentOptions::simulate("a100-40gb:3").profile("mixed.toml", MIXED)
+    };
+    let mut agent = Agent::start(options.for_other_users());
+    let out = agent.ctl(&["apply", "mixed"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = agent.status();
+    let gi = status.gpus[0].instances[0].gpu_instance_id;
+    let (gpu0, gpu1, gpu2) =
+        (status.gpus[0].uuid.clone(), status.gpus[1].uuid.clone(), status.gpus[2].uuid.clone());
+
+    let whole = Sleeper::start(None);
+    let whole2 = Sleeper::start(None);
+    let in_mig = Sleeper::start(None);
+    let mps_client = Sleeper::start(Some(MEMBER));
+    let processes = format!("2:{},2:{},0/{gi}:{}", whole.pid(), whole2.pid(), in_mig.pid());
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
+    let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
+    let connect = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", &mps_client.pid().to_string()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", &server.pipe_directory)
+        .output()
+        .unwrap();
+    assert!(connect.status.success(), "{}", text(&connect));
+
+    let whole_labels = format!("gpu=\"2\",UUID=\"{gpu2}\",GPU_I_ID=\"\",via=\"gpu\",user=\"root\"");
+    let mig_labels =
+        format!("gpu=\"0\",UUID=\"{gpu0}\",GPU_I_ID=\"{gi}\",via=\"mig\",user=\"root\"");
+    let mps_labels =
+        format!("gpu=\"1\",UUID=\"{gpu1}\",GPU_I_ID=\"\",via=\"mps\",user=\"{MEMBER}\"");
+    let body = wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let body = scrape(port);
+        if sample(&body, THREADS, &mps_labels).is_some()
+            && sample(&body, MEMORY, &mig_labels).is_some()
+        {
+            return Ok(body);
+        }
+        Err(format!("the client series never appeared:\n{body}"))
+    });
+    // Two clients of one user and unit on one GPU: one series, their memory summed.
+    assert_eq!(sample(&body, MEMORY, &whole_labels), Some(f64::from(1024 << 20)), "{body}");
+    assert_eq!(sample(&body, MEMORY, &mig_labels), Some(f64::from(512 << 20)), "{body}");
+    let ratio = f64::from(server.active_thread_percentage) / 100.0;
+    assert_eq!(sample(&body, THREADS, &mps_labels), Some(ratio), "{body}");
+    // An MPS client's memory is the server's in the driver's list: no series of its own.
+    assert_eq!(sample(&body, MEMORY, &mps_labels), None, "{body}");
+    assert_eq!(client_samples(&body).len(), 3, "{body}");
+    assert!(body.contains("gpushare_client_series_dropped_total 0"), "{body}");
+    assert!(!body.contains(&format!("\"{}\"", whole.pid())), "no PID as a label value");
+    promtool_accepts(&body);
+
+    // One of the two whole-GPU clients exits: the series stays, with its memory.
+    drop(whole2);
+    wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let body = scrape(port);
+        match sample(&body, MEMORY, &whole_labels) {
+            Some(v) if v == f64::from(512 << 20) => Ok(()),
+            v => Err(format!("{whole_labels}: {v:?}:\n{body}")),
+        }
+    });
+    // All exit: no client series left.
+    drop((whole, in_mig, mps_client));
+    let body = wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let body = scrape(port);
+        if client_samples(&body).is_empty() {
+            return Ok(body);
+        }
+        Err(format!("client series left after the clients exited:\n{body}"))
+    });
+    promtool_accepts(&body);
+}
