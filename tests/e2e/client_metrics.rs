@@ -2,7 +2,8 @@
 //! a whole GPU (two of one user: one series, memory summed), in a MIG instance
 //! (`GPUSHARE_SIM_PROCESSES`, 512 MiB each) and through an MPS server (the simulated control
 //! daemon's `--fake-client`); the series carry their labels, promtool lints the exposition,
-//! and the series are gone once the processes exit (the agent refreshes every 5 s).
+//! and the series are gone once the processes exit (the agent refreshes every 5 s). A
+//! client lost when its MPS server is killed is an info line in the agent's log.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -182,4 +183,50 @@ fn client_series_appear_with_their_labels_and_go_with_their_processes() {
         Err(format!("client series left after the clients exited:\n{body}"))
     });
     promtool_accepts(&body);
+}
+
+#[test]
+fn a_client_lost_to_an_mps_server_fault_is_logged() {
+    if !is_root() {
+        eprintln!("skipped: needs root to own the bus name");
+        return;
+    }
+    let port = free_port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let options = AgentOptions {
+        config: Some(format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n")),
+        ..AgentOptions::simulate("h100-80gb:1")
+            .env("GPUSHARE_LOG", "warn,gpushare_agent::metrics=info")
+            .stderr_to(log.path())
+    };
+    let agent = Agent::start(options);
+    assert!(agent.ctl(&["apply", "all-mps"]).status.success());
+    let server = agent.mps_servers()[0].clone();
+    let client = Sleeper::start(None);
+    let connect = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", &client.pid().to_string()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", &server.pipe_directory)
+        .output()
+        .unwrap();
+    assert!(connect.status.success(), "{}", text(&connect));
+    // A refresh has seen the client.
+    wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let body = scrape(port);
+        if body.lines().any(|l| l.starts_with(THREADS)) {
+            return Ok(());
+        }
+        Err(format!("the client's series never appeared:\n{body}"))
+    });
+    // SAFETY: kill(2) on the simulated daemon this test's agent started.
+    unsafe { libc::kill(server.pid.expect("the server's pid") as i32, libc::SIGKILL) };
+    let said = wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let said = std::fs::read_to_string(log.path()).unwrap_or_default();
+        if said.contains("ended with the MPS server's fault") {
+            return Ok(said);
+        }
+        Err(format!("no line about the client's end:\n{said}"))
+    });
+    let line = format!("client {} (root, ", client.pid());
+    assert!(said.contains(&line), "{said}");
+    assert!(!said.contains("started on"), "starts are debug lines: {said}");
 }
