@@ -30,6 +30,7 @@ mod profile_input;
 mod reset_blockers;
 mod sharing;
 mod start_up;
+mod telemetry;
 mod transactions;
 mod wire;
 

@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod cdi;
 pub mod clients;
+pub mod telemetry;
 pub mod types;
 mod vocab;
 
@@ -223,6 +224,11 @@ mod proxies {
         /// [`clients::ClientTable`]. Open to all; a command line is shown to root and to the
         /// process's own user only.
         fn clients(&self) -> Result<String, AgentError>;
+
+        /// What each GPU is doing now (utilisation, memory used, temperature, power, and
+        /// each MIG device's memory, as NVML answers them): a [`telemetry::Telemetry`].
+        /// Open to all, like `Status`; not part of `Status` (its time budget).
+        fn telemetry(&self) -> Result<String, AgentError>;
 
         /// Every known profile: a [`types::ProfileList`].
         fn list_profiles(&self) -> Result<String, AgentError>;

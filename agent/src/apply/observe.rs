@@ -140,6 +140,12 @@ impl NodeAccess {
         tokio::task::spawn_blocking(move || backend.pci_bus_id(gpu)).await.ok().flatten()
     }
 
+    /// GPU `gpu`'s live readings ([`GpuBackend::telemetry`]), read off the async runtime.
+    pub async fn telemetry(&self, gpu: u32) -> Option<crate::gpu::GpuTelemetry> {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || backend.telemetry(gpu)).await.ok().flatten()
+    }
+
     /// GPU `gpu`'s device minor number ([`GpuBackend::minor_number`]), which names its
     /// device node `/dev/nvidia<minor>` and its MIG capabilities under
     /// [`NodeAccess::host_root`] ([`crate::gpu::device_nodes`]).

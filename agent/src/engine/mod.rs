@@ -23,6 +23,7 @@ pub mod jobs;
 pub mod mig_profiles;
 pub mod probe;
 pub mod report;
+pub mod telemetry;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};

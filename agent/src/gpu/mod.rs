@@ -199,4 +199,47 @@ pub trait GpuBackend: Send + Sync {
     fn minor_number(&self, _gpu: u32) -> Option<u32> {
         None
     }
+
+    /// What the GPU is doing now (utilisation, memory, temperature, power), each read on
+    /// its own: a value the driver does not answer is `None`, never an error. `None` when
+    /// the backend reads none or the GPU cannot be reached.
+    fn telemetry(&self, _gpu: u32) -> Option<GpuTelemetry> {
+        None
+    }
+}
+
+/// A GPU's live readings ([`GpuBackend::telemetry`]); `None` where the driver answers
+/// none (NOT_SUPPORTED, no permission, or any failure of that one read).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuTelemetry {
+    /// Percent of the last sample period a kernel ran (`nvmlDeviceGetUtilizationRates`).
+    pub utilization_percent: Option<u32>,
+    /// Percent of the period device memory was read or written.
+    pub memory_utilization_percent: Option<u32>,
+    /// Device memory used, bytes (`nvmlDeviceGetMemoryInfo_v2`, reserved apart).
+    pub memory_used_bytes: Option<u64>,
+    /// Device memory, bytes.
+    pub memory_total_bytes: Option<u64>,
+    /// GPU temperature, °C (`nvmlDeviceGetTemperature`, the GPU sensor).
+    pub temperature_c: Option<u32>,
+    /// Power draw, watts (`nvmlDeviceGetPowerUsage`).
+    pub power_watts: Option<f64>,
+    /// Each MIG device's memory (NVML answers no utilisation, temperature or power for a
+    /// MIG device).
+    pub mig_devices: Vec<MigTelemetry>,
+}
+
+/// A MIG device's live readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigTelemetry {
+    /// The MIG device's UUID.
+    pub uuid: String,
+    /// Its GPU instance id.
+    pub gpu_instance: u32,
+    /// Its compute instance id.
+    pub compute_instance: u32,
+    /// Device memory used, bytes.
+    pub memory_used_bytes: Option<u64>,
+    /// Device memory, bytes.
+    pub memory_total_bytes: Option<u64>,
 }

@@ -229,6 +229,16 @@ impl AgentService {
         Ok(json(&self.engine.clients(caller).await?))
     }
 
+    /// What each GPU is doing now (JSON `Telemetry`). Open to all.
+    async fn telemetry(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<String, AgentError> {
+        let _turn = self.admission.turn(&header, connection, 0).await?;
+        Ok(json(&self.engine.telemetry().await?))
+    }
+
     /// Sets the limits of the MPS server of client `pid` (JSON `MpsLimitResult`).
     async fn mps_limit(
         &self,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! Active profile: mixed  (backend: nvml (simulated driver))
-//! GPU 0  A100-SXM4-40GB  MIG on  exclusive  memory 40.0 GiB, processes hold 512 MiB  GPU-0000…
+//! GPU 0  A100-SXM4-40GB  MIG on  exclusive  util 30 %  mem 0.5/40 GiB  38 C  124 W  memory 40.0 GiB, processes hold 512 MiB  GPU-0000…
 //!   |- 3g.20gb (GI 1, CI 0)  exclusive  memory 19.5 GiB, processes hold 512 MiB  MIG-1111…
 //!       PID   USER   UNIT/CONTAINER  WHERE       MEMORY   SHARE  COMMAND
 //!       4242  alice  -               GPU 0/GI 1  512 MiB  -      python3 serve.py
@@ -12,11 +12,14 @@
 //!   idle: GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
-//! The status document has no utilisation, temperature or power: `top` shows none.
-//! `--json` prints one line per interval: `{"status": …, "clients": …}`.
+//! Utilisation, memory used, temperature and power come from `Telemetry` (NVML's answers;
+//! `-` where the driver gives none, and no such cell from an agent without `Telemetry`).
+//! `--json` prints one line per interval: `{"status": …, "clients": …, "telemetry": …}`
+//! (`telemetry` null from an agent without it).
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_proto::readable_size;
+use gpushare_proto::telemetry::{GpuTelemetryDoc, Telemetry};
 use gpushare_proto::types::{GpuStatus, Status};
 
 use super::ExitStatus;
@@ -31,14 +34,25 @@ pub async fn run(client: &mut Client, out: &Output, interval: f64) -> Result<Exi
     watch(out, interval, "gpushare-ctl top", async || {
         let status = client.call("Status", async |a| a.proxy.status().await).await?;
         let clients = client.call("Clients", async |a| a.proxy.clients().await).await?;
+        // An agent without `Telemetry` (older) leaves the readings out; nothing else fails.
+        let telemetry = client.call("Telemetry", async |a| a.proxy.telemetry().await).await.ok();
         if out.json {
             let status: serde_json::Value = parse_document(&status, "Status")?;
             let clients: serde_json::Value = parse_document(&clients, "ClientTable")?;
-            return Ok(serde_json::json!({ "status": status, "clients": clients }).to_string());
+            let telemetry: serde_json::Value = match &telemetry {
+                Some(t) => parse_document(t, "Telemetry")?,
+                None => serde_json::Value::Null,
+            };
+            let line = serde_json::json!({
+                "status": status, "clients": clients, "telemetry": telemetry
+            });
+            return Ok(line.to_string());
         }
         let status: Status = parse_document(&status, "Status")?;
         let table: ClientTable = parse_document(&clients, "ClientTable")?;
-        Ok(render(&status, &table, out.glyphs()))
+        let telemetry: Option<Telemetry> =
+            telemetry.map(|t| parse_document(&t, "Telemetry")).transpose()?;
+        Ok(render(&status, &table, telemetry.as_ref(), out.glyphs()))
     })
     .await
 }
@@ -61,9 +75,31 @@ fn rows_or_none(clients: &[&GpuClient], indent: &str) -> String {
     client_rows(clients.iter().copied()).lines().map(|l| format!("{indent}{l}\n")).collect()
 }
 
+/// A GPU's readings for its line: `util 37 %  mem 12.1/80 GiB  41 C  182 W  `, each
+/// missing value `-`.
+pub fn telemetry_cell(t: &GpuTelemetryDoc) -> String {
+    fn or_dash<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+        v.map_or_else(|| "-".to_owned(), f)
+    }
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let used = or_dash(t.memory_used_bytes, |b| format!("{:.1}", gib(b)));
+    let total = or_dash(t.memory_total_bytes, |b| format!("{:.0}", gib(b)));
+    format!(
+        "util {} %  mem {used}/{total} GiB  {} C  {} W  ",
+        or_dash(t.utilization_percent, |u| u.to_string()),
+        or_dash(t.temperature_c, |c| c.to_string()),
+        or_dash(t.power_watts, |w| format!("{w:.0}")),
+    )
+}
+
 /// One view: the active profile, then per GPU its line, its processes on the whole GPU,
 /// a line per MIG instance with its processes, and what no one uses on it.
-pub fn render(status: &Status, table: &ClientTable, glyphs: Glyphs) -> String {
+pub fn render(
+    status: &Status,
+    table: &ClientTable,
+    telemetry: Option<&Telemetry>,
+    glyphs: Glyphs,
+) -> String {
     let backend = match status.backend.as_str() {
         "simulated" => "nvml (simulated driver)",
         other => other,
@@ -79,7 +115,8 @@ pub fn render(status: &Status, table: &ClientTable, glyphs: Glyphs) -> String {
         text.push_str("No GPUs found.\n");
     }
     for gpu in &status.gpus {
-        text.push_str(&render_gpu(gpu, table, glyphs));
+        let readings = telemetry.and_then(|t| t.gpus.iter().find(|g| g.index == gpu.index));
+        text.push_str(&render_gpu(gpu, table, readings, glyphs));
     }
     // Clients of a GPU the status did not list (it changed between the two calls).
     let known = |c: &&GpuClient| status.gpus.iter().any(|g| g.index == c.gpu);
@@ -94,14 +131,20 @@ pub fn render(status: &Status, table: &ClientTable, glyphs: Glyphs) -> String {
     text
 }
 
-fn render_gpu(gpu: &GpuStatus, table: &ClientTable, glyphs: Glyphs) -> String {
+fn render_gpu(
+    gpu: &GpuStatus,
+    table: &ClientTable,
+    readings: Option<&GpuTelemetryDoc>,
+    glyphs: Glyphs,
+) -> String {
     let on_gpu: Vec<&GpuClient> = table.clients.iter().filter(|c| c.gpu == gpu.index).collect();
     let mut text = format!(
-        "GPU {}  {}  MIG {}  {}  memory {}{}  {}\n",
+        "GPU {}  {}  MIG {}  {}  {}memory {}{}  {}\n",
         gpu.index,
         gpu.model,
         mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
         sharing_cell(&gpu.sharing),
+        readings.map(telemetry_cell).unwrap_or_default(),
         gib(gpu.memory_total_bytes),
         held(on_gpu.iter().copied()),
         gpu.uuid,
@@ -184,7 +227,7 @@ mod tests {
             }],
             left_out: 3,
         };
-        let text = render(&sample_status(), &table, Glyphs::ASCII);
+        let text = render(&sample_status(), &table, None, Glyphs::ASCII);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "Active profile: half-balanced  (backend: nvml (simulated driver))");
         assert_eq!(
@@ -210,13 +253,55 @@ mod tests {
 
     #[test]
     fn a_gpu_without_processes_says_so() {
-        let text = render(&sample_status(), &ClientTable::default(), Glyphs::ASCII);
+        let text = render(&sample_status(), &ClientTable::default(), None, Glyphs::ASCII);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].ends_with("memory 40.0 GiB  GPU-00000000-0000-0000-0000-000000000000"));
         assert_eq!(lines.iter().filter(|l| l.trim() == "no process").count(), 3, "{text}");
         let empty = Status { gpus: vec![], ..sample_status() };
         assert!(
-            render(&empty, &ClientTable::default(), Glyphs::ASCII).ends_with("No GPUs found.\n")
+            render(&empty, &ClientTable::default(), None, Glyphs::ASCII)
+                .ends_with("No GPUs found.\n")
+        );
+    }
+
+    #[test]
+    fn the_gpu_line_has_the_readings_and_a_dash_for_each_missing_one() {
+        let telemetry = Telemetry {
+            gpus: vec![
+                GpuTelemetryDoc {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    utilization_percent: Some(37),
+                    memory_utilization_percent: Some(10),
+                    memory_used_bytes: Some(13_000_000_000),
+                    memory_total_bytes: Some(85_899_345_920),
+                    temperature_c: Some(41),
+                    power_watts: Some(181.6),
+                    mig_devices: vec![],
+                },
+                GpuTelemetryDoc { index: 1, uuid: "GPU-1".into(), ..GpuTelemetryDoc::default() },
+            ],
+        };
+        let text =
+            render(&sample_status(), &ClientTable::default(), Some(&telemetry), Glyphs::ASCII);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "GPU 0  A100-SXM4-40GB  MIG on  exclusive  util 37 %  mem 12.1/80 GiB  41 C  182 W  memory 40.0 GiB  GPU-00000000-0000-0000-0000-000000000000"
+        );
+        let gpu1 = lines.iter().find(|l| l.starts_with("GPU 1 ")).unwrap();
+        assert!(
+            gpu1.contains("(short)  util - %  mem -/- GiB  - C  - W  memory 40.0 GiB"),
+            "{text}"
+        );
+        // No readings (an agent without Telemetry): the line as before.
+        let plain = render(&sample_status(), &ClientTable::default(), None, Glyphs::ASCII);
+        assert!(
+            plain
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("exclusive  memory 40.0 GiB  GPU-00000000-0000-0000-0000-000000000000")
         );
     }
 }

@@ -42,6 +42,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode as NvmlComputeMode;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
@@ -241,6 +242,44 @@ impl<'a> Session<'a> {
         self.nvml
             .device_by_index(gpu)
             .map_err(|e| wrapper_error(call, Some(gpu), "nvmlDeviceGetHandleByIndex_v2", e))
+    }
+
+    /// [`GpuBackend::telemetry`] of one GPU: each value read on its own, a failed read
+    /// `None` (logged at debug); the MIG devices' memory where MIG is on.
+    fn telemetry(&self, gpu: u32) -> Result<super::GpuTelemetry, GpuError> {
+        const CALL: &str = "telemetry";
+        let device = self.device(CALL, gpu)?;
+        fn ok<T>(gpu: u32, what: &str, r: Result<T, NvmlError>) -> Option<T> {
+            r.map_err(|e| tracing::debug!("GPU {gpu}: no {what}: {e}")).ok()
+        }
+        let utilization = ok(gpu, "utilisation", device.utilization_rates());
+        let memory = ok(gpu, "memory information", device.memory_info());
+        let mig_on = matches!(device.mig_mode(), Ok(m) if m.current == NVML_DEVICE_MIG_ENABLE);
+        let mut mig_devices = Vec::new();
+        if mig_on {
+            for mig in self.mig_devices(CALL, gpu, &device)? {
+                let memory =
+                    device.mig_device_by_index(mig.index).and_then(|handle| handle.memory_info());
+                let memory = ok(gpu, "MIG device memory information", memory);
+                mig_devices.push(super::MigTelemetry {
+                    uuid: mig.uuid,
+                    gpu_instance: mig.gpu_instance,
+                    compute_instance: mig.compute_instance,
+                    memory_used_bytes: memory.as_ref().map(|m| m.used),
+                    memory_total_bytes: memory.as_ref().map(|m| m.total),
+                });
+            }
+        }
+        Ok(super::GpuTelemetry {
+            utilization_percent: utilization.as_ref().map(|u| u.gpu),
+            memory_utilization_percent: utilization.as_ref().map(|u| u.memory),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            temperature_c: ok(gpu, "temperature", device.temperature(TemperatureSensor::Gpu)),
+            power_watts: ok(gpu, "power draw", device.power_usage())
+                .map(|mw| f64::from(mw) / 1000.0),
+            mig_devices,
+        })
     }
 
     /// One GPU; `driver_version` keys its MIG table (read once per observation).
@@ -817,6 +856,12 @@ impl GpuBackend for NvmlBackend {
         .map(|info| info.bus_id)
         .map_err(|e| tracing::warn!("the PCI address of GPU {gpu}: {e}"))
         .ok()
+    }
+
+    fn telemetry(&self, gpu: u32) -> Option<super::GpuTelemetry> {
+        self.with_session("telemetry", Some(gpu), |s| s.telemetry(gpu))
+            .map_err(|e| tracing::debug!("the telemetry of GPU {gpu}: {e}"))
+            .ok()
     }
 
     fn minor_number(&self, gpu: u32) -> Option<u32> {

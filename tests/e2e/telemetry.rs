@@ -1,0 +1,179 @@
+//! `Telemetry` and `gpushare-ctl top`'s readings (issue 29) on a simulated H100: idle as
+//! the real H100 answered (0 %, 35 °C, 73.6 W), rising with a client (a real `sleep` the
+//! simulated driver lists, `GPUSHARE_SIM_PROCESSES`), and NVIDIA's own nvidia-ml-py reads
+//! the same values from the same simulated driver as the agent.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpushare_proto::telemetry::GpuTelemetryDoc;
+use gpushare_tests::{Agent, AgentOptions, OTHER, directory_of, is_root, text};
+
+/// The first frame `gpushare-ctl top ARGS` prints into a pipe (everything up to its first
+/// blank line, or its first line with `--json`); then it is interrupted as Ctrl-C would.
+fn first_frame(agent: &Agent, args: &[&str], json: bool) -> String {
+    frame_of(agent.ctl_command(args), json)
+}
+
+/// The first frame `command` (a `gpushare-ctl top`) prints, as [`first_frame`].
+fn frame_of(mut command: Command, json: bool) -> String {
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child = child.expect("gpushare-ctl runs");
+    let mut pipe = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut buffer) {
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            let _ = tx.send(seen.clone());
+        }
+    });
+    let end = if json { "\n" } else { "\n\n" };
+    let started = Instant::now();
+    let mut frame = String::new();
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(seen) = rx.recv_timeout(Duration::from_millis(100))
+            && let Some(at) = seen.find(end)
+        {
+            frame = seen[..at].to_owned();
+            break;
+        }
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.is_empty() && status.code() == Some(0), "{status:?}: {err}");
+    assert!(!frame.is_empty(), "a frame within 20 s");
+    frame
+}
+
+/// GPU 0's readings in `top --json`'s first line.
+fn readings(agent: &Agent) -> GpuTelemetryDoc {
+    gpu0(&first_frame(agent, &["top", "--json", "--interval", "0.2"], true))
+}
+
+/// GPU 0's readings in a line of `top --json`.
+fn gpu0(line: &str) -> GpuTelemetryDoc {
+    let doc: serde_json::Value = serde_json::from_str(line).expect("one JSON document");
+    assert!(doc["status"].is_object() && doc["clients"].is_object(), "{line}");
+    serde_json::from_value(doc["telemetry"]["gpus"][0].clone()).expect("GPU 0's telemetry")
+}
+
+/// The simulated driver as cargo built it (as tests/e2e/nvidia_clients.rs finds it).
+fn simulated_library() -> PathBuf {
+    let smi = gpushare_tests::binary(gpushare_tests::SIM_NVIDIA_SMI, "GPUSHARE_SIM_NVIDIA_SMI_BIN");
+    let dir = smi.parent().unwrap();
+    [dir.to_path_buf(), dir.join("deps")]
+        .iter()
+        .map(|d| d.join("libgpushare_sim_nvml.so"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .expect("cargo builds the simulated driver with the workspace")
+}
+
+#[test]
+fn top_shows_the_drivers_readings_and_they_rise_with_a_client() {
+    let mut agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    let idle = readings(&agent);
+    assert_eq!(idle.utilization_percent, Some(0), "{idle:?}");
+    assert_eq!(idle.memory_utilization_percent, Some(0), "{idle:?}");
+    assert_eq!(idle.temperature_c, Some(35), "{idle:?}");
+    assert_eq!(idle.power_watts, Some(73.6), "{idle:?}");
+    assert_eq!(idle.memory_used_bytes, Some(0), "{idle:?}");
+    assert_eq!(idle.memory_total_bytes, Some(81_559 << 20), "{idle:?}");
+
+    let mut sleeper = Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap();
+    let pid = sleeper.id();
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &format!("0:{pid}"))]);
+    let busy = readings(&agent);
+    assert_eq!(busy.utilization_percent, Some(30), "{busy:?}");
+    assert_eq!(busy.memory_utilization_percent, Some(10), "{busy:?}");
+    assert_eq!(busy.temperature_c, Some(38), "{busy:?}");
+    assert_eq!(busy.power_watts, Some(123.6), "{busy:?}");
+    assert_eq!(busy.memory_used_bytes, Some(512 << 20), "{busy:?}");
+
+    let view = first_frame(&agent, &["top", "--interval", "0.2"], false);
+    assert!(view.contains("util 30 %  mem 0.5/80 GiB  38 C  124 W  memory"), "{view}");
+
+    // NVIDIA's bindings read the same values from the same simulated driver.
+    let found = Command::new("python3").args(["-c", "import pynvml"]).output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "nvidia-ml-py: python3 -m pip install nvidia-ml-py==13.615.71 (.ci/run does)"
+    );
+    let script = "import ctypes, os, pynvml as nv\n\
+                  nv.nvmlLib = ctypes.CDLL(os.environ['PYNVML_LIB'])\n\
+                  nv.nvmlInit()\n\
+                  g = nv.nvmlDeviceGetHandleByIndex(0)\n\
+                  u = nv.nvmlDeviceGetUtilizationRates(g)\n\
+                  m = nv.nvmlDeviceGetMemoryInfo(g, version=nv.nvmlMemory_v2)\n\
+                  print(u.gpu, u.memory, m.used, m.total,\n\
+                        nv.nvmlDeviceGetTemperature(g, nv.NVML_TEMPERATURE_GPU),\n\
+                        nv.nvmlDeviceGetPowerUsage(g) / 1000)\n\
+                  nv.nvmlShutdown()\n";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env("PYNVML_LIB", simulated_library())
+        .env("GPUSHARE_SIM_NODE", "h100-80gb:1")
+        .env("GPUSHARE_SIM_STATE", agent.sim_state())
+        .env_remove("GPUSHARE_SIM_PROCESSES")
+        .env_remove("GPUSHARE_SIM_FAIL")
+        .env_remove("GPUSHARE_SIM_REBOOT")
+        .env_remove("GPUSHARE_SIM_DELAY_MS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let o = |v: Option<u64>| v.unwrap().to_string();
+    let expected = format!(
+        "{} {} {} {} {} {}\n",
+        o(busy.utilization_percent.map(u64::from)),
+        o(busy.memory_utilization_percent.map(u64::from)),
+        o(busy.memory_used_bytes),
+        o(busy.memory_total_bytes),
+        o(busy.temperature_c.map(u64::from)),
+        busy.power_watts.unwrap(),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// On a MIG GPU the whole GPU's readings stay (NVML answers them for the GPU handle) and
+/// each MIG device has its memory; a user outside the group may ask (the bus policy).
+#[test]
+fn a_mig_gpu_reports_each_mig_devices_memory_and_anyone_may_ask() {
+    let profile = "name = \"two\"\n[[gpu]]\nselect = 0\nmig = { \"1g\" = 2 }\n";
+    let options = AgentOptions::simulate("h100-80gb:1").profile("two.toml", profile);
+    let root = is_root();
+    let agent = Agent::start(if root { options.for_other_users() } else { options });
+    let out = agent.ctl(&["apply", "two"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let gpu = readings(&agent);
+    assert_eq!(
+        (gpu.utilization_percent, gpu.temperature_c, gpu.power_watts),
+        (Some(0), Some(35), Some(73.6)),
+        "{gpu:?}"
+    );
+    assert_eq!(gpu.mig_devices.len(), 2, "{gpu:?}");
+    for mig in &gpu.mig_devices {
+        assert!(mig.uuid.starts_with("MIG-"), "{mig:?}");
+        assert_eq!(mig.memory_used_bytes, Some(0), "{mig:?}");
+        assert!(mig.memory_total_bytes.is_some_and(|t| t > 9 << 30), "{mig:?}");
+    }
+    if !root {
+        eprintln!("skipped the other user: needs root to create test users");
+        return;
+    }
+    let home = directory_of(OTHER);
+    let args = ["top", "--json", "--interval", "0.2"];
+    let line = frame_of(agent.ctl_as(OTHER, None, home.path(), home.path(), &args), true);
+    assert_eq!(gpu0(&line), gpu, "{line}");
+}
