@@ -177,3 +177,16 @@ fn a_mig_gpu_reports_each_mig_devices_memory_and_anyone_may_ask() {
     let line = frame_of(agent.ctl_as(OTHER, None, home.path(), home.path(), &args), true);
     assert_eq!(gpu0(&line), gpu, "{line}");
 }
+
+/// Each reading stands alone: a power read the driver fails leaves that value `null` (`-`
+/// in the view) and the others as they are.
+#[test]
+fn a_failed_read_is_a_missing_value_not_an_error() {
+    let fail = "nvmlDeviceGetPowerUsage:1=NVML_ERROR_GPU_IS_LOST";
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1").env("GPUSHARE_SIM_FAIL", fail));
+    let gpu = readings(&agent);
+    assert_eq!(gpu.power_watts, None, "{gpu:?}");
+    assert_eq!((gpu.utilization_percent, gpu.temperature_c), (Some(0), Some(35)), "{gpu:?}");
+    // The next read answers again.
+    assert_eq!(readings(&agent).power_watts, Some(73.6));
+}
