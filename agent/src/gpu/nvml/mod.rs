@@ -256,8 +256,10 @@ impl<'a> Session<'a> {
         let memory = ok(gpu, "memory information", device.memory_info());
         let mig_on = matches!(device.mig_mode(), Ok(m) if m.current == NVML_DEVICE_MIG_ENABLE);
         let mut mig_devices = Vec::new();
-        if mig_on {
-            for mig in self.mig_devices(CALL, gpu, &device)? {
+        let migs = if mig_on { self.mig_devices(CALL, gpu, &device) } else { Ok(Vec::new()) };
+        let migs = migs.map_err(|e| tracing::debug!("GPU {gpu}: no MIG devices: {e}"));
+        if let Ok(migs) = migs {
+            for mig in migs {
                 let memory =
                     device.mig_device_by_index(mig.index).and_then(|handle| handle.memory_info());
                 let memory = ok(gpu, "MIG device memory information", memory);

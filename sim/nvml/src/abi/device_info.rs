@@ -519,7 +519,8 @@ fn load_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
 }
 
 /// `nvmlDeviceGetUtilizationRates`: 0 % idle, 30 % GPU and 10 % memory per compute process
-/// (at most 100). NOT_SUPPORTED on a MIG device, as on the real H100.
+/// (at most 100). NOT_SUPPORTED on a MIG device and on a GPU with MIG on, as NVML's
+/// reference says and nvidia-smi shows (`GPU-Util N/A` beside the temperature and power).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
@@ -527,6 +528,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetUtilizationRates", |node, epoch| {
         let n = load_of(node, epoch, device)?;
+        if gpu_of(node, epoch, device)?.1.mig_enabled {
+            return Err(ret::NOT_SUPPORTED);
+        }
         // SAFETY: null or a writable nvmlUtilization_t (nvml.h).
         let utilization = unsafe { out(utilization) }?;
         *utilization = nvmlUtilization_t {

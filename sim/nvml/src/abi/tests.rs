@@ -1097,7 +1097,11 @@ fn telemetry_answers_like_an_idle_h100_and_rises_with_processes() {
     sim.file().update(|n| n.processes.clear()).unwrap();
 
     // A MIG device: no utilisation, temperature or power, as on the real H100; memory works.
+    // Its GPU, with MIG on, keeps its temperature and power but has no utilisation.
     assert_eq!(set_mig(a, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    assert_eq!(util(a).0, ret::NOT_SUPPORTED);
+    assert_eq!(temp(a, NVML_TEMPERATURE_GPU), (ret::SUCCESS, 35));
+    assert_eq!(power(a), (ret::SUCCESS, 73_600));
     let gi = create_gi(a, 9, 0, 4).unwrap();
     create_ci(gi, 2).unwrap();
     let mut mig = null_mut();
