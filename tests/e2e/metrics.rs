@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use gpushare_tests::{Agent, AgentOptions, text, wait_for};
 
-fn free_port() -> u16 {
+/// A TCP port free on 127.0.0.1 now (the metrics tests' listeners).
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn scrape(port: u16) -> String {
+/// The body of `GET /metrics` on `port`, which must answer 200.
+pub(crate) fn scrape(port: u16) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")

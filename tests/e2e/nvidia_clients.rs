@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use gpushare_tests::{Agent, AgentOptions, repo_root, text};
 
 /// The simulated driver as cargo built it: the newer of target/debug's copy and deps/'s.
-fn simulated_library() -> PathBuf {
+pub(crate) fn simulated_library() -> PathBuf {
     let smi = gpushare_tests::binary(gpushare_tests::SIM_NVIDIA_SMI, "GPUSHARE_SIM_NVIDIA_SMI_BIN");
     let dir = smi.parent().unwrap();
     [dir.to_path_buf(), dir.join("deps")]

@@ -4,11 +4,12 @@
 //! the same values from the same simulated driver as the agent.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::telemetry::GpuTelemetryDoc;
+
+use crate::nvidia_clients::simulated_library;
 use gpushare_tests::{Agent, AgentOptions, OTHER, directory_of, is_root, text};
 
 /// The first frame `gpushare-ctl top ARGS` prints into a pipe (everything up to its first
@@ -63,19 +64,6 @@ fn gpu0(line: &str) -> GpuTelemetryDoc {
     let doc: serde_json::Value = serde_json::from_str(line).expect("one JSON document");
     assert!(doc["status"].is_object() && doc["clients"].is_object(), "{line}");
     serde_json::from_value(doc["telemetry"]["gpus"][0].clone()).expect("GPU 0's telemetry")
-}
-
-/// The simulated driver as cargo built it (as tests/e2e/nvidia_clients.rs finds it).
-fn simulated_library() -> PathBuf {
-    let smi = gpushare_tests::binary(gpushare_tests::SIM_NVIDIA_SMI, "GPUSHARE_SIM_NVIDIA_SMI_BIN");
-    let dir = smi.parent().unwrap();
-    [dir.to_path_buf(), dir.join("deps")]
-        .iter()
-        .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("cargo builds the simulated driver with the workspace")
 }
 
 #[test]
