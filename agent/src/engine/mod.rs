@@ -1248,15 +1248,11 @@ fn bench_status(claim: &BenchClaim) -> gpushare_proto::types::BenchStatus {
     }
 }
 
-/// The name of user `uid` in the password database (`getent`, so that directory users count
-/// too); `None` when it has none, or a name no one could mistake for text of ours.
+/// The name of user `uid` in the password database (`getpwuid_r`, through NSS, so that
+/// directory users count too); `None` when it has none, or a name no one could mistake for
+/// text of ours.
 fn user_name(uid: u32) -> Option<String> {
-    let finished = crate::sys::command::Command::new("getent", Duration::from_secs(2))
-        .args(["passwd", &uid.to_string()])
-        .run()
-        .ok()
-        .filter(crate::sys::command::Finished::success)?;
-    let name = finished.stdout_text().split(':').next()?.trim().to_string();
+    let name = crate::sys::unix::user_name(uid)?;
     let plain = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
     (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
 }
