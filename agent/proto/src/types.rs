@@ -96,6 +96,11 @@ pub struct GpuStatus {
     pub instances: Vec<InstanceStatus>,
     /// PIDs of compute processes on the GPU or its instances.
     pub processes: Vec<u32>,
+    /// Who uses the GPU (issue 29): its clients as `Clients` attributes them, never with a
+    /// command line (`command` is `null`: `gpushare-ctl clients` shows it to those who may
+    /// see it). Empty from an agent older than this field.
+    #[serde(default)]
+    pub clients: Vec<crate::clients::GpuClient>,
 }
 
 /// One MIG instance (a GPU instance with its compute instance) in [`GpuStatus`].

@@ -32,6 +32,8 @@ struct Found<'a> {
     instance: Option<String>,
     /// The running MPS server it is a client of.
     server: Option<&'a MpsServerState>,
+    /// Whether it reaches the GPU through MPS (a server of gpushare's or another).
+    mps_client: bool,
     memory: Option<u64>,
 }
 
@@ -49,7 +51,18 @@ pub fn table(
     for g in &node.gpus {
         for p in &g.processes {
             let gpu_instance = p.gpu_instance_id.filter(|_| g.mig_enabled);
-            let server = running().find(|s| s.gpu == g.index && s.clients.contains(&p.pid));
+            // The control daemon's list where it was read, else the driver's word that the
+            // process is an MPS client, served by the server of its GPU or instance.
+            let server =
+                running().find(|s| s.gpu == g.index && s.clients.contains(&p.pid)).or_else(|| {
+                    p.mps_client
+                        .then(|| {
+                            running().find(|s| {
+                                s.gpu == g.index && served_instance(g, s).0 == gpu_instance
+                            })
+                        })
+                        .flatten()
+                });
             let instance = gpu_instance
                 .and_then(|id| sole_compute_instance(g, id))
                 .or_else(|| server.and_then(|s| served_instance(g, s).1));
@@ -59,6 +72,7 @@ pub fn table(
                 gpu_instance,
                 instance,
                 server,
+                mps_client: p.mps_client || server.is_some(),
                 memory: p.used_memory_bytes,
             });
         }
@@ -76,6 +90,7 @@ pub fn table(
                 gpu_instance,
                 instance,
                 server: Some(s),
+                mps_client: true,
                 memory: None,
             });
         }
@@ -119,10 +134,10 @@ pub fn table(
                 .unwrap_or_else(|| format!("[{}]", owner.name))
         });
         let (unit, container) = procfs::placement_in(proc_root, f.pid);
-        let via = match (f.server, f.gpu_instance) {
-            (Some(_), _) => "mps",
-            (None, Some(_)) => "mig",
-            (None, None) => "gpu",
+        let via = match (f.mps_client, f.gpu_instance) {
+            (true, _) => "mps",
+            (false, Some(_)) => "mig",
+            (false, None) => "gpu",
         };
         let share = f.server.map(|s| {
             share_of(s, procfs::environment_variable_in(proc_root, f.pid, THREADS_VARIABLE))
@@ -306,7 +321,7 @@ mod tests {
     }
 
     fn process(pid: u32, gi: Option<u32>, memory: Option<u64>) -> ComputeProcess {
-        ComputeProcess { pid, gpu_instance_id: gi, used_memory_bytes: memory }
+        ComputeProcess { pid, gpu_instance_id: gi, used_memory_bytes: memory, mps_client: false }
     }
 
     fn server(uuid: &str, gpu: u32, threads: u32, clients: Vec<u32>) -> MpsServerState {
@@ -417,6 +432,43 @@ mod tests {
         // An unknown caller sees none.
         let table = super::table(&node, root, None, &name);
         assert!(table.clients.iter().all(|c| c.command.is_none()));
+    }
+
+    /// The driver names MPS clients among its processes (driver 580): without the control
+    /// daemons' lists (`status` reads none), each is the client of the server of its GPU
+    /// or instance, with the driver's memory; one of an MPS server gpushare does not run is
+    /// still `mps`, with no server or share.
+    #[test]
+    fn the_driver_names_mps_clients_without_the_control_daemon() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fake(root, 40, "python3", 1000, "python3 a.py", "0::/\n", "");
+        fake(root, 41, "python3", 1000, "python3 b.py", "0::/\n", "");
+        fake(root, 42, "python3", 1000, "python3 c.py", "0::/\n", "");
+        let mps = |pid, gi, bytes| ComputeProcess { mps_client: true, ..process(pid, gi, bytes) };
+        let node = NodeState {
+            gpus: vec![
+                gpu(0, Vec::new(), vec![mps(40, None, Some(2_485_125_120))]),
+                gpu(
+                    1,
+                    vec![instance(1, "MIG-a"), instance(2, "MIG-b")],
+                    vec![mps(41, Some(2), Some(1 << 30)), mps(42, Some(1), Some(1 << 30))],
+                ),
+            ],
+            mps: vec![server("GPU-0", 0, 50, Vec::new()), server("MIG-b", 1, 25, Vec::new())],
+            ..NodeState::default()
+        };
+        let table = table(&node, root, None, &|_| None);
+        let [whole, on_mig, foreign] = table.clients.as_slice() else { panic!("{table:#?}") };
+        assert_eq!((whole.via.as_str(), whole.mps_server.as_deref()), ("mps", Some("GPU-0")));
+        assert_eq!(whole.memory_bytes, Some(2_485_125_120));
+        assert_eq!(whole.share.as_ref().map(|s| s.active_thread_percentage), Some(50));
+        assert_eq!((on_mig.pid, on_mig.mps_server.as_deref()), (42, None), "{table:#?}");
+        assert_eq!((on_mig.via.as_str(), on_mig.share.as_ref()), ("mps", None));
+        assert_eq!((foreign.pid, foreign.mps_server.as_deref()), (41, Some("MIG-b")));
+        assert_eq!(foreign.instance.as_deref(), Some("MIG-b"));
+        assert_eq!(foreign.share.as_ref().map(|s| s.active_thread_percentage), Some(25));
+        assert!(table.idle.iter().all(|d| d.what != "mps-server"), "{table:#?}");
     }
 
     #[test]

@@ -478,6 +478,13 @@ impl Engine {
                 bench.job
             ))
         });
+        let mut gpus: Vec<_> =
+            node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect();
+        for client in self.status_clients(&node).await? {
+            if let Some(gpu) = gpus.iter_mut().find(|g| g.index == client.gpu) {
+                gpu.clients.push(client);
+            }
+        }
         Ok(Status {
             active_profile: journal.active_profile,
             active_source,
@@ -493,8 +500,30 @@ impl Engine {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
             benches: benches.iter().map(bench_status).collect(),
-            gpus: node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect(),
+            gpus,
         })
+    }
+
+    /// The clients `status` shows: the observation's, attributed as `Clients` does but
+    /// without command lines (everyone may call `Status`). The driver names the MPS clients
+    /// among its processes, so no MPS control daemon is asked. Read in `/proc` off the
+    /// async threads; nothing to read when no process uses a GPU.
+    async fn status_clients(
+        &self,
+        node: &crate::node::NodeState,
+    ) -> Result<Vec<gpushare_proto::clients::GpuClient>, EngineError> {
+        let anyone = node.gpus.iter().any(|g| !g.processes.is_empty())
+            || node.mps.iter().any(|s| !s.clients.is_empty());
+        if !anyone {
+            return Ok(Vec::new());
+        }
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || {
+            let proc_root = std::path::Path::new("/proc");
+            clients::table(&node, proc_root, None, &crate::sys::unix::user_name).clients
+        })
+        .await
+        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))
     }
 
     /// Whether the active profile time-slices a whole GPU, whether it was applied by

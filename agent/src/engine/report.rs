@@ -174,5 +174,6 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuS
             })
             .collect(),
         processes: gpu.processes.iter().map(|p| p.pid).collect(),
+        clients: Vec::new(),
     }
 }

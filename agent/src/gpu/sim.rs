@@ -275,6 +275,7 @@ impl GpuBackend for SimBackend {
                             pid,
                             gpu_instance_id: gi,
                             used_memory_bytes: None,
+                            mps_client: false,
                         })
                         .collect(),
                 }
@@ -590,7 +591,12 @@ mod tests {
         assert!(seen[0].processes.is_empty());
         assert_eq!(
             seen[1].processes,
-            vec![ComputeProcess { pid: 4242, gpu_instance_id: Some(2), used_memory_bytes: None }]
+            vec![ComputeProcess {
+                pid: 4242,
+                gpu_instance_id: Some(2),
+                used_memory_bytes: None,
+                mps_client: false,
+            }]
         );
     }
 }

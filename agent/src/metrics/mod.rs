@@ -42,7 +42,7 @@
 //! | `gpushare_probe_p50_latency_inflation_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the clients' median step latency over the solo one |
 //! | `gpushare_client_gpu_memory_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | GPU memory of the clients with these labels, summed ([`clients`]) |
 //! | `gpushare_client_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | the highest active thread share (0-1) of those MPS clients |
-//! | `gpushare_client_series_dropped_total` | counter | | client label sets left out by the cap of 256, counted at each refresh |
+//! | `gpushare_client_series_dropped_total` | counter | | client label sets left out by the cap (`[metrics] client_series_max`, 256), counted at each refresh |
 //!
 //! # Labels
 //!
@@ -574,6 +574,7 @@ mod tests {
                         instance("2g.10gb", 4, 5, MIG_B, time_slicing()),
                     ],
                     processes: vec![7, 8],
+                    clients: Vec::new(),
                 },
                 GpuStatus {
                     index: 1,
@@ -590,6 +591,7 @@ mod tests {
                     },
                     instances: Vec::new(),
                     processes: vec![100, 101, 102],
+                    clients: Vec::new(),
                 },
             ],
         };

@@ -190,6 +190,10 @@ pub struct ComputeProcess {
     pub gpu_instance_id: Option<u32>,
     /// GPU memory it holds, when the driver says.
     pub used_memory_bytes: Option<u64>,
+    /// Whether the driver lists it as an MPS client (NVML's MPS process list; nvidia-smi's
+    /// `M+C`). The driver lists MPS clients among the compute processes too, and the MPS
+    /// server itself as a plain one.
+    pub mps_client: bool,
 }
 
 /// Limits every client of a server starts with.

@@ -251,18 +251,33 @@ pub fn render(table: &ClientTable) -> String {
 
 /// The clients' table (with its header line), one line each.
 pub fn client_rows<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> String {
-    let mut rows =
-        plain_table(["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE", "COMMAND"]);
+    rows(clients, true)
+}
+
+/// The same without the command lines (`status`, which never has them).
+pub fn client_rows_without_command<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> String {
+    rows(clients, false)
+}
+
+fn rows<'a>(clients: impl Iterator<Item = &'a GpuClient>, command: bool) -> String {
+    let mut header = vec!["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE"];
+    if command {
+        header.push("COMMAND");
+    }
+    let mut rows = plain_table(header);
     for c in clients {
-        rows.add_row([
+        let mut row = vec![
             c.pid.to_string(),
             user(c),
             placement(c),
             place(c),
             c.memory_bytes.map_or_else(|| "-".to_string(), readable_size),
             share(c),
-            c.command.clone().unwrap_or_else(|| "-".into()),
-        ]);
+        ];
+        if command {
+            row.push(c.command.clone().unwrap_or_else(|| "-".into()));
+        }
+        rows.add_row(row);
     }
     render_table(&rows)
 }

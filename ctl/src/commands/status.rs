@@ -216,6 +216,12 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
         }
     }
     out.push_str(&render_table(&table));
+    let clients: Vec<_> = status.gpus.iter().flat_map(|g| &g.clients).collect();
+    if !clients.is_empty() {
+        out.push_str("\nClients (command lines: gpushare-ctl clients):\n");
+        let rows = super::clients::client_rows_without_command(clients.iter().copied());
+        out.extend(rows.lines().map(|l| format!("  {l}\n")));
+    }
     out
 }
 
@@ -299,6 +305,7 @@ pub(crate) mod tests {
                         },
                     ],
                     processes: vec![],
+                    clients: Vec::new(),
                 },
                 GpuStatus {
                     index: 1,
@@ -315,6 +322,7 @@ pub(crate) mod tests {
                     },
                     instances: vec![],
                     processes: vec![4242, 4243],
+                    clients: Vec::new(),
                 },
             ],
         }
@@ -366,6 +374,42 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         assert!(text.contains("├─ 3g.20gb"), "{text}");
         assert!(text.contains("└─ 1g.5gb"), "{text}");
         assert!(text.contains("off → on after reset"), "{text}");
+    }
+
+    #[test]
+    fn clients_follow_the_gpus_without_command_lines() {
+        let mut status = sample_status();
+        assert!(!render_status(&status, Glyphs::ASCII).contains("Clients"));
+        let uuid = status.gpus[1].uuid.clone();
+        status.gpus[1].clients.push(gpushare_proto::clients::GpuClient {
+            pid: 4242,
+            uid: Some(1000),
+            user: Some("alice".into()),
+            command: None,
+            unit: Some("train.service".into()),
+            container: None,
+            gpu: 1,
+            gpu_uuid: uuid.clone(),
+            instance: None,
+            gpu_instance_id: None,
+            via: "mps".into(),
+            mps_server: Some(uuid),
+            memory_bytes: Some(2485125120),
+            share: Some(gpushare_proto::clients::ClientShare {
+                active_thread_percentage: 50,
+                pinned_memory_bytes: None,
+                from: "server".into(),
+            }),
+        });
+        let text = render_status(&status, Glyphs::ASCII);
+        let section = text.split_once("\nClients (command lines: gpushare-ctl clients):\n");
+        let (_, rows) = section.unwrap_or_else(|| panic!("{text}"));
+        let rows: Vec<&str> = rows.lines().collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows[0].starts_with("  PID") && !rows[0].contains("COMMAND"), "{text}");
+        for part in ["4242", "alice", "train.service", "GPU 1 MPS", "2.3 GiB", "50 % threads"] {
+            assert!(rows[1].contains(part), "{part}: {text}");
+        }
     }
 
     #[test]

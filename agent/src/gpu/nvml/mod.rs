@@ -57,6 +57,7 @@ use catalog_check::NvmlProfileInfo;
 use driver_table::{ComputeProfilesLearned, DeviceFacts, DriverTables, compute_sizes};
 use errors::{raw_error, return_name, with_context, wrapper_error};
 pub use library::Driver;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use raw::{Raw, device_handle};
 use reset::{around_reset, reset_outcome, run_nvidia_smi_reset, with_holders, with_slot};
 
@@ -491,6 +492,7 @@ impl<'a> Session<'a> {
                     pid: p.pid,
                     gpu_instance_id: p.gpu_instance_id,
                     used_memory_bytes: used_memory(&p.used_gpu_memory),
+                    mps_client: false,
                 })
                 .collect(),
             Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
@@ -513,6 +515,7 @@ impl<'a> Session<'a> {
                         pid: p.pid,
                         gpu_instance_id: Some(p.gpu_instance_id.unwrap_or(mig.gpu_instance)),
                         used_memory_bytes: used_memory(&p.used_gpu_memory),
+                        mps_client: false,
                     }));
                 }
                 list
@@ -521,7 +524,53 @@ impl<'a> Session<'a> {
         };
         let mut seen = HashSet::new();
         processes.retain(|p| seen.insert((p.pid, p.gpu_instance_id)));
+        for client in self.mps_clients(device, mig_enabled, mig_devices) {
+            match processes
+                .iter_mut()
+                .find(|p| p.pid == client.pid && p.gpu_instance_id == client.gpu_instance_id)
+            {
+                Some(listed) => {
+                    listed.mps_client = true;
+                    listed.used_memory_bytes =
+                        listed.used_memory_bytes.or(client.used_memory_bytes);
+                }
+                None => processes.push(client),
+            }
+        }
         Ok(processes)
+    }
+
+    /// The MPS clients the driver lists on a GPU (`nvmlDeviceGetMPSComputeRunningProcesses_v3`,
+    /// asked of the MIG devices one by one where the parent's list is refused). The driver
+    /// 580 lists them among the compute processes too (recorded on an H200,
+    /// tests/device/results/clients-h200-2026-11-27): this only marks them. A driver that
+    /// lacks the call or refuses it gives none: the MPS control daemons' lists still tell.
+    fn mps_clients(
+        &self,
+        device: &Device<'_>,
+        mig_enabled: bool,
+        mig_devices: &[MigDevice],
+    ) -> Vec<ComputeProcess> {
+        let entry = |p: &ProcessInfo, gi: Option<u32>| ComputeProcess {
+            pid: p.pid,
+            gpu_instance_id: p.gpu_instance_id.or(gi),
+            used_memory_bytes: used_memory(&p.used_gpu_memory),
+            mps_client: true,
+        };
+        match running_processes(device, Device::mps_running_compute_processes) {
+            Ok(list) => list.iter().map(|p| entry(p, None)).collect(),
+            Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => mig_devices
+                .iter()
+                .filter_map(|mig| {
+                    let handle = device.mig_device_by_index(mig.index).ok()?;
+                    let list =
+                        running_processes(&handle, Device::mps_running_compute_processes).ok()?;
+                    Some(list.iter().map(|p| entry(p, Some(mig.gpu_instance))).collect::<Vec<_>>())
+                })
+                .flatten()
+                .collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The GPU instance with this id.
@@ -958,12 +1007,19 @@ fn used_memory(used: &nvml_wrapper::enums::device::UsedGpuMemory) -> Option<u64>
     }
 }
 
-fn running_compute_processes(
-    device: &Device<'_>,
-) -> Result<Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>, NvmlError> {
+fn running_compute_processes(device: &Device<'_>) -> Result<Vec<ProcessInfo>, NvmlError> {
+    running_processes(device, Device::running_compute_processes)
+}
+
+/// A process list of the driver, asked again (up to three times) when it grew between the
+/// count and the read.
+fn running_processes<'nvml>(
+    device: &Device<'nvml>,
+    list: impl Fn(&Device<'nvml>) -> Result<Vec<ProcessInfo>, NvmlError>,
+) -> Result<Vec<ProcessInfo>, NvmlError> {
     let mut attempt = 0;
     loop {
-        match device.running_compute_processes() {
+        match list(device) {
             Err(NvmlError::InsufficientSize(_)) if attempt < 3 => attempt += 1,
             other => return other,
         }
