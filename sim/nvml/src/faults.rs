@@ -6,7 +6,12 @@
 //!   `=NVML_ERROR_X` names one. `<name>` may also be a tool action ([`TOOL_ACTIONS`]),
 //!   counted by the simulated nvidia-smi in the node file.
 //! - `GPUSHARE_SIM_DELAY_MS=<ms>`: every mutating call sleeps this long first.
-//! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>,..."`: compute processes.
+//! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>[=<size>],..."`: compute
+//!   processes ([`parse_processes`]), each using `<size>` of GPU memory ([`parse_size`]:
+//!   bytes, or a number with `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`: `1536MiB`,
+//!   `2GiB`), 512 MiB without. Listed whether or not the PID runs. Set, even empty, it
+//!   replaces the processes it declared before; those the simulated MPS control daemon
+//!   registered stay (while their PID lives).
 //! - `GPUSHARE_SIM_REBOOT=1|0`: start as after a reboot.
 //! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs, as far as GPU resets
 //!   care ([`parse_host`]): `passthrough[=<gpus>]` and `vgpu[=<gpus>]` (NVML's
@@ -135,25 +140,63 @@ pub fn from_env() -> Result<Vec<Failure>, String> {
     }
 }
 
-/// Parses `GPUSHARE_SIM_PROCESSES`'s value: `<gpu>[/<gpu instance id>]:<pid>[,...]`.
+/// Parses `GPUSHARE_SIM_PROCESSES`'s value: `<gpu>[/<gpu instance id>]:<pid>[=<size>][,...]`
+/// (`<size>` as [`parse_size`] reads it; 512 MiB without).
 pub fn parse_processes(text: &str) -> Result<Vec<Process>, String> {
-    let bad = |part: &str| format!("{PROCESSES_ENV}: {part:?}: write <gpu>[/<gi>]:<pid>");
+    let bad = |part: &str| format!("{PROCESSES_ENV}: {part:?}: write <gpu>[/<gi>]:<pid>[=<size>]");
     text.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|part| {
-            let (place, pid) = part.split_once(':').ok_or_else(|| bad(part))?;
+            let (place, rest) = part.split_once(':').ok_or_else(|| bad(part))?;
             let (gpu, gi) = match place.split_once('/') {
                 Some((g, i)) => (g, Some(i.trim().parse().map_err(|_| bad(part))?)),
                 None => (place, None),
             };
-            Ok(Process {
-                gpu: gpu.trim().parse().map_err(|_| bad(part))?,
-                gpu_instance: gi,
-                pid: pid.trim().parse().map_err(|_| bad(part))?,
-            })
+            let (pid, size) = match rest.split_once('=') {
+                Some((pid, size)) => (pid, Some(size)),
+                None => (rest, None),
+            };
+            let mut process = Process::new(
+                gpu.trim().parse().map_err(|_| bad(part))?,
+                gi,
+                pid.trim().parse().map_err(|_| bad(part))?,
+            );
+            if let Some(size) = size {
+                process.memory =
+                    parse_size(size).map_err(|e| format!("{PROCESSES_ENV}: {part:?}: {e}"))?;
+            }
+            Ok(process)
         })
         .collect()
+}
+
+/// A byte size as the simulator's knobs and tools take it: a number of bytes, or a number
+/// with a binary unit `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`1536MiB`, `2GiB`,
+/// `2485125120`), as gpushare's profiles write sizes. Zero is refused.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let factor: u64 = match unit.trim() {
+        _ if digits.is_empty() => 0,
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        _ => 0,
+    };
+    if factor == 0 {
+        return Err(format!(
+            "{text:?} is not a size: write bytes or a number with B, KiB, MiB, GiB or TiB (1536MiB)"
+        ));
+    }
+    match digits.parse::<u64>().ok().and_then(|n| n.checked_mul(factor)) {
+        Some(0) => Err("a size must be above zero".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(format!("the size {text:?} is too large")),
+    }
 }
 
 /// One fact of `GPUSHARE_SIM_HOST`.
@@ -454,11 +497,26 @@ mod tests {
     fn processes_parse() {
         assert_eq!(
             parse_processes("0:1234, 2/1:99").unwrap(),
-            vec![
-                Process { gpu: 0, gpu_instance: None, pid: 1234 },
-                Process { gpu: 2, gpu_instance: Some(1), pid: 99 }
-            ]
+            vec![Process::new(0, None, 1234), Process::new(2, Some(1), 99)]
         );
-        assert!(parse_processes("x:1").unwrap_err().starts_with("GPUSHARE_SIM_PROCESSES: "));
+        assert_eq!(Process::new(0, None, 1).memory, 512 << 20);
+        let sized = parse_processes("0:3609=3682MiB,0/2:7=2GiB, 1:8 = 69206016 ,1:9=4K").unwrap();
+        let memory: Vec<(u32, u64)> = sized.iter().map(|p| (p.pid, p.memory)).collect();
+        assert_eq!(memory, [(3609, 3_860_856_832), (7, 2 << 30), (8, 69_206_016), (9, 4096)]);
+        assert_eq!(sized[1].gpu_instance, Some(2));
+        assert!(sized.iter().all(|p| !p.mps && !p.registered));
+        for (text, needle) in [
+            ("x:1", "write <gpu>[/<gi>]:<pid>[=<size>]"),
+            ("0:1=", "is not a size"),
+            ("0:1=2PiB", "is not a size"),
+            ("0:1=MiB", "is not a size"),
+            ("0:1=0", "above zero"),
+            ("0:1=99999999999T", "too large"),
+            ("0:x=1G", "write <gpu>"),
+        ] {
+            let e = parse_processes(text).unwrap_err();
+            assert!(e.starts_with("GPUSHARE_SIM_PROCESSES: "), "{e}");
+            assert!(e.contains(needle), "{text}: {e}");
+        }
     }
 }

@@ -22,7 +22,19 @@
 //!   and `set-timeslice` are accepted too: the simulated nvidia-smi counts those.
 //!   A firing prints one line on stderr.
 //! - `GPUSHARE_SIM_DELAY_MS`: every mutating call sleeps first.
-//! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>,..."`: compute processes.
+//! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>[=<size>],..."`: compute
+//!   processes, each using `<size>` of GPU memory (`1536MiB`, `2GiB`, bytes; 512 MiB
+//!   without), listed whether or not the PID runs.
+//!
+//! # Processes
+//! `nvmlDeviceGetComputeRunningProcesses` (v1, v2, v3; on a GPU or a MIG device) lists
+//! every process, each with its own memory; `nvmlDeviceGetMPSComputeRunningProcesses`
+//! (v1, v2, v3) only the MPS clients, with the same memory, as driver 580 did on an H200
+//! (tests/device/results/clients-h200-2026-11-27); the graphics lists are empty. Besides
+//! the knob's processes, the simulated MPS control daemon (`sim/tools`) registers each
+//! client it is told of (`--fake-client PID [--memory SIZE]`) on the GPU or GPU instance
+//! its server serves, as an MPS client ([`node::Process`]); such a registered process is
+//! listed only while `/proc/<pid>` exists, as the real driver drops an exited process.
 //! - `GPUSHARE_SIM_REBOOT=1`: start as after a reboot.
 //! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs as far as GPU resets
 //!   care: `passthrough[=<gpus>]`, `vgpu[=<gpus>]`, `no-flr[=<gpus>]`,
@@ -39,7 +51,8 @@
 //! # Sessions
 //! The first successful `nvmlInit` of a process applies that process's knobs, and only
 //! those it sets: `GPUSHARE_SIM_REBOOT` reboots the node, `GPUSHARE_SIM_PROCESSES` (set,
-//! even empty) replaces its processes, `GPUSHARE_SIM_HOST` (set, even empty) its host,
+//! even empty) replaces the processes it declared (those the MPS control daemon
+//! registered stay while they run), `GPUSHARE_SIM_HOST` (set, even empty) its host,
 //! `GPUSHARE_SIM_FAIL` restarts the tool-call counters;
 //! a process that sets any of them records its pid as the session's. Every other NVML
 //! client (a pynvml script, mig-parted, the simulated tools) sees the node as it is.

@@ -72,8 +72,9 @@ impl ComputeMode {
 pub struct Node {
     /// One entry per GPU, by NVML index.
     pub gpus: Vec<Gpu>,
-    /// Compute processes on the GPUs (from the `GPUSHARE_SIM_PROCESSES` of the last client
-    /// that set it).
+    /// Compute processes on the GPUs: those the `GPUSHARE_SIM_PROCESSES` of the last client
+    /// that set it declared, and those the simulated MPS control daemon registered
+    /// ([`Process::registered`]).
     #[serde(default)]
     pub processes: Vec<Process>,
     /// Calls of tool actions (`gpu-reset`, `set-timeslice`) counted for
@@ -261,6 +262,49 @@ pub struct Process {
     pub gpu_instance: Option<u32>,
     /// Process id.
     pub pid: u32,
+    /// The GPU memory it uses, in bytes, as NVML's `usedGpuMemory` and nvidia-smi report
+    /// it ([`crate::device::PROCESS_MEMORY`] unless said otherwise).
+    #[serde(default = "default_process_memory")]
+    pub memory: u64,
+    /// Whether it is a client of an MPS server: the driver lists it among the compute
+    /// processes and in `nvmlDeviceGetMPSComputeRunningProcesses`, nvidia-smi as `M+C`.
+    #[serde(default)]
+    pub mps: bool,
+    /// Registered by a simulated program (the simulated MPS control daemon) for a process
+    /// it was told of, rather than declared by `GPUSHARE_SIM_PROCESSES`: listed only while
+    /// `/proc/<pid>` exists, as the real driver drops a process's entry when it exits.
+    #[serde(default)]
+    pub registered: bool,
+}
+
+fn default_process_memory() -> u64 {
+    crate::device::PROCESS_MEMORY
+}
+
+impl Process {
+    /// A process as `GPUSHARE_SIM_PROCESSES` declares it: not an MPS client, listed until
+    /// the knob or a reboot says otherwise, using [`crate::device::PROCESS_MEMORY`].
+    pub fn new(gpu: u32, gpu_instance: Option<u32>, pid: u32) -> Process {
+        Process {
+            gpu,
+            gpu_instance,
+            pid,
+            memory: default_process_memory(),
+            mps: false,
+            registered: false,
+        }
+    }
+
+    /// Whether the driver lists it now: always when declared, while its PID lives when
+    /// [`Process::registered`].
+    pub fn listed(&self) -> bool {
+        !self.registered || pid_alive(self.pid)
+    }
+}
+
+/// Whether a process of this PID exists on the host (`/proc/<pid>`).
+pub fn pid_alive(pid: u32) -> bool {
+    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Why `nvidia-smi --gpu-reset` refused.
@@ -365,9 +409,20 @@ impl Node {
         self.last_serial
     }
 
+    /// The compute processes the driver lists now (see [`Process::listed`]).
+    pub fn listed_processes(&self) -> impl Iterator<Item = &Process> {
+        self.processes.iter().filter(|p| p.listed())
+    }
+
+    /// Drops the registered processes whose PID is gone (their entries are never listed
+    /// again; writers prune them so that the file does not grow).
+    pub fn prune_exited(&mut self) {
+        self.processes.retain(Process::listed);
+    }
+
     /// The pids of the compute processes on a GPU.
     pub fn pids_on(&self, gpu: u32) -> Vec<u32> {
-        self.processes.iter().filter(|p| p.gpu == gpu).map(|p| p.pid).collect()
+        self.listed_processes().filter(|p| p.gpu == gpu).map(|p| p.pid).collect()
     }
 
     /// What `nvidia-smi --gpu-reset -i N` does: [`Node::reset_gpu_among`] of that GPU alone.
@@ -734,7 +789,7 @@ mod tests {
     fn resets_are_refused_while_held_and_settle_pending_modes() {
         let mut node = a100(2);
         node.gpus[0].mig_pending = Some(true);
-        node.processes.push(Process { gpu: 0, gpu_instance: None, pid: 7 });
+        node.processes.push(Process::new(0, None, 7));
         assert_eq!(node.reset_gpu(5), Err(ResetRefused::NoSuchGpu));
         assert_eq!(node.reset_gpu(0), Err(ResetRefused::InUse { pids: vec![7] }));
         node.processes.clear();
@@ -802,7 +857,7 @@ mod tests {
             serial: 1,
             compute_instances: Vec::new(),
         });
-        node.processes.push(Process { gpu: 0, gpu_instance: Some(1), pid: 9 });
+        node.processes.push(Process::new(0, Some(1), 9));
         node.reboot();
         let g = &node.gpus[0];
         assert!(g.mig_enabled && g.instances.is_empty() && g.persistence_mode);
@@ -832,6 +887,22 @@ mod tests {
         let node = file.read().unwrap();
         assert_eq!(node.tool_calls["gpu-reset"], 2);
         assert!(file.lock_path().exists());
+    }
+
+    #[test]
+    fn processes_of_an_older_file_load_with_the_defaults() {
+        let old: Process = serde_json::from_str(r#"{"gpu": 1, "pid": 42}"#).unwrap();
+        assert_eq!(old, Process::new(1, None, 42));
+        assert_eq!((old.memory, old.mps, old.registered), (512 << 20, false, false));
+        // A declared process is listed whatever its PID; a registered one while it runs.
+        assert!(old.listed());
+        let me = Process { registered: true, ..Process::new(0, None, std::process::id()) };
+        assert!(me.listed());
+        let mut node = a100(1);
+        node.processes = vec![me.clone(), Process { pid: u32::MAX, ..me.clone() }, old];
+        assert_eq!(node.pids_on(0), [std::process::id()]);
+        node.prune_exited();
+        assert_eq!(node.processes.len(), 2);
     }
 
     #[test]

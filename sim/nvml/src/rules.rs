@@ -37,6 +37,10 @@ pub struct ProcessView {
     pub gpu_instance: u32,
     /// Compute instance id or [`NO_INSTANCE`].
     pub compute_instance: u32,
+    /// The GPU memory it uses, in bytes.
+    pub memory: u64,
+    /// Whether it is an MPS client.
+    pub mps: bool,
 }
 
 /// The GPU at `index`, or INVALID_ARGUMENT.
@@ -336,7 +340,7 @@ pub fn driver_placement(g: &Gpu, profile_id: u32) -> Result<u8, Code> {
 
 /// `nvmlGpuInstanceDestroy`: IN_USE while it has compute instances or compute processes.
 pub fn destroy_gpu_instance(node: &mut Node, index: u32, gi_id: u32) -> Result<(), Code> {
-    let in_use = node.processes.iter().any(|p| p.gpu == index && p.gpu_instance == Some(gi_id));
+    let in_use = node.listed_processes().any(|p| p.gpu == index && p.gpu_instance == Some(gi_id));
     let g = gpu_mut(node, index)?;
     let pos = g.instances.iter().position(|gi| gi.id == gi_id).ok_or(ret::INVALID_ARGUMENT)?;
     if in_use || !g.instances[pos].compute_instances.is_empty() {
@@ -535,23 +539,22 @@ pub fn destroy_compute_instance(
     Ok(())
 }
 
-/// The compute processes of a GPU, or of one of its MIG devices (`(gi, ci)`). A process
-/// placed in a GPU instance runs in its lowest-id compute instance.
+/// The compute processes of a GPU, or of one of its MIG devices (`(gi, ci)`), as the
+/// driver lists them now ([`Node::listed_processes`]: a registered process whose PID is
+/// gone is not). A process placed in a GPU instance runs in its lowest-id compute
+/// instance.
 pub fn processes(
     node: &Node,
     index: u32,
     mig: Option<(u32, u32)>,
 ) -> Result<Vec<ProcessView>, Code> {
     let g = gpu(node, index)?;
-    let views = node.processes.iter().filter(|p| p.gpu == index).map(|p| match p.gpu_instance {
-        None => {
-            ProcessView { pid: p.pid, gpu_instance: NO_INSTANCE, compute_instance: NO_INSTANCE }
-        }
-        Some(gi) => ProcessView {
-            pid: p.pid,
-            gpu_instance: gi,
-            compute_instance: process_ci(g.instance(gi)).unwrap_or(NO_INSTANCE),
-        },
+    let views = node.listed_processes().filter(|p| p.gpu == index).map(|p| {
+        let (gpu_instance, compute_instance) = match p.gpu_instance {
+            None => (NO_INSTANCE, NO_INSTANCE),
+            Some(gi) => (gi, process_ci(g.instance(gi)).unwrap_or(NO_INSTANCE)),
+        };
+        ProcessView { pid: p.pid, gpu_instance, compute_instance, memory: p.memory, mps: p.mps }
     });
     Ok(match mig {
         None => views.collect(),
@@ -604,7 +607,7 @@ mod tests {
         assert_eq!(set_mig_mode(&mut n, 1, true), Ok(ret::SUCCESS));
         assert!(n.gpus[1].mig_enabled);
         n.gpus[0].persistence_mode = false;
-        n.processes.push(Process { gpu: 0, gpu_instance: None, pid: 5 });
+        n.processes.push(Process::new(0, None, 5));
         assert_eq!(set_mig_mode(&mut n, 0, true), Ok(ret::IN_USE));
         let mut h = node("h100-80gb:1");
         assert_eq!(set_mig_mode(&mut h, 0, true), Ok(ret::SUCCESS));
@@ -649,7 +652,7 @@ mod tests {
         // As an older simulator numbered them: in creation order, from 1.
         n.gpus[0].instances[0].id = 1;
         n.gpus[0].instances[1].id = 2;
-        n.processes.push(Process { gpu: 0, gpu_instance: Some(2), pid: 7 });
+        n.processes.push(Process::new(0, Some(2), 7));
         renumber_instances(&mut n);
         let ids: Vec<(u8, u32)> = n.gpus[0].instances.iter().map(|gi| (gi.start, gi.id)).collect();
         assert_eq!(ids, [(4, 2), (0, 1)]);
@@ -729,17 +732,23 @@ mod tests {
         assert_eq!((cis[0].start, cis[0].size, cis[1].start), (0, 2, 2));
         assert_ne!(cis[0].uuid, cis[1].uuid);
         assert_eq!(destroy_gpu_instance(&mut n, 0, gi), Err(ret::IN_USE));
-        n.processes.push(Process { gpu: 0, gpu_instance: Some(gi), pid: 42 });
+        n.processes.push(Process::new(0, Some(gi), 42));
         assert_eq!(
             processes(&n, 0, Some((gi, 0))).unwrap(),
-            vec![ProcessView { pid: 42, gpu_instance: gi, compute_instance: 0 }]
+            vec![ProcessView {
+                pid: 42,
+                gpu_instance: gi,
+                compute_instance: 0,
+                memory: crate::device::PROCESS_MEMORY,
+                mps: false
+            }]
         );
         assert!(processes(&n, 0, Some((gi, 1))).unwrap().is_empty());
         assert_eq!(destroy_compute_instance(&mut n, 0, gi, 0), Err(ret::IN_USE));
         destroy_compute_instance(&mut n, 0, gi, 1).unwrap();
         n.processes.clear();
         destroy_compute_instance(&mut n, 0, gi, 0).unwrap();
-        n.processes.push(Process { gpu: 0, gpu_instance: Some(gi), pid: 42 });
+        n.processes.push(Process::new(0, Some(gi), 42));
         assert_eq!(destroy_gpu_instance(&mut n, 0, gi), Err(ret::IN_USE));
         n.processes.clear();
         destroy_gpu_instance(&mut n, 0, gi).unwrap();

@@ -137,7 +137,7 @@ fn an_a100_goes_into_mig_and_back() {
         )
     );
     // Nor a compute instance a process runs in.
-    sim.change(|node| node.processes.push(Process { gpu: 0, gpu_instance: Some(low), pid: 77 }));
+    sim.change(|node| node.processes.push(Process::new(0, Some(low), 77)));
     assert_eq!(
         sim.run(&["mig", "-dci", "-gi", &low.to_string()]),
         (
@@ -344,7 +344,7 @@ fn a_mig_change_waits_for_the_processes_on_an_a100() {
     let sim = Sim::new("a100-40gb:1");
     sim.change(|node| {
         node.gpus[0].persistence_mode = false;
-        node.processes.push(Process { gpu: 0, gpu_instance: None, pid: 4242 });
+        node.processes.push(Process::new(0, None, 4242));
     });
     let out = sim.ok(&["-i", "0", "-mig", "1"]);
     assert!(out.starts_with(&format!(

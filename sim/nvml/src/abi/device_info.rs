@@ -263,24 +263,24 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     })
 }
 
-/// `(total, reserved, used)` bytes of a GPU or MIG device: processes use
-/// [`device::PROCESS_MEMORY`] each.
+/// `(total, reserved, used)` bytes of a GPU or MIG device: what its processes use, each
+/// its own memory.
 pub(super) fn memory_of(
     node: &Node,
     epoch: u32,
     device: nvmlDevice_t,
 ) -> Result<(u64, u64, u64), Code> {
-    let per_process = device::PROCESS_MEMORY;
+    let used = |list: Vec<rules::ProcessView>| list.iter().map(|p| p.memory).sum::<u64>();
     Ok(match handles::device(node, epoch, device)? {
         Device::Gpu(i) => {
             let g = rules::gpu(node, i)?;
-            let used = rules::processes(node, i, None)?.len() as u64 * per_process;
+            let used = used(rules::processes(node, i, None)?);
             (g.model().memory_mib << 20, device::RESERVED_BYTES, used)
         }
         Device::Mig(i, gi, ci) => {
             let g = rules::gpu(node, i)?;
             let instance = g.instance(gi).ok_or(ret::INVALID_ARGUMENT)?;
-            let used = rules::processes(node, i, Some((gi, ci)))?.len() as u64 * per_process;
+            let used = used(rules::processes(node, i, Some((gi, ci)))?);
             (rules::profile_of(g, instance).memory_mib << 20, 0, used)
         }
     })

@@ -434,7 +434,8 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses_v3`: on a GPU every process (instance ids
-/// 0xFFFFFFFF outside an instance), on a MIG device those of its instance. Two-phase: a
+/// 0xFFFFFFFF outside an instance), on a MIG device those of its instance, MPS clients
+/// included, each with its own memory (`usedGpuMemory`). Two-phase: a
 /// `*infoCount` smaller than the list (with `infos` null when it is 0) answers
 /// INSUFFICIENT_SIZE and the count; none running answers SUCCESS and 0.
 #[unsafe(no_mangle)]
@@ -445,6 +446,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 ) -> nvmlReturn_t {
     super::mig::processes_into(
         "nvmlDeviceGetComputeRunningProcesses_v3",
+        super::mig::Listed::Compute,
         device,
         infoCount,
         infos,

@@ -285,7 +285,10 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
             node.reboot();
         }
         if let Some(processes) = &lib.knobs.processes {
-            node.processes = processes.clone();
+            // The knob's processes replace those declared before; the ones the simulated
+            // MPS control daemon registered stay while they run.
+            node.processes.retain(|p| p.registered);
+            node.processes.extend(processes.iter().cloned());
         }
         if let Some(host) = &lib.knobs.host {
             faults::apply_host(host, &mut node).map_err(unknown)?;
@@ -302,6 +305,7 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
             node.session_pid = Some(std::process::id());
         }
     }
+    node.prune_exited();
     // With the host's files, under the node's lock (see crate::host).
     file.write(&lock, &node).map_err(unknown)?;
     lib.session_started = true;

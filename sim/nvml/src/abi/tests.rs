@@ -583,7 +583,7 @@ fn processes_hold_gpus_and_instances() {
     let gi = create_gi(b, 9, 0, 4).unwrap();
     assert_eq!(gi_info(gi).unwrap().id, 1);
     // A process starts in it (another client's, as nvidia-smi would see it).
-    let runs = Process { gpu: 1, gpu_instance: Some(1), pid: 200 };
+    let runs = Process::new(1, Some(1), 200);
     sim.file().update(|n| n.processes.push(runs)).unwrap();
     assert_eq!(processes(b).unwrap(), vec![(200, 1, NO_INSTANCE)]);
     let ci = create_ci(gi, 2).unwrap();
@@ -660,7 +660,7 @@ fn the_session_applies_reboot_and_processes_once_per_process() {
     assert!(node.gpus[0].mig_enabled && node.gpus[0].mig_pending.is_none());
     assert_eq!(node.gpus[1].compute_mode, crate::node::ComputeMode::Default);
     assert!(node.tool_calls.is_empty(), "counted afresh for this session's failures");
-    assert_eq!(node.processes, vec![Process { gpu: 1, gpu_instance: None, pid: 42 }]);
+    assert_eq!(node.processes, vec![Process::new(1, None, 42)]);
     assert_eq!(node.session_pid, Some(std::process::id()));
     // Later inits in the same process start no session: nothing is applied again.
     assert_eq!(nv!(nvmlDeviceSetComputeMode(dev(1), 3)), ret::SUCCESS);
@@ -1086,10 +1086,7 @@ fn telemetry_answers_like_an_idle_h100_and_rises_with_processes() {
     assert_eq!(nv!(nvmlDeviceGetPowerUsage(a, null_mut())), ret::INVALID_ARGUMENT);
     // Ten processes: capped at 100 %, 65 °C.
     sim.file()
-        .update(|n| {
-            n.processes =
-                (0..10).map(|pid| Process { gpu: 0, gpu_instance: None, pid: 300 + pid }).collect()
-        })
+        .update(|n| n.processes = (0..10).map(|pid| Process::new(0, None, 300 + pid)).collect())
         .unwrap();
     assert_eq!(util(a), (ret::SUCCESS, 100, 100));
     assert_eq!(temp(a, NVML_TEMPERATURE_GPU), (ret::SUCCESS, 65));
@@ -1113,4 +1110,170 @@ fn telemetry_answers_like_an_idle_h100_and_rises_with_processes() {
         nvmlMemory_v2_t { version: nvmlMemory_v2, total: 0, reserved: 0, free: 0, used: 0 };
     assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(mig, &mut mem)), ret::SUCCESS);
     assert!(mem.total > 0 && mem.used == 0);
+}
+
+/// Every process of one list (v1, v2 or v3 of the compute, MPS or graphics list) as
+/// `(pid, memory, gi, ci)`, read two-phase (a v1 entry has no instance ids: `NO_INSTANCE`).
+fn listed(
+    d: nvmlDevice_t,
+    list: fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t,
+) -> Vec<(u32, u64, u32, u32)> {
+    let mut n = 0;
+    match list(d, &mut n, null_mut()) {
+        ret::SUCCESS => {
+            assert_eq!(n, 0);
+            return Vec::new();
+        }
+        code => assert_eq!(code, ret::INSUFFICIENT_SIZE),
+    }
+    let empty =
+        nvmlProcessInfo_t { pid: 0, usedGpuMemory: 0, gpuInstanceId: 0, computeInstanceId: 0 };
+    let mut buf = vec![empty; n as usize];
+    assert_eq!(list(d, &mut n, buf.as_mut_ptr()), ret::SUCCESS);
+    buf.iter()
+        .take(n as usize)
+        .map(|p| (p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId))
+        .collect()
+}
+
+fn listed_v1(
+    d: nvmlDevice_t,
+    list: unsafe extern "C" fn(
+        nvmlDevice_t,
+        *mut c_uint,
+        *mut nvmlProcessInfo_v1_t,
+    ) -> nvmlReturn_t,
+) -> Vec<(u32, u64)> {
+    let mut n = 0;
+    // SAFETY: a live handle and a count; the buffer holds `n` entries.
+    unsafe {
+        if list(d, &mut n, null_mut()) == ret::SUCCESS {
+            return Vec::new();
+        }
+        let mut buf = vec![nvmlProcessInfo_v1_t { pid: 0, usedGpuMemory: 0 }; n as usize];
+        assert_eq!(list(d, &mut n, buf.as_mut_ptr()), ret::SUCCESS);
+        buf.iter().take(n as usize).map(|p| (p.pid, p.usedGpuMemory)).collect()
+    }
+}
+
+/// A PID no process has (a child that ran and was reaped).
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// The recorded H200 (driver 580.159.04, tests/device/results/clients-h200-2026-11-27): an
+/// MPS server (66 MiB), one client through it (2370 MiB) and one direct client (3682 MiB).
+/// The compute lists hold all three, each with its own memory; the MPS lists only the MPS
+/// client, with the same memory; the graphics lists none.
+#[test]
+fn mps_clients_are_listed_as_the_real_driver_lists_them() {
+    let sim =
+        Sim::new("h100-80gb:2", &[("GPUSHARE_SIM_PROCESSES", "0:2676=69206016,0:3609=3682MiB")]);
+    let me = std::process::id();
+    let gone = dead_pid();
+    let registered = |gpu, gi, pid, memory| Process {
+        memory,
+        mps: true,
+        registered: true,
+        ..Process::new(gpu, gi, pid)
+    };
+    sim.file()
+        .update(|n| {
+            n.processes.insert(1, registered(0, None, me, 2_485_125_120));
+            n.processes.push(registered(0, None, gone, 1 << 30));
+        })
+        .unwrap();
+    let a = dev(0);
+    let none = NO_INSTANCE;
+    let all = vec![
+        (2676, 69_206_016, none, none),
+        (me, 2_485_125_120, none, none),
+        (3609, 3_860_856_832, none, none),
+    ];
+    assert_eq!(listed(a, |d, n, b| nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, n, b))), all);
+    assert_eq!(listed(a, |d, n, b| nv!(nvmlDeviceGetComputeRunningProcesses_v2(d, n, b))), all);
+    let v1: Vec<(u32, u64)> = all.iter().map(|&(p, m, _, _)| (p, m)).collect();
+    assert_eq!(listed_v1(a, nvmlDeviceGetComputeRunningProcesses), v1);
+    let mps = vec![(me, 2_485_125_120, none, none)];
+    assert_eq!(listed(a, |d, n, b| nv!(nvmlDeviceGetMPSComputeRunningProcesses_v3(d, n, b))), mps);
+    assert_eq!(listed(a, |d, n, b| nv!(nvmlDeviceGetMPSComputeRunningProcesses_v2(d, n, b))), mps);
+    assert_eq!(listed_v1(a, nvmlDeviceGetMPSComputeRunningProcesses), [(me, 2_485_125_120)]);
+    // Two-phase as the compute list: a short buffer is INSUFFICIENT_SIZE with the count.
+    let mut n = 0;
+    assert_eq!(
+        nv!(nvmlDeviceGetMPSComputeRunningProcesses_v3(a, &mut n, null_mut())),
+        ret::INSUFFICIENT_SIZE
+    );
+    assert_eq!(n, 1);
+    for graphics in [
+        |d, n, b| nv!(nvmlDeviceGetGraphicsRunningProcesses_v3(d, n, b)),
+        |d, n, b| nv!(nvmlDeviceGetGraphicsRunningProcesses_v2(d, n, b)),
+    ] {
+        assert!(listed(a, graphics).is_empty());
+    }
+    assert!(listed_v1(a, nvmlDeviceGetGraphicsRunningProcesses).is_empty());
+    // Nothing on the other GPU; the first's used memory is its processes' own.
+    assert!(
+        listed(dev(1), |d, n, b| nv!(nvmlDeviceGetMPSComputeRunningProcesses_v3(d, n, b)))
+            .is_empty()
+    );
+    let mut mem =
+        nvmlMemory_v2_t { version: nvmlMemory_v2, total: 0, reserved: 0, free: 0, used: 0 };
+    assert_eq!(nv!(nvmlDeviceGetMemoryInfo_v2(a, &mut mem)), ret::SUCCESS);
+    assert_eq!(mem.used, 69_206_016 + 2_485_125_120 + 3_860_856_832);
+
+    // In a MIG device, with its instance ids.
+    let b = dev(1);
+    assert_eq!(set_mig(b, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let gi = create_gi(b, 9, 0, 4).unwrap();
+    create_ci(gi, 2).unwrap();
+    sim.file().update(|n| n.processes.push(registered(1, Some(1), me, 3 << 30))).unwrap();
+    let mut mig = null_mut();
+    assert_eq!(nv!(nvmlDeviceGetMigDeviceHandleByIndex(b, 0, &mut mig)), ret::SUCCESS);
+    let in_mig = vec![(me, 3 << 30, 1, 0)];
+    assert_eq!(
+        listed(mig, |d, n, b| nv!(nvmlDeviceGetMPSComputeRunningProcesses_v3(d, n, b))),
+        in_mig
+    );
+    assert_eq!(
+        listed(mig, |d, n, b| nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, n, b))),
+        in_mig
+    );
+
+    // A new session's GPUSHARE_SIM_PROCESSES replaces the declared processes, keeps the
+    // registered ones that run and drops those whose PID is gone.
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    super::reset_process_for_tests();
+    // SAFETY: under SERIAL (held by `sim`).
+    unsafe { std::env::set_var("GPUSHARE_SIM_PROCESSES", "0:5") };
+    assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+    let pids: Vec<(u32, bool)> =
+        sim.file().read().unwrap().processes.iter().map(|p| (p.pid, p.registered)).collect();
+    assert_eq!(pids, [(me, true), (me, true), (5, false)]);
+}
+
+/// A process the MPS control daemon registered leaves the lists when its PID exits, as
+/// the real driver drops it; a declared one (a fake PID) stays.
+#[test]
+fn a_registered_process_vanishes_when_its_pid_exits() {
+    let sim = Sim::new("a100-40gb:1", &[("GPUSHARE_SIM_PROCESSES", "0:4242")]);
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    let client = Process { mps: true, registered: true, ..Process::new(0, None, pid) };
+    sim.file().update(|n| n.processes.push(client)).unwrap();
+    let compute = |d, n, b| nv!(nvmlDeviceGetComputeRunningProcesses_v3(d, n, b));
+    let pids = || listed(dev(0), compute).iter().map(|p| p.0).collect::<Vec<_>>();
+    assert_eq!(pids(), [4242, pid]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(pids(), [4242]);
+    assert!(
+        listed(dev(0), |d, n, b| nv!(nvmlDeviceGetMPSComputeRunningProcesses_v3(d, n, b)))
+            .is_empty()
+    );
+    // Nor does it hold the GPU any more.
+    assert!(sim.file().read().unwrap().pids_on(0) == [4242]);
 }

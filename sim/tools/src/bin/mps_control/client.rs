@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::pipe_dir::SOCKET_NAME;
-use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT};
+use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_line};
 
 const NO_DAEMON: &str = "Cannot find MPS control daemon process";
 
@@ -73,18 +73,26 @@ pub fn run_client(
     converse(pipe_dir, lines.filter(|l| !l.is_empty()), out, record, |l| format!("cmd={l}"))
 }
 
-/// `--fake-client PID` (`connect`) or `--fake-client-exit PID`.
+/// `--fake-client PID [--memory SIZE]` (`connect`, `memory` in bytes) or
+/// `--fake-client-exit PID`. Recorded `fake-client=<pid>` (with ` memory=<bytes>` when
+/// given) or `fake-client-exit=<pid>`.
 pub fn run_fake_client(
     pipe_dir: &Path,
     pid: u32,
     connect: bool,
+    memory: Option<u64>,
     out: &mut impl Write,
     record: Option<&Path>,
 ) -> u8 {
     let (command, key) =
         if connect { (FAKE_CONNECT, "fake-client") } else { (FAKE_EXIT, "fake-client-exit") };
-    let line = format!("{command} {pid}");
-    converse(pipe_dir, std::iter::once(line), out, record, |_| format!("{key}={pid}"))
+    let memory = memory.filter(|_| connect);
+    let line = fake_client_line(command, pid, memory);
+    let entry = match memory {
+        Some(bytes) => format!("{key}={pid} memory={bytes}"),
+        None => format!("{key}={pid}"),
+    };
+    converse(pipe_dir, std::iter::once(line), out, record, |_| entry.clone())
 }
 
 #[cfg(test)]

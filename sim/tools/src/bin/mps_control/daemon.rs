@@ -10,8 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use gpushare_sim_nvml::device::PROCESS_MEMORY;
+
 use crate::common;
 use crate::log_line::{LogFile, LogLine, timestamp};
+use crate::node_clients::NodeClients;
 use crate::pipe_dir::{SOCKET_NAME, dir_identity, remove_own_files, running_pid, write_pid_file};
 use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_arg};
 use crate::state::{BINARY_VERSION, State, answer};
@@ -31,6 +34,9 @@ pub struct DaemonConfig {
     pub record: Option<PathBuf>,
     /// Also print the log lines on stdout (`-f`).
     pub echo: bool,
+    /// The simulated node's state file (`GPUSHARE_SIM_STATE`), where clients are
+    /// registered as the driver's compute processes ([`NodeClients`]).
+    pub state_file: Option<PathBuf>,
 }
 
 /// Why the daemon stopped.
@@ -69,6 +75,8 @@ impl From<io::Error> for ServeError {
 struct Daemon {
     cfg: DaemonConfig,
     state: Mutex<State>,
+    /// Taken only while holding `state`.
+    node: Mutex<NodeClients>,
     quit: AtomicBool,
 }
 
@@ -102,6 +110,23 @@ impl Daemon {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Brings the node's registrations in line with a change of the server's clients from
+    /// `before` (callers hold the state lock): clients gone are removed, `connected` (a
+    /// fake client and its memory) registered if the server lists it. A failure is said
+    /// on stderr (the daemon answers as before).
+    fn sync_node(&self, state: &State, before: &[u32], connected: Option<(u32, u64)>) {
+        let after = state.clients();
+        let gone: Vec<u32> = before.iter().copied().filter(|p| !after.contains(p)).collect();
+        let mut node = self.node.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut result = node.unregister(&gone);
+        if let Some((pid, memory)) = connected.filter(|(pid, _)| after.contains(pid)) {
+            result = result.and(node.register(pid, memory));
+        }
+        if let Err(e) = result {
+            eprintln!("simulated nvidia-cuda-mps-control: {e}");
+        }
     }
 }
 
@@ -142,7 +167,13 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
     let state = State::new(cfg.pid, uid, &socket, cfg.visible_devices.as_deref());
     let pipe = cfg.pipe_dir.display().to_string();
     let record = cfg.record.clone();
-    let daemon = Arc::new(Daemon { cfg, state: Mutex::new(state), quit: AtomicBool::new(false) });
+    let node = NodeClients::new(cfg.state_file.clone(), cfg.visible_devices.as_deref());
+    let daemon = Arc::new(Daemon {
+        cfg,
+        state: Mutex::new(state),
+        node: Mutex::new(node),
+        quit: AtomicBool::new(false),
+    });
     let _ =
         OpenOptions::new().create(true).append(true).open(daemon.cfg.log_dir.join("server.log"));
     {
@@ -185,6 +216,14 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
         }
     };
     drop(listener);
+    {
+        // The server ends with the daemon: its clients leave the node.
+        let _state = daemon.state();
+        let mut node = daemon.node.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = node.unregister_all() {
+            eprintln!("simulated nvidia-cuda-mps-control: {e}");
+        }
+    }
     if reason != ExitReason::PipeDirRemoved {
         remove_own_files(&daemon.cfg.pipe_dir, daemon.cfg.pid);
     }
@@ -215,9 +254,12 @@ fn handle_connection(stream: UnixStream, daemon: &Daemon) {
             let mut log = Vec::new();
             let mut reply = Vec::new();
             let mut quit = false;
-            if let Some(pid) = fake_client_arg(line, FAKE_CONNECT) {
+            let before = state.clients();
+            let mut connected = None;
+            if let Some((pid, memory)) = fake_client_arg(line, FAKE_CONNECT) {
                 log = state.connect_client(pid);
-            } else if let Some(pid) = fake_client_arg(line, FAKE_EXIT) {
+                connected = Some((pid, memory.unwrap_or(PROCESS_MEMORY)));
+            } else if let Some((pid, _)) = fake_client_arg(line, FAKE_EXIT) {
                 log = state.client_exit(pid);
             } else if !line.is_empty() {
                 if !ui {
@@ -229,6 +271,7 @@ fn handle_connection(stream: UnixStream, daemon: &Daemon) {
                 reply = answer.reply;
                 quit = answer.quit;
             }
+            daemon.sync_node(&state, &before, connected);
             if quit {
                 remove_own_files(&daemon.cfg.pipe_dir, daemon.cfg.pid);
             }
@@ -291,14 +334,24 @@ mod tests {
 
     /// Starts `serve` in a thread on a fresh temporary pipe directory; waits for its PID file.
     fn start(pid: u32) -> Running {
-        let dir = tempfile::tempdir().unwrap();
+        start_in(tempfile::tempdir().unwrap(), pid, "GPU-abc", None)
+    }
+
+    /// As [`start`], in `dir`, serving `visible`, registering clients in `state_file`.
+    fn start_in(
+        dir: tempfile::TempDir,
+        pid: u32,
+        visible: &str,
+        state_file: Option<PathBuf>,
+    ) -> Running {
         let cfg = DaemonConfig {
             pipe_dir: dir.path().join("pipe"),
             log_dir: dir.path().join("log"),
             pid,
-            visible_devices: Some("GPU-abc".into()),
+            visible_devices: Some(visible.into()),
             record: Some(dir.path().join("record")),
             echo: false,
+            state_file,
         };
         let terminate = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&terminate);
@@ -332,12 +385,12 @@ mod tests {
         assert_eq!(out, "25.0\n2G\nUnknown command \"bogus_command\"\n");
 
         let mut sink = Vec::new();
-        assert_eq!(run_fake_client(&pipe, 438, true, &mut sink, Some(&daemon.record())), 0);
+        assert_eq!(run_fake_client(&pipe, 438, true, None, &mut sink, Some(&daemon.record())), 0);
         assert!(sink.is_empty());
         let server = (pid + 1).to_string();
         let (_, out) = daemon.ask(&format!("get_server_list\nget_client_list {server}\n"));
         assert_eq!(out, format!("{server}\n438\n"));
-        assert_eq!(run_fake_client(&pipe, 438, false, &mut sink, Some(&daemon.record())), 0);
+        assert_eq!(run_fake_client(&pipe, 438, false, None, &mut sink, Some(&daemon.record())), 0);
         let (_, out) = daemon.ask(&format!("get_client_list {server}\nps\n"));
         assert_eq!(out, "");
 
@@ -408,6 +461,92 @@ mod tests {
         assert!(dir.path().join("log/server.log").exists());
     }
 
+    /// The daemon's clients are the driver's compute processes and MPS clients on the
+    /// device it serves, each with its memory, until they leave, the server ends or the
+    /// daemon stops; other processes of the node are left alone.
+    #[test]
+    fn clients_are_registered_in_the_simulated_node() {
+        use gpushare_sim_nvml::node::{Node, NodeFile, Process};
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("node.json");
+        let file = NodeFile::new(&state);
+        let mut node = Node::new(&gpushare_catalog::parse_node_spec("h100-80gb:2").unwrap());
+        node.processes.push(Process::new(1, None, 4242));
+        let gpu1 = node.gpus[1].uuid.clone();
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        let daemon = start_in(dir, 4_000_006, &gpu1, Some(state));
+        let pipe = daemon.pipe();
+        let record = daemon.record();
+        let mut sink = Vec::new();
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let other = child.id();
+        let listed = || {
+            file.read()
+                .unwrap()
+                .processes
+                .iter()
+                .map(|p| (p.gpu, p.pid, p.memory, p.mps, p.registered))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run_fake_client(&pipe, me, true, Some(2 << 30), &mut sink, Some(&record)), 0);
+        assert_eq!(run_fake_client(&pipe, other, true, None, &mut sink, Some(&record)), 0);
+        assert_eq!(
+            listed(),
+            [
+                (1, 4242, 512 << 20, false, false),
+                (1, me, 2 << 30, true, true),
+                (1, other, 512 << 20, true, true)
+            ]
+        );
+        // The driver lists a registered client only while it runs.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let pids: Vec<u32> = file.read().unwrap().listed_processes().map(|p| p.pid).collect();
+        assert_eq!(pids, [4242, me]);
+        let server = (4_000_006 + 1).to_string();
+        daemon.ask(&format!(
+            "terminate_client {server} {other}
+"
+        ));
+        assert_eq!(listed(), [(1, 4242, 512 << 20, false, false), (1, me, 2 << 30, true, true)]);
+        assert_eq!(run_fake_client(&pipe, me, false, None, &mut sink, Some(&record)), 0);
+        assert_eq!(listed(), [(1, 4242, 512 << 20, false, false)]);
+        // The server ends at `quit`: its clients go.
+        assert_eq!(run_fake_client(&pipe, me, true, None, &mut sink, Some(&record)), 0);
+        assert_eq!(listed().len(), 2);
+        daemon.ask(
+            "quit
+",
+        );
+        assert_eq!(listed(), [(1, 4242, 512 << 20, false, false)]);
+        let (reason, _dir) = daemon.join();
+        assert_eq!(reason, ExitReason::Quit);
+        let record = fs::read_to_string(record).unwrap();
+        assert!(record.contains(&format!("fake-client={me} memory={}\n", 2u64 << 30)), "{record}");
+        assert!(record.contains(&format!("fake-client={other}\n")), "{record}");
+    }
+
+    #[test]
+    fn a_stopped_daemon_takes_its_clients_out_of_the_node() {
+        use gpushare_sim_nvml::node::{Node, NodeFile};
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("node.json");
+        let file = NodeFile::new(&state);
+        let node = Node::new(&gpushare_catalog::parse_node_spec("a100-40gb:1").unwrap());
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        // An index names the GPU too.
+        let daemon = start_in(dir, 4_000_007, "0", Some(state));
+        let mut sink = Vec::new();
+        let me = std::process::id();
+        assert_eq!(run_fake_client(&daemon.pipe(), me, true, None, &mut sink, None), 0);
+        assert_eq!(file.read().unwrap().pids_on(0), [me]);
+        daemon.terminate.store(true, Ordering::SeqCst);
+        let (reason, _dir) = daemon.join();
+        assert_eq!(reason, ExitReason::Signal);
+        assert!(file.read().unwrap().processes.is_empty());
+    }
+
     #[test]
     fn daemon_stops_when_its_pipe_directory_goes() {
         let daemon = start(4_000_002);
@@ -447,6 +586,7 @@ mod tests {
             visible_devices: None,
             record: None,
             echo: false,
+            state_file: None,
         };
         let result = serve(cfg.clone(), &AtomicBool::new(false));
         assert!(matches!(result, Err(ServeError::AlreadyRunning(p)) if p == std::process::id()));

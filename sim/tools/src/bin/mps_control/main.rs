@@ -10,7 +10,8 @@
 //! gpushare-sim-nvidia-cuda-mps-control -f      run the control daemon in the foreground
 //! gpushare-sim-nvidia-cuda-mps-control         client: commands on stdin, answers on stdout
 //! gpushare-sim-nvidia-cuda-mps-control -h      help
-//! gpushare-sim-nvidia-cuda-mps-control --fake-client PID       (simulator only) client PID connects
+//! gpushare-sim-nvidia-cuda-mps-control --fake-client PID [--memory SIZE]
+//!                                           (simulator only) client PID connects
 //! gpushare-sim-nvidia-cuda-mps-control --fake-client-exit PID  (simulator only) client PID exits
 //! ```
 //!
@@ -31,6 +32,15 @@
 //! `--fake-client-exit PID` makes the client leave (the server stays, as the real one does).
 //! The server is not a process: its PID is the daemon's PID + 1, a number only.
 //!
+//! The daemon also registers each client in the simulated node (`GPUSHARE_SIM_STATE`, as
+//! the simulated nvidia-smi finds it) as the driver lists it: a compute process and an MPS
+//! client, using `--memory SIZE` of GPU memory (`2GiB`, `1536MiB`, bytes; 512 MiB without),
+//! on the GPU or the MIG device's GPU instance that the first device of its
+//! `CUDA_VISIBLE_DEVICES` names (GPU 0 when unset). The entry goes when the client leaves
+//! (`--fake-client-exit`, `terminate_client`), at `quit` and when the daemon stops; the
+//! driver lists it only while PID runs. Since the server is no process, the server's own
+//! entry (66 MiB on the real driver) is not registered. See `node_clients.rs`.
+//!
 //! Record lines (appended to the file named by `GPUSHARE_SIM_RECORD`):
 //!
 //! ```text
@@ -38,7 +48,7 @@
 //! mps-control daemon-exit pipe=<dir> reason=<quit|signal|pipe-dir-removed>
 //! mps-control pipe=<dir> cmd=<command line as sent>
 //! mps-control pipe=<dir> error=no-daemon
-//! mps-control pipe=<dir> fake-client=<pid>
+//! mps-control pipe=<dir> fake-client=<pid>[ memory=<bytes>]
 //! mps-control pipe=<dir> fake-client-exit=<pid>
 //! ```
 //!
@@ -48,7 +58,8 @@
 //! The code: `main.rs` reads the command line and runs the mode it asks for; `state.rs` is
 //! the simulated daemon and its answers; `daemon.rs` serves them on the control socket;
 //! `client.rs` asks them; `pipe_dir.rs` owns the PID file and the socket's name;
-//! `log_line.rs` writes the real log format; `protocol.rs` is the client-daemon protocol;
+//! `node_clients.rs` registers the clients in the simulated node; `log_line.rs` writes the
+//! real log format; `protocol.rs` is the client-daemon protocol;
 //! `../../common.rs` (shared with the simulated nvidia-smi) writes the record.
 
 mod client;
@@ -56,6 +67,7 @@ mod client;
 mod common;
 mod daemon;
 mod log_line;
+mod node_clients;
 mod pipe_dir;
 mod protocol;
 mod state;
@@ -69,6 +81,8 @@ use std::time::{Duration, Instant};
 
 use client::{run_client, run_fake_client};
 use daemon::{DaemonConfig, ServeError, serve};
+use gpushare_sim_nvml::faults::parse_size;
+use gpushare_sim_nvml::node::STATE_ENV;
 use pipe_dir::{read_pid_file, running_pid};
 
 const DEFAULT_PIPE_DIR: &str = "/tmp/nvidia-mps";
@@ -106,7 +120,7 @@ COMMAND:
   set_/get_default_active_thread_percentage, set_/get_active_thread_percentage,
   set_/get_default_device_pinned_mem_limit, set_/get_device_pinned_mem_limit,
   terminate_client, set_/get_default_client_priority
-  (simulator only) --fake-client PID, --fake-client-exit PID
+  (simulator only) --fake-client PID [--memory SIZE], --fake-client-exit PID
 ";
 
 /// Set by SIGTERM / SIGINT.
@@ -131,6 +145,7 @@ struct Env {
     log_dir: PathBuf,
     visible_devices: Option<String>,
     record: Option<PathBuf>,
+    state_file: Option<PathBuf>,
 }
 
 impl Env {
@@ -145,6 +160,7 @@ impl Env {
             log_dir: dir("CUDA_MPS_LOG_DIRECTORY", DEFAULT_LOG_DIR),
             visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
             record: common::record_path_from_env(),
+            state_file: std::env::var_os(STATE_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
         }
     }
 
@@ -156,6 +172,7 @@ impl Env {
             visible_devices: self.visible_devices.clone(),
             record: self.record.clone(),
             echo,
+            state_file: self.state_file.clone(),
         }
     }
 }
@@ -168,15 +185,22 @@ enum Mode {
     Foreground,
     Serve,
     Help,
-    FakeClient(u32),
+    /// `--fake-client PID [--memory SIZE]` (bytes).
+    FakeClient(u32, Option<u64>),
     FakeClientExit(u32),
 }
 
 fn parse_args(args: &[String]) -> Result<Mode, String> {
     let mut mode = Mode::Client;
+    let mut memory = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let next = match arg.as_str() {
+            "--memory" => {
+                let size = it.next().ok_or("--memory needs a size (2GiB, 1536MiB, bytes)")?;
+                memory = Some(parse_size(size).map_err(|e| format!("--memory: {e}"))?);
+                continue;
+            }
             "-d" | "--daemon" => Mode::Background,
             "-f" | "--forground" | "--foreground" => Mode::Foreground,
             "-M" | "--multiuser-server" | "-q" | "--ready-devices" => continue,
@@ -188,7 +212,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
                     .and_then(|p| p.parse().ok())
                     .ok_or_else(|| format!("{arg} needs a PID"))?;
                 if arg == "--fake-client" {
-                    Mode::FakeClient(pid)
+                    Mode::FakeClient(pid, None)
                 } else {
                     Mode::FakeClientExit(pid)
                 }
@@ -200,7 +224,11 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
         }
         mode = next;
     }
-    Ok(mode)
+    match (mode, memory) {
+        (Mode::FakeClient(pid, _), memory) => Ok(Mode::FakeClient(pid, memory)),
+        (_, Some(_)) => Err("--memory goes with --fake-client".into()),
+        (mode, None) => Ok(mode),
+    }
 }
 
 /// Serves in this process (`-f`, or the re-executed `--serve`).
@@ -295,9 +323,11 @@ fn main() -> ExitCode {
             0
         }
         Mode::Client => run_client(&env.pipe_dir, io::stdin().lock(), &mut stdout, record),
-        Mode::FakeClient(pid) => run_fake_client(&env.pipe_dir, pid, true, &mut stdout, record),
+        Mode::FakeClient(pid, memory) => {
+            run_fake_client(&env.pipe_dir, pid, true, memory, &mut stdout, record)
+        }
         Mode::FakeClientExit(pid) => {
-            run_fake_client(&env.pipe_dir, pid, false, &mut stdout, record)
+            run_fake_client(&env.pipe_dir, pid, false, None, &mut stdout, record)
         }
         Mode::Background => start_background(&env),
         Mode::Foreground => {
@@ -323,7 +353,18 @@ mod tests {
         assert_eq!(parse_args(&args(&["-d"])), Ok(Mode::Background));
         assert_eq!(parse_args(&args(&["-M", "-d"])), Ok(Mode::Background));
         assert_eq!(parse_args(&args(&["--forground"])), Ok(Mode::Foreground));
-        assert_eq!(parse_args(&args(&["--fake-client", "12"])), Ok(Mode::FakeClient(12)));
+        assert_eq!(parse_args(&args(&["--fake-client", "12"])), Ok(Mode::FakeClient(12, None)));
+        assert_eq!(
+            parse_args(&args(&["--fake-client", "12", "--memory", "2GiB"])),
+            Ok(Mode::FakeClient(12, Some(2 << 30)))
+        );
+        assert_eq!(
+            parse_args(&args(&["--memory", "2485125120", "--fake-client", "12"])),
+            Ok(Mode::FakeClient(12, Some(2_485_125_120)))
+        );
+        assert!(parse_args(&args(&["--fake-client", "12", "--memory"])).is_err());
+        assert!(parse_args(&args(&["--fake-client", "12", "--memory", "2 PiB"])).is_err());
+        assert!(parse_args(&args(&["--fake-client-exit", "12", "--memory", "1G"])).is_err());
         assert_eq!(parse_args(&args(&["--fake-client-exit", "12"])), Ok(Mode::FakeClientExit(12)));
         assert!(parse_args(&args(&["--fake-client"])).is_err());
         assert!(parse_args(&args(&["-x"])).is_err());

@@ -181,6 +181,11 @@ impl State {
         }]
     }
 
+    /// The running server's clients (none without a server).
+    pub fn clients(&self) -> Vec<u32> {
+        self.server.as_ref().map(|s| s.clients.clone()).unwrap_or_default()
+    }
+
     /// What `ps` prints: nothing without clients, else a header and one row per client.
     fn ps(&self) -> Vec<String> {
         let Some(server) = self.server.as_ref().filter(|s| !s.clients.is_empty()) else {

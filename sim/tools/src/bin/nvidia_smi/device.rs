@@ -14,8 +14,28 @@ pub use gpushare_sim_nvml::abi::exports::DRIVER_VERSION;
 pub const CUDA_VERSION: &str = "13.0";
 /// Framebuffer memory the driver keeps for itself (memory v2's `reserved`), in MiB.
 pub const RESERVED_MIB: u64 = gpushare_sim_nvml::device::RESERVED_BYTES >> 20;
-/// Memory the simulated driver reports used per compute process, in MiB.
-pub const PROCESS_MIB: u64 = gpushare_sim_nvml::device::PROCESS_MEMORY >> 20;
+/// A process's GPU memory as nvidia-smi shows it, in MiB (the real tool showed 2370MiB for
+/// NVML's 2485125120 bytes).
+pub fn process_mib(p: &rules::ProcessView) -> u64 {
+    p.memory >> 20
+}
+
+/// A process's name as nvidia-smi shows it: its `comm` (`python3`,
+/// `nvidia-cuda-mps-server`), `[Not Found]` when it cannot be read (a fake PID, or one in
+/// another PID namespace, as published transcripts of the real tool show).
+pub fn process_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "[Not Found]".into())
+}
+
+/// nvidia-smi's process type: `C` (compute), `M+C` for an MPS client (as the real tool
+/// showed one on driver 580).
+pub fn process_type(p: &rules::ProcessView) -> &'static str {
+    if p.mps { "M+C" } else { "C" }
+}
 /// What nvidia-smi prints for a value it cannot read.
 pub const NOT_AVAILABLE: &str = "[N/A]";
 
@@ -55,17 +75,21 @@ impl Memory {
 /// A GPU's memory: the driver's reserve, and what its compute processes use.
 pub fn memory(node: &Node, index: usize) -> Memory {
     let g = &node.gpus[index];
-    let processes = rules::processes(node, index as u32, None).map_or(0, |p| p.len() as u64);
-    Memory { total: g.model().memory_mib, reserved: RESERVED_MIB, used: processes * PROCESS_MIB }
+    let used = used_mib(rules::processes(node, index as u32, None).unwrap_or_default());
+    Memory { total: g.model().memory_mib, reserved: RESERVED_MIB, used }
 }
 
 /// A MIG device's memory: its GPU instance's, none reserved, what its processes use.
 pub fn mig_memory(node: &Node, index: usize, gi: u32, ci: u32) -> Memory {
     let g = &node.gpus[index];
     let total = g.instance(gi).map_or(0, |i| rules::profile_of(g, i).memory_mib);
-    let processes =
-        rules::processes(node, index as u32, Some((gi, ci))).map_or(0, |p| p.len() as u64);
-    Memory { total, reserved: 0, used: processes * PROCESS_MIB }
+    let used = used_mib(rules::processes(node, index as u32, Some((gi, ci))).unwrap_or_default());
+    Memory { total, reserved: 0, used }
+}
+
+/// What processes use together, in MiB.
+fn used_mib(processes: Vec<rules::ProcessView>) -> u64 {
+    processes.iter().map(|p| p.memory).sum::<u64>() >> 20
 }
 
 /// `Enabled` / `Disabled`.

@@ -10,6 +10,7 @@
 //! gpushare-sim-nvidia-smi [-L | --list-gpus]
 //! gpushare-sim-nvidia-smi -q | --query [-i IDS] [-d TYPES]
 //! gpushare-sim-nvidia-smi --query-gpu=FIELDS [--format=csv[,noheader][,nounits]] [-i IDS]
+//! gpushare-sim-nvidia-smi --query-compute-apps=FIELDS [--format=csv[,noheader][,nounits]] [-i IDS]
 //! gpushare-sim-nvidia-smi -pm | --persistence-mode 0|1 [-i IDS]
 //! gpushare-sim-nvidia-smi -mig | --multi-instance-gpu 0|1 [-i IDS]
 //! gpushare-sim-nvidia-smi -r | --gpu-reset [-i IDS]
@@ -76,8 +77,15 @@
 //!   out, as are a process's name and a MIG device's ECC and BAR1 lines. `-d` takes the
 //!   real tool's types; only MEMORY (FB Memory Usage), COMPUTE and PIDS print anything.
 //! - Serial numbers, board ids, PCI subsystem ids, the 480 MiB the driver reserves and the
-//!   512 MiB each compute process uses are derived as the simulated driver derives them
-//!   for NVML (`device`); `vbios_version` and `gom.*` answer `[N/A]`.
+//!   memory each compute process uses (its own, 512 MiB unless the knob or the simulated
+//!   MPS control daemon says otherwise) are derived as the simulated driver derives them
+//!   for NVML (`device`); `vbios_version` and `gom.*` answer `[N/A]`. A process's type is
+//!   `C`, `M+C` for an MPS client, as driver 580 showed on an H200
+//!   (tests/device/results/clients-h200-2026-11-27/smi.txt).
+//! - `--query-compute-apps` lists every compute process of the chosen GPUs (MPS clients
+//!   included) in NVML's order: `pid`, `process_name` (`name`: the process's `comm`,
+//!   `[Not Found]` when unreadable), `used_memory` (header `used_gpu_memory [MiB]`, as
+//!   recorded), `gpu_uuid`, `gpu_name`, `gpu_bus_id`, `gpu_serial`, `timestamp`.
 //! - `-pm`, `-mig` and `mig` changes use `rules::set_persistence_mode`, `set_mig_mode`
 //!   (Ampere keeps a change pending while persistence mode or processes hold the GPU),
 //!   `create_gpu_instance`, `create_compute_instance`, `destroy_*`: what they refuse is
@@ -159,6 +167,9 @@ simulated nvidia-smi (gpushare's simulator): the options an operator of MIG and 
                                  pci.sub_device_id, driver_version, persistence_mode,
                                  compute_mode, mig.mode.current, mig.mode.pending,
                                  memory.total/reserved/used/free, count, ...
+    --query-compute-apps=FIELDS  CSV of the compute processes (MPS clients too): pid,
+                                 process_name, used_memory (used_gpu_memory), gpu_uuid,
+                                 gpu_name, gpu_bus_id, gpu_serial, timestamp.
     --format=csv[,noheader][,nounits]
     -i, --id=ID                  Target GPU(s): index, UUID or PCI bus ID, comma separated.
     -pm, --persistence-mode=0|1  Set persistence mode.
@@ -380,6 +391,7 @@ struct TopArgs {
     query: bool,
     display: Option<String>,
     query_gpu: Option<String>,
+    query_apps: Option<String>,
     format: Option<String>,
     persistence: Option<String>,
     mig: Option<String>,
@@ -411,6 +423,7 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
             ("-i" | "--id", _) => &mut a.ids,
             ("-d" | "--display", _) => &mut a.display,
             ("--query-gpu", _) => &mut a.query_gpu,
+            ("--query-compute-apps", _) => &mut a.query_apps,
             ("--format", _) => &mut a.format,
             ("-pm" | "--persistence-mode", _) => &mut a.persistence,
             ("-mig" | "--multi-instance-gpu", _) => &mut a.mig,
@@ -431,12 +444,12 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     }
     let actions = [a.list, a.reset, a.query, a.query_gpu.is_some()]
         .into_iter()
-        .chain([a.persistence.is_some(), a.mig.is_some()])
+        .chain([a.query_apps.is_some(), a.persistence.is_some(), a.mig.is_some()])
         .filter(|&on| on)
         .count();
     if actions > 1
         || (a.display.is_some() && !a.query)
-        || (a.format.is_some() && a.query_gpu.is_none())
+        || (a.format.is_some() && a.query_gpu.is_none() && a.query_apps.is_none())
     {
         return invalid_combination(out);
     }
@@ -452,10 +465,21 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
         },
         None => None,
     };
+    let apps = match &a.query_apps {
+        Some(fields) => match query::AppFields::parse(fields) {
+            Ok(fields) => Some((fields, query::Format::parse(a.format.as_deref()))),
+            Err(line) => {
+                let _ = writeln!(out.out, "{line}\n");
+                return EXIT_INVALID_ARGUMENT;
+            }
+        },
+        None => None,
+    };
     let switch = |value: &Option<String>| value.as_deref().map(modes::parse_switch);
     let (persistence, mig) = (switch(&a.persistence), switch(&a.mig));
     if display.is_none()
         || matches!(&csv, Some((_, None)))
+        || matches!(&apps, Some((_, None)))
         || matches!(persistence, Some(None))
         || matches!(mig, Some(None))
     {
@@ -487,6 +511,10 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     let indexes: Vec<usize> = chosen.into_iter().map(|(i, _)| i).collect();
     let text = match (csv, display) {
         (Some((fields, Some(format))), _) => query::render(&node, &indexes, &fields, format),
+        _ if apps.is_some() => match apps {
+            Some((fields, Some(format))) => query::render_apps(&node, &indexes, &fields, format),
+            _ => String::new(),
+        },
         (_, Some(display)) if a.query => q::render(&node, &indexes, &display),
         // `-L`, and for now also the summary without arguments.
         _ => indexes.iter().map(|&i| list_gpu(&node.gpus[i], i)).collect(),

@@ -186,7 +186,7 @@ fn processes(log: &mut Log, node: &Node, index: usize) {
         log.value(2, "GPU instance ID", id(view.gpu_instance));
         log.value(2, "Compute instance ID", id(view.compute_instance));
         log.value(2, "Process ID", view.pid);
-        log.value(2, "Type", "C");
-        log.value(2, "Used GPU Memory", format_args!("{} MiB", device::PROCESS_MIB));
+        log.value(2, "Type", device::process_type(&view));
+        log.value(2, "Used GPU Memory", format_args!("{} MiB", device::process_mib(&view)));
     }
 }

@@ -1,6 +1,7 @@
-//! `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`.
+//! `--query-gpu=FIELDS` and `--query-compute-apps=FIELDS`, `--format=csv[,noheader][,nounits]`.
 
 use gpushare_sim_nvml::node::Node;
+use gpushare_sim_nvml::rules::{self, ProcessView};
 
 use crate::device::{self, NOT_AVAILABLE};
 
@@ -234,6 +235,123 @@ pub fn render(node: &Node, indexes: &[usize], fields: &Fields, format: Format) -
             .collect();
         text.push_str(&values.join(", "));
         text.push('\n');
+    }
+    text
+}
+
+/// One `--query-compute-apps` field: its name as the header shows it, other names the
+/// tool takes, its unit, and its value for (node, GPU index, process).
+struct AppField {
+    name: &'static str,
+    aliases: &'static [&'static str],
+    unit: Option<&'static str>,
+    value: fn(&Node, usize, &ProcessView) -> String,
+}
+
+/// `--query-compute-apps`'s fields (nvidia-smi(1)'s list). The recorded driver 580 on an
+/// H200 answered `pid,process_name,used_memory` with the header `pid, process_name,
+/// used_gpu_memory [MiB]` (tests/device/results/clients-h200-2026-11-27/smi.txt).
+const APP_FIELDS: &[AppField] = &[
+    AppField {
+        name: "timestamp",
+        aliases: &[],
+        unit: None,
+        value: |_, _, _| {
+            let (time, ms) = device::local_time("%Y/%m/%d %H:%M:%S");
+            format!("{time}.{ms:03}")
+        },
+    },
+    AppField {
+        name: "gpu_name",
+        aliases: &[],
+        unit: None,
+        value: |n, i, _| n.gpus[i].name().into(),
+    },
+    AppField {
+        name: "gpu_bus_id",
+        aliases: &[],
+        unit: None,
+        value: |n, i, _| n.gpus[i].pci_bus_id.clone(),
+    },
+    AppField {
+        name: "gpu_serial",
+        aliases: &[],
+        unit: None,
+        value: |n, i, _| device::serial(&n.gpus[i]),
+    },
+    AppField {
+        name: "gpu_uuid",
+        aliases: &[],
+        unit: None,
+        value: |n, i, _| n.gpus[i].uuid.clone(),
+    },
+    AppField { name: "pid", aliases: &[], unit: None, value: |_, _, p| p.pid.to_string() },
+    AppField {
+        name: "process_name",
+        aliases: &["name"],
+        unit: None,
+        value: |_, _, p| device::process_name(p.pid),
+    },
+    AppField {
+        name: "used_gpu_memory",
+        aliases: &["used_memory"],
+        unit: MIB,
+        value: |_, _, p| device::process_mib(p).to_string(),
+    },
+];
+
+/// The fields of a `--query-compute-apps` list.
+pub struct AppFields(Vec<&'static AppField>);
+
+impl AppFields {
+    /// Parses `pid,process_name,...`; the error is the real tool's line for the first
+    /// field it does not know (as `--query-gpu`'s).
+    pub fn parse(list: &str) -> Result<AppFields, String> {
+        list.split(',')
+            .map(|name| {
+                let name = name.trim();
+                APP_FIELDS
+                    .iter()
+                    .find(|f| f.name == name || f.aliases.contains(&name))
+                    .ok_or_else(|| format!("Field \"{name}\" is not a valid field to query."))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(AppFields)
+    }
+}
+
+/// `--query-compute-apps`'s CSV: the header, then one line per compute process of the GPUs
+/// at `indexes` (MPS clients included, each with its own memory), in NVML's order.
+pub fn render_apps(node: &Node, indexes: &[usize], fields: &AppFields, format: Format) -> String {
+    let mut text = String::new();
+    if format.header {
+        let names: Vec<String> = fields
+            .0
+            .iter()
+            .map(|f| match f.unit {
+                Some(unit) => format!("{} [{unit}]", f.name),
+                None => f.name.to_string(),
+            })
+            .collect();
+        text.push_str(&names.join(", "));
+        text.push('\n');
+    }
+    for &index in indexes {
+        for process in rules::processes(node, index as u32, None).unwrap_or_default() {
+            let values: Vec<String> = fields
+                .0
+                .iter()
+                .map(|f| {
+                    let value = (f.value)(node, index, &process);
+                    match f.unit {
+                        Some(unit) if format.units => format!("{value} {unit}"),
+                        _ => value,
+                    }
+                })
+                .collect();
+            text.push_str(&values.join(", "));
+            text.push('\n');
+        }
     }
     text
 }

@@ -223,7 +223,7 @@ fn a_reset_is_refused_while_processes_hold_the_gpu() {
     let f = Fixture::new("a100-40gb:2");
     f.change(|node| {
         node.gpus[0].persistence_mode = false;
-        node.processes.push(Process { gpu: 0, gpu_instance: None, pid: 4242 });
+        node.processes.push(Process::new(0, None, 4242));
     });
     let (status, out) = f.run(&["-r", "-i", "0"]);
     assert_eq!((status, out), (255, in_use("00000000:1B:00.0")));
@@ -462,4 +462,58 @@ fn reset_blockers_refuse_resets_and_change_nothing() {
         f.run(&["-r", "-i", "1"]),
         (0, "GPU 00000000:1C:00.0 was successfully reset.\nAll done.\n".into())
     );
+}
+
+/// The recorded H200's clients (driver 580.159.04, tests/device/results/
+/// clients-h200-2026-11-27/smi.txt): `--query-compute-apps` lists the MPS server, the
+/// MPS client and the direct client, each with its own memory; `-q` shows the MPS client
+/// as `M+C`; the GPU's used memory is theirs together.
+#[test]
+fn compute_apps_show_each_processs_memory_and_mps_clients() {
+    let f = Fixture::new("h100-80gb:2");
+    let me = std::process::id();
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap().trim().to_string();
+    f.change(|node| {
+        node.processes.push(Process { memory: 69_206_016, ..Process::new(0, None, 2676) });
+        node.processes.push(Process {
+            memory: 2_485_125_120,
+            mps: true,
+            registered: true,
+            ..Process::new(0, None, me)
+        });
+        node.processes.push(Process { memory: 3_860_856_832, ..Process::new(0, None, 3609) });
+        // A registered client that has exited is not listed.
+        node.processes.push(Process { mps: true, registered: true, ..Process::new(0, None, 0) });
+    });
+    let (status, out) =
+        f.run(&["--query-compute-apps=pid,process_name,used_memory", "--format=csv"]);
+    assert_eq!(status, 0);
+    assert_eq!(
+        out,
+        format!(
+            "pid, process_name, used_gpu_memory [MiB]\n2676, [Not Found], 66 MiB\n\
+             {me}, {comm}, 2370 MiB\n3609, [Not Found], 3682 MiB\n"
+        )
+    );
+    let (_, out) = f.run(&[
+        "--query-compute-apps=gpu_uuid,pid,used_gpu_memory",
+        "--format=csv,noheader,nounits",
+        "-i",
+        "1",
+    ]);
+    assert_eq!(out, "");
+    let uuid = f.node().gpus[0].uuid.clone();
+    let (_, out) =
+        f.run(&["--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader", "-i", "0"]);
+    assert_eq!(out.lines().next().unwrap(), format!("{uuid}, 2676"));
+    let (status, out) = f.run(&["--query-compute-apps=pid,bogus"]);
+    assert_eq!((status, out.as_str()), (2, "Field \"bogus\" is not a valid field to query.\n\n"));
+
+    let (_, out) = f.run(&["-q", "-d", "PIDS", "-i", "0"]);
+    let types: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("Type")).collect();
+    assert_eq!(types.len(), 3, "{out}");
+    assert!(types[0].ends_with(": C") && types[1].ends_with(": M+C"), "{out}");
+    assert!(out.contains(": 2370 MiB") && out.contains(": 3682 MiB"), "{out}");
+    let (_, out) = f.run(&["--query-gpu=memory.used", "--format=csv,noheader", "-i", "0"]);
+    assert_eq!(out, format!("{} MiB\n", 66 + 2370 + 3682));
 }
