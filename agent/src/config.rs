@@ -78,11 +78,23 @@ pub struct MetricsSettings {
     pub enabled: bool,
     /// Where (`127.0.0.1:9847`: dcgm-exporter has 9400, nvidia_gpu_exporter 9835).
     pub listen: std::net::SocketAddr,
+    /// The most label sets of the series per client (1 to 4096; the rest are counted in
+    /// `gpushare_client_series_dropped_total`).
+    #[serde(deserialize_with = "client_series_max")]
+    pub client_series_max: usize,
+    /// Seconds between two refreshes of the series per client (1 to 300).
+    #[serde(deserialize_with = "client_refresh")]
+    pub client_refresh_seconds: u64,
 }
 
 impl Default for MetricsSettings {
     fn default() -> Self {
-        Self { enabled: true, listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9847)) }
+        Self {
+            enabled: true,
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9847)),
+            client_series_max: crate::metrics::clients::SERIES_MAX,
+            client_refresh_seconds: crate::metrics::clients::REFRESH_EVERY.as_secs(),
+        }
     }
 }
 
@@ -215,6 +227,18 @@ fn gpu_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 
 fn health_interval<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole_number(d, 1, 3600, "seconds from 1 to 3600")
+}
+
+fn client_series_max<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let max = whole_number(d, 1, 4096, "label sets from 1 to 4096")
+        .map_err(|e| serde::de::Error::custom(format!("client_series_max: {e}")))?;
+    // At most 4096: fits any usize.
+    Ok(max as usize)
+}
+
+fn client_refresh<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    whole_number(d, 1, 300, "seconds from 1 to 300")
+        .map_err(|e| serde::de::Error::custom(format!("client_refresh_seconds: {e}")))
 }
 
 fn hook_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -352,6 +376,55 @@ mod tests {
         assert_eq!(e, "a.toml:2:21: -1 is not a number of GPUs from 0 (all) to 4096");
         let c = AgentConfig::parse("[hooks]\ntimeout_seconds = 60\n", "a.toml").unwrap();
         assert_eq!(c.hooks.timeout_seconds, 60);
+    }
+
+    #[test]
+    fn the_client_series_settings_are_read_within_their_bounds() {
+        let defaults = AgentConfig::default().metrics;
+        assert_eq!((defaults.client_series_max, defaults.client_refresh_seconds), (256, 5));
+        let c = AgentConfig::parse(
+            "[metrics]\nclient_series_max = 6\nclient_refresh_seconds = 1\n",
+            "a.toml",
+        )
+        .unwrap();
+        assert_eq!((c.metrics.client_series_max, c.metrics.client_refresh_seconds), (6, 1));
+        let c = AgentConfig::parse(
+            "[metrics]\nclient_series_max = 4096\nclient_refresh_seconds = 300\n",
+            "a.toml",
+        )
+        .unwrap();
+        assert_eq!((c.metrics.client_series_max, c.metrics.client_refresh_seconds), (4096, 300));
+        for (text, error) in [
+            (
+                "client_series_max = 0",
+                "a.toml:2:21: client_series_max: 0 is not a number of label sets from 1 to 4096",
+            ),
+            (
+                "client_series_max = 4097",
+                "a.toml:2:21: client_series_max: 4097 is not a number of label sets from 1 to 4096",
+            ),
+            (
+                "client_series_max = -1",
+                "a.toml:2:21: client_series_max: -1 is not a number of label sets from 1 to 4096",
+            ),
+            (
+                "client_refresh_seconds = 0",
+                "a.toml:2:26: client_refresh_seconds: 0 is not a number of seconds from 1 to 300",
+            ),
+            (
+                "client_refresh_seconds = 301",
+                "a.toml:2:26: client_refresh_seconds: 301 is not a number of seconds from 1 to 300",
+            ),
+        ] {
+            let e = AgentConfig::parse(&format!("[metrics]\n{text}\n"), "a.toml").unwrap_err();
+            assert_eq!(e, error, "{text}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        // Not a number: the key is named by its place, in one line.
+        let e = AgentConfig::parse("[metrics]\nclient_refresh_seconds = \"5s\"\n", "a.toml")
+            .unwrap_err();
+        assert!(e.starts_with("a.toml:2:26: client_refresh_seconds: "), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
     }
 
     #[test]

@@ -222,7 +222,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
                 crate::metrics::follow(Arc::clone(&engine));
                 crate::metrics::clients::watch(
                     Arc::clone(&engine),
-                    crate::metrics::clients::REFRESH_EVERY,
+                    Duration::from_secs(config.metrics.client_refresh_seconds),
+                    config.metrics.client_series_max,
                 );
             }
             Err(e) => tracing::warn!("metrics not served on {}: {e}", config.metrics.listen),

@@ -12,6 +12,7 @@ mod bench_trust;
 mod cdi;
 mod cdi_harness;
 mod cli_output;
+mod client_churn;
 mod client_metrics;
 mod clients;
 mod clients_watch;

@@ -17,7 +17,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tempfile::TempDir;
 
+pub mod cgroup;
 pub mod podman;
+pub use cgroup::Cgroup;
 pub use podman::{Podman, validate_cdi};
 
 /// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.

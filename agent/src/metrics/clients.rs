@@ -2,8 +2,9 @@
 //! engine's client table, aggregated over bounded label sets, and the journal lines of
 //! clients that come and go.
 //!
-//! [`watch`] refreshes them every few seconds from [`Engine::clients_and_servers`] (one
-//! shared observation, as `status` reads it; no command lines read).
+//! [`watch`] refreshes them every few seconds (`[metrics] client_refresh_seconds`, 5 by
+//! default) from [`Engine::clients_and_servers`] (one shared observation, as `status` reads
+//! it; no command lines read).
 //!
 //! # Labels
 //!
@@ -21,8 +22,9 @@
 //!
 //! These series are rendered by [`render`] beside the recorder's (the recorder cannot
 //! remove a series): a label set no client has any more is gone at the next refresh. At
-//! most [`SERIES_MAX`] label sets are exported, those exported before first; each refresh
-//! counts the label sets it leaves out in `gpushare_client_series_dropped_total`.
+//! most `[metrics] client_series_max` label sets ([`SERIES_MAX`] by default) are exported,
+//! those exported before first; each refresh counts the label sets it leaves out in
+//! `gpushare_client_series_dropped_total`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -41,9 +43,9 @@ pub const CLIENT_MEMORY: &str = "gpushare_client_gpu_memory_bytes";
 pub const CLIENT_THREADS: &str = "gpushare_client_mps_active_thread_ratio";
 /// Label sets left out by the cap, counted at each refresh.
 pub const CLIENT_DROPPED: &str = "gpushare_client_series_dropped_total";
-/// The most label sets exported.
+/// The most label sets exported by default (`[metrics] client_series_max`).
 pub const SERIES_MAX: usize = 256;
-/// How often [`watch`] refreshes.
+/// How often [`watch`] refreshes by default (`[metrics] client_refresh_seconds`).
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// The labels of one client series.
@@ -97,16 +99,38 @@ pub struct Aggregate {
     pub threads: Option<u32>,
 }
 
-/// The exported client series.
-#[derive(Debug, Default)]
+/// The exported client series, at most `cap` label sets.
+#[derive(Debug)]
 pub struct ClientSeries {
     series: BTreeMap<ClientKey, Aggregate>,
+    cap: usize,
+}
+
+impl Default for ClientSeries {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ClientSeries {
-    /// No series.
+    /// No series, at most [`SERIES_MAX`] label sets.
     pub const fn new() -> Self {
-        ClientSeries { series: BTreeMap::new() }
+        Self::with_cap(SERIES_MAX)
+    }
+
+    /// No series, at most `cap` label sets.
+    pub const fn with_cap(cap: usize) -> Self {
+        ClientSeries { series: BTreeMap::new(), cap }
+    }
+
+    /// Sets the most label sets exported, from the next [`ClientSeries::update`] on.
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap;
+    }
+
+    /// The most label sets exported.
+    pub fn cap(&self) -> usize {
+        self.cap
     }
 
     /// Replaces the series with `table`'s; returns how many label sets the cap left out.
@@ -125,7 +149,7 @@ impl ClientSeries {
         let (kept, new): (Vec<_>, Vec<_>) =
             all.into_iter().partition(|(k, _)| self.series.contains_key(k));
         let total = kept.len() + new.len();
-        self.series = kept.into_iter().chain(new).take(SERIES_MAX).collect();
+        self.series = kept.into_iter().chain(new).take(self.cap).collect();
         total - self.series.len()
     }
 
@@ -296,8 +320,10 @@ impl Journal {
     }
 }
 
-/// Refreshes the client series and logs the clients that come and go, every `every`.
-pub fn watch(engine: Arc<Engine>, every: Duration) -> tokio::task::JoinHandle<()> {
+/// Refreshes the client series, at most `cap` label sets, and logs the clients that come
+/// and go, every `every`.
+pub fn watch(engine: Arc<Engine>, every: Duration, cap: usize) -> tokio::task::JoinHandle<()> {
+    SERIES.lock().unwrap_or_else(PoisonError::into_inner).set_cap(cap);
     tokio::spawn(async move {
         let mut journal = Journal::default();
         let mut ticks = tokio::time::interval(every);
@@ -426,20 +452,46 @@ pub(crate) mod tests {
 
     #[test]
     fn the_cap_holds_and_keeps_the_series_exported_before() {
-        let mut series = ClientSeries::new();
-        series.update(&table(vec![client(1, "zed", None)]));
-        // 1,000 short-lived clients of as many users.
-        let many: Vec<GpuClient> =
-            (0..1000).map(|i| client(10 + i, &format!("u{i:04}"), None)).collect();
-        let mut with_zed = many.clone();
-        with_zed.push(client(1, "zed", None));
-        let dropped = series.update(&table(with_zed));
-        assert_eq!((series.len(), dropped), (SERIES_MAX, 1001 - SERIES_MAX));
-        assert!(series.render().contains("user=\"zed\""), "the series exported first stays");
-        assert_eq!(series.render().lines().filter(|l| !l.starts_with('#')).count(), SERIES_MAX + 1);
-        // They all exit: nothing stale.
-        assert_eq!(series.update(&table(Vec::new())), 0);
-        assert_eq!((series.len(), series.render()), (0, String::new()));
+        for cap in [SERIES_MAX, 6, 1] {
+            let mut series =
+                if cap == SERIES_MAX { ClientSeries::new() } else { ClientSeries::with_cap(cap) };
+            assert_eq!(series.cap(), cap);
+            series.update(&table(vec![client(1, "zed", None)]));
+            // 1,000 short-lived clients of as many users.
+            let many: Vec<GpuClient> =
+                (0..1000).map(|i| client(10 + i, &format!("u{i:04}"), None)).collect();
+            let mut with_zed = many.clone();
+            with_zed.push(client(1, "zed", None));
+            let dropped = series.update(&table(with_zed));
+            assert_eq!((series.len(), dropped), (cap, 1001 - cap));
+            assert!(series.render().contains("user=\"zed\""), "the series exported first stays");
+            let samples = series.render().lines().filter(|l| !l.starts_with('#')).count();
+            // One blank line after the family.
+            assert_eq!(samples, cap + 1);
+            // The next refresh: the same clients, the same series, as many left out.
+            let before = series.render();
+            assert_eq!(series.update(&table(many.clone())), 1000 - cap);
+            assert_eq!(series.len(), cap);
+            // zed left: its place goes to a new one, the others exported stay.
+            let after = series.render();
+            for line in before.lines().filter(|l| l.starts_with(CLIENT_MEMORY)) {
+                assert_eq!(after.contains(line), !line.contains("zed"), "{line}\n{after}");
+            }
+            // They all exit: nothing stale.
+            assert_eq!(series.update(&table(Vec::new())), 0);
+            assert_eq!((series.len(), series.render()), (0, String::new()));
+        }
+    }
+
+    #[test]
+    fn the_cap_can_change_between_refreshes() {
+        let mut series = ClientSeries::with_cap(2);
+        let three = table(vec![client(1, "a", None), client(2, "b", None), client(3, "c", None)]);
+        assert_eq!(series.update(&three), 1);
+        series.set_cap(3);
+        assert_eq!((series.update(&three), series.len()), (0, 3));
+        series.set_cap(1);
+        assert_eq!((series.update(&three), series.len()), (2, 1));
     }
 
     #[test]
