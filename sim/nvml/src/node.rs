@@ -275,6 +275,11 @@ pub struct Process {
     /// `/proc/<pid>` exists, as the real driver drops a process's entry when it exits.
     #[serde(default)]
     pub registered: bool,
+    /// For an MPS client, the PID of the simulated MPS daemon that registered it: listed
+    /// only while that process lives too, as a real client's context (and so its entry)
+    /// goes with its server when the server dies.
+    #[serde(default)]
+    pub server: Option<u32>,
 }
 
 fn default_process_memory() -> u64 {
@@ -292,13 +297,14 @@ impl Process {
             memory: default_process_memory(),
             mps: false,
             registered: false,
+            server: None,
         }
     }
 
-    /// Whether the driver lists it now: always when declared, while its PID lives when
-    /// [`Process::registered`].
+    /// Whether the driver lists it now: always when declared, while its PID (and its MPS
+    /// server's, when it has one) lives when [`Process::registered`].
     pub fn listed(&self) -> bool {
-        !self.registered || pid_alive(self.pid)
+        !self.registered || (pid_alive(self.pid) && self.server.is_none_or(pid_alive))
     }
 }
 
@@ -898,6 +904,9 @@ mod tests {
         assert!(old.listed());
         let me = Process { registered: true, ..Process::new(0, None, std::process::id()) };
         assert!(me.listed());
+        // An MPS client goes with its server.
+        assert!(Process { server: Some(std::process::id()), ..me.clone() }.listed());
+        assert!(!Process { server: Some(u32::MAX), ..me.clone() }.listed());
         let mut node = a100(1);
         node.processes = vec![me.clone(), Process { pid: u32::MAX, ..me.clone() }, old];
         assert_eq!(node.pids_on(0), [std::process::id()]);

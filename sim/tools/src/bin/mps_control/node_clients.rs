@@ -62,6 +62,8 @@ impl NodeClients {
                 memory,
                 mps: true,
                 registered: true,
+                // The daemon stands for the server: killed, its clients' entries go.
+                server: Some(std::process::id()),
                 ..Process::new(place.0, place.1, pid)
             });
             Some(place)
@@ -187,6 +189,7 @@ mod tests {
                     memory: 2 << 30,
                     mps: true,
                     registered: true,
+                    server: Some(me),
                     ..Process::new(1, Some(3), me)
                 }
             ]
