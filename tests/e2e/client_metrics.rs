@@ -117,7 +117,7 @@ fn client_series_appear_with_their_labels_and_go_with_their_processes() {
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
     let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
     let connect = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
-        .args(["--fake-client", &mps_client.pid().to_string()])
+        .args(["--fake-client", &mps_client.pid().to_string(), "--memory", "2370MiB"])
         .env("CUDA_MPS_PIPE_DIRECTORY", &server.pipe_directory)
         .output()
         .unwrap();
@@ -142,9 +142,9 @@ fn client_series_appear_with_their_labels_and_go_with_their_processes() {
     assert_eq!(sample(&body, MEMORY, &mig_labels), Some(f64::from(512 << 20)), "{body}");
     let ratio = f64::from(server.active_thread_percentage) / 100.0;
     assert_eq!(sample(&body, THREADS, &mps_labels), Some(ratio), "{body}");
-    // An MPS client's memory is the server's in the driver's list: no series of its own.
-    assert_eq!(sample(&body, MEMORY, &mps_labels), None, "{body}");
-    assert_eq!(client_samples(&body).len(), 3, "{body}");
+    // The driver lists an MPS client with its own memory, as driver 580 does.
+    assert_eq!(sample(&body, MEMORY, &mps_labels), Some(f64::from(2370u32 << 20)), "{body}");
+    assert_eq!(client_samples(&body).len(), 4, "{body}");
     assert!(body.contains("gpushare_client_series_dropped_total 0"), "{body}");
     assert!(!body.contains(&format!("\"{}\"", whole.pid())), "no PID as a label value");
     promtool_accepts(&body);

@@ -1,9 +1,10 @@
 //! Who uses the GPUs (issue 29), end to end on simulated GPUs: a process on a whole GPU
 //! and one in each of two MIG instances (the simulated driver's `GPUSHARE_SIM_PROCESSES`,
-//! 512 MiB each), and two MPS clients of a server (the simulated control daemon's
-//! `--fake-client`, which the driver does not list: no memory), all real `sleep`
-//! processes of known users, attributed by `gpushare-ctl clients`; another user sees no
-//! command line but its own; clients leave the table when their process exits.
+//! with their memory), and two MPS clients of a server (the simulated control daemon's
+//! `--fake-client PID --memory SIZE`, which the simulated driver then lists as MPS clients,
+//! as driver 580 does), all real `sleep` processes of known users, attributed by
+//! `gpushare-ctl clients` and `status`; another user sees no command line but its own;
+//! clients leave the table when their process exits.
 
 use std::process::{Child, Command, Stdio};
 
@@ -54,10 +55,11 @@ impl Drop for Sleeper {
     }
 }
 
-/// Connects the simulated CUDA client `pid` to the MPS server of pipe directory `pipe`.
-fn connect_client(pipe: &str, pid: u32) {
+/// Connects the simulated CUDA client `pid`, holding `memory` (`2GiB`), to the MPS server
+/// of pipe directory `pipe`: the simulated driver lists it as an MPS client from then on.
+fn connect_client(pipe: &str, pid: u32, memory: &str) {
     let client = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
-        .args(["--fake-client", &pid.to_string()])
+        .args(["--fake-client", &pid.to_string(), "--memory", memory])
         .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
         .output()
         .unwrap();
@@ -105,11 +107,12 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let in_mig2 = Sleeper::start(Some(OTHER), &[]);
     let lowered = Sleeper::start(Some(MEMBER), &[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")]);
     let plain = Sleeper::start(Some(OTHER), &[]);
-    let processes = format!("2:{},0/{gi}:{},0/{gi2}:{}", whole.pid(), in_mig.pid(), in_mig2.pid());
+    let processes =
+        format!("2:{}=3682MiB,0/{gi}:{},0/{gi2}:{}", whole.pid(), in_mig.pid(), in_mig2.pid());
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
     let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
-    connect_client(&server.pipe_directory, lowered.pid());
-    connect_client(&server.pipe_directory, plain.pid());
+    connect_client(&server.pipe_directory, lowered.pid(), "2370MiB");
+    connect_client(&server.pipe_directory, plain.pid(), "1GiB");
 
     let table = clients(&agent);
     let mut expected = vec![whole.pid(), in_mig.pid(), in_mig2.pid(), lowered.pid(), plain.pid()];
@@ -123,7 +126,7 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     );
     assert_eq!((c.instance.as_deref(), c.mps_server.as_deref(), &c.share), (None, None, &None));
     assert_eq!((c.uid, c.user.as_deref()), (Some(0), Some("root")));
-    assert_eq!(c.memory_bytes, Some(512 << 20), "the simulated driver's figure");
+    assert_eq!(c.memory_bytes, Some(3682 << 20), "the simulated driver's figure");
     assert_eq!(c.command.as_deref(), Some("sleep 600"));
 
     let c = client(&table, in_mig.pid());
@@ -138,7 +141,7 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let c = client(&table, lowered.pid());
     assert_eq!((c.via.as_str(), c.gpu, c.mps_server.as_deref()), ("mps", 1, Some(gpu1)));
     assert_eq!((c.uid, c.user.as_deref()), (Some(id_of("passwd", MEMBER)), Some(MEMBER)));
-    assert_eq!(c.memory_bytes, None, "the driver lists MPS clients only through the server");
+    assert_eq!(c.memory_bytes, Some(2370 << 20), "the driver's figure for an MPS client");
     let share = c.share.as_ref().expect("an MPS client's share");
     assert_eq!((share.active_thread_percentage, share.from.as_str()), (10, "client"));
 
@@ -150,6 +153,29 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
         (share.from.as_str(), share.pinned_memory_bytes),
         ("server", server.pinned_memory_limit_bytes)
     );
+
+    // `status` shows the same clients under their GPUs, attributed alike, with no command
+    // line (everyone may call it).
+    let now = agent.status();
+    for (index, gpu) in now.gpus.iter().enumerate() {
+        let mut on_it: Vec<u32> = gpu.clients.iter().map(|c| c.pid).collect();
+        on_it.sort_unstable();
+        let mut expected_here: Vec<u32> =
+            table.clients.iter().filter(|c| c.gpu as usize == index).map(|c| c.pid).collect();
+        expected_here.sort_unstable();
+        assert_eq!(on_it, expected_here, "GPU {index}: {:#?}", gpu.clients);
+        for c in &gpu.clients {
+            assert_eq!(c.command, None, "{c:?}");
+            let full = client(&table, c.pid);
+            assert_eq!((&c.via, &c.user, &c.unit), (&full.via, &full.user, &full.unit));
+            assert_eq!((&c.instance, &c.mps_server), (&full.instance, &full.mps_server));
+            assert_eq!((c.memory_bytes, &c.share), (full.memory_bytes, &full.share));
+        }
+    }
+    let out = agent.ctl(&["status"]);
+    let shown = stdout(&out);
+    assert!(shown.contains("\nClients (command lines: gpushare-ctl clients):\n"), "{shown}");
+    assert!(!shown.contains("sleep 600"), "{shown}");
 
     // The other two instances of GPU 0 are idle; GPU 1's server has clients.
     let idle: Vec<&str> = table.idle.iter().map(|d| d.what.as_str()).collect();
