@@ -103,6 +103,11 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let (gi2, mig_uuid2) = (second.gpu_instance_id, second.uuid.clone().expect("its MIG-"));
 
     let whole = Sleeper::start(None, &[]);
+    // The whole-GPU client runs in a unit of its own, where the test may make one.
+    let unit = gpushare_tests::Cgroup::new("clients-whole");
+    if let Some(unit) = &unit {
+        unit.add(whole.pid());
+    }
     let in_mig = Sleeper::start(None, &[]);
     let in_mig2 = Sleeper::start(Some(OTHER), &[]);
     let lowered = Sleeper::start(Some(MEMBER), &[("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")]);
@@ -127,6 +132,9 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     assert_eq!((c.instance.as_deref(), c.mps_server.as_deref(), &c.share), (None, None, &None));
     assert_eq!((c.uid, c.user.as_deref()), (Some(0), Some("root")));
     assert_eq!(c.memory_bytes, Some(3682 << 20), "the simulated driver's figure");
+    if let Some(unit) = &unit {
+        assert_eq!(c.unit.as_deref(), Some(unit.unit()));
+    }
     assert_eq!(c.command.as_deref(), Some("sleep 600"));
 
     let c = client(&table, in_mig.pid());
