@@ -7,6 +7,7 @@
 //! ```
 //!
 //! gpushare-bench --flood [--against DIR] [--simulate a100-40gb:1]
+//! gpushare-bench --clients 8 [--simulate a100-40gb:8] [--runs 50]
 //! ```
 //!
 //! `--flood` (root: the flood runs as the tests' other user, on a system-type bus with
@@ -41,6 +42,8 @@ struct Args {
     against: Option<PathBuf>,
     /// Root's status under another user's flood of reads.
     flood: bool,
+    /// `status` and `clients` with this many MPS clients (issue 29).
+    clients: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -51,6 +54,7 @@ fn parse_args() -> Args {
         mig_delay_ms: None,
         against: None,
         flood: false,
+        clients: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -64,6 +68,10 @@ fn parse_args() -> Args {
             }
             "--against" => args.against = Some(it.next().expect("--against DIR").into()),
             "--flood" => args.flood = true,
+            "--clients" => {
+                args.clients = it.next().and_then(|n| n.parse().ok());
+                assert!(args.clients.is_some(), "--clients N");
+            }
             "--applies" => {
                 args.applies = it.next().and_then(|n| n.parse().ok()).expect("--applies N")
             }
@@ -185,10 +193,70 @@ fn side_by_side(other: &std::path::Path, spec: &str, runs: usize) {
     }
 }
 
+/// `--clients N` (issue 29): `status`, `status --json` and `clients --json` with no client,
+/// then with N clients of GPU 0's MPS server (`all-mps`; `sleep` processes announced to the
+/// simulated control daemon with 2 GiB each, which the simulated driver then lists as MPS
+/// clients), each beside the simulated nvidia-smi's process query, the bare driver read.
+fn with_clients(spec: &str, n: usize, runs: usize) {
+    use gpushare_tests::{SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, binary};
+    let agent = Agent::start(AgentOptions::simulate(spec));
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = agent.mps_servers().into_iter().find(|s| s.gpu == 0).expect("GPU 0's server");
+    println!("Backend: simulated {spec}, all-mps\n");
+    println!("| measurement | runs | median ms | min ms | p90 ms | max ms |");
+    println!("|---|---|---|---|---|---|");
+    let timed = |clients: usize| {
+        let cases: [(&str, &[&str]); 3] = [
+            ("`gpushare-ctl status`", &["status"]),
+            ("`gpushare-ctl status --json`", &["status", "--json"]),
+            ("`gpushare-ctl clients --json`", &["clients", "--json"]),
+        ];
+        for (what, args) in cases {
+            let mut samples = time_runs(runs, || agent.ctl_command(args));
+            row(&format!("{what}, {clients} clients"), &mut samples);
+        }
+        let query = ["--query-compute-apps=pid,used_memory", "--format=csv"];
+        let mut smi = time_runs(runs, || {
+            let mut c = Command::new(binary(
+                gpushare_tests::SIM_NVIDIA_SMI,
+                gpushare_tests::SIM_NVIDIA_SMI_ENV,
+            ));
+            c.args(query).env("GPUSHARE_SIM_STATE", agent.sim_state());
+            c
+        });
+        row(&format!("simulated `nvidia-smi {}`, {clients} clients", query.join(" ")), &mut smi);
+    };
+    timed(0);
+    let mut sleepers: Vec<std::process::Child> =
+        (0..n).map(|_| Command::new("sleep").arg("600").spawn().expect("sleep starts")).collect();
+    for s in &sleepers {
+        let out = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+            .args(["--fake-client", &s.id().to_string(), "--memory", "2GiB"])
+            .env("CUDA_MPS_PIPE_DIRECTORY", &server.pipe_directory)
+            .output()
+            .expect("the simulated control client runs");
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let table: gpushare_proto::clients::ClientTable = agent.ctl_doc(&["clients"]);
+    assert_eq!(table.clients.len(), n, "{table:#?}");
+    let status = agent.status();
+    assert_eq!(status.gpus[0].clients.len(), n, "status lists every client");
+    timed(n);
+    for s in &mut sleepers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}
+
 fn main() {
     let args = parse_args();
     if let Some(delay) = args.mig_delay_ms {
         parallel_against_serial(delay, 5);
+        return;
+    }
+    if let Some(n) = args.clients {
+        with_clients(args.simulate.as_deref().unwrap_or("a100-40gb:8"), n, args.runs);
         return;
     }
     if args.flood {
