@@ -87,13 +87,18 @@ pub struct MetricsSettings {
     pub client_refresh_seconds: u64,
 }
 
+/// `[metrics] client_series_max` by default: the most label sets of the series per client.
+pub const CLIENT_SERIES_MAX: usize = 256;
+/// `[metrics] client_refresh_seconds` by default.
+pub const CLIENT_REFRESH_SECONDS: u64 = 5;
+
 impl Default for MetricsSettings {
     fn default() -> Self {
         Self {
             enabled: true,
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9847)),
-            client_series_max: crate::metrics::clients::SERIES_MAX,
-            client_refresh_seconds: crate::metrics::clients::REFRESH_EVERY.as_secs(),
+            client_series_max: CLIENT_SERIES_MAX,
+            client_refresh_seconds: CLIENT_REFRESH_SECONDS,
         }
     }
 }

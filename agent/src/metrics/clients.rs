@@ -44,9 +44,9 @@ pub const CLIENT_THREADS: &str = "gpushare_client_mps_active_thread_ratio";
 /// Label sets left out by the cap, counted at each refresh.
 pub const CLIENT_DROPPED: &str = "gpushare_client_series_dropped_total";
 /// The most label sets exported by default (`[metrics] client_series_max`).
-pub const SERIES_MAX: usize = 256;
+pub const SERIES_MAX: usize = crate::config::CLIENT_SERIES_MAX;
 /// How often [`watch`] refreshes by default (`[metrics] client_refresh_seconds`).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(crate::config::CLIENT_REFRESH_SECONDS);
 
 /// The labels of one client series.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
