@@ -8,6 +8,11 @@
 //!
 //! gpushare-bench --flood [--against DIR] [--simulate a100-40gb:1]
 //! gpushare-bench --clients 8 [--simulate a100-40gb:8] [--runs 50]
+//! gpushare-bench --time RUNS -- COMMAND [ARGS...]
+//!
+//! `--time` times any command (an agent already running, `nvidia-smi`) the way the rest
+//! times `gpushare-ctl`, and prints its row: the device scripts use it so that their
+//! figures compare with these.
 //! ```
 //!
 //! `--flood` (root: the flood runs as the tests' other user, on a system-type bus with
@@ -44,6 +49,8 @@ struct Args {
     flood: bool,
     /// `status` and `clients` with this many MPS clients (issue 29).
     clients: Option<usize>,
+    /// `--time`: the command to time, `runs` times.
+    time: Option<Vec<String>>,
 }
 
 fn parse_args() -> Args {
@@ -55,6 +62,7 @@ fn parse_args() -> Args {
         against: None,
         flood: false,
         clients: None,
+        time: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -68,6 +76,13 @@ fn parse_args() -> Args {
             }
             "--against" => args.against = Some(it.next().expect("--against DIR").into()),
             "--flood" => args.flood = true,
+            "--time" => {
+                args.runs = it.next().and_then(|n| n.parse().ok()).expect("--time RUNS -- COMMAND");
+                assert_eq!(it.next().as_deref(), Some("--"), "--time RUNS -- COMMAND");
+                let command: Vec<String> = it.by_ref().collect();
+                assert!(!command.is_empty(), "--time RUNS -- COMMAND");
+                args.time = Some(command);
+            }
             "--clients" => {
                 args.clients = it.next().and_then(|n| n.parse().ok());
                 assert!(args.clients.is_some(), "--clients N");
@@ -253,6 +268,18 @@ fn main() {
     let args = parse_args();
     if let Some(delay) = args.mig_delay_ms {
         parallel_against_serial(delay, 5);
+        return;
+    }
+    if let Some(command) = &args.time {
+        let mut samples = time_runs(args.runs, || {
+            let mut c = Command::new(&command[0]);
+            c.args(&command[1..]);
+            c
+        });
+        let program = command[0].rsplit('/').next().unwrap_or(&command[0]);
+        let shown: Vec<&str> =
+            std::iter::once(program).chain(command[1..].iter().map(String::as_str)).collect();
+        row(&format!("`{}`", shown.join(" ")), &mut samples);
         return;
     }
     if let Some(n) = args.clients {

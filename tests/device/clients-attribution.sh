@@ -13,7 +13,8 @@
 # memory (about 320 MiB through MPS and 610 MiB directly on the H200), so that the
 # allocation and NVML's figure can agree within 5 %. Everything lands in OUT_DIR.tgz (the
 # device tool brings back only a few files), written at the end or when interrupted.
-#   tests/device/clients-attribution.sh BIN_DIR OUT_DIR   (carry .carry/bin and .carry/dbus)
+#   tests/device/clients-attribution.sh BIN_DIR OUT_DIR   (carry .carry/bin, with
+#   gpushare-agent, gpushare-ctl and gpushare-bench of a release build, and .carry/dbus)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 command -v dbus-daemon >/dev/null || export PATH="$root/.carry/dbus/wrap:$PATH"
@@ -30,7 +31,8 @@ agent_log_level=debug start_agent "$out/agent.log"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
+  # Only the clients: a bare `wait` would wait for the tee below too.
+  [[ ${#pids[@]} -gt 0 ]] && wait "${pids[@]}" 2>/dev/null
   ctl apply all-disabled >/dev/null 2>&1
   stop_agent
   sleep 1
@@ -97,24 +99,16 @@ wait_ready b direct
 look B
 kill "$pid_b" "$pid_direct"; wait "$pid_b" "$pid_direct" 2>/dev/null; sleep 2
 
-timer() {
-  python3 - "$@" <<'PY'
-import statistics, subprocess, sys, time
-runs, cmd = int(sys.argv[1]), sys.argv[2:]
-ts = []
-for _ in range(runs):
-    t = time.perf_counter(); subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); ts.append((time.perf_counter() - t) * 1000)
-ts.sort()
-print(f"| `{' '.join(c.rsplit('/', 1)[-1] for c in cmd)}` | {runs} | {statistics.median(ts):.2f} | {ts[0]:.2f} | {ts[int(runs * 0.9) - 1]:.2f} | {ts[-1]:.2f} |")
-PY
-}
+# Times a command as gpushare-bench times gpushare-ctl (spawn to exit, in Rust), so that
+# the figures compare with BENCHMARKS.md's: one Markdown row.
+timer() { "$bin/gpushare-bench" --time "$1" -- "${@:2}"; }
 timings() {
   echo "| measurement | runs | median ms | min ms | p90 ms | max ms |"; echo "|---|---|---|---|---|---|"
   timer 50 "$bin/gpushare-ctl" status
   timer 50 "$bin/gpushare-ctl" status --json
   timer 50 "$bin/gpushare-ctl" clients --json
   timer 20 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
-  python3 "$root/tests/device/nvml_processes.py" --time 50 | python3 -c 'import json,sys; t=json.load(sys.stdin)["both_lists_ms"]; print(f"| NVML compute + MPS lists, in process | {t[\"runs\"]} | {t[\"median\"]:.3f} | {t[\"min\"]:.3f} | | {t[\"max\"]:.3f} |")'
+  python3 "$root/tests/device/nvml_processes.py" --time 50
 }
 step "C0: timings with no client"
 timings

@@ -3,7 +3,8 @@ libnvidia-ml.so.1 (no pynvml needed): for each GPU, nvmlDeviceGetComputeRunningP
 and nvmlDeviceGetMPSComputeRunningProcesses_v3, each entry's pid, used memory (None where
 NVML says NVML_VALUE_NOT_AVAILABLE) and instance ids. Prints one JSON object.
 
-  python3 nvml_processes.py [--time N]   (--time: also the median ms of N reads of both lists)
+  python3 nvml_processes.py [--time N]   (--time: instead, one Markdown row: the median,
+                                          min and max ms of N reads of both lists)
 """
 import ctypes
 import json
@@ -71,7 +72,9 @@ if len(sys.argv) == 3 and sys.argv[1] == "--time":
             processes(h, "nvmlDeviceGetMPSComputeRunningProcesses_v3")
         times.append((time.perf_counter() - t) * 1000)
     times.sort()
-    result["both_lists_ms"] = {"runs": len(times), "median": times[len(times) // 2],
-                               "min": times[0], "max": times[-1]}
+    nvml.nvmlShutdown()
+    print(f"| NVML compute + MPS lists of every GPU, in one process | {len(times)} | "
+          f"{times[len(times) // 2]:.3f} | {times[0]:.3f} | | {times[-1]:.3f} |")
+    sys.exit(0)
 nvml.nvmlShutdown()
 print(json.dumps(result))
