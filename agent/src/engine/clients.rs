@@ -248,6 +248,14 @@ fn mig_device(gpu: &GpuState, gi: u32) -> String {
     format!("{} MIG {profile}", gpu.label())
 }
 
+/// Whether the driver's process lists name the MPS clients of `server`: it serves a whole
+/// GPU whose driver answered the MPS process list (driver 580 on the H200 did, with every
+/// client in it).
+fn driver_names_clients(node: &NodeState, server: &MpsServerState) -> bool {
+    node.gpu(server.gpu)
+        .is_some_and(|g| g.mps_clients_named && served_instance(g, server).0.is_none())
+}
+
 /// An MPS server as a client refresh sees it: what tells that its clients went with a
 /// fault (the supervisor restarted it, or its control daemon is down).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,12 +271,20 @@ pub struct ServerHealth {
 impl super::Engine {
     /// The client table without command lines (no caller may see them: cheaper) and the
     /// MPS servers' health, from one shared observation: what the metrics' background
-    /// refresh reads every few seconds.
+    /// refresh reads every few seconds. The control daemons are asked for their clients
+    /// only where the driver does not name them: a server of a GPU whose driver did not
+    /// answer its MPS process list, or of a MIG instance (where the driver's list was not
+    /// seen on hardware); otherwise the refresh starts no process.
     pub async fn clients_and_servers(
         &self,
     ) -> Result<(ClientTable, Vec<ServerHealth>), super::EngineError> {
-        let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
-        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        let epoch = self.epoch();
+        let driver_only = crate::apply::Reads { timeslices: false, mps_clients: false };
+        let mut node = self.node.observe_shared(driver_only, epoch).await?;
+        if node.mps.iter().any(|s| s.pid.is_some() && !driver_names_clients(&node, s)) {
+            let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
+            node = self.node.observe_shared(reads, epoch).await?;
+        }
         tokio::task::spawn_blocking(move || {
             let servers = node
                 .mps
@@ -307,6 +323,7 @@ mod tests {
             compute_mode: ComputeMode::Default,
             instances,
             processes,
+            mps_clients_named: false,
         }
     }
 
@@ -469,6 +486,16 @@ mod tests {
         assert_eq!(foreign.instance.as_deref(), Some("MIG-b"));
         assert_eq!(foreign.share.as_ref().map(|s| s.active_thread_percentage), Some(25));
         assert!(table.idle.iter().all(|d| d.what != "mps-server"), "{table:#?}");
+
+        // The metrics' refresh asks the control daemon only where the driver's lists may
+        // not tell: a GPU without the MPS list, or a MIG instance.
+        assert!(!driver_names_clients(&node, &node.mps[0]), "the GPU did not answer");
+        let mut named = node.clone();
+        for g in &mut named.gpus {
+            g.mps_clients_named = true;
+        }
+        assert!(driver_names_clients(&named, &named.mps[0]), "a whole GPU that answered");
+        assert!(!driver_names_clients(&named, &named.mps[1]), "a MIG instance");
     }
 
     #[test]

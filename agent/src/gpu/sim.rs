@@ -278,6 +278,8 @@ impl GpuBackend for SimBackend {
                             mps_client: false,
                         })
                         .collect(),
+                    // The in-process simulator models no MPS process list.
+                    mps_clients_named: false,
                 }
             })
             .collect();

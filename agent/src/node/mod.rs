@@ -130,6 +130,9 @@ pub struct GpuState {
     pub instances: Vec<GpuInstance>,
     /// Compute processes on the GPU or its instances.
     pub processes: Vec<ComputeProcess>,
+    /// Whether the driver answered the GPU's MPS process list, so that the MPS clients
+    /// among `processes` are marked (driver 580 does; an older one may not have the call).
+    pub mps_clients_named: bool,
 }
 
 impl GpuState {

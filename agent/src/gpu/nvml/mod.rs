@@ -351,7 +351,8 @@ impl<'a> Session<'a> {
         } else {
             (Vec::new(), Vec::new())
         };
-        let processes = self.processes(index, &device, mig_enabled, &mig_devices)?;
+        let (processes, mps_clients_named) =
+            self.processes(index, &device, mig_enabled, &mig_devices)?;
 
         Ok(GpuState {
             index,
@@ -365,6 +366,7 @@ impl<'a> Session<'a> {
             compute_mode,
             instances,
             processes,
+            mps_clients_named,
         })
     }
 
@@ -483,8 +485,12 @@ impl<'a> Session<'a> {
         device: &Device<'_>,
         mig_enabled: bool,
         mig_devices: &[MigDevice],
-    ) -> Result<Vec<ComputeProcess>, GpuError> {
+    ) -> Result<(Vec<ComputeProcess>, bool), GpuError> {
         const FUNCTION: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
+        // The MPS list is read before and after the compute list: a client that comes or
+        // goes between two reads is in the compute list only if it was a client at one of
+        // them, so it is never taken for a process of its own.
+        let (before, named_before) = self.mps_clients(device, mig_enabled, mig_devices);
         let mut processes: Vec<ComputeProcess> = match running_compute_processes(device) {
             Ok(list) => list
                 .into_iter()
@@ -524,7 +530,8 @@ impl<'a> Session<'a> {
         };
         let mut seen = HashSet::new();
         processes.retain(|p| seen.insert((p.pid, p.gpu_instance_id)));
-        for client in self.mps_clients(device, mig_enabled, mig_devices) {
+        let (after, named_after) = self.mps_clients(device, mig_enabled, mig_devices);
+        for client in before.into_iter().chain(after) {
             match processes
                 .iter_mut()
                 .find(|p| p.pid == client.pid && p.gpu_instance_id == client.gpu_instance_id)
@@ -537,7 +544,7 @@ impl<'a> Session<'a> {
                 None => processes.push(client),
             }
         }
-        Ok(processes)
+        Ok((processes, named_before && named_after))
     }
 
     /// The MPS clients the driver lists on a GPU (`nvmlDeviceGetMPSComputeRunningProcesses_v3`,
@@ -545,12 +552,13 @@ impl<'a> Session<'a> {
     /// 580 lists them among the compute processes too (recorded on an H200,
     /// tests/device/results/clients-h200-2026-11-27): this only marks them. A driver that
     /// lacks the call or refuses it gives none: the MPS control daemons' lists still tell.
+    /// The flag says whether the GPU itself answered (not only its MIG devices).
     fn mps_clients(
         &self,
         device: &Device<'_>,
         mig_enabled: bool,
         mig_devices: &[MigDevice],
-    ) -> Vec<ComputeProcess> {
+    ) -> (Vec<ComputeProcess>, bool) {
         let entry = |p: &ProcessInfo, gi: Option<u32>| ComputeProcess {
             pid: p.pid,
             gpu_instance_id: p.gpu_instance_id.or(gi),
@@ -558,18 +566,26 @@ impl<'a> Session<'a> {
             mps_client: true,
         };
         match running_processes(device, Device::mps_running_compute_processes) {
-            Ok(list) => list.iter().map(|p| entry(p, None)).collect(),
-            Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => mig_devices
-                .iter()
-                .filter_map(|mig| {
-                    let handle = device.mig_device_by_index(mig.index).ok()?;
-                    let list =
-                        running_processes(&handle, Device::mps_running_compute_processes).ok()?;
-                    Some(list.iter().map(|p| entry(p, Some(mig.gpu_instance))).collect::<Vec<_>>())
-                })
-                .flatten()
-                .collect(),
-            Err(_) => Vec::new(),
+            Ok(list) => (list.iter().map(|p| entry(p, None)).collect(), true),
+            Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
+                let on_mig = mig_devices
+                    .iter()
+                    .filter_map(|mig| {
+                        let handle = device.mig_device_by_index(mig.index).ok()?;
+                        let list =
+                            running_processes(&handle, Device::mps_running_compute_processes)
+                                .ok()?;
+                        Some(
+                            list.iter()
+                                .map(|p| entry(p, Some(mig.gpu_instance)))
+                                .collect::<Vec<_>>(),
+                        )
+                    })
+                    .flatten()
+                    .collect();
+                (on_mig, false)
+            }
+            Err(_) => (Vec::new(), false),
         }
     }
 
