@@ -477,8 +477,13 @@ impl<'a> Session<'a> {
         Ok((instances, learned))
     }
 
-    /// The compute processes on a GPU. Under MIG the parent's aggregate list needs a
-    /// privileged user; without one, the MIG devices are asked one by one.
+    /// The compute processes on a GPU, those the driver names MPS clients marked, and
+    /// whether it names them (see [`NvmlBackend::mps_clients`]). An idle GPU costs one
+    /// driver call: with no compute process there is no MPS client either (a running MPS
+    /// server is a compute process itself). On a busy one the MPS list is read before and
+    /// after the compute list: a client that comes or goes between the reads is in the
+    /// compute list only if it was a client at one of them, so it is never taken for a
+    /// process of its own.
     fn processes(
         &self,
         gpu: u32,
@@ -486,11 +491,40 @@ impl<'a> Session<'a> {
         mig_enabled: bool,
         mig_devices: &[MigDevice],
     ) -> Result<(Vec<ComputeProcess>, bool), GpuError> {
-        const FUNCTION: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
-        // The MPS list is read before and after the compute list: a client that comes or
-        // goes between two reads is in the compute list only if it was a client at one of
-        // them, so it is never taken for a process of its own.
+        let first = self.compute_processes(gpu, device, mig_enabled, mig_devices)?;
+        if first.is_empty() {
+            return Ok((first, true));
+        }
         let (before, named_before) = self.mps_clients(device, mig_enabled, mig_devices);
+        let mut processes = self.compute_processes(gpu, device, mig_enabled, mig_devices)?;
+        let (after, named_after) = self.mps_clients(device, mig_enabled, mig_devices);
+        for client in before.into_iter().chain(after) {
+            match processes
+                .iter_mut()
+                .find(|p| p.pid == client.pid && p.gpu_instance_id == client.gpu_instance_id)
+            {
+                Some(listed) => {
+                    listed.mps_client = true;
+                    listed.used_memory_bytes =
+                        listed.used_memory_bytes.or(client.used_memory_bytes);
+                }
+                None => processes.push(client),
+            }
+        }
+        Ok((processes, named_before && named_after))
+    }
+
+    /// The driver's compute processes of a GPU, each once. Under MIG the parent's
+    /// aggregate list needs a privileged user; without one, the MIG devices are asked one
+    /// by one.
+    fn compute_processes(
+        &self,
+        gpu: u32,
+        device: &Device<'_>,
+        mig_enabled: bool,
+        mig_devices: &[MigDevice],
+    ) -> Result<Vec<ComputeProcess>, GpuError> {
+        const FUNCTION: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
         let mut processes: Vec<ComputeProcess> = match running_compute_processes(device) {
             Ok(list) => list
                 .into_iter()
@@ -530,21 +564,7 @@ impl<'a> Session<'a> {
         };
         let mut seen = HashSet::new();
         processes.retain(|p| seen.insert((p.pid, p.gpu_instance_id)));
-        let (after, named_after) = self.mps_clients(device, mig_enabled, mig_devices);
-        for client in before.into_iter().chain(after) {
-            match processes
-                .iter_mut()
-                .find(|p| p.pid == client.pid && p.gpu_instance_id == client.gpu_instance_id)
-            {
-                Some(listed) => {
-                    listed.mps_client = true;
-                    listed.used_memory_bytes =
-                        listed.used_memory_bytes.or(client.used_memory_bytes);
-                }
-                None => processes.push(client),
-            }
-        }
-        Ok((processes, named_before && named_after))
+        Ok(processes)
     }
 
     /// The MPS clients the driver lists on a GPU (`nvmlDeviceGetMPSComputeRunningProcesses_v3`,
