@@ -20,14 +20,26 @@ pub fn process_mib(p: &rules::ProcessView) -> u64 {
     p.memory >> 20
 }
 
-/// A process's name as nvidia-smi shows it: its `comm` (`python3`,
-/// `nvidia-cuda-mps-server`), `[Not Found]` when it cannot be read (a fake PID, or one in
-/// another PID namespace, as published transcripts of the real tool show).
+/// A process's name as nvidia-smi shows it: the first word of its command line
+/// (`/proc/<pid>/cmdline`'s argv[0]: `python3`, `nvidia-cuda-mps-server`, a full path
+/// when the program was started by one), else its `comm`, `[Not Found]` when neither can
+/// be read (a fake PID, or one in another PID namespace, as published transcripts of the
+/// real tool show). argv[0], not `comm`: the real tool showed `nvidia-cuda-mps-server`
+/// (tests/device/results/clients-h200-2026-11-27/smi.txt), which `comm` cuts to 15 bytes,
+/// and published transcripts show paths (`/usr/bin/python`) where `comm` has none.
 pub fn process_name(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|c| c.trim().to_string())
-        .filter(|c| !c.is_empty())
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|line| {
+        let first = line.split(|&b| b == 0).next().unwrap_or_default();
+        let first = String::from_utf8_lossy(first).trim().to_string();
+        (!first.is_empty()).then_some(first)
+    });
+    argv0
+        .or_else(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+        })
         .unwrap_or_else(|| "[Not Found]".into())
 }
 
@@ -90,6 +102,51 @@ pub fn mig_memory(node: &Node, index: usize, gi: u32, ci: u32) -> Memory {
 /// What processes use together, in MiB.
 fn used_mib(processes: Vec<rules::ProcessView>) -> u64 {
     processes.iter().map(|p| p.memory).sum::<u64>() >> 20
+}
+
+/// What the simulated driver's telemetry answers for a whole GPU
+/// (`nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetUtilizationRates`
+/// in `gpushare_sim_nvml::abi::device_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readings {
+    /// GPU temperature, °C.
+    pub temperature_c: u32,
+    /// Power draw, milliwatts.
+    pub power_mw: u32,
+    /// GPU utilisation, percent; `None` with MIG on (NVML: NOT_SUPPORTED).
+    pub gpu_util: Option<u32>,
+}
+
+/// The simulated driver's load rule (sim/nvml/src/abi/device_info.rs, `load_of` and the
+/// three telemetry exports): each compute process listed on the GPU, its MIG instances'
+/// included, adds 3 °C (at most 30 more), 50 W (at most 600 W more) and 30 % GPU
+/// utilisation (at most 100). The library keeps this rule inside its exported functions,
+/// which need an initialised NVML, so the steps are restated here from its idle figures;
+/// tests/nvidia_smi_nvml_agree.rs checks that both answer alike for the same node.
+pub fn readings(node: &Node, index: usize) -> Readings {
+    use gpushare_sim_nvml::abi::device_info::{IDLE_POWER_MW, IDLE_TEMPERATURE_C};
+    let n = rules::processes(node, index as u32, None).map_or(0, |p| p.len());
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    Readings {
+        temperature_c: IDLE_TEMPERATURE_C + n.saturating_mul(3).min(30),
+        power_mw: IDLE_POWER_MW + n.saturating_mul(50_000).min(600_000),
+        gpu_util: (!node.gpus[index].mig_enabled).then(|| n.saturating_mul(30).min(100)),
+    }
+}
+
+/// The enforced power limit in watts nvidia-smi shows beside the draw, where a real one of
+/// the model was seen: 700 W on the recorded H100 80GB HBM3 (q.txt, "Current Power
+/// Limit") and H200 (clients-h200-2026-11-27/smi.txt); 400 W on A100-SXM4-40GB/80GB and
+/// 165 W on the A30 in published transcripts (drivers 535 to 590). `None` (nvidia-smi
+/// prints N/A) for the other models: neither the catalog nor the simulated NVML holds a
+/// power limit.
+pub fn power_cap_w(g: &Gpu) -> Option<u32> {
+    match g.model().key.as_str() {
+        "h100-80gb" | "h200-141gb" => Some(700),
+        "a100-40gb" | "a100-80gb" => Some(400),
+        "a30-24gb" => Some(165),
+        _ => None,
+    }
 }
 
 /// `Enabled` / `Disabled`.

@@ -7,7 +7,8 @@
 //! nvidia-smi of driver 580 does, and records every invocation.
 //!
 //! ```text
-//! gpushare-sim-nvidia-smi [-L | --list-gpus]
+//! gpushare-sim-nvidia-smi [-i IDS]                 (the summary table)
+//! gpushare-sim-nvidia-smi -L | --list-gpus
 //! gpushare-sim-nvidia-smi -q | --query [-i IDS] [-d TYPES]
 //! gpushare-sim-nvidia-smi --query-gpu=FIELDS [--format=csv[,noheader][,nounits]] [-i IDS]
 //! gpushare-sim-nvidia-smi --query-compute-apps=FIELDS [--format=csv[,noheader][,nounits]] [-i IDS]
@@ -64,8 +65,14 @@
 //! instance …" / "Failed to destroy compute instances: …" (modelled on the GPU-instance
 //! lines); "No MIG-supported devices found."; an invalid `-pm`/`-mig`/`--format`/`-d`
 //! value ("Invalid combination of input arguments…", exit 2); `-h` and `mig -h` past the
-//! recorded first lines of the latter; without arguments the `-L` lines, not the summary
-//! table.
+//! recorded first lines of the latter.
+//!
+//! Without a command (and with only `-i`) the summary table (`summary`): its header, GPU
+//! box and Processes box as the real tool printed them on an H200 with driver 580.159.04
+//! (tests/device/results/clients-h200-2026-11-27/smi.txt, compared in
+//! sim/tools/tests/nvidia_smi_summary.rs); the MIG devices box, the ids of a process in a
+//! MIG device and the pending MIG mode from published transcripts (drivers 515 to 590; see
+//! `summary`'s documentation for which and for what the table shows that is not modelled).
 //!
 //! # What is modelled
 //!
@@ -83,9 +90,10 @@
 //!   `C`, `M+C` for an MPS client, as driver 580 showed on an H200
 //!   (tests/device/results/clients-h200-2026-11-27/smi.txt).
 //! - `--query-compute-apps` lists every compute process of the chosen GPUs (MPS clients
-//!   included) in NVML's order: `pid`, `process_name` (`name`: the process's `comm`,
-//!   `[Not Found]` when unreadable), `used_memory` (header `used_gpu_memory [MiB]`, as
-//!   recorded), `gpu_uuid`, `gpu_name`, `gpu_bus_id`, `gpu_serial`, `timestamp`.
+//!   included) in NVML's order: `pid`, `process_name` (`name`: the process's argv[0],
+//!   else its `comm`, `[Not Found]` when unreadable; the summary's Process name too),
+//!   `used_memory` (header `used_gpu_memory [MiB]`, as recorded), `gpu_uuid`, `gpu_name`,
+//!   `gpu_bus_id`, `gpu_serial`, `timestamp`.
 //! - `-pm`, `-mig` and `mig` changes use `rules::set_persistence_mode`, `set_mig_mode`
 //!   (Ampere keeps a change pending while persistence mode or processes hold the GPU),
 //!   `create_gpu_instance`, `create_compute_instance`, `destroy_*`: what they refuse is
@@ -128,6 +136,7 @@ mod modes;
 mod policy;
 mod q;
 mod query;
+mod summary;
 #[cfg(test)]
 mod tests;
 
@@ -516,8 +525,9 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
             _ => String::new(),
         },
         (_, Some(display)) if a.query => q::render(&node, &indexes, &display),
-        // `-L`, and for now also the summary without arguments.
-        _ => indexes.iter().map(|&i| list_gpu(&node.gpus[i], i)).collect(),
+        _ if a.list => indexes.iter().map(|&i| list_gpu(&node.gpus[i], i)).collect(),
+        // No command (with or without `-i`): the summary table.
+        _ => summary::render(&node, &indexes),
     };
     let _ = write!(out.out, "{text}");
     0

@@ -472,7 +472,8 @@ fn reset_blockers_refuse_resets_and_change_nothing() {
 fn compute_apps_show_each_processs_memory_and_mps_clients() {
     let f = Fixture::new("h100-80gb:2");
     let me = std::process::id();
-    let comm = std::fs::read_to_string("/proc/self/comm").unwrap().trim().to_string();
+    // The name nvidia-smi shows: argv[0], as the real tool showed `nvidia-cuda-mps-server`.
+    let comm = std::env::args().next().unwrap();
     f.change(|node| {
         node.processes.push(Process { memory: 69_206_016, ..Process::new(0, None, 2676) });
         node.processes.push(Process {
