@@ -12,6 +12,43 @@ pub const RESERVED_BYTES: u64 = 480 << 20;
 /// GPU memory each simulated compute process uses.
 pub const PROCESS_MEMORY: u64 = 512 << 20;
 
+/// An idle GPU's temperature: the real H100 answered 35 °C idle
+/// (tests/device/results/nvidia-tools-2026-11-27/nvidia-smi/q.txt).
+pub const IDLE_TEMPERATURE_C: u32 = 35;
+/// An idle GPU's power draw: the real H100 drew 73.6 W idle (same file).
+pub const IDLE_POWER_MW: u32 = 73_600;
+
+/// What a whole GPU's sensors read (NVML's temperature, power and utilisation calls, and
+/// nvidia-smi's table and `-q`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readings {
+    /// GPU temperature, °C.
+    pub temperature_c: u32,
+    /// Power draw, milliwatts.
+    pub power_mw: u32,
+    /// GPU utilisation, percent; `None` with MIG on (NVML: NOT_SUPPORTED).
+    pub gpu_util: Option<u32>,
+    /// Memory utilisation, percent; `None` with MIG on.
+    pub memory_util: Option<u32>,
+}
+
+/// The simulator's load rule: each compute process the node lists on GPU `index` (its MIG
+/// instances' included) adds 30 % GPU and 10 % memory utilisation (at most 100), 3 °C (at
+/// most 30) and 50 W (at most 600); with none the GPU is idle, as a real one is. A GPU
+/// with MIG on has no utilisation, as NVML's reference says. `None` for no such GPU.
+pub fn readings(node: &crate::node::Node, index: u32) -> Option<Readings> {
+    let g = node.gpus.get(usize::try_from(index).ok()?)?;
+    let n = crate::rules::processes(node, index, None).map_or(0, |p| p.len());
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    let utilisation = |step: u32| (!g.mig_enabled).then(|| n.saturating_mul(step).min(100));
+    Some(Readings {
+        temperature_c: IDLE_TEMPERATURE_C + n.saturating_mul(3).min(30),
+        power_mw: IDLE_POWER_MW + n.saturating_mul(50_000).min(600_000),
+        gpu_util: utilisation(30),
+        memory_util: utilisation(10),
+    })
+}
+
 /// A GPU's serial number: 13 digits, stable per UUID (the real H100's is 1654723009368).
 pub fn serial(g: &Gpu) -> String {
     let digits: u64 = g.uuid.bytes().fold(1_654_723_009_368, |acc, b| {

@@ -504,18 +504,17 @@ pub struct nvmlUtilization_t {
 
 /// `NVML_TEMPERATURE_GPU`, the only sensor nvml.h's `nvmlTemperatureSensors_t` has.
 pub const NVML_TEMPERATURE_GPU: c_uint = 0;
-/// An idle GPU's temperature: the real H100 answered 35 °C idle
-/// (tests/device/results/nvidia-tools-2026-11-27/nvidia-smi/q.txt).
-pub const IDLE_TEMPERATURE_C: c_uint = 35;
-/// An idle GPU's power draw: the real H100 drew 73.6 W idle (same file).
-pub const IDLE_POWER_MW: c_uint = 73_600;
+pub use crate::device::{IDLE_POWER_MW, IDLE_TEMPERATURE_C};
 
-/// The simulator's load rule: each compute process the node lists on a GPU (its MIG
-/// instances' included) adds 30 % GPU and 10 % memory utilisation (at most 100), 3 °C
-/// (at most 30) and 50 W (at most 600); with none the GPU is idle, as a real one is.
-fn load_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<u32, Code> {
+/// The readings of the whole GPU `device` is ([`crate::device::readings`]); a MIG device
+/// has none of its own (NOT_SUPPORTED, as on hardware).
+fn readings_of(
+    node: &Node,
+    epoch: u32,
+    device: nvmlDevice_t,
+) -> Result<crate::device::Readings, Code> {
     let index = whole_gpu(node, epoch, device)?;
-    Ok(u32::try_from(rules::processes(node, index, None)?.len()).unwrap_or(u32::MAX))
+    crate::device::readings(node, index).ok_or(ret::INVALID_ARGUMENT)
 }
 
 /// `nvmlDeviceGetUtilizationRates`: 0 % idle, 30 % GPU and 10 % memory per compute process
@@ -527,16 +526,13 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetUtilizationRates", |node, epoch| {
-        let n = load_of(node, epoch, device)?;
-        if gpu_of(node, epoch, device)?.1.mig_enabled {
+        let r = readings_of(node, epoch, device)?;
+        let (Some(gpu), Some(memory)) = (r.gpu_util, r.memory_util) else {
             return Err(ret::NOT_SUPPORTED);
-        }
+        };
         // SAFETY: null or a writable nvmlUtilization_t (nvml.h).
         let utilization = unsafe { out(utilization) }?;
-        *utilization = nvmlUtilization_t {
-            gpu: n.saturating_mul(30).min(100),
-            memory: n.saturating_mul(10).min(100),
-        };
+        *utilization = nvmlUtilization_t { gpu, memory };
         Ok(())
     })
 }
@@ -551,13 +547,13 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     temp: *mut c_uint,
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetTemperature", |node, epoch| {
-        let n = load_of(node, epoch, device)?;
+        let r = readings_of(node, epoch, device)?;
         if sensorType != NVML_TEMPERATURE_GPU {
             return Err(ret::NOT_SUPPORTED);
         }
         // SAFETY: null or a writable c_uint (nvml.h).
         let temp = unsafe { out(temp) }?;
-        *temp = IDLE_TEMPERATURE_C + n.saturating_mul(3).min(30);
+        *temp = r.temperature_c;
         Ok(())
     })
 }
@@ -570,10 +566,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     power: *mut c_uint,
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetPowerUsage", |node, epoch| {
-        let n = load_of(node, epoch, device)?;
+        let r = readings_of(node, epoch, device)?;
         // SAFETY: null or a writable c_uint (nvml.h).
         let power = unsafe { out(power) }?;
-        *power = IDLE_POWER_MW + n.saturating_mul(50_000).min(600_000);
+        *power = r.power_mw;
         Ok(())
     })
 }

@@ -4,6 +4,7 @@
 //! words nvidia-smi prints for modes.
 
 use gpushare_catalog::Architecture;
+use gpushare_sim_nvml::device::Readings;
 use gpushare_sim_nvml::node::{ComputeMode, Gpu, Node};
 use gpushare_sim_nvml::rules;
 
@@ -104,34 +105,13 @@ fn used_mib(processes: Vec<rules::ProcessView>) -> u64 {
     processes.iter().map(|p| p.memory).sum::<u64>() >> 20
 }
 
-/// What the simulated driver's telemetry answers for a whole GPU
-/// (`nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetUtilizationRates`
-/// in `gpushare_sim_nvml::abi::device_info`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Readings {
-    /// GPU temperature, °C.
-    pub temperature_c: u32,
-    /// Power draw, milliwatts.
-    pub power_mw: u32,
-    /// GPU utilisation, percent; `None` with MIG on (NVML: NOT_SUPPORTED).
-    pub gpu_util: Option<u32>,
-}
-
-/// The simulated driver's load rule (sim/nvml/src/abi/device_info.rs, `load_of` and the
-/// three telemetry exports): each compute process listed on the GPU, its MIG instances'
-/// included, adds 3 °C (at most 30 more), 50 W (at most 600 W more) and 30 % GPU
-/// utilisation (at most 100). The library keeps this rule inside its exported functions,
-/// which need an initialised NVML, so the steps are restated here from its idle figures;
-/// tests/nvidia_smi_nvml_agree.rs checks that both answer alike for the same node.
+/// What the simulated driver's sensors read for GPU `index` (the library's own rule,
+/// [`gpushare_sim_nvml::device::readings`], as its NVML calls answer it).
 pub fn readings(node: &Node, index: usize) -> Readings {
-    use gpushare_sim_nvml::abi::device_info::{IDLE_POWER_MW, IDLE_TEMPERATURE_C};
-    let n = rules::processes(node, index as u32, None).map_or(0, |p| p.len());
-    let n = u32::try_from(n).unwrap_or(u32::MAX);
-    Readings {
-        temperature_c: IDLE_TEMPERATURE_C + n.saturating_mul(3).min(30),
-        power_mw: IDLE_POWER_MW + n.saturating_mul(50_000).min(600_000),
-        gpu_util: (!node.gpus[index].mig_enabled).then(|| n.saturating_mul(30).min(100)),
-    }
+    u32::try_from(index)
+        .ok()
+        .and_then(|i| gpushare_sim_nvml::device::readings(node, i))
+        .expect("a GPU of the node")
 }
 
 /// The enforced power limit in watts nvidia-smi shows beside the draw, where a real one of
