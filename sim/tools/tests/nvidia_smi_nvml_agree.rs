@@ -1,6 +1,7 @@
 //! The summary's temperature, power draw, GPU-Util and memory are the simulated NVML
-//! library's answers for the same node: the tool restates the driver's load rule
-//! (`device::readings`), and this checks the two never drift apart. The library is called
+//! library's answers for the same node: both take the load rule from
+//! `gpushare_sim_nvml::device::readings`, and this checks the table shows what NVML's
+//! calls answer. The library is called
 //! in this test's own process (one test in this file: it sets the environment NVML reads).
 
 mod smi;
