@@ -81,6 +81,8 @@ look() {
   step "$tag: nvidia-smi"; nvidia-smi | tee "$out/nvidia-smi-$tag.txt" | sed -n '/Processes/,$p'
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv | tee "$out/compute-apps-$tag.csv"
   step "$tag: control daemon"; s=$(control get_server_list | head -n1); echo "server $s clients: $(control "get_client_list $s" | tr '\n' ' ')"
+  # The agent tells gpushare's MPS servers by their parent, the control daemon.
+  ps -eo pid,ppid,user,comm,args | grep -E '[n]vidia-cuda-mps|[t]orch_client' 
   step "$tag: gpushare-ctl clients (root)"; ctl clients; ctl clients --json >"$out/clients-$tag.json"; cat "$out/clients-$tag.json"; echo
   step "$tag: gpushare-ctl clients (nobody)"; setpriv --reuid=65534 --regid=65534 --clear-groups "$bin/gpushare-ctl" clients
   step "$tag: gpushare-ctl status"; ctl status

@@ -102,9 +102,10 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let second = &status.gpus[0].instances[1];
     let (gi2, mig_uuid2) = (second.gpu_instance_id, second.uuid.clone().expect("its MIG-"));
 
-    let whole = Sleeper::start(None, &[]);
-    // The whole-GPU client runs in a unit of its own, where the test may make one.
+    // The whole-GPU client runs in a unit of its own, where the test may make one (made
+    // first, so that it goes after the client even when the test fails).
     let unit = gpushare_tests::Cgroup::new("clients-whole");
+    let whole = Sleeper::start(None, &[]);
     if let Some(unit) = &unit {
         unit.add(whole.pid());
     }

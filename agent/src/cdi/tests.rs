@@ -55,6 +55,7 @@ fn server(
         pid: Some(4242),
         restarts: 0,
         clients: Vec::new(),
+        clients_read: false,
     }
 }
 

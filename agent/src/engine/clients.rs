@@ -16,9 +16,10 @@ use crate::sys::procfs;
 
 /// The most bytes of a command line shown.
 const COMMAND_MAX_BYTES: usize = 256;
-/// The command name (`comm`, cut at 15 bytes) of MPS's own processes,
-/// `nvidia-cuda-mps-control` and `nvidia-cuda-mps-server`: not clients.
-const MPS_COMM: &str = "nvidia-cuda-mps";
+/// How the programs of MPS's own processes begin (`nvidia-cuda-mps-control`,
+/// `nvidia-cuda-mps-server`): not clients. Told by the program (`/proc/PID/exe`), never by
+/// the name, which any process may give itself to hide from the table.
+const MPS_PROGRAM: &str = "nvidia-cuda-mps";
 /// The variable an MPS client lowers its own thread percentage with.
 const THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 
@@ -47,21 +48,40 @@ pub fn table(
     user_name: &dyn Fn(u32) -> Option<String>,
 ) -> ClientTable {
     let running = || node.mps.iter().filter(|s| s.pid.is_some());
+    // MPS servers among the driver's processes (the real driver lists each as a compute
+    // process of its own), and the devices where one runs that no control daemon of
+    // gpushare's started (its parent): someone's own MPS.
+    let daemons: HashSet<u32> = running().filter_map(|s| s.pid).collect();
+    let mut mps_servers: HashSet<u32> = HashSet::new();
+    let mut foreign: HashSet<(u32, Option<u32>)> = HashSet::new();
+    for g in &node.gpus {
+        for p in g.processes.iter().filter(|p| !p.mps_client) {
+            if procfs::program_in(proc_root, p.pid).is_some_and(|n| n.starts_with(MPS_PROGRAM)) {
+                mps_servers.insert(p.pid);
+                let parent = procfs::owner_in(proc_root, p.pid).and_then(|o| o.parent);
+                if !parent.is_some_and(|pp| daemons.contains(&pp)) {
+                    foreign.insert((g.index, p.gpu_instance_id.filter(|_| g.mig_enabled)));
+                }
+            }
+        }
+    }
     let mut found: Vec<Found<'_>> = Vec::new();
     for g in &node.gpus {
-        for p in &g.processes {
+        for p in g.processes.iter().filter(|p| !mps_servers.contains(&p.pid)) {
             let gpu_instance = p.gpu_instance_id.filter(|_| g.mig_enabled);
-            // The control daemon's list where it was read, else the driver's word that the
-            // process is an MPS client, served by the server of its GPU or instance.
+            // The control daemon's list where it was read. Else the driver's word that the
+            // process is an MPS client: of gpushare's server of its GPU or GPU instance,
+            // when that is the one server there (not a subdivided instance's), its daemon
+            // was not asked (asked, it would have named it), and no other MPS runs there.
             let server =
                 running().find(|s| s.gpu == g.index && s.clients.contains(&p.pid)).or_else(|| {
-                    p.mps_client
-                        .then(|| {
-                            running().find(|s| {
-                                s.gpu == g.index && served_instance(g, s).0 == gpu_instance
-                            })
-                        })
-                        .flatten()
+                    if !p.mps_client || foreign.contains(&(g.index, gpu_instance)) {
+                        return None;
+                    }
+                    let mut serving = running()
+                        .filter(|s| s.gpu == g.index && served_instance(g, s).0 == gpu_instance);
+                    let only = serving.next()?;
+                    (serving.next().is_none() && !only.clients_read).then_some(only)
                 });
             let instance = gpu_instance
                 .and_then(|id| sole_compute_instance(g, id))
@@ -118,10 +138,10 @@ pub fn table(
             }
             continue;
         }
-        let Some(owner) = procfs::owner_in(proc_root, f.pid) else { continue };
-        if owner.name == MPS_COMM {
+        // Gone, or gone but for its exit status: no GPU context either way.
+        let Some(owner) = procfs::owner_in(proc_root, f.pid).filter(|o| !o.zombie) else {
             continue;
-        }
+        };
         if let Some(gi) = f.gpu_instance {
             used_instances.insert((f.gpu.index, gi));
         }
@@ -252,8 +272,7 @@ fn mig_device(gpu: &GpuState, gi: u32) -> String {
 /// GPU whose driver answered the MPS process list (driver 580 on the H200 did, with every
 /// client in it).
 fn driver_names_clients(node: &NodeState, server: &MpsServerState) -> bool {
-    node.gpu(server.gpu)
-        .is_some_and(|g| g.mps_clients_named && served_instance(g, server).0.is_none())
+    server.placement_start.is_none() && node.gpu(server.gpu).is_some_and(|g| g.mps_clients_named)
 }
 
 /// An MPS server as a client refresh sees it: what tells that its clients went with a
@@ -345,7 +364,7 @@ mod tests {
         MpsServerState {
             uuid: uuid.into(),
             gpu,
-            placement_start: None,
+            placement_start: uuid.starts_with("MIG-").then_some(0),
             compute_instance: 0,
             limits: MpsLimits {
                 active_thread_percentage: threads,
@@ -353,19 +372,36 @@ mod tests {
             },
             pid: Some(900),
             restarts: 0,
+            clients_read: true,
             clients,
         }
     }
 
-    /// A fake `/proc/PID`.
+    /// A fake `/proc/PID`, its program the command line's first word, its parent 1.
     fn fake(root: &Path, pid: u32, name: &str, uid: u32, cmdline: &str, cgroup: &str, env: &str) {
         let dir = root.join(pid.to_string());
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("status"), format!("Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
-            .unwrap();
+        let status =
+            format!("Name:\t{name}\nState:\tS\nPPid:\t1\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
+        fs::write(dir.join("status"), status).unwrap();
         fs::write(dir.join("cmdline"), cmdline.replace(' ', "\0")).unwrap();
         fs::write(dir.join("cgroup"), cgroup).unwrap();
         fs::write(dir.join("environ"), env.replace(' ', "\0")).unwrap();
+        let program = cmdline.split(' ').next().unwrap();
+        std::os::unix::fs::symlink(format!("/usr/bin/{program}"), dir.join("exe")).unwrap();
+    }
+
+    /// Rewrites a fake process's status line `key`.
+    fn fake_status(root: &Path, pid: u32, key: &str, value: &str) {
+        let path = root.join(pid.to_string()).join("status");
+        let status = fs::read_to_string(&path).unwrap();
+        let status: String = status
+            .lines()
+            .map(
+                |l| if l.starts_with(key) { format!("{key}\t{value}\n") } else { format!("{l}\n") },
+            )
+            .collect();
+        fs::write(path, status).unwrap();
     }
 
     #[test]
@@ -374,7 +410,8 @@ mod tests {
         let root = tmp.path();
         let id = "ab".repeat(32);
         fake(root, 10, "python3", 1000, "python3 serve.py", "0::/system.slice/serve.service\n", "");
-        fake(root, 11, MPS_COMM, 0, "nvidia-cuda-mps-server", "0::/\n", "");
+        fake(root, 11, "nvidia-cuda-mps", 0, "nvidia-cuda-mps-server", "0::/\n", "");
+        fake_status(root, 11, "PPid:", "900");
         fake(root, 12, "python3", 1001, "python3 a.py", "0::/user.slice/run-r2.scope\n", "");
         fake(root, 20, "train", 0, "train --secret=x", &format!("0::/docker-{id}.scope\n"), "");
         let env = format!("A=1 {THREADS_VARIABLE}=10");
@@ -463,6 +500,11 @@ mod tests {
         fake(root, 41, "python3", 1000, "python3 b.py", "0::/\n", "");
         fake(root, 42, "python3", 1000, "python3 c.py", "0::/\n", "");
         let mps = |pid, gi, bytes| ComputeProcess { mps_client: true, ..process(pid, gi, bytes) };
+        // `status` asks no control daemon.
+        let unasked = |uuid, gpu, threads| MpsServerState {
+            clients_read: false,
+            ..server(uuid, gpu, threads, Vec::new())
+        };
         let node = NodeState {
             gpus: vec![
                 gpu(0, Vec::new(), vec![mps(40, None, Some(2_485_125_120))]),
@@ -472,20 +514,65 @@ mod tests {
                     vec![mps(41, Some(2), Some(1 << 30)), mps(42, Some(1), Some(1 << 30))],
                 ),
             ],
-            mps: vec![server("GPU-0", 0, 50, Vec::new()), server("MIG-b", 1, 25, Vec::new())],
+            mps: vec![unasked("GPU-0", 0, 50), unasked("MIG-b", 1, 25)],
             ..NodeState::default()
         };
         let table = table(&node, root, None, &|_| None);
-        let [whole, on_mig, foreign] = table.clients.as_slice() else { panic!("{table:#?}") };
+        let [whole, unserved, served] = table.clients.as_slice() else { panic!("{table:#?}") };
         assert_eq!((whole.via.as_str(), whole.mps_server.as_deref()), ("mps", Some("GPU-0")));
         assert_eq!(whole.memory_bytes, Some(2_485_125_120));
         assert_eq!(whole.share.as_ref().map(|s| s.active_thread_percentage), Some(50));
-        assert_eq!((on_mig.pid, on_mig.mps_server.as_deref()), (42, None), "{table:#?}");
-        assert_eq!((on_mig.via.as_str(), on_mig.share.as_ref()), ("mps", None));
-        assert_eq!((foreign.pid, foreign.mps_server.as_deref()), (41, Some("MIG-b")));
-        assert_eq!(foreign.instance.as_deref(), Some("MIG-b"));
-        assert_eq!(foreign.share.as_ref().map(|s| s.active_thread_percentage), Some(25));
+        assert_eq!((unserved.pid, unserved.mps_server.as_deref()), (42, None), "{table:#?}");
+        assert_eq!((unserved.via.as_str(), unserved.share.as_ref()), ("mps", None));
+        assert_eq!((served.pid, served.mps_server.as_deref()), (41, Some("MIG-b")));
+        assert_eq!(served.instance.as_deref(), Some("MIG-b"));
+        assert_eq!(served.share.as_ref().map(|s| s.active_thread_percentage), Some(25));
         assert!(table.idle.iter().all(|d| d.what != "mps-server"), "{table:#?}");
+
+        // Its control daemon asked and not naming it, a client is another MPS's.
+        let asked = NodeState {
+            mps: vec![server("GPU-0", 0, 50, vec![]), node.mps[1].clone()],
+            ..node.clone()
+        };
+        let table = super::table(&asked, root, None, &|_| None);
+        assert_eq!((table.clients[0].pid, table.clients[0].mps_server.as_deref()), (40, None));
+        // Another MPS server on the GPU (a server no daemon of gpushare's started): the
+        // driver's word does not say whose client it is.
+        fake(root, 50, "nvidia-cuda-mps", 1001, "nvidia-cuda-mps-server", "0::/\n", "");
+        let mut other = node.clone();
+        other.gpus[0].processes.push(process(50, None, Some(66 << 20)));
+        let table = super::table(&other, root, None, &|_| None);
+        let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
+        assert_eq!(pids, [40, 42, 41], "the other server is no client: {table:#?}");
+        assert_eq!(table.clients[0].mps_server, None, "{table:#?}");
+        // gpushare's own server (its parent the control daemon, 900) is no client either,
+        // and does not hide whose clients run there.
+        fake_status(root, 50, "PPid:", "900");
+        let table = super::table(&other, root, None, &|_| None);
+        assert_eq!(table.clients[0].mps_server.as_deref(), Some("GPU-0"), "{table:#?}");
+        // A process naming itself like MPS is still a client; a zombie is none.
+        fake(root, 51, "nvidia-cuda-mps", 1001, "python3 hide.py", "0::/\n", "");
+        fake(root, 52, "python3", 1001, "python3 gone.py", "0::/\n", "");
+        fake_status(root, 52, "State:", "Z (zombie)");
+        other.gpus[0].processes.extend([process(51, None, None), process(52, None, None)]);
+        let table = super::table(&other, root, None, &|_| None);
+        let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
+        assert_eq!(pids, [51, 40, 42, 41], "{table:#?}");
+        // A GPU instance subdivided, a server on each compute instance: the driver names
+        // the GPU instance only, so which server is not said.
+        let mut split = node.clone();
+        split.gpus[1].instances[1].compute_instances.push(ComputeInstance {
+            id: 1,
+            uuid: "MIG-b2".into(),
+            slices: 1,
+        });
+        split.mps.push(unasked("MIG-b2", 1, 10));
+        let table = super::table(&split, root, None, &|_| None);
+        let c = table.clients.iter().find(|c| c.pid == 41).unwrap();
+        assert_eq!(
+            (c.via.as_str(), c.mps_server.as_deref(), c.instance.as_deref()),
+            ("mps", None, None)
+        );
 
         // The metrics' refresh asks the control daemon only where the driver's lists may
         // not tell: a GPU without the MPS list, or a MIG instance.

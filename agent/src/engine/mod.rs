@@ -431,10 +431,20 @@ impl Engine {
         Ok(self.node.observe(Reads::FOR_PLANNING).await?)
     }
 
-    /// The observed GPUs, the active profile and the job in progress. Time-slice
-    /// intervals cost an nvidia-smi run, so they are read only when the active profile
-    /// time-slices.
+    /// The observed GPUs with their clients, the active profile and the job in progress.
+    /// Time-slice intervals cost an nvidia-smi run, so they are read only when the active
+    /// profile time-slices.
     pub async fn status(&self) -> Result<Status, EngineError> {
+        self.status_with(true).await
+    }
+
+    /// [`Engine::status`] without the clients (no `/proc` read): what the metrics'
+    /// refresh reads every few seconds, which has series of its own for clients.
+    pub async fn status_without_clients(&self) -> Result<Status, EngineError> {
+        self.status_with(false).await
+    }
+
+    async fn status_with(&self, with_clients: bool) -> Result<Status, EngineError> {
         let epoch = self.epoch();
         // Whether the journal's transaction is settled: none runs now (a bench's setup runs
         // with no job named). Read while no transaction can begin.
@@ -480,7 +490,8 @@ impl Engine {
         });
         let mut gpus: Vec<_> =
             node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect();
-        for client in self.status_clients(&node).await? {
+        let clients = if with_clients { self.status_clients(&node).await } else { Vec::new() };
+        for client in clients {
             if let Some(gpu) = gpus.iter_mut().find(|g| g.index == client.gpu) {
                 gpu.clients.push(client);
             }
@@ -508,22 +519,34 @@ impl Engine {
     /// without command lines (everyone may call `Status`). The driver names the MPS clients
     /// among its processes, so no MPS control daemon is asked. Read in `/proc` off the
     /// async threads; nothing to read when no process uses a GPU.
+    /// Best-effort: a failure is logged and shows no client, never fails `status`.
     async fn status_clients(
         &self,
         node: &crate::node::NodeState,
-    ) -> Result<Vec<gpushare_proto::clients::GpuClient>, EngineError> {
+    ) -> Vec<gpushare_proto::clients::GpuClient> {
         let anyone = node.gpus.iter().any(|g| !g.processes.is_empty())
             || node.mps.iter().any(|s| !s.clients.is_empty());
         if !anyone {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let node = node.clone();
-        tokio::task::spawn_blocking(move || {
+        let table = tokio::task::spawn_blocking(move || {
             let proc_root = std::path::Path::new("/proc");
-            clients::table(&node, proc_root, None, &crate::sys::unix::user_name).clients
+            clients::table(&node, proc_root, None, &crate::sys::unix::user_name)
         })
-        .await
-        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))
+        .await;
+        match table {
+            Ok(table) => {
+                if table.left_out > 0 {
+                    tracing::debug!(left_out = table.left_out, "status lists the first clients");
+                }
+                table.clients
+            }
+            Err(e) => {
+                tracing::warn!("status without clients: {}", crate::sys::task_failed(&e));
+                Vec::new()
+            }
+        }
     }
 
     /// Whether the active profile time-slices a whole GPU, whether it was applied by

@@ -274,7 +274,7 @@ fn record_event(event: &EngineEvent) {
 
 /// Brings the state series up to date with a fresh status.
 async fn refresh(engine: &Engine) {
-    match (engine.status().await, engine.mps_status().await) {
+    match (engine.status_without_clients().await, engine.mps_status().await) {
         (Ok(status), Ok(mps)) => update_state(&status, &mps),
         (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
     }

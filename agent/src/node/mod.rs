@@ -68,6 +68,9 @@ pub struct MpsServerState {
     /// PIDs of the CUDA clients of a running server, where they were read (for plans: a
     /// server with clients is not stopped unless forced); empty otherwise.
     pub clients: Vec<u32>,
+    /// Whether `clients` is the control daemon's answer (it was asked, and answered), so
+    /// that a client missing from it is no client of this server.
+    pub clients_read: bool,
 }
 
 impl NodeState {
@@ -130,8 +133,10 @@ pub struct GpuState {
     pub instances: Vec<GpuInstance>,
     /// Compute processes on the GPU or its instances.
     pub processes: Vec<ComputeProcess>,
-    /// Whether the driver answered the GPU's MPS process list, so that the MPS clients
-    /// among `processes` are marked (driver 580 does; an older one may not have the call).
+    /// Whether every MPS client of the GPU is among `processes`, marked: the driver
+    /// answered the GPU's MPS process list (driver 580 does; an older one may lack the
+    /// call), or the GPU had no compute process at all (then no MPS server runs there,
+    /// which is a compute process itself, and so no client either).
     pub mps_clients_named: bool,
 }
 

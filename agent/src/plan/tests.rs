@@ -385,6 +385,7 @@ fn server(
         pid: Some(1000 + gpu),
         restarts: 0,
         clients: clients.to_vec(),
+        clients_read: true,
     }
 }
 

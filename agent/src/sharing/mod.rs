@@ -37,6 +37,7 @@ impl SharingTools {
                 pid: s.pid,
                 restarts: s.record.restarts,
                 clients: Vec::new(),
+                clients_read: false,
             })
             .collect()
     }
@@ -47,7 +48,10 @@ impl SharingTools {
         std::thread::scope(|scope| {
             for server in servers.iter_mut().filter(|s| s.pid.is_some()) {
                 scope.spawn(move || match self.mps.client_pids(&server.uuid) {
-                    Ok(pids) => server.clients = pids,
+                    Ok(pids) => {
+                        server.clients = pids;
+                        server.clients_read = true;
+                    }
                     Err(e) => tracing::debug!("MPS clients of {} unknown: {e}", server.uuid),
                 });
             }

@@ -136,19 +136,39 @@ fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
 /// and real user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    /// `Name:`.
+    /// `Name:` (which the process may set itself: never proof of what it runs).
     pub name: String,
     /// The first `Uid:`.
     pub uid: u32,
+    /// `PPid:`.
+    pub parent: Option<u32>,
+    /// Whether it has exited and awaits its parent (`State: Z`).
+    pub zombie: bool,
 }
 
-/// The name and real user of `pid` under `proc_root` (a `/proc`); `None` when it has gone.
+/// The name, real user, parent and state of `pid` under `proc_root` (a `/proc`); `None`
+/// when it has gone.
 pub fn owner_in(proc_root: &Path, pid: u32) -> Option<Owner> {
     let status = read_bounded(&proc_root.join(pid.to_string()).join("status"), 16 * 1024)?;
     let status = String::from_utf8_lossy(&status);
     let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
     let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
-    Some(Owner { name: field("Name:").unwrap_or_default().to_string(), uid })
+    Some(Owner {
+        name: field("Name:").unwrap_or_default().to_string(),
+        uid,
+        parent: field("PPid:").and_then(|p| p.parse().ok()),
+        zombie: field("State:").is_some_and(|s| s.starts_with('Z')),
+    })
+}
+
+/// The file name of the program `pid` under `proc_root` runs (`/proc/PID/exe`, which only
+/// the kernel sets: unlike the name, a process cannot fake it); `None` when it cannot be
+/// read.
+pub fn program_in(proc_root: &Path, pid: u32) -> Option<String> {
+    let target = fs::read_link(proc_root.join(pid.to_string()).join("exe")).ok()?;
+    let name = target.file_name()?.to_string_lossy();
+    // A program replaced on disk while it runs reads `name (deleted)`.
+    Some(name.strip_suffix(" (deleted)").unwrap_or(&name).to_string())
 }
 
 /// The command line of `pid` under `proc_root`: its arguments joined by spaces, cut to at
@@ -200,10 +220,20 @@ pub fn placement_of_cgroup(text: &str) -> (Option<String>, Option<String>) {
         if let Some(id) = container_id(component) {
             container = Some(id);
         } else if component.ends_with(".service") || component.ends_with(".scope") {
-            unit = Some(component.to_string());
+            unit = Some(printable(component));
         }
     }
     (unit, container)
+}
+
+/// The most characters of a unit name shown (the kernel's limit for a cgroup name).
+const UNIT_MAX_CHARS: usize = 255;
+
+/// A cgroup name as it may be shown: a user names its own cgroups (systemd delegates
+/// `user@UID.service`), and the kernel refuses only `/` and newlines in them, so control
+/// characters (a terminal's escape sequences) become `?` and the name is cut at 255.
+fn printable(name: &str) -> String {
+    name.chars().take(UNIT_MAX_CHARS).map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 
 /// The first 12 hex digits of the 64-digit container id in a cgroup path component.
@@ -346,6 +376,12 @@ mod tests {
             ),
             ("0::/\n", None, None),
             ("", None, None),
+            // A user's own cgroup names reach a root's terminal: no escape sequences.
+            (
+                "0::/user.slice/user@1000.service/\u{1b}]0;owned\u{7}x.scope\n",
+                Some("?]0;owned?x.scope"),
+                None,
+            ),
         ];
         for (text, unit, container) in cases {
             let (u, c) = placement_of_cgroup(text);
@@ -362,7 +398,16 @@ mod tests {
             .unwrap();
         fs::write(dir.join("cmdline"), b"python3\0train.py\0--lr\0").unwrap();
         fs::write(dir.join("environ"), b"A=1\0CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20\0").unwrap();
-        assert_eq!(owner_in(tmp.path(), 7), Some(Owner { name: "python3".into(), uid: 1000 }));
+        let owner = Owner { name: "python3".into(), uid: 1000, parent: None, zombie: false };
+        assert_eq!(owner_in(tmp.path(), 7), Some(owner));
+        fs::write(dir.join("status"), "Name:\tx\nState:\tZ (zombie)\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
+            .unwrap();
+        let zombie = Owner { name: "x".into(), uid: 0, parent: Some(1), zombie: true };
+        assert_eq!(owner_in(tmp.path(), 7), Some(zombie));
+        fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
+            .unwrap();
+        assert!(program_in(Path::new("/proc"), std::process::id()).is_some());
+        assert_eq!(program_in(tmp.path(), 7), None);
         assert_eq!(command_line_in(tmp.path(), 7, 256).as_deref(), Some("python3 train.py --lr"));
         assert_eq!(command_line_in(tmp.path(), 7, 10).as_deref(), Some("python3…"));
         let var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";

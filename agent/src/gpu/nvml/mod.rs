@@ -478,7 +478,8 @@ impl<'a> Session<'a> {
     }
 
     /// The compute processes on a GPU, those the driver names MPS clients marked, and
-    /// whether it names them (see [`NvmlBackend::mps_clients`]). An idle GPU costs one
+    /// whether it names them all (see `mps_clients` below and
+    /// [`GpuState::mps_clients_named`]). An idle GPU costs one
     /// driver call: with no compute process there is no MPS client either (a running MPS
     /// server is a compute process itself). On a busy one the MPS list is read before and
     /// after the compute list: a client that comes or goes between the reads is in the
@@ -498,16 +499,23 @@ impl<'a> Session<'a> {
         let (before, named_before) = self.mps_clients(device, mig_enabled, mig_devices);
         let mut processes = self.compute_processes(gpu, device, mig_enabled, mig_devices)?;
         let (after, named_after) = self.mps_clients(device, mig_enabled, mig_devices);
-        for client in before.into_iter().chain(after) {
-            match processes
-                .iter_mut()
-                .find(|p| p.pid == client.pid && p.gpu_instance_id == client.gpu_instance_id)
-            {
+        let same = |p: &ComputeProcess, c: &ComputeProcess| {
+            p.pid == c.pid && p.gpu_instance_id == c.gpu_instance_id
+        };
+        // A client of the first read that is in neither later one has gone.
+        for client in &before {
+            if let Some(listed) = processes.iter_mut().find(|p| same(p, client)) {
+                listed.mps_client = true;
+            }
+        }
+        for client in after {
+            match processes.iter_mut().find(|p| same(p, &client)) {
                 Some(listed) => {
                     listed.mps_client = true;
                     listed.used_memory_bytes =
                         listed.used_memory_bytes.or(client.used_memory_bytes);
                 }
+                // A driver that names an MPS client in its MPS list alone.
                 None => processes.push(client),
             }
         }
@@ -587,7 +595,9 @@ impl<'a> Session<'a> {
         };
         match running_processes(device, Device::mps_running_compute_processes) {
             Ok(list) => (list.iter().map(|p| entry(p, None)).collect(), true),
-            Err(NvmlError::NoPermission | NvmlError::NotSupported) if mig_enabled => {
+            // The parent's MPS list of a GPU in MIG mode was never seen on hardware: any
+            // answer but a missing function sends the question to its MIG devices.
+            Err(e) if mig_enabled && !matches!(e, NvmlError::FailedToLoadSymbol(_)) => {
                 let on_mig = mig_devices
                     .iter()
                     .filter_map(|mig| {
