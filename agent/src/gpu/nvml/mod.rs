@@ -1042,8 +1042,6 @@ struct MigDevice {
     uuid: String,
 }
 
-/// `nvmlDeviceGetComputeRunningProcesses_v3`, retried when processes start between the
-/// count and the fetch.
 /// A process's GPU memory as NVML reports it (not available under some drivers and
 /// virtualization modes).
 fn used_memory(used: &nvml_wrapper::enums::device::UsedGpuMemory) -> Option<u64> {
@@ -1053,6 +1051,8 @@ fn used_memory(used: &nvml_wrapper::enums::device::UsedGpuMemory) -> Option<u64>
     }
 }
 
+/// `nvmlDeviceGetComputeRunningProcesses_v3`, retried when processes start between the
+/// count and the fetch.
 fn running_compute_processes(device: &Device<'_>) -> Result<Vec<ProcessInfo>, NvmlError> {
     running_processes(device, Device::running_compute_processes)
 }
