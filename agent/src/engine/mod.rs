@@ -456,7 +456,18 @@ impl Engine {
         let benches = self.claims.all();
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
-        let node = self.node.observe_shared(reads, epoch).await?;
+        let mut node = self.node.observe_shared(reads, epoch).await?;
+        // A driver that does not name MPS clients (no MPS process list): their servers'
+        // control daemons are asked instead, so that the clients are attributed.
+        let unnamed = |node: &crate::node::NodeState| {
+            node.mps
+                .iter()
+                .any(|s| s.pid.is_some() && node.gpu(s.gpu).is_some_and(|g| !g.mps_clients_named))
+        };
+        if with_clients && !reads.mps_clients && unnamed(&node) {
+            let reads = Reads { mps_clients: true, ..reads };
+            node = self.node.observe_shared(reads, epoch).await?;
+        }
         let mps = &self.node.sharing.mps;
         let drift = (self.epoch() == epoch).then(|| self.drift_of(&node, &journal)).flatten();
         let profiles = self.profiles();
