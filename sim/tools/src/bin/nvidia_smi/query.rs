@@ -158,6 +158,27 @@ const FIELDS: &[Field] = &[
     },
 ];
 
+/// The fields of `table` a query's comma-separated `list` names, by name or alias (`names`
+/// gives a field's); the error is the real tool's line for the first it does not know.
+fn find_all<T>(
+    table: &'static [T],
+    list: &str,
+    names: impl Fn(&T) -> (&'static str, &'static [&'static str]),
+) -> Result<Vec<&'static T>, String> {
+    list.split(',')
+        .map(|name| {
+            let name = name.trim();
+            table
+                .iter()
+                .find(|f| {
+                    let (own, aliases) = names(f);
+                    own == name || aliases.contains(&name)
+                })
+                .ok_or_else(|| format!("Field \"{name}\" is not a valid field to query."))
+        })
+        .collect()
+}
+
 /// The fields of a `--query-gpu` list.
 pub struct Fields(Vec<&'static Field>);
 
@@ -165,16 +186,7 @@ impl Fields {
     /// Parses `index,name,...`; the error is the real tool's line for the first field it
     /// does not know.
     pub fn parse(list: &str) -> Result<Fields, String> {
-        list.split(',')
-            .map(|name| {
-                let name = name.trim();
-                FIELDS
-                    .iter()
-                    .find(|f| f.name == name || f.aliases.contains(&name))
-                    .ok_or_else(|| format!("Field \"{name}\" is not a valid field to query."))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Fields)
+        find_all(FIELDS, list, |f| (f.name, f.aliases)).map(Fields)
     }
 }
 
@@ -307,16 +319,7 @@ impl AppFields {
     /// Parses `pid,process_name,...`; the error is the real tool's line for the first
     /// field it does not know (as `--query-gpu`'s).
     pub fn parse(list: &str) -> Result<AppFields, String> {
-        list.split(',')
-            .map(|name| {
-                let name = name.trim();
-                APP_FIELDS
-                    .iter()
-                    .find(|f| f.name == name || f.aliases.contains(&name))
-                    .ok_or_else(|| format!("Field \"{name}\" is not a valid field to query."))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(AppFields)
+        find_all(APP_FIELDS, list, |f| (f.name, f.aliases)).map(AppFields)
     }
 }
 
