@@ -5,7 +5,7 @@
 
 use gpushare_catalog::Architecture;
 use gpushare_sim_nvml::device::Readings;
-use gpushare_sim_nvml::node::{ComputeMode, Gpu, Node};
+use gpushare_sim_nvml::node::{ComputeMode, Gpu, GpuInstance, Node};
 use gpushare_sim_nvml::rules;
 
 /// The driver's version (`nvmlSystemGetDriverVersion`).
@@ -90,6 +90,17 @@ pub fn memory(node: &Node, index: usize) -> Memory {
     let g = &node.gpus[index];
     let used = used_mib(rules::processes(node, index as u32, None).unwrap_or_default());
     Memory { total: g.model().memory_mib, reserved: RESERVED_MIB, used }
+}
+
+/// The SMs of MIG device `ci` of GPU instance `gi`: its compute-instance profile's, or the
+/// GPU instance's when that profile is not known.
+pub fn mig_device_sms(g: &Gpu, gi: &GpuInstance, ci: u32) -> u32 {
+    let profile = rules::profile_of(g, gi);
+    gi.compute_instances
+        .iter()
+        .find(|c| c.id == ci)
+        .and_then(|c| rules::ci_profile(g, gi, c.profile_id).ok())
+        .map_or(profile.sms, |p| p.sms)
 }
 
 /// A MIG device's memory: its GPU instance's, none reserved, what its processes use.

@@ -150,12 +150,7 @@ fn mig_devices(log: &mut Log, node: &Node, index: usize) {
     for (device_index, (gi_id, ci_id, _)) in devices.into_iter().enumerate() {
         let Some(gi) = g.instance(gi_id) else { continue };
         let profile = rules::profile_of(g, gi);
-        let sms = gi
-            .compute_instances
-            .iter()
-            .find(|ci| ci.id == ci_id)
-            .and_then(|ci| rules::ci_profile(g, gi, ci.profile_id).ok())
-            .map_or(profile.sms, |p| p.sms);
+        let sms = device::mig_device_sms(g, gi, ci_id);
         log.section(2, "MIG Device");
         log.value(3, "Index", device_index);
         log.value(3, "GPU Instance ID", gi_id);

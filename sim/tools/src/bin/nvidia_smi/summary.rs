@@ -182,12 +182,7 @@ fn mig_box(text: &mut String, node: &Node, indexes: &[usize]) {
             any = true;
             let profile = rules::profile_of(g, gi);
             // The compute instance's SMs; the engines its GPU instance shares.
-            let sms = gi
-                .compute_instances
-                .iter()
-                .find(|ci| ci.id == ci_id)
-                .and_then(|ci| rules::ci_profile(g, gi, ci.profile_id).ok())
-                .map_or(profile.sms, |p| p.sms);
+            let sms = device::mig_device_sms(g, gi, ci_id);
             let e = profile.engines;
             let memory = device::mig_memory(node, index, gi_id, ci_id);
             let usage = format!("{:>16}MiB / {:>5}MiB", memory.used, memory.total);
