@@ -13,7 +13,6 @@
 //! the series' labels.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +24,7 @@ use gpushare_tests::{
     binary, ensure_users, is_root, text, wait_for,
 };
 
+use crate::client_metrics::promtool_accepts;
 use crate::metrics::{free_port, scrape};
 
 /// The label sets the agent is told to export at most.
@@ -123,25 +123,6 @@ fn dropped(body: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(DROPPED)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {DROPPED} in:\n{body}"))
-}
-
-fn promtool_accepts(body: &str) {
-    let promtool = std::path::Path::new("/usr/bin/promtool");
-    if !promtool.exists() {
-        eprintln!("promtool not installed (apt-get install prometheus): exposition not linted");
-        return;
-    }
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "promtool check metrics: {}\n{body}", text(&out));
-    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "promtool lint: {}", text(&out));
 }
 
 /// The resident memory of process `pid` in KiB (`VmRSS`).

@@ -71,7 +71,8 @@ fn client_samples(body: &str) -> Vec<&str> {
     body.lines().filter(|l| l.starts_with(MEMORY) || l.starts_with(THREADS)).collect()
 }
 
-fn promtool_accepts(body: &str) {
+/// promtool (Debian's, as CI installs it) lints `body` clean; without it, says so.
+pub(crate) fn promtool_accepts(body: &str) {
     let promtool = std::path::Path::new("/usr/bin/promtool");
     if !promtool.exists() {
         eprintln!("promtool not installed (apt-get install prometheus): exposition not linted");
@@ -86,7 +87,7 @@ fn promtool_accepts(body: &str) {
         .unwrap();
     child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "promtool check metrics: {}", text(&out));
+    assert!(out.status.success(), "promtool check metrics: {}\n{body}", text(&out));
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "promtool lint: {}", text(&out));
 }
 
