@@ -214,22 +214,24 @@ impl Format {
     }
 }
 
+/// A query's header line: each field's name, its unit in brackets (even with `nounits`).
+fn header<'a>(fields: impl Iterator<Item = (&'a str, Option<&'a str>)>) -> String {
+    let names: Vec<String> = fields
+        .map(|(name, unit)| match unit {
+            Some(unit) => format!("{name} [{unit}]"),
+            None => name.to_string(),
+        })
+        .collect();
+    format!("{}\n", names.join(", "))
+}
+
 /// The CSV lines for the GPUs at `indexes`: the header (names, units in brackets even with
 /// `nounits`), then one line per GPU; values `, `-separated, a unit after each value that
 /// has one unless `nounits`.
 pub fn render(node: &Node, indexes: &[usize], fields: &Fields, format: Format) -> String {
     let mut text = String::new();
     if format.header {
-        let names: Vec<String> = fields
-            .0
-            .iter()
-            .map(|f| match f.unit {
-                Some(unit) => format!("{} [{unit}]", f.name),
-                None => f.name.to_string(),
-            })
-            .collect();
-        text.push_str(&names.join(", "));
-        text.push('\n');
+        text.push_str(&header(fields.0.iter().map(|f| (f.name, f.unit))));
     }
     for &index in indexes {
         let values: Vec<String> = fields
@@ -328,16 +330,7 @@ impl AppFields {
 pub fn render_apps(node: &Node, indexes: &[usize], fields: &AppFields, format: Format) -> String {
     let mut text = String::new();
     if format.header {
-        let names: Vec<String> = fields
-            .0
-            .iter()
-            .map(|f| match f.unit {
-                Some(unit) => format!("{} [{unit}]", f.name),
-                None => f.name.to_string(),
-            })
-            .collect();
-        text.push_str(&names.join(", "));
-        text.push('\n');
+        text.push_str(&header(fields.0.iter().map(|f| (f.name, f.unit))));
     }
     for &index in indexes {
         for process in rules::processes(node, index as u32, None).unwrap_or_default() {
