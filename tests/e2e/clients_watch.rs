@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use gpushare_proto::clients::ClientTable;
 use gpushare_tests::{Agent, AgentOptions, stderr, stdout, text};
 
-/// Runs `gpushare-ctl ARGS` for a second at least, until its stdout has `frames` frames
-/// (as `count` counts them; 20 s at most), then interrupts it as Ctrl-C would: its exit
-/// status and stdout.
-fn watch_until(
-    agent: &Agent,
-    args: &[&str],
+/// Runs `command` (a watching `gpushare-ctl`) for a second at least, until its stdout has
+/// `frames` frames (as `count` counts them; 20 s at most), then interrupts it as Ctrl-C
+/// would: its exit status and stdout. Nothing may come on its stderr.
+pub(crate) fn watch_until(
+    mut command: Command,
     frames: usize,
-    count: fn(&str) -> usize,
+    count: impl Fn(&str) -> usize,
 ) -> (Option<i32>, String) {
-    let child = agent.ctl_command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
     let mut child = child.expect("gpushare-ctl runs");
     let mut pipe = child.stdout.take().unwrap();
     let seen = Arc::new(Mutex::new(String::new()));
@@ -59,7 +58,7 @@ fn tables(out: &str) -> Vec<&str> {
 fn watch_prints_a_table_per_interval_until_interrupted() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
     let args = ["clients", "--watch", "--interval", "0.2"];
-    let (code, out) = watch_until(&agent, &args, 2, |out| tables(out).len());
+    let (code, out) = watch_until(agent.ctl_command(&args), 2, |out| tables(out).len());
     assert_eq!(code, Some(0), "Ctrl-C ends a watch with 0: {out}");
     let tables = tables(&out);
     assert!(tables.len() >= 2, "at least two tables: {out:?}");
@@ -69,7 +68,7 @@ fn watch_prints_a_table_per_interval_until_interrupted() {
     assert!(!out.contains('\x1b'), "no terminal control into a pipe: {out:?}");
 
     let args = ["clients", "--watch", "--interval", "0.2", "--json"];
-    let (code, out) = watch_until(&agent, &args, 2, |out| out.matches('\n').count());
+    let (code, out) = watch_until(agent.ctl_command(&args), 2, |out| out.matches('\n').count());
     assert_eq!(code, Some(0), "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.len() >= 2, "a document per interval: {out:?}");

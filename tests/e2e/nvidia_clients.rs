@@ -30,12 +30,12 @@ fn require_pynvml() {
     );
 }
 
-/// Runs `script` (under tests/nvidia) with nvidia-ml-py loading the simulated driver, on
-/// the node `spec` kept in `state`.
-fn pynvml(script: &str, spec: &str, state: &Path) -> Output {
+/// python3 with nvidia-ml-py loading the simulated driver, on the node `spec` kept in
+/// `state`, as another NVML client on the host: none of the agent's knobs of its own.
+pub(crate) fn pynvml_python(spec: &str, state: &Path) -> Command {
     require_pynvml();
-    Command::new("python3")
-        .arg(repo_root().join("tests/nvidia").join(script))
+    let mut python = Command::new("python3");
+    python
         .env("PYNVML_LIB", simulated_library())
         .env("GPUSHARE_SIM_NODE", spec)
         .env("GPUSHARE_SIM_STATE", state)
@@ -43,7 +43,14 @@ fn pynvml(script: &str, spec: &str, state: &Path) -> Output {
         .env_remove("GPUSHARE_SIM_FAIL")
         .env_remove("GPUSHARE_SIM_REBOOT")
         .env_remove("GPUSHARE_SIM_DELAY_MS")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    python
+}
+
+/// Runs `script` (under tests/nvidia) with [`pynvml_python`].
+fn pynvml(script: &str, spec: &str, state: &Path) -> Output {
+    pynvml_python(spec, state)
+        .arg(repo_root().join("tests/nvidia").join(script))
         .output()
         .expect("python3 runs")
 }
@@ -107,17 +114,8 @@ fn two_nvml_clients_see_the_same_processes_and_layouts() {
     let script = format!(
         "def _try(f):\n    try:\n        f()\n        return True\n    except Exception:\n        return False\n{script}"
     );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .env("PYNVML_LIB", simulated_library())
-        .env("GPUSHARE_SIM_NODE", "h100-80gb:2")
-        .env("GPUSHARE_SIM_STATE", agent.sim_state())
-        .env_remove("GPUSHARE_SIM_PROCESSES")
-        .env_remove("GPUSHARE_SIM_FAIL")
-        .env_remove("GPUSHARE_SIM_REBOOT")
-        .env_remove("GPUSHARE_SIM_DELAY_MS")
-        .output()
-        .unwrap();
+    let out =
+        pynvml_python("h100-80gb:2", &agent.sim_state()).args(["-c", &script]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     // 480 MiB reserved plus the process's 512 MiB.

@@ -3,13 +3,12 @@
 //! simulated driver lists, `GPUSHARE_SIM_PROCESSES`), and NVIDIA's own nvidia-ml-py reads
 //! the same values from the same simulated driver as the agent.
 
-use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use gpushare_proto::telemetry::GpuTelemetryDoc;
 
-use crate::nvidia_clients::simulated_library;
+use crate::clients_watch::watch_until;
+use crate::nvidia_clients::pynvml_python;
 use gpushare_tests::{Agent, AgentOptions, OTHER, directory_of, is_root, text};
 
 /// The first frame `gpushare-ctl top ARGS` prints into a pipe (everything up to its first
@@ -19,39 +18,13 @@ fn first_frame(agent: &Agent, args: &[&str], json: bool) -> String {
 }
 
 /// The first frame `command` (a `gpushare-ctl top`) prints, as [`first_frame`].
-fn frame_of(mut command: Command, json: bool) -> String {
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
-    let mut child = child.expect("gpushare-ctl runs");
-    let mut pipe = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut seen = String::new();
-        let mut buffer = [0u8; 4096];
-        while let Ok(n @ 1..) = pipe.read(&mut buffer) {
-            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
-            let _ = tx.send(seen.clone());
-        }
-    });
+fn frame_of(command: Command, json: bool) -> String {
     let end = if json { "\n" } else { "\n\n" };
-    let started = Instant::now();
-    let mut frame = String::new();
-    while started.elapsed() < Duration::from_secs(20) {
-        if let Ok(seen) = rx.recv_timeout(Duration::from_millis(100))
-            && let Some(at) = seen.find(end)
-        {
-            frame = seen[..at].to_owned();
-            break;
-        }
-    }
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(err.is_empty() && status.code() == Some(0), "{status:?}: {err}");
-    assert!(!frame.is_empty(), "a frame within 20 s");
-    frame
+    let (code, out) = watch_until(command, 1, |out| out.matches(end).count());
+    assert_eq!(code, Some(0), "{out}");
+    let frame = out.split(end).next().unwrap_or_default();
+    assert!(!frame.is_empty() && out.contains(end), "a frame within 20 s: {out}");
+    frame.to_owned()
 }
 
 /// GPU 0's readings in `top --json`'s first line.
@@ -106,17 +79,8 @@ fn top_shows_the_drivers_readings_and_they_rise_with_a_client() {
                         nv.nvmlDeviceGetTemperature(g, nv.NVML_TEMPERATURE_GPU),\n\
                         nv.nvmlDeviceGetPowerUsage(g) / 1000)\n\
                   nv.nvmlShutdown()\n";
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .env("PYNVML_LIB", simulated_library())
-        .env("GPUSHARE_SIM_NODE", "h100-80gb:1")
-        .env("GPUSHARE_SIM_STATE", agent.sim_state())
-        .env_remove("GPUSHARE_SIM_PROCESSES")
-        .env_remove("GPUSHARE_SIM_FAIL")
-        .env_remove("GPUSHARE_SIM_REBOOT")
-        .env_remove("GPUSHARE_SIM_DELAY_MS")
-        .output()
-        .unwrap();
+    let out =
+        pynvml_python("h100-80gb:1", &agent.sim_state()).args(["-c", script]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let o = |v: Option<u64>| v.unwrap().to_string();
     let expected = format!(
