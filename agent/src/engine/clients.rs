@@ -314,7 +314,7 @@ impl super::Engine {
                     running: s.pid.is_some(),
                 })
                 .collect();
-            let table = table(&node, Path::new("/proc"), None, &crate::sys::unix::user_name);
+            let table = table(&node, Path::new("/proc"), None, &crate::sys::unix::cached_user_name);
             (table, servers)
         })
         .await

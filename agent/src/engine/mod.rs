@@ -543,7 +543,7 @@ impl Engine {
         let node = node.clone();
         let table = tokio::task::spawn_blocking(move || {
             let proc_root = std::path::Path::new("/proc");
-            clients::table(&node, proc_root, None, &crate::sys::unix::user_name)
+            clients::table(&node, proc_root, None, &crate::sys::unix::cached_user_name)
         })
         .await;
         match table {
@@ -706,7 +706,7 @@ impl Engine {
         let reads = Reads { timeslices: false, mps_clients: true };
         let node = self.node.observe_shared(reads, self.epoch()).await?;
         tokio::task::spawn_blocking(move || {
-            clients::table(&node, Path::new("/proc"), caller, &crate::sys::unix::user_name)
+            clients::table(&node, Path::new("/proc"), caller, &crate::sys::unix::cached_user_name)
         })
         .await
         .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))
@@ -1202,7 +1202,10 @@ impl Engine {
         node: &NodeState,
     ) -> JobGuard {
         let uid = record.uid;
-        let user = tokio::task::spawn_blocking(move || user_name(uid)).await.ok().flatten();
+        let user = tokio::task::spawn_blocking(move || crate::sys::unix::user_name(uid))
+            .await
+            .ok()
+            .flatten();
         let (gpu, uuid, restores) = match record.checkpoint.first() {
             Some(cp) => (cp.gpu, cp.uuid.clone(), layout_words(cp, node)),
             None => (u32::MAX, String::new(), String::new()),
@@ -1309,15 +1312,6 @@ fn bench_status(claim: &BenchClaim) -> gpushare_proto::types::BenchStatus {
         profile_before: claim.profile_before.clone(),
         restores: claim.restores.clone(),
     }
-}
-
-/// The name of user `uid` in the password database (`getpwuid_r`, through NSS, so that
-/// directory users count too); `None` when it has none, or a name no one could mistake for
-/// text of ours.
-fn user_name(uid: u32) -> Option<String> {
-    let name = crate::sys::unix::user_name(uid)?;
-    let plain = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
-    (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
 }
 
 /// A GPU's layout at a checkpoint, in words: `MIG off, compute mode default, MPS at 100 %

@@ -215,6 +215,53 @@ pub fn user_name(uid: u32) -> Option<String> {
     (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
 }
 
+/// [`user_name`] through a process-wide [`UserNames`] cache: `status` names the owner of
+/// every GPU process on each call, and under LDAP one NSS lookup can take milliseconds.
+pub fn cached_user_name(uid: u32) -> Option<String> {
+    static NAMES: std::sync::LazyLock<UserNames> =
+        std::sync::LazyLock::new(|| UserNames::new(Duration::from_secs(60), 1024));
+    NAMES.name(uid, user_name)
+}
+
+/// User names as the password database gave them, each kept for `ttl` (a renamed or new
+/// user shows within that time), at most `capacity` of them: processes can run under any
+/// uid of a user's subordinate range, so the set is emptied when it is full.
+pub struct UserNames {
+    ttl: Duration,
+    capacity: usize,
+    names: std::sync::Mutex<std::collections::HashMap<u32, (std::time::Instant, Option<String>)>>,
+}
+
+impl UserNames {
+    /// An empty cache.
+    pub fn new(ttl: Duration, capacity: usize) -> UserNames {
+        UserNames { ttl, capacity, names: std::sync::Mutex::default() }
+    }
+
+    /// The name of `uid`, from the cache or, when it has none younger than the ttl, from
+    /// `lookup` (called without the lock held, so one slow lookup stalls no other caller).
+    pub fn name(&self, uid: u32, lookup: impl FnOnce(u32) -> Option<String>) -> Option<String> {
+        let lock = || self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, name)) = lock().get(&uid)
+            && at.elapsed() < self.ttl
+        {
+            return name.clone();
+        }
+        let name = lookup(uid);
+        let mut names = lock();
+        if names.len() >= self.capacity {
+            names.clear();
+        }
+        names.insert(uid, (std::time::Instant::now(), name.clone()));
+        name
+    }
+
+    /// How many names are kept.
+    pub fn kept(&self) -> usize {
+        self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
 /// Who a bench replica runs as: user, primary group and supplementary groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -601,6 +648,30 @@ mod tests {
     fn user_names_come_from_the_password_database() {
         assert_eq!(user_name(0).as_deref(), Some("root"));
         assert_eq!(user_name(u32::MAX - 7), None);
+    }
+
+    #[test]
+    fn user_names_are_kept_for_their_ttl_and_the_cache_stays_bounded() {
+        let lookups = std::cell::Cell::new(0);
+        let lookup = |uid: u32| {
+            lookups.set(lookups.get() + 1);
+            (uid < 10).then(|| format!("user{uid}"))
+        };
+        let names = UserNames::new(Duration::from_secs(60), 4);
+        assert_eq!(names.name(1, lookup).as_deref(), Some("user1"));
+        assert_eq!(names.name(1, lookup).as_deref(), Some("user1"));
+        assert_eq!(names.name(50, lookup), None);
+        assert_eq!(names.name(50, lookup), None, "a uid without a name is kept too");
+        assert_eq!(lookups.get(), 2);
+        for uid in 100..110 {
+            names.name(uid, lookup);
+            assert!(names.kept() <= 4, "{} names kept", names.kept());
+        }
+        let expiring = UserNames::new(Duration::ZERO, 4);
+        expiring.name(1, lookup);
+        expiring.name(1, lookup);
+        assert_eq!(lookups.get(), 14, "a name older than the ttl is looked up again");
+        assert_eq!(cached_user_name(0).as_deref(), Some("root"));
     }
 
     #[test]
