@@ -145,15 +145,26 @@ pub fn plain_table<S: ToString>(header: impl IntoIterator<Item = S>) -> Table {
     table
 }
 
-/// Renders a table made by [`plain_table`] without trailing blanks.
+/// Renders a table made by [`plain_table`] without trailing blanks, and without control
+/// characters: cells may hold what other users chose (a process's name, a unit), and an
+/// escape sequence printed to an administrator's terminal could rewrite what it shows.
 pub fn render_table(table: &Table) -> String {
     let mut out = String::new();
     for line in table.lines() {
         let line = line.trim_end();
-        out.push_str(line);
+        out.push_str(&printable(line));
         out.push('\n');
     }
     out
+}
+
+/// `text` with each control character (ESC, BEL, CR, C1 …) as `?`.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// `"1 step"`, `"3 steps"`.
@@ -166,6 +177,16 @@ pub use gpushare_proto::exact_size;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let mut table = plain_table(["PID", "COMMAND"]);
+        table.add_row(["7", "[\u{1b}]0;owned\u{7}\r]"]);
+        let text = render_table(&table);
+        assert!(!text.contains(['\u{1b}', '\u{7}', '\r']), "{text:?}");
+        assert!(text.contains("[?]0;owned??]"), "{text:?}");
+        assert_eq!(printable("plain"), "plain");
+    }
 
     #[test]
     fn tables_are_aligned_without_borders_or_trailing_blanks() {

@@ -52,11 +52,12 @@ pub fn table(
     // process of its own), and the devices where one runs that no control daemon of
     // gpushare's started (its parent): someone's own MPS.
     let daemons: HashSet<u32> = running().filter_map(|s| s.pid).collect();
+    let agent = crate::sys::unix::effective_uid();
     let mut mps_servers: HashSet<u32> = HashSet::new();
     let mut foreign: HashSet<(u32, Option<u32>)> = HashSet::new();
     for g in &node.gpus {
         for p in g.processes.iter().filter(|p| !p.mps_client) {
-            if procfs::program_in(proc_root, p.pid).is_some_and(|n| n.starts_with(MPS_PROGRAM)) {
+            if procfs::program_in(proc_root, p.pid).is_some_and(|p| is_mps(&p, agent)) {
                 mps_servers.insert(p.pid);
                 let parent = procfs::owner_in(proc_root, p.pid).and_then(|o| o.parent);
                 if !parent.is_some_and(|pp| daemons.contains(&pp)) {
@@ -139,7 +140,7 @@ pub fn table(
             continue;
         }
         // Gone, or gone but for its exit status: no GPU context either way.
-        let Some(owner) = procfs::owner_in(proc_root, f.pid).filter(|o| !o.zombie) else {
+        let Some(owner) = procfs::owner_in(proc_root, f.pid).filter(|o| !o.exited) else {
             continue;
         };
         if let Some(gi) = f.gpu_instance {
@@ -268,6 +269,15 @@ fn mig_device(gpu: &GpuState, gi: u32) -> String {
     format!("{} MIG {profile}", gpu.label())
 }
 
+/// Whether `program` is MPS's own (`nvidia-cuda-mps-server`): its name says so and only
+/// root, or the agent's own user, could have put it there and can change it. Anyone can
+/// name a copy of python `nvidia-cuda-mps-x`: that one is a client like any other.
+fn is_mps(program: &procfs::Program, agent: u32) -> bool {
+    program.name.starts_with(MPS_PROGRAM)
+        && (program.uid == 0 || program.uid == agent)
+        && !program.writable_by_others
+}
+
 /// Whether the driver's process lists name the MPS clients of `server`: it serves a whole
 /// GPU whose driver answered the MPS process list (driver 580 on the H200 did, with every
 /// client in it).
@@ -297,14 +307,15 @@ impl super::Engine {
     pub async fn clients_and_servers(
         &self,
     ) -> Result<(ClientTable, Vec<ServerHealth>), super::EngineError> {
-        let epoch = self.epoch();
         let driver_only = crate::apply::Reads { timeslices: false, mps_clients: false };
-        let mut node = self.node.observe_shared(driver_only, epoch).await?;
-        if node.mps.iter().any(|s| s.pid.is_some() && !driver_names_clients(&node, s)) {
-            let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
-            node = self.node.observe_shared(reads, epoch).await?;
-        }
+        let mut node = self.node.observe_shared(driver_only, self.epoch()).await?;
+        let sharing = std::sync::Arc::clone(&self.node.sharing);
         tokio::task::spawn_blocking(move || {
+            let unnamed: Vec<String> = (node.mps.iter())
+                .filter(|s| !driver_names_clients(&node, s))
+                .map(|s| s.uuid.clone())
+                .collect();
+            sharing.read_mps_clients_where(&mut node.mps, |s| unnamed.contains(&s.uuid));
             let servers = node
                 .mps
                 .iter()
@@ -325,6 +336,7 @@ impl super::Engine {
 #[cfg(test)]
 mod tests {
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
     use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, MpsLimits};
@@ -387,8 +399,11 @@ mod tests {
         fs::write(dir.join("cmdline"), cmdline.replace(' ', "\0")).unwrap();
         fs::write(dir.join("cgroup"), cgroup).unwrap();
         fs::write(dir.join("environ"), env.replace(' ', "\0")).unwrap();
-        let program = cmdline.split(' ').next().unwrap();
-        std::os::unix::fs::symlink(format!("/usr/bin/{program}"), dir.join("exe")).unwrap();
+        let program = root.join("bin").join(cmdline.split(' ').next().unwrap());
+        fs::create_dir_all(root.join("bin")).unwrap();
+        fs::write(&program, "").unwrap();
+        fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(program, dir.join("exe")).unwrap();
     }
 
     /// Rewrites a fake process's status line `key`.
@@ -558,6 +573,20 @@ mod tests {
         let table = super::table(&other, root, None, &|_| None);
         let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
         assert_eq!(pids, [51, 40, 42, 41], "{table:#?}");
+        // A main thread gone (pthread_exit) while another thread holds the GPU: a zombie
+        // still in use, and listed. A copy of a program that a user named like MPS's (a
+        // file others may change, or someone else's): a client like any other.
+        let status =
+            "Name:\tpython3\nState:\tZ (zombie)\nThreads:\t3\nUid:\t1001\t1001\t1001\t1001\n";
+        fs::write(root.join("52/status"), status).unwrap();
+        fake(root, 53, "python3", 1001, "nvidia-cuda-mps-x train.py", "0::/\n", "");
+        fs::set_permissions(root.join("bin/nvidia-cuda-mps-x"), fs::Permissions::from_mode(0o775))
+            .unwrap();
+        other.gpus[0].processes.push(process(53, None, None));
+        let table = super::table(&other, root, None, &|_| None);
+        let pids: HashSet<u32> = table.clients.iter().map(|c| c.pid).collect();
+        assert!(pids.is_superset(&HashSet::from([51, 52, 53])), "{table:#?}");
+        assert_eq!(table.clients.len(), 6, "{table:#?}");
         // A GPU instance subdivided, a server on each compute instance: the driver names
         // the GPU instance only, so which server is not said.
         let mut split = node.clone();

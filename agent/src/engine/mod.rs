@@ -76,6 +76,8 @@ pub const BOOT_JOB: &str = "start-up";
 /// busctl, gpushare-ctl) stop waiting for a reply, so that no job starts for a caller that
 /// has given up; gpushare-ctl calls again while the start-up re-apply runs.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
+/// How long `status` waits for its client table (a few milliseconds when nothing stalls).
+const STATUS_CLIENTS_DEADLINE: Duration = Duration::from_secs(1);
 /// How often a job waiting for the lock looks again while its holder has no name; a job's
 /// release wakes it at once.
 const LOCK_POLL: Duration = Duration::from_millis(20);
@@ -457,16 +459,20 @@ impl Engine {
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
         let mut node = self.node.observe_shared(reads, epoch).await?;
-        // A driver that does not name MPS clients (no MPS process list): their servers'
-        // control daemons are asked instead, so that the clients are attributed.
-        let unnamed = |node: &crate::node::NodeState| {
-            node.mps
-                .iter()
-                .any(|s| s.pid.is_some() && node.gpu(s.gpu).is_some_and(|g| !g.mps_clients_named))
-        };
-        if with_clients && !reads.mps_clients && unnamed(&node) {
-            let reads = Reads { mps_clients: true, ..reads };
-            node = self.node.observe_shared(reads, epoch).await?;
+        // A driver that does not name MPS clients (no MPS process list): the control
+        // daemons of its GPUs' servers are asked instead, so that the clients are attributed.
+        let unnamed: Vec<String> = (node.mps.iter())
+            .filter(|s| s.pid.is_some() && node.gpu(s.gpu).is_some_and(|g| !g.mps_clients_named))
+            .map(|s| s.uuid.clone())
+            .collect();
+        if with_clients && !reads.mps_clients && !unnamed.is_empty() {
+            let sharing = Arc::clone(&self.node.sharing);
+            node = tokio::task::spawn_blocking(move || {
+                sharing.read_mps_clients_where(&mut node.mps, |s| unnamed.contains(&s.uuid));
+                node
+            })
+            .await
+            .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?;
         }
         let mps = &self.node.sharing.mps;
         let drift = (self.epoch() == epoch).then(|| self.drift_of(&node, &journal)).flatten();
@@ -540,21 +546,45 @@ impl Engine {
         if !anyone {
             return Vec::new();
         }
+        // A read of another process's memory (`environ`) waits on that process's memory
+        // lock: one stalled past the deadline leaves status without clients, and later
+        // calls do not pile up more reads behind it until it ends.
+        static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if STALLED.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::debug!("status without clients: an earlier read in /proc has not ended");
+            return Vec::new();
+        }
         let node = node.clone();
-        let table = tokio::task::spawn_blocking(move || {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let finished = Arc::clone(&done);
+        let read = tokio::task::spawn_blocking(move || {
             let proc_root = std::path::Path::new("/proc");
-            clients::table(&node, proc_root, None, &crate::sys::unix::cached_user_name)
-        })
-        .await;
-        match table {
-            Ok(table) => {
+            let table = clients::table(&node, proc_root, None, &crate::sys::unix::cached_user_name);
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+            STALLED.store(false, std::sync::atomic::Ordering::SeqCst);
+            table
+        });
+        match tokio::time::timeout(STATUS_CLIENTS_DEADLINE, read).await {
+            Ok(Ok(table)) => {
                 if table.left_out > 0 {
                     tracing::debug!(left_out = table.left_out, "status lists the first clients");
                 }
                 table.clients
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!("status without clients: {}", crate::sys::task_failed(&e));
+                Vec::new()
+            }
+            Err(_) => {
+                STALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+                // It may have ended in between, before this store: then nothing is stalled.
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    STALLED.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+                let after = STATUS_CLIENTS_DEADLINE.as_millis();
+                tracing::warn!(
+                    "status without clients: reading them in /proc took over {after} ms"
+                );
                 Vec::new()
             }
         }

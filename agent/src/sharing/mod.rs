@@ -45,8 +45,17 @@ impl SharingTools {
     /// Fills in the clients of the running `servers`: one control query each, run side by
     /// side. A server that does not answer is left with none (it serves no one either).
     pub fn read_mps_clients(&self, servers: &mut [MpsServerState]) {
+        self.read_mps_clients_where(servers, |_| true);
+    }
+
+    /// [`Self::read_mps_clients`] for the running servers that `wanted` picks only.
+    pub fn read_mps_clients_where(
+        &self,
+        servers: &mut [MpsServerState],
+        wanted: impl Fn(&MpsServerState) -> bool,
+    ) {
         std::thread::scope(|scope| {
-            for server in servers.iter_mut().filter(|s| s.pid.is_some()) {
+            for server in servers.iter_mut().filter(|s| s.pid.is_some() && wanted(s)) {
                 scope.spawn(move || match self.mps.client_pids(&server.uuid) {
                     Ok(pids) => {
                         server.clients = pids;

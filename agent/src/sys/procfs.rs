@@ -136,14 +136,17 @@ fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
 /// and real user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    /// `Name:` (which the process may set itself: never proof of what it runs).
+    /// `Name:` (which the process may set itself: never proof of what it runs), control
+    /// characters as `?` (the kernel passes ESC through).
     pub name: String,
     /// The first `Uid:`.
     pub uid: u32,
     /// `PPid:`.
     pub parent: Option<u32>,
-    /// Whether it has exited and awaits its parent (`State: Z`).
-    pub zombie: bool,
+    /// Whether it has exited, every thread of it, and only awaits its parent: `State: Z`
+    /// with one thread. A main thread that ended with `pthread_exit` leaves the process a
+    /// zombie too, but its other threads still run (and hold the GPU).
+    pub exited: bool,
 }
 
 /// The name, real user, parent and state of `pid` under `proc_root` (a `/proc`); `None`
@@ -153,22 +156,41 @@ pub fn owner_in(proc_root: &Path, pid: u32) -> Option<Owner> {
     let status = String::from_utf8_lossy(&status);
     let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
     let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+    let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
+    let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
     Some(Owner {
-        name: field("Name:").unwrap_or_default().to_string(),
+        name: printable(field("Name:").unwrap_or_default()),
         uid,
         parent: field("PPid:").and_then(|p| p.parse().ok()),
-        zombie: field("State:").is_some_and(|s| s.starts_with('Z')),
+        exited: zombie && threads <= 1,
     })
 }
 
-/// The file name of the program `pid` under `proc_root` runs (`/proc/PID/exe`, which only
-/// the kernel sets: unlike the name, a process cannot fake it); `None` when it cannot be
-/// read.
-pub fn program_in(proc_root: &Path, pid: u32) -> Option<String> {
-    let target = fs::read_link(proc_root.join(pid.to_string()).join("exe")).ok()?;
+/// The program a process runs, as `/proc/PID/exe` shows it: only the kernel sets that
+/// link, but the file's name is whatever its owner named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// The file's name (without the ` (deleted)` of one replaced on disk).
+    pub name: String,
+    /// The file's owner.
+    pub uid: u32,
+    /// Whether its group or anyone may write it.
+    pub writable_by_others: bool,
+}
+
+/// The program `pid` under `proc_root` runs; `None` when it cannot be read.
+pub fn program_in(proc_root: &Path, pid: u32) -> Option<Program> {
+    use std::os::unix::fs::MetadataExt;
+    let exe = proc_root.join(pid.to_string()).join("exe");
+    let target = fs::read_link(&exe).ok()?;
     let name = target.file_name()?.to_string_lossy();
-    // A program replaced on disk while it runs reads `name (deleted)`.
-    Some(name.strip_suffix(" (deleted)").unwrap_or(&name).to_string())
+    // The running file itself, also when it was replaced or removed on disk.
+    let file = fs::metadata(&exe).ok()?;
+    Some(Program {
+        name: name.strip_suffix(" (deleted)").unwrap_or(&name).to_string(),
+        uid: file.uid(),
+        writable_by_others: file.mode() & 0o022 != 0,
+    })
 }
 
 /// The command line of `pid` under `proc_root`: its arguments joined by spaces, cut to at
@@ -255,6 +277,8 @@ pub fn environment_variable_in(proc_root: &Path, pid: u32, name: &str) -> Option
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
+
     use super::*;
 
     #[test]
@@ -398,15 +422,21 @@ mod tests {
             .unwrap();
         fs::write(dir.join("cmdline"), b"python3\0train.py\0--lr\0").unwrap();
         fs::write(dir.join("environ"), b"A=1\0CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20\0").unwrap();
-        let owner = Owner { name: "python3".into(), uid: 1000, parent: None, zombie: false };
+        let owner = Owner { name: "python3".into(), uid: 1000, parent: None, exited: false };
         assert_eq!(owner_in(tmp.path(), 7), Some(owner));
         fs::write(dir.join("status"), "Name:\tx\nState:\tZ (zombie)\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
             .unwrap();
-        let zombie = Owner { name: "x".into(), uid: 0, parent: Some(1), zombie: true };
+        let zombie = Owner { name: "x".into(), uid: 0, parent: Some(1), exited: true };
         assert_eq!(owner_in(tmp.path(), 7), Some(zombie));
+        // A main thread gone with pthread_exit while another runs on: a zombie, not exited.
+        let status = "Name:\t\x1b]0;pwned\x07\nState:\tZ (zombie)\nThreads:\t2\nUid:\t0\t0\t0\t0\n";
+        fs::write(dir.join("status"), status).unwrap();
+        let running = Owner { name: "?]0;pwned?".into(), uid: 0, parent: None, exited: false };
+        assert_eq!(owner_in(tmp.path(), 7), Some(running));
         fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
             .unwrap();
-        assert!(program_in(Path::new("/proc"), std::process::id()).is_some());
+        let mine = program_in(Path::new("/proc"), std::process::id()).unwrap();
+        assert_eq!(mine.uid, fs::metadata(std::env::current_exe().unwrap()).unwrap().uid());
         assert_eq!(program_in(tmp.path(), 7), None);
         assert_eq!(command_line_in(tmp.path(), 7, 256).as_deref(), Some("python3 train.py --lr"));
         assert_eq!(command_line_in(tmp.path(), 7, 10).as_deref(), Some("python3…"));

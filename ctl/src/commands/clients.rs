@@ -26,7 +26,7 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::{ClientField, ClientsArgs, CsvFormat};
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, parse_document, plain_table, render_table};
+use crate::output::{Output, parse_document, plain_table, printable, render_table};
 
 /// The refresh interval of `--watch` when `--interval` is left out, in seconds.
 const DEFAULT_INTERVAL: f64 = 1.0;
@@ -181,12 +181,14 @@ pub fn fit(text: &str, rows: usize, columns: usize) -> String {
     cut
 }
 
-/// `clients --query`: the fields of each client as CSV (RFC 4180 quoting, LF line ends),
-/// under a header line of the field names unless `format` leaves it out.
+/// `clients --query`: the fields of each client as CSV (RFC 4180 quoting, LF line ends,
+/// control characters as `?`), under a header line of the field names unless `format`
+/// leaves it out.
 pub fn csv(table: &ClientTable, fields: &[ClientField], format: CsvFormat) -> String {
     let mut text = String::new();
     let mut record = |values: Vec<String>| {
-        let quoted: Vec<Cow<'_, str>> = values.iter().map(|v| csv_quote(v)).collect();
+        let quoted: Vec<String> =
+            values.iter().map(|v| csv_quote(&printable(v)).into_owned()).collect();
         text.push_str(&quoted.join(","));
         text.push('\n');
     };
@@ -407,7 +409,7 @@ mod tests {
     fn csv_has_a_header_and_quotes_what_needs_it() {
         use crate::cli::parse_field;
         let odd = GpuClient {
-            command: Some("python3 -c \"print(1, 2)\"\nsecond line".into()),
+            command: Some("python3 -c \"print(1, 2)\"\n\u{1b}[2Ksecond line".into()),
             memory_bytes: Some(512 << 20),
             share: Some(ClientShare {
                 active_thread_percentage: 25,
@@ -426,7 +428,7 @@ mod tests {
         assert_eq!(
             csv(&table, &fields, CsvFormat { header: true }),
             "pid,user,uid,memory_bytes,share_threads,share_memory_bytes,command\n\
-             4242,alice,1000,536870912,25,,\"python3 -c \"\"print(1, 2)\"\"\nsecond line\"\n\
+             4242,alice,1000,536870912,25,,\"python3 -c \"\"print(1, 2)\"\"??[2Ksecond line\"\n\
              7,,,,,,\n"
         );
         let fields = [ClientField::Pid, ClientField::Via];
