@@ -23,6 +23,7 @@
 //! These series are rendered by [`render`] beside the recorder's (the recorder cannot
 //! remove a series): a label set no client has any more is gone at the next refresh. At
 //! most `[metrics] client_series_max` label sets ([`SERIES_MAX`] by default) are exported,
+//! shared out equally among users (see [`ClientSeries::update`]), within each user's share
 //! those exported before first; each refresh counts the label sets it leaves out in
 //! `gpushare_client_series_dropped_total`.
 
@@ -145,11 +146,47 @@ impl ClientSeries {
                 a.threads = a.threads.max(Some(share.active_thread_percentage));
             }
         }
-        // Those exported already keep their place; new ones fill what is left, in order.
-        let (kept, new): (Vec<_>, Vec<_>) =
-            all.into_iter().partition(|(k, _)| self.series.contains_key(k));
-        let total = kept.len() + new.len();
-        self.series = kept.into_iter().chain(new).take(self.cap).collect();
+        let total = all.len();
+        if total <= self.cap {
+            self.series = all;
+            return 0;
+        }
+        // Over the cap, the label sets are shared out by user, so that one user's many
+        // units cannot crowd out everyone else's: each user gets up to the same number
+        // (`level`, the most that fits), the few places left go one each to users with
+        // more. Within a user's share the label sets exported
+        // before come first (a series does not come and go from one scrape to the next),
+        // then new ones in order.
+        let mut by_user: BTreeMap<String, Vec<(ClientKey, Aggregate)>> = BTreeMap::new();
+        for (key, aggregate) in all {
+            by_user.entry(key.user.clone()).or_default().push((key, aggregate));
+        }
+        for sets in by_user.values_mut() {
+            sets.sort_by_key(|(k, _)| !self.series.contains_key(k));
+        }
+        let shares = |level: usize| by_user.values().map(|s| s.len().min(level)).sum::<usize>();
+        let (mut level, mut above) = (0, by_user.values().map(Vec::len).max().unwrap_or(0));
+        while level < above {
+            let mid = (level + above).div_ceil(2);
+            if shares(mid) <= self.cap { level = mid } else { above = mid - 1 }
+        }
+        let mut spare = self.cap - shares(level);
+        // The spare places go first to users who had more than `level` exported.
+        let exported =
+            |u: &str| by_user[u].iter().filter(|(k, _)| self.series.contains_key(k)).count();
+        let mut users: Vec<&String> = by_user.keys().collect();
+        users.sort_by_key(|u| exported(u) <= level);
+        let mut series = BTreeMap::new();
+        for user in users {
+            let sets = &by_user[user];
+            let mut allowed = sets.len().min(level);
+            if sets.len() > level && spare > 0 {
+                allowed += 1;
+                spare -= 1;
+            }
+            series.extend(sets.iter().take(allowed).cloned());
+        }
+        self.series = series;
         total - self.series.len()
     }
 
@@ -481,6 +518,31 @@ pub(crate) mod tests {
             assert_eq!(series.update(&table(Vec::new())), 0);
             assert_eq!((series.len(), series.render()), (0, String::new()));
         }
+    }
+
+    #[test]
+    fn one_user_with_many_units_does_not_crowd_out_the_others() {
+        let mut series = ClientSeries::with_cap(6);
+        let units: Vec<String> = (0..300).map(|i| format!("hog-{i:03}.scope")).collect();
+        let hog: Vec<GpuClient> = units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| client(100 + i as u32, "mallory", Some(u)))
+            .collect();
+        assert_eq!(series.update(&table(hog.clone())), 294);
+        let mut shared = hog.clone();
+        shared.extend([client(1, "alice", Some("a.service")), client(2, "bob", None)]);
+        shared.extend([client(3, "bob", Some("b.service")), client(4, "bob", Some("c.service"))]);
+        assert_eq!(series.update(&table(shared.clone())), 300 + 4 - 6);
+        let text = series.render();
+        let count =
+            |user: &str| text.lines().filter(|l| l.contains(&format!("user=\"{user}\""))).count();
+        // 6 places: 1 each, then the rest, those exported before first (mallory's).
+        assert_eq!((count("alice"), count("bob"), count("mallory")), (1, 2, 3), "{text}");
+        // The next refresh keeps the same ones.
+        assert_eq!(series.update(&table(shared)), 298);
+        assert_eq!(series.render(), text);
+        assert!(text.contains("unit=\"hog-000.scope\""), "mallory's first stay: {text}");
     }
 
     #[test]
