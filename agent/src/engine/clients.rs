@@ -57,9 +57,10 @@ pub fn table(
     let mut foreign: HashSet<(u32, Option<u32>)> = HashSet::new();
     for g in &node.gpus {
         for p in g.processes.iter().filter(|p| !p.mps_client) {
-            if procfs::program_in(proc_root, p.pid).is_some_and(|p| is_mps(&p, agent)) {
+            let Some(process) = procfs::Process::open(proc_root, p.pid) else { continue };
+            if process.program().is_some_and(|p| is_mps(&p, agent)) {
                 mps_servers.insert(p.pid);
-                let parent = procfs::owner_in(proc_root, p.pid).and_then(|o| o.parent);
+                let parent = process.owner().and_then(|o| o.parent);
                 if !parent.is_some_and(|pp| daemons.contains(&pp)) {
                     foreign.insert((g.index, p.gpu_instance_id.filter(|_| g.mig_enabled)));
                 }
@@ -140,9 +141,8 @@ pub fn table(
             continue;
         }
         // Gone, or gone but for its exit status: no GPU context either way.
-        let Some(owner) = procfs::owner_in(proc_root, f.pid).filter(|o| !o.exited) else {
-            continue;
-        };
+        let Some(process) = procfs::Process::open(proc_root, f.pid) else { continue };
+        let Some(owner) = process.owner().filter(|o| !o.exited) else { continue };
         if let Some(gi) = f.gpu_instance {
             used_instances.insert((f.gpu.index, gi));
         }
@@ -151,18 +151,15 @@ pub fn table(
         }
         let user = names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone();
         let command = (caller == Some(0) || caller == Some(owner.uid)).then(|| {
-            procfs::command_line_in(proc_root, f.pid, COMMAND_MAX_BYTES)
-                .unwrap_or_else(|| format!("[{}]", owner.name))
+            process.command_line(COMMAND_MAX_BYTES).unwrap_or_else(|| format!("[{}]", owner.name))
         });
-        let (unit, container) = procfs::placement_in(proc_root, f.pid);
+        let (unit, container) = process.placement();
         let via = match (f.mps_client, f.gpu_instance) {
             (true, _) => "mps",
             (false, Some(_)) => "mig",
             (false, None) => "gpu",
         };
-        let share = f.server.map(|s| {
-            share_of(s, procfs::environment_variable_in(proc_root, f.pid, THREADS_VARIABLE))
-        });
+        let share = f.server.map(|s| share_of(s, process.environment_variable(THREADS_VARIABLE)));
         clients.push(GpuClient {
             pid: f.pid,
             uid: Some(owner.uid),

@@ -3,7 +3,7 @@
 //! a process's owner, command line, cgroup placement (unit, container) and environment.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
@@ -132,6 +132,32 @@ fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// One process's `/proc/PID` directory, held open: every file read through it is that
+/// process's. Should the process end and its PID be taken by another between two reads,
+/// the kernel answers the later ones with an error instead of the newcomer's files, so a
+/// client's user, command line, unit and environment are never two processes' mixed.
+#[derive(Debug)]
+pub struct Process {
+    /// The open directory; `files` reaches through it.
+    _dir: fs::File,
+    /// `/proc/self/fd/N`: the open directory, by its descriptor.
+    files: PathBuf,
+}
+
+impl Process {
+    /// `pid` under `proc_root` (a `/proc`); `None` when it has gone.
+    pub fn open(proc_root: &Path, pid: u32) -> Option<Process> {
+        use std::os::fd::AsRawFd;
+        let dir = fs::File::open(proc_root.join(pid.to_string())).ok()?;
+        let files = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        Some(Process { _dir: dir, files })
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.files.join(name)
+    }
+}
+
 /// A process as `/proc/PID/status` names it: its command name (`comm`, at most 15 bytes)
 /// and real user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,23 +175,6 @@ pub struct Owner {
     pub exited: bool,
 }
 
-/// The name, real user, parent and state of `pid` under `proc_root` (a `/proc`); `None`
-/// when it has gone.
-pub fn owner_in(proc_root: &Path, pid: u32) -> Option<Owner> {
-    let status = read_bounded(&proc_root.join(pid.to_string()).join("status"), 16 * 1024)?;
-    let status = String::from_utf8_lossy(&status);
-    let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
-    let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
-    let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
-    let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
-    Some(Owner {
-        name: printable(field("Name:").unwrap_or_default()),
-        uid,
-        parent: field("PPid:").and_then(|p| p.parse().ok()),
-        exited: zombie && threads <= 1,
-    })
-}
-
 /// The program a process runs, as `/proc/PID/exe` shows it: only the kernel sets that
 /// link, but the file's name is whatever its owner named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,54 +187,83 @@ pub struct Program {
     pub writable_by_others: bool,
 }
 
-/// The program `pid` under `proc_root` runs; `None` when it cannot be read.
-pub fn program_in(proc_root: &Path, pid: u32) -> Option<Program> {
-    use std::os::unix::fs::MetadataExt;
-    let exe = proc_root.join(pid.to_string()).join("exe");
-    let target = fs::read_link(&exe).ok()?;
-    let name = target.file_name()?.to_string_lossy();
-    // The running file itself, also when it was replaced or removed on disk.
-    let file = fs::metadata(&exe).ok()?;
-    Some(Program {
-        name: name.strip_suffix(" (deleted)").unwrap_or(&name).to_string(),
-        uid: file.uid(),
-        writable_by_others: file.mode() & 0o022 != 0,
-    })
-}
+impl Process {
+    /// Its name, real user, parent and state; `None` when it has gone.
+    pub fn owner(&self) -> Option<Owner> {
+        let status = read_bounded(&self.file("status"), 16 * 1024)?;
+        let status = String::from_utf8_lossy(&status);
+        let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+        let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+        let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
+        let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
+        Some(Owner {
+            name: printable(field("Name:").unwrap_or_default()),
+            uid,
+            parent: field("PPid:").and_then(|p| p.parse().ok()),
+            exited: zombie && threads <= 1,
+        })
+    }
 
-/// The command line of `pid` under `proc_root`: its arguments joined by spaces, cut to at
-/// most `max` bytes (on a character boundary, ending in `…` when cut); `None` when it
-/// cannot be read or is empty (a kernel thread, a zombie).
-pub fn command_line_in(proc_root: &Path, pid: u32, max: usize) -> Option<String> {
-    let path = proc_root.join(pid.to_string()).join("cmdline");
-    let bytes = read_bounded(&path, u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1))?;
-    let cut = bytes.len() > max;
-    let bytes = &bytes[..bytes.len().min(max)];
-    let text = String::from_utf8_lossy(bytes);
-    let mut line: String =
-        text.chars().map(|c| if c == '\0' || c.is_control() { ' ' } else { c }).collect();
-    if cut {
-        // A lossy character may have grown the text: cut it on a boundary.
-        while line.len() > max.saturating_sub('…'.len_utf8()) {
-            line.pop();
+    /// The program it runs; `None` when that cannot be read.
+    pub fn program(&self) -> Option<Program> {
+        use std::os::unix::fs::MetadataExt;
+        let exe = self.file("exe");
+        let target = fs::read_link(&exe).ok()?;
+        let name = target.file_name()?.to_string_lossy();
+        // The running file itself, also when it was replaced or removed on disk.
+        let file = fs::metadata(&exe).ok()?;
+        Some(Program {
+            name: name.strip_suffix(" (deleted)").unwrap_or(&name).to_string(),
+            uid: file.uid(),
+            writable_by_others: file.mode() & 0o022 != 0,
+        })
+    }
+
+    /// Its command line: the arguments joined by spaces, control characters as spaces, cut
+    /// to at most `max` bytes (on a character boundary, ending in `…` when cut); `None`
+    /// when it cannot be read or is empty (a kernel thread, a zombie).
+    pub fn command_line(&self, max: usize) -> Option<String> {
+        let bytes = read_bounded(
+            &self.file("cmdline"),
+            u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1),
+        )?;
+        let cut = bytes.len() > max;
+        let bytes = &bytes[..bytes.len().min(max)];
+        let text = String::from_utf8_lossy(bytes);
+        let mut line: String =
+            text.chars().map(|c| if c == '\0' || c.is_control() { ' ' } else { c }).collect();
+        if cut {
+            // A lossy character may have grown the text: cut it on a boundary.
+            while line.len() > max.saturating_sub('…'.len_utf8()) {
+                line.pop();
+            }
+            line.push('…');
         }
-        line.push('…');
+        let line = line.trim_end().to_string();
+        (!line.is_empty()).then_some(line)
     }
-    let line = line.trim_end().to_string();
-    (!line.is_empty()).then_some(line)
+
+    /// The systemd unit and the container (the first 12 hex digits of its id) it runs in,
+    /// from its cgroup path ([`placement_of_cgroup`]).
+    pub fn placement(&self) -> (Option<String>, Option<String>) {
+        match read_bounded(&self.file("cgroup"), 16 * 1024) {
+            Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes)),
+            None => (None, None),
+        }
+    }
+
+    /// The value of variable `name` in the environment it started with (its first 64 KiB;
+    /// readable by root and the process's own user only).
+    pub fn environment_variable(&self, name: &str) -> Option<String> {
+        let environ = read_bounded(&self.file("environ"), 64 * 1024)?;
+        environ.split(|&b| b == 0).find_map(|entry| {
+            let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+            Some(String::from_utf8_lossy(value).into_owned())
+        })
+    }
 }
 
-/// The systemd unit and the container (the first 12 hex digits of its id) that `pid`
-/// under `proc_root` runs in, from its cgroup path.
-pub fn placement_in(proc_root: &Path, pid: u32) -> (Option<String>, Option<String>) {
-    let path = proc_root.join(pid.to_string()).join("cgroup");
-    match read_bounded(&path, 16 * 1024) {
-        Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes)),
-        None => (None, None),
-    }
-}
-
-/// [`placement_in`] of a `/proc/PID/cgroup` text: the unified hierarchy's path (`0::`),
+/// [`Process::placement`] of a `/proc/PID/cgroup` text: the unified hierarchy's path (`0::`),
 /// else systemd's (`name=systemd`). A container is a component holding 64 hex digits
 /// (`docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`,
 /// `crio-<id>.scope`, or the id alone under cgroupfs drivers); the unit is the last
@@ -263,16 +301,6 @@ fn container_id(component: &str) -> Option<String> {
     let stem = component.strip_suffix(".scope").unwrap_or(component);
     let id = stem.rsplit('-').next().unwrap_or(stem);
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id[..12].to_string())
-}
-
-/// The value of variable `name` in the environment `pid` under `proc_root` started with
-/// (its first 64 KiB; readable by root and the process's own user only).
-pub fn environment_variable_in(proc_root: &Path, pid: u32, name: &str) -> Option<String> {
-    let environ = read_bounded(&proc_root.join(pid.to_string()).join("environ"), 64 * 1024)?;
-    environ.split(|&b| b == 0).find_map(|entry| {
-        let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
-        Some(String::from_utf8_lossy(value).into_owned())
-    })
 }
 
 #[cfg(test)]
@@ -422,31 +450,55 @@ mod tests {
             .unwrap();
         fs::write(dir.join("cmdline"), b"python3\0train.py\0--lr\0").unwrap();
         fs::write(dir.join("environ"), b"A=1\0CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20\0").unwrap();
+        let process = Process::open(tmp.path(), 7).unwrap();
         let owner = Owner { name: "python3".into(), uid: 1000, parent: None, exited: false };
-        assert_eq!(owner_in(tmp.path(), 7), Some(owner));
+        assert_eq!(process.owner(), Some(owner));
         fs::write(dir.join("status"), "Name:\tx\nState:\tZ (zombie)\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
             .unwrap();
         let zombie = Owner { name: "x".into(), uid: 0, parent: Some(1), exited: true };
-        assert_eq!(owner_in(tmp.path(), 7), Some(zombie));
+        assert_eq!(process.owner(), Some(zombie));
         // A main thread gone with pthread_exit while another runs on: a zombie, not exited.
         let status = "Name:\t\x1b]0;pwned\x07\nState:\tZ (zombie)\nThreads:\t2\nUid:\t0\t0\t0\t0\n";
         fs::write(dir.join("status"), status).unwrap();
         let running = Owner { name: "?]0;pwned?".into(), uid: 0, parent: None, exited: false };
-        assert_eq!(owner_in(tmp.path(), 7), Some(running));
+        assert_eq!(process.owner(), Some(running));
         fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
             .unwrap();
-        let mine = program_in(Path::new("/proc"), std::process::id()).unwrap();
-        assert_eq!(mine.uid, fs::metadata(std::env::current_exe().unwrap()).unwrap().uid());
-        assert_eq!(program_in(tmp.path(), 7), None);
-        assert_eq!(command_line_in(tmp.path(), 7, 256).as_deref(), Some("python3 train.py --lr"));
-        assert_eq!(command_line_in(tmp.path(), 7, 10).as_deref(), Some("python3…"));
-        let var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
-        assert_eq!(environment_variable_in(tmp.path(), 7, var).as_deref(), Some("20"));
-        assert_eq!(environment_variable_in(tmp.path(), 7, "CUDA"), None);
-        assert_eq!(owner_in(tmp.path(), 8), None);
         let me = std::process::id();
+        let mine = Process::open(Path::new("/proc"), me).unwrap().program().unwrap();
+        assert_eq!(mine.uid, fs::metadata(std::env::current_exe().unwrap()).unwrap().uid());
+        assert_eq!(process.program(), None);
+        assert_eq!(process.command_line(256).as_deref(), Some("python3 train.py --lr"));
+        assert_eq!(process.command_line(10).as_deref(), Some("python3…"));
+        let var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+        assert_eq!(process.environment_variable(var).as_deref(), Some("20"));
+        assert_eq!(process.environment_variable("CUDA"), None);
+        assert!(Process::open(tmp.path(), 8).is_none());
         let proc_root = Path::new("/proc");
-        assert_eq!(owner_in(proc_root, me).map(|o| o.uid), real_user(me));
-        assert!(command_line_in(proc_root, me, 256).is_some());
+        let myself = Process::open(proc_root, me).unwrap();
+        assert_eq!(myself.owner().map(|o| o.uid), real_user(me));
+        assert!(myself.command_line(256).is_some());
+    }
+
+    #[test]
+    fn a_process_handle_reads_that_process_only() {
+        // The directory replaced under the same name (a PID taken by another process):
+        // the handle still reads the first one's files, never the newcomer's.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("7");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cmdline"), b"first\0").unwrap();
+        let process = Process::open(tmp.path(), 7).unwrap();
+        fs::rename(&dir, tmp.path().join("gone")).unwrap();
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cmdline"), b"newcomer\0").unwrap();
+        assert_eq!(process.command_line(64).as_deref(), Some("first"));
+        // A real process that ends: its handle reads nothing more.
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let process = Process::open(Path::new("/proc"), child.id()).unwrap();
+        assert_eq!(process.command_line(64).as_deref(), Some("sleep 60"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!((process.owner(), process.command_line(64)), (None, None));
     }
 }
