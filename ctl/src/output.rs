@@ -158,10 +158,16 @@ pub fn render_table(table: &Table) -> String {
     out
 }
 
-/// `text` with each control character (ESC, BEL, CR, C1 …) as `?`.
+/// `text` with each control character (ESC, BEL, CR, C1 …) and each invisible one that
+/// reorders or hides text (bidirectional overrides and isolates, zero-width characters) as
+/// `?`.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
-        text.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    let misleading = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if text.chars().any(misleading) {
+        text.chars().map(|c| if misleading(c) { '?' } else { c }).collect()
     } else {
         std::borrow::Cow::Borrowed(text)
     }
@@ -186,6 +192,7 @@ mod tests {
         assert!(!text.contains(['\u{1b}', '\u{7}', '\r']), "{text:?}");
         assert!(text.contains("[?]0;owned??]"), "{text:?}");
         assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("bob\u{202E}ecilA\u{200B}"), "bob?ecilA?");
     }
 
     #[test]
