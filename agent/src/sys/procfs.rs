@@ -263,26 +263,33 @@ impl Process {
     }
 }
 
-/// [`Process::placement`] of a `/proc/PID/cgroup` text: the unified hierarchy's path (`0::`),
-/// else systemd's (`name=systemd`). A container is a component holding 64 hex digits
-/// (`docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`,
-/// `crio-<id>.scope`, or the id alone under cgroupfs drivers); the unit is the last
-/// component ending in `.service` or `.scope` that is not the container's own scope.
+/// [`Process::placement`] of a `/proc/PID/cgroup` text. The unit comes from systemd's own
+/// hierarchy where there is one besides the unified one (`name=systemd`, a hybrid or v1
+/// host), else from the unified one (`0::`): the last component ending in `.service` or
+/// `.scope` that is not a container's own scope. A container is a component holding 64
+/// hex digits (`docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, or the id alone under cgroupfs drivers), looked for in that path
+/// first, then in every other hierarchy's: Docker's cgroupfs driver on a hybrid host puts
+/// a container in the v1 hierarchies only, and leaves it in containerd's unit in the
+/// unified one.
 pub fn placement_of_cgroup(text: &str) -> (Option<String>, Option<String>) {
-    let path = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .or_else(|| text.lines().find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p)))
-        .unwrap_or_default();
-    let mut unit = None;
-    let mut container = None;
-    for component in path.split('/').filter(|c| !c.is_empty()) {
-        if let Some(id) = container_id(component) {
-            container = Some(id);
-        } else if component.ends_with(".service") || component.ends_with(".scope") {
-            unit = Some(printable(component));
-        }
+    fn path_of(line: &str) -> Option<&str> {
+        line.splitn(3, ':').nth(2)
     }
+    let unified = text.lines().find_map(|l| l.strip_prefix("0::"));
+    let systemd = text.lines().find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p));
+    let main = systemd.filter(|p| *p != "/").or(unified).unwrap_or_default();
+    let components = |path: &str| {
+        path.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let container = std::iter::once(main)
+        .chain(text.lines().filter_map(path_of))
+        .find_map(|path| components(path).iter().rev().find_map(|c| container_id(c)));
+    let unit = components(main)
+        .iter()
+        .rev()
+        .find(|c| container_id(c).is_none() && (c.ends_with(".service") || c.ends_with(".scope")))
+        .map(|c| printable(c));
     (unit, container)
 }
 
@@ -437,6 +444,25 @@ mod tests {
             ),
             ("0::/\n", None, None),
             ("", None, None),
+            // Hybrid hosts: systemd's own hierarchy names the unit; Docker's cgroupfs
+            // driver names the container in the v1 hierarchies only.
+            (
+                "12:cpu:/h.slice/train-job.service\n1:name=systemd:/h.slice/train-job.service\n0::/\n",
+                Some("train-job.service"),
+                None,
+            ),
+            (
+                &*format!("9:name=systemd:/docker/{id}\n0::/system.slice/containerd.service\n"),
+                None,
+                Some("0123456789ab"),
+            ),
+            (
+                &*format!(
+                    "4:memory:/docker/{id}\n1:name=systemd:/system.slice/containerd.service\n0::/system.slice/containerd.service\n"
+                ),
+                Some("containerd.service"),
+                Some("0123456789ab"),
+            ),
             // A user's own cgroup names reach a root's terminal: no escape sequences.
             (
                 "0::/user.slice/user@1000.service/\u{1b}]0;owned\u{7}x.scope\n",
@@ -511,6 +537,11 @@ mod tests {
         // A real process that ends: its handle reads nothing more.
         let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
         let process = Process::open(Path::new("/proc"), child.id()).unwrap();
+        // spawn returns once exec has begun, before the new program's arguments are in place.
+        let started = std::time::Instant::now();
+        while process.command_line(64).is_none() && started.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(process.command_line(64).as_deref(), Some("sleep 60"));
         child.kill().unwrap();
         child.wait().unwrap();
