@@ -11,7 +11,13 @@
 //!   bytes, or a number with `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`: `1536MiB`,
 //!   `2GiB`), 512 MiB without. Listed whether or not the PID runs. Set, even empty, it
 //!   replaces the processes it declared before; those the simulated MPS control daemon
-//!   registered stay (while their PID lives).
+//!   registered stay (while their PID lives). Each entry must be a state the real driver
+//!   can have ([`check_processes`]), on the node as the session finds it (after
+//!   `GPUSHARE_SIM_REBOOT`, which leaves no GPU instances): the GPU exists; on a GPU in
+//!   MIG mode the process runs in one of its existing GPU instances (`<gpu>/<gi>`), on a
+//!   GPU without MIG in none (`<gpu>`). An entry that breaks this fails `nvmlInit` as any
+//!   malformed knob does (NVML_ERROR_UNKNOWN, the entry and the reason on stderr and in
+//!   `gpushare_sim_last_error`), and nothing of the session is applied.
 //! - `GPUSHARE_SIM_REBOOT=1|0`: start as after a reboot.
 //! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs, as far as GPU resets
 //!   care ([`parse_host`]): `passthrough[=<gpus>]` and `vgpu[=<gpus>]` (NVML's
@@ -141,7 +147,8 @@ pub fn from_env() -> Result<Vec<Failure>, String> {
 }
 
 /// Parses `GPUSHARE_SIM_PROCESSES`'s value: `<gpu>[/<gpu instance id>]:<pid>[=<size>][,...]`
-/// (`<size>` as [`parse_size`] reads it; 512 MiB without).
+/// (`<size>` as [`parse_size`] reads it; 512 MiB without). Whether the entries fit the
+/// node (its GPUs, their MIG mode and GPU instances) is [`check_processes`]'s to say.
 pub fn parse_processes(text: &str) -> Result<Vec<Process>, String> {
     let bad = |part: &str| format!("{PROCESSES_ENV}: {part:?}: write <gpu>[/<gi>]:<pid>[=<size>]");
     text.split(',')
@@ -169,6 +176,45 @@ pub fn parse_processes(text: &str) -> Result<Vec<Process>, String> {
             Ok(process)
         })
         .collect()
+}
+
+/// Checks `GPUSHARE_SIM_PROCESSES`'s processes against the node they are declared on, as
+/// the real driver could have them: the GPU exists; on a GPU in MIG mode every compute
+/// process runs in one of its GPU instances (`<gpu>/<gi>`), and on one without MIG none
+/// does (`<gpu>`). The first entry that breaks this is a one-line error naming it and why.
+pub fn check_processes(processes: &[Process], node: &Node) -> Result<(), String> {
+    let count = node.gpus.len();
+    if let Some(p) = processes.iter().find(|p| p.gpu as usize >= count) {
+        return Err(format!(
+            "{PROCESSES_ENV}: GPU {} does not exist (the node has {count})",
+            p.gpu
+        ));
+    }
+    for p in processes {
+        let gpu = &node.gpus[p.gpu as usize];
+        let (index, pid) = (p.gpu, p.pid);
+        let ids: Vec<String> = gpu.instances.iter().map(|gi| gi.id.to_string()).collect();
+        let ids = if ids.is_empty() { "none".to_string() } else { ids.join(", ") };
+        let why = match p.gpu_instance {
+            None if gpu.mig_enabled => format!(
+                "GPU {index} is in MIG mode, where every compute process runs in a GPU \
+                 instance: write {index}/<gi>:{pid} (its GPU instances: {ids})"
+            ),
+            Some(_) if !gpu.mig_enabled => format!(
+                "GPU {index} is not in MIG mode, so it has no GPU instances: write {index}:{pid}"
+            ),
+            Some(gi) if !gpu.instances.iter().any(|i| i.id == gi) => {
+                format!("GPU {index} has no GPU instance {gi} (its GPU instances: {ids})")
+            }
+            _ => continue,
+        };
+        let entry = match p.gpu_instance {
+            Some(gi) => format!("{index}/{gi}:{pid}"),
+            None => format!("{index}:{pid}"),
+        };
+        return Err(format!("{PROCESSES_ENV}: {entry:?}: {why}"));
+    }
+    Ok(())
 }
 
 /// A byte size as the simulator's knobs and tools take it: a number of bytes, or a number
@@ -518,5 +564,60 @@ mod tests {
             assert!(e.starts_with("GPUSHARE_SIM_PROCESSES: "), "{e}");
             assert!(e.contains(needle), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn processes_must_fit_the_gpus_mig_mode() {
+        use crate::node::GpuInstance;
+        let mut node = Node::new(&gpushare_catalog::parse_node_spec("a100-40gb:3").unwrap());
+        node.gpus[1].mig_enabled = true;
+        node.gpus[2].mig_enabled = true;
+        for id in [1, 5] {
+            node.gpus[1].instances.push(GpuInstance {
+                id,
+                profile_id: 0,
+                start: 0,
+                size: 1,
+                serial: u64::from(id),
+                compute_instances: Vec::new(),
+            });
+        }
+        let check =
+            |text: &str, node: &Node| check_processes(&parse_processes(text).unwrap(), node);
+        assert_eq!(check("0:10=2GiB, 1/1:11, 1/5:12", &node), Ok(()));
+        assert_eq!(check("", &node), Ok(()));
+        for (text, error) in [
+            ("3:77", "GPUSHARE_SIM_PROCESSES: GPU 3 does not exist (the node has 3)"),
+            (
+                "0:10,1:77=1GiB",
+                "GPUSHARE_SIM_PROCESSES: \"1:77\": GPU 1 is in MIG mode, where every compute \
+                 process runs in a GPU instance: write 1/<gi>:77 (its GPU instances: 1, 5)",
+            ),
+            (
+                "2:78",
+                "GPUSHARE_SIM_PROCESSES: \"2:78\": GPU 2 is in MIG mode, where every compute \
+                 process runs in a GPU instance: write 2/<gi>:78 (its GPU instances: none)",
+            ),
+            (
+                "0/1:79",
+                "GPUSHARE_SIM_PROCESSES: \"0/1:79\": GPU 0 is not in MIG mode, so it has no GPU \
+                 instances: write 0:79",
+            ),
+            (
+                "1/2:80",
+                "GPUSHARE_SIM_PROCESSES: \"1/2:80\": GPU 1 has no GPU instance 2 (its GPU \
+                 instances: 1, 5)",
+            ),
+            (
+                "2/1:81",
+                "GPUSHARE_SIM_PROCESSES: \"2/1:81\": GPU 2 has no GPU instance 1 (its GPU \
+                 instances: none)",
+            ),
+        ] {
+            assert_eq!(check(text, &node).unwrap_err(), error, "{text}");
+        }
+        // MIG mode pending (after the next reset) does not count: the processes run now.
+        node.gpus[0].mig_pending = Some(true);
+        assert_eq!(check("0:10", &node), Ok(()));
     }
 }

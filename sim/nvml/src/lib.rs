@@ -24,7 +24,10 @@
 //! - `GPUSHARE_SIM_DELAY_MS`: every mutating call sleeps first.
 //! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>[=<size>],..."`: compute
 //!   processes, each using `<size>` of GPU memory (`1536MiB`, `2GiB`, bytes; 512 MiB
-//!   without), listed whether or not the PID runs.
+//!   without), listed whether or not the PID runs. As on the real driver, a process on a
+//!   GPU in MIG mode runs in one of its GPU instances (`<gpu>/<gi>`, an existing one) and
+//!   one on a GPU without MIG in none (`<gpu>`); an entry otherwise (or on a GPU the node
+//!   lacks) is a malformed knob ([`faults::check_processes`]).
 //!
 //! # Processes
 //! `nvmlDeviceGetComputeRunningProcesses` (v1, v2, v3; on a GPU or a MIG device) lists
@@ -34,7 +37,8 @@
 //! the knob's processes, the simulated MPS control daemon (`sim/tools`) registers each
 //! client it is told of (`--fake-client PID [--memory SIZE]`) on the GPU or GPU instance
 //! its server serves, as an MPS client ([`node::Process`]); such a registered process is
-//! listed only while `/proc/<pid>` exists, as the real driver drops an exited process.
+//! listed only while its PID runs ([`node::pid_alive`]: `/proc/<pid>` exists and is no
+//! zombie of one thread), as the real driver drops an exited process.
 //! - `GPUSHARE_SIM_REBOOT=1`: start as after a reboot.
 //! - `GPUSHARE_SIM_HOST="<fact>[,...]"`: the host around the GPUs as far as GPU resets
 //!   care: `passthrough[=<gpus>]`, `vgpu[=<gpus>]`, `no-flr[=<gpus>]`,

@@ -272,7 +272,7 @@ pub struct Process {
     pub mps: bool,
     /// Registered by a simulated program (the simulated MPS control daemon) for a process
     /// it was told of, rather than declared by `GPUSHARE_SIM_PROCESSES`: listed only while
-    /// `/proc/<pid>` exists, as the real driver drops a process's entry when it exits.
+    /// its PID runs ([`pid_alive`]), as the real driver drops a process's entry when it exits.
     #[serde(default)]
     pub registered: bool,
     /// For an MPS client, the PID of the simulated MPS daemon that registered it: listed
@@ -308,9 +308,25 @@ impl Process {
     }
 }
 
-/// Whether a process of this PID exists on the host (`/proc/<pid>`).
+/// Whether the process of this PID still runs, as the driver counts one: `/proc/<pid>`
+/// exists and the process is not a zombie whose every thread has exited (`State: Z` or
+/// `X` with one thread in `/proc/<pid>/status`). A process that ended only awaits its
+/// parent; its CUDA contexts went at its exit, and the driver's entries with them. A main
+/// thread gone with `pthread_exit` leaves a zombie leader whose other threads run on (and
+/// hold the GPU): that process runs. The simulated driver lists a registered process, and
+/// the simulated MPS control daemon a client, only while this holds.
 pub fn pid_alive(pid: u32) -> bool {
-    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
+    if pid == 0 {
+        return false;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        // Gone, or hidden from this user (`hidepid`): then its directory tells.
+        return Path::new(&format!("/proc/{pid}")).exists();
+    };
+    let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let ended = field("State:").is_some_and(|s| s.starts_with(['Z', 'X']));
+    let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
+    !(ended && threads <= 1)
 }
 
 /// Why `nvidia-smi --gpu-reset` refused.
@@ -912,6 +928,29 @@ mod tests {
         assert_eq!(node.pids_on(0), [std::process::id()]);
         node.prune_exited();
         assert_eq!(node.processes.len(), 2);
+    }
+
+    #[test]
+    fn an_ended_process_awaiting_its_parent_does_not_run() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(0));
+        assert!(!pid_alive(u32::MAX));
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(pid_alive(pid));
+        let registered = Process { registered: true, ..Process::new(0, None, pid) };
+        assert!(registered.listed());
+        child.kill().unwrap();
+        // Not reaped yet: a zombie of one thread, whose `/proc/<pid>` is still there.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while pid_alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "a killed child still runs");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(Path::new(&format!("/proc/{pid}")).exists(), "the zombie awaits its parent");
+        assert!(!registered.listed());
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
     }
 
     #[test]

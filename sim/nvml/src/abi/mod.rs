@@ -270,21 +270,15 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
         None => Node::new(&models),
     };
     if !lib.session_started {
-        let declared = lib.knobs.processes.iter().flatten();
-        if let Some(p) = declared.clone().find(|p| p.gpu as usize >= node.gpus.len()) {
-            return Err(unknown(format!(
-                "{}: GPU {} does not exist (the node has {})",
-                faults::PROCESSES_ENV,
-                p.gpu,
-                node.gpus.len()
-            )));
-        }
         // Every NVML client of the node (the agent, a pynvml script, mig-parted, the
         // simulated tools) sees the same node: a process changes only what its knobs say.
         if lib.knobs.reboot {
             node.reboot();
         }
         if let Some(processes) = &lib.knobs.processes {
+            // Against the node as the knobs leave it (after a reboot, no GPU instances):
+            // nothing is written when they do not fit.
+            faults::check_processes(processes, &node).map_err(unknown)?;
             // The knob's processes replace those declared before; the ones the simulated
             // MPS control daemon registered stay while they run.
             node.processes.retain(|p| p.registered);

@@ -276,6 +276,73 @@ fn a_bad_configuration_fails_init_with_a_one_line_reason() {
     assert_eq!(last_error(), "");
 }
 
+/// On a GPU in MIG mode every compute process runs in a GPU instance, and only there: a
+/// `GPUSHARE_SIM_PROCESSES` entry the real driver could not have fails `nvmlInit`, as any
+/// bad knob does, naming the entry; nothing of the session is applied.
+#[test]
+fn declared_processes_must_fit_the_gpus_mig_mode() {
+    let sim = Sim::new("a100-40gb:2", &[]);
+    let file = sim.file();
+    let d = dev(1);
+    assert_eq!(nv!(nvmlDeviceSetPersistenceMode(d, NVML_FEATURE_DISABLED)), ret::SUCCESS);
+    assert_eq!(set_mig(d, NVML_DEVICE_MIG_ENABLE), Ok(ret::SUCCESS));
+    let mut instance = null_mut();
+    assert_eq!(nv!(nvmlDeviceCreateGpuInstance(d, 19, &mut instance)), ret::SUCCESS);
+    let gi = gi_info(instance).unwrap().id;
+    assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+    let before = file.read().unwrap();
+
+    let init_with = |processes: &str, reboot: bool| {
+        super::reset_process_for_tests();
+        // SAFETY: under SERIAL (held by `sim`).
+        unsafe { std::env::set_var("GPUSHARE_SIM_PROCESSES", processes) };
+        if reboot {
+            // SAFETY: under SERIAL.
+            unsafe { std::env::set_var("GPUSHARE_SIM_REBOOT", "1") };
+        }
+        let code = nv!(nvmlInit_v2());
+        let why = last_error();
+        if code == ret::SUCCESS {
+            assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+        }
+        // SAFETY: under SERIAL.
+        unsafe { std::env::remove_var("GPUSHARE_SIM_REBOOT") };
+        (code, why)
+    };
+    let refused = [
+        (
+            "0:10,1:77".to_string(),
+            "GPUSHARE_SIM_PROCESSES: \"1:77\": GPU 1 is in MIG mode, where every compute \
+             process runs in a GPU instance: write 1/<gi>:77 (its GPU instances: {gi})",
+        ),
+        (
+            format!("0/{gi}:78"),
+            "GPUSHARE_SIM_PROCESSES: \"0/{gi}:78\": GPU 0 is not in MIG mode, so it has no \
+             GPU instances: write 0:78",
+        ),
+        (
+            format!("1/{}:79", gi + 1),
+            "GPUSHARE_SIM_PROCESSES: \"1/{next}:79\": GPU 1 has no GPU instance {next} (its \
+             GPU instances: {gi})",
+        ),
+    ];
+    for (processes, why) in refused {
+        let why = why.replace("{gi}", &gi.to_string()).replace("{next}", &(gi + 1).to_string());
+        assert_eq!(init_with(&processes, false), (ret::UNKNOWN, why), "{processes}");
+        assert_eq!(file.read().unwrap(), before, "nothing applied for {processes}");
+    }
+    // A reboot leaves no GPU instances: the one named is gone by the time the knob applies.
+    let (code, why) = init_with(&format!("1/{gi}:80"), true);
+    assert_eq!(code, ret::UNKNOWN);
+    assert!(why.ends_with(&format!("GPU 1 has no GPU instance {gi} (its GPU instances: none)")));
+    assert_eq!(file.read().unwrap(), before, "not even the reboot");
+
+    assert_eq!(init_with(&format!("0:10,1/{gi}:81"), false), (ret::SUCCESS, String::new()));
+    let declared: Vec<_> =
+        file.read().unwrap().processes.iter().map(|p| (p.gpu, p.gpu_instance, p.pid)).collect();
+    assert_eq!(declared, [(0, None, 10), (1, Some(gi), 81)]);
+}
+
 #[test]
 fn devices_answer_like_nvml() {
     let _sim = Sim::new("a100-40gb:2,l40s:1", &[]);
