@@ -5,6 +5,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use gpushare_sim_nvml::node::pid_alive;
+
 use crate::common;
 use crate::pipe_dir::SOCKET_NAME;
 use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_line};
@@ -73,6 +75,17 @@ pub fn run_client(
     converse(pipe_dir, lines.filter(|l| !l.is_empty()), out, record, |l| format!("cmd={l}"))
 }
 
+/// Why `pid` cannot connect as a simulated client, if it cannot: it does not run
+/// ([`pid_alive`], the rule by which the daemon drops a client whose process ended). A real
+/// MPS client is a running CUDA process; the daemon is not asked.
+pub fn not_a_client(pid: u32) -> Option<String> {
+    (!pid_alive(pid)).then(|| {
+        format!(
+            "simulated nvidia-cuda-mps-control: no process {pid}: a simulated MPS client must be a running process"
+        )
+    })
+}
+
 /// `--fake-client PID [--memory SIZE]` (`connect`, `memory` in bytes) or
 /// `--fake-client-exit PID`. Recorded `fake-client=<pid>` (with ` memory=<bytes>` when
 /// given) or `fake-client-exit=<pid>`.
@@ -111,5 +124,22 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), "Cannot find MPS control daemon process\n");
         let record = fs::read_to_string(record).unwrap();
         assert_eq!(record, format!("mps-control pipe={} error=no-daemon\n", dir.path().display()));
+    }
+
+    #[test]
+    fn only_a_running_process_may_connect() {
+        assert_eq!(not_a_client(std::process::id()), None);
+        // Above the largest pid_max Linux allows (2^22): never a process.
+        assert_eq!(
+            not_a_client(4_194_305).as_deref(),
+            Some(
+                "simulated nvidia-cuda-mps-control: no process 4194305: a simulated MPS client \
+                 must be a running process"
+            )
+        );
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let why = not_a_client(child.id()).expect("an exited, reaped child is no client");
+        assert!(why.contains(&format!("no process {}:", child.id())), "{why}");
     }
 }

@@ -19,7 +19,8 @@ use crate::pipe_dir::{SOCKET_NAME, dir_identity, remove_own_files, running_pid, 
 use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_arg};
 use crate::state::{BINARY_VERSION, State, answer};
 
-/// How often the daemon checks that its pipe directory still exists.
+/// How often the daemon checks that its pipe directory still exists and that its clients'
+/// processes still run.
 const PIPE_DIR_CHECK: Duration = Duration::from_millis(200);
 
 /// Where and how a control daemon runs.
@@ -128,6 +129,20 @@ impl Daemon {
             eprintln!("simulated nvidia-cuda-mps-control: {e}");
         }
     }
+
+    /// Drops the clients whose process has ended, as the real server notices at once
+    /// (their connection closes with their context): logged, and their entries taken out
+    /// of the node. Every answer prunes too; this keeps the logs and the node in step
+    /// between commands.
+    fn prune_exited(&self) {
+        let mut state = self.state();
+        let before = state.clients();
+        let log = state.prune_exited();
+        if !log.is_empty() {
+            self.sync_node(&state, &before, None);
+            self.write_log(&log);
+        }
+    }
 }
 
 /// Waits up to `timeout_ms` for `fd` to be readable.
@@ -202,6 +217,7 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
             if dir_identity(&daemon.cfg.pipe_dir) != dir_id {
                 break ExitReason::PipeDirRemoved;
             }
+            daemon.prune_exited();
         }
         if !wait_readable(listener.as_raw_fd(), 50) {
             continue;
@@ -385,12 +401,23 @@ mod tests {
         assert_eq!(out, "25.0\n2G\nUnknown command \"bogus_command\"\n");
 
         let mut sink = Vec::new();
-        assert_eq!(run_fake_client(&pipe, 438, true, None, &mut sink, Some(&daemon.record())), 0);
+        // A client is listed while its process runs: a real one.
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let client = child.id();
+        assert_eq!(
+            run_fake_client(&pipe, client, true, None, &mut sink, Some(&daemon.record())),
+            0
+        );
         assert!(sink.is_empty());
         let server = (pid + 1).to_string();
         let (_, out) = daemon.ask(&format!("get_server_list\nget_client_list {server}\n"));
-        assert_eq!(out, format!("{server}\n438\n"));
-        assert_eq!(run_fake_client(&pipe, 438, false, None, &mut sink, Some(&daemon.record())), 0);
+        assert_eq!(out, format!("{server}\n{client}\n"));
+        assert_eq!(
+            run_fake_client(&pipe, client, false, None, &mut sink, Some(&daemon.record())),
+            0
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
         let (_, out) = daemon.ask(&format!("get_client_list {server}\nps\n"));
         assert_eq!(out, "");
 
@@ -413,10 +440,10 @@ mod tests {
             format!("mps-control pipe={p} cmd=get_default_device_pinned_mem_limit 0"),
             format!("mps-control pipe={p} cmd=get_default_device_pinned_mem_limit 1"),
             format!("mps-control pipe={p} cmd=bogus_command"),
-            format!("mps-control pipe={p} fake-client=438"),
+            format!("mps-control pipe={p} fake-client={client}"),
             format!("mps-control pipe={p} cmd=get_server_list"),
             format!("mps-control pipe={p} cmd=get_client_list {server}"),
-            format!("mps-control pipe={p} fake-client-exit=438"),
+            format!("mps-control pipe={p} fake-client-exit={client}"),
             format!("mps-control pipe={p} cmd=get_client_list {server}"),
             format!("mps-control pipe={p} cmd=ps"),
             format!("mps-control pipe={p} cmd=quit"),
@@ -448,11 +475,12 @@ mod tests {
             )),
             "{first}"
         );
+        let new_client = format!("] NEW CLIENT {client} from user");
         for text in [
             "] NEW UI",
             "] Cmd:set_default_active_thread_percentage 25",
             "] UI closed",
-            "] NEW CLIENT 438 from user",
+            &new_client,
             "] Cmd:quit",
             "] Exit with status 0",
         ] {
@@ -525,6 +553,58 @@ mod tests {
         let record = fs::read_to_string(record).unwrap();
         assert!(record.contains(&format!("fake-client={me} memory={}\n", 2u64 << 30)), "{record}");
         assert!(record.contains(&format!("fake-client={other}\n")), "{record}");
+    }
+
+    /// A client whose process is killed leaves the server's lists and the node without
+    /// `--fake-client-exit`: the daemon notices within its check interval (the server's
+    /// log says so, the node's entry goes), and no answer names it.
+    #[test]
+    fn a_killed_client_leaves_without_being_told() {
+        use gpushare_sim_nvml::node::{Node, NodeFile};
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("node.json");
+        let file = NodeFile::new(&state);
+        let node = Node::new(&gpushare_catalog::parse_node_spec("h100-80gb:1").unwrap());
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        let daemon = start_in(dir, 4_000_008, "0", Some(state));
+        let pipe = daemon.pipe();
+        let server = 4_000_009;
+        let mut sink = Vec::new();
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let killed = child.id();
+        assert_eq!(run_fake_client(&pipe, killed, true, None, &mut sink, None), 0);
+        assert_eq!(run_fake_client(&pipe, me, true, None, &mut sink, None), 0);
+        let (_, out) = daemon.ask(&format!("get_client_list {server}\n"));
+        assert_eq!(out, format!("{killed}\n{me}\n"));
+        let registered = || {
+            let node = file.read().unwrap();
+            node.processes.iter().filter(|p| p.mps).map(|p| p.pid).collect::<Vec<_>>()
+        };
+        assert_eq!(registered(), [killed, me]);
+
+        // Killed, not reaped (a zombie), then reaped: neither is a client.
+        child.kill().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while registered() != [me] {
+            assert!(Instant::now() < deadline, "the daemon kept {killed}'s entry in the node");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (_, out) = daemon
+            .ask(&format!("get_client_list {server}\nget_device_client_list\nget_server_list\n"));
+        assert_eq!(out, format!("{me}\n[0] 00:00.0, NVIDIA H100 80GB HBM3\n{me}.1\n{server}\n"));
+        child.wait().unwrap();
+        let (_, out) = daemon.ask("ps\n");
+        assert_eq!(out.lines().count(), 2, "{out}");
+        assert!(!out.contains(&format!("\n{killed} ")), "{out}");
+        let server_log = daemon.dir.path().join("log/server.log");
+        let server_log = fs::read_to_string(server_log).unwrap();
+        let gone = format!("Client process {killed} disconnected");
+        assert_eq!(server_log.matches(&gone).count(), 1, "{server_log}");
+
+        daemon.terminate.store(true, Ordering::SeqCst);
+        let (reason, _dir) = daemon.join();
+        assert_eq!(reason, ExitReason::Signal);
     }
 
     #[test]

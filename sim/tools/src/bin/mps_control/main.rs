@@ -28,8 +28,15 @@
 //!
 //! Simulated clients: without CUDA no real client ever connects. `--fake-client PID` makes
 //! the daemon act as when the CUDA client `PID` connects: it starts its one MPS server, with
-//! the default limits set at that time, and lists `PID` as that server's client;
-//! `--fake-client-exit PID` makes the client leave (the server stays, as the real one does).
+//! the default limits set at that time, and lists `PID` as that server's client while the
+//! process runs. `PID` must be a running process: otherwise the tool says so in one line
+//! on stderr and exits 1 without asking the daemon. A client leaves when its process ends
+//! (the real server drops a client whose context goes with its process): from then on no
+//! answer lists or counts it (`get_client_list`, `get_device_client_list`, `ps`), the
+//! server's log says `Client process PID disconnected` within 200 ms, and its node entry
+//! goes. "Ends" is the simulated driver's rule (`gpushare_sim_nvml::node::pid_alive`): no
+//! `/proc/PID`, or a zombie of one thread. `--fake-client-exit PID` makes the client leave
+//! at once. The server stays when its last client leaves, as the real one does.
 //! The server is not a process: its PID is the daemon's PID + 1, a number only.
 //!
 //! The daemon also registers each client in the simulated node (`GPUSHARE_SIM_STATE`, as
@@ -37,7 +44,7 @@
 //! client, using `--memory SIZE` of GPU memory (`2GiB`, `1536MiB`, bytes; 512 MiB without),
 //! on the GPU or the MIG device's GPU instance that the first device of its
 //! `CUDA_VISIBLE_DEVICES` names (GPU 0 when unset). The entry goes when the client leaves
-//! (`--fake-client-exit`, `terminate_client`), at `quit` and when the daemon stops; the
+//! (its process ends, `--fake-client-exit`, `terminate_client`), at `quit` and when the daemon stops; the
 //! driver lists it only while PID runs. Since the server is no process, the server's own
 //! entry (66 MiB on the real driver) is not registered. See `node_clients.rs`.
 //!
@@ -79,7 +86,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use client::{run_client, run_fake_client};
+use client::{not_a_client, run_client, run_fake_client};
 use daemon::{DaemonConfig, ServeError, serve};
 use gpushare_sim_nvml::faults::parse_size;
 use gpushare_sim_nvml::node::STATE_ENV;
@@ -323,9 +330,13 @@ fn main() -> ExitCode {
             0
         }
         Mode::Client => run_client(&env.pipe_dir, io::stdin().lock(), &mut stdout, record),
-        Mode::FakeClient(pid, memory) => {
-            run_fake_client(&env.pipe_dir, pid, true, memory, &mut stdout, record)
-        }
+        Mode::FakeClient(pid, memory) => match not_a_client(pid) {
+            Some(why) => {
+                eprintln!("{why}");
+                1
+            }
+            None => run_fake_client(&env.pipe_dir, pid, true, memory, &mut stdout, record),
+        },
         Mode::FakeClientExit(pid) => {
             run_fake_client(&env.pipe_dir, pid, false, None, &mut stdout, record)
         }

@@ -5,8 +5,9 @@
 //! state file (`GPUSHARE_SIM_STATE`), as a [`Process`] with `mps` and `registered` set, on
 //! the GPU or GPU instance its server serves: the first device of the daemon's
 //! `CUDA_VISIBLE_DEVICES` (a `GPU-` or `MIG-` UUID, or an index; GPU 0 when unset, as a
-//! CUDA client picks). It removes them when the client leaves (`--fake-client-exit`,
-//! `terminate_client`), when the server ends (`quit`) and when the daemon stops.
+//! CUDA client picks). It removes them when the client leaves (its process ends,
+//! `--fake-client-exit`, `terminate_client`), when the server ends (`quit`) and when the
+//! daemon stops.
 //!
 //! The simulated MPS server is not a process (its PID is a number only), so the server's
 //! own entry the real driver lists (`nvidia-cuda-mps-server`, 66 MiB) is not registered.

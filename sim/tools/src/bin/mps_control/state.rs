@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use gpushare_sim_nvml::node::pid_alive;
+
 use crate::log_line::{LogFile, LogLine};
 
 const INVALID_PERCENTAGE: &str = "Invalid percentage, expected between (0.0, 100.0]";
@@ -25,7 +27,7 @@ struct Server {
 }
 
 /// What the control daemon knows.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct State {
     control_pid: u32,
     /// The user a simulated client runs as (the daemon's).
@@ -38,6 +40,9 @@ pub struct State {
     default_pinned: BTreeMap<String, String>,
     default_priority: u32,
     server: Option<Server>,
+    /// Whether a client's process still runs ([`pid_alive`], as the simulated driver
+    /// decides it; unit tests of the answers swap it).
+    running: fn(u32) -> bool,
 }
 
 /// What one command gets: the lines for the client, the log lines, whether the daemon quits.
@@ -64,6 +69,7 @@ impl State {
             default_pinned: BTreeMap::new(),
             default_priority: 0,
             server: None,
+            running: pid_alive,
         }
     }
 
@@ -134,13 +140,27 @@ impl State {
         log
     }
 
+    /// Drops the clients whose process no longer runs, as the real server does when a
+    /// client ends (its CUDA context, and so its connection, goes with it), whether or not
+    /// `--fake-client-exit` said so; returns the server's log lines of their leaving.
+    /// Every answer that lists or counts clients prunes first.
+    pub fn prune_exited(&mut self) -> Vec<LogLine> {
+        let running = self.running;
+        let Some(server) = self.server.as_mut() else { return Vec::new() };
+        let (kept, gone): (Vec<u32>, Vec<u32>) =
+            server.clients.iter().partition(|&&pid| running(pid));
+        server.clients = kept;
+        gone.into_iter().map(|pid| server.disconnected(pid)).collect()
+    }
+
     /// The CUDA client `pid` connects (what `--fake-client PID` asks for).
     pub fn connect_client(&mut self, pid: u32) -> Vec<LogLine> {
         let uid = self.uid;
-        let mut log = vec![
+        let mut log = self.prune_exited();
+        log.extend([
             self.control("User did not send valid credentials"),
             self.control("Accepting connection..."),
-        ];
+        ]);
         if self.server.is_none() {
             log.push(self.control(format!(
                 "NEW CLIENT {pid} from user {uid}: Server is not ready, push client to pending list"
@@ -167,21 +187,18 @@ impl State {
 
     /// The CUDA client `pid` exits (what `--fake-client-exit PID` asks for).
     pub fn client_exit(&mut self, pid: u32) -> Vec<LogLine> {
-        let Some(server) = self.server.as_mut() else { return Vec::new() };
+        let mut log = self.prune_exited();
+        let Some(server) = self.server.as_mut() else { return log };
         let before = server.clients.len();
         server.clients.retain(|&c| c != pid);
-        if server.clients.len() == before {
-            return Vec::new();
+        if server.clients.len() < before {
+            log.push(server.disconnected(pid));
         }
-        vec![LogLine {
-            file: LogFile::Server,
-            tag: "Server",
-            pid: server.pid,
-            text: format!("Client process {pid} disconnected"),
-        }]
+        log
     }
 
-    /// The running server's clients (none without a server).
+    /// The running server's clients as last pruned ([`State::prune_exited`]; none without
+    /// a server).
     pub fn clients(&self) -> Vec<u32> {
         self.server.as_ref().map(|s| s.clients.clone()).unwrap_or_default()
     }
@@ -226,6 +243,18 @@ impl State {
         }
         log.push(self.control("Exit with status 0"));
         log
+    }
+}
+
+impl Server {
+    /// The server's log line of client `pid` leaving.
+    fn disconnected(&self, pid: u32) -> LogLine {
+        LogLine {
+            file: LogFile::Server,
+            tag: "Server",
+            pid: self.pid,
+            text: format!("Client process {pid} disconnected"),
+        }
     }
 }
 
@@ -281,10 +310,15 @@ fn command_name(pid: u32) -> String {
 }
 
 /// The daemon's answer to one command line from a client, and what it logs: `Cmd:<line>`,
-/// then any remarks, then the answer's lines (the real daemon logs its answers too).
+/// then any remarks, then the answer's lines (the real daemon logs its answers too). Clients
+/// whose process has ended are dropped first ([`State::prune_exited`]): no answer lists them.
 pub fn answer(state: &mut State, line: &str) -> Answer {
     let line = line.trim();
     let words: Vec<&str> = line.split_whitespace().collect();
+    if words.is_empty() {
+        return Answer::default();
+    }
+    let gone = state.prune_exited();
     let mut notes: Vec<LogLine> = Vec::new();
     let mut reply: Vec<String> = Vec::new();
     let mut quit = false;
@@ -397,7 +431,8 @@ pub fn answer(state: &mut State, line: &str) -> Answer {
         }
         [command, ..] => reply.push(format!("Unknown command \"{command}\"")),
     }
-    let mut log = vec![state.control(format!("Cmd:{line}"))];
+    let mut log = gone;
+    log.push(state.control(format!("Cmd:{line}")));
     log.extend(notes);
     log.extend(reply.iter().map(|r| state.control(r.clone())));
     Answer { reply, log, quit }
@@ -407,8 +442,9 @@ pub fn answer(state: &mut State, line: &str) -> Answer {
 mod tests {
     use super::*;
 
+    /// A daemon whose clients are made-up PIDs, each taken to run.
     fn state() -> State {
-        State::new(408, 0, Path::new("/tmp/x/pipe/control"), None)
+        State { running: |_| true, ..State::new(408, 0, Path::new("/tmp/x/pipe/control"), None) }
     }
 
     fn control_texts(log: &[LogLine]) -> Vec<&str> {
@@ -626,6 +662,77 @@ mod tests {
         assert!(answer(&mut s, "get_client_list 409").reply.is_empty());
         // The server outlives its clients.
         assert_eq!(answer(&mut s, "get_server_list").reply, ["409"]);
+    }
+
+    fn server_texts(log: &[LogLine]) -> Vec<&str> {
+        log.iter().filter(|l| l.file == LogFile::Server).map(|l| l.text.as_str()).collect()
+    }
+
+    /// Waits (5 s at most) for `pid`, killed, to have ended.
+    fn wait_ended(pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while pid_alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "killed {pid} still runs");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// A client whose process ends leaves every list without `--fake-client-exit`, as a
+    /// real client's context (and so its connection) goes with its process: reaped, or a
+    /// zombie its parent has not reaped yet.
+    #[test]
+    fn a_client_whose_process_ended_is_listed_no_more() {
+        let mut s = State::new(7, 0, Path::new("/p/control"), None);
+        let mut reaped = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut zombie = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let (a, b) = (reaped.id(), zombie.id());
+        s.connect_client(a);
+        s.connect_client(b);
+        assert_eq!(answer(&mut s, "get_client_list 8").reply, [a.to_string(), b.to_string()]);
+        assert_eq!(answer(&mut s, "ps").reply.len(), 3);
+
+        reaped.kill().unwrap();
+        reaped.wait().unwrap();
+        let listed = answer(&mut s, "get_client_list 8");
+        assert_eq!(listed.reply, [b.to_string()]);
+        let gone = format!("Client process {a} disconnected");
+        assert_eq!(server_texts(&listed.log), [gone.as_str()]);
+        assert_eq!(control_texts(&listed.log), ["Cmd:get_client_list 8", &b.to_string()]);
+        assert_eq!(s.clients(), [b], "pruned from the state");
+        assert!(answer(&mut s, "get_client_list 8").log.iter().all(|l| l.file == LogFile::Control));
+        assert_eq!(
+            answer(&mut s, "get_device_client_list").reply,
+            ["[0] 00:00.0, NVIDIA H100 80GB HBM3".to_string(), format!("{b}.1")]
+        );
+        assert_eq!(answer(&mut s, "ps").reply.len(), 2);
+
+        // Killed but not reaped: a zombie of one thread has ended too.
+        zombie.kill().unwrap();
+        wait_ended(b);
+        assert!(Path::new(&format!("/proc/{b}")).exists(), "the zombie awaits its parent");
+        assert!(answer(&mut s, "get_device_client_list 8").reply.is_empty());
+        assert!(answer(&mut s, "get_client_list 8").reply.is_empty());
+        assert!(answer(&mut s, "ps").reply.is_empty());
+        assert!(s.clients().is_empty());
+        // Its leaving was logged once; `--fake-client-exit` afterwards finds nothing to do.
+        assert!(s.client_exit(b).is_empty());
+        // The server outlives its clients, as the real one does.
+        assert_eq!(answer(&mut s, "get_server_list").reply, ["8"]);
+        zombie.wait().unwrap();
+
+        // A client that ended before a command that lists none is dropped all the same,
+        // and a new client finds the server with only the live ones.
+        let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        s.connect_client(c.id());
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let me = std::process::id();
+        let log = s.connect_client(me);
+        assert!(
+            server_texts(&log)
+                .contains(&format!("Client process {} disconnected", c.id()).as_str())
+        );
+        assert_eq!(s.clients(), [me]);
     }
 
     #[test]
