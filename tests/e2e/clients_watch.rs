@@ -63,6 +63,12 @@ fn watch_prints_a_table_per_interval_until_interrupted() {
     let tables = tables(&out);
     assert!(tables.len() >= 2, "at least two tables: {out:?}");
     for table in &tables {
+        // Each under the time it was read: `2026-11-27 11:40:05 UTC`.
+        let (time, table) = table.trim_start().split_once('\n').unwrap();
+        let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+        let stamp: Vec<&str> = time.splitn(3, ' ').collect();
+        assert!(stamp.len() == 3 && stamp[0].split('-').all(digits), "{time:?} in {out:?}");
+        assert!(stamp[1].split(':').all(digits), "{time:?} in {out:?}");
         assert_eq!(table.trim(), "No process uses the GPUs.", "{out:?}");
     }
     assert!(!out.contains('\x1b'), "no terminal control into a pipe: {out:?}");
@@ -75,6 +81,8 @@ fn watch_prints_a_table_per_interval_until_interrupted() {
     for line in lines {
         let table: ClientTable = serde_json::from_str(line).expect("each line one document");
         assert!(table.clients.is_empty(), "{line}");
+        let doc: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(doc["time"].as_str().is_some_and(|t| t.len() >= 19), "{line}");
     }
 }
 

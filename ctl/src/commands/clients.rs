@@ -109,8 +109,10 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
 
 /// Shows what `frame` returns every `seconds` until Ctrl-C (exit 0) or until stdout is
 /// closed (exit 0): on a terminal the screen is cleared and redrawn, cut to its height
-/// under a title line; with `--json` each frame is one line (NDJSON); otherwise frames
-/// follow each other, a blank line between two. An agent call that fails ends it.
+/// under a title line with the time, as watch(1) does; with `--json` each frame is one
+/// line (NDJSON) with the time as `"time"`; otherwise frames follow each other, each under
+/// a line with the time and a blank line between two, so that a log of them says when a
+/// client came or went. An agent call that fails ends it.
 pub async fn watch(
     out: &Output,
     seconds: f64,
@@ -126,17 +128,18 @@ pub async fn watch(
             _ = &mut ctrl_c => return Ok(0),
             text = frame() => text?,
         };
+        let now = local_time_now();
         let shown = if out.json {
-            format!("{}\n", text.trim_end())
+            format!("{}\n", with_time(&text, &now))
         } else if out.stdout_tty {
-            let screen = format!("Every {seconds} s: {title}  (Ctrl-C quits)\n\n{text}");
+            let screen = format!("Every {seconds} s: {title}  {now}  (Ctrl-C quits)\n\n{text}");
             // One line fewer than the terminal has: a last newline would scroll it.
             let (rows, columns) = terminal_size();
             format!("\x1b[H\x1b[2J{}", fit(&screen, rows.saturating_sub(1), columns))
         } else if first {
-            text
+            format!("{now}\n{text}")
         } else {
-            format!("\n{text}")
+            format!("\n{now}\n{text}")
         };
         first = false;
         if write_stdout(&shown).is_err() {
@@ -147,6 +150,42 @@ pub async fn watch(
             () = tokio::time::sleep(interval) => {}
         }
     }
+}
+
+/// A frame's JSON object with `"time"` added; the text unchanged if it is no object.
+fn with_time(frame: &str, now: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(frame) {
+        Ok(mut fields) => {
+            fields.insert("time".into(), now.into());
+            serde_json::Value::Object(fields).to_string()
+        }
+        Err(_) => frame.trim_end().to_string(),
+    }
+}
+
+/// The local time now, `2026-11-27 11:40:05 CET` (the C library's `localtime_r` and
+/// `strftime`, so `TZ` and `/etc/localtime` count); empty if it cannot be told.
+pub fn local_time_now() -> String {
+    // SAFETY: time(NULL) only returns the time.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    // SAFETY: `libc::tm` is plain old data: all zeros is a valid value, overwritten below.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers point to live values of the right types for the call.
+    if unsafe { libc::localtime_r(&raw const now, &raw mut tm) }.is_null() {
+        return String::new();
+    }
+    let mut buffer = [0u8; 64];
+    // SAFETY: strftime writes at most `buffer.len()` bytes into `buffer`, reads the
+    // NUL-terminated format and `tm`, all alive for the call; it returns the bytes written.
+    let written = unsafe {
+        libc::strftime(
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            c"%Y-%m-%d %H:%M:%S %Z".as_ptr(),
+            &raw const tm,
+        )
+    };
+    String::from_utf8_lossy(&buffer[..written.min(buffer.len())]).into_owned()
 }
 
 /// The rows and columns of the terminal on stdout, 24 by 80 when it does not say.
@@ -297,10 +336,18 @@ fn user(c: &GpuClient) -> String {
 fn placement(c: &GpuClient) -> String {
     match (&c.container, &c.unit) {
         (Some(id), _) => format!("container {id}"),
+        (None, Some(unit)) if unit.chars().count() > UNIT_COLUMN_MAX => {
+            let head: String = unit.chars().take(UNIT_COLUMN_MAX - 1).collect();
+            format!("{head}…")
+        }
         (None, Some(unit)) => unit.clone(),
         (None, None) => "-".into(),
     }
 }
+
+/// The widest unit shown in a table (a user may name its own up to 255 characters, which
+/// would push the other columns off the screen); `--json` and `--query` give it whole.
+const UNIT_COLUMN_MAX: usize = 40;
 
 /// `GPU 0`, `GPU 1/GI 3`, `GPU 0 MPS`, `GPU 1/GI 3 MPS`.
 fn place(c: &GpuClient) -> String {
@@ -403,6 +450,29 @@ mod tests {
 
         let empty = ClientTable::default();
         assert_eq!(render(&empty), "No process uses the GPUs.\n");
+    }
+
+    #[test]
+    fn long_units_are_cut_in_tables_only() {
+        let unit = format!("{}.service", "x".repeat(100));
+        let c = GpuClient { unit: Some(unit.clone()), ..client(7, "gpu") };
+        let shown = placement(&c);
+        assert_eq!(shown.chars().count(), UNIT_COLUMN_MAX);
+        assert!(shown.starts_with("xxx") && shown.ends_with('…'), "{shown}");
+        assert!(client_rows(std::iter::once(&c)).lines().all(|l| l.chars().count() < 120));
+        assert_eq!(field(&c, ClientField::Unit), unit);
+    }
+
+    #[test]
+    fn watched_frames_carry_the_time() {
+        let now = local_time_now();
+        // `2026-11-27 11:40:05 UTC`: a date, a time and a zone.
+        let words: Vec<&str> = now.split(' ').collect();
+        assert_eq!(words.len(), 3, "{now}");
+        assert_eq!((words[0].len(), words[1].len()), (10, 8), "{now}");
+        assert_eq!(with_time(r#"{"clients":[]}"#, "T"), r#"{"clients":[],"time":"T"}"#);
+        assert_eq!(with_time("{}\n", "T"), r#"{"time":"T"}"#);
+        assert_eq!(with_time("not json\n", "T"), "not json");
     }
 
     #[test]
