@@ -6,13 +6,13 @@
 //! client lost when its MPS server is killed is an info line in the agent's log.
 
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::metrics::{free_port, scrape};
 
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, as_user, binary, is_root,
+    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, is_root,
     text, wait_for,
 };
 
@@ -23,35 +23,6 @@ const MIXED: &str = "name = \"mixed\"\n\
 
 const MEMORY: &str = "gpushare_client_gpu_memory_bytes";
 const THREADS: &str = "gpushare_client_mps_active_thread_ratio";
-
-/// A `sleep` standing for a client, killed and reaped on drop.
-struct Sleeper(Child);
-
-impl Sleeper {
-    fn start(user: Option<&str>) -> Sleeper {
-        let mut command = match user {
-            Some(user) => {
-                let mut c = as_user(user);
-                c.arg("sleep");
-                c
-            }
-            None => Command::new("sleep"),
-        };
-        command.arg("600").stdin(Stdio::null());
-        Sleeper(command.spawn().expect("sleep starts"))
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The value of the one `name` sample whose labels start with `labels` (everything up to
 /// `unit`, whose value depends on where the test runs).
@@ -110,10 +81,10 @@ fn client_series_appear_with_their_labels_and_go_with_their_processes() {
     let (gpu0, gpu1, gpu2) =
         (status.gpus[0].uuid.clone(), status.gpus[1].uuid.clone(), status.gpus[2].uuid.clone());
 
-    let whole = Sleeper::start(None);
-    let whole2 = Sleeper::start(None);
-    let in_mig = Sleeper::start(None);
-    let mps_client = Sleeper::start(Some(MEMBER));
+    let whole = Sleeper::start(None, &[]);
+    let whole2 = Sleeper::start(None, &[]);
+    let in_mig = Sleeper::start(None, &[]);
+    let mps_client = Sleeper::start(Some(MEMBER), &[]);
     let processes = format!("2:{},2:{},0/{gi}:{}", whole.pid(), whole2.pid(), in_mig.pid());
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &processes)]);
     let server = agent.mps_servers().into_iter().find(|s| s.gpu == 1).expect("GPU 1's server");
@@ -188,7 +159,7 @@ fn a_client_lost_to_an_mps_server_fault_is_logged() {
     let agent = Agent::start(options);
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let server = agent.mps_servers()[0].clone();
-    let client = Sleeper::start(None);
+    let client = Sleeper::start(None, &[]);
     let connect = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
         .args(["--fake-client", &client.pid().to_string()])
         .env("CUDA_MPS_PIPE_DIRECTORY", &server.pipe_directory)

@@ -6,11 +6,11 @@
 //! `gpushare-ctl clients` and `status`; another user sees no command line but its own;
 //! clients leave the table when their process exits.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, as_user, binary,
+    Agent, AgentOptions, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary,
     directory_of, id_of, is_root, parse_doc, stdout, text,
 };
 
@@ -18,42 +18,6 @@ use gpushare_tests::{
 const MIXED: &str = "name = \"mixed\"\n\
     [[gpu]]\nselect = 0\nmig = { \"1g\" = 2, \"2g\" = 1, \"3g\" = 1 }\n\
     [[gpu]]\nselect = 1\nsharing = { mps = { replicas = 2 } }\n";
-
-/// A `sleep` that stands for a GPU client, killed on drop.
-struct Sleeper(Child);
-
-impl Sleeper {
-    /// As the test's user, or as `user`, with `env`.
-    fn start(user: Option<&str>, env: &[(&str, &str)]) -> Sleeper {
-        let mut command = match user {
-            Some(user) => {
-                let mut c = as_user(user);
-                c.arg("sleep");
-                c
-            }
-            None => Command::new("sleep"),
-        };
-        command.arg("600").envs(env.iter().copied()).stdin(Stdio::null());
-        Sleeper(command.spawn().expect("sleep starts"))
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// Ends it and reaps it: its `/proc` entry is gone.
-    fn end(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Connects the simulated CUDA client `pid`, holding `memory` (`2GiB`), to the MPS server
 /// of pipe directory `pipe`: the simulated driver lists it as an MPS client from then on.

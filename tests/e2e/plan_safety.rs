@@ -5,8 +5,8 @@
 use gpushare_proto::Strategy;
 use gpushare_proto::types::PlanReport;
 use gpushare_tests::{
-    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, binary, ctl_error, reason_lines,
-    stderr, stdout, text,
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, ctl_error,
+    reason_lines, stderr, stdout, text,
 };
 
 /// The time-slice intervals the simulated nvidia-smi reads from the agent's simulated node
@@ -87,13 +87,15 @@ fn mps_servers_with_clients_are_not_stopped_unless_forced() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").profile("fewer.toml", fewer));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let servers = agent.mps_servers();
-    connect_client(&servers[1].pipe_directory, 4242);
-    connect_client(&servers[1].pipe_directory, 17);
-    assert_eq!(agent.mps_servers()[1].clients, [4242, 17]);
+    let (one, two) = (Sleeper::start(None, &[]), Sleeper::start(None, &[]));
+    connect_client(&servers[1].pipe_directory, one.pid());
+    connect_client(&servers[1].pipe_directory, two.pid());
+    assert_eq!(agent.mps_servers()[1].clients, [one.pid(), two.pid()]);
     // Stopping the server, and restarting it with other limits, both end its clients.
-    assert_refused_for_clients(&agent, &["apply", "all-disabled"], "17, 4242");
-    assert_refused_for_clients(&agent, &["apply", "fewer"], "17, 4242");
-    assert_refused_for_clients(&agent, &["apply", "all-balanced"], "17, 4242");
+    let pids = format!("{}, {}", one.pid().min(two.pid()), one.pid().max(two.pid()));
+    assert_refused_for_clients(&agent, &["apply", "all-disabled"], &pids);
+    assert_refused_for_clients(&agent, &["apply", "fewer"], &pids);
+    assert_refused_for_clients(&agent, &["apply", "all-balanced"], &pids);
     // A plan that keeps the server is fine, and so is one forced.
     assert!(!agent.ctl_doc::<PlanReport>(&["plan", "all-mps"]).changes);
     let out = agent.ctl(&["apply", "all-disabled", "--force"]);
@@ -115,10 +117,12 @@ fn mps_clients_of_a_mig_instance_keep_it_from_being_destroyed() {
     assert!(agent.ctl(&["apply", "layered"]).status.success());
     let server = agent.mps_servers()[0].clone();
     assert!(server.uuid.starts_with("MIG-"), "{server:?}");
-    connect_client(&server.pipe_directory, 4242);
+    let client = Sleeper::start(None, &[]);
+    connect_client(&server.pipe_directory, client.pid());
     // The 3g instance goes: with it, its server and the server's client.
-    assert_refused_for_clients(&agent, &["apply", "sevens"], "4242");
-    assert_refused_for_clients(&agent, &["apply", "all-disabled"], "4242");
+    let pid = client.pid().to_string();
+    assert_refused_for_clients(&agent, &["apply", "sevens"], &pid);
+    assert_refused_for_clients(&agent, &["apply", "all-disabled"], &pid);
     let out = agent.ctl(&["apply", "sevens", "--force"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(agent.mps_servers().is_empty());
@@ -171,14 +175,16 @@ fn memory_limits_larger_than_the_device_are_refused() {
     // The same bound for the limits of a running server.
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let pipe = agent.mps_servers()[0].pipe_directory.clone();
-    connect_client(&pipe, 4242);
+    let client = Sleeper::start(None, &[]);
+    connect_client(&pipe, client.pid());
+    let pid = client.pid().to_string();
     assert_refused(
         &agent,
-        &["mps", "limit", "--pid", "4242", "--memory", "999TiB"],
+        &["mps", "limit", "--pid", &pid, "--memory", "999TiB"],
         &["999 TiB", "40 GiB", "GPU 0 (A100-SXM4-40GB)"],
     );
     assert!(!agent.sim_record().contains("set_device_pinned_mem_limit"), "{}", agent.sim_record());
-    let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--memory", "40GiB"]);
+    let out = agent.ctl(&["mps", "limit", "--pid", &pid, "--memory", "40GiB"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(agent.sim_record().contains("0 40G"), "{}", agent.sim_record());
 }

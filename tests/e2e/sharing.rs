@@ -8,8 +8,8 @@ use std::time::Duration;
 use gpushare_proto::types::PlanReport;
 use gpushare_proto::{ServerState, Strategy};
 use gpushare_tests::{
-    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, binary, stderr, stdout, text,
-    wait_for,
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, stderr, stdout,
+    text, wait_for,
 };
 
 /// Every GPU back to plain: no server, no server directory, default compute mode and
@@ -190,14 +190,16 @@ fn clients_are_listed_and_limited() {
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let pipe = agent.mps_servers()[0].pipe_directory.clone();
+    let sleeper = Sleeper::start(None, &[]);
+    let pid = sleeper.pid().to_string();
     let client = std::process::Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
-        .args(["--fake-client", "4242"])
+        .args(["--fake-client", &pid])
         .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
         .output()
         .unwrap();
     assert!(client.status.success(), "{}", text(&client));
-    assert_eq!(agent.mps_servers()[0].clients, [4242]);
-    let out = agent.ctl(&["mps", "limit", "--pid", "4242", "--threads", "10", "--memory", "1GiB"]);
+    assert_eq!(agent.mps_servers()[0].clients, [sleeper.pid()]);
+    let out = agent.ctl(&["mps", "limit", "--pid", &pid, "--threads", "10", "--memory", "1GiB"]);
     assert!(out.status.success(), "{}", text(&out));
     let record = agent.sim_record();
     assert!(record.contains("set_active_thread_percentage"), "{record}");

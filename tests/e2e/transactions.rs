@@ -182,12 +182,17 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     assert_eq!(agent.status().active_profile.as_deref(), Some("sevens"));
     assert_eq!(instance_profiles(&agent.status(), 4), vec!["1g.5gb"; 7]);
 
-    // A GPU that must be reset is reported with what holds it, and rolled back.
+    // A GPU that must be reset is reported with what holds it, and rolled back: GPU 5
+    // with MIG off and a process on it (as a real driver can have it: a GPU in MIG mode
+    // runs processes only in its GPU instances), and a profile that turns MIG on there.
+    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
     agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", "5:999")]);
     let before = layout(&agent.status());
-    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(!before[5].0, "MIG off on GPU 5: {before:?}");
+    let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(stderr(&out).contains("PID 999"), "{}", text(&out));
-    let out = agent.ctl(&["apply", "half-balanced", "--force"]);
+    let out = agent.ctl(&["apply", "all-balanced", "--force"]);
     assert!(!out.status.success());
     let err = stderr(&out);
     // The simulated nvidia-smi refuses as the real one does ("In use by another

@@ -695,6 +695,41 @@ pub fn as_user(user: &str) -> Command {
     cmd
 }
 
+/// A `sleep 600` that stands for a GPU client (its PID is what the simulated driver and
+/// MPS control are told of), killed and reaped on drop.
+pub struct Sleeper(Child);
+
+impl Sleeper {
+    /// As the test's user, or as `user`, with `env`.
+    pub fn start(user: Option<&str>, env: &[(&str, &str)]) -> Sleeper {
+        let mut command = match user {
+            Some(user) => {
+                let mut c = as_user(user);
+                c.arg("sleep");
+                c
+            }
+            None => Command::new("sleep"),
+        };
+        command.arg("600").envs(env.iter().copied()).stdin(Stdio::null());
+        Sleeper(command.spawn().expect("sleep starts"))
+    }
+
+    /// Its PID.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Ends it and reaps it: its `/proc` entry is gone.
+    pub fn end(self) {}
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Whether the tests run as root (creating users, owning names on a system-type bus).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
