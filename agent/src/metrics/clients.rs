@@ -271,6 +271,7 @@ pub fn update(table: &ClientTable) {
 struct Seen {
     who: String,
     place: String,
+    gpu: u32,
     server: Option<String>,
 }
 
@@ -279,6 +280,8 @@ struct Seen {
 pub struct Journal {
     clients: HashMap<(u32, u32), Seen>,
     servers: HashMap<String, ServerHealth>,
+    /// Whether a first refresh was taken: the clients found then were running already.
+    primed: bool,
 }
 
 /// What a client's comings and goings are logged as.
@@ -293,20 +296,21 @@ pub enum Change {
 }
 
 impl Journal {
-    /// The changes since the last call (the first call reports every client as started).
-    /// Holds at most one entry per client of the table (itself capped).
+    /// The changes since the last call (the first call reports every client as running
+    /// when the agent started). Holds at most one entry per client of the table (itself
+    /// capped).
     pub fn diff(&mut self, table: &ClientTable, servers: &[ServerHealth]) -> Vec<Change> {
         let now: HashMap<(u32, u32), Seen> = table
             .clients
             .iter()
             .map(|c| {
                 let key = ClientKey::of(c);
-                let who = format!(
-                    "client {} ({}, {})",
-                    c.pid,
-                    if key.user.is_empty() { "unknown user" } else { &key.user },
-                    if key.unit.is_empty() { "no unit" } else { &key.unit },
-                );
+                let user = if key.user.is_empty() { "unknown user" } else { &key.user };
+                let who = match (&c.container, &c.unit) {
+                    (Some(id), _) => format!("client {} ({user}, container {id})", c.pid),
+                    (None, Some(unit)) => format!("client {} ({user}, {unit})", c.pid),
+                    (None, None) => format!("client {} ({user})", c.pid),
+                };
                 let place = match (&c.instance, &c.mps_server) {
                     (_, Some(server)) => {
                         format!("GPU {} through the MPS server of {server}", c.gpu)
@@ -317,7 +321,8 @@ impl Journal {
                         None => format!("GPU {}", c.gpu),
                     },
                 };
-                ((c.pid, c.gpu), Seen { who, place, server: c.mps_server.clone() })
+                let seen = Seen { who, place, gpu: c.gpu, server: c.mps_server.clone() };
+                ((c.pid, c.gpu), seen)
             })
             .collect();
         let health: HashMap<String, ServerHealth> =
@@ -336,20 +341,24 @@ impl Journal {
                     None => false,
                 }
             });
-            changes.push(if faulted {
-                Change::Faulted(format!(
-                    "{} ended with the MPS server's fault on {}",
-                    seen.who, seen.place
-                ))
-            } else {
-                Change::Left(format!("{} left {}", seen.who, seen.place))
+            changes.push(match (&seen.server, faulted) {
+                (Some(server), true) => Change::Faulted(format!(
+                    "{} ended as its MPS server ({server}, GPU {}) failed",
+                    seen.who, seen.gpu
+                )),
+                _ => Change::Left(format!("{} left {}", seen.who, seen.place)),
             });
         }
         for (key, seen) in &now {
             if !self.clients.contains_key(key) {
-                changes.push(Change::Started(format!("{} started on {}", seen.who, seen.place)));
+                changes.push(Change::Started(if self.primed {
+                    format!("{} started on {}", seen.who, seen.place)
+                } else {
+                    format!("{} was running on {} when the agent started", seen.who, seen.place)
+                }));
             }
         }
+        self.primed = true;
         changes.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
         self.clients = now;
         self.servers = health;
@@ -576,25 +585,37 @@ pub(crate) mod tests {
             &[server(0, true)],
         );
         assert_eq!(changes.len(), 3);
-        assert!(
-            changes
-                .contains(&Change::Started("client 1 (alice, a.service) started on GPU 0".into()))
-        );
+        let running = "client 1 (alice, a.service) was running on GPU 0 when the agent started";
+        assert!(changes.contains(&Change::Started(running.into())), "{changes:?}");
         assert!(changes.iter().all(|c| matches!(c, Change::Started(_))));
+        let contained =
+            GpuClient { container: Some("0123456789ab".into()), ..client(4, "bob", None) };
+        let changes = journal.diff(
+            &table(vec![
+                client(1, "alice", Some("a.service")),
+                mps(2, "carol", 50),
+                mps(3, "carol", 50),
+                contained.clone(),
+            ]),
+            &[server(0, true)],
+        );
+        let started = "client 4 (bob, container 0123456789ab) started on GPU 0";
+        assert_eq!(changes, [Change::Started(started.into())]);
         // Client 1 leaves; 2 goes with a restarted server.
-        let changes = journal.diff(&table(vec![mps(3, "carol", 50)]), &[server(1, true)]);
+        let changes =
+            journal.diff(&table(vec![mps(3, "carol", 50), contained]), &[server(1, true)]);
         assert_eq!(
             changes,
             [
                 Change::Faulted(format!(
-                    "client 2 (carol, no unit) ended with the MPS server's fault on GPU 0 through the MPS server of {GPU0}"
+                    "client 2 (carol) ended as its MPS server ({GPU0}, GPU 0) failed"
                 )),
                 Change::Left("client 1 (alice, a.service) left GPU 0".into()),
             ]
         );
         // A client leaving a server that did not restart just leaves.
         let changes = journal.diff(&table(Vec::new()), &[server(1, true)]);
-        assert!(matches!(changes.as_slice(), [Change::Left(_)]), "{changes:?}");
+        assert!(matches!(changes.as_slice(), [Change::Left(_), Change::Left(_)]), "{changes:?}");
         // Nothing more.
         assert!(journal.diff(&table(Vec::new()), &[]).is_empty());
     }
