@@ -6,6 +6,7 @@
 //! `gpushare-ctl clients` and `status`; another user sees no command line but its own;
 //! clients leave the table when their process exits.
 
+use std::path::Path;
 use std::process::Command;
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
@@ -215,4 +216,21 @@ fn every_client_is_attributed_and_leaves_when_it_exits() {
     let idle: Vec<&str> = table.idle.iter().map(|d| d.what.as_str()).collect();
     assert_eq!(idle, ["mig", "mig", "mig", "mig", "mps-server"], "{table:#?}");
     assert!(table.idle[4].uuid == gpu1);
+}
+
+#[test]
+fn a_process_the_driver_lists_and_proc_lacks_is_said_not_dropped() {
+    // A PID no process of the agent's PID namespace has (a client in another namespace
+    // looks the same to the agent): the driver lists it with its memory.
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let absent = 4_000_000_u32;
+    assert!(!Path::new(&format!("/proc/{absent}")).exists());
+    agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &format!("0:{absent}=700MiB"))]);
+    let table = clients(&agent);
+    assert!(table.clients.is_empty(), "{table:#?}");
+    let [unseen] = table.unseen.as_slice() else { panic!("{table:#?}") };
+    assert_eq!((unseen.pid, unseen.gpu, unseen.memory_bytes), (absent, 0, Some(700 << 20)));
+    let text = stdout(&agent.ctl(&["clients"]));
+    assert!(text.contains(&format!("  PID {absent}  GPU 0  700 MiB")), "{text}");
+    assert!(!text.contains("No process uses the GPUs."), "{text}");
 }

@@ -17,6 +17,24 @@ pub struct ClientTable {
     /// Clients beyond [`CLIENTS_MAX`], not listed.
     #[serde(default)]
     pub left_out: u32,
+    /// Processes the driver lists with no `/proc` entry the agent can read: in another PID
+    /// namespace than the agent's, or ended between the two reads. At most
+    /// [`CLIENTS_MAX`], counted with the clients.
+    #[serde(default)]
+    pub unseen: Vec<UnseenProcess>,
+}
+
+/// A process the driver lists on a GPU that the agent cannot find in its `/proc`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnseenProcess {
+    /// The process id the driver gives.
+    pub pid: u32,
+    /// GPU index.
+    pub gpu: u32,
+    /// The MIG GPU instance it runs in, on a GPU in MIG mode.
+    pub gpu_instance_id: Option<u32>,
+    /// GPU memory it uses, as the driver reports it.
+    pub memory_bytes: Option<u64>,
 }
 
 /// One process using a GPU.

@@ -9,9 +9,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use gpushare_proto::clients::{CLIENTS_MAX, ClientShare, ClientTable, GpuClient, IdleDevice};
+use gpushare_proto::clients::{
+    CLIENTS_MAX, ClientShare, ClientTable, GpuClient, IdleDevice, UnseenProcess,
+};
 
-use crate::node::{GpuState, MpsServerState, NodeState, mps_memory_value};
+use crate::node::{GpuState, MpsServerState, NodeState};
 use crate::sys::procfs;
 
 /// The most bytes of a command line shown.
@@ -126,11 +128,12 @@ pub fn table(
     let mut names: HashMap<u32, Option<String>> = HashMap::new();
     let mut clients: Vec<GpuClient> = Vec::new();
     let mut left_out = 0u32;
+    let mut unseen: Vec<UnseenProcess> = Vec::new();
     // What is in use, counting the clients beyond the cap too.
     let mut used_instances: HashSet<(u32, u32)> = HashSet::new();
     let mut used_servers: HashSet<&str> = HashSet::new();
     for f in &found {
-        if clients.len() >= CLIENTS_MAX {
+        if clients.len() + unseen.len() >= CLIENTS_MAX {
             left_out = left_out.saturating_add(1);
             if let Some(gi) = f.gpu_instance {
                 used_instances.insert((f.gpu.index, gi));
@@ -140,8 +143,27 @@ pub fn table(
             }
             continue;
         }
-        // Gone, or gone but for its exit status: no GPU context either way.
-        let Some(process) = procfs::Process::open(proc_root, f.pid) else { continue };
+        let Some(process) = procfs::Process::open(proc_root, f.pid) else {
+            // The driver lists it, this /proc does not: said, so that the GPU's memory
+            // adds up (an MPS client only its control daemon named is just gone).
+            if f.memory.is_some() {
+                if let Some(gi) = f.gpu_instance {
+                    used_instances.insert((f.gpu.index, gi));
+                }
+                if clients.len() + unseen.len() < CLIENTS_MAX {
+                    unseen.push(UnseenProcess {
+                        pid: f.pid,
+                        gpu: f.gpu.index,
+                        gpu_instance_id: f.gpu_instance,
+                        memory_bytes: f.memory,
+                    });
+                } else {
+                    left_out = left_out.saturating_add(1);
+                }
+            }
+            continue;
+        };
+        // Gone but for its exit status: no GPU context.
         let Some(owner) = process.owner().filter(|o| !o.exited) else { continue };
         if let Some(gi) = f.gpu_instance {
             used_instances.insert((f.gpu.index, gi));
@@ -209,7 +231,7 @@ pub fn table(
         let pinned = s
             .limits
             .pinned_memory_limit_bytes
-            .map(|b| format!(", pinned memory {}", mps_memory_value(b)))
+            .map(|b| format!(", pinned memory {}", gpushare_proto::exact_size(b)))
             .unwrap_or_default();
         idle.push(IdleDevice {
             gpu: s.gpu,
@@ -221,7 +243,7 @@ pub fn table(
             ),
         });
     }
-    ClientTable { clients, idle, left_out }
+    ClientTable { clients, idle, left_out, unseen }
 }
 
 /// The share an MPS client of `server` runs under: the server's limits, or the thread
@@ -494,7 +516,7 @@ mod tests {
         let idle: Vec<(&str, &str)> =
             table.idle.iter().map(|d| (d.what.as_str(), d.uuid.as_str())).collect();
         assert_eq!(idle, [("mig", "MIG-b"), ("mps-server", "MIG-c")]);
-        assert!(table.idle[1].describe.contains("(100 % threads, pinned memory 4G): no client"));
+        assert!(table.idle[1].describe.contains("(100 % threads, pinned memory 4 GiB): no client"));
         // An unknown caller sees none.
         let table = super::table(&node, root, None, &name);
         assert!(table.clients.iter().all(|c| c.command.is_none()));
@@ -609,6 +631,37 @@ mod tests {
         }
         assert!(driver_names_clients(&named, &named.mps[0]), "a whole GPU that answered");
         assert!(!driver_names_clients(&named, &named.mps[1]), "a MIG instance");
+    }
+
+    #[test]
+    fn processes_the_driver_lists_and_proc_lacks_are_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fake(root, 40, "python3", 1000, "python3 a.py", "0::/\n", "");
+        let mut mig = gpu(1, vec![instance(1, "MIG-a"), instance(2, "MIG-b")], Vec::new());
+        mig.mig_enabled = true;
+        // 41 in another PID namespace (the driver's memory), 42 an MPS client only a
+        // control daemon named and that has ended (no memory of its own: just gone).
+        mig.processes =
+            vec![process(40, Some(1), Some(1 << 30)), process(41, Some(2), Some(512 << 20))];
+        let node = NodeState {
+            gpus: vec![mig],
+            mps: vec![server("MIG-a", 1, 50, vec![42])],
+            ..NodeState::default()
+        };
+        let table = table(&node, root, None, &|_| None);
+        assert_eq!(table.clients.iter().map(|c| c.pid).collect::<Vec<_>>(), [40], "{table:#?}");
+        assert_eq!(
+            table.unseen,
+            [UnseenProcess {
+                pid: 41,
+                gpu: 1,
+                gpu_instance_id: Some(2),
+                memory_bytes: Some(512 << 20)
+            }]
+        );
+        // Its GPU instance is in use, not idle.
+        assert!(table.idle.iter().all(|d| d.uuid != "MIG-b"), "{table:#?}");
     }
 
     #[test]

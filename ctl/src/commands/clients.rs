@@ -276,10 +276,21 @@ pub fn field(c: &GpuClient, f: ClientField) -> String {
 /// The table for people.
 pub fn render(table: &ClientTable) -> String {
     let mut text = String::new();
-    if table.clients.is_empty() {
+    if table.clients.is_empty() && table.unseen.is_empty() {
         text.push_str("No process uses the GPUs.\n");
-    } else {
+    } else if !table.clients.is_empty() {
         text.push_str(&client_rows(table.clients.iter()));
+    }
+    if !table.unseen.is_empty() {
+        text.push_str("Listed by the driver, not in the agent's /proc (another PID namespace, or just ended):\n");
+        for u in &table.unseen {
+            let place = match u.gpu_instance_id {
+                Some(gi) => format!("GPU {}/GI {gi}", u.gpu),
+                None => format!("GPU {}", u.gpu),
+            };
+            let memory = u.memory_bytes.map_or_else(|| "-".to_string(), readable_size);
+            text.push_str(&format!("  PID {}  {place}  {memory}\n", u.pid));
+        }
     }
     if !table.idle.is_empty() {
         text.push_str("Idle:\n");
@@ -369,7 +380,7 @@ fn share(c: &GpuClient) -> String {
 
 #[cfg(test)]
 mod tests {
-    use gpushare_proto::clients::{ClientShare, IdleDevice};
+    use gpushare_proto::clients::{ClientShare, IdleDevice, UnseenProcess};
 
     use crate::cli::CsvFormat;
 
@@ -425,7 +436,7 @@ mod tests {
                 what: "mig".into(),
                 describe: "GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process".into(),
             }],
-            left_out: 0,
+            ..ClientTable::default()
         };
         let text = render(&table);
         let lines: Vec<&str> = text.lines().collect();
@@ -450,6 +461,18 @@ mod tests {
 
         let empty = ClientTable::default();
         assert_eq!(render(&empty), "No process uses the GPUs.\n");
+        // A process the driver lists and the agent's /proc lacks is said, not dropped.
+        let unseen = UnseenProcess {
+            pid: 999_999,
+            gpu: 2,
+            gpu_instance_id: None,
+            memory_bytes: Some(512 << 20),
+        };
+        let table = ClientTable { unseen: vec![unseen], ..ClientTable::default() };
+        assert_eq!(
+            render(&table),
+            "Listed by the driver, not in the agent's /proc (another PID namespace, or just ended):\n  PID 999999  GPU 2  512 MiB\n"
+        );
     }
 
     #[test]
@@ -489,7 +512,7 @@ mod tests {
             ..client(4242, "mps")
         };
         let plain = GpuClient { user: None, uid: None, ..client(7, "gpu") };
-        let table = ClientTable { clients: vec![odd, plain], idle: vec![], left_out: 0 };
+        let table = ClientTable { clients: vec![odd, plain], ..ClientTable::default() };
         let fields: Vec<ClientField> =
             "pid,user,uid,memory_bytes,share_threads,share_memory_bytes,command"
                 .split(',')

@@ -9,7 +9,10 @@
 //! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>[=<size>],..."`: compute
 //!   processes ([`parse_processes`]), each using `<size>` of GPU memory ([`parse_size`]:
 //!   bytes, or a number with `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`: `1536MiB`,
-//!   `2GiB`), 512 MiB without. Listed whether or not the PID runs. Set, even empty, it
+//!   `2GiB`), 512 MiB without. A PID that runs in the declaring process's PID namespace
+//!   is listed while it runs, as the real driver drops an ended process; one that does
+//!   not stands for a process of another PID namespace (a container's, which the host's
+//!   driver lists by its host PID) and is listed until the knob changes. Set, even empty, it
 //!   replaces the processes it declared before; those the simulated MPS control daemon
 //!   registered stay (while their PID lives). Each entry must be a state the real driver
 //!   can have ([`check_processes`]), on the node as the session finds it (after

@@ -280,6 +280,13 @@ pub struct Process {
     /// goes with its server when the server dies.
     #[serde(default)]
     pub server: Option<u32>,
+    /// Declared by `GPUSHARE_SIM_PROCESSES` for a PID that ran in the declaring process's
+    /// PID namespace: listed while it runs, as the real driver drops an ended process. A
+    /// declared PID that did not run there stands for a process of another PID namespace
+    /// (a container's, which the host's driver lists by its host PID) and is listed until
+    /// the knob or a reboot says otherwise.
+    #[serde(default)]
+    pub runs_here: bool,
 }
 
 fn default_process_memory() -> u64 {
@@ -298,13 +305,17 @@ impl Process {
             mps: false,
             registered: false,
             server: None,
+            runs_here: false,
         }
     }
 
-    /// Whether the driver lists it now: always when declared, while its PID (and its MPS
-    /// server's, when it has one) lives when [`Process::registered`].
+    /// Whether the driver lists it now: while its PID (and its MPS server's, when it has
+    /// one) lives when [`Process::registered`] or [`Process::runs_here`]; else always.
     pub fn listed(&self) -> bool {
-        !self.registered || (pid_alive(self.pid) && self.server.is_none_or(pid_alive))
+        if !self.registered && !self.runs_here {
+            return true;
+        }
+        pid_alive(self.pid) && self.server.is_none_or(pid_alive)
     }
 }
 
@@ -940,6 +951,11 @@ mod tests {
         assert!(pid_alive(pid));
         let registered = Process { registered: true, ..Process::new(0, None, pid) };
         assert!(registered.listed());
+        // Declared while it ran here: listed while it runs. Declared for a PID that ran
+        // nowhere here (another PID namespace's): listed regardless.
+        let declared = Process { runs_here: true, ..Process::new(0, None, pid) };
+        assert!(declared.listed());
+        assert!(Process::new(0, None, u32::MAX).listed());
         child.kill().unwrap();
         // Not reaped yet: a zombie of one thread, whose `/proc/<pid>` is still there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -949,6 +965,7 @@ mod tests {
         }
         assert!(Path::new(&format!("/proc/{pid}")).exists(), "the zombie awaits its parent");
         assert!(!registered.listed());
+        assert!(!declared.listed());
         child.wait().unwrap();
         assert!(!pid_alive(pid));
     }

@@ -282,7 +282,10 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
             // The knob's processes replace those declared before; the ones the simulated
             // MPS control daemon registered stay while they run.
             node.processes.retain(|p| p.registered);
-            node.processes.extend(processes.iter().cloned());
+            node.processes.extend(processes.iter().map(|p| crate::node::Process {
+                runs_here: crate::node::pid_alive(p.pid),
+                ..p.clone()
+            }));
         }
         if let Some(host) = &lib.knobs.host {
             faults::apply_host(host, &mut node).map_err(unknown)?;
