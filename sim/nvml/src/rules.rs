@@ -340,7 +340,7 @@ pub fn driver_placement(g: &Gpu, profile_id: u32) -> Result<u8, Code> {
 
 /// `nvmlGpuInstanceDestroy`: IN_USE while it has compute instances or compute processes.
 pub fn destroy_gpu_instance(node: &mut Node, index: u32, gi_id: u32) -> Result<(), Code> {
-    let in_use = node.listed_processes().any(|p| p.gpu == index && p.gpu_instance == Some(gi_id));
+    let in_use = node.listed_on(index).any(|p| p.gpu_instance == Some(gi_id));
     let g = gpu_mut(node, index)?;
     let pos = g.instances.iter().position(|gi| gi.id == gi_id).ok_or(ret::INVALID_ARGUMENT)?;
     if in_use || !g.instances[pos].compute_instances.is_empty() {
@@ -549,7 +549,7 @@ pub fn processes(
     mig: Option<(u32, u32)>,
 ) -> Result<Vec<ProcessView>, Code> {
     let g = gpu(node, index)?;
-    let views = node.listed_processes().filter(|p| p.gpu == index).map(|p| {
+    let views = node.listed_on(index).map(|p| {
         let (gpu_instance, compute_instance) = match p.gpu_instance {
             None => (NO_INSTANCE, NO_INSTANCE),
             Some(gi) => (gi, process_ci(g.instance(gi)).unwrap_or(NO_INSTANCE)),
