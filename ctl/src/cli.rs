@@ -70,11 +70,12 @@ pub enum Command {
     Cdi(CdiArgs),
     /// Show every process using the GPUs (PID, user, unit or container, where, memory,
     /// MPS share, command line) and the MIG instances and MPS servers no one uses.
-    #[command(after_help = CLIENTS_HELP)]
+    #[command(after_help = CLIENTS_HELP, arg = json_arg(CLIENTS_JSON))]
     Clients(ClientsArgs),
-    /// A live view, one screen refreshed each second: per GPU and MIG instance its model,
-    /// MIG, sharing and memory, then the processes using it, then what no one uses.
-    #[command(after_help = TOP_HELP)]
+    /// A live view, one screen refreshed each second: per GPU its model, MIG, sharing and
+    /// readings (utilisation, memory, temperature, power), per MIG instance its sharing and
+    /// memory, then the processes using it, then what no one uses.
+    #[command(after_help = TOP_HELP, arg = json_arg(TOP_JSON))]
     Top(TopArgs),
     /// Measure what sharing costs: N CUDA client processes against a solo baseline, under
     /// the current sharing.
@@ -86,6 +87,20 @@ pub enum Command {
     // Boxed: the largest arguments by far.
     Bench(Box<BenchArgs>),
 }
+
+/// The global `--json` (of [`Cli`]) as a verb that prints more than one object documents
+/// it: clap leaves the verb's own in place of the global one and hands its value up.
+fn json_arg(help: &'static str) -> clap::Arg {
+    clap::Arg::new("json").long("json").action(clap::ArgAction::SetTrue).help(help)
+}
+
+/// `--json` of `clients`.
+const CLIENTS_JSON: &str = "Print exactly one JSON object on stdout (errors too); with --watch, one per \
+interval, each on its own line (NDJSON), an error ending it as one more; no prompts, no progress";
+
+/// `--json` of `top`.
+const TOP_JSON: &str = "Print one JSON object per interval on stdout, each on its own line (NDJSON), \
+an error ending it as one more; no prompts, no progress";
 
 /// The usage line of `bench`: the command comes after `--`.
 const BENCH_USAGE: &str = "\
@@ -351,10 +366,11 @@ clients of every MPS server the agent runs, each with its user, its systemd unit
 (from its cgroup), GPU memory (as the driver reports it; `-` for an MPS client the driver
 shows only through its server) and, for an MPS client, its share. A command line is shown to
 root and to the process's own user only.
---watch redraws the table every --interval on a terminal (cut to its height), and prints
-a new table per interval, after a blank line, into a pipe or file; Ctrl-C ends it (exit
-0). With --json, which otherwise prints one object, watching prints a stream: one
-ClientTable document per line (NDJSON), one per interval.
+--watch redraws the table every --interval on a terminal, under a title line with the time
+(cut to its height), and prints a new table per interval into a pipe or file, under the
+local time it was read (2026-11-27 11:40:05 UTC), a blank line between two; Ctrl-C ends it
+(exit 0). With --json, which otherwise prints one object, watching prints a stream: one
+ClientTable document per line (NDJSON), one per interval, with the time as \"time\".
 --query prints the fields named, comma-separated, one line per client in CSV (RFC 4180
 quoting, lines ending in LF) under a header line (`--format csv,noheader` leaves it out);
 a field the agent does not know or does not show (a unit, another user's command line)
@@ -367,14 +383,19 @@ percentage), share_memory_bytes (its pinned memory limit), command. Examples:
   gpushare-ctl clients --query pid,user,memory_bytes --format csv,noheader";
 
 const TOP_HELP: &str = "\
-Shows what `status` and `clients` report, together: a line per GPU (model, MIG on or off,
-sharing, memory, and the GPU memory its listed processes hold), a line per MIG instance,
-under each the processes using it, and the MIG instances and MPS servers no one uses.
-Utilisation, temperature and power are not shown: the agent does not report them yet.
-On a terminal the screen is redrawn every --interval (cut to its height); into a pipe or
-file a new view is printed per interval, after a blank line. Ctrl-C ends it (exit 0).
---json prints one line per interval (NDJSON): {\"status\": …, \"clients\": …}, the
-Status and ClientTable documents. Examples:
+Shows what `status` and `clients` report, together, with the driver's readings: a line per
+GPU (model, MIG on or off, sharing, utilisation, memory used/total, temperature, power, and
+the GPU memory its listed processes hold), a line per MIG instance (and one per compute
+instance of an instance split into several), under each instance the processes using it,
+and the MIG instances and MPS servers no one uses. A reading the driver does not give is
+`-` (utilisation with MIG on); from an agent without readings the line shows the memory.
+On a terminal the screen is redrawn every --interval under a title line with the time (cut
+to its height); into a pipe or file a new view is printed per interval, under the local
+time it was read (2026-11-27 11:40:05 UTC), a blank line between two. Ctrl-C ends it (exit
+0). --json prints one line per interval (NDJSON): {\"status\": …, \"clients\": …,
+\"telemetry\": …, \"time\": \"2026-11-27 11:40:05 UTC\"}, the Status, ClientTable and
+Telemetry documents (telemetry null from an agent that does not report it) and the local
+time. Examples:
   gpushare-ctl top
   gpushare-ctl top --interval 0.5";
 
@@ -1194,6 +1215,49 @@ mod tests {
         assert_eq!(interval(&["top", "--interval", "2.5"]), 2.5);
         assert!(parse(&["top", "--interval", "0"]).is_err());
         assert!(parse(&["top", "extra"]).is_err());
+    }
+
+    #[test]
+    fn top_and_clients_say_what_json_prints_when_watching() {
+        // Their own `--json` stands for the global one, before or after the verb.
+        for args in [
+            &["top", "--json"][..],
+            &["--json", "top"],
+            &["clients", "--watch", "--json"],
+            &["--json", "clients"],
+            &["clients", "--json", "--address", "session"],
+        ] {
+            assert!(parse(args).unwrap().json, "{args:?}");
+        }
+        assert!(!parse(&["top"]).unwrap().json);
+        assert!(!parse(&["clients", "--watch"]).unwrap().json);
+        assert_eq!(parse(&["top", "--json", "--json"]).unwrap_err().exit_code(), 2);
+
+        let mut cmd = Cli::command();
+        cmd.build();
+        let help = |name: &str| {
+            let mut sub = cmd.find_subcommand(name).unwrap().clone();
+            sub.render_long_help().to_string()
+        };
+        let top = help("top");
+        assert!(top.contains("Print one JSON object per interval"), "{top}");
+        assert!(top.contains("(NDJSON)") && !top.contains("exactly one JSON"), "{top}");
+        assert!(
+            top.contains("\"telemetry\": …, \"time\": \"2026-11-27 11:40:05 UTC\"}, the Status,"),
+            "{top}"
+        );
+        assert!(!top.contains("not shown"), "{top}");
+        let clients = help("clients");
+        assert!(
+            clients.contains(
+                "exactly one JSON object on stdout (errors too); with --watch, one per interval"
+            ),
+            "{clients}"
+        );
+        // Other verbs keep the global text.
+        assert!(help("status").contains(
+            "Print exactly one JSON object on stdout (errors too); no prompts, no progress"
+        ));
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod reset_blockers;
 mod sharing;
 mod start_up;
 mod telemetry;
+mod top_mig;
 mod transactions;
 mod wire;
 

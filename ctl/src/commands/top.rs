@@ -3,19 +3,32 @@
 //!
 //! ```text
 //! Active profile: mixed  (backend: nvml (simulated driver))
-//! GPU 0  A100-SXM4-40GB  MIG on  exclusive  util 30 %  mem 0.5/40 GiB  38 C  124 W  memory 40.0 GiB, processes hold 512 MiB  GPU-0000…
+//! GPU 0  A100-SXM4-40GB  MIG on  exclusive  util -  mem 1.5/40 GiB  38 C  124 W  processes hold 1.5 GiB  GPU-0000…
 //!   |- 3g.20gb (GI 1, CI 0)  exclusive  memory 19.5 GiB, processes hold 512 MiB  MIG-1111…
 //!       PID   USER   UNIT/CONTAINER  WHERE       MEMORY   SHARE  COMMAND
 //!       4242  alice  -               GPU 0/GI 1  512 MiB  -      python3 serve.py
+//!   |- 3g.20gb (GI 2)  memory 19.5 GiB, processes hold 1 GiB
+//!   |  |- 1c.3g.20gb (CI 0)  mps 50%  MIG-3330…
+//!   |  |- 1c.3g.20gb (CI 1)  mps 50%  MIG-3331…
+//!   |  `- 1c.3g.20gb (CI 2)  exclusive  MIG-3332…
+//!       PID   USER   UNIT/CONTAINER  WHERE       MEMORY   SHARE  COMMAND
+//!       4250  bob    -               GPU 0/GI 2  1 GiB    -      ./train
 //!   `- 1g.5gb (GI 9, CI 0)  mps 25% 2 GiB  memory 4.8 GiB  MIG-2222…
 //!       no process
 //!   idle: GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
-//! Utilisation, memory used, temperature and power come from `Telemetry` (NVML's answers;
-//! `-` where the driver gives none, and no such cell from an agent without `Telemetry`).
-//! `--json` prints one line per interval: `{"status": …, "clients": …, "telemetry": …}`
-//! (`telemetry` null from an agent without it).
+//! A GPU instance split into several compute instances (`"1c.3g" = 3`) has a line of its
+//! own, then a line per compute instance (each a MIG device, with its sharing and UUID),
+//! then the instance's processes: the driver names the GPU instance of a process, never
+//! its compute instance.
+//!
+//! Utilisation, memory used and total, temperature and power come from `Telemetry`
+//! (NVML's answers; `-` where the driver gives none, as utilisation with MIG on). From an
+//! agent without `Telemetry` there are no such cells and the line says `memory 40.0 GiB`
+//! instead. `--json` prints one line per interval: `{"status": …, "clients": …,
+//! "telemetry": …, "time": …}` (`telemetry` null from an agent without it; `time` added by
+//! [`watch`]).
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_proto::readable_size;
@@ -57,14 +70,19 @@ pub async fn run(client: &mut Client, out: &Output, interval: f64) -> Result<Exi
     .await
 }
 
-/// GPU memory the listed processes hold: `, processes hold 1 GiB`, or nothing when none
+/// GPU memory the listed processes hold: `processes hold 1 GiB`, or nothing when none
 /// reports any.
-fn held<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> String {
+fn processes_hold<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> Option<String> {
     let bytes: Vec<u64> = clients.filter_map(|c| c.memory_bytes).collect();
     if bytes.is_empty() {
-        return String::new();
+        return None;
     }
-    format!(", processes hold {}", readable_size(bytes.iter().sum()))
+    Some(format!("processes hold {}", readable_size(bytes.iter().sum())))
+}
+
+/// The same after a memory size: `, processes hold 1 GiB`, or nothing.
+fn held<'a>(clients: impl Iterator<Item = &'a GpuClient>) -> String {
+    processes_hold(clients).map(|h| format!(", {h}")).unwrap_or_default()
 }
 
 /// The processes' table indented by `indent`, or `no process`.
@@ -75,18 +93,19 @@ fn rows_or_none(clients: &[&GpuClient], indent: &str) -> String {
     client_rows(clients.iter().copied()).lines().map(|l| format!("{indent}{l}\n")).collect()
 }
 
-/// A GPU's readings for its line: `util 37 %  mem 12.1/80 GiB  41 C  182 W  `, each
-/// missing value `-`.
-pub fn telemetry_cell(t: &GpuTelemetryDoc) -> String {
+/// A GPU's readings for its line: `util 37 %  mem 12.1/80 GiB  41 C  182 W`, each
+/// missing value `-` (`util -`); the total memory is `status`'s (`total`) where the
+/// readings have none.
+pub fn telemetry_cell(t: &GpuTelemetryDoc, total: u64) -> String {
     fn or_dash<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
         v.map_or_else(|| "-".to_owned(), f)
     }
     let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
     let used = or_dash(t.memory_used_bytes, |b| format!("{:.1}", gib(b)));
-    let total = or_dash(t.memory_total_bytes, |b| format!("{:.0}", gib(b)));
+    let total = format!("{:.0}", gib(t.memory_total_bytes.unwrap_or(total)));
     format!(
-        "util {} %  mem {used}/{total} GiB  {} C  {} W  ",
-        or_dash(t.utilization_percent, |u| u.to_string()),
+        "util {}  mem {used}/{total} GiB  {} C  {} W",
+        or_dash(t.utilization_percent, |u| format!("{u} %")),
         or_dash(t.temperature_c, |c| c.to_string()),
         or_dash(t.power_watts, |w| format!("{w:.0}")),
     )
@@ -138,15 +157,24 @@ fn render_gpu(
     glyphs: Glyphs,
 ) -> String {
     let on_gpu: Vec<&GpuClient> = table.clients.iter().filter(|c| c.gpu == gpu.index).collect();
+    // With readings the total memory is in their `mem used/total`, as nvidia-smi shows it;
+    // without, the line says it alone.
+    let memory = match readings {
+        Some(t) => {
+            let cells = [
+                Some(telemetry_cell(t, gpu.memory_total_bytes)),
+                processes_hold(on_gpu.iter().copied()),
+            ];
+            cells.into_iter().flatten().collect::<Vec<_>>().join("  ")
+        }
+        None => format!("memory {}{}", gib(gpu.memory_total_bytes), held(on_gpu.iter().copied())),
+    };
     let mut text = format!(
-        "GPU {}  {}  MIG {}  {}  {}memory {}{}  {}\n",
+        "GPU {}  {}  MIG {}  {}  {memory}  {}\n",
         gpu.index,
         gpu.model,
         mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
         sharing_cell(&gpu.sharing),
-        readings.map(telemetry_cell).unwrap_or_default(),
-        gib(gpu.memory_total_bytes),
-        held(on_gpu.iter().copied()),
         gpu.uuid,
     );
     // Processes of no instance that status lists are the whole GPU's.
@@ -167,16 +195,43 @@ fn render_gpu(
         let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
         let mine: Vec<&GpuClient> =
             on_gpu.iter().copied().filter(|c| in_instance(c, inst.gpu_instance_id)).collect();
-        let ci = inst.compute_instance_id.map_or_else(|| "-".to_owned(), |c| c.to_string());
-        text.push_str(&format!(
-            "  {branch} {} (GI {}, CI {ci})  {}  memory {}{}  {}\n",
-            inst.profile,
-            inst.gpu_instance_id,
-            sharing_cell(&inst.sharing),
-            gib(inst.memory_bytes),
-            held(mine.iter().copied()),
-            inst.uuid.as_deref().unwrap_or("-"),
-        ));
+        if inst.compute_instances.len() > 1 {
+            // Subdivided: the GPU instance (no sharing or UUID of its own), then each
+            // compute instance, a MIG device of its own, as `status` lists them.
+            text.push_str(&format!(
+                "  {branch} {} (GI {})  memory {}{}\n",
+                inst.profile,
+                inst.gpu_instance_id,
+                gib(inst.memory_bytes),
+                held(mine.iter().copied()),
+            ));
+            let trunk = if i == last { " " } else { glyphs.tree_trunk };
+            let ci_last = inst.compute_instances.len() - 1;
+            for (j, ci) in inst.compute_instances.iter().enumerate() {
+                let twig = if j == ci_last { glyphs.tree_last } else { glyphs.tree_mid };
+                text.push_str(&format!(
+                    "  {trunk}  {twig} {}c.{} (CI {})  {}  {}\n",
+                    ci.compute_slices,
+                    inst.profile,
+                    ci.compute_instance_id,
+                    sharing_cell(&ci.sharing),
+                    ci.uuid,
+                ));
+            }
+        } else {
+            let ci = inst.compute_instance_id.map_or_else(|| "-".to_owned(), |c| c.to_string());
+            text.push_str(&format!(
+                "  {branch} {} (GI {}, CI {ci})  {}  memory {}{}  {}\n",
+                inst.profile,
+                inst.gpu_instance_id,
+                sharing_cell(&inst.sharing),
+                gib(inst.memory_bytes),
+                held(mine.iter().copied()),
+                inst.uuid.as_deref().unwrap_or("-"),
+            ));
+        }
+        // The driver names a process's GPU instance, not its compute instance: the
+        // processes are the instance's, after its compute instances.
         text.push_str(&rows_or_none(&mine, "      "));
     }
     for idle in table.idle.iter().filter(|d| d.gpu == gpu.index) {
@@ -188,6 +243,8 @@ fn render_gpu(
 #[cfg(test)]
 mod tests {
     use gpushare_proto::clients::IdleDevice;
+
+    use gpushare_proto::types::{ComputeInstanceStatus, Sharing};
 
     use super::*;
     use crate::commands::status::tests::sample_status;
@@ -226,6 +283,7 @@ mod tests {
                 describe: "GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process".into(),
             }],
             left_out: 3,
+            unseen: Vec::new(),
         };
         let text = render(&sample_status(), &table, None, Glyphs::ASCII);
         let lines: Vec<&str> = text.lines().collect();
@@ -282,18 +340,28 @@ mod tests {
                 GpuTelemetryDoc { index: 1, uuid: "GPU-1".into(), ..GpuTelemetryDoc::default() },
             ],
         };
-        let text =
-            render(&sample_status(), &ClientTable::default(), Some(&telemetry), Glyphs::ASCII);
+        let table = ClientTable {
+            clients: vec![client(4243, 1, None, Some(1 << 30))],
+            ..ClientTable::default()
+        };
+        let text = render(&sample_status(), &table, Some(&telemetry), Glyphs::ASCII);
         let lines: Vec<&str> = text.lines().collect();
+        // The total memory once, in `mem used/total` (the readings' own total).
         assert_eq!(
             lines[1],
-            "GPU 0  A100-SXM4-40GB  MIG on  exclusive  util 37 %  mem 12.1/80 GiB  41 C  182 W  memory 40.0 GiB  GPU-00000000-0000-0000-0000-000000000000"
+            "GPU 0  A100-SXM4-40GB  MIG on  exclusive  util 37 %  mem 12.1/80 GiB  41 C  182 W  GPU-00000000-0000-0000-0000-000000000000"
         );
+        // Unknown readings are `-`, utilisation without its unit; the total is status's
+        // where the readings have none.
         let gpu1 = lines.iter().find(|l| l.starts_with("GPU 1 ")).unwrap();
-        assert!(
-            gpu1.contains("(short)  util - %  mem -/- GiB  - C  - W  memory 40.0 GiB"),
+        assert_eq!(
+            *gpu1,
+            "GPU 1  A100-SXM4-40GB  MIG off -> on after reset  time-slicing (short)  util -  mem -/40 GiB  - C  - W  processes hold 1 GiB  GPU-11111111-0000-0000-0000-000000000000",
             "{text}"
         );
+        assert!(!text.contains("memory 40.0 GiB") && !text.contains(" - %"), "{text}");
+        // The instances keep their memory.
+        assert!(lines[2].contains("  exclusive  memory 19.5 GiB  MIG-1111"), "{text}");
         // No readings (an agent without Telemetry): the line as before.
         let plain = render(&sample_status(), &ClientTable::default(), None, Glyphs::ASCII);
         assert!(
@@ -303,5 +371,83 @@ mod tests {
                 .unwrap()
                 .ends_with("exclusive  memory 40.0 GiB  GPU-00000000-0000-0000-0000-000000000000")
         );
+    }
+
+    /// GPU 0's first instance (GI 1) split into three 1c compute instances, two under
+    /// MPS, and a process the driver places in GI 1 only.
+    fn subdivided() -> (Status, ClientTable) {
+        let mut status = sample_status();
+        let mps = status.gpus[0].instances[1].sharing.clone();
+        let ci = |id: u32, sharing: Sharing| ComputeInstanceStatus {
+            compute_instance_id: id,
+            compute_slices: 1,
+            uuid: format!("MIG-3333333{id}-3333-3333-3333-333333333333"),
+            sharing,
+        };
+        status.gpus[0].instances[0].compute_instances =
+            vec![ci(0, mps.clone()), ci(1, mps), ci(2, Sharing::exclusive())];
+        let mut process = client(4250, 0, Some(1), Some(1 << 30));
+        process.instance = None;
+        let table = ClientTable { clients: vec![process], ..ClientTable::default() };
+        (status, table)
+    }
+
+    #[test]
+    fn a_subdivided_instance_lists_its_compute_instances_and_then_its_processes() {
+        let (status, table) = subdivided();
+        let text = render(&status, &table, None, Glyphs::ASCII);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "GPU 0  A100-SXM4-40GB  MIG on  exclusive  memory 40.0 GiB, processes hold 1 GiB  GPU-00000000-0000-0000-0000-000000000000"
+        );
+        // The GPU instance: no sharing or UUID of its own (not its first compute
+        // instance's), then each compute instance as `status` names it.
+        assert_eq!(lines[2], "  |- 3g.20gb (GI 1)  memory 19.5 GiB, processes hold 1 GiB");
+        assert_eq!(
+            lines[3],
+            "  |  |- 1c.3g.20gb (CI 0)  mps 25% 2 GiB  MIG-33333330-3333-3333-3333-333333333333"
+        );
+        assert_eq!(
+            lines[4],
+            "  |  |- 1c.3g.20gb (CI 1)  mps 25% 2 GiB  MIG-33333331-3333-3333-3333-333333333333"
+        );
+        assert_eq!(
+            lines[5],
+            "  |  `- 1c.3g.20gb (CI 2)  exclusive  MIG-33333332-3333-3333-3333-333333333333"
+        );
+        // The processes are the GPU instance's, after all its compute instances.
+        assert!(lines[6].starts_with("      PID "), "{text}");
+        assert!(lines[7].starts_with("      4250 ") && lines[7].contains("GPU 0/GI 1"), "{text}");
+        // The next instance (one compute instance) as before.
+        assert_eq!(lines[8], "  `- 1g.5gb (GI 9, CI -)  mps 25% 2 GiB  memory 4.8 GiB  -");
+        assert_eq!(lines[9], "      no process");
+        assert!(lines[10].starts_with("GPU 1 "), "{text}");
+        assert_eq!(text.matches("1c.3g.20gb").count(), 3, "{text}");
+        assert_eq!(text.matches("4250").count(), 1, "{text}");
+
+        // As the last instance: no trunk left of its compute instances.
+        let mut last = status.clone();
+        last.gpus[0].instances.swap(0, 1);
+        let text = render(&last, &ClientTable::default(), None, Glyphs::UNICODE);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[4], "  └─ 3g.20gb (GI 1)  memory 19.5 GiB");
+        assert!(lines[5].starts_with("     ├─ 1c.3g.20gb (CI 0)  mps 25%"), "{text}");
+        assert!(lines[7].starts_with("     └─ 1c.3g.20gb (CI 2)  exclusive  MIG-3"), "{text}");
+        assert_eq!(lines[8], "      no process");
+    }
+
+    #[test]
+    fn one_compute_instance_keeps_the_instance_on_one_line() {
+        let (mut status, table) = subdivided();
+        status.gpus[0].instances[0].compute_instances.truncate(1);
+        let text = render(&status, &table, None, Glyphs::ASCII);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2],
+            "  |- 3g.20gb (GI 1, CI 0)  exclusive  memory 19.5 GiB, processes hold 1 GiB  MIG-11111111-1111-1111-1111-111111111111"
+        );
+        assert!(lines[3].starts_with("      PID ") && lines[4].starts_with("      4250 "));
+        assert!(!text.contains("1c.3g"), "{text}");
     }
 }
