@@ -61,7 +61,10 @@ fn top_shows_the_drivers_readings_and_they_rise_with_a_client() {
     assert_eq!(busy.memory_used_bytes, Some(512 << 20), "{busy:?}");
 
     let view = first_frame(&agent, &["top", "--interval", "0.2"], false);
-    assert!(view.contains("util 30 %  mem 0.5/80 GiB  38 C  124 W  memory"), "{view}");
+    assert!(
+        view.contains("util 30 %  mem 0.5/80 GiB  38 C  124 W  processes hold 512 MiB  GPU-"),
+        "{view}"
+    );
 
     // NVIDIA's bindings read the same values from the same simulated driver.
     let found = Command::new("python3").args(["-c", "import pynvml"]).output();

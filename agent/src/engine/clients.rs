@@ -225,6 +225,10 @@ pub fn table(
     for s in running().filter(|s| !used_servers.contains(s.uuid.as_str())) {
         let Some(g) = node.gpu(s.gpu) else { continue };
         let device = match served_instance(g, s).0 {
+            // A subdivided GPU instance has a server per compute instance: which one.
+            Some(gi) if g.instances.iter().any(|i| i.id == gi && i.compute_instances.len() > 1) => {
+                format!("{} (GI {gi}, CI {})", mig_device(g, gi), s.compute_instance)
+            }
             Some(gi) => format!("{} (GI {gi})", mig_device(g, gi)),
             None => g.label(),
         };
@@ -614,13 +618,17 @@ mod tests {
             uuid: "MIG-b2".into(),
             slices: 1,
         });
-        split.mps.push(unasked("MIG-b2", 1, 10));
+        split.mps.push(MpsServerState { compute_instance: 1, ..unasked("MIG-b2", 1, 10) });
         let table = super::table(&split, root, None, &|_| None);
         let c = table.clients.iter().find(|c| c.pid == 41).unwrap();
         assert_eq!(
             (c.via.as_str(), c.mps_server.as_deref(), c.instance.as_deref()),
             ("mps", None, None)
         );
+        // Its idle servers say which compute instance each serves.
+        let idle: Vec<&str> = table.idle.iter().map(|d| d.describe.as_str()).collect();
+        assert!(idle.iter().any(|d| d.contains("(GI 2, CI 0) (25 % threads")), "{idle:#?}");
+        assert!(idle.iter().any(|d| d.contains("(GI 2, CI 1) (10 % threads")), "{idle:#?}");
 
         // The metrics' refresh asks the control daemon only where the driver's lists may
         // not tell: a GPU without the MPS list, or a MIG instance.

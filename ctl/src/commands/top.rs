@@ -234,6 +234,15 @@ fn render_gpu(
         // processes are the instance's, after its compute instances.
         text.push_str(&rows_or_none(&mine, "      "));
     }
+    // Processes the driver lists that the agent's /proc lacks (another PID namespace).
+    for u in table.unseen.iter().filter(|u| u.gpu == gpu.index) {
+        let place = u.gpu_instance_id.map(|gi| format!(" in GI {gi}")).unwrap_or_default();
+        let memory = u.memory_bytes.map_or_else(|| "-".to_owned(), readable_size);
+        text.push_str(&format!(
+            "  unseen: PID {}{place}, {memory} (listed by the driver, not in the agent's /proc)\n",
+            u.pid
+        ));
+    }
     for idle in table.idle.iter().filter(|d| d.gpu == gpu.index) {
         text.push_str(&format!("  idle: {}\n", idle.describe));
     }
@@ -307,6 +316,21 @@ mod tests {
         assert!(lines[10].starts_with("    4243 ") && lines[11].starts_with("    4244 "), "{text}");
         assert_eq!(lines[12], "3 more clients not listed by the agent");
         assert_eq!(lines.len(), 13, "{text}");
+    }
+
+    #[test]
+    fn processes_the_agent_cannot_see_are_said_under_their_gpu() {
+        let status = sample_status();
+        let unseen = gpushare_proto::clients::UnseenProcess {
+            pid: 999_999,
+            gpu: status.gpus[0].index,
+            gpu_instance_id: Some(2),
+            memory_bytes: Some(512 << 20),
+        };
+        let table = ClientTable { unseen: vec![unseen], ..ClientTable::default() };
+        let text = render(&status, &table, None, Glyphs::ASCII);
+        let line = "  unseen: PID 999999 in GI 2, 512 MiB (listed by the driver, not in the agent's /proc)";
+        assert!(text.lines().any(|l| l == line), "{text}");
     }
 
     #[test]
