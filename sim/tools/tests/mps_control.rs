@@ -6,6 +6,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod smi;
+use smi::text;
+
 const MPS_CONTROL: &str = env!("CARGO_BIN_EXE_gpushare-sim-nvidia-cuda-mps-control");
 
 /// The tool with `args` (and `input` on stdin) on pipe directory `pipe`, recording to
@@ -25,14 +28,6 @@ fn mps_control(pipe: &Path, record: &Path, args: &[&str], input: &str) -> Output
         .unwrap();
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> (Option<i32>, String, String) {
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

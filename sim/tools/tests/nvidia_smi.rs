@@ -8,6 +8,9 @@ use std::process::{Command, Output};
 use gpushare_catalog::parse_node_spec;
 use gpushare_sim_nvml::node::{Node, NodeFile};
 
+mod smi;
+use smi::text;
+
 fn nvidia_smi(env: &[(&str, &Path)], fail: Option<&str>, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gpushare-sim-nvidia-smi"));
     command
@@ -20,14 +23,6 @@ fn nvidia_smi(env: &[(&str, &Path)], fail: Option<&str>, args: &[&str]) -> Outpu
         command.env("GPUSHARE_SIM_FAIL", fail);
     }
     command.output().unwrap()
-}
-
-fn text(out: &Output) -> (Option<i32>, String, String) {
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

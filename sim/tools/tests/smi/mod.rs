@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use gpushare_catalog::parse_node_spec;
 use gpushare_sim_nvml::node::{Node, NodeFile};
@@ -118,4 +118,13 @@ pub fn log_entries(log: &str) -> Vec<(String, Option<String>)> {
         entries.push((path, value));
     }
     entries
+}
+
+/// A finished tool's exit code, stdout and stderr.
+pub fn text(out: &Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
