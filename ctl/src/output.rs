@@ -164,7 +164,7 @@ pub fn render_table(table: &Table) -> String {
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     let misleading = |c: char| {
         c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+            || matches!(c, '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
     };
     if text.chars().any(misleading) {
         text.chars().map(|c| if misleading(c) { '?' } else { c }).collect()

@@ -50,9 +50,12 @@ pub fn table(
     user_name: &dyn Fn(u32) -> Option<String>,
 ) -> ClientTable {
     let running = || node.mps.iter().filter(|s| s.pid.is_some());
-    // MPS servers among the driver's processes (the real driver lists each as a compute
-    // process of its own), and the devices where one runs that no control daemon of
-    // gpushare's started (its parent): someone's own MPS.
+    // gpushare's MPS servers among the driver's processes (the real driver lists each as a
+    // compute process of its own): MPS's program, started by one of gpushare's control
+    // daemons (its parent), are no clients. Another process running MPS's program is
+    // someone's own MPS: the devices where one runs are marked, and it stays in the table
+    // as a process like any other, since what runs in it is not proven by its program
+    // file (`LD_PRELOAD` loads anything into it) and nothing may hide there.
     let daemons: HashSet<u32> = running().filter_map(|s| s.pid).collect();
     let agent = crate::sys::unix::effective_uid();
     let mut mps_servers: HashSet<u32> = HashSet::new();
@@ -61,9 +64,10 @@ pub fn table(
         for p in g.processes.iter().filter(|p| !p.mps_client) {
             let Some(process) = procfs::Process::open(proc_root, p.pid) else { continue };
             if process.program().is_some_and(|p| is_mps(&p, agent)) {
-                mps_servers.insert(p.pid);
                 let parent = process.owner().and_then(|o| o.parent);
-                if !parent.is_some_and(|pp| daemons.contains(&pp)) {
+                if parent.is_some_and(|pp| daemons.contains(&pp)) {
+                    mps_servers.insert(p.pid);
+                } else {
                     foreign.insert((g.index, p.gpu_instance_id.filter(|_| g.mig_enabled)));
                 }
             }
@@ -149,6 +153,9 @@ pub fn table(
             if f.memory.is_some() {
                 if let Some(gi) = f.gpu_instance {
                     used_instances.insert((f.gpu.index, gi));
+                }
+                if let Some(s) = f.server {
+                    used_servers.insert(&s.uuid);
                 }
                 if clients.len() + unseen.len() < CLIENTS_MAX {
                     unseen.push(UnseenProcess {
@@ -575,19 +582,21 @@ mod tests {
         let table = super::table(&asked, root, None, &|_| None);
         assert_eq!((table.clients[0].pid, table.clients[0].mps_server.as_deref()), (40, None));
         // Another MPS server on the GPU (a server no daemon of gpushare's started): the
-        // driver's word does not say whose client it is.
+        // driver's word does not say whose client it is. That server is listed itself:
+        // MPS's program proves nothing of what runs in it (LD_PRELOAD), nothing hides.
         fake(root, 50, "nvidia-cuda-mps", 1001, "nvidia-cuda-mps-server", "0::/\n", "");
         let mut other = node.clone();
         other.gpus[0].processes.push(process(50, None, Some(66 << 20)));
         let table = super::table(&other, root, None, &|_| None);
         let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
-        assert_eq!(pids, [40, 42, 41], "the other server is no client: {table:#?}");
+        assert_eq!(pids, [40, 50, 42, 41], "someone's own server is listed: {table:#?}");
         assert_eq!(table.clients[0].mps_server, None, "{table:#?}");
         // gpushare's own server (its parent the control daemon, 900) is no client either,
         // and does not hide whose clients run there.
         fake_status(root, 50, "PPid:", "900");
         let table = super::table(&other, root, None, &|_| None);
         assert_eq!(table.clients[0].mps_server.as_deref(), Some("GPU-0"), "{table:#?}");
+        assert!(table.clients.iter().all(|c| c.pid != 50), "{table:#?}");
         // A process naming itself like MPS is still a client; a zombie is none.
         fake(root, 51, "nvidia-cuda-mps", 1001, "python3 hide.py", "0::/\n", "");
         fake(root, 52, "python3", 1001, "python3 gone.py", "0::/\n", "");
@@ -654,7 +663,7 @@ mod tests {
             vec![process(40, Some(1), Some(1 << 30)), process(41, Some(2), Some(512 << 20))];
         let node = NodeState {
             gpus: vec![mig],
-            mps: vec![server("MIG-a", 1, 50, vec![42])],
+            mps: vec![server("MIG-a", 1, 50, vec![42]), server("MIG-b", 1, 50, vec![41])],
             ..NodeState::default()
         };
         let table = table(&node, root, None, &|_| None);
@@ -668,8 +677,9 @@ mod tests {
                 memory_bytes: Some(512 << 20)
             }]
         );
-        // Its GPU instance is in use, not idle.
+        // Its GPU instance and the MPS server it is a client of are in use, not idle.
         assert!(table.idle.iter().all(|d| d.uuid != "MIG-b"), "{table:#?}");
+        assert!(table.idle.iter().any(|d| d.uuid == "MIG-a"), "42 is gone: {table:#?}");
     }
 
     #[test]

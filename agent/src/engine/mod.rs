@@ -548,20 +548,27 @@ impl Engine {
         }
         // A read of another process's memory (`environ`) waits on that process's memory
         // lock: one stalled past the deadline leaves status without clients, and later
-        // calls do not pile up more reads behind it until it ends.
-        static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if STALLED.load(std::sync::atomic::Ordering::SeqCst) {
+        // calls do not pile up more reads behind it until every stalled one has ended.
+        use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
+        static STALLED: AtomicUsize = AtomicUsize::new(0);
+        const RUNNING: u8 = 0;
+        const DONE: u8 = 1;
+        const LATE: u8 = 2;
+        if STALLED.load(SeqCst) > 0 {
             tracing::debug!("status without clients: an earlier read in /proc has not ended");
             return Vec::new();
         }
         let node = node.clone();
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let finished = Arc::clone(&done);
+        // RUNNING, then DONE if the read ends first, LATE if the deadline passes first;
+        // a LATE read counts in STALLED until it ends.
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let read_state = Arc::clone(&state);
         let read = tokio::task::spawn_blocking(move || {
             let proc_root = std::path::Path::new("/proc");
             let table = clients::table(&node, proc_root, None, &crate::sys::unix::cached_user_name);
-            finished.store(true, std::sync::atomic::Ordering::SeqCst);
-            STALLED.store(false, std::sync::atomic::Ordering::SeqCst);
+            if read_state.swap(DONE, SeqCst) == LATE {
+                STALLED.fetch_sub(1, SeqCst);
+            }
             table
         });
         match tokio::time::timeout(STATUS_CLIENTS_DEADLINE, read).await {
@@ -576,10 +583,11 @@ impl Engine {
                 Vec::new()
             }
             Err(_) => {
-                STALLED.store(true, std::sync::atomic::Ordering::SeqCst);
-                // It may have ended in between, before this store: then nothing is stalled.
-                if done.load(std::sync::atomic::Ordering::SeqCst) {
-                    STALLED.store(false, std::sync::atomic::Ordering::SeqCst);
+                // Counted only if it has not ended in between (else nothing is stalled);
+                // the increment comes first so that its end's decrement never underflows.
+                STALLED.fetch_add(1, SeqCst);
+                if state.compare_exchange(RUNNING, LATE, SeqCst, SeqCst).is_err() {
+                    STALLED.fetch_sub(1, SeqCst);
                 }
                 let after = STATUS_CLIENTS_DEADLINE.as_millis();
                 tracing::warn!(

@@ -24,10 +24,12 @@
 //! - `GPUSHARE_SIM_DELAY_MS`: every mutating call sleeps first.
 //! - `GPUSHARE_SIM_PROCESSES="<gpu>[/<gpu instance id>]:<pid>[=<size>],..."`: compute
 //!   processes, each using `<size>` of GPU memory (`1536MiB`, `2GiB`, bytes; 512 MiB
-//!   without), listed whether or not the PID runs. As on the real driver, a process on a
-//!   GPU in MIG mode runs in one of its GPU instances (`<gpu>/<gi>`, an existing one) and
-//!   one on a GPU without MIG in none (`<gpu>`); an entry otherwise (or on a GPU the node
-//!   lacks) is a malformed knob ([`faults::check_processes`]).
+//!   without). A PID running in the declaring process's PID namespace is listed while it
+//!   runs (and stays ended when declared again); one that does not stands for another
+//!   namespace's process and is listed until the knob changes. As on the real driver, a
+//!   process on a GPU in MIG mode runs in one of its GPU instances (`<gpu>/<gi>`, an
+//!   existing one) and one on a GPU without MIG in none (`<gpu>`); an entry otherwise (or
+//!   on a GPU the node lacks) is a malformed knob ([`faults::check_processes`]).
 //!
 //! # Processes
 //! `nvmlDeviceGetComputeRunningProcesses` (v1, v2, v3; on a GPU or a MIG device) lists

@@ -458,7 +458,7 @@ impl Node {
     }
 
     /// The compute processes the driver lists now on GPU `gpu` (only theirs are checked
-    /// for liveness: a read of `/proc/PID/status` each).
+    /// for liveness: a read of `/proc/PID/stat` each).
     pub fn listed_on(&self, gpu: u32) -> impl Iterator<Item = &Process> {
         // Each PID once per call: an MPS daemon's clients all name the same server.
         let mut alive: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();

@@ -281,9 +281,15 @@ fn start(lib: &mut Lib, name: &'static str) -> Result<(), (Code, String)> {
             faults::check_processes(processes, &node).map_err(unknown)?;
             // The knob's processes replace those declared before; the ones the simulated
             // MPS control daemon registered stay while they run.
+            // A PID declared again keeps whether it ran here: one that ran here and has
+            // ended stays ended (not taken for another namespace's).
+            let ran_here: std::collections::HashSet<(u32, u32)> = (node.processes.iter())
+                .filter(|p| !p.registered && p.runs_here)
+                .map(|p| (p.gpu, p.pid))
+                .collect();
             node.processes.retain(|p| p.registered);
             node.processes.extend(processes.iter().map(|p| crate::node::Process {
-                runs_here: crate::node::pid_alive(p.pid),
+                runs_here: ran_here.contains(&(p.gpu, p.pid)) || crate::node::pid_alive(p.pid),
                 ..p.clone()
             }));
         }

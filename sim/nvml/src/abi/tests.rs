@@ -701,6 +701,30 @@ fn injected_failures_count_per_process_across_shutdown_and_init() {
 }
 
 #[test]
+fn a_declared_process_that_ended_stays_ended_when_declared_again() {
+    let sim = Sim::new("a100-40gb:1", &[]);
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    let declare = || {
+        super::reset_process_for_tests();
+        // SAFETY: under SERIAL (held by `sim`).
+        unsafe { std::env::set_var("GPUSHARE_SIM_PROCESSES", format!("0:{pid}")) };
+        assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS);
+        let listed = sim.file().read().unwrap().pids_on(0);
+        assert_eq!(nv!(nvmlShutdown()), ret::SUCCESS);
+        listed
+    };
+    assert_eq!(declare(), [pid], "declared while it runs: listed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The agent restarted with the same knob: the ended process is not taken for one of
+    // another PID namespace.
+    assert_eq!(declare(), Vec::<u32>::new());
+    // SAFETY: under SERIAL (held by `sim`).
+    unsafe { std::env::remove_var("GPUSHARE_SIM_PROCESSES") };
+}
+
+#[test]
 fn the_session_applies_reboot_and_processes_once_per_process() {
     let sim = Sim::new("a100-40gb:2", &[]);
     let file = sim.file();
