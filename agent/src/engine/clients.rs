@@ -3,8 +3,8 @@
 //! server's control daemon lists (the driver shows an MPS client only through its server),
 //! each read once in `/proc`: its user, command line, unit or container (its cgroup), and
 //! for an MPS client the share it runs under. A process gone by the time `/proc` is read
-//! is left out; so are MPS's own processes (the control daemon and its servers). Nothing
-//! here asks the driver: the observation already has it.
+//! is left out; so are gpushare's own MPS servers. Nothing here asks the driver: the
+//! observation already has it.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -19,8 +19,8 @@ use crate::sys::procfs;
 /// The most bytes of a command line shown.
 const COMMAND_MAX_BYTES: usize = 256;
 /// How the programs of MPS's own processes begin (`nvidia-cuda-mps-control`,
-/// `nvidia-cuda-mps-server`): not clients. Told by the program (`/proc/PID/exe`), never by
-/// the name, which any process may give itself to hide from the table.
+/// `nvidia-cuda-mps-server`): told by the program (`/proc/PID/exe`), never by the name,
+/// which any process may give itself (see [`is_mps`] and `table`).
 const MPS_PROGRAM: &str = "nvidia-cuda-mps";
 /// The variable an MPS client lowers its own thread percentage with.
 const THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
@@ -105,10 +105,11 @@ pub fn table(
             });
         }
     }
+    let listed: HashSet<(u32, u32)> = found.iter().map(|f| (f.pid, f.gpu.index)).collect();
     for s in running() {
         let Some(g) = node.gpu(s.gpu) else { continue };
         for &pid in &s.clients {
-            if found.iter().any(|f| f.pid == pid && f.gpu.index == s.gpu) {
+            if listed.contains(&(pid, s.gpu)) {
                 continue;
             }
             let (gpu_instance, instance) = served_instance(g, s);
@@ -139,45 +140,26 @@ pub fn table(
     for f in &found {
         if clients.len() + unseen.len() >= CLIENTS_MAX {
             left_out = left_out.saturating_add(1);
-            if let Some(gi) = f.gpu_instance {
-                used_instances.insert((f.gpu.index, gi));
-            }
-            if let Some(s) = f.server {
-                used_servers.insert(&s.uuid);
-            }
+            mark_used(f, &mut used_instances, &mut used_servers);
             continue;
         }
         let Some(process) = procfs::Process::open(proc_root, f.pid) else {
             // The driver lists it, this /proc does not: said, so that the GPU's memory
             // adds up (an MPS client only its control daemon named is just gone).
             if f.memory.is_some() {
-                if let Some(gi) = f.gpu_instance {
-                    used_instances.insert((f.gpu.index, gi));
-                }
-                if let Some(s) = f.server {
-                    used_servers.insert(&s.uuid);
-                }
-                if clients.len() + unseen.len() < CLIENTS_MAX {
-                    unseen.push(UnseenProcess {
-                        pid: f.pid,
-                        gpu: f.gpu.index,
-                        gpu_instance_id: f.gpu_instance,
-                        memory_bytes: f.memory,
-                    });
-                } else {
-                    left_out = left_out.saturating_add(1);
-                }
+                mark_used(f, &mut used_instances, &mut used_servers);
+                unseen.push(UnseenProcess {
+                    pid: f.pid,
+                    gpu: f.gpu.index,
+                    gpu_instance_id: f.gpu_instance,
+                    memory_bytes: f.memory,
+                });
             }
             continue;
         };
         // Gone but for its exit status: no GPU context.
         let Some(owner) = process.owner().filter(|o| !o.exited) else { continue };
-        if let Some(gi) = f.gpu_instance {
-            used_instances.insert((f.gpu.index, gi));
-        }
-        if let Some(s) = f.server {
-            used_servers.insert(&s.uuid);
-        }
+        mark_used(f, &mut used_instances, &mut used_servers);
         let user = names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone();
         let command = (caller == Some(0) || caller == Some(owner.uid)).then(|| {
             process.command_line(COMMAND_MAX_BYTES).unwrap_or_else(|| format!("[{}]", owner.name))
@@ -255,6 +237,20 @@ pub fn table(
         });
     }
     ClientTable { clients, idle, left_out, unseen }
+}
+
+/// Records that `f`'s GPU instance and MPS server are in use (not idle).
+fn mark_used<'a>(
+    f: &Found<'a>,
+    instances: &mut HashSet<(u32, u32)>,
+    servers: &mut HashSet<&'a str>,
+) {
+    if let Some(gi) = f.gpu_instance {
+        instances.insert((f.gpu.index, gi));
+    }
+    if let Some(s) = f.server {
+        servers.insert(s.uuid.as_str());
+    }
 }
 
 /// The share an MPS client of `server` runs under: the server's limits, or the thread
