@@ -462,10 +462,11 @@ impl Engine {
         // A driver that does not name MPS clients (no MPS process list): the control
         // daemons of its GPUs' servers are asked instead, so that the clients are attributed.
         let unnamed: Vec<String> = (node.mps.iter())
+            .filter(|_| with_clients && !reads.mps_clients)
             .filter(|s| s.pid.is_some() && node.gpu(s.gpu).is_some_and(|g| !g.mps_clients_named))
             .map(|s| s.uuid.clone())
             .collect();
-        if with_clients && !reads.mps_clients && !unnamed.is_empty() {
+        if !unnamed.is_empty() {
             let sharing = Arc::clone(&self.node.sharing);
             node = tokio::task::spawn_blocking(move || {
                 sharing.read_mps_clients_where(&mut node.mps, |s| unnamed.contains(&s.uuid));

@@ -354,6 +354,22 @@ mod tests {
     }
 
     /// As [`start`], in `dir`, serving `visible`, registering clients in `state_file`.
+    /// A simulated node of `spec`, changed by `change`, in `dir`'s `node.json`: its path
+    /// (for the daemon's `GPUSHARE_SIM_STATE`) and its file.
+    fn node_in(
+        dir: &Path,
+        spec: &str,
+        change: impl FnOnce(&mut gpushare_sim_nvml::node::Node),
+    ) -> (std::path::PathBuf, gpushare_sim_nvml::node::NodeFile) {
+        use gpushare_sim_nvml::node::{Node, NodeFile};
+        let state = dir.join("node.json");
+        let file = NodeFile::new(&state);
+        let mut node = Node::new(&gpushare_catalog::parse_node_spec(spec).unwrap());
+        change(&mut node);
+        file.write(&file.lock().unwrap(), &node).unwrap();
+        (state, file)
+    }
+
     fn start_in(
         dir: tempfile::TempDir,
         pid: u32,
@@ -494,14 +510,11 @@ mod tests {
     /// daemon stops; other processes of the node are left alone.
     #[test]
     fn clients_are_registered_in_the_simulated_node() {
-        use gpushare_sim_nvml::node::{Node, NodeFile, Process};
+        use gpushare_sim_nvml::node::Process;
         let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("node.json");
-        let file = NodeFile::new(&state);
-        let mut node = Node::new(&gpushare_catalog::parse_node_spec("h100-80gb:2").unwrap());
-        node.processes.push(Process::new(1, None, 4242));
-        let gpu1 = node.gpus[1].uuid.clone();
-        file.write(&file.lock().unwrap(), &node).unwrap();
+        let (state, file) =
+            node_in(dir.path(), "h100-80gb:2", |n| n.processes.push(Process::new(1, None, 4242)));
+        let gpu1 = file.read().unwrap().gpus[1].uuid.clone();
         let daemon = start_in(dir, 4_000_006, &gpu1, Some(state));
         let pipe = daemon.pipe();
         let record = daemon.record();
@@ -560,12 +573,8 @@ mod tests {
     /// log says so, the node's entry goes), and no answer names it.
     #[test]
     fn a_killed_client_leaves_without_being_told() {
-        use gpushare_sim_nvml::node::{Node, NodeFile};
         let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("node.json");
-        let file = NodeFile::new(&state);
-        let node = Node::new(&gpushare_catalog::parse_node_spec("h100-80gb:1").unwrap());
-        file.write(&file.lock().unwrap(), &node).unwrap();
+        let (state, file) = node_in(dir.path(), "h100-80gb:1", |_| {});
         let daemon = start_in(dir, 4_000_008, "0", Some(state));
         let pipe = daemon.pipe();
         let server = 4_000_009;
@@ -609,12 +618,8 @@ mod tests {
 
     #[test]
     fn a_stopped_daemon_takes_its_clients_out_of_the_node() {
-        use gpushare_sim_nvml::node::{Node, NodeFile};
         let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("node.json");
-        let file = NodeFile::new(&state);
-        let node = Node::new(&gpushare_catalog::parse_node_spec("a100-40gb:1").unwrap());
-        file.write(&file.lock().unwrap(), &node).unwrap();
+        let (state, file) = node_in(dir.path(), "a100-40gb:1", |_| {});
         // An index names the GPU too.
         let daemon = start_in(dir, 4_000_007, "0", Some(state));
         let mut sink = Vec::new();
