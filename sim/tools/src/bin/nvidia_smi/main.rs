@@ -464,25 +464,18 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     }
     // Everything about the arguments is checked before the driver is asked.
     let display = q::Display::parse(a.display.as_deref());
-    let csv = match &a.query_gpu {
-        Some(fields) => match query::Fields::parse(fields) {
-            Ok(fields) => Some((fields, query::Format::parse(a.format.as_deref()))),
-            Err(line) => {
-                let _ = writeln!(out.out, "{line}\n");
-                return EXIT_INVALID_ARGUMENT;
-            }
-        },
-        None => None,
-    };
-    let apps = match &a.query_apps {
-        Some(fields) => match query::AppFields::parse(fields) {
-            Ok(fields) => Some((fields, query::Format::parse(a.format.as_deref()))),
-            Err(line) => {
-                let _ = writeln!(out.out, "{line}\n");
-                return EXIT_INVALID_ARGUMENT;
-            }
-        },
-        None => None,
+    // At most one of the two queries is given (checked above).
+    let gpu_fields = a.query_gpu.as_deref().map(query::Fields::parse).transpose();
+    let app_fields = a.query_apps.as_deref().map(query::AppFields::parse).transpose();
+    let (csv, apps) = match (gpu_fields, app_fields) {
+        (Ok(gpu), Ok(app)) => {
+            let format = || query::Format::parse(a.format.as_deref());
+            (gpu.map(|f| (f, format())), app.map(|f| (f, format())))
+        }
+        (Err(line), _) | (_, Err(line)) => {
+            let _ = writeln!(out.out, "{line}\n");
+            return EXIT_INVALID_ARGUMENT;
+        }
     };
     let switch = |value: &Option<String>| value.as_deref().map(modes::parse_switch);
     let (persistence, mig) = (switch(&a.persistence), switch(&a.mig));
