@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpushare_proto::{BUS_NAME, OBJECT_PATH};
+use gpushare_proto::BUS_NAME;
 use sd_notify::NotifyState;
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::RecvError;
@@ -21,7 +21,7 @@ use crate::engine::{ApplyJob, BOOT_JOB, Engine, EngineEvent, JobKind};
 use crate::gpu::GpuBackend;
 use crate::gpu::nvml::{Driver, NvmlBackend};
 use crate::profile::ProfileStore;
-use crate::service::AgentService;
+use crate::service;
 use crate::simulator::{SimulatedNode, SimulatorFiles};
 use crate::sys::{files, log, unix};
 
@@ -263,7 +263,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         .clone()
         .unwrap_or_else(|| if unix::is_root() { "system" } else { "session" }.into());
     let access = AccessPolicy::for_this_host(unix::effective_uid());
-    let connection = serve(&bus, AgentService::new(Arc::clone(&engine), access)).await?;
+    let connection = service::serve(&bus, Arc::clone(&engine), access).await?;
     tracing::info!(
         bus = %bus,
         address = %connection.unique_name().map(|n| n.to_string()).unwrap_or_default(),
@@ -337,35 +337,6 @@ fn backend(driver: Driver, config: &AgentConfig) -> Result<Arc<dyn GpuBackend>, 
         }
     })?;
     Ok(Arc::new(backend.with_nvidia_smi(&config.timeslice.nvidia_smi)))
-}
-
-/// Serves `service` at the agent's object path and owns the agent's name on `bus`.
-async fn serve(bus: &str, service: AgentService) -> Result<zbus::Connection, String> {
-    let builder = match bus {
-        "system" => zbus::connection::Builder::system(),
-        "session" => zbus::connection::Builder::session(),
-        address => zbus::connection::Builder::address(address),
-    }
-    .map_err(|e| format!("bus {bus}: {e}"))?;
-    // One agent per bus: the name is neither taken from another owner nor given up to one
-    // (zbus's default would allow both), and no one queues for it.
-    builder
-        .serve_at(OBJECT_PATH, service)
-        .and_then(|b| b.name(BUS_NAME))
-        .map_err(|e| format!("bus {bus}: {e}"))?
-        .allow_name_replacements(false)
-        .replace_existing_names(false)
-        // The agent's own calls on it (asking the bus whose a call is) end rather than
-        // hold the call for ever when the bus drops their answer (its queue to us full).
-        .method_timeout(std::time::Duration::from_secs(5))
-        .build()
-        .await
-        .map_err(|e| match e {
-            zbus::Error::NameTaken => {
-                format!("{BUS_NAME} is already owned on the {bus} bus: is another gpushare-agent running?")
-            }
-            e => format!("cannot serve on the {bus} bus: {e}"),
-        })
 }
 
 /// Resolves when the agent no longer owns its name: the bus took it away or went away.

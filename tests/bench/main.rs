@@ -7,6 +7,7 @@
 //! ```
 //!
 //! gpushare-bench --flood [--against DIR] [--simulate a100-40gb:1]
+//! gpushare-bench --floods [KIND,...] [--against DIR] [--simulate a100-40gb:1]
 //! gpushare-bench --clients 8 [--simulate a100-40gb:8] [--runs 50]
 //! gpushare-bench --time RUNS -- COMMAND [ARGS...]
 //!
@@ -37,6 +38,8 @@ use std::time::{Duration, Instant};
 
 use gpushare_tests::{Agent, AgentOptions, text};
 
+mod floods;
+
 struct Args {
     simulate: Option<String>,
     runs: usize,
@@ -47,6 +50,8 @@ struct Args {
     against: Option<PathBuf>,
     /// Root's status under another user's flood of reads.
     flood: bool,
+    /// Issue 36's floods, each kind (or those named).
+    floods: Option<Option<String>>,
     /// `status` and `clients` with this many MPS clients (issue 29).
     clients: Option<usize>,
     /// `--time`: the command to time, `runs` times.
@@ -61,6 +66,7 @@ fn parse_args() -> Args {
         mig_delay_ms: None,
         against: None,
         flood: false,
+        floods: None,
         clients: None,
         time: None,
     };
@@ -76,6 +82,10 @@ fn parse_args() -> Args {
             }
             "--against" => args.against = Some(it.next().expect("--against DIR").into()),
             "--flood" => args.flood = true,
+            "--floods" => args.floods = Some(None),
+            kinds if args.floods == Some(None) && !kinds.starts_with("--") => {
+                args.floods = Some(Some(kinds.to_string()))
+            }
             "--time" => {
                 args.runs = it.next().and_then(|n| n.parse().ok()).expect("--time RUNS -- COMMAND");
                 assert_eq!(it.next().as_deref(), Some("--"), "--time RUNS -- COMMAND");
@@ -284,6 +294,11 @@ fn main() {
     }
     if let Some(n) = args.clients {
         with_clients(args.simulate.as_deref().unwrap_or("a100-40gb:8"), n, args.runs);
+        return;
+    }
+    if let Some(only) = &args.floods {
+        let spec = args.simulate.as_deref().unwrap_or("a100-40gb:1");
+        floods::floods(spec, args.against.as_deref(), only.as_deref());
         return;
     }
     if args.flood {

@@ -20,7 +20,11 @@
 //! - `latency COUNT`: `COUNT` `Status` calls one after another on one connection; prints
 //!   `p50 MS p99 MS max MS`.
 //!
+//! - `forget`, `unread`, `pipeline`: the floods of issue 36 ([`floods`]).
+//!
 //! Errors print `error NAME: MESSAGE` and exit 1.
+
+mod floods;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -48,6 +52,9 @@ async fn call(args: &[String]) -> Result<String, String> {
     let [address, verb, rest @ ..] = args else {
         return Err("usage: gpushare-e2e-call ADDRESS VERB ...".into());
     };
+    if let Some(flooded) = floods::run(address, verb, rest).await {
+        return flooded;
+    }
     let connection = zbus::connection::Builder::address(address.as_str())
         .map_err(|e| e.to_string())?
         .build()

@@ -480,7 +480,8 @@ impl Engine {
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
             match (&journal.active_document, profiles.get(name)) {
-                (Some(document), _) => document.origin.clone(),
+                // Sanitized as it entered; a journal of an older agent may hold anything.
+                (Some(document), _) => crate::sys::text::printable(&document.origin, 4096),
                 (None, Ok(stored)) => stored.source.to_string(),
                 (None, Err(missing @ profile::Missing::Broken(_))) => missing.to_string(),
                 (None, Err(_)) => "no longer known".to_string(),
@@ -714,7 +715,9 @@ impl Engine {
     }
 
     /// The job epoch now (see `job_epoch`).
-    fn epoch(&self) -> u64 {
+    /// The job epoch: moved on when a job, or a transaction, begins and ends. Answers
+    /// worked out within one epoch describe the same GPUs and journal.
+    pub fn epoch(&self) -> u64 {
         self.job_epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 

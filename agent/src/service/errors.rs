@@ -1,5 +1,7 @@
 //! The one place where the agent's errors become D-Bus errors: each kind of
-//! [`EngineError`] has its `io.gpushare.Agent1.Error.*` name here and nowhere else.
+//! [`EngineError`] has its `io.gpushare.Agent1.Error.*` name here and nowhere else, and a
+//! call that fails for a reason of the bus's own vocabulary (an unknown method, arguments
+//! of the wrong types, too many calls) gets that standard `org.freedesktop.DBus.Error.*`.
 
 use gpushare_proto::AgentError;
 use zbus::DBusError;
@@ -38,6 +40,70 @@ impl From<EngineError> for AgentError {
             | EngineError::StateDirectory { .. }
             | EngineError::Internal(_) => AgentError::Failed(message),
         }
+    }
+}
+
+/// Why a call failed, as its caller is told: one of the agent's errors, or a standard one.
+#[derive(Debug)]
+pub enum Failure {
+    /// `io.gpushare.Agent1.Error.*`.
+    Agent(AgentError),
+    /// `org.freedesktop.DBus.Error.*`.
+    Fdo(zbus::fdo::Error),
+}
+
+impl Failure {
+    /// One of the agent's errors.
+    pub fn agent(e: AgentError) -> Self {
+        Failure::Agent(e)
+    }
+
+    /// A standard error.
+    pub fn fdo(e: zbus::fdo::Error) -> Self {
+        Failure::Fdo(e)
+    }
+
+    /// Refused because the caller has as many calls counted as it may.
+    pub fn limits(why: impl Into<String>) -> Self {
+        Failure::Fdo(zbus::fdo::Error::LimitsExceeded(why.into()))
+    }
+
+    /// The error's D-Bus name.
+    #[cfg(test)]
+    pub fn name(&self) -> String {
+        match self {
+            Failure::Agent(e) => e.name().to_string(),
+            Failure::Fdo(e) => e.name().to_string(),
+        }
+    }
+
+    /// The error's one-line message.
+    #[cfg(test)]
+    pub fn message(&self) -> String {
+        match self {
+            Failure::Agent(e) => e.description().unwrap_or_default().to_string(),
+            Failure::Fdo(e) => e.description().unwrap_or_default().to_string(),
+        }
+    }
+
+    /// The error reply to the call `header` belongs to.
+    pub fn reply(&self, header: &zbus::message::Header<'_>) -> zbus::Result<zbus::Message> {
+        match self {
+            Failure::Agent(e) => e.create_reply(header),
+            Failure::Fdo(e) => e.create_reply(header),
+        }
+    }
+}
+
+impl From<AgentError> for Failure {
+    fn from(e: AgentError) -> Self {
+        Failure::Agent(e)
+    }
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        Failure::Agent(e.into())
     }
 }
 

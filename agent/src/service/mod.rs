@@ -1,394 +1,335 @@
-//! The D-Bus interface, transport only. Each method checks the caller where it
-//! changes the GPUs, reads its arguments into a typed request ([`options`]), calls the
-//! [`Engine`], and turns the answer into JSON, or its error into a D-Bus error
-//! ([`errors`], the one place that happens). Applies and probes become job objects
-//! ([`job`]).
+//! The D-Bus transport: the agent's connection and name ([`serve`]), the door every call
+//! enters by ([`door`], counted and scheduled by [`admission`]), calls read into typed
+//! [`Call`]s ([`calls`]), and here the one place each call is carried out: the access
+//! policy where a call changes the GPUs, the [`Engine`], and the answer as JSON (or its
+//! error as a D-Bus error: [`errors`]). Applies, probes and benches become job objects
+//! ([`job`]); introspection is rendered from the interface tables ([`introspect`]).
 
 mod admission;
+mod calls;
+mod door;
 mod errors;
+mod introspect;
 mod job;
 mod options;
+mod shared;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpushare_proto::{AgentError, NAME_MAX_BYTES, ORIGIN_MAX_BYTES};
+use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use serde::Serialize;
+use zbus::Connection;
 use zbus::message::Header;
-use zbus::zvariant::{OwnedObjectPath, OwnedValue};
-use zbus::{Connection, ObjectServer, interface};
+use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 
 use crate::access::AccessPolicy;
-use crate::engine::{Caller, Engine, EngineError, ProfileRef};
+use crate::engine::{Caller, Engine, ProfileRef};
 use crate::sys::log;
-use errors::access_denied;
-use job::{JobObject, Jobs};
+use calls::{AGENT1, Call, JOB1, Object};
+use errors::{Failure, access_denied};
+use job::{Jobs, Ownership};
 
 fn json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("protocol documents serialize")
 }
 
-/// The `io.gpushare.Agent1` object.
-pub struct AgentService {
+/// What a call answers.
+enum Answer {
+    /// A JSON document (`s`).
+    Json(String),
+    /// Any other string (`s`): introspection data, the machine id.
+    Text(String),
+    /// A job object's path (`o`).
+    Path(OwnedObjectPath),
+    /// Nothing.
+    Unit,
+    /// A property's value (`v`).
+    Value(Value<'static>),
+    /// An interface's properties (`a{sv}`).
+    Properties(HashMap<String, Value<'static>>),
+}
+
+impl Answer {
+    async fn send(self, connection: &Connection, call: &Header<'_>) -> zbus::Result<()> {
+        match self {
+            Answer::Json(s) | Answer::Text(s) => connection.reply(call, &s).await,
+            Answer::Path(path) => connection.reply(call, &path).await,
+            Answer::Unit => connection.reply(call, &()).await,
+            Answer::Value(value) => connection.reply(call, &value).await,
+            Answer::Properties(all) => connection.reply(call, &all).await,
+        }
+    }
+}
+
+/// The agent's calls, carried out.
+pub struct Service {
     engine: Arc<Engine>,
     access: AccessPolicy,
     jobs: Jobs,
-    /// Turns for read-only calls (fair between callers, root first).
-    admission: admission::Admission,
+    connection: Connection,
+    machine_id: Option<String>,
+    /// `Status`, `Telemetry` and each user's `Clients` in progress, joined by callers
+    /// asking meanwhile.
+    status: shared::Coalesced<(), String>,
+    telemetry: shared::Coalesced<(), String>,
+    clients: shared::Coalesced<u32, String>,
 }
 
-impl AgentService {
-    /// The service over `engine`, letting callers change the GPUs as `access` says.
-    pub fn new(engine: Arc<Engine>, access: AccessPolicy) -> Self {
-        AgentService { engine, access, jobs: Jobs::default(), admission: Default::default() }
+/// Connects to `bus` (`system`, `session` or an address), opens the door for calls to
+/// `engine`, then owns the agent's name. One agent per bus: the name is neither taken from
+/// another owner nor given up to one, and no one queues for it.
+pub async fn serve(
+    bus: &str,
+    engine: Arc<Engine>,
+    access: AccessPolicy,
+) -> Result<Connection, String> {
+    let builder = match bus {
+        "system" => zbus::connection::Builder::system(),
+        "session" => zbus::connection::Builder::session(),
+        address => zbus::connection::Builder::address(address),
     }
-
-    /// Refuses a mutating call from a caller the access policy does not allow, whatever
-    /// the bus policy let through; the refusal is logged. Returns the caller's user id and
-    /// supplementary groups, as far as the bus knows them.
-    async fn authorize(
-        &self,
-        header: &Header<'_>,
-        connection: &Connection,
-        method: &str,
-    ) -> Result<(Option<u32>, Option<Vec<u32>>), AgentError> {
-        let Some(sender) = header.sender() else {
-            return Err(access_denied(method, "the caller is unknown"));
-        };
-        let dbus = zbus::fdo::DBusProxy::new(connection).await?;
-        let credentials = dbus
-            .get_connection_credentials(zbus::names::BusName::Unique(sender.to_owned()))
-            .await
-            .map_err(|e| {
-                access_denied(method, format!("the caller's credentials are unknown: {e}"))
-            })?;
-        let groups = credentials.unix_group_ids().map(|g| g.to_vec());
-        let uid = credentials.unix_user_id();
-        self.access.may_change(uid, groups.as_deref().unwrap_or_default()).map_err(|why| {
-            tracing::warn!(method, caller = %sender, uid = ?uid, "refused: {why}");
-            access_denied(method, why)
-        })?;
-        Ok((uid, groups))
-    }
-}
-
-#[interface(name = "io.gpushare.Agent1")]
-impl AgentService {
-    /// Observed GPUs and the active profile (JSON `Status`).
-    async fn status(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.status().await?))
-    }
-
-    /// What applying a profile would do (JSON `PlanReport`).
-    async fn plan(
-        &self,
-        profile: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let bytes = profile.len();
-        let profile = named(profile)?;
-        let _turn = self.admission.turn(&header, connection, bytes).await?;
-        self.plan_ref(profile).await
-    }
-
-    /// `Plan` for a profile document or a mig-parted config (JSON `PlanReport`).
-    async fn plan_document(
-        &self,
-        text: &str,
-        origin: &str,
-        config: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let document = document(text, origin, config)?;
-        let bytes = text.len() + origin.len() + config.len();
-        let _turn = self.admission.turn(&header, connection, bytes).await?;
-        self.plan_ref(document).await
-    }
-
-    /// Starts an apply and returns its job object.
-    async fn apply(
-        &self,
-        profile: &str,
-        options: HashMap<String, OwnedValue>,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<OwnedObjectPath, AgentError> {
-        self.authorize(&header, connection, "Apply").await?;
-        self.start_apply(named(profile)?, &options, server, connection).await
-    }
-
-    /// `Apply` for a profile document or a mig-parted config.
-    // The D-Bus signature and zbus's injected arguments make the count.
-    #[allow(clippy::too_many_arguments)]
-    async fn apply_document(
-        &self,
-        text: &str,
-        origin: &str,
-        config: &str,
-        options: HashMap<String, OwnedValue>,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<OwnedObjectPath, AgentError> {
-        self.authorize(&header, connection, "ApplyDocument").await?;
-        self.start_apply(document(text, origin, config)?, &options, server, connection).await
-    }
-
-    /// The GPUs as they are, as a profile (JSON `Export`).
-    async fn export(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.export().await?))
-    }
-
-    /// Starts a probe run and returns its job object.
-    async fn probe(
-        &self,
-        options: HashMap<String, OwnedValue>,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<OwnedObjectPath, AgentError> {
-        self.authorize(&header, connection, "Probe").await?;
-        let options = options::probe_options(&options)?;
-        let path = self.jobs.next_path();
-        let job = self.engine.begin_probe(options, path.as_str()).await?;
-        let engine = Arc::clone(&self.engine);
-        let span = log::job_span(path.as_str());
-        self.jobs
-            .spawn(server, connection, path, span, JobObject::default(), async move |tx| {
-                let report = engine.run_probe(&job, tx).await;
-                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-            })
-            .await
-    }
-
-    /// Starts a bench of `command` (run as the caller) and returns its job object. The
-    /// job is cancelled when its caller leaves the bus (Ctrl-C, a killed client).
-    async fn bench(
-        &self,
-        command: Vec<String>,
-        options: HashMap<String, OwnedValue>,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<OwnedObjectPath, AgentError> {
-        let (uid, groups) = self.authorize(&header, connection, "Bench").await?;
-        let (Some(uid), Some(sender)) = (uid, header.sender()) else {
-            return Err(access_denied("Bench", "the caller's user is unknown"));
-        };
-        let options = options::bench_options(command, &options)?;
-        let path = self.jobs.next_path();
-        let caller = Caller { uid, groups };
-        let job = self.engine.begin_bench(options, caller, path.as_str()).await?;
-        tracing::info!(job = %path.as_str(), uid, "bench started");
-        let cancel = job.canceller();
-        let watcher = job::cancel_when_gone(connection, sender.to_owned(), cancel.clone()).await;
-        let object = JobObject::cancellable(cancel, sender.to_string(), uid);
-        let engine = Arc::clone(&self.engine);
-        let span = log::job_span(path.as_str());
-        self.jobs
-            .spawn(server, connection, path, span, object, async move |tx| {
-                let report = engine.run_bench(&job, tx).await;
-                watcher.abort();
-                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-            })
-            .await
-    }
-
-    /// The MPS servers with their limits and clients (JSON `MpsStatus`).
-    async fn mps_status(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.mps_status().await?))
-    }
-
-    /// Every process using the GPUs, attributed (JSON `ClientTable`). Open to all; a
-    /// command line is shown to root and to the process's own user only.
-    async fn clients(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        let caller = caller_uid(&header, connection).await;
-        Ok(json(&self.engine.clients(caller).await?))
-    }
-
-    /// What each GPU is doing now (JSON `Telemetry`). Open to all.
-    async fn telemetry(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.telemetry().await?))
-    }
-
-    /// Sets the limits of the MPS server of client `pid` (JSON `MpsLimitResult`).
-    async fn mps_limit(
-        &self,
-        pid: u32,
-        threads: u32,
-        memory_bytes: u64,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        self.authorize(&header, connection, "MpsLimit").await?;
-        let threads = (threads != 0).then_some(threads);
-        let memory = (memory_bytes != 0).then_some(memory_bytes);
-        Ok(json(&self.engine.mps_limit(pid, threads, memory).await?))
-    }
-
-    /// The variables a client needs for a GPU or MIG instance (JSON `ClientEnv`).
-    async fn env(
-        &self,
-        target: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let target = options::bounded("target", target, NAME_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection, target.len()).await?;
-        Ok(json(&self.engine.client_env(target).await?))
-    }
-
-    /// The MIG profiles of a GPU, or of every MIG GPU for `""` (JSON `MigProfiles`).
-    async fn mig_profiles(
-        &self,
-        gpu: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let gpu = options::bounded("GPU", gpu, NAME_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection, gpu.len()).await?;
-        Ok(json(&self.engine.mig_profiles(gpu).await?))
-    }
-
-    /// The devices of the agent's CDI spec (JSON `CdiReport`).
-    async fn cdi_devices(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.cdi_devices()))
-    }
-
-    /// Every known profile (JSON `ProfileList`).
-    async fn list_profiles(
-        &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let _turn = self.admission.turn(&header, connection, 0).await?;
-        Ok(json(&self.engine.list_profiles()))
-    }
-
-    /// One profile with its text (JSON `ProfileDetail`).
-    async fn show_profile(
-        &self,
-        name: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let name = options::bounded("profile name", name, NAME_MAX_BYTES)?;
-        let _turn = self.admission.turn(&header, connection, name.len()).await?;
-        Ok(json(&self.engine.show_profile(name)?))
-    }
-
-    /// Validates profile text and plans it here (JSON `Validation`).
-    async fn validate_profile(
-        &self,
-        text: &str,
-        origin: &str,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] connection: &Connection,
-    ) -> Result<String, AgentError> {
-        let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
-        let text = profile_text(text, origin)?;
-        let _turn = self.admission.turn(&header, connection, text.len() + origin.len()).await?;
-        Ok(json(&self.engine.validate(text, origin).await?))
-    }
-
-    /// The agent's version.
-    #[zbus(property)]
-    async fn version(&self) -> String {
-        env!("CARGO_PKG_VERSION").to_string()
+    .map_err(|e| format!("bus {bus}: {e}"))?;
+    let connection = builder
+        // The agent's own calls on it (asking the bus whose a call is) end rather than
+        // hold a lookup for ever when the bus drops their answer (its queue to us full).
+        .method_timeout(std::time::Duration::from_secs(5))
+        .build()
+        .await
+        .map_err(|e| format!("cannot connect to the {bus} bus: {e}"))?;
+    let service = Arc::new(Service {
+        engine,
+        access,
+        jobs: Jobs::default(),
+        connection: connection.clone(),
+        machine_id: machine_id(),
+        status: Default::default(),
+        telemetry: Default::default(),
+        clients: Default::default(),
+    });
+    door::open(&connection, service).await.map_err(|e| format!("bus {bus}: {e}"))?;
+    use zbus::fdo::{RequestNameFlags, RequestNameReply};
+    let dbus =
+        zbus::fdo::DBusProxy::new(&connection).await.map_err(|e| format!("bus {bus}: {e}"))?;
+    let name = zbus::names::WellKnownName::from_static_str(BUS_NAME).expect("a valid name");
+    match dbus.request_name(name, RequestNameFlags::DoNotQueue.into()).await {
+        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => Ok(connection),
+        Ok(_) => Err(format!(
+            "{BUS_NAME} is already owned on the {bus} bus: is another gpushare-agent running?"
+        )),
+        Err(e) => Err(format!("cannot own {BUS_NAME} on the {bus} bus: {e}")),
     }
 }
 
-/// The user of the connection that sent `header`'s message, as the bus knows it.
-async fn caller_uid(header: &Header<'_>, connection: &Connection) -> Option<u32> {
-    let sender = header.sender()?;
-    let dbus = zbus::fdo::DBusProxy::new(connection).await.ok()?;
-    dbus.get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned())).await.ok()
-}
-
-/// A profile named by a caller, its name bounded.
-fn named(profile: &str) -> Result<ProfileRef<'_>, AgentError> {
-    Ok(ProfileRef::Named(options::bounded("profile name", profile, NAME_MAX_BYTES)?))
-}
-
-/// A document a caller sent, its origin and config name bounded (the text is bounded where
-/// it is parsed: `PROFILE_MAX_BYTES`).
-fn document<'a>(
-    text: &'a str,
-    origin: &'a str,
-    config: &'a str,
-) -> Result<ProfileRef<'a>, AgentError> {
-    let origin = options::bounded("origin", origin, ORIGIN_MAX_BYTES)?;
-    Ok(ProfileRef::Document {
-        text: profile_text(text, origin)?,
-        origin,
-        config: options::bounded("config", config, NAME_MAX_BYTES)?,
+/// The host's D-Bus machine id (`Peer.GetMachineId`).
+fn machine_id() -> Option<String> {
+    ["/etc/machine-id", "/var/lib/dbus/machine-id"].iter().find_map(|p| {
+        let id = std::fs::read_to_string(p).ok()?;
+        let id = id.trim();
+        (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
     })
 }
 
-/// A profile text a caller sent, refused over `PROFILE_MAX_BYTES` as the parser would,
-/// before the call waits for a turn or anything copies it.
-fn profile_text<'a>(text: &'a str, origin: &str) -> Result<&'a str, AgentError> {
-    crate::profile::check_size(text, origin).map_err(EngineError::from)?;
-    Ok(text)
-}
-
-impl AgentService {
-    async fn plan_ref(&self, profile: ProfileRef<'_>) -> Result<String, AgentError> {
-        Ok(json(&self.engine.plan(profile).await?.report()))
+impl Service {
+    /// Carries out `call` of connection `sender`, whose user and groups are `caller`'s.
+    async fn handle(&self, call: Call, caller: &Caller, sender: &str) -> Result<Answer, Failure> {
+        if call.changes() {
+            self.authorize(caller, sender, call.method())?;
+        }
+        let engine = &self.engine;
+        Ok(match call {
+            Call::Status => {
+                let engine = Arc::clone(engine);
+                let work = || async move { Ok(json(&engine.status().await?)) };
+                Answer::Json(self.status.join((), self.engine.epoch(), work).await?)
+            }
+            Call::Plan { profile } => self.plan(ProfileRef::Named(&profile)).await?,
+            Call::PlanDocument { text, origin, config } => {
+                self.plan(ProfileRef::Document { text: &text, origin: &origin, config: &config })
+                    .await?
+            }
+            Call::Apply { profile, options } => {
+                self.apply(ProfileRef::Named(&profile), &options).await?
+            }
+            Call::ApplyDocument { text, origin, config, options } => {
+                let document =
+                    ProfileRef::Document { text: &text, origin: &origin, config: &config };
+                self.apply(document, &options).await?
+            }
+            Call::Export => Answer::Json(json(&engine.export().await?)),
+            Call::Probe { options } => self.probe(&options).await?,
+            Call::Bench { command, options } => {
+                self.bench(command, &options, caller, sender).await?
+            }
+            Call::MpsStatus => Answer::Json(json(&engine.mps_status().await?)),
+            Call::MpsLimit { pid, threads, memory_bytes } => {
+                let threads = (threads != 0).then_some(threads);
+                let memory = (memory_bytes != 0).then_some(memory_bytes);
+                Answer::Json(json(&engine.mps_limit(pid, threads, memory).await?))
+            }
+            Call::Env { target } => Answer::Json(json(&engine.client_env(&target).await?)),
+            Call::MigProfiles { gpu } => Answer::Json(json(&engine.mig_profiles(&gpu).await?)),
+            Call::CdiDevices => Answer::Json(json(&engine.cdi_devices())),
+            Call::Clients => {
+                let (engine, uid) = (Arc::clone(engine), caller.uid);
+                let work = || async move { Ok(json(&engine.clients(Some(uid)).await?)) };
+                Answer::Json(self.clients.join(uid, self.engine.epoch(), work).await?)
+            }
+            Call::Telemetry => {
+                let engine = Arc::clone(engine);
+                let work = || async move { Ok(json(&engine.telemetry().await?)) };
+                Answer::Json(self.telemetry.join((), self.engine.epoch(), work).await?)
+            }
+            Call::ListProfiles => Answer::Json(json(&engine.list_profiles())),
+            Call::ShowProfile { name } => Answer::Json(json(&engine.show_profile(&name)?)),
+            Call::ValidateProfile { text, origin } => {
+                Answer::Json(json(&engine.validate(&text, &origin).await?))
+            }
+            Call::Cancel { job } => {
+                self.job(job)?.cancel(sender, caller)?;
+                Answer::Unit
+            }
+            Call::GetOutcome { job } => Answer::Json(self.job(job)?.get_outcome(caller)?),
+            Call::Introspect { object } => {
+                let xml = introspect::xml(object, &self.jobs.numbers());
+                Answer::Text(xml.ok_or_else(|| no_object(object))?)
+            }
+            Call::Get { object, interface, property } => {
+                let mut all = self.properties(object, &interface)?;
+                Answer::Value(all.remove(&property).ok_or_else(|| {
+                    Failure::fdo(zbus::fdo::Error::UnknownProperty(format!(
+                        "no property {property} on {interface}"
+                    )))
+                })?)
+            }
+            Call::GetAll { object, interface } => {
+                Answer::Properties(self.properties(object, &interface)?)
+            }
+            Call::Ping => Answer::Unit,
+            Call::GetMachineId => Answer::Text(self.machine_id.clone().ok_or_else(|| {
+                Failure::fdo(zbus::fdo::Error::Failed("this host has no machine id".into()))
+            })?),
+        })
     }
 
-    async fn start_apply(
+    /// Refuses a call that changes the GPUs from a caller the access policy does not allow,
+    /// whatever the bus policy let through; the refusal is logged.
+    fn authorize(&self, caller: &Caller, sender: &str, method: &str) -> Result<(), Failure> {
+        let groups = caller.groups.as_deref().unwrap_or_default();
+        self.access.may_change(Some(caller.uid), groups).map_err(|why| {
+            tracing::warn!(method, caller = %sender, uid = caller.uid, "refused: {why}");
+            Failure::agent(access_denied(method, why))
+        })
+    }
+
+    fn job(&self, number: u64) -> Result<Arc<job::Job>, Failure> {
+        self.jobs.get(number).ok_or_else(|| no_object(Object::Job(number)))
+    }
+
+    /// The properties of `interface` on `object`.
+    fn properties(
+        &self,
+        object: Object,
+        interface: &str,
+    ) -> Result<HashMap<String, Value<'static>>, Failure> {
+        match (object, interface) {
+            (Object::Agent, AGENT1) => Ok(HashMap::from([(
+                "Version".to_string(),
+                Value::from(env!("CARGO_PKG_VERSION").to_string()),
+            )])),
+            (Object::Job(n), JOB1) => Ok(self.job(n)?.properties()),
+            (Object::Job(n), _) if self.jobs.get(n).is_none() => Err(no_object(object)),
+            _ => Err(Failure::fdo(zbus::fdo::Error::UnknownInterface(format!(
+                "no interface {interface} here"
+            )))),
+        }
+    }
+
+    async fn plan(&self, profile: ProfileRef<'_>) -> Result<Answer, Failure> {
+        Ok(Answer::Json(json(&self.engine.plan(profile).await?.report())))
+    }
+
+    async fn apply(
         &self,
         profile: ProfileRef<'_>,
         options: &HashMap<String, OwnedValue>,
-        server: &ObjectServer,
-        connection: &Connection,
-    ) -> Result<OwnedObjectPath, AgentError> {
+    ) -> Result<Answer, Failure> {
         let options = options::apply_options(options)?;
-        let path = self.jobs.next_path();
+        let number = self.jobs.next_number();
+        let path = job::path_of(number);
         let job = self.engine.begin_apply(profile, options.force, path.as_str()).await?;
         let profile = &job.plan().profile;
         tracing::info!(job = %path.as_str(), profile = %profile, steps = job.plan().step_count(), "apply started");
         let span = log::apply_span(path.as_str(), profile);
         let engine = Arc::clone(&self.engine);
-        self.jobs
-            .spawn(server, connection, path, span, JobObject::default(), async move |tx| {
+        let path = self.jobs.spawn(
+            &self.connection,
+            number,
+            span,
+            Ownership::default(),
+            async move |tx| {
                 let report = engine.run_apply(&job, tx).await;
                 (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-            })
-            .await
+            },
+        );
+        Ok(Answer::Path(path))
     }
+
+    async fn probe(&self, options: &HashMap<String, OwnedValue>) -> Result<Answer, Failure> {
+        let options = options::probe_options(options)?;
+        let number = self.jobs.next_number();
+        let path = job::path_of(number);
+        let job = self.engine.begin_probe(options, path.as_str()).await?;
+        let engine = Arc::clone(&self.engine);
+        let span = log::job_span(path.as_str());
+        let path = self.jobs.spawn(
+            &self.connection,
+            number,
+            span,
+            Ownership::default(),
+            async move |tx| {
+                let report = engine.run_probe(&job, tx).await;
+                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+            },
+        );
+        Ok(Answer::Path(path))
+    }
+
+    /// Starts a bench of `command` (run as the caller); it is cancelled when its caller
+    /// leaves the bus (Ctrl-C, a killed client).
+    async fn bench(
+        &self,
+        command: Vec<String>,
+        options: &HashMap<String, OwnedValue>,
+        caller: &Caller,
+        sender: &str,
+    ) -> Result<Answer, Failure> {
+        let Ok(starter) = zbus::names::UniqueName::try_from(sender.to_owned()) else {
+            return Err(Failure::agent(access_denied("Bench", "the caller is unknown")));
+        };
+        let options = options::bench_options(command, options)?;
+        let number = self.jobs.next_number();
+        let path = job::path_of(number);
+        let job = self.engine.begin_bench(options, caller.clone(), path.as_str()).await?;
+        tracing::info!(job = %path.as_str(), uid = caller.uid, "bench started");
+        let cancel = job.canceller();
+        let watcher = job::cancel_when_gone(&self.connection, starter, cancel.clone()).await;
+        let ownership = Ownership::cancellable(cancel, sender.to_owned(), caller.uid);
+        let engine = Arc::clone(&self.engine);
+        let span = log::job_span(path.as_str());
+        let path = self.jobs.spawn(&self.connection, number, span, ownership, async move |tx| {
+            let report = engine.run_bench(&job, tx).await;
+            watcher.abort();
+            (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+        });
+        Ok(Answer::Path(path))
+    }
+}
+
+fn no_object(object: Object) -> Failure {
+    let what = match object {
+        Object::Job(n) => format!("no job {n} (the agent keeps its last 16 jobs)"),
+        _ => format!("no such object under {OBJECT_PATH}"),
+    };
+    Failure::fdo(zbus::fdo::Error::UnknownObject(what))
 }

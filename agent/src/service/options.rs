@@ -255,10 +255,11 @@ pub fn bench_options(
     Ok(bench)
 }
 
-/// The first 64 characters of `text`, for a message about it.
-fn short(text: &str) -> String {
-    let mut cut: String = text.chars().take(64).collect();
-    if cut.len() < text.len() {
+/// The first 64 characters of `text`, for a message about it (a caller's text: shown
+/// safely, see [`crate::sys::text`]).
+pub fn short(text: &str) -> String {
+    let mut cut = crate::sys::text::printable(text, 64);
+    if text.chars().nth(64).is_some() {
         cut.push('…');
     }
     cut

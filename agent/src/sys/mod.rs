@@ -8,6 +8,7 @@ pub mod files;
 pub mod log;
 pub mod procfs;
 pub mod systemd;
+pub mod text;
 pub mod unix;
 
 /// What a task on tokio's pools that did not finish says to a caller: never the panic's

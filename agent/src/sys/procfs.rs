@@ -230,8 +230,10 @@ impl Process {
         let cut = bytes.len() > max;
         let bytes = &bytes[..bytes.len().min(max)];
         let text = String::from_utf8_lossy(bytes);
-        let mut line: String =
-            text.chars().map(|c| if c == '\0' || misleading(c) { ' ' } else { c }).collect();
+        let mut line: String = text
+            .chars()
+            .map(|c| if c == '\0' || super::text::misleading(c) { ' ' } else { c })
+            .collect();
         if cut {
             // A lossy character may have grown the text: cut it on a boundary.
             while line.len() > max.saturating_sub('…'.len_utf8()) {
@@ -300,16 +302,7 @@ const UNIT_MAX_CHARS: usize = 255;
 /// `user@UID.service`), and the kernel refuses only `/` and newlines in them, so control
 /// characters (a terminal's escape sequences) become `?` and the name is cut at 255.
 fn printable(name: &str) -> String {
-    name.chars().take(UNIT_MAX_CHARS).map(|c| if misleading(c) { '?' } else { c }).collect()
-}
-
-/// Whether `c` would change how a terminal shows what follows it rather than show itself:
-/// a control character (escape sequences), or an invisible one that reorders or hides text
-/// (bidirectional overrides and isolates, zero-width characters), which could make one
-/// user's row read as another's.
-fn misleading(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    super::text::printable(name, UNIT_MAX_CHARS)
 }
 
 /// The first 12 hex digits of the 64-digit container id in a cgroup path component.
