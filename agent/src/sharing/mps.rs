@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::{SharingError, SharingErrorKind as Kind};
 use crate::node::{MpsLimits, mps_memory_value};
 use crate::sys::command::{Command, Finished, find_program};
-use crate::sys::files::{PRIVATE, read_json, write_json};
+use crate::sys::files::{PRIVATE, write_json};
 use crate::sys::procfs::{self, alive};
 use crate::sys::{trusted, unix};
 
@@ -449,7 +449,7 @@ impl MpsController {
             return Vec::new();
         }
         if let Err(why) = trusted::check_dir(root) {
-            warn_once(format!("MPS servers ignored: {}", untrusted_root(why)));
+            trusted::warn_ignored(format!("MPS servers ignored: {}", untrusted_root(why)));
             return Vec::new();
         }
         let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
@@ -457,7 +457,7 @@ impl MpsController {
             .filter_map(Result::ok)
             .filter_map(|entry| {
                 let dir = entry.path();
-                let record = self.trusted_record(&dir)?;
+                let record = trusted_record(&dir).ok().flatten()?;
                 let pipe_dir = dir.join("pipe");
                 let pid = self.identity_of(&record, &pipe_dir).map(|d| d.pid);
                 Some(MpsDaemon { pid, record, pipe_dir })
@@ -515,34 +515,10 @@ impl MpsController {
 
     /// The identity of the daemon of `uuid`'s server that runs now, if one does.
     fn running_identity(&self, uuid: &str) -> Option<DaemonIdentity> {
-        let dir = self.server_dir(uuid);
-        if std::fs::symlink_metadata(&dir).is_ok() && trusted::check_dir(&dir).is_err() {
-            return None;
-        }
-        match self.trusted_record(&dir) {
-            Some(record) => self.identity_of(&record, &self.pipe_dir(uuid)),
-            None => legacy_daemon(&self.pipe_dir(uuid)),
-        }
-    }
-
-    /// The `server.json` of server directory `dir`, only when the directory and the file
-    /// are ones the agent may trust; one that is not is ignored with a warning.
-    fn trusted_record(&self, dir: &Path) -> Option<ServerRecord> {
-        // Not a server's directory at all (gone, or a file): nothing to say.
-        if !std::fs::symlink_metadata(dir).ok()?.is_dir() {
-            return None;
-        }
-        if let Err(why) = trusted::check_dir(dir) {
-            warn_once(format!("MPS server ignored: {}", untrusted_root(why)));
-            return None;
-        }
-        match read_json(&dir.join("server.json")) {
-            Ok(record) => record,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                warn_once(format!("MPS server ignored: {}", untrusted_root(e.to_string())));
-                None
-            }
-            Err(_) => None,
+        match trusted_record(&self.server_dir(uuid)) {
+            Ok(Some(record)) => self.identity_of(&record, &self.pipe_dir(uuid)),
+            Ok(None) => legacy_daemon(&self.pipe_dir(uuid)),
+            Err(()) => None,
         }
     }
 
@@ -670,17 +646,17 @@ fn untrusted_root(why: String) -> String {
     format!("{why}: another user could forge the servers' records (set [mps] root in agent.toml)")
 }
 
-/// Logs `line` as a warning the first time it comes (the servers are looked at every
-/// health check).
-fn warn_once(line: String) {
-    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !warned.contains(&line) {
-        tracing::warn!("{line}");
-        if warned.len() >= 64 {
-            warned.clear();
+/// The `server.json` of server directory `dir` (`None` when there is none, or it does not
+/// read); `Err` when the directory or the file is not one the agent may trust, which is
+/// ignored with a warning.
+fn trusted_record(dir: &Path) -> Result<Option<ServerRecord>, ()> {
+    match crate::sys::files::read_record(dir, "server.json") {
+        Ok(record) => Ok(record),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            trusted::warn_ignored(format!("MPS server ignored: {}", untrusted_root(e.to_string())));
+            Err(())
         }
-        warned.push(line);
+        Err(_) => Ok(None),
     }
 }
 
@@ -877,6 +853,44 @@ mod tests {
         std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
             .unwrap();
         assert_eq!(mps.daemons()[0].pid, None);
+    }
+
+    #[test]
+    fn records_under_a_root_others_may_write_are_ignored_and_never_acted_on() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("mps");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mps = MpsController::new(MpsConfig {
+            control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
+            root: root.clone(),
+            launch: MpsLaunch::Direct,
+        });
+        // A record someone forged there, naming a process that is not a daemon.
+        let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let record = ServerRecord {
+            uuid: "GPU-abc".into(),
+            gpu: 0,
+            placement_start: None,
+            compute_instance: 0,
+            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+            restarts: 0,
+            daemon: DaemonIdentity::of(victim.id()),
+        };
+        std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+        let file = mps.server_dir("GPU-abc").join("server.json");
+        std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(mps.daemons().is_empty());
+        assert_eq!(mps.running_identity("GPU-abc"), None);
+        let e = mps.stop("GPU-abc").unwrap_err().to_string();
+        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+        let e = mps.start(&record).unwrap_err().to_string();
+        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+        assert!(file.exists(), "another user's files were removed");
+        assert!(victim.try_wait().unwrap().is_none(), "the process the record named was signalled");
+        victim.kill().unwrap();
+        victim.wait().unwrap();
     }
 
     #[test]

@@ -136,6 +136,22 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))
 }
 
+/// JSON record `name` in directory `dir`, when both are ones the agent may trust
+/// ([`trusted::check_dir`], [`read_json`]); `None` when the directory (or the file) is not
+/// there, or `dir` is no directory. Untrusted: an error of kind `PermissionDenied` saying
+/// why.
+pub fn read_record<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Result<Option<T>> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        // Not a directory of records (a file, or a link, in a directory the caller checked).
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    trusted::check_dir(dir).map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    read_json(&dir.join(name))
+}
+
 /// Writes a JSON file atomically with mode `mode` ([`PRIVATE`] for the agent's records).
 pub fn write_json<T: Serialize>(path: &Path, value: &T, mode: u32) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;

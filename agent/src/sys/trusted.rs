@@ -15,7 +15,8 @@
 //!   file owned by root or the agent's user that no one else may write.
 //!
 //! Reasons are one line naming the component at fault; callers add the place and the
-//! setting that points at it.
+//! setting that points at it. What the agent finds and ignores as untrusted is warned
+//! about once ([`warn_ignored`]).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -92,6 +93,20 @@ pub fn open_file(path: &Path) -> io::Result<Option<File>> {
     }
     check_owner_and_mode(path, &meta, false).map_err(untrusted)?;
     Ok(Some(file))
+}
+
+/// Logs `line`, what the agent ignores as untrusted, as a warning the first time it comes
+/// (the same path is looked at again every health check).
+pub fn warn_ignored(line: String) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !warned.contains(&line) {
+        tracing::warn!("{line}");
+        if warned.len() >= 64 {
+            warned.clear();
+        }
+        warned.push(line);
+    }
 }
 
 /// An error saying why a path is not trusted.
