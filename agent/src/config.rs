@@ -292,12 +292,25 @@ impl AgentConfig {
 
     /// Remembers this configuration's whereabouts in `state_dir`.
     pub fn remember_whereabouts(&self, state_dir: &Path) -> std::io::Result<()> {
-        crate::sys::files::write_json(&state_dir.join(WHEREABOUTS_FILE), &self.whereabouts())
+        let path = state_dir.join(WHEREABOUTS_FILE);
+        crate::sys::files::write_json(&path, &self.whereabouts(), crate::sys::files::PRIVATE)
     }
 
-    /// The whereabouts remembered in `state_dir`, if any.
+    /// The whereabouts remembered in `state_dir` (a directory the agent may trust), if any:
+    /// only from a file the agent may trust (it names programs the agent runs), made
+    /// private if it was not.
     pub fn remembered_whereabouts(state_dir: &Path) -> Option<Whereabouts> {
-        crate::sys::files::read_json(&state_dir.join(WHEREABOUTS_FILE)).ok().flatten()
+        let path = state_dir.join(WHEREABOUTS_FILE);
+        if let Err(e) = crate::sys::files::make_private(&path) {
+            tracing::warn!("{}: {e}", path.display());
+        }
+        match crate::sys::files::read_json(&path) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("not read: {e}");
+                None
+            }
+        }
     }
 
     /// Parses configuration text; errors name `origin:line:column`.

@@ -23,7 +23,7 @@ use crate::gpu::nvml::{Driver, NvmlBackend};
 use crate::profile::ProfileStore;
 use crate::service;
 use crate::simulator::{SimulatedNode, SimulatorFiles};
-use crate::sys::{files, log, unix};
+use crate::sys::{files, log, trusted, unix};
 
 /// How the agent was asked to run (its command line).
 #[derive(Debug, Clone, Default)]
@@ -97,6 +97,22 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         }
     });
     let profiles_dir = settings.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
+    // Everything the agent reads back from there (its journal, where the MPS servers and
+    // tools are, the simulated node) is trusted only from a directory nobody else can
+    // write; a check reads it only when it is there, and makes nothing.
+    let trusted = match settings.read_only {
+        true if !state_dir.exists() => Ok(state_dir.clone()),
+        true => trusted::check_dir(&state_dir),
+        false => trusted::make_dir(&state_dir, 0o755),
+    };
+    if let Err(why) = trusted {
+        return Err(format!(
+            "state directory {}: {why}: another user could change what the agent reads back \
+             there; use a directory only root or the agent's user can write (--state-dir, or \
+             state_dir in agent.toml)",
+            state_dir.display()
+        ));
+    }
     let state_lock = match settings.read_only {
         true => None,
         false => Some(

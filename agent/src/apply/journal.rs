@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::node::{
     ComputeMode, GpuInstance, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
 };
-use crate::sys::files::{read_json, write_json};
+use crate::sys::files::{PRIVATE, make_private, read_json, write_json};
 
 /// A profile applied from a document (`apply -f`), kept so that it can be re-applied at
 /// start-up: it is in no profile directory.
@@ -231,10 +231,14 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens the journal of `state_dir`, creating the directory.
+    /// Opens the journal of `state_dir`, creating the directory. The directory must be one
+    /// the agent may trust and `state.json` a file only it writes (it names processes to
+    /// stop and GPUs to roll back); it is made private (it holds applied documents).
     pub fn open(state_dir: &Path) -> io::Result<Journal> {
-        std::fs::create_dir_all(state_dir)?;
+        crate::sys::trusted::make_dir(state_dir, 0o755)
+            .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
         let path = state_dir.join("state.json");
+        make_private(&path)?;
         let mut state: AgentState = read_json(&path)?.unwrap_or_default();
         state.bound_documents();
         Ok(Journal { path, state: Mutex::new(state), write_error: Mutex::new(None) })
@@ -255,7 +259,7 @@ impl Journal {
         let mut next = state.clone();
         change(&mut next);
         if next != *state {
-            let written = write_json(&self.path, &next);
+            let written = write_json(&self.path, &next, PRIVATE);
             let mut write_error = self.write_error.lock().expect("journal lock");
             *write_error =
                 written.as_ref().err().map(|e| format!("writing {}: {e}", self.path.display()));

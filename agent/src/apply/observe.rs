@@ -265,18 +265,14 @@ fn refusal_line(
 }
 
 /// Whether this process may make directories in `dir`, or in the nearest of its
-/// ancestors that exists when `dir` does not yet; why not, in a few words.
+/// ancestors that exists when `dir` does not yet, and may trust them
+/// ([`crate::sys::trusted::check_creatable`]); why not, in a few words.
 fn may_create_in(dir: &Path) -> Result<(), String> {
-    // A relative root's last ancestor is "", the current directory.
-    let existing = dir
-        .ancestors()
-        .map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d })
-        .find(|d| d.exists())
-        .unwrap_or(Path::new("/"));
-    if !existing.is_dir() {
-        return Err(format!("{} is not a directory", existing.display()));
-    }
-    crate::sys::unix::may_write_dir(existing)
+    // The root, or what of it exists, must be the agent's to trust: records another user
+    // could forge there would name processes for the agent to signal.
+    let existing = crate::sys::trusted::check_creatable(dir)
+        .map_err(|why| format!("{why}: another user could forge the servers' records"))?;
+    crate::sys::unix::may_write_dir(&existing)
         .map_err(|e| format!("this agent cannot write in {}: {e}", existing.display()))
 }
 

@@ -1,14 +1,15 @@
-//! Where the spec goes: `<dir>/gpushare.json`, written atomically (a temporary file beside
-//! it, renamed over), only into a directory no other user can write, and only when its
-//! bytes change. [`Writer::check`] is what an apply checks before its first step.
+//! Where the spec goes: `<dir>/gpushare.json`, written atomically (a temporary file of a
+//! random name beside it, renamed over), only into a directory the agent may trust
+//! ([`crate::sys::trusted`]: a link another user planted is not followed), and only when
+//! its bytes change. [`Writer::check`] is what an apply checks before its first step.
 
 use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use super::FILE_NAME;
-use crate::sys::files::write_atomically;
+use crate::sys::files::{PUBLIC, write_atomically};
+use crate::sys::trusted;
 
 /// The spec's place, or none (`[cdi] enabled = false`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,9 +26,9 @@ impl Writer {
         self.dir.join(FILE_NAME)
     }
 
-    /// Whether the spec can be written: the directory is one (made, 0755, if missing),
-    /// owned by root or the agent and writable by no one else, the agent may write it, and
-    /// an existing spec is a plain file. One line naming the place and what to do when not.
+    /// Whether the spec can be written: the directory is one the agent may trust (made,
+    /// 0755, if missing; see [`trusted::check_dir`]), the agent may write it, and an
+    /// existing spec is a plain file. One line naming the place and what to do when not.
     pub fn check(&self) -> Result<(), String> {
         if !self.enabled {
             return Ok(());
@@ -39,38 +40,13 @@ impl Writer {
                 dir.display()
             )
         };
-        match fs::metadata(dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(dir)
-                    .map_err(|e| place(format!("cannot be made: {e}")))?;
-            }
-            Err(e) => return Err(place(e.to_string())),
-            Ok(_) => {}
-        }
-        let meta = fs::metadata(dir).map_err(|e| place(e.to_string()))?;
-        if !meta.is_dir() {
-            return Err(place("not a directory".into()));
-        }
+        let resolved = trusted::make_dir(dir, 0o755)
+            .map_err(|why| place(format!("{why}: another user could change the spec")))?;
         let own = crate::sys::unix::effective_uid();
-        if meta.uid() != 0 && meta.uid() != own {
-            return Err(place(format!(
-                "owned by uid {}, not root: another user could change the spec",
-                meta.uid()
-            )));
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(place(format!(
-                "writable by others (mode {mode:04o}): another user could change the spec"
-            )));
-        }
-        if let Err(e) = crate::sys::unix::may_write_dir(dir) {
+        if let Err(e) = crate::sys::unix::may_write_dir(&resolved) {
             return Err(place(format!("not writable by the agent (uid {own}): {e}")));
         }
-        let spec = self.path();
+        let spec = resolved.join(FILE_NAME);
         match fs::symlink_metadata(&spec) {
             Ok(m) if !m.file_type().is_file() => {
                 Err(place(format!("{} is not a plain file", spec.display())))
@@ -79,29 +55,38 @@ impl Writer {
         }
     }
 
-    /// The spec as it is on disk, if there is one.
+    /// The spec as it is on disk, if there is one the agent may trust.
     pub fn read(&self) -> Option<Vec<u8>> {
-        fs::read(self.path()).ok()
+        let mut file = trusted::open_file(&self.path()).ok().flatten()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        Some(bytes)
     }
 
-    /// Writes `bytes` as the spec when they differ from what is there; `None` removes the
-    /// spec (a node with no device to name: CDI wants at least one). Whether it changed.
+    /// Writes `bytes` as the spec (mode 0644: container runtimes read it) when they differ
+    /// from what is there; `None` removes the spec (a node with no device to name: CDI
+    /// wants at least one). Whether it changed.
     pub fn write(&self, bytes: Option<&[u8]>) -> io::Result<bool> {
         if !self.enabled {
             return Ok(false);
         }
         let path = self.path();
         match bytes {
-            None => match fs::remove_file(&path) {
-                Ok(()) => Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(e),
-            },
+            None => {
+                if fs::symlink_metadata(&path).is_err() {
+                    return Ok(false);
+                }
+                self.check().map_err(io::Error::other)?;
+                match fs::remove_file(&path) {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
             Some(bytes) if self.read().as_deref() == Some(bytes) => Ok(false),
             Some(bytes) => {
                 self.check().map_err(io::Error::other)?;
-                write_atomically(&path, bytes)?;
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+                write_atomically(&path, bytes, PUBLIC)?;
                 Ok(true)
             }
         }
@@ -110,6 +95,7 @@ impl Writer {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     use super::*;
@@ -156,5 +142,29 @@ mod tests {
         // Off: nothing checked, nothing written.
         let off = Writer { enabled: false, ..under_a_file };
         assert!(off.check().is_ok() && !off.write(Some(b"x")).unwrap());
+    }
+
+    #[test]
+    fn a_directory_that_is_a_link_of_another_user_is_refused_and_nothing_written_there() {
+        if crate::sys::unix::effective_uid() != 0 {
+            eprintln!("skipped: needs root to make a link of another user");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("net.d");
+        fs::create_dir(&target).unwrap();
+        let w = writer(tmp.path());
+        std::os::unix::fs::symlink(&target, &w.dir).unwrap();
+        std::os::unix::fs::lchown(&w.dir, Some(65534), Some(65534)).unwrap();
+        let e = w.check().unwrap_err();
+        assert!(e.contains("is a symbolic link owned by uid 65534"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+        assert!(w.write(Some(b"{}")).is_err());
+        assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+        // Root's own link (as /var/run -> /run) is followed.
+        fs::remove_file(&w.dir).unwrap();
+        std::os::unix::fs::symlink(&target, &w.dir).unwrap();
+        assert!(w.write(Some(b"{}")).unwrap());
+        assert!(target.join(FILE_NAME).is_file());
     }
 }

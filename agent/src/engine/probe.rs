@@ -127,8 +127,10 @@ impl Engine {
                     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
                 let file = self.probe_dir.join(format!("probe-{stamp}.json"));
                 results.saved_to = file.display().to_string();
-                let saved = std::fs::create_dir_all(&self.probe_dir)
-                    .and_then(|()| crate::sys::files::write_json(&file, &results));
+                let saved = std::fs::create_dir_all(&self.probe_dir).and_then(|()| {
+                    use crate::sys::files::{PUBLIC, write_json};
+                    write_json(&file, &results, PUBLIC)
+                });
                 if let Err(e) = saved {
                     outcome
                         .warnings

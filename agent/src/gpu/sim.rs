@@ -194,7 +194,7 @@ impl SimBackend {
             return Ok(());
         };
         let bytes = serde_json::to_vec_pretty(node).expect("simulator state serializes");
-        write_atomically(path, &bytes).map_err(|e| {
+        write_atomically(path, &bytes, crate::sys::files::PUBLIC).map_err(|e| {
             GpuError::new("save", None, ErrorCode::Unknown)
                 .with_detail(format!("{}: {e}", path.display()))
         })

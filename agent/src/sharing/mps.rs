@@ -39,9 +39,9 @@ use serde::{Deserialize, Serialize};
 use super::{SharingError, SharingErrorKind as Kind};
 use crate::node::{MpsLimits, mps_memory_value};
 use crate::sys::command::{Command, Finished, find_program};
-use crate::sys::files::{read_json, write_json};
+use crate::sys::files::{PRIVATE, write_json};
 use crate::sys::procfs::{self, alive};
-use crate::sys::unix;
+use crate::sys::{trusted, unix};
 
 /// How long a control command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -273,13 +273,22 @@ impl MpsController {
             ));
         }
         let record = ServerRecord { daemon: None, ..record.clone() };
-        for dir in [&pipe, &log] {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| err(Kind::Files, format!("{}: {e}", dir.display())))?;
+        // The root and the server's directory: the agent's (made 0755), written by no one
+        // else, or no server at all (its record decides what the agent signals).
+        trusted::make_dir(&self.server_dir(uuid), 0o755)
+            .map_err(|why| err(Kind::Files, untrusted_root(why)))?;
+        for (dir, mode) in [(&pipe, 0o700), (&log, 0o755)] {
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new().mode(mode).create(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(err(Kind::Files, format!("{}: {e}", dir.display())));
+                }
+                _ => {}
+            }
         }
         set_mode(&pipe, 0o700).map_err(|e| err(Kind::Files, e))?;
         let record_file = self.server_dir(uuid).join("server.json");
-        write_json(&record_file, &record)
+        write_json(&record_file, &record, PRIVATE)
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
         match &self.config.launch {
@@ -294,7 +303,7 @@ impl MpsController {
             err(Kind::Failed, format!("the daemon wrote no pid file in {}", pipe.display()))
         })?;
         let pid = daemon.pid;
-        write_json(&record_file, &ServerRecord { daemon: Some(daemon), ..record.clone() })
+        write_json(&record_file, &ServerRecord { daemon: Some(daemon), ..record.clone() }, PRIVATE)
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
         // The daemon makes its pid file writable by everyone (0666, on an H100 too): once
         // read, nobody but root writes it (another user could fill /run through it).
@@ -378,7 +387,7 @@ impl MpsController {
         let env = environment_file(&vars)
             .ok_or_else(|| err(Kind::Files, "a path is not UTF-8 or holds a newline".to_owned()))?;
         let env_path = self.server_dir(uuid).join(SERVICE_ENV_FILE);
-        crate::sys::files::write_atomically(&env_path, env.as_bytes())
+        crate::sys::files::write_atomically(&env_path, env.as_bytes(), PRIVATE)
             .map_err(|e| err(Kind::Files, format!("{}: {e}", env_path.display())))?;
         // systemd's own start timeout (TimeoutStartSec=) ends a hung start first.
         let limit = START_STOP_TIMEOUT + Duration::from_secs(5);
@@ -389,6 +398,14 @@ impl MpsController {
     /// Stops the server of `uuid` (`quit`, then SIGKILL if it lingers) and removes its
     /// directory.
     pub fn stop(&self, uuid: &str) -> Result<(), SharingError> {
+        // A directory another user could write: nothing in it is believed, nothing removed.
+        let dir = self.server_dir(uuid);
+        if std::fs::symlink_metadata(&dir).is_ok()
+            && let Err(why) = trusted::check_dir(&dir)
+        {
+            let why = format!("MPS server for {uuid}: not stopped: {}", untrusted_root(why));
+            return Err(SharingError::new(Kind::Files, why));
+        }
         if let Some(daemon) = self.running_identity(uuid) {
             // Opened while the daemon runs, so that its exit is seen the moment it happens
             // rather than at the next look (a switch waits on it); and it holds the process,
@@ -423,14 +440,24 @@ impl MpsController {
         }
     }
 
-    /// Every server directory under the root, with its daemon's pid when it runs.
+    /// Every server directory under the root, with its daemon's pid when it runs. Only from
+    /// a root the agent may trust: records anywhere else are ignored with a warning (a
+    /// forged one would name a process for the agent to signal).
     pub fn daemons(&self) -> Vec<MpsDaemon> {
-        let Ok(entries) = std::fs::read_dir(&self.config.root) else { return Vec::new() };
+        let root = &self.config.root;
+        if std::fs::symlink_metadata(root).is_err() {
+            return Vec::new();
+        }
+        if let Err(why) = trusted::check_dir(root) {
+            trusted::warn_ignored(format!("MPS servers ignored: {}", untrusted_root(why)));
+            return Vec::new();
+        }
+        let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
         let mut servers: Vec<MpsDaemon> = entries
             .filter_map(Result::ok)
             .filter_map(|entry| {
                 let dir = entry.path();
-                let record: ServerRecord = read_json(&dir.join("server.json")).ok().flatten()?;
+                let record = trusted_record(&dir).ok().flatten()?;
                 let pipe_dir = dir.join("pipe");
                 let pid = self.identity_of(&record, &pipe_dir).map(|d| d.pid);
                 Some(MpsDaemon { pid, record, pipe_dir })
@@ -488,11 +515,10 @@ impl MpsController {
 
     /// The identity of the daemon of `uuid`'s server that runs now, if one does.
     fn running_identity(&self, uuid: &str) -> Option<DaemonIdentity> {
-        let record: Option<ServerRecord> =
-            read_json(&self.server_dir(uuid).join("server.json")).ok().flatten();
-        match record {
-            Some(record) => self.identity_of(&record, &self.pipe_dir(uuid)),
-            None => legacy_daemon(&self.pipe_dir(uuid)),
+        match trusted_record(&self.server_dir(uuid)) {
+            Ok(Some(record)) => self.identity_of(&record, &self.pipe_dir(uuid)),
+            Ok(None) => legacy_daemon(&self.pipe_dir(uuid)),
+            Err(()) => None,
         }
     }
 
@@ -613,6 +639,25 @@ fn parse_percentage(answer: &str) -> Option<u32> {
 fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// Why the MPS root is not used, with the consequence and the setting.
+fn untrusted_root(why: String) -> String {
+    format!("{why}: another user could forge the servers' records (set [mps] root in agent.toml)")
+}
+
+/// The `server.json` of server directory `dir` (`None` when there is none, or it does not
+/// read); `Err` when the directory or the file is not one the agent may trust, which is
+/// ignored with a warning.
+fn trusted_record(dir: &Path) -> Result<Option<ServerRecord>, ()> {
+    match crate::sys::files::read_record(dir, "server.json") {
+        Ok(record) => Ok(record),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            trusted::warn_ignored(format!("MPS server ignored: {}", untrusted_root(e.to_string())));
+            Err(())
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 /// The pid the daemon's pid file names (whoever wrote it: the file is world-writable).
@@ -787,7 +832,7 @@ mod tests {
             daemon: DaemonIdentity::of(std::process::id()),
         };
         std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
-        write_json(&mps.server_dir("GPU-abc").join("server.json"), &record).unwrap();
+        write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
         // Whatever the world-writable pid file says is not read.
         std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), "1").unwrap();
         let found = mps.daemons();
@@ -804,10 +849,48 @@ mod tests {
             daemon: Some(DaemonIdentity { pid: std::process::id(), start_time: 1 }),
             ..record.clone()
         };
-        write_json(&mps.server_dir("GPU-abc").join("server.json"), &gone).unwrap();
+        write_json(&mps.server_dir("GPU-abc").join("server.json"), &gone, PRIVATE).unwrap();
         std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
             .unwrap();
         assert_eq!(mps.daemons()[0].pid, None);
+    }
+
+    #[test]
+    fn records_under_a_root_others_may_write_are_ignored_and_never_acted_on() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("mps");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mps = MpsController::new(MpsConfig {
+            control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
+            root: root.clone(),
+            launch: MpsLaunch::Direct,
+        });
+        // A record someone forged there, naming a process that is not a daemon.
+        let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let record = ServerRecord {
+            uuid: "GPU-abc".into(),
+            gpu: 0,
+            placement_start: None,
+            compute_instance: 0,
+            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+            restarts: 0,
+            daemon: DaemonIdentity::of(victim.id()),
+        };
+        std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+        let file = mps.server_dir("GPU-abc").join("server.json");
+        std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(mps.daemons().is_empty());
+        assert_eq!(mps.running_identity("GPU-abc"), None);
+        let e = mps.stop("GPU-abc").unwrap_err().to_string();
+        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+        let e = mps.start(&record).unwrap_err().to_string();
+        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+        assert!(file.exists(), "another user's files were removed");
+        assert!(victim.try_wait().unwrap().is_none(), "the process the record named was signalled");
+        victim.kill().unwrap();
+        victim.wait().unwrap();
     }
 
     #[test]

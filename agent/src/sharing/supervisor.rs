@@ -108,7 +108,7 @@ mod tests {
     use super::*;
     use crate::node::MpsLimits;
     use crate::sharing::mps::{MpsConfig, MpsLaunch};
-    use crate::sys::files::write_json;
+    use crate::sys::files::{PRIVATE, write_json};
 
     #[test]
     fn a_server_that_will_not_restart_is_tried_again_after_a_growing_wait() {
@@ -130,7 +130,7 @@ mod tests {
         // A server.json without a live daemon: a server that died.
         let write_record = || {
             std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
-            write_json(&mps.server_dir("GPU-abc").join("server.json"), &record).unwrap();
+            write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
         };
         write_record();
         let supervisor = MpsSupervisor::new();

@@ -1,7 +1,8 @@
 //! What the agent needs from the operating system, written once: running external
-//! programs ([`command`]), files written atomically ([`files`]), what `/proc` says about
-//! processes ([`procfs`]), the few raw C library calls ([`unix`]), and where log lines go:
-//! stderr or the systemd journal ([`log`]), and transient units of systemd ([`systemd`]).
+//! programs ([`command`]), files written atomically ([`files`]), which directories and
+//! files it may trust ([`trusted`]), what `/proc` says about processes ([`procfs`]), the
+//! few raw C library calls ([`unix`]), and where log lines go: stderr or the systemd
+//! journal ([`log`]), and transient units of systemd ([`systemd`]).
 
 pub mod command;
 pub mod files;
@@ -9,6 +10,7 @@ pub mod log;
 pub mod procfs;
 pub mod systemd;
 pub mod text;
+pub mod trusted;
 pub mod unix;
 
 /// What a task on tokio's pools that did not finish says to a caller: never the panic's
