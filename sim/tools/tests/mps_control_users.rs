@@ -205,7 +205,7 @@ fn another_user_cannot_change_or_stop_roots_daemon() {
             "set_default_device_pinned_mem_limit 0 30G".into(),
             format!("set_device_pinned_mem_limit {server} 0 30G"),
         ] {
-            assert_eq!(daemon.ask(uid, &line), [refused.clone()], "{line} as {uid}");
+            assert_eq!(daemon.ask(uid, &line), std::slice::from_ref(&refused), "{line} as {uid}");
         }
         let terminate = format!("terminate_client {server} {}", client.pid());
         assert_eq!(daemon.ask(uid, &terminate), [refused.clone(), "800".into()]);
