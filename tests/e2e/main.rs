@@ -21,6 +21,7 @@ mod device_nodes;
 mod first_hour;
 mod hostile_host;
 mod hostile_load;
+mod hostile_mps;
 mod journal;
 mod metrics;
 mod mig_models;
