@@ -110,7 +110,7 @@ fn another_user_can_neither_stop_nor_change_the_agents_mps_daemon() {
     ];
     let answers = |agent: &Agent| queries.iter().map(|q| ask(agent, &pipe, q)).collect::<Vec<_>>();
     let before = answers(&agent);
-    assert_eq!(before[1], [pid.clone()]);
+    assert_eq!(before[1], std::slice::from_ref(&pid));
     assert_eq!(before[4], ["30.0"]);
     let status = agent.mps_servers();
     assert_eq!(status[0].clients, [client.pid()]);
