@@ -1,4 +1,5 @@
-//! The control daemon: socket server, PID file, logs; stops on quit, signal or pipe dir gone.
+//! The control daemon: socket server (each connection's user from its peer credentials), PID
+//! file, logs; stops on quit, signal or pipe dir gone.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
