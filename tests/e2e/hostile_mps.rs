@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use gpushare_tests::{
     Agent, AgentOptions, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, as_user,
-    binary, is_root, text, wait_for,
+    binary, id_of, is_root, text, wait_for,
 };
 
 /// An agent that serves [`OTHER`] too; `None` (the test skipped) without root, which
@@ -67,6 +67,12 @@ fn ask(agent: &Agent, pipe: &Path, line: &str) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect()
 }
 
+/// The real user id of process `pid`.
+fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse().ok())
+}
+
 /// Whether process `pid` runs (not a zombie).
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -88,9 +94,16 @@ fn another_user_can_neither_stop_nor_change_the_agents_mps_daemon() {
     let daemon = first.pid.expect("the daemon runs");
     let pipe = PathBuf::from(&first.pipe_directory);
 
-    // A member's client, declared as that member.
+    // A member's client, declared as that member (once `setpriv` has made it theirs).
     let client = Sleeper::start(Some(MEMBER), &[]);
     let pid = client.pid().to_string();
+    let member = id_of("passwd", MEMBER);
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        match process_uid(client.pid()) {
+            Some(uid) if uid == member => Ok(()),
+            other => Err(format!("{MEMBER}'s client runs as {other:?}")),
+        }
+    });
     let out = control(&agent, Some(MEMBER), &pipe, &["--fake-client", &pid], "");
     assert!(out.status.success(), "{}", text(&out));
     let servers = ask(&agent, &pipe, "get_server_list");

@@ -48,8 +48,15 @@ fn as_uid(uid: u32, program: &str) -> Command {
 struct Sleeper(Child);
 
 impl Sleeper {
+    /// Returns once the process is `sleep` (so `setpriv` has made it `uid`'s).
     fn start(uid: u32) -> Sleeper {
-        Sleeper(as_uid(uid, "sleep").arg("120").stdin(Stdio::null()).spawn().unwrap())
+        let sleeper =
+            Sleeper(as_uid(uid, "sleep").arg("120").stdin(Stdio::null()).spawn().unwrap());
+        let comm = format!("/proc/{}/comm", sleeper.pid());
+        wait_until("sleep did not start", || {
+            std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep")
+        });
+        sleeper
     }
 
     fn pid(&self) -> u32 {
