@@ -22,6 +22,7 @@ mod first_hour;
 mod hostile_flood;
 mod hostile_host;
 mod hostile_load;
+mod hostile_mps;
 mod hostile_paths;
 mod journal;
 mod metrics;

@@ -14,15 +14,18 @@ use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_line};
 const NO_DAEMON: &str = "Cannot find MPS control daemon process";
 
 /// Sends `lines` to the daemon of `pipe_dir`, one at a time, and prints the answers on
-/// `out`; `describe` gives each line's record entry. Exit status: 0, or 1 when no daemon
-/// answers on the socket.
+/// `out`, or, for `--fake-client` events (`events`), on stderr: an answer to an event is
+/// the daemon's refusal. `describe` gives each line's record entry. Exit status: 0, or 1
+/// when no daemon answers on the socket or it refused an event.
 fn converse(
     pipe_dir: &Path,
     lines: impl Iterator<Item = String>,
     out: &mut impl Write,
+    events: bool,
     record: Option<&Path>,
     describe: impl Fn(&str) -> String,
 ) -> u8 {
+    let mut refused = false;
     let pipe = pipe_dir.display();
     let stream = match UnixStream::connect(pipe_dir.join(SOCKET_NAME)) {
         Ok(stream) => stream,
@@ -57,11 +60,16 @@ fn converse(
             if answer == END_OF_ANSWER {
                 break;
             }
-            let _ = writeln!(out, "{answer}");
+            if events {
+                refused = true;
+                eprintln!("{answer}");
+            } else {
+                let _ = writeln!(out, "{answer}");
+            }
         }
     }
     let _ = out.flush();
-    0
+    u8::from(refused)
 }
 
 /// Client mode: commands from `input`, one per line (blank lines skipped), answers on `out`.
@@ -72,7 +80,8 @@ pub fn run_client(
     record: Option<&Path>,
 ) -> u8 {
     let lines = input.lines().map_while(Result::ok).map(|l| l.trim().to_string());
-    converse(pipe_dir, lines.filter(|l| !l.is_empty()), out, record, |l| format!("cmd={l}"))
+    let lines = lines.filter(|l| !l.is_empty());
+    converse(pipe_dir, lines, out, false, record, |l| format!("cmd={l}"))
 }
 
 /// Why `pid` cannot connect as a simulated client, if it cannot: it does not run
@@ -87,8 +96,9 @@ pub fn not_a_client(pid: u32) -> Option<String> {
 }
 
 /// `--fake-client PID [--memory SIZE]` (`connect`, `memory` in bytes) or
-/// `--fake-client-exit PID`. Recorded `fake-client=<pid>` (with ` memory=<bytes>` when
-/// given) or `fake-client-exit=<pid>`.
+/// `--fake-client-exit PID`, as the user running it. Recorded `fake-client=<pid>` (with
+/// ` memory=<bytes>` when given) or `fake-client-exit=<pid>`. `out` gets only the line
+/// saying there is no daemon; a refusal goes to stderr (exit 1).
 pub fn run_fake_client(
     pipe_dir: &Path,
     pid: u32,
@@ -105,7 +115,7 @@ pub fn run_fake_client(
         Some(bytes) => format!("{key}={pid} memory={bytes}"),
         None => format!("{key}={pid}"),
     };
-    converse(pipe_dir, std::iter::once(line), out, record, |_| entry.clone())
+    converse(pipe_dir, std::iter::once(line), out, true, record, |_| entry.clone())
 }
 
 #[cfg(test)]

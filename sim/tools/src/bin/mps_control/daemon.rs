@@ -1,4 +1,5 @@
-//! The control daemon: socket server, PID file, logs; stops on quit, signal or pipe dir gone.
+//! The control daemon: socket server (each connection's user from its peer credentials), PID
+//! file, logs; stops on quit, signal or pipe dir gone.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -12,12 +13,15 @@ use std::time::{Duration, Instant};
 
 use gpushare_sim_nvml::device::PROCESS_MEMORY;
 
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+use crate::commands::answer;
 use crate::common;
 use crate::log_line::{LogFile, LogLine, timestamp};
 use crate::node_clients::NodeClients;
 use crate::pipe_dir::{SOCKET_NAME, dir_identity, remove_own_files, running_pid, write_pid_file};
 use crate::protocol::{END_OF_ANSWER, FAKE_CONNECT, FAKE_EXIT, fake_client_arg};
-use crate::state::{BINARY_VERSION, State, answer};
+use crate::state::{BINARY_VERSION, State};
 
 /// How often the daemon checks that its pipe directory still exists and that its clients'
 /// processes still run.
@@ -38,6 +42,8 @@ pub struct DaemonConfig {
     /// The simulated node's state file (`GPUSHARE_SIM_STATE`), where clients are
     /// registered as the driver's compute processes ([`NodeClients`]).
     pub state_file: Option<PathBuf>,
+    /// `-M`: one server serves every user's clients.
+    pub multiuser: bool,
 }
 
 /// Why the daemon stopped.
@@ -114,35 +120,64 @@ impl Daemon {
     }
 
     /// Brings the node's registrations in line with a change of the server's clients from
-    /// `before` (callers hold the state lock): clients gone are removed, `connected` (a
-    /// fake client and its memory) registered if the server lists it. A failure is said
-    /// on stderr (the daemon answers as before).
-    fn sync_node(&self, state: &State, before: &[u32], connected: Option<(u32, u64)>) {
+    /// `before` (callers hold the state lock): clients gone are removed, clients the
+    /// server serves now registered with their memory, and so is `declared` again (a fake
+    /// client declared once more, perhaps with another memory) if the server serves it.
+    /// Waiting clients are registered once served. A failure is said on stderr (the
+    /// daemon answers as before).
+    fn sync_node(&self, state: &State, before: &[u32], declared: Option<u32>) {
         let after = state.clients();
         let gone: Vec<u32> = before.iter().copied().filter(|p| !after.contains(p)).collect();
         let mut node = self.node.lock().unwrap_or_else(PoisonError::into_inner);
         let mut result = node.unregister(&gone);
-        if let Some((pid, memory)) = connected.filter(|(pid, _)| after.contains(pid)) {
-            result = result.and(node.register(pid, memory));
+        for pid in after.iter().filter(|p| !before.contains(p) || declared == Some(**p)) {
+            if let Some(memory) = state.memory_of(*pid) {
+                result = result.and(node.register(*pid, memory));
+            }
         }
         if let Err(e) = result {
             eprintln!("simulated nvidia-cuda-mps-control: {e}");
         }
     }
 
-    /// Drops the clients whose process has ended, as the real server notices at once
-    /// (their connection closes with their context): logged, and their entries taken out
-    /// of the node. Every answer prunes too; this keeps the logs and the node in step
-    /// between commands.
-    fn prune_exited(&self) {
+    /// What the daemon does between commands ([`State::tick`]): drops the clients whose
+    /// process has ended, as the real server notices at once (their connection closes
+    /// with their context), and asks a server that must make way for another user's to
+    /// shut down again when due; logged, and the node brought in step.
+    fn housekeeping(&self) {
         let mut state = self.state();
         let before = state.clients();
-        let log = state.prune_exited();
+        let log = state.tick(Instant::now());
         if !log.is_empty() {
             self.sync_node(&state, &before, None);
             self.write_log(&log);
         }
     }
+}
+
+/// The user at the other end of a connection to the control socket (`SO_PEERCRED`), as
+/// the real daemon learns it.
+fn caller_of(stream: &UnixStream) -> Option<u32> {
+    getsockopt(stream, PeerCredentials).ok().map(|credentials| credentials.uid())
+}
+
+/// The real user id of process `pid` (`/proc/PID/status`).
+fn process_uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse().ok())
+}
+
+/// Why user `caller` may not declare process `pid` a client, if not: only root declares
+/// another user's process (which then is a client of root's: a client's user is that of
+/// the connection declaring it).
+fn not_callers_process(pid: u32, caller: u32) -> Option<String> {
+    let owner = process_uid(pid);
+    (caller != 0 && owner != Some(caller)).then(|| {
+        format!(
+            "simulated nvidia-cuda-mps-control: process {pid} is not user {caller}'s: a user \
+             declares only their own processes as MPS clients"
+        )
+    })
 }
 
 /// Waits up to `timeout_ms` for `fd` to be readable.
@@ -179,7 +214,7 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
 
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    let state = State::new(cfg.pid, uid, &socket, cfg.visible_devices.as_deref());
+    let state = State::new(cfg.pid, uid, cfg.multiuser, &socket, cfg.visible_devices.as_deref());
     let pipe = cfg.pipe_dir.display().to_string();
     let record = cfg.record.clone();
     let node = NodeClients::new(cfg.state_file.clone(), cfg.visible_devices.as_deref());
@@ -217,7 +252,7 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
             if dir_identity(&daemon.cfg.pipe_dir) != dir_id {
                 break ExitReason::PipeDirRemoved;
             }
-            daemon.prune_exited();
+            daemon.housekeeping();
         }
         if !wait_readable(listener.as_raw_fd(), 50) {
             continue;
@@ -250,44 +285,63 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
     Ok(reason)
 }
 
-/// Serves one client connection: one command per line, each answered and then ended by
-/// [`END_OF_ANSWER`].
+/// Serves one client connection from the user its peer credentials name: one command per
+/// line, each answered and then ended by [`END_OF_ANSWER`]. A connection without
+/// credentials is logged as the real daemon logs it and closed.
 fn handle_connection(stream: UnixStream, daemon: &Daemon) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
-    let Ok(read_half) = stream.try_clone() else { return };
-    let mut writer = stream;
+    let caller = caller_of(&stream);
     {
         let state = daemon.state();
         daemon.write_log(&[state.control("Accepting connection...")]);
+        if caller.is_none() {
+            daemon.write_log(&[state.control("User did not send valid credentials")]);
+        }
     }
+    let Some(caller) = caller else { return };
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut writer = stream;
     let mut ui = false;
     for line in BufReader::new(read_half).lines() {
         let Ok(line) = line else { break };
         let line = line.trim();
         let (reply, quit) = {
             let mut state = daemon.state();
+            let now = Instant::now();
             let mut log = Vec::new();
             let mut reply = Vec::new();
             let mut quit = false;
             let before = state.clients();
-            let mut connected = None;
+            let mut declared = None;
             if let Some((pid, memory)) = fake_client_arg(line, FAKE_CONNECT) {
-                log = state.connect_client(pid);
-                connected = Some((pid, memory.unwrap_or(PROCESS_MEMORY)));
+                match not_callers_process(pid, caller) {
+                    Some(why) => reply.push(why),
+                    None => {
+                        let memory = memory.unwrap_or(PROCESS_MEMORY);
+                        log = state.connect_client(pid, caller, memory, now);
+                        declared = Some(pid);
+                    }
+                }
             } else if let Some((pid, _)) = fake_client_arg(line, FAKE_EXIT) {
-                log = state.client_exit(pid);
+                match state.client_uid(pid) {
+                    Some(uid) if caller != 0 && caller != uid => reply.push(format!(
+                        "simulated nvidia-cuda-mps-control: client {pid} is user {uid}'s: only \
+                         that user or root ends it"
+                    )),
+                    _ => log = state.client_exit(pid),
+                }
             } else if !line.is_empty() {
                 if !ui {
                     ui = true;
                     log.push(state.control("NEW UI"));
                 }
-                let answer = answer(&mut state, line);
+                let answer = answer(&mut state, line, caller, now);
                 log.extend(answer.log);
                 reply = answer.reply;
                 quit = answer.quit;
             }
-            daemon.sync_node(&state, &before, connected);
+            daemon.sync_node(&state, &before, declared);
             if quit {
                 remove_own_files(&daemon.cfg.pipe_dir, daemon.cfg.pid);
             }
@@ -384,6 +438,7 @@ mod tests {
             record: Some(dir.path().join("record")),
             echo: false,
             state_file,
+            multiuser: false,
         };
         let terminate = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&terminate);
@@ -672,6 +727,7 @@ mod tests {
             record: None,
             echo: false,
             state_file: None,
+            multiuser: false,
         };
         let result = serve(cfg.clone(), &AtomicBool::new(false));
         assert!(matches!(result, Err(ServeError::AlreadyRunning(p)) if p == std::process::id()));

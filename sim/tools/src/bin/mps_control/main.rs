@@ -6,8 +6,8 @@
 //! produced), and records what it was asked.
 //!
 //! ```text
-//! gpushare-sim-nvidia-cuda-mps-control -d      start the control daemon in the background
-//! gpushare-sim-nvidia-cuda-mps-control -f      run the control daemon in the foreground
+//! gpushare-sim-nvidia-cuda-mps-control -d [-M] start the control daemon in the background
+//! gpushare-sim-nvidia-cuda-mps-control -f [-M] run the control daemon in the foreground
 //! gpushare-sim-nvidia-cuda-mps-control         client: commands on stdin, answers on stdout
 //! gpushare-sim-nvidia-cuda-mps-control -h      help
 //! gpushare-sim-nvidia-cuda-mps-control --fake-client PID [--memory SIZE]
@@ -26,18 +26,31 @@
 //! SIGTERM or SIGINT (the same), and by itself within 200 ms when its pipe directory is
 //! deleted or replaced, so that simulated nodes (and tests) do not leak processes.
 //!
+//! Who may do what (`commands.rs`), as NVIDIA's daemon of driver 580 on an H100
+//! (tests/device/results/mps-privilege-h100-2026-12-06): the daemon knows the user who
+//! started it (its owner) and, from the peer credentials of each connection to its socket
+//! (`SO_PEERCRED`), the user who sends each command. Queries are answered to everyone;
+//! settings, `terminate_client`, `shutdown_server` and `quit` are carried out for the
+//! owner and root only, anyone else getting the real daemon's refusal on stdout (exit 0).
+//!
 //! Simulated clients: without CUDA no real client ever connects. `--fake-client PID` makes
-//! the daemon act as when the CUDA client `PID` connects: it starts its one MPS server, with
-//! the default limits set at that time, and lists `PID` as that server's client while the
-//! process runs. `PID` must be a running process: otherwise the tool says so in one line
+//! the daemon act as when the CUDA client `PID` connects, as the user running the tool (run
+//! it as the client's user; a user other than root declares only their own processes). A
+//! server runs for one user at a time (`state.rs`): the first client starts one for its
+//! user, with the default limits set at that time, and is listed as its client while its
+//! process runs; a client of another user waits, unlisted, until the server's clients are
+//! gone, and then the server is replaced by one for that user, with the default limits.
+//! With `-M` (`--multiuser-server`) one server, the owner's, serves every user's clients.
+//! `PID` must be a running process: otherwise the tool says so in one line
 //! on stderr and exits 1 without asking the daemon. A client leaves when its process ends
 //! (the real server drops a client whose context goes with its process): from then on no
 //! answer lists or counts it (`get_client_list`, `get_device_client_list`, `ps`), the
 //! server's log says `Client process PID disconnected` within 200 ms, and its node entry
 //! goes. "Ends" is the simulated driver's rule (`gpushare_sim_nvml::node::pid_alive`): no
 //! `/proc/PID`, or a zombie of one thread. `--fake-client-exit PID` makes the client leave
-//! at once. The server stays when its last client leaves, as the real one does.
-//! The server is not a process: its PID is the daemon's PID + 1, a number only.
+//! at once (from the client's user or root). The server stays when its last client leaves,
+//! as the real one does. The server is not a process: its PID is a number only, the
+//! daemon's PID + 1 for the first server, counting up for each server after it.
 //!
 //! The daemon also registers each client in the simulated node (`GPUSHARE_SIM_STATE`, as
 //! the simulated nvidia-smi finds it) as the driver lists it: a compute process and an MPS
@@ -61,22 +74,29 @@
 //!
 //! Between client and daemon the simulator speaks its own protocol, not NVIDIA's: one
 //! command per line, each answered by the answer's lines and then a line holding only U+0004.
+//! A `--fake-client` event is answered by no line, or by the one line saying why the daemon
+//! refused it, which the tool prints on stderr before exiting 1.
 //!
 //! The code: `main.rs` reads the command line and runs the mode it asks for; `state.rs` is
-//! the simulated daemon and its answers; `daemon.rs` serves them on the control socket;
+//! the simulated daemon's servers and clients; `commands.rs` its answers and who may give
+//! each command; `limits.rs` the limit values; `daemon.rs` serves them on the control socket;
 //! `client.rs` asks them; `pipe_dir.rs` owns the PID file and the socket's name;
 //! `node_clients.rs` registers the clients in the simulated node; `log_line.rs` writes the
 //! real log format; `protocol.rs` is the client-daemon protocol;
 //! `../../common.rs` (shared with the simulated nvidia-smi) writes the record.
 
 mod client;
+mod commands;
 #[path = "../../common.rs"]
 mod common;
 mod daemon;
+mod limits;
 mod log_line;
 mod node_clients;
 mod pipe_dir;
 mod protocol;
+#[cfg(test)]
+mod recorded_tests;
 mod state;
 
 use std::io;
@@ -126,8 +146,11 @@ COMMAND:
   (simulated) also: get_server_status, get_client_list, get_device_client_list, ps,
   set_/get_default_active_thread_percentage, set_/get_active_thread_percentage,
   set_/get_default_device_pinned_mem_limit, set_/get_device_pinned_mem_limit,
-  terminate_client, set_/get_default_client_priority
+  terminate_client, shutdown_server, set_/get_default_client_priority
+  (simulated) settings, terminate_client, shutdown_server and quit only from the user
+  who started the daemon or root; a server serves one user at a time unless -M
   (simulator only) --fake-client PID [--memory SIZE], --fake-client-exit PID
+  (as the client's user)
 ";
 
 /// Set by SIGTERM / SIGINT.
@@ -171,7 +194,7 @@ impl Env {
         }
     }
 
-    fn daemon_config(&self, echo: bool) -> DaemonConfig {
+    fn daemon_config(&self, echo: bool, multiuser: bool) -> DaemonConfig {
         DaemonConfig {
             pipe_dir: self.pipe_dir.clone(),
             log_dir: self.log_dir.clone(),
@@ -180,17 +203,18 @@ impl Env {
             record: self.record.clone(),
             echo,
             state_file: self.state_file.clone(),
+            multiuser,
         }
     }
 }
 
-/// What the command line asks for.
+/// What the command line asks for; the daemon's modes say whether `-M` was given.
 #[derive(Debug, PartialEq)]
 enum Mode {
     Client,
-    Background,
-    Foreground,
-    Serve,
+    Background(bool),
+    Foreground(bool),
+    Serve(bool),
     Help,
     /// `--fake-client PID [--memory SIZE]` (bytes).
     FakeClient(u32, Option<u64>),
@@ -200,6 +224,7 @@ enum Mode {
 fn parse_args(args: &[String]) -> Result<Mode, String> {
     let mut mode = Mode::Client;
     let mut memory = None;
+    let mut multiuser = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let next = match arg.as_str() {
@@ -208,11 +233,15 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
                 memory = Some(parse_size(size).map_err(|e| format!("--memory: {e}"))?);
                 continue;
             }
-            "-d" | "--daemon" => Mode::Background,
-            "-f" | "--forground" | "--foreground" => Mode::Foreground,
-            "-M" | "--multiuser-server" | "-q" | "--ready-devices" => continue,
+            "-M" | "--multiuser-server" => {
+                multiuser = true;
+                continue;
+            }
+            "-d" | "--daemon" => Mode::Background(false),
+            "-f" | "--forground" | "--foreground" => Mode::Foreground(false),
+            "-q" | "--ready-devices" => continue,
             "-h" | "--help" => Mode::Help,
-            SERVE_ARG => Mode::Serve,
+            SERVE_ARG => Mode::Serve(false),
             "--fake-client" | "--fake-client-exit" => {
                 let pid = it
                     .next()
@@ -234,14 +263,18 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
     match (mode, memory) {
         (Mode::FakeClient(pid, _), memory) => Ok(Mode::FakeClient(pid, memory)),
         (_, Some(_)) => Err("--memory goes with --fake-client".into()),
+        (Mode::Background(_), None) => Ok(Mode::Background(multiuser)),
+        (Mode::Foreground(_), None) => Ok(Mode::Foreground(multiuser)),
+        (Mode::Serve(_), None) => Ok(Mode::Serve(multiuser)),
+        // As the real tool, a client ignores `-M`.
         (mode, None) => Ok(mode),
     }
 }
 
-/// Serves in this process (`-f`, or the re-executed `--serve`).
-fn run_daemon(env: &Env, echo: bool, already_running_status: u8) -> u8 {
+/// Serves in this process (`-f`, or the re-executed `--serve`), with `-M` or not.
+fn run_daemon(env: &Env, echo: bool, multiuser: bool, already_running_status: u8) -> u8 {
     install_signal_handlers();
-    match serve(env.daemon_config(echo), &TERMINATE) {
+    match serve(env.daemon_config(echo, multiuser), &TERMINATE) {
         Ok(_) => 0,
         Err(ServeError::AlreadyRunning(pid)) => {
             println!("{ALREADY_RUNNING}");
@@ -258,9 +291,9 @@ fn run_daemon(env: &Env, echo: bool, already_running_status: u8) -> u8 {
     }
 }
 
-/// `-d`: starts the daemon detached (re-executed with `--serve` in a new session, stdio on
-/// /dev/null) and returns once its socket and PID file exist.
-fn start_background(env: &Env) -> u8 {
+/// `-d`: starts the daemon detached (re-executed with `--serve`, and `-M` when given, in a
+/// new session, stdio on /dev/null) and returns once its socket and PID file exist.
+fn start_background(env: &Env, multiuser: bool) -> u8 {
     if running_pid(&env.pipe_dir).is_some() {
         println!("{ALREADY_RUNNING}");
         return 1;
@@ -274,6 +307,9 @@ fn start_background(env: &Env) -> u8 {
     };
     let mut command = Command::new(exe);
     command.arg(SERVE_ARG).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    if multiuser {
+        command.arg("-M");
+    }
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
     // which is async-signal-safe; it takes no lock and allocates nothing.
     unsafe {
@@ -340,14 +376,14 @@ fn main() -> ExitCode {
         Mode::FakeClientExit(pid) => {
             run_fake_client(&env.pipe_dir, pid, false, None, &mut stdout, record)
         }
-        Mode::Background => start_background(&env),
-        Mode::Foreground => {
+        Mode::Background(multiuser) => start_background(&env, multiuser),
+        Mode::Foreground(multiuser) => {
             drop(stdout);
-            run_daemon(&env, true, 1)
+            run_daemon(&env, true, multiuser, 1)
         }
-        Mode::Serve => {
+        Mode::Serve(multiuser) => {
             drop(stdout);
-            run_daemon(&env, false, EXIT_ALREADY_RUNNING)
+            run_daemon(&env, false, multiuser, EXIT_ALREADY_RUNNING)
         }
     };
     ExitCode::from(status)
@@ -361,9 +397,14 @@ mod tests {
     fn command_line() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(parse_args(&args(&[])), Ok(Mode::Client));
-        assert_eq!(parse_args(&args(&["-d"])), Ok(Mode::Background));
-        assert_eq!(parse_args(&args(&["-M", "-d"])), Ok(Mode::Background));
-        assert_eq!(parse_args(&args(&["--forground"])), Ok(Mode::Foreground));
+        assert_eq!(parse_args(&args(&["-d"])), Ok(Mode::Background(false)));
+        assert_eq!(parse_args(&args(&["-M", "-d"])), Ok(Mode::Background(true)));
+        assert_eq!(parse_args(&args(&["-d", "--multiuser-server"])), Ok(Mode::Background(true)));
+        assert_eq!(parse_args(&args(&["--forground"])), Ok(Mode::Foreground(false)));
+        assert_eq!(parse_args(&args(&["-f", "-M"])), Ok(Mode::Foreground(true)));
+        assert_eq!(parse_args(&args(&["--serve", "-M"])), Ok(Mode::Serve(true)));
+        assert_eq!(parse_args(&args(&["-M"])), Ok(Mode::Client));
+        assert_eq!(parse_args(&args(&["-q", "-d"])), Ok(Mode::Background(false)));
         assert_eq!(parse_args(&args(&["--fake-client", "12"])), Ok(Mode::FakeClient(12, None)));
         assert_eq!(
             parse_args(&args(&["--fake-client", "12", "--memory", "2GiB"])),

@@ -1,7 +1,8 @@
 //! The daemon's clients in the simulated node: the real driver lists an MPS client among
 //! the GPU's compute processes and in `nvmlDeviceGetMPSComputeRunningProcesses` (driver
 //! 580 on an H200: tests/device/results/clients-h200-2026-11-27), so the simulated daemon
-//! registers each client it is told of (`--fake-client PID [--memory SIZE]`) in the node's
+//! registers each client its server serves (`--fake-client PID [--memory SIZE]`; a client
+//! waiting for a server of its user once it is served) in the node's
 //! state file (`GPUSHARE_SIM_STATE`), as a [`Process`] with `mps` and `registered` set, on
 //! the GPU or GPU instance its server serves: the first device of the daemon's
 //! `CUDA_VISIBLE_DEVICES` (a `GPU-` or `MIG-` UUID, or an index; GPU 0 when unset, as a
