@@ -25,13 +25,13 @@ use gpushare_proto::{plural, readable_size};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, bench_limits};
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::apply::{Progress, Purpose, Reads};
 use crate::bench::host_noise::HostNoise;
 use crate::bench::measure::{self, Cancel, Method, RunSpec};
 use crate::bench::pinning::{self, CpuList, Pinning};
-use crate::bench::replicas::{self, Launch, ReplicaSpec};
+use crate::bench::replicas::Launch;
 use crate::bench::stats::{self, ReplicaMeasure};
 use crate::gpu::BackendKind;
 use crate::node::{GpuState, NodeState};
@@ -311,13 +311,39 @@ impl Engine {
                 record.restore_error.unwrap_or_default()
             )));
         }
+        let asked = tokio::time::Instant::now();
+        // A bench that runs says so first (one measurement at a time on a node).
+        if let Some(claim) = self.claims.all().first() {
+            return Err(EngineError::Busy(Some(claim.holder())));
+        }
         let identity = replica_identity(&caller)?;
         let label = job.rsplit('/').next().filter(|l| l.chars().all(|c| c.is_ascii_alphanumeric()));
         let label = label.unwrap_or("0").to_string();
-        // A busy agent says so first; then the directory, the command and the log
-        // directory, as the caller sees them, before anything on the GPU changes.
-        let lock = self.lock(None).await?;
-        self.check_as_caller(&options, identity.as_ref(), &label).await?;
+        // The directory, the command and the log directory, as the caller sees them,
+        // before the apply lock: a check that is stopped or slow costs its caller alone.
+        let program = agent_binary().map_err(EngineError::Internal)?;
+        let spec = crate::engine::bench_limits::check_spec(
+            options.replica_command(&program).map_err(EngineError::Internal)?,
+            options.base_environment(),
+            options.cwd_text(),
+            options.logs_text(),
+        );
+        let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+        let who = crate::engine::bench_limits::caller_words(caller.uid).await;
+        self.bench_limits
+            .check_as_caller(
+                &self.launcher,
+                spec,
+                identity.as_ref(),
+                (caller.uid, job, &label),
+                program,
+                stopping,
+            )
+            .await?;
+        // Then the apply lock, briefly (named, for a caller whose wait for it runs out),
+        // within what is left of the wait every job has.
+        let lock = self.lock_by(None, asked + super::LOCK_WAIT).await?;
+        let _named = self.moments.hold(format!("a bench being checked ({job}, started by {who})"));
         let node = self.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
@@ -370,6 +396,23 @@ impl Engine {
                 .map_err(|e| EngineError::NotPossible(format!("{}: {e}", s.strategy)))?;
             self.check_host(&plan, &node).await?;
         }
+        // Its least length against the bound, before any setup.
+        let cells = options
+            .replicas
+            .iter()
+            .flat_map(|&n| options.strategies.iter().map(move |&s| (s, n)))
+            .filter(|&(s, n)| !skipped.contains_key(&s) && !(s == BenchStrategy::TimeSlicing && n == 1))
+            .filter(|&(s, n)| setup(s, n, g.memory_total_bytes, &mig_sizes).is_ok())
+            .count();
+        let measurements: usize =
+            (1..=options.repeat).map(|r| round_order(r, options.repeat, cells).len()).sum();
+        let bound = self.bench_limits.max_total;
+        if let (Some(least), Some(window)) =
+            (bench_limits::least_seconds(measurements, options.duration), options.duration)
+            && least > bound.as_secs_f64()
+        {
+            return Err(bench_limits::too_long(least, measurements, window, bound));
+        }
 
         let before = self.journal.snapshot();
         let record = BenchRecord {
@@ -421,6 +464,7 @@ impl Engine {
     /// is cancelled at once.
     pub fn cancel_bench(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.bench_limits.cancel_checks();
         let running = self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cancel) = running.as_ref() {
             tracing::warn!(
@@ -428,53 +472,6 @@ impl Engine {
             );
             cancel.cancel();
         }
-    }
-
-    /// Runs one gate in check mode as the caller: the directory, the command and the log
-    /// directory as the caller sees them. The refusal is the caller's own view of it.
-    async fn check_as_caller(
-        &self,
-        options: &BenchOptions,
-        identity: Option<&Identity>,
-        label: &str,
-    ) -> Result<(), EngineError> {
-        let program = agent_binary().map_err(EngineError::Internal)?;
-        let spec = ReplicaSpec {
-            command: options.replica_command(&program).map_err(EngineError::Internal)?,
-            env: options.base_environment(),
-            cwd: options.cwd_text(),
-            logs: options.logs_text().map(|dir| crate::bench::control::Logs {
-                dir,
-                run: "check".into(),
-                index: 0,
-                cap_bytes: 0,
-            }),
-            // The CPUs are planned later, against the GPU: the gate checks them as it
-            // pins each replica.
-            cpus: None,
-        };
-        let launcher = std::sync::Arc::clone(&self.launcher);
-        let identity = identity.cloned();
-        let label = label.to_string();
-        tokio::task::spawn_blocking(move || {
-            let launch = Launch {
-                launcher: &launcher,
-                program: &program,
-                identity: identity.as_ref(),
-                label: &label,
-                runtime_max: UNIT_SLACK,
-                cancel: None,
-            };
-            replicas::check(&launch, spec)
-        })
-        .await
-        .map_err(|e| {
-            EngineError::Internal(format!(
-                "the bench's check failed: {}",
-                crate::sys::task_failed(&e)
-            ))
-        })?
-        .map_err(EngineError::InvalidArgument)
     }
 
     /// Runs a bench job: the baseline, every strategy at every replica count, then the
@@ -527,7 +524,15 @@ impl Engine {
         };
         report.pinning = job.pinning.as_ref().map(Pinning::to_proto);
         report.capped = job.capped.clone();
+        // At its bound the bench is stopped, and restores its GPU as at any cancel.
+        let bound = self.bench_limits.max_total;
+        let cancel = job.cancel.clone();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(bound).await;
+            cancel.cancel_because(bench_limits::reached(bound));
+        });
         let measured = self.bench_runs(job, &progress, &mut outcome, &mut report, started).await;
+        timer.abort();
         let _ = progress.send(Progress {
             done: outcome.steps_total.saturating_sub(1),
             total: outcome.steps_total,
@@ -596,7 +601,7 @@ impl Engine {
         'rounds: for (round, order) in (1..=repeat).zip(&orders) {
             for &item in order {
                 if job.cancel.is_cancelled() {
-                    result = Err("cancelled".to_owned());
+                    result = Err(job.cancel.reason());
                     break 'rounds;
                 }
                 let (setup, n, name) = match item {
@@ -656,7 +661,8 @@ impl Engine {
                     Item::Cell(_) => format!("{name}-{n}-{round}"),
                 };
                 let at_seconds = started.elapsed().as_secs_f64();
-                let opened = timing.window_hook(progress, job.options.duration);
+                let bound = (self.bench_limits.max_total, job.cancel.clone());
+                let opened = timing.window_hook(progress, job.options.duration, bound);
                 let (run, noise) = self.bench_run(job, &setup, n, logs, opened).await?;
                 timing.measured(&run);
                 host.add(noise);
@@ -697,7 +703,7 @@ impl Engine {
                     }
                 }
                 if cancelled {
-                    result = Err("cancelled".to_owned());
+                    result = Err(job.cancel.reason());
                     break 'rounds;
                 }
             }
@@ -1219,10 +1225,12 @@ impl Timing {
     /// The hook of the measurement starting now: as its window opens it says so, and
     /// the first time, the whole bench's estimated length (its start-up measured, each
     /// later measurement taken to be as long, each setup as long as the first).
+    /// A first estimate over `bound`'s length cancels the bench at once, saying so.
     fn window_hook(
         &self,
         progress: &UnboundedSender<Progress>,
         window: Option<f64>,
+        bound: (Duration, Cancel),
     ) -> Box<dyn FnMut() + Send> {
         let progress = progress.clone();
         let shared = std::sync::Arc::clone(&self.shared);
@@ -1243,6 +1251,9 @@ impl Timing {
                     + after * (start_up + length + STOP_GUESS)
                     + setups * setup;
                 *shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(estimate);
+                if estimate > bound.0.as_secs_f64() {
+                    bound.1.cancel_because(bench_limits::estimated_over(estimate, bound.0));
+                }
                 tracing::debug!(
                     "bench estimate {estimate:.1} s: {:.1} s so far, start-up {start_up:.2} s, {after} measurements and {setups} setups of {setup:.2} s to come",
                     started.elapsed().as_secs_f64()
@@ -1258,7 +1269,7 @@ impl Timing {
 }
 
 /// `45 s`, `6m 05s`, `1h 02m`.
-fn duration_text(seconds: f64) -> String {
+pub(super) fn duration_text(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
     match s {
         0..60 => format!("{s} s"),
