@@ -33,7 +33,8 @@
 //!   [--objective latency|throughput] [--slo p99=50ms] [--report FILE.html] ... -- COMMAND`:
 //!   the user's own program as N replicas under each sharing strategy, measured, with the
 //!   sharing restored afterwards; which strategy, how many per GPU, what that saves
-//!   (Ctrl-C cancels it).
+//!   (Ctrl-C cancels it);
+//! - `cancel JOB`: stop a running bench early (root: anyone's), its GPU restored.
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:
