@@ -399,16 +399,20 @@ fn remove_cgroup(dir: &Path) {
     tracing::warn!("the bench replica's cgroup {} is not empty; left as it is", dir.display());
 }
 
-/// Kills and removes the gates' cgroups an earlier agent left (the names carry the agent's
-/// pid: this agent's are never among them); how many there were.
+/// Kills and removes the gates' cgroups an agent that is gone left (the names carry the
+/// agent's pid: those of an agent that runs, this one or another beside it, are left
+/// alone); how many there were.
 fn stop_left_cgroups() -> usize {
     let Some(parent) = cgroup_parent() else { return 0 };
-    let own = format!("{CGROUP_PREFIX}{}-", std::process::id());
     let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
     let mut stopped = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(CGROUP_PREFIX) && !name.starts_with(&own) {
+        let agent = name
+            .strip_prefix(CGROUP_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if agent.is_some_and(|pid| !procfs::alive(pid)) {
             tracing::warn!("stopping a replica's cgroup left over from an earlier agent: {name}");
             kill_cgroup(&entry.path());
             remove_cgroup(&entry.path());
