@@ -128,6 +128,9 @@ impl Launcher {
         match (self, gate) {
             (_, Gate::Child(child, cgroup)) => {
                 kill_tree(child.id(), uid);
+                // The gate itself, whoever it is by now: a child not yet reaped, so its pid
+                // is still its own.
+                let _ = unix::kill(child.id(), false);
                 if let Some(dir) = cgroup {
                     kill_cgroup(dir);
                 }
@@ -149,6 +152,9 @@ impl Launcher {
     pub fn reap(&self, gate: Gate, uid: u32) {
         if let Gate::Child(mut child, cgroup) = gate {
             kill_tree(child.id(), uid);
+            // Never waited for while it could still run (one stopped before it became the
+            // caller is not the caller's to sweep): a child not yet reaped keeps its pid.
+            let _ = child.kill();
             let _ = child.wait();
             if let Some(dir) = cgroup {
                 remove_cgroup(&dir);
