@@ -466,8 +466,9 @@ mod tests {
         let c = AgentConfig::parse("[bench]\nmax_total_seconds = 600\n", "a.toml").unwrap();
         assert_eq!(c.bench.max_total_seconds, 600);
         for (value, column) in [("0", 21), ("604801", 21), ("-5", 21)] {
-            let e = AgentConfig::parse(&format!("[bench]\nmax_total_seconds = {value}\n"), "a.toml")
-                .unwrap_err();
+            let e =
+                AgentConfig::parse(&format!("[bench]\nmax_total_seconds = {value}\n"), "a.toml")
+                    .unwrap_err();
             assert_eq!(
                 e,
                 format!(

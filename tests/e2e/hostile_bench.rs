@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use gpushare_proto::types::Status;
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, OTHER, directory_of, id_of, is_root, layout, reason_lines,
-    stderr, stdout, text, wait_for,
+    Agent, AgentOptions, MEMBER, OTHER, directory_of, id_of, is_root, layout, reason_lines, stderr,
+    stdout, text, wait_for,
 };
 
 /// How long the agent gives a bench's check as the caller (`CHECK_WITHIN`).
@@ -291,7 +291,10 @@ fn root_cancels_a_members_bench() {
     assert!(out.status.success(), "{}", text(&out));
     let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(done["job"], bench.job.as_str(), "{done}");
-    assert_eq!((done["was_running"].as_bool(), done["state"].as_str()), (Some(true), Some("failed")));
+    assert_eq!(
+        (done["was_running"].as_bool(), done["state"].as_str()),
+        (Some(true), Some("failed"))
+    );
     assert!(done["ended"].as_str().unwrap_or("").contains("cancelled"), "{done}");
     let after = agent.status();
     assert!(after.benches.is_empty(), "{after:?}");

@@ -109,6 +109,8 @@ mod tests {
         let e = check_owner(port, 2, &[1]).unwrap_err();
         assert!(e.contains("is not replica 2's"), "{e}");
         drop(listener);
-        assert!(check_owner(port, 0, &[std::process::id()]).unwrap_err().contains("nothing listens"));
+        assert!(
+            check_owner(port, 0, &[std::process::id()]).unwrap_err().contains("nothing listens")
+        );
     }
 }

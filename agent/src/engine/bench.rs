@@ -401,7 +401,9 @@ impl Engine {
             .replicas
             .iter()
             .flat_map(|&n| options.strategies.iter().map(move |&s| (s, n)))
-            .filter(|&(s, n)| !skipped.contains_key(&s) && !(s == BenchStrategy::TimeSlicing && n == 1))
+            .filter(|&(s, n)| {
+                !skipped.contains_key(&s) && !(s == BenchStrategy::TimeSlicing && n == 1)
+            })
             .filter(|&(s, n)| setup(s, n, g.memory_total_bytes, &mig_sizes).is_ok())
             .count();
         let measurements: usize =

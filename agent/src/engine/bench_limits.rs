@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use super::EngineError;
 use crate::bench::control::Logs;
+use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::bench::replicas::{self, Launch, ReplicaSpec};
-use crate::bench::launch::Launcher;
 use crate::config::BenchSettings;
 use crate::sys::unix::Identity;
 
@@ -127,17 +127,18 @@ impl Drop for CheckGuard {
     fn drop(&mut self) {
         // A check that ended has nothing left to cancel; one whose request went stops now.
         self.cancel.cancel();
-        self.checks.lock().unwrap_or_else(PoisonError::into_inner).retain(|(_, j, _)| *j != self.job);
+        self.checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(_, j, _)| *j != self.job);
     }
 }
 
 /// The caller as messages name them: `ada (uid 1000)`, or `uid 1000` for a user the
 /// password database does not know.
 pub async fn caller_words(uid: u32) -> String {
-    let name = tokio::task::spawn_blocking(move || crate::sys::unix::user_name(uid))
-        .await
-        .ok()
-        .flatten();
+    let name =
+        tokio::task::spawn_blocking(move || crate::sys::unix::user_name(uid)).await.ok().flatten();
     match name {
         Some(name) => format!("{name} (uid {uid})"),
         None => format!("uid {uid}"),
