@@ -117,6 +117,7 @@ impl BenchLimits {
 
 /// A check registered in [`BenchLimits`]: cancelled and removed when dropped, which a
 /// dropped request does too.
+#[derive(Debug)]
 struct CheckGuard {
     checks: Arc<Mutex<Vec<(u32, String, Cancel)>>>,
     job: String,
@@ -221,12 +222,15 @@ mod tests {
         let first = limits.register(1000, "/jobs/1").unwrap();
         let e = limits.register(1000, "/jobs/2").unwrap_err().to_string();
         assert!(e.starts_with("your bench /jobs/1 is still being checked"), "{e}");
-        let other = limits.register(1001, "/jobs/3").unwrap();
-        limits.cancel_checks();
-        assert!(first.cancel.is_cancelled() && other.cancel.is_cancelled());
+        // Dropped (its request given up): cancelled, and the user may check again.
         let cancel = first.cancel.clone();
         drop(first);
         assert!(cancel.is_cancelled());
-        limits.register(1000, "/jobs/4").unwrap();
+        let again = limits.register(1000, "/jobs/4").unwrap();
+        let other = limits.register(1001, "/jobs/3").unwrap();
+        assert!(!again.cancel.is_cancelled() && !other.cancel.is_cancelled());
+        // The agent stops: every check is cancelled.
+        limits.cancel_checks();
+        assert!(again.cancel.is_cancelled() && other.cancel.is_cancelled());
     }
 }
