@@ -312,9 +312,13 @@ impl Engine {
             )));
         }
         let asked = tokio::time::Instant::now();
-        // A bench that runs says so first (one measurement at a time on a node).
+        // A bench that runs (one measurement at a time on a node), or a job holding the
+        // lock that no one waits for, says so first, before the caller's check.
         if let Some(claim) = self.claims.all().first() {
             return Err(EngineError::Busy(Some(claim.holder())));
+        }
+        if let Some(running) = self.running_job().filter(|j| j.id != super::BOOT_JOB) {
+            return Err(EngineError::Busy(Some(running)));
         }
         let identity = replica_identity(&caller)?;
         let label = job.rsplit('/').next().filter(|l| l.chars().all(|c| c.is_ascii_alphanumeric()));
@@ -322,14 +326,14 @@ impl Engine {
         // The directory, the command and the log directory, as the caller sees them,
         // before the apply lock: a check that is stopped or slow costs its caller alone.
         let program = agent_binary().map_err(EngineError::Internal)?;
-        let spec = crate::engine::bench_limits::check_spec(
+        let spec = bench_limits::check_spec(
             options.replica_command(&program).map_err(EngineError::Internal)?,
             options.base_environment(),
             options.cwd_text(),
             options.logs_text(),
         );
         let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
-        let who = crate::engine::bench_limits::caller_words(caller.uid).await;
+        let who = bench_limits::caller_words(caller.uid).await;
         self.bench_limits
             .check_as_caller(
                 &self.launcher,
