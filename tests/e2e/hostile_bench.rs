@@ -334,3 +334,77 @@ fn a_bench_report_is_its_callers_alone() {
     assert!(std::fs::read_to_string(&report).unwrap().contains("SECRET-4711"));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
 }
+
+/// A metrics endpoint of the test's own (standing for another user's program), on every
+/// port written into `port_file` as replicas name theirs: each scrape answers a histogram
+/// that grew by 100 observations. Ends when `stop` is set.
+fn impostor(port_file: std::path::PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let mut listeners: Vec<(u16, std::net::TcpListener)> = Vec::new();
+    let mut count = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let named = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok());
+        if let Some(port) = named.filter(|p| !listeners.iter().any(|(q, _)| q == p))
+            && let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port))
+        {
+            l.set_nonblocking(true).unwrap();
+            listeners.push((port, l));
+        }
+        for (_, l) in &listeners {
+            while let Ok((mut conn, _)) = l.accept() {
+                conn.set_nonblocking(false).unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count += 100;
+                let body = format!(
+                    "# TYPE request_latency_seconds histogram\nrequest_latency_seconds_bucket{{le=\"0.01\"}} {count}\nrequest_latency_seconds_bucket{{le=\"+Inf\"}} {count}\nrequest_latency_seconds_sum {}\nrequest_latency_seconds_count {count}\n",
+                    count as f64 * 0.005
+                );
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Finding 7: a replica binds `$GPUSHARE_BENCH_METRICS_PORT` itself, a moment after the
+/// agent found the port free. A program that is not the replica's takes it first and
+/// answers the scrapes (here the test's, as another user's would): its figures are not
+/// believed, and the bench says so in one line instead of reporting them.
+#[test]
+fn a_metrics_port_someone_else_took_is_not_believed() {
+    let Some(agent) = agent("a100-40gb:1", "") else { return };
+    // The replica names its port and never binds it: the impostor does.
+    let dir = member_dir(
+        "#!/bin/sh\necho \"$GPUSHARE_BENCH_METRICS_PORT\" > port.new && mv port.new port\nexec sleep 600\n",
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let serving = {
+        let (file, stop) = (dir.path().join("port"), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || impostor(file, stop))
+    };
+    let mut all = vec!["bench", "--replicas", "1", "--strategies", "mps", "--duration", "1s"];
+    all.extend_from_slice(&["--histogram", "request_latency_seconds", "--time-limit", "30s"]);
+    all.extend_from_slice(&["--", "./replica"]);
+    let out = agent.ctl_as(MEMBER, None, dir.path(), dir.path(), &all).output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    serving.join().unwrap();
+    assert!(!out.status.success(), "the impostor's figures were reported: {}", text(&out));
+    let err = stderr(&out);
+    assert_eq!(reason_lines(&err), 1, "{err}");
+    assert!(err.contains("is listened on by a process that is not replica 0's"), "{err}");
+    let after = agent.status();
+    assert!(after.benches.is_empty(), "{after:?}");
+}

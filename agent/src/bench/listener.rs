@@ -64,19 +64,38 @@ fn held_by(pids: &[u32], inode: u64) -> bool {
     })
 }
 
-/// Whether what listens on `port` is replica `index`'s own (its processes `pids`): `Err`
-/// naming the port when nothing listens there, or something of another's does.
-pub fn check_owner(port: u16, index: usize, pids: &[u32]) -> Result<(), String> {
+/// Why a port is not to be scraped for a replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotOwn {
+    /// Nothing listens there (yet).
+    Nothing(String),
+    /// Something that is not the replica's does: the replica cannot have it.
+    Foreign(String),
+}
+
+impl NotOwn {
+    /// The reason, in one line.
+    pub fn why(&self) -> &str {
+        match self {
+            NotOwn::Nothing(why) | NotOwn::Foreign(why) => why,
+        }
+    }
+}
+
+/// Whether what listens on `port` is replica `index`'s own (its processes `pids`). Where
+/// the replica's processes cannot be listed (`pids` empty: a unit whose cgroup this host
+/// does not show where the agent looks), what listens is believed, as before this check.
+pub fn check_owner(port: u16, index: usize, pids: &[u32]) -> Result<(), NotOwn> {
     let sockets = listening(port);
     if sockets.is_empty() {
-        return Err(format!("nothing listens on 127.0.0.1:{port} yet"));
+        return Err(NotOwn::Nothing(format!("nothing listens on 127.0.0.1:{port} yet")));
     }
-    if sockets.iter().all(|&inode| held_by(pids, inode)) {
+    if pids.is_empty() || sockets.iter().all(|&inode| held_by(pids, inode)) {
         return Ok(());
     }
-    Err(format!(
+    Err(NotOwn::Foreign(format!(
         "127.0.0.1:{port} is listened on by a process that is not replica {index}'s (another program bound $GPUSHARE_BENCH_METRICS_PORT first); its scrapes are not believed"
-    ))
+    )))
 }
 
 #[cfg(test)]

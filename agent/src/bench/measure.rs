@@ -340,6 +340,8 @@ fn histogram_window(
     let mut first: Vec<Option<Histogram>> = vec![None; ports.len()];
     let mut last_error: Vec<String> = vec![String::new(); ports.len()];
     let mut next_try = vec![Instant::now(); ports.len()];
+    // A port another program listens on: the replica cannot have it (said at once).
+    let foreign: std::cell::RefCell<Vec<Option<String>>> = vec![None; ports.len()].into();
     let opened = wait_for_work(
         batch,
         cancel,
@@ -351,7 +353,10 @@ fn histogram_window(
             next_try[i] = Instant::now() + SCRAPE_POLL;
             // Only the replica's own listener is believed.
             if let Err(e) = listener::check_owner(ports[i], i, &batch.processes(i)) {
-                last_error[i] = e;
+                if let listener::NotOwn::Foreign(why) = &e {
+                    foreign.borrow_mut()[i] = Some(why.clone());
+                }
+                last_error[i] = e.why().to_string();
                 return batch.exited(i);
             }
             match histogram::scrape(ports[i], name, SCRAPE_TIMEOUT) {
@@ -365,7 +370,7 @@ fn histogram_window(
                 }
             }
         },
-        |_, _| None,
+        |i, _| foreign.borrow_mut()[i].take(),
         &format!("histogram `{name}` on $GPUSHARE_BENCH_METRICS_PORT"),
     );
     if let Err(error) = opened {
