@@ -175,9 +175,9 @@ pub fn least_seconds(measurements: usize, window: Option<f64>) -> Option<f64> {
 pub fn too_long(least: f64, measurements: usize, window: f64, bound: Duration) -> EngineError {
     EngineError::InvalidArgument(format!(
         "this bench takes at least {} ({measurements} measurements of {} windows), more than the {} a bench may take here ([bench] max_total_seconds in agent.toml); give fewer --replicas, --strategies or --repeat, or a shorter --duration",
-        super::bench::duration_text(least),
+        super::bench_rounds::duration_text(least),
         gpushare_proto::bench::seconds_text(window),
-        super::bench::duration_text(bound.as_secs_f64()),
+        super::bench_rounds::duration_text(bound.as_secs_f64()),
     ))
 }
 
@@ -185,7 +185,7 @@ pub fn too_long(least: f64, measurements: usize, window: f64, bound: Duration) -
 pub fn reached(bound: Duration) -> String {
     format!(
         "stopped at {}, the most a bench may take here ([bench] max_total_seconds in agent.toml)",
-        super::bench::duration_text(bound.as_secs_f64())
+        super::bench_rounds::duration_text(bound.as_secs_f64())
     )
 }
 
@@ -194,8 +194,8 @@ pub fn reached(bound: Duration) -> String {
 pub fn estimated_over(estimate: f64, bound: Duration) -> String {
     format!(
         "stopped: it would take about {}, more than the {} a bench may take here ([bench] max_total_seconds in agent.toml)",
-        super::bench::duration_text(estimate),
-        super::bench::duration_text(bound.as_secs_f64())
+        super::bench_rounds::duration_text(estimate),
+        super::bench_rounds::duration_text(bound.as_secs_f64())
     )
 }
 

@@ -16,6 +16,10 @@
 
 pub mod bench;
 pub mod bench_limits;
+mod bench_options;
+mod bench_restore;
+mod bench_rounds;
+mod bench_setups;
 pub mod cdi;
 pub mod clients;
 pub mod error;
