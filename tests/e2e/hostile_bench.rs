@@ -408,3 +408,57 @@ fn a_metrics_port_someone_else_took_is_not_believed() {
     let after = agent.status();
     assert!(after.benches.is_empty(), "{after:?}");
 }
+
+/// The unified (cgroup v2) path of process `pid` (`0::/…` of `/proc/PID/cgroup`).
+fn unified_cgroup(pid: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
+}
+
+/// Finding 6: without systemd a replica gets a service's default limit of open files
+/// (1024 soft), not the agent's (root's), and, where the agent's cgroup v2 directory is
+/// writable, a cgroup of its own below it, gone after the bench.
+#[test]
+fn a_replica_without_systemd_has_a_services_limits_and_a_cgroup_of_its_own() {
+    let Some(agent) = agent("a100-40gb:1", "") else { return };
+    let dir =
+        member_dir("#!/bin/sh\nulimit -Sn > nofile\ncat /proc/self/cgroup > cgroup\necho >&3\n");
+    let ctl = member_bench(
+        &agent,
+        dir.path(),
+        &["--replicas", "1", "--strategies", "mps", "--until-exit"],
+        &["./replica"],
+    );
+    let out = ctl.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let soft: u64 =
+        std::fs::read_to_string(dir.path().join("nofile")).unwrap().trim().parse().unwrap();
+    assert!(soft <= 1024, "the replica's soft limit of open files is {soft}");
+    let replica = std::fs::read_to_string(dir.path().join("cgroup")).unwrap();
+    let replica = replica.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("").to_string();
+    let own = unified_cgroup(&agent.pid().unwrap().to_string()).unwrap_or_default();
+    let mount = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().find_map(|l| {
+        let (fields, rest) = l.split_once(" - ")?;
+        (rest.starts_with("cgroup2 "))
+            .then(|| fields.split_whitespace().nth(4).map(str::to_string))?
+    });
+    let writable = mount.as_ref().is_some_and(|m| {
+        let dir = Path::new(m).join(own.trim_start_matches('/'));
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: access(2) with a NUL-terminated path that lives for the call.
+        let may_write = unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+        dir.join("cgroup.procs").is_file() && may_write
+    });
+    if !writable {
+        eprintln!(
+            "skipped (the cgroup part): the agent's cgroup v2 directory is not writable here"
+        );
+        return;
+    }
+    assert!(
+        replica.starts_with(&format!("{}/gpushare-bench-", own.trim_end_matches('/'))),
+        "the replica ran in {replica}, the agent in {own}"
+    );
+    let leaf = Path::new(mount.as_deref().unwrap()).join(replica.trim_start_matches('/'));
+    assert!(!leaf.exists(), "the replica's cgroup {} is left", leaf.display());
+}
