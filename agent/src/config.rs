@@ -50,6 +50,28 @@ pub struct AgentConfig {
     pub metrics: MetricsSettings,
     /// The CDI spec for container runtimes.
     pub cdi: CdiSettings,
+    /// Benches of users' programs.
+    pub bench: BenchSettings,
+}
+
+/// Benches (`gpushare-ctl bench`): how long one may hold its GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BenchSettings {
+    /// The longest one bench may take, seconds (1 to 604800, a week): one that would take
+    /// longer by its least estimate is refused before any setup, one that reaches it is
+    /// stopped and its GPU restored.
+    #[serde(deserialize_with = "bench_total")]
+    pub max_total_seconds: u64,
+}
+
+/// `[bench] max_total_seconds` by default: 4 hours.
+pub const BENCH_MAX_TOTAL_SECONDS: u64 = 4 * 3600;
+
+impl Default for BenchSettings {
+    fn default() -> Self {
+        Self { max_total_seconds: BENCH_MAX_TOTAL_SECONDS }
+    }
 }
 
 /// The CDI spec (Container Device Interface) the agent keeps of what the node shares.
@@ -203,6 +225,7 @@ impl Default for AgentConfig {
             timeslice: TimesliceSettings::default(),
             cdi: CdiSettings::default(),
             metrics: MetricsSettings::default(),
+            bench: BenchSettings::default(),
         }
     }
 }
@@ -244,6 +267,11 @@ fn client_series_max<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error>
 fn client_refresh<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole_number(d, 1, 300, "seconds from 1 to 300")
         .map_err(|e| serde::de::Error::custom(format!("client_refresh_seconds: {e}")))
+}
+
+fn bench_total<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    whole_number(d, 1, 604_800, "seconds from 1 to 604800 (a week)")
+        .map_err(|e| serde::de::Error::custom(format!("max_total_seconds: {e}")))
 }
 
 fn hook_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -443,6 +471,24 @@ mod tests {
             .unwrap_err();
         assert!(e.starts_with("a.toml:2:26: client_refresh_seconds: "), "{e}");
         assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn a_benchs_bound_is_read_within_its_range() {
+        assert_eq!(AgentConfig::default().bench.max_total_seconds, 4 * 3600);
+        let c = AgentConfig::parse("[bench]\nmax_total_seconds = 600\n", "a.toml").unwrap();
+        assert_eq!(c.bench.max_total_seconds, 600);
+        for (value, column) in [("0", 21), ("604801", 21), ("-5", 21)] {
+            let e =
+                AgentConfig::parse(&format!("[bench]\nmax_total_seconds = {value}\n"), "a.toml")
+                    .unwrap_err();
+            assert_eq!(
+                e,
+                format!(
+                    "a.toml:2:{column}: max_total_seconds: {value} is not a number of seconds from 1 to 604800 (a week)"
+                )
+            );
+        }
     }
 
     #[test]

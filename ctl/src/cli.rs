@@ -86,6 +86,26 @@ pub enum Command {
     #[command(after_help = BENCH_HELP, override_usage = BENCH_USAGE)]
     // Boxed: the largest arguments by far.
     Bench(Box<BenchArgs>),
+    /// Stop a running bench early: its replicas are stopped and its GPU restored. Root may
+    /// cancel anyone's bench.
+    #[command(after_help = CANCEL_HELP)]
+    Cancel(CancelArgs),
+}
+
+/// Shown under the help of `cancel`.
+const CANCEL_HELP: &str = "\
+`gpushare-ctl status` names each running bench with its job. After asking, cancel waits
+(up to 2 minutes) for the job to end and prints how it ended. A bench's user cancels it
+with Ctrl-C in the `gpushare-ctl bench` that started it (the agent takes a cancel from
+that client or from root). An apply cannot be cancelled: it rolls back by itself when it
+fails.";
+
+/// Arguments of `cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The job: its path as `status` shows it (/io/gpushare/Agent1/jobs/3) or its number (3).
+    #[arg(value_name = "JOB")]
+    pub job: String,
 }
 
 /// The global `--json` (of [`Cli`]) as a verb that prints more than one object documents
@@ -753,7 +773,8 @@ pub struct BenchArgs {
     /// Run the replicas unpinned: wherever the kernel puts them.
     #[arg(long, conflicts_with = "cpus")]
     pub no_pin: bool,
-    /// Also write the results as one self-contained HTML page (charts, tables, logs).
+    /// Also write the results as one self-contained HTML page (charts, tables, logs),
+    /// readable by you alone (mode 0600: it holds the command line and output tails).
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
     /// Where the replicas' output and report.json go (made if missing, mode 0700; never

@@ -33,7 +33,8 @@
 //!   [--objective latency|throughput] [--slo p99=50ms] [--report FILE.html] ... -- COMMAND`:
 //!   the user's own program as N replicas under each sharing strategy, measured, with the
 //!   sharing restored afterwards; which strategy, how many per GPU, what that saves
-//!   (Ctrl-C cancels it).
+//!   (Ctrl-C cancels it);
+//! - `cancel JOB`: stop a running bench early (root: anyone's), its GPU restored.
 //!
 //! It links the protocol crate only (names, proxies, documents, errors) and talks to the
 //! agent over D-Bus. Modules:
@@ -346,7 +347,7 @@ mod tests {
             usage_line_of(&["--json", "stauts"]),
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
-        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, top, probe, bench";
+        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, top, probe, bench, cancel";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),

@@ -19,6 +19,7 @@ mod clients_watch;
 mod compute_instances;
 mod device_nodes;
 mod first_hour;
+mod hostile_bench;
 mod hostile_flood;
 mod hostile_host;
 mod hostile_load;

@@ -1,8 +1,10 @@
 //! How a replica's gate ([`super::gate`]) is started, and how the agent holds it: as a
 //! transient systemd service in the caller's slice (the agent runs as root under
-//! systemd), or as a child forked into a session of its own (anywhere else). The gate's
-//! descriptors are the same either way: 0 its control socket, 1 the report pipe. See
-//! DESIGN.md, "Replicas are the user's own processes".
+//! systemd), or as a child forked into a session of its own (anywhere else), with a
+//! service's default limit of open files rather than the agent's and, where the agent's
+//! cgroup (v2) is writable, in a cgroup of its own below it. The gate's descriptors are the
+//! same either way: 0 its control socket, 1 the report pipe. See DESIGN.md, "Replicas are
+//! the user's own processes".
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -60,8 +62,9 @@ pub struct GateStart<'a> {
 /// A gate the launcher started.
 #[derive(Debug)]
 pub enum Gate {
-    /// A child of the agent, which leads its own session; reaped by [`Launcher::reap`].
-    Child(Child),
+    /// A child of the agent, which leads its own session, and the cgroup of its own it
+    /// was moved into where the agent could make one; reaped by [`Launcher::reap`].
+    Child(Child, Option<PathBuf>),
     /// A transient unit.
     Unit {
         /// Its name.
@@ -112,7 +115,8 @@ impl Launcher {
     /// user `uid`).
     pub fn processes(&self, gate: &Gate, uid: u32) -> Vec<u32> {
         match gate {
-            Gate::Child(child) => procfs::session_members(child.id(), uid),
+            Gate::Child(child, None) => procfs::session_members(child.id(), uid),
+            Gate::Child(_, Some(dir)) => cgroup_dir_processes(dir),
             Gate::Unit { cgroup, .. } => cgroup_processes(cgroup),
         }
     }
@@ -122,7 +126,15 @@ impl Launcher {
     /// `uid` and the gate).
     pub fn kill(&self, gate: &Gate, uid: u32) {
         match (self, gate) {
-            (_, Gate::Child(child)) => kill_tree(child.id(), uid),
+            (_, Gate::Child(child, cgroup)) => {
+                kill_tree(child.id(), uid);
+                // The gate itself, whoever it is by now: a child not yet reaped, so its pid
+                // is still its own.
+                let _ = unix::kill(child.id(), false);
+                if let Some(dir) = cgroup {
+                    kill_cgroup(dir);
+                }
+            }
             (Launcher::Systemd(launcher), Gate::Unit { name, .. }) => {
                 let killed =
                     launcher.runtime.block_on(launcher.systemd.kill_all(name, libc::SIGKILL));
@@ -138,16 +150,22 @@ impl Launcher {
     /// killed leaves its command there): until now its zombie kept the session id from
     /// being reused.
     pub fn reap(&self, gate: Gate, uid: u32) {
-        if let Gate::Child(mut child) = gate {
+        if let Gate::Child(mut child, cgroup) = gate {
             kill_tree(child.id(), uid);
+            // Never waited for while it could still run (one stopped before it became the
+            // caller is not the caller's to sweep): a child not yet reaped keeps its pid.
+            let _ = child.kill();
             let _ = child.wait();
+            if let Some(dir) = cgroup {
+                remove_cgroup(&dir);
+            }
         }
     }
 
     /// How the journal keeps `gate`.
     pub fn handle(gate: &Gate) -> Option<ReplicaHandle> {
         match gate {
-            Gate::Child(child) => Some(ReplicaHandle::Session {
+            Gate::Child(child, _) => Some(ReplicaHandle::Session {
                 pid: child.id(),
                 start_time: procfs::start_time(child.id())?,
             }),
@@ -175,8 +193,9 @@ impl Launcher {
                 }
             }
         }
-        if let Launcher::Systemd(launcher) = self {
-            stopped += launcher.stop_all();
+        match self {
+            Launcher::Systemd(launcher) => stopped += launcher.stop_all(),
+            Launcher::Direct => stopped += stop_left_cgroups(),
         }
         stopped
     }
@@ -251,8 +270,162 @@ fn start_child(start: GateStart<'_>) -> Result<Gate, String> {
         .stdout(Stdio::from(start.report))
         .stderr(Stdio::null());
     unix::in_new_session(&mut command);
-    unix::with_open_files_at_start(&mut command);
-    command.spawn().map(Gate::Child).map_err(|e| format!("starting {program}: {e}"))
+    with_service_limits(&mut command);
+    let child = command.spawn().map_err(|e| format!("starting {program}: {e}"))?;
+    // The gate waits for its spec, which is sent once this returns: it has started
+    // nothing yet when it is moved.
+    let cgroup = own_cgroup(child.id(), start.label);
+    Ok(Gate::Child(child, cgroup))
+}
+
+/// A service's default limit of open files, as systemd gives one
+/// (`DefaultLimitNOFILE=1024:524288`), never more than the agent's hard limit: a replica
+/// without systemd gets neither the agent's raised soft limit nor root's hard one. The
+/// other limits are the agent's (see DESIGN.md: the caller's own cannot be known).
+fn with_service_limits(command: &mut Command) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let hook = || -> std::io::Result<()> {
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+        let hard = hard.min(SERVICE_NOFILE_HARD);
+        setrlimit(Resource::RLIMIT_NOFILE, SERVICE_NOFILE_SOFT.min(hard), hard)?;
+        Ok(())
+    };
+    // SAFETY: the hook makes two async-signal-safe system calls (getrlimit, setrlimit) and
+    // allocates nothing; lowering limits is always allowed.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, hook);
+    }
+}
+
+/// systemd's `DefaultLimitNOFILE=1024:524288` (since v240).
+const SERVICE_NOFILE_SOFT: u64 = 1024;
+const SERVICE_NOFILE_HARD: u64 = 524_288;
+/// The name every gate's own cgroup starts with (`gpushare-bench-<agent pid>-<job>-<n>`).
+const CGROUP_PREFIX: &str = "gpushare-bench-";
+
+/// The agent's own cgroup directory, when it is in a cgroup v2 hierarchy it may write
+/// (root in a container with its own cgroup namespace, or a delegated subtree): where the
+/// gates' cgroups go. Found once; `None` (said once in the log) where there is none.
+fn cgroup_parent() -> Option<&'static Path> {
+    static PARENT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let found = agent_cgroup();
+            match &found {
+                Ok(dir) => tracing::info!(
+                    "bench replicas without systemd run in cgroups of their own under {}",
+                    dir.display()
+                ),
+                Err(why) => tracing::info!(
+                    "bench replicas without systemd stay in the agent's cgroup: {why}"
+                ),
+            }
+            found.ok()
+        })
+        .as_deref()
+}
+
+/// The agent's cgroup v2 directory, if it may make cgroups in it.
+fn agent_cgroup() -> Result<PathBuf, String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("the agent is in no cgroup v2 hierarchy")?;
+    let mount = cgroup2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
+    let dir = mount.join(path.trim().trim_start_matches('/'));
+    if !dir.join("cgroup.procs").is_file() {
+        return Err(format!("{} is no cgroup v2 directory", dir.display()));
+    }
+    unix::may_write_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or its `unified` mount on
+/// a hybrid host), from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|line| {
+        let (fields, rest) = line.split_once(" - ")?;
+        (rest.split_whitespace().next()? == "cgroup2")
+            .then(|| fields.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+/// Moves process `pid` (a gate that has started nothing yet) into a new cgroup of its own
+/// under the agent's; the cgroup, or `None` where that cannot be done (said in the log).
+fn own_cgroup(pid: u32, label: &str) -> Option<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let parent = cgroup_parent()?;
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = parent.join(format!("{CGROUP_PREFIX}{}-{label}-{n}", std::process::id()));
+    let moved = std::fs::create_dir(&dir)
+        .and_then(|()| std::fs::write(dir.join("cgroup.procs"), pid.to_string()));
+    match moved {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!(
+                "a bench replica stays in the agent's cgroup: moving it to {}: {e}",
+                dir.display()
+            );
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+}
+
+/// SIGKILL to everything in a gate's cgroup: at once through `cgroup.kill` (Linux 5.14),
+/// else each process (only the gate and what it started can be there: no user may move
+/// a process into a cgroup of root's).
+fn kill_cgroup(dir: &Path) {
+    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    for pid in cgroup_dir_processes(dir) {
+        if let Some(fd) = unix::pidfd_open(pid) {
+            let _ = unix::pidfd_kill(&fd);
+        }
+    }
+}
+
+/// Removes a gate's cgroup once it is empty (what was killed in it may take a moment to
+/// be gone).
+fn remove_cgroup(dir: &Path) {
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => {
+                kill_cgroup(dir);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    tracing::warn!("the bench replica's cgroup {} is not empty; left as it is", dir.display());
+}
+
+/// Kills and removes the gates' cgroups an agent that is gone left (the names carry the
+/// agent's pid: those of an agent that runs, this one or another beside it, are left
+/// alone); how many there were.
+fn stop_left_cgroups() -> usize {
+    let Some(parent) = cgroup_parent() else { return 0 };
+    let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
+    let mut stopped = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let agent = name
+            .strip_prefix(CGROUP_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if agent.is_some_and(|pid| !procfs::alive(pid)) {
+            tracing::warn!("stopping a replica's cgroup left over from an earlier agent: {name}");
+            kill_cgroup(&entry.path());
+            remove_cgroup(&entry.path());
+            stopped += 1;
+        }
+    }
+    stopped
 }
 
 /// SIGKILL to what runs below gate `gate` (first: they are its to reap, a subreaper's,
@@ -260,20 +433,60 @@ fn start_child(start: GateStart<'_>) -> Result<Gate, String> {
 /// runs as `uid`, the gate among them.
 fn kill_tree(gate: u32, uid: u32) {
     for pid in procfs::descendants(gate) {
-        if procfs::real_user(pid) == Some(uid) {
-            let _ = unix::signal(pid, libc::SIGKILL);
-        }
+        kill_if_of(pid, uid);
     }
     for pid in procfs::session_members(gate, uid) {
-        let _ = unix::signal(pid, libc::SIGKILL);
+        kill_if_of(pid, uid);
     }
+}
+
+/// SIGKILL to process `pid` if it runs as `uid`, through a pidfd opened before the check:
+/// the process checked is the process signalled (by a pid alone, one that ended between
+/// the check and the kill could have been replaced by another user's of the same pid; a
+/// pidfd of a process that ended signals nothing). Where the kernel has no pidfds
+/// (before Linux 5.3), by pid as before.
+fn kill_if_of(pid: u32, uid: u32) {
+    let pidfd = unix::pidfd_open(pid);
+    if procfs::real_user(pid) != Some(uid) {
+        return;
+    }
+    let _ = match &pidfd {
+        Some(fd) => unix::pidfd_kill(fd),
+        None => unix::signal(pid, libc::SIGKILL),
+    };
 }
 
 /// The processes of cgroup `cgroup` (as systemd names it, from the hierarchy's root).
 fn cgroup_processes(cgroup: &str) -> Vec<u32> {
-    let file: PathBuf =
-        [CGROUP_ROOT, cgroup.trim_start_matches('/'), "cgroup.procs"].iter().collect();
-    std::fs::read_to_string(file)
+    let dir: PathBuf = [CGROUP_ROOT, cgroup.trim_start_matches('/')].iter().collect();
+    cgroup_dir_processes(&dir)
+}
+
+/// The processes of the cgroup directory `dir`.
+fn cgroup_dir_processes(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
         .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_is_killed_only_where_it_runs_as_its_user() {
+        let own = unix::effective_uid();
+        let mut command = Command::new("sleep");
+        command.arg("60");
+        unix::in_new_session(&mut command);
+        let mut child = command.spawn().unwrap();
+        // Another user's: nothing is signalled.
+        kill_tree(child.id(), own.wrapping_add(1));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(child.try_wait().unwrap().is_none(), "a process of another user was killed");
+        kill_tree(child.id(), own);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
 }

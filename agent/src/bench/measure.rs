@@ -17,6 +17,7 @@ use gpushare_proto::bench::{BenchReplica, ENV_METRICS_PORT, Method as MethodName
 use super::control::Logs;
 use super::histogram::{self, Histogram};
 use super::host_noise::{HostNoise, HostSampler};
+use super::listener;
 use super::replicas::{Batch, Launch, ReplicaOutcome, ReplicaSpec, at_common_rate};
 use super::stats::{Latencies, ReplicaMeasure};
 use crate::apply::journal::ReplicaHandle;
@@ -339,6 +340,8 @@ fn histogram_window(
     let mut first: Vec<Option<Histogram>> = vec![None; ports.len()];
     let mut last_error: Vec<String> = vec![String::new(); ports.len()];
     let mut next_try = vec![Instant::now(); ports.len()];
+    // A port another program listens on: the replica cannot have it (said at once).
+    let foreign: std::cell::RefCell<Vec<Option<String>>> = vec![None; ports.len()].into();
     let opened = wait_for_work(
         batch,
         cancel,
@@ -348,6 +351,14 @@ fn histogram_window(
                 return false;
             }
             next_try[i] = Instant::now() + SCRAPE_POLL;
+            // Only the replica's own listener is believed.
+            if let Err(e) = listener::check_owner(ports[i], i, &batch.processes(i)) {
+                if let listener::NotOwn::Foreign(why) = &e {
+                    foreign.borrow_mut()[i] = Some(why.clone());
+                }
+                last_error[i] = e.why().to_string();
+                return batch.exited(i);
+            }
             match histogram::scrape(ports[i], name, SCRAPE_TIMEOUT) {
                 Ok(h) => {
                     first[i] = Some(h);
@@ -359,7 +370,7 @@ fn histogram_window(
                 }
             }
         },
-        |_, _| None,
+        |i, _| foreign.borrow_mut()[i].take(),
         &format!("histogram `{name}` on $GPUSHARE_BENCH_METRICS_PORT"),
     );
     if let Err(error) = opened {
@@ -373,14 +384,14 @@ fn histogram_window(
     // The window opens with a scrape of every replica, together.
     (w.opened)();
     let cancelled = || Measured { error: Some("cancelled".into()), ..Measured::default() };
-    let Some(before) = scrape_all(ports, name, cancel) else { return cancelled() };
+    let Some(before) = scrape_all(batch, ports, name, cancel) else { return cancelled() };
     let open = Instant::now();
     let cpu = process_cpu_seconds();
     let host = HostSampler::start(w.cpus);
     if cancel.sleep_until(open + length) {
         return Measured { error: Some("cancelled".into()), ..Measured::default() };
     }
-    let Some(after) = scrape_all(ports, name, cancel) else { return cancelled() };
+    let Some(after) = scrape_all(batch, ports, name, cancel) else { return cancelled() };
     let seconds = open.elapsed().as_secs_f64();
     let cpu_percent = cpu_percent(cpu, seconds);
     let host = Some(host.finish());
@@ -401,11 +412,23 @@ fn histogram_window(
 }
 
 /// Histogram `name` of every replica, one after another (each scrape may take up to
-/// [`SCRAPE_TIMEOUT`]); `None` as soon as the bench is cancelled.
-fn scrape_all(ports: &[u16], name: &str, cancel: &Cancel) -> Option<Vec<Option<Histogram>>> {
+/// [`SCRAPE_TIMEOUT`]), each only from a listener of the replica's own (see
+/// [`listener`]); `None` as soon as the bench is cancelled.
+fn scrape_all(
+    batch: &Batch,
+    ports: &[u16],
+    name: &str,
+    cancel: &Cancel,
+) -> Option<Vec<Option<Histogram>>> {
     ports
         .iter()
-        .map(|&p| (!cancel.is_cancelled()).then(|| histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()))
+        .enumerate()
+        .map(|(i, &p)| {
+            (!cancel.is_cancelled()).then(|| {
+                listener::check_owner(p, i, &batch.processes(i)).ok()?;
+                histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()
+            })
+        })
         .collect()
 }
 

@@ -6,7 +6,8 @@
 //! new session; the gate becomes the caller, checks and starts the command, and holds
 //! everything it starts; [`control`] is what the agent and a gate say to each other;
 //! [`replicas`] runs N of them together and reads their reports with bounded buffers;
-//! [`measure`] measures one run by one method (units, [`histogram`], until exit);
+//! [`measure`] measures one run by one method (units, [`histogram`], until exit), a
+//! histogram only from a replica's own listener ([`listener`]);
 //! [`stats`] turns the measurements into figures and answers; [`pinning`] chooses each
 //! replica's CPUs and [`host_noise`] samples the host's CPU noise over a window. The
 //! engine's `bench` orchestrates a whole bench (see DESIGN.md, "Bench" and "Replicas are
@@ -17,6 +18,7 @@ pub mod gate;
 pub mod histogram;
 pub mod host_noise;
 pub mod launch;
+pub mod listener;
 pub mod measure;
 pub mod pinning;
 pub mod replicas;

@@ -44,8 +44,15 @@ const REPORT_PIPE_BYTES: usize = 1 << 20;
 const REPORT_READ_BYTES: usize = 256 << 10;
 /// How long the reader of a report pipe without a backlog waits before reading again.
 const REPORT_READ_PAUSE: Duration = Duration::from_millis(50);
-/// How long a gate may take to say it is ready (a unit to start, a check to run).
+/// How long a replica's gate may take to say it is ready (a unit to start, the
+/// directories and the command checked, the log files opened).
 const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How long the check gate may take to say it is ready, before the bench takes the apply
+/// lock: a process start (under systemd a unit's, tens of milliseconds; seconds only for a
+/// PID 1 under load) and a handful of system calls as the caller (an automounted or NFS
+/// home may take a second or two). What it costs is the caller's alone: the lock is not
+/// held meanwhile.
+pub const CHECK_WITHIN: Duration = Duration::from_secs(5);
 /// How long gates get beyond their grace to end before the launcher's last resort, and
 /// again after it.
 const STOP_SLACK: Duration = Duration::from_secs(2);
@@ -62,14 +69,27 @@ const LAST_PASSES: u32 = 8;
 /// (a cancel wakes it): the agent's CPU over a window is what measuring costs, so nothing
 /// polls.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<(Mutex<bool>, Condvar)>);
+pub struct Cancel(Arc<(Mutex<bool>, Condvar, Mutex<Option<String>>)>);
 
 impl Cancel {
     /// Asks the bench to stop.
     pub fn cancel(&self) {
-        let (flag, woken) = &*self.0;
+        let (flag, woken, _) = &*self.0;
         *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
         woken.notify_all();
+    }
+
+    /// Asks the bench to stop, saying why (the first reason given is kept): its error is
+    /// then `why` rather than `cancelled`.
+    pub fn cancel_because(&self, why: String) {
+        self.0.2.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(why);
+        self.cancel();
+    }
+
+    /// Why it was cancelled: the reason given, else `cancelled`.
+    pub fn reason(&self) -> String {
+        let why = self.0.2.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        why.unwrap_or_else(|| "cancelled".into())
     }
 
     /// Whether it was asked to.
@@ -79,7 +99,7 @@ impl Cancel {
 
     /// Sleeps until `deadline` or a cancel, whichever is first; true when cancelled.
     pub fn sleep_until(&self, deadline: Instant) -> bool {
-        let (flag, woken) = &*self.0;
+        let (flag, woken, _) = &*self.0;
         let mut cancelled = flag.lock().unwrap_or_else(PoisonError::into_inner);
         while !*cancelled {
             let now = Instant::now();
@@ -181,7 +201,9 @@ impl Launch<'_> {
 }
 
 /// Checks `spec` as the caller, in the caller's world, through one gate in check mode:
-/// the directory, the command, the log directory. Nothing else is started. Blocking.
+/// the directory, the command, the log directory. Nothing else is started. Blocking; ends
+/// within [`CHECK_WITHIN`] (and at once on `launch.cancel`): a gate that has not answered by
+/// then (stopped, or slow) is killed.
 pub fn check(launch: &Launch<'_>, spec: ReplicaSpec) -> Result<(), String> {
     let (_report_read, report_write) = unix::pipe().map_err(|e| format!("a pipe: {e}"))?;
     let spec = control::Spec {
@@ -195,9 +217,18 @@ pub fn check(launch: &Launch<'_>, spec: ReplicaSpec) -> Result<(), String> {
     let replica =
         launch.start(spec, report_write, format!("gpushare bench {}: check", launch.label), 0)?;
     let batch = Batch { launch: *launch, replicas: vec![replica], released: None, reader: None };
-    let ready = batch.wait_ready(Instant::now() + READY_WITHIN);
-    let _ = batch.finish(Duration::ZERO);
-    ready
+    match batch.wait_ready(Instant::now() + CHECK_WITHIN, CHECK_WITHIN) {
+        Ok(()) => {
+            let _ = batch.finish(Duration::ZERO);
+            Ok(())
+        }
+        // Killed at once (dropping the batch): nothing of a check is worth waiting for.
+        Err(why) if why.starts_with("the replicas' gates were not ready") => Err(format!(
+            "the check of the directory and the command as you did not answer within {} s (a process of yours stopped or slow?)",
+            CHECK_WITHIN.as_secs()
+        )),
+        Err(why) => Err(why),
+    }
 }
 
 /// A uniform sample of at most [`LATENCIES_KEPT`] latencies of all those added
@@ -533,7 +564,7 @@ impl<'a> Batch<'a> {
             );
             batch.replicas.push(replica);
         }
-        batch.wait_ready(Instant::now() + READY_WITHIN)?;
+        batch.wait_ready(Instant::now() + READY_WITHIN, READY_WITHIN)?;
         let finish = Arc::new(AtomicBool::new(false));
         let reader = {
             let finish = Arc::clone(&finish);
@@ -547,8 +578,8 @@ impl<'a> Batch<'a> {
     }
 
     /// Waits until every gate said it is ready; the first refusal, or a gate that ended
-    /// or stayed silent until `deadline`, is the error.
-    fn wait_ready(&self, deadline: Instant) -> Result<(), String> {
+    /// or stayed silent until `deadline` (`within` from the start), is the error.
+    fn wait_ready(&self, deadline: Instant, within: Duration) -> Result<(), String> {
         loop {
             let mut all = true;
             for (index, r) in self.replicas.iter().enumerate() {
@@ -576,7 +607,7 @@ impl<'a> Batch<'a> {
             if Instant::now() >= deadline {
                 return Err(format!(
                     "the replicas' gates were not ready within {} s",
-                    READY_WITHIN.as_secs()
+                    within.as_secs()
                 ));
             }
             if self.launch.cancel.is_some_and(Cancel::is_cancelled) {

@@ -25,8 +25,10 @@ pub enum EngineError {
     /// The profile cannot be planned here.
     #[error("{0}")]
     Plan(#[from] PlanError),
-    /// Another job holds the apply lock (`None`: the recovery at start-up).
-    #[error("{} is running ({}); try again when it has finished", busy_what(.0), busy_job(.0))]
+    /// Another job holds the apply lock, or work of the agent's own does for a moment
+    /// ([`super::JobKind::Moment`]); `None`: a job starting or ending (the lock is taken
+    /// before the job is named, and let go after its name went).
+    #[error("{}", busy_text(.0))]
     Busy(Option<RunningJob>),
     /// The GPU backend failed.
     #[error("{0}")]
@@ -84,14 +86,20 @@ pub enum EngineError {
     Internal(String),
 }
 
-fn busy_what(running: &Option<RunningJob>) -> &'static str {
-    match running {
-        Some(job) if job.is_probe() => "a probe",
-        Some(job) if matches!(job.kind, super::JobKind::Bench { .. }) => "a bench",
-        _ => "another apply",
-    }
-}
-
-fn busy_job(running: &Option<RunningJob>) -> String {
-    running.as_ref().map_or_else(|| "recovery at start-up".into(), ToString::to_string)
+/// `a probe is running (/io/gpushare/Agent1/jobs/9, probe of GPU-1); try again when it has
+/// finished`, or for a moment's holder `the MPS health check holds the apply lock; try
+/// again in a moment`.
+fn busy_text(running: &Option<RunningJob>) -> String {
+    let Some(job) = running else {
+        return "another job is starting or ending; try again in a moment".into();
+    };
+    let what = match &job.kind {
+        super::JobKind::Moment { what } => {
+            return format!("{what} holds the apply lock; try again in a moment");
+        }
+        super::JobKind::Probe { .. } => "a probe",
+        super::JobKind::Bench { .. } => "a bench",
+        super::JobKind::Apply { .. } => "another apply",
+    };
+    format!("{what} is running ({job}); try again when it has finished")
 }

@@ -32,6 +32,13 @@ pub enum JobKind {
         /// `GPU-…`.
         target: String,
     },
+    /// Work of the agent's own that holds the apply lock for a moment and is no job (the
+    /// MPS health check, a bench being checked, recovery at start-up, shutdown): waited
+    /// for, never shown as an apply in progress, and named when a wait for it runs out.
+    Moment {
+        /// What it is, for people: `the MPS health check`.
+        what: String,
+    },
 }
 
 impl JobKind {
@@ -41,6 +48,7 @@ impl JobKind {
             JobKind::Apply { profile } => profile.clone(),
             JobKind::Probe { target } => format!("probe of {target}"),
             JobKind::Bench { target } => format!("bench on {target}"),
+            JobKind::Moment { what } => what.clone(),
         }
     }
 
@@ -79,6 +87,7 @@ impl fmt::Display for RunningJob {
             JobKind::Apply { profile } => write!(f, "{}, profile {profile}", self.id),
             JobKind::Probe { target } => write!(f, "{}, probe of {target}", self.id),
             JobKind::Bench { target } => write!(f, "{}, bench on {target}", self.id),
+            JobKind::Moment { what } => write!(f, "{what}"),
         }
     }
 }
@@ -123,6 +132,49 @@ impl BenchClaim {
         RunningJob {
             id: self.job.clone(),
             kind: JobKind::Bench { target: format!("GPU {}, started by {}", self.gpu, self.who()) },
+        }
+    }
+}
+
+/// What holds the apply lock for a moment without being a job ([`JobKind::Moment`]), so
+/// that a caller whose wait for the lock runs out is told what held it instead of a
+/// nameless holder.
+#[derive(Debug, Default, Clone)]
+pub struct Moments(Arc<Mutex<Option<RunningJob>>>);
+
+impl Moments {
+    /// Names `what` as the lock's holder until the returned guard is dropped. Call it
+    /// right after the lock is taken.
+    pub(super) fn hold(&self, what: String) -> MomentGuard {
+        let job = RunningJob { id: String::new(), kind: JobKind::Moment { what } };
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(job.clone());
+        MomentGuard { slot: self.clone(), job }
+    }
+
+    /// Names `what` as the lock's holder from now on (shutdown, which keeps the lock).
+    pub(super) fn name(&self, what: String) {
+        let job = RunningJob { id: String::new(), kind: JobKind::Moment { what } };
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+    }
+
+    /// What holds the lock for a moment now, if anything says so.
+    pub fn now(&self) -> Option<RunningJob> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Names a moment's holder of the apply lock while it lives ([`Moments::hold`]).
+#[derive(Debug)]
+pub struct MomentGuard {
+    slot: Moments,
+    job: RunningJob,
+}
+
+impl Drop for MomentGuard {
+    fn drop(&mut self) {
+        let mut held = self.slot.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.as_ref() == Some(&self.job) {
+            *held = None;
         }
     }
 }
@@ -400,7 +452,16 @@ mod tests {
         assert_eq!(BenchClaim { user: None, ..bench }.who(), "uid 1000");
         assert_eq!(
             EngineError::Busy(None).to_string(),
-            "another apply is running (recovery at start-up); try again when it has finished"
+            "another job is starting or ending; try again in a moment"
         );
+        // What holds the lock for a moment names itself.
+        let moments = Moments::default();
+        let held = moments.hold("the MPS health check".into());
+        assert_eq!(
+            EngineError::Busy(moments.now()).to_string(),
+            "the MPS health check holds the apply lock; try again in a moment"
+        );
+        drop(held);
+        assert_eq!(moments.now(), None);
     }
 }

@@ -15,6 +15,11 @@
 //! systemd) follow the engine through [`EngineEvent`]s.
 
 pub mod bench;
+pub mod bench_limits;
+mod bench_options;
+mod bench_restore;
+mod bench_rounds;
+mod bench_setups;
 pub mod cdi;
 pub mod clients;
 pub mod error;
@@ -104,6 +109,9 @@ pub struct Engine {
     running: Arc<Mutex<Option<RunningJob>>>,
     /// Told when a job releases the apply lock: wakes the calls waiting for it.
     released: Arc<Notify>,
+    /// What holds the apply lock for a moment without a job (the health check, a bench
+    /// being checked), named to a caller whose wait runs out.
+    moments: jobs::Moments,
     events: Events,
     /// Why the agent changes nothing on this node (its configuration did not read), if so.
     hands_off: Option<String>,
@@ -128,6 +136,8 @@ pub struct Engine {
     running_bench: Mutex<Option<Cancel>>,
     /// Set by SIGTERM: a bench that begins now is cancelled at once.
     stopping: std::sync::atomic::AtomicBool,
+    /// How long a bench may take, and the benches being checked as their callers.
+    bench_limits: bench_limits::BenchLimits,
 }
 
 /// The active profile as the journal records it: a name, and the document it was applied
@@ -336,6 +346,7 @@ impl Engine {
             claims,
             running: Arc::new(Mutex::new(None)),
             released: Arc::new(Notify::new()),
+            moments: jobs::Moments::default(),
             events: Events::new(),
             hands_off: None,
             document_work: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -346,6 +357,7 @@ impl Engine {
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            bench_limits: bench_limits::BenchLimits::new(&config.bench),
         })
     }
 
@@ -418,6 +430,7 @@ impl Engine {
     /// Returns what was done, for the log.
     pub async fn recover(&self) -> Result<Option<String>, EngineError> {
         let _lock = self.apply_lock.lock().await;
+        let _named = self.moments.hold("the recovery at start-up".into());
         if let Some(why) = &self.hands_off {
             let pending = self.journal.snapshot().transaction;
             return Ok(pending.map(|t| {
@@ -695,6 +708,7 @@ impl Engine {
         }
         // Not while a job or a transaction changes the GPUs: its changes are no drift.
         let Ok(_lock) = Arc::clone(&self.apply_lock).try_lock_owned() else { return };
+        let _named = self.moments.hold("the health check's look for drift".into());
         let Some(_turn) = self.transactions.try_turn() else { return };
         let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await else {
             return;
@@ -878,6 +892,7 @@ impl Engine {
             None => Arc::clone(&self.apply_lock).try_lock_owned().ok(),
             Some(_) => None,
         };
+        let _named = lock.as_ref().map(|_| self.moments.hold("the MPS health check".into()));
         let turn = lock.as_ref().and_then(|_| self.transactions.try_turn());
         let restarts = match (lock, turn) {
             (Some(_lock), Some(_turn)) => {
@@ -1170,7 +1185,16 @@ impl Engine {
     /// known) is a measurement: refused while a bench runs, naming it (one measurement at a
     /// time on a node: they would share its CPUs, and a bench's replicas are pinned to them).
     async fn lock(&self, job: Option<&RunningJob>) -> Result<OwnedMutexGuard<()>, EngineError> {
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        self.lock_by(job, tokio::time::Instant::now() + LOCK_WAIT).await
+    }
+
+    /// [`Engine::lock`] waiting until `deadline` at most (a bench counts the time its
+    /// check took against its [`LOCK_WAIT`]).
+    async fn lock_by(
+        &self,
+        job: Option<&RunningJob>,
+        deadline: tokio::time::Instant,
+    ) -> Result<OwnedMutexGuard<()>, EngineError> {
         let mut told = false;
         loop {
             // Listening before looking: a release in between is not missed.
@@ -1196,7 +1220,10 @@ impl Engine {
             let now = tokio::time::Instant::now();
             let look_again = match &holder {
                 Some(held) if held.id != BOOT_JOB => return Err(EngineError::Busy(holder)),
-                _ if now >= deadline => return Err(EngineError::Busy(holder)),
+                // A holder without a job may have said what it is.
+                _ if now >= deadline => {
+                    return Err(EngineError::Busy(holder.or_else(|| self.moments.now())));
+                }
                 // A job's release wakes this one; nothing else is worth looking at.
                 Some(held) => {
                     if !told {
@@ -1225,6 +1252,8 @@ impl Engine {
             // Claims are added under the lock: with none now, none comes. A bench whose
             // claim went may still be telling its client how it ended: waited for too.
             if self.claims.all_reported() {
+                // Held until the agent exits: named as what it is.
+                self.moments.name("the agent's shutdown".into());
                 return lock;
             }
             drop(lock);

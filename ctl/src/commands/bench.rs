@@ -110,7 +110,8 @@ pub async fn run(
             out.print(&json);
         }
         if let Some(path) = &args.report {
-            write_atomically(path, &report_html::render(report), 0o666).map_err(|e| {
+            // It holds the command line and the replicas' output tails: the caller's alone.
+            write_atomically(path, &report_html::render(report), 0o600).map_err(|e| {
                 CtlError::ctl(
                     Kind::WriteFile,
                     format!("cannot write the report {}: {e}", path.display()),
@@ -451,8 +452,10 @@ fn split_file(file: &Path, cwd: &Path) -> Option<(PathBuf, OsString)> {
     Some((dir, name))
 }
 
-/// Writes `contents` to `file` as a whole or not at all: into a scratch file beside it,
-/// then renamed over it. A new file gets `mode` (less the umask).
+/// Writes `contents` to `file` as a whole or not at all: into a scratch file beside it
+/// (created anew, `O_EXCL`: a link planted under its name is not followed), then renamed
+/// over it (a link at `file` is replaced, never followed). The file gets `mode` (less the
+/// umask), also where it replaces one of other permissions.
 pub fn write_atomically(file: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let cwd = std::env::current_dir()?;

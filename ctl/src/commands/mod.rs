@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod assert;
 pub mod bench;
+pub mod cancel;
 pub mod cdi;
 pub mod clients;
 pub mod env;
@@ -56,5 +57,6 @@ pub async fn run(
         Command::Top(args) => top::run(client, out, args.interval).await,
         Command::Probe(args) => probe::run(client, out, &args).await,
         Command::Bench(args) => bench::run(client, out, &args).await,
+        Command::Cancel(args) => cancel::run(client, out, &args.job).await,
     }
 }

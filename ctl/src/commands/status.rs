@@ -89,13 +89,22 @@ fn bench_lines(bench: &BenchStatus) -> String {
         None => format!("uid {}", bench.uid),
     };
     format!(
-        "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n",
+        "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n  To stop it now, as root: gpushare-ctl cancel {}\n",
         elapsed(bench.running_seconds),
         bench.job,
         bench.restores,
         bench.profile_before.as_deref().unwrap_or("(none)"),
+        job_number(&bench.job),
         gpu = bench.gpu,
     )
+}
+
+/// A job's number (`3` of `/io/gpushare/Agent1/jobs/3`), or its path as it is.
+fn job_number(job: &str) -> &str {
+    job.rsplit_once('/')
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or(job)
 }
 
 /// `45 s`, `2 min 5 s`, `1 h 3 min`.
@@ -493,7 +502,8 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
             text.starts_with(
                 "Active profile: half-balanced  (backend: nvml (simulated driver))\n\
                  Bench running on GPU 1 for 2 min 5 s, started by ada (uid 1000): /io/gpushare/Agent1/jobs/4\n  \
-                 At its end GPU 1 goes back to: MIG off, compute mode default, no MPS (profile active when it began: half-balanced)\n\
+                 At its end GPU 1 goes back to: MIG off, compute mode default, no MPS (profile active when it began: half-balanced)\n  \
+                 To stop it now, as root: gpushare-ctl cancel 4\n\
                  GPU  MODEL"
             ),
             "{text}"

@@ -1,0 +1,310 @@
+//! The order of a bench's measurements (rounds of cells, [`round_order`]), how long it
+//! takes ([`Timing`]: the estimate as the first window opens, what is left at each step)
+//! and the words for both; the host's noise over the windows ([`HostTotals`]).
+
+use std::time::{Duration, Instant};
+
+use gpushare_proto::bench::{BENCH_BASELINE_RUNS, BenchRun, BenchStrategy};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::bench_limits;
+use super::bench_setups::{Setup, time_slicing};
+use crate::apply::Progress;
+use crate::bench::host_noise::HostNoise;
+use crate::bench::measure::Cancel;
+use crate::bench::stats;
+
+/// One cell of a bench: a strategy at a replica count, measured once a round.
+pub(super) struct Cell {
+    pub(super) strategy: BenchStrategy,
+    pub(super) n: u32,
+    /// How it is set up; an error is the cell's figure (`8 instances do not fit`).
+    pub(super) setup: Result<Setup, String>,
+    /// Its measurements, in order.
+    pub(super) runs: Vec<BenchRun>,
+    /// How long its first setup took, ms.
+    pub(super) setup_ms: Option<f64>,
+    /// Measured no more: a measurement failed, and that failure is what is reported.
+    pub(super) done: bool,
+}
+
+/// What a bench measures next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Item {
+    /// One replica alone on the whole GPU without MPS.
+    Baseline,
+    /// The cell of this index ([`BenchJob::cells`]).
+    Cell(usize),
+}
+
+/// The measurements of round `round` (1-based) of `repeat`, of a bench of `cells` cells:
+/// the baseline first, then every cell once, forward in odd rounds and backward in even
+/// ones, so that a drift over the bench falls on every cell alike (round-robin over
+/// strategies and replica counts, never one strategy's repeats back to back). The first
+/// round measures the baseline more than once when there are fewer rounds than
+/// [`BENCH_BASELINE_RUNS`], so that it is always measured at least that often: every
+/// ratio divides by it, and its spread is the host's noise.
+pub(super) fn round_order(round: u32, repeat: u32, cells: usize) -> Vec<Item> {
+    let baselines =
+        if round == 1 { (BENCH_BASELINE_RUNS + 1).saturating_sub(repeat).max(1) } else { 1 };
+    let mut order = vec![Item::Baseline; baselines as usize];
+    if round % 2 == 1 {
+        order.extend((0..cells).map(Item::Cell));
+    } else {
+        order.extend((0..cells).rev().map(Item::Cell));
+    }
+    order
+}
+
+/// How long a bench has taken and will take: the estimate said as the first window
+/// opens, and what is left as each measurement starts.
+pub(super) struct Timing {
+    started: Instant,
+    /// Measurements and setups not yet begun.
+    measurements_left: u32,
+    setups_left: u32,
+    /// How long measurements and setups took so far, seconds.
+    measurement_seconds: Vec<f64>,
+    setup_seconds: Vec<f64>,
+    /// When the measurement under way began.
+    measuring_since: Option<Instant>,
+    /// The estimate of the bench's whole length, made as the first window opened.
+    pub(super) first_estimate: Option<f64>,
+    /// Shared with the window hook, which makes the first estimate.
+    shared: std::sync::Arc<std::sync::Mutex<Option<f64>>>,
+}
+
+/// What a replica's stop and reaping take after its window, a guess until measured.
+const STOP_GUESS: f64 = 0.1;
+
+impl Timing {
+    pub(super) fn new(
+        started: Instant,
+        orders: &[Vec<Item>],
+        cells: &[Cell],
+        first_setup_seconds_ms: f64,
+    ) -> Timing {
+        let all: Vec<Item> = orders.iter().flatten().copied().collect();
+        let usable = |item: &Item| match item {
+            Item::Baseline => true,
+            Item::Cell(i) => cells[*i].setup.is_ok(),
+        };
+        let setup_of = |item: &Item| match item {
+            Item::Baseline => Some(time_slicing()),
+            Item::Cell(i) => cells[*i].setup.clone().ok(),
+        };
+        let mut setups = 1; // the restore
+        let mut current = Some(time_slicing());
+        for item in all.iter().filter(|i| usable(i)) {
+            let next = setup_of(item);
+            if next != current {
+                setups += 1;
+                current = next;
+            }
+        }
+        Timing {
+            started,
+            measurements_left: u32::try_from(all.iter().filter(|i| usable(i)).count())
+                .unwrap_or(u32::MAX),
+            setups_left: setups,
+            measurement_seconds: Vec::new(),
+            setup_seconds: vec![first_setup_seconds_ms / 1000.0],
+            measuring_since: None,
+            first_estimate: None,
+            shared: std::sync::Arc::default(),
+        }
+    }
+
+    pub(super) fn mean(values: &[f64]) -> Option<f64> {
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    }
+
+    /// A setup took `seconds`.
+    pub(super) fn set_up(&mut self, seconds: f64) {
+        self.setup_seconds.push(seconds);
+        self.setups_left = self.setups_left.saturating_sub(1);
+    }
+
+    /// A planned measurement is not taken (its cell failed or could not be set up).
+    pub(super) fn skipped(&mut self) {
+        self.measurements_left = self.measurements_left.saturating_sub(1);
+    }
+
+    /// A measurement is over.
+    pub(super) fn measured(&mut self, _run: &BenchRun) {
+        if let Some(since) = self.measuring_since.take() {
+            self.measurement_seconds.push(since.elapsed().as_secs_f64());
+        }
+        if self.first_estimate.is_none() {
+            self.first_estimate =
+                *self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// What is left, from what measurements and setups took so far: `, about 3m 10s
+    /// left`; empty before the first measurement ends.
+    pub(super) fn left_text(&mut self) -> String {
+        self.measuring_since = Some(Instant::now());
+        let before = self.measurements_left;
+        self.measurements_left = before.saturating_sub(1);
+        let Some(each) = Self::mean(&self.measurement_seconds) else { return String::new() };
+        let setup = Self::mean(&self.setup_seconds).unwrap_or(0.0);
+        let left = f64::from(before) * each + f64::from(self.setups_left) * setup;
+        format!(
+            " ({} so far, about {} left)",
+            duration_text(self.started.elapsed().as_secs_f64()),
+            duration_text(left)
+        )
+    }
+
+    /// The hook of the measurement starting now: as its window opens it says so, and
+    /// the first time, the whole bench's estimated length (its start-up measured, each
+    /// later measurement taken to be as long, each setup as long as the first).
+    /// A first estimate over `bound`'s length cancels the bench at once, saying so.
+    pub(super) fn window_hook(
+        &self,
+        progress: &UnboundedSender<Progress>,
+        window: Option<f64>,
+        bound: (Duration, Cancel),
+    ) -> Box<dyn FnMut() + Send> {
+        let progress = progress.clone();
+        let shared = std::sync::Arc::clone(&self.shared);
+        let first = self.first_estimate.is_none() && self.measurement_seconds.is_empty();
+        let since = self.measuring_since.unwrap_or_else(Instant::now);
+        let started = self.started;
+        let after = f64::from(self.measurements_left);
+        let setups = f64::from(self.setups_left);
+        let setup = Self::mean(&self.setup_seconds).unwrap_or(0.0);
+        Box::new(move || {
+            let Some(length) = window else { return };
+            let mut step = format!("  measuring for {}", duration_text(length));
+            if first {
+                let start_up = since.elapsed().as_secs_f64();
+                let estimate = started.elapsed().as_secs_f64()
+                    + length
+                    + STOP_GUESS
+                    + after * (start_up + length + STOP_GUESS)
+                    + setups * setup;
+                *shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(estimate);
+                if estimate > bound.0.as_secs_f64() {
+                    bound.1.cancel_because(bench_limits::estimated_over(estimate, bound.0));
+                }
+                tracing::debug!(
+                    "bench estimate {estimate:.1} s: {:.1} s so far, start-up {start_up:.2} s, {after} measurements and {setups} setups of {setup:.2} s to come",
+                    started.elapsed().as_secs_f64()
+                );
+                step.push_str(&format!(
+                    "; the whole bench takes about {} (estimated)",
+                    duration_text(estimate)
+                ));
+            }
+            let _ = progress.send(Progress { done: 0, total: 0, step });
+        })
+    }
+}
+
+/// `45 s`, `6m 05s`, `1h 02m`.
+pub(super) fn duration_text(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The replicas' CPUs over every window: steal and clock.
+#[derive(Default)]
+pub(super) struct HostTotals {
+    steal: Vec<f64>,
+    pub(super) frequency_mhz: Vec<f64>,
+}
+
+impl HostTotals {
+    pub(super) fn add(&mut self, noise: Option<HostNoise>) {
+        if let Some(noise) = noise {
+            self.steal.extend(noise.steal_percent);
+            self.frequency_mhz.extend(noise.frequency_mhz);
+        }
+    }
+
+    /// The mean steal over the windows (of equal length).
+    pub(super) fn steal(&self) -> Option<f64> {
+        Timing::mean(&self.steal)
+    }
+}
+
+/// The worst replica's p99 of a run, ms.
+pub(super) fn worst_p99(run: &BenchRun) -> Option<f64> {
+    run.per_replica.iter().filter(|r| !r.failed).filter_map(|r| r.p99_ms).reduce(f64::max)
+}
+
+/// How the runs' intervals were found, for the report.
+/// How sure the range of `n` measurements is to hold their median (distribution-free:
+/// it misses only when all fall on one side), percent: 75 for 3, 88 for 4, 94 for 5.
+pub(super) fn range_coverage(n: u32) -> f64 {
+    100.0 * (1.0 - 0.5f64.powi(i32::try_from(n).unwrap_or(i32::MAX).saturating_sub(1)))
+}
+
+pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> String {
+    let base_n = u32::try_from(baseline_measurements).unwrap_or(u32::MAX);
+    let baseline = format!(
+        "the baseline's is the range of its {baseline_measurements} measurements, which holds its median with {:.0} % confidence",
+        range_coverage(base_n)
+    );
+    match repeat {
+        1 => format!(
+            "runs measured once have no interval ({baseline}); they are compared through the host's noise floor. --repeat 5 or more gives each run a 94 % interval of its median"
+        ),
+        k @ 2..=5 => format!(
+            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); --repeat 6 or more gives 95 %",
+            stats::BOOTSTRAP_RESAMPLES,
+            range_coverage(k)
+        ),
+        k => format!(
+            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples)",
+            stats::BOOTSTRAP_RESAMPLES
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_interleave_every_cell_and_measure_the_baseline_at_least_three_times() {
+        use Item::{Baseline as B, Cell as C};
+        // Once: the baseline three times, then each cell.
+        assert_eq!(round_order(1, 1, 3), [B, B, B, C(0), C(1), C(2)]);
+        // Twice: twice then once; the second round backwards.
+        assert_eq!(round_order(1, 2, 3), [B, B, C(0), C(1), C(2)]);
+        assert_eq!(round_order(2, 2, 3), [B, C(2), C(1), C(0)]);
+        // Three or more: once a round, forward and backward in turn.
+        assert_eq!(round_order(1, 3, 2), [B, C(0), C(1)]);
+        assert_eq!(round_order(2, 3, 2), [B, C(1), C(0)]);
+        assert_eq!(round_order(3, 3, 2), [B, C(0), C(1)]);
+        assert_eq!(round_order(4, 10, 0), [B]);
+    }
+
+    #[test]
+    fn intervals_say_how_sure_they_are() {
+        assert_eq!(range_coverage(3).round(), 75.0);
+        assert_eq!(range_coverage(5).round(), 94.0);
+        let three = intervals_text(3, 3);
+        assert!(
+            three.contains("with 3 it is their range, which holds the median with 75 % confidence"),
+            "{three}"
+        );
+        assert!(intervals_text(8, 8).starts_with("95 % percentile-bootstrap"));
+        assert!(intervals_text(1, 3).starts_with("runs measured once have no interval"));
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration_text(44.6), "45 s");
+        assert_eq!(duration_text(365.0), "6m 05s");
+        assert_eq!(duration_text(3720.0), "1h 02m");
+        assert_eq!(duration_text(-1.0), "0 s");
+    }
+}
