@@ -87,7 +87,7 @@ pub enum Command {
     // Boxed: the largest arguments by far.
     Bench(Box<BenchArgs>),
     /// Stop a running bench early: its replicas are stopped and its GPU restored. Root may
-    /// cancel anyone's bench.
+    /// cancel anyone's bench, a user their own.
     #[command(after_help = CANCEL_HELP)]
     Cancel(CancelArgs),
 }
@@ -95,10 +95,9 @@ pub enum Command {
 /// Shown under the help of `cancel`.
 const CANCEL_HELP: &str = "\
 `gpushare-ctl status` names each running bench with its job. After asking, cancel waits
-(up to 2 minutes) for the job to end and prints how it ended. A bench's user cancels it
-with Ctrl-C in the `gpushare-ctl bench` that started it (the agent takes a cancel from
-that client or from root). An apply cannot be cancelled: it rolls back by itself when it
-fails.";
+(up to 2 minutes) for the job to end and prints how it ended. A bench's user may cancel it
+from any terminal (or with Ctrl-C in the `gpushare-ctl bench` that started it), root
+anyone's. An apply cannot be cancelled: it rolls back by itself when it fails.";
 
 /// Arguments of `cancel`.
 #[derive(Debug, Args)]

@@ -308,6 +308,35 @@ fn root_cancels_a_members_bench() {
     assert!(stdout(&out).contains("had already ended"), "{}", text(&out));
 }
 
+/// A bench's user cancels it from another terminal (another connection of theirs), not
+/// only with Ctrl-C in the client that started it.
+#[test]
+fn a_members_bench_is_cancelled_by_its_user_from_another_terminal() {
+    let Some(agent) = agent("a100-40gb:1", "") else { return };
+    let dir = member_dir(IDLING);
+    let ctl = member_bench(
+        &agent,
+        dir.path(),
+        &["--replicas", "1", "--strategies", "mps", "--duration", "30s"],
+        &["./replica"],
+    );
+    let bench = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
+        let status = agent.status();
+        let replicas = agent.journal()["bench"]["replicas"].as_array().map_or(0, Vec::len);
+        match status.benches.first() {
+            Some(b) if replicas > 0 => Ok(b.clone()),
+            _ => Err(format!("the member's bench did not start: {status:?}")),
+        }
+    });
+    let number = bench.job.rsplit('/').next().unwrap().to_string();
+    let out =
+        agent.ctl_as(MEMBER, None, dir.path(), dir.path(), &["cancel", &number]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(agent.status().benches.is_empty());
+    let out = ctl.wait_with_output().unwrap();
+    assert!(stderr(&out).contains("cancelled"), "{}", text(&out));
+}
+
 /// Finding 6: `--report FILE.html` holds the command line and the output tails: it is
 /// made readable by its caller alone, and a link planted at its name is replaced, not
 /// followed.

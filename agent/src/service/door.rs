@@ -23,6 +23,7 @@ use zbus::{Connection, MatchRule, Message, MessageStream};
 use super::Service;
 use super::admission::{Admission, Caller, Limits, Step, Unknown};
 use super::calls::{self, Call};
+use super::departures::Departures;
 use super::errors::Failure;
 
 /// Method calls zbus may hold for the door before its socket reader waits (the door
@@ -54,7 +55,12 @@ enum Event {
 
 /// Starts reading the calls sent to `connection`'s owner and serving them with `service`.
 /// Call before the agent's name is requested, so that no call finds nobody reading.
-pub async fn open(connection: &Connection, service: Arc<Service>) -> zbus::Result<()> {
+/// Connections that leave the bus are told to `departures`.
+pub async fn open(
+    connection: &Connection,
+    service: Arc<Service>,
+    departures: Arc<Departures>,
+) -> zbus::Result<()> {
     let mut rule = MatchRule::builder().msg_type(Type::MethodCall);
     if let Some(name) = connection.unique_name() {
         rule = rule.destination(name.as_str())?;
@@ -74,6 +80,7 @@ pub async fn open(connection: &Connection, service: Arc<Service>) -> zbus::Resul
     let door = Door {
         connection: connection.clone(),
         service,
+        departures,
         admission: Admission::new(Limits::default()),
         events,
         answers,
@@ -88,6 +95,7 @@ pub async fn open(connection: &Connection, service: Arc<Service>) -> zbus::Resul
 struct Door {
     connection: Connection,
     service: Arc<Service>,
+    departures: Arc<Departures>,
     admission: Admission<Pending>,
     events: mpsc::UnboundedSender<Event>,
     answers: mpsc::Sender<Message>,
@@ -131,6 +139,7 @@ impl Door {
                         && new.is_empty()
                         && name.starts_with(':')
                     {
+                        self.departures.left(name);
                         let steps = self.admission.gone(name);
                         self.carry_out(steps);
                     }

@@ -85,9 +85,10 @@ impl Job {
                 "only a bench can be cancelled; an apply rolls back by itself when it fails".into(),
             ));
         };
-        if sender != owner && caller.uid != 0 {
+        // The starter's connection, another of the same user's (a second terminal), root.
+        if sender != owner && caller.uid != 0 && Some(caller.uid) != f.owner_uid {
             return Err(AgentError::AccessDenied(
-                "Cancel: only the client that started the bench, or root, may cancel it".into(),
+                "Cancel: only the user who started the bench, or root, may cancel it".into(),
             ));
         }
         if f.state == JobState::Running {
@@ -275,35 +276,17 @@ fn log_end(path: &OwnedObjectPath, report: &JobReport) {
 
 /// Cancels a bench when the client that started it leaves the bus (Ctrl-C twice, a
 /// killed `gpushare-ctl`): nobody would see its outcome, and the GPU should not stay
-/// shared the bench's way for the rest of its runs. The task ends when the name goes;
-/// abort it when the job ends first.
-pub async fn cancel_when_gone(
-    connection: &Connection,
+/// shared the bench's way for the rest of its runs. `leaving` is the door's watch of that
+/// client; abort the task when the job ends first.
+pub fn cancel_when_gone(
+    leaving: tokio::sync::oneshot::Receiver<()>,
     caller: zbus::names::UniqueName<'static>,
     cancel: Cancel,
 ) -> tokio::task::JoinHandle<()> {
-    use futures_util::StreamExt;
-    let connection = connection.clone();
     tokio::spawn(async move {
-        let Ok(dbus) = zbus::fdo::DBusProxy::new(&connection).await else { return };
-        let Ok(mut changes) =
-            dbus.receive_name_owner_changed_with_args(&[(0, caller.as_str())]).await
-        else {
-            return;
-        };
-        // Gone before the watch began?
-        let bus_name = zbus::names::BusName::Unique(caller.clone());
-        if !dbus.name_has_owner(bus_name).await.unwrap_or(true) {
+        if leaving.await.is_ok() {
             tracing::warn!(caller = %caller, "the bench's client left the bus: cancelling");
             cancel.cancel();
-            return;
-        }
-        while let Some(change) = changes.next().await {
-            if change.args().is_ok_and(|a| a.new_owner.is_none()) {
-                tracing::warn!(caller = %caller, "the bench's client left the bus: cancelling");
-                cancel.cancel();
-                return;
-            }
         }
     })
 }

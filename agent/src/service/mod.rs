@@ -7,6 +7,7 @@
 
 mod admission;
 mod calls;
+mod departures;
 mod door;
 mod errors;
 mod introspect;
@@ -69,6 +70,8 @@ pub struct Service {
     jobs: Jobs,
     connection: Connection,
     machine_id: Option<String>,
+    /// Callers that leave the bus (told by the door).
+    departures: Arc<departures::Departures>,
     /// `Status`, `Telemetry` and each user's `Clients` in progress, joined by callers
     /// asking meanwhile.
     status: shared::Coalesced<(), String>,
@@ -103,11 +106,13 @@ pub async fn serve(
         jobs: Jobs::default(),
         connection: connection.clone(),
         machine_id: machine_id(),
+        departures: Arc::default(),
         status: Default::default(),
         telemetry: Default::default(),
         clients: Default::default(),
     });
-    door::open(&connection, service).await.map_err(|e| format!("bus {bus}: {e}"))?;
+    let departures = Arc::clone(&service.departures);
+    door::open(&connection, service, departures).await.map_err(|e| format!("bus {bus}: {e}"))?;
     use zbus::fdo::{RequestNameFlags, RequestNameReply};
     let dbus =
         zbus::fdo::DBusProxy::new(&connection).await.map_err(|e| format!("bus {bus}: {e}"))?;
@@ -310,10 +315,22 @@ impl Service {
         let options = options::bench_options(command, options)?;
         let number = self.jobs.next_number();
         let path = job::path_of(number);
-        let job = self.engine.begin_bench(options, caller.clone(), path.as_str()).await?;
+        // A caller that leaves while its bench is checked (as the caller, before any lock)
+        // ends the check: dropping it kills the check's gate.
+        let leaving = self.departures.watch(starter.as_str());
+        let job = tokio::select! {
+            job = self.engine.begin_bench(options, caller.clone(), path.as_str()) => job?,
+            _ = leaving => {
+                tracing::warn!(caller = %sender, "the bench's client left the bus while it was checked");
+                return Err(Failure::agent(gpushare_proto::AgentError::Failed(
+                    "the caller left the bus before the bench began".into(),
+                )));
+            }
+        };
         tracing::info!(job = %path.as_str(), uid = caller.uid, "bench started");
         let cancel = job.canceller();
-        let watcher = job::cancel_when_gone(&self.connection, starter, cancel.clone()).await;
+        let watcher =
+            job::cancel_when_gone(self.departures.watch(starter.as_str()), starter, cancel.clone());
         let ownership = Ownership::cancellable(cancel, sender.to_owned(), caller.uid);
         let engine = Arc::clone(&self.engine);
         let span = log::job_span(path.as_str());

@@ -1,8 +1,8 @@
 //! `gpushare-ctl cancel JOB`: asks the agent to stop a running bench early
 //! (`io.gpushare.Job1.Cancel`): its replicas are stopped and its GPU restored before it
-//! ends. Root may cancel anyone's bench (the agent takes a cancel from root or from the
-//! client that started the bench, and checks that); an apply cannot be cancelled, and the
-//! agent says so. JOB is the job's object path
+//! ends. Root may cancel anyone's bench, a user their own (the agent checks the caller:
+//! root, or the user who started the bench); an apply cannot be cancelled, and the agent
+//! says so. JOB is the job's object path
 //! as `status` shows it (`/io/gpushare/Agent1/jobs/3`) or its number (`3`). ctl then waits
 //! for the job to end (up to [`WAIT_FOR_END`]) and prints how it ended: with `--json` the
 //! [`Cancelled`] document.

@@ -89,7 +89,7 @@ fn bench_lines(bench: &BenchStatus) -> String {
         None => format!("uid {}", bench.uid),
     };
     format!(
-        "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n  To stop it now, as root: gpushare-ctl cancel {}\n",
+        "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n  To stop it now (its user or root): gpushare-ctl cancel {}\n",
         elapsed(bench.running_seconds),
         bench.job,
         bench.restores,
@@ -503,7 +503,7 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
                 "Active profile: half-balanced  (backend: nvml (simulated driver))\n\
                  Bench running on GPU 1 for 2 min 5 s, started by ada (uid 1000): /io/gpushare/Agent1/jobs/4\n  \
                  At its end GPU 1 goes back to: MIG off, compute mode default, no MPS (profile active when it began: half-balanced)\n  \
-                 To stop it now, as root: gpushare-ctl cancel 4\n\
+                 To stop it now (its user or root): gpushare-ctl cancel 4\n\
                  GPU  MODEL"
             ),
             "{text}"
