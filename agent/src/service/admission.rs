@@ -80,9 +80,14 @@ pub use crate::engine::Caller;
 pub enum Unknown {
     /// The connection has left the bus.
     Gone,
-    /// Anything else (the bus did not answer in time): its calls are refused with this.
+    /// Anything else (the bus did not answer in time, its queue to the agent full): the
+    /// calls go on as an unknown user's ([`UNKNOWN_USER`], no groups: nothing that changes
+    /// the GPUs is allowed), and the connection's next call asks again.
     Failed(String),
 }
+
+/// The user a call counts as when the bus did not say whose it is.
+pub const UNKNOWN_USER: u32 = u32::MAX;
 
 /// What the door does next.
 #[derive(Debug, PartialEq)]
@@ -106,6 +111,8 @@ struct Entry<T> {
 enum Identity {
     Asking,
     Known(Arc<Caller>),
+    /// Asked, and the bus did not say: the next call asks again.
+    Unknown,
 }
 
 struct Connection<T> {
@@ -212,6 +219,15 @@ impl<T> Admission<T> {
         let caller = match &self.connections[sender].identity {
             Identity::Asking => return self.unidentified(sender, bytes, item),
             Identity::Known(caller) => Arc::clone(caller),
+            Identity::Unknown => {
+                let connection = self.connections.get_mut(sender).expect("known connection");
+                connection.identity = Identity::Asking;
+                let mut steps = self.unidentified(sender, bytes, item);
+                if !matches!(steps.first(), Some(Step::Refuse { .. })) {
+                    steps.push(Step::Ask(sender.to_owned()));
+                }
+                return steps;
+            }
         };
         self.known(sender, bytes, item, caller, now)
     }
@@ -223,24 +239,19 @@ impl<T> Admission<T> {
         who: Result<Caller, Unknown>,
         now: Instant,
     ) -> Vec<Step<T>> {
-        let caller = match who {
-            Ok(caller) => Arc::new(caller),
+        let (caller, identity) = match who {
+            Ok(caller) => {
+                let caller = Arc::new(caller);
+                (Arc::clone(&caller), Identity::Known(caller))
+            }
             Err(Unknown::Gone) => return self.gone(sender),
-            Err(Unknown::Failed(why)) => {
-                // Not remembered: the connection's next call asks again.
-                let Some(connection) = self.connections.remove(sender) else { return Vec::new() };
-                return connection
-                    .unidentified
-                    .into_iter()
-                    .map(|e| {
-                        self.unidentified_bytes -= e.bytes;
-                        Step::Refuse { item: e.item, why: why.clone() }
-                    })
-                    .collect();
+            // Not remembered: the connection's next call asks again.
+            Err(Unknown::Failed(_)) => {
+                (Arc::new(Caller { uid: UNKNOWN_USER, groups: None }), Identity::Unknown)
             }
         };
         let Some(connection) = self.connections.get_mut(sender) else { return Vec::new() };
-        connection.identity = Identity::Known(Arc::clone(&caller));
+        connection.identity = identity;
         let waiting = std::mem::take(&mut connection.unidentified);
         connection.counted -= waiting.len();
         let mut steps = Vec::new();
@@ -638,12 +649,17 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_lookup_refuses_the_waiting_calls_and_is_not_remembered() {
+    fn after_a_failed_lookup_the_calls_are_an_unknown_users_and_the_next_one_asks_again() {
         let mut a = Admission::new(small());
         a.arrive(":f", 1, 1, t0());
         let steps = a.identified(":f", Err(Unknown::Failed("no answer".into())), t0());
-        assert_eq!(steps, vec![Step::Refuse { item: 1, why: "no answer".into() }]);
+        match &steps[..] {
+            [Step::Run { item: 1, caller }] => assert_eq!(caller.uid, UNKNOWN_USER),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(a.arrive(":f", 1, 2, t0()), vec![Step::Ask(":f".into())]);
+        // The answer this time: the call goes on as that user's.
+        assert_eq!(runs(&a.identified(":f", user(0), t0())), vec![2]);
     }
 
     #[test]

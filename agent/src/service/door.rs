@@ -31,7 +31,7 @@ use super::errors::Failure;
 /// of up to the bus's size limit are held in it).
 const CALLS_QUEUED: usize = 64;
 /// Answers given at once waiting to be written; while it is full, the door waits.
-const ANSWERS_QUEUED: usize = 1024;
+const ANSWERS_QUEUED: usize = 16384;
 /// How often the door logs what it refused, at most.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
 
@@ -121,6 +121,9 @@ impl Door {
                     let now = Instant::now();
                     let steps = match event {
                         Event::Identified(sender, who) => {
+                            if let Err(Unknown::Failed(why)) = &who {
+                                tracing::debug!(caller = %sender, "served as an unknown user: {why}");
+                            }
                             self.admission.identified(&sender, who, now)
                         }
                         Event::Finished { sender, uid, took, charged } => {
