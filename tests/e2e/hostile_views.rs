@@ -5,7 +5,8 @@
 //!   of its own: the host's `/proc` is left as it is), [`OTHER`] sees [`MEMBER`]'s client
 //!   as NVIDIA's driver shows it to anyone (its PID, GPU and memory: recorded on an H100,
 //!   tests/device/results/hidepid-smi-h100-2026-12-06), not whose it is, its unit or its
-//!   command line; each sees their own whole; `status` shows everyone's as anyone may.
+//!   command line; each sees their own whole; `status` shows everyone's as anyone may, and
+//!   the metrics (whoever connects) have no user or unit label values.
 //! - A value in MEMBER's client's private environment (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`)
 //!   reaches neither OTHER's `clients` nor `status`.
 //! - A cgroup MEMBER names in a subtree delegated to them (`docker-<64 hex>.scope`,
@@ -20,13 +21,16 @@
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_proto::types::Status;
 use gpushare_tests::{
     Agent, AgentOptions, Cgroup, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper,
-    as_user, binary, directory_of, id_of, is_root, parse_doc, stderr, text,
+    as_user, binary, directory_of, id_of, is_root, parse_doc, stderr, text, wait_for,
 };
+
+use crate::metrics::{free_port, scrape};
 
 /// `ARGS --json` of `gpushare-ctl` as `user` (root: `None`), parsed.
 fn ctl_doc<T: serde::de::DeserializeOwned>(agent: &Agent, user: Option<&str>, args: &[&str]) -> T {
@@ -110,8 +114,14 @@ fn under_hidepid_another_users_client_is_its_pid_gpu_and_memory() {
         return;
     }
     let binaries = hidepid_binaries();
-    let options = AgentOptions::simulate("a100-40gb:1").for_other_users().binaries(binaries.path());
-    let mut agent = Agent::start(options);
+    let port = free_port();
+    let options = AgentOptions {
+        config: Some(format!(
+            "[metrics]\nlisten = \"127.0.0.1:{port}\"\nclient_refresh_seconds = 1\n"
+        )),
+        ..AgentOptions::simulate("a100-40gb:1")
+    };
+    let mut agent = Agent::start(options.for_other_users().binaries(binaries.path()));
     // MEMBER's client in a unit of its own where one can be made (root names it: a unit
     // anyone not hidden from may see).
     let unit = Cgroup::new("views-hidepid");
@@ -150,6 +160,20 @@ fn under_hidepid_another_users_client_is_its_pid_gpu_and_memory() {
         assert_eq!(whose(c), NOBODYS, "{c:#?}");
         assert!(c.memory_bytes.is_some(), "{c:#?}");
     }
+    // The metrics answer anyone: one series for GPU 0's processes, nobody's user or unit.
+    let memory = "gpushare_client_gpu_memory_bytes{";
+    let series = wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
+        let body = scrape(port);
+        let series: Vec<String> =
+            body.lines().filter(|l| l.starts_with(memory)).map(str::to_string).collect();
+        match series.is_empty() {
+            true => Err(format!("no client series yet:\n{body}")),
+            false => Ok(series),
+        }
+    });
+    let [one] = series.as_slice() else { panic!("one label set expected: {series:#?}") };
+    assert!(one.contains(",user=\"\",unit=\"\"}"), "{one}");
+    assert!(one.ends_with(&format!(" {}", 3u64 << 30)), "both clients' memory: {one}");
 }
 
 /// Connects the simulated CUDA client `pid`, holding `memory`, to the MPS server of pipe
