@@ -128,6 +128,10 @@ fn main() -> ExitCode {
         profiles_dir: args.profiles_dir,
         read_only: args.check_driver || args.check_catalog || args.dump_nvml,
     };
+    // Before any driver is loaded: the simulated one refuses to start in an agent that
+    // means NVIDIA's (found as libnvidia-ml by mistake), so that it reads and makes nothing.
+    // SAFETY: no other thread runs yet: the async runtime starts below.
+    unsafe { gpushare_agent::simulator::declare_driver(settings.simulate.is_some()) };
     if settings.simulate.is_none() {
         if args.check_driver {
             // The host's files are where agent.toml says (a container: the host's root).

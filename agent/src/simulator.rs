@@ -25,6 +25,24 @@ pub const NODE_ENV: &str = "GPUSHARE_SIM_NODE";
 pub const DIR_ENV: &str = "GPUSHARE_SIM_DIR";
 /// Where the .deb installs the simulator.
 pub const INSTALLED_DIR: &str = "/usr/lib/gpushare/sim";
+/// The variable in which the agent says, from its start on, which driver it means to
+/// drive: `simulated` under `--simulate`, `nvidia` otherwise. The simulated library refuses
+/// to start in a process that says `nvidia`, before it reads a knob or touches a file
+/// (issue 36); the agent's children inherit it.
+pub const DRIVER_ENV: &str = "GPUSHARE_AGENT_DRIVER";
+
+/// Says in this process's environment ([`DRIVER_ENV`]) which driver it means to drive,
+/// whatever the environment it was started with said.
+///
+/// # Safety
+///
+/// No other thread may run: setting the environment races with any concurrent read of
+/// it (`getenv` in libc). Call it from `main` before the async runtime starts.
+pub unsafe fn declare_driver(simulated: bool) {
+    let driver = if simulated { "simulated" } else { "nvidia" };
+    // SAFETY: the caller guarantees that this process has a single thread.
+    unsafe { std::env::set_var(DRIVER_ENV, driver) };
+}
 
 /// The simulator's three files.
 #[derive(Debug, Clone, PartialEq, Eq)]

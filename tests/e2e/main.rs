@@ -25,6 +25,7 @@ mod hostile_host;
 mod hostile_load;
 mod hostile_mps;
 mod hostile_paths;
+mod hostile_views;
 mod journal;
 mod metrics;
 mod mig_models;

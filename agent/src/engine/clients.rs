@@ -5,6 +5,10 @@
 //! for an MPS client the share it runs under. A process gone by the time `/proc` is read
 //! is left out; so are gpushare's own MPS servers. Nothing here asks the driver: the
 //! observation already has it.
+//!
+//! What a table shows of each process depends on who it is for ([`Viewer`], issue 36):
+//! the kernel's rules for `/proc` (`hidepid`, the private `environ`) as they apply to that
+//! viewer, and the command-line rule.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -14,6 +18,7 @@ use gpushare_proto::clients::{
 };
 
 use crate::node::{GpuState, MpsServerState, NodeState};
+use crate::sys::mounts::{Mounts, ProcMount};
 use crate::sys::procfs;
 
 /// The most bytes of a command line shown.
@@ -40,13 +45,102 @@ struct Found<'a> {
     memory: Option<u64>,
 }
 
-/// The client table of `node`, reading processes under `proc_root` (a `/proc`), for a
-/// caller with user id `caller` (command lines are shown to root and to a process's own
-/// user); `user_name` names a user id (each asked once).
+/// Whom a client table is for, and so what it shows of each process (DESIGN.md, "Clients",
+/// "Who sees what").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Viewer {
+    /// Root: everything.
+    Root,
+    /// A user other than root, with their groups as the bus gave them (`None`: not known,
+    /// so no `hidepid` `gid=` exemption).
+    User {
+        /// Their user id.
+        uid: u32,
+        /// Their groups.
+        groups: Option<Vec<u32>>,
+    },
+    /// Anyone at all (`Status`, whose answer every caller shares): no command line and
+    /// nothing of an environment; under `hidepid` nothing of a process but what the
+    /// driver shows everyone (PID, GPU, memory).
+    Anyone,
+    /// The agent itself, for its journal: every process attributed, no command line nor
+    /// environment read.
+    Agent,
+}
+
+impl From<Option<u32>> for Viewer {
+    /// The caller with this user id (groups not known); `None`: anyone.
+    fn from(uid: Option<u32>) -> Viewer {
+        match uid {
+            Some(0) => Viewer::Root,
+            Some(uid) => Viewer::User { uid, groups: None },
+            None => Viewer::Anyone,
+        }
+    }
+}
+
+impl From<&super::Caller> for Viewer {
+    /// A bus caller, with their groups.
+    fn from(caller: &super::Caller) -> Viewer {
+        match caller.uid {
+            0 => Viewer::Root,
+            uid => Viewer::User { uid, groups: caller.groups.clone() },
+        }
+    }
+}
+
+/// What a viewer may see of one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sight {
+    /// Its user, unit and container.
+    attributed: bool,
+    /// Its command line.
+    command: bool,
+    /// Its environment (`environ`: what ptrace's read check allows).
+    environment: bool,
+}
+
+impl Viewer {
+    /// What this viewer sees of `process` (whose status is `owner`) under `proc`.
+    fn sight(&self, proc: &ProcMount, process: &procfs::Process, owner: &procfs::Owner) -> Sight {
+        match self {
+            Viewer::Root => Sight { attributed: true, command: true, environment: true },
+            Viewer::Agent => Sight { attributed: true, command: false, environment: false },
+            Viewer::Anyone => Sight {
+                attributed: !proc.hides_others_from(None),
+                command: false,
+                environment: false,
+            },
+            Viewer::User { uid, groups } => {
+                let own = process.readable_by(owner, *uid);
+                let attributed = own || !proc.hides_others_from(groups.as_deref());
+                Sight { attributed, command: attributed && owner.uid == *uid, environment: own }
+            }
+        }
+    }
+}
+
+/// `table` as anyone sees it under `proc` (the metrics endpoint answers whoever connects):
+/// a table made for [`Viewer::Agent`] with, under `hidepid`, every client's user, unit and
+/// container taken out.
+pub fn for_anyone(table: &ClientTable, proc: &ProcMount) -> ClientTable {
+    let mut table = table.clone();
+    if proc.hides_others_from(None) {
+        for c in &mut table.clients {
+            (c.uid, c.user, c.command, c.unit, c.container) = (None, None, None, None, None);
+        }
+    }
+    table
+}
+
+/// The client table of `node`, reading processes under `proc_root` (a `/proc`), for
+/// `viewer` (see [`Viewer`]) on a host whose mounts are `mounts` (its `/proc`'s `hidepid`,
+/// and who named which cgroups); `user_name` names a user id (each asked once).
 pub fn table(
     node: &NodeState,
     proc_root: &Path,
-    caller: Option<u32>,
+    viewer: &Viewer,
+    mounts: &Mounts,
     user_name: &dyn Fn(u32) -> Option<String>,
 ) -> ClientTable {
     let running = || node.mps.iter().filter(|s| s.pid.is_some());
@@ -160,20 +254,32 @@ pub fn table(
         // Gone but for its exit status: no GPU context.
         let Some(owner) = process.owner().filter(|o| !o.exited) else { continue };
         mark_used(f, &mut used_instances, &mut used_servers);
-        let user = names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone();
-        let command = (caller == Some(0) || caller == Some(owner.uid)).then(|| {
+        let sight = viewer.sight(&mounts.proc, &process, &owner);
+        // What the viewer may not read in /proc is neither read for them nor shown.
+        let (uid, user, (unit, container)) = match sight.attributed {
+            true => (
+                Some(owner.uid),
+                names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone(),
+                process.placement(&mounts.cgroups),
+            ),
+            false => (None, None, (None, None)),
+        };
+        let command = sight.command.then(|| {
             process.command_line(COMMAND_MAX_BYTES).unwrap_or_else(|| format!("[{}]", owner.name))
         });
-        let (unit, container) = process.placement();
         let via = match (f.mps_client, f.gpu_instance) {
             (true, _) => "mps",
             (false, Some(_)) => "mig",
             (false, None) => "gpu",
         };
-        let share = f.server.map(|s| share_of(s, process.environment_variable(THREADS_VARIABLE)));
+        // A client's own lower share is read from its environment only for a viewer who
+        // may read that: others see the server's limits, which are the agent's own.
+        let share = f.server.map(|s| {
+            share_of(s, sight.environment.then(|| process.environment_variable(THREADS_VARIABLE)))
+        });
         clients.push(GpuClient {
             pid: f.pid,
-            uid: Some(owner.uid),
+            uid,
             user,
             command,
             unit,
@@ -254,10 +360,12 @@ fn mark_used<'a>(
 }
 
 /// The share an MPS client of `server` runs under: the server's limits, or the thread
-/// percentage of its own environment (`threads`) when it set a lower one.
-fn share_of(server: &MpsServerState, threads: Option<String>) -> ClientShare {
+/// percentage of its own environment (`threads`, when read: `Some(None)` is an
+/// environment without it) when it set a lower one.
+fn share_of(server: &MpsServerState, threads: Option<Option<String>>) -> ClientShare {
     let limits = server.limits;
     let own = threads
+        .flatten()
         .and_then(|t| t.trim().parse::<u32>().ok())
         .filter(|&t| (1..limits.active_thread_percentage).contains(&t));
     ClientShare {
@@ -323,16 +431,46 @@ pub struct ServerHealth {
     pub running: bool,
 }
 
+/// One refresh of the clients for the metrics ([`super::Engine::clients_and_servers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientsRefresh {
+    /// Every client attributed ([`Viewer::Agent`]), for the journal's lines.
+    pub table: ClientTable,
+    /// The same as anyone may see it ([`for_anyone`]): what the series export, since the
+    /// endpoint answers whoever connects.
+    pub public: ClientTable,
+    /// The MPS servers' health.
+    pub servers: Vec<ServerHealth>,
+}
+
 impl super::Engine {
-    /// The client table without command lines (no caller may see them: cheaper) and the
-    /// MPS servers' health, from one shared observation: what the metrics' background
-    /// refresh reads every few seconds. The control daemons are asked for their clients
-    /// only where the driver does not name them: a server of a GPU whose driver did not
-    /// answer its MPS process list, or of a MIG instance (where the driver's list was not
-    /// seen on hardware); otherwise the refresh starts no process.
-    pub async fn clients_and_servers(
+    /// Every process using the GPUs, attributed, and the capacity no one uses (see
+    /// [`table`]), as `viewer` may see them: a caller's user id (`Some(uid)`), a bus
+    /// [`super::Caller`] with their groups, or a [`Viewer`].
+    pub async fn clients(
         &self,
-    ) -> Result<(ClientTable, Vec<ServerHealth>), super::EngineError> {
+        viewer: impl Into<Viewer>,
+    ) -> Result<ClientTable, super::EngineError> {
+        let viewer = viewer.into();
+        let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
+        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        tokio::task::spawn_blocking(move || {
+            let mounts = Mounts::read();
+            let user_name = &crate::sys::unix::cached_user_name;
+            table(&node, Path::new("/proc"), &viewer, &mounts, user_name)
+        })
+        .await
+        .map_err(|e| super::EngineError::Internal(crate::sys::task_failed(&e)))
+    }
+
+    /// The client table for the journal ([`Viewer::Agent`]: no command line or environment
+    /// read), the same as anyone may see it, and the MPS servers' health, from one shared
+    /// observation: what the metrics' background refresh reads every few seconds. The
+    /// control daemons are asked for their clients only where the driver does not name
+    /// them: a server of a GPU whose driver did not answer its MPS process list, or of a
+    /// MIG instance (where the driver's list was not seen on hardware); otherwise the
+    /// refresh starts no process.
+    pub async fn clients_and_servers(&self) -> Result<ClientsRefresh, super::EngineError> {
         let driver_only = crate::apply::Reads { timeslices: false, mps_clients: false };
         let mut node = self.node.observe_shared(driver_only, self.epoch()).await?;
         let sharing = std::sync::Arc::clone(&self.node.sharing);
@@ -351,8 +489,11 @@ impl super::Engine {
                     running: s.pid.is_some(),
                 })
                 .collect();
-            let table = table(&node, Path::new("/proc"), None, &crate::sys::unix::cached_user_name);
-            (table, servers)
+            let mounts = Mounts::read();
+            let user_name = &crate::sys::unix::cached_user_name;
+            let table = table(&node, Path::new("/proc"), &Viewer::Agent, &mounts, user_name);
+            let public = for_anyone(&table, &mounts.proc);
+            ClientsRefresh { table, public, servers }
         })
         .await
         .map_err(|e| super::EngineError::Internal(crate::sys::task_failed(&e)))
@@ -366,6 +507,37 @@ mod tests {
 
     use super::*;
     use crate::node::{ComputeInstance, ComputeMode, ComputeProcess, GpuInstance, MpsLimits};
+    use crate::sys::mounts::{CgroupMounts, HidePid};
+
+    /// The test's own user, who owns the fake `/proc`'s directories: their processes are
+    /// "alice"'s, readable by her as the kernel decides.
+    fn alice() -> u32 {
+        crate::sys::unix::effective_uid()
+    }
+
+    /// Other users.
+    fn bob() -> u32 {
+        alice().wrapping_add(1)
+    }
+
+    fn carol() -> u32 {
+        alice().wrapping_add(2)
+    }
+
+    fn as_alice() -> Viewer {
+        Viewer::User { uid: alice(), groups: None }
+    }
+
+    /// The mounts of a host whose `/proc` is `proc` and whose unified cgroup hierarchy is
+    /// `<root>/cgroup`, every directory of it named by the test's user (standing for root).
+    fn mounts(root: &Path, proc: ProcMount) -> Mounts {
+        Mounts { proc, cgroups: CgroupMounts::for_tests(&root.join("cgroup"), alice()) }
+    }
+
+    /// A host without `hidepid`.
+    fn plain(root: &Path) -> Mounts {
+        mounts(root, ProcMount::PLAIN)
+    }
 
     fn gpu(index: u32, instances: Vec<GpuInstance>, processes: Vec<ComputeProcess>) -> GpuState {
         GpuState {
@@ -424,6 +596,10 @@ mod tests {
         fs::write(dir.join("status"), status).unwrap();
         fs::write(dir.join("cmdline"), cmdline.replace(' ', "\0")).unwrap();
         fs::write(dir.join("cgroup"), cgroup).unwrap();
+        // Its unified cgroup, named by root (the test's user) in the fake hierarchy.
+        for path in cgroup.lines().filter_map(|l| l.strip_prefix("0::")) {
+            fs::create_dir_all(root.join("cgroup").join(path.trim_start_matches('/'))).unwrap();
+        }
         fs::write(dir.join("environ"), env.replace(' ', "\0")).unwrap();
         let program = root.join("bin").join(cmdline.split(' ').next().unwrap());
         fs::create_dir_all(root.join("bin")).unwrap();
@@ -450,13 +626,29 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         let id = "ab".repeat(32);
-        fake(root, 10, "python3", 1000, "python3 serve.py", "0::/system.slice/serve.service\n", "");
+        fake(
+            root,
+            10,
+            "python3",
+            alice(),
+            "python3 serve.py",
+            "0::/system.slice/serve.service\n",
+            "",
+        );
         fake(root, 11, "nvidia-cuda-mps", 0, "nvidia-cuda-mps-server", "0::/\n", "");
         fake_status(root, 11, "PPid:", "900");
-        fake(root, 12, "python3", 1001, "python3 a.py", "0::/user.slice/run-r2.scope\n", "");
-        fake(root, 20, "train", 0, "train --secret=x", &format!("0::/docker-{id}.scope\n"), "");
+        fake(root, 12, "python3", bob(), "python3 a.py", "0::/user.slice/run-r2.scope\n", "");
+        fake(
+            root,
+            20,
+            "train",
+            carol(),
+            "train --secret=x",
+            &format!("0::/docker-{id}.scope\n"),
+            "",
+        );
         let env = format!("A=1 {THREADS_VARIABLE}=10");
-        fake(root, 30, "infer", 1000, "infer", "0::/\n", &env);
+        fake(root, 30, "infer", alice(), "infer", "0::/\n", &env);
         // 31 has gone.
         let node = NodeState {
             gpus: vec![
@@ -478,14 +670,14 @@ mod tests {
             mps: vec![server("GPU-0", 0, 50, vec![12]), server("MIG-c", 1, 100, vec![30, 31])],
             ..NodeState::default()
         };
-        let name = |uid: u32| (uid == 1000).then(|| "alice".to_string());
-        let table = table(&node, root, Some(1000), &name);
+        let name = |uid: u32| (uid == alice()).then(|| "alice".to_string());
+        let table = table(&node, root, &as_alice(), &plain(root), &name);
         let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
         assert_eq!(pids, [10, 12, 20, 30], "{table:#?}");
         let [whole, mps, mig, own] = table.clients.as_slice() else { unreachable!() };
 
         assert_eq!((whole.via.as_str(), whole.gpu, whole.instance.as_deref()), ("gpu", 0, None));
-        assert_eq!((whole.uid, whole.user.as_deref()), (Some(1000), Some("alice")));
+        assert_eq!((whole.uid, whole.user.as_deref()), (Some(alice()), Some("alice")));
         assert_eq!(whole.command.as_deref(), Some("python3 serve.py"), "the caller's own");
         assert_eq!(whole.unit.as_deref(), Some("serve.service"));
         assert_eq!((whole.memory_bytes, whole.share.as_ref()), (Some(1 << 30), None));
@@ -518,14 +710,14 @@ mod tests {
 
         // Root sees every command line; the server's clients gone, it is idle.
         let node = NodeState { mps: vec![server("MIG-c", 1, 100, vec![31])], ..node };
-        let table = super::table(&node, root, Some(0), &name);
+        let table = super::table(&node, root, &Viewer::Root, &plain(root), &name);
         assert_eq!(table.clients[2].command.as_deref(), Some("train --secret=x"));
         let idle: Vec<(&str, &str)> =
             table.idle.iter().map(|d| (d.what.as_str(), d.uuid.as_str())).collect();
         assert_eq!(idle, [("mig", "MIG-b"), ("mps-server", "MIG-c")]);
         assert!(table.idle[1].describe.contains("(100 % threads, pinned memory 4 GiB): no client"));
         // An unknown caller sees none.
-        let table = super::table(&node, root, None, &name);
+        let table = super::table(&node, root, &Viewer::Anyone, &plain(root), &name);
         assert!(table.clients.iter().all(|c| c.command.is_none()));
     }
 
@@ -537,9 +729,9 @@ mod tests {
     fn the_driver_names_mps_clients_without_the_control_daemon() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        fake(root, 40, "python3", 1000, "python3 a.py", "0::/\n", "");
-        fake(root, 41, "python3", 1000, "python3 b.py", "0::/\n", "");
-        fake(root, 42, "python3", 1000, "python3 c.py", "0::/\n", "");
+        fake(root, 40, "python3", alice(), "python3 a.py", "0::/\n", "");
+        fake(root, 41, "python3", alice(), "python3 b.py", "0::/\n", "");
+        fake(root, 42, "python3", alice(), "python3 c.py", "0::/\n", "");
         let mps = |pid, gi, bytes| ComputeProcess { mps_client: true, ..process(pid, gi, bytes) };
         // `status` asks no control daemon.
         let unasked = |uuid, gpu, threads| MpsServerState {
@@ -558,7 +750,7 @@ mod tests {
             mps: vec![unasked("GPU-0", 0, 50), unasked("MIG-b", 1, 25)],
             ..NodeState::default()
         };
-        let table = table(&node, root, None, &|_| None);
+        let table = table(&node, root, &Viewer::Anyone, &plain(root), &|_| None);
         let [whole, unserved, served] = table.clients.as_slice() else { panic!("{table:#?}") };
         assert_eq!((whole.via.as_str(), whole.mps_server.as_deref()), ("mps", Some("GPU-0")));
         assert_eq!(whole.memory_bytes, Some(2_485_125_120));
@@ -575,43 +767,44 @@ mod tests {
             mps: vec![server("GPU-0", 0, 50, vec![]), node.mps[1].clone()],
             ..node.clone()
         };
-        let table = super::table(&asked, root, None, &|_| None);
+        let table = super::table(&asked, root, &Viewer::Anyone, &plain(root), &|_| None);
         assert_eq!((table.clients[0].pid, table.clients[0].mps_server.as_deref()), (40, None));
         // Another MPS server on the GPU (a server no daemon of gpushare's started): the
         // driver's word does not say whose client it is. That server is listed itself:
         // MPS's program proves nothing of what runs in it (LD_PRELOAD), nothing hides.
-        fake(root, 50, "nvidia-cuda-mps", 1001, "nvidia-cuda-mps-server", "0::/\n", "");
+        fake(root, 50, "nvidia-cuda-mps", bob(), "nvidia-cuda-mps-server", "0::/\n", "");
         let mut other = node.clone();
         other.gpus[0].processes.push(process(50, None, Some(66 << 20)));
-        let table = super::table(&other, root, None, &|_| None);
+        let table = super::table(&other, root, &Viewer::Anyone, &plain(root), &|_| None);
         let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
         assert_eq!(pids, [40, 50, 42, 41], "someone's own server is listed: {table:#?}");
         assert_eq!(table.clients[0].mps_server, None, "{table:#?}");
         // gpushare's own server (its parent the control daemon, 900) is no client either,
         // and does not hide whose clients run there.
         fake_status(root, 50, "PPid:", "900");
-        let table = super::table(&other, root, None, &|_| None);
+        let table = super::table(&other, root, &Viewer::Anyone, &plain(root), &|_| None);
         assert_eq!(table.clients[0].mps_server.as_deref(), Some("GPU-0"), "{table:#?}");
         assert!(table.clients.iter().all(|c| c.pid != 50), "{table:#?}");
         // A process naming itself like MPS is still a client; a zombie is none.
-        fake(root, 51, "nvidia-cuda-mps", 1001, "python3 hide.py", "0::/\n", "");
-        fake(root, 52, "python3", 1001, "python3 gone.py", "0::/\n", "");
+        fake(root, 51, "nvidia-cuda-mps", bob(), "python3 hide.py", "0::/\n", "");
+        fake(root, 52, "python3", bob(), "python3 gone.py", "0::/\n", "");
         fake_status(root, 52, "State:", "Z (zombie)");
         other.gpus[0].processes.extend([process(51, None, None), process(52, None, None)]);
-        let table = super::table(&other, root, None, &|_| None);
+        let table = super::table(&other, root, &Viewer::Anyone, &plain(root), &|_| None);
         let pids: Vec<u32> = table.clients.iter().map(|c| c.pid).collect();
         assert_eq!(pids, [51, 40, 42, 41], "{table:#?}");
         // A main thread gone (pthread_exit) while another thread holds the GPU: a zombie
         // still in use, and listed. A copy of a program that a user named like MPS's (a
         // file others may change, or someone else's): a client like any other.
+        let b = bob();
         let status =
-            "Name:\tpython3\nState:\tZ (zombie)\nThreads:\t3\nUid:\t1001\t1001\t1001\t1001\n";
+            format!("Name:\tpython3\nState:\tZ (zombie)\nThreads:\t3\nUid:\t{b}\t{b}\t{b}\t{b}\n");
         fs::write(root.join("52/status"), status).unwrap();
-        fake(root, 53, "python3", 1001, "nvidia-cuda-mps-x train.py", "0::/\n", "");
+        fake(root, 53, "python3", bob(), "nvidia-cuda-mps-x train.py", "0::/\n", "");
         fs::set_permissions(root.join("bin/nvidia-cuda-mps-x"), fs::Permissions::from_mode(0o775))
             .unwrap();
         other.gpus[0].processes.push(process(53, None, None));
-        let table = super::table(&other, root, None, &|_| None);
+        let table = super::table(&other, root, &Viewer::Anyone, &plain(root), &|_| None);
         let pids: HashSet<u32> = table.clients.iter().map(|c| c.pid).collect();
         assert!(pids.is_superset(&HashSet::from([51, 52, 53])), "{table:#?}");
         assert_eq!(table.clients.len(), 6, "{table:#?}");
@@ -624,7 +817,7 @@ mod tests {
             slices: 1,
         });
         split.mps.push(MpsServerState { compute_instance: 1, ..unasked("MIG-b2", 1, 10) });
-        let table = super::table(&split, root, None, &|_| None);
+        let table = super::table(&split, root, &Viewer::Anyone, &plain(root), &|_| None);
         let c = table.clients.iter().find(|c| c.pid == 41).unwrap();
         assert_eq!(
             (c.via.as_str(), c.mps_server.as_deref(), c.instance.as_deref()),
@@ -646,11 +839,95 @@ mod tests {
         assert!(!driver_names_clients(&named, &named.mps[1]), "a MIG instance");
     }
 
+    /// Issue 36, finding 6: under `hidepid` a user sees another's process as the driver
+    /// shows it to everyone (its PID, GPU and memory), not whose it is, where it runs or
+    /// what it runs; only root and the process's own user get what its environment says.
+    #[test]
+    fn each_viewer_sees_what_it_may_read_in_proc() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let env = format!("SECRET=hunter2 {THREADS_VARIABLE}=10");
+        let (infer, train) =
+            ("0::/system.slice/infer.service\n", "0::/system.slice/train.service\n");
+        fake(root, 60, "infer", alice(), "infer --token=t0k", infer, &env);
+        fake(root, 61, "train", bob(), "train", train, "");
+        let mps = ComputeProcess { mps_client: true, ..process(60, None, Some(1 << 30)) };
+        let node = NodeState {
+            gpus: vec![gpu(0, Vec::new(), vec![mps, process(61, None, Some(2 << 30))])],
+            mps: vec![server("GPU-0", 0, 50, vec![60])],
+            ..NodeState::default()
+        };
+        let hidepid = ProcMount { hidepid: HidePid::Invisible, gid: Some(27), subset_pid: false };
+        let name = |uid: u32| Some(format!("user{uid}"));
+        let view = |viewer: &Viewer, proc: &ProcMount| {
+            let mut table = table(&node, root, viewer, &mounts(root, proc.clone()), &name);
+            // Alice's first.
+            table.clients.sort_by_key(|c| c.pid);
+            assert_eq!(table.clients.iter().map(|c| c.pid).collect::<Vec<_>>(), [60, 61]);
+            table
+        };
+        // (uid, unit, command, threads and whence) of a client.
+        let seen = |c: &GpuClient| {
+            let share = c.share.as_ref().map(|s| (s.active_thread_percentage, s.from.clone()));
+            (c.uid, c.unit.clone(), c.command.clone(), share)
+        };
+        let hidden = |c: &GpuClient, threads: Option<(u32, String)>| {
+            assert_eq!(seen(c), (None, None, None, threads), "{c:#?}");
+            assert_eq!((c.user.as_ref(), c.container.as_ref()), (None, None), "{c:#?}");
+        };
+        let server_share = Some((50, "server".to_string()));
+        let own_share = Some((10, "client".to_string()));
+        let unit = |u: &str| Some(u.to_string());
+
+        // Bob, hidepid on: alice's client is its PID, GPU, way in and memory, no more.
+        let bobs = Viewer::User { uid: bob(), groups: Some(vec![4, 5]) };
+        let table = view(&bobs, &hidepid);
+        let c = &table.clients[0];
+        hidden(c, server_share.clone());
+        assert_eq!((c.pid, c.gpu, c.via.as_str(), c.memory_bytes), (60, 0, "mps", Some(1 << 30)));
+        assert_eq!(c.mps_server.as_deref(), Some("GPU-0"));
+        // Alice sees hers whole, the share her environment sets included; not bob's.
+        let table = view(&as_alice(), &hidepid);
+        let own = (Some(alice()), unit("infer.service"), unit("infer --token=t0k"), own_share);
+        assert_eq!(seen(&table.clients[0]), own);
+        hidden(&table.clients[1], None);
+        // The gid= group sees whose and where, never another's command or environment.
+        let exempt = Viewer::User { uid: bob(), groups: Some(vec![27]) };
+        let table = view(&exempt, &hidepid);
+        let attributed = (Some(alice()), unit("infer.service"), None, server_share.clone());
+        assert_eq!(seen(&table.clients[0]), attributed);
+        // Not under ptraceable, which exempts no one.
+        let ptraceable = ProcMount { hidepid: HidePid::Ptraceable, ..hidepid.clone() };
+        hidden(&view(&exempt, &ptraceable).clients[0], server_share.clone());
+        // Without hidepid, bob sees whose and where, but still not her environment's word.
+        assert_eq!(seen(&view(&bobs, &ProcMount::PLAIN).clients[0]), attributed);
+        // Anyone (status), under hidepid: nobody's; root: everything.
+        let table = view(&Viewer::Anyone, &hidepid);
+        hidden(&table.clients[0], server_share.clone());
+        hidden(&table.clients[1], None);
+        let table = view(&Viewer::Root, &hidepid);
+        assert_eq!(seen(&table.clients[0]).3, Some((10, "client".to_string())));
+        assert_eq!(table.clients[1].command.as_deref(), Some("train"));
+        // The agent's own refresh: everyone attributed for its journal, no command line or
+        // environment; the metrics show what anyone may see.
+        let table = view(&Viewer::Agent, &hidepid);
+        assert_eq!(seen(&table.clients[0]), attributed);
+        let mut public = for_anyone(&table, &hidepid);
+        public.clients.sort_by_key(|c| c.pid);
+        hidden(&public.clients[0], server_share);
+        assert_eq!(for_anyone(&table, &ProcMount::PLAIN), table);
+        // A caller known by uid only (the bus gave no groups), and root by uid.
+        assert_eq!(Viewer::from(Some(bob())), Viewer::User { uid: bob(), groups: None });
+        assert_eq!((Viewer::from(Some(0)), Viewer::from(None)), (Viewer::Root, Viewer::Anyone));
+        let caller = crate::engine::Caller { uid: bob(), groups: Some(vec![27]) };
+        assert_eq!(Viewer::from(&caller), exempt);
+    }
+
     #[test]
     fn processes_the_driver_lists_and_proc_lacks_are_said() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        fake(root, 40, "python3", 1000, "python3 a.py", "0::/\n", "");
+        fake(root, 40, "python3", alice(), "python3 a.py", "0::/\n", "");
         let mut mig = gpu(1, vec![instance(1, "MIG-a"), instance(2, "MIG-b")], Vec::new());
         mig.mig_enabled = true;
         // 41 in another PID namespace (the driver's memory), 42 an MPS client only a
@@ -662,7 +939,7 @@ mod tests {
             mps: vec![server("MIG-a", 1, 50, vec![42]), server("MIG-b", 1, 50, vec![41])],
             ..NodeState::default()
         };
-        let table = table(&node, root, None, &|_| None);
+        let table = table(&node, root, &Viewer::Anyone, &plain(root), &|_| None);
         assert_eq!(table.clients.iter().map(|c| c.pid).collect::<Vec<_>>(), [40], "{table:#?}");
         assert_eq!(
             table.unseen,
@@ -683,7 +960,7 @@ mod tests {
         let me = std::process::id();
         let processes = (0..CLIENTS_MAX as u32 + 5).map(|_| process(me, None, None)).collect();
         let node = NodeState { gpus: vec![gpu(0, Vec::new(), processes)], ..NodeState::default() };
-        let table = table(&node, Path::new("/proc"), Some(0), &|_| None);
+        let table = table(&node, Path::new("/proc"), &Viewer::Root, &Mounts::read(), &|_| None);
         assert_eq!((table.clients.len(), table.left_out), (CLIENTS_MAX, 5));
     }
 }

@@ -547,8 +547,10 @@ impl Engine {
         })
     }
 
-    /// The clients `status` shows: the observation's, attributed as `Clients` does but
-    /// without command lines (everyone may call `Status`). The driver names the MPS clients
+    /// The clients `status` shows: the observation's, as `Clients` shows them to anyone
+    /// (`clients::Viewer::Anyone`: every caller shares one `Status`, so no command line, no
+    /// share from a client's environment, and under `hidepid` no user, unit or container
+    /// of anyone's). The driver names the MPS clients
     /// among its processes, so no MPS control daemon is asked. Read in `/proc` off the
     /// async threads; nothing to read when no process uses a GPU.
     /// Best-effort: a failure is logged and shows no client, never fails `status`.
@@ -561,9 +563,11 @@ impl Engine {
         if !anyone {
             return Vec::new();
         }
-        // A read of another process's memory (`environ`) waits on that process's memory
-        // lock: one stalled past the deadline leaves status without clients, and later
-        // calls do not pile up more reads behind it until every stalled one has ended.
+        // A read of another process's memory (`environ`, `cmdline`) waits on that
+        // process's memory lock. `status` reads neither since issue 36, but the deadline
+        // stays for whatever else in /proc might wait: one stalled past it leaves status
+        // without clients, and later calls do not pile up more reads behind it until every
+        // stalled one has ended.
         use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
         static STALLED: AtomicUsize = AtomicUsize::new(0);
         const RUNNING: u8 = 0;
@@ -580,7 +584,10 @@ impl Engine {
         let read_state = Arc::clone(&state);
         let read = tokio::task::spawn_blocking(move || {
             let proc_root = std::path::Path::new("/proc");
-            let table = clients::table(&node, proc_root, None, &crate::sys::unix::cached_user_name);
+            // Every caller shares one Status: each client as anyone may see it.
+            let (anyone, mounts) = (clients::Viewer::Anyone, crate::sys::mounts::Mounts::read());
+            let user_name = &crate::sys::unix::cached_user_name;
+            let table = clients::table(&node, proc_root, &anyone, &mounts, user_name);
             if read_state.swap(DONE, SeqCst) == LATE {
                 STALLED.fetch_sub(1, SeqCst);
             }
@@ -750,22 +757,6 @@ impl Engine {
         Ok(MpsStatus {
             servers: node.mps.iter().map(|s| report::mps_server(s, &node, mps)).collect(),
         })
-    }
-
-    /// Every process using the GPUs, attributed, and the capacity no one uses (see
-    /// [`clients::table`]), for the caller with user id `caller` (command lines are shown to root
-    /// and to a process's own user only).
-    pub async fn clients(
-        &self,
-        caller: Option<u32>,
-    ) -> Result<gpushare_proto::clients::ClientTable, EngineError> {
-        let reads = Reads { timeslices: false, mps_clients: true };
-        let node = self.node.observe_shared(reads, self.epoch()).await?;
-        tokio::task::spawn_blocking(move || {
-            clients::table(&node, Path::new("/proc"), caller, &crate::sys::unix::cached_user_name)
-        })
-        .await
-        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))
     }
 
     /// Sets the limits of the MPS server serving client `pid` (for its new clients).

@@ -4,7 +4,10 @@
 //!
 //! [`watch`] refreshes them every few seconds (`[metrics] client_refresh_seconds`, 5 by
 //! default) from [`Engine::clients_and_servers`] (one shared observation, as `status` reads
-//! it; no command lines read).
+//! it; no command line or environment read). The endpoint answers whoever connects, so the
+//! series are the clients as anyone may see them (`ClientsRefresh::public`): under
+//! `hidepid`, no `user` or `unit` (both empty: one series per GPU, instance and way in),
+//! and a thread share that is always the server's; the journal's lines name every client.
 //!
 //! # Labels
 //!
@@ -377,9 +380,9 @@ pub fn watch(engine: Arc<Engine>, every: Duration, cap: usize) -> tokio::task::J
         loop {
             ticks.tick().await;
             match engine.clients_and_servers().await {
-                Ok((table, servers)) => {
-                    update(&table);
-                    for change in journal.diff(&table, &servers) {
+                Ok(refresh) => {
+                    update(&refresh.public);
+                    for change in journal.diff(&refresh.table, &refresh.servers) {
                         match change {
                             Change::Started(line) | Change::Left(line) => tracing::debug!("{line}"),
                             Change::Faulted(line) => tracing::info!("{line}"),

@@ -1,9 +1,13 @@
 //! What `/proc` tells about processes: whether one is alive, its parent, process group,
 //! session, start time and user, the descendants of a process, and which hold a file open;
-//! a process's owner, command line, cgroup placement (unit, container) and environment.
+//! a process's owner, whether a user may read it as the kernel decides (`hidepid`,
+//! `environ`), its command line, cgroup placement (unit, container: only from the cgroups
+//! root named, see [`super::mounts`]) and environment.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use super::mounts::CgroupMounts;
 
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
@@ -169,6 +173,8 @@ pub struct Owner {
     pub uid: u32,
     /// `PPid:`.
     pub parent: Option<u32>,
+    /// The four of `Uid:`: real, effective, saved and filesystem.
+    pub uids: [u32; 4],
     /// Whether it has exited, every thread of it, and only awaits its parent: `State: Z`
     /// with one thread. A main thread that ended with `pthread_exit` leaves the process a
     /// zombie too, but its other threads still run (and hold the GPU).
@@ -193,15 +199,32 @@ impl Process {
         let status = read_bounded(&self.file("status"), 16 * 1024)?;
         let status = String::from_utf8_lossy(&status);
         let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
-        let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+        let ids: Vec<u32> =
+            field("Uid:")?.split_whitespace().map(str::parse).collect::<Result<_, _>>().ok()?;
+        let uid = *ids.first()?;
+        let uids = [0, 1, 2, 3].map(|i| ids.get(i).copied().unwrap_or(uid));
         let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
         let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
         Some(Owner {
             name: printable(field("Name:").unwrap_or_default()),
             uid,
             parent: field("PPid:").and_then(|p| p.parse().ok()),
+            uids,
             exited: zombie && threads <= 1,
         })
+    }
+
+    /// Whether user `uid` (not root) may read this process's `/proc` files as the kernel
+    /// decides for `hidepid` and for `environ` (ptrace's read check): its real, effective
+    /// and saved users are `uid`, and its directory is `uid`'s (the kernel gives the
+    /// directory to root when the process may not be dumped: a setuid program, one that
+    /// said `PR_SET_DUMPABLE` 0). The kernel also compares the groups, which the agent
+    /// does not know of a caller: a process of the caller's running setgid is taken as
+    /// theirs.
+    pub fn readable_by(&self, owner: &Owner, uid: u32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        owner.uids[..3].iter().all(|&u| u == uid)
+            && self._dir.metadata().is_ok_and(|m| m.uid() == uid)
     }
 
     /// The program it runs; `None` when that cannot be read.
@@ -246,10 +269,13 @@ impl Process {
     }
 
     /// The systemd unit and the container (the first 12 hex digits of its id) it runs in,
-    /// from its cgroup path ([`placement_of_cgroup`]).
-    pub fn placement(&self) -> (Option<String>, Option<String>) {
+    /// from its cgroup path, believing only the cgroups root named in `cgroups`
+    /// ([`placement_of_cgroup`]).
+    pub fn placement(&self, cgroups: &CgroupMounts) -> (Option<String>, Option<String>) {
         match read_bounded(&self.file("cgroup"), 16 * 1024) {
-            Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes)),
+            Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes), &|c, p| {
+                cgroups.named_by_root(c, p)
+            }),
             None => (None, None),
         }
     }
@@ -265,29 +291,45 @@ impl Process {
     }
 }
 
-/// [`Process::placement`] of a `/proc/PID/cgroup` text. The unit comes from systemd's own
-/// hierarchy where there is one besides the unified one (`name=systemd`, a hybrid or v1
-/// host), else from the unified one (`0::`): the last component ending in `.service` or
-/// `.scope` that is not a container's own scope. A container is a component holding 64
-/// hex digits (`docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`,
-/// `crio-<id>.scope`, or the id alone under cgroupfs drivers), looked for in that path
-/// first, then in every other hierarchy's: Docker's cgroupfs driver on a hybrid host puts
-/// a container in the v1 hierarchies only, and leaves it in containerd's unit in the
-/// unified one.
-pub fn placement_of_cgroup(text: &str) -> (Option<String>, Option<String>) {
-    fn path_of(line: &str) -> Option<&str> {
-        line.splitn(3, ':').nth(2)
-    }
-    let unified = text.lines().find_map(|l| l.strip_prefix("0::"));
-    let systemd = text.lines().find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p));
-    let main = systemd.filter(|p| *p != "/").or(unified).unwrap_or_default();
-    let components = |path: &str| {
-        path.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect::<Vec<_>>()
+/// [`Process::placement`] of a `/proc/PID/cgroup` text, where `named_by_root(controllers,
+/// path)` says how many leading components of a hierarchy's path root named (see
+/// [`CgroupMounts::named_by_root`]): only those are believed. Below a delegation
+/// (`user@UID.service`, a service with `Delegate=` and `User=`) the names are the
+/// delegate's: the unit shown is the delegated one, and no container is found there. The
+/// unit comes from systemd's own hierarchy where there is one besides the unified one
+/// (`name=systemd`, a hybrid or v1 host), else from the unified one (`0::`): the last
+/// believed component ending in `.service` or `.scope` that is not a container's own
+/// scope. A container is a believed component holding 64 hex digits (`docker-<id>.scope`,
+/// `libpod-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`, or the id alone
+/// under cgroupfs drivers), looked for in that path first, then in every other
+/// hierarchy's: Docker's cgroupfs driver on a hybrid host puts a container in the v1
+/// hierarchies only, and leaves it in containerd's unit in the unified one.
+pub fn placement_of_cgroup(
+    text: &str,
+    named_by_root: &dyn Fn(&str, &str) -> usize,
+) -> (Option<String>, Option<String>) {
+    // ID:CONTROLLERS:PATH; the unified hierarchy's has no controllers.
+    let lines: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            fields.next()?;
+            Some((fields.next()?, fields.next()?))
+        })
+        .collect();
+    let unified = lines.iter().find(|(c, _)| c.is_empty());
+    let systemd = lines.iter().find(|(c, p)| *c == "name=systemd" && *p != "/");
+    let believed = |&&(controllers, path): &&(&str, &str)| {
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        // Nothing to ask of a cgroup at the root.
+        let named = if components.is_empty() { 0 } else { named_by_root(controllers, path) };
+        components[..named.min(components.len())].iter().map(|c| c.to_string()).collect()
     };
-    let container = std::iter::once(main)
-        .chain(text.lines().filter_map(path_of))
-        .find_map(|path| components(path).iter().rev().find_map(|c| container_id(c)));
-    let unit = components(main)
+    let main: Vec<String> = systemd.or(unified).map(|l| believed(&l)).unwrap_or_default();
+    let container = std::iter::once(main.clone())
+        .chain(lines.iter().map(|l| believed(&l)))
+        .find_map(|components: Vec<String>| components.iter().rev().find_map(|c| container_id(c)));
+    let unit = main
         .iter()
         .rev()
         .find(|c| container_id(c).is_none() && (c.ends_with(".service") || c.ends_with(".scope")))
@@ -469,10 +511,56 @@ mod tests {
                 None,
             ),
         ];
+        // Every name believed (root named them all).
         for (text, unit, container) in cases {
-            let (u, c) = placement_of_cgroup(text);
+            let (u, c) = placement_of_cgroup(text, &|_, _| usize::MAX);
             assert_eq!((u.as_deref(), c.as_deref()), (unit, container), "{text}");
         }
+    }
+
+    /// Below a delegated cgroup (its directory another user's) the names are that user's:
+    /// a `docker-<id>.scope` or `sshd.service` of theirs is neither a container nor a
+    /// system unit; the unit shown is the delegated one.
+    #[test]
+    fn names_below_a_delegation_are_not_believed() {
+        let id = "0123456789abcdef".repeat(4);
+        let delegated = "/user.slice/user-1000.slice/user@1000.service";
+        // Root named the components down to user@1000.service (3), its owner the rest.
+        let user_named = |_: &str, path: &str| {
+            if path.starts_with(delegated) { 3 } else { usize::MAX }
+        };
+        for (below, unit) in [
+            (format!("/docker-{id}.scope"), "user@1000.service"),
+            ("/sshd.service".to_string(), "user@1000.service"),
+            (format!("/app.slice/libpod-{id}.scope/container"), "user@1000.service"),
+            ("/app.slice/run-r1.scope".to_string(), "user@1000.service"),
+        ] {
+            let text = format!("0::{delegated}{below}\n");
+            let (u, c) = placement_of_cgroup(&text, &user_named);
+            assert_eq!((u.as_deref(), c.as_deref()), (Some(unit), None), "{text}");
+        }
+        // A v1 hierarchy's path is judged on its own: a user's there is not believed either.
+        let text = format!("4:memory:{delegated}/docker/{id}\n0::/system.slice/sshd.service\n");
+        let (u, c) = placement_of_cgroup(&text, &user_named);
+        assert_eq!((u.as_deref(), c.as_deref()), (Some("sshd.service"), None));
+        // Root's own (a system container, a session scope) are believed.
+        let text = format!("0::/system.slice/docker-{id}.scope\n");
+        let (_, c) = placement_of_cgroup(&text, &user_named);
+        assert_eq!(c.as_deref(), Some("0123456789ab"));
+        // Nothing believed (the hierarchy not mounted here): nothing shown.
+        let (u, c) = placement_of_cgroup(&text, &|_, _| 0);
+        assert_eq!((u, c), (None, None));
+        // A real cgroup tree: a directory another user owns is a delegation.
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir_all(tmp.path().join("system.slice/sshd.service")).unwrap();
+        let me = super::super::unix::effective_uid();
+        let text = "0::/system.slice/sshd.service\n";
+        let mine = CgroupMounts::for_tests(tmp.path(), me);
+        let (u, _) = placement_of_cgroup(text, &|c, p| mine.named_by_root(c, p));
+        assert_eq!(u.as_deref(), Some("sshd.service"));
+        let theirs = CgroupMounts::for_tests(tmp.path(), me.wrapping_add(1));
+        let (u, _) = placement_of_cgroup(text, &|c, p| theirs.named_by_root(c, p));
+        assert_eq!(u, None, "the mount's root named by another: nothing believed");
     }
 
     #[test]
@@ -485,21 +573,37 @@ mod tests {
         fs::write(dir.join("cmdline"), b"python3\0train.py\0--lr\0").unwrap();
         fs::write(dir.join("environ"), b"A=1\0CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20\0").unwrap();
         let process = Process::open(tmp.path(), 7).unwrap();
-        let owner = Owner { name: "python3".into(), uid: 1000, parent: None, exited: false };
+        let uids = [1000; 4];
+        let owner = Owner { name: "python3".into(), uid: 1000, parent: None, uids, exited: false };
         assert_eq!(process.owner(), Some(owner));
         fs::write(dir.join("status"), "Name:\tx\nState:\tZ (zombie)\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
             .unwrap();
-        let zombie = Owner { name: "x".into(), uid: 0, parent: Some(1), exited: true };
+        let zombie =
+            Owner { name: "x".into(), uid: 0, parent: Some(1), uids: [0; 4], exited: true };
         assert_eq!(process.owner(), Some(zombie));
         // A main thread gone with pthread_exit while another runs on: a zombie, not exited.
         let status = "Name:\t\x1b]0;pwned\x07\nState:\tZ (zombie)\nThreads:\t2\nUid:\t0\t0\t0\t0\n";
         fs::write(dir.join("status"), status).unwrap();
-        let running = Owner { name: "?]0;pwned?".into(), uid: 0, parent: None, exited: false };
+        let running =
+            Owner { name: "?]0;pwned?".into(), uid: 0, parent: None, uids: [0; 4], exited: false };
         assert_eq!(process.owner(), Some(running));
         fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
             .unwrap();
+        // A setuid program's effective user is not the caller's: not readable by them.
+        fs::write(dir.join("status"), "Name:\tsu\nState:\tS\nUid:\t1000\t0\t1000\t1000\n").unwrap();
+        let setuid = process.owner().unwrap();
+        assert_eq!((setuid.uid, setuid.uids), (1000, [1000, 0, 1000, 1000]));
+        let dir_owner = fs::metadata(&dir).unwrap().uid();
+        assert!(!process.readable_by(&setuid, 1000) && !process.readable_by(&setuid, dir_owner));
+        fs::write(dir.join("status"), "Name:\tpython3\nState:\tS\nUid:\t1000\t1000\t1000\t1000\n")
+            .unwrap();
         let me = std::process::id();
-        let mine = Process::open(Path::new("/proc"), me).unwrap().program().unwrap();
+        let myself = Process::open(Path::new("/proc"), me).unwrap();
+        let my_owner = myself.owner().unwrap();
+        let uid = super::super::unix::effective_uid();
+        assert!(myself.readable_by(&my_owner, uid), "{my_owner:?}");
+        assert!(!myself.readable_by(&my_owner, uid.wrapping_add(1)));
+        let mine = myself.program().unwrap();
         assert_eq!(mine.uid, fs::metadata(std::env::current_exe().unwrap()).unwrap().uid());
         assert_eq!(process.program(), None);
         assert_eq!(process.command_line(256).as_deref(), Some("python3 train.py --lr"));

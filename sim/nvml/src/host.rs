@@ -44,7 +44,11 @@
 //!   the driver's; `nvidiactl` minor 255), `dev/nvidia-uvm` and `dev/nvidia-uvm-tools`
 //!   (major [`UVM_MAJOR`], minors 0 and 1), and `dev/nvidia-caps/nvidia-cap<N>` for
 //!   `config`, `monitor` and each live instance's capabilities (major [`CAPS_MAJOR`]); the
-//!   real `nvidia-uvm` and `nvidia-caps` majors are dynamic, so made-up ones stand in;
+//!   real `nvidia-uvm` and `nvidia-caps` majors are dynamic, so made-up ones stand in. Each
+//!   is [`NODE_MODE`], 0600, whatever the real driver's modes (issue 36): on a host with a
+//!   real NVIDIA driver major 195 *is* its GPUs, and 510 or 511 may be another driver's, so
+//!   a node others could open would hand them that device. Container runtimes, which bind
+//!   them as root, need no more;
 //! - `gpushare-simulated-host` at the root ([`MARKER`]): says that this is a simulated
 //!   host, and `device nodes: made`, or `device nodes: none: <why>` when the library could
 //!   not make them, which the agent repeats when a node is missing.
@@ -143,6 +147,10 @@ fn capability_file(minor: u32, mode: u32) -> Vec<u8> {
     format!("DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n").into_bytes()
 }
 
+/// The permission bits of every device node the simulator makes: its owner's (root's)
+/// alone.
+pub const NODE_MODE: u32 = 0o600;
+
 /// A character device the simulated host has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CharDevice {
@@ -150,7 +158,7 @@ pub struct CharDevice {
     pub major: u32,
     /// Minor number.
     pub minor: u32,
-    /// Permission bits (`0o666`).
+    /// Permission bits ([`NODE_MODE`]).
     pub mode: u32,
 }
 
@@ -188,17 +196,18 @@ fn capabilities(node: &Node) -> Vec<(String, u32, u32)> {
 /// under the root.
 pub fn devices(node: &Node) -> BTreeMap<PathBuf, CharDevice> {
     let mut devices = BTreeMap::new();
-    let mut add = |path: String, major: u32, minor: u32, mode: u32| {
-        devices.insert(PathBuf::from(path), CharDevice { major, minor, mode });
+    let mut add = |path: String, major: u32, minor: u32| {
+        devices.insert(PathBuf::from(path), CharDevice { major, minor, mode: NODE_MODE });
     };
     for gpu in &node.gpus {
-        add(format!("dev/nvidia{}", gpu.minor_number), NVIDIA_MAJOR, gpu.minor_number, 0o666);
+        add(format!("dev/nvidia{}", gpu.minor_number), NVIDIA_MAJOR, gpu.minor_number);
     }
-    add("dev/nvidiactl".into(), NVIDIA_MAJOR, NVIDIACTL_MINOR, 0o666);
-    add("dev/nvidia-uvm".into(), UVM_MAJOR, 0, 0o666);
-    add("dev/nvidia-uvm-tools".into(), UVM_MAJOR, 1, 0o666);
-    for (_, minor, mode) in capabilities(node) {
-        add(format!("dev/nvidia-caps/nvidia-cap{minor}"), CAPS_MAJOR, minor, mode);
+    add("dev/nvidiactl".into(), NVIDIA_MAJOR, NVIDIACTL_MINOR);
+    add("dev/nvidia-uvm".into(), UVM_MAJOR, 0);
+    add("dev/nvidia-uvm-tools".into(), UVM_MAJOR, 1);
+    // The capability files say the driver's modes (DeviceFileMode); the nodes are root's.
+    for (_, minor, _) in capabilities(node) {
+        add(format!("dev/nvidia-caps/nvidia-cap{minor}"), CAPS_MAJOR, minor);
     }
     devices
 }
@@ -661,24 +670,38 @@ mod tests {
                 assert!(m.file_type().is_char_device(), "{path}");
                 (libc::major(m.rdev()), libc::minor(m.rdev()), m.mode() & 0o7777)
             };
-            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o666));
-            assert_eq!(dev("dev/nvidia1"), (195, 1, 0o666));
-            assert_eq!(dev("dev/nvidiactl"), (195, 255, 0o666));
-            assert_eq!(dev("dev/nvidia-uvm"), (UVM_MAJOR, 0, 0o666));
-            assert_eq!(dev("dev/nvidia-uvm-tools"), (UVM_MAJOR, 1, 0o666));
-            assert_eq!(dev("dev/nvidia-caps/nvidia-cap1"), (CAPS_MAJOR, 1, 0o400));
-            assert_eq!(dev("dev/nvidia-caps/nvidia-cap2"), (CAPS_MAJOR, 2, 0o444));
+            // Root's alone (issue 36): major 195 is the real driver's GPUs where one runs.
+            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o600));
+            assert_eq!(dev("dev/nvidia1"), (195, 1, 0o600));
+            assert_eq!(dev("dev/nvidiactl"), (195, 255, 0o600));
+            assert_eq!(dev("dev/nvidia-uvm"), (UVM_MAJOR, 0, 0o600));
+            assert_eq!(dev("dev/nvidia-uvm-tools"), (UVM_MAJOR, 1, 0o600));
+            assert_eq!(dev("dev/nvidia-caps/nvidia-cap1"), (CAPS_MAJOR, 1, 0o600));
+            assert_eq!(dev("dev/nvidia-caps/nvidia-cap2"), (CAPS_MAJOR, 2, 0o600));
             for minor in [156, 157, 158] {
                 assert_eq!(
                     dev(&format!("dev/nvidia-caps/nvidia-cap{minor}")),
-                    (CAPS_MAJOR, minor, 0o444)
+                    (CAPS_MAJOR, minor, 0o600)
                 );
             }
+            assert!(
+                fs::read_dir(root.join("dev"))
+                    .unwrap()
+                    .chain(fs::read_dir(root.join("dev/nvidia-caps")).unwrap())
+                    .flatten()
+                    .all(|e| e.metadata().unwrap().mode() & 0o077 == 0 || e.path().is_dir()),
+                "no node others may open"
+            );
+            // A node of an older simulator's (0666) is made again, root's alone.
+            fs::set_permissions(root.join("dev/nvidia0"), fs::Permissions::from_mode(0o666))
+                .unwrap();
+            render(root, &node).unwrap();
+            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o600));
             // A file planted in a node's place is replaced by the node.
             fs::remove_file(root.join("dev/nvidia0")).unwrap();
             fs::write(root.join("dev/nvidia0"), "planted").unwrap();
             render(root, &node).unwrap();
-            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o666));
+            assert_eq!(dev("dev/nvidia0"), (195, 0, 0o600));
         } else {
             assert!(
                 marker

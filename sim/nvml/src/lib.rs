@@ -10,6 +10,14 @@
 //! pure), [`faults`] (the knobs), [`host`] (the host's files beside the state file),
 //! [`abi`] (nvml.h layouts, handles, exports).
 //!
+//! # In a production agent: nothing
+//! gpushare-agent says in its environment which driver it means
+//! ([`abi::AGENT_DRIVER_ENV`], `GPUSHARE_AGENT_DRIVER`: `nvidia`, or `simulated` under
+//! `--simulate`). Where it says anything but `simulated`, every `nvmlInit` answers
+//! NVML_ERROR_DRIVER_NOT_LOADED, the reason in `gpushare_sim_last_error`, before it reads
+//! a knob or touches a file: such an agent found this library as `libnvidia-ml.so.1` by
+//! mistake (issue 36).
+//!
 //! # Configuration (read at the first `nvmlInit` after a full shutdown)
 //! - `GPUSHARE_SIM_NODE`: the GPUs, `MODEL[:N],...` (`a100-40gb:8`).
 //! - `GPUSHARE_SIM_STATE`: the node's state file. Taken up when it holds the same models,
@@ -48,8 +56,8 @@
 //!   `numa:<gpus>=<cpus>` (several NUMA nodes; those GPUs' local CPUs, `0-3+8`) (see
 //!   [`faults`]; `<gpus>` like `0+2`). Kept in the node (`host`, each GPU's
 //!   `virtualization_mode` and `flr`) and shown as files under `<state>.host/` ([`host`]),
-//!   beside the driver's device nodes (as root only) and MIG capability files, rendered
-//!   again at every write of the node.
+//!   beside the driver's device nodes (as root only, each 0600) and MIG capability files,
+//!   rendered again at every write of the node.
 //!
 //! A malformed knob fails `nvmlInit` with NVML_ERROR_UNKNOWN, the reason on stderr and in
 //! `gpushare_sim_last_error`.

@@ -7,7 +7,10 @@
 //! while nothing is applied, and the real library loaded for a simulation would change real
 //! GPUs. The simulated library exports a marker symbol, [`SIM_MARKER`]; every
 //! initialization (the first, and the one after each GPU reset) checks that the library
-//! has it exactly when a simulation was asked for.
+//! has it exactly when a simulation was asked for, before `nvmlInit` (the library loaded
+//! and held, so that nvml-wrapper loads the same one) and after it. The simulated library
+//! also refuses by itself, before it reads a knob or touches a file, in an agent that
+//! declared NVIDIA's driver (`simulator::declare_driver`, issue 36).
 
 use std::ffi::{CStr, CString, OsStr, c_char, c_uint, c_void};
 use std::os::unix::ffi::OsStrExt;
@@ -60,6 +63,16 @@ impl Driver {
                 path.display()
             )));
         }
+        // Looked at before nvmlInit too, in a library loaded here and held while
+        // nvml-wrapper loads it (so both are the same one): a simulated library loaded for
+        // real GPUs refuses to start by itself (the agent declared `nvidia`, see
+        // `simulator::declare_driver`), and this says why in the agent's words.
+        let loaded = Library::open(Path::new(self.library()), false);
+        if let Some(library) = &loaded
+            && let Some(e) = self.mismatch(call, gpu, library.symbol(SIM_MARKER).is_some())
+        {
+            return Err(e);
+        }
         let nvml = match Nvml::builder().lib_path(self.library()).init() {
             Ok(nvml) => nvml,
             Err(e) => {
@@ -71,23 +84,29 @@ impl Driver {
             }
         };
         // NVML stays loaded while `nvml` lives, so the check sees the library in use.
-        let simulated = has_symbol(self.library(), SIM_MARKER);
+        let simulated = has_symbol(self.library(), SIM_MARKER).unwrap_or(false);
+        self.mismatch(call, gpu, simulated).map_or(Ok(nvml), Err)
+    }
+
+    /// The refusal when a library that has the simulator's marker (`simulated`) or lacks
+    /// it is not the one meant.
+    fn mismatch(&self, call: &str, gpu: Option<u32>, simulated: bool) -> Option<GpuError> {
         match (self, simulated) {
-            (Driver::Nvidia, Some(true)) => {
-                Err(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
+            (Driver::Nvidia, true) => {
+                Some(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
                     "{NVIDIA_LIBRARY} is gpushare's simulated driver, not NVIDIA's (check \
                      LD_LIBRARY_PATH and /etc/ld.so.conf.d); refusing to drive it as real GPUs"
                 )))
             }
-            (Driver::Simulated(path), Some(false) | None) => {
-                Err(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
+            (Driver::Simulated(path), false) => {
+                Some(GpuError::new(call, gpu, ErrorCode::DriverNotLoaded).with_detail(format!(
                     "{} is not gpushare's simulated driver (it lacks {}); refusing to simulate \
                      on it",
                     path.display(),
                     SIM_MARKER.to_string_lossy()
                 )))
             }
-            _ => Ok(nvml),
+            _ => None,
         }
     }
 

@@ -206,20 +206,47 @@ fn report(e: String) -> Code {
     ret::UNKNOWN
 }
 
+/// The variable in which gpushare-agent says, from its start, which driver it means to
+/// drive: `simulated` under `--simulate`, `nvidia` otherwise.
+pub const AGENT_DRIVER_ENV: &str = "GPUSHARE_AGENT_DRIVER";
+
+/// Why this process must not run the simulated driver: it is a gpushare-agent that means
+/// to drive NVIDIA's (it loaded this library as `libnvidia-ml` by mistake). Asked before
+/// anything else, so that such an agent reads no `GPUSHARE_SIM_*` knob and touches no file
+/// (no state file, no host directory, no device node) before it refuses the library.
+fn refusal() -> Option<String> {
+    let declared = std::env::var_os(AGENT_DRIVER_ENV)?;
+    (declared != "simulated").then(|| {
+        format!(
+            "gpushare's simulated driver refuses to run in a gpushare-agent that drives NVIDIA's \
+             driver ({AGENT_DRIVER_ENV}={}): it was loaded as libnvidia-ml by mistake (check \
+             LD_LIBRARY_PATH and /etc/ld.so.conf.d); nothing was read or written",
+            declared.to_string_lossy()
+        )
+    })
+}
+
 /// `nvmlInit_v2` and `nvmlInitWithFlags`.
 pub(crate) fn init(name: &'static str) -> nvmlReturn_t {
     guarded(|| {
         let mut lib = lib();
+        // Pinned (no file touched: the mapping already there) so that the refusal's reason
+        // outlives the caller's dlclose for gpushare_sim_last_error.
+        if !lib.pinned {
+            pin_library();
+            lib.pinned = true;
+        }
+        if let Some(why) = refusal() {
+            eprintln!("gpushare simulated NVML: {name} failed: {why}");
+            lib.last_error = why;
+            return ret::DRIVER_NOT_LOADED;
+        }
         if lib.refcount > 0 {
             if let Err(c) = lib.count(name) {
                 return c;
             }
             lib.refcount += 1;
             return ret::SUCCESS;
-        }
-        if !lib.pinned {
-            pin_library();
-            lib.pinned = true;
         }
         match start(&mut lib, name) {
             Ok(()) => {

@@ -32,6 +32,8 @@ const KNOBS: &[&str] = &[
     "GPUSHARE_SIM_PROCESSES",
     "GPUSHARE_SIM_REBOOT",
     "GPUSHARE_SIM_HOST",
+    // Not a knob: what gpushare-agent declares (a test run from inside an agent has it).
+    "GPUSHARE_AGENT_DRIVER",
 ];
 
 /// One test's simulated process: the global lock, a temp dir, the environment set.
