@@ -76,7 +76,7 @@ pub struct Service {
     /// asking meanwhile.
     status: shared::Coalesced<(), String>,
     telemetry: shared::Coalesced<(), String>,
-    clients: shared::Coalesced<u32, String>,
+    clients: shared::Coalesced<(u32, Option<Vec<u32>>), String>,
 }
 
 /// Connects to `bus` (`system`, `session` or an address), opens the door for calls to
@@ -176,9 +176,12 @@ impl Service {
             Call::MigProfiles { gpu } => Answer::Json(json(&engine.mig_profiles(&gpu).await?)),
             Call::CdiDevices => Answer::Json(json(&engine.cdi_devices())),
             Call::Clients => {
-                let (engine, uid) = (Arc::clone(engine), caller.uid);
-                let work = || async move { Ok(json(&engine.clients(Some(uid)).await?)) };
-                Answer::Json(self.clients.join(uid, self.engine.epoch(), work).await?)
+                // What a caller may see depends on who they are (their groups too: hidepid's
+                // `gid=`), so callers share an answer only with the same user and groups.
+                let (engine, who) = (Arc::clone(engine), caller.clone());
+                let key = (caller.uid, caller.groups.clone());
+                let work = || async move { Ok(json(&engine.clients(&who).await?)) };
+                Answer::Json(self.clients.join(key, self.engine.epoch(), work).await?)
             }
             Call::Telemetry => {
                 let engine = Arc::clone(engine);
