@@ -34,6 +34,10 @@ const CALLS_QUEUED: usize = 64;
 const ANSWERS_QUEUED: usize = 16384;
 /// How often the door logs what it refused, at most.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
+/// Bytes of calls read since the heap was last trimmed after which, once calls have been
+/// quiet for [`TRIM_AFTER`], the free memory of the heap is given back.
+const TRIM_BYTES: usize = 32 << 20;
+const TRIM_AFTER: Duration = Duration::from_secs(1);
 
 /// A counted call.
 struct Pending {
@@ -87,6 +91,8 @@ pub async fn open(
         outbox: Vec::new(),
         refused: 0,
         reported: Instant::now(),
+        read_since_trim: 0,
+        last_call: Instant::now(),
     };
     tokio::spawn(door.run(calls, left, happened));
     Ok(())
@@ -103,6 +109,9 @@ struct Door {
     outbox: Vec<Message>,
     refused: u64,
     reported: Instant,
+    /// Bytes of calls read since the heap was last trimmed, and when the last came.
+    read_since_trim: usize,
+    last_call: Instant,
 }
 
 impl Door {
@@ -113,8 +122,14 @@ impl Door {
         mut happened: mpsc::UnboundedReceiver<Event>,
     ) {
         loop {
-            // A user whose share of time is spent is served again when it has filled.
-            let wake = self.admission.next_wake().map(tokio::time::Instant::from_std);
+            // A user whose share of time is spent is served again when it has filled; after
+            // a flood, the heap is trimmed once calls are quiet.
+            let trim = (self.read_since_trim >= TRIM_BYTES).then(|| self.last_call + TRIM_AFTER);
+            let wake = match (self.admission.next_wake(), trim) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+            .map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
                 Some(event) = happened.recv() => {
@@ -133,7 +148,12 @@ impl Door {
                     self.carry_out(steps);
                 }
                 () = sleep_until(wake) => {
-                    let steps = self.admission.tick(Instant::now());
+                    let now = Instant::now();
+                    if self.read_since_trim >= TRIM_BYTES && now >= self.last_call + TRIM_AFTER {
+                        self.read_since_trim = 0;
+                        tokio::task::spawn_blocking(crate::sys::unix::trim_heap);
+                    }
+                    let steps = self.admission.tick(now);
                     self.carry_out(steps);
                 }
                 Some(signal) = left.next() => {
@@ -164,6 +184,8 @@ impl Door {
 
     /// A call arrived: read, counted, and started, kept or refused.
     fn arrive(&mut self, msg: Message) {
+        self.read_since_trim += msg.data().len();
+        self.last_call = Instant::now();
         let header = msg.header();
         let Some(sender) = header.sender().map(|s| s.to_string()) else {
             return; // Only a peer-to-peer connection has none; the agent serves a bus.

@@ -17,13 +17,23 @@ pub fn effective_uid() -> u32 {
 /// Makes the allocator give large buffers back to the system when they are freed: glibc
 /// would otherwise raise its mmap threshold to the largest buffer freed (up to 32 MiB), and
 /// keep the next ones of that size in its heap for good — a client sending a few 30 MiB
-/// messages (refused by their size, but read whole first) left the agent at 1.5 GB. From
-/// 128 KiB (glibc's own starting threshold): a flood of 256 KiB documents left 10 MiB in
-/// the heap with 1 MiB (issue 36).
+/// messages (refused by their size, but read whole first) left the agent at 1.5 GB.
+/// Smaller buffers stay in the heap ([`trim_heap`] gives back what is free there): a
+/// threshold of 128 KiB made every 256 KiB document an mmap and its page faults, which
+/// slowed everyone's calls during a flood of documents (issue 36).
 pub fn return_large_buffers() {
     // SAFETY: mallopt(3) takes two integers; called before other threads allocate.
     unsafe {
-        ::libc::mallopt(::libc::M_MMAP_THRESHOLD, 128 << 10);
+        ::libc::mallopt(::libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Gives the free memory of every heap arena back to the system (after a flood of calls:
+/// a flood of 256 KiB documents otherwise left 10 MiB in the heap for good).
+pub fn trim_heap() {
+    // SAFETY: malloc_trim(3) takes a number and has no other precondition.
+    unsafe {
+        ::libc::malloc_trim(0);
     }
 }
 
