@@ -127,6 +127,20 @@ pub async fn run(address: &str, verb: &str, rest: &[String]) -> Option<Result<St
     })
 }
 
+/// Sends `calls` calls of `kind` on `connection` without waiting for answers; how many
+/// went out.
+async fn send_calls(connection: &Connection, calls: usize, kind: &str) -> usize {
+    let mut sent = 0;
+    for _ in 0..calls {
+        let Ok(m) = call(kind) else { break };
+        if connection.send(&m).await.is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    sent
+}
+
 async fn forget(
     address: &str,
     connections: usize,
@@ -139,15 +153,7 @@ async fn forget(
     while started.elapsed() < seconds {
         let rounds = (0..connections).map(|_| async {
             let Ok(connection) = connect(address).await else { return 0 };
-            let mut n = 0;
-            for _ in 0..calls {
-                let Ok(m) = call(kind) else { break };
-                if connection.send(&m).await.is_err() {
-                    break;
-                }
-                n += 1;
-            }
-            n
+            send_calls(&connection, calls, kind).await
         });
         let counts = futures_util::future::join_all(rounds).await;
         sent += counts.iter().sum::<usize>();
@@ -167,10 +173,7 @@ async fn unread(
     let mut sent = 0usize;
     for _ in 0..connections {
         let connection = connect(address).await?;
-        for _ in 0..calls {
-            connection.send(&call(kind)?).await.map_err(|e| e.to_string())?;
-            sent += 1;
-        }
+        sent += send_calls(&connection, calls, kind).await;
         open.push(connection);
     }
     // Nothing reads the answers: this thread (the runtime's only one) sleeps.

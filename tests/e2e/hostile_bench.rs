@@ -246,17 +246,12 @@ fn a_bench_over_the_bound_is_refused_and_one_that_reaches_it_is_stopped() {
     assert!(agent.journal().get("bench").is_none(), "{}", agent.journal());
 }
 
-/// Finding 6: root cancels a member's bench with `gpushare-ctl cancel`, which `status`
-/// says how to do; the GPU is restored. Another user may not; an apply cannot be.
-#[test]
-fn root_cancels_a_members_bench() {
-    let Some(agent) = agent("a100-40gb:1", "") else { return };
-    let before = agent.status();
-    let apply_job = agent.call(None, &["latest-job"]);
-    let dir = member_dir(IDLING);
+/// MEMBER's bench of an idling replica in `dir` (30 s windows, MPS only), once its replica
+/// runs: the `gpushare-ctl bench` running it, and the bench as `status` shows it.
+fn idling_bench(agent: &Agent, dir: &Path) -> (Child, gpushare_proto::types::BenchStatus) {
     let ctl = member_bench(
-        &agent,
-        dir.path(),
+        agent,
+        dir,
         &["--replicas", "1", "--strategies", "mps", "--duration", "30s"],
         &["./replica"],
     );
@@ -268,6 +263,18 @@ fn root_cancels_a_members_bench() {
             _ => Err(format!("the member's bench did not start: {status:?}")),
         }
     });
+    (ctl, bench)
+}
+
+/// Finding 6: root cancels a member's bench with `gpushare-ctl cancel`, which `status`
+/// says how to do; the GPU is restored. Another user may not; an apply cannot be.
+#[test]
+fn root_cancels_a_members_bench() {
+    let Some(agent) = agent("a100-40gb:1", "") else { return };
+    let before = agent.status();
+    let apply_job = agent.call(None, &["latest-job"]);
+    let dir = member_dir(IDLING);
+    let (ctl, bench) = idling_bench(&agent, dir.path());
     let number = bench.job.rsplit('/').next().unwrap().to_string();
     let shown = stdout(&agent.ctl(&["status"]));
     assert!(shown.contains(&format!("gpushare-ctl cancel {number}\n")), "{shown}");
@@ -314,20 +321,7 @@ fn root_cancels_a_members_bench() {
 fn a_members_bench_is_cancelled_by_its_user_from_another_terminal() {
     let Some(agent) = agent("a100-40gb:1", "") else { return };
     let dir = member_dir(IDLING);
-    let ctl = member_bench(
-        &agent,
-        dir.path(),
-        &["--replicas", "1", "--strategies", "mps", "--duration", "30s"],
-        &["./replica"],
-    );
-    let bench = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
-        let status = agent.status();
-        let replicas = agent.journal()["bench"]["replicas"].as_array().map_or(0, Vec::len);
-        match status.benches.first() {
-            Some(b) if replicas > 0 => Ok(b.clone()),
-            _ => Err(format!("the member's bench did not start: {status:?}")),
-        }
-    });
+    let (ctl, bench) = idling_bench(&agent, dir.path());
     let number = bench.job.rsplit('/').next().unwrap().to_string();
     let out =
         agent.ctl_as(MEMBER, None, dir.path(), dir.path(), &["cancel", &number]).output().unwrap();

@@ -270,17 +270,10 @@ impl Service {
         tracing::info!(job = %path.as_str(), profile = %profile, steps = job.plan().step_count(), "apply started");
         let span = log::apply_span(path.as_str(), profile);
         let engine = Arc::clone(&self.engine);
-        let path = self.jobs.spawn(
-            &self.connection,
-            number,
-            span,
-            Ownership::default(),
-            async move |tx| {
-                let report = engine.run_apply(&job, tx).await;
-                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-            },
-        );
-        Ok(Answer::Path(path))
+        Ok(self.spawn(number, span, Ownership::default(), async move |tx| {
+            let report = engine.run_apply(&job, tx).await;
+            (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+        }))
     }
 
     async fn probe(&self, options: &HashMap<String, OwnedValue>) -> Result<Answer, Failure> {
@@ -290,17 +283,10 @@ impl Service {
         let job = self.engine.begin_probe(options, path.as_str()).await?;
         let engine = Arc::clone(&self.engine);
         let span = log::job_span(path.as_str());
-        let path = self.jobs.spawn(
-            &self.connection,
-            number,
-            span,
-            Ownership::default(),
-            async move |tx| {
-                let report = engine.run_probe(&job, tx).await;
-                (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-            },
-        );
-        Ok(Answer::Path(path))
+        Ok(self.spawn(number, span, Ownership::default(), async move |tx| {
+            let report = engine.run_probe(&job, tx).await;
+            (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+        }))
     }
 
     /// Starts a bench of `command` (run as the caller); it is cancelled when its caller
@@ -337,12 +323,29 @@ impl Service {
         let ownership = Ownership::cancellable(cancel, sender.to_owned(), caller.uid);
         let engine = Arc::clone(&self.engine);
         let span = log::job_span(path.as_str());
-        let path = self.jobs.spawn(&self.connection, number, span, ownership, async move |tx| {
+        Ok(self.spawn(number, span, ownership, async move |tx| {
             let report = engine.run_bench(&job, tx).await;
             watcher.abort();
             (report, Box::new(job) as Box<dyn std::any::Any + Send>)
-        });
-        Ok(Answer::Path(path))
+        }))
+    }
+
+    /// Publishes job `number` running `work` (see [`Jobs::spawn`]); its path is the answer.
+    fn spawn<F, Fut>(
+        &self,
+        number: u64,
+        span: tracing::Span,
+        ownership: Ownership,
+        work: F,
+    ) -> Answer
+    where
+        F: FnOnce(tokio::sync::mpsc::UnboundedSender<crate::apply::Progress>) -> Fut
+            + Send
+            + 'static,
+        Fut: std::future::Future<Output = (crate::engine::JobReport, Box<dyn std::any::Any + Send>)>
+            + Send,
+    {
+        Answer::Path(self.jobs.spawn(&self.connection, number, span, ownership, work))
     }
 }
 
