@@ -20,8 +20,8 @@
 //!   its time, counted from [`Limits::min_cost`] to [`Limits::max_cost`] (a call that waits
 //!   for a lock costs no more than one that works). A user whose budget is spent waits
 //!   until it fills again: a steady flood of cheap calls is served at a bounded rate, so
-//!   it neither takes the cores nor, pipelined, the bus from everyone else. Calls that
-//!   change the GPUs (members of the `gpushare` group) are not charged.
+//!   it neither takes the cores nor, pipelined, the bus from everyone else. Every call is
+//!   charged, those that change the GPUs too (a refused `Apply` is as cheap as a read).
 //! - **Refused at once** beyond those bounds (`LimitsExceeded`), so that what a user can
 //!   make the agent hold is bounded; **dropped** without an answer once the caller has
 //!   left the bus: a sender that has gone costs nothing more.
@@ -109,9 +109,10 @@ struct Entry<T> {
 }
 
 enum Identity {
+    /// A lookup is in flight: calls wait for it.
     Asking,
     Known(Arc<Caller>),
-    /// Asked, and the bus did not say: the next call asks again.
+    /// Not asked yet, or asked and the bus did not say: the next call asks.
     Unknown,
 }
 
@@ -205,28 +206,25 @@ impl<T> Admission<T> {
             let name: Arc<str> = Arc::from(sender);
             let connection = Connection {
                 name: Arc::clone(&name),
-                identity: Identity::Asking,
+                identity: Identity::Unknown,
                 counted: 0,
                 unidentified: VecDeque::new(),
             };
             self.connections.insert(name, connection);
-            let mut steps = self.unidentified(sender, bytes, item);
-            if !matches!(steps.first(), Some(Step::Refuse { .. })) {
-                steps.push(Step::Ask(sender.to_owned()));
-            }
-            return steps;
         }
         let caller = match &self.connections[sender].identity {
             Identity::Asking => return self.unidentified(sender, bytes, item),
             Identity::Known(caller) => Arc::clone(caller),
+            // Not asked yet, or asked without an answer: this call asks. A refused call asks
+            // nothing, and the connection's next call asks again.
             Identity::Unknown => {
+                let steps = self.unidentified(sender, bytes, item);
+                if matches!(steps.first(), Some(Step::Refuse { .. })) {
+                    return steps;
+                }
                 let connection = self.connections.get_mut(sender).expect("known connection");
                 connection.identity = Identity::Asking;
-                let mut steps = self.unidentified(sender, bytes, item);
-                if !matches!(steps.first(), Some(Step::Refuse { .. })) {
-                    steps.push(Step::Ask(sender.to_owned()));
-                }
-                return steps;
+                return vec![Step::Ask(sender.to_owned())];
             }
         };
         self.known(sender, bytes, item, caller, now)
@@ -263,13 +261,12 @@ impl<T> Admission<T> {
     }
 
     /// A call of connection `sender`, run as user `uid`, has been answered at `now`, after
-    /// `took` (charged to the user's budget when `charged`).
+    /// `took` (charged to the user's budget).
     pub fn finished(
         &mut self,
         sender: &str,
         uid: u32,
         took: Duration,
-        charged: bool,
         now: Instant,
     ) -> Vec<Step<T>> {
         if let Some(connection) = self.connections.get_mut(sender) {
@@ -283,9 +280,7 @@ impl<T> Admission<T> {
         if let Some(user) = self.users.get_mut(&uid) {
             user.running = user.running.saturating_sub(1);
             user.fill(&limits, now);
-            if charged {
-                user.budget -= took.clamp(limits.min_cost, limits.max_cost).as_secs_f64();
-            }
+            user.budget -= took.clamp(limits.min_cost, limits.max_cost).as_secs_f64();
             if !user.waiting.is_empty() && !user.in_rotation {
                 user.in_rotation = true;
                 self.rotation.push_back(uid);
@@ -562,8 +557,8 @@ mod tests {
         // One turn for the user: the first runs, the second waits.
         assert_eq!(runs(&steps), vec![1]);
         assert_eq!(a.waiting(), 1);
-        assert_eq!(runs(&a.finished(":1.1", 1000, Duration::ZERO, true, t0())), vec![2]);
-        assert_eq!(runs(&a.finished(":1.1", 1000, Duration::ZERO, true, t0())), Vec::<u32>::new());
+        assert_eq!(runs(&a.finished(":1.1", 1000, Duration::ZERO, t0())), vec![2]);
+        assert_eq!(runs(&a.finished(":1.1", 1000, Duration::ZERO, t0())), Vec::<u32>::new());
         assert_eq!(a.waiting(), 0);
     }
 
@@ -596,7 +591,7 @@ mod tests {
         let mut order: Vec<u32> = Vec::new();
         let mut last = (":a", 1);
         for _ in 0..6 {
-            let steps = a.finished(last.0, last.1, Duration::ZERO, true, t0());
+            let steps = a.finished(last.0, last.1, Duration::ZERO, t0());
             let next = runs(&steps);
             if next.is_empty() {
                 break;
@@ -645,7 +640,7 @@ mod tests {
         a.arrive(":h", 1, 12, t0());
         assert_eq!(a.gone(":h"), vec![Step::Drop(11), Step::Drop(12)]);
         assert_eq!(a.waiting(), 0);
-        assert!(a.finished(":h", 5, Duration::ZERO, true, t0()).is_empty());
+        assert!(a.finished(":h", 5, Duration::ZERO, t0()).is_empty());
     }
 
     #[test]
@@ -660,6 +655,24 @@ mod tests {
         assert_eq!(a.arrive(":f", 1, 2, t0()), vec![Step::Ask(":f".into())]);
         // The answer this time: the call goes on as that user's.
         assert_eq!(runs(&a.identified(":f", user(0), t0())), vec![2]);
+    }
+
+    #[test]
+    fn a_connection_whose_first_call_was_refused_asks_with_its_next() {
+        let mut a = Admission::new(small());
+        assert_eq!(refused(&a.arrive(":1", 60, 1, t0())), 0);
+        // Over the bytes of all unidentified calls: refused, and nothing asked.
+        assert_eq!(
+            a.arrive(":2", 60, 2, t0()),
+            vec![Step::Refuse {
+                item: 2,
+                why: "too many calls wait for the bus to say whose they are".into()
+            }]
+        );
+        a.identified(":1", user(3), t0());
+        // Room again: the second connection's next call asks.
+        assert_eq!(a.arrive(":2", 10, 3, t0()), vec![Step::Ask(":2".into())]);
+        assert_eq!(runs(&a.identified(":2", user(4), t0())), vec![3]);
     }
 
     #[test]
@@ -687,7 +700,7 @@ mod tests {
         assert_eq!(runs(&a.identified(":a", user(1), t)), vec![1]);
         a.arrive(":a", 1, 2, t);
         // The first call took 50 ms: 40 ms more than the budget held.
-        assert!(runs(&a.finished(":a", 1, Duration::from_millis(50), true, t)).is_empty());
+        assert!(runs(&a.finished(":a", 1, Duration::from_millis(50), t)).is_empty());
         let wake = a.next_wake().expect("user 1 waits for their budget");
         assert!(wake > t + Duration::from_millis(150) && wake < t + Duration::from_millis(170));
         // Another user is served meanwhile.
@@ -696,16 +709,10 @@ mod tests {
         assert!(runs(&a.tick(t + Duration::from_millis(100))).is_empty());
         assert_eq!(runs(&a.tick(wake)), vec![2]);
         // What a call costs is bounded: a lock wait of a minute costs 100 ms.
-        assert!(runs(&a.finished(":a", 1, Duration::from_secs(60), true, wake)).is_empty());
+        assert!(runs(&a.finished(":a", 1, Duration::from_secs(60), wake)).is_empty());
         a.arrive(":a", 1, 3, wake);
         let next = a.next_wake().unwrap();
         assert!(next <= wake + Duration::from_millis(401), "{:?}", next - wake);
-        // Calls that are not charged leave the budget alone.
-        let mut b = Admission::new(limits);
-        b.arrive(":m", 1, 1, t);
-        b.identified(":m", user(3), t);
-        b.arrive(":m", 1, 2, t);
-        assert_eq!(runs(&b.finished(":m", 3, Duration::from_secs(20), false, t)), vec![2]);
     }
 }
 
@@ -746,7 +753,7 @@ mod drain {
             let finishing = std::mem::take(&mut running);
             for _ in &finishing {
                 done += 1;
-                for s in a.finished(":o", 9, Duration::from_millis(100), true, now) {
+                for s in a.finished(":o", 9, Duration::from_millis(100), now) {
                     if let Step::Run { item, .. } = s {
                         running.push(item);
                     }

@@ -19,7 +19,8 @@ use zbus::message::Flags;
 use zbus::zvariant::OwnedValue;
 
 use super::errors::Failure;
-use super::options;
+use super::options::{self, ApplyOptions};
+use crate::engine::{BenchOptions, ProbeOptions};
 
 /// `io.gpushare.Agent1`.
 pub const AGENT1: &str = "io.gpushare.Agent1";
@@ -48,19 +49,30 @@ pub struct Signal {
     pub args: &'static [(&'static str, &'static str)],
 }
 
+/// A read-only property: its name, signature, and whether `PropertiesChanged` tells of its
+/// changes (`false`: it never changes, introspected as `EmitsChangedSignal` `const`).
+#[derive(Debug)]
+pub struct Property {
+    pub name: &'static str,
+    pub signature: &'static str,
+    pub changes: bool,
+}
+
 /// One interface: its methods, read-only properties and signals.
 #[derive(Debug)]
 pub struct Interface {
     pub name: &'static str,
     pub methods: &'static [Method],
-    pub properties: &'static [(&'static str, &'static str)],
+    pub properties: &'static [Property],
     pub signals: &'static [Signal],
 }
 
 /// Room a body may take besides its strings (framing, small numbers).
 const SMALL: usize = 1024;
-/// An `a{sv}` of options: keys and small values.
-const OPTIONS: usize = 64 << 10;
+/// An `a{sv}` of options of `Apply` and `Probe`: a few keys and small values. Options are
+/// read into typed requests as the call is parsed (a variant of small numbers takes tens of
+/// times its size once decoded: they are never kept decoded, and their size is bounded).
+const OPTIONS: usize = 16 << 10;
 
 const fn method(
     name: &'static str,
@@ -96,8 +108,9 @@ pub static AGENT1_INTERFACE: Interface = Interface {
             "Bench",
             &[("command", "as"), ("options", "a{sv}")],
             "o",
-            // Every argument and variable as a string of its own: framing of 8 bytes each.
-            OPTIONS + 2 * BENCH_MAX_COMMAND_BYTES + 2 * BENCH_MAX_ENVIRONMENT_BYTES,
+            // The command and the environment (an option), each string with framing of
+            // up to 8 bytes: 4096 of each at most.
+            OPTIONS + BENCH_MAX_COMMAND_BYTES + BENCH_MAX_ENVIRONMENT_BYTES + (64 << 10),
         ),
         method("MpsStatus", &[], "s", SMALL),
         method("MpsLimit", &[("pid", "u"), ("threads", "u"), ("memory_bytes", "t")], "s", SMALL),
@@ -115,7 +128,7 @@ pub static AGENT1_INTERFACE: Interface = Interface {
             SMALL + PROFILE_MAX_BYTES + ORIGIN_MAX_BYTES,
         ),
     ],
-    properties: &[("Version", "s")],
+    properties: &[Property { name: "Version", signature: "s", changes: false }],
     signals: &[],
 };
 
@@ -123,7 +136,10 @@ pub static AGENT1_INTERFACE: Interface = Interface {
 pub static JOB1_INTERFACE: Interface = Interface {
     name: JOB1,
     methods: &[method("Cancel", &[], "", SMALL), method("GetOutcome", &[], "s", SMALL)],
-    properties: &[("State", "s"), ("Outcome", "s")],
+    properties: &[
+        Property { name: "State", signature: "s", changes: true },
+        Property { name: "Outcome", signature: "s", changes: true },
+    ],
     signals: &[
         Signal { name: "Progress", args: &[("done", "u"), ("total", "u"), ("step", "s")] },
         Signal { name: "Finished", args: &[("outcome", "s")] },
@@ -140,20 +156,15 @@ pub enum Call {
     /// `Agent1.PlanDocument`.
     PlanDocument { text: String, origin: String, config: String },
     /// `Agent1.Apply`.
-    Apply { profile: String, options: HashMap<String, OwnedValue> },
+    Apply { profile: String, options: ApplyOptions },
     /// `Agent1.ApplyDocument`.
-    ApplyDocument {
-        text: String,
-        origin: String,
-        config: String,
-        options: HashMap<String, OwnedValue>,
-    },
+    ApplyDocument { text: String, origin: String, config: String, options: ApplyOptions },
     /// `Agent1.Export`.
     Export,
     /// `Agent1.Probe`.
-    Probe { options: HashMap<String, OwnedValue> },
+    Probe { options: ProbeOptions },
     /// `Agent1.Bench`.
-    Bench { command: Vec<String>, options: HashMap<String, OwnedValue> },
+    Bench { options: Box<BenchOptions> },
     /// `Agent1.MpsStatus`.
     MpsStatus,
     /// `Agent1.MpsLimit`.
@@ -202,6 +213,12 @@ impl Call {
                 | Call::Bench { .. }
                 | Call::MpsLimit { .. }
         )
+    }
+
+    /// Whether the call does anything besides answer: one sent without asking for an answer
+    /// is carried out only then.
+    pub fn acts(&self) -> bool {
+        self.changes() || matches!(self, Call::Cancel { .. })
     }
 
     /// The method's name as the access policy's refusals quote it.
@@ -426,22 +443,24 @@ fn agent(msg: &Message, member: &str) -> Result<Call, Failure> {
         }
         "Apply" => {
             let (profile, options): (&str, HashMap<String, OwnedValue>) = deserialized(&body)?;
-            Call::Apply { profile: name("profile name", profile)?, options }
+            let profile = name("profile name", profile)?;
+            Call::Apply { profile, options: options::apply_options(&options)? }
         }
         "ApplyDocument" => {
             let (text, origin, config, options): (&str, &str, &str, HashMap<String, OwnedValue>) =
                 deserialized(&body)?;
+            let options = options::apply_options(&options)?;
             let (text, origin, config) = document(text, origin, config)?;
             Call::ApplyDocument { text, origin, config, options }
         }
         "Probe" => {
             let (options,): (HashMap<String, OwnedValue>,) = deserialized(&body)?;
-            Call::Probe { options }
+            Call::Probe { options: options::probe_options(&options)? }
         }
         "Bench" => {
             let (command, options): (Vec<String>, HashMap<String, OwnedValue>) =
                 deserialized(&body)?;
-            Call::Bench { command, options }
+            Call::Bench { options: Box::new(options::bench_options(command, &options)?) }
         }
         "MpsLimit" => {
             let (pid, threads, memory_bytes): (u32, u32, u64) = deserialized(&body)?;
@@ -540,7 +559,10 @@ mod tests {
             "sa{sv}" => b.build(&("a", options)).unwrap(),
             "sssa{sv}" => b.build(&("a", "b.toml", "", options)).unwrap(),
             "a{sv}" => b.build(&(options,)).unwrap(),
-            "asa{sv}" => b.build(&(vec!["true"], options)).unwrap(),
+            "asa{sv}" => {
+                let bench = HashMap::from([("cwd", Value::from("/tmp"))]);
+                b.build(&(vec!["true"], bench)).unwrap()
+            }
             "uut" => b.build(&(1u32, 2u32, 3u64)).unwrap(),
             other => panic!("no sample of {other}"),
         }
@@ -592,6 +614,26 @@ mod tests {
         let e = parse(&doc).unwrap_err();
         assert!(e.message().contains("bytes of arguments"), "{}", e.message());
         assert!(e.message().len() < 200);
+        // Options are small: a variant of 60 KiB of bytes (tens of times that once decoded)
+        // is refused by its size before it is read.
+        let bytes = vec![0u8; 60 << 10];
+        let options = HashMap::from([("force", Value::from(bytes))]);
+        let apply = call(OBJECT_PATH, Some(AGENT1), "Apply").build(&("all-mps", options)).unwrap();
+        let e = parse(&apply).unwrap_err();
+        assert!(e.message().contains("bytes of arguments"), "{}", e.message());
+        // Read into typed requests: a wrong option is refused naming it.
+        let options = HashMap::from([("forse", Value::from(true))]);
+        let apply = call(OBJECT_PATH, Some(AGENT1), "Apply").build(&("all-mps", options)).unwrap();
+        assert!(parse(&apply).unwrap_err().message().contains("forse"));
+    }
+
+    #[test]
+    fn a_cancel_nobody_waits_for_still_acts() {
+        let cancel =
+            call(&format!("{JOB_PATH_PREFIX}/3"), Some(JOB1), "Cancel").build(&()).unwrap();
+        assert!(parse(&cancel).unwrap().acts());
+        let status = call(OBJECT_PATH, Some(AGENT1), "Status").build(&()).unwrap();
+        assert!(!parse(&status).unwrap().acts());
     }
 
     #[test]

@@ -47,13 +47,11 @@ struct Pending {
 
 enum Event {
     Identified(String, Result<Caller, Unknown>),
-    /// A call of the connection, run as the user, ended after the time given; whether it
-    /// counts against the user's share of the agent's time.
+    /// A call of the connection, run as the user, ended after the time given.
     Finished {
         sender: String,
         uid: u32,
         took: Duration,
-        charged: bool,
     },
 }
 
@@ -141,8 +139,8 @@ impl Door {
                             }
                             self.admission.identified(&sender, who, now)
                         }
-                        Event::Finished { sender, uid, took, charged } => {
-                            self.admission.finished(&sender, uid, took, charged, now)
+                        Event::Finished { sender, uid, took } => {
+                            self.admission.finished(&sender, uid, took, now)
                         }
                     };
                     self.carry_out(steps);
@@ -157,7 +155,9 @@ impl Door {
                     self.carry_out(steps);
                 }
                 Some(signal) = left.next() => {
+                    // The bus's own signal only (the match rule says so; checked here too).
                     if let Ok(signal) = signal
+                        && signal.header().sender().is_some_and(|s| s.as_str() == "org.freedesktop.DBus")
                         && let Ok((name, _old, new)) = signal.body().deserialize::<(&str, &str, &str)>()
                         && new.is_empty()
                         && name.starts_with(':')
@@ -199,8 +199,8 @@ impl Door {
                 return;
             }
         };
-        // A read-only call nobody waits for has nothing to do.
-        if calls::no_reply_expected(&msg) && !call.changes() {
+        // A call nobody waits for that does nothing but answer has nothing to do.
+        if calls::no_reply_expected(&msg) && !call.acts() {
             return;
         }
         // The message, and the copy of its strings in the call.
@@ -249,14 +249,8 @@ impl Door {
         let service = Arc::clone(&self.service);
         let connection = self.connection.clone();
         let sender = pending.msg.header().sender().map(|s| s.to_string()).unwrap_or_default();
-        let done = Done {
-            events: self.events.clone(),
-            sender,
-            uid: caller.uid,
-            started: Instant::now(),
-            // Members' changes are not charged: they may wait for the apply lock.
-            charged: !pending.call.changes(),
-        };
+        let done =
+            Done { events: self.events.clone(), sender, uid: caller.uid, started: Instant::now() };
         tokio::spawn(async move {
             let Pending { msg, call } = pending;
             let quiet = calls::no_reply_expected(&msg);
@@ -299,7 +293,6 @@ struct Done {
     sender: String,
     uid: u32,
     started: Instant,
-    charged: bool,
 }
 
 impl Drop for Done {
@@ -308,7 +301,6 @@ impl Drop for Done {
             sender: std::mem::take(&mut self.sender),
             uid: self.uid,
             took: self.started.elapsed(),
-            charged: self.charged,
         });
     }
 }

@@ -68,8 +68,18 @@ fn interface(i: &Interface) -> String {
         }
         let _ = writeln!(x, "    </signal>");
     }
-    for (name, sig) in i.properties {
-        let _ = writeln!(x, "    <property name=\"{name}\" type=\"{sig}\" access=\"read\"/>");
+    for p in i.properties {
+        let (name, sig) = (p.name, p.signature);
+        if p.changes {
+            let _ = writeln!(x, "    <property name=\"{name}\" type=\"{sig}\" access=\"read\"/>");
+        } else {
+            let _ = writeln!(x, "    <property name=\"{name}\" type=\"{sig}\" access=\"read\">");
+            let _ = writeln!(
+                x,
+                "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"const\"/>"
+            );
+            let _ = writeln!(x, "    </property>");
+        }
     }
     let _ = writeln!(x, "  </interface>");
     x
@@ -122,7 +132,8 @@ mod tests {
         assert!(agent.contains("<interface name=\"io.gpushare.Agent1\">"));
         assert!(agent.contains("<method name=\"ValidateProfile\">"));
         assert!(agent.contains("<arg name=\"options\" type=\"a{sv}\" direction=\"in\"/>"));
-        assert!(agent.contains("<property name=\"Version\" type=\"s\" access=\"read\"/>"));
+        assert!(agent.contains("<property name=\"Version\" type=\"s\" access=\"read\">"));
+        assert!(agent.contains("EmitsChangedSignal\" value=\"const\""));
         assert!(agent.contains("<node name=\"jobs\"/>"));
         assert!(!xml(Object::Agent, &[]).unwrap().contains("<node name=\"jobs\"/>"));
         let jobs = xml(Object::Jobs, &[3, 4]).unwrap();

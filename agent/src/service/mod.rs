@@ -22,7 +22,7 @@ use gpushare_proto::{BUS_NAME, OBJECT_PATH};
 use serde::Serialize;
 use zbus::Connection;
 use zbus::message::Header;
-use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
+use zbus::zvariant::{OwnedObjectPath, Value};
 
 use crate::access::AccessPolicy;
 use crate::engine::{Caller, Engine, ProfileRef};
@@ -154,18 +154,16 @@ impl Service {
                     .await?
             }
             Call::Apply { profile, options } => {
-                self.apply(ProfileRef::Named(&profile), &options).await?
+                self.apply(ProfileRef::Named(&profile), options).await?
             }
             Call::ApplyDocument { text, origin, config, options } => {
                 let document =
                     ProfileRef::Document { text: &text, origin: &origin, config: &config };
-                self.apply(document, &options).await?
+                self.apply(document, options).await?
             }
             Call::Export => Answer::Json(json(&engine.export().await?)),
-            Call::Probe { options } => self.probe(&options).await?,
-            Call::Bench { command, options } => {
-                self.bench(command, &options, caller, sender).await?
-            }
+            Call::Probe { options } => self.probe(options).await?,
+            Call::Bench { options } => self.bench(*options, caller, sender).await?,
             Call::MpsStatus => Answer::Json(json(&engine.mps_status().await?)),
             Call::MpsLimit { pid, threads, memory_bytes } => {
                 let threads = (threads != 0).then_some(threads);
@@ -260,9 +258,8 @@ impl Service {
     async fn apply(
         &self,
         profile: ProfileRef<'_>,
-        options: &HashMap<String, OwnedValue>,
+        options: options::ApplyOptions,
     ) -> Result<Answer, Failure> {
-        let options = options::apply_options(options)?;
         let number = self.jobs.next_number();
         let path = job::path_of(number);
         let job = self.engine.begin_apply(profile, options.force, path.as_str()).await?;
@@ -276,8 +273,7 @@ impl Service {
         }))
     }
 
-    async fn probe(&self, options: &HashMap<String, OwnedValue>) -> Result<Answer, Failure> {
-        let options = options::probe_options(options)?;
+    async fn probe(&self, options: crate::engine::ProbeOptions) -> Result<Answer, Failure> {
         let number = self.jobs.next_number();
         let path = job::path_of(number);
         let job = self.engine.begin_probe(options, path.as_str()).await?;
@@ -293,15 +289,13 @@ impl Service {
     /// leaves the bus (Ctrl-C, a killed client).
     async fn bench(
         &self,
-        command: Vec<String>,
-        options: &HashMap<String, OwnedValue>,
+        options: crate::engine::BenchOptions,
         caller: &Caller,
         sender: &str,
     ) -> Result<Answer, Failure> {
         let Ok(starter) = zbus::names::UniqueName::try_from(sender.to_owned()) else {
             return Err(Failure::agent(access_denied("Bench", "the caller is unknown")));
         };
-        let options = options::bench_options(command, options)?;
         let number = self.jobs.next_number();
         let path = job::path_of(number);
         // A caller that leaves while its bench is checked (as the caller, before any lock)
