@@ -427,7 +427,7 @@ fn a_metrics_port_someone_else_took_is_not_believed() {
     assert!(!out.status.success(), "the impostor's figures were reported: {}", text(&out));
     let err = stderr(&out);
     assert_eq!(reason_lines(&err), 1, "{err}");
-    assert!(err.contains("is listened on by a process that is not replica 0's"), "{err}");
+    assert!(err.contains("is listened on by another user's process, not replica 0's"), "{err}");
     let after = agent.status();
     assert!(after.benches.is_empty(), "{after:?}");
 }

@@ -3,15 +3,17 @@
 //! let it go; another local user may bind it first and answer the scrapes. So before it
 //! believes a scrape, the agent checks that every socket listening where a connection to
 //! `127.0.0.1:PORT` goes (`127.0.0.1`, `0.0.0.0`, `::`, `::ffff:127.0.0.1`, in
-//! `/proc/net/tcp` and `tcp6`) is held by one of the replica's own processes (a descriptor
-//! `socket:[INODE]` in `/proc/PID/fd`).
+//! `/proc/net/tcp` and `tcp6`) belongs to the replica's user: the kernel's table gives each
+//! socket's owner to anyone, and no other user can make a socket of theirs. (Looking for
+//! the socket among the replica's descriptors in `/proc/PID/fd` needs `CAP_SYS_PTRACE`,
+//! which the packaged unit does not give the agent: every scrape was refused there.)
 
 use std::collections::HashSet;
 
-/// The inodes of the TCP sockets listening where a connection to `127.0.0.1:port` would
-/// go, as the kernel lists them in `/proc/net/tcp` and `/proc/net/tcp6` (of the agent's
-/// network namespace, which the replicas share).
-pub fn listening(port: u16) -> HashSet<u64> {
+/// The owners (uid) of the TCP sockets listening where a connection to `127.0.0.1:port`
+/// would go, as the kernel lists them in `/proc/net/tcp` and `/proc/net/tcp6` (of the
+/// agent's network namespace, which the replicas share).
+pub fn listening(port: u16) -> HashSet<u32> {
     let mut found = HashSet::new();
     for (file, serving) in [("/proc/net/tcp", &SERVING_V4[..]), ("/proc/net/tcp6", &SERVING_V6[..])]
     {
@@ -32,9 +34,9 @@ const SERVING_V6: [&str; 3] = [
     "0000000000000000FFFF000000000000",
 ];
 
-/// The listening sockets of `table` (a `/proc/net/tcp*` text) on `port` at one of the
-/// `serving` addresses.
-fn listening_in(table: &str, port: u16, serving: &[&str]) -> Vec<u64> {
+/// The owners of the listening sockets of `table` (a `/proc/net/tcp*` text) on `port` at
+/// one of the `serving` addresses.
+fn listening_in(table: &str, port: u16, serving: &[&str]) -> Vec<u32> {
     let port = format!("{port:04X}");
     table
         .lines()
@@ -47,21 +49,9 @@ fn listening_in(table: &str, port: u16, serving: &[&str]) -> Vec<u64> {
             let matches = listens
                 && local_port.eq_ignore_ascii_case(&port)
                 && serving.iter().any(|s| s.eq_ignore_ascii_case(address));
-            matches.then(|| fields.get(9)?.parse().ok())?
+            matches.then(|| fields.get(7)?.parse().ok())?
         })
         .collect()
-}
-
-/// Whether one of `pids` holds the socket `inode`.
-fn held_by(pids: &[u32], inode: u64) -> bool {
-    let wanted = format!("socket:[{inode}]");
-    pids.iter().any(|pid| {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten().any(|fd| {
-                std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == &*wanted)
-            })
-        })
-    })
 }
 
 /// Why a port is not to be scraped for a replica.
@@ -82,19 +72,18 @@ impl NotOwn {
     }
 }
 
-/// Whether what listens on `port` is replica `index`'s own (its processes `pids`). Where
-/// the replica's processes cannot be listed (`pids` empty: a unit whose cgroup this host
-/// does not show where the agent looks), what listens is believed, as before this check.
-pub fn check_owner(port: u16, index: usize, pids: &[u32]) -> Result<(), NotOwn> {
-    let sockets = listening(port);
-    if sockets.is_empty() {
+/// Whether what listens on `port` is replica `index`'s own: every listener there belongs
+/// to `uid`, the user the replicas run as.
+pub fn check_owner(port: u16, index: usize, uid: u32) -> Result<(), NotOwn> {
+    let owners = listening(port);
+    if owners.is_empty() {
         return Err(NotOwn::Nothing(format!("nothing listens on 127.0.0.1:{port} yet")));
     }
-    if pids.is_empty() || sockets.iter().all(|&inode| held_by(pids, inode)) {
+    if owners.iter().all(|&owner| owner == uid) {
         return Ok(());
     }
     Err(NotOwn::Foreign(format!(
-        "127.0.0.1:{port} is listened on by a process that is not replica {index}'s (another program bound $GPUSHARE_BENCH_METRICS_PORT first); its scrapes are not believed"
+        "127.0.0.1:{port} is listened on by another user's process, not replica {index}'s (another program bound $GPUSHARE_BENCH_METRICS_PORT first); its scrapes are not believed"
     )))
 }
 
@@ -104,7 +93,7 @@ mod tests {
 
     const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0 100 0 0 10 0
-   1: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4343 1 0 100 0 0 10 0
+   1: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 4343 1 0 100 0 0 10 0
    2: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 4444 1 0 100 0 0 10 0
    3: 0200007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4545 1 0 100 0 0 10 0
 ";
@@ -112,8 +101,8 @@ mod tests {
     #[test]
     fn the_listeners_of_a_port_are_read_from_the_kernels_table() {
         // Port 8080 (1F90): the listener on 127.0.0.1, not the connection, not 127.0.0.2.
-        assert_eq!(listening_in(TCP, 8080, &SERVING_V4), [4242]);
-        assert_eq!(listening_in(TCP, 8081, &SERVING_V4), [4343]);
+        assert_eq!(listening_in(TCP, 8080, &SERVING_V4), [1000]);
+        assert_eq!(listening_in(TCP, 8081, &SERVING_V4), [1001]);
         assert!(listening_in(TCP, 9999, &SERVING_V4).is_empty());
     }
 
@@ -122,16 +111,15 @@ mod tests {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         assert_eq!(listening(port).len(), 1);
-        // This process holds it.
-        assert_eq!(check_owner(port, 0, &[std::process::id()]), Ok(()));
-        // A replica of other processes does not.
-        let e = check_owner(port, 2, &[1]).unwrap_err();
+        // This process's user holds it.
+        let me = crate::sys::unix::effective_uid();
+        assert_eq!(check_owner(port, 0, me), Ok(()));
+        // A replica of another user does not.
+        let e = check_owner(port, 2, me.wrapping_add(1)).unwrap_err();
         assert!(matches!(e, NotOwn::Foreign(_)), "{e:?}");
-        assert!(e.why().contains("is not replica 2's"), "{e:?}");
-        // Processes that cannot be listed: believed, as before the check.
-        assert_eq!(check_owner(port, 2, &[]), Ok(()));
+        assert!(e.why().contains("not replica 2's"), "{e:?}");
         drop(listener);
-        let e = check_owner(port, 0, &[std::process::id()]).unwrap_err();
+        let e = check_owner(port, 0, me).unwrap_err();
         assert!(matches!(e, NotOwn::Nothing(_)), "{e:?}");
     }
 }

@@ -352,7 +352,7 @@ fn histogram_window(
             }
             next_try[i] = Instant::now() + SCRAPE_POLL;
             // Only the replica's own listener is believed.
-            if let Err(e) = listener::check_owner(ports[i], i, &batch.processes(i)) {
+            if let Err(e) = listener::check_owner(ports[i], i, batch.uid()) {
                 if let listener::NotOwn::Foreign(why) = &e {
                     foreign.borrow_mut()[i] = Some(why.clone());
                 }
@@ -425,7 +425,7 @@ fn scrape_all(
         .enumerate()
         .map(|(i, &p)| {
             (!cancel.is_cancelled()).then(|| {
-                listener::check_owner(p, i, &batch.processes(i)).ok()?;
+                listener::check_owner(p, i, batch.uid()).ok()?;
                 histogram::scrape(p, name, SCRAPE_TIMEOUT).ok()
             })
         })

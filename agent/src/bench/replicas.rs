@@ -622,6 +622,11 @@ impl<'a> Batch<'a> {
         self.replicas.iter().filter_map(|r| r.gate.as_ref().and_then(Launcher::handle)).collect()
     }
 
+    /// The user the replicas run as (the caller's).
+    pub fn uid(&self) -> u32 {
+        self.launch.uid()
+    }
+
     /// The processes of replica `index` now (its command and everything it started).
     pub fn processes(&self, index: usize) -> Vec<u32> {
         let Some(gate) = self.replicas.get(index).and_then(|r| r.gate.as_ref()) else {
