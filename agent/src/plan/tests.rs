@@ -6,7 +6,7 @@ use super::*;
 use crate::catalog::parse_node_spec as parse_spec;
 use crate::gpu::GpuBackend;
 use crate::gpu::sim::{SimBackend, SimOptions};
-use crate::node::Operation;
+use crate::node::{MpsLimits, MpsServerState, Operation};
 use crate::profile::{ProfileStore, parse_profile};
 
 fn node(spec: &str) -> Arc<SimBackend> {
@@ -647,8 +647,8 @@ fn subdivided_instances_are_created_kept_and_recomputed() {
     // Each gets half of its compute instance's third of the 40 GB instance.
     let share = ((40448u64 << 20) / 3 / 2) & !((1 << 20) - 1);
     assert!(
-        target.instance_mps.iter().all(|(_, _, l)| l.active_thread_percentage == 50
-            && l.pinned_memory_limit_bytes == Some(share)),
+        target.instance_mps.iter().all(|(_, _, spec)| spec.limits.active_thread_percentage == 50
+            && spec.limits.pinned_memory_limit_bytes == Some(share)),
         "{:?}",
         target.instance_mps
     );
