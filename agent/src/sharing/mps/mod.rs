@@ -337,14 +337,16 @@ impl MpsController {
 
     /// `nvidia-cuda-mps-control -d` (`-d -M` for a multi-user daemon), from the agent.
     fn start_directly(&self, uuid: &str, multi_user: bool) -> Result<(), SharingError> {
-        let options = daemon_options(multi_user);
+        let options = mode_options(multi_user);
         let done = self
             .control(uuid, START_STOP_TIMEOUT)
+            .arg("-d")
             .args(options.split_whitespace())
             .env("CUDA_VISIBLE_DEVICES", uuid)
             .run();
-        let what = format!("{} {options}", self.config.control.display());
-        start_outcome(uuid, &what, done, START_STOP_TIMEOUT)
+        let what = format!("{} -d {options}", self.config.control.display());
+        let what = what.trim_end();
+        start_outcome(uuid, what, done, START_STOP_TIMEOUT)
     }
 
     /// `systemctl start gpushare-mps@<uuid>.service`, after writing the environment the
@@ -365,11 +367,11 @@ impl MpsController {
             err(Kind::CannotRun, format!("cannot run {}: {why}", self.config.control.display()))
         })?;
         let (pipe, log) = (self.pipe_dir(uuid), self.log_dir(uuid));
-        // The unit runs `${GPUSHARE_MPS_CONTROL} $GPUSHARE_MPS_OPTIONS`: the options split
-        // at spaces, as systemd does for an unquoted `$VAR`.
+        // The unit runs `${GPUSHARE_MPS_CONTROL} -d $GPUSHARE_MPS_OPTIONS`: the options
+        // split at spaces (none when empty), as systemd does for an unbraced `$VAR`.
         let vars = [
             ("GPUSHARE_MPS_CONTROL", control.as_os_str()),
-            ("GPUSHARE_MPS_OPTIONS", std::ffi::OsStr::new(daemon_options(multi_user))),
+            ("GPUSHARE_MPS_OPTIONS", std::ffi::OsStr::new(mode_options(multi_user))),
             ("CUDA_VISIBLE_DEVICES", std::ffi::OsStr::new(uuid)),
             ("CUDA_MPS_PIPE_DIRECTORY", pipe.as_os_str()),
             ("CUDA_MPS_LOG_DIRECTORY", log.as_os_str()),
@@ -519,9 +521,9 @@ impl MpsController {
     }
 }
 
-/// The control daemon's options: `-d`, and `-M` for a multi-user daemon.
-fn daemon_options(multi_user: bool) -> &'static str {
-    if multi_user { "-d -M" } else { "-d" }
+/// The control daemon's options besides `-d`: `-M` for a multi-user daemon.
+fn mode_options(multi_user: bool) -> &'static str {
+    if multi_user { "-M" } else { "" }
 }
 
 fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
