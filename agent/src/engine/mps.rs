@@ -112,7 +112,7 @@ impl Engine {
         let detail = MpsServerDetail::configured(record.spec(), record.overrides.clone());
         let (before, after) = tokio::task::spawn_blocking(move || {
             let mps = &sharing.mps;
-            let read = mps.read_live(&uuid, &detail, false)?;
+            let read = mps.read_live_now(&uuid, &detail, false)?;
             let before = read.servers.iter().find(|(p, _)| *p == server).map(|&(_, l)| l);
             let current = before.unwrap_or(detail.expected(server));
             let after = mps.limit_server(&uuid, server, threads, memory_bytes, current)?;

@@ -12,9 +12,11 @@
 //! Only when a server process runs that the run did not ask about (the first read, or a
 //! server replaced for another user) does a second run ask for its limits.
 //!
-//! **Fresh enough.** A read is kept for [`LIVE_FRESH`] and answers the reads that follow
-//! within it (the health check's, then the drift check's and the metrics' right after it,
-//! a `status` polled by a watcher); anything the agent sets or starts drops it.
+//! **Fresh enough.** A read is kept for [`LIVE_FRESH`] and answers the reads of limits
+//! alone that follow within it (the health check's, then the drift check's and the
+//! metrics' right after it, a `status` polled by a watcher); anything the agent sets or
+//! starts drops it. A read of clients is always made afresh (clients come and go), and so
+//! is the read `mps limit` makes.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -79,26 +81,17 @@ impl MpsController {
         detail: &MpsServerDetail,
         with_clients: bool,
     ) -> Result<LiveRead, SharingError> {
-        if let Some(fresh) = self.fresh_read(uuid, with_clients) {
+        if !with_clients && let Some(fresh) = self.fresh_read(uuid) {
             return Ok(fresh);
         }
-        let read = self.read_live_now(uuid, detail, with_clients)?;
-        self.live_cache().insert(uuid.to_string(), (Instant::now(), read.clone()));
-        Ok(read)
+        self.read_live_now(uuid, detail, with_clients)
     }
 
-    /// A read of the daemon of `uuid` younger than [`LIVE_FRESH`] that has what is asked.
-    fn fresh_read(&self, uuid: &str, with_clients: bool) -> Option<LiveRead> {
+    /// A read of the limits of the daemon of `uuid` younger than [`LIVE_FRESH`].
+    fn fresh_read(&self, uuid: &str) -> Option<LiveRead> {
         let cache = self.live_cache();
         let (at, read) = cache.get(uuid)?;
-        let covers = read.clients.is_some() || !with_clients;
-        (at.elapsed() < LIVE_FRESH && covers).then(|| {
-            let mut read = read.clone();
-            if !with_clients {
-                read.clients = None;
-            }
-            read
-        })
+        (at.elapsed() < LIVE_FRESH).then(|| LiveRead { clients: None, ..read.clone() })
     }
 
     /// Forgets what the daemon of `uuid` answered last: something changed it.
@@ -110,8 +103,21 @@ impl MpsController {
         self.live_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// [`Self::read_live`], asking the daemon whatever it answered last.
-    fn read_live_now(
+    /// [`Self::read_live`], asking the daemon whatever it answered last (the read is kept
+    /// for the reads of limits that follow).
+    pub fn read_live_now(
+        &self,
+        uuid: &str,
+        detail: &MpsServerDetail,
+        with_clients: bool,
+    ) -> Result<LiveRead, SharingError> {
+        let read = self.ask_live(uuid, detail, with_clients)?;
+        self.live_cache().insert(uuid.to_string(), (Instant::now(), read.clone()));
+        Ok(read)
+    }
+
+    /// One read of the daemon's limits (and clients), as the module's documentation says.
+    fn ask_live(
         &self,
         uuid: &str,
         detail: &MpsServerDetail,
@@ -325,7 +331,7 @@ impl MpsController {
             ));
         }
         // Read back as any observation reads them.
-        let after = self.read_live(uuid, detail, false)?;
+        let after = self.read_live_now(uuid, detail, false)?;
         let mut restored = Restored { defaults: None, servers: Vec::new() };
         let mut left = Vec::new();
         if let Some((was, want)) = drift.defaults {
