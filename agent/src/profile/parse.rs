@@ -864,6 +864,28 @@ select = "all"
     }
 
     #[test]
+    fn mps_multi_user_is_a_boolean_and_defaults_to_one_user_at_a_time() {
+        let settings = |text: &str| match &parse(text).unwrap().rules[0].sharing {
+            Sharing::Mps(s) => s.clone(),
+            other => panic!("{other:?}"),
+        };
+        let head = "name = \"a\"\n[[gpu]]\nselect = 0\n";
+        assert!(
+            settings(&format!("{head}sharing = {{ mps = {{ multi_user = true }} }}\n")).multi_user
+        );
+        assert!(!settings(&format!("{head}sharing = {{ mps = {{ replicas = 4 }} }}\n")).multi_user);
+        assert!(!settings(&format!("{head}sharing = \"mps\"\n")).multi_user);
+        let e = err(&format!("{head}sharing = {{ mps = {{ multi_user = 1 }} }}\n"));
+        assert_eq!(e, "test.toml:4:34: mps multi_user must be true or false, not 1");
+        let e = err(&format!("{head}sharing = {{ mps = {{ multiuser = true }} }}\n"));
+        assert!(
+            e.starts_with("test.toml:4:21: unknown key `multiuser` in the mps settings"),
+            "{e}"
+        );
+        assert!(e.contains("`multi_user`"), "{e}");
+    }
+
+    #[test]
     fn value_errors_point_at_the_value() {
         let e = err("name = \"a\"\n[[gpu]]\nselect = \"halfway\"\n");
         assert!(e.starts_with("test.toml:3:10: select: unknown selector \"halfway\""), "{e}");
