@@ -278,7 +278,7 @@ fn mps_limit_names_the_right_server_and_every_view_shows_its_effect() {
     wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
         let body = scrape(port);
         match series(&body, "gpushare_mps_active_thread_ratio", 1) {
-            Some(ratio) if ratio == 0.5 => Ok(()),
+            Some(0.5) => Ok(()),
             other => Err(format!("GPU 1's ratio is {other:?}")),
         }
     });
