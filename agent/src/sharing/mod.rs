@@ -90,12 +90,24 @@ impl SharingTools {
     ) {
         let details = &node.mps_details;
         let wanted = |s: &MpsServerState| with_clients(s) && !s.clients_read;
-        let reads: Vec<(usize, bool, Result<LiveRead, SharingError>)> =
+        // What a fresh read answers needs no thread: only the others ask their daemons.
+        let mut fresh = Vec::new();
+        let asked: Vec<(usize, &MpsServerState, &MpsServerDetail)> = node
+            .mps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.pid.is_some())
+            .filter_map(|(i, s)| Some((i, s, details.get(&s.uuid)?)))
+            .filter(|(_, s, detail)| detail.live.is_none() || wanted(s))
+            .filter(|&(i, s, _)| {
+                let cached = (!wanted(s)).then(|| self.mps.fresh_read(&s.uuid)).flatten();
+                cached.map(|read| fresh.push((i, false, Ok(read)))).is_none()
+            })
+            .collect();
+        let mut reads: Vec<(usize, bool, Result<LiveRead, SharingError>)> =
             std::thread::scope(|scope| {
-                let running = node.mps.iter().enumerate().filter(|(_, s)| s.pid.is_some());
-                let handles: Vec<_> = running
-                    .filter_map(|(i, s)| Some((i, s, details.get(&s.uuid)?)))
-                    .filter(|(_, s, detail)| detail.live.is_none() || wanted(s))
+                let handles: Vec<_> = asked
+                    .into_iter()
                     .map(|(i, server, detail)| {
                         let clients = wanted(server);
                         let read =
@@ -113,6 +125,7 @@ impl SharingTools {
                     })
                     .collect()
             });
+        reads.extend(fresh);
         for (i, with_clients, read) in reads {
             let server = &node.mps[i];
             let read = match read {

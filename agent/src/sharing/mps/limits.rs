@@ -88,7 +88,7 @@ impl MpsController {
     }
 
     /// A read of the limits of the daemon of `uuid` younger than [`LIVE_FRESH`].
-    fn fresh_read(&self, uuid: &str) -> Option<LiveRead> {
+    pub fn fresh_read(&self, uuid: &str) -> Option<LiveRead> {
         let cache = self.live_cache();
         let (at, read) = cache.get(uuid)?;
         (at.elapsed() < LIVE_FRESH).then(|| LiveRead { clients: None, ..read.clone() })
