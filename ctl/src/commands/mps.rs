@@ -5,8 +5,8 @@
 //! GPU  GI  UUID                                      STATE    PID   MODE        SERVER        THREADS  MEMORY  FROM       RESTARTS  CLIENTS    PIPE
 //! 0    -   GPU-00000000-0000-0000-0000-000000000000  running  4100  one user    4101 (root)       50%   2 GiB  mps limit         0  4242,4243  /run/gpushare/mps/GPU-…/pipe
 //! 1    9   MIG-11111111-1111-1111-1111-111111111111  down     -     multi-user  -                100%       -  -                 3  -          /run/gpushare/mps/MIG-…/pipe
-//! GPU 0: server 4101 runs as root and serves root's clients only: another user's client waits until its clients are gone (multi_user = true in the profile serves every user at once)
-//! GPU 0: server 4101 has 50% threads, 2 GiB from gpushare-ctl mps limit (by uid 0, 2026-12-07 10:00:00 UTC), for its new clients; a server started later has the daemon's defaults, 25% threads, 2 GiB
+//! GPU 0: server 4101 serves root's clients only: another user's client waits until they are gone (multi_user = true in the profile serves every user at once)
+//! GPU 0: server 4101 has 50% threads, 2 GiB from gpushare-ctl mps limit (by uid 0, 2026-12-07 10:00:00 UTC), for its new clients; a server the daemon starts later has the daemon's defaults (25% threads, 2 GiB)
 //! ```
 //!
 //! GI is the GPU instance id of the MIG instance a server serves (`-` for a whole GPU), as
@@ -165,14 +165,17 @@ fn limit_notes(server: &MpsServer, device: &str) -> Vec<String> {
                 limits_words(&p.limits)
             )),
             "mps-limit" => {
-                let by = p.override_by_uid.map_or_else(String::new, |uid| format!("by uid {uid}, "));
-                let at = p.override_at_unix_seconds.map(local_time).unwrap_or_default();
+                let by = p.override_by_uid.map(|uid| format!("by uid {uid}"));
+                let at = p.override_at_unix_seconds.map(local_time).filter(|t| !t.is_empty());
+                let when: Vec<String> = by.into_iter().chain(at).collect();
+                let when =
+                    if when.is_empty() { String::new() } else { format!(" ({})", when.join(", ")) };
                 let later = server.daemon_defaults.or(server.configured).map_or_else(
                     String::new,
                     |d| format!(" ({})", limits_words(&d)),
                 );
                 lines.push(format!(
-                    "{device}: server {} has {} from gpushare-ctl mps limit ({by}{at}), for its new clients; a server the daemon starts later has the daemon's defaults{later}",
+                    "{device}: server {} has {} from gpushare-ctl mps limit{when}, for its new clients; a server the daemon starts later has the daemon's defaults{later}",
                     p.pid,
                     limits_words(&p.limits)
                 ));
@@ -384,7 +387,7 @@ GPU  GI  UUID                                      STATE    PID   MODE        SE
 0    -   GPU-00000000-0000-0000-0000-000000000000  running  4100  one user    4101 (root)      50%   2 GiB  mps limit         0  4242,4243  /run/gpushare/mps/GPU-0/pipe
 1    9   MIG-11111111-1111-1111-1111-111111111111  down     -     multi-user  -               100%       -  -                 3  -          /run/gpushare/mps/MIG-1/pipe
 GPU 0: server 4101 serves root's clients only: another user's client waits until they are gone (multi_user = true in the profile serves every user at once)
-GPU 0: server 4101 has 50% threads, 2 GiB from gpushare-ctl mps limit (by uid 0, ), for its new clients; a server the daemon starts later has the daemon's defaults (25% threads, 2 GiB)
+GPU 0: server 4101 has 50% threads, 2 GiB from gpushare-ctl mps limit (by uid 0), for its new clients; a server the daemon starts later has the daemon's defaults (25% threads, 2 GiB)
 ";
         assert_eq!(text, expected, "\n{text}");
     }
