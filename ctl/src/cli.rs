@@ -305,10 +305,13 @@ pub struct MpsArgs {
 /// Sub-verbs of `mps`.
 #[derive(Debug, Subcommand)]
 pub enum MpsCommand {
-    /// List the MPS servers: device, state, limits, clients, pipe directory.
+    /// List the MPS servers: device, state, mode, whom each serves, the limits a client
+    /// gets now (as the control daemon answers them) and where they come from, clients,
+    /// pipe directory.
     Status,
-    /// Set the limits of the MPS server that serves a client; they apply to the server's
-    /// new clients.
+    /// Set the limits of the MPS server process that serves a client; they apply to that
+    /// server's new clients, and a server started later (for another user, or after a
+    /// restart) begins with the profile's limits again.
     Limit(MpsLimitArgs),
 }
 

@@ -30,6 +30,7 @@ mod journal;
 mod metrics;
 mod mig_models;
 mod mig_profiles;
+mod mps_limits;
 mod nvidia_clients;
 mod plan_safety;
 mod profile_input;

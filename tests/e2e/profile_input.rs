@@ -165,7 +165,7 @@ fn profile_errors_speak_the_profiles_words_across_the_bus() {
             "typo.toml",
             rule("sharing = { mps = { replica = 4 } }"),
             "3:21: unknown key `replica` in the mps settings: use `replicas`, \
-             `active_thread_percentage`, `pinned_memory_limit` or `max_clients`",
+             `active_thread_percentage`, `pinned_memory_limit`, `max_clients` or `multi_user`",
         ),
         (
             "two.yaml",

@@ -178,9 +178,13 @@ pub struct MpsServer {
     pub state: String,
     /// Control daemon pid.
     pub pid: Option<u32>,
-    /// Default active thread percentage of clients.
+    /// The active thread percentage a client connecting now gets: the running server
+    /// process's as its control daemon answers it, else the daemon's default (the first
+    /// client starts a server with it). The configured one when the daemon was not asked
+    /// (`limits_source` `null`; agents before live limits always showed the configured one).
     pub active_thread_percentage: u32,
-    /// Default pinned device memory limit of clients in bytes; `null` for none.
+    /// The pinned device memory limit in bytes a client connecting now gets, as
+    /// `active_thread_percentage`; `null` for none.
     pub pinned_memory_limit_bytes: Option<u64>,
     /// Restarts by the supervisor.
     pub restarts: u32,
@@ -189,6 +193,65 @@ pub struct MpsServer {
     /// Client pids (empty when not asked or none).
     #[serde(default)]
     pub clients: Vec<u32>,
+    /// Where the two limits above come from: `profile` (as the profile set them),
+    /// `mps-limit` (an override `gpushare-ctl mps limit` made on the running server
+    /// process) or `unknown` (changed through the control daemon outside gpushare: drift,
+    /// which the health check puts back); `null` when the daemon was not asked.
+    #[serde(default)]
+    pub limits_source: Option<String>,
+    /// The limits the profile set as the daemon's defaults. `null` from older agents.
+    #[serde(default)]
+    pub configured: Option<MpsLimitValues>,
+    /// The daemon's default limits as it answers them now (what a server it starts from now
+    /// on gets); `null` when it was not asked.
+    #[serde(default)]
+    pub daemon_defaults: Option<MpsLimitValues>,
+    /// The running MPS server processes (one at a time: the daemon starts one with the first
+    /// client), as the daemon answers for them; empty when none runs or it was not asked.
+    #[serde(default)]
+    pub server_processes: Vec<MpsServerProcess>,
+    /// Whether the daemon serves every user's clients at once through one server running
+    /// as root (multi-user, `-M`: the profile's `multi_user`), or one user's at a time
+    /// (NVIDIA's default: a client of another user waits until the server's clients are
+    /// gone).
+    #[serde(default)]
+    pub multi_user: bool,
+    /// Drifted limits the health check put back since the agent started.
+    #[serde(default)]
+    pub limit_restores: u32,
+}
+
+/// An MPS server's two limits of clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpsLimitValues {
+    /// Active thread percentage.
+    pub active_thread_percentage: u32,
+    /// Pinned device memory limit in bytes; `null` for none.
+    pub pinned_memory_limit_bytes: Option<u64>,
+}
+
+/// One MPS server process of a control daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpsServerProcess {
+    /// Its pid (`get_server_list`).
+    pub pid: u32,
+    /// The user it runs as: the one user whose clients it serves (for a multi-user daemon,
+    /// the daemon's user, serving all); `null` when it could not be told.
+    pub uid: Option<u32>,
+    /// That user's name, when the password database has one.
+    pub user: Option<String>,
+    /// Its limits for new clients, as the daemon answers them.
+    pub limits: MpsLimitValues,
+    /// Where they come from: `profile`, `mps-limit` or `unknown` (see
+    /// [`MpsServer::limits_source`]).
+    pub source: String,
+    /// The `mps limit` override recorded for it: who asked (uid, when the transport
+    /// said) and when (seconds since the Unix epoch).
+    #[serde(default)]
+    pub override_by_uid: Option<u32>,
+    /// When that override was made.
+    #[serde(default)]
+    pub override_at_unix_seconds: Option<u64>,
 }
 
 /// What `MpsStatus` returns.
@@ -211,6 +274,31 @@ pub struct MpsLimitResult {
     pub active_thread_percentage: Option<u32>,
     /// Pinned memory limit set, if any.
     pub pinned_memory_limit_bytes: Option<u64>,
+    /// The GPU of that device, by index. `null` from older agents.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// The control daemon of that device (the PID `gpushare-ctl mps` shows).
+    #[serde(default)]
+    pub daemon_pid: Option<u32>,
+    /// The server process's limits before, as its control daemon answered them.
+    #[serde(default)]
+    pub before: Option<MpsLimitValues>,
+    /// Its limits after, read back.
+    #[serde(default)]
+    pub after: Option<MpsLimitValues>,
+    /// The daemon's default limits, which a server started later gets (for another user,
+    /// or after a restart): the override does not carry over.
+    #[serde(default)]
+    pub daemon_defaults: Option<MpsLimitValues>,
+    /// The user the server process runs as, whose clients it serves.
+    #[serde(default)]
+    pub server_uid: Option<u32>,
+    /// That user's name.
+    #[serde(default)]
+    pub server_user: Option<String>,
+    /// Whether the daemon serves every user at once (multi-user).
+    #[serde(default)]
+    pub multi_user: bool,
 }
 
 /// What `Env` returns.

@@ -190,6 +190,10 @@ pub struct GpuCheckpoint {
     /// the order of `mps`; missing: 0.
     #[serde(default)]
     pub mps_compute: Vec<u8>,
+    /// Whether each server of `mps` served every user at once (multi-user mode), in the
+    /// order of `mps`; missing: not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mps_multi_user: Vec<bool>,
     /// Time-slice interval, when it was known.
     #[serde(default)]
     pub timeslice: Option<TimeSliceInterval>,
@@ -209,6 +213,9 @@ impl GpuCheckpoint {
                 compute_mode: g.compute_mode,
                 mps: running(node, g.index).map(|s| (s.placement_start, s.limits)).collect(),
                 mps_compute: running(node, g.index).map(|s| s.compute_instance).collect(),
+                mps_multi_user: running(node, g.index)
+                    .map(|s| node.mps_spec(s).multi_user)
+                    .collect(),
                 timeslice: node.timeslice(g.index),
             })
             .collect()
@@ -503,6 +510,7 @@ mod tests {
             compute_mode: ComputeMode::Default,
             mps: vec![],
             mps_compute: vec![],
+            mps_multi_user: vec![],
             timeslice: None,
         }
     }

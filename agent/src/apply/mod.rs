@@ -445,7 +445,7 @@ fn carry_out(
             sharing.mps.stop(&uuid).map_err(sharing_error(Operation::StopMps, gpu))?;
             StepEffect::None
         }
-        Step::StartMps { gpu, device, limits } => {
+        Step::StartMps { gpu, device, limits, multi_user } => {
             let (uuid, placement_start, compute_instance) = match device {
                 MpsDevice::Gpu { uuid } => (uuid, None, 0),
                 MpsDevice::Instance { start, compute_instance, .. } => {
@@ -477,10 +477,19 @@ fn carry_out(
                 placement_start,
                 compute_instance,
                 limits,
+                multi_user,
                 restarts: 0,
                 daemon: None,
+                overrides: Vec::new(),
             };
             sharing.mps.start(&record).map_err(sharing_error(Operation::StartMps, gpu))?;
+            StepEffect::None
+        }
+        Step::SetMpsLimits { gpu, uuid, drift } => {
+            sharing
+                .mps
+                .restore(&uuid, &drift)
+                .map_err(sharing_error(Operation::SetMpsLimits, gpu))?;
             StepEffect::None
         }
         Step::SetTimeslice { gpu, interval } => {

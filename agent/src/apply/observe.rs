@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::gpu::nvml::reset_blockers::join_labels;
 use crate::gpu::{ErrorCode, GpuBackend, GpuError, ResetBlocker};
-use crate::node::NodeState;
+use crate::node::{MpsServerState, NodeState};
 use crate::plan::{Plan, Step};
 use crate::sharing::SharingTools;
 use crate::sys::command::find_program;
@@ -85,6 +85,26 @@ impl NodeAccess {
             }
         };
         in_flight.await.map(|node| (*node).clone())
+    }
+
+    /// `node` with the live limits of its running MPS servers read where they were not
+    /// (and the clients of the servers `with_clients` picks), off the async threads: one
+    /// control run per daemon ([`SharingTools::read_mps_live`]).
+    pub async fn read_live_limits(
+        &self,
+        mut node: NodeState,
+        with_clients: impl Fn(&MpsServerState) -> bool + Send + Sync + 'static,
+    ) -> Result<NodeState, GpuError> {
+        if !node.mps.iter().any(|s| s.pid.is_some()) {
+            return Ok(node);
+        }
+        let sharing = Arc::clone(&self.sharing);
+        tokio::task::spawn_blocking(move || {
+            sharing.read_mps_live(&mut node, with_clients);
+            node
+        })
+        .await
+        .map_err(panicked)
     }
 
     /// The first external program `plan` needs that cannot run here, or the MPS root it
@@ -201,9 +221,10 @@ impl NodeAccess {
             let started = std::time::Instant::now();
             let mut node = NodeState::of_gpus(backend.observe()?);
             let backend_ms = started.elapsed().as_secs_f64() * 1000.0;
-            node.mps = sharing.mps_servers();
+            (node.mps, node.mps_details) = sharing.mps_observed();
             if reads.mps_clients {
-                sharing.read_mps_clients(&mut node.mps);
+                // The clients and the live limits, in one control run per daemon.
+                sharing.read_mps_live(&mut node, |_| true);
             }
             if reads.timeslices {
                 match sharing.timeslices() {
@@ -283,7 +304,8 @@ pub struct Reads {
     /// The time-slice intervals: one nvidia-smi run (about 24 ms on an H100); unknown
     /// when it fails.
     pub timeslices: bool,
-    /// The clients of each running MPS server: one control query each, side by side.
+    /// The clients of each running MPS server, and the limits its control daemon applies
+    /// now (the live limits), in one control run each, side by side.
     pub mps_clients: bool,
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::hooks::{Hooks, Phase, Settled};
 use super::journal::{GpuCheckpoint, Journal, ProfileDocument, Transaction};
 use super::{ApplyError, Executor, NoLog, Progress, Purpose};
-use crate::node::NodeState;
+use crate::node::{MpsSpec, NodeState};
 use crate::plan::{self, ComputeLayout, GpuTarget, Placed, Plan, PlanOptions};
 use crate::sys::log;
 
@@ -280,14 +280,20 @@ impl Transactions {
                     mig_enabled: cp.mig_enabled,
                     instances,
                     compute_mode: self.policy.manage_compute_mode.then_some(cp.compute_mode),
-                    mps: cp.mps.iter().find(|(start, _)| start.is_none()).map(|&(_, l)| l),
+                    mps: cp.mps.iter().enumerate().find(|(_, (start, _))| start.is_none()).map(
+                        |(i, &(_, limits))| MpsSpec {
+                            limits,
+                            multi_user: cp.mps_multi_user.get(i).copied().unwrap_or(false),
+                        },
+                    ),
                     instance_mps: cp
                         .mps
                         .iter()
                         .enumerate()
-                        .filter_map(|(i, &(start, l))| {
+                        .filter_map(|(i, &(start, limits))| {
                             let index = cp.mps_compute.get(i).copied().unwrap_or(0);
-                            start.map(|s| (s, index, l))
+                            let multi_user = cp.mps_multi_user.get(i).copied().unwrap_or(false);
+                            start.map(|s| (s, index, MpsSpec { limits, multi_user }))
                         })
                         .collect(),
                     timeslice: cp.timeslice.filter(|_| self.policy.manage_timeslice),

@@ -12,9 +12,14 @@
 //!   NVIDIA's toolkit).
 //! - `0-mps-2`, `0:1-mps-0`: share 2 of the MPS server of GPU 0 (of MIG device `0:1`): the
 //!   device, the server's pipe and log directories, and the share's limits as the client's
-//!   own `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` / `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`. A
-//!   server has as many shares as its thread limit gives (100 % / threads: 4 at 25 %, the
-//!   `replicas = 4` of `all-mps`); one without a thread limit has one.
+//!   own `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` / `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`: the
+//!   limits the server gives a client connecting now, as its control daemon answers them
+//!   (an override of `gpushare-ctl mps limit` included), so that a share never asks for
+//!   less than the server gives. A server has as many shares as its configured thread
+//!   limit gives (100 % / threads: 4 at 25 %, the `replicas = 4` of `all-mps`; one without
+//!   a thread limit has one), so that the names stay while live limits change. A share
+//!   says whom the server serves: one user at a time (NVIDIA's default), or everyone at
+//!   once (multi-user).
 //!
 //! Driver libraries are NVIDIA's business: a container asks for NVIDIA's device too
 //! (`--device nvidia.com/gpu=0`), whose spec mounts them (see DESIGN.md, "CDI").
@@ -26,7 +31,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::device_nodes::DeviceNode;
-use crate::node::{MpsServerState, NodeState, mps_memory_value};
+use crate::node::{LimitSource, MpsServerDetail, MpsServerState, NodeState, mps_memory_value};
 
 /// The CDI kind of gpushare's devices.
 pub const KIND: &str = "gpushare.io/gpu";
@@ -144,7 +149,7 @@ pub fn build(node: &NodeState, host: &dyn Host) -> (Spec, Vec<Described>, Vec<St
                         });
                     }
                     if let Some(server) = server {
-                        shares(&g.index.to_string(), &g.uuid, &label, server, &nodes, host)
+                        shares(&g.index.to_string(), &g.uuid, &label, server, node, &nodes, host)
                             .into_iter()
                             .for_each(|(d, w)| {
                                 devices.push(d);
@@ -185,7 +190,8 @@ pub fn build(node: &NodeState, host: &dyn Host) -> (Spec, Vec<Described>, Vec<St
                             });
                         }
                         if let Some(server) = server {
-                            for (d, w) in shares(&path, &ci.uuid, &what, server, &nodes, host) {
+                            for (d, w) in shares(&path, &ci.uuid, &what, server, node, &nodes, host)
+                            {
                                 devices.push(d);
                                 described.push(w);
                             }
@@ -210,7 +216,8 @@ fn mps_words(server: Option<&MpsServerState>) -> &'static str {
     if server.is_some() { " (its MPS server, without limits)" } else { "" }
 }
 
-/// How many shares a server has: as many as its thread limit gives (100 % / threads).
+/// How many shares a server has: as many as its configured thread limit gives
+/// (100 % / threads; an observation's `limits` are the configured ones).
 pub fn share_count(server: &MpsServerState) -> u32 {
     (100 / server.limits.active_thread_percentage.clamp(1, 100)).max(1)
 }
@@ -249,12 +256,29 @@ fn shares(
     uuid: &str,
     what: &str,
     server: &MpsServerState,
+    node: &NodeState,
     nodes: &[DeviceNode],
     host: &dyn Host,
 ) -> Vec<(Device, Described)> {
     let count = share_count(server);
-    let threads = server.limits.active_thread_percentage;
-    let memory = server.limits.pinned_memory_limit_bytes;
+    let detail = node.mps_detail(uuid);
+    let (limits, source) = detail
+        .and_then(MpsServerDetail::for_new_clients)
+        .unwrap_or((server.limits, LimitSource::Profile));
+    let threads = limits.active_thread_percentage;
+    let memory = limits.pinned_memory_limit_bytes;
+    let from = match source {
+        LimitSource::Profile => "",
+        LimitSource::MpsLimit => " (set by gpushare-ctl mps limit)",
+        LimitSource::Unknown => {
+            " (changed outside gpushare: the health check puts the profile's back)"
+        }
+    };
+    let users = if detail.is_some_and(|d| d.multi_user) {
+        "; multi-user: every user's containers at once, through one server running as root"
+    } else {
+        "; one user at a time: a container of another user waits until the server's clients are gone"
+    };
     (0..count)
         .map(|i| {
             let name = format!("{path}-mps-{i}");
@@ -273,7 +297,7 @@ fn shares(
                 what: "mps-share",
                 uuid: uuid.to_string(),
                 describe: format!(
-                    "share {i} of {count} of the MPS server of {what}: {threads} % threads, {memory_words}"
+                    "share {i} of {count} of the MPS server of {what}: {threads} % threads, {memory_words}{from}{users}"
                 ),
             };
             (Device { name, container_edits: edits }, described)

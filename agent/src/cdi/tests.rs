@@ -111,7 +111,9 @@ fn an_mps_server_gives_one_share_per_replica_with_its_limits() {
     assert!(!whole.env.iter().any(|e| e.starts_with("CUDA_MPS_ACTIVE")));
     assert_eq!(
         described[3].describe,
-        "share 1 of 4 of the MPS server of GPU 0 (A100-SXM4-40GB): 25 % threads, 10 GiB pinned memory"
+        "share 1 of 4 of the MPS server of GPU 0 (A100-SXM4-40GB): 25 % threads, 10 GiB pinned \
+         memory; one user at a time: a container of another user waits until the server's \
+         clients are gone"
     );
     // A server without a thread limit is one share; a stopped one none.
     node.mps[0].limits =
@@ -119,6 +121,46 @@ fn an_mps_server_gives_one_share_per_replica_with_its_limits() {
     assert_eq!(names(&build(&node, &FakeHost).0).len(), 3);
     node.mps[0].pid = None;
     assert_eq!(names(&build(&node, &FakeHost).0).len(), 2);
+}
+
+#[test]
+fn a_share_asks_for_the_limits_the_server_gives_now_and_keeps_its_name() {
+    use crate::node::{LimitOverride, LiveLimits, LiveServer, MpsServerDetail, MpsSpec};
+    let mut node = observed("a100-40gb:1");
+    let uuid = node.gpus[0].uuid.clone();
+    node.mps.push(server(&node, 0, &uuid, 25, Some(10 << 30)));
+    let configured =
+        MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: Some(10 << 30) };
+    let raised = MpsLimits { active_thread_percentage: 50, ..configured };
+    let made = LimitOverride {
+        server_pid: 77,
+        active_thread_percentage: Some(50),
+        pinned_memory_limit_bytes: None,
+        by_uid: Some(0),
+        at_unix_seconds: 1,
+    };
+    let mut detail =
+        MpsServerDetail::configured(MpsSpec { limits: configured, multi_user: true }, vec![made]);
+    detail.live = Some(LiveLimits {
+        defaults: configured,
+        servers: vec![LiveServer { pid: 77, uid: Some(0), limits: raised }],
+    });
+    node.mps_details.insert(uuid.clone(), detail);
+    let (spec, described, _) = build(&node, &FakeHost);
+    // Still four shares, named as before: the count is the profile's.
+    assert_eq!(names(&spec).len(), 6);
+    assert!(
+        spec.devices[2]
+            .container_edits
+            .env
+            .contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50".into())
+    );
+    assert_eq!(
+        described[2].describe,
+        "share 0 of 4 of the MPS server of GPU 0 (A100-SXM4-40GB): 50 % threads, 10 GiB pinned \
+         memory (set by gpushare-ctl mps limit); multi-user: every user's containers at once, \
+         through one server running as root"
+    );
 }
 
 #[test]

@@ -74,7 +74,12 @@ impl CdiKeeper {
         if !self.writer.enabled {
             return;
         }
-        let built = match self.node.observe(Reads::GPUS_AND_SERVERS).await {
+        // The shares' limits are those the servers give their clients now.
+        let observed = match self.node.observe(Reads::GPUS_AND_SERVERS).await {
+            Ok(node) => self.node.read_live_limits(node, |_| false).await,
+            Err(e) => Err(e),
+        };
+        let built = match observed {
             Ok(node) => {
                 let mut minors = HashMap::new();
                 for g in &node.gpus {

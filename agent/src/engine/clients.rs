@@ -453,7 +453,7 @@ impl super::Engine {
     ) -> Result<ClientTable, super::EngineError> {
         let viewer = viewer.into();
         let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
-        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        let node = self.node.observe_shared(reads, self.epoch()).await?.with_live_limits();
         tokio::task::spawn_blocking(move || {
             let mounts = Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;

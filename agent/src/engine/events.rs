@@ -49,6 +49,8 @@ pub enum EngineEvent {
     },
     /// The periodic health check of the MPS servers ran (or was skipped while a job ran).
     HealthChecked,
+    /// An MPS server's limits were changed on request (`mps limit`).
+    MpsChanged,
 }
 
 /// A function called with every event as it is sent.

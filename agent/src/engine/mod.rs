@@ -26,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod jobs;
 pub mod mig_profiles;
+mod mps;
 pub mod probe;
 pub mod report;
 pub mod telemetry;
@@ -34,11 +35,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use gpushare_proto::Strategy;
 use gpushare_proto::types::{
-    ClientEnv, Export, MigProfiles, MpsLimitResult, MpsStatus, ProfileDetail, ProfileList, Status,
-    Validation,
+    ClientEnv, Export, MigProfiles, ProfileDetail, ProfileList, Status, Validation,
 };
-use gpushare_proto::{MPS_THREAD_PERCENTAGE, Strategy};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 
@@ -50,7 +50,7 @@ use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
-use crate::node::{NodeState, size_text};
+use crate::node::NodeState;
 use crate::plan::{self, Plan, PlanOptions};
 use crate::profile::{self, Profile, ProfileStore};
 use crate::sharing::SharingTools;
@@ -472,23 +472,11 @@ impl Engine {
         let time_slices = self.active_time_slices(&journal);
         let reads = Reads { timeslices: time_slices, mps_clients: time_slices };
         let mut node = self.node.observe_shared(reads, epoch).await?;
-        // A driver that does not name MPS clients (no MPS process list): the control
-        // daemons of its GPUs' servers are asked instead, so that the clients are attributed.
-        let unnamed: Vec<String> = (node.mps.iter())
-            .filter(|_| with_clients && !reads.mps_clients)
-            .filter(|s| s.pid.is_some() && node.gpu(s.gpu).is_some_and(|g| !g.mps_clients_named))
-            .map(|s| s.uuid.clone())
-            .collect();
-        if !unnamed.is_empty() {
-            let sharing = Arc::clone(&self.node.sharing);
-            node = tokio::task::spawn_blocking(move || {
-                sharing.read_mps_clients_where(&mut node.mps, |s| unnamed.contains(&s.uuid));
-                node
-            })
-            .await
-            .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?;
-        }
-        let mps = &self.node.sharing.mps;
+        // The limits each control daemon applies now, in one control run per daemon (none
+        // when the observation read them with the clients); on a GPU whose driver does not
+        // name MPS clients (no MPS process list) the same run asks the daemon for them, so
+        // that the clients are attributed.
+        node = self.with_live_limits(node, with_clients).await?;
         let drift = (self.epoch() == epoch).then(|| self.drift_of(&node, &journal)).flatten();
         let profiles = self.profiles();
         let active_source = journal.active_profile.as_deref().map(|name| {
@@ -520,8 +508,10 @@ impl Engine {
                 bench.job
             ))
         });
+        let restores = self.supervisor.restores();
+        let cx = self.mps_context(&restores);
         let mut gpus: Vec<_> =
-            node.gpus.iter().map(|g| report::gpu_status(g, &node, mps)).collect();
+            node.gpus.iter().map(|g| report::gpu_status(g, &node, &cx)).collect();
         let clients = if with_clients { self.status_clients(&node).await } else { Vec::new() };
         for client in clients {
             if let Some(gpu) = gpus.iter_mut().find(|g| g.index == client.gpu) {
@@ -577,7 +567,8 @@ impl Engine {
             tracing::debug!("status without clients: an earlier read in /proc has not ended");
             return Vec::new();
         }
-        let node = node.clone();
+        // The shares shown are those the servers give their clients now.
+        let node = node.with_live_limits();
         // RUNNING, then DONE if the read ends first, LATE if the deadline passes first;
         // a LATE read counts in STALLED until it ends.
         let state = Arc::new(AtomicU8::new(RUNNING));
@@ -660,7 +651,8 @@ impl Engine {
     /// How `node` differs from the active profile: the steps that would apply it again, in
     /// one line; `None` when it matches, when none is active, or while a job runs (its
     /// changes are the agent's own). A benched GPU is left out: its sharing is the bench's
-    /// until the bench puts it back.
+    /// until the bench puts it back. MPS limits a control daemon answers otherwise than the
+    /// agent set them (where `node` has them read) plan a step that puts them back.
     fn drift_of(
         &self,
         node: &NodeState,
@@ -720,6 +712,9 @@ impl Engine {
         let Ok(node) = self.node.observe_shared(Reads::GPUS_AND_SERVERS, self.epoch()).await else {
             return;
         };
+        // Limits changed behind the agent's back are drift too (read as the health check
+        // just read them: one control run per daemon at most).
+        let Ok(node) = self.node.read_live_limits(node, |_| false).await else { return };
         let journal = self.journal.snapshot();
         let drift = self.drift_of(&node, &journal);
         let mut logged = self.drift_logged.lock().unwrap_or_else(PoisonError::into_inner);
@@ -735,83 +730,10 @@ impl Engine {
         }
     }
 
-    /// The job epoch now (see `job_epoch`).
     /// The job epoch: moved on when a job, or a transaction, begins and ends. Answers
     /// worked out within one epoch describe the same GPUs and journal.
     pub fn epoch(&self) -> u64 {
         self.job_epoch.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// The MPS servers with their clients.
-    pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
-        let mut node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
-        // The clients as a plan reads them (one query per running server, side by side).
-        let sharing = Arc::clone(&self.node.sharing);
-        let node = tokio::task::spawn_blocking(move || {
-            sharing.read_mps_clients(&mut node.mps);
-            node
-        })
-        .await
-        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))?;
-        let mps = &self.node.sharing.mps;
-        Ok(MpsStatus {
-            servers: node.mps.iter().map(|s| report::mps_server(s, &node, mps)).collect(),
-        })
-    }
-
-    /// Sets the limits of the MPS server serving client `pid` (for its new clients).
-    pub async fn mps_limit(
-        &self,
-        pid: u32,
-        threads: Option<u32>,
-        memory_bytes: Option<u64>,
-    ) -> Result<MpsLimitResult, EngineError> {
-        self.may_change()?;
-        if let Some(t) = threads
-            && !MPS_THREAD_PERCENTAGE.contains(&t)
-        {
-            let (low, high) = (MPS_THREAD_PERCENTAGE.start(), MPS_THREAD_PERCENTAGE.end());
-            return Err(EngineError::InvalidArgument(format!(
-                "threads must be from {low} to {high}, not {t}"
-            )));
-        }
-        let sharing = Arc::clone(&self.node.sharing);
-        let (record, server) =
-            tokio::task::spawn_blocking(move || sharing.mps.server_of_client(pid))
-                .await
-                .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
-        // A bench's server serves its replicas: its limits are the bench's setup.
-        if let Some(claim) = self.claims.of_gpu(record.gpu) {
-            return Err(EngineError::Busy(Some(claim.holder())));
-        }
-        // A limit above the served device's memory would be taken and limit nothing.
-        if let Some(bytes) = memory_bytes {
-            let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
-            if let Some((memory, device)) = node.device_memory(record.gpu, record.placement_start)
-                && bytes > memory
-            {
-                return Err(EngineError::InvalidArgument(format!(
-                    "{device} serves PID {pid} through MPS: a pinned memory limit of {} exceeds its {}",
-                    size_text(bytes),
-                    size_text(memory)
-                )));
-            }
-        }
-        let sharing = Arc::clone(&self.node.sharing);
-        let uuid = record.uuid;
-        let served = uuid.clone();
-        tokio::task::spawn_blocking(move || {
-            sharing.mps.limit_server(&served, server, threads, memory_bytes)
-        })
-        .await
-        .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
-        Ok(MpsLimitResult {
-            pid,
-            server_pid: server,
-            uuid,
-            active_thread_percentage: threads,
-            pinned_memory_limit_bytes: memory_bytes,
-        })
     }
 
     /// The variables a client needs for `target`: a GPU index or `GPU-…`, or `MIG-…`.
@@ -871,35 +793,6 @@ impl Engine {
             (false, None) => Strategy::Exclusive,
         };
         Ok((ClientEnv { uuid, strategy: strategy.as_str().into(), variables }, gpu))
-    }
-
-    /// Runs one health check of the MPS servers (see [`MpsSupervisor`]); skipped while an
-    /// apply, a probe or a transaction runs, and the servers of a benched GPU are left
-    /// alone (neither asked nor restarted: they are the bench's setup, and a restart would
-    /// change what it measures). Listeners hear of it either way. Returns what it did, one
-    /// line per server.
-    pub async fn supervise_mps(&self) -> Vec<String> {
-        let lock = match self.hands_off {
-            None => Arc::clone(&self.apply_lock).try_lock_owned().ok(),
-            Some(_) => None,
-        };
-        let _named = lock.as_ref().map(|_| self.moments.hold("the MPS health check".into()));
-        let turn = lock.as_ref().and_then(|_| self.transactions.try_turn());
-        let restarts = match (lock, turn) {
-            (Some(_lock), Some(_turn)) => {
-                let supervisor = Arc::clone(&self.supervisor);
-                let sharing = Arc::clone(&self.node.sharing);
-                let benched: Vec<u32> = self.claims.all().iter().map(|c| c.gpu).collect();
-                tokio::task::spawn_blocking(move || {
-                    supervisor.check_sparing(&sharing.mps, &benched)
-                })
-                .await
-                .unwrap_or_default()
-            }
-            _ => Vec::new(),
-        };
-        self.events.emit(EngineEvent::HealthChecked);
-        restarts
     }
 
     fn resolve(&self, profile: ProfileRef<'_>) -> Result<Profile, EngineError> {

@@ -2,13 +2,13 @@
 //! types out. No decisions are made here, only translations.
 
 use gpushare_proto::types::{
-    ComputeInstanceStatus, GpuStatus, InstanceStatus, JobOutcome, MpsServer, ProbeClient, ProbeRun,
-    ProfileSummary, Sharing,
+    ComputeInstanceStatus, GpuStatus, InstanceStatus, JobOutcome, MpsLimitValues, MpsServer,
+    MpsServerProcess, ProbeClient, ProbeRun, ProfileSummary, Sharing,
 };
 use gpushare_proto::{ServerState, Strategy};
 
 use super::jobs::JobReport;
-use crate::node::{GpuState, MpsServerState, NodeState};
+use crate::node::{GpuState, MpsLimits, MpsServerDetail, MpsServerState, NodeState};
 use crate::probe::RunResult;
 use crate::profile::StoredProfile;
 use crate::sharing::mps::MpsController;
@@ -92,8 +92,29 @@ pub fn probe_run(r: &RunResult) -> ProbeRun {
     }
 }
 
-/// One MPS server with its `clients`.
-pub fn mps_server(s: &MpsServerState, node: &NodeState, mps: &MpsController) -> MpsServer {
+/// What the MPS rows of a view need besides the node: where pipe directories are, how
+/// often the health check put each server's limits back, and users' names.
+pub struct MpsContext<'a> {
+    /// The controller (pipe directories).
+    pub mps: &'a MpsController,
+    /// Restores of drifted limits by device UUID.
+    pub restores: &'a std::collections::HashMap<String, u32>,
+    /// A user's name by uid.
+    pub user_name: &'a (dyn Fn(u32) -> Option<String> + Sync),
+}
+
+/// Limits as the documents carry them.
+pub fn limit_values(limits: MpsLimits) -> MpsLimitValues {
+    MpsLimitValues {
+        active_thread_percentage: limits.active_thread_percentage,
+        pinned_memory_limit_bytes: limits.pinned_memory_limit_bytes,
+    }
+}
+
+/// One MPS server with its `clients`: the limits a client connecting now gets (live where
+/// its control daemon was asked) with their source, the configured ones, the daemon's
+/// defaults, its server processes and its mode.
+pub fn mps_server(s: &MpsServerState, node: &NodeState, cx: &MpsContext<'_>) -> MpsServer {
     let state = if s.pid.is_some() { ServerState::Running } else { ServerState::Down };
     let gpu_instance_id = node.gpu(s.gpu).and_then(|g| {
         g.instances
@@ -101,6 +122,29 @@ pub fn mps_server(s: &MpsServerState, node: &NodeState, mps: &MpsController) -> 
             .find(|gi| gi.compute_instances.iter().any(|ci| ci.uuid == s.uuid))
             .map(|gi| gi.id)
     });
+    let detail = node.mps_detail(&s.uuid);
+    let now = detail.and_then(MpsServerDetail::for_new_clients);
+    let limits = now.map_or(s.limits, |(limits, _)| limits);
+    let live = detail.and_then(|d| d.live.as_ref());
+    let server_processes = match (detail, live) {
+        (Some(d), Some(live)) => live
+            .servers
+            .iter()
+            .map(|p| {
+                let made = d.override_of(p.pid);
+                MpsServerProcess {
+                    pid: p.pid,
+                    uid: p.uid,
+                    user: p.uid.and_then(cx.user_name),
+                    limits: limit_values(p.limits),
+                    source: d.server_source(p).as_str().into(),
+                    override_by_uid: made.and_then(|o| o.by_uid),
+                    override_at_unix_seconds: made.map(|o| o.at_unix_seconds),
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     MpsServer {
         uuid: s.uuid.clone(),
         gpu: s.gpu,
@@ -108,22 +152,28 @@ pub fn mps_server(s: &MpsServerState, node: &NodeState, mps: &MpsController) -> 
         gpu_instance_id,
         state: state.as_str().into(),
         pid: s.pid,
-        active_thread_percentage: s.limits.active_thread_percentage,
-        pinned_memory_limit_bytes: s.limits.pinned_memory_limit_bytes,
+        active_thread_percentage: limits.active_thread_percentage,
+        pinned_memory_limit_bytes: limits.pinned_memory_limit_bytes,
         restarts: s.restarts,
-        pipe_directory: mps.pipe_dir(&s.uuid).display().to_string(),
+        pipe_directory: cx.mps.pipe_dir(&s.uuid).display().to_string(),
         clients: s.clients.clone(),
+        limits_source: now.map(|(_, source)| source.as_str().into()),
+        configured: Some(limit_values(node.mps_spec(s).limits)),
+        daemon_defaults: live.map(|l| limit_values(l.defaults)),
+        server_processes,
+        multi_user: node.mps_spec(s).multi_user,
+        limit_restores: cx.restores.get(&s.uuid).copied().unwrap_or(0),
     }
 }
 
 /// One GPU of `node` with its instances and how each is shared.
-pub fn gpu_status(gpu: &GpuState, node: &NodeState, mps: &MpsController) -> GpuStatus {
+pub fn gpu_status(gpu: &GpuState, node: &NodeState, cx: &MpsContext<'_>) -> GpuStatus {
     let profile = |id: u32| gpu.model.and_then(|m| m.profile_by_id(id));
     let mps_on = |uuid: &str| {
         node.mps.iter().find(|s| s.uuid == uuid).map(|s| Sharing {
             strategy: Strategy::Mps.as_str().into(),
             interval: None,
-            mps: Some(mps_server(s, node, mps)),
+            mps: Some(mps_server(s, node, cx)),
         })
     };
     let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.time_sliced(gpu.index) {

@@ -214,7 +214,10 @@ fn injected_code(op: Operation) -> ErrorCode {
         }
         Operation::SetComputeMode => ErrorCode::NoPermission,
         // Not backend calls: the simulator never sees them.
-        Operation::StartMps | Operation::StopMps | Operation::SetTimeslice => ErrorCode::Unknown,
+        Operation::StartMps
+        | Operation::StopMps
+        | Operation::SetMpsLimits
+        | Operation::SetTimeslice => ErrorCode::Unknown,
     }
 }
 

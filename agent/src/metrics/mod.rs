@@ -35,8 +35,11 @@
 //! | `gpushare_mps_server_up` | gauge | `gpu`, `UUID`, `GPU_I_ID` | 1 while the MPS control daemon runs |
 //! | `gpushare_mps_server_restarts_total` | counter | `gpu`, `UUID`, `GPU_I_ID` | restarts by the supervisor |
 //! | `gpushare_mps_clients` | gauge | `gpu`, `UUID`, `GPU_I_ID` | client processes of the server |
-//! | `gpushare_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default active thread share of clients, 0-1 |
-//! | `gpushare_mps_pinned_memory_limit_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID` | default pinned device memory limit of clients; absent when none |
+//! | `gpushare_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID` | the active thread share (0-1) a client connecting now gets, as the control daemon answers it (live: a `mps limit` override or a change behind the agent's back shows) |
+//! | `gpushare_mps_pinned_memory_limit_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID` | the pinned device memory limit a client connecting now gets, live as above; absent when none |
+//! | `gpushare_mps_limits_drift` | gauge | `gpu`, `UUID`, `GPU_I_ID` | 1 while the control daemon applies other limits than the agent set (neither the profile's nor a recorded `mps limit` override): changed outside gpushare |
+//! | `gpushare_mps_limit_restores_total` | counter | `gpu`, `UUID`, `GPU_I_ID` | drifted limits the health check put back |
+//! | `gpushare_mps_multi_user` | gauge | `gpu`, `UUID`, `GPU_I_ID` | 1 when the daemon serves every user's clients at once (multi-user), 0 when one user's at a time |
 //! | `gpushare_probe_scaling_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the last probe's work done by N clients together over one alone |
 //! | `gpushare_probe_fairness_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | Jain's fairness index of the clients' throughputs (1 = all equal) |
 //! | `gpushare_probe_p50_latency_inflation_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the clients' median step latency over the solo one |
@@ -103,6 +106,9 @@ const MPS_RESTARTS: &str = "gpushare_mps_server_restarts_total";
 const MPS_CLIENTS: &str = "gpushare_mps_clients";
 const MPS_THREADS: &str = "gpushare_mps_active_thread_ratio";
 const MPS_PINNED: &str = "gpushare_mps_pinned_memory_limit_bytes";
+const MPS_LIMITS_DRIFT: &str = "gpushare_mps_limits_drift";
+const MPS_LIMIT_RESTORES: &str = "gpushare_mps_limit_restores_total";
+const MPS_MULTI_USER: &str = "gpushare_mps_multi_user";
 const PROBE_SCALING: &str = "gpushare_probe_scaling_ratio";
 const PROBE_FAIRNESS: &str = "gpushare_probe_fairness_ratio";
 const PROBE_P50_INFLATION: &str = "gpushare_probe_p50_latency_inflation_ratio";
@@ -207,11 +213,27 @@ fn register() {
         "Restarts of the MPS control daemon by the supervisor."
     );
     describe_gauge!(MPS_CLIENTS, Unit::Count, "Client processes of the MPS server.");
-    describe_gauge!(MPS_THREADS, "Default active thread share of MPS clients (0-1).");
+    describe_gauge!(
+        MPS_THREADS,
+        "Active thread share (0-1) an MPS client connecting now gets, as the control daemon answers it."
+    );
     describe_gauge!(
         MPS_PINNED,
         Unit::Bytes,
-        "Default pinned device memory limit of MPS clients; absent when there is none."
+        "Pinned device memory limit an MPS client connecting now gets, as the control daemon answers it; absent when there is none."
+    );
+    describe_gauge!(
+        MPS_LIMITS_DRIFT,
+        "1 while the MPS control daemon applies other limits than gpushare set (changed outside gpushare)."
+    );
+    describe_counter!(
+        MPS_LIMIT_RESTORES,
+        Unit::Count,
+        "MPS limits changed outside gpushare that the health check put back."
+    );
+    describe_gauge!(
+        MPS_MULTI_USER,
+        "1 when the MPS control daemon serves every user's clients at once (multi-user), 0 when one user's at a time."
     );
     describe_gauge!(
         PROBE_SCALING,
@@ -246,7 +268,11 @@ pub fn follow(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
         loop {
             match events.recv().await {
                 // A missed event may have been one of these: refresh to be sure.
-                Ok(EngineEvent::JobEnded { .. } | EngineEvent::HealthChecked)
+                Ok(
+                    EngineEvent::JobEnded { .. }
+                    | EngineEvent::HealthChecked
+                    | EngineEvent::MpsChanged,
+                )
                 | Err(RecvError::Lagged(_)) => refresh(&engine).await,
                 Ok(_) => {}
                 Err(RecvError::Closed) => return,
@@ -272,9 +298,11 @@ fn record_event(event: &EngineEvent) {
     }
 }
 
-/// Brings the state series up to date with a fresh status.
+/// Brings the state series up to date with a fresh status. The MPS servers first: their
+/// read of each control daemon (limits and clients) answers the status's right after it.
 async fn refresh(engine: &Engine) {
-    match (engine.status_without_clients().await, engine.mps_status().await) {
+    let mps = engine.mps_status().await;
+    match (engine.status_without_clients().await, mps) {
         (Ok(status), Ok(mps)) => update_state(&status, &mps),
         (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
     }
@@ -337,11 +365,13 @@ struct Tracker {
     gauges: BTreeSet<Series>,
     /// Restarts reported last, per MPS server labels.
     restarts: BTreeMap<Labels, u32>,
+    /// Limit restores reported last, per MPS server labels.
+    restores: BTreeMap<Labels, u32>,
 }
 
 impl Tracker {
     const fn new() -> Self {
-        Self { gauges: BTreeSet::new(), restarts: BTreeMap::new() }
+        Self { gauges: BTreeSet::new(), restarts: BTreeMap::new(), restores: BTreeMap::new() }
     }
 
     fn update(&mut self, status: &Status, mps: &MpsStatus) {
@@ -360,16 +390,23 @@ impl Tracker {
         // until it exceeded the old count: add what is new instead, so the counter stays
         // monotonic and counts every restart.
         let mut seen = BTreeMap::new();
+        let mut restored = BTreeMap::new();
         for server in &mps.servers {
             let labels = server_labels(status, server);
-            let last = self.restarts.get(&labels).copied().unwrap_or(0);
-            let added =
-                if server.restarts >= last { server.restarts - last } else { server.restarts };
-            counter!(MPS_RESTARTS, to_labels(&labels)).increment(u64::from(added));
-            seen.insert(labels, server.restarts);
+            let added = |last: Option<&u32>, now: u32| {
+                let last = last.copied().unwrap_or(0);
+                u64::from(if now >= last { now - last } else { now })
+            };
+            let restarts = added(self.restarts.get(&labels), server.restarts);
+            counter!(MPS_RESTARTS, to_labels(&labels)).increment(restarts);
+            let restores = added(self.restores.get(&labels), server.limit_restores);
+            counter!(MPS_LIMIT_RESTORES, to_labels(&labels)).increment(restores);
+            seen.insert(labels.clone(), server.restarts);
+            restored.insert(labels, server.limit_restores);
         }
         // A server that is gone and comes back later starts again from its new count.
         self.restarts = seen;
+        self.restores = restored;
     }
 }
 
@@ -455,11 +492,20 @@ fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
         out.push(((MPS_CLIENTS, labels.clone()), server.clients.len() as f64));
         let ratio = f64::from(server.active_thread_percentage) / 100.0;
         out.push(((MPS_THREADS, labels.clone()), ratio));
+        out.push(((MPS_LIMITS_DRIFT, labels.clone()), flag(limits_drift(server))));
+        out.push(((MPS_MULTI_USER, labels.clone()), flag(server.multi_user)));
         if let Some(bytes) = server.pinned_memory_limit_bytes {
             out.push(((MPS_PINNED, labels), bytes as f64));
         }
     }
     out
+}
+
+/// Whether `server`'s control daemon applies other limits than the agent set: its defaults
+/// differ from the configured ones, or a server process's limits come from no one known.
+fn limits_drift(server: &MpsServer) -> bool {
+    let defaults = server.daemon_defaults.is_some() && server.daemon_defaults != server.configured;
+    defaults || server.server_processes.iter().any(|p| p.source == "unknown")
 }
 
 fn instance_labels(gpu: &GpuStatus, instance: &InstanceStatus) -> Labels {
@@ -517,6 +563,12 @@ mod tests {
             restarts: 2,
             pipe_directory: format!("/run/gpushare/mps/{uuid}/pipe"),
             clients: vec![100, 101, 102],
+            limits_source: None,
+            configured: None,
+            daemon_defaults: None,
+            server_processes: Vec::new(),
+            multi_user: false,
+            limit_restores: 0,
         }
     }
 

@@ -1,8 +1,10 @@
 //! The model of a GPU node — what is observed of it ([`NodeState`]: GPUs, MIG
 //! instances, compute processes, MPS servers and their clients, time-slice intervals) and
-//! the operations that change it ([`Operation`]). Plain data: the GPU backend and the
-//! sharing layer fill it in, the planner reads it, and nothing here does I/O.
+//! the operations that change it ([`Operation`]), and of each MPS server what its control
+//! daemon says of its limits ([`mps`]). Plain data: the GPU backend and the sharing layer
+//! fill it in, the planner reads it, and nothing here does I/O.
 
+mod mps;
 mod operation;
 
 use std::collections::BTreeMap;
@@ -10,6 +12,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::GpuModel;
+pub use mps::{
+    LimitDrift, LimitOverride, LimitSource, LiveLimits, LiveServer, MpsServerDetail, MpsSpec,
+    limits_text,
+};
 pub use operation::Operation;
 
 /// NVML compute modes the agent uses.
@@ -45,6 +51,9 @@ pub struct NodeState {
     pub mps: Vec<MpsServerState>,
     /// Time-slice intervals by GPU index, where they were read (an nvidia-smi run).
     pub timeslices: BTreeMap<u32, TimeSliceInterval>,
+    /// What the agent knows of each MPS server of `mps` besides its state, by the device
+    /// UUID it serves: configured and live limits, mode, recorded overrides.
+    pub mps_details: BTreeMap<String, MpsServerDetail>,
 }
 
 /// An MPS server as observed.
@@ -59,7 +68,9 @@ pub struct MpsServerState {
     /// Which compute instance of that GPU instance it serves, by index in the instance's
     /// compute instances (ordered by id); 0 for a GPU instance used whole.
     pub compute_instance: u8,
-    /// Its limits.
+    /// The limits a client connecting now gets: the live ones where the control daemon
+    /// was asked ([`NodeState::with_live_limits`]), else those the agent configured (its
+    /// record's, as every observation has them).
     pub limits: MpsLimits,
     /// The control daemon's pid; `None` when it is not running.
     pub pid: Option<u32>,
@@ -105,6 +116,32 @@ impl NodeState {
     /// The interval of GPU `index` when it is time-sliced: read, and not the default.
     pub fn time_sliced(&self, index: u32) -> Option<TimeSliceInterval> {
         self.timeslice(index).filter(|&interval| interval != TimeSliceInterval::Default)
+    }
+
+    /// What the agent knows of the MPS server of `uuid` besides its state.
+    pub fn mps_detail(&self, uuid: &str) -> Option<&MpsServerDetail> {
+        self.mps_details.get(uuid)
+    }
+
+    /// What `server` was started with: its record's limits and mode (a server without a
+    /// detail, as unit tests make them, is a single-user one with its `limits`).
+    pub fn mps_spec(&self, server: &MpsServerState) -> MpsSpec {
+        self.mps_detail(&server.uuid)
+            .map_or(MpsSpec::single_user(server.limits), MpsServerDetail::spec)
+    }
+
+    /// The same node with each server's `limits` those a client connecting now gets,
+    /// where its control daemon was asked: what the views of clients and shares show.
+    pub fn with_live_limits(&self) -> NodeState {
+        let mut node = self.clone();
+        for server in &mut node.mps {
+            if let Some((live, _)) =
+                self.mps_detail(&server.uuid).and_then(MpsServerDetail::for_new_clients)
+            {
+                server.limits = live;
+            }
+        }
+        node
     }
 }
 

@@ -23,6 +23,8 @@ pub enum Operation {
     StartMps,
     /// Stop an MPS control daemon (the sharing layer).
     StopMps,
+    /// Put an MPS control daemon's limits back (the sharing layer).
+    SetMpsLimits,
     /// `nvidia-smi compute-policy --set-timeslice` (the sharing layer).
     SetTimeslice,
     /// A GPU reset (`nvidia-smi --gpu-reset`; NVML has no public call).
@@ -31,7 +33,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every mutating operation.
-    pub const ALL: [Operation; 10] = [
+    pub const ALL: [Operation; 11] = [
         Operation::SetMigMode,
         Operation::CreateGpuInstance,
         Operation::CreateComputeInstance,
@@ -41,6 +43,7 @@ impl Operation {
         Operation::ResetGpu,
         Operation::StartMps,
         Operation::StopMps,
+        Operation::SetMpsLimits,
         Operation::SetTimeslice,
     ];
 
@@ -56,6 +59,7 @@ impl Operation {
             Operation::ResetGpu => "reset_gpu",
             Operation::StartMps => "start_mps",
             Operation::StopMps => "stop_mps",
+            Operation::SetMpsLimits => "set_mps_limits",
             Operation::SetTimeslice => "set_timeslice",
         }
     }
@@ -63,7 +67,13 @@ impl Operation {
     /// Whether the GPU backend carries the operation out (the others are MPS and
     /// time-slice steps, carried out by the sharing layer).
     pub fn is_hardware(self) -> bool {
-        !matches!(self, Operation::StartMps | Operation::StopMps | Operation::SetTimeslice)
+        !matches!(
+            self,
+            Operation::StartMps
+                | Operation::StopMps
+                | Operation::SetMpsLimits
+                | Operation::SetTimeslice
+        )
     }
 
     /// The operation with this name.

@@ -7,6 +7,7 @@
 //! device, processes on an instance that must go, MPS clients of a server that must stop.
 //! Same inputs, same plan.
 
+mod mps;
 pub mod placement;
 mod step;
 mod verify;
@@ -14,11 +15,10 @@ mod verify;
 use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
 
 use crate::catalog::{GpuModel, MigProfile};
-use crate::node::{
-    ComputeMode, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState, TimeSliceInterval,
-    size_text,
-};
-use crate::profile::{GpuRef, GpuRule, MigLayout, MpsSettings, Profile, Selector, Sharing};
+use crate::node::{ComputeMode, GpuInstance, GpuState, MpsSpec, NodeState, TimeSliceInterval};
+use crate::profile::{GpuRef, GpuRule, MigLayout, Profile, Selector, Sharing};
+pub use mps::mps_limits;
+use mps::{check_no_mps_clients, device_mps_spec, mps_steps};
 pub use placement::{ComputeLayout, Placed};
 pub use step::{MpsDevice, Step};
 pub use verify::verify;
@@ -125,12 +125,12 @@ pub struct GpuTarget {
     pub instances: Vec<Placed>,
     /// Compute mode, when the agent manages it.
     pub compute_mode: Option<ComputeMode>,
-    /// An MPS server for the whole GPU (MIG off).
-    pub mps: Option<MpsLimits>,
+    /// An MPS server for the whole GPU (MIG off): its limits and mode.
+    pub mps: Option<MpsSpec>,
     /// MPS servers for MIG devices: the GPU instance's placement start, the compute
     /// instance's index in it (0 for an instance used whole; see
-    /// [`crate::node::MpsServerState::compute_instance`]) and the limits.
-    pub instance_mps: Vec<(u8, u8, MpsLimits)>,
+    /// [`crate::node::MpsServerState::compute_instance`]) and the limits and mode.
+    pub instance_mps: Vec<(u8, u8, MpsSpec)>,
     /// Time-slice interval of the whole GPU; `None` leaves it alone.
     pub timeslice: Option<TimeSliceInterval>,
 }
@@ -347,7 +347,7 @@ fn plan_gpu(
     let mig_enabled = rule.mig.is_enabled();
     let mps = match (&rule.sharing, mig_enabled) {
         (Sharing::Mps(s), false) => {
-            Some(device_mps_limits(gpu, rule, s, gpu.memory_total_bytes, "the GPU's")?)
+            Some(device_mps_spec(gpu, rule, s, gpu.memory_total_bytes, "the GPU's")?)
         }
         _ => None,
     };
@@ -377,8 +377,8 @@ fn plan_gpu(
             if !p.is_subdivided() {
                 if let Sharing::Mps(s) = rule.sharing_for(p.profile, None) {
                     let device = format!("the {} instance's", p.profile.name);
-                    let limits = device_mps_limits(gpu, rule, s, memory, &device)?;
-                    instance_mps.push((p.start, 0, limits));
+                    let spec = device_mps_spec(gpu, rule, s, memory, &device)?;
+                    instance_mps.push((p.start, 0, spec));
                 }
                 continue;
             }
@@ -392,8 +392,8 @@ fn plan_gpu(
                         "the {compute}c.{} compute instance's share of memory,",
                         p.profile.name
                     );
-                    let limits = device_mps_limits(gpu, rule, s, share, &device)?;
-                    instance_mps.push((p.start, index as u8, limits));
+                    let spec = device_mps_spec(gpu, rule, s, share, &device)?;
+                    instance_mps.push((p.start, index as u8, spec));
                 }
             }
         }
@@ -497,45 +497,6 @@ fn assign_compute_layouts(
     placed
 }
 
-/// The limits of an MPS server for `settings` on a device of `memory_bytes`: what the
-/// profile says, else derived from `replicas` (threads 100/replicas %, memory
-/// total/replicas), else no limit.
-pub fn mps_limits(settings: &MpsSettings, memory_bytes: u64) -> MpsLimits {
-    let replicas = settings.replicas.unwrap_or(1).max(1);
-    MpsLimits {
-        active_thread_percentage: settings
-            .active_thread_percentage
-            .unwrap_or(100 / replicas)
-            .max(1),
-        pinned_memory_limit_bytes: settings.pinned_memory_limit_bytes.or_else(|| {
-            settings.replicas.map(|r| (memory_bytes / u64::from(r.max(1))) & !((1 << 20) - 1))
-        }),
-    }
-}
-
-/// [`mps_limits`] for a device of `memory_bytes` (`device` names it: "the GPU's"), refusing
-/// a pinned memory limit larger than the device: MPS would take it and limit nothing.
-fn device_mps_limits(
-    gpu: &GpuState,
-    rule: &GpuRule,
-    settings: &MpsSettings,
-    memory_bytes: u64,
-    device: &str,
-) -> Result<MpsLimits, PlanError> {
-    if let Some(limit) = settings.pinned_memory_limit_bytes
-        && limit > memory_bytes
-    {
-        return Err(PlanError::Infeasible(format!(
-            "{}: mps pinned_memory_limit {} (rule at {}) exceeds {device} {}",
-            gpu.label(),
-            size_text(limit),
-            rule.location,
-            size_text(memory_bytes)
-        )));
-    }
-    Ok(mps_limits(settings, memory_bytes))
-}
-
 /// Plans the named GPUs to explicit targets: how a rollback returns GPUs to a checkpoint.
 pub fn plan_to(
     node: &NodeState,
@@ -566,7 +527,7 @@ fn plan_gpu_to(
     let mut steps = Vec::new();
     // Sharing that goes first: MPS servers that are not wanted as they are, and a
     // time-slice interval back to default while the GPU is still whole.
-    let (mps_stops, mps_starts) = mps_steps(gpu, &node.mps, &target);
+    let (mps_stops, mps_starts) = mps_steps(gpu, node, &target);
     if !options.force {
         check_no_mps_clients(gpu, &node.mps, &mps_stops)?;
     }
@@ -686,73 +647,6 @@ fn plan_gpu_to(
     Ok(GpuPlan { gpu: gpu.index, model: gpu.model_name().to_string(), target, steps })
 }
 
-/// The MPS servers to stop and to start on `gpu` for `target`. A server stays only when
-/// it runs, is wanted on the same device with the same limits, and its instance stays.
-fn mps_steps(
-    gpu: &GpuState,
-    servers: &[MpsServerState],
-    target: &GpuTarget,
-) -> (Vec<Step>, Vec<Step>) {
-    let instance_stays = |start: u8| {
-        gpu.instances
-            .iter()
-            .any(|gi| gi.placement_start == start && instance_fate(gpu, gi, target) == Fate::Stays)
-    };
-    let wanted = |server: &MpsServerState| -> bool {
-        server.pid.is_some()
-            && match server.placement_start {
-                None => {
-                    !target.mig_enabled
-                        && server.uuid == gpu.uuid
-                        && target.mps == Some(server.limits)
-                }
-                Some(start) => {
-                    let index = server.compute_instance;
-                    instance_stays(start)
-                        && target
-                            .instance_mps
-                            .iter()
-                            .any(|&(s, i, l)| s == start && i == index && l == server.limits)
-                        && gpu.instances.iter().any(|gi| {
-                            gi.placement_start == start
-                                && gi
-                                    .compute_instances
-                                    .get(usize::from(index))
-                                    .is_some_and(|ci| ci.uuid == server.uuid)
-                        })
-                }
-            }
-    };
-    let mine: Vec<&MpsServerState> = servers.iter().filter(|s| s.gpu == gpu.index).collect();
-    let stops = mine
-        .iter()
-        .filter(|s| !wanted(s))
-        .map(|s| Step::StopMps { gpu: gpu.index, uuid: s.uuid.clone() })
-        .collect();
-    let kept = |start: Option<u8>, index: u8| {
-        mine.iter().any(|s| s.placement_start == start && s.compute_instance == index && wanted(s))
-    };
-    let mut starts = Vec::new();
-    if let Some(limits) = target.mps
-        && !kept(None, 0)
-    {
-        let device = MpsDevice::Gpu { uuid: gpu.uuid.clone() };
-        starts.push(Step::StartMps { gpu: gpu.index, device, limits });
-    }
-    for &(start, index, limits) in &target.instance_mps {
-        if !kept(Some(start), index) {
-            let placed = target.instances.iter().find(|p| p.start == start);
-            let profile = placed.map_or("MIG instance", |p| &p.profile.name);
-            let compute_instance = placed
-                .filter(|p| p.is_subdivided())
-                .map(|p| (index, p.compute.sizes().get(usize::from(index)).copied().unwrap_or(0)));
-            let device = MpsDevice::Instance { start, profile, compute_instance };
-            starts.push(Step::StartMps { gpu: gpu.index, device, limits });
-        }
-    }
-    (stops, starts)
-}
-
 /// MIG mode steps. A mode already pending towards the target needs only the reset; a
 /// mode pending the other way is cancelled by setting the current mode again. On models
 /// whose mode change may stay pending (Ampere) a reset follows the change, carried out
@@ -802,41 +696,9 @@ fn check_not_busy(gpu: &GpuState, freed: &[&GpuInstance], steps: &[Step]) -> Res
     )))
 }
 
-/// Refuses to stop MPS servers that have clients: a stop, a restart with other limits and
-/// the end of the instance a server serves all end the clients' CUDA contexts.
-fn check_no_mps_clients(
-    gpu: &GpuState,
-    servers: &[MpsServerState],
-    stops: &[Step],
-) -> Result<(), PlanError> {
-    let busy: Vec<&MpsServerState> = stops
-        .iter()
-        .filter_map(|step| match step {
-            Step::StopMps { uuid, .. } => servers.iter().find(|s| &s.uuid == uuid),
-            _ => None,
-        })
-        .filter(|s| !s.clients.is_empty())
-        .collect();
-    if busy.is_empty() {
-        return Ok(());
-    }
-    let mut pids: Vec<u32> = busy.iter().flat_map(|s| s.clients.iter().copied()).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-    let devices: Vec<&str> = busy.iter().map(|s| s.uuid.as_str()).collect();
-    let servers = if devices.len() == 1 { "server" } else { "servers" };
-    Err(PlanError::GpuBusy(format!(
-        "{}: MPS clients (PID {}) use the MPS {servers} of {} that the plan stops; stop them, or apply with --force",
-        gpu.label(),
-        list.join(", "),
-        devices.join(", ")
-    )))
-}
-
 /// What a plan does to an existing GPU instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(super) enum Fate {
     /// It stays as it is: the target has its profile at its start with the compute
     /// instances it has.
     Stays,
@@ -846,7 +708,7 @@ enum Fate {
     Destroyed,
 }
 
-fn instance_fate(gpu: &GpuState, gi: &GpuInstance, target: &GpuTarget) -> Fate {
+pub(super) fn instance_fate(gpu: &GpuState, gi: &GpuInstance, target: &GpuTarget) -> Fate {
     if !(gpu.mig_enabled && target.mig_enabled) {
         return Fate::Destroyed;
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use crate::catalog::MigProfile;
 use gpushare_proto::exact_size;
 
-use crate::node::{ComputeMode, MpsLimits, Operation, TimeSliceInterval};
+use crate::node::{ComputeMode, LimitDrift, MpsLimits, Operation, TimeSliceInterval, limits_text};
 
 /// The device an MPS server serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +116,18 @@ pub enum Step {
         device: MpsDevice,
         /// Its limits.
         limits: MpsLimits,
+        /// Whether it serves every user's clients at once (`-M`).
+        multi_user: bool,
+    },
+    /// Put back the limits of a running MPS server that its control daemon answers
+    /// otherwise than the agent set them (changed behind the agent's back).
+    SetMpsLimits {
+        /// GPU index.
+        gpu: u32,
+        /// The device it serves.
+        uuid: String,
+        /// What differs: the daemon's defaults and server processes, live and wanted.
+        drift: LimitDrift,
     },
     /// Set the time-slice interval of a whole GPU.
     SetTimeslice {
@@ -139,6 +151,7 @@ impl Step {
             | Step::SetComputeMode { gpu, .. }
             | Step::StopMps { gpu, .. }
             | Step::StartMps { gpu, .. }
+            | Step::SetMpsLimits { gpu, .. }
             | Step::SetTimeslice { gpu, .. } => *gpu,
         }
     }
@@ -154,6 +167,7 @@ impl Step {
             Step::ResetGpu { .. } => Operation::ResetGpu,
             Step::StopMps { .. } => Operation::StopMps,
             Step::StartMps { .. } => Operation::StartMps,
+            Step::SetMpsLimits { .. } => Operation::SetMpsLimits,
             Step::SetTimeslice { .. } => Operation::SetTimeslice,
             Step::SetComputeMode { .. } => Operation::SetComputeMode,
         }
@@ -203,7 +217,7 @@ impl fmt::Display for Step {
                 write!(f, "GPU {gpu}: set compute mode {}", mode.as_str())
             }
             Step::StopMps { gpu, uuid } => write!(f, "GPU {gpu}: stop the MPS server of {uuid}"),
-            Step::StartMps { gpu, device, limits } => {
+            Step::StartMps { gpu, device, limits, multi_user } => {
                 let on = match device {
                     MpsDevice::Gpu { .. } => "the GPU".to_string(),
                     MpsDevice::Instance { start, profile, compute_instance: None } => {
@@ -223,10 +237,33 @@ impl fmt::Display for Step {
                     .pinned_memory_limit_bytes
                     .map(|b| format!(", pinned memory {}", exact_size(b)))
                     .unwrap_or_default();
+                let mode = if *multi_user { ", multi-user" } else { "" };
                 write!(
                     f,
-                    "GPU {gpu}: start an MPS server on {on} (threads {}%{memory})",
+                    "GPU {gpu}: start an MPS server on {on} (threads {}%{memory}{mode})",
                     limits.active_thread_percentage
+                )
+            }
+            Step::SetMpsLimits { gpu, uuid, drift } => {
+                let mut parts = Vec::new();
+                if let Some((live, want)) = drift.defaults {
+                    parts.push(format!(
+                        "its defaults {} -> {}",
+                        limits_text(live),
+                        limits_text(want)
+                    ));
+                }
+                for (pid, live, want) in &drift.servers {
+                    parts.push(format!(
+                        "server {pid} {} -> {}",
+                        limits_text(*live),
+                        limits_text(*want)
+                    ));
+                }
+                write!(
+                    f,
+                    "GPU {gpu}: set the MPS limits of {uuid} back ({}; changed outside gpushare)",
+                    parts.join(", ")
                 )
             }
             Step::SetTimeslice { gpu, interval, .. } => {

@@ -6,7 +6,7 @@ use super::*;
 use crate::catalog::parse_node_spec as parse_spec;
 use crate::gpu::GpuBackend;
 use crate::gpu::sim::{SimBackend, SimOptions};
-use crate::node::Operation;
+use crate::node::{MpsLimits, MpsServerState, Operation};
 use crate::profile::{ProfileStore, parse_profile};
 
 fn node(spec: &str) -> Arc<SimBackend> {
@@ -647,8 +647,8 @@ fn subdivided_instances_are_created_kept_and_recomputed() {
     // Each gets half of its compute instance's third of the 40 GB instance.
     let share = ((40448u64 << 20) / 3 / 2) & !((1 << 20) - 1);
     assert!(
-        target.instance_mps.iter().all(|(_, _, l)| l.active_thread_percentage == 50
-            && l.pinned_memory_limit_bytes == Some(share)),
+        target.instance_mps.iter().all(|(_, _, spec)| spec.limits.active_thread_percentage == 50
+            && spec.limits.pinned_memory_limit_bytes == Some(share)),
         "{:?}",
         target.instance_mps
     );
@@ -723,4 +723,142 @@ fn subdivisions_plan_on_both_simulated_mig_generations() {
         verify(&p, &observed(&sim)).unwrap();
         assert!(plan_on(&sim, &profile(&text)).unwrap().is_empty(), "{spec}");
     }
+}
+
+/// `node` with a server on each GPU as `all-mps` left it (25 %, 10 GiB), of mode
+/// `multi_user`, its control daemon answering `live` defaults and `servers`, with
+/// `overrides` recorded.
+fn with_mps_detail(
+    state: &mut NodeState,
+    gpu: u32,
+    multi_user: bool,
+    live: Option<(MpsLimits, Vec<(u32, MpsLimits)>)>,
+    overrides: Vec<crate::node::LimitOverride>,
+) {
+    use crate::node::{LiveLimits, LiveServer, MpsServerDetail, MpsSpec};
+    let uuid = state.gpu(gpu).unwrap().uuid.clone();
+    let configured = state.mps.iter().find(|s| s.uuid == uuid).unwrap().limits;
+    let mut detail =
+        MpsServerDetail::configured(MpsSpec { limits: configured, multi_user }, overrides);
+    detail.live = live.map(|(defaults, servers)| LiveLimits {
+        defaults,
+        servers: servers
+            .into_iter()
+            .map(|(pid, limits)| LiveServer { pid, uid: Some(0), limits })
+            .collect(),
+    });
+    state.mps_details.insert(uuid, detail);
+}
+
+fn quarter() -> MpsLimits {
+    MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: Some(10 << 30) }
+}
+
+/// An A100 node with `all-mps`'s servers (as observed), GPU 1's with `clients`.
+fn all_mps_node(clients: &[u32]) -> NodeState {
+    let sim = node("a100-40gb:2");
+    for gpu in 0..2 {
+        sim.set_compute_mode(gpu, ComputeMode::ExclusiveProcess).unwrap();
+    }
+    let mut state = observed(&sim);
+    state.mps =
+        vec![server(&state, 0, None, quarter(), &[]), server(&state, 1, None, quarter(), clients)];
+    state
+}
+
+#[test]
+fn a_server_of_another_mode_is_restarted_and_refused_while_it_has_clients() {
+    let mut state = all_mps_node(&[4242]);
+    with_mps_detail(&mut state, 0, true, None, Vec::new());
+    with_mps_detail(&mut state, 1, true, None, Vec::new());
+    // all-mps serves one user at a time: both multi-user servers restart.
+    let e = plan(&state, &built_in("all-mps"), &PlanOptions::default()).unwrap_err();
+    assert!(matches!(e, PlanError::GpuBusy(_)), "{e}");
+    assert!(e.to_string().contains("MPS clients (PID 4242)"), "{e}");
+    let forced = PlanOptions { force: true, ..PlanOptions::default() };
+    let p = plan(&state, &built_in("all-mps"), &forced).unwrap();
+    let ops: Vec<Operation> = p.steps().map(Step::operation).collect();
+    assert_eq!(
+        ops,
+        [Operation::StopMps, Operation::StartMps, Operation::StopMps, Operation::StartMps]
+    );
+    assert!(p.steps().all(|s| !matches!(s, Step::StartMps { multi_user: true, .. })));
+    // The same servers, asked for as multi-user: nothing to do.
+    let shared = profile(
+        "[[gpu]]\nselect = \"all\"\nsharing = { mps = { replicas = 4, multi_user = true } }\n",
+    );
+    assert!(plan(&state, &shared, &PlanOptions::default()).unwrap().is_empty());
+    // And from one user at a time to multi-user: started with -M.
+    let plain = all_mps_node(&[]);
+    let p = plan(&plain, &shared, &PlanOptions::default()).unwrap();
+    let starts: Vec<String> = p
+        .steps()
+        .filter(|s| matches!(s, Step::StartMps { multi_user: true, .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(starts.len(), 2, "{p:?}");
+    assert!(starts[0].ends_with("(threads 25%, pinned memory 10 GiB, multi-user)"), "{starts:?}");
+}
+
+#[test]
+fn live_limits_changed_outside_gpushare_are_put_back_in_place() {
+    let raised = MpsLimits { active_thread_percentage: 90, ..quarter() };
+    let mut state = all_mps_node(&[4242]);
+    // GPU 0's daemon has 90 % as its default; GPU 1's server 7 got 50 % by mps limit
+    // (recorded), which is no drift.
+    with_mps_detail(&mut state, 0, false, Some((raised, Vec::new())), Vec::new());
+    let by_mps_limit = crate::node::LimitOverride {
+        server_pid: 7,
+        active_thread_percentage: Some(50),
+        pinned_memory_limit_bytes: None,
+        by_uid: Some(0),
+        at_unix_seconds: 1,
+    };
+    let half = MpsLimits { active_thread_percentage: 50, ..quarter() };
+    with_mps_detail(&mut state, 1, false, Some((quarter(), vec![(7, half)])), vec![by_mps_limit]);
+    let p = plan(&state, &built_in("all-mps"), &PlanOptions::default()).unwrap();
+    let steps: Vec<&Step> = p.steps().collect();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let Step::SetMpsLimits { gpu: 0, drift, .. } = steps[0] else { panic!("{steps:?}") };
+    assert_eq!(drift.defaults, Some((raised, quarter())));
+    assert!(
+        steps[0].to_string().contains(
+            "set the MPS limits of GPU-", 
+        ) && steps[0].to_string().contains(
+            "(its defaults 90% threads, 10 GiB -> 25% threads, 10 GiB; changed outside gpushare)"
+        ),
+        "{}",
+        steps[0]
+    );
+    // GPU 1's server without the record of the override: its 50 % is drift, put back to
+    // what the profile set, and no server with clients is stopped for it.
+    with_mps_detail(&mut state, 1, false, Some((quarter(), vec![(7, half)])), Vec::new());
+    let p = plan(&state, &built_in("all-mps"), &PlanOptions::default()).unwrap();
+    let servers: Vec<_> = p
+        .steps()
+        .filter_map(|s| match s {
+            Step::SetMpsLimits { gpu: 1, drift, .. } => Some(drift.servers.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(servers, [vec![(7, half, quarter())]]);
+    assert!(p.steps().all(|s| !matches!(s, Step::StopMps { .. })));
+}
+
+#[test]
+fn a_memory_limit_mps_cannot_remove_restarts_its_daemon() {
+    // The profile sets no memory limit; someone set one: only a new daemon has none.
+    let free = MpsLimits { active_thread_percentage: 100, pinned_memory_limit_bytes: None };
+    let sim = node("a100-40gb:1");
+    sim.set_compute_mode(0, ComputeMode::ExclusiveProcess).unwrap();
+    let mut state = observed(&sim);
+    state.mps = vec![server(&state, 0, None, free, &[])];
+    with_mps_detail(&mut state, 0, false, Some((quarter(), Vec::new())), Vec::new());
+    let whole = profile("[[gpu]]\nselect = 0\nsharing = \"mps\"\n");
+    let ops: Vec<Operation> = plan(&state, &whole, &PlanOptions::default())
+        .unwrap()
+        .steps()
+        .map(Step::operation)
+        .collect();
+    assert_eq!(ops, [Operation::StopMps, Operation::StartMps]);
 }

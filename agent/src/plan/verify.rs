@@ -1,7 +1,7 @@
 //! Verification: a fresh observation checked against what a plan aimed at.
 
 use super::Plan;
-use crate::node::{MpsLimits, MpsServerState, NodeState, TimeSliceInterval};
+use crate::node::{MpsServerState, MpsSpec, NodeState, TimeSliceInterval};
 
 /// Checks a fresh observation against what the plan aimed at; the error names every GPU
 /// that differs.
@@ -39,12 +39,16 @@ pub fn verify(plan: &Plan, node: &NodeState) -> Result<(), String> {
         }
         let servers: Vec<&MpsServerState> =
             node.mps.iter().filter(|s| s.gpu == gpu.index && s.pid.is_some()).collect();
-        let mut expected: Vec<(Option<u8>, u8, MpsLimits)> =
-            want.mps.iter().map(|&l| (None, 0, l)).collect();
-        expected.extend(want.instance_mps.iter().map(|&(start, i, l)| (Some(start), i, l)));
-        let mut running: Vec<(Option<u8>, u8, MpsLimits)> =
-            servers.iter().map(|s| (s.placement_start, s.compute_instance, s.limits)).collect();
-        let key = |e: &(Option<u8>, u8, MpsLimits)| (e.0, e.1, e.2.active_thread_percentage);
+        let mut expected: Vec<(Option<u8>, u8, MpsSpec)> =
+            want.mps.iter().map(|&spec| (None, 0, spec)).collect();
+        expected.extend(want.instance_mps.iter().map(|&(start, i, spec)| (Some(start), i, spec)));
+        let mut running: Vec<(Option<u8>, u8, MpsSpec)> = servers
+            .iter()
+            .map(|s| (s.placement_start, s.compute_instance, node.mps_spec(s)))
+            .collect();
+        let key = |e: &(Option<u8>, u8, MpsSpec)| {
+            (e.0, e.1, e.2.limits.active_thread_percentage, e.2.multi_user)
+        };
         expected.sort_by_key(key);
         running.sort_by_key(key);
         if expected != running {

@@ -439,6 +439,10 @@ pub struct MpsSettings {
     pub pinned_memory_limit_bytes: Option<u64>,
     /// Most clients the server accepts.
     pub max_clients: Option<u32>,
+    /// Whether the control daemon serves every user's clients at once through one server
+    /// running as root (`nvidia-cuda-mps-control -d -M`), rather than one user's at a time
+    /// (NVIDIA's default): less isolation between users, see DESIGN.md.
+    pub multi_user: bool,
 }
 
 /// A profile that failed to parse or validate: where, and why, in one line.

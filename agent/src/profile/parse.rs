@@ -27,7 +27,7 @@ const PROFILE_KEYS: &[&str] = &["name", "description", "gpu"];
 const RULE_KEYS: &[&str] = &["select", "device_filter", "mig", "sharing", "instance_sharing"];
 const TIME_SLICING_KEYS: &[&str] = &["interval", "replicas"];
 const MPS_KEYS: &[&str] =
-    &["replicas", "active_thread_percentage", "pinned_memory_limit", "max_clients"];
+    &["replicas", "active_thread_percentage", "pinned_memory_limit", "max_clients", "multi_user"];
 
 /// What `sharing` may be, for messages.
 const SHARING_FORMS: &str = "\"exclusive\", \"mps\", \"time-slicing\", or one of them with \
@@ -242,6 +242,17 @@ impl Context<'_> {
             DeValue::String(s) => Ok(s),
             other => Err(self
                 .error(&value.span(), format!("{what}: expected a string, found {}", kind(other)))),
+        }
+    }
+
+    /// `true` or `false`.
+    fn boolean(&self, value: &Value<'_>, what: &str) -> Result<bool, ProfileError> {
+        match value.get_ref() {
+            DeValue::Boolean(b) => Ok(*b),
+            other => Err(self.error(
+                &value.span(),
+                format!("{what} must be true or false, not {}", shown(other)),
+            )),
         }
     }
 
@@ -522,6 +533,10 @@ impl Context<'_> {
                     )?,
                     pinned_memory_limit_bytes,
                     max_clients: limit("max_clients", "mps max_clients", MPS_MAX_CLIENTS)?,
+                    multi_user: get("multi_user")
+                        .map(|v| self.boolean(v, "mps multi_user"))
+                        .transpose()?
+                        .unwrap_or(false),
                 }))
             }
             other => Err(err(format!("{what}: unknown strategy {other:?}: write {SHARING_FORMS}"))),
@@ -846,6 +861,28 @@ select = "all"
             "test.toml:4:1: unknown key `migg` in a [[gpu]] rule: use `select`, `device_filter`, \
              `mig`, `sharing` or `instance_sharing`"
         );
+    }
+
+    #[test]
+    fn mps_multi_user_is_a_boolean_and_defaults_to_one_user_at_a_time() {
+        let settings = |text: &str| match &parse(text).unwrap().rules[0].sharing {
+            Sharing::Mps(s) => s.clone(),
+            other => panic!("{other:?}"),
+        };
+        let head = "name = \"a\"\n[[gpu]]\nselect = 0\n";
+        assert!(
+            settings(&format!("{head}sharing = {{ mps = {{ multi_user = true }} }}\n")).multi_user
+        );
+        assert!(!settings(&format!("{head}sharing = {{ mps = {{ replicas = 4 }} }}\n")).multi_user);
+        assert!(!settings(&format!("{head}sharing = \"mps\"\n")).multi_user);
+        let e = err(&format!("{head}sharing = {{ mps = {{ multi_user = 1 }} }}\n"));
+        assert_eq!(e, "test.toml:4:34: mps multi_user must be true or false, not 1");
+        let e = err(&format!("{head}sharing = {{ mps = {{ multiuser = true }} }}\n"));
+        assert!(
+            e.starts_with("test.toml:4:21: unknown key `multiuser` in the mps settings"),
+            "{e}"
+        );
+        assert!(e.contains("`multi_user`"), "{e}");
     }
 
     #[test]

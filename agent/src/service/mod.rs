@@ -168,7 +168,8 @@ impl Service {
             Call::MpsLimit { pid, threads, memory_bytes } => {
                 let threads = (threads != 0).then_some(threads);
                 let memory = (memory_bytes != 0).then_some(memory_bytes);
-                Answer::Json(json(&engine.mps_limit(pid, threads, memory).await?))
+                let set = engine.mps_limit_as(Some(caller.uid), pid, threads, memory).await?;
+                Answer::Json(json(&set))
             }
             Call::Env { target } => Answer::Json(json(&engine.client_env(&target).await?)),
             Call::MigProfiles { gpu } => Answer::Json(json(&engine.mig_profiles(&gpu).await?)),

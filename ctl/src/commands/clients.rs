@@ -9,6 +9,11 @@
 //!   MIG-…  GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
+//! Under the table, for each MPS server that serves someone, whom it serves: one user at a
+//! time (a client of another user waits, unlisted, until the server's clients are gone:
+//! NVIDIA's default) or every user at once (multi-user), from `MpsStatus`, asked only when
+//! the table has MPS clients or idle MPS servers.
+//!
 //! A command line is shown to root and to the process's own user only (`-` otherwise).
 //! `--json` prints the [`ClientTable`] document. `--watch` shows it again every
 //! `--interval` ([`watch`], which `top` shares): redrawn on a terminal, one table after
@@ -21,6 +26,7 @@ use std::time::Duration;
 
 use gpushare_proto::clients::{ClientTable, GpuClient};
 use gpushare_proto::readable_size;
+use gpushare_proto::types::MpsStatus;
 
 use super::ExitStatus;
 use crate::bus::Client;
@@ -56,6 +62,7 @@ pub async fn run(
             }
             let table: ClientTable = parse_document(&raw, "ClientTable")?;
             let mut text = render(&table);
+            text.push_str(&mps_lines(client, &table).await);
             if table.left_out > 0 {
                 text.push_str(&format!(
                     "{} more clients not listed by the agent\n",
@@ -72,9 +79,45 @@ pub async fn run(
         return Ok(0);
     }
     let table: ClientTable = parse_document(&raw, "ClientTable")?;
-    out.print(&render(&table));
+    let mut text = render(&table);
+    text.push_str(&mps_lines(client, &table).await);
+    out.print(&text);
     warn_left_out(out, &table);
     Ok(0)
+}
+
+/// Whom each MPS server that serves someone serves, one line each (see the module's
+/// documentation); nothing when the table has nothing of MPS, or the agent does not say.
+async fn mps_lines(client: &mut Client, table: &ClientTable) -> String {
+    let mps = table.clients.iter().any(|c| c.via == "mps")
+        || table.idle.iter().any(|d| d.what == "mps-server");
+    if !mps {
+        return String::new();
+    }
+    let Ok(raw) = client.call("MpsStatus", async |a| a.proxy.mps_status().await).await else {
+        return String::new();
+    };
+    let Ok(status) = parse_document::<MpsStatus>(&raw, "MpsStatus") else {
+        return String::new();
+    };
+    serving_lines(&status)
+}
+
+/// The lines of [`mps_lines`] for `status`.
+pub fn serving_lines(status: &MpsStatus) -> String {
+    let mut text = String::new();
+    for server in &status.servers {
+        let serves = server.server_processes.first().is_some_and(|p| p.uid.is_some());
+        if !(serves || server.multi_user && server.pid.is_some()) {
+            continue;
+        }
+        let device = format!("MPS server of {}", super::mps::device_words(server));
+        for line in super::mps::serving_notes(server, &device) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text
 }
 
 /// Asks the agent for its client table.
@@ -168,6 +211,15 @@ fn with_time(frame: &str, now: &str) -> String {
 pub fn local_time_now() -> String {
     // SAFETY: time(NULL) only returns the time.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
+    local_time_of(now)
+}
+
+/// [`local_time_now`] for `seconds` since the Unix epoch.
+pub fn local_time(seconds: u64) -> String {
+    local_time_of(libc::time_t::try_from(seconds).unwrap_or(libc::time_t::MAX))
+}
+
+fn local_time_of(now: libc::time_t) -> String {
     // SAFETY: `libc::tm` is plain old data: all zeros is a valid value, overwritten below.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers point to live values of the right types for the call.

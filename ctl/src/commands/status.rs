@@ -15,8 +15,13 @@
 //! The `Apply in progress` line appears only while an apply runs, the two `Bench` lines
 //! only while a bench holds a GPU (never its command). The PLACEMENT, GI/CI and
 //! UUID columns appear only when some GPU has MIG instances. SHARING is the strategy, with
-//! the MPS server's default thread percentage and pinned memory limit of clients under
-//! `mps`, and the time-slice interval under `time-slicing` when the agent reports one.
+//! the thread percentage and pinned memory limit a client connecting to the MPS server now
+//! gets under `mps` (as the control daemon answers them), marked `(mps limit)` when an
+//! override of `gpushare-ctl mps limit` gives them, `(drift)` when they were changed outside
+//! gpushare, and `multi-user` for a daemon serving every user at once; and the
+//! time-slice interval under `time-slicing` when the agent reports one. Lines under the
+//! table say whom each MPS server serves (one user at a time, unless multi-user) and what
+//! the markers stand for (`gpushare-ctl mps` has them all).
 
 use comfy_table::{Cell, CellAlignment};
 use gpushare_proto::Strategy;
@@ -58,8 +63,10 @@ pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String 
     }
 }
 
-/// The SHARING cell: `exclusive`, `mps 25% 2 GiB` (threads and pinned memory limit of the MPS
-/// server, when known), `time-slicing (short)` (with the interval, when known).
+/// The SHARING cell: `exclusive`, `mps 25% 2 GiB` (threads and pinned memory limit a client
+/// of the MPS server gets now, when known, with where they come from unless the profile:
+/// `(mps limit)`, `(drift)`; `multi-user` for a daemon serving every user at once),
+/// `time-slicing (short)` (with the interval, when known).
 pub fn sharing_cell(sharing: &Sharing) -> String {
     let mut cell = sharing.strategy.clone();
     match Strategy::from_name(&sharing.strategy) {
@@ -68,6 +75,14 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
                 cell.push_str(&format!(" {}%", mps.active_thread_percentage));
                 if let Some(bytes) = mps.pinned_memory_limit_bytes {
                     cell.push_str(&format!(" {}", exact_size(bytes)));
+                }
+                match mps.limits_source.as_deref() {
+                    Some("mps-limit") => cell.push_str(" (mps limit)"),
+                    Some("unknown") => cell.push_str(" (drift)"),
+                    _ => {}
+                }
+                if mps.multi_user {
+                    cell.push_str(" multi-user");
                 }
             }
         }
@@ -79,6 +94,20 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
         _ => {}
     }
     cell
+}
+
+/// Every MPS server `status` shows (of whole GPUs, MIG instances and compute instances).
+fn mps_servers(status: &Status) -> impl Iterator<Item = &gpushare_proto::types::MpsServer> {
+    status.gpus.iter().flat_map(|g| {
+        let instances = g.instances.iter().flat_map(|i| {
+            let cis = i.compute_instances.iter().filter_map(|c| c.sharing.mps.as_ref());
+            // An instance used whole shows its one compute instance's server as its own.
+            let whole =
+                (i.compute_instances.len() <= 1).then_some(i.sharing.mps.as_ref()).flatten();
+            whole.into_iter().chain(cis.filter(move |_| i.compute_instances.len() > 1))
+        });
+        g.sharing.mps.as_ref().into_iter().chain(instances)
+    })
 }
 
 /// A running bench for people: on which GPU, for how long, whose, and what its GPU goes
@@ -225,6 +254,15 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
         }
     }
     out.push_str(&render_table(&table));
+    let mps_lines: Vec<String> = mps_servers(status)
+        .flat_map(|server| super::mps::status_notes(server, &super::mps::device_words(server)))
+        .collect();
+    if !mps_lines.is_empty() {
+        out.push_str("MPS (gpushare-ctl mps):\n");
+        for line in mps_lines {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
     let clients: Vec<_> = status.gpus.iter().flat_map(|g| &g.clients).collect();
     if !clients.is_empty() {
         out.push_str("\nClients (command lines: gpushare-ctl clients):\n");
@@ -261,6 +299,12 @@ pub(crate) mod tests {
                 pipe_directory: "/run/gpushare/mps/MIG-22222222-2222-2222-2222-222222222222/pipe"
                     .into(),
                 clients: vec![],
+                limits_source: None,
+                configured: None,
+                daemon_defaults: None,
+                server_processes: Vec::new(),
+                multi_user: false,
+                limit_restores: 0,
             }),
         }
     }
@@ -534,6 +578,13 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         assert_eq!(sharing_cell(&mps_sharing(25, Some(2 * GIB))), "mps 25% 2 GiB");
         assert_eq!(sharing_cell(&mps_sharing(50, Some(512 << 20))), "mps 50% 512 MiB");
         assert_eq!(sharing_cell(&mps_sharing(100, None)), "mps 100%");
+        let mut marked = mps_sharing(50, Some(2 * GIB));
+        let server = marked.mps.as_mut().unwrap();
+        server.limits_source = Some("mps-limit".into());
+        server.multi_user = true;
+        assert_eq!(sharing_cell(&marked), "mps 50% 2 GiB (mps limit) multi-user");
+        marked.mps.as_mut().unwrap().limits_source = Some("unknown".into());
+        assert_eq!(sharing_cell(&marked), "mps 50% 2 GiB (drift) multi-user");
         let bare =
             |strategy: &str| Sharing { strategy: strategy.into(), interval: None, mps: None };
         assert_eq!(sharing_cell(&bare("mps")), "mps");

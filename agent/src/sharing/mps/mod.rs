@@ -29,19 +29,36 @@
 //! `nvidia-cuda-mps-control` run with the same pipe directory. The control tool exits 0
 //! even for values it refuses (it answers the unchanged value), so every limit is read back
 //! and compared.
+//!
+//! A daemon serves one user at a time (NVIDIA's default: a client of another user waits
+//! until the running server's clients are gone, and then gets a server of its own with the
+//! daemon's default limits), or, started with `-M` (a profile's `multi_user`), every user's
+//! clients at once through one server running as the daemon's user.
+//!
+//! This module starts, stops and finds daemons; `record.rs` is the record each server
+//! keeps (`server.json`) and which process is its daemon; `limits.rs` reads the limits the
+//! daemon answers now (the live limits), sets a server's, and puts drifted ones back.
+
+mod limits;
+mod record;
+#[cfg(test)]
+mod tests;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::{SharingError, SharingErrorKind as Kind};
-use crate::node::{MpsLimits, mps_memory_value};
+use crate::node::mps_memory_value;
 use crate::sys::command::{Command, Finished, find_program};
 use crate::sys::files::{PRIVATE, write_json};
-use crate::sys::procfs::{self, alive};
+use crate::sys::procfs::alive;
 use crate::sys::{trusted, unix};
+pub use limits::{LiveRead, Restored};
+use limits::{parse_percentage, pinned_limit_reads_back};
+pub use record::{DaemonIdentity, ServerRecord};
+use record::{legacy_daemon, pid_file, trusted_record, untrusted_root};
 
 /// How long a control command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,50 +176,6 @@ fn environment_file(vars: &[(&str, &std::ffi::OsStr)]) -> Option<String> {
     Some(text)
 }
 
-/// What the agent asked of one server, kept in `server.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServerRecord {
-    /// `GPU-…` or `MIG-…` the daemon serves (its `CUDA_VISIBLE_DEVICES`).
-    pub uuid: String,
-    /// GPU index.
-    pub gpu: u32,
-    /// Placement start of the MIG instance; `None` for a whole GPU.
-    pub placement_start: Option<u8>,
-    /// Which compute instance of that GPU instance, by index (0 for one used whole, and in
-    /// records written before compute instances could be subdivided).
-    #[serde(default)]
-    pub compute_instance: u8,
-    /// Limits set on the daemon.
-    pub limits: MpsLimits,
-    /// How often the supervisor restarted it.
-    #[serde(default)]
-    pub restarts: u32,
-    /// The daemon started for it, once it runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daemon: Option<DaemonIdentity>,
-}
-
-/// One process for good: its pid and when it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonIdentity {
-    /// Its pid.
-    pub pid: u32,
-    /// Its start time (clock ticks after boot, `/proc/PID/stat`).
-    pub start_time: u64,
-}
-
-impl DaemonIdentity {
-    /// `pid` as it runs now.
-    fn of(pid: u32) -> Option<DaemonIdentity> {
-        procfs::start_time(pid).map(|start_time| DaemonIdentity { pid, start_time })
-    }
-
-    /// Whether this process still runs (the pid names the same process).
-    fn runs(&self) -> bool {
-        alive(self.pid) && procfs::start_time(self.pid) == Some(self.start_time)
-    }
-}
-
 /// A control daemon as found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpsDaemon {
@@ -218,12 +191,17 @@ pub struct MpsDaemon {
 #[derive(Debug, Clone)]
 pub struct MpsController {
     config: MpsConfig,
+    /// The server processes each daemon listed when last asked, by device UUID: the next
+    /// read of its limits asks for theirs in the same control run.
+    known_servers: Arc<Mutex<std::collections::HashMap<String, Vec<u32>>>>,
+    /// The last live read of each daemon, by device UUID, and when it was made.
+    live_cache: Arc<Mutex<std::collections::HashMap<String, (Instant, LiveRead)>>>,
 }
 
 impl MpsController {
     /// A controller for `config`.
     pub fn new(config: MpsConfig) -> Self {
-        MpsController { config }
+        MpsController { config, known_servers: Arc::default(), live_cache: Arc::default() }
     }
 
     /// The `nvidia-cuda-mps-control` it runs.
@@ -272,7 +250,10 @@ impl MpsController {
                 format!("a control daemon (PID {pid}) already runs in {}", pipe.display()),
             ));
         }
-        let record = ServerRecord { daemon: None, ..record.clone() };
+        // A new daemon: no server process yet, so no override of one.
+        let record = ServerRecord { daemon: None, overrides: Vec::new(), ..record.clone() };
+        self.known_servers().remove(uuid);
+        self.forget_live(uuid);
         // The root and the server's directory: the agent's (made 0755), written by no one
         // else, or no server at all (its record decides what the agent signals).
         trusted::make_dir(&self.server_dir(uuid), 0o755)
@@ -292,8 +273,8 @@ impl MpsController {
             .map_err(|e| err(Kind::Files, format!("server.json: {e}")))?;
 
         match &self.config.launch {
-            MpsLaunch::Direct => self.start_directly(uuid)?,
-            MpsLaunch::Unit { systemctl } => self.start_unit(uuid, systemctl)?,
+            MpsLaunch::Direct => self.start_directly(uuid, record.multi_user)?,
+            MpsLaunch::Unit { systemctl } => self.start_unit(uuid, record.multi_user, systemctl)?,
         }
         // Read while the pipe directory is root's alone (0700): the file is the daemon's.
         let daemon = wait_for(START_STOP_TIMEOUT, || {
@@ -354,21 +335,29 @@ impl MpsController {
         Ok(pid)
     }
 
-    /// `nvidia-cuda-mps-control -d`, from the agent.
-    fn start_directly(&self, uuid: &str) -> Result<(), SharingError> {
+    /// `nvidia-cuda-mps-control -d` (`-d -M` for a multi-user daemon), from the agent.
+    fn start_directly(&self, uuid: &str, multi_user: bool) -> Result<(), SharingError> {
+        let options = mode_options(multi_user);
         let done = self
             .control(uuid, START_STOP_TIMEOUT)
             .arg("-d")
+            .args(options.split_whitespace())
             .env("CUDA_VISIBLE_DEVICES", uuid)
             .run();
-        let what = format!("{} -d", self.config.control.display());
-        start_outcome(uuid, &what, done, START_STOP_TIMEOUT)
+        let what = format!("{} -d {options}", self.config.control.display());
+        let what = what.trim_end();
+        start_outcome(uuid, what, done, START_STOP_TIMEOUT)
     }
 
     /// `systemctl start gpushare-mps@<uuid>.service`, after writing the environment the
     /// instance reads: the control binary (by its full path, the unit has its own `PATH`),
     /// the device and the directories. systemctl returns once the daemon's pid file is read.
-    fn start_unit(&self, uuid: &str, systemctl: &Path) -> Result<(), SharingError> {
+    fn start_unit(
+        &self,
+        uuid: &str,
+        multi_user: bool,
+        systemctl: &Path,
+    ) -> Result<(), SharingError> {
         let err =
             |kind, what: String| SharingError::new(kind, format!("MPS server for {uuid}: {what}"));
         let unit = unit_name(uuid).ok_or_else(|| {
@@ -378,8 +367,11 @@ impl MpsController {
             err(Kind::CannotRun, format!("cannot run {}: {why}", self.config.control.display()))
         })?;
         let (pipe, log) = (self.pipe_dir(uuid), self.log_dir(uuid));
+        // The unit runs `${GPUSHARE_MPS_CONTROL} -d $GPUSHARE_MPS_OPTIONS`: the options
+        // split at spaces (none when empty), as systemd does for an unbraced `$VAR`.
         let vars = [
             ("GPUSHARE_MPS_CONTROL", control.as_os_str()),
+            ("GPUSHARE_MPS_OPTIONS", std::ffi::OsStr::new(mode_options(multi_user))),
             ("CUDA_VISIBLE_DEVICES", std::ffi::OsStr::new(uuid)),
             ("CUDA_MPS_PIPE_DIRECTORY", pipe.as_os_str()),
             ("CUDA_MPS_LOG_DIRECTORY", log.as_os_str()),
@@ -430,6 +422,8 @@ impl MpsController {
                 }
             }
         }
+        self.known_servers().remove(uuid);
+        self.forget_live(uuid);
         match std::fs::remove_dir_all(self.server_dir(uuid)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -507,12 +501,6 @@ impl MpsController {
         Ok(lines)
     }
 
-    /// Whether the daemon of `server` runs and answers.
-    pub fn healthy(&self, server: &MpsDaemon) -> bool {
-        server.pid.is_some_and(alive)
-            && self.command(&server.record.uuid, "get_default_active_thread_percentage").is_ok()
-    }
-
     /// The identity of the daemon of `uuid`'s server that runs now, if one does.
     fn running_identity(&self, uuid: &str) -> Option<DaemonIdentity> {
         match trusted_record(&self.server_dir(uuid)) {
@@ -531,165 +519,16 @@ impl MpsController {
             None => legacy_daemon(pipe_dir),
         }
     }
-
-    /// The MPS server processes of a daemon with their client pids.
-    pub fn clients(&self, uuid: &str) -> Result<Vec<(u32, Vec<u32>)>, SharingError> {
-        let mut out = Vec::new();
-        for server in self.command(uuid, "get_server_list")? {
-            let Ok(server) = server.parse::<u32>() else { continue };
-            let clients = self
-                .command(uuid, &format!("get_client_list {server}"))?
-                .iter()
-                .filter_map(|l| l.parse().ok())
-                .collect();
-            out.push((server, clients));
-        }
-        Ok(out)
-    }
 }
 
-/// Whether the daemon's answer to `get_default_device_pinned_mem_limit` shows `set` bytes.
-/// The real daemon shows a limit of a gibibyte or more in whole `G`, rounded down (an
-/// H100 answered `79G` for `81559M`, `19G` for `20389M`), smaller ones in `M`: the answer
-/// must be the set limit rounded down to its unit.
-fn pinned_limit_reads_back(set: u64, answer: &str) -> bool {
-    let (digits, unit) = match (answer.strip_suffix('G'), answer.strip_suffix('M')) {
-        (Some(d), _) => (d, 1u64 << 30),
-        (None, Some(d)) => (d, 1u64 << 20),
-        (None, None) => return false,
-    };
-    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(unit)) == Some(set / unit * unit)
-}
-
-impl MpsController {
-    /// The client PIDs of a daemon's servers, from one `ps` (the first column of its
-    /// rows); a control tool without `ps` is asked server by server instead.
-    pub fn client_pids(&self, uuid: &str) -> Result<Vec<u32>, SharingError> {
-        let mut pids: Vec<u32> = match self.command(uuid, "ps") {
-            Ok(lines) => ps_client_pids(&lines),
-            Err(e) if e.message.contains("Unknown command") => {
-                self.clients(uuid)?.into_iter().flat_map(|(_, clients)| clients).collect()
-            }
-            Err(e) => return Err(e),
-        };
-        // In the order the daemon lists them (connection order); a plan sorts its own.
-        let mut seen = std::collections::HashSet::new();
-        pids.retain(|pid| seen.insert(*pid));
-        Ok(pids)
-    }
-
-    /// The server record of the daemon whose MPS server process serves client `pid`, and
-    /// that server process.
-    pub fn server_of_client(&self, pid: u32) -> Result<(ServerRecord, u32), SharingError> {
-        let found = self.daemons().into_iter().filter(|s| s.pid.is_some()).find_map(|s| {
-            let clients = self.clients(&s.record.uuid).ok()?;
-            let server = clients.iter().find(|(_, c)| c.contains(&pid)).map(|(srv, _)| *srv)?;
-            Some((s.record, server))
-        });
-        found.ok_or_else(|| {
-            SharingError::new(
-                Kind::NotAClient,
-                format!("PID {pid} is not a client of an MPS server gpushare runs"),
-            )
-        })
-    }
-
-    /// Sets the limits of MPS server process `server` of the daemon of `uuid` (MPS applies
-    /// them to that server's new clients); the thread percentage is read back.
-    pub fn limit_server(
-        &self,
-        uuid: &str,
-        server: u32,
-        threads: Option<u32>,
-        memory_bytes: Option<u64>,
-    ) -> Result<(), SharingError> {
-        if let Some(t) = threads {
-            self.command(uuid, &format!("set_active_thread_percentage {server} {t}"))?;
-            let read = self.command(uuid, &format!("get_active_thread_percentage {server}"))?;
-            if read.first().and_then(|v| v.parse::<f64>().ok()) != Some(f64::from(t)) {
-                return Err(SharingError::new(
-                    Kind::NotApplied,
-                    format!(
-                        "the MPS server {server} reports thread percentage {:?} after setting {t}",
-                        read.join(" ")
-                    ),
-                ));
-            }
-        }
-        if let Some(bytes) = memory_bytes {
-            let value = mps_memory_value(bytes);
-            self.command(uuid, &format!("set_device_pinned_mem_limit {server} 0 {value}"))?;
-        }
-        Ok(())
-    }
-}
-
-/// The client PIDs of `ps`'s rows (`PID ID SERVER DEVICE NAMESPACE COMMAND`, after a
-/// header; nothing at all without clients).
-fn ps_client_pids(lines: &[String]) -> Vec<u32> {
-    lines.iter().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect()
-}
-
-/// `25.0` → 25.
-fn parse_percentage(answer: &str) -> Option<u32> {
-    let value: f64 = answer.trim().parse().ok()?;
-    (value.fract() == 0.0).then_some(value as u32)
+/// The control daemon's options besides `-d`: `-M` for a multi-user daemon.
+fn mode_options(multi_user: bool) -> &'static str {
+    if multi_user { "-M" } else { "" }
 }
 
 fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("{}: {e}", dir.display()))
-}
-
-/// Why the MPS root is not used, with the consequence and the setting.
-fn untrusted_root(why: String) -> String {
-    format!("{why}: another user could forge the servers' records (set [mps] root in agent.toml)")
-}
-
-/// The `server.json` of server directory `dir` (`None` when there is none, or it does not
-/// read); `Err` when the directory or the file is not one the agent may trust, which is
-/// ignored with a warning.
-fn trusted_record(dir: &Path) -> Result<Option<ServerRecord>, ()> {
-    match crate::sys::files::read_record(dir, "server.json") {
-        Ok(record) => Ok(record),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            trusted::warn_ignored(format!("MPS server ignored: {}", untrusted_root(e.to_string())));
-            Err(())
-        }
-        Err(_) => Ok(None),
-    }
-}
-
-/// The pid the daemon's pid file names (whoever wrote it: the file is world-writable).
-fn pid_file(pipe_dir: &Path) -> Option<u32> {
-    use std::io::Read;
-    // A pid is a few digits; whatever else another user wrote there is not read.
-    let mut text = String::new();
-    std::fs::File::open(pipe_dir.join(PID_FILE)).ok()?.take(32).read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
-}
-
-/// The daemon of a pipe directory whose record does not name it: the pid file's process,
-/// only if it is this agent's user's and its environment names this pipe directory (which
-/// no process of another user, nor any other root process, has).
-fn legacy_daemon(pipe_dir: &Path) -> Option<DaemonIdentity> {
-    let pid = pid_file(pipe_dir).filter(|&pid| alive(pid))?;
-    if procfs::real_user(pid) != Some(unix::effective_uid()) {
-        return None;
-    }
-    // An MPS control daemon's executable (NVIDIA's, or the simulator's under either name),
-    // not any program of the agent's user that kept such an environment.
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    if !exe.file_name()?.to_str()?.ends_with("nvidia-cuda-mps-control") {
-        return None;
-    }
-    let wanted = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ
-        .split(|&b| b == 0)
-        .any(|entry| entry == wanted.as_bytes())
-        .then(|| DaemonIdentity::of(pid))
-        .flatten()
 }
 
 /// Whether process `pid` exits within `timeout`: watched through `exit` (its pidfd), or
@@ -722,216 +561,5 @@ fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Optio
             return None;
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pinned_limits_read_back_as_the_daemon_rounds_them() {
-        assert!(pinned_limit_reads_back(2 << 30, "2G"));
-        assert!(pinned_limit_reads_back(512 << 20, "512M"));
-        // Answers of the real daemon on an H100 (tests/device/results, issue 12).
-        assert!(pinned_limit_reads_back(81559 << 20, "79G"));
-        assert!(pinned_limit_reads_back(20389 << 20, "19G"));
-        assert!(!pinned_limit_reads_back(20389 << 20, "20G"));
-        assert!(!pinned_limit_reads_back(2 << 30, "1G"));
-        assert!(!pinned_limit_reads_back(2 << 30, ""));
-        assert!(!pinned_limit_reads_back(2 << 30, "No default pinned memory limit set"));
-    }
-
-    #[test]
-    fn percentages_read_back_as_the_daemon_prints_them() {
-        assert_eq!(parse_percentage("25.0"), Some(25));
-        assert_eq!(parse_percentage("100.0"), Some(100));
-        assert_eq!(parse_percentage("12.5"), None);
-        assert_eq!(parse_percentage(""), None);
-    }
-
-    #[test]
-    fn an_exit_is_seen_when_it_happens_and_a_timeout_is_kept() {
-        let mut quick = std::process::Command::new("sleep").arg("0.1").spawn().unwrap();
-        let started = Instant::now();
-        assert!(wait_for_exit(quick.id(), unix::pidfd_open(quick.id()), Duration::from_secs(5)));
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-        quick.wait().unwrap();
-        let mut slow = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let started = Instant::now();
-        let pidfd = unix::pidfd_open(slow.id());
-        assert!(!wait_for_exit(slow.id(), pidfd, Duration::from_millis(100)));
-        assert!(started.elapsed() >= Duration::from_millis(100));
-        slow.kill().unwrap();
-        slow.wait().unwrap();
-    }
-
-    #[test]
-    fn units_are_named_by_the_uuid_and_odd_ones_refused() {
-        assert_eq!(
-            unit_name("GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab").as_deref(),
-            Some("gpushare-mps@GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab.service")
-        );
-        assert_eq!(unit_name(""), None);
-        assert_eq!(unit_name("GPU-a/b"), None);
-        assert_eq!(unit_name("GPU a"), None);
-    }
-
-    #[test]
-    fn the_environment_file_quotes_as_systemd_reads_it() {
-        use std::ffi::OsStr;
-        let text = environment_file(&[
-            ("GPUSHARE_MPS_CONTROL", OsStr::new("/usr/bin/nvidia-cuda-mps-control")),
-            ("ODD", OsStr::new(r#"a "b" \ $c `d`"#)),
-        ])
-        .unwrap();
-        assert_eq!(
-            text,
-            "GPUSHARE_MPS_CONTROL=\"/usr/bin/nvidia-cuda-mps-control\"\n\
-             ODD=\"a \\\"b\\\" \\\\ \\$c \\`d\\`\"\n"
-        );
-        assert_eq!(environment_file(&[("A", OsStr::new("x\ny"))]), None);
-    }
-
-    #[test]
-    fn the_unit_launch_needs_a_systemd_service_and_the_packaged_root() {
-        // Tests do not run as a systemd service with /run/gpushare/mps as their root.
-        let (launch, why) = MpsLaunch::detect(Path::new("/tmp/elsewhere"));
-        assert_eq!(launch, MpsLaunch::Direct);
-        assert!(!why.is_empty());
-    }
-
-    #[test]
-    fn clients_are_read_from_ps_as_the_real_h100_printed_it() {
-        let lines = [
-            "PID       ID        SERVER         DEVICE                    NAMESPACE      COMMAND",
-            "438       1         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
-            "512       2         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
-        ]
-        .map(String::from);
-        assert_eq!(ps_client_pids(&lines), [438, 512]);
-        assert!(ps_client_pids(&[]).is_empty());
-    }
-
-    #[test]
-    fn servers_are_found_from_their_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let mps = MpsController::new(MpsConfig {
-            control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
-            root: dir.path().to_path_buf(),
-            launch: MpsLaunch::Direct,
-        });
-        let record = ServerRecord {
-            uuid: "GPU-abc".into(),
-            gpu: 1,
-            placement_start: None,
-            compute_instance: 0,
-            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
-            restarts: 0,
-            // This test process stands for the daemon the agent started.
-            daemon: DaemonIdentity::of(std::process::id()),
-        };
-        std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
-        write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
-        // Whatever the world-writable pid file says is not read.
-        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), "1").unwrap();
-        let found = mps.daemons();
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].record, record);
-        assert_eq!(found[0].pid, Some(std::process::id()));
-        let e = mps.start(&record).unwrap_err();
-        assert!(e.to_string().contains("already runs"), "{e}");
-        let e = mps.command("GPU-abc", "get_server_list").unwrap_err();
-        assert!(e.to_string().contains("cannot run /nonexistent/nvidia-cuda-mps-control"), "{e}");
-        // A record whose daemon is gone (another process now has its pid, or none does)
-        // has no daemon, whatever the pid file says.
-        let gone = ServerRecord {
-            daemon: Some(DaemonIdentity { pid: std::process::id(), start_time: 1 }),
-            ..record.clone()
-        };
-        write_json(&mps.server_dir("GPU-abc").join("server.json"), &gone, PRIVATE).unwrap();
-        std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string())
-            .unwrap();
-        assert_eq!(mps.daemons()[0].pid, None);
-    }
-
-    #[test]
-    fn records_under_a_root_others_may_write_are_ignored_and_never_acted_on() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("mps");
-        std::fs::create_dir(&root).unwrap();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let mps = MpsController::new(MpsConfig {
-            control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
-            root: root.clone(),
-            launch: MpsLaunch::Direct,
-        });
-        // A record someone forged there, naming a process that is not a daemon.
-        let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let record = ServerRecord {
-            uuid: "GPU-abc".into(),
-            gpu: 0,
-            placement_start: None,
-            compute_instance: 0,
-            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
-            restarts: 0,
-            daemon: DaemonIdentity::of(victim.id()),
-        };
-        std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
-        let file = mps.server_dir("GPU-abc").join("server.json");
-        std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
-        assert!(mps.daemons().is_empty());
-        assert_eq!(mps.running_identity("GPU-abc"), None);
-        let e = mps.stop("GPU-abc").unwrap_err().to_string();
-        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
-        let e = mps.start(&record).unwrap_err().to_string();
-        assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
-        assert!(file.exists(), "another user's files were removed");
-        assert!(victim.try_wait().unwrap().is_none(), "the process the record named was signalled");
-        victim.kill().unwrap();
-        victim.wait().unwrap();
-    }
-
-    #[test]
-    fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let pipe = dir.path().join("pipe");
-        std::fs::create_dir(&pipe).unwrap();
-        // A "daemon" of this user started for that pipe directory; the same program not
-        // started for it; another program started for it.
-        let daemon = dir.path().join("nvidia-cuda-mps-control");
-        let sleep = find_program(Path::new("sleep")).unwrap();
-        std::fs::copy(&sleep, &daemon).unwrap();
-        let spawn = |program: &Path, env: bool| {
-            let mut cmd = std::process::Command::new(program);
-            if env {
-                cmd.env("CUDA_MPS_PIPE_DIRECTORY", &pipe);
-            }
-            cmd.arg("30");
-            // A copy just written may be open for writing in a child another test forks
-            // meanwhile (ETXTBSY) for a moment.
-            loop {
-                match cmd.spawn() {
-                    Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    started => break started.unwrap(),
-                }
-            }
-        };
-        let mut ours = spawn(&daemon, true);
-        let mut other = spawn(&daemon, false);
-        let mut not_a_daemon = spawn(&sleep, true);
-        for stranger in [&other, &not_a_daemon] {
-            std::fs::write(pipe.join(PID_FILE), stranger.id().to_string()).unwrap();
-            assert_eq!(legacy_daemon(&pipe), None);
-        }
-        std::fs::write(pipe.join(PID_FILE), ours.id().to_string()).unwrap();
-        assert_eq!(legacy_daemon(&pipe).map(|d| d.pid), Some(ours.id()));
-        for child in [&mut ours, &mut other, &mut not_a_daemon] {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
     }
 }

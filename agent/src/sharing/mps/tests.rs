@@ -1,0 +1,214 @@
+//! Tests of the MPS controller: records, pid files, units, answers of the control daemon.
+
+use super::limits::ps_client_pids;
+use super::*;
+use crate::node::MpsLimits;
+
+#[test]
+fn pinned_limits_read_back_as_the_daemon_rounds_them() {
+    assert!(pinned_limit_reads_back(2 << 30, "2G"));
+    assert!(pinned_limit_reads_back(512 << 20, "512M"));
+    // Answers of the real daemon on an H100 (tests/device/results, issue 12).
+    assert!(pinned_limit_reads_back(81559 << 20, "79G"));
+    assert!(pinned_limit_reads_back(20389 << 20, "19G"));
+    assert!(!pinned_limit_reads_back(20389 << 20, "20G"));
+    assert!(!pinned_limit_reads_back(2 << 30, "1G"));
+    assert!(!pinned_limit_reads_back(2 << 30, ""));
+    assert!(!pinned_limit_reads_back(2 << 30, "No default pinned memory limit set"));
+}
+
+#[test]
+fn percentages_read_back_as_the_daemon_prints_them() {
+    assert_eq!(parse_percentage("25.0"), Some(25));
+    assert_eq!(parse_percentage("100.0"), Some(100));
+    assert_eq!(parse_percentage("12.5"), None);
+    assert_eq!(parse_percentage(""), None);
+}
+
+#[test]
+fn an_exit_is_seen_when_it_happens_and_a_timeout_is_kept() {
+    let mut quick = std::process::Command::new("sleep").arg("0.1").spawn().unwrap();
+    let started = Instant::now();
+    assert!(wait_for_exit(quick.id(), unix::pidfd_open(quick.id()), Duration::from_secs(5)));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    quick.wait().unwrap();
+    let mut slow = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+    let started = Instant::now();
+    let pidfd = unix::pidfd_open(slow.id());
+    assert!(!wait_for_exit(slow.id(), pidfd, Duration::from_millis(100)));
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    slow.kill().unwrap();
+    slow.wait().unwrap();
+}
+
+#[test]
+fn units_are_named_by_the_uuid_and_odd_ones_refused() {
+    assert_eq!(
+        unit_name("GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab").as_deref(),
+        Some("gpushare-mps@GPU-cc30f0e5-9f43-576f-a1b2-0123456789ab.service")
+    );
+    assert_eq!(unit_name(""), None);
+    assert_eq!(unit_name("GPU-a/b"), None);
+    assert_eq!(unit_name("GPU a"), None);
+}
+
+#[test]
+fn the_environment_file_quotes_as_systemd_reads_it() {
+    use std::ffi::OsStr;
+    let text = environment_file(&[
+        ("GPUSHARE_MPS_CONTROL", OsStr::new("/usr/bin/nvidia-cuda-mps-control")),
+        ("ODD", OsStr::new(r#"a "b" \ $c `d`"#)),
+    ])
+    .unwrap();
+    assert_eq!(
+        text,
+        "GPUSHARE_MPS_CONTROL=\"/usr/bin/nvidia-cuda-mps-control\"\n\
+         ODD=\"a \\\"b\\\" \\\\ \\$c \\`d\\`\"\n"
+    );
+    assert_eq!(environment_file(&[("A", OsStr::new("x\ny"))]), None);
+}
+
+#[test]
+fn the_unit_launch_needs_a_systemd_service_and_the_packaged_root() {
+    // Tests do not run as a systemd service with /run/gpushare/mps as their root.
+    let (launch, why) = MpsLaunch::detect(Path::new("/tmp/elsewhere"));
+    assert_eq!(launch, MpsLaunch::Direct);
+    assert!(!why.is_empty());
+}
+
+#[test]
+fn clients_are_read_from_ps_as_the_real_h100_printed_it() {
+    let lines = [
+        "PID       ID        SERVER         DEVICE                    NAMESPACE      COMMAND",
+        "438       1         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
+        "512       2         441            GPU-cc30f0e5-9f43-576f    4026531836     python3",
+    ]
+    .map(String::from);
+    assert_eq!(ps_client_pids(&lines), [438, 512]);
+    assert!(ps_client_pids(&[]).is_empty());
+}
+
+#[test]
+fn servers_are_found_from_their_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mps = MpsController::new(MpsConfig {
+        control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
+        root: dir.path().to_path_buf(),
+        launch: MpsLaunch::Direct,
+    });
+    let record = ServerRecord {
+        uuid: "GPU-abc".into(),
+        gpu: 1,
+        placement_start: None,
+        compute_instance: 0,
+        limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+        multi_user: false,
+        restarts: 0,
+        overrides: Vec::new(),
+        // This test process stands for the daemon the agent started.
+        daemon: DaemonIdentity::of(std::process::id()),
+    };
+    std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+    write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
+    // Whatever the world-writable pid file says is not read.
+    std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), "1").unwrap();
+    let found = mps.daemons();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].record, record);
+    assert_eq!(found[0].pid, Some(std::process::id()));
+    let e = mps.start(&record).unwrap_err();
+    assert!(e.to_string().contains("already runs"), "{e}");
+    let e = mps.command("GPU-abc", "get_server_list").unwrap_err();
+    assert!(e.to_string().contains("cannot run /nonexistent/nvidia-cuda-mps-control"), "{e}");
+    // A record whose daemon is gone (another process now has its pid, or none does)
+    // has no daemon, whatever the pid file says.
+    let gone = ServerRecord {
+        daemon: Some(DaemonIdentity { pid: std::process::id(), start_time: 1 }),
+        ..record.clone()
+    };
+    write_json(&mps.server_dir("GPU-abc").join("server.json"), &gone, PRIVATE).unwrap();
+    std::fs::write(mps.pipe_dir("GPU-abc").join(PID_FILE), std::process::id().to_string()).unwrap();
+    assert_eq!(mps.daemons()[0].pid, None);
+}
+
+#[test]
+fn records_under_a_root_others_may_write_are_ignored_and_never_acted_on() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("mps");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mps = MpsController::new(MpsConfig {
+        control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
+        root: root.clone(),
+        launch: MpsLaunch::Direct,
+    });
+    // A record someone forged there, naming a process that is not a daemon.
+    let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let record = ServerRecord {
+        uuid: "GPU-abc".into(),
+        gpu: 0,
+        placement_start: None,
+        compute_instance: 0,
+        limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+        multi_user: false,
+        restarts: 0,
+        overrides: Vec::new(),
+        daemon: DaemonIdentity::of(victim.id()),
+    };
+    std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+    let file = mps.server_dir("GPU-abc").join("server.json");
+    std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+    assert!(mps.daemons().is_empty());
+    assert_eq!(mps.running_identity("GPU-abc"), None);
+    let e = mps.stop("GPU-abc").unwrap_err().to_string();
+    assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+    let e = mps.start(&record).unwrap_err().to_string();
+    assert!(e.contains("writable by others") && e.contains("[mps] root"), "{e}");
+    assert!(file.exists(), "another user's files were removed");
+    assert!(victim.try_wait().unwrap().is_none(), "the process the record named was signalled");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
+
+#[test]
+fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("pipe");
+    std::fs::create_dir(&pipe).unwrap();
+    // A "daemon" of this user started for that pipe directory; the same program not
+    // started for it; another program started for it.
+    let daemon = dir.path().join("nvidia-cuda-mps-control");
+    let sleep = find_program(Path::new("sleep")).unwrap();
+    std::fs::copy(&sleep, &daemon).unwrap();
+    let spawn = |program: &Path, env: bool| {
+        let mut cmd = std::process::Command::new(program);
+        if env {
+            cmd.env("CUDA_MPS_PIPE_DIRECTORY", &pipe);
+        }
+        cmd.arg("30");
+        // A copy just written may be open for writing in a child another test forks
+        // meanwhile (ETXTBSY) for a moment.
+        loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                started => break started.unwrap(),
+            }
+        }
+    };
+    let mut ours = spawn(&daemon, true);
+    let mut other = spawn(&daemon, false);
+    let mut not_a_daemon = spawn(&sleep, true);
+    for stranger in [&other, &not_a_daemon] {
+        std::fs::write(pipe.join(PID_FILE), stranger.id().to_string()).unwrap();
+        assert_eq!(legacy_daemon(&pipe), None);
+    }
+    std::fs::write(pipe.join(PID_FILE), ours.id().to_string()).unwrap();
+    assert_eq!(legacy_daemon(&pipe).map(|d| d.pid), Some(ours.id()));
+    for child in [&mut ours, &mut other, &mut not_a_daemon] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
