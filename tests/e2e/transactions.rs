@@ -203,19 +203,26 @@ fn instances_in_use_are_refused_with_their_pids_unless_forced() {
     assert_eq!(layout(&agent.status()), before);
 }
 
+/// The GPUs of a plan are reconfigured side by side: the steps begin in the order the
+/// executor numbers them (`[n/N]`, counted as they begin on any GPU), so the first eight
+/// steps of eight GPUs begun together belong to many GPUs, where one GPU at a time would
+/// begin all of GPU 0's first. Each mutating driver call is slowed (100 ms) so that no GPU
+/// gets through a step before the others have begun theirs; no time is compared.
 #[test]
 fn gpus_are_reconfigured_concurrently() {
-    let time = |spec: &str| {
-        let agent = Agent::start(AgentOptions::simulate(spec).env("GPUSHARE_SIM_DELAY_MS", "20"));
-        let outcome: JobOutcome = agent.ctl_doc(&["apply", "all-balanced"]);
-        assert!(outcome.ok, "{outcome:?}");
-        outcome.duration_seconds
-    };
-    let one = time("a100-40gb:1");
-    let eight = time("a100-40gb:8");
-    // Each GPU takes 10 calls of at least 20 ms; one at a time, 8 GPUs would take 8×.
-    assert!(one >= 0.2, "one GPU took {one} s");
-    assert!(eight < 3.0 * one, "8 GPUs took {eight} s, one took {one} s");
+    let agent =
+        Agent::start(AgentOptions::simulate("a100-40gb:8").env("GPUSHARE_SIM_DELAY_MS", "100"));
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Progress lines go to stderr when it is no terminal, as `[n/N TIME] GPU g: step`.
+    let gpus: Vec<String> = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with('[') && !l.contains("verifying"))
+        .filter_map(|l| l.split("] GPU ").nth(1)?.split(':').next().map(str::to_string))
+        .take(8)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = gpus.iter().collect();
+    assert!(distinct.len() >= 6, "the first steps began on GPUs {gpus:?}: one at a time");
 }
 
 #[test]
