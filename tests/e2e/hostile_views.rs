@@ -358,7 +358,7 @@ fn a_production_agent_is_refused_by_the_simulated_library_before_it_makes_anythi
     let dir = tempfile::tempdir().unwrap();
     let lib = dir.path().join("lib");
     std::fs::create_dir(&lib).unwrap();
-    let simulated = binary("libgpushare_sim_nvml.so", "GPUSHARE_SIM_NVML_LIB");
+    let simulated = gpushare_tests::simulated_library();
     std::os::unix::fs::symlink(&simulated, lib.join("libnvidia-ml.so.1")).unwrap();
     // Knobs left in its environment, and a state file the library would make.
     let state = dir.path().join("state");

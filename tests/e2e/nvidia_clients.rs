@@ -3,23 +3,10 @@
 //! (tests/device/results/nvidia-tools-2026-11-27), runs a whole MIG session with the
 //! driver's codes, and sees the same node as the agent at the same time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use gpushare_tests::{Agent, AgentOptions, repo_root, text};
-
-/// The simulated driver as cargo built it: the newer of target/debug's copy and deps/'s.
-pub(crate) fn simulated_library() -> PathBuf {
-    let smi = gpushare_tests::binary(gpushare_tests::SIM_NVIDIA_SMI, "GPUSHARE_SIM_NVIDIA_SMI_BIN");
-    let dir = smi.parent().unwrap();
-    [dir.to_path_buf(), dir.join("deps")]
-        .iter()
-        .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("cargo builds the simulated driver with the workspace")
-}
+use gpushare_tests::{Agent, AgentOptions, repo_root, simulated_library, text};
 
 /// Fails the test, saying how to get it, when nvidia-ml-py is not installed.
 fn require_pynvml() {

@@ -56,6 +56,24 @@ pub fn binary(name: &str, env: &str) -> PathBuf {
     path
 }
 
+/// The simulated driver library as cargo built it (`GPUSHARE_SIM_NVML_LIB` when set): the
+/// newer of the target directory's copy and `deps/`'s, since `cargo test` builds it only as
+/// a dependency and leaves it in `deps/` (a clean checkout has no other).
+pub fn simulated_library() -> PathBuf {
+    if let Some(path) = std::env::var_os("GPUSHARE_SIM_NVML_LIB") {
+        return PathBuf::from(path);
+    }
+    let smi = binary(SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV);
+    let dir = smi.parent().expect("target directory");
+    [dir.to_path_buf(), dir.join("deps")]
+        .iter()
+        .map(|d| d.join("libgpushare_sim_nvml.so"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .expect("cargo builds the simulated driver with the workspace")
+}
+
 /// Runs `gpushare-agent` with `args` (a read-only check: `--check-driver`,
 /// `--check-catalog`, `--dump-nvml`), warnings only, and waits for it.
 pub fn agent_check(args: &[&str]) -> Output {
