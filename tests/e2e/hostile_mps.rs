@@ -5,15 +5,10 @@
 //! same, so these tests meet the rule the agent meets on real GPUs: another user's commands
 //! against the agent's daemon change nothing the agent set up.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, OTHER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, as_user,
-    binary, id_of, is_root, text, wait_for,
-};
+use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, Sleeper, id_of, is_root, text, wait_for};
 
 /// An agent that serves [`OTHER`] too; `None` (the test skipped) without root, which
 /// creating users needs.
@@ -23,48 +18,6 @@ fn agent_for_other_users() -> Option<Agent> {
         return None;
     }
     Some(Agent::start(AgentOptions::simulate("h100-80gb:1").for_other_users()))
-}
-
-/// The simulated control tool, copied into the agent's directory (open to other users,
-/// where the build's directory need not be).
-fn control_tool(agent: &Agent) -> PathBuf {
-    let tool = agent.dir.path().join("nvidia-cuda-mps-control");
-    if !tool.exists() {
-        std::fs::copy(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV), &tool).unwrap();
-    }
-    tool
-}
-
-/// The control tool as `user` (root when `None`) on pipe directory `pipe`, with `args` and
-/// `input` on stdin.
-fn control(agent: &Agent, user: Option<&str>, pipe: &Path, args: &[&str], input: &str) -> Output {
-    let tool = control_tool(agent);
-    let mut command = match user {
-        Some(user) => {
-            let mut c = as_user(user);
-            c.arg(&tool);
-            c
-        }
-        None => Command::new(&tool),
-    };
-    let mut child = command
-        .args(args)
-        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
-        .env_remove("GPUSHARE_SIM_RECORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-/// `line` sent by root: the daemon's answer lines.
-fn ask(agent: &Agent, pipe: &Path, line: &str) -> Vec<String> {
-    let out = control(agent, None, pipe, &[], &format!("{line}\n"));
-    assert!(out.status.success(), "{line}: {}", text(&out));
-    String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect()
 }
 
 /// The real user id of process `pid`.
@@ -104,9 +57,9 @@ fn another_user_can_neither_stop_nor_change_the_agents_mps_daemon() {
             other => Err(format!("{MEMBER}'s client runs as {other:?}")),
         }
     });
-    let out = control(&agent, Some(MEMBER), &pipe, &["--fake-client", &pid], "");
+    let out = agent.mps_control(Some(MEMBER), &pipe, &["--fake-client", &pid], "");
     assert!(out.status.success(), "{}", text(&out));
-    let servers = ask(&agent, &pipe, "get_server_list");
+    let servers = agent.mps_ask(&pipe, "get_server_list");
     assert_eq!(servers.len(), 1, "{servers:?}");
     let server = &servers[0];
     // Root (the agent) may set the limits of another user's server.
@@ -121,7 +74,8 @@ fn another_user_can_neither_stop_nor_change_the_agents_mps_daemon() {
         format!("get_active_thread_percentage {server}"),
         format!("get_device_pinned_mem_limit {server} 0"),
     ];
-    let answers = |agent: &Agent| queries.iter().map(|q| ask(agent, &pipe, q)).collect::<Vec<_>>();
+    let answers =
+        |agent: &Agent| queries.iter().map(|q| agent.mps_ask(&pipe, q)).collect::<Vec<_>>();
     let before = answers(&agent);
     assert_eq!(before[1], std::slice::from_ref(&pid));
     assert_eq!(before[4], ["30.0"]);
@@ -136,11 +90,11 @@ fn another_user_can_neither_stop_nor_change_the_agents_mps_daemon() {
         format!("terminate_client {server} {pid}"),
         "quit".into(),
     ] {
-        let out = control(&agent, Some(OTHER), &pipe, &[], &format!("{line}\n"));
+        let out = agent.mps_control(Some(OTHER), &pipe, &[], &format!("{line}\n"));
         // The real tool answers a refusal on stdout and exits 0.
         assert!(out.status.success(), "{OTHER}'s {line}: {}", text(&out));
     }
-    let out = control(&agent, Some(OTHER), &pipe, &["--fake-client-exit", &pid], "");
+    let out = agent.mps_control(Some(OTHER), &pipe, &["--fake-client-exit", &pid], "");
     assert!(!out.status.success(), "{OTHER} ended {MEMBER}'s client: {}", text(&out));
 
     // Two health checks (1 s apart in the tests) would have restarted a stopped daemon.

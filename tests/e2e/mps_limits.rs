@@ -6,16 +6,14 @@
 //! simulated control daemon, which obeys NVIDIA's ownership rule and serves one user at a
 //! time unless `-M`, as driver 580's did on an H100.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use gpushare_proto::clients::ClientTable;
 use gpushare_proto::types::{MpsLimitResult, MpsServer};
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, as_user, binary,
-    id_of, is_root, stdout, text, wait_for,
+    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, id_of,
+    is_root, stdout, text, wait_for,
 };
 
 use crate::metrics::{free_port, scrape};
@@ -43,47 +41,6 @@ fn agent_with(spec: &str, health: u64, port: u16, logs: &Path, other_users: bool
     Agent::start(options)
 }
 
-/// The simulated control tool where every user may run it (the agent's directory).
-fn control_tool(agent: &Agent) -> PathBuf {
-    let tool = agent.dir.path().join("nvidia-cuda-mps-control");
-    if !tool.exists() {
-        std::fs::copy(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV), &tool).unwrap();
-    }
-    tool
-}
-
-/// The control tool as `user` (root when `None`) on pipe directory `pipe`, with `args` and
-/// `input` on stdin.
-fn control(agent: &Agent, user: Option<&str>, pipe: &Path, args: &[&str], input: &str) -> Output {
-    let tool = control_tool(agent);
-    let mut command = match user {
-        Some(user) => {
-            let mut c = as_user(user);
-            c.arg(&tool);
-            c
-        }
-        None => Command::new(&tool),
-    };
-    let mut child = command
-        .args(args)
-        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
-        .env_remove("GPUSHARE_SIM_RECORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-/// `line` sent by root to the daemon of `pipe`: its answer lines.
-fn ask(agent: &Agent, pipe: &Path, line: &str) -> Vec<String> {
-    let out = control(agent, None, pipe, &[], &format!("{line}\n"));
-    assert!(out.status.success(), "{line}: {}", text(&out));
-    String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect()
-}
-
 /// A client process of `user` (root when `None`), declared to the daemon of `pipe` as that
 /// user once it runs as them.
 fn client_of(agent: &Agent, user: Option<&str>, pipe: &Path) -> Sleeper {
@@ -95,7 +52,7 @@ fn client_of(agent: &Agent, user: Option<&str>, pipe: &Path) -> Sleeper {
             other => Err(format!("the client runs as {other:?}, not {uid}")),
         }
     });
-    let out = control(agent, user, pipe, &["--fake-client", &client.pid().to_string()], "");
+    let out = agent.mps_control(user, pipe, &["--fake-client", &client.pid().to_string()], "");
     assert!(out.status.success(), "{}", text(&out));
     client
 }
@@ -146,7 +103,7 @@ fn limits_changed_behind_the_agents_back_are_drift_until_the_health_check_puts_t
     let out = agent.ctl(&["apply", "all-mps"]);
     assert!(out.status.success(), "{}", text(&out));
     let pipe = PathBuf::from(server_of(&agent, 0).pipe_directory);
-    assert_eq!(ask(&agent, &pipe, "set_default_active_thread_percentage 90"), ["90.0"]);
+    assert_eq!(agent.mps_ask(&pipe, "set_default_active_thread_percentage 90"), ["90.0"]);
 
     // `status` reads the daemon (at most a second after another read): 90 %, changed
     // outside gpushare.
@@ -195,7 +152,7 @@ fn limits_changed_behind_the_agents_back_are_drift_until_the_health_check_puts_t
 
     // The next check puts the profile's back and says so.
     wait_for_log(&log, "limits changed outside gpushare put back");
-    assert_eq!(ask(&agent, &pipe, "get_default_active_thread_percentage"), ["25.0"]);
+    assert_eq!(agent.mps_ask(&pipe, "get_default_active_thread_percentage"), ["25.0"]);
     let status = agent.status();
     assert_eq!(status.drift, None);
     let mps = status.gpus[0].sharing.mps.clone().unwrap();
@@ -232,7 +189,7 @@ fn mps_limit_names_the_right_server_and_every_view_shows_its_effect() {
     let pipe = PathBuf::from(&gpu1.pipe_directory);
     let client = client_of(&agent, None, &pipe);
     let pid = client.pid().to_string();
-    let server: u32 = ask(&agent, &pipe, "get_server_list")[0].parse().unwrap();
+    let server: u32 = agent.mps_ask(&pipe, "get_server_list")[0].parse().unwrap();
 
     let out = agent.ctl(&["mps", "limit", "--pid", &pid, "--threads", "60"]);
     let said = stdout(&out);
@@ -285,7 +242,7 @@ fn mps_limit_names_the_right_server_and_every_view_shows_its_effect() {
 
     // Health checks (1 s apart) keep what mps limit set: it is no drift.
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(ask(&agent, &pipe, &format!("get_active_thread_percentage {server}")), ["50.0"]);
+    assert_eq!(agent.mps_ask(&pipe, &format!("get_active_thread_percentage {server}")), ["50.0"]);
     assert_eq!(server_of(&agent, 1).limits_source.as_deref(), Some("mps-limit"));
     assert_eq!(agent.status().drift, None);
     client.end();

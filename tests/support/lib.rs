@@ -18,6 +18,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 pub mod cgroup;
+pub mod mps_control;
 pub mod podman;
 pub use cgroup::Cgroup;
 pub use podman::{Podman, validate_cdi};
