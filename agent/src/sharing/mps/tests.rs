@@ -88,26 +88,37 @@ fn clients_are_read_from_ps_as_the_real_h100_printed_it() {
     assert!(ps_client_pids(&[]).is_empty());
 }
 
-#[test]
-fn servers_are_found_from_their_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let mps = MpsController::new(MpsConfig {
+/// A controller on `root` whose control tool does not exist.
+fn controller_without_tool(root: &Path) -> MpsController {
+    MpsController::new(MpsConfig {
         control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
-        root: dir.path().to_path_buf(),
+        root: root.to_path_buf(),
         launch: MpsLaunch::Direct,
-    });
-    let record = ServerRecord {
+    })
+}
+
+/// The record of a server on whole GPU `gpu` (`GPU-abc`, 25 % threads) whose daemon is
+/// process `pid`.
+fn whole_gpu_record(gpu: u32, pid: u32) -> ServerRecord {
+    ServerRecord {
         uuid: "GPU-abc".into(),
-        gpu: 1,
+        gpu,
         placement_start: None,
         compute_instance: 0,
         limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
         multi_user: false,
         restarts: 0,
         overrides: Vec::new(),
-        // This test process stands for the daemon the agent started.
-        daemon: DaemonIdentity::of(std::process::id()),
-    };
+        daemon: DaemonIdentity::of(pid),
+    }
+}
+
+#[test]
+fn servers_are_found_from_their_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mps = controller_without_tool(dir.path());
+    // This test process stands for the daemon the agent started.
+    let record = whole_gpu_record(1, std::process::id());
     std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
     write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
     // Whatever the world-writable pid file says is not read.
@@ -138,24 +149,10 @@ fn records_under_a_root_others_may_write_are_ignored_and_never_acted_on() {
     let root = dir.path().join("mps");
     std::fs::create_dir(&root).unwrap();
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mps = MpsController::new(MpsConfig {
-        control: PathBuf::from("/nonexistent/nvidia-cuda-mps-control"),
-        root: root.clone(),
-        launch: MpsLaunch::Direct,
-    });
+    let mps = controller_without_tool(&root);
     // A record someone forged there, naming a process that is not a daemon.
     let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-    let record = ServerRecord {
-        uuid: "GPU-abc".into(),
-        gpu: 0,
-        placement_start: None,
-        compute_instance: 0,
-        limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
-        multi_user: false,
-        restarts: 0,
-        overrides: Vec::new(),
-        daemon: DaemonIdentity::of(victim.id()),
-    };
+    let record = whole_gpu_record(0, victim.id());
     std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
     let file = mps.server_dir("GPU-abc").join("server.json");
     std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
