@@ -9,7 +9,7 @@
 //!   connections open); prints `sent N calls`.
 //! - `pipeline CONNECTIONS DEPTH KIND SECONDS`: for SECONDS, CONNECTIONS connections each
 //!   keep DEPTH calls of KIND in flight, reading every answer; prints `answered N calls
-//!   (F failed)`.
+//!   (F failed) in S s` (S: from the first connection to the last answer).
 //!
 //! KIND: `Introspect`, `Ping`, `GetAll` (the standard interfaces), or a method of
 //! `io.gpushare.Agent1` taking no arguments (`Status`, `Export`, `CdiDevices`,
@@ -218,8 +218,9 @@ async fn pipeline(
     }
     let failed: usize = by_name.values().sum();
     let names: Vec<String> = by_name.iter().map(|(n, k)| format!("{n} ×{k}")).collect();
+    let took = started.elapsed().as_secs_f64();
     if names.is_empty() {
-        return Ok(format!("answered {answered} calls (0 failed)"));
+        return Ok(format!("answered {answered} calls (0 failed) in {took:.2} s"));
     }
-    Ok(format!("answered {answered} calls ({failed} failed: {})", names.join(", ")))
+    Ok(format!("answered {answered} calls ({failed} failed: {}) in {took:.2} s", names.join(", ")))
 }
