@@ -117,8 +117,8 @@ pub struct CdiSettings {
     /// Whether to write it.
     pub enabled: bool,
     /// The directory container runtimes read CDI specs from (`/var/run/cdi`; under
-    /// `--simulate` left at that, `<state_dir>/cdi`, so that a simulation never names
-    /// devices to the host's runtimes unless asked to).
+    /// `--simulate` unless the file writes it, `<state_dir>/cdi`, so that a simulation
+    /// never names devices to the host's runtimes unless asked to).
     pub dir: PathBuf,
 }
 

@@ -177,7 +177,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = lock_state_dir(dir.path()).unwrap();
         let e = lock_state_dir(dir.path()).unwrap_err();
-        assert!(e.to_string().starts_with("another gpushare-agent uses "), "{e}");
+        // The holder named by its process id (written into the lock file).
+        let holder = format!("another gpushare-agent (pid {}) uses ", std::process::id());
+        assert!(e.to_string().starts_with(&holder), "{e}");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         drop(held);
         lock_state_dir(dir.path()).unwrap();
     }
