@@ -197,6 +197,10 @@ fn real_agents_places() -> Vec<Option<Vec<(PathBuf, u32, Vec<u8>)>>> {
         .collect()
 }
 
+/// Held by the tests that look at `/run/gpushare-sim` (a root simulated agent's default
+/// place) while one of them may make it.
+pub(crate) static ROOT_SANDBOX: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Removes the simulated agent's place as root on drop, when the test made it.
 struct MadeHere(&'static Path);
 
@@ -218,6 +222,7 @@ fn the_readme_by_hand_blocks_run_as_root_keep_out_of_the_real_agents_places() {
         eprintln!("skipped: needs root (the README's blocks run by root)");
         return;
     }
+    let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let sandbox = Path::new("/run/gpushare-sim");
     if sandbox.exists() {
         eprintln!(
@@ -302,6 +307,7 @@ fn checks_change_nothing_in_the_state_directory() {
     // As root without --state-dir: neither the packaged agent's directory nor the
     // simulated agent's own (issue 37).
     if is_root() {
+        let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let places = [Path::new("/var/lib/gpushare"), Path::new("/run/gpushare-sim")];
         let before: Vec<_> = places.iter().map(|p| tree(p)).collect();
         let out = agent_check(&["--simulate", "a100-40gb:2", "--check-driver"]);
