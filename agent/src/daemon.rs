@@ -98,10 +98,6 @@ impl Prepared {
 /// No other thread may run (see [`SimulatedNode::export`]): call it from `main` before
 /// the async runtime starts.
 pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
-    // A bus that is not there stops the start before anything is written (issue 37).
-    if !settings.read_only {
-        probe_bus(&settings.bus())?;
-    }
     // Never act on half-read configuration: run and answer (status says why), but change
     // nothing on the GPUs, of any kind, until the file is fixed and the agent restarted.
     let loaded =
@@ -132,18 +128,24 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     // Everything the agent reads back from there (its journal, where the MPS servers and
     // tools are, the simulated node) is trusted only from a directory nobody else can
     // write; a check reads it only when it is there, and makes nothing.
-    let trusted = match settings.read_only {
-        true if !state_dir.exists() => Ok(state_dir.clone()),
-        true => trusted::check_dir(&state_dir),
-        false => trusted::make_dir(&state_dir, 0o755),
-    };
-    if let Err(why) = trusted {
-        return Err(format!(
+    let refused = |why: String| {
+        format!(
             "state directory {}: {why}: another user could change what the agent reads back \
              there; use a directory only root or the agent's user can write (--state-dir, or \
              state_dir in agent.toml)",
             state_dir.display()
-        ));
+        )
+    };
+    match settings.read_only {
+        true if !state_dir.exists() => {}
+        true => _ = trusted::check_dir(&state_dir).map_err(refused)?,
+        false => {
+            // Checked before anything is made, then a bus that is not there stops the start
+            // before anything is written (issue 37), then made.
+            trusted::check_creatable(&state_dir).map_err(refused)?;
+            probe_bus(&settings.bus())?;
+            trusted::make_dir(&state_dir, 0o755).map_err(refused)?;
+        }
     }
     let state_lock = match settings.read_only {
         true => None,
