@@ -52,6 +52,42 @@ pub struct AgentConfig {
     pub cdi: CdiSettings,
     /// Benches of users' programs.
     pub bench: BenchSettings,
+    /// Which of the places a real agent shares with others the file writes (not a key of
+    /// the file: what [`AgentConfig::parse`] found in it).
+    #[serde(skip)]
+    pub written: Written,
+}
+
+/// The keys of `agent.toml` naming places that a real agent and a simulated one could
+/// both take, and whether the file writes them, whatever their value: a simulated agent
+/// takes such a place only when asked for it (DESIGN.md, "First hour, round 2 (issue 37):
+/// a simulated agent is a sandbox").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Written {
+    /// `state_dir`.
+    pub state_dir: bool,
+    /// `[mps] root`.
+    pub mps_root: bool,
+    /// `[cdi] dir`.
+    pub cdi_dir: bool,
+    /// `[metrics] listen`.
+    pub metrics_listen: bool,
+}
+
+impl Written {
+    /// The keys `text` (a TOML document that parsed) writes.
+    fn found_in(text: &str) -> Written {
+        let Ok(doc) = text.parse::<toml::Table>() else { return Written::default() };
+        let has = |table: &str, key: &str| {
+            doc.get(table).and_then(toml::Value::as_table).is_some_and(|t| t.contains_key(key))
+        };
+        Written {
+            state_dir: doc.contains_key("state_dir"),
+            mps_root: has("mps", "root"),
+            cdi_dir: has("cdi", "dir"),
+            metrics_listen: has("metrics", "listen"),
+        }
+    }
 }
 
 /// Benches (`gpushare-ctl bench`): how long one may hold its GPU.
@@ -81,8 +117,8 @@ pub struct CdiSettings {
     /// Whether to write it.
     pub enabled: bool,
     /// The directory container runtimes read CDI specs from (`/var/run/cdi`; under
-    /// `--simulate` left at that, `<state_dir>/cdi`, so that a simulation never names
-    /// devices to the host's runtimes unless asked to).
+    /// `--simulate` unless the file writes it, `<state_dir>/cdi`, so that a simulation
+    /// never names devices to the host's runtimes unless asked to).
     pub dir: PathBuf,
 }
 
@@ -226,6 +262,7 @@ impl Default for AgentConfig {
             cdi: CdiSettings::default(),
             metrics: MetricsSettings::default(),
             bench: BenchSettings::default(),
+            written: Written::default(),
         }
     }
 }
@@ -343,10 +380,12 @@ impl AgentConfig {
 
     /// Parses configuration text; errors name `origin:line:column`.
     pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| {
+        let mut config: Self = toml::from_str(text).map_err(|e| {
             let (line, column) = crate::profile::line_column(text, e.span().map_or(0, |s| s.start));
             format!("{origin}:{line}:{column}: {}", e.message().trim().replace('\n', " "))
-        })
+        })?;
+        config.written = Written::found_in(text);
+        Ok(config)
     }
 
     /// Reads `path`, a regular file of at most 1 MiB (a FIFO or a device would block or
@@ -523,9 +562,31 @@ mod tests {
     #[test]
     fn the_shipped_file_parses() {
         let text = include_str!("../../etc/gpushare/agent.toml");
-        assert_eq!(
-            AgentConfig::parse(text, "etc/gpushare/agent.toml").unwrap(),
-            AgentConfig::default()
-        );
+        let shipped = AgentConfig::parse(text, "etc/gpushare/agent.toml").unwrap();
+        // It writes the packaged places: a simulated agent pointed at it takes them.
+        let places =
+            Written { state_dir: true, mps_root: true, cdi_dir: false, metrics_listen: true };
+        assert_eq!(shipped.written, places);
+        assert_eq!(AgentConfig { written: Written::default(), ..shipped }, AgentConfig::default());
+    }
+
+    #[test]
+    fn the_places_a_file_writes_are_known_whatever_their_value() {
+        assert_eq!(AgentConfig::parse("", "a.toml").unwrap().written, Written::default());
+        let c = AgentConfig::parse(
+            "state_dir = \"/var/lib/gpushare\"\n[mps]\nroot = \"/run/gpushare/mps\"\n\
+             [cdi]\ndir = \"/var/run/cdi\"\n[metrics]\nlisten = \"127.0.0.1:9847\"\n",
+            "a.toml",
+        )
+        .unwrap();
+        let all = Written { state_dir: true, mps_root: true, cdi_dir: true, metrics_listen: true };
+        assert_eq!(c.written, all);
+        // Other keys of those tables are not the places.
+        let c = AgentConfig::parse(
+            "[mps]\nhealth_interval_seconds = 1\n[metrics]\nenabled = true\n[cdi]\nenabled = false\n",
+            "a.toml",
+        )
+        .unwrap();
+        assert_eq!(c.written, Written::default());
     }
 }

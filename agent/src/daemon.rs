@@ -32,8 +32,9 @@ pub struct Settings {
     pub simulate: Option<String>,
     /// `system`, `session` or a D-Bus address; by default the system bus for root.
     pub bus: Option<String>,
-    /// The configuration file.
-    pub config: PathBuf,
+    /// The configuration file; by default the packaged one, which a simulated agent reads
+    /// only when named (it is the real agent's: its places and hooks).
+    pub config: Option<PathBuf>,
     /// The state directory, over the configuration's.
     pub state_dir: Option<PathBuf>,
     /// The profile directory, over the configuration's.
@@ -41,6 +42,24 @@ pub struct Settings {
     /// A check (`--check-driver` and the like): the agent only reads, so it writes
     /// nothing, takes no state directory, and runs a simulated node on a private copy.
     pub read_only: bool,
+}
+
+impl Settings {
+    /// The configuration file to read, if any.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        match (&self.config, &self.simulate) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(PathBuf::from(config::DEFAULT_CONFIG_PATH)),
+        }
+    }
+
+    /// The bus the agent serves on.
+    pub fn bus(&self) -> String {
+        self.bus
+            .clone()
+            .unwrap_or_else(|| if unix::is_root() { "system" } else { "session" }.into())
+    }
 }
 
 /// What the agent settles before it starts any thread: its configuration, state
@@ -81,7 +100,9 @@ impl Prepared {
 pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     // Never act on half-read configuration: run and answer (status says why), but change
     // nothing on the GPUs, of any kind, until the file is fixed and the agent restarted.
-    let (mut config, hands_off) = match AgentConfig::load(&settings.config) {
+    let loaded =
+        settings.config_path().map_or(Ok(AgentConfig::default()), |p| AgentConfig::load(&p));
+    let (mut config, hands_off) = match loaded {
         Ok(config) => (config, None),
         Err(e) => {
             let why = format!("{e}; fix it and restart gpushare-agent");
@@ -89,37 +110,60 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             (AgentConfig::default(), Some(why))
         }
     };
-    let state_dir = settings.state_dir.clone().unwrap_or_else(|| {
-        if unix::is_root() || config.state_dir != Path::new(config::DEFAULT_STATE_DIR) {
+    let simulated = settings.simulate.is_some();
+    // A simulated agent is a sandbox: the places a real agent takes (its state directory,
+    // MPS root, CDI directory, metrics port) only where the command line or the agent.toml
+    // it was given names them (DESIGN.md, "First hour, round 2 (issue 37)").
+    let state_dir = match &settings.state_dir {
+        Some(dir) => dir.clone(),
+        None if simulated && config.written.state_dir => config.state_dir.clone(),
+        None if simulated && unix::is_root() => PathBuf::from(crate::simulator::ROOT_STATE_DIR),
+        None if simulated => user_state_dir(),
+        None if unix::is_root() || config.state_dir != Path::new(config::DEFAULT_STATE_DIR) => {
             config.state_dir.clone()
-        } else {
-            user_state_dir()
         }
-    });
+        None => user_state_dir(),
+    };
     let profiles_dir = settings.profiles_dir.clone().unwrap_or(config.profiles_dir.clone());
     // Everything the agent reads back from there (its journal, where the MPS servers and
     // tools are, the simulated node) is trusted only from a directory nobody else can
     // write; a check reads it only when it is there, and makes nothing.
-    let trusted = match settings.read_only {
-        true if !state_dir.exists() => Ok(state_dir.clone()),
-        true => trusted::check_dir(&state_dir),
-        false => trusted::make_dir(&state_dir, 0o755),
-    };
-    if let Err(why) = trusted {
-        return Err(format!(
+    let refused = |why: String| {
+        format!(
             "state directory {}: {why}: another user could change what the agent reads back \
              there; use a directory only root or the agent's user can write (--state-dir, or \
              state_dir in agent.toml)",
             state_dir.display()
-        ));
+        )
+    };
+    match settings.read_only {
+        true if !state_dir.exists() => {}
+        true => _ = trusted::check_dir(&state_dir).map_err(refused)?,
+        false => {
+            // Checked before anything is made, then a bus that is not there stops the start
+            // before anything is written (issue 37), then made.
+            trusted::check_creatable(&state_dir).map_err(refused)?;
+            probe_bus(&settings.bus())?;
+            trusted::make_dir(&state_dir, 0o755).map_err(refused)?;
+        }
     }
     let state_lock = match settings.read_only {
         true => None,
-        false => Some(
-            files::lock_state_dir(&state_dir)
-                .map_err(|e| format!("state directory {}: {e}", state_dir.display()))?,
-        ),
+        false => Some(files::lock_state_dir(&state_dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock if simulated => format!(
+                "{e}: one agent per state directory; give this one its own with --state-dir DIR"
+            ),
+            std::io::ErrorKind::WouldBlock => format!(
+                "{e}: one agent per state directory and GPUs; stop that one first (systemctl \
+                 stop gpushare-agent), or give this one another with --state-dir DIR"
+            ),
+            _ => format!("state directory {}: {e}", state_dir.display()),
+        })?),
     };
+    // Never a real node's journal under a simulated agent, nor the other way round.
+    if !settings.read_only {
+        crate::simulator::claim_state_dir(&state_dir, settings.simulate.as_deref())?;
+    }
     let mut scratch = None;
     // The MPS servers and tools are where the last configuration that read put them: a
     // hands-off agent must still see them (a read of its own; it changes nothing).
@@ -162,8 +206,17 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if config.host_root == defaults.host_root {
                 config.host_root = node.host_root();
             }
-            if config.cdi.dir == defaults.cdi.dir {
+            if !config.written.cdi_dir {
                 config.cdi.dir = state_dir.join("cdi");
+            }
+            if !config.written.metrics_listen && config.metrics.listen == defaults.metrics.listen {
+                if config.metrics.enabled {
+                    tracing::info!(
+                        "metrics not served: a simulated agent serves them where the agent.toml \
+                         it is given writes [metrics] listen"
+                    );
+                }
+                config.metrics.enabled = false;
             }
             tracing::info!(
                 gpus = models.len(),
@@ -176,13 +229,11 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     };
     // The MPS servers live with the agent's state, unless agent.toml names their root: for
     // an agent without root (it cannot write the default under /run), and for a simulated
-    // node outside the packaged state directory (simulated GPUs have the same UUIDs on
+    // node unless its agent.toml writes the root (simulated GPUs have the same UUIDs on
     // every node, so two simulated agents must not share a root; the packaged agent's
     // gpushare-mps@ units have their paths under the default root).
-    let simulated_elsewhere =
-        settings.simulate.is_some() && state_dir != Path::new(config::DEFAULT_STATE_DIR);
     if config.mps.root == AgentConfig::default().mps.root
-        && (!unix::is_root() || simulated_elsewhere)
+        && (!unix::is_root() || (simulated && !config.written.mps_root))
     {
         config.mps.root = state_dir.join("mps");
     }
@@ -274,10 +325,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         engine.refresh_cdi().await;
     }
 
-    let bus = settings
-        .bus
-        .clone()
-        .unwrap_or_else(|| if unix::is_root() { "system" } else { "session" }.into());
+    let bus = settings.bus();
     let access = AccessPolicy::for_this_host(unix::effective_uid());
     let connection = service::serve(&bus, Arc::clone(&engine), access).await?;
     tracing::info!(
@@ -330,6 +378,46 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         Some(why) => Err(why),
         None => Ok(()),
     }
+}
+
+/// Whether `bus` (`system`, `session` or an address) can be reached, as far as a connect
+/// to its socket tells (a `unix:path=` address; others are left to the bus connection):
+/// the one-line reason otherwise. Before anything is written, so that an agent started
+/// where there is no such bus leaves nothing behind.
+fn probe_bus(bus: &str) -> Result<(), String> {
+    let address = match bus {
+        "system" => std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
+            .unwrap_or_else(|_| "unix:path=/var/run/dbus/system_bus_socket".into()),
+        "session" => std::env::var("DBUS_SESSION_BUS_ADDRESS").unwrap_or_default(),
+        address => address.to_owned(),
+    };
+    let paths: Vec<&str> = address
+        .split(';')
+        .filter_map(|a| a.strip_prefix("unix:"))
+        .filter_map(|a| a.split(',').find_map(|kv| kv.strip_prefix("path=")))
+        .collect();
+    // Another kind of address among them: the connection itself will tell.
+    if paths.is_empty() || paths.len() < address.split(';').filter(|a| !a.is_empty()).count() {
+        return Ok(());
+    }
+    let mut why = String::new();
+    for path in &paths {
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Ok(()),
+            Err(e) => why = format!("{path}: {e}"),
+        }
+    }
+    let hint = if bus == "system" {
+        "; to try gpushare without one, start a private bus and give its address with --bus \
+         (README, \"Trying it by hand\")"
+    } else {
+        ""
+    };
+    let named = match bus {
+        "system" | "session" => format!("the {bus} bus"),
+        address => format!("the bus {address}"),
+    };
+    Err(format!("cannot connect to {named} ({why}): not starting, nothing written{hint}"))
 }
 
 /// `$XDG_STATE_HOME/gpushare` (or `~/.local/state/gpushare`): where an agent run by a

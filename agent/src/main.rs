@@ -25,12 +25,14 @@ struct Args {
     #[arg(long, value_name = "BUS")]
     bus: Option<String>,
 
-    /// Configuration file.
-    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_CONFIG_PATH)]
-    config: PathBuf,
+    /// Configuration file. Default: /etc/gpushare/agent.toml, which --simulate reads only
+    /// when named here (its places and hooks are the real agent's).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 
     /// State directory (journal, simulator state); overrides the configuration file.
-    /// Default without root: $XDG_STATE_HOME/gpushare.
+    /// Default without root: $XDG_STATE_HOME/gpushare; with --simulate as root:
+    /// /run/gpushare-sim (never the real agent's /var/lib/gpushare unless named).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
@@ -93,8 +95,9 @@ fn main() -> ExitCode {
         // Before anything else (no logging, no thread): it first becomes the caller.
         return gpushare_agent::bench::gate::main(args.bench_user.as_deref());
     }
-    // The journal under systemd, else stderr (DESIGN.md, "Logging").
-    let logging = log::init();
+    // The journal under systemd, else stderr (DESIGN.md, "Logging"); a simulated agent's
+    // terminal gets warnings and errors only.
+    let logging = log::init(args.simulate.is_some());
     if let Some(workload) = args.bench_builtin {
         return gpushare_agent::probe::client::bench_replica(workload);
     }
@@ -118,7 +121,8 @@ fn main() -> ExitCode {
         };
     }
     if args.stop_mps {
-        return stop_mps(&args.config);
+        let config = args.config.clone().unwrap_or_else(|| config::DEFAULT_CONFIG_PATH.into());
+        return stop_mps(&config);
     }
     let settings = Settings {
         simulate: args.simulate,
@@ -135,7 +139,8 @@ fn main() -> ExitCode {
     if settings.simulate.is_none() {
         if args.check_driver {
             // The host's files are where agent.toml says (a container: the host's root).
-            let config = gpushare_agent::config::AgentConfig::load(&settings.config);
+            let path = settings.config_path().unwrap_or_default();
+            let config = gpushare_agent::config::AgentConfig::load(&path);
             let host_root = config.map(|c| c.host_root).unwrap_or_else(|_| "/".into());
             return check_driver(logging, Driver::Nvidia, &host_root);
         }

@@ -12,8 +12,15 @@
 //! leaves it, `gpushare-sim-nvidia-smi`, `gpushare-sim-nvidia-cuda-mps-control`); `<agent dir>/../lib/gpushare/sim` and
 //! `/usr/lib/gpushare/sim` under the installed names (`libnvidia-ml.so.1`, `nvidia-smi`,
 //! `nvidia-cuda-mps-control`), where the .deb puts them.
+//!
+//! A simulated agent is a sandbox (issue 37): [`ROOT_STATE_DIR`] is its state directory as
+//! root, and [`claim_state_dir`] marks a state directory with the driver of the agent that
+//! uses it, so that a real agent never takes up a simulated node's journal, nor a simulated
+//! one a real node's.
 
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 /// The node's state file in the state directory.
 pub const STATE_FILE: &str = "simulated-gpus.json";
@@ -42,6 +49,81 @@ pub unsafe fn declare_driver(simulated: bool) {
     let driver = if simulated { "simulated" } else { "nvidia" };
     // SAFETY: the caller guarantees that this process has a single thread.
     unsafe { std::env::set_var(DRIVER_ENV, driver) };
+}
+
+/// Where a simulated agent run as root keeps its state when neither `--state-dir` nor the
+/// `agent.toml` it was given names a place: never the packaged `/var/lib/gpushare`, and gone
+/// at the next boot, as a trial should be.
+pub const ROOT_STATE_DIR: &str = "/run/gpushare-sim";
+/// The file in a state directory that says which driver its agent drives.
+pub const DRIVER_FILE: &str = "driver.json";
+/// The journal's file, whose presence without [`DRIVER_FILE`] or [`STATE_FILE`] says that a
+/// real agent (of a version before [`DRIVER_FILE`]) used the directory.
+const JOURNAL_FILE: &str = "state.json";
+
+/// What [`DRIVER_FILE`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverRecord {
+    /// `simulated` or `nvidia`, as [`DRIVER_ENV`] says it.
+    pub driver: String,
+    /// The `--simulate` spec of a simulated node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+}
+
+/// Which driver the agent that used `state_dir` drove: from [`DRIVER_FILE`], or for a
+/// directory an agent before it wrote, from the simulated node's file (a simulated agent)
+/// or the journal alone (a real one). `None` for a directory no agent used.
+pub fn state_dir_driver(state_dir: &Path) -> Result<Option<DriverRecord>, String> {
+    let path = state_dir.join(DRIVER_FILE);
+    match crate::sys::files::read_json::<DriverRecord>(&path) {
+        Ok(Some(record)) => return Ok(Some(record)),
+        Ok(None) => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let found = |name: &str| std::fs::symlink_metadata(state_dir.join(name)).is_ok();
+    Ok(if found(STATE_FILE) {
+        Some(DriverRecord { driver: "simulated".into(), spec: None })
+    } else if found(JOURNAL_FILE) {
+        Some(DriverRecord { driver: "nvidia".into(), spec: None })
+    } else {
+        None
+    })
+}
+
+/// Takes `state_dir` (locked, trusted) for an agent on simulated GPUs (`simulate`, the
+/// spec) or on NVIDIA's driver (`None`): refused in one line when an agent of the other
+/// kind used it, else marked as this kind's.
+pub fn claim_state_dir(state_dir: &Path, simulate: Option<&str>) -> Result<(), String> {
+    let dir = state_dir.display();
+    let found = state_dir_driver(state_dir)?;
+    match (&found, simulate) {
+        (Some(record), None) if record.driver != "nvidia" => {
+            let spec =
+                record.spec.as_deref().map(|s| format!(" (--simulate {s})")).unwrap_or_default();
+            return Err(format!(
+                "state directory {dir} was written by a simulated agent{spec}: a real agent does \
+                 not take up a simulated node's profile and journal; remove it (rm -r {dir}) or \
+                 give the agent another (--state-dir, or state_dir in agent.toml)"
+            ));
+        }
+        (Some(record), Some(_)) if record.driver == "nvidia" => {
+            return Err(format!(
+                "state directory {dir} is a real agent's (NVIDIA driver): a simulated agent \
+                 does not take it; give it another with --state-dir DIR"
+            ));
+        }
+        _ => {}
+    }
+    let record = DriverRecord {
+        driver: if simulate.is_some() { "simulated" } else { "nvidia" }.into(),
+        spec: simulate.map(str::to_owned),
+    };
+    if found.as_ref() == Some(&record) {
+        return Ok(());
+    }
+    crate::sys::files::write_json(&state_dir.join(DRIVER_FILE), &record, crate::sys::files::PRIVATE)
+        .map_err(|e| format!("state directory {dir}: writing {DRIVER_FILE}: {e}"))
 }
 
 /// The simulator's three files.
@@ -216,6 +298,42 @@ mod tests {
             .set_modified(an_hour_ago + std::time::Duration::from_secs(7200))
             .unwrap();
         assert_eq!(SimulatorFiles::in_dir(dir.path()).unwrap().library, stale);
+    }
+
+    #[test]
+    fn a_state_directory_is_one_drivers() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        // Unused: taken and marked, by either kind.
+        assert_eq!(state_dir_driver(state).unwrap(), None);
+        claim_state_dir(state, Some("a100-40gb:8")).unwrap();
+        let marked = state_dir_driver(state).unwrap().unwrap();
+        assert_eq!(
+            (marked.driver.as_str(), marked.spec.as_deref()),
+            ("simulated", Some("a100-40gb:8"))
+        );
+        // Another spec is the same kind; a real agent is refused in one line.
+        claim_state_dir(state, Some("h100-80gb:1")).unwrap();
+        let e = claim_state_dir(state, None).unwrap_err();
+        assert!(e.contains("was written by a simulated agent (--simulate h100-80gb:1)"), "{e}");
+        assert!(e.contains("--state-dir"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+
+        // A real agent's directory is refused to a simulated one.
+        let real = tempfile::tempdir().unwrap();
+        claim_state_dir(real.path(), None).unwrap();
+        let e = claim_state_dir(real.path(), Some("a100-40gb:1")).unwrap_err();
+        assert!(e.contains("is a real agent's") && e.contains("--state-dir"), "{e}");
+
+        // Directories of agents before the mark: told apart by their files.
+        let old_sim = tempfile::tempdir().unwrap();
+        std::fs::write(old_sim.path().join(STATE_FILE), b"{}").unwrap();
+        std::fs::write(old_sim.path().join(JOURNAL_FILE), b"{}").unwrap();
+        assert!(claim_state_dir(old_sim.path(), None).is_err());
+        let old_real = tempfile::tempdir().unwrap();
+        std::fs::write(old_real.path().join(JOURNAL_FILE), b"{}").unwrap();
+        assert!(claim_state_dir(old_real.path(), Some("a100-40gb:1")).is_err());
+        claim_state_dir(old_real.path(), None).unwrap();
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! A newcomer's first hour (issue 24): the README's "Trying it by hand" blocks run as
-//! written by a user without root, checks change nothing, and what the agent needs is
-//! refused before the first step when it is missing.
+//! A newcomer's first hour (issues 24 and 37): the README's "Trying it by hand" blocks run
+//! as written by a user without root and by root (outside the real agent's places, and
+//! quietly), checks change nothing, and what the agent needs is refused before the first
+//! step when it is missing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -60,13 +61,19 @@ fn processes_with_in_environment(needle: &str) -> Vec<String> {
     found
 }
 
-/// Runs `script` with bash (`-euo pipefail`, each command echoed) as the group member,
-/// from `cwd`, with nothing of this process's environment but `PATH` and a `HOME` of its
-/// own.
-fn run_as_member(script: &str, cwd: &Path, home: &Path) -> Output {
-    let mut command = as_user(MEMBER);
+/// Runs `script` with bash (`-euo pipefail`, each command echoed) as the group member
+/// (or as root, `user` `None`), from `cwd`, with nothing of this process's environment but
+/// `PATH` and a `HOME` of its own.
+fn run_as(user: Option<&str>, script: &str, cwd: &Path, home: &Path) -> Output {
+    let mut command = match user {
+        Some(user) => as_user(user),
+        None => Command::new("/usr/bin/env"),
+    };
+    if user.is_some() {
+        command.arg("env");
+    }
     command
-        .args(["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"])
+        .args(["-i", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"])
         .arg(format!("HOME={}", home.display()))
         .args(["bash", "-euxo", "pipefail", "-c", script])
         .current_dir(cwd)
@@ -109,14 +116,16 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
          target/debug/gpushare-ctl apply all-mps\n\
          target/debug/gpushare-ctl apply -f {profile}\n\
          target/debug/gpushare-ctl status\n\
+         {sockets}\n\
          target/debug/gpushare-ctl bench --target 3 --replicas 1 --strategies time-slicing,mps --duration 1s -- {replica}\n\
          {teardown}",
         start = blocks[0],
         teardown = blocks[1],
         profile = profile.display(),
         replica = replica.display(),
+        sockets = SOCKETS,
     );
-    let out = run_as_member(&script, &build_tree(), home.path());
+    let out = run_as(Some(MEMBER), &script, &build_tree(), home.path());
     // What is left a moment after the teardown (a killed bus exits on its own time).
     let needle = home.path().to_string_lossy().into_owned();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -142,6 +151,119 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     }
     assert!(!said.contains("1 replicas") && !said.contains("rolling back"), "{said}");
     assert!(left.is_empty(), "left behind after the teardown: {left:#?}");
+    assert_quiet(&said, false);
+    assert_eq!(listening(home.path()), Vec::<u16>::new(), "the agent listens on TCP ports");
+}
+
+/// Script lines, run while the README's agent (`$agent`) runs, that keep what
+/// [`listening`] reads: the agent's descriptors and the host's TCP sockets.
+const SOCKETS: &str = "ls -l /proc/$agent/fd > \"$HOME/agent-fds\"; \
+                       cat /proc/net/tcp /proc/net/tcp6 > \"$HOME/tcp\"";
+
+/// The TCP ports the agent listened on when [`SOCKETS`] ran in `home` (a simulated agent
+/// serves no metrics unless its agent.toml says where: never the packaged 9847).
+fn listening(home: &Path) -> Vec<u16> {
+    let fds = std::fs::read_to_string(home.join("agent-fds")).expect("the agent's descriptors");
+    let sockets: Vec<&str> =
+        fds.split("socket:[").skip(1).filter_map(|rest| rest.split(']').next()).collect();
+    assert!(!sockets.is_empty(), "the agent has no socket at all: {fds}");
+    let tcp = std::fs::read_to_string(home.join("tcp")).expect("the host's TCP sockets");
+    tcp.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+            let port = u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()?;
+            (*state == "0A" && sockets.contains(inode)).then_some(port)
+        })
+        .collect()
+}
+
+/// Issue 37, item 6: what the README's agent says in its terminal is warnings and errors
+/// only, and a repeated reason once (before: some 60 INFO lines, and as a plain user 8
+/// CDI "left out" warnings at start and 20 after every apply). `nodes`: whether the
+/// simulator makes device nodes (as root); without, their absence is said once.
+fn assert_quiet(said: &str, nodes: bool) {
+    let info: Vec<&str> = said.lines().filter(|l| l.contains(" INFO ")).collect();
+    assert!(info.is_empty(), "the agent's INFO lines in the terminal: {info:#?}");
+    let left_out = said.lines().filter(|l| l.contains("CDI spec: left out")).count();
+    let expected = if nodes { 0..=1 } else { 1..=1 };
+    assert!(expected.contains(&left_out), "{left_out} CDI left-out warnings:\n{said}");
+}
+
+/// Snapshot of the places a real agent takes (issue 37, item 1): each path there with its
+/// mode and a hash of its contents.
+fn real_agents_places() -> Vec<(PathBuf, u32, u64)> {
+    use std::hash::{Hash, Hasher};
+    ["/var/lib/gpushare", "/run/gpushare", "/var/run/cdi/gpushare.json"]
+        .into_iter()
+        .flat_map(|p| tree(Path::new(p)).unwrap_or_default())
+        .map(|(path, mode, bytes)| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut hasher);
+            (path, mode, hasher.finish())
+        })
+        .collect()
+}
+
+/// Held by the tests that look at `/run/gpushare-sim` (a root simulated agent's default
+/// place) while one of them may make it.
+pub(crate) static ROOT_SANDBOX: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Removes the simulated agent's place as root on drop, when the test made it.
+struct MadeHere(&'static Path);
+
+impl Drop for MadeHere {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0);
+    }
+}
+
+/// Issue 37, item 1, acceptance: the README's blocks as written, run by root, leave the
+/// real agent's places (`/var/lib/gpushare`, `/run/gpushare`, the CDI spec in
+/// `/var/run/cdi`) as they were and listen on no port (the packaged 9847 neither): the
+/// simulated agent keeps to `/run/gpushare-sim`, marked as a simulated node's. Before, it
+/// wrote an active profile into /var/lib/gpushare, its MPS servers under /run/gpushare and
+/// bound 127.0.0.1:9847.
+#[test]
+fn the_readme_by_hand_blocks_run_as_root_keep_out_of_the_real_agents_places() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the README's blocks run by root)");
+        return;
+    }
+    let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let sandbox = Path::new("/run/gpushare-sim");
+    if sandbox.exists() {
+        eprintln!(
+            "skipped: {} exists (a simulated agent's by hand): left as it is",
+            sandbox.display()
+        );
+        return;
+    }
+    let _made = MadeHere(sandbox);
+    let blocks = readme_blocks("## Trying it by hand", "sh");
+    let home = tempfile::tempdir().unwrap();
+    let script = format!(
+        "{start}\n\
+         target/debug/gpushare-ctl apply all-mps\n\
+         target/debug/gpushare-ctl status\n\
+         {SOCKETS}\n\
+         {teardown}",
+        start = blocks[0],
+        teardown = blocks[1],
+    );
+    let before = real_agents_places();
+    let out = run_as(None, &script, &build_tree(), home.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    for expected in ["Applied half-balanced", "Applied all-mps", "Applied all-disabled"] {
+        assert!(said.contains(expected), "`{expected}` missing:\n{said}");
+    }
+    assert_eq!(real_agents_places(), before, "a real agent's place changed");
+    assert_eq!(listening(home.path()), Vec::<u16>::new(), "the agent listens on TCP ports");
+    assert_quiet(&said, true);
+    let driver = std::fs::read_to_string(sandbox.join("driver.json")).unwrap_or_default();
+    assert!(driver.contains("\"simulated\"") && driver.contains("a100-40gb:8"), "{driver}");
 }
 
 /// Snapshot of a directory tree: each path with its kind, mode and contents.
@@ -191,13 +313,16 @@ fn checks_change_nothing_in_the_state_directory() {
     assert!(text(&out).contains("answers: 3 GPUs"), "{}", text(&out));
     assert_eq!(tree(&kept), before, "the state directory changed");
 
-    // As root without --state-dir: the packaged agent's directory.
+    // As root without --state-dir: neither the packaged agent's directory nor the
+    // simulated agent's own (issue 37).
     if is_root() {
-        let system = Path::new("/var/lib/gpushare");
-        let before = tree(system);
+        let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let places = [Path::new("/var/lib/gpushare"), Path::new("/run/gpushare-sim")];
+        let before: Vec<_> = places.iter().map(|p| tree(p)).collect();
         let out = agent_check(&["--simulate", "a100-40gb:2", "--check-driver"]);
         assert!(out.status.success(), "{}", text(&out));
-        assert_eq!(tree(system), before, "--check-driver changed /var/lib/gpushare");
+        let after: Vec<_> = places.iter().map(|p| tree(p)).collect();
+        assert_eq!(after, before, "--check-driver changed {places:?}");
     }
 }
 

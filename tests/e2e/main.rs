@@ -35,6 +35,7 @@ mod nvidia_clients;
 mod plan_safety;
 mod profile_input;
 mod reset_blockers;
+mod sandbox;
 mod sharing;
 mod start_up;
 mod telemetry;

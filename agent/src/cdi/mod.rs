@@ -125,6 +125,22 @@ pub trait Host {
     fn mps_dirs(&self, uuid: &str) -> (PathBuf, PathBuf);
 }
 
+/// The reasons in `left_out` ([`build`]'s lines), each with the devices it left out, in
+/// order of first appearance: a reason is a line's text after its last `": "` (the device
+/// and its path before it), so that one cause shared by many devices (the simulator makes
+/// no device nodes without root) is one reason.
+pub fn reasons(left_out: &[String]) -> Vec<(String, Vec<&str>)> {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for line in left_out {
+        let why = line.rsplit_once(": ").map_or(line.as_str(), |(_, why)| why);
+        match reasons.iter_mut().find(|(w, _)| w == why) {
+            Some((_, lines)) => lines.push(line),
+            None => reasons.push((why.to_string(), vec![line])),
+        }
+    }
+    reasons
+}
+
 /// The spec of `node` as it is, the devices described, and the devices left out with why
 /// (one line each: a device node missing, say).
 pub fn build(node: &NodeState, host: &dyn Host) -> (Spec, Vec<Described>, Vec<String>) {

@@ -211,3 +211,24 @@ fn the_same_node_gives_the_same_bytes() {
     let back: Spec = serde_json::from_slice(&a).unwrap();
     assert_eq!(back.devices.len(), 6);
 }
+
+/// Issue 37: one cause shared by many devices is one reason (said once), whatever the
+/// devices and their paths; other causes are reasons of their own.
+#[test]
+fn left_out_devices_are_grouped_by_their_reason() {
+    let root = "the simulator makes device nodes only as root";
+    let left_out = vec![
+        format!("GPU 0 (A100-SXM4-40GB): /s/dev/nvidia0 is missing: {root}"),
+        format!(
+            "GPU 1 (A100-SXM4-40GB) MIG device 1:0 (1g.5gb at slot 0): GPU instance 1: /s/dev/nvidia-caps/nvidia-cap147 is missing: {root}"
+        ),
+        "GPU 2 (A100-SXM4-40GB): /dev/nvidia2 is a regular file, not a character device: refused"
+            .to_string(),
+        format!("GPU 3 (A100-SXM4-40GB): /s/dev/nvidia3 is missing: {root}"),
+    ];
+    let reasons = reasons(&left_out);
+    let whys: Vec<&str> = reasons.iter().map(|(why, _)| why.as_str()).collect();
+    assert_eq!(whys, [root, "refused"]);
+    assert_eq!(reasons[0].1, [&left_out[0], &left_out[1], &left_out[3]]);
+    assert!(super::reasons(&[]).is_empty());
+}

@@ -18,6 +18,9 @@ pub struct CdiKeeper {
     writer: Writer,
     node: NodeAccess,
     last: Mutex<Option<Built>>,
+    /// The reasons for leaving devices out last logged: each is said once, and again
+    /// only after it went away (issue 37: 20 lines after every apply, as a user).
+    logged: Mutex<Vec<String>>,
 }
 
 /// What the last build gave.
@@ -59,7 +62,7 @@ impl Host for AccessHost<'_> {
 impl CdiKeeper {
     /// A keeper writing through `writer` what `node` observes.
     pub fn new(writer: Writer, node: NodeAccess) -> Self {
-        CdiKeeper { writer, node, last: Mutex::new(None) }
+        CdiKeeper { writer, node, last: Mutex::new(None), logged: Mutex::default() }
     }
 
     /// Whether the spec can be written (checked before an apply's first step).
@@ -104,9 +107,7 @@ impl CdiKeeper {
                         Some(why)
                     }
                 };
-                for why in &left_out {
-                    tracing::warn!("CDI spec: left out {why}");
-                }
+                self.log_left_out(&left_out);
                 Built { described, left_out, error }
             }
             Err(e) => {
@@ -116,6 +117,28 @@ impl CdiKeeper {
             }
         };
         *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(built);
+    }
+
+    /// Warns of each reason for leaving devices out that was not already said, naming its
+    /// first device and counting the others (`gpushare-ctl cdi` lists them all).
+    fn log_left_out(&self, left_out: &[String]) {
+        let reasons = cdi::reasons(left_out);
+        let mut logged = self.logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (why, lines) in &reasons {
+            if logged.contains(why) {
+                continue;
+            }
+            match lines.len() {
+                1 => tracing::warn!("CDI spec: left out {}", lines[0]),
+                n => tracing::warn!(
+                    "CDI spec: left out {} and {} more devices for the same reason (gpushare-ctl \
+                     cdi lists them)",
+                    lines[0],
+                    n - 1
+                ),
+            }
+        }
+        *logged = reasons.into_iter().map(|(why, _)| why).collect();
     }
 
     /// The devices of the spec as last built, with the `podman run` line of each.

@@ -96,14 +96,24 @@ pub fn lock_state_dir(dir: &Path) -> io::Result<File> {
     let file = File::options()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .mode(PRIVATE)
         .custom_flags(libc::O_NOFOLLOW)
         .open(resolved.join("agent.lock"))?;
     if !super::unix::try_lock_exclusive(&file)? {
-        return Err(io::Error::other(format!("another gpushare-agent uses {}", dir.display())));
+        // The holder wrote its process id there (a file root or the agent alone writes).
+        let mut holder = String::new();
+        let _ = (&file).take(16).read_to_string(&mut holder);
+        let pid = holder.trim().parse::<u32>().map(|p| format!(" (pid {p})")).unwrap_or_default();
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("another gpushare-agent{pid} uses {}", dir.display()),
+        ));
     }
     keep_private(&file)?;
+    file.set_len(0)?;
+    (&file).write_all(format!("{}\n", std::process::id()).as_bytes())?;
     Ok(file)
 }
 
@@ -167,7 +177,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = lock_state_dir(dir.path()).unwrap();
         let e = lock_state_dir(dir.path()).unwrap_err();
-        assert!(e.to_string().starts_with("another gpushare-agent uses "), "{e}");
+        // The holder named by its process id (written into the lock file).
+        let holder = format!("another gpushare-agent (pid {}) uses ", std::process::id());
+        assert!(e.to_string().starts_with(&holder), "{e}");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         drop(held);
         lock_state_dir(dir.path()).unwrap();
     }

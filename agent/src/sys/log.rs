@@ -59,8 +59,10 @@ pub enum Destination {
 }
 
 /// Sets up logging for the process: to the journal when stderr is the journal's stream
-/// (and journald answers), else fmt lines on stderr. Call once, first thing.
-pub fn init() -> Destination {
+/// (and journald answers), else fmt lines on stderr. Call once, first thing. `quiet`: on
+/// stderr, warnings and errors only unless `GPUSHARE_LOG` says otherwise (a simulated
+/// agent run by hand: its terminal is the user's, issue 37); the journal gets `info`.
+pub fn init(quiet: bool) -> Destination {
     let stream = std::env::var_os(JOURNAL_STREAM_ENV);
     let mut refused = None;
     if stream.as_deref().is_some_and(|s| is_journal_stream(s, stderr_identity())) {
@@ -69,7 +71,7 @@ pub fn init() -> Destination {
         match Journal::connect(&path) {
             Ok(journal) => {
                 tracing_subscriber::registry()
-                    .with(filter(Destination::Journal))
+                    .with(filter(Destination::Journal, "info"))
                     .with(journal)
                     .init();
                 return Destination::Journal;
@@ -78,7 +80,7 @@ pub fn init() -> Destination {
         }
     }
     tracing_subscriber::fmt()
-        .with_env_filter(filter(Destination::Stderr))
+        .with_env_filter(filter(Destination::Stderr, if quiet { "warn" } else { "info" }))
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
         .init();
@@ -88,10 +90,11 @@ pub fn init() -> Destination {
     Destination::Stderr
 }
 
-/// `GPUSHARE_LOG`'s filter, with the spans that carry fields on for the journal (whatever
-/// the level: a warning must carry them under `GPUSHARE_LOG=warn` too) and off for fmt.
-fn filter(to: Destination) -> EnvFilter {
-    let filter = EnvFilter::try_from_env(FILTER_ENV).unwrap_or_else(|_| EnvFilter::new("info"));
+/// `GPUSHARE_LOG`'s filter (`default` without it), with the spans that carry fields on for
+/// the journal (whatever the level: a warning must carry them under `GPUSHARE_LOG=warn` too)
+/// and off for fmt.
+fn filter(to: Destination, default: &str) -> EnvFilter {
+    let filter = EnvFilter::try_from_env(FILTER_ENV).unwrap_or_else(|_| EnvFilter::new(default));
     let spans = if to == Destination::Journal { "trace" } else { "off" };
     match format!("{FIELDS_TARGET}={spans}").parse() {
         Ok(directive) => filter.add_directive(directive),
