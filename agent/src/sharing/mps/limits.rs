@@ -55,6 +55,13 @@ pub struct Restored {
 /// (driver 580 on an H100, tests/device/results/mps-privilege-h100-2026-12-06).
 const REFUSED: &str = "Insufficient privileges";
 
+/// The last read of each daemon's limits, by UUID, with when it was taken; `None` where
+/// it was forgotten (and when).
+pub(super) type LiveCache = HashMap<String, (Instant, Option<LiveRead>)>;
+
+/// How long a forgotten daemon's mark is kept: longer than a control run may take.
+const FORGOTTEN_KEPT: Duration = Duration::from_secs(300);
+
 impl MpsController {
     /// The MPS server processes of a daemon with their client pids.
     pub fn clients(&self, uuid: &str) -> Result<Vec<(u32, Vec<u32>)>, SharingError> {
@@ -91,15 +98,22 @@ impl MpsController {
     pub fn fresh_read(&self, uuid: &str) -> Option<LiveRead> {
         let cache = self.live_cache();
         let (at, read) = cache.get(uuid)?;
+        let read = read.as_ref()?;
         (at.elapsed() < LIVE_FRESH).then(|| LiveRead { clients: None, ..read.clone() })
     }
 
-    /// Forgets what the daemon of `uuid` answered last: something changed it.
+    /// Forgets what the daemon of `uuid` answered last: something changed it. The time it
+    /// was forgotten is kept, so that a read begun before is not kept after (it may have
+    /// seen the daemon before the change: a new daemon's defaults before its limits).
+    /// Marks older than a control run can take are dropped then (a daemon's UUID goes
+    /// with its MIG instance).
     pub(super) fn forget_live(&self, uuid: &str) {
-        self.live_cache().remove(uuid);
+        let mut cache = self.live_cache();
+        cache.retain(|_, (at, read)| read.is_some() || at.elapsed() < FORGOTTEN_KEPT);
+        cache.insert(uuid.to_string(), (Instant::now(), None));
     }
 
-    fn live_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, LiveRead)>> {
+    fn live_cache(&self) -> std::sync::MutexGuard<'_, LiveCache> {
         self.live_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -111,8 +125,12 @@ impl MpsController {
         detail: &MpsServerDetail,
         with_clients: bool,
     ) -> Result<LiveRead, SharingError> {
+        let asked = Instant::now();
         let read = self.ask_live(uuid, detail, with_clients)?;
-        self.live_cache().insert(uuid.to_string(), (Instant::now(), read.clone()));
+        let mut cache = self.live_cache();
+        if cache.get(uuid).is_none_or(|(at, _)| *at <= asked) {
+            cache.insert(uuid.to_string(), (Instant::now(), Some(read.clone())));
+        }
         Ok(read)
     }
 

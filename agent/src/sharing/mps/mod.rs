@@ -195,7 +195,7 @@ pub struct MpsController {
     /// read of its limits asks for theirs in the same control run.
     known_servers: Arc<Mutex<std::collections::HashMap<String, Vec<u32>>>>,
     /// The last live read of each daemon, by device UUID, and when it was made.
-    live_cache: Arc<Mutex<std::collections::HashMap<String, (Instant, LiveRead)>>>,
+    live_cache: Arc<Mutex<limits::LiveCache>>,
 }
 
 impl MpsController {
@@ -330,7 +330,9 @@ impl MpsController {
                 ));
             }
         }
-        // Limits are in place and read back: clients may come.
+        // Limits are in place and read back: a read of the new daemon's defaults taken in
+        // the meantime is not kept; then clients may come.
+        self.forget_live(uuid);
         set_mode(&pipe, 0o755).map_err(|e| err(Kind::Files, e))?;
         Ok(pid)
     }
