@@ -949,6 +949,37 @@ pub fn parse() -> Result<Invocation, clap::Error> {
     parse_from(std::env::args_os())
 }
 
+/// `bench python3 x.py`: the program comes after `--`, which clap's "unexpected argument"
+/// alone does not say.
+fn tip_for_a_bench_command(error: &mut clap::Error, args: &[OsString]) {
+    use clap::builder::StyledStr;
+    use clap::error::ErrorKind;
+    let unexpected = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.clone(),
+        _ => return,
+    };
+    if error.kind() != ErrorKind::UnknownArgument
+        || unexpected.starts_with('-')
+        || verb_path(args) != "gpushare-ctl bench"
+        || args.iter().any(|a| a == "--")
+    {
+        return;
+    }
+    let at = args.iter().position(|a| a.to_str() == Some(unexpected.as_str()));
+    let command: Vec<String> =
+        args[at.unwrap_or(args.len())..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let options: Vec<String> = args[1..at.unwrap_or(args.len())]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let tip = format!(
+        "put the program to bench after `--`: gpushare-ctl {} -- {}",
+        options.join(" "),
+        command.join(" ")
+    );
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![StyledStr::from(tip)]));
+}
+
 /// Parses a command line (the program name first): [`Cli`], plus the [`Hidden`] verbs.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, clap::Error>
 where
@@ -958,10 +989,11 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     // The hidden verbs are known only to a command line that names one exactly: otherwise
     // clap would list them in errors and suggest them for typos.
-    let error = match Cli::try_parse_from(&args) {
+    let mut error = match Cli::try_parse_from(&args) {
         Ok(cli) => return Ok(Invocation::Run(cli)),
         Err(e) => e,
     };
+    tip_for_a_bench_command(&mut error, &args);
     let names_hidden = matches!(
         error.get(ContextKind::InvalidSubcommand),
         Some(ContextValue::String(name)) if Hidden::has_subcommand(name)
