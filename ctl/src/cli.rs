@@ -28,7 +28,9 @@ pub struct Cli {
 
     /// Bus of the agent: `system`, `session`, or a D-Bus address (`unix:path=/run/x`).
     ///
-    /// By default ctl calls the agent on the system bus and, when nobody serves
+    /// The environment variable GPUSHARE_BUS_ADDRESS sets the same (the command line wins):
+    /// `export GPUSHARE_BUS_ADDRESS=unix:path=/tmp/bus` points every later call at a private
+    /// bus. Without either, ctl calls the agent on the system bus and, when nobody serves
     /// io.gpushare.Agent1 there and DBUS_SESSION_BUS_ADDRESS is set, on the session bus.
     #[arg(long, global = true, value_name = "ADDR", env = BUS_ADDRESS_ENV)]
     pub address: Option<String>,
@@ -374,13 +376,17 @@ compares with gpushare's catalog. Examples:
   gpushare-ctl mig profiles 0 --json";
 
 const CDI_HELP: &str = "\
-The agent keeps a CDI spec (/var/run/cdi/gpushare.json) of what the node shares, rewritten
-with every apply: podman, containerd, CRI-O and Docker 25+ read it. Names: 0 or GPU-… (a
-whole GPU), 0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its
-limits). Examples:
+The agent keeps a CDI spec of what the node shares, rewritten with every apply: podman,
+containerd, CRI-O and Docker 25+ read it. The first line of `gpushare-ctl cdi` says where:
+/var/run/cdi/gpushare.json for the packaged agent ([cdi] dir in agent.toml), cdi/ in its
+state directory for a simulated agent or one without root. Names: 0 or GPU-… (a whole GPU),
+0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its limits).
+The spec adds the sharing, not the driver's libraries: ask for NVIDIA's device of the same
+GPU too (its container toolkit's spec, `nvidia-ctk cdi generate`), and for an MPS share
+the server's IPC namespace. Examples:
   gpushare-ctl cdi
   gpushare-ctl cdi 0-mps-1
-  podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
+  podman run --device nvidia.com/gpu=0 --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
 
 const CLIENTS_HELP: &str = "\
 Lists the compute processes of every GPU and MIG instance as the driver reports them, and the
