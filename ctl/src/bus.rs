@@ -103,7 +103,22 @@ impl Bus {
     /// Why connecting failed: another user's bus that let us in no further than its
     /// socket, or the bus is not there.
     fn unreachable(&self, e: &zbus::Error) -> ConnectError {
-        match self.socket_path().and_then(|path| foreign_socket(&path)) {
+        // The system bus is everyone's; a socket nobody listens on is no one's.
+        let io_kind = match e {
+            zbus::Error::InputOutput(io) => Some(io.kind()),
+            zbus::Error::Connection(io, _) => Some(io.kind()),
+            _ => None,
+        };
+        let no_listener = matches!(
+            io_kind,
+            Some(std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
+        );
+        let owner = match self {
+            Bus::System => None,
+            _ if no_listener => None,
+            _ => self.socket_path().and_then(|path| foreign_socket(&path)),
+        };
+        match owner {
             Some(owner) => ConnectError::Foreign(self.clone(), owner),
             None => ConnectError::Unreachable(self.clone(), connect_error(e)),
         }
@@ -146,12 +161,20 @@ fn socket_path_of(address: &str) -> Option<std::path::PathBuf> {
     Some(std::ffi::OsString::from_vec(bytes).into())
 }
 
-/// The user who owns the socket at `path`, when that is not this process's user.
+/// The user who owns the socket at `path` (or, where this user may not look into its
+/// directory, the directory), when that is not this process's user.
 fn foreign_socket(path: &std::path::Path) -> Option<Owner> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::metadata(path).ok().filter(|m| m.file_type().is_socket())?;
+    let owner = match std::fs::metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => meta.uid(),
+        Ok(_) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            std::fs::metadata(path.parent()?).ok()?.uid()
+        }
+        Err(_) => return None,
+    };
     let me = own_uid()?;
-    (meta.uid() != me).then(|| Owner { bus: meta.uid(), me })
+    (owner != me).then_some(Owner { bus: owner, me })
 }
 
 /// Whose bus it is, and who we are.
@@ -550,6 +573,17 @@ fn session_bus_configured() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_socket_of_an_address() {
+        assert_eq!(socket_path_of("unix:path=/tmp/dbus-x,guid=ab12"), Some("/tmp/dbus-x".into()));
+        assert_eq!(
+            socket_path_of("tcp:host=x,port=1;unix:guid=1,path=/tmp/a%20b"),
+            Some("/tmp/a b".into())
+        );
+        assert_eq!(socket_path_of("unix:abstract=/tmp/x"), None);
+        assert_eq!(socket_path_of("tcp:host=localhost,port=1"), None);
+    }
 
     #[test]
     fn address_choices() {

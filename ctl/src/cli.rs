@@ -206,7 +206,8 @@ pub struct ProfileSource {
     /// Profile name (see `gpushare-ctl profiles`).
     pub profile: Option<String>,
     /// Profile document instead of a name: a gpushare profile (TOML) or NVIDIA mig-parted's
-    /// config.yaml (with -c); `-` reads standard input.
+    /// config.yaml (with -c; nvidia-mig-manager keeps it at
+    /// /etc/nvidia-mig-manager/config.yaml); `-` reads standard input.
     #[arg(short = 'f', long, value_name = "FILE")]
     pub file: Option<String>,
     /// The mig-parted config to use, one of the file's `mig-configs` (`all-balanced`); only
