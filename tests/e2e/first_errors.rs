@@ -123,9 +123,19 @@ fn ctl_for_anyone() -> (tempfile::TempDir, PathBuf) {
     (dir, ctl)
 }
 
+/// A bus daemon, stopped on drop (also when an assertion fails).
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A session-type bus of root's whose socket is in a directory everyone may enter (as
 /// `dbus-daemon --session` makes one under /tmp): its daemon and address.
-fn roots_open_bus(dir: &Path) -> (std::process::Child, String) {
+fn roots_open_bus(dir: &Path) -> (Daemon, String) {
     use std::io::BufRead;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let config = gpushare_tests::repo_root().join("tests/dbus/session.conf");
@@ -134,11 +144,14 @@ fn roots_open_bus(dir: &Path) -> (std::process::Child, String) {
         .arg(format!("--address=unix:path={}", dir.join("bus").display()))
         .args(["--nofork", "--nopidfile", "--print-address=1"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("dbus-daemon runs");
+    let stdout = child.stdout.take().unwrap();
+    let daemon = Daemon(child);
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    (child, line.trim().to_string())
+    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    (daemon, line.trim().to_string())
 }
 
 #[test]
@@ -151,7 +164,7 @@ fn another_users_bus_says_whose_it_is_and_what_to_do() {
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
     let (_bin, ctl) = ctl_for_anyone();
     let open = tempfile::tempdir().unwrap();
-    let (mut daemon, open_address) = roots_open_bus(open.path());
+    let (_daemon, open_address) = roots_open_bus(open.path());
     // The agent's bus (its socket in root's private directory), and one whose socket
     // anyone may reach but whose daemon lets in only root.
     for address in [agent.bus.address().to_string(), open_address] {
@@ -174,8 +187,6 @@ fn another_users_bus_says_whose_it_is_and_what_to_do() {
         let error = ctl_error(&run(true));
         assert_eq!(error.name, "gpushare.Ctl.Error.AccessDenied", "{error:?}");
     }
-    let _ = daemon.kill();
-    let _ = daemon.wait();
 }
 
 #[test]
