@@ -383,7 +383,7 @@ containerd, CRI-O and Docker 25+ read it. The first line of `gpushare-ctl cdi` s
 state directory for a simulated agent or one without root. Names: 0 or GPU-… (a whole GPU),
 0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its limits).
 The spec adds the sharing, not the driver's libraries: ask for NVIDIA's device of the same
-GPU too (its container toolkit's spec, `nvidia-ctk cdi generate`), and for an MPS share
+GPU too (the spec NVIDIA's container toolkit writes, nvidia-ctk), and for an MPS share
 the server's IPC namespace. Examples:
   gpushare-ctl cdi
   gpushare-ctl cdi 0-mps-1
