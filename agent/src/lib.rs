@@ -33,6 +33,8 @@
 //!     environment that hands them the node (`--simulate`).
 //! 18. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
+//! 19. [`man`] — the man page gpushare-agent(8): options, files and `agent.toml`'s keys,
+//!     signals, environment.
 
 pub mod access;
 pub mod apply;
@@ -43,6 +45,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod gpu;
+pub mod man;
 pub mod metrics;
 pub mod node;
 pub mod plan;

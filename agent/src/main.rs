@@ -108,8 +108,7 @@ fn main() -> ExitCode {
         return gpushare_agent::probe::run::main(run_args);
     }
     if let Some(dir) = &args.generate_man {
-        let page = clap_mangen::Man::new(<Args as clap::CommandFactory>::command()).section("8");
-        return match page.manual("gpushare").generate_to(dir) {
+        return match gpushare_agent::man::write(<Args as clap::CommandFactory>::command(), dir) {
             Ok(path) => {
                 println!("{}", path.display());
                 ExitCode::SUCCESS

@@ -12,7 +12,7 @@
 //! unit can start at all, and once two looks agree says why not, rather than after the
 //! bus's 25 s activation timeout ([`unit_cannot_start`]).
 
-use gpushare_proto::{AgentError, AgentProxy, BUS_NAME};
+use gpushare_proto::{AgentError, AgentProxy, BUS_ADDRESS_ENV, BUS_NAME};
 use zbus::Connection;
 use zbus::proxy::CacheProperties;
 
@@ -87,7 +87,7 @@ impl Bus {
         };
         let builder = match builder {
             Ok(builder) => builder,
-            Err(e) => return Err(ConnectError::Unreachable(self.clone(), connect_error(&e))),
+            Err(e) => return Err(self.unreachable(&e)),
         };
         // A wedged agent must not hang a bootstrap script: every call answers or fails.
         // Long operations return a job at once, so no method needs longer.
@@ -96,9 +96,112 @@ impl Bus {
             (Bus::Address(a), zbus::Error::Address(_)) => {
                 ConnectError::InvalidAddress(a.clone(), address_error(&e))
             }
-            _ => ConnectError::Unreachable(self.clone(), connect_error(&e)),
+            _ => self.unreachable(&e),
         })
     }
+
+    /// Why connecting failed: another user's bus that let us in no further than its
+    /// socket, or the bus is not there.
+    fn unreachable(&self, e: &zbus::Error) -> ConnectError {
+        // The system bus is everyone's; a socket nobody listens on is no one's.
+        let io_kind = match e {
+            zbus::Error::InputOutput(io) => Some(io.kind()),
+            zbus::Error::Connection(io, _) => Some(io.kind()),
+            _ => None,
+        };
+        let no_listener = matches!(
+            io_kind,
+            Some(std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
+        );
+        let owner = match self {
+            Bus::System => None,
+            _ if no_listener => None,
+            _ => self.socket_path().and_then(|path| foreign_socket(&path)),
+        };
+        match owner {
+            Some(owner) => ConnectError::Foreign(self.clone(), owner),
+            None => ConnectError::Unreachable(self.clone(), connect_error(e)),
+        }
+    }
+
+    /// The socket file of this bus, when its address names one (`unix:path=`).
+    fn socket_path(&self) -> Option<std::path::PathBuf> {
+        let address = match self {
+            Bus::System => std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
+                .unwrap_or_else(|_| "unix:path=/run/dbus/system_bus_socket".into()),
+            Bus::Session => std::env::var("DBUS_SESSION_BUS_ADDRESS").ok()?,
+            Bus::Address(a) => a.clone(),
+        };
+        socket_path_of(&address)
+    }
+}
+
+/// The first `unix:path=` of a D-Bus address (`;` separates alternatives, `,` keys), with
+/// its `%xx` escapes undone.
+fn socket_path_of(address: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let transport = address.split(';').find(|t| t.trim_start().starts_with("unix:"))?;
+    let value = transport.trim_start()["unix:".len()..]
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("path="))?;
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut rest = value.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%'
+            && let Some(hex) = tail.get(..2)
+            && let Ok(byte) = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16)
+        {
+            bytes.push(byte);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    Some(std::ffi::OsString::from_vec(bytes).into())
+}
+
+/// The user who owns the socket at `path` (or, where this user may not look into its
+/// directory, the directory), when that is not this process's user.
+fn foreign_socket(path: &std::path::Path) -> Option<Owner> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let owner = match std::fs::metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => meta.uid(),
+        Ok(_) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            std::fs::metadata(path.parent()?).ok()?.uid()
+        }
+        Err(_) => return None,
+    };
+    let me = own_uid()?;
+    (owner != me).then_some(Owner { bus: owner, me })
+}
+
+/// Whose bus it is, and who we are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    /// The uid that owns the bus's socket.
+    bus: u32,
+    /// This process's uid.
+    me: u32,
+}
+
+/// A user as messages name them: `root (uid 0)`, or `uid 1234` when it has no name here.
+fn user_name(uid: u32) -> String {
+    match login(uid) {
+        Some(name) => format!("{name} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// The login name of `uid` in `/etc/passwd`.
+fn login(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+    })
 }
 
 /// Why a bus could not be connected to.
@@ -108,6 +211,8 @@ enum ConnectError {
     InvalidAddress(String, String),
     /// The bus is not there: which bus, and the reason in a few words.
     Unreachable(Bus, String),
+    /// The bus is another user's and did not let this one in.
+    Foreign(Bus, Owner),
 }
 
 impl From<ConnectError> for CtlError {
@@ -119,8 +224,18 @@ impl From<ConnectError> for CtlError {
             ConnectError::Unreachable(bus, why) => CtlError::ctl(
                 Kind::BusUnreachable,
                 format!(
-                    "cannot connect to the {}: {why}; is D-Bus running? Otherwise point --address at the agent's bus",
+                    "cannot connect to the {}: {why}; is D-Bus running? Otherwise set {BUS_ADDRESS_ENV} (or --address) to the address of the agent's bus",
                     bus.describe()
+                ),
+            ),
+            ConnectError::Foreign(bus, owner) => CtlError::ctl(
+                Kind::AccessDenied,
+                format!(
+                    "the {} is the bus of {}, and it lets in only its own user, not you, {}: run gpushare-ctl as {}, or set {BUS_ADDRESS_ENV} (or --address) to a bus of yours or the system bus",
+                    bus.describe(),
+                    user_name(owner.bus),
+                    user_name(owner.me),
+                    login(owner.bus).unwrap_or_else(|| format!("uid {}", owner.bus)),
                 ),
             ),
         }
@@ -219,7 +334,7 @@ impl Client {
             CtlError::ctl(
                 Kind::NotRunning,
                 format!(
-                    "gpushare-agent is not running on the {} ({BUS_NAME} has no owner); start it with {}, or point --address at its bus",
+                    "gpushare-agent is not running on the {} ({BUS_NAME} has no owner); start it with {}, or set {BUS_ADDRESS_ENV} (or --address) to the address of its bus",
                     bus.describe(),
                     bus.start_hint()
                 ),
@@ -259,11 +374,11 @@ impl Client {
             Err(e) if error::is_no_owner(&e) => {
                 let message = match missed {
                     Missed::NoOwner => format!(
-                        "gpushare-agent is not running on the system bus or the session bus ({BUS_NAME} has no owner on either); start it with {}, or point --address at its bus",
+                        "gpushare-agent is not running on the system bus or the session bus ({BUS_NAME} has no owner on either); start it with {}, or set {BUS_ADDRESS_ENV} (or --address) to the address of its bus",
                         Bus::System.start_hint()
                     ),
                     Missed::Unreachable(why) => format!(
-                        "gpushare-agent is not running: the system bus is unreachable ({why}) and {BUS_NAME} has no owner on the session bus; start it with {}, or point --address at its bus",
+                        "gpushare-agent is not running: the system bus is unreachable ({why}) and {BUS_NAME} has no owner on the session bus; start it with {}, or set {BUS_ADDRESS_ENV} (or --address) to the address of its bus",
                         Bus::Session.start_hint()
                     ),
                 };
@@ -458,6 +573,17 @@ fn session_bus_configured() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_socket_of_an_address() {
+        assert_eq!(socket_path_of("unix:path=/tmp/dbus-x,guid=ab12"), Some("/tmp/dbus-x".into()));
+        assert_eq!(
+            socket_path_of("tcp:host=x,port=1;unix:guid=1,path=/tmp/a%20b"),
+            Some("/tmp/a b".into())
+        );
+        assert_eq!(socket_path_of("unix:abstract=/tmp/x"), None);
+        assert_eq!(socket_path_of("tcp:host=localhost,port=1"), None);
+    }
 
     #[test]
     fn address_choices() {

@@ -28,7 +28,9 @@ pub struct Cli {
 
     /// Bus of the agent: `system`, `session`, or a D-Bus address (`unix:path=/run/x`).
     ///
-    /// By default ctl calls the agent on the system bus and, when nobody serves
+    /// The environment variable GPUSHARE_BUS_ADDRESS sets the same (the command line wins):
+    /// `export GPUSHARE_BUS_ADDRESS=unix:path=/tmp/bus` points every later call at a private
+    /// bus. Without either, ctl calls the agent on the system bus and, when nobody serves
     /// io.gpushare.Agent1 there and DBUS_SESSION_BUS_ADDRESS is set, on the session bus.
     #[arg(long, global = true, value_name = "ADDR", env = BUS_ADDRESS_ENV)]
     pub address: Option<String>,
@@ -204,7 +206,8 @@ pub struct ProfileSource {
     /// Profile name (see `gpushare-ctl profiles`).
     pub profile: Option<String>,
     /// Profile document instead of a name: a gpushare profile (TOML) or NVIDIA mig-parted's
-    /// config.yaml (with -c); `-` reads standard input.
+    /// config.yaml (with -c; nvidia-mig-manager keeps it at
+    /// /etc/nvidia-mig-manager/config.yaml); `-` reads standard input.
     #[arg(short = 'f', long, value_name = "FILE")]
     pub file: Option<String>,
     /// The mig-parted config to use, one of the file's `mig-configs` (`all-balanced`); only
@@ -374,13 +377,17 @@ compares with gpushare's catalog. Examples:
   gpushare-ctl mig profiles 0 --json";
 
 const CDI_HELP: &str = "\
-The agent keeps a CDI spec (/var/run/cdi/gpushare.json) of what the node shares, rewritten
-with every apply: podman, containerd, CRI-O and Docker 25+ read it. Names: 0 or GPU-… (a
-whole GPU), 0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its
-limits). Examples:
+The agent keeps a CDI spec of what the node shares, rewritten with every apply: podman,
+containerd, CRI-O and Docker 25+ read it. The first line of `gpushare-ctl cdi` says where:
+/var/run/cdi/gpushare.json for the packaged agent ([cdi] dir in agent.toml), cdi/ in its
+state directory for a simulated agent (/run/gpushare-sim as root) or one without root. Names: 0 or GPU-… (a whole GPU),
+0:1 or MIG-… (a MIG device), 0-mps-2 (share 2 of GPU 0's MPS server, with its limits).
+The spec adds the sharing, not the driver's libraries: ask for NVIDIA's device of the same
+GPU too (the spec NVIDIA's container toolkit writes, nvidia-ctk), and for an MPS share
+the server's IPC namespace. Examples:
   gpushare-ctl cdi
   gpushare-ctl cdi 0-mps-1
-  podman run --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
+  podman run --device nvidia.com/gpu=0 --device gpushare.io/gpu=0-mps-1 --ipc=host IMAGE";
 
 const CLIENTS_HELP: &str = "\
 Lists the compute processes of every GPU and MIG instance as the driver reports them, and the
@@ -949,6 +956,37 @@ pub fn parse() -> Result<Invocation, clap::Error> {
     parse_from(std::env::args_os())
 }
 
+/// `bench python3 x.py`: the program comes after `--`, which clap's "unexpected argument"
+/// alone does not say.
+fn tip_for_a_bench_command(error: &mut clap::Error, args: &[OsString]) {
+    use clap::builder::StyledStr;
+    use clap::error::ErrorKind;
+    let unexpected = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.clone(),
+        _ => return,
+    };
+    if error.kind() != ErrorKind::UnknownArgument
+        || unexpected.starts_with('-')
+        || verb_path(args) != "gpushare-ctl bench"
+        || args.iter().any(|a| a == "--")
+    {
+        return;
+    }
+    let at = args.iter().position(|a| a.to_str() == Some(unexpected.as_str()));
+    let command: Vec<String> =
+        args[at.unwrap_or(args.len())..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let options: Vec<String> = args[1..at.unwrap_or(args.len())]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let tip = format!(
+        "put the program to bench after `--`: gpushare-ctl {} -- {}",
+        options.join(" "),
+        command.join(" ")
+    );
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![StyledStr::from(tip)]));
+}
+
 /// Parses a command line (the program name first): [`Cli`], plus the [`Hidden`] verbs.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, clap::Error>
 where
@@ -958,10 +996,11 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     // The hidden verbs are known only to a command line that names one exactly: otherwise
     // clap would list them in errors and suggest them for typos.
-    let error = match Cli::try_parse_from(&args) {
+    let mut error = match Cli::try_parse_from(&args) {
         Ok(cli) => return Ok(Invocation::Run(cli)),
         Err(e) => e,
     };
+    tip_for_a_bench_command(&mut error, &args);
     let names_hidden = matches!(
         error.get(ContextKind::InvalidSubcommand),
         Some(ContextValue::String(name)) if Hidden::has_subcommand(name)

@@ -34,6 +34,8 @@ pub enum Kind {
     BusUnreachable,
     /// `--address` is not a valid D-Bus address.
     InvalidAddress,
+    /// The bus is another user's and lets in only that user.
+    AccessDenied,
     /// The agent does not know a method ctl called: it is older than ctl.
     AgentOutdated,
     /// The agent left the bus while a job ctl follows was running.
@@ -64,6 +66,7 @@ impl Kind {
             Kind::NotRunning => "NotRunning",
             Kind::BusUnreachable => "BusUnreachable",
             Kind::InvalidAddress => "InvalidAddress",
+            Kind::AccessDenied => "AccessDenied",
             Kind::AgentOutdated => "AgentOutdated",
             Kind::AgentExited => "AgentExited",
             Kind::ConnectionLost => "ConnectionLost",

@@ -809,7 +809,7 @@ fn whole_gpu_target<'a>(node: &'a NodeState, target: &str) -> Result<&'a GpuStat
                 "target {target}: bench changes the sharing of a whole GPU; name the GPU (index or GPU-…), not a MIG instance"
             )
         } else {
-            format!("target {target}: no such GPU on this node (see gpushare-ctl status)")
+            crate::plan::no_such_gpu(node, target, false)
         }));
     };
     if g.mig_enabled {

@@ -759,9 +759,7 @@ impl Engine {
             })
         };
         let (uuid, gpu) = found.ok_or_else(|| {
-            EngineError::InvalidArgument(format!(
-                "no GPU or MIG instance {target:?} on this node (see gpushare-ctl status)"
-            ))
+            EngineError::InvalidArgument(crate::plan::no_such_gpu(node, target, true))
         })?;
         // CUDA sees no device through a MIG GPU's own UUID: only its instances can be used.
         if let Some(g) = node.gpu(gpu).filter(|g| g.mig_enabled && g.uuid == uuid) {

@@ -224,6 +224,27 @@ fn check_selectors(node: &NodeState, profile: &Profile) -> Result<(), PlanError>
 }
 
 /// `GPUs 0-7`, `GPU 0`, `no GPUs`.
+/// A GPU a caller named (`env`, `probe`, `bench` targets) that this node lacks, worded as
+/// every such refusal is: what was named, then the GPUs there are, `GPU "9": this node has
+/// no such GPU; its GPUs are 0-7 (by index or GPU-… UUID)`. With `mig_too` the name may
+/// also have been a MIG device's, and the line says so.
+pub fn no_such_gpu(node: &NodeState, named: &str, mig_too: bool) -> String {
+    let indices: Vec<u32> = node.gpus.iter().map(|g| g.index).collect();
+    let text = crate::node::index_ranges(&indices);
+    let there = match indices.len() {
+        0 => "it has no GPUs".to_string(),
+        1 => format!("its GPU is {text} (by index or GPU-… UUID)"),
+        _ => format!("its GPUs are {text} (by index or GPU-… UUID)"),
+    };
+    if mig_too {
+        format!(
+            "GPU or MIG device {named:?}: this node has no such GPU or MIG device; {there}, its MIG devices by MIG-… UUID (see gpushare-ctl status)"
+        )
+    } else {
+        format!("GPU {named:?}: this node has no such GPU; {there}")
+    }
+}
+
 fn gpu_indices(node: &NodeState) -> String {
     let text = crate::node::index_ranges(&node.gpus.iter().map(|g| g.index).collect::<Vec<_>>());
     match node.gpus.len() {

@@ -148,8 +148,10 @@ impl ProfileStore {
             Some(e) => Missing::Broken(format!("profile {name:?} does not load: {e}")),
             None => {
                 let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+                let guess = super::closest(name, &known).map(|n| format!(" (did you mean {n}?)"));
                 Missing::Unknown(format!(
-                    "unknown profile {name:?}; known profiles: {}",
+                    "unknown profile {name:?}{}; known profiles: {}",
+                    guess.unwrap_or_default(),
                     known.join(", ")
                 ))
             }
@@ -209,6 +211,17 @@ mod tests {
     fn unknown_names_list_the_known_ones() {
         let e = ProfileStore::built_in().get("half").unwrap_err().to_string();
         assert!(e.starts_with("unknown profile \"half\"; known profiles: all-balanced, "), "{e}");
+    }
+
+    #[test]
+    fn a_mistyped_name_gets_the_closest_known_one() {
+        let e = ProfileStore::built_in().get("half-balance").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown profile \"half-balance\" (did you mean half-balanced?); known profiles: all-balanced, "),
+            "{e}"
+        );
+        let e = ProfileStore::built_in().get("all-mp").unwrap_err().to_string();
+        assert!(e.contains("(did you mean all-mps?)"), "{e}");
     }
 
     #[test]
