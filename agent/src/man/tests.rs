@@ -56,8 +56,10 @@ fn every_default_in_the_page_is_the_parsers() {
         } else {
             format!("[{}]\n{} = {}\n", k.table, k.name, k.default)
         };
-        let parsed =
+        let mut parsed =
             AgentConfig::parse(&text, "agent.toml").unwrap_or_else(|e| panic!("{text}: {e}"));
+        // Which keys the file wrote is not a value.
+        parsed.written = Default::default();
         assert_eq!(parsed, AgentConfig::default(), "{text}");
     }
 }
