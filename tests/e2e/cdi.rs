@@ -81,7 +81,7 @@ fn the_spec_names_what_every_apply_leaves_and_a_rollback_leaves_it_byte_for_byte
     assert_eq!(listed, want);
     assert_eq!(
         report.devices[2].podman,
-        "podman run --device gpushare.io/gpu=0-mps-0 --ipc=host IMAGE"
+        "podman run --device nvidia.com/gpu=0 --device gpushare.io/gpu=0-mps-0 --ipc=host IMAGE"
     );
     let shown = text(&agent.ctl(&["cdi"]));
     assert!(shown.contains("share 2 of 4 of the MPS server of GPU 1"), "{shown}");

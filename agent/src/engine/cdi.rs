@@ -151,7 +151,7 @@ impl CdiKeeper {
             .map(|d| {
                 let device = format!("{KIND}={}", d.name);
                 CdiDevice {
-                    podman: podman_line(&device, d.what),
+                    podman: podman_line(&d.name, &device, d.what),
                     name: d.name,
                     device,
                     what: d.what.into(),
@@ -172,9 +172,14 @@ impl CdiKeeper {
     }
 }
 
-/// How a container asks for `device` with podman: an MPS share also shares the server's
-/// IPC namespace (MPS clients meet their server in shared memory, which CDI cannot give).
-fn podman_line(device: &str, what: &str) -> String {
+/// How a container asks for `device` (named `name`) with podman: with NVIDIA's device of
+/// the same GPU or MIG device (the spec NVIDIA's container toolkit writes, which brings the
+/// driver's libraries and its device nodes: gpushare's spec adds only the sharing, and
+/// NVIDIA's names are the same index paths, `0` and `0:1`); an MPS share also shares the
+/// server's IPC namespace (MPS clients meet their server in shared memory, which CDI cannot
+/// give).
+fn podman_line(name: &str, device: &str, what: &str) -> String {
+    let nvidia = name.split_once("-mps-").map_or(name, |(path, _)| path);
     let ipc = if what == "mps-share" { " --ipc=host" } else { "" };
-    format!("podman run --device {device}{ipc} IMAGE")
+    format!("podman run --device nvidia.com/gpu={nvidia} --device {device}{ipc} IMAGE")
 }

@@ -4,8 +4,8 @@
 //! ```text
 //! CDI spec /var/run/cdi/gpushare.json (kind gpushare.io/gpu)
 //! DEVICE                  WHAT                                              PODMAN
-//! gpushare.io/gpu=0       GPU 0 (A100-SXM4-40GB) whole (its MPS server, …)  podman run --device gpushare.io/gpu=0 IMAGE
-//! gpushare.io/gpu=0-mps-0 share 0 of 4 of the MPS server of GPU 0 (…)       podman run --device gpushare.io/gpu=0-mps-0 --ipc=host IMAGE
+//! gpushare.io/gpu=0       GPU 0 (A100-SXM4-40GB) whole (its MPS server, …)  podman run --device nvidia.com/gpu=0 --device gpushare.io/gpu=0 IMAGE
+//! gpushare.io/gpu=0-mps-0 share 0 of 4 of the MPS server of GPU 0 (…)       podman run --device nvidia.com/gpu=0 --device gpushare.io/gpu=0-mps-0 --ipc=host IMAGE
 //! ```
 //!
 //! `--json` prints the [`CdiReport`] document.
