@@ -268,6 +268,68 @@ pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> Strin
     }
 }
 
+/// What a bench says before it measures anything (issue 37), one line each: what it will
+/// measure (`Will measure: the baseline 3 times, then mps at 1, 3; mig at 1, 3 in 1 round
+/// of 30 s windows: 7 measurements`), then each thing left out and why (replica counts for
+/// want of CPUs, `capped`; a strategy `skipped`; a cell whose setup cannot be made).
+pub(super) fn plan_lines(
+    repeat: u32,
+    cells: &[Cell],
+    skipped: &[(BenchStrategy, String)],
+    capped: &str,
+    window: Option<f64>,
+) -> Vec<String> {
+    let mut by_strategy: Vec<(BenchStrategy, Vec<String>)> = Vec::new();
+    let mut left_out = Vec::new();
+    for cell in cells {
+        match &cell.setup {
+            Ok(_) => match by_strategy.iter_mut().find(|(s, _)| *s == cell.strategy) {
+                Some((_, counts)) => counts.push(cell.n.to_string()),
+                None => by_strategy.push((cell.strategy, vec![cell.n.to_string()])),
+            },
+            Err(why) => left_out.push(format!("{} at {}: {why}", cell.strategy, cell.n)),
+        }
+    }
+    let runnable = cells.iter().filter(|c| c.setup.is_ok()).count();
+    let measurements: usize = (1..=repeat)
+        .map(|round| {
+            round_order(round, repeat, cells.len())
+                .iter()
+                .filter(|item| match item {
+                    Item::Baseline => true,
+                    Item::Cell(i) => cells[*i].setup.is_ok(),
+                })
+                .count()
+        })
+        .sum();
+    let baselines = measurements - runnable * repeat as usize;
+    let strategies: Vec<String> = by_strategy
+        .iter()
+        .map(|(s, counts)| format!("{s} at {}", counts.join(", ")))
+        .collect();
+    let then = if strategies.is_empty() {
+        String::new()
+    } else {
+        format!(", then {}", strategies.join("; "))
+    };
+    let rounds = if repeat == 1 { "1 round".to_owned() } else { format!("{repeat} rounds") };
+    let windows = window.map_or(String::new(), |w| format!(" of {w} s windows"));
+    let mut lines = vec![format!(
+        "Will measure: the baseline (1 replica alone) {}{then} in {rounds}{windows}: {measurements} measurements",
+        gpushare_proto::plural(u32::try_from(baselines).unwrap_or(u32::MAX), "time")
+    )];
+    if !capped.is_empty() {
+        lines.push(format!("Left out: {capped}"));
+    }
+    for (strategy, why) in skipped {
+        lines.push(format!("Left out: {strategy}: {why}"));
+    }
+    for why in left_out {
+        lines.push(format!("Left out: {why}"));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

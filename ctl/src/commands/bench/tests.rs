@@ -53,6 +53,7 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        repeat_p99s_ms: Vec::new(),
         throughput_interval: None,
         p99_interval_ms: None,
         scaling_warning: None,
