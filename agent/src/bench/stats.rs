@@ -1644,7 +1644,10 @@ mod tests {
         assert!(r.scaling_warning.as_deref().unwrap().contains("a measurement problem"));
         // The recommendation never calls it a gain (issue 37: "1.3x the throughput" in the
         // recommendation, "a measurement problem, not a gain" under the table).
-        let strategies = [strategy("time-slicing", vec![run(2, 20.0, Some(2.0))]), strategy("mig", vec![r.clone()])];
+        let strategies = [
+            strategy("time-slicing", vec![run(2, 20.0, Some(2.0))]),
+            strategy("mig", vec![r.clone()]),
+        ];
         let rec = recommend(&strategies, Objective::Throughput, "units/s", floor).remove(0);
         assert!(!rec.reason.contains("1.3x"), "{}", rec.reason);
         assert!(rec.reason.contains("not a gain"), "{}", rec.reason);

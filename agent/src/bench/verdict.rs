@@ -153,10 +153,8 @@ impl Difference {
 /// The two runs' own relative spread, pooled (each [`relative_scale`], weighed by its
 /// measurements less one); `None` where neither was measured twice.
 fn pooled_scale(a: &[f64], b: &[f64]) -> Option<f64> {
-    let parts: Vec<(f64, f64)> = [a, b]
-        .iter()
-        .filter_map(|v| Some((relative_scale(v)?, v.len() as f64 - 1.0)))
-        .collect();
+    let parts: Vec<(f64, f64)> =
+        [a, b].iter().filter_map(|v| Some((relative_scale(v)?, v.len() as f64 - 1.0))).collect();
     let weight: f64 = parts.iter().map(|(_, w)| w).sum();
     (weight > 0.0).then(|| (parts.iter().map(|(s, w)| s * s * w).sum::<f64>() / weight).sqrt())
 }

@@ -604,12 +604,8 @@ impl Engine {
         against_itself(&mut baseline);
         let measured_alone: Vec<BenchMeasurement> =
             report.sequence.iter().filter(|m| m.strategy == "baseline").cloned().collect();
-        let (floor, noise) = stats::noise(
-            &measured_alone,
-            host.steal(),
-            &host.frequency_mhz,
-            job.options.repeat,
-        );
+        let (floor, noise) =
+            stats::noise(&measured_alone, host.steal(), &host.frequency_mhz, job.options.repeat);
         report.noise = Some(noise);
         report.baseline = Some(baseline.clone());
         let mut cells = cells;

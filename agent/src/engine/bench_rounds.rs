@@ -303,10 +303,8 @@ pub(super) fn plan_lines(
         })
         .sum();
     let baselines = measurements - runnable * repeat as usize;
-    let strategies: Vec<String> = by_strategy
-        .iter()
-        .map(|(s, counts)| format!("{s} at {}", counts.join(", ")))
-        .collect();
+    let strategies: Vec<String> =
+        by_strategy.iter().map(|(s, counts)| format!("{s} at {}", counts.join(", "))).collect();
     let then = if strategies.is_empty() {
         String::new()
     } else {
@@ -319,7 +317,9 @@ pub(super) fn plan_lines(
         gpushare_proto::plural(u32::try_from(baselines).unwrap_or(u32::MAX), "time")
     )];
     if !capped.is_empty() {
-        lines.push(format!("Left out: {capped}"));
+        // `3, 5, 7 replicas left out: 2 CPUs to pin …` as `Left out: 3, 5, 7 replicas: …`.
+        lines
+            .push(format!("Left out: {}", capped.replacen(" replicas left out:", " replicas:", 1)));
     }
     for (strategy, why) in skipped {
         lines.push(format!("Left out: {strategy}: {why}"));
@@ -368,5 +368,37 @@ mod tests {
         assert_eq!(duration_text(365.0), "6m 05s");
         assert_eq!(duration_text(3720.0), "1h 02m");
         assert_eq!(duration_text(-1.0), "0 s");
+    }
+
+    #[test]
+    fn the_plan_says_what_runs_and_what_is_left_out_and_why() {
+        let cell = |strategy, n, setup: Result<Setup, String>| Cell {
+            strategy,
+            n,
+            setup,
+            runs: Vec::new(),
+            setup_ms: None,
+            done: false,
+        };
+        let cells = [
+            cell(BenchStrategy::Mps, 1, Ok(time_slicing())),
+            cell(BenchStrategy::MpsLimited, 1, Ok(time_slicing())),
+            cell(BenchStrategy::Mps, 2, Ok(time_slicing())),
+            cell(BenchStrategy::Mig, 2, Err("2 instances do not fit".into())),
+        ];
+        let skipped = [(BenchStrategy::TimeSlicing, "not asked for".to_owned())];
+        let capped = "3, 5, 7 replicas left out: 2 CPUs to pin one replica each (0-1, the agent's CPUs); --no-pin runs them unpinned";
+        let lines = plan_lines(2, &cells, &skipped, capped, Some(30.0));
+        assert_eq!(
+            lines,
+            [
+                "Will measure: the baseline (1 replica alone) 3 times, then mps at 1, 2; \
+                 mps-limited at 1 in 2 rounds of 30 s windows: 9 measurements",
+                "Left out: 3, 5, 7 replicas: 2 CPUs to pin one replica each (0-1, the agent's \
+                 CPUs); --no-pin runs them unpinned",
+                "Left out: time-slicing: not asked for",
+                "Left out: mig at 2: 2 instances do not fit",
+            ]
+        );
     }
 }

@@ -555,12 +555,18 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         measured.push_str(&format!("; SLO {slo}"));
     }
     if report.repeat > 1 {
-        measured.push_str(&format!("; each run {} times, the median reported", report.repeat));
+        measured.push_str(&format!("; {}", report_html::rounds_text(report.repeat)));
     }
     text.push_str(&format!("{measured}\n"));
+    if !report.partial.is_empty() {
+        text.push_str(&format!("Partial: {}\n", report.partial));
+    }
     text.push_str(&pinning_line(report, glyphs));
-    if !report.capped.is_empty() {
+    if report.plan.is_empty() && !report.capped.is_empty() {
         text.push_str(&format!("Note: {}\n", report.capped));
+    }
+    for line in report.plan.iter().filter(|l| l.starts_with("Left out")) {
+        text.push_str(&format!("{line}\n"));
     }
     text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit(), glyphs));
     if let Some(noise) = &report.noise {
