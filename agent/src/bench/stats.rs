@@ -315,12 +315,14 @@ pub fn check_scaling(run: &mut BenchRun, baseline: &BenchRun, floor: NoiseFloor)
     let alone: Vec<f64> = throughputs(baseline).iter().map(|t| t * n).collect();
     let told = verdict::difference(&throughputs(run), &alone, floor.throughput)
         .is_some_and(|d| d.tells() == Ordering::Greater);
+    // Above N as the report shows it (two decimals), not by a rounding error.
+    let above = |s: f64| s.is_finite() && s >= n + 0.005;
     run.scaling_warning = match run.scaling {
-        Some(s) if s.is_finite() && s > n && !told => Some(format!(
+        Some(s) if above(s) && !told => Some(format!(
             "scaling {s:.2}x is above {}, within the noise: read it as {}x",
             run.replicas, run.replicas
         )),
-        Some(s) if s.is_finite() && s > n => {
+        Some(s) if above(s) => {
             Some(format!("scaling {s:.2}x is above {}: {MEASUREMENT_PROBLEM}", run.replicas))
         }
         _ => None,

@@ -905,8 +905,8 @@ const BENCH_SETUP_READS: Reads = Reads { timeslices: false, mps_clients: true };
 fn partial_text(why: &str, rounds_done: u32, repeat: u32, measurements: usize) -> String {
     let why = why.split(';').next().unwrap_or(why).trim();
     format!(
-        "{why} after {} of {repeat} and {}: the figures below are of those alone",
-        plural(rounds_done, "whole round"),
+        "{why} in round {} of {repeat}, after {}: the figures below are of those alone",
+        (rounds_done + 1).min(repeat),
         plural(u32::try_from(measurements).unwrap_or(u32::MAX), "measurement")
     )
 }

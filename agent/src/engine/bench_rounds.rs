@@ -254,15 +254,15 @@ pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> Strin
     );
     match repeat {
         1 => format!(
-            "runs measured once have no interval ({baseline}); they are compared through the host's noise floor. --repeat 5 or more gives each run a 94 % interval of its median"
+            "runs measured once have no interval ({baseline}); verdicts compare them through the host's noise alone. --repeat 6 or more gives each run a 95 % interval of its median"
         ),
         k @ 2..=5 => format!(
-            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); --repeat 6 or more gives 95 %",
+            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); verdicts test the ratio of two runs' medians against the host's noise; --repeat 6 or more gives 95 %",
             stats::BOOTSTRAP_RESAMPLES,
             range_coverage(k)
         ),
         k => format!(
-            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples)",
+            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples); verdicts bootstrap the ratio of two runs' medians the same way, at least the host's noise",
             stats::BOOTSTRAP_RESAMPLES
         ),
     }
