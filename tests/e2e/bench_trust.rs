@@ -319,7 +319,7 @@ fn differences_within_the_noise_are_indistinguishable_and_real_ones_are_not() {
     assert_eq!(at1.replicas, 1);
     assert_eq!(at1.indistinguishable.len(), 3, "{at1:?}");
     assert_eq!(at1.strategy, "mps-limited", "picked by isolation: {at1:?}");
-    assert!(at1.reason.contains("indistinguishable here"), "{}", at1.reason);
+    assert!(at1.reason.contains("within the noise of each other"), "{}", at1.reason);
     assert!(!at1.reason.contains("x the throughput"), "{}", at1.reason);
 
     // N = 2: MPS's 4x is real, and said so.
