@@ -3,6 +3,7 @@
 //! report shows it, marked partial).
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -128,4 +129,42 @@ fn ctrl_c_keeps_what_was_measured() {
     assert_eq!(sequence.len(), 4, "{sequence:?}");
     assert!(sequence.iter().all(|m| m["failed"].is_null()), "{sequence:?}");
     assert!(!report["restored"].as_str().unwrap().starts_with("NOT"), "{}", report["restored"]);
+}
+
+/// `cmd` as one line for `sh -c`, every word quoted.
+fn shell_line(cmd: &Command) -> String {
+    let quote = |w: &std::ffi::OsStr| format!("'{}'", w.to_string_lossy().replace('\'', "'\\''"));
+    std::iter::once(quote(cmd.get_program()))
+        .chain(cmd.get_args().map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn the_plan_is_said_on_a_terminal_too() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: no /usr/bin/script to give gpushare-ctl a terminal");
+        return;
+    }
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
+    let dir = replica();
+    let ctl = bench(&agent, &dir, &["--cpus", "0", "--strategies", "mps", "--duration", "1s"]);
+    // script(1) runs it on a pseudo-terminal (a progress bar, not lines), with ctl's
+    // environment.
+    let mut tty = Command::new("/usr/bin/script");
+    tty.args(["-qec", &shell_line(&ctl), "/dev/null"]).current_dir(dir.path());
+    for (name, value) in ctl.get_envs() {
+        match value {
+            Some(value) => tty.env(name, value),
+            None => tty.env_remove(name),
+        };
+    }
+    let out = tty.env("TERM", "xterm").stdin(Stdio::null()).output().unwrap();
+    let all = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{all}\n{}", stderr(&out));
+    let plan = all.find("Will measure: the baseline (1 replica alone) 3 times, then mps at 1");
+    let left_out = all.find("Left out: 3, 5, 7 replicas: 1 CPU to pin one replica each");
+    let report = all.find("Bench of ");
+    assert!(plan.is_some() && left_out.is_some(), "{all}");
+    assert!(plan < report && left_out < report, "{all}");
 }
