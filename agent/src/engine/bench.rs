@@ -29,7 +29,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use super::bench_options::{BenchOptions, Caller};
 use super::bench_rounds::{
-    Cell, HostTotals, Item, Timing, intervals_text, plan_lines, round_order, worst_p99,
+    Cell, HostTotals, Item, Timing, intervals_text, partial_text, plan_lines, round_order,
+    worst_p99,
 };
 pub(super) use super::bench_setups::whole_gpu;
 use super::bench_setups::{Setup, mig_size, setup, time_slicing};
@@ -899,17 +900,6 @@ fn against_itself(run: &mut BenchRun) {
 /// apply lock throughout; so the interval is not read again (an nvidia-smi run, the largest
 /// part of a switch otherwise). MPS clients are: a plan must not stop a server in use.
 const BENCH_SETUP_READS: Reads = Reads { timeslices: false, mps_clients: true };
-
-/// What a report that ended early says (issue 37): why, how far it got, and that its
-/// figures are those of the measurements finished before.
-fn partial_text(why: &str, rounds_done: u32, repeat: u32, measurements: usize) -> String {
-    let why = why.split(';').next().unwrap_or(why).trim();
-    format!(
-        "{why} in round {} of {repeat}, after {}: the figures below are of those alone",
-        (rounds_done + 1).min(repeat),
-        plural(u32::try_from(measurements).unwrap_or(u32::MAX), "measurement")
-    )
-}
 
 /// A run without figures (set up as `setup` says, if it got that far), and why.
 fn error_run(n: u32, setup: String, why: String) -> BenchRun {

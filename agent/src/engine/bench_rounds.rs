@@ -1,6 +1,7 @@
 //! The order of a bench's measurements (rounds of cells, [`round_order`]), how long it
 //! takes ([`Timing`]: the estimate as the first window opens, what is left at each step)
-//! and the words for both; the host's noise over the windows ([`HostTotals`]).
+//! and the words for both (the plan said before measuring, [`plan_lines`]; a partial
+//! report's note, [`partial_text`]); the host's noise over the windows ([`HostTotals`]).
 
 use std::time::{Duration, Instant};
 
@@ -266,6 +267,22 @@ pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> Strin
             stats::BOOTSTRAP_RESAMPLES
         ),
     }
+}
+
+/// What a report that ended early says (issue 37): why, how far it got, and that its
+/// figures are those of the measurements finished before.
+pub(super) fn partial_text(
+    why: &str,
+    rounds_done: u32,
+    repeat: u32,
+    measurements: usize,
+) -> String {
+    let why = why.split(';').next().unwrap_or(why).trim();
+    format!(
+        "{why} in round {} of {repeat}, after {}: the figures below are of those alone",
+        (rounds_done + 1).min(repeat),
+        gpushare_proto::plural(u32::try_from(measurements).unwrap_or(u32::MAX), "measurement")
+    )
 }
 
 /// What a bench says before it measures anything (issue 37), one line each: what it will
