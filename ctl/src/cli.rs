@@ -152,14 +152,18 @@ $GPUSHARE_BENCH_STRATEGY.
 Each replica is pinned to its own CPUs: the CPUs of the GPU's NUMA node (or --cpus LIST)
 divided into equal, disjoint sets, the same set for replica i in every run, strategy and
 repeat, the baseline on replica 0's; so a replica count needs that many CPUs. --no-pin
-leaves them wherever the kernel puts them. The report shows the pinning, each run's
-interval, and the host's own noise: differences within it are called indistinguishable.
+leaves them wherever the kernel puts them. Before measuring, the bench says what it will
+run and what it leaves out, and why (replica counts beyond the CPUs, MIG off). The report
+shows the pinning, each run's interval, and the host's own noise: a difference is a verdict
+only when the interval of the ratio of the two runs' medians, at least the host's noise,
+lies beyond it; otherwise the report says \"within the noise\". Ctrl-C keeps what was
+measured: the report shows it, marked partial.
 
 The answer: per N the strategy the --objective picks; with an --slo, how many replicas per
 GPU each strategy holds to it and the GPUs a --fleet of that many replicas needs.
 Durations take 500ms, 1.5s, 30s, 2m, 1h or plain seconds. Options left out are the agent's
 defaults (replicas 1,3,5,7, every strategy, 30 s windows, throughput, a fleet of 100,
-10 min per replica, each run measured once and the baseline three times). Examples:
+10 min per replica, 1 round: each run measured once and the baseline three times). Examples:
   gpushare-ctl bench -- ./serve --model small
   gpushare-ctl bench --replicas 1,2,4 --strategies mps,mig --slo p99=50ms -- python infer.py
   gpushare-ctl bench --until-exit --report bench.html -- ./train --epochs 1
@@ -771,8 +775,10 @@ pub struct BenchArgs {
     /// The longest a replica may run (`10m`), 1 s to 24 h; it is stopped then.
     #[arg(long, value_name = "TIME", value_parser = parse_time_limit)]
     pub time_limit: Option<f64>,
-    /// Measure each run K times back to back and report the median measurement (the
-    /// baseline, which every ratio divides by, is measured at least 3 times anyway).
+    /// Measure in K rounds (1-10, default 1): each round measures the baseline and every
+    /// strategy at every N once, in alternating order; each run is reported as the median
+    /// of its K measurements with its interval. More rounds tell smaller differences apart
+    /// (the baseline is measured at least 3 times anyway).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10))]
     pub repeat: Option<u32>,
     /// Pin the replicas to these CPUs (a CPU list: `0-7,16-23`), divided into equal,

@@ -25,7 +25,10 @@ use gpushare_proto::plural;
 /// The page for `report`.
 pub fn render(report: &BenchReport) -> String {
     let mut page = String::with_capacity(64 * 1024);
-    let title = format!("gpushare bench: {}", command_line(&report.command));
+    let title = match answer(report) {
+        Some(answer) => format!("gpushare bench: {answer} ({})", command_line(&report.command)),
+        None => format!("gpushare bench: {}", command_line(&report.command)),
+    };
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -34,11 +37,14 @@ pub fn render(report: &BenchReport) -> String {
          <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
         escape(&title)
     );
+    // The answer first (issue 37): the recommendation and capacity on the first screen,
+    // then how they were found.
     header(report, &mut page);
-    charts(report, &mut page);
-    tables(report, &mut page);
     recommendations(report, &mut page);
     capacity(report, &mut page);
+    meta(report, &mut page);
+    charts(report, &mut page);
+    tables(report, &mut page);
     sequence(report, &mut page);
     logs(report, &mut page);
     page.push_str("</body>\n</html>\n");
@@ -155,15 +161,47 @@ fn method(report: &BenchReport) -> String {
     }
 }
 
-/// The title and what was benched, how.
+/// What `--repeat K` did, in the one wording of the help, the README and the report:
+/// `6 rounds: each run measured once a round, its median reported with its interval`.
+pub fn rounds_text(repeat: u32) -> String {
+    format!(
+        "{repeat} rounds: each run measured once a round, its median reported with its interval"
+    )
+}
+
+/// The answer in a few words, for the page's title: `mps at 3, mig at 7` (the pick per
+/// replica count); `None` without a recommendation.
+pub fn answer(report: &BenchReport) -> Option<String> {
+    let picks: Vec<String> = report
+        .recommendations
+        .iter()
+        .filter(|r| r.strategy != "none")
+        .map(|r| format!("{} at {}", r.strategy, r.replicas))
+        .collect();
+    (!picks.is_empty()).then(|| picks.join(", "))
+}
+
+/// The title, what was benched, and whether the bench ended early.
 fn header(report: &BenchReport, page: &mut String) {
-    let _ = write!(
+    let _ = writeln!(
         page,
-        "<h1>gpushare bench</h1>\n<p><code>{}</code> on {} (GPU {})</p>\n<dl class=\"meta\">\n",
+        "<h1>gpushare bench</h1>\n<p><code>{}</code> on {} (GPU {})</p>",
         escape(&command_line(&report.command)),
         escape(&report.device),
         report.gpu
     );
+    if !report.partial.is_empty() {
+        let _ = writeln!(
+            page,
+            "<p class=\"note\"><strong>Partial:</strong> {}</p>",
+            escape(&report.partial)
+        );
+    }
+}
+
+/// What was benched, how: the plan, the baseline, the host's noise, where things went.
+fn meta(report: &BenchReport, page: &mut String) {
+    page.push_str("<h2 id=\"how\">How it was measured</h2>\n<dl class=\"meta\">\n");
     let mut item = |term: &str, value: String| {
         let _ = writeln!(page, "<dt>{term}</dt><dd>{value}</dd>");
     };
@@ -174,7 +212,7 @@ fn header(report: &BenchReport, page: &mut String) {
         item("SLO", escape(slo));
     }
     if report.repeat > 1 {
-        item("Repeats", format!("each run {} times, the median reported", report.repeat));
+        item("Rounds", escape(&rounds_text(report.repeat)));
     }
     item("Fleet", plural(report.fleet, "replica"));
     item("Wall time", took(report).replacen("took ", "", 1));
@@ -183,7 +221,10 @@ fn header(report: &BenchReport, page: &mut String) {
         None if knows_pinning(report) => item("Pinned", "no (--no-pin)".into()),
         None => {}
     }
-    if !report.capped.is_empty() {
+    if !report.plan.is_empty() {
+        let lines: Vec<String> = report.plan.iter().map(|l| escape(l)).collect();
+        item("Planned", lines.join("<br>"));
+    } else if !report.capped.is_empty() {
         item("Note", format!("<span class=\"note\">{}</span>", escape(&report.capped)));
     }
     item("Baseline", baseline(report.baseline.as_ref(), report.rate_unit()));
@@ -301,7 +342,9 @@ pub fn noise_text(
     dash: &str,
 ) -> String {
     let mut parts = Vec::new();
-    if let Some(spread) = noise.baseline_spread {
+    if let Some(scale) = noise.baseline_scale {
+        parts.push(format!("one measurement varies {:.1} %", scale * 100.0));
+    } else if let Some(spread) = noise.baseline_spread {
         let mut part = format!("baseline spread {:.1} %", spread * 100.0);
         if let Some(p99) = noise.baseline_p99_spread {
             let _ = write!(part, " (p99 {:.1} %)", p99 * 100.0);
@@ -328,8 +371,8 @@ pub fn noise_text(
 }
 
 /// What a recommendation whose strategies the measurements cannot tell apart says of it,
-/// when its reason does not say so already: `the measurements cannot tell time-slicing,
-/// mps and mps-limited apart here: picked by isolation`; `None` for a recommendation by
+/// when its reason does not say so already (a report of an older agent): `time-slicing,
+/// mps and mps-limited within the noise of each other: picked by isolation`; `None` for a recommendation by
 /// the figures.
 pub fn tie_text(recommendation: &BenchRecommendation) -> Option<String> {
     let tied = &recommendation.indistinguishable;
@@ -337,14 +380,18 @@ pub fn tie_text(recommendation: &BenchRecommendation) -> Option<String> {
         return None;
     }
     let reason = recommendation.reason.to_lowercase();
-    if reason.contains("indistinguishable") || reason.contains("cannot tell") {
+    if reason.contains("indistinguishable")
+        || reason.contains("cannot tell")
+        || reason.contains("within the noise of each other")
+    {
         return None;
     }
     let names = match tied.split_last() {
         Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
         None => String::new(),
     };
-    Some(format!("the measurements cannot tell {names} apart here: picked by isolation"))
+    // The one wording of a difference the measurements cannot tell (issue 37).
+    Some(format!("{names} within the noise of each other: picked by isolation"))
 }
 
 /// The baseline in a few words.
@@ -765,10 +812,8 @@ fn charts(report: &BenchReport, page: &mut String) {
     let caption = |chart: &Chart| {
         let drawn = chart.series.iter().any(|s| !s.bars.is_empty());
         if drawn && !report.intervals.is_empty() {
-            format!(
-                "<p class=\"footnote\">Error bars: {}.</p>\n",
-                escape(report.intervals.trim_end_matches('.'))
-            )
+            // Said once, under the runs' tables; here a link to it.
+            "<p class=\"footnote\">Error bars: the runs' intervals (how they were found: under Runs).</p>\n".to_owned()
         } else {
             String::new()
         }
@@ -893,7 +938,7 @@ fn tables(report: &BenchReport, page: &mut String) {
     if any_interval && !report.intervals.is_empty() {
         let _ = writeln!(
             page,
-            "<p class=\"footnote\">Intervals [low–high]: {}.</p>",
+            "<p class=\"footnote\" id=\"intervals\">Intervals [low–high]: {}.</p>",
             escape(report.intervals.trim_end_matches('.'))
         );
     }

@@ -229,7 +229,9 @@ fn repeated_runs_show_their_median_and_spread() {
     r.baseline.as_mut().unwrap().repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
     r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
     let page = render(&r);
-    assert!(page.contains("<dt>Repeats</dt><dd>each run 3 times, the median reported</dd>"));
+    assert!(page.contains(
+        "<dt>Rounds</dt><dd>3 rounds: each run measured once a round, its median reported with its interval</dd>"
+    ));
     // The baseline's measurements spread by 50 %: the page says so, as the text does.
     assert!(page.contains(
         "<dt>Note</dt><dd><span class=\"note\">one replica alone varied by 50 % between its \
@@ -286,7 +288,7 @@ fn the_header_says_how_the_replicas_were_pinned_and_how_noisy_the_host_was() {
 }
 
 #[test]
-fn intervals_are_error_bars_explained_once_under_each_chart() {
+fn intervals_are_error_bars_explained_once_under_the_runs() {
     let page = render(&sample_report());
     let throughput = svg(&page, 0);
     // The baseline-less runs with an interval: time-slicing 1, mps 3, mps-limited 1.
@@ -297,16 +299,21 @@ fn intervals_are_error_bars_explained_once_under_each_chart() {
     let latency = svg(&page, 1);
     assert_eq!(latency.matches("<g class=\"interval\"").count(), 1, "{latency}");
     assert!(latency.contains("<title>mps p99, N=3: interval 3.10–3.60 ms</title>"));
+    // The footnote once (issue 37: it was said three times), the charts pointing at it.
+    assert_eq!(
+        page.matches("95 % bootstrap interval of the median over 3 measurements").count(),
+        1
+    );
     assert_eq!(
         page.matches(
-            "<p class=\"footnote\">Error bars: 95 % bootstrap interval of the median over 3 measurements.</p>"
+            "<p class=\"footnote\">Error bars: the runs' intervals (how they were found: under Runs).</p>"
         )
         .count(),
         2
     );
     assert_eq!(
         page.matches(
-            "<p class=\"footnote\">Intervals [low–high]: 95 % bootstrap interval of the median over 3 measurements.</p>"
+            "<p class=\"footnote\" id=\"intervals\">Intervals [low–high]: 95 % bootstrap interval of the median over 3 measurements.</p>"
         )
         .count(),
         1
@@ -327,8 +334,8 @@ fn scaling_warnings_ties_and_the_sequence_are_shown() {
         "<p class=\"note\">N=1: 1.10x with 1 replica is above 1, which no sharing gives: the baseline&#39;s noise, not a gain</p>"
     ));
     assert!(page.contains(
-        "<li class=\"tie\"><strong>N=1: mps-limited</strong> — <em>the measurements cannot tell \
-         time-slicing, mps and mps-limited apart here: picked by isolation</em>; throughputs \
+        "<li class=\"tie\"><strong>N=1: mps-limited</strong> — <em>time-slicing, mps and \
+         mps-limited within the noise of each other: picked by isolation</em>; throughputs \
          within 12 % of each other, the host&#39;s noise</li>"
     ));
     assert!(page.contains("<li><strong>N=3: mps</strong> — 2.91x the throughput"));
@@ -348,4 +355,23 @@ fn scaling_warnings_ties_and_the_sequence_are_shown() {
     assert!(page.contains(
         "<tr><td>1</td><td class=\"text\">mps</td><td>3</td><td>1m05s</td><td>1180</td><td>3.10</td><td>3.30</td><td class=\"text error\"></td></tr>"
     ));
+}
+
+#[test]
+fn the_answer_comes_first_and_a_partial_bench_says_so() {
+    // Issue 37: the recommendation sat below the first screen and was missing from the
+    // header; a cancelled bench's page did not say it was partial.
+    let mut r = sample_report();
+    r.partial = "cancelled after 1 of 3 whole rounds and 7 measurements".into();
+    r.plan = vec!["Will measure: the baseline (1 replica alone) 3 times".into()];
+    let page = render(&r);
+    let at = |what: &str| page.find(what).unwrap_or_else(|| panic!("{what} not in the page"));
+    assert!(at("<h2 id=\"recommendation\">") < at("<h2 id=\"how\">"));
+    assert!(at("<h2 id=\"recommendation\">") < at("<h2 id=\"throughput\">"));
+    assert!(
+        at("<strong>Partial:</strong> cancelled after 1 of 3") < at("<h2 id=\"recommendation\">")
+    );
+    let title = &page[at("<title>")..at("</title>")];
+    assert!(title.contains("mps-limited at 1, mps at 3"), "{title}");
+    assert!(page.contains("<dt>Planned</dt><dd>Will measure: the baseline"));
 }

@@ -153,6 +153,7 @@ fn run(n: u32, throughput: f64, p50: f64, p99: f64, setup: &str) -> BenchRun {
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        repeat_p99s_ms: Vec::new(),
         throughput_interval: None,
         p99_interval_ms: None,
         scaling_warning: None,
@@ -298,6 +299,7 @@ fn sample() -> BenchReport {
         noise: Some(BenchNoise {
             baseline_spread: Some(0.062),
             baseline_p99_spread: Some(0.08),
+            baseline_scale: None,
             floor: 0.062,
             steal_percent: Some(0.3),
             frequency_mhz: Some([2450.0, 2890.0, 3100.0]),
@@ -305,6 +307,8 @@ fn sample() -> BenchReport {
         }),
         estimate_seconds: Some(590.0),
         capped: String::new(),
+        partial: String::new(),
+        plan: Vec::new(),
         sequence: vec![
             at(1, "baseline", 1, 0.0, 124.0),
             at(1, "time-slicing", 3, 24.0, 131.0),
@@ -362,7 +366,7 @@ fn the_report_page_opens_in_chromium_without_errors() {
         "(estimated 9m50s)",
         "<span class=\"interval\">[318–344]</span>",
         "1.10×!</span>",
-        "<em>the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation</em>",
+        "<em>time-slicing, mps and mps-limited within the noise of each other: picked by isolation</em>",
         "Intervals [low–high]: 95 % bootstrap interval of the median over 3 measurements.",
         "<summary>4 measurements</summary>",
     ] {

@@ -268,7 +268,10 @@ fn each_run_is_measured_as_often_as_asked_and_the_baseline_at_least_three_times(
     let out = replica.bench(&agent, &args).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("each run 2 times, the median reported"), "{shown}");
+    assert!(
+        shown.contains("2 rounds: each run measured once a round, its median reported"),
+        "{shown}"
+    );
     assert!(shown.contains(" (median of 3, "), "{shown}");
     assert!(shown.contains("5.00 [5.00-5.00]"), "{shown}");
     assert!(shown.contains("with 2 it is their range"), "{shown}");

@@ -319,14 +319,18 @@ fn differences_within_the_noise_are_indistinguishable_and_real_ones_are_not() {
     assert_eq!(at1.replicas, 1);
     assert_eq!(at1.indistinguishable.len(), 3, "{at1:?}");
     assert_eq!(at1.strategy, "mps-limited", "picked by isolation: {at1:?}");
-    assert!(at1.reason.contains("indistinguishable here"), "{}", at1.reason);
+    assert!(at1.reason.contains("within the noise of each other"), "{}", at1.reason);
     assert!(!at1.reason.contains("x the throughput"), "{}", at1.reason);
 
-    // N = 2: MPS's 4x is real, and said so.
+    // N = 2: MPS's 4x is told apart (picked, no tie); but 2 replicas doing 8 times what
+    // one does alone is a scaling above 2, so no ratio is claimed from it, as its table's
+    // note says (issue 37: one report called the same figure a gain and a measurement
+    // problem).
     let at2 = &report.recommendations[1];
     assert_eq!((at2.replicas, at2.strategy.as_str()), (2, "mps"), "{at2:?}");
     assert!(at2.indistinguishable.is_empty(), "{at2:?}");
-    assert!(at2.reason.contains("x the throughput of"), "{}", at2.reason);
+    assert!(!at2.reason.contains("x the throughput of"), "{}", at2.reason);
+    assert!(at2.reason.contains("not a gain"), "{}", at2.reason);
 
     // Time-slicing at 2 scaled above 2: flagged, not a gain.
     let ts2 = report.strategies[0].runs.iter().find(|r| r.replicas == 2).unwrap();

@@ -8,6 +8,7 @@ mod agent_state;
 mod bench;
 mod bench_isolation;
 mod bench_locking;
+mod bench_partial;
 mod bench_trust;
 mod cdi;
 mod cdi_harness;

@@ -351,6 +351,14 @@ pub struct BenchReport {
     /// counts; see DESIGN.md "Interleaved repeats").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sequence: Vec<BenchMeasurement>,
+    /// Why the bench ended before measuring everything it planned (cancelled, a failure),
+    /// with how far it got (`cancelled in round 2 of 3: …`); the figures are those of the
+    /// measurements finished before. Empty for a whole bench.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub partial: String,
+    /// What the bench said, before measuring, it would run and leave out, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<String>,
 }
 
 /// How the replicas were pinned to CPUs.
@@ -376,8 +384,14 @@ pub struct BenchNoise {
     /// The same of the baseline's p99s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_p99_spread: Option<f64>,
-    /// Differences smaller than this fraction are called noise (the larger of the
-    /// baseline's spread and the floor of 2 %).
+    /// One measurement's relative spread on this host, robustly: 1.4826 × the median
+    /// absolute deviation of the baseline's throughputs over their median (issue 37: it
+    /// does not grow with the rounds, as the spread does); `None` from fewer than two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_scale: Option<f64>,
+    /// The least difference in throughput two runs measured as often as this bench's
+    /// (`repeat` times each) can be told apart by: the host's noise band for them, at
+    /// least 2 %. More rounds make it smaller.
     pub floor: f64,
     /// Time the replicas' CPUs were stolen by the hypervisor over the windows, percent
     /// (`/proc/stat`); `None` where the kernel does not count it.
@@ -478,6 +492,10 @@ pub struct BenchRun {
     /// those of the median measurement (of one that failed, if any did).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeat_throughputs_per_s: Vec<f64>,
+    /// Each measurement's pooled p99, ms, in the order taken, when measured more than once
+    /// and every measurement has one (what latency verdicts test).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeat_p99s_ms: Vec<f64>,
     /// The interval of the median throughput: low and high (see [`BenchReport::intervals`]);
     /// `None` when measured fewer than 2 times.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,7 +8,8 @@
 //! [`replicas`] runs N of them together and reads their reports with bounded buffers;
 //! [`measure`] measures one run by one method (units, [`histogram`], until exit), a
 //! histogram only from a replica's own listener ([`listener`]);
-//! [`stats`] turns the measurements into figures and answers; [`pinning`] chooses each
+//! [`stats`] turns the measurements into figures and answers, [`verdict`] tests their
+//! differences; [`pinning`] chooses each
 //! replica's CPUs and [`host_noise`] samples the host's CPU noise over a window. The
 //! engine's `bench` orchestrates a whole bench (see DESIGN.md, "Bench" and "Replicas are
 //! the user's own processes").
@@ -23,3 +24,4 @@ pub mod measure;
 pub mod pinning;
 pub mod replicas;
 pub mod stats;
+pub mod verdict;

@@ -28,7 +28,10 @@ use gpushare_proto::plural;
 use tokio::sync::mpsc::UnboundedSender;
 
 pub use super::bench_options::{BenchOptions, Caller};
-use super::bench_rounds::{Cell, HostTotals, Item, Timing, intervals_text, round_order, worst_p99};
+use super::bench_rounds::{
+    Cell, HostTotals, Item, Timing, intervals_text, partial_text, plan_lines, round_order,
+    worst_p99,
+};
 pub(super) use super::bench_setups::whole_gpu;
 use super::bench_setups::{Setup, mig_size, setup, time_slicing};
 use super::jobs::{JobGuard, JobKind, JobReport, JobResult, RunningJob};
@@ -101,6 +104,20 @@ impl BenchJob {
             }
         }
         cells
+    }
+
+    /// What the bench will measure and leave out, said before it measures ([`plan_lines`]).
+    fn plan(&self) -> Vec<String> {
+        let mut skipped: Vec<(BenchStrategy, String)> =
+            self.skipped.iter().map(|(s, why)| (*s, why.clone())).collect();
+        skipped.sort_by_key(|(s, _)| self.options.strategies.iter().position(|o| o == s));
+        plan_lines(
+            self.options.repeat,
+            &self.cells(),
+            &skipped,
+            &self.capped,
+            self.options.duration,
+        )
     }
 
     /// A step per measurement (see [`round_order`]) and one for the restore.
@@ -354,7 +371,13 @@ impl Engine {
             estimate_seconds: None,
             capped: String::new(),
             sequence: Vec::new(),
+            partial: String::new(),
+            plan: job.plan(),
         };
+        // Said before anything is measured: what will run, what is left out and why.
+        for line in &report.plan {
+            let _ = progress.send(Progress { done: 0, total: 0, step: line.clone() });
+        }
         report.pinning = job.pinning.as_ref().map(Pinning::to_proto);
         report.capped = job.capped.clone();
         // At its bound the bench is stopped, and restores its GPU as at any cancel.
@@ -431,6 +454,7 @@ impl Engine {
         let mut baseline_runs: Vec<BenchRun> = Vec::new();
         let mut host = HostTotals::default();
         let mut result = Ok(());
+        let mut rounds_done = 0;
         'rounds: for (round, order) in (1..=repeat).zip(&orders) {
             for &item in order {
                 if job.cancel.is_cancelled() {
@@ -496,7 +520,24 @@ impl Engine {
                 let at_seconds = started.elapsed().as_secs_f64();
                 let bound = (self.bench_limits.max_total, job.cancel.clone());
                 let opened = timing.window_hook(progress, job.options.duration, bound);
-                let (run, noise) = self.bench_run(job, &setup, n, logs, opened).await?;
+                let (run, noise) = match self.bench_run(job, &setup, n, logs, opened).await {
+                    Ok(measured) => measured,
+                    // Cancelled while its replicas started: nothing of it was measured.
+                    Err(_) if job.cancel.is_cancelled() => {
+                        result = Err(job.cancel.reason());
+                        break 'rounds;
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break 'rounds;
+                    }
+                };
+                // A measurement a cancel cut short is no measurement: the bench keeps those
+                // finished before it (issue 37), and ends.
+                if run.error.as_deref() == Some("cancelled") {
+                    result = Err(job.cancel.reason());
+                    break 'rounds;
+                }
                 timing.measured(&run);
                 host.add(noise);
                 let broken = run.error.is_some() || run.failed > 0;
@@ -511,10 +552,9 @@ impl Engine {
                     failed: broken,
                 });
                 outcome.steps_done += 1;
-                let cancelled = run.error.as_deref() == Some("cancelled");
                 match item {
                     Item::Baseline => {
-                        if broken && !cancelled {
+                        if broken {
                             // Its output is in the report, the caller's alone; not in this
                             // message, which the agent's log has too.
                             let why = run.error.clone().unwrap_or_else(|| {
@@ -535,11 +575,11 @@ impl Engine {
                         cells[i].done |= broken;
                     }
                 }
-                if cancelled {
-                    result = Err(job.cancel.reason());
-                    break 'rounds;
-                }
             }
+            rounds_done = round;
+        }
+        if let Err(why) = &result {
+            report.partial = partial_text(why, rounds_done, repeat, report.sequence.len());
         }
         report.estimate_seconds = timing.first_estimate;
         self.bench_figures(job, report, baseline_runs, cells, setup0_ms, &host);
@@ -565,7 +605,8 @@ impl Engine {
         against_itself(&mut baseline);
         let measured_alone: Vec<BenchMeasurement> =
             report.sequence.iter().filter(|m| m.strategy == "baseline").cloned().collect();
-        let (floor, noise) = stats::noise(&measured_alone, host.steal(), &host.frequency_mhz);
+        let (floor, noise) =
+            stats::noise(&measured_alone, host.steal(), &host.frequency_mhz, job.options.repeat);
         report.noise = Some(noise);
         report.baseline = Some(baseline.clone());
         let mut cells = cells;
@@ -595,7 +636,7 @@ impl Engine {
                     if let Some(mut run) = stats::cell_run(measured) {
                         if run.error.is_none() {
                             stats::against_baseline(&mut run, &baseline);
-                            stats::check_scaling(&mut run, floor);
+                            stats::check_scaling(&mut run, &baseline, floor);
                         }
                         run.setup_ms = cell.setup_ms;
                         runs.runs.push(run);

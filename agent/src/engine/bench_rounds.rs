@@ -1,6 +1,7 @@
 //! The order of a bench's measurements (rounds of cells, [`round_order`]), how long it
 //! takes ([`Timing`]: the estimate as the first window opens, what is left at each step)
-//! and the words for both; the host's noise over the windows ([`HostTotals`]).
+//! and the words for both (the plan said before measuring, [`plan_lines`]; a partial
+//! report's note, [`partial_text`]); the host's noise over the windows ([`HostTotals`]).
 
 use std::time::{Duration, Instant};
 
@@ -254,18 +255,96 @@ pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> Strin
     );
     match repeat {
         1 => format!(
-            "runs measured once have no interval ({baseline}); they are compared through the host's noise floor. --repeat 5 or more gives each run a 94 % interval of its median"
+            "runs measured once have no interval ({baseline}); verdicts compare them through the host's noise alone. --repeat 6 or more gives each run a 95 % interval of its median"
         ),
         k @ 2..=5 => format!(
-            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); --repeat 6 or more gives 95 %",
+            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); verdicts test the ratio of two runs' medians against the host's noise; --repeat 6 or more gives 95 %",
             stats::BOOTSTRAP_RESAMPLES,
             range_coverage(k)
         ),
         k => format!(
-            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples)",
+            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples); verdicts bootstrap the ratio of two runs' medians the same way, at least the host's noise",
             stats::BOOTSTRAP_RESAMPLES
         ),
     }
+}
+
+/// What a report that ended early says (issue 37): why, how far it got, and that its
+/// figures are those of the measurements finished before.
+pub(super) fn partial_text(
+    why: &str,
+    rounds_done: u32,
+    repeat: u32,
+    measurements: usize,
+) -> String {
+    let why = why.split(';').next().unwrap_or(why).trim();
+    format!(
+        "{why} in round {} of {repeat}, after {}: the figures below are of those alone",
+        (rounds_done + 1).min(repeat),
+        gpushare_proto::plural(u32::try_from(measurements).unwrap_or(u32::MAX), "measurement")
+    )
+}
+
+/// What a bench says before it measures anything (issue 37), one line each: what it will
+/// measure (`Will measure: the baseline 3 times, then mps at 1, 3; mig at 1, 3 in 1 round
+/// of 30 s windows: 7 measurements`), then each thing left out and why (replica counts for
+/// want of CPUs, `capped`; a strategy `skipped`; a cell whose setup cannot be made).
+pub(super) fn plan_lines(
+    repeat: u32,
+    cells: &[Cell],
+    skipped: &[(BenchStrategy, String)],
+    capped: &str,
+    window: Option<f64>,
+) -> Vec<String> {
+    let mut by_strategy: Vec<(BenchStrategy, Vec<String>)> = Vec::new();
+    let mut left_out = Vec::new();
+    for cell in cells {
+        match &cell.setup {
+            Ok(_) => match by_strategy.iter_mut().find(|(s, _)| *s == cell.strategy) {
+                Some((_, counts)) => counts.push(cell.n.to_string()),
+                None => by_strategy.push((cell.strategy, vec![cell.n.to_string()])),
+            },
+            Err(why) => left_out.push(format!("{} at {}: {why}", cell.strategy, cell.n)),
+        }
+    }
+    let runnable = cells.iter().filter(|c| c.setup.is_ok()).count();
+    let measurements: usize = (1..=repeat)
+        .map(|round| {
+            round_order(round, repeat, cells.len())
+                .iter()
+                .filter(|item| match item {
+                    Item::Baseline => true,
+                    Item::Cell(i) => cells[*i].setup.is_ok(),
+                })
+                .count()
+        })
+        .sum();
+    let baselines = measurements - runnable * repeat as usize;
+    let strategies: Vec<String> =
+        by_strategy.iter().map(|(s, counts)| format!("{s} at {}", counts.join(", "))).collect();
+    let then = if strategies.is_empty() {
+        String::new()
+    } else {
+        format!(", then {}", strategies.join("; "))
+    };
+    let rounds = if repeat == 1 { "1 round".to_owned() } else { format!("{repeat} rounds") };
+    let windows = window.map_or(String::new(), |w| format!(" of {w} s windows"));
+    let mut lines = vec![format!(
+        "Will measure: the baseline (1 replica alone) {}{then} in {rounds}{windows}: {measurements} measurements",
+        gpushare_proto::plural(u32::try_from(baselines).unwrap_or(u32::MAX), "time")
+    )];
+    if !capped.is_empty() {
+        // `3, 5, 7 replicas left out: 2 CPUs to pin …` as `Left out: 3, 5, 7 replicas: …`.
+        lines
+            .push(format!("Left out: {}", capped.replacen(" replicas left out:", " replicas:", 1)));
+    }
+    for (strategy, why) in skipped {
+        lines.push(format!("Left out: {strategy}: {why}"));
+    }
+    for why in left_out {
+        lines.push(format!("Left out: {why}"));
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -306,5 +385,37 @@ mod tests {
         assert_eq!(duration_text(365.0), "6m 05s");
         assert_eq!(duration_text(3720.0), "1h 02m");
         assert_eq!(duration_text(-1.0), "0 s");
+    }
+
+    #[test]
+    fn the_plan_says_what_runs_and_what_is_left_out_and_why() {
+        let cell = |strategy, n, setup: Result<Setup, String>| Cell {
+            strategy,
+            n,
+            setup,
+            runs: Vec::new(),
+            setup_ms: None,
+            done: false,
+        };
+        let cells = [
+            cell(BenchStrategy::Mps, 1, Ok(time_slicing())),
+            cell(BenchStrategy::MpsLimited, 1, Ok(time_slicing())),
+            cell(BenchStrategy::Mps, 2, Ok(time_slicing())),
+            cell(BenchStrategy::Mig, 2, Err("2 instances do not fit".into())),
+        ];
+        let skipped = [(BenchStrategy::TimeSlicing, "not asked for".to_owned())];
+        let capped = "3, 5, 7 replicas left out: 2 CPUs to pin one replica each (0-1, the agent's CPUs); --no-pin runs them unpinned";
+        let lines = plan_lines(2, &cells, &skipped, capped, Some(30.0));
+        assert_eq!(
+            lines,
+            [
+                "Will measure: the baseline (1 replica alone) 3 times, then mps at 1, 2; \
+                 mps-limited at 1 in 2 rounds of 30 s windows: 9 measurements",
+                "Left out: 3, 5, 7 replicas: 2 CPUs to pin one replica each (0-1, the agent's \
+                 CPUs); --no-pin runs them unpinned",
+                "Left out: time-slicing: not asked for",
+                "Left out: mig at 2: 2 instances do not fit",
+            ]
+        );
     }
 }

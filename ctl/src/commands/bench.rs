@@ -6,10 +6,10 @@
 //!
 //! ```text
 //! Bench of GPU-00000000-… (GPU 0, NVIDIA H100 80GB HBM3): ./serve --model small
-//! Measured: units by line over 30 s windows; objective throughput; each run 3 times, the median reported
+//! Measured: units by line over 30 s windows; objective throughput; 3 rounds: each run measured once a round, its median reported with its interval
 //! Pinned: 2 CPUs per replica from CPUs 0-15 (NUMA node 0 of the GPU); replica 0: 0-1, replica 1: 2-3, …
 //! Baseline: 1 replica alone: 402 [388–415] units/s, p50 2.41 ms, p99 3.10 ms
-//! Host noise: baseline spread 7.0 %, steal 0.4 %, CPU 2,450–3,100 MHz — differences under 7 % on this host are noise.
+//! Host noise: one measurement varies 3.1 %, steal 0.4 %, CPU 2,450–3,100 MHz — … between runs measured 3 times each, differences under 8 % are within the noise.
 //!
 //! mps:
 //! N  UNITS/S                SCALING  P50 MS  P99 MS  P99 x  FAIRNESS  SLOWEST  FAILED  SETUP
@@ -32,7 +32,9 @@
 //! environment, which the replicas run with, and the log directory ([`LogDir`]), made here
 //! as the caller, where the replicas write their output and this command `report.json`.
 //! With `--json` the [`BenchReport`] alone is printed, or the JSON error object when the
-//! bench failed. Ctrl-C cancels the bench ([`OnInterrupt::Cancel`]).
+//! bench failed. Ctrl-C cancels the bench ([`OnInterrupt::Cancel`]); what was measured
+//! before it is printed, under a `Partial:` line. What the bench will run and leave out
+//! comes first, as progress lines from the agent, before its first measurement.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -555,12 +557,18 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         measured.push_str(&format!("; SLO {slo}"));
     }
     if report.repeat > 1 {
-        measured.push_str(&format!("; each run {} times, the median reported", report.repeat));
+        measured.push_str(&format!("; {}", report_html::rounds_text(report.repeat)));
     }
     text.push_str(&format!("{measured}\n"));
+    if !report.partial.is_empty() {
+        text.push_str(&format!("Partial: {}\n", report.partial));
+    }
     text.push_str(&pinning_line(report, glyphs));
-    if !report.capped.is_empty() {
+    if report.plan.is_empty() && !report.capped.is_empty() {
         text.push_str(&format!("Note: {}\n", report.capped));
+    }
+    for line in report.plan.iter().filter(|l| l.starts_with("Left out")) {
+        text.push_str(&format!("{line}\n"));
     }
     text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit(), glyphs));
     if let Some(noise) = &report.noise {

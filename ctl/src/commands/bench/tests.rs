@@ -53,6 +53,7 @@ pub(crate) fn run(n: u32, throughput: f64, p50: Option<f64>, p99: Option<f64>) -
         agent_cpu_percent: Some(0.4),
         setup_ms: None,
         repeat_throughputs_per_s: Vec::new(),
+        repeat_p99s_ms: Vec::new(),
         throughput_interval: None,
         p99_interval_ms: None,
         scaling_warning: None,
@@ -190,6 +191,7 @@ pub(crate) fn sample_report() -> BenchReport {
         noise: Some(BenchNoise {
             baseline_spread: Some(0.081),
             baseline_p99_spread: None,
+            baseline_scale: None,
             floor: 0.12,
             steal_percent: Some(0.4),
             frequency_mhz: Some([2450.0, 2900.0, 3100.0]),
@@ -197,6 +199,8 @@ pub(crate) fn sample_report() -> BenchReport {
         }),
         estimate_seconds: Some(390.0),
         capped: String::new(),
+        partial: String::new(),
+        plan: Vec::new(),
         sequence: vec![
             measurement(1, "baseline", 1, 0.0, 402.1),
             measurement(1, "time-slicing", 3, 31.0, 405.0),
@@ -696,7 +700,7 @@ mig: skipped (manage_mig = false)
 Intervals [low-high]: 95 % bootstrap interval of the median over 3 measurements
 
 Recommendation (throughput):
-N=1: mps-limited - the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation; throughputs within 12 % of each other, the host's noise
+N=1: mps-limited - time-slicing, mps and mps-limited within the noise of each other: picked by isolation; throughputs within 12 % of each other, the host's noise
 N=3: mps - 2.91x the throughput of time-slicing, p99 0.3x
 N=5: mps - 3.86x the throughput of time-slicing; 1 replica failed
 
@@ -743,7 +747,12 @@ fn repeated_runs_show_their_spread_and_a_noisy_baseline_a_note() {
     baseline.repeat_throughputs_per_s = vec![402.0, 300.0, 450.0];
     r.strategies[1].runs[1].repeat_throughputs_per_s = vec![1180.0, 1100.0, 1210.0];
     let text = render_report(&r, Glyphs::ASCII);
-    assert!(text.contains("; each run 3 times, the median reported\n"), "{text}");
+    assert!(
+        text.contains(
+            "; 3 rounds: each run measured once a round, its median reported with its interval\n"
+        ),
+        "{text}"
+    );
     // Nothing said of pinning, noise or an estimate that the agent did not report.
     assert!(!text.contains("inned") && !text.contains("Host noise") && !text.contains("Intervals"));
     assert!(text.contains("\nTook 6m52s\nRestored: "), "{text}");
@@ -853,7 +862,7 @@ fn strategies_the_measurements_cannot_tell_apart_are_said_to_be_so_once() {
     let line = text.lines().find(|l| l.starts_with("N=1: ")).unwrap();
     assert_eq!(
         line,
-        "N=1: mps-limited - the measurements cannot tell time-slicing, mps and mps-limited apart here: picked by isolation; throughputs within 12 % of each other, the host's noise"
+        "N=1: mps-limited - time-slicing, mps and mps-limited within the noise of each other: picked by isolation; throughputs within 12 % of each other, the host's noise"
     );
     // Where the agent's reason says it already, it is not said twice.
     r.recommendations[0].reason =
@@ -1056,4 +1065,19 @@ fn a_bench_gets_a_log_directory_of_the_callers_and_the_newest_ten_are_kept() {
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let e = LogDir::make(Some(Path::new("shared")), &caller).unwrap_err();
     assert!(e.message.contains("others may write in it (mode 1777)"), "{}", e.message);
+}
+
+#[test]
+fn a_partial_report_says_so_under_its_header() {
+    let mut r = sample_report();
+    r.partial = "cancelled after 1 of 3 whole rounds and 7 measurements: the figures below are of those alone".into();
+    r.plan = vec![
+        "Will measure: the baseline (1 replica alone) 3 times, then mps at 3 in 1 round: 4 measurements".into(),
+        "Left out: 5, 7 replicas: 2 CPUs to pin one replica each".into(),
+    ];
+    let text = render_report(&r, Glyphs::ASCII);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[2].starts_with("Partial: cancelled after 1 of 3 whole rounds"), "{text}");
+    assert!(text.contains("\nLeft out: 5, 7 replicas: 2 CPUs"), "{text}");
+    assert!(!text.contains("Will measure"), "said before measuring, not again: {text}");
 }
