@@ -18,6 +18,7 @@ mod clients;
 mod clients_watch;
 mod compute_instances;
 mod device_nodes;
+mod export;
 mod first_hour;
 mod hostile_bench;
 mod hostile_flood;
