@@ -87,11 +87,14 @@ impl Share {
     }
 }
 
+/// A MIG layout as instance counts by key (`3g.20gb`, `1c.3g.40gb`); `None` with MIG off.
+type Layout = Option<BTreeMap<String, u32>>;
+
 /// What a GPU looks like as a rule: GPUs that look alike share one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Shape {
-    /// Instance counts by key (`3g.20gb`, `1c.3g.40gb`); `None` with MIG off.
-    mig: Option<BTreeMap<String, u32>>,
+    /// The MIG layout.
+    mig: Layout,
     /// The whole GPU's sharing, or every MIG device's when all are shared alike.
     sharing: Share,
     /// Sharing by MIG key where the devices are not all alike (exclusive ones left out).
@@ -392,7 +395,7 @@ fn mig_parted_text(groups: &[(Shape, Vec<u32>)]) -> String {
     }
     text.push_str("version: v1\nmig-configs:\n  exported:\n");
     // Groups of one layout (they differ in sharing) make one entry.
-    let mut layouts: Vec<(&Option<BTreeMap<String, u32>>, Vec<u32>)> = Vec::new();
+    let mut layouts: Vec<(&Layout, Vec<u32>)> = Vec::new();
     for (shape, gpus) in groups {
         match layouts.iter_mut().find(|(l, _)| **l == shape.mig) {
             Some((_, all)) => all.extend(gpus),
