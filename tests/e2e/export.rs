@@ -6,7 +6,14 @@
 //! says what it leaves out.
 
 use gpushare_proto::types::{Export, GpuStatus, PlanReport, ProfileList, Sharing, Status};
-use gpushare_tests::{Agent, AgentOptions, repo_root, stderr, stdout, temp_file, text};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use gpushare_tests::{
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, repo_root, stderr,
+    stdout, temp_file, text,
+};
 
 /// Every GPU as `status` shows it, but for what changes when instances are made anew
 /// (ids, UUIDs, pids): MIG layout by place, compute instances, sharing with live limits,
@@ -211,4 +218,76 @@ fn a_mig_parted_export_says_what_it_leaves_out() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(stderr(&out), "");
     assert!(!stdout(&out).contains("MIG only"), "{}", stdout(&out));
+}
+
+/// The simulated MPS control tool, as root, on the daemon of `pipe`: `args`, and `input`
+/// on stdin.
+fn control(pipe: &str, args: &[&str], input: &str) {
+    let mut child = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(args)
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .env_remove("GPUSHARE_SIM_RECORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{args:?} {input}: {}", text(&out));
+}
+
+/// Live limits: a server process's limits set by `mps limit` are no drift, so the export
+/// writes the profile's limits, says the override is there and applying keeps it; the
+/// daemon's defaults changed by root behind the agent's back are drift, noted, and
+/// applying the export puts the profile's back.
+#[test]
+fn live_limits_are_written_as_the_profile_set_them_and_the_rest_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    // No health check during the test: it would put the drift back itself.
+    let config = format!(
+        "[mps]\ncontrol = {:?}\nroot = {:?}\nhealth_interval_seconds = 3600\n",
+        binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV),
+        dir.path().join("mps")
+    );
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:2").config(&config));
+    apply(&agent, &["all-mps"]);
+    let servers = agent.mps_servers();
+    let pipe = |gpu: u32| servers.iter().find(|s| s.gpu == gpu).unwrap().pipe_directory.clone();
+    assert!(Path::new(&pipe(1)).is_dir());
+
+    // GPU 1: a client, and its server process's threads set to 50 % by mps limit.
+    let client = Sleeper::start(None, &[]);
+    let pid = client.pid().to_string();
+    control(&pipe(1), &["--fake-client", &pid], "");
+    let out = agent.ctl(&["mps", "limit", "--pid", &pid, "--threads", "50"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: Export = agent.ctl_doc(&["export"]);
+    assert_eq!(doc.notes.len(), 1, "{:?}", doc.notes);
+    assert!(doc.notes[0].starts_with("GPU 1 ") && doc.notes[0].contains("50%"), "{:?}", doc.notes);
+    assert!(doc.text.contains("select = \"0-1\"\nmig = \"disabled\"\nsharing = { mps = { active_thread_percentage = 25,"), "{}", doc.text);
+    let (_dir, file) = temp_file("exported.toml", &doc.text);
+    let file = file.to_str().unwrap();
+    let plan: PlanReport = agent.ctl_doc(&["plan", "-f", file]);
+    assert!(!plan.changes, "the override stays: {plan:?}");
+
+    // GPU 0: the daemon's default threads set to 90 % by root, behind the agent's back.
+    control(&pipe(0), &[], "set_default_active_thread_percentage 90\n");
+    let doc: Export = agent.ctl_doc(&["export"]);
+    assert_eq!(doc.notes.len(), 3, "the drift, the override, the step: {:?}", doc.notes);
+    assert!(doc.notes[0].starts_with("GPU 0 ") && doc.notes[0].contains("90%"), "{:?}", doc.notes);
+    assert!(doc.notes[1].starts_with("GPU 1 "), "{:?}", doc.notes);
+    assert!(doc.notes[2].contains("GPU 0") && !doc.notes[2].contains("GPU 1"), "{:?}", doc.notes);
+    let (_dir, file) = temp_file("exported.toml", &doc.text);
+    let plan: PlanReport = agent.ctl_doc(&["plan", "-f", file.to_str().unwrap()]);
+    assert_eq!(plan.steps.len(), 1, "{plan:?}");
+    assert_eq!(plan.steps[0].gpu, 0, "{plan:?}");
+    apply(&agent, &["-f", file.to_str().unwrap()]);
+    let limits = |gpu: u32| {
+        let s = agent.mps_servers().into_iter().find(|s| s.gpu == gpu).unwrap();
+        (s.active_thread_percentage, s.limits_source)
+    };
+    assert_eq!(limits(0), (25, Some("profile".to_string())));
+    assert_eq!(limits(1), (50, Some("mps-limit".to_string())));
+    client.end();
 }
