@@ -31,7 +31,9 @@ impl Exported {
     pub fn text(&self) -> String {
         let mut text = String::new();
         if !self.notes.is_empty() {
-            text.push_str("# Not as found (a profile cannot say it; applying this changes it):\n");
+            text.push_str(
+                "# Not written (a profile cannot say it), and what applying this does:\n",
+            );
             for note in &self.notes {
                 let _ = writeln!(text, "#   {}", note.replace('\n', " "));
             }
@@ -668,7 +670,7 @@ sharing = "mps"
             Some(live(configured, vec![LiveServer { pid: 77, uid: Some(1000), limits: fifty }]));
         let exported = export(&node);
         let text = exported.text();
-        assert!(text.starts_with("# Not as found"), "{text}");
+        assert!(text.starts_with("# Not written"), "{text}");
         let notes = exported.notes.join("\n");
         for said in [
             "GPU 0 (A100-SXM4-40GB): the MPS daemon's defaults are 90% threads, 10 GiB",
@@ -690,6 +692,35 @@ sharing = "mps"
             steps.iter().all(|s| s.starts_with("GPU 0") || s.starts_with("GPU 3")),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn instances_of_one_kind_shared_differently_and_unknown_instances_are_noted() {
+        let text =
+            "name = \"m\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\nsharing = \"mps\"\n";
+        let mut node = node_of("a100-40gb:2", &parse_profile(text, "m.toml", None).unwrap());
+        // GPU 0: the server of its second 3g gone; GPU 1: an instance of a profile id its
+        // MIG table lacks.
+        let second = node.gpus[0].instances[1].compute_instances[0].uuid.clone();
+        node.mps.retain(|s| s.uuid != second);
+        node.gpus[1].instances[0].profile_id = 999;
+        let exported = export(&node);
+        let notes = exported.notes.join("\n");
+        assert_eq!(exported.notes.len(), 2, "{notes}");
+        assert!(notes.contains("GPU 0 (A100-SXM4-40GB): 3g.20gb at slot 4: no sharing where another 3g.20gb has MPS (100% threads, no memory limit)"), "{notes}");
+        assert!(notes.contains("GPU 1 (A100-SXM4-40GB): left out: GPU instance"), "{notes}");
+        let text = exported.text();
+        assert!(!text.contains("select = \"1\"") && !text.contains("0-1"), "{text}");
+        assert!(
+            text.contains("select = \"0\"\nmig = { \"3g.20gb\" = 2 }\nsharing = { mps = { active_thread_percentage = 100 } }\n"),
+            "{text}"
+        );
+        // Applying it starts the missing server, and leaves GPU 1 alone.
+        let profile = parse_profile(&text, "exported.toml", None).unwrap();
+        let p = plan(&node, &profile, &PlanOptions::default()).unwrap();
+        let steps: Vec<String> = p.steps().map(ToString::to_string).collect();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert!(steps[0].starts_with("GPU 0: start"), "{steps:?}");
     }
 
     #[test]
