@@ -531,12 +531,12 @@ pub struct Export {
     /// it changes nothing but what `notes` says.
     pub text: String,
     /// The same MIG layout as an NVIDIA mig-parted file (`version: v1`) with one config,
-    /// `exported`: `apply -f FILE -c exported` changes nothing either. Empty from an agent
-    /// older than this field.
+    /// `exported`: `apply -f FILE -c exported` changes the MIG layout in nothing (and
+    /// undoes what `mig_parted_left_out` lists). Empty from an agent older than this field.
     #[serde(default)]
     pub mig_parted: String,
-    /// What `text` cannot say, one line each (also its leading comment lines): applying
-    /// it changes these. Empty when the text is the node exactly.
+    /// What `text` cannot say, one line each saying what applying it does there (also its
+    /// leading comment lines). Empty when applying `text` changes nothing.
     #[serde(default)]
     pub notes: Vec<String>,
     /// What `mig_parted` leaves out (sharing, compute modes), one line each (also its

@@ -1188,7 +1188,8 @@ impl Engine {
         guard
     }
 
-    /// The GPUs as they are, as a profile.
+    /// The GPUs as they are, as a profile (sharing included) and as a mig-parted file; the
+    /// profile is planned against the node it came from, and any step left is a note.
     pub async fn export(&self) -> Result<Export, EngineError> {
         let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         let mut exported = profile::export::export(&node);
