@@ -52,8 +52,10 @@ pub enum Command {
     Assert(AssertArgs),
     /// Show the GPUs, their MIG instances and sharing, and the active profile.
     Status,
-    /// Print the GPUs' current state as a profile (TOML) that `apply -f` accepts, or as
-    /// NVIDIA mig-parted's config file (`apply -f FILE -c exported` takes it back).
+    /// Print the GPUs as a profile that `apply -f` takes back as they are (MIG layout, MPS
+    /// with its limits, time-slicing with its interval, compute modes), or their MIG
+    /// layout alone as NVIDIA mig-parted's config file.
+    #[command(after_help = EXPORT_HELP)]
     Export(ExportArgs),
     /// List the known profiles, or show one.
     Profiles(ProfilesArgs),
@@ -222,11 +224,25 @@ pub struct ProfileSource {
     pub config: Option<String>,
 }
 
+/// What `export` cannot write, after its options.
+const EXPORT_HELP: &str = "\
+Applying the export changes nothing, but for what a profile cannot say, which the export
+lists in comment lines at its top and as warnings on stderr: a compute mode other than its
+sharing gives (MPS on a whole GPU: exclusive_process, else default), MPS limits changed by
+hand (drift) or by `mps limit` on one server process, a MIG mode change pending a reset,
+MIG devices of one kind shared differently, a time-slice interval under MPS. MPS limits
+are written as set (active_thread_percentage, pinned_memory_limit), not as the replicas
+they came from; max_clients is not observable and not written. A GPU holding a MIG
+instance its MIG table lacks is left out (applying leaves it alone).
+
+--format mig-parted writes the MIG layout only: what it leaves out (MPS, time-slicing,
+compute modes) is listed at its top and on stderr, and applying it with gpushare undoes it.";
+
 /// Arguments of `export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// `toml` (a gpushare profile) or `mig-parted` (NVIDIA mig-parted's config.yaml, one
-    /// config named `exported`; the MIG layout only).
+    /// `toml` (a gpushare profile, sharing included) or `mig-parted` (NVIDIA mig-parted's
+    /// config.yaml, one config named `exported`; the MIG layout only).
     #[arg(long, value_enum, default_value_t = ExportFormat::Toml)]
     pub format: ExportFormat,
 }

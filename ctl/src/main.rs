@@ -9,7 +9,8 @@
 //! - `assert PROFILE | -f FILE [-c NAME]`: exit 0 exactly when the profile is applied;
 //! - `status`: the GPUs, their sharing (MPS limits, time-slice interval), the active
 //!   profile, an apply in progress;
-//! - `export`: the GPUs' current state as a TOML profile;
+//! - `export`: the GPUs as a TOML profile, sharing included (or their MIG layout as a
+//!   mig-parted file);
 //! - `profiles [list | show NAME]`: the known profiles;
 //! - `validate FILE`: check a profile file and plan it;
 //! - `mps [status]`: the MPS servers with their state, limits, clients and pipe

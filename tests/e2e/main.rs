@@ -19,6 +19,7 @@ mod clients;
 mod clients_watch;
 mod compute_instances;
 mod device_nodes;
+mod export;
 mod first_errors;
 mod first_hour;
 mod hostile_bench;

@@ -527,13 +527,22 @@ pub struct Validation {
 /// What `Export` returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Export {
-    /// A profile (TOML) that describes the GPUs as they are; applying it changes nothing.
+    /// A profile (TOML) that describes the GPUs as they are, sharing included; applying
+    /// it changes nothing but what `notes` says.
     pub text: String,
     /// The same MIG layout as an NVIDIA mig-parted file (`version: v1`) with one config,
-    /// `exported`: `apply -f FILE -c exported` changes nothing either. Empty from an agent
-    /// older than this field.
+    /// `exported`: `apply -f FILE -c exported` changes the MIG layout in nothing (and
+    /// undoes what `mig_parted_left_out` lists). Empty from an agent older than this field.
     #[serde(default)]
     pub mig_parted: String,
+    /// What `text` cannot say, one line each saying what applying it does there (also its
+    /// leading comment lines). Empty when applying `text` changes nothing.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// What `mig_parted` leaves out (sharing, compute modes), one line each (also its
+    /// leading comment lines).
+    #[serde(default)]
+    pub mig_parted_left_out: Vec<String>,
 }
 
 /// What `MigProfiles` returns: the MIG profiles of GPUs as their driver reports them, the

@@ -1186,12 +1186,33 @@ impl Engine {
         guard
     }
 
-    /// The GPUs as they are, as a profile.
+    /// The GPUs as they are, as a profile (sharing included) and as a mig-parted file; the
+    /// profile is planned against the node it came from, and any step left is a note.
     pub async fn export(&self) -> Result<Export, EngineError> {
         let node = self.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
+        let mut exported = profile::export::export(&node);
+        // The proof: the export planned against the node it came from, with this agent's
+        // settings; any step left is said, whatever the writer missed.
+        let text = exported.text();
+        let left = profile::parse_profile(&text, "exported.toml", None)
+            .map_err(|e| e.to_string())
+            .and_then(|p| plan::plan(&node, &p, &self.policy).map_err(|e| e.to_string()));
+        match left {
+            Ok(plan) if plan.is_empty() => {}
+            Ok(plan) => {
+                let mut steps: Vec<String> = plan.steps().take(8).map(|s| s.to_string()).collect();
+                if plan.step_count() > steps.len() {
+                    steps.push(format!("and {} more", plan.step_count() - steps.len()));
+                }
+                exported.notes.push(format!("applying this here takes: {}", steps.join("; ")));
+            }
+            Err(e) => exported.notes.push(format!("applying this here fails: {e}")),
+        }
         Ok(Export {
-            text: profile::export::profile_text(&node),
-            mig_parted: profile::export::mig_parted_text(&node),
+            text: exported.text(),
+            mig_parted: exported.mig_parted,
+            notes: exported.notes,
+            mig_parted_left_out: exported.left_out,
         })
     }
 

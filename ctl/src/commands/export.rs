@@ -1,9 +1,11 @@
-//! `gpushare-ctl export`: the GPUs' current state as a gpushare profile (TOML), printed as
-//! the agent wrote it, so that `gpushare-ctl export > now.toml` and later
-//! `gpushare-ctl apply -f now.toml` restores it; `--format mig-parted` prints the MIG
-//! layout as NVIDIA mig-parted's config file instead, one config named `exported`
-//! (`apply -f now.yaml -c exported`, or mig-parted's own `apply -f now.yaml -c exported`).
-//! `--json` prints the [`Export`] document, both texts.
+//! `gpushare-ctl export`: the GPUs' current state as a gpushare profile (TOML) — MIG
+//! layout, MPS with its limits, time-slicing with its interval, and so the compute modes —
+//! printed as the agent wrote it, so that `gpushare-ctl export > now.toml` and later
+//! `gpushare-ctl apply -f now.toml` restores it; what a profile cannot say leads the text
+//! as comment lines and is said on stderr. `--format mig-parted` prints the MIG layout
+//! alone as NVIDIA mig-parted's config file, one config named `exported` (`apply -f
+//! now.yaml -c exported`, or mig-parted's own `apply -f now.yaml -c exported`), and says
+//! on stderr what it leaves out. `--json` prints the [`Export`] document, both texts.
 
 use gpushare_proto::types::Export;
 
@@ -26,6 +28,9 @@ pub async fn run(
     }
     let export: Export = parse_document(&raw, "Export")?;
     out.print(text_of(&export, args.format)?);
+    for warning in warnings(&export, args.format) {
+        out.warn(&warning);
+    }
     Ok(0)
 }
 
@@ -41,6 +46,23 @@ fn text_of(export: &Export, format: ExportFormat) -> Result<&str, CtlError> {
     }
 }
 
+/// What stderr says besides the text, a line each: what the profile cannot say, or what
+/// the mig-parted file leaves out.
+fn warnings(export: &Export, format: ExportFormat) -> Vec<String> {
+    match format {
+        ExportFormat::Toml => {
+            export.notes.iter().map(|n| format!("the export differs from the node: {n}")).collect()
+        }
+        ExportFormat::MigParted => export
+            .mig_parted_left_out
+            .iter()
+            .map(|l| {
+                format!("left out of the mig-parted file (applying it undoes this; `export` keeps it): {l}")
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,8 +72,24 @@ mod tests {
         let raw = r#"{"text":"name = \"exported\"\n[gpus.all]\nsharing = \"exclusive\"\n"}"#;
         let export: Export = parse_document(raw, "Export").unwrap();
         assert_eq!(export.text, "name = \"exported\"\n[gpus.all]\nsharing = \"exclusive\"\n");
-        // An older agent's document: no mig-parted text.
+        // An older agent's document: no mig-parted text, nothing to warn of.
         let e = text_of(&export, ExportFormat::MigParted).unwrap_err();
         assert!(e.to_string().contains("upgrade gpushare-agent"), "{e}");
+        assert!(warnings(&export, ExportFormat::Toml).is_empty());
+    }
+
+    #[test]
+    fn what_is_left_out_is_said_for_the_format_asked() {
+        let raw = r#"{"text":"x","mig_parted":"y","notes":["GPU 3: compute mode prohibited"],
+            "mig_parted_left_out":["GPUs 0-7: MPS (25% threads, 10 GiB)"]}"#;
+        let export: Export = parse_document(raw, "Export").unwrap();
+        assert_eq!(
+            warnings(&export, ExportFormat::Toml),
+            ["the export differs from the node: GPU 3: compute mode prohibited"]
+        );
+        let yaml = warnings(&export, ExportFormat::MigParted);
+        assert_eq!(yaml.len(), 1);
+        assert!(yaml[0].starts_with("left out of the mig-parted file"), "{yaml:?}");
+        assert!(yaml[0].ends_with(": GPUs 0-7: MPS (25% threads, 10 GiB)"), "{yaml:?}");
     }
 }
