@@ -81,7 +81,7 @@ fn run_as_member(script: &str, cwd: &Path, home: &Path) -> Output {
 #[test]
 fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     if !is_root() {
-        eprintln!("skipped: needs root to run the README as another user");
+        gpushare_tests::skip("needs root to run the README as another user");
         return;
     }
     ensure_users();

@@ -20,6 +20,7 @@ use tempfile::TempDir;
 pub mod cgroup;
 pub mod podman;
 pub use cgroup::Cgroup;
+pub use gpushare_test_skip::skip;
 pub use podman::{Podman, validate_cdi};
 
 /// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.

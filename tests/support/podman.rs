@@ -50,7 +50,7 @@ fn required() -> bool {
 /// Fails the test with `reason` under [`REQUIRE_ENV`], else prints it as a skip.
 fn skip(reason: &str) {
     assert!(!required(), "{REQUIRE_ENV}=1: {reason}");
-    eprintln!("skipped: {reason}");
+    crate::skip(reason);
 }
 
 /// podman set up for tests: a private store shared by the test process, and the CDI spec
