@@ -37,6 +37,7 @@ mod profile_input;
 mod reset_blockers;
 mod sharing;
 mod start_up;
+mod suite_accounts;
 mod telemetry;
 mod top_mig;
 mod transactions;

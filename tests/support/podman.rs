@@ -351,12 +351,17 @@ pub fn has_jsonschema() -> bool {
     found
 }
 
-/// Validates the CDI spec file `spec_path` (JSON) against [`CDI_SCHEMA`] with Debian's
-/// python3-jsonschema, and checks its device names are unique (CDI refuses a file that
-/// defines a name twice). `Err` lists every violation, one per line, as
-/// `<path in the document>: <message>`. Without python3-jsonschema it prints that it
-/// skipped and returns `Ok` (fails under `GPUSHARE_REQUIRE_PODMAN=1`).
+/// Validates the CDI spec file `spec_path` (JSON) against [`CDI_SCHEMA`] with a python3's
+/// jsonschema (Debian's first), and checks its device names are unique (CDI refuses a file
+/// that defines a name twice). Only validity is an answer: `Err` when the file breaks a
+/// rule, with the checker's explanation for people (`<path in the document>: <message>`
+/// per line, worded by whichever jsonschema ran: never to be matched by a test). A checker
+/// that fails otherwise (a traceback, the schema itself refused) panics. Without
+/// jsonschema it prints that it skipped and returns `Ok` (fails under
+/// `GPUSHARE_REQUIRE_PODMAN=1`).
 pub fn validate_cdi(spec_path: &Path) -> Result<(), String> {
+    // Exit status: 0 valid, 10 invalid, 3 no jsonschema; anything else is the checker's
+    // own failure (an uncaught exception exits 1).
     const CHECK: &str = r#"
 import json, sys
 try:
@@ -369,15 +374,15 @@ try:
     spec = json.load(open(sys.argv[2]))
 except ValueError as e:
     print("not JSON: %s" % e)
-    sys.exit(1)
+    sys.exit(10)
 problems = []
-for e in sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(map(str, e.absolute_path))):
+for e in jsonschema.Draft7Validator(schema).iter_errors(spec):
     problems.append("/%s: %s" % ("/".join(map(str, e.absolute_path)), e.message))
 names = [d.get("name") for d in spec.get("devices", []) if isinstance(d, dict)] if isinstance(spec, dict) else []
-for n in sorted(set(x for x in names if names.count(x) > 1)):
-    problems.append("/devices: device name %r defined %d times" % (n, names.count(n)))
-print("\n".join(problems))
-sys.exit(1 if problems else 0)
+for n in sorted(set(repr(x) for x in names if names.count(x) > 1)):
+    problems.append("/devices: device name %s defined more than once" % n)
+print("\n".join(sorted(problems)))
+sys.exit(10 if problems else 0)
 "#;
     let schema = crate::repo_root().join(CDI_SCHEMA);
     // Debian's python3 first: python3-jsonschema installs there, whatever python3 is on PATH.
@@ -392,14 +397,16 @@ sys.exit(1 if problems else 0)
         else {
             continue;
         };
+        let said = || {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            format!("{}: {stdout}{stderr}", spec_path.display()).trim().to_string()
+        };
         match out.status.code() {
             Some(0) => return Ok(()),
             Some(3) => continue,
-            _ => {
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                return Err(format!("{}: {stdout}{stderr}", spec_path.display()).trim().into());
-            }
+            Some(10) => return Err(said()),
+            _ => panic!("the CDI schema check with {python} failed ({}): {}", out.status, said()),
         }
     }
     let path = spec_path.display();
