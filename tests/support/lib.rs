@@ -316,11 +316,10 @@ impl Agent {
             use std::os::unix::fs::PermissionsExt;
             ensure_users();
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-            std::fs::copy(
-                binary("gpushare-ctl", "GPUSHARE_CTL_BIN"),
-                dir.path().join("gpushare-ctl"),
-            )
-            .unwrap();
+            copy_executable(
+                &binary("gpushare-ctl", "GPUSHARE_CTL_BIN"),
+                &dir.path().join("gpushare-ctl"),
+            );
             Bus::start_system(Some(
                 &repo_root().join("etc/dbus-1/system.d/io.gpushare.Agent1.conf"),
             ))
@@ -613,7 +612,7 @@ impl Agent {
     pub fn call_command(&self, user: Option<&str>, args: &[&str]) -> Command {
         let helper = self.dir.path().join("gpushare-e2e-call");
         if !helper.exists() {
-            std::fs::copy(binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper).unwrap();
+            copy_executable(&binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper);
         }
         let mut cmd = match user {
             Some(user) => {
@@ -698,6 +697,23 @@ fn with_sim_tools(options: &AgentOptions, dir: &Path) -> String {
         ));
     }
     config
+}
+
+/// Copies the executable `from` to `to` (replacing it) by `cp` into a name of its own, then
+/// a rename: no descriptor of this process is ever open for writing on the copy. One would
+/// be inherited by any child another test thread forks meanwhile and held until its exec,
+/// and running the copy would then fail with ETXTBSY ("Text file busy"); a rename also
+/// never shows a half-written copy to a thread that runs it at once.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let tmp = to.with_file_name(format!(
+        ".{}.{}.{:?}",
+        to.file_name().unwrap().to_string_lossy(),
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let out = Command::new("cp").arg("--").arg(from).arg(&tmp).output().expect("cp runs");
+    assert!(out.status.success(), "cp {} {}: {}", from.display(), tmp.display(), text(&out));
+    std::fs::rename(&tmp, to).unwrap();
 }
 
 /// `setpriv` set to run a program as `user`, with the groups of its passwd entry: add the

@@ -18,8 +18,9 @@
 //! cache, `/var/lib/containers/cache/blob-info-cache-v1.boltdb`, wherever the store is.
 //! Each store (6 MB) is removed by the next test process once its own has exited.
 //!
-//! Without podman, unshare, busybox-static or root the tests skip with a line saying
-//! what is missing; `GPUSHARE_REQUIRE_PODMAN=1` (set by `.ci/run`) makes them fail
+//! Without podman, unshare, busybox-static or root, or where no container starts at all
+//! (inside systemd-nspawn, runc may not make a session keyring), the tests skip with a
+//! line saying what is missing; `GPUSHARE_REQUIRE_PODMAN=1` (set by `.ci/run`) makes them fail
 //! instead, and makes [`validate_cdi`] fail when python3-jsonschema is missing.
 
 use std::path::{Path, PathBuf};
@@ -71,7 +72,8 @@ static STORE: OnceLock<Result<Store, String>> = OnceLock::new();
 
 impl Podman {
     /// podman ready to run containers, or `None` after printing why not (no root, no
-    /// podman, no unshare, no static busybox, the store cannot be made). Panics instead
+    /// podman, no unshare, no static busybox, the store cannot be made, no container starts
+    /// here). Panics instead
     /// of returning `None` when `GPUSHARE_REQUIRE_PODMAN=1`.
     pub fn available() -> Option<Podman> {
         if !crate::is_root() {
@@ -93,13 +95,41 @@ impl Podman {
             skip(&reason);
             return None;
         }
-        match STORE.get_or_init(Store::create) {
-            Ok(store) => Some(Podman { store, cdi_dir: None }),
+        let podman = match STORE.get_or_init(Store::create) {
+            Ok(store) => Podman { store, cdi_dir: None },
+            Err(reason) => {
+                skip(reason);
+                return None;
+            }
+        };
+        // A machine where no container starts at all (a container itself: systemd-nspawn
+        // refuses runc the session keyring) is no place for these tests.
+        static RUNS: OnceLock<Result<(), String>> = OnceLock::new();
+        match RUNS.get_or_init(|| podman.starts_a_container()) {
+            Ok(()) => Some(podman),
             Err(reason) => {
                 skip(reason);
                 None
             }
         }
+    }
+
+    /// Whether a container without devices starts here (`true` in the test image); `Err`
+    /// quotes podman's last line. Only the exit status is read.
+    fn starts_a_container(&self) -> Result<(), String> {
+        let store = self.store;
+        store
+            .image
+            .get_or_init(|| import(store))
+            .clone()
+            .map_err(|e| format!("the test image: {e}"))?;
+        let out = self.run(&[], "true");
+        if out.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        Err(format!("podman cannot start a container here ({}): {last}", out.status))
     }
 
     /// The same podman, its containers seeing the CDI specs in `dir` (bind-mounted over
