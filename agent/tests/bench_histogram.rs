@@ -101,9 +101,8 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn python_prometheus_client_bucket_deltas() {
     let Some(python) = python() else {
-        println!(
-            "SKIPPED python_prometheus_client_bucket_deltas: no python3 imports prometheus_client \
-             (apt-get install python3-prometheus-client)"
+        gpushare_test_skip::skip(
+            "no python3 imports prometheus_client (apt-get install python3-prometheus-client)",
         );
         return;
     };

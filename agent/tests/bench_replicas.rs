@@ -368,7 +368,7 @@ fn a_gate_whose_agent_goes_away_stops_its_replica() {
 #[test]
 fn replicas_run_as_exactly_the_identity_asked_for_without_a_terminal_or_privileges() {
     if !unix::is_root() {
-        eprintln!("skipped: changing identity needs root");
+        gpushare_test_skip::skip("changing identity needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

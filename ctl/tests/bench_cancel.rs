@@ -37,7 +37,7 @@ impl Bus {
             .stdout(Stdio::piped())
             .spawn();
         let Ok(mut child) = spawned else {
-            println!("skipped: no dbus-daemon (apt-get install dbus-daemon)");
+            gpushare_test_skip::skip("no dbus-daemon (apt-get install dbus-daemon)");
             return None;
         };
         let mut address = String::new();

@@ -321,7 +321,7 @@ fn sample() -> BenchReport {
 #[test]
 fn the_report_page_opens_in_chromium_without_errors() {
     let Some(program) = chromium() else {
-        println!("skipped: no Chromium at /usr/bin/chromium (set GPUSHARE_CHROMIUM to one)");
+        gpushare_test_skip::skip("no Chromium at /usr/bin/chromium (set GPUSHARE_CHROMIUM to one)");
         return;
     };
     let dir = scratch("chromium");

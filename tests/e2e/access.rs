@@ -109,7 +109,7 @@ fn tempdir() -> tempfile::TempDir {
 #[test]
 fn only_root_and_the_gpushare_group_change_the_gpus() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return;
     }
     ensure_users();
@@ -139,7 +139,7 @@ fn only_root_and_the_gpushare_group_change_the_gpus() {
 #[test]
 fn the_agent_refuses_by_itself_when_the_policy_is_missing() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return;
     }
     ensure_users();

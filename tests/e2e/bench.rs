@@ -203,8 +203,8 @@ fn every_strategy_is_set_up_measured_and_the_sharing_restored() {
 fn histogram_deltas_are_counted_exactly() {
     let python = Command::new("/usr/bin/python3").args(["-c", "import prometheus_client"]).status();
     if !python.is_ok_and(|s| s.success()) {
-        eprintln!(
-            "skipped: python3 with prometheus_client (python3-prometheus-client) is not installed"
+        gpushare_tests::skip(
+            "python3 with prometheus_client (python3-prometheus-client) is not installed",
         );
         return;
     }

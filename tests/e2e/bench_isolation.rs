@@ -85,7 +85,7 @@ fn none_running(marker: &str) -> bool {
 /// package's policy; `None` (the test skipped) without root, which creating users needs.
 fn agent_for_other_users() -> Option<Agent> {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return None;
     }
     Some(Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users()))

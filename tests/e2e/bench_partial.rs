@@ -143,7 +143,7 @@ fn shell_line(cmd: &Command) -> String {
 #[test]
 fn the_plan_is_said_on_a_terminal_too() {
     if !Path::new("/usr/bin/script").exists() {
-        eprintln!("skipped: no /usr/bin/script to give gpushare-ctl a terminal");
+        gpushare_tests::skip("no /usr/bin/script to give gpushare-ctl a terminal");
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));

@@ -133,7 +133,9 @@ fn python_with_prometheus_free() -> bool {
 fn replicas_are_pinned_to_the_same_disjoint_cpus_in_every_strategy_and_round() {
     let own = own_cpus();
     if own.len() < 2 {
-        eprintln!("skipped: pinning two replicas needs two CPUs, this test has {own:?}");
+        gpushare_tests::skip(format_args!(
+            "pinning two replicas needs two CPUs, this test has {own:?}"
+        ));
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
@@ -283,7 +285,7 @@ fn more_replicas_than_cpus_are_refused_before_any_setup_and_defaults_are_capped(
 #[test]
 fn differences_within_the_noise_are_indistinguishable_and_real_ones_are_not() {
     if !python_with_prometheus_free() {
-        eprintln!("skipped: no /usr/bin/python3");
+        gpushare_tests::skip("no /usr/bin/python3");
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));

@@ -42,7 +42,7 @@ fn env_of(device: &Value) -> Vec<String> {
 #[test]
 fn the_spec_names_what_every_apply_leaves_and_a_rollback_leaves_it_byte_for_byte() {
     if !is_root() {
-        eprintln!("skipped: the simulator makes device nodes only as root");
+        gpushare_tests::skip("the simulator makes device nodes only as root");
         return;
     }
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));

@@ -183,7 +183,7 @@ fn watch_scrapes(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Se
 #[test]
 fn a_thousand_short_lived_clients_leave_no_stale_series_and_the_cap_holds() {
     if !is_root() {
-        eprintln!("skipped: needs root to start clients as other users and own the bus name");
+        gpushare_tests::skip("needs root to start clients as other users and own the bus name");
         return;
     }
     ensure_users();
@@ -332,7 +332,7 @@ fn a_thousand_short_lived_clients_leave_no_stale_series_and_the_cap_holds() {
 #[test]
 fn a_cgroup_unit_is_the_clients_unit_in_the_table_and_the_series() {
     if !is_root() {
-        eprintln!("skipped: needs root to make cgroups and own the bus name");
+        gpushare_tests::skip("needs root to make cgroups and own the bus name");
         return;
     }
     let Some(cgroup) = Cgroup::new("attribution") else { return };

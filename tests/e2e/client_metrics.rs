@@ -65,7 +65,7 @@ pub(crate) fn promtool_accepts(body: &str) {
 #[test]
 fn client_series_appear_with_their_labels_and_go_with_their_processes() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return;
     }
     let port = free_port();
@@ -145,7 +145,7 @@ fn client_series_appear_with_their_labels_and_go_with_their_processes() {
 #[test]
 fn a_client_lost_to_an_mps_server_fault_is_logged() {
     if !is_root() {
-        eprintln!("skipped: needs root to own the bus name");
+        gpushare_tests::skip("needs root to own the bus name");
         return;
     }
     let port = free_port();

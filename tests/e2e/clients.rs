@@ -54,7 +54,7 @@ fn pids(table: &ClientTable) -> Vec<u32> {
 #[test]
 fn every_client_is_attributed_and_leaves_when_it_exits() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return;
     }
     let options = AgentOptions::simulate("a100-40gb:3").profile("mixed.toml", MIXED);

@@ -36,14 +36,14 @@ fn gi_minor(gpu: u32, gi: u32) -> u32 {
 fn mig_instances_bring_their_capability_nodes_and_take_them_away() {
     // SAFETY: geteuid has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the simulator makes device nodes only as root");
+        gpushare_tests::skip("the simulator makes device nodes only as root");
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1"));
     let host = host_of(&agent);
     let marker = std::fs::read_to_string(host.join("gpushare-simulated-host")).unwrap();
     if !marker.contains("device nodes: made") {
-        eprintln!("skipped: root here may not make device nodes: {marker}");
+        gpushare_tests::skip(format_args!("root here may not make device nodes: {marker}"));
         return;
     }
     assert_eq!(char_device(&host.join("dev/nvidia0")), (195, 0));

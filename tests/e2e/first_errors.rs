@@ -157,7 +157,7 @@ fn roots_open_bus(dir: &Path) -> (Daemon, String) {
 #[test]
 fn another_users_bus_says_whose_it_is_and_what_to_do() {
     if !is_root() {
-        eprintln!("skipped: needs root to run gpushare-ctl as another user");
+        gpushare_tests::skip("needs root to run gpushare-ctl as another user");
         return;
     }
     ensure_users();

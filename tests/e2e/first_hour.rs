@@ -88,7 +88,7 @@ fn run_as(user: Option<&str>, script: &str, cwd: &Path, home: &Path) -> Output {
 #[test]
 fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     if !is_root() {
-        eprintln!("skipped: needs root to run the README as another user");
+        gpushare_tests::skip("needs root to run the README as another user");
         return;
     }
     ensure_users();
@@ -228,7 +228,7 @@ impl Drop for MadeHere {
 #[test]
 fn the_readme_by_hand_blocks_run_as_root_keep_out_of_the_real_agents_places() {
     if !is_root() {
-        eprintln!("skipped: needs root (the README's blocks run by root)");
+        gpushare_tests::skip("needs root (the README's blocks run by root)");
         return;
     }
     let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

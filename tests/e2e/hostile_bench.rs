@@ -31,7 +31,7 @@ const IDLING: &str = "#!/bin/sh\necho >&3\nsleep 1\nfor ms in 10 20 30 40 50; do
 /// under `all-mps`; `None` (the test skipped) without root, which the users need.
 fn agent(gpus: &str, config: &str) -> Option<Agent> {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return None;
     }
     let options = AgentOptions::simulate(gpus)
@@ -473,8 +473,8 @@ fn a_replica_without_systemd_has_a_services_limits_and_a_cgroup_of_its_own() {
         dir.join("cgroup.procs").is_file() && may_write
     });
     if !writable {
-        eprintln!(
-            "skipped (the cgroup part): the agent's cgroup v2 directory is not writable here"
+        gpushare_tests::skip(
+            "the cgroup part: the agent's cgroup v2 directory is not writable here",
         );
         return;
     }

@@ -18,7 +18,7 @@ use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, is_root, text};
 
 fn agent_for_other_users() -> Option<Agent> {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return None;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").for_other_users());

@@ -11,7 +11,7 @@ use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, is_root, text};
 /// `None` (the test skipped) without root, which creating users needs.
 fn agent_for_other_users() -> Option<Agent> {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return None;
     }
     Some(Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users()))
@@ -122,7 +122,10 @@ fn idle_metrics_connections_never_take_the_agents_descriptors() {
         libc::setrlimit(libc::RLIMIT_NOFILE, &own);
     }
     if own.rlim_cur < 2048 {
-        eprintln!("skipped: this test cannot hold enough sockets ({})", own.rlim_cur);
+        gpushare_tests::skip(format_args!(
+            "this test cannot hold enough sockets ({})",
+            own.rlim_cur
+        ));
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -14,7 +14,7 @@ use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, Sleeper, id_of, is_root
 /// creating users needs.
 fn agent_for_other_users() -> Option<Agent> {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return None;
     }
     Some(Agent::start(AgentOptions::simulate("h100-80gb:1").for_other_users()))

@@ -17,7 +17,7 @@ use gpushare_tests::{
 /// Whether the test can run: creating users needs root. Says why not on stderr.
 fn can_run() -> bool {
     if !is_root() {
-        eprintln!("skipped: needs root to create the test users and run a root agent");
+        gpushare_tests::skip("needs root to create the test users and run a root agent");
         return false;
     }
     ensure_users();

@@ -106,11 +106,11 @@ fn hidepid_binaries() -> tempfile::TempDir {
 #[test]
 fn under_hidepid_another_users_client_is_its_pid_gpu_and_memory() {
     if !is_root() {
-        eprintln!("skipped: needs root (test users, a mount namespace)");
+        gpushare_tests::skip("needs root (test users, a mount namespace)");
         return;
     }
     if let Some(why) = no_private_hidepid_proc() {
-        eprintln!("skipped: {why}");
+        gpushare_tests::skip(why);
         return;
     }
     let binaries = hidepid_binaries();
@@ -190,7 +190,7 @@ fn connect_client(pipe: &str, pid: u32, memory: &str) {
 #[test]
 fn a_clients_environment_reaches_no_other_user() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and own the bus name");
+        gpushare_tests::skip("needs root to create test users and own the bus name");
         return;
     }
     let profile = "name = \"mps\"\n[[gpu]]\nselect = 0\nsharing = { mps = { replicas = 2 } }\n";
@@ -252,7 +252,7 @@ fn move_into(dir: &Path, pid: u32) {
 #[test]
 fn cgroups_a_user_names_are_not_containers_or_system_units() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users and cgroups");
+        gpushare_tests::skip("needs root to create test users and cgroups");
         return;
     }
     let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users());
@@ -322,7 +322,7 @@ fn device_nodes(agent: &Agent) -> Vec<PathBuf> {
 #[test]
 fn the_simulators_device_nodes_are_roots_alone() {
     if !is_root() {
-        eprintln!("skipped: the simulator makes device nodes only as root");
+        gpushare_tests::skip("the simulator makes device nodes only as root");
         return;
     }
     let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").for_other_users());
@@ -330,7 +330,7 @@ fn the_simulators_device_nodes_are_roots_alone() {
     marker.push(".host/gpushare-simulated-host");
     let said = std::fs::read_to_string(PathBuf::from(marker)).unwrap();
     if !said.contains("device nodes: made") {
-        eprintln!("skipped: root here may not make device nodes: {said}");
+        gpushare_tests::skip(format_args!("root here may not make device nodes: {said}"));
         return;
     }
     let nodes = device_nodes(&agent);
@@ -351,7 +351,7 @@ fn the_simulators_device_nodes_are_roots_alone() {
 #[test]
 fn a_production_agent_is_refused_by_the_simulated_library_before_it_makes_anything() {
     if !is_root() {
-        eprintln!("skipped: the finding is root's agent making device nodes");
+        gpushare_tests::skip("the finding is root's agent making device nodes");
         return;
     }
     // The simulated library where the loader looks first for libnvidia-ml.so.1.

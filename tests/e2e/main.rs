@@ -41,6 +41,7 @@ mod reset_blockers;
 mod sandbox;
 mod sharing;
 mod start_up;
+mod suite_accounts;
 mod telemetry;
 mod top_mig;
 mod transactions;

@@ -254,7 +254,7 @@ fn mps_limit_names_the_right_server_and_every_view_shows_its_effect() {
 #[test]
 fn a_multi_user_daemon_serves_two_users_at_once_and_the_views_say_so() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users");
+        gpushare_tests::skip("needs root to create test users");
         return;
     }
     let logs = tempfile::tempdir().unwrap();
@@ -318,7 +318,7 @@ fn a_multi_user_daemon_serves_two_users_at_once_and_the_views_say_so() {
 #[test]
 fn one_user_at_a_time_another_users_client_waits_and_the_views_say_whom_the_server_serves() {
     if !is_root() {
-        eprintln!("skipped: needs root to create test users");
+        gpushare_tests::skip("needs root to create test users");
         return;
     }
     let logs = tempfile::tempdir().unwrap();

@@ -125,7 +125,7 @@ fn a_mig_gpu_reports_each_mig_devices_memory_and_anyone_may_ask() {
         assert!(mig.memory_total_bytes.is_some_and(|t| t > 9 << 30), "{mig:?}");
     }
     if !root {
-        eprintln!("skipped the other user: needs root to create test users");
+        gpushare_tests::skip("the other user's part: needs root to create test users");
         return;
     }
     let home = directory_of(OTHER);

@@ -30,7 +30,7 @@ fn required() -> bool {
 /// Fails the test with `reason` under [`REQUIRE_ENV`], else prints it as a skip.
 fn skip(reason: &str) {
     assert!(!required(), "{REQUIRE_ENV}=1: {reason}");
-    eprintln!("skipped: {reason}");
+    crate::skip(reason);
 }
 
 /// A cgroup-v2 leaf named like a systemd service, removed on drop.

@@ -20,8 +20,11 @@ use tempfile::TempDir;
 pub mod cgroup;
 pub mod mps_control;
 pub mod podman;
+pub mod users;
 pub use cgroup::Cgroup;
+pub use gpushare_test_skip::skip;
 pub use podman::{Podman, validate_cdi};
+pub use users::{MEMBER, OTHER, SECRET_GROUP, directory_of, ensure_users, exists, id_of, members};
 
 /// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.
 pub const BALANCED_A100: [&str; 4] = ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"];
@@ -314,11 +317,10 @@ impl Agent {
             use std::os::unix::fs::PermissionsExt;
             ensure_users();
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-            std::fs::copy(
-                binary("gpushare-ctl", "GPUSHARE_CTL_BIN"),
-                dir.path().join("gpushare-ctl"),
-            )
-            .unwrap();
+            copy_executable(
+                &binary("gpushare-ctl", "GPUSHARE_CTL_BIN"),
+                &dir.path().join("gpushare-ctl"),
+            );
             Bus::start_system(Some(
                 &repo_root().join("etc/dbus-1/system.d/io.gpushare.Agent1.conf"),
             ))
@@ -611,7 +613,7 @@ impl Agent {
     pub fn call_command(&self, user: Option<&str>, args: &[&str]) -> Command {
         let helper = self.dir.path().join("gpushare-e2e-call");
         if !helper.exists() {
-            std::fs::copy(binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper).unwrap();
+            copy_executable(&binary("gpushare-e2e-call", "GPUSHARE_E2E_CALL_BIN"), &helper);
         }
         let mut cmd = match user {
             Some(user) => {
@@ -698,13 +700,22 @@ fn with_sim_tools(options: &AgentOptions, dir: &Path) -> String {
     config
 }
 
-/// A member of the `gpushare` group made for the tests (also in [`SECRET_GROUP`] by its
-/// passwd entry).
-pub const MEMBER: &str = "gpushare-e2e-member";
-/// A user in no group of gpushare's.
-pub const OTHER: &str = "gpushare-e2e-other";
-/// A group [`MEMBER`]'s passwd entry lists, which a caller may have dropped.
-pub const SECRET_GROUP: &str = "gpushare-e2e-secret";
+/// Copies the executable `from` to `to` (replacing it) by `cp` into a name of its own, then
+/// a rename: no descriptor of this process is ever open for writing on the copy. One would
+/// be inherited by any child another test thread forks meanwhile and held until its exec,
+/// and running the copy would then fail with ETXTBSY ("Text file busy"); a rename also
+/// never shows a half-written copy to a thread that runs it at once.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let tmp = to.with_file_name(format!(
+        ".{}.{}.{:?}",
+        to.file_name().unwrap().to_string_lossy(),
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let out = Command::new("cp").arg("--").arg(from).arg(&tmp).output().expect("cp runs");
+    assert!(out.status.success(), "cp {} {}: {}", from.display(), tmp.display(), text(&out));
+    std::fs::rename(&tmp, to).unwrap();
+}
 
 /// `setpriv` set to run a program as `user`, with the groups of its passwd entry: add the
 /// program and its arguments.
@@ -753,62 +764,6 @@ impl Drop for Sleeper {
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn run_ok(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", text(&out));
-}
-
-fn exists(kind: &str, name: &str) -> bool {
-    Command::new("getent").args([kind, name]).output().is_ok_and(|o| o.status.success())
-}
-
-/// The id of group or user `name` (`getent group|passwd`).
-pub fn id_of(kind: &str, name: &str) -> u32 {
-    let out = Command::new("getent").args([kind, name]).output().unwrap();
-    let line = String::from_utf8(out.stdout).unwrap();
-    line.split(':')
-        .nth(2)
-        .and_then(|id| id.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
-
-/// The gpushare group, [`SECRET_GROUP`] and the users [`MEMBER`] (in both) and [`OTHER`]
-/// (in neither), created once per test run; needs root.
-pub fn ensure_users() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        assert!(is_root(), "creating test users needs root");
-        for group in ["gpushare", SECRET_GROUP] {
-            if !exists("group", group) {
-                run_ok(Command::new("groupadd").args(["--system", group]));
-            }
-        }
-        for user in [MEMBER, OTHER] {
-            if !exists("passwd", user) {
-                run_ok(Command::new("useradd").args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    user,
-                ]));
-            }
-        }
-        let groups = format!("gpushare,{SECRET_GROUP}");
-        run_ok(Command::new("usermod").args(["--append", "--groups", &groups, MEMBER]));
-    });
-}
-
-/// A new directory owned by `user`, mode 0755 (its cwd, its state home).
-pub fn directory_of(user: &str) -> TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (uid, gid) = (id_of("passwd", user), id_of("group", user));
-    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
-    dir
 }
 
 /// A fresh pseudo-terminal: its master side, and its slave side to hand out.

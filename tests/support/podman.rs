@@ -18,8 +18,9 @@
 //! cache, `/var/lib/containers/cache/blob-info-cache-v1.boltdb`, wherever the store is.
 //! Each store (6 MB) is removed by the next test process once its own has exited.
 //!
-//! Without podman, unshare, busybox-static or root the tests skip with a line saying
-//! what is missing; `GPUSHARE_REQUIRE_PODMAN=1` (set by `.ci/run`) makes them fail
+//! Without podman, unshare, busybox-static or root, or where no container starts at all
+//! (inside systemd-nspawn, runc may not make a session keyring), the tests skip with a
+//! line saying what is missing; `GPUSHARE_REQUIRE_PODMAN=1` (set by `.ci/run`) makes them fail
 //! instead, and makes [`validate_cdi`] fail when python3-jsonschema is missing.
 
 use std::path::{Path, PathBuf};
@@ -50,7 +51,7 @@ fn required() -> bool {
 /// Fails the test with `reason` under [`REQUIRE_ENV`], else prints it as a skip.
 fn skip(reason: &str) {
     assert!(!required(), "{REQUIRE_ENV}=1: {reason}");
-    eprintln!("skipped: {reason}");
+    crate::skip(reason);
 }
 
 /// podman set up for tests: a private store shared by the test process, and the CDI spec
@@ -71,7 +72,8 @@ static STORE: OnceLock<Result<Store, String>> = OnceLock::new();
 
 impl Podman {
     /// podman ready to run containers, or `None` after printing why not (no root, no
-    /// podman, no unshare, no static busybox, the store cannot be made). Panics instead
+    /// podman, no unshare, no static busybox, the store cannot be made, no container starts
+    /// here). Panics instead
     /// of returning `None` when `GPUSHARE_REQUIRE_PODMAN=1`.
     pub fn available() -> Option<Podman> {
         if !crate::is_root() {
@@ -93,13 +95,41 @@ impl Podman {
             skip(&reason);
             return None;
         }
-        match STORE.get_or_init(Store::create) {
-            Ok(store) => Some(Podman { store, cdi_dir: None }),
+        let podman = match STORE.get_or_init(Store::create) {
+            Ok(store) => Podman { store, cdi_dir: None },
+            Err(reason) => {
+                skip(reason);
+                return None;
+            }
+        };
+        // A machine where no container starts at all (a container itself: systemd-nspawn
+        // refuses runc the session keyring) is no place for these tests.
+        static RUNS: OnceLock<Result<(), String>> = OnceLock::new();
+        match RUNS.get_or_init(|| podman.starts_a_container()) {
+            Ok(()) => Some(podman),
             Err(reason) => {
                 skip(reason);
                 None
             }
         }
+    }
+
+    /// Whether a container without devices starts here (`true` in the test image); `Err`
+    /// quotes podman's last line. Only the exit status is read.
+    fn starts_a_container(&self) -> Result<(), String> {
+        let store = self.store;
+        store
+            .image
+            .get_or_init(|| import(store))
+            .clone()
+            .map_err(|e| format!("the test image: {e}"))?;
+        let out = self.run(&[], "true");
+        if out.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        Err(format!("podman cannot start a container here ({}): {last}", out.status))
     }
 
     /// The same podman, its containers seeing the CDI specs in `dir` (bind-mounted over
@@ -351,12 +381,17 @@ pub fn has_jsonschema() -> bool {
     found
 }
 
-/// Validates the CDI spec file `spec_path` (JSON) against [`CDI_SCHEMA`] with Debian's
-/// python3-jsonschema, and checks its device names are unique (CDI refuses a file that
-/// defines a name twice). `Err` lists every violation, one per line, as
-/// `<path in the document>: <message>`. Without python3-jsonschema it prints that it
-/// skipped and returns `Ok` (fails under `GPUSHARE_REQUIRE_PODMAN=1`).
+/// Validates the CDI spec file `spec_path` (JSON) against [`CDI_SCHEMA`] with a python3's
+/// jsonschema (Debian's first), and checks its device names are unique (CDI refuses a file
+/// that defines a name twice). Only validity is an answer: `Err` when the file breaks a
+/// rule, with the checker's explanation for people (`<path in the document>: <message>`
+/// per line, worded by whichever jsonschema ran: never to be matched by a test). A checker
+/// that fails otherwise (a traceback, the schema itself refused) panics. Without
+/// jsonschema it prints that it skipped and returns `Ok` (fails under
+/// `GPUSHARE_REQUIRE_PODMAN=1`).
 pub fn validate_cdi(spec_path: &Path) -> Result<(), String> {
+    // Exit status: 0 valid, 10 invalid, 3 no jsonschema; anything else is the checker's
+    // own failure (an uncaught exception exits 1).
     const CHECK: &str = r#"
 import json, sys
 try:
@@ -369,15 +404,15 @@ try:
     spec = json.load(open(sys.argv[2]))
 except ValueError as e:
     print("not JSON: %s" % e)
-    sys.exit(1)
+    sys.exit(10)
 problems = []
-for e in sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(map(str, e.absolute_path))):
+for e in jsonschema.Draft7Validator(schema).iter_errors(spec):
     problems.append("/%s: %s" % ("/".join(map(str, e.absolute_path)), e.message))
 names = [d.get("name") for d in spec.get("devices", []) if isinstance(d, dict)] if isinstance(spec, dict) else []
-for n in sorted(set(x for x in names if names.count(x) > 1)):
-    problems.append("/devices: device name %r defined %d times" % (n, names.count(n)))
-print("\n".join(problems))
-sys.exit(1 if problems else 0)
+for n in sorted(set(repr(x) for x in names if names.count(x) > 1)):
+    problems.append("/devices: device name %s defined more than once" % n)
+print("\n".join(sorted(problems)))
+sys.exit(10 if problems else 0)
 "#;
     let schema = crate::repo_root().join(CDI_SCHEMA);
     // Debian's python3 first: python3-jsonschema installs there, whatever python3 is on PATH.
@@ -392,14 +427,16 @@ sys.exit(1 if problems else 0)
         else {
             continue;
         };
+        let said = || {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            format!("{}: {stdout}{stderr}", spec_path.display()).trim().to_string()
+        };
         match out.status.code() {
             Some(0) => return Ok(()),
             Some(3) => continue,
-            _ => {
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                return Err(format!("{}: {stdout}{stderr}", spec_path.display()).trim().into());
-            }
+            Some(10) => return Err(said()),
+            _ => panic!("the CDI schema check with {python} failed ({}): {}", out.status, said()),
         }
     }
     let path = spec_path.display();

@@ -334,13 +334,13 @@ mod tests {
     #[test]
     fn character_devices_are_found_as_root() {
         if !is_root() {
-            eprintln!("skipped: making character devices needs root");
+            gpushare_test_skip::skip("making character devices needs root");
             return;
         }
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         if !mknod(&root.join("dev/nvidia1"), NVIDIA_MAJOR, 1) {
-            eprintln!("skipped: mknod refused (no CAP_MKNOD here)");
+            gpushare_test_skip::skip("mknod refused (no CAP_MKNOD here)");
             return;
         }
         let e = gpu_nodes(root, 1).unwrap_err();

@@ -1028,10 +1028,10 @@ mod tests {
     fn metrics_promtool_accepts_the_exposition() {
         let promtool = std::path::Path::new("/usr/bin/promtool");
         if !promtool.exists() {
-            eprintln!(
-                "skipped: {} is not installed (Debian: apt-get install prometheus)",
+            gpushare_test_skip::skip(format_args!(
+                "{} is not installed (Debian: apt-get install prometheus)",
                 promtool.display()
-            );
+            ));
             return;
         }
         // Every kind of series, stale ones (NaN) included.

@@ -501,7 +501,7 @@ mod tests {
     #[test]
     fn a_short_solo_window_measures_something_real() {
         if !cuda_driver_present() || CudaContext::device_count().unwrap_or(0) < 1 {
-            eprintln!("skipped: no CUDA driver or device");
+            gpushare_test_skip::skip("no CUDA driver or device");
             return;
         }
         for workload in Workload::ALL {

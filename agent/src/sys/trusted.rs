@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn paths_of_another_user_are_refused() {
         if effective_uid() != 0 {
-            eprintln!("skipped: needs root to make files of another user");
+            gpushare_test_skip::skip("needs root to make files of another user");
             return;
         }
         let nobody = 65534;

@@ -700,7 +700,10 @@ mod tests {
         // SAFETY: getrlimit(2) writes into the live struct.
         assert_eq!(unsafe { ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) }, 0);
         if limit.rlim_max <= 1024 {
-            eprintln!("skipped: the hard limit of open files is {}", limit.rlim_max);
+            gpushare_test_skip::skip(format_args!(
+                "the hard limit of open files is {}",
+                limit.rlim_max
+            ));
             return;
         }
         limit.rlim_cur = 1024;
@@ -748,7 +751,7 @@ mod tests {
         use std::os::fd::AsFd;
         let mut child = std::process::Command::new("/bin/sleep").arg("0.2").spawn().unwrap();
         let Some(pidfd) = pidfd_open(child.id()) else {
-            eprintln!("skipped: no pidfds on this kernel");
+            gpushare_test_skip::skip("no pidfds on this kernel");
             child.wait().unwrap();
             return;
         };

@@ -24,11 +24,11 @@ fn is_root() -> bool {
 /// Whether the test can run: root, with `setpriv`; else says why on stderr.
 fn can_run() -> bool {
     if !is_root() {
-        eprintln!("skipped: needs root to run commands as other users");
+        gpushare_test_skip::skip("needs root to run commands as other users");
         return false;
     }
     if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs setpriv (util-linux) to run commands as other users");
+        gpushare_test_skip::skip("needs setpriv (util-linux) to run commands as other users");
         return false;
     }
     true
