@@ -109,11 +109,25 @@ fn sigkill_during_an_apply_leaves_the_old_or_the_new_layout() {
     let delay = [("GPUSHARE_SIM_DELAY_MS", "8")];
     let mut outcomes = BTreeMap::new();
     let mut interrupted = 0;
-    for kill_after in kill_points() {
+    for (i, kill_after) in kill_points().into_iter().enumerate() {
+        // The first point in the journal's time is 0 ms: a kill with the transaction open.
+        let mid_apply = i % 2 == 1;
+        let kill_after = if i == 1 { 0 } else { kill_after };
         let mut agent = balanced_node(AgentOptions::simulate("a100-40gb:8"));
         let old = layout(&agent.status());
         agent.restart_with_env(&delay);
         let mut ctl = agent.ctl_command(&["apply", "half-balanced", "--json"]).spawn().unwrap();
+        // Every other point counts from the moment the journal holds the transaction, so
+        // that some kills land mid-apply however slow the machine is; the others from the
+        // call, some of them before the transaction began.
+        let waiting = std::time::Instant::now();
+        while mid_apply
+            && !agent.journal()["transaction"].is_object()
+            && ctl.try_wait().unwrap().is_none()
+            && waiting.elapsed() < Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_millis(kill_after));
         agent.kill();
         let _ = ctl.wait();
