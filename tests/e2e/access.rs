@@ -39,7 +39,7 @@ fn start(dir: &Path, include: Option<&Path>) -> (Running, String, PathBuf) {
         .unwrap();
     // gpushare-ctl where every user may run it.
     let ctl = dir.join("gpushare-ctl");
-    std::fs::copy(binary("gpushare-ctl", "GPUSHARE_CTL_BIN"), &ctl).unwrap();
+    gpushare_tests::copy_executable(&binary("gpushare-ctl", "GPUSHARE_CTL_BIN"), &ctl);
     let running = Running { _bus: bus, agent };
     wait_for(Duration::from_secs(20), Duration::from_millis(50), || {
         if ctl_as(&ctl, &address, None, &["status"]).status.success() {

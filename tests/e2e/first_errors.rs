@@ -118,7 +118,7 @@ fn ctl_for_anyone() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let ctl = dir.path().join("gpushare-ctl");
-    std::fs::copy(ctl_bin(), &ctl).unwrap();
+    gpushare_tests::copy_executable(&ctl_bin(), &ctl);
     std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o755)).unwrap();
     (dir, ctl)
 }

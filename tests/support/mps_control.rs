@@ -13,7 +13,7 @@ impl Agent {
     pub fn mps_control_tool(&self) -> PathBuf {
         let tool = self.dir.path().join("nvidia-cuda-mps-control");
         if !tool.exists() {
-            std::fs::copy(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV), &tool).unwrap();
+            crate::copy_executable(&binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV), &tool);
         }
         tool
     }
