@@ -365,6 +365,38 @@ fn a_gate_whose_agent_goes_away_stops_its_replica() {
     assert!(gone(pid), "the replica {pid} outlived its gate's agent");
 }
 
+/// Where [`replicas_run_as_exactly_the_identity_asked_for_without_a_terminal_or_privileges`]
+/// writes the inheritable capabilities it ran with, when set.
+const MARK_ENV: &str = "GPUSHARE_TEST_CAPS_MARK";
+
+/// An agent started with an inheritable capability (a container's payload often is: leaving
+/// root keeps that set) hands none of it to a replica: the test above, run again in a copy
+/// of this test program holding one.
+#[test]
+fn an_inheritable_capability_of_the_agent_reaches_no_replica() {
+    if !unix::is_root() {
+        gpushare_test_skip::skip("changing identity needs root");
+        return;
+    }
+    let mark = tempfile::NamedTempFile::new().unwrap();
+    let out = std::process::Command::new("setpriv")
+        .arg("--inh-caps=+net_raw")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "replicas_run_as_exactly_the_identity_asked_for_without_a_terminal_or_privileges",
+        ])
+        .env(MARK_ENV, mark.path())
+        .output()
+        .expect("setpriv runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    // The test ran in the copy, which held the capability (CAP_NET_RAW, bit 13).
+    let held = std::fs::read_to_string(mark.path()).unwrap();
+    assert_eq!(held.trim(), "0000000000002000", "{text}");
+}
+
 #[test]
 fn replicas_run_as_exactly_the_identity_asked_for_without_a_terminal_or_privileges() {
     if !unix::is_root() {
@@ -393,6 +425,11 @@ ls /proc/self/fd"#;
     assert_eq!(lines[2], format!("{} 4", nobody.gid), "exactly these groups");
     assert_eq!(lines[3], "3");
     assert_eq!(lines[4], "0000000000000000", "no capability of any kind");
+    if let Some(mark) = std::env::var_os(MARK_ENV) {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let held = status.lines().find_map(|l| l.strip_prefix("CapInh:")).unwrap();
+        std::fs::write(mark, held.trim()).unwrap();
+    }
     assert_eq!(lines[5], "0", "no controlling terminal");
     // 0-2, the report, and `ls`'s own directory: nothing of the agent's or the gate's.
     assert_eq!(lines[6..], ["0", "1", "2", "3", "4"], "{lines:?}");

@@ -364,6 +364,39 @@ pub fn become_identity(identity: &Identity) -> io::Result<()> {
     if *uid != 0 && unsafe { ::libc::setuid(0) } == 0 {
         return Err(io::Error::other("could become root again"));
     }
+    if *uid != 0 {
+        clear_capabilities()?;
+    }
+    Ok(())
+}
+
+/// Empties this process's capability sets. Leaving root clears the permitted, effective
+/// and ambient sets but keeps the inheritable one, which a program with file capabilities
+/// run later would receive: the agent may have been started with one (a container's
+/// payload often is), and a user's replica must get nothing of it. Lowering is always
+/// allowed, so this needs no capability itself.
+fn clear_capabilities() -> io::Result<()> {
+    // capset(2)'s header and data, version 3 (two 32-bit words of each set).
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let header = Header { version: VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset(2) reads the header and two data structures, all live and laid out as
+    // the kernel's `__user_cap_header_struct` and `__user_cap_data_struct` (repr(C)).
+    if unsafe { ::libc::syscall(::libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(())
 }
 
