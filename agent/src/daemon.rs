@@ -111,6 +111,12 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         }
     };
     let simulated = settings.simulate.is_some();
+    // What the command line asks for is checked before anything else: a spec that does not
+    // read, or a simulator that is not installed, is said before the bus is asked.
+    let simulation = match &settings.simulate {
+        Some(spec) => Some((crate::catalog::parse_node_spec(spec)?, SimulatorFiles::find()?, spec)),
+        None => None,
+    };
     // A simulated agent is a sandbox: the places a real agent takes (its state directory,
     // MPS root, CDI directory, metrics port) only where the command line or the agent.toml
     // it was given names them (DESIGN.md, "First hour, round 2 (issue 37)").
@@ -177,11 +183,9 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         config = config.with_whereabouts(whereabouts);
     }
 
-    let driver = match &settings.simulate {
+    let driver = match simulation {
         None => Driver::Nvidia,
-        Some(spec) => {
-            let models = crate::catalog::parse_node_spec(spec)?;
-            let simulator = SimulatorFiles::find()?;
+        Some((models, simulator, spec)) => {
             let node = if settings.read_only {
                 // The simulated driver takes up (or replaces) its state file at the first
                 // nvmlInit: a check looks at a copy of it instead.

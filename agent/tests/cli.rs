@@ -42,8 +42,35 @@ fn a_bad_simulation_spec_is_one_line() {
 #[test]
 fn without_a_driver_the_nvml_backend_says_how_to_try_it() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
-        return; // A GPU host: the NVML backend would start.
+        gpushare_test_skip::skip("a GPU host: the NVML backend would start");
+        return;
     }
-    let err = failing_start(&[]);
+    // A bus that is there (the agent asks for one before it loads a driver): a private
+    // dbus-daemon, stopped when the test ends.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("bus");
+    let address = format!("unix:path={}", socket.display());
+    let Ok(mut bus) = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nopidfile", "--address", &address])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        gpushare_test_skip::skip("no dbus-daemon to give the agent a bus");
+        return;
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !socket.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = agent()
+        .args(["--config", "/dev/null", "--bus", &address, "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let _ = bus.kill();
+    let _ = bus.wait();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--simulate a100-40gb:8"), "{err}");
 }

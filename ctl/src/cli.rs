@@ -763,7 +763,7 @@ pub struct BenchArgs {
     pub replicas: Vec<u32>,
     /// Strategies to try, comma-separated: `time-slicing`, `mps`, `mps-limited` (100/N %
     /// threads and 1/N of the memory each), `mig` (N equal instances).
-    #[arg(long, value_name = "NAME,…", value_delimiter = ',', value_parser = parse_strategy)]
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',', value_parser = strategy_parser())]
     pub strategies: Vec<BenchStrategy>,
     /// Measurement window of each run (`30s`, `2m`), 1 s to 1 h.
     #[arg(long, value_name = "TIME", value_parser = parse_window)]
@@ -870,9 +870,11 @@ pub fn parse_cpu_list(text: &str) -> Result<String, String> {
     Ok(trimmed.to_owned())
 }
 
-/// `--strategies`: one strategy name.
-fn parse_strategy(text: &str) -> Result<BenchStrategy, String> {
-    text.trim().parse()
+/// `--strategies`: one strategy name, of the names shells complete.
+fn strategy_parser() -> impl clap::builder::TypedValueParser<Value = BenchStrategy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(BenchStrategy::ALL.map(BenchStrategy::as_str))
+        .try_map(|name| name.parse::<BenchStrategy>())
 }
 
 /// `--objective`.

@@ -316,6 +316,9 @@ mod tests {
         for option in ["--replicas", "--strategies", "--duration", "--until-exit", "--report"] {
             assert!(bench.iter().any(|o| o == option), "bench --: {option} not in {bench:?}");
         }
+        // The strategies' names, not file names (issue 37, item 8).
+        let strategies = bash_completes(&script, &["gpushare-ctl", "bench", "--strategies", ""]);
+        assert_eq!(strategies, ["time-slicing", "mps", "mps-limited", "mig"]);
         let limit = bash_completes(&script, &["gpushare-ctl", "mps", "limit", "--"]);
         assert!(!limit.is_empty() && limit.iter().all(|o| o.starts_with("--")), "{limit:?}");
         let mig = bash_completes(&script, &["gpushare-ctl", "mig", "p"]);

@@ -6,9 +6,7 @@
 //! says what it leaves out.
 
 use gpushare_proto::types::{Export, GpuStatus, PlanReport, ProfileList, Sharing, Status};
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use gpushare_tests::{
     Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, repo_root, stderr,
@@ -220,23 +218,6 @@ fn a_mig_parted_export_says_what_it_leaves_out() {
     assert!(!stdout(&out).contains("MIG only"), "{}", stdout(&out));
 }
 
-/// The simulated MPS control tool, as root, on the daemon of `pipe`: `args`, and `input`
-/// on stdin.
-fn control(pipe: &str, args: &[&str], input: &str) {
-    let mut child = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
-        .args(args)
-        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
-        .env_remove("GPUSHARE_SIM_RECORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{args:?} {input}: {}", text(&out));
-}
-
 /// Live limits: a server process's limits set by `mps limit` are no drift, so the export
 /// writes the profile's limits, says the override is there and applying keeps it; the
 /// daemon's defaults changed by root behind the agent's back are drift, noted, and
@@ -259,7 +240,8 @@ fn live_limits_are_written_as_the_profile_set_them_and_the_rest_is_noted() {
     // GPU 1: a client, and its server process's threads set to 50 % by mps limit.
     let client = Sleeper::start(None, &[]);
     let pid = client.pid().to_string();
-    control(&pipe(1), &["--fake-client", &pid], "");
+    let out = agent.mps_control(None, Path::new(&pipe(1)), &["--fake-client", &pid], "");
+    assert!(out.status.success(), "{}", text(&out));
     let out = agent.ctl(&["mps", "limit", "--pid", &pid, "--threads", "50"]);
     assert!(out.status.success(), "{}", text(&out));
     let doc: Export = agent.ctl_doc(&["export"]);
@@ -272,7 +254,7 @@ fn live_limits_are_written_as_the_profile_set_them_and_the_rest_is_noted() {
     assert!(!plan.changes, "the override stays: {plan:?}");
 
     // GPU 0: the daemon's default threads set to 90 % by root, behind the agent's back.
-    control(&pipe(0), &[], "set_default_active_thread_percentage 90\n");
+    agent.mps_ask(Path::new(&pipe(0)), "set_default_active_thread_percentage 90");
     let doc: Export = agent.ctl_doc(&["export"]);
     assert_eq!(doc.notes.len(), 3, "the drift, the override, the step: {:?}", doc.notes);
     assert!(doc.notes[0].starts_with("GPU 0 ") && doc.notes[0].contains("90%"), "{:?}", doc.notes);

@@ -366,7 +366,7 @@ fn each_bad_input_is_one_line_naming_its_option() {
         ),
         (
             &["--strategies", "mps,fast", "--", "true"],
-            "invalid value 'fast' for '--strategies <NAME,…>': unknown strategy \"fast\" (time-slicing, mps, mps-limited, mig)",
+            "invalid value 'fast' for '--strategies <NAME,…>' [possible values: time-slicing, mps, mps-limited, mig]",
         ),
         (
             &["--objective", "speed", "--", "true"],
