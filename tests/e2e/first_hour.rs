@@ -212,6 +212,7 @@ fn an_agent_out_of_its_users_reach_says_why_it_finds_no_simulator() {
     }
     ensure_users();
     let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let clone = closed.path().join("clone");
     let debug = clone.join("target/debug");
     std::fs::create_dir_all(&debug).unwrap();
