@@ -173,7 +173,17 @@ impl SimulatorFiles {
         // Cargo's layout first: a build tree beside an installed package runs its own build.
         places.sort_by_key(|p| built_library(p).is_none());
         places.iter().find_map(|dir| SimulatorFiles::in_dir(dir)).ok_or_else(|| {
-            let shown: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
+            // A place there but out of reach (a directory above it this user may not
+            // search, as a clone in root's 0700 home is for everyone else) says why.
+            let shown: Vec<String> = places
+                .iter()
+                .map(|p| match std::fs::metadata(p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        format!("{} (cannot be reached: {e})", p.display())
+                    }
+                    _ => p.display().to_string(),
+                })
+                .collect();
             format!(
                 "--simulate: gpushare's simulated driver is not installed (looked in {}; set {DIR_ENV} \
                  to the directory holding it)",

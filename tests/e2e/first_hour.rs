@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use gpushare_tests::{
-    Agent, AgentOptions, MEMBER, agent_check, as_user, directory_of, ensure_users, is_root,
-    repo_root, text,
+    Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_NVIDIA_SMI, agent_check, as_user,
+    copy_executable, directory_of, ensure_users, is_root, repo_root, simulated_library, text,
 };
 
 /// The ```` ```lang ```` blocks of the README section under heading `section`, in order.
@@ -125,7 +125,10 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
         replica = replica.display(),
         sockets = SOCKETS,
     );
-    let out = run_as(Some(MEMBER), &script, &build_tree(), home.path());
+    let tree = build_tree();
+    let copy = reachable_tree(MEMBER, &tree);
+    let cwd = copy.as_ref().map_or(tree.as_path(), |c| c.path());
+    let out = run_as(Some(MEMBER), &script, cwd, home.path());
     // What is left a moment after the teardown (a killed bus exits on its own time).
     let needle = home.path().to_string_lossy().into_owned();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -153,6 +156,79 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     assert!(left.is_empty(), "left behind after the teardown: {left:#?}");
     assert_quiet(&said, false);
     assert_eq!(listening(home.path()), Vec::<u16>::new(), "the agent listens on TCP ports");
+}
+
+/// Where `user` runs the README's `target/debug/...` lines: from `tree` itself, or, where
+/// `user` cannot reach it by its absolute path (a clone in root's 0700 home, as in a fresh
+/// container), from a directory of its own holding a copy of what they run (`None` then
+/// means `tree`). A user whose working directory lies under a directory it cannot search
+/// starts the agent by its relative path, but the agent looks for its simulator beside its
+/// absolute one and cannot: "not installed" in a fresh Debian 12 container (issue 37), a
+/// situation no user without root has in a clone of its own.
+fn reachable_tree(user: &str, tree: &Path) -> Option<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let built = tree.join("target/debug");
+    let reached = as_user(user)
+        .args(["test", "-x"])
+        .arg(built.join("gpushare-agent"))
+        .status()
+        .expect("test runs");
+    if reached.success() {
+        return None;
+    }
+    let copy = tempfile::tempdir().unwrap();
+    let debug = copy.path().join("target/debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    for dir in [copy.path(), &copy.path().join("target"), &debug] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for name in ["gpushare-agent", "gpushare-ctl", SIM_NVIDIA_SMI, SIM_MPS_CONTROL] {
+        copy_executable(&built.join(name), &debug.join(name));
+    }
+    copy_executable(&simulated_library(), &debug.join("libgpushare_sim_nvml.so"));
+    eprintln!(
+        "note: {user} cannot reach {} (a directory above it it may not search): the README's \
+         blocks run from a copy of it in {}",
+        built.display(),
+        debug.display()
+    );
+    Some(copy)
+}
+
+/// An agent that its user reaches only through its working directory (a clone under a
+/// directory the user may not search) says why it finds no simulator beside itself. Before,
+/// "not installed (looked in …/target/debug, …)" with no reason read as a missing build,
+/// and sent a fresh container's first_hour failure after the wrong cause (issue 37).
+#[test]
+fn an_agent_out_of_its_users_reach_says_why_it_finds_no_simulator() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        gpushare_tests::skip("needs root to run the agent as another user");
+        return;
+    }
+    if Path::new("/usr/lib/gpushare/sim").exists() {
+        gpushare_tests::skip("an installed simulator in /usr/lib/gpushare/sim would be found");
+        return;
+    }
+    ensure_users();
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let clone = closed.path().join("clone");
+    let debug = clone.join("target/debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    for dir in [&clone, &clone.join("target"), &debug] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let agent = gpushare_tests::binary("gpushare-agent", "GPUSHARE_AGENT_BIN");
+    copy_executable(&agent, &debug.join("gpushare-agent"));
+    copy_executable(&simulated_library(), &debug.join("libgpushare_sim_nvml.so"));
+    let home = directory_of(MEMBER);
+    let check = "target/debug/gpushare-agent --simulate a100-40gb:1 --check-driver";
+    let out = run_as(Some(MEMBER), check, &clone, home.path());
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    let place = format!("{} (cannot be reached", debug.display());
+    assert!(said.contains(&place), "`{place}` missing:\n{said}");
 }
 
 /// Script lines, run while the README's agent (`$agent`) runs, that keep what
