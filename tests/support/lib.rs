@@ -666,6 +666,45 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
+        // The MPS daemons it started outlive it by design; a test that ended before giving
+        // its GPUs back (a failure, or on purpose) must not leave them running: a daemon
+        // whose pipe directory survives the temporary directory's removal (it writes its
+        // log there meanwhile) would run on.
+        stop_daemons_of(self.dir.path());
+    }
+}
+
+/// Stops the simulated MPS control daemons of the agent whose directory is `dir`: the
+/// processes of that binary whose simulated node (`GPUSHARE_SIM_STATE`, inherited from the
+/// agent) lies in `dir`. SIGTERM, then SIGKILL after 5 s.
+fn stop_daemons_of(dir: &Path) {
+    let prefix = format!("GPUSHARE_SIM_STATE={}/", dir.display());
+    let mine = |pid: i32| {
+        let is_daemon = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(SIM_MPS_CONTROL));
+        is_daemon
+            && std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|&b| b == 0).any(|v| v.starts_with(prefix.as_bytes())))
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    let daemons: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&pid| mine(pid))
+        .collect();
+    for &pid in &daemons {
+        // SAFETY: kill(2) on a simulated daemon of this test's agent, found just above.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for &pid in &daemons {
+        while mine(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if mine(pid) {
+            // SAFETY: as above; it did not end on SIGTERM.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
 
