@@ -112,17 +112,7 @@ pub fn median_interval(values: &[f64]) -> Option<[f64; 2]> {
     if finite.len() <= 3 {
         return Some([low, high]);
     }
-    let mut state = finite
-        .iter()
-        .fold(0x9E37_79B9_7F4A_7C15_u64, |h, v| (h ^ v.to_bits()).wrapping_mul(0x100_0000_01B3));
-    let mut next = move || {
-        // splitmix64
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut next = verdict::seeded(&finite, &[]);
     let n = finite.len();
     let mut medians: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
         .map(|_| {

@@ -75,8 +75,9 @@ pub fn least_told(scale: f64, n: usize) -> f64 {
     ((1.0 + MIN_DIFFERENCE) * noise_half_width(scale, n, n).exp()) - 1.0
 }
 
-/// A generator seeded from the measurements themselves (splitmix64).
-fn seeded(a: &[f64], b: &[f64]) -> impl FnMut() -> u64 + use<> {
+/// A generator seeded from the measurements themselves (splitmix64): the same values, the
+/// same stream (the bootstrap intervals of medians and of ratios).
+pub(super) fn seeded(a: &[f64], b: &[f64]) -> impl FnMut() -> u64 + use<> {
     let mut state = a
         .iter()
         .chain(b)
