@@ -80,3 +80,11 @@ if os.environ.get("HOLD"):
     time.sleep(float(os.environ["HOLD"]))
 PY
 }
+
+# Runs "$@" as user $1 (root: as is), keeping the environment (a pipe directory), with no
+# supplementary group.
+as() {
+  local who=$1
+  shift
+  if [ "$who" = root ]; then "$@"; else HOME=/tmp setpriv --reuid="$who" --regid="$(id -g "$who")" --clear-groups "$@"; fi
+}

@@ -21,14 +21,20 @@ other=gsmpsb
 useradd -r -M -u 4321 -s /usr/sbin/nologin "$other" || echo "useradd failed"
 id nobody; id "$other"
 
+# Our daemon only (its pid file in our pipe directory): the host is shared, and another
+# session's MPS daemons are not ours to stop.
+daemon_pid() { cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" 2>/dev/null; }
+ours_running() { local p; p=$(daemon_pid) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 stop_daemon() {
   echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
-  for _ in $(seq 50); do pgrep -f 'nvidia-cuda-mps-control -d' >/dev/null || break; sleep 0.1; done
+  for _ in $(seq 50); do ours_running || break; sleep 0.1; done
 }
 cleanup() {
   stop_daemon
-  pkill -f 'nvidia-cuda-mps-control -d' 2>/dev/null
-  pkill -f nvidia-cuda-mps-server 2>/dev/null
+  if ours_running; then
+    pkill -P "$(daemon_pid)" 2>/dev/null
+    kill "$(daemon_pid)" 2>/dev/null
+  fi
   sleep 0.5
   userdel "$other" 2>/dev/null
   cp -r "$CUDA_MPS_LOG_DIRECTORY" "$out/mps-log" 2>/dev/null
@@ -36,12 +42,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Runs "$@" as user $1 (root: as is), keeping the environment (the pipe directory).
-as() {
-  local who=$1
-  shift
-  if [ "$who" = root ]; then "$@"; else HOME=/tmp setpriv --reuid="$who" --regid="$(id -g "$who")" --clear-groups "$@"; fi
-}
+# shellcheck source=tests/device/lib.sh
+. "$(dirname "$0")/lib.sh"
 # One control command as user $1: its exit status, stdout and stderr, each line marked.
 ask() {
   local who=$1
@@ -102,7 +104,7 @@ for who in nobody "$other"; do
   ask root get_default_device_pinned_mem_limit 0
   ask root get_device_pinned_mem_limit "$srv" 0
   ask root get_client_list "$srv"
-  pgrep -f 'nvidia-cuda-mps-control -d' >/dev/null && echo "daemon still runs" || echo "DAEMON GONE"
+  ours_running && echo "daemon still runs" || echo "DAEMON GONE"
 done
 
 echo "== A: root changes a running server's limits (the agent's mps limit), read back"

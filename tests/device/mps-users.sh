@@ -75,12 +75,6 @@ cleanup() {
 trap cleanup EXIT
 [ -z "$simulate" ] && nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode,memory.total --format=csv,noheader
 
-# Runs "$@" as user $1 (root: as is), keeping the environment.
-as() {
-  local who=$1
-  shift
-  if [ "$who" = root ]; then "$@"; else HOME=/tmp setpriv --reuid="$who" --regid="$(id -g "$who")" --clear-groups "$@"; fi
-}
 # One control command to the agent's daemon as user $1: exit status and answer lines.
 ask() {
   local who=$1
