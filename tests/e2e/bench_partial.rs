@@ -96,7 +96,11 @@ fn ctrl_c_keeps_what_was_measured() {
         match got.recv_timeout(left) {
             Ok(line) if line.contains("mps: 2 replicas") => break,
             Ok(_) => {}
-            Err(e) => panic!("no progress line for mps at 2 ({e})"),
+            Err(e) => {
+                let _ = ctl.kill();
+                let _ = ctl.wait();
+                panic!("no progress line for mps at 2 ({e})")
+            }
         }
     }
     // SAFETY: kill() with the PID of a child we spawned and have not waited for.

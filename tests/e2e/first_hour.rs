@@ -287,7 +287,7 @@ fn real_agents_places() -> Vec<(PathBuf, u32, u64)> {
 pub(crate) static ROOT_SANDBOX: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Removes the simulated agent's place as root on drop, when the test made it.
-struct MadeHere(&'static Path);
+pub(crate) struct MadeHere(pub(crate) &'static Path);
 
 impl Drop for MadeHere {
     fn drop(&mut self) {
@@ -310,10 +310,10 @@ fn the_readme_by_hand_blocks_run_as_root_keep_out_of_the_real_agents_places() {
     let _one = ROOT_SANDBOX.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let sandbox = Path::new("/run/gpushare-sim");
     if sandbox.exists() {
-        eprintln!(
-            "skipped: {} exists (a simulated agent's by hand): left as it is",
+        gpushare_tests::skip(format_args!(
+            "{} exists (a simulated agent's by hand): left as it is",
             sandbox.display()
-        );
+        ));
         return;
     }
     let _made = MadeHere(sandbox);

@@ -365,10 +365,6 @@ fn each_bad_input_is_one_line_naming_its_option() {
             "invalid value 'x' for '--replicas <N,…>': `x` is not a replica count",
         ),
         (
-            &["--strategies", "mps,fast", "--", "true"],
-            "invalid value 'fast' for '--strategies <NAME,…>' [possible values: time-slicing, mps, mps-limited, mig]",
-        ),
-        (
             &["--objective", "speed", "--", "true"],
             "invalid value 'speed' for '--objective <WHAT>': unknown objective \"speed\" (latency, throughput)",
         ),
@@ -456,6 +452,13 @@ fn each_bad_input_is_one_line_naming_its_option() {
     ];
     for (args, expected) in cases {
         assert_eq!(&usage_line(args), expected, "{args:?}");
+    }
+    // A strategy the bench lacks: clap's sentence, with what gpushare gives it (the
+    // option, the word, every strategy's name).
+    let line = usage_line(&["--strategies", "mps,fast", "--", "true"]);
+    assert!(!line.contains('\n'), "{line}");
+    for part in ["--strategies", "'fast'", "time-slicing", "mps", "mps-limited", "mig"] {
+        assert!(line.contains(part), "{part} not in {line}");
     }
     // A command without `--` is not taken for one.
     assert!(usage_line(&["./serve"]).starts_with("unexpected argument './serve' found"));
