@@ -290,6 +290,11 @@ impl Identity {
     /// supplementary `groups` the caller has (the bus's `UnixGroupIDs`); without them, the
     /// primary group alone.
     pub fn of_caller(uid: u32, groups: Option<&[u32]>) -> io::Result<Identity> {
+        // (uid_t)-1 is no one's: setresuid(2) reads it as "leave unchanged" (the service's
+        // caller whose user the bus did not say has it).
+        if uid == u32::MAX {
+            return Err(io::Error::other("a caller whose user is not known"));
+        }
         let mut buffer = vec![0u8; 16 * 1024];
         // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
         // read after getpwuid_r has filled it.
@@ -342,6 +347,10 @@ impl Identity {
 /// the user may signal it but not trace it. Call it before any other thread exists.
 pub fn become_identity(identity: &Identity) -> io::Result<()> {
     let Identity { uid, gid, groups } = identity;
+    // (uid_t)-1 and (gid_t)-1 would leave the ids unchanged: never an identity to take.
+    if *uid == u32::MAX || *gid == u32::MAX || groups.contains(&u32::MAX) {
+        return Err(io::Error::other("uid or gid -1 is no one's identity"));
+    }
     // SAFETY: `groups` is a live array of that many ids for the call.
     if unsafe { ::libc::setgroups(groups.len(), groups.as_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
@@ -688,6 +697,14 @@ fn bits_of(mask: &[u64]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minus_one_is_no_ones_identity() {
+        assert!(Identity::of_caller(u32::MAX, None).is_err());
+        let minus_one = Identity { uid: u32::MAX, gid: u32::MAX, groups: Vec::new() };
+        // Refused before any system call: this test process keeps its own ids.
+        assert!(become_identity(&minus_one).is_err());
+    }
 
     #[test]
     fn user_names_come_from_the_password_database() {
