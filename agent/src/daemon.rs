@@ -213,7 +213,7 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if !config.written.cdi_dir {
                 config.cdi.dir = state_dir.join("cdi");
             }
-            if !config.written.metrics_listen && config.metrics.listen == defaults.metrics.listen {
+            if !config.written.metrics_listen {
                 if config.metrics.enabled {
                     tracing::info!(
                         "metrics not served: a simulated agent serves them where the agent.toml \

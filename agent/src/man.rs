@@ -161,7 +161,7 @@ fn keys() -> Vec<Key> {
 const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "GPUSHARE_LOG",
-        "Log filter (tracing's directives: warn, info, gpushare_agent=debug); default info.",
+        "Log filter (tracing's directives: warn, info, gpushare_agent=debug); default info, and warn on the terminal under --simulate (the journal still gets info).",
     ),
     (
         "GPUSHARE_BUS_ADDRESS",
