@@ -406,15 +406,25 @@ impl MpsController {
     }
 
     /// Records `made` in the server record of `uuid`, keeping the overrides of the server
-    /// processes in `running` only (a server that is gone took its override with it).
+    /// processes in `running` only (a server that is gone took its override with it), and
+    /// one override a server: a limit `made` leaves unset keeps what an earlier one set
+    /// (threads, then memory, is both), so the record says what the server holds and grows
+    /// no longer with every `mps limit`.
     pub fn record_override(
         &self,
         uuid: &str,
-        made: LimitOverride,
+        mut made: LimitOverride,
         running: &[u32],
     ) -> Result<(), SharingError> {
         self.update_record(uuid, |record| {
             record.overrides.retain(|o| running.contains(&o.server_pid));
+            if let Some(i) = record.overrides.iter().position(|o| o.server_pid == made.server_pid) {
+                let earlier = record.overrides.remove(i);
+                made.active_thread_percentage =
+                    made.active_thread_percentage.or(earlier.active_thread_percentage);
+                made.pinned_memory_limit_bytes =
+                    made.pinned_memory_limit_bytes.or(earlier.pinned_memory_limit_bytes);
+            }
             record.overrides.push(made);
         })
     }

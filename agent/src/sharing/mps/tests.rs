@@ -2,7 +2,7 @@
 
 use super::limits::ps_client_pids;
 use super::*;
-use crate::node::MpsLimits;
+use crate::node::{LimitOverride, MpsLimits};
 
 #[test]
 fn pinned_limits_read_back_as_the_daemon_rounds_them() {
@@ -208,4 +208,28 @@ fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+}
+
+#[test]
+fn a_servers_overrides_are_one_that_holds_every_limit_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mps = controller_without_tool(dir.path());
+    let record = whole_gpu_record(1, std::process::id());
+    std::fs::create_dir_all(mps.pipe_dir("GPU-abc")).unwrap();
+    write_json(&mps.server_dir("GPU-abc").join("server.json"), &record, PRIVATE).unwrap();
+    let made = |threads: Option<u32>, memory: Option<u64>, at| LimitOverride {
+        server_pid: 4242,
+        active_thread_percentage: threads,
+        pinned_memory_limit_bytes: memory,
+        by_uid: Some(0),
+        at_unix_seconds: at,
+    };
+    // Threads, then memory, on the same server; then threads on another, which is gone.
+    mps.record_override("GPU-abc", made(Some(50), None, 1), &[4242]).unwrap();
+    mps.record_override("GPU-abc", made(None, Some(4 << 30), 2), &[4242]).unwrap();
+    let overrides = &mps.daemons()[0].record.overrides;
+    assert_eq!(overrides.as_slice(), [made(Some(50), Some(4 << 30), 2)]);
+    let other = LimitOverride { server_pid: 4343, ..made(Some(10), None, 3) };
+    mps.record_override("GPU-abc", other, &[4343]).unwrap();
+    assert_eq!(mps.daemons()[0].record.overrides, [other]);
 }
