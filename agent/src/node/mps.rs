@@ -211,15 +211,6 @@ impl MpsServerDetail {
                 .collect(),
         }
     }
-
-    /// The user the running server serves alone, when the daemon serves one user at a
-    /// time and that user is known.
-    pub fn serves_only(&self) -> Option<u32> {
-        if self.multi_user {
-            return None;
-        }
-        self.live.as_ref()?.servers.first()?.uid
-    }
 }
 
 /// Limits in a few words: `25% threads, 10 GiB`, `100% threads, no memory limit`.
@@ -273,9 +264,6 @@ mod tests {
         assert_eq!(d.defaults_source(), Some(LimitSource::Profile));
         assert_eq!(d.for_new_clients(), Some((limits(25, Some(10)), LimitSource::Profile)));
         assert!(d.drift().is_empty());
-        assert_eq!(d.serves_only(), Some(1000));
-        // Multi-user: the server serves everyone.
-        assert_eq!(MpsServerDetail { multi_user: true, ..d }.serves_only(), None);
     }
 
     #[test]

@@ -223,7 +223,6 @@ fn check_selectors(node: &NodeState, profile: &Profile) -> Result<(), PlanError>
     )))
 }
 
-/// `GPUs 0-7`, `GPU 0`, `no GPUs`.
 /// A GPU a caller named (`env`, `probe`, `bench` targets) that this node lacks, worded as
 /// every such refusal is: what was named, then the GPUs there are, `GPU "9": this node has
 /// no such GPU; its GPUs are 0-7 (by index or GPU-… UUID)`. With `mig_too` the name may
@@ -245,6 +244,7 @@ pub fn no_such_gpu(node: &NodeState, named: &str, mig_too: bool) -> String {
     }
 }
 
+/// `GPUs 0-7`, `GPU 0`, `no GPUs`.
 fn gpu_indices(node: &NodeState) -> String {
     let text = crate::node::index_ranges(&node.gpus.iter().map(|g| g.index).collect::<Vec<_>>());
     match node.gpus.len() {

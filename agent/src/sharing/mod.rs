@@ -53,13 +53,9 @@ impl SharingTools {
         (servers, details)
     }
 
-    /// Fills in the clients of the running `servers`: one control query each, run side by
-    /// side. A server that does not answer is left with none (it serves no one either).
-    pub fn read_mps_clients(&self, servers: &mut [MpsServerState]) {
-        self.read_mps_clients_where(servers, |_| true);
-    }
-
-    /// [`Self::read_mps_clients`] for the running servers that `wanted` picks only.
+    /// Fills in the clients of the running `servers` that `wanted` picks: one control
+    /// query each, run side by side. A server that does not answer is left with none (it
+    /// serves no one either).
     pub fn read_mps_clients_where(
         &self,
         servers: &mut [MpsServerState],

@@ -52,11 +52,6 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    /// Whether the check changed a daemon (restarted one, or put limits back).
-    pub fn changed_anything(&self) -> bool {
-        !self.restarts.is_empty() || !self.restores.is_empty()
-    }
-
     /// Every line, restarts first.
     pub fn lines(&self) -> Vec<String> {
         self.restarts.iter().chain(&self.restores).cloned().collect()
