@@ -391,15 +391,11 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
 fn probe_bus(bus: &str) -> Result<(), String> {
     let address = match bus {
         "system" => std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
-            .unwrap_or_else(|_| "unix:path=/var/run/dbus/system_bus_socket".into()),
+            .unwrap_or_else(|_| gpushare_proto::SYSTEM_BUS_DEFAULT.into()),
         "session" => std::env::var("DBUS_SESSION_BUS_ADDRESS").unwrap_or_default(),
         address => address.to_owned(),
     };
-    let paths: Vec<&str> = address
-        .split(';')
-        .filter_map(|a| a.strip_prefix("unix:"))
-        .filter_map(|a| a.split(',').find_map(|kv| kv.strip_prefix("path=")))
-        .collect();
+    let paths = gpushare_proto::unix_socket_paths(&address);
     // Another kind of address among them: the connection itself will tell.
     if paths.is_empty() || paths.len() < address.split(';').filter(|a| !a.is_empty()).count() {
         return Ok(());
@@ -408,7 +404,7 @@ fn probe_bus(bus: &str) -> Result<(), String> {
     for path in &paths {
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => return Ok(()),
-            Err(e) => why = format!("{path}: {e}"),
+            Err(e) => why = format!("{}: {e}", path.display()),
         }
     }
     let hint = if bus == "system" {

@@ -128,7 +128,7 @@ impl Bus {
     fn socket_path(&self) -> Option<std::path::PathBuf> {
         let address = match self {
             Bus::System => std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
-                .unwrap_or_else(|_| "unix:path=/run/dbus/system_bus_socket".into()),
+                .unwrap_or_else(|_| gpushare_proto::SYSTEM_BUS_DEFAULT.into()),
             Bus::Session => std::env::var("DBUS_SESSION_BUS_ADDRESS").ok()?,
             Bus::Address(a) => a.clone(),
         };
@@ -136,29 +136,9 @@ impl Bus {
     }
 }
 
-/// The first `unix:path=` of a D-Bus address (`;` separates alternatives, `,` keys), with
-/// its `%xx` escapes undone.
+/// The first `unix:path=` of a D-Bus address, its escapes undone.
 fn socket_path_of(address: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::ffi::OsStringExt;
-    let transport = address.split(';').find(|t| t.trim_start().starts_with("unix:"))?;
-    let value = transport.trim_start()["unix:".len()..]
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("path="))?;
-    let mut bytes = Vec::with_capacity(value.len());
-    let mut rest = value.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'%'
-            && let Some(hex) = tail.get(..2)
-            && let Ok(byte) = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16)
-        {
-            bytes.push(byte);
-            rest = &tail[2..];
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    Some(std::ffi::OsString::from_vec(bytes).into())
+    gpushare_proto::unix_socket_paths(address).into_iter().next()
 }
 
 /// The user who owns the socket at `path` (or, where this user may not look into its

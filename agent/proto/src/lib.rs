@@ -33,6 +33,40 @@ pub const JOB_PATH_PREFIX: &str = "/io/gpushare/Agent1/jobs";
 pub const ERROR_PREFIX: &str = "io.gpushare.Agent1.Error";
 /// Environment variable naming the bus address clients use instead of the system bus.
 pub const BUS_ADDRESS_ENV: &str = "GPUSHARE_BUS_ADDRESS";
+/// The system bus's address where `DBUS_SYSTEM_BUS_ADDRESS` names none (the D-Bus
+/// specification's default).
+pub const SYSTEM_BUS_DEFAULT: &str = "unix:path=/var/run/dbus/system_bus_socket";
+
+/// The socket files a D-Bus address names, in order: each `unix:path=` of its
+/// alternatives (`;` separates them, `,` their keys), with its `%xx` escapes undone.
+/// Alternatives of other kinds (`abstract=`, `tcp:`) name none.
+pub fn unix_socket_paths(address: &str) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let decode = |value: &str| {
+        let mut bytes = Vec::with_capacity(value.len());
+        let mut rest = value.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            let hex = tail.get(..2).and_then(|h| std::str::from_utf8(h).ok());
+            match hex.filter(|_| b == b'%').and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(byte) => {
+                    bytes.push(byte);
+                    rest = &tail[2..];
+                }
+                None => {
+                    bytes.push(b);
+                    rest = tail;
+                }
+            }
+        }
+        std::path::PathBuf::from(std::ffi::OsString::from_vec(bytes))
+    };
+    address
+        .split(';')
+        .filter_map(|t| t.trim_start().strip_prefix("unix:"))
+        .filter_map(|t| t.split(',').find_map(|kv| kv.strip_prefix("path=")))
+        .map(decode)
+        .collect()
+}
 
 /// A byte size exactly, in the largest binary unit that divides it: `2 GiB`, `512 MiB`,
 /// `1000 B`. What [`parse_size`] reads back; the one way agent and ctl write a size that
@@ -286,6 +320,14 @@ mod proxies {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_unix_path_of_an_address_is_named_decoded() {
+        let paths =
+            unix_socket_paths("unix:path=/a%2cb,guid=1;tcp:host=x;unix:abstract=/c;unix:path=/d");
+        assert_eq!(paths, [std::path::PathBuf::from("/a,b"), "/d".into()]);
+        assert!(unix_socket_paths("tcp:host=localhost,port=1").is_empty());
+    }
 
     #[test]
     fn byte_prefixes_end_on_a_character() {
