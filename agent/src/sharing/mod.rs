@@ -174,12 +174,12 @@ impl SharingTools {
 /// parent is the control daemon `daemon`. The simulated daemon's servers are no processes:
 /// their users are told from their clients ([`fill_users_from_clients`]).
 fn server_user(pid: u32, daemon: Option<u32>) -> Option<u32> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let name = exe.file_name()?.to_str()?;
-    let server = name.starts_with("nvidia-cuda-mps-server");
-    (server && daemon.is_some() && procfs::parent(pid) == daemon)
-        .then(|| procfs::real_user(pid))
-        .flatten()
+    // One open of the process's directory for all three: a pid reused in between cannot
+    // lend another process's answers.
+    let process = procfs::Process::open(std::path::Path::new("/proc"), pid)?;
+    let server = process.program()?.name.starts_with("nvidia-cuda-mps-server");
+    let owner = process.owner()?;
+    (server && daemon.is_some() && owner.parent == daemon).then_some(owner.uid)
 }
 
 /// The user of each live server process of a single-user daemon whose user is not known

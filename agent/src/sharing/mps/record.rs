@@ -104,20 +104,17 @@ pub(super) fn pid_file(pipe_dir: &Path) -> Option<u32> {
 /// no process of another user, nor any other root process, has).
 pub(super) fn legacy_daemon(pipe_dir: &Path) -> Option<DaemonIdentity> {
     let pid = pid_file(pipe_dir).filter(|&pid| alive(pid))?;
-    if procfs::real_user(pid) != Some(unix::effective_uid()) {
+    // One open of the process's directory for every question (a reused pid cannot mix two
+    // processes), and its environment read within a bound.
+    let process = procfs::Process::open(Path::new("/proc"), pid)?;
+    if process.owner()?.uid != unix::effective_uid() {
         return None;
     }
     // An MPS control daemon's executable (NVIDIA's, or the simulator's under either name),
     // not any program of the agent's user that kept such an environment.
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    if !exe.file_name()?.to_str()?.ends_with("nvidia-cuda-mps-control") {
+    if !process.program()?.name.ends_with("nvidia-cuda-mps-control") {
         return None;
     }
-    let wanted = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ
-        .split(|&b| b == 0)
-        .any(|entry| entry == wanted.as_bytes())
-        .then(|| DaemonIdentity::of(pid))
-        .flatten()
+    let named = process.environment_variable("CUDA_MPS_PIPE_DIRECTORY")?;
+    (Path::new(&named) == pipe_dir).then(|| DaemonIdentity::of(pid)).flatten()
 }
