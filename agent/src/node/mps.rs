@@ -136,6 +136,16 @@ impl LimitDrift {
     pub fn is_empty(&self) -> bool {
         self.defaults.is_none() && self.servers.is_empty()
     }
+
+    /// Whether putting it back means removing a memory limit, which MPS cannot do to a
+    /// running daemon or server (only a restart does).
+    pub fn removes_memory_limit(&self) -> bool {
+        let removes = |live: &MpsLimits, want: &MpsLimits| {
+            live.pinned_memory_limit_bytes.is_some() && want.pinned_memory_limit_bytes.is_none()
+        };
+        self.defaults.is_some_and(|(live, want)| removes(&live, &want))
+            || self.servers.iter().any(|(_, live, want)| removes(live, want))
+    }
 }
 
 impl MpsServerDetail {

@@ -67,7 +67,7 @@ pub(super) fn mps_steps(
     let wanted = |server: &MpsServerState| -> bool {
         let spec = node.mps_spec(server);
         server.pid.is_some()
-            && !needs_restart(&drift_of(node, server))
+            && !drift_of(node, server).removes_memory_limit()
             && match server.placement_start {
                 None => !target.mig_enabled && server.uuid == gpu.uuid && target.mps == Some(spec),
                 Some(start) => {
@@ -132,16 +132,6 @@ fn start_step(gpu: u32, device: MpsDevice, spec: MpsSpec) -> Step {
 /// not read).
 fn drift_of(node: &NodeState, server: &MpsServerState) -> LimitDrift {
     node.mps_detail(&server.uuid).map(|d| d.drift()).unwrap_or_default()
-}
-
-/// Whether putting `drift` back means removing a memory limit, which MPS cannot do to a
-/// running daemon or server.
-fn needs_restart(drift: &LimitDrift) -> bool {
-    let removes = |live: &MpsLimits, want: &MpsLimits| {
-        live.pinned_memory_limit_bytes.is_some() && want.pinned_memory_limit_bytes.is_none()
-    };
-    drift.defaults.is_some_and(|(live, want)| removes(&live, &want))
-        || drift.servers.iter().any(|(_, live, want)| removes(live, want))
 }
 
 /// Refuses to stop MPS servers that have clients: a stop, a restart with other limits or

@@ -369,12 +369,7 @@ impl MpsController {
         }
         if !left.is_empty() {
             // MPS has no command that removes a memory limit: only a new daemon has none.
-            let removed = drift.defaults.is_some_and(|(was, want)| {
-                want.pinned_memory_limit_bytes.is_none() && was.pinned_memory_limit_bytes.is_some()
-            }) || drift.servers.iter().any(|(_, was, want)| {
-                want.pinned_memory_limit_bytes.is_none() && was.pinned_memory_limit_bytes.is_some()
-            });
-            let why = if removed {
+            let why = if drift.removes_memory_limit() {
                 " (MPS cannot remove a memory limit from a running daemon; applying the profile \
                  again restarts it, which stops its clients)"
             } else {
