@@ -57,12 +57,8 @@ enum Event {
 
 /// Starts reading the calls sent to `connection`'s owner and serving them with `service`.
 /// Call before the agent's name is requested, so that no call finds nobody reading.
-/// Connections that leave the bus are told to `departures`.
-pub async fn open(
-    connection: &Connection,
-    service: Arc<Service>,
-    departures: Arc<Departures>,
-) -> zbus::Result<()> {
+/// Connections that leave the bus are told to the service's departures.
+pub async fn open(connection: &Connection, service: Arc<Service>) -> zbus::Result<()> {
     let mut rule = MatchRule::builder().msg_type(Type::MethodCall);
     if let Some(name) = connection.unique_name() {
         rule = rule.destination(name.as_str())?;
@@ -81,8 +77,8 @@ pub async fn open(
     let (events, happened) = mpsc::unbounded_channel();
     let door = Door {
         connection: connection.clone(),
+        departures: Arc::clone(&service.departures),
         service,
-        departures,
         admission: Admission::new(Limits::default()),
         events,
         answers,

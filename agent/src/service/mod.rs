@@ -111,8 +111,7 @@ pub async fn serve(
         telemetry: Default::default(),
         clients: Default::default(),
     });
-    let departures = Arc::clone(&service.departures);
-    door::open(&connection, service, departures).await.map_err(|e| format!("bus {bus}: {e}"))?;
+    door::open(&connection, service).await.map_err(|e| format!("bus {bus}: {e}"))?;
     use zbus::fdo::{RequestNameFlags, RequestNameReply};
     let dbus =
         zbus::fdo::DBusProxy::new(&connection).await.map_err(|e| format!("bus {bus}: {e}"))?;
