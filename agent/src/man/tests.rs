@@ -128,3 +128,13 @@ fn the_page_has_its_sections_and_options() {
     }
     assert!(page.contains("SIGHUP") && page.contains("SIGTERM"));
 }
+
+#[test]
+fn the_page_names_a_simulated_agents_own_place() {
+    let page = render(clap::Command::new("gpushare-agent")).unwrap();
+    assert!(
+        page.contains(&escape(crate::simulator::ROOT_STATE_DIR)),
+        "no {}",
+        crate::simulator::ROOT_STATE_DIR
+    );
+}
