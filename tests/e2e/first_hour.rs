@@ -61,6 +61,22 @@ fn processes_with_in_environment(needle: &str) -> Vec<String> {
     found
 }
 
+/// Kills, when dropped, what the README's script left running (its environment holds
+/// the script's own HOME): a script that stopped at a failing line never reached its
+/// teardown, and its bus and agent must not outlive the test.
+struct KillLeft(String);
+
+impl Drop for KillLeft {
+    fn drop(&mut self) {
+        for found in processes_with_in_environment(&self.0) {
+            let Some(Ok(pid)) = found.split(':').next().map(str::parse::<i32>) else { continue };
+            // SAFETY: kill(2) on a process the test's script started (it carries the
+            // script's HOME in its environment).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
 /// Runs `script` with bash (`-euo pipefail`, each command echoed) as the group member
 /// (or as root, `user` `None`), from `cwd`, with nothing of this process's environment but
 /// `PATH` and a `HOME` of its own.
@@ -128,6 +144,7 @@ fn the_readme_by_hand_blocks_run_as_written_by_a_user_without_root() {
     let tree = build_tree();
     let copy = reachable_tree(MEMBER, &tree);
     let cwd = copy.as_ref().map_or(tree.as_path(), |c| c.path());
+    let _kill_left = KillLeft(home.path().to_string_lossy().into_owned());
     let out = run_as(Some(MEMBER), &script, cwd, home.path());
     // What is left a moment after the teardown (a killed bus exits on its own time).
     let needle = home.path().to_string_lossy().into_owned();
@@ -329,6 +346,7 @@ fn the_readme_by_hand_blocks_run_as_root_keep_out_of_the_real_agents_places() {
         teardown = blocks[1],
     );
     let before = real_agents_places();
+    let _kill_left = KillLeft(home.path().to_string_lossy().into_owned());
     let out = run_as(None, &script, &build_tree(), home.path());
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
