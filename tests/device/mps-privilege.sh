@@ -18,7 +18,8 @@ export CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 chmod 755 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 other=gsmpsb
-useradd -r -M -u 4321 -s /usr/sbin/nologin "$other" || echo "useradd failed"
+# Made here, or the run stops: an account that was there is not ours to use or remove.
+if useradd -r -M -s /usr/sbin/nologin "$other"; then made_user=1; else echo "useradd $other failed"; exit 1; fi
 id nobody; id "$other"
 
 # Our daemon only (its pid file in our pipe directory): the host is shared, and another
@@ -36,7 +37,7 @@ cleanup() {
     kill "$(daemon_pid)" 2>/dev/null
   fi
   sleep 0.5
-  userdel "$other" 2>/dev/null
+  [ "${made_user:-}" = 1 ] && userdel "$other" 2>/dev/null
   cp -r "$CUDA_MPS_LOG_DIRECTORY" "$out/mps-log" 2>/dev/null
   ps -eo stat=,user=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS LEFT" || echo "no MPS daemon left"
 }

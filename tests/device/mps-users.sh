@@ -26,7 +26,8 @@ exec > >(tee "$out/mps-users.txt") 2>&1
 printf '[gpu]\nmanage_mig = false\nmanage_compute_mode = false\nmanage_timeslice = false\n[mps]\nroot = "%s/mps"\nhealth_interval_seconds = 2\n[metrics]\nenabled = false\n[cdi]\ndir = "%s/cdi"\n' \
   "$work" "$work" >"$work/agent.toml"
 other=gsmpsu
-useradd -r -M -u 4322 -s /usr/sbin/nologin "$other" || echo "useradd failed"
+# Made here, or the run stops: an account that was there is not ours to use or remove.
+if useradd -r -M -s /usr/sbin/nologin "$other"; then made_user=1; else echo "useradd $other failed"; exit 1; fi
 id "$other"
 
 if [ "$simulate" = --simulate ]; then
@@ -61,7 +62,7 @@ cleanup() {
   ctl apply all-disabled >/dev/null 2>&1
   stop_agent
   sleep 1
-  userdel "$other" 2>/dev/null
+  [ "${made_user:-}" = 1 ] && userdel "$other" 2>/dev/null
   local left=0 d
   for d in "${daemons[@]}"; do
     ps -o stat=,user=,pid=,args= -p "$d" | grep -v '^Z' && left=1
