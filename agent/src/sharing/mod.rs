@@ -86,28 +86,28 @@ impl SharingTools {
     ) {
         let details = &node.mps_details;
         let wanted = |s: &MpsServerState| with_clients(s) && !s.clients_read;
-        // What a fresh read answers needs no thread: only the others ask their daemons.
+        // What a fresh read answers needs no thread: only the others ask their daemons
+        // (and, the cache just looked at, ask them now).
         let mut fresh = Vec::new();
-        let asked: Vec<(usize, &MpsServerState, &MpsServerDetail)> = node
-            .mps
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.pid.is_some())
-            .filter_map(|(i, s)| Some((i, s, details.get(&s.uuid)?)))
-            .filter(|(_, s, detail)| detail.live.is_none() || wanted(s))
-            .filter(|&(i, s, _)| {
-                let cached = (!wanted(s)).then(|| self.mps.fresh_read(&s.uuid)).flatten();
-                cached.map(|read| fresh.push((i, false, Ok(read)))).is_none()
-            })
-            .collect();
+        let mut asked: Vec<(usize, &MpsServerState, &MpsServerDetail)> = Vec::new();
+        for (i, server) in node.mps.iter().enumerate().filter(|(_, s)| s.pid.is_some()) {
+            let Some(detail) = details.get(&server.uuid) else { continue };
+            if detail.live.is_some() && !wanted(server) {
+                continue;
+            }
+            match (!wanted(server)).then(|| self.mps.fresh_read(&server.uuid)).flatten() {
+                Some(read) => fresh.push((i, false, Ok(read))),
+                None => asked.push((i, server, detail)),
+            }
+        }
         let mut reads: Vec<(usize, bool, Result<LiveRead, SharingError>)> =
             std::thread::scope(|scope| {
                 let handles: Vec<_> = asked
                     .into_iter()
                     .map(|(i, server, detail)| {
                         let clients = wanted(server);
-                        let read =
-                            scope.spawn(move || self.mps.read_live(&server.uuid, detail, clients));
+                        let read = scope
+                            .spawn(move || self.mps.read_live_now(&server.uuid, detail, clients));
                         (i, clients, read)
                     })
                     .collect();
