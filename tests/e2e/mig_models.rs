@@ -171,6 +171,30 @@ fn where_the_catalog_disagrees_the_driver_wins_with_a_warning() {
     assert!(text(&check).contains("name: NVML 1g.24gb, catalog 1g.23gb"), "{}", text(&check));
 }
 
+/// Issue 38: "did you mean" names the profile a mistyped name most likely means on that
+/// GPU (same slices, then nearest memory, then variant), not the one spelled most alike.
+#[test]
+fn did_you_mean_names_the_profile_that_is_meant() {
+    for (model, typed, meant) in [
+        ("a100-40gb:1", "3g.40gb", "3g.20gb"),
+        ("h100-80gb:1", "1g.5gb", "1g.10gb"),
+        ("h100-80gb:1", "1g.10gb-me", "1g.10gb"),
+    ] {
+        let agent = Agent::start(AgentOptions::simulate(model));
+        let before = agent.status();
+        let text =
+            format!("name = \"meant\"\n[[gpu]]\nselect = \"all\"\nmig = {{ \"{typed}\" = 1 }}\n");
+        let (_dir, file) = temp_file("meant.toml", text);
+        let out = agent.ctl(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("no MIG profile {typed} (the rule at ")), "{err}");
+        assert!(err.contains(&format!("meant.toml:2:1); did you mean {meant}? ")), "{err}");
+        assert_eq!(agent.status(), before);
+    }
+}
+
 /// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
 /// refused in one line naming the rule and the names that would work; nothing changes.
 #[test]
