@@ -195,6 +195,35 @@ fn did_you_mean_names_the_profile_that_is_meant() {
     }
 }
 
+/// Issue 38: every simulated MIG model's profile names are what NVIDIA's tools (go-nvlib's
+/// rule: mig-parted, GPU Feature Discovery) make of the memory the simulated driver reports
+/// through NVML: each profile's `memorySizeMB` against the GPU's `nvmlDeviceGetMemoryInfo`
+/// total, read by the agent.
+#[test]
+fn the_drivers_names_are_what_nvidias_rule_makes_of_its_memory() {
+    let keys: Vec<String> = gpushare_catalog::simulated_models()
+        .iter()
+        .filter(|m| m.supports_mig())
+        .map(|m| format!("{}:1", m.key))
+        .collect();
+    let agent = Agent::start(AgentOptions::simulate(&keys.join(",")));
+    let status = agent.status();
+    let doc: gpushare_proto::types::MigProfiles = agent.ctl_doc(&["mig", "profiles"]);
+    assert_eq!(doc.gpus.len(), keys.len());
+    let mut wrong = Vec::new();
+    for (gpu, key) in doc.gpus.iter().zip(&keys) {
+        let total = status.gpus[gpu.index as usize].memory_total_bytes;
+        for p in &gpu.profiles {
+            let derived =
+                gpushare_catalog::naming::gpu_instance_name(p.nvml_enum, p.memory_mib, total);
+            if derived.as_deref() != Some(p.name.as_str()) {
+                wrong.push(format!("{key} {}: NVIDIA's tools name it {derived:?}", p.name));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
 /// refused in one line naming the rule and the names that would work; nothing changes.
 #[test]
