@@ -224,11 +224,6 @@ fn go_nvlib_name(m: nvmlDevice_t) -> String {
     panic!("no matching profile IDs found");
 }
 
-/// The models whose memory contradicts their published profile names under go-nvlib's
-/// rule (issue 38 item 3, fixed in the catalog on another branch): their names are
-/// compared without the memory.
-const MEMORY_NAMING_OPEN: &[&str] = &["gb200-early"];
-
 #[test]
 fn go_nvlib_derives_the_drivers_profile_name_on_every_model() {
     let mut checked = 0;
@@ -250,25 +245,13 @@ fn go_nvlib_derives_the_drivers_profile_name_on_every_model() {
                     } else {
                         format!("{slices}c.{}", p.name)
                     };
-                    let got = go_nvlib_name(m);
-                    let what = format!("{} {} CI enum {ci_enum}", model.key, p.name);
-                    if MEMORY_NAMING_OPEN.contains(&model.key.as_str()) {
-                        // `1g.24gb+me` -> `1g.?gb+me`.
-                        let strip = |s: &str| {
-                            let memory = |part: &str| match part.find("gb") {
-                                Some(i)
-                                    if i > 0 && part[..i].bytes().all(|b| b.is_ascii_digit()) =>
-                                {
-                                    format!("?{}", &part[i..])
-                                }
-                                _ => part.to_string(),
-                            };
-                            s.split('.').map(memory).collect::<Vec<_>>().join(".")
-                        };
-                        assert_eq!(strip(&got), strip(&want), "{what}");
-                    } else {
-                        assert_eq!(got, want, "{what}");
-                    }
+                    assert_eq!(
+                        go_nvlib_name(m),
+                        want,
+                        "{} {} CI enum {ci_enum}",
+                        model.key,
+                        p.name
+                    );
                     checked += 1;
                 }
                 assert!(slices > 0, "{} {}: no MIG device", model.key, p.name);
