@@ -1,12 +1,14 @@
 //! The simulator answers as the real driver did (issue 38): `tests/device/nvml_answers.py`,
-//! which recorded a real H100's answers read-only (error texts, addressing mode, fabric
+//! which records a real GPU's answers read-only (error texts, addressing mode, fabric
 //! info, attributes of a whole GPU, MIG-off lookups, the v1 entry points' argument
-//! checks), runs here on the built library on a simulated H100, and its answers must
-//! equal the recorded ones key by key. A future recording that differs fails this test.
+//! checks), runs here on the built library, on a simulated GPU of the model the recording
+//! names (`gpu0.name`), and its answers must equal the recorded ones key by key. A future
+//! recording that differs fails this test.
 //!
-//! The reference is the newest recording under `tests/device/results/nvml-answers-*/`
-//! (`nvml-answers.json`); until one is committed, `tests/data/issue38-stated-answers.json`,
-//! the answers issue 38 states (a subset of the keys).
+//! The references are the recordings under `tests/device/results/nvml-answers-*/`
+//! (`nvml-answers.json`), each compared; until one is committed,
+//! `tests/data/issue38-stated-answers.json`, the answers issue 38 states for an H100 (a
+//! subset of the keys).
 
 mod common;
 
@@ -17,13 +19,17 @@ use std::process::Command;
 use serde_json::Value;
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("sim/nvml is two levels down")
+        .to_path_buf()
 }
 
-/// The reference answers and where they come from.
-fn reference() -> (PathBuf, BTreeMap<String, Value>) {
+/// The references: every recording, or the answers the issue states when there is none.
+fn references() -> Vec<(PathBuf, BTreeMap<String, Value>)> {
     let results = workspace().join("tests/device/results");
-    let mut recorded: Vec<PathBuf> = std::fs::read_dir(&results)
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&results)
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
@@ -36,18 +42,40 @@ fn reference() -> (PathBuf, BTreeMap<String, Value>) {
                 .collect()
         })
         .unwrap_or_default();
-    recorded.sort();
-    let path = recorded.pop().unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/issue38-stated-answers.json")
-    });
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let answers =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
-    (path, answers)
+    paths.sort();
+    if paths.is_empty() {
+        let stated =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/issue38-stated-answers.json");
+        eprintln!(
+            "no recording under tests/device/results/nvml-answers-*/: compared with {}",
+            stated.display()
+        );
+        paths.push(stated);
+    }
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let answers = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+            (path, answers)
+        })
+        .collect()
+}
+
+/// The simulated model of the GPU a recording names (`gpu0.name`, NVML's name).
+fn model_of(path: &Path, recorded: &BTreeMap<String, Value>) -> &'static str {
+    let name = recorded["gpu0"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}: no gpu0.name", path.display()));
+    let model = gpushare_catalog::model_by_nvml_name(name)
+        .unwrap_or_else(|| panic!("{}: no simulated model is named {name:?}", path.display()));
+    &model.key
 }
 
 /// What the recorder answers on the simulated library (None: python3 is missing).
-fn simulated() -> Option<BTreeMap<String, Value>> {
+fn simulated(model: &str) -> Option<BTreeMap<String, Value>> {
     let dir = tempfile::tempdir().unwrap();
     let script = workspace().join("tests/device/nvml_answers.py");
     let mut cmd = Command::new("python3");
@@ -59,7 +87,7 @@ fn simulated() -> Option<BTreeMap<String, Value>> {
         }
     }
     cmd.env("NVML_LIB", common::library())
-        .env("GPUSHARE_SIM_NODE", "h100-80gb:1")
+        .env("GPUSHARE_SIM_NODE", format!("{model}:1"))
         .env("GPUSHARE_SIM_STATE", dir.path().join("node.json"));
     let out = match cmd.output() {
         Ok(out) => out,
@@ -101,27 +129,24 @@ fn differences(recorded: &BTreeMap<String, Value>, sim: &BTreeMap<String, Value>
 
 #[test]
 fn the_simulator_answers_as_the_recorded_driver() {
-    let (path, recorded) = reference();
-    let Some(sim) = simulated() else {
-        eprintln!("skipped: python3 not found (it runs tests/device/nvml_answers.py)");
-        return;
-    };
-    let diff = differences(&recorded, &sim);
-    assert!(
-        diff.is_empty(),
-        "{} answers differ from {} (recorded vs simulated):\n{}",
-        diff.len(),
-        path.display(),
-        diff.join("\n")
-    );
-    if path.starts_with(workspace().join("tests/device/results")) {
-        // A recording holds every key the recorder asks: a truncated file fails.
-        let missing: Vec<&String> = sim.keys().filter(|k| !recorded.contains_key(*k)).collect();
-        assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
-    } else {
-        eprintln!(
-            "no recording under tests/device/results/nvml-answers-*/: compared with {}",
-            path.display()
+    for (path, recorded) in references() {
+        let model = model_of(&path, &recorded);
+        let Some(sim) = simulated(model) else {
+            eprintln!("skipped: python3 not found (it runs tests/device/nvml_answers.py)");
+            return;
+        };
+        let diff = differences(&recorded, &sim);
+        assert!(
+            diff.is_empty(),
+            "{} answers of a simulated {model} differ from {} (recorded vs simulated):\n{}",
+            diff.len(),
+            path.display(),
+            diff.join("\n")
         );
+        if path.starts_with(workspace().join("tests/device/results")) {
+            // A recording holds every key the recorder asks: a truncated file fails.
+            let missing: Vec<&String> = sim.keys().filter(|k| !recorded.contains_key(*k)).collect();
+            assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
+        }
     }
 }
