@@ -7,7 +7,7 @@
 //! # Recorded and derived answers
 //! Recorded read-only on a real H100 80GB HBM3, driver 580.159.04, MIG off (issue 38's
 //! survey; `tests/device/nvml_answers.py` records them again, and
-//! `tests/recorded_answers.rs` compares its newest output under `tests/device/results/`
+//! `tests/recorded_answers.rs` compares each of its outputs under `tests/device/results/`
 //! key by key):
 //! - `nvmlErrorString`: 16 `GPU requires reset`, 17 `GPU access blocked by the operating
 //!   system`, 18 `Driver/library version mismatch`, 23 `Insufficient Resources` (as NVIDIA's
