@@ -6,9 +6,7 @@
 //! recording that differs fails this test.
 //!
 //! The references are the recordings under `tests/device/results/nvml-answers-*/`
-//! (`nvml-answers.json`), each compared; until one is committed,
-//! `tests/data/issue38-stated-answers.json`, the answers issue 38 states for an H100 (a
-//! subset of the keys).
+//! (`nvml-answers.json`: the first, an H100's, 2026-12-06), each compared.
 
 mod common;
 
@@ -26,32 +24,20 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// The references: every recording, or the answers the issue states when there is none.
+/// The references: every recording.
 fn references() -> Vec<(PathBuf, BTreeMap<String, Value>)> {
     let results = workspace().join("tests/device/results");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&results)
-        .map(|dir| {
-            dir.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("nvml-answers-"))
-                })
-                .map(|p| p.join("nvml-answers.json"))
-                .filter(|p| p.is_file())
-                .collect()
+        .unwrap_or_else(|e| panic!("{}: {e}", results.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("nvml-answers-"))
         })
-        .unwrap_or_default();
+        .map(|p| p.join("nvml-answers.json"))
+        .filter(|p| p.is_file())
+        .collect();
     paths.sort();
-    if paths.is_empty() {
-        let stated =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/issue38-stated-answers.json");
-        eprintln!(
-            "no recording under tests/device/results/nvml-answers-*/: compared with {}",
-            stated.display()
-        );
-        paths.push(stated);
-    }
+    assert!(!paths.is_empty(), "no recording under {}/nvml-answers-*/", results.display());
     paths
         .into_iter()
         .map(|path| {
@@ -104,9 +90,9 @@ fn simulated(model: &str) -> Option<BTreeMap<String, Value>> {
     Some(serde_json::from_slice(&out.stdout).expect("the recorder prints JSON"))
 }
 
-/// Where the simulator's answers differ from the reference's, one line each
-/// (`key.field: recorded vs simulated`): every field the reference holds for a key must be
-/// the simulator's (keys starting with `_` are notes).
+/// Where the simulator's answers differ from the recording's, one line each
+/// (`key.field: recorded vs simulated`): every field recorded for a key must be the
+/// simulator's (keys starting with `_` are notes).
 fn differences(recorded: &BTreeMap<String, Value>, sim: &BTreeMap<String, Value>) -> Vec<String> {
     let mut out = Vec::new();
     for (key, want) in recorded.iter().filter(|(k, _)| !k.starts_with('_')) {
@@ -143,10 +129,8 @@ fn the_simulator_answers_as_the_recorded_driver() {
             path.display(),
             diff.join("\n")
         );
-        if path.starts_with(workspace().join("tests/device/results")) {
-            // A recording holds every key the recorder asks: a truncated file fails.
-            let missing: Vec<&String> = sim.keys().filter(|k| !recorded.contains_key(*k)).collect();
-            assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
-        }
+        // A recording holds every key the recorder asks: a truncated file fails.
+        let missing: Vec<&String> = sim.keys().filter(|k| !recorded.contains_key(*k)).collect();
+        assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
     }
 }

@@ -403,7 +403,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     })
 }
 
-/// `nvmlDeviceGetGpuInstanceId`: a GPU handle is NOT_SUPPORTED.
+/// `nvmlDeviceGetGpuInstanceId`: a GPU handle is INVALID_ARGUMENT (the real H100 answered so, MIG off).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
@@ -414,13 +414,13 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
         let id = unsafe { out(id) }?;
         match handles::device(node, epoch, device)? {
             Device::Mig(_, gi, _) => *id = gi,
-            Device::Gpu(_) => return Err(ret::NOT_SUPPORTED),
+            Device::Gpu(_) => return Err(ret::INVALID_ARGUMENT),
         }
         Ok(())
     })
 }
 
-/// `nvmlDeviceGetComputeInstanceId`: a GPU handle is NOT_SUPPORTED.
+/// `nvmlDeviceGetComputeInstanceId`: a GPU handle is INVALID_ARGUMENT (the real H100 answered so, MIG off).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
@@ -431,7 +431,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
         let id = unsafe { out(id) }?;
         match handles::device(node, epoch, device)? {
             Device::Mig(_, _, ci) => *id = ci,
-            Device::Gpu(_) => return Err(ret::NOT_SUPPORTED),
+            Device::Gpu(_) => return Err(ret::INVALID_ARGUMENT),
         }
         Ok(())
     })

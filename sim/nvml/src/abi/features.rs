@@ -5,30 +5,27 @@
 //! and the ones derived are listed below, in one place.
 //!
 //! # Recorded and derived answers
-//! Recorded read-only on a real H100 80GB HBM3, driver 580.159.04, MIG off (issue 38's
-//! survey; `tests/device/nvml_answers.py` records them again, and
-//! `tests/recorded_answers.rs` compares each of its outputs under `tests/device/results/`
-//! key by key):
-//! - `nvmlErrorString`: 16 `GPU requires reset`, 17 `GPU access blocked by the operating
-//!   system`, 18 `Driver/library version mismatch`, 23 `Insufficient Resources` (as NVIDIA's
-//!   DCGM words them too: [`ERROR_TEXTS_RECORDED`]). 24 and 26 to 30 differ on the real
-//!   driver too, but their texts were not at hand: they keep nvidia-ml-py's wording (30
-//!   ours) until a recording is committed.
-//! - `nvmlDeviceGetAddressingMode` on the H100: SUCCESS, `NONE`.
-//! - `nvmlDeviceGetGpuFabricInfo(V)` on the H100 (no NVSwitch): SUCCESS with state
-//!   `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED`, not an error code.
-//! - `nvmlDeviceGetMigDeviceHandleByIndex` with MIG off: NOT_FOUND.
-//! - The v1 entry points `nvmlDeviceGetGpuInstancePossiblePlacements` and
-//!   `nvmlComputeInstanceGetInfo` check their arguments (INVALID_ARGUMENT for null ones)
-//!   rather than answer NOT_SUPPORTED; the rest of their answers is derived (below).
+//! Recorded read-only on a real H100 80GB HBM3, driver 580.159.04, MIG off, by
+//! `tests/device/nvml_answers.py` (`tests/device/results/nvml-answers-h100-2026-12-06/`;
+//! `tests/recorded_answers.rs` holds the simulated H100 to it key by key):
+//! - every `nvmlErrorString` text (0 to 30, 999; `Unknown Error` past them);
+//! - `nvmlDeviceGetAddressingMode`: SUCCESS, `NONE`; a wrong version
+//!   ARGUMENT_VERSION_MISMATCH, a null pointer INVALID_ARGUMENT;
+//! - `nvmlDeviceGetGpuFabricInfo` and `…V` (v2, v3) with no NVSwitch: SUCCESS, state
+//!   `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED`, every other field 0, the caller's version kept;
+//!   a wrong version ARGUMENT_VERSION_MISMATCH;
+//! - `nvmlDeviceGetAttributes(_v2)` on a whole GPU: NOT_SUPPORTED ([`WHOLE_GPU_ATTRIBUTES`]);
+//! - with MIG off: `nvmlDeviceGetMigDeviceHandleByIndex` NOT_FOUND at every index,
+//!   `nvmlDeviceGetGpuInstanceId`/`…ComputeInstanceId` of a GPU INVALID_ARGUMENT;
+//! - the v1 entry points: `nvmlDeviceGetGpuInstancePossiblePlacements` fills a buffer
+//!   with MIG off but answers a null buffer (the count query of `_v2`) INVALID_ARGUMENT;
+//!   `nvmlComputeInstanceGetInfo` checks its arguments as `_v2`.
 //!
 //! Derived (no real answer recorded):
-//! - A MIG device's attributes: the compute instance's SMs, the GPU instance's shared
-//!   engines, slices and memory, from the model's profile tables (which were read off real
-//!   GPUs: `catalog/models/*.toml`); the numbers equal what NVIDIA's GFD labels on a real
-//!   H100 (`mig-1g.10gb.memory=9984`, `.multiprocessors=16`, `.engines.copy=1`, …).
-//! - A whole GPU's attributes: [`WHOLE_GPU_ATTRIBUTES`] (nvml.h: "only supports MIG device
-//!   handles").
+//! - A MIG device's attributes: the compute instance's SMs and slices, the GPU instance's
+//!   shared engines, slices and memory, from the model's profile tables (which were read
+//!   off real GPUs: `catalog/models/*.toml`); the numbers equal what NVIDIA's GFD labels on
+//!   a real H100 (`mig-1g.10gb.memory=9984`, `.multiprocessors=16`, `.engines.copy=1`, …).
 //! - Fabric info: Ampere and Ada answer NOT_SUPPORTED (nvml.h: "Hopper or newer"); on
 //!   Hopper and Blackwell a host with NVSwitches and Fabric Manager running answers a
 //!   completed registration (a healthy mask; a cluster UUID and clique 1 only on GB200,
@@ -36,9 +33,7 @@
 //!   `NOT_STARTED`. A MIG device handle answers NOT_SUPPORTED, as other whole-GPU queries.
 //! - Addressing mode: ATS on the Grace superchips (GH200, GB200), NONE elsewhere; a MIG
 //!   device answers its GPU's.
-//! - The v1 placements: NOT_SUPPORTED with MIG off after the argument checks (NVML 11's
-//!   header: "doesn't have MIG mode enabled"), as `_v2` with MIG on; the v1
-//!   compute-instance info: NVML 11's 24-byte struct, without the placement.
+//! - The v1 compute-instance info writes NVML 11's 24-byte struct, without the placement.
 //!
 //! # Safety (for every function here)
 //! As in [`super::exports`]: the caller follows nvml.h.
@@ -55,17 +50,8 @@ use crate::node::{FabricManager, Gpu, Node};
 use crate::rules::{self, Code};
 use gpushare_catalog::Architecture;
 
-/// The error codes whose `nvmlErrorString` text was recorded on a real driver 580 (the
-/// rest are nvml.h's or nvidia-ml-py's wording).
-pub const ERROR_TEXTS_RECORDED: &[nvmlReturn_t] = &[
-    ret::RESET_REQUIRED,
-    ret::OPERATING_SYSTEM,
-    ret::LIB_RM_VERSION_MISMATCH,
-    ret::INSUFFICIENT_RESOURCES,
-];
-
-/// What `nvmlDeviceGetAttributes(_v2)` answers for a whole GPU (a valid out-pointer):
-/// nvml.h says the call serves MIG device handles only. Not yet recorded.
+/// What `nvmlDeviceGetAttributes(_v2)` answers for a whole GPU (a valid out-pointer), as
+/// the real H100 did: nvml.h says the call serves MIG device handles only.
 pub const WHOLE_GPU_ATTRIBUTES: Code = ret::NOT_SUPPORTED;
 
 /// The attributes of a GPU or MIG device: a MIG device's are its compute instance's SMs

@@ -357,7 +357,7 @@ fn with_mig_off_every_mig_device_index_is_not_found() {
 }
 
 #[test]
-fn v1_placements_need_mig_on_and_v1_compute_instance_info_has_no_placement() {
+fn v1_placements_need_a_buffer_and_v1_compute_instance_info_has_no_placement() {
     let model = gpushare_catalog::model_by_key("a100-40gb").unwrap();
     let sim = Sim::new("a100-40gb:1", &[]);
     let d = dev(0);
@@ -365,20 +365,27 @@ fn v1_placements_need_mig_on_and_v1_compute_instance_info_has_no_placement() {
     let v1 = |d, id, buf: *mut nvmlGpuInstancePlacement_t, n: *mut c_uint| {
         nv!(nvmlDeviceGetGpuInstancePossiblePlacements(d, id, buf, n))
     };
-    // MIG off: the arguments are checked first, then NOT_SUPPORTED (v2 answers).
+    // As the real H100 answered with MIG off: bad arguments and a null buffer (the count
+    // query of _v2) INVALID_ARGUMENT, a buffer filled.
     assert_eq!(v1(d, 9, null_mut(), null_mut()), ret::INVALID_ARGUMENT);
     assert_eq!(v1(d, 99, null_mut(), &mut n), ret::INVALID_ARGUMENT);
     assert_eq!(v1(null_mut(), 9, null_mut(), &mut n), ret::INVALID_ARGUMENT);
-    assert_eq!(v1(d, 9, null_mut(), &mut n), ret::NOT_SUPPORTED);
+    assert_eq!(v1(d, 9, null_mut(), &mut n), ret::INVALID_ARGUMENT);
+    let mut n2 = 0;
+    let v2 = nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 9, null_mut(), &mut n2));
+    assert_eq!((v2, n2), (ret::SUCCESS, 2));
+    // 3g.20gb (profile id 9): starts 0 and 4, with MIG off and on.
+    let mut buf = [nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 2];
+    n = 2;
+    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
+    assert_eq!((n, buf.map(|p| (p.start, p.size))), (2, [(0, 4), (4, 4)]));
+    n = 1;
+    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::INSUFFICIENT_SIZE);
     drop(sim);
     let (_sim, d) = mig_gpu(model);
-    // MIG on: as _v2 (3g.20gb, profile id 9: starts 0 and 4).
-    let (mut n1, mut n2) = (0, 0);
-    assert_eq!(v1(d, 9, null_mut(), &mut n1), ret::SUCCESS);
-    let v2 = nv!(nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 9, null_mut(), &mut n2));
-    assert_eq!((v2, n1, n2), (ret::SUCCESS, 2, 2));
     let mut buf = [nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 2];
-    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n1), ret::SUCCESS);
+    n = 2;
+    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
     assert_eq!(buf.map(|p| (p.start, p.size)), [(0, 4), (4, 4)]);
 
     let gi = driver_gi(d, 9).unwrap();
@@ -435,6 +442,17 @@ fn error_texts_are_driver_580s() {
     assert_eq!(text(ret::OPERATING_SYSTEM), "GPU access blocked by the operating system");
     assert_eq!(text(ret::LIB_RM_VERSION_MISMATCH), "Driver/library version mismatch");
     assert_eq!(text(ret::INSUFFICIENT_RESOURCES), "Insufficient Resources");
+    assert_eq!(text(ret::FREQ_NOT_SUPPORTED), "Invalid Frequency");
+    assert_eq!(text(ret::NOT_READY), "System is not in ready state");
+    assert_eq!(text(ret::RESET_TYPE_NOT_SUPPORTED), "Reset type is not supported for given device");
     assert_eq!(text(ret::UNKNOWN), "Unknown Error");
-    assert_eq!(text(12345), "Unknown Error");
+    assert_eq!(text(31), "Unknown Error");
+}
+
+#[test]
+fn instance_ids_of_a_whole_gpu_are_invalid_arguments() {
+    let _sim = Sim::new("h100-80gb:1", &[]);
+    let (d, mut id) = (dev(0), 7);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(d, &mut id)), ret::INVALID_ARGUMENT);
+    assert_eq!(nv!(nvmlDeviceGetComputeInstanceId(d, &mut id)), ret::INVALID_ARGUMENT);
 }

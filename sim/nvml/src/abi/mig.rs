@@ -50,25 +50,25 @@ pub unsafe extern "C" fn nvmlDeviceCreateGpuInstance(
 }
 
 /// The placements of GPU-instance profile `profileId` (its id, as `ProfileInfo.id`) into
-/// a caller's buffer: a null buffer asks for the count; a `*count` smaller than the
-/// placements is INSUFFICIENT_SIZE with the count. `_v2` answers with MIG off; the v1 entry
-/// point (nvml.h of NVML 11: "NOT_SUPPORTED if device doesn't have MIG mode enabled") after
-/// the same argument checks answers NOT_SUPPORTED with MIG off.
+/// a caller's buffer, with MIG on or off: a `*count` smaller than the placements is
+/// INSUFFICIENT_SIZE with the count. `_v2` takes a null buffer as asking for the count;
+/// the v1 entry point answers it INVALID_ARGUMENT after the other argument checks (the real
+/// H100 did, MIG off).
 fn gi_placements(
     name: &'static str,
     device: nvmlDevice_t,
     profileId: c_uint,
     placements: *mut nvmlGpuInstancePlacement_t,
     count: *mut c_uint,
-    needs_mig_on: bool,
+    counts_on_null: bool,
 ) -> nvmlReturn_t {
     read(name, |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let count = unsafe { out(count) }?;
         let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
         let p = rules::gi_profile_by_id(g, profileId)?;
-        if needs_mig_on && !g.mig_enabled {
-            return Err(ret::NOT_SUPPORTED);
+        if !counts_on_null && placements.is_null() {
+            return Err(ret::INVALID_ARGUMENT);
         }
         let n = p.placements.len();
         let capacity = *count as usize;
@@ -91,8 +91,8 @@ fn gi_placements(
     })
 }
 
-/// `nvmlDeviceGetGpuInstancePossiblePlacements_v2`: see [`gi_placements`]; works with MIG
-/// off.
+/// `nvmlDeviceGetGpuInstancePossiblePlacements_v2`: see [`gi_placements`]; a null buffer
+/// asks for the count.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     device: nvmlDevice_t,
@@ -101,11 +101,11 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     count: *mut c_uint,
 ) -> nvmlReturn_t {
     let name = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
-    gi_placements(name, device, profileId, placements, count, false)
+    gi_placements(name, device, profileId, placements, count, true)
 }
 
 /// `nvmlDeviceGetGpuInstancePossiblePlacements` (v1, kept by nvml.h for old binaries): see
-/// [`gi_placements`]; NOT_SUPPORTED with MIG off.
+/// [`gi_placements`]; a null buffer is INVALID_ARGUMENT.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements(
     device: nvmlDevice_t,
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements(
     count: *mut c_uint,
 ) -> nvmlReturn_t {
     let name = "nvmlDeviceGetGpuInstancePossiblePlacements";
-    gi_placements(name, device, profileId, placements, count, true)
+    gi_placements(name, device, profileId, placements, count, false)
 }
 
 /// `nvmlComputeInstanceGetInfo` (v1, kept by nvml.h for old binaries): the 24-byte struct

@@ -396,7 +396,7 @@ fn devices_answer_like_nvml() {
     let mut is_mig = 9;
     assert_eq!(nv!(nvmlDeviceIsMigDeviceHandle(a, &mut is_mig)), ret::SUCCESS);
     assert_eq!(is_mig, 0);
-    assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(a, &mut v)), ret::NOT_SUPPORTED);
+    assert_eq!(nv!(nvmlDeviceGetGpuInstanceId(a, &mut v)), ret::INVALID_ARGUMENT);
     let mut parent = null_mut();
     assert_eq!(
         nv!(nvmlDeviceGetDeviceHandleFromMigDeviceHandle(a, &mut parent)),

@@ -124,9 +124,8 @@ pub mod ret {
         NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
     }
 
-    /// `nvmlErrorString`'s text for a code, as the real library words it. Recorded: see
-    /// [`crate::abi::features`] ("Recorded and derived answers") for which texts a real
-    /// driver 580 answered and which are still nvml.h's or nvidia-ml-py's wording.
+    /// `nvmlErrorString`'s text for a code, as driver 580.159.04 words every one of them
+    /// (recorded on an H100: tests/device/results/nvml-answers-h100-2026-12-06).
     pub fn message(code: nvmlReturn_t) -> &'static std::ffi::CStr {
         match code {
             SUCCESS => c"Success",
@@ -153,13 +152,13 @@ pub mod ret {
             NO_DATA => c"No data",
             VGPU_ECC_NOT_SUPPORTED => c"vGPU ECC not supported",
             INSUFFICIENT_RESOURCES => c"Insufficient Resources",
-            FREQ_NOT_SUPPORTED => c"Frequency not supported",
+            FREQ_NOT_SUPPORTED => c"Invalid Frequency",
             ARGUMENT_VERSION_MISMATCH => c"Argument version mismatch",
-            DEPRECATED => c"Deprecated",
-            NOT_READY => c"Not ready",
-            GPU_NOT_FOUND => c"GPU not found",
-            INVALID_STATE => c"Invalid state",
-            RESET_TYPE_NOT_SUPPORTED => c"Reset type not supported",
+            DEPRECATED => c"Requested functionality has been deprecated",
+            NOT_READY => c"System is not in ready state",
+            GPU_NOT_FOUND => c"No supported GPUs were found",
+            INVALID_STATE => c"Resource not in correct state to perform requested operation",
+            RESET_TYPE_NOT_SUPPORTED => c"Reset type is not supported for given device",
             _ => c"Unknown Error",
         }
     }
