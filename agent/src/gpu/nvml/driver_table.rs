@@ -236,7 +236,7 @@ pub(super) fn model_from_driver(
             // The unversioned query has no name: the catalog's, for the same enum.
             p.name.clone()
         } else {
-            fallback_name(info)
+            fallback_name(info, facts.memory_total_bytes)
         };
         let Some(&(_, size)) = info.placements.first() else {
             // No placement (the query needs privileges some drivers enforce): unplaceable.
@@ -302,23 +302,17 @@ pub(super) fn model_from_driver(
     Ok(model)
 }
 
-/// `1g.24gb` from a profile's slices and memory, for a driver that gives no name and a
-/// GPU the catalog lacks (nvidia-smi rounds the GiB the same way).
-fn fallback_name(info: &NvmlProfileInfo) -> String {
-    let gb = (info.memory_mib as f64 / 1024.0).round() as u64;
-    format!("{}g.{gb}gb{}", info.slice_count, enum_variant(info.nvml_enum))
-}
-
-/// The name suffix an `NVML_GPU_INSTANCE_PROFILE_*` enum stands for (nvml.h's constant
-/// names: `_REV1` is `+me`, `_GFX` `+gfx`, `_NO_ME` `-me`, `_ALL_ME` `+me.all`).
-fn enum_variant(nvml_enum: u32) -> &'static str {
-    match nvml_enum {
-        7 | 8 => "+me",
-        10..=12 => "+gfx",
-        13 | 14 => "-me",
-        15 | 16 => "+me.all",
-        _ => "",
-    }
+/// `1g.24gb` from a profile's enum and memory, for a driver that gives no name and a GPU
+/// the catalog lacks: NVIDIA's naming rule ([`catalog::naming`]), so that mig-parted, GFD
+/// and the device plugin call the profile what gpushare calls it. An enum that rule does
+/// not know (a future one) is named from its slices and its memory rounded to GiB.
+fn fallback_name(info: &NvmlProfileInfo, total_bytes: u64) -> String {
+    catalog::naming::gpu_instance_name(info.nvml_enum, info.memory_mib, total_bytes).unwrap_or_else(
+        || {
+            let gb = (info.memory_mib as f64 / 1024.0).round() as u64;
+            format!("{}g.{gb}gb{}", info.slice_count, catalog::naming::enum_suffix(info.nvml_enum))
+        },
+    )
 }
 
 /// A model key from NVML's name: `NVIDIA RTX PRO 5000 Blackwell` → `rtx-pro-5000-blackwell`.
@@ -397,7 +391,10 @@ mod tests {
         assert_eq!(model.compute_slices, 7);
         let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
         assert!(names.contains(&"1g.10gb") && names.contains(&"1g.10gb+me"), "{names:?}");
-        assert!(names.contains(&"7g.79gb"), "{names:?}");
+        // NVIDIA's naming rule, not the GiB rounded (81152 MiB would be `7g.79gb`): with
+        // the H100's table and total, every name is the one the H100's driver gives.
+        let h100_names: Vec<&str> = h100.mig_profiles.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, h100_names);
         assert_eq!(model.profile_by_compute_slices(1).unwrap().name, "1g.10gb");
     }
 
