@@ -175,7 +175,7 @@ gi = u32()
 record("nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetGpuInstanceId", dev, ctypes.byref(gi))
 record("nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetComputeInstanceId", dev, ctypes.byref(gi))
 
-# The v1 entry points beside their _v2 (MIG off: the profile ids are the H100's 0 = 1g).
+# The v1 entry points beside their _v2 (MIG off; profile id 0 is the H100's 7g.80gb, 99 none).
 for fname in ("nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceGetGpuInstancePossiblePlacements_v2"):
     cnt = u32(0)
     record(f"{fname}/count", fname, dev, 0, None, ctypes.byref(cnt))
