@@ -88,7 +88,8 @@
 //! # Not modelled
 //! `isP2pSupported` (0: the catalog has none), capability bits (0), PCI subsystem id (0),
 //! reserved/used memory (0), utilization, clocks, ECC, events, vGPU; compute-instance profile ids equal their enum values;
-//! GPU-instance ids are the lowest free from 1, not the driver's per-placement ids; the
+//! compute-instance ids are the lowest free one (GPU-instance ids are the driver's
+//! per-placement ones: DESIGN.md, "Ids and placements as the driver gives them"); the
 //! compute mode of a MIG-enabled GPU may still be changed; privilege checks (every caller
 //! is treated as root); `nvmlInitWithFlags` flags.
 

@@ -363,13 +363,10 @@ fn invalid_combination(out: &mut Out<'_>) -> u8 {
     EXIT_INVALID_ARGUMENT
 }
 
-/// How nvidia-smi words an NVML error (its own capitals where they differ from
-/// `nvmlErrorString`).
+/// How nvidia-smi words an NVML error: `nvmlErrorString`'s text (the simulated library
+/// words every code as driver 580 does).
 fn smi_message(code: nvmlReturn_t) -> String {
-    match code {
-        ret::INSUFFICIENT_RESOURCES => "Insufficient Resources".to_string(),
-        _ => ret::message(code).to_string_lossy().into_owned(),
-    }
+    ret::message(code).to_string_lossy().into_owned()
 }
 
 /// Runs one invocation: records it, then does what `args` ask; returns the exit status.
