@@ -232,8 +232,9 @@ fn compute_spread(packing: &[(&'static MigProfile, ComputeLayout)]) -> Option<St
     let clauses: Vec<String> = profiles
         .iter()
         .filter_map(|p| {
-            let layouts: Vec<&ComputeLayout> =
+            let mut layouts: Vec<&ComputeLayout> =
                 packing.iter().filter(|(q, _)| q.id == p.id).map(|(_, l)| l).collect();
+            layouts.sort_by(|a, b| b.sizes().cmp(a.sizes()));
             let subdivided = layouts.iter().any(|l| l.sizes() != [p.compute_slices]);
             if !subdivided || layouts.len() < 2 {
                 return None;

@@ -135,3 +135,21 @@ fn compute_instances_packed_otherwise_are_kept_when_they_are_the_ones_asked_for(
     got.sort();
     assert_eq!(got, ["3g.40gb [1]", "3g.40gb [2, 1]"]);
 }
+
+#[test]
+fn eight_different_compute_instances_that_fit_no_order_are_refused() {
+    // Every order of eight distinct entries (40,320) is tried before the refusal.
+    let sim = node("h100-80gb:1");
+    let p = mig_parted(
+        "\"1c.7g.80gb\": 1, \"2c.7g.80gb\": 1, \"3c.7g.80gb\": 1, \"4c.7g.80gb\": 1, \
+         \"1c.4g.40gb\": 1, \"2c.4g.40gb\": 1, \"1c.3g.40gb\": 1, \"2c.3g.40gb\": 1",
+    );
+    let e = plan_on(&sim, &p).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "compute instances 4c ×1 + 3c ×1 + 2c ×1 + 1c ×1 of 7g.80gb need 2 GPU instances of \
+             it as mig-parted packs them ([4c ×1 + 3c ×1] [2c ×1 + 1c ×1]; a 7g.80gb has 7"
+        ),
+        "{e}"
+    );
+}
