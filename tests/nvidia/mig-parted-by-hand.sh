@@ -39,6 +39,7 @@
 #               must refuse it too. One line a (model, config), then the counts.
 #               Configs that name profiles a model lacks are left out: mig-parted clears
 #               the GPU and exits 1 on those, gpushare refuses them before touching it.
+#   GPUSHARE_COMMIT  the commit GPUSHARE_BIN was built from, for the log
 #   GPUSHARE_BIN  a directory with gpushare-agent and gpushare-ctl (and the simulated
 #               driver beside them, as the agent's --simulate looks for it): gpushare then asserts
 #               each config mig-parted applied, and mig-parted asserts one gpushare
@@ -324,7 +325,7 @@ if [ "$INNER" = 1 ]; then
     done
     if [ "${MATRIX:-0}" = 1 ]; then
         echo
-        echo "================ matrix: $M_PAIRS (model, config) pairs × 2 directions: $M_BOTH applied by both, $M_REFUSED refused by both, $M_BAD failed; $M_CALLS calls, $M_EXPECTED as expected"
+        echo "================ matrix: $M_PAIRS (model, config) pairs × 2 directions: $((M_PAIRS - M_BAD)) as expected, $M_BAD not; applied by both $M_BOTH, refused by both $M_REFUSED, by one $((M_PAIRS - M_BOTH - M_REFUSED)); $M_CALLS calls, $M_EXPECTED as expected"
         [ ! -s "$WORKDIR/matrix-failures.txt" ] || { echo "failed:"; sed 's/^/  /' "$WORKDIR/matrix-failures.txt"; }
         echo "nvidia-smi calls made: $(wc -l < "$WORKDIR/nvidia-smi.log" 2>/dev/null || echo 0) (log: $WORKDIR/nvidia-smi.log)"
         exit $FAILED
@@ -498,6 +499,7 @@ fi
 echo "mig-parted: $MIG_PARTED ($("$MIG_PARTED" --version 2>&1 | head -1))"
 echo "simulator:  $SIM_DIR ($(stat -c '%y' "$SIM_LIB" | cut -d. -f1), $(nm -D --defined-only "$SIM_LIB" | grep -c ' nvml') nvml* exported)"
 echo "config:     $CONFIG${DEFAULT_CONFIG:+ and $DEFAULT_CONFIG (all-balanced)}"
+[ -z "${GPUSHARE_BIN:-}" ] || echo "gpushare:   $GPUSHARE_BIN ($("$GPUSHARE_BIN/gpushare-ctl" --version 2>&1 | head -1)${GPUSHARE_COMMIT:+, commit $GPUSHARE_COMMIT})"
 echo "workdir:    $WORKDIR"
 
 if [ "$(id -u)" = 0 ]; then UNSHARE=(unshare -m --propagation private); else UNSHARE=(unshare -rm --propagation private); fi
