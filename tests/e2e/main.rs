@@ -33,6 +33,7 @@ mod journal;
 mod metrics;
 mod mig_models;
 mod mig_profiles;
+mod mixed_compute;
 mod mps_limits;
 mod nvidia_clients;
 mod plan_safety;

@@ -24,7 +24,24 @@
 #               from functions the library does export, so a run shows what breaks next.
 #               A diagnostic only: only PROBE unset/0 is the acceptance.
 #   WORKDIR     default: a fresh mktemp -d (kept, printed at the end)
-#   GPUSHARE_BIN  a directory with gpushare-agent and gpushare-ctl: gpushare then asserts
+#   MATRIX=1    the matrix instead of step 3 below (needs GPUSHARE_BIN): NODES default to
+#               every simulated model (catalog/models/*.toml and simulator-only/), one GPU
+#               each; per model, every config that matches it (mig_parted_matrix.py
+#               configs: an entry for its PCI id whose MIG profile names are all the
+#               model's) of DEFAULT_CONFIG (default: tests/data's copy of NVIDIA's
+#               config-default.yaml), CONFIG, and a generated file of compute instances of
+#               mixed sizes (mig_parted_matrix.py mixed), in both directions: from
+#               all-disabled mig-parted applies, mig-parted and gpushare assert, the two
+#               exports agree and mig-parted asserts gpushare's; from all-disabled
+#               gpushare applies, mig-parted and gpushare assert, the exports agree and
+#               mig-parted asserts gpushare's; and the GPU instances each made hold the
+#               same compute instances (mig_parted_matrix.py packing; placements aside). Where one tool refuses a config, the other
+#               must refuse it too. One line a (model, config), then the counts.
+#               Configs that name profiles a model lacks are left out: mig-parted clears
+#               the GPU and exits 1 on those, gpushare refuses them before touching it.
+#   GPUSHARE_COMMIT  the commit GPUSHARE_BIN was built from, for the log
+#   GPUSHARE_BIN  a directory with gpushare-agent and gpushare-ctl (and the simulated
+#               driver beside them, as the agent's --simulate looks for it): gpushare then asserts
 #               each config mig-parted applied, and mig-parted asserts one gpushare
 #               applied and gpushare's `export --format mig-parted` (needs dbus-daemon)
 #
@@ -97,8 +114,13 @@ if [ "$INNER" = 1 ]; then
     # gpushare-ctl against a gpushare-agent on this node (GPUSHARE_BIN: the directory of
     # both): a private bus and the agent are started for each call and stopped after it,
     # so that between calls mig-parted alone touches the node.
+    # The agent re-applies its active profile when it starts (MIG instances do not
+    # survive a reboot); in the matrix, where mig-parted and gpushare take turns on one
+    # node, that would undo what mig-parted did: there the agent starts with none
+    # (its state.json, which holds only the active profile, removed).
     gpushare() {
         local bus agent rc
+        [ "${MATRIX:-0}" != 1 ] || rm -f "$STATE_DIR/state.json"
         bus=$(dbus-daemon --session --fork --print-address=1 --print-pid=1)
         GPUSHARE_LOG=warn "$GPUSHARE_BIN/gpushare-agent" --simulate "$NODE" \
             --bus "$(head -n1 <<<"$bus")" --state-dir "$STATE_DIR" --config /dev/null \
@@ -111,6 +133,83 @@ if [ "$INNER" = 1 ]; then
         return $rc
     }
     mkdir -p "$WORKDIR/no-profiles"
+
+    # The matrix: per (model, config) both directions, one line each; counts at the end.
+    M_PAIRS=0 M_BOTH=0 M_REFUSED=0 M_BAD=0 M_CALLS=0 M_EXPECTED=0
+    : > "$WORKDIR/matrix-failures.txt"
+    mcall() { # mcall EXPECT(0|1|any) OUT cmd...: a quiet call (stdout to OUT, stderr to
+        # OUT.err), counted against EXPECT
+        local expect=$1 out=$2 rc
+        shift 2
+        if declare -F "$1" >/dev/null; then "$@" > "$out" 2> "$out.err"; else timeout 300 "$@" > "$out" 2> "$out.err"; fi
+        rc=$?
+        M_CALLS=$((M_CALLS + 1))
+        case "$expect" in
+            any) M_EXPECTED=$((M_EXPECTED + 1)) ;;
+            0) [ "$rc" = 0 ] && M_EXPECTED=$((M_EXPECTED + 1)) ;;
+            1) [ "$rc" != 0 ] && M_EXPECTED=$((M_EXPECTED + 1)) ;;
+        esac
+        return $rc
+    }
+    said() { cat "$1" "$1.err" | grep -v -E '^ *$|IOMMU FD|kill: .* No such process' | tail -n1 | cut -c1-300; }
+    matrix_node() {
+        local model=$1 toml f n cfg rcA rcB packA packB why o=$WORKDIR/m
+        toml=$(grep -l "^key = \"$model\"" "$CATALOG"/*.toml "$CATALOG"/simulator-only/*.toml | head -1)
+        [ -n "$MIXED_CONFIG" ] || { MIXED_CONFIG=$WORKDIR/mixed.yaml; python3 "$HELPER" mixed "$CATALOG" "$MIXED_CONFIG"; }
+        python3 "$HELPER" configs "$toml" "$DEFAULT_CONFIG" "$CONFIG" "$MIXED_CONFIG" > "$WORKDIR/configs-$model.txt"
+        echo "   $(wc -l < "$WORKDIR/configs-$model.txt") configs match $model ($toml)"
+        while IFS= read -r cfg; do
+            f=${cfg%:*} n=${cfg##*:} why=()
+            M_PAIRS=$((M_PAIRS + 1))
+            # mig-parted applies
+            mcall 0 "$o.reset" "$MIG_PARTED" apply -f "$CONFIG" -c all-disabled || why+=("reset")
+            mcall any "$o.mpA" "$MIG_PARTED" apply -f "$f" -c "$n"; rcA=$?
+            packA=$(python3 "$HELPER" packing "$GPUSHARE_SIM_STATE" "$CATALOG")
+            if [ "$rcA" = 0 ]; then
+                mcall 0 "$o.x" "$MIG_PARTED" assert -f "$f" -c "$n" || why+=("mig-parted assert after mig-parted")
+                if ! mcall 0 "$o.gsassertA" gpushare assert -f "$f" -c "$n"; then
+                    why+=("gpushare assert after mig-parted: $(said "$o.gsassertA")")
+                    gpushare plan -f "$f" -c "$n" 2>&1 | sed 's/^/   | /'
+                fi
+                mcall 0 "$o.mpexpA" "$MIG_PARTED" export || why+=("mig-parted export")
+                mcall 0 "$o.gsexpA" gpushare export --format mig-parted || why+=("gpushare export")
+                python3 "$HELPER" same "$o.mpexpA" "$o.gsexpA" > "$o.same" || why+=("after mig-parted: $(cat "$o.same")")
+                mcall 0 "$o.x" "$MIG_PARTED" assert -f "$o.gsexpA" -c exported || why+=("mig-parted assert of gpushare's export after mig-parted")
+            fi
+            # gpushare applies
+            mcall 0 "$o.reset" "$MIG_PARTED" apply -f "$CONFIG" -c all-disabled || why+=("reset")
+            mcall any "$o.gsB" gpushare apply -f "$f" -c "$n"; rcB=$?
+            packB=$(python3 "$HELPER" packing "$GPUSHARE_SIM_STATE" "$CATALOG")
+            # Both made the same GPU instances holding the same compute instances.
+            [ "$rcA" != 0 ] || [ "$rcB" != 0 ] || [ "$packA" = "$packB" ] ||
+                why+=("packed differently: mig-parted $packA, gpushare $packB")
+            if [ "$rcB" = 0 ]; then
+                mcall 0 "$o.x" "$MIG_PARTED" assert -f "$f" -c "$n" || why+=("mig-parted assert after gpushare")
+                mcall 0 "$o.x" gpushare assert -f "$f" -c "$n" || why+=("gpushare assert after gpushare")
+                mcall 0 "$o.mpexpB" "$MIG_PARTED" export || why+=("mig-parted export")
+                mcall 0 "$o.gsexpB" gpushare export --format mig-parted || why+=("gpushare export")
+                python3 "$HELPER" same "$o.mpexpB" "$o.gsexpB" > "$o.same" || why+=("after gpushare: $(cat "$o.same")")
+                mcall 0 "$o.x" "$MIG_PARTED" assert -f "$o.gsexpB" -c exported || why+=("mig-parted assert of gpushare's export after gpushare")
+            fi
+            if [ "$rcA" = 0 ] && [ "$rcB" = 0 ]; then
+                M_BOTH=$((M_BOTH + 1))
+            elif [ "$rcA" != 0 ] && [ "$rcB" != 0 ]; then
+                M_REFUSED=$((M_REFUSED + 1))
+                echo "   both refuse $n: mig-parted: $(said "$o.mpA")"
+                echo "   both refuse $n: gpushare: $(said "$o.gsB")"
+            else
+                why+=("one refuses: mig-parted apply exit $rcA ($(said "$o.mpA")), gpushare apply exit $rcB ($(said "$o.gsB"))")
+            fi
+            if [ ${#why[@]} = 0 ]; then
+                echo "ok   $model ${f##*/}:$n (mig-parted apply $rcA, gpushare apply $rcB)${packB:+: $packB}"
+            else
+                M_BAD=$((M_BAD + 1)); FAILED=1
+                echo "FAIL $model ${f##*/}:$n (mig-parted apply $rcA, gpushare apply $rcB): $(IFS=';'; echo "${why[*]}")"
+                echo "$model ${f##*/}:$n" >> "$WORKDIR/matrix-failures.txt"
+            fi
+        done < "$WORKDIR/configs-$model.txt"
+        mcall 0 "$o.reset" "$MIG_PARTED" apply -f "$CONFIG" -c all-disabled
+    }
 
     for NODE in $NODES; do
         model=${NODE%%:*}
@@ -190,6 +289,12 @@ if [ "$INNER" = 1 ]; then
             run nvidia-smi -r -i "$FIRST_ADDR"
         fi
 
+        # 3m. The matrix (MATRIX=1).
+        if [ "${MATRIX:-0}" = 1 ]; then
+            matrix_node "$model"
+            continue
+        fi
+
         # 3. The acceptance proper.
         for CFG in $CFGS; do
             echo; echo "---- $CFG"
@@ -218,6 +323,13 @@ if [ "$INNER" = 1 ]; then
         run "${MP[@]}" assert -f "$CONFIG" -c all-disabled
         run "${MP[@]}" export
     done
+    if [ "${MATRIX:-0}" = 1 ]; then
+        echo
+        echo "================ matrix: $M_PAIRS (model, config) pairs × 2 directions: $((M_PAIRS - M_BAD)) as expected, $M_BAD not; applied by both $M_BOTH, refused by both $M_REFUSED, by one $((M_PAIRS - M_BOTH - M_REFUSED)); $M_CALLS calls, $M_EXPECTED as expected"
+        [ ! -s "$WORKDIR/matrix-failures.txt" ] || { echo "failed:"; sed 's/^/  /' "$WORKDIR/matrix-failures.txt"; }
+        echo "nvidia-smi calls made: $(wc -l < "$WORKDIR/nvidia-smi.log" 2>/dev/null || echo 0) (log: $WORKDIR/nvidia-smi.log)"
+        exit $FAILED
+    fi
     echo
     echo "================ nvidia-smi calls made (mig-parted's and the script's):"
     cat "$WORKDIR/nvidia-smi.log" 2>/dev/null || echo "(none)"
@@ -233,6 +345,17 @@ if [ -z "$DEFAULT_CONFIG" ] && [ -f "${CONFIG%/*}/../deployments/systemd/config-
     DEFAULT_CONFIG=${CONFIG%/*}/../deployments/systemd/config-default.yaml
 fi
 [ -z "$DEFAULT_CONFIG" ] || DEFAULT_CONFIG=$(realpath "$DEFAULT_CONFIG")
+HERE=$(dirname "$(realpath "$0")")
+CATALOG=${CATALOG:-$HERE/../../catalog/models}
+HELPER=$HERE/mig_parted_matrix.py
+MIXED_CONFIG=${MIXED_CONFIG:-}
+if [ "${MATRIX:-0}" = 1 ]; then
+    [ -n "${GPUSHARE_BIN:-}" ] || die "MATRIX=1 needs GPUSHARE_BIN"
+    [ -n "$DEFAULT_CONFIG" ] || DEFAULT_CONFIG=$(realpath "$HERE/../data/mig-parted-config-default.yaml")
+    if [ -z "${NODES:-}" ]; then
+        NODES=$(sed -n 's/^key = "\(.*\)"/\1:1/p' "$CATALOG"/*.toml "$CATALOG"/simulator-only/*.toml | tr '\n' ' ')
+    fi
+fi
 NODES=${NODES:-"a100-40gb:8 h100-80gb:2"}
 [ -x "$MIG_PARTED" ] || die "set MIG_PARTED to the nvidia-mig-parted binary"
 [ -f "$SIM_DIR/libgpushare_sim_nvml.so" ] || die "SIM_DIR has no libgpushare_sim_nvml.so"
@@ -376,10 +499,12 @@ fi
 echo "mig-parted: $MIG_PARTED ($("$MIG_PARTED" --version 2>&1 | head -1))"
 echo "simulator:  $SIM_DIR ($(stat -c '%y' "$SIM_LIB" | cut -d. -f1), $(nm -D --defined-only "$SIM_LIB" | grep -c ' nvml') nvml* exported)"
 echo "config:     $CONFIG${DEFAULT_CONFIG:+ and $DEFAULT_CONFIG (all-balanced)}"
+[ -z "${GPUSHARE_BIN:-}" ] || echo "gpushare:   $GPUSHARE_BIN ($("$GPUSHARE_BIN/gpushare-ctl" --version 2>&1 | head -1)${GPUSHARE_COMMIT:+, commit $GPUSHARE_COMMIT})"
 echo "workdir:    $WORKDIR"
 
 if [ "$(id -u)" = 0 ]; then UNSHARE=(unshare -m --propagation private); else UNSHARE=(unshare -rm --propagation private); fi
 env WORKDIR="$WORKDIR" MIG_PARTED="$MIG_PARTED" CONFIG="$CONFIG" DEFAULT_CONFIG="$DEFAULT_CONFIG" NODES="$NODES" SIM_DIR="$SIM_DIR" SIM_LIB="$SIM_LIB" \
+    CATALOG="$(realpath "$CATALOG")" HELPER="$HELPER" MIXED_CONFIG="$MIXED_CONFIG" MATRIX="${MATRIX:-0}" \
     PATH="$WORKDIR/bin:$PATH" LD_LIBRARY_PATH="$WORKDIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     ${PRELOAD:+LD_PRELOAD="$PRELOAD" PROBE_LOG="$WORKDIR/probe.log"} \
     "${UNSHARE[@]}" bash "$(realpath "$0")" --inner

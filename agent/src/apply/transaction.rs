@@ -402,17 +402,18 @@ mod tests {
             },
             policy: PlanOptions::default(),
         };
+        // Packed as mig-parted packs it: 2c + 1c in one 3g, the other two 1c in the next.
         let before = profile("\"2c.3g\" = 1, \"1c.3g\" = 3");
         let plan = plan::plan(&observe(&sim), &before, &PlanOptions::default()).unwrap();
         rt.block_on(transactions(&sim).apply(&plan, None, &observe(&sim), &tx)).unwrap();
         let was = layouts(&sim);
-        assert_eq!(was, [(0, vec![1, 1, 1]), (4, vec![2])]);
+        assert_eq!(was, [(0, vec![2, 1]), (4, vec![1, 1])]);
         let checkpoint = GpuCheckpoint::of(&observe(&sim), [0]);
-        assert_eq!(checkpoint[0].compute, [vec![1, 1, 1], vec![2]]);
+        assert_eq!(checkpoint[0].compute, [vec![2, 1], vec![1, 1]]);
 
         // Another subdivision of both instances, whose second compute instance (the
         // sixth creation of this double) fails: back to the subdivision before.
-        let other = profile("\"1c.3g\" = 2, \"3g\" = 1");
+        let other = profile("\"1c.3g\" = 3, \"3g\" = 1");
         let change = plan::plan(&observe(&sim), &other, &PlanOptions::default()).unwrap();
         let e = rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx));
         let e = e.unwrap_err();
@@ -422,7 +423,7 @@ mod tests {
 
         // Restoring a checkpoint after the layout changed also brings the subdivision back.
         rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx)).unwrap();
-        assert_eq!(layouts(&sim), [(0, vec![1, 1]), (4, vec![3])]);
+        assert_eq!(layouts(&sim), [(0, vec![1, 1, 1]), (4, vec![3])]);
         let t = transactions(&sim);
         rt.block_on(t.restore(&checkpoint, Purpose::Rollback, &tx)).unwrap();
         assert_eq!(layouts(&sim), was);

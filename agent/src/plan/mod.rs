@@ -8,13 +8,13 @@
 //! Same inputs, same plan.
 
 mod mps;
+mod packing;
 pub mod placement;
 mod step;
 mod verify;
 
 use gpushare_proto::types::{GpuTarget as ReportTarget, PlanReport, PlanStep, TargetInstance};
 
-use crate::catalog::{GpuModel, MigProfile};
 use crate::node::{ComputeMode, GpuInstance, GpuState, MpsSpec, NodeState, TimeSliceInterval};
 use crate::profile::{GpuRef, GpuRule, MigLayout, Profile, Selector, Sharing};
 pub use mps::mps_limits;
@@ -321,8 +321,8 @@ fn plan_gpu(
                     rule.location
                 ))
             })?;
-            let mut wanted: Vec<(&'static MigProfile, ComputeLayout)> = Vec::new();
-            for (key, count) in &rule.mig.requests(model) {
+            let mut entries: Vec<packing::Entry> = Vec::new();
+            for (request, (key, count)) in rule.mig.requests(model).iter().enumerate() {
                 let profile = key.resolve(model).ok_or_else(|| {
                     let names: Vec<&str> =
                         model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
@@ -340,31 +340,23 @@ fn plan_gpu(
                         names.join(", ")
                     ))
                 })?;
-                match key.compute_slices() {
-                    None => wanted.extend(std::iter::repeat_n(
-                        (profile, ComputeLayout::whole(profile)),
-                        *count as usize,
-                    )),
-                    Some(compute) => {
-                        let per_instance = compute_per_instance(model, profile, compute)
-                            .ok_or_else(|| {
-                                PlanError::Infeasible(format!(
-                                    "{label}: {key} does not fit (the rule at {}): a {} instance holds {}",
-                                    rule.location,
-                                    profile.name,
-                                    offered_compute_instances(model, profile)
-                                ))
-                            })?;
-                        wanted.extend(pack(profile, compute, per_instance, *count));
-                    }
+                let compute = key.compute_slices().unwrap_or(profile.compute_slices);
+                if packing::per_instance(model, profile, compute).is_none() {
+                    return Err(PlanError::Infeasible(format!(
+                        "{label}: {key} does not fit (the rule at {}): a {} instance holds {}",
+                        rule.location,
+                        profile.name,
+                        packing::offered(model, profile)
+                    )));
                 }
+                entries.extend(std::iter::repeat_n(
+                    packing::Entry { profile, compute, request },
+                    *count as usize,
+                ));
             }
-            let profiles: Vec<&'static MigProfile> = wanted.iter().map(|(p, _)| *p).collect();
-            let preferred = current_layout(gpu);
-            let placed = placement::solve(model, &profiles, &preferred).map_err(|why| {
+            packing::pack(model, gpu, &entries).map_err(|why| {
                 PlanError::Infeasible(format!("{label}: {why} (the rule at {})", rule.location))
-            })?;
-            assign_compute_layouts(gpu, placed, wanted)
+            })?
         }
     };
     let mig_enabled = rule.mig.is_enabled();
@@ -435,89 +427,6 @@ fn plan_gpu(
         timeslice,
     };
     plan_gpu_to(gpu, node, target, options)
-}
-
-/// How many compute instances of `compute` slices one GPU instance of `profile` holds on
-/// `model`; `None` when it offers none of that size (see
-/// [`crate::profile::compute_instance_sizes`]).
-fn compute_per_instance(model: &GpuModel, profile: &MigProfile, compute: u8) -> Option<u8> {
-    crate::profile::compute_instance_sizes(model, profile)
-        .into_iter()
-        .find(|&(c, n)| c == compute && n > 0)
-        .map(|(_, n)| n)
-}
-
-/// What a GPU instance of `profile` holds, for messages: `1c ×3, 2c ×1 or 3c ×1`.
-fn offered_compute_instances(model: &GpuModel, profile: &MigProfile) -> String {
-    let sizes: Vec<String> = crate::profile::compute_instance_sizes(model, profile)
-        .iter()
-        .map(|(c, n)| format!("{c}c ×{n}"))
-        .collect();
-    match sizes.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => sizes.join(""),
-    }
-}
-
-/// `count` compute instances of `compute` slices packed as mig-parted packs them: a GPU
-/// instance of `profile` filled with `per_instance` of them, then the next, the last
-/// holding what is left (`1c.3g` ×4: 3 + 1).
-fn pack(
-    profile: &'static MigProfile,
-    compute: u8,
-    per_instance: u8,
-    count: u32,
-) -> Vec<(&'static MigProfile, ComputeLayout)> {
-    let mut instances = Vec::new();
-    let mut left = if per_instance == 0 { 0 } else { count };
-    while left > 0 {
-        let here = left.min(u32::from(per_instance));
-        instances.push((profile, ComputeLayout::of(&vec![compute; here as usize])));
-        left -= here;
-    }
-    instances
-}
-
-/// Gives each placed GPU instance one of the wanted compute layouts of its profile: an
-/// instance that exists at its place with a wanted layout keeps it (and so stays), the
-/// others take the rest in the order the rule asked for them.
-fn assign_compute_layouts(
-    gpu: &GpuState,
-    mut placed: Vec<Placed>,
-    wanted: Vec<(&'static MigProfile, ComputeLayout)>,
-) -> Vec<Placed> {
-    let mut left: Vec<Option<(&'static MigProfile, ComputeLayout)>> =
-        wanted.into_iter().map(Some).collect();
-    let mut assigned = vec![false; placed.len()];
-    let mut take = |profile: &MigProfile, layout: Option<ComputeLayout>| {
-        left.iter_mut()
-            .find(|w| {
-                w.is_some_and(|(p, l)| p.id == profile.id && layout.is_none_or(|want| want == l))
-            })
-            .and_then(Option::take)
-            .map(|(_, l)| l)
-    };
-    for (i, p) in placed.iter_mut().enumerate() {
-        let existing = gpu.mig_enabled.then_some(()).and_then(|()| {
-            gpu.instances
-                .iter()
-                .find(|gi| gi.profile_id == p.profile.id && gi.placement_start == p.start)
-        });
-        if let Some(gi) = existing
-            && let Some(layout) = take(p.profile, Some(ComputeLayout::of(&gi.compute_layout())))
-        {
-            p.compute = layout;
-            assigned[i] = true;
-        }
-    }
-    for (i, p) in placed.iter_mut().enumerate() {
-        if !assigned[i]
-            && let Some(layout) = take(p.profile, None)
-        {
-            p.compute = layout;
-        }
-    }
-    placed
 }
 
 /// Plans the named GPUs to explicit targets: how a rollback returns GPUs to a checkpoint.
@@ -747,23 +656,6 @@ pub(super) fn instance_fate(gpu: &GpuState, gi: &GpuInstance, target: &GpuTarget
     } else {
         Fate::Recomputed
     }
-}
-
-fn current_layout(gpu: &GpuState) -> Vec<Placed> {
-    let Some(model) = gpu.model else {
-        return Vec::new();
-    };
-    if !gpu.mig_enabled {
-        return Vec::new();
-    }
-    gpu.instances
-        .iter()
-        .filter_map(|gi| {
-            model
-                .profile_by_id(gi.profile_id)
-                .map(|profile| Placed::new(profile, gi.placement_start))
-        })
-        .collect()
 }
 
 fn profile_of(gpu: &GpuState, profile_id: u32) -> &'static str {

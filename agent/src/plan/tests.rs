@@ -9,6 +9,8 @@ use crate::gpu::sim::{SimBackend, SimOptions};
 use crate::node::{MpsLimits, MpsServerState, Operation};
 use crate::profile::{ProfileStore, parse_profile};
 
+mod packing;
+
 fn node(spec: &str) -> Arc<SimBackend> {
     Arc::new(SimBackend::new(&parse_spec(spec).unwrap(), SimOptions::default()))
 }
@@ -612,11 +614,9 @@ fn compute_instances_are_packed_as_mig_parted_packs_them() {
     // In a 7g: 2c ×3 (one slice left), 3c ×2.
     assert_eq!(target_layouts(&sim, &rule("\"2c.7g\" = 3")), ["7g.80gb@0 [2, 2, 2]"]);
     assert_eq!(target_layouts(&sim, &rule("\"3c.7g\" = 2")), ["7g.80gb@0 [3, 3]"]);
-    // Compute instances of different sizes take GPU instances of their own.
-    assert_eq!(
-        target_layouts(&sim, &rule("\"1c.3g\" = 1, \"2c.3g\" = 1")),
-        ["3g.40gb@0 [1]", "3g.40gb@4 [2]"]
-    );
+    // Compute instances of different sizes share a GPU instance, as in mig-parted
+    // (issue 38): larger first, each where the driver puts it.
+    assert_eq!(target_layouts(&sim, &rule("\"1c.3g\" = 1, \"2c.3g\" = 1")), ["3g.40gb@0 [2, 1]"]);
 }
 
 #[test]
@@ -635,7 +635,7 @@ fn a_subdivision_that_does_not_fit_names_the_rule_and_what_would() {
     let e = plan_on(&sim, &profile(text)).unwrap_err().to_string();
     assert_eq!(
         e,
-        "GPU 0 (H100-80GB-HBM3): 3g.40gb ×3 exceeds the maximum of 2 per GPU (the rule at test.toml:2:1)"
+        "GPU 0 (H100-80GB-HBM3): compute instances 1c ×7 of 3g.40gb need 3 GPU instances of it as mig-parted packs them ([1c ×3] [1c ×3] [1c ×1]; a 3g.40gb has 3 compute slices), and 3g.40gb ×3 exceeds the maximum of 2 per GPU (the rule at test.toml:2:1)"
     );
 }
 

@@ -9,7 +9,9 @@
 //! The whole file is checked, as mig-parted does, before any config is taken from it: a
 //! malformed entry in one config makes every config of the file unusable. Errors name
 //! `origin:line:column`. MIG profile names are only checked for their shape (`<n>g.…`);
-//! whether a model has them is the planner's question. The YAML library reads the file
+//! whether a model has them is the planner's question. A compute instance's name
+//! (`1c.3g.40gb`) becomes a [`MigKey::Compute`]; the planner packs compute instances into
+//! GPU instances as mig-parted does (`plan/packing.rs`). The YAML library reads the file
 //! into plain nodes (any YAML is read); what each key must hold is checked here, so that
 //! messages speak of the file's keys, not of the types the library was asked for.
 //!
