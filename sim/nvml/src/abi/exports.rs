@@ -340,8 +340,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
     })
 }
 
-/// `nvmlDeviceGetMigDeviceHandleByIndex`: an index past the maximum is
-/// INVALID_ARGUMENT, one with no MIG device NOT_FOUND.
+/// `nvmlDeviceGetMigDeviceHandleByIndex`: with MIG off every index is NOT_FOUND (the real
+/// H100 answered so); with MIG on an index past the maximum is INVALID_ARGUMENT, one with
+/// no MIG device NOT_FOUND.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     device: nvmlDevice_t,
@@ -358,6 +359,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         let g = gpu_at(node, gpu)?;
         if !g.model().supports_mig() {
             return Err(ret::NOT_SUPPORTED);
+        }
+        if !g.mig_enabled {
+            return Err(ret::NOT_FOUND);
         }
         if index >= rules::max_mig_devices(g) {
             return Err(ret::INVALID_ARGUMENT);
@@ -601,42 +605,6 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     })
 }
 
-/// `nvmlDeviceGetGpuInstancePossiblePlacements_v2`: a null buffer asks for the count; a
-/// `*count` smaller than the placements is INSUFFICIENT_SIZE with the count. Works with
-/// MIG off.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
-    device: nvmlDevice_t,
-    profileId: c_uint,
-    placements: *mut nvmlGpuInstancePlacement_t,
-    count: *mut c_uint,
-) -> nvmlReturn_t {
-    read("nvmlDeviceGetGpuInstancePossiblePlacements_v2", |node, epoch| {
-        // SAFETY: null or a writable c_uint (nvml.h).
-        let count = unsafe { out(count) }?;
-        let g = gpu_at(node, whole_gpu(node, epoch, device)?)?;
-        let p = rules::gi_profile_by_id(g, profileId)?;
-        let n = p.placements.len();
-        let capacity = *count as usize;
-        *count = n as c_uint;
-        if placements.is_null() {
-            return Ok(());
-        }
-        if capacity < n {
-            return Err(ret::INSUFFICIENT_SIZE);
-        }
-        // SAFETY: a non-null buffer holds `capacity` >= `n` placements (nvml.h).
-        let buf = unsafe { std::slice::from_raw_parts_mut(placements, n) };
-        for (slot, &start) in buf.iter_mut().zip(&p.placements) {
-            *slot = nvmlGpuInstancePlacement_t {
-                start: c_uint::from(start),
-                size: c_uint::from(p.memory_slices),
-            };
-        }
-        Ok(())
-    })
-}
-
 /// `nvmlDeviceGetGpuInstanceRemainingCapacity`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
@@ -781,15 +749,17 @@ pub unsafe extern "C" fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) 
 // ---------------------------------------------------------------------------------------
 // Compute instances
 
-/// A compute-instance profile, its name and its `NVML_COMPUTE_INSTANCE_PROFILE_CAPS_*` bits
-/// (GFX inside a `+gfx` GPU instance: assumed, as no driver's answer was recorded).
+/// A compute-instance profile, its name, its `NVML_COMPUTE_INSTANCE_PROFILE_CAPS_*` bits
+/// (GFX inside a `+gfx` GPU instance: assumed, as no driver's answer was recorded) and its
+/// shared engines: the GPU instance's, which its compute instances share (as
+/// `nvidia-smi mig -lcip` shows them on an A100: `1c.3g.20gb` CE 3, DEC 2).
 fn ci_figures(
     node: &Node,
     epoch: u32,
     gpu_instance: nvmlGpuInstance_t,
     profile: c_uint,
     eng_profile: c_uint,
-) -> Result<(CiProfile, String, c_uint), Code> {
+) -> Result<(CiProfile, String, c_uint, gpushare_catalog::Engines), Code> {
     let (index, id) = handles::resolve_gpu_instance(node, epoch, gpu_instance)?;
     if eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
         return Err(ret::INVALID_ARGUMENT);
@@ -800,11 +770,10 @@ fn ci_figures(
     let gi_profile = rules::profile_of(g, gi);
     let caps =
         if gi_profile.variant() == "+gfx" { NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX } else { 0 };
-    Ok((p, format!("MIG {}c.{}", p.slices, gi_profile.name), caps))
+    Ok((p, format!("MIG {}c.{}", p.slices, gi_profile.name), caps, gi_profile.engines))
 }
 
-/// `nvmlGpuInstanceGetComputeInstanceProfileInfo` (v1 struct). The shared engine counts
-/// are 0 (the catalog has none).
+/// `nvmlGpuInstanceGetComputeInstanceProfileInfo` (v1 struct).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     gpuInstance: nvmlGpuInstance_t,
@@ -815,17 +784,17 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     read("nvmlGpuInstanceGetComputeInstanceProfileInfo", |node, epoch| {
         // SAFETY: null or a writable v1 struct (nvml.h).
         let info = unsafe { out(info) }?;
-        let (p, _, _) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
+        let (p, _, _, e) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
         *info = nvmlComputeInstanceProfileInfo_t {
             id: p.nvml_enum,
             sliceCount: c_uint::from(p.slices),
             instanceCount: p.instance_count,
             multiprocessorCount: p.sms,
-            sharedCopyEngineCount: 0,
-            sharedDecoderCount: 0,
-            sharedEncoderCount: 0,
-            sharedJpegCount: 0,
-            sharedOfaCount: 0,
+            sharedCopyEngineCount: e.copy.into(),
+            sharedDecoderCount: e.decoders.into(),
+            sharedEncoderCount: e.encoders.into(),
+            sharedJpegCount: e.jpeg.into(),
+            sharedOfaCount: e.ofa.into(),
         };
         Ok(())
     })
@@ -850,18 +819,18 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
-        let (p, name, caps) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
+        let (p, name, caps, e) = ci_figures(node, epoch, gpuInstance, profile, engProfile)?;
         *v2 = nvmlComputeInstanceProfileInfo_v2_t {
             version,
             id: p.nvml_enum,
             sliceCount: c_uint::from(p.slices),
             instanceCount: p.instance_count,
             multiprocessorCount: p.sms,
-            sharedCopyEngineCount: 0,
-            sharedDecoderCount: 0,
-            sharedEncoderCount: 0,
-            sharedJpegCount: 0,
-            sharedOfaCount: 0,
+            sharedCopyEngineCount: e.copy.into(),
+            sharedDecoderCount: e.decoders.into(),
+            sharedEncoderCount: e.encoders.into(),
+            sharedJpegCount: e.jpeg.into(),
+            sharedOfaCount: e.ofa.into(),
             name: c_name(&name),
         };
         if version == nvmlComputeInstanceProfileInfo_v3 {

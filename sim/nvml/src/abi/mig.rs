@@ -1,7 +1,8 @@
 //! MIG calls NVIDIA's clients make beyond gpushare's: `nvmlDeviceCreateGpuInstance` with the
 //! driver's own placement (go-nvlib, mig-parted, `nvidia-smi mig -cgi`), profile info by
-//! id, compute-instance placements, capacity and creation with a placement, and the older
-//! process queries (v1 and v2 structs) that nvidia-ml-py and go-nvml still call.
+//! id, GPU-instance placements (v1 and v2), compute-instance info (v1), placements,
+//! capacity and creation with a placement, and the older process queries (v1 and v2
+//! structs) that nvidia-ml-py and go-nvml still call.
 //!
 //! # Safety (for every function here)
 //! As in [`super::exports`]: the caller follows nvml.h.
@@ -44,6 +45,98 @@ pub unsafe extern "C" fn nvmlDeviceCreateGpuInstance(
         )?;
         let gi = rules::gpu(node, index)?.instance(id).ok_or(ret::UNKNOWN)?;
         *handle = handles::gpu_instance(epoch, index, gi);
+        Ok(())
+    })
+}
+
+/// The placements of GPU-instance profile `profileId` (its id, as `ProfileInfo.id`) into
+/// a caller's buffer: a null buffer asks for the count; a `*count` smaller than the
+/// placements is INSUFFICIENT_SIZE with the count. `_v2` answers with MIG off; the v1 entry
+/// point (nvml.h of NVML 11: "NOT_SUPPORTED if device doesn't have MIG mode enabled") after
+/// the same argument checks answers NOT_SUPPORTED with MIG off.
+fn gi_placements(
+    name: &'static str,
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    placements: *mut nvmlGpuInstancePlacement_t,
+    count: *mut c_uint,
+    needs_mig_on: bool,
+) -> nvmlReturn_t {
+    read(name, |node, epoch| {
+        // SAFETY: null or a writable c_uint (nvml.h).
+        let count = unsafe { out(count) }?;
+        let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
+        let p = rules::gi_profile_by_id(g, profileId)?;
+        if needs_mig_on && !g.mig_enabled {
+            return Err(ret::NOT_SUPPORTED);
+        }
+        let n = p.placements.len();
+        let capacity = *count as usize;
+        *count = n as c_uint;
+        if placements.is_null() {
+            return Ok(());
+        }
+        if capacity < n {
+            return Err(ret::INSUFFICIENT_SIZE);
+        }
+        // SAFETY: a non-null buffer holds `capacity` >= `n` placements (nvml.h).
+        let buf = unsafe { std::slice::from_raw_parts_mut(placements, n) };
+        for (slot, &start) in buf.iter_mut().zip(&p.placements) {
+            *slot = nvmlGpuInstancePlacement_t {
+                start: c_uint::from(start),
+                size: c_uint::from(p.memory_slices),
+            };
+        }
+        Ok(())
+    })
+}
+
+/// `nvmlDeviceGetGpuInstancePossiblePlacements_v2`: see [`gi_placements`]; works with MIG
+/// off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    placements: *mut nvmlGpuInstancePlacement_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    let name = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
+    gi_placements(name, device, profileId, placements, count, false)
+}
+
+/// `nvmlDeviceGetGpuInstancePossiblePlacements` (v1, kept by nvml.h for old binaries): see
+/// [`gi_placements`]; NOT_SUPPORTED with MIG off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements(
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    placements: *mut nvmlGpuInstancePlacement_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    let name = "nvmlDeviceGetGpuInstancePossiblePlacements";
+    gi_placements(name, device, profileId, placements, count, true)
+}
+
+/// `nvmlComputeInstanceGetInfo` (v1, kept by nvml.h for old binaries): the 24-byte struct
+/// of NVML 11.0, without the placement; otherwise as `_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlComputeInstanceGetInfo(
+    computeInstance: nvmlComputeInstance_t,
+    info: *mut nvmlComputeInstanceInfo_v1_t,
+) -> nvmlReturn_t {
+    read("nvmlComputeInstanceGetInfo", |node, epoch| {
+        // SAFETY: null or a writable v1 struct (NVML 11.0's nvml.h).
+        let info = unsafe { out(info) }?;
+        let (index, gi_id, ci_id) =
+            handles::resolve_compute_instance(node, epoch, computeInstance)?;
+        let gi = rules::gpu(node, index)?.instance(gi_id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instances.iter().find(|c| c.id == ci_id).ok_or(ret::UNKNOWN)?;
+        *info = nvmlComputeInstanceInfo_v1_t {
+            device: handles::gpu(epoch, index),
+            gpuInstance: handles::gpu_instance(epoch, index, gi),
+            id: ci.id,
+            profileId: ci.profile_id,
+        };
         Ok(())
     })
 }

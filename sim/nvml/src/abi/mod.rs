@@ -1,5 +1,6 @@
 //! The C ABI: nvml.h's types ([`types`]), the handle scheme ([`handles`]), the exported
-//! functions ([`exports`]) and the library's process-wide state (here).
+//! functions ([`exports`], [`device_info`], [`mig`], [`features`]) and the library's
+//! process-wide state (here).
 //!
 //! Every export runs inside `guarded` (a panic answers `NVML_ERROR_UNKNOWN`, never
 //! unwinds into C) and through `read` or `mutate`: refused with
@@ -15,6 +16,7 @@
 
 pub mod device_info;
 pub mod exports;
+pub mod features;
 pub mod handles;
 pub mod mig;
 mod stubs;

@@ -73,6 +73,8 @@ pub mod ret {
     pub const GPU_NOT_FOUND: nvmlReturn_t = 28;
     /// Resource not in correct state to perform requested operation.
     pub const INVALID_STATE: nvmlReturn_t = 29;
+    /// Reset not supported for given device/parameters.
+    pub const RESET_TYPE_NOT_SUPPORTED: nvmlReturn_t = 30;
     /// An internal driver error occurred.
     pub const UNKNOWN: nvmlReturn_t = 999;
 
@@ -108,6 +110,7 @@ pub mod ret {
         (NOT_READY, "NVML_ERROR_NOT_READY"),
         (GPU_NOT_FOUND, "NVML_ERROR_GPU_NOT_FOUND"),
         (INVALID_STATE, "NVML_ERROR_INVALID_STATE"),
+        (RESET_TYPE_NOT_SUPPORTED, "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED"),
         (UNKNOWN, "NVML_ERROR_UNKNOWN"),
     ];
 
@@ -121,7 +124,9 @@ pub mod ret {
         NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
     }
 
-    /// `nvmlErrorString`'s text for a code, as the real library words it.
+    /// `nvmlErrorString`'s text for a code, as the real library words it. Recorded: see
+    /// [`crate::abi::features`] ("Recorded and derived answers") for which texts a real
+    /// driver 580 answered and which are still nvml.h's or nvidia-ml-py's wording.
     pub fn message(code: nvmlReturn_t) -> &'static std::ffi::CStr {
         match code {
             SUCCESS => c"Success",
@@ -140,20 +145,21 @@ pub mod ret {
             FUNCTION_NOT_FOUND => c"Function Not Found",
             CORRUPTED_INFOROM => c"Corrupted infoROM",
             GPU_IS_LOST => c"GPU is lost",
-            RESET_REQUIRED => c"GPU requires restart",
-            OPERATING_SYSTEM => c"The operating system has blocked the request.",
-            LIB_RM_VERSION_MISMATCH => c"RM has detected an NVML/RM version mismatch.",
+            RESET_REQUIRED => c"GPU requires reset",
+            OPERATING_SYSTEM => c"GPU access blocked by the operating system",
+            LIB_RM_VERSION_MISMATCH => c"Driver/library version mismatch",
             IN_USE => c"In use by another client",
             MEMORY => c"Insufficient Memory",
             NO_DATA => c"No data",
             VGPU_ECC_NOT_SUPPORTED => c"vGPU ECC not supported",
-            INSUFFICIENT_RESOURCES => c"Insufficient resources",
+            INSUFFICIENT_RESOURCES => c"Insufficient Resources",
             FREQ_NOT_SUPPORTED => c"Frequency not supported",
             ARGUMENT_VERSION_MISMATCH => c"Argument version mismatch",
             DEPRECATED => c"Deprecated",
             NOT_READY => c"Not ready",
             GPU_NOT_FOUND => c"GPU not found",
             INVALID_STATE => c"Invalid state",
+            RESET_TYPE_NOT_SUPPORTED => c"Reset type not supported",
             _ => c"Unknown Error",
         }
     }
@@ -507,3 +513,133 @@ pub struct nvmlComputeInstanceInfo_t {
     pub placement: nvmlComputeInstancePlacement_t,
 }
 const _: () = assert!(size_of::<nvmlComputeInstanceInfo_t>() == 32);
+
+/// `nvmlComputeInstanceInfo_t` as NVML 11.0 had it, before `placement` was added: what the
+/// unversioned `nvmlComputeInstanceGetInfo` fills for the binaries that still call it
+/// (writing today's 32-byte struct would overrun their 24-byte buffers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlComputeInstanceInfo_v1_t {
+    /// Parent device.
+    pub device: nvmlDevice_t,
+    /// Parent GPU instance.
+    pub gpuInstance: nvmlGpuInstance_t,
+    /// Instance id within the GPU instance.
+    pub id: c_uint,
+    /// Profile id.
+    pub profileId: c_uint,
+}
+const _: () = assert!(size_of::<nvmlComputeInstanceInfo_v1_t>() == 24);
+
+/// `nvmlDeviceAttributes_t` (`nvmlDeviceGetAttributes_v2`; the unversioned entry point
+/// fills the same struct).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct nvmlDeviceAttributes_t {
+    /// Streaming multiprocessors.
+    pub multiprocessorCount: c_uint,
+    /// Shared copy engines.
+    pub sharedCopyEngineCount: c_uint,
+    /// Shared decoders.
+    pub sharedDecoderCount: c_uint,
+    /// Shared encoders.
+    pub sharedEncoderCount: c_uint,
+    /// Shared JPEG engines.
+    pub sharedJpegCount: c_uint,
+    /// Shared OFA engines.
+    pub sharedOfaCount: c_uint,
+    /// GPU instance slices.
+    pub gpuInstanceSliceCount: c_uint,
+    /// Compute instance slices.
+    pub computeInstanceSliceCount: c_uint,
+    /// Device memory in MiB.
+    pub memorySizeMB: c_ulonglong,
+}
+const _: () = assert!(size_of::<nvmlDeviceAttributes_t>() == 40);
+
+/// `NVML_GPU_FABRIC_UUID_LEN`.
+pub const NVML_GPU_FABRIC_UUID_LEN: usize = 16;
+/// `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED`.
+pub const NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: u8 = 0;
+/// `NVML_GPU_FABRIC_STATE_NOT_STARTED`.
+pub const NVML_GPU_FABRIC_STATE_NOT_STARTED: u8 = 1;
+/// `NVML_GPU_FABRIC_STATE_COMPLETED`.
+pub const NVML_GPU_FABRIC_STATE_COMPLETED: u8 = 3;
+
+/// `nvmlGpuFabricInfo_t` (the deprecated unversioned `nvmlDeviceGetGpuFabricInfo`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct nvmlGpuFabricInfo_t {
+    /// The cluster's UUID.
+    pub clusterUuid: [u8; NVML_GPU_FABRIC_UUID_LEN],
+    /// The probe's error status (meaningful once `state` is COMPLETED).
+    pub status: nvmlReturn_t,
+    /// The fabric clique.
+    pub cliqueId: c_uint,
+    /// `NVML_GPU_FABRIC_STATE_*`.
+    pub state: u8,
+}
+const _: () = assert!(size_of::<nvmlGpuFabricInfo_t>() == 28);
+
+/// `nvmlGpuFabricInfo_v2_t`: a version field first and `healthMask` last.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct nvmlGpuFabricInfo_v2_t {
+    /// `nvmlGpuFabricInfo_v2`.
+    pub version: c_uint,
+    /// The cluster's UUID.
+    pub clusterUuid: [u8; NVML_GPU_FABRIC_UUID_LEN],
+    /// The probe's error status.
+    pub status: nvmlReturn_t,
+    /// The fabric clique.
+    pub cliqueId: c_uint,
+    /// `NVML_GPU_FABRIC_STATE_*`.
+    pub state: u8,
+    /// `NVML_GPU_FABRIC_HEALTH_MASK_*` fields.
+    pub healthMask: c_uint,
+}
+const _: () = assert!(size_of::<nvmlGpuFabricInfo_v2_t>() == 36);
+/// `nvmlGpuFabricInfo_v2`.
+pub const nvmlGpuFabricInfo_v2: c_uint = struct_version(size_of::<nvmlGpuFabricInfo_v2_t>(), 2);
+
+/// `nvmlGpuFabricInfo_v3_t` (`nvmlGpuFabricInfoV_t`): v2 and `healthSummary`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct nvmlGpuFabricInfo_v3_t {
+    /// `nvmlGpuFabricInfo_v3`.
+    pub version: c_uint,
+    /// The cluster's UUID.
+    pub clusterUuid: [u8; NVML_GPU_FABRIC_UUID_LEN],
+    /// The probe's error status.
+    pub status: nvmlReturn_t,
+    /// The fabric clique.
+    pub cliqueId: c_uint,
+    /// `NVML_GPU_FABRIC_STATE_*`.
+    pub state: u8,
+    /// `NVML_GPU_FABRIC_HEALTH_MASK_*` fields.
+    pub healthMask: c_uint,
+    /// `NVML_GPU_FABRIC_HEALTH_SUMMARY_*`.
+    pub healthSummary: u8,
+}
+const _: () = assert!(size_of::<nvmlGpuFabricInfo_v3_t>() == 40);
+/// `nvmlGpuFabricInfo_v3`.
+pub const nvmlGpuFabricInfo_v3: c_uint = struct_version(size_of::<nvmlGpuFabricInfo_v3_t>(), 3);
+
+/// `nvmlDeviceAddressingMode_v1_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct nvmlDeviceAddressingMode_t {
+    /// `nvmlDeviceAddressingMode_v1`.
+    pub version: c_uint,
+    /// `NVML_DEVICE_ADDRESSING_MODE_*`.
+    pub value: c_uint,
+}
+const _: () = assert!(size_of::<nvmlDeviceAddressingMode_t>() == 8);
+/// `nvmlDeviceAddressingMode_v1`.
+pub const nvmlDeviceAddressingMode_v1: c_uint =
+    struct_version(size_of::<nvmlDeviceAddressingMode_t>(), 1);
+/// `NVML_DEVICE_ADDRESSING_MODE_NONE`: neither HMM nor ATS.
+pub const NVML_DEVICE_ADDRESSING_MODE_NONE: c_uint = 0;
+/// `NVML_DEVICE_ADDRESSING_MODE_ATS`: Address Translation Services (the Grace Hopper and
+/// Grace Blackwell superchips' coherent CPU memory).
+pub const NVML_DEVICE_ADDRESSING_MODE_ATS: c_uint = 2;
