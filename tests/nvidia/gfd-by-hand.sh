@@ -11,7 +11,10 @@
 #               gpushare-sim-nvidia-cuda-mps-control); default the repository's
 #               target/debug. Everything is copied out first (cargo rewrites in place).
 #   NODES       default "h100-80gb:2 a100-40gb:8"
-#   PROFILES    default "all-disabled all-balanced half-balanced all-mps all-time-sliced"
+#   PROFILES    default "all-disabled all-balanced half-balanced all-mps all-time-sliced" and
+#               two files (NAME.toml: applied with -f) of tests/nvidia/gfd-profiles/:
+#               all-1g (one MIG device type: what --mig-strategy=single labels) and
+#               compute-split (a 3g instance in three 1c compute instances)
 #   STRATEGIES  default "none single mixed" (GFD's --mig-strategy)
 #   TRACE=0     do not LD_PRELOAD tests/nvidia/nvml-trace.sh's library (default: every
 #               NVML call of GFD and the examples is logged with its return code)
@@ -110,8 +113,13 @@ if [ "${1:-}" = "--inner" ]; then
 
         for PROFILE in $PROFILES; do
             echo
-            echo "---- $NODE: gpushare-ctl apply $PROFILE"
-            "$G/gpushare-ctl" apply "$PROFILE" > "$WORK/apply.txt" 2>&1
+            case "$PROFILE" in # a built-in profile's name, or a profile file
+                *.toml) PFILE=$PROFILE; PROFILE=$(basename "$PROFILE" .toml) ;;
+                *) PFILE= ;;
+            esac
+            echo "---- $NODE: gpushare-ctl apply ${PFILE:+-f }${PFILE:-$PROFILE}"
+            if [ -n "$PFILE" ]; then set -- -f "$PFILE"; else set -- "$PROFILE"; fi
+            "$G/gpushare-ctl" apply "$@" > "$WORK/apply.txt" 2>&1
             rc=$?
             tail -n 1 "$WORK/apply.txt"
             echo "-> exit $rc"
@@ -193,7 +201,7 @@ if [ "${TRACE:-1}" != 0 ]; then
 fi
 export RES WORK GFD_BIN TRACE_LIB HERE
 export NODES=${NODES:-"h100-80gb:2 a100-40gb:8"}
-export PROFILES=${PROFILES:-"all-disabled all-balanced half-balanced all-mps all-time-sliced"}
+export PROFILES=${PROFILES:-"all-disabled all-balanced half-balanced all-mps all-time-sliced $HERE/gfd-profiles/all-1g.toml $HERE/gfd-profiles/compute-split.toml"}
 export STRATEGIES=${STRATEGIES:-"none single mixed"}
 {
     echo "gfd-by-hand: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
