@@ -26,8 +26,12 @@ From gpushare's JSON this derives what GFD's labels must say, as GFD v0.20.0 com
     product's -SHARED) = the replicas of the device-plugin config GFD was given (gpushare's
     status has no replica count for time-slicing)
   - nvidia.com/mig.strategy = the strategy, absent for none
-  - gpu.product: GFD's sanitised NVML name; gpushare's status names the model without
-    NVIDIA's "NVIDIA " prefix, so the expected product is sanitise("NVIDIA " + model)
+  - gpu.product: GFD's sanitised NVML name. gpushare's JSON has no NVML name (status'
+    `model` is the catalog's display name: `B300-288GB` where NVML says `NVIDIA B300 SXM6
+    AC`), so it is taken from the catalog entry `mig profiles --json` names
+    (gpus[].catalog.key -> catalog/models/[simulator-only/]<key>.toml, nvml_name), or from
+    a status field `name` where there is one; a node without MIG (no catalog key in the
+    JSON): the catalog entry whose display_name is status' model
 
 Prints one line per compared field ("ok", or "DIFF"/"MISSING"/"EXTRA" with both values),
 a line per run GFD did not finish, and a summary; exits 1 on any disagreement or failed run.
@@ -36,6 +40,9 @@ import json
 import pathlib
 import re
 import sys
+import tomllib
+
+CATALOG = pathlib.Path(__file__).resolve().parent.parent.parent / "catalog" / "models"
 
 ENGINES = {"copy": "copy", "decoder": "decoders", "encoder": "encoders", "jpeg": "jpeg", "ofa": "ofa"}
 
@@ -91,8 +98,24 @@ def mig_devices(status, profiles):
     return out
 
 
+def nvml_name(gpu, profiles):
+    """The GPU's NVML name as gpushare knows it (see the module's notes)."""
+    if gpu.get("name"):
+        return gpu["name"]
+    for g in profiles.get("gpus", []):
+        key = (g.get("catalog") or {}).get("key") if g["index"] == gpu["index"] else None
+        for path in (CATALOG / (str(key) + ".toml"), CATALOG / "simulator-only" / (str(key) + ".toml")):
+            if key and path.exists():
+                return tomllib.loads(path.read_text())["nvml_name"]
+    for path in sorted(CATALOG.glob("**/*.toml")):  # a node without MIG: by display name
+        entry = tomllib.loads(path.read_text())
+        if entry.get("display_name") == gpu["model"] and "nvml_name" in entry:
+            return entry["nvml_name"]
+    return "NVIDIA " + gpu["model"]
+
+
 def profiles_of(profiles, index):
-    for gpu in profiles["gpus"]:
+    for gpu in profiles.get("gpus", []):
         if gpu["index"] == index:
             return gpu["profiles"]
     return []
@@ -103,8 +126,8 @@ def expected(run):
     profiles = json.loads((run / "mig-profiles.json").read_text())
     strategy = (run / "strategy").read_text().strip()
     gpus = status["gpus"]
-    models = {g["model"] for g in gpus}
-    product = sanitise("NVIDIA " + sorted(models)[0]) if len(models) == 1 else None
+    names_nvml = {nvml_name(g, profiles) for g in gpus}
+    product = sanitise(names_nvml.pop()) if len(names_nvml) == 1 else None
     exp = {}  # label -> value (str), or None: must be absent
     share = sharing_replicas(run)
     whole = [g for g in gpus if not g.get("mig_enabled")]

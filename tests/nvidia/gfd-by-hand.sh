@@ -10,11 +10,15 @@
 #               (libgpushare_sim_nvml.so, gpushare-sim-nvidia-smi,
 #               gpushare-sim-nvidia-cuda-mps-control); default the repository's
 #               target/debug. Everything is copied out first (cargo rewrites in place).
-#   NODES       default "h100-80gb:2 a100-40gb:8"
-#   PROFILES    default "all-disabled all-balanced half-balanced all-mps all-time-sliced" and
-#               two files (NAME.toml: applied with -f) of tests/nvidia/gfd-profiles/:
-#               all-1g (one MIG device type: what --mig-strategy=single labels) and
-#               compute-split (a 3g instance in three 1c compute instances)
+#   NODES       default every simulated model: h100-80gb:2, a100-40gb:8 (a DGX A100), and
+#               each other model of `gpushare-agent --simulate` ×2 (gh200-144gb ×1); a
+#               node without MIG gets the profiles without MIG only
+#   PROFILES    default "all-disabled all-balanced half-balanced all-mps all-time-sliced"
+#               (built in) and the script's all-1g (every 1g instance the GPU holds: one
+#               MIG device type, what --mig-strategy=single labels) and compute-split (a 3g
+#               instance in three 1c compute instances, a 2g, two 1g; on 4- and 2-slice
+#               GPUs a 2g in two 1c), written per node and applied with -f; NAME.toml: a
+#               profile file of yours
 #   STRATEGIES  default "none single mixed" (GFD's --mig-strategy)
 #   TRACE=0     do not LD_PRELOAD tests/nvidia/nvml-trace.sh's library (default: every
 #               NVML call of GFD and the examples is logged with its return code)
@@ -64,6 +68,22 @@ if [ "${1:-}" = "--inner" ]; then
         env LD_LIBRARY_PATH="$WORK/lib" GPUSHARE_SIM_NODE="$NODE" GPUSHARE_SIM_STATE="$STATE/simulated-gpus.json" \
             ${TRACE_LIB:+LD_PRELOAD="$TRACE_LIB" NVML_TRACE="$t"} "$@"
     }
+    # The script's own profiles, by the GPUs' compute slices (7, 4 or 2):
+    #   all-1g         every 1g instance the GPU holds: one MIG device type, the layout
+    #                  GFD's --mig-strategy=single labels (nvidia.com/gpu.* become the 1g's)
+    #   compute-split  a GPU instance in 1c compute instances beside whole ones (GFD names
+    #                  them <c>c.<profile>, as go-nvlib does)
+    script_profile() { # script_profile NAME SLICES: the profile's TOML on stdout
+        local mig
+        case "$1:$2" in
+            all-1g:*) mig="{ \"1g\" = $2 }" ;;
+            compute-split:7) mig='{ "1c.3g" = 3, "2g" = 1, "1g" = 2 }' ;;
+            compute-split:4) mig='{ "1c.2g" = 2, "1g" = 2 }' ;;
+            compute-split:2) mig='{ "1c.2g" = 2 }' ;;
+            *) return 1 ;;
+        esac
+        printf 'name = "%s"\ndescription = "tests/nvidia/gfd-by-hand.sh: %s on %s-slice GPUs"\n\n[[gpu]]\nselect = "all"\nmig = %s\n' "$1" "$1" "$2" "$mig"
+    }
     sharing_config() { # sharing_config PROFILE FILE: a device-plugin config, or nothing
         case "$1" in
             all-mps) printf 'version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n' > "$2" ;;
@@ -73,7 +93,7 @@ if [ "${1:-}" = "--inner" ]; then
     }
     for NODE in $NODES; do
         model=${NODE%%:*}
-        STATE=$WORK/state-$model
+        STATE=$WORK/$model # short: an MPS pipe directory under it must fit a socket path
         rm -rf "$STATE"
         mkdir -p "$STATE" "$WORK/no-profiles"
         echo
@@ -111,9 +131,24 @@ if [ "${1:-}" = "--inner" ]; then
             echo "   sysfs $addr: vendor $(cat "$d/vendor") device $(cat "$d/device") class 0x030200 (GPU $idx)"
         done < "$WORK/pci-$model.txt"
 
+        # a node without MIG (L40S, RTX 4090) gets the profiles without MIG only; the
+        # script's MIG profiles are sized by GPU 0's compute slices
+        SLICES=$("$G/gpushare-ctl" mig profiles --json 2>/dev/null |
+            python3 -c 'import json, sys; g = json.load(sys.stdin).get("gpus"); print(g[0]["compute_slices"] if g else 0)')
+        HAS_MIG=$([ "${SLICES:-0}" -gt 0 ] && echo 1 || echo 0)
         for PROFILE in $PROFILES; do
             echo
-            case "$PROFILE" in # a built-in profile's name, or a profile file
+            if [ "$HAS_MIG" = 0 ]; then
+                case "$(basename "$PROFILE" .toml)" in
+                    all-balanced | half-balanced | all-1g | compute-split)
+                        echo "---- $NODE: $(basename "$PROFILE" .toml) skipped: no GPU of $model has MIG"
+                        continue ;;
+                esac
+            fi
+            case "$PROFILE" in # a built-in profile's name, one of the script's, or a file
+                all-1g | compute-split)
+                    PFILE=$WORK/$PROFILE.toml
+                    script_profile "$PROFILE" "$SLICES" > "$PFILE" || { echo "!! no $PROFILE for $SLICES-slice GPUs"; FAILED=1; continue; } ;;
                 *.toml) PFILE=$PROFILE; PROFILE=$(basename "$PROFILE" .toml) ;;
                 *) PFILE= ;;
             esac
@@ -167,6 +202,34 @@ if [ "${1:-}" = "--inner" ]; then
         "$G/gpushare-ctl" apply all-disabled > /dev/null 2>&1 || { echo "!! all-disabled failed"; FAILED=1; }
         kill "$agent"
         wait "$agent" 2>/dev/null
+
+        # compute-processes with processes: the agent restarted with one compute process
+        # (a real one of ours, 2 GiB) on GPU 0, as GPUSHARE_SIM_PROCESSES declares them;
+        # the examples (without the variable) see the node's processes
+        sleep 300 &
+        proc=$!
+        echo
+        echo "---- $NODE: agent restarted with GPUSHARE_SIM_PROCESSES=0:$proc=2GiB"
+        GPUSHARE_SIM_PROCESSES="0:$proc=2GiB" GPUSHARE_SIM_DIR=$G GPUSHARE_LOG=warn "$G/gpushare-agent" --simulate "$NODE" \
+            --bus "$GPUSHARE_BUS_ADDRESS" --state-dir "$STATE" --config /dev/null --profiles-dir "$WORK/no-profiles" &
+        agent=$!
+        "$G/gpushare-ctl" status > /dev/null 2>&1 || true
+        for ex in devices compute-processes; do
+            R=$RES/$model/processes/nvml-$ex
+            mkdir -p "$R"
+            echo
+            echo "\$ nvml-$ex   # go-nvml examples/$ex; $NODE, all-disabled, a process on GPU 0"
+            nvml_env "$R/nvml-trace.txt" timeout 120 "$GFD_BIN/nvml-$ex" > "$R/output.txt" 2>&1
+            rc=$?
+            echo "$rc" > "$R/exit-code"
+            sed 's/^/   /' "$R/output.txt"
+            echo "-> exit $rc"
+            [ "$rc" = 0 ] || FAILED=1
+        done
+        kill "$agent"
+        wait "$agent" 2>/dev/null
+        kill "$proc"
+        wait "$proc" 2>/dev/null
         kill "$(tail -n1 <<<"$bus")"
     done
     exit $FAILED
@@ -187,7 +250,7 @@ for t in dbus-daemon unshare python3 timeout; do command -v "$t" > /dev/null || 
 RES=${1:-$(mktemp -d /tmp/gfd-by-hand.XXXXXX)}
 mkdir -p "$RES"
 RES=$(realpath "$RES")
-WORK=$(mktemp -d /tmp/gfd-by-hand-work.XXXXXX)
+WORK=$(mktemp -d /tmp/gfd-w.XXXXXX)
 mkdir -p "$WORK/gpushare" "$WORK/lib"
 for f in gpushare-agent gpushare-ctl libgpushare_sim_nvml.so gpushare-sim-nvidia-smi gpushare-sim-nvidia-cuda-mps-control; do
     cp "$GPUSHARE_BIN/$f" "$WORK/gpushare/"
@@ -200,8 +263,8 @@ if [ "${TRACE:-1}" != 0 ]; then
     TRACE_LIB=$WORK/lib/libnvml-trace.so
 fi
 export RES WORK GFD_BIN TRACE_LIB HERE
-export NODES=${NODES:-"h100-80gb:2 a100-40gb:8"}
-export PROFILES=${PROFILES:-"all-disabled all-balanced half-balanced all-mps all-time-sliced $HERE/gfd-profiles/all-1g.toml $HERE/gfd-profiles/compute-split.toml"}
+export NODES=${NODES:-"h100-80gb:2 a100-40gb:8 a100-80gb:2 a30-24gb:2 b200:2 b300:2 gb200:2 gh200-144gb:1 h100-96gb:2 h100-nvl:2 h200-141gb:2 l40s:2 rtx-4090:2 rtx-pro-6000-bse:2 gb200-early:2 rtx-pro-5000:2"}
+export PROFILES=${PROFILES:-"all-disabled all-balanced half-balanced all-mps all-time-sliced all-1g compute-split"}
 export STRATEGIES=${STRATEGIES:-"none single mixed"}
 {
     echo "gfd-by-hand: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
