@@ -25,7 +25,9 @@
 #   RESULTS_DIR default a fresh mktemp -d; gets log.txt (everything), one directory per
 #               node/profile/run (GFD's labels, its stderr, exit code, NVML trace;
 #               gpushare-ctl status --json and mig profiles --json of that moment), and
-#               compare.txt (tests/nvidia/compare-gfd.py over all runs)
+#               compare.txt (tests/nvidia/compare-gfd.py over all runs), nvml-calls.txt
+#               (every NVML function called, per return code) and all-labels.txt (every
+#               run's labels, one file)
 #
 # Per node: a private dbus-daemon and `gpushare-agent --simulate NODE` (a state directory
 # in the results' scratch dir, no profiles dir, no config), as README's "Trying it by
@@ -289,7 +291,13 @@ export STRATEGIES=${STRATEGIES:-"none single mixed"}
         echo
         echo "================ NVML calls that did not answer SUCCESS (function, return code: runs)"
         python3 "$HERE/gfd_trace_summary.py" "$RES"
+        python3 "$HERE/gfd_trace_summary.py" "$RES" --all > "$RES/nvml-calls.txt"
+        echo "(every function called, with each return code: nvml-calls.txt)"
     fi
+    # every run's labels in one file, each line prefixed with its run (for keeping)
+    for f in "$RES"/*/*/gfd-*/labels.txt; do
+        [ -f "$f" ] && sort "$f" | sed "s|^|${f#"$RES"/}: |; s|/labels.txt: |: |"
+    done > "$RES/all-labels.txt"
     echo
     echo "results: $RES   overall: $([ "$rc" = 0 ] && echo PASS || echo FAIL)"
     exit $rc
