@@ -14,6 +14,8 @@
 //! agent's catalog does not know ([`models`] and the lookups skip them): a MIG GPU no
 //! catalog has heard of, and drivers whose tables differ from the catalog's.
 
+pub mod naming;
+
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 

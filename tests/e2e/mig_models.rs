@@ -171,6 +171,59 @@ fn where_the_catalog_disagrees_the_driver_wins_with_a_warning() {
     assert!(text(&check).contains("name: NVML 1g.24gb, catalog 1g.23gb"), "{}", text(&check));
 }
 
+/// Issue 38: "did you mean" names the profile a mistyped name most likely means on that
+/// GPU (same slices, then nearest memory, then variant), not the one spelled most alike.
+#[test]
+fn did_you_mean_names_the_profile_that_is_meant() {
+    for (model, typed, meant) in [
+        ("a100-40gb:1", "3g.40gb", "3g.20gb"),
+        ("h100-80gb:1", "1g.5gb", "1g.10gb"),
+        ("h100-80gb:1", "1g.10gb-me", "1g.10gb"),
+    ] {
+        let agent = Agent::start(AgentOptions::simulate(model));
+        let before = agent.status();
+        let text =
+            format!("name = \"meant\"\n[[gpu]]\nselect = \"all\"\nmig = {{ \"{typed}\" = 1 }}\n");
+        let (_dir, file) = temp_file("meant.toml", text);
+        let out = agent.ctl(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("no MIG profile {typed} (the rule at ")), "{err}");
+        assert!(err.contains(&format!("meant.toml:2:1); did you mean {meant}? ")), "{err}");
+        assert_eq!(agent.status(), before);
+    }
+}
+
+/// Issue 38: every simulated MIG model's profile names are what NVIDIA's tools (go-nvlib's
+/// rule: mig-parted, GPU Feature Discovery) make of the memory the simulated driver reports
+/// through NVML: each profile's `memorySizeMB` against the GPU's `nvmlDeviceGetMemoryInfo`
+/// total, read by the agent.
+#[test]
+fn the_drivers_names_are_what_nvidias_rule_makes_of_its_memory() {
+    let keys: Vec<String> = gpushare_catalog::simulated_models()
+        .iter()
+        .filter(|m| m.supports_mig())
+        .map(|m| format!("{}:1", m.key))
+        .collect();
+    let agent = Agent::start(AgentOptions::simulate(&keys.join(",")));
+    let status = agent.status();
+    let doc: gpushare_proto::types::MigProfiles = agent.ctl_doc(&["mig", "profiles"]);
+    assert_eq!(doc.gpus.len(), keys.len());
+    let mut wrong = Vec::new();
+    for (gpu, key) in doc.gpus.iter().zip(&keys) {
+        let total = status.gpus[gpu.index as usize].memory_total_bytes;
+        for p in &gpu.profiles {
+            let derived =
+                gpushare_catalog::naming::gpu_instance_name(p.nvml_enum, p.memory_mib, total);
+            if derived.as_deref() != Some(p.name.as_str()) {
+                wrong.push(format!("{key} {}: NVIDIA's tools name it {derived:?}", p.name));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// Bad input: a profile name the GPU does not offer, or a variant its model lacks, is
 /// refused in one line naming the rule and the names that would work; nothing changes.
 #[test]

@@ -326,10 +326,12 @@ fn plan_gpu(
                 let profile = key.resolve(model).ok_or_else(|| {
                     let names: Vec<&str> =
                         model.mig_profiles.iter().map(|p| p.name.as_str()).collect();
-                    // A renamed profile (a driver's `1g.24gb` → `1g.23gb`) names its heir.
-                    let guess = crate::profile::closest(&key.instance().to_string(), &names)
-                        .map(|n| format!("did you mean {n}? "))
-                        .unwrap_or_default();
+                    // By slices, memory and variant: a renamed profile (a driver's
+                    // `1g.24gb` → `1g.23gb`) names its heir, `3g.40gb` the 3-slice one.
+                    let guess =
+                        crate::profile::suggest::mig_profile(&key.instance().to_string(), model)
+                            .map(|n| format!("did you mean {n}? "))
+                            .unwrap_or_default();
                     PlanError::Infeasible(format!(
                         "{label}: no MIG profile {} (the rule at {}); {guess}{} has {}",
                         key.instance(),

@@ -142,6 +142,23 @@ fn infeasible_layouts_name_gpu_model_and_reason() {
     let p = profile("[[gpu]]\nselect = \"all\"\nmig = { \"1g.10gb+gfx\" = 1 }\n");
     let e = plan_on(&h100, &p).unwrap_err().to_string();
     assert!(e.contains("no MIG profile 1g.10gb+gfx") && e.contains("did you mean 1g.10gb"), "{e}");
+    // Suggested by what the profile is (slices, memory, variant), not by spelling
+    // (issue 38): spelling picked 7g.40gb, 1g.20gb and 1g.10gb+me.
+    let mut wrong = Vec::new();
+    for (spec, typed, meant) in [
+        ("a100-40gb:1", "3g.40gb", "3g.20gb"),
+        ("h100-80gb:1", "1g.5gb", "1g.10gb"),
+        ("h100-80gb:1", "1g.10gb-me", "1g.10gb"),
+    ] {
+        let p = profile(&format!("[[gpu]]\nselect = \"all\"\nmig = {{ \"{typed}\" = 1 }}\n"));
+        let e = plan_on(&node(spec), &p).unwrap_err().to_string();
+        let said =
+            format!("no MIG profile {typed} (the rule at test.toml:1:1); did you mean {meant}? ");
+        if !e.contains(&said) {
+            wrong.push(e);
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     let l40s = node("l40s:1");
     let e = plan_on(&l40s, &built_in("all-balanced")).unwrap_err().to_string();
     assert!(e.starts_with("GPU 0 (L40S): has no MIG"), "{e}");

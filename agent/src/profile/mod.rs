@@ -12,6 +12,7 @@ pub mod export;
 pub mod migparted;
 mod parse;
 pub(crate) mod store;
+pub(crate) mod suggest;
 
 pub use parse::{line_column, parse_pci_device_id, parse_profile};
 pub use store::{Missing, ProfileSource, ProfileStore, StoredProfile};
@@ -58,8 +59,8 @@ pub fn parse_document(text: &str, origin: &str, config: &str) -> Result<Profile,
 
 /// The name most like `typed`, when one is close enough to be a typo of it (as clap
 /// suggests subcommands, by Jaro similarity; above 0.8 here, as the names share prefixes):
-/// a mistyped mig-parted config, or a MIG profile renamed by a driver (`1g.24gb` →
-/// `1g.23gb`).
+/// a mistyped mig-parted config or profile. MIG profile names go by what the profile is
+/// ([`suggest::mig_profile`]).
 pub(crate) fn closest<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
     names
         .iter()

@@ -79,10 +79,15 @@
 //! [`abi::handles`]). A handle of a destroyed instance, or from before the last
 //! `nvmlShutdown`, answers NVML_ERROR_INVALID_ARGUMENT.
 //!
+//! # What NVIDIA's other clients ask
+//! GPU Feature Discovery, the device plugin and go-nvml's examples (issue 38): a MIG
+//! device's attributes, fabric info, addressing mode, the v1 entry points
+//! ([`abi::features`], which also lists the answers recorded on a real driver and those
+//! derived).
+//!
 //! # Not modelled
-//! Engine counts (copy engines, decoders, …) and `isP2pSupported` (0: the catalog has
-//! none), capability bits (0), PCI subsystem id (0), reserved/used memory (0), utilization,
-//! clocks, ECC, events, vGPU; compute-instance profile ids equal their enum values;
+//! `isP2pSupported` (0: the catalog has none), capability bits (0), PCI subsystem id (0),
+//! reserved/used memory (0), utilization, clocks, ECC, events, vGPU; compute-instance profile ids equal their enum values;
 //! GPU-instance ids are the lowest free from 1, not the driver's per-placement ids; the
 //! compute mode of a MIG-enabled GPU may still be changed; privilege checks (every caller
 //! is treated as root); `nvmlInitWithFlags` flags.

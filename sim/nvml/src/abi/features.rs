@@ -5,17 +5,22 @@
 //! and the ones derived are listed below, in one place.
 //!
 //! # Recorded and derived answers
-//! Recorded read-only on a real H100 80GB HBM3, driver 580.159.04, MIG off
-//! (`tests/device/nvml_answers.py`, compared key by key by `tests/recorded_answers.rs`
-//! once its output is committed under `tests/device/results/`):
+//! Recorded read-only on a real H100 80GB HBM3, driver 580.159.04, MIG off (issue 38's
+//! survey; `tests/device/nvml_answers.py` records them again, and
+//! `tests/recorded_answers.rs` compares its newest output under `tests/device/results/`
+//! key by key):
 //! - `nvmlErrorString`: 16 `GPU requires reset`, 17 `GPU access blocked by the operating
-//!   system`, 18 `Driver/library version mismatch`, 23 `Insufficient Resources` (also
-//!   NVIDIA's own DCGM table); the others keep nvml.h's and nvidia-ml-py's wording until
-//!   the recording says otherwise (24, 26 to 30 are known to differ: see [`ERROR_TEXTS_RECORDED`]).
+//!   system`, 18 `Driver/library version mismatch`, 23 `Insufficient Resources` (as NVIDIA's
+//!   DCGM words them too: [`ERROR_TEXTS_RECORDED`]). 24 and 26 to 30 differ on the real
+//!   driver too, but their texts were not at hand: they keep nvidia-ml-py's wording (30
+//!   ours) until a recording is committed.
 //! - `nvmlDeviceGetAddressingMode` on the H100: SUCCESS, `NONE`.
 //! - `nvmlDeviceGetGpuFabricInfo(V)` on the H100 (no NVSwitch): SUCCESS with state
 //!   `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED`, not an error code.
 //! - `nvmlDeviceGetMigDeviceHandleByIndex` with MIG off: NOT_FOUND.
+//! - The v1 entry points `nvmlDeviceGetGpuInstancePossiblePlacements` and
+//!   `nvmlComputeInstanceGetInfo` check their arguments (INVALID_ARGUMENT for null ones)
+//!   rather than answer NOT_SUPPORTED; the rest of their answers is derived (below).
 //!
 //! Derived (no real answer recorded):
 //! - A MIG device's attributes: the compute instance's SMs, the GPU instance's shared
@@ -31,6 +36,9 @@
 //!   `NOT_STARTED`. A MIG device handle answers NOT_SUPPORTED, as other whole-GPU queries.
 //! - Addressing mode: ATS on the Grace superchips (GH200, GB200), NONE elsewhere; a MIG
 //!   device answers its GPU's.
+//! - The v1 placements: NOT_SUPPORTED with MIG off after the argument checks (NVML 11's
+//!   header: "doesn't have MIG mode enabled"), as `_v2` with MIG on; the v1
+//!   compute-instance info: NVML 11's 24-byte struct, without the placement.
 //!
 //! # Safety (for every function here)
 //! As in [`super::exports`]: the caller follows nvml.h.

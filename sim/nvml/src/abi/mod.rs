@@ -448,4 +448,6 @@ pub(crate) fn reset_process_for_tests() {
 }
 
 #[cfg(test)]
+mod features_tests;
+#[cfg(test)]
 mod tests;

@@ -37,7 +37,7 @@ const KNOBS: &[&str] = &[
 ];
 
 /// One test's simulated process: the global lock, a temp dir, the environment set.
-struct Sim {
+pub(super) struct Sim {
     dir: tempfile::TempDir,
     _serial: MutexGuard<'static, ()>,
 }
@@ -65,7 +65,7 @@ impl Sim {
     }
 
     /// A fresh process, initialized.
-    fn new(spec: &str, env: &[(&str, &str)]) -> Sim {
+    pub(super) fn new(spec: &str, env: &[(&str, &str)]) -> Sim {
         let sim = Sim::process(spec, env);
         assert_eq!(nv!(nvmlInit_v2()), ret::SUCCESS, "{}", last_error());
         sim
@@ -88,7 +88,7 @@ fn last_error() -> String {
     nv!(CStr::from_ptr(buf.as_ptr())).to_string_lossy().into_owned()
 }
 
-fn dev(i: u32) -> nvmlDevice_t {
+pub(super) fn dev(i: u32) -> nvmlDevice_t {
     let mut d = null_mut();
     assert_eq!(nv!(nvmlDeviceGetHandleByIndex_v2(i, &mut d)), ret::SUCCESS);
     d
@@ -112,7 +112,7 @@ fn mig_mode(d: nvmlDevice_t) -> (c_uint, c_uint) {
     (c, p)
 }
 
-fn set_mig(d: nvmlDevice_t, mode: c_uint) -> Result<nvmlReturn_t, nvmlReturn_t> {
+pub(super) fn set_mig(d: nvmlDevice_t, mode: c_uint) -> Result<nvmlReturn_t, nvmlReturn_t> {
     let mut status = 12345;
     match nv!(nvmlDeviceSetMigMode(d, mode, &mut status)) {
         ret::SUCCESS => Ok(status),
@@ -134,7 +134,10 @@ fn create_gi(
     }
 }
 
-fn create_ci(gi: nvmlGpuInstance_t, profile: u32) -> Result<nvmlComputeInstance_t, nvmlReturn_t> {
+pub(super) fn create_ci(
+    gi: nvmlGpuInstance_t,
+    profile: u32,
+) -> Result<nvmlComputeInstance_t, nvmlReturn_t> {
     let mut ci = null_mut();
     match nv!(nvmlGpuInstanceCreateComputeInstance(gi, profile, &mut ci)) {
         ret::SUCCESS => Ok(ci),
@@ -876,7 +879,7 @@ fn capacity(d: nvmlDevice_t, profile: u32) -> u32 {
     n
 }
 
-fn driver_gi(d: nvmlDevice_t, profile: u32) -> Result<nvmlGpuInstance_t, nvmlReturn_t> {
+pub(super) fn driver_gi(d: nvmlDevice_t, profile: u32) -> Result<nvmlGpuInstance_t, nvmlReturn_t> {
     let mut gi = null_mut();
     match nv!(nvmlDeviceCreateGpuInstance(d, profile, &mut gi)) {
         ret::SUCCESS => Ok(gi),
@@ -896,7 +899,7 @@ fn ci_enum(slices: u8) -> u32 {
 }
 
 /// A MIG GPU of `model`, alone on a fresh node, with MIG on.
-fn mig_gpu(model: &gpushare_catalog::GpuModel) -> (Sim, nvmlDevice_t) {
+pub(super) fn mig_gpu(model: &gpushare_catalog::GpuModel) -> (Sim, nvmlDevice_t) {
     let sim = Sim::new(&format!("{}:1", model.key), &[]);
     let d = dev(0);
     assert_eq!(nv!(nvmlDeviceSetPersistenceMode(d, NVML_FEATURE_DISABLED)), ret::SUCCESS);
@@ -905,7 +908,7 @@ fn mig_gpu(model: &gpushare_catalog::GpuModel) -> (Sim, nvmlDevice_t) {
 }
 
 /// Every model the simulated driver plays, catalog and simulator-only, with MIG.
-fn mig_models() -> impl Iterator<Item = &'static gpushare_catalog::GpuModel> {
+pub(super) fn mig_models() -> impl Iterator<Item = &'static gpushare_catalog::GpuModel> {
     gpushare_catalog::simulated_models().iter().filter(|m| m.supports_mig())
 }
 
