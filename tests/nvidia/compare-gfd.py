@@ -25,7 +25,8 @@ From gpushare's JSON this derives what GFD's labels must say, as GFD v0.20.0 com
     = status' sharing strategy of the whole GPUs (exclusive: none), gpu.replicas (and the
     product's -SHARED) = the replicas of the device-plugin config GFD was given (gpushare's
     status has no replica count for time-slicing)
-  - nvidia.com/mig.strategy = the strategy, absent for none
+  - nvidia.com/mig.strategy = the strategy, absent for none; nvidia.com/mig.capable =
+    whether `mig profiles --json` lists GPUs (it answers an error on a node without MIG)
   - gpu.product: GFD's sanitised NVML name. gpushare's JSON has no NVML name (status'
     `model` is the catalog's display name: `B300-288GB` where NVML says `NVIDIA B300 SXM6
     AC`), so it is taken from the catalog entry `mig profiles --json` names
@@ -154,6 +155,8 @@ def expected(run):
             exp["nvidia.com/gpu.sharing-strategy"] = "none"
 
     exp["nvidia.com/mig.strategy"] = None if strategy == "none" else strategy
+    # gpushare lists MIG profiles for a node where a GPU has MIG, else answers an error
+    exp["nvidia.com/mig.capable"] = "true" if profiles.get("gpus") else "false"
     if strategy in ("none", "mixed"):
         full_gpu_labels()
     if strategy == "mixed":
