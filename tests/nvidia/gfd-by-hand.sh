@@ -36,6 +36,9 @@
 # --mig-strategy=S --output-file ...` for each strategy, then nvml-devices and
 # nvml-compute-processes. GFD reads the same simulated node as the agent: the simulated
 # library as libnvidia-ml.so.1 (LD_LIBRARY_PATH) with GPUSHARE_SIM_NODE/GPUSHARE_SIM_STATE.
+# Last, all-disabled, the agent restarted with one compute process on GPU 0
+# (GPUSHARE_SIM_PROCESSES, a `sleep` of the script's) and both examples run again
+# (RESULTS_DIR/<model>/processes/).
 #
 # Sharing: for all-mps and all-time-sliced, GFD gets a device-plugin config file
 # (--config-file) whose `sharing:` says what the profile does (mps, or timeSlicing, with
@@ -46,8 +49,8 @@
 # as root), nowhere else: /sys/bus/pci/devices, one directory per simulated GPU from what
 # the simulated library answers (vendor, device, class 0x030200 = 3D controller): GFD's
 # nvidia.com/gpu.mode label reads the class there, its vGPU labeler the config space (the
-# ids, no capabilities). The machine type file is
-# RESULTS_DIR/product_name ("gpushare-simulated-node"), as --machine-type-file allows.
+# ids, no capabilities). The machine type file is RESULTS_DIR/product_name
+# ("gpushare-simulated-node"), as --machine-type-file allows.
 #
 # Exit status: 0 when every GFD run and every example exited 0 and compare-gfd.py found
 # no disagreement; 1 otherwise (it does not stop at the first failure).
