@@ -1,0 +1,33 @@
+"""The simulated GPUs' PCI facts, for tests/nvidia/gfd-by-hand.sh's fake /sys/bus/pci.
+
+    python3 gfd_simpci.py LIBNVIDIA_ML
+
+Prints one line per GPU: index, NVML busId, pciDeviceId (device << 16 | vendor),
+pciSubSystemId, as nvmlDeviceGetPciInfo_v3 answers them.
+"""
+import ctypes
+import sys
+
+
+class PciInfo(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
+def ok(r, what):
+    if r != 0:
+        sys.exit("gfd_simpci: %s returned %d" % (what, r))
+
+
+lib = ctypes.CDLL(sys.argv[1])
+ok(lib.nvmlInit_v2(), "nvmlInit_v2")
+n = ctypes.c_uint()
+ok(lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
+for i in range(n.value):
+    h = ctypes.c_void_p()
+    ok(lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)), "nvmlDeviceGetHandleByIndex_v2")
+    p = PciInfo()
+    ok(lib.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(p)), "nvmlDeviceGetPciInfo_v3")
+    print(i, p.busId.decode(), p.pciDeviceId, p.pciSubSystemId)
+lib.nvmlShutdown()
