@@ -142,6 +142,11 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             state_dir.display()
         )
     };
+    // A root where the MPS daemons' sockets would not fit is said before anything is made.
+    if !settings.read_only {
+        let (root, setting) = mps_root(&config, simulated, &state_dir);
+        crate::sharing::mps::check_root(&root, setting)?;
+    }
     match settings.read_only {
         true if !state_dir.exists() => {}
         true => _ = trusted::check_dir(&state_dir).map_err(refused)?,
@@ -231,16 +236,7 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             Driver::Simulated(simulator.library)
         }
     };
-    // The MPS servers live with the agent's state, unless agent.toml names their root: for
-    // an agent without root (it cannot write the default under /run), and for a simulated
-    // node unless its agent.toml writes the root (simulated GPUs have the same UUIDs on
-    // every node, so two simulated agents must not share a root; the packaged agent's
-    // gpushare-mps@ units have their paths under the default root).
-    if config.mps.root == AgentConfig::default().mps.root
-        && (!unix::is_root() || (simulated && !config.written.mps_root))
-    {
-        config.mps.root = state_dir.join("mps");
-    }
+    config.mps.root = mps_root(&config, simulated, &state_dir).0;
     // An agent without root cannot write /var/run/cdi: its spec lives with its state.
     if config.cdi.dir == AgentConfig::default().cdi.dir && !unix::is_root() {
         config.cdi.dir = state_dir.join("cdi");
@@ -260,6 +256,22 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         _state_lock: state_lock,
         _scratch: scratch,
     })
+}
+
+/// Where the MPS servers live, and the setting that put them there. With the agent's
+/// state, unless agent.toml names their root: for an agent without root (it cannot write
+/// the default under /run), and for a simulated node unless its agent.toml writes the root
+/// (simulated GPUs have the same UUIDs on every node, so two simulated agents must not
+/// share a root; the packaged agent's gpushare-mps@ units have their paths under the
+/// default root).
+fn mps_root(config: &AgentConfig, simulated: bool, state_dir: &Path) -> (PathBuf, &'static str) {
+    if config.mps.root == AgentConfig::default().mps.root
+        && (!unix::is_root() || (simulated && !config.written.mps_root))
+    {
+        (state_dir.join("mps"), "the state directory's mps/")
+    } else {
+        (config.mps.root.clone(), "[mps] root in agent.toml")
+    }
 }
 
 /// Runs the agent until SIGTERM or SIGINT, then waits for a running job and stops. The

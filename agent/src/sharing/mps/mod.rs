@@ -87,6 +87,30 @@ pub struct MpsConfig {
     pub launch: MpsLaunch,
 }
 
+/// The longest path a Unix socket may have (`sun_path` holds 108 bytes with the NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// The longest server directory name: a GPU's or MIG device's UUID (`MIG-` and 36).
+const UUID_MAX: usize = 40;
+
+/// Refuses an MPS root under which a server's control socket
+/// (`<root>/<uuid>/pipe/control`, where the daemon listens) would be longer than a Unix
+/// socket path may be: the daemon would fail at start with nothing that says why, so the
+/// agent says it before it starts (`setting` names where the root came from).
+pub fn check_root(root: &Path, setting: &str) -> Result<(), String> {
+    let socket = root.as_os_str().len() + 1 + UUID_MAX + "/pipe/control".len();
+    if socket <= SOCKET_PATH_MAX {
+        return Ok(());
+    }
+    Err(format!(
+        "the MPS root {} ({setting}) is {} bytes too long: a server's control socket under \
+         it (<root>/<uuid>/pipe/control) would be {socket} bytes, over the {SOCKET_PATH_MAX} \
+         a Unix socket path may have",
+        root.display(),
+        socket - SOCKET_PATH_MAX
+    ))
+}
+
 /// How control daemons are started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MpsLaunch {

@@ -233,3 +233,16 @@ fn a_servers_overrides_are_one_that_holds_every_limit_set() {
     mps.record_override("GPU-abc", other, &[4343]).unwrap();
     assert_eq!(mps.daemons()[0].record.overrides, [other]);
 }
+
+#[test]
+fn a_root_too_long_for_the_control_socket_is_refused_with_its_limit() {
+    let fits = std::path::PathBuf::from(format!("/{}", "r".repeat(52)));
+    assert_eq!(check_root(&fits, "[mps] root"), Ok(()));
+    let long = std::path::PathBuf::from(format!("/{}", "r".repeat(53)));
+    let e = check_root(&long, "[mps] root").unwrap_err();
+    assert!(e.contains("([mps] root) is 1 bytes too long") && e.contains("108 bytes"), "{e}");
+    // The longest server directory a MIG device's UUID makes, with its socket, fits the
+    // longest root allowed exactly.
+    let socket = fits.join(format!("MIG-{}", "0".repeat(36))).join("pipe/control");
+    assert_eq!(socket.as_os_str().len(), 107);
+}
