@@ -13,6 +13,7 @@ use super::features::*;
 use super::mig::*;
 use super::tests::{Sim, create_ci, dev, driver_gi, mig_gpu, mig_models, set_mig};
 use super::types::*;
+use gpushare_catalog::naming;
 
 /// Calls exported functions (unsafe extern "C") from the tests.
 macro_rules! nv {
@@ -119,43 +120,8 @@ fn attributes_of_a_whole_gpu_and_bad_arguments() {
     assert_eq!(attributes_of(null_mut()), Err(ret::INVALID_ARGUMENT));
 }
 
-/// go-nvlib's `getMigMemorySizeGB` (`pkg/nvlib/device/mig_profile.go`): the MIG device's
-/// share of the GPU's memory rounded up to eighths, times the GPU's memory in whole GiB
-/// rounded up.
-fn go_nvlib_gb(total_bytes: u64, mig_mib: u64) -> u64 {
-    let fraction = (mig_mib as f64 * 1024.0 * 1024.0) / total_bytes as f64;
-    let fraction = (fraction * 8.0).ceil() / 8.0;
-    let total_gb = total_bytes.div_ceil(1 << 30) as f64;
-    (fraction * total_gb).round() as u64
-}
-
-/// go-nvlib's slice counts and suffix of `NVML_GPU_INSTANCE_PROFILE_*` enum `e`
-/// (`NewMigProfile`), for the enums the catalog uses.
-fn go_nvlib_gi(e: u32) -> (u32, &'static str) {
-    match e {
-        0 => (1, ""),
-        1 => (2, ""),
-        2 => (3, ""),
-        3 => (4, ""),
-        4 => (7, ""),
-        5 => (8, ""),
-        6 => (6, ""),
-        7 => (1, "+me"),
-        8 => (2, "+me"),
-        9 => (1, ""),
-        10 => (1, "+gfx"),
-        11 => (2, "+gfx"),
-        12 => (4, "+gfx"),
-        13 => (1, "-me"),
-        14 => (2, "-me"),
-        15 => (1, "+me.all"),
-        16 => (2, "+me.all"),
-        _ => panic!("GPU-instance profile enum {e} is unknown to go-nvlib"),
-    }
-}
-
 /// go-nvlib's slice count of `NVML_COMPUTE_INSTANCE_PROFILE_*` enum `e`.
-fn go_nvlib_ci(e: u32) -> u32 {
+fn go_nvlib_ci(e: u32) -> u8 {
     match e {
         0 | 7 => 1,
         1 => 2,
@@ -211,14 +177,11 @@ fn go_nvlib_name(m: nvmlDevice_t) -> String {
             if cp.id != ci_info.profileId {
                 continue;
             }
-            let (g, suffix) = go_nvlib_gi(i);
+            // go-nvlib's `NewMigProfile` and `String` (NVIDIA's rule, `catalog::naming`).
+            let gi_name = naming::gpu_instance_name(i, attributes.memorySizeMB, memory.total)
+                .unwrap_or_else(|| panic!("GPU-instance profile enum {i} is unknown to go-nvlib"));
             let c = go_nvlib_ci(j);
-            let gb = go_nvlib_gb(memory.total, attributes.memorySizeMB);
-            return if c == g {
-                format!("{g}g.{gb}gb{suffix}")
-            } else {
-                format!("{c}c.{g}g.{gb}gb{suffix}")
-            };
+            return naming::compute_instance_name(c, &gi_name);
         }
     }
     panic!("no matching profile IDs found");
