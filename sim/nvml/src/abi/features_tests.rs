@@ -342,8 +342,10 @@ fn v1_placements_need_a_buffer_and_v1_compute_instance_info_has_no_placement() {
     n = 2;
     assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
     assert_eq!((n, buf.map(|p| (p.start, p.size))), (2, [(0, 4), (4, 4)]));
+    // `*count` is an output only (the real H100 answered so).
     n = 1;
-    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::INSUFFICIENT_SIZE);
+    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
+    assert_eq!(n, 2);
     drop(sim);
     let (_sim, d) = mig_gpu(model);
     let mut buf = [nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 2];
@@ -373,6 +375,51 @@ fn v1_placements_need_a_buffer_and_v1_compute_instance_info_has_no_placement() {
     assert_eq!((p.info.id, p.info.profileId, p.after), (0, 0, [0xAAAA_AAAA; 2]));
     assert_eq!(nv!(nvmlComputeInstanceGetInfo(null_mut(), &mut p.info)), ret::INVALID_ARGUMENT);
     assert_eq!(nv!(nvmlComputeInstanceGetInfo(ci, null_mut())), ret::INVALID_ARGUMENT);
+}
+
+/// Recorded read-only on a real H100 80GB HBM3 (driver 580.159.04, MIG off), 2026-12-06
+/// (`tests/data/h100-placements-probe-2026-12-06.json`): given a buffer, v1 and `_v2`
+/// write every placement and their count whatever `*count` held (0, 1 or 8), as nvml.h
+/// has it ("If non-NULL must be large enough to accommodate the placements"); an unknown
+/// profile is INVALID_ARGUMENT with `*count` untouched.
+#[test]
+fn placements_fill_the_buffer_whatever_count_held_as_the_real_h100_does() {
+    let _sim = Sim::new("h100-80gb:1", &[]);
+    let d = dev(0);
+    type Placements = unsafe extern "C" fn(
+        nvmlDevice_t,
+        c_uint,
+        *mut nvmlGpuInstancePlacement_t,
+        *mut c_uint,
+    ) -> nvmlReturn_t;
+    let calls: [(&str, Placements); 2] = [
+        ("v1", nvmlDeviceGetGpuInstancePossiblePlacements),
+        ("_v2", nvmlDeviceGetGpuInstancePossiblePlacements_v2),
+    ];
+    let ones: Vec<(u32, u32)> = (0..7).map(|s| (s, 1)).collect();
+    for (which, call) in calls {
+        // Profile ids 0 (7g.80gb, one placement) and 19 (1g.10gb, seven).
+        for (id, want) in [(0, vec![(0, 8)]), (19, ones.clone())] {
+            for held in [0, 1, 8] {
+                let mut buf = [nvmlGpuInstancePlacement_t { start: 77, size: 77 }; 8];
+                let mut n = held;
+                let code = nv!(call(d, id, buf.as_mut_ptr(), &mut n));
+                let got: Vec<(u32, u32)> =
+                    buf.iter().filter(|p| p.start != 77).map(|p| (p.start, p.size)).collect();
+                assert_eq!(
+                    (code, n, got),
+                    (ret::SUCCESS, want.len() as u32, want.clone()),
+                    "{which} profile {id}, *count {held}"
+                );
+            }
+        }
+        for held in [0, 1, 8] {
+            let mut n = held;
+            let mut buf = [nvmlGpuInstancePlacement_t { start: 77, size: 77 }; 8];
+            let code = nv!(call(d, 99, buf.as_mut_ptr(), &mut n));
+            assert_eq!((code, n), (ret::INVALID_ARGUMENT, held), "{which} profile 99");
+        }
+    }
 }
 
 #[test]
