@@ -23,7 +23,12 @@ pub(crate) fn mig_profile<'a>(typed: &str, model: &'a GpuModel) -> Option<&'a st
         .min_by(|(a_name, a), (b_name, b)| {
             let rank = |have: &crate::catalog::naming::ParsedName<'_>| {
                 (
-                    have.gpu_slices.abs_diff(want.gpu_slices),
+                    // No profile has 0 slices: a `0g` says nothing of the slices meant.
+                    if want.gpu_slices == 0 {
+                        0
+                    } else {
+                        have.gpu_slices.abs_diff(want.gpu_slices)
+                    },
                     have.gb.abs_diff(want.gb),
                     variant_distance(want_variant, have.variant),
                 )
@@ -137,6 +142,13 @@ mod tests {
                 assert_eq!(mig_profile(typed, model), Some(p.name.as_str()), "{}", model.key);
             }
         }
+    }
+
+    #[test]
+    fn no_slices_say_nothing_of_the_slices_meant() {
+        // `0g` is no profile on any GPU: memory decides (was 1g.36gb, the nearest count).
+        assert_eq!(guess("gh200-144gb", "0g.144gb"), Some("7g.144gb"));
+        assert_eq!(guess("h100-80gb", "0g.80gb"), Some("7g.80gb"));
     }
 
     #[test]
