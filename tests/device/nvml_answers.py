@@ -184,6 +184,9 @@ for fname in ("nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceGetGpuIns
     buf = (Placement * 8)()
     cnt = u32(8)
     record(f"{fname}/buffer", fname, dev, 0, buf, ctypes.byref(cnt))
+    if answers[f"{fname}/buffer"].get("ret") == 0:
+        answers[f"{fname}/buffer"]["count"] = cnt.value
+        answers[f"{fname}/buffer"]["placements"] = [[p.start, p.size] for p in buf[: min(cnt.value, 8)]]
     cnt = u32(0)
     record(f"{fname}/badprofile", fname, dev, 99, None, ctypes.byref(cnt))
     record(f"{fname}/nulldevice", fname, None, 0, None, ctypes.byref(cnt))

@@ -3,9 +3,9 @@
 //!
 //! A typed text that reads as a MIG profile name (NVIDIA's rule, [`crate::catalog::naming`])
 //! is matched by compute slices (the same count first, then the nearest), then memory (the
-//! nearest `GB`), then variant ([`variant_distance`]), and only then by spelling. Text that
-//! is no profile name (`3g`, a typo past recognition) falls back to spelling alone
-//! ([`super::closest`]).
+//! nearest `GB`), then variant ([`variant_distance`]; a mistyped one read as the variant it
+//! misspells, [`known_variant`]), and only then by spelling. Text that is no profile name
+//! (`3g`, a typo past recognition) falls back to spelling alone ([`super::closest`]).
 
 use crate::catalog::GpuModel;
 use crate::catalog::naming::parse_name;
@@ -16,15 +16,21 @@ pub(crate) fn mig_profile<'a>(typed: &str, model: &'a GpuModel) -> Option<&'a st
     let Some(want) = parse_name(typed) else {
         return super::closest(typed, &names);
     };
+    let want_variant = known_variant(want.variant);
     names
         .iter()
         .filter_map(|&name| parse_name(name).map(|have| (name, have)))
         .min_by(|(a_name, a), (b_name, b)| {
             let rank = |have: &crate::catalog::naming::ParsedName<'_>| {
                 (
-                    have.gpu_slices.abs_diff(want.gpu_slices),
+                    // No profile has 0 slices: a `0g` says nothing of the slices meant.
+                    if want.gpu_slices == 0 {
+                        0
+                    } else {
+                        have.gpu_slices.abs_diff(want.gpu_slices)
+                    },
                     have.gb.abs_diff(want.gb),
-                    variant_distance(want.variant, have.variant),
+                    variant_distance(want_variant, have.variant),
                 )
             };
             rank(a).cmp(&rank(b)).then_with(|| {
@@ -33,6 +39,29 @@ pub(crate) fn mig_profile<'a>(typed: &str, model: &'a GpuModel) -> Option<&'a st
             })
         })
         .map(|(name, _)| name)
+}
+
+/// The variants NVIDIA's tools name (go-nvlib's attributes after the sign).
+const VARIANTS: [&str; 4] = ["+me", "+me.all", "-me", "+gfx"];
+
+/// The variant `typed` stands for: itself where it is one of [`VARIANTS`] (or none), else
+/// the one of the same sign it is a typo of (the one nearest, within two edits: `+me.al`
+/// is `+me.all`, `+em` `+me`; never across the sign, as `-gfx` is no `+gfx`); else itself
+/// (as far from every variant as an unknown one).
+fn known_variant(typed: &str) -> &str {
+    if typed.is_empty() || VARIANTS.contains(&typed) {
+        return typed;
+    }
+    let mut near: Vec<(usize, &'static str)> = VARIANTS
+        .iter()
+        .filter(|v| v[..1] == typed[..1])
+        .map(|v| (strsim::osa_distance(typed, v), *v))
+        .collect();
+    near.sort();
+    match (near.first(), near.get(1)) {
+        (Some(&(edits, v)), next) if edits <= 2 && next.is_none_or(|n| n.0 > edits) => v,
+        _ => typed,
+    }
 }
 
 /// How far a profile of variant `have` is from the variant `typed` asked for: the same
@@ -92,6 +121,34 @@ mod tests {
         // A driver's rename: the early GB200's names on the production board and back.
         assert_eq!(guess("gb200", "1g.24gb+me"), Some("1g.23gb+me"));
         assert_eq!(guess("gb200-early", "7g.186gb"), Some("7g.189gb"));
+    }
+
+    #[test]
+    fn a_mistyped_variant_is_read_as_the_variant_it_misspells() {
+        assert_eq!(guess("rtx-pro-6000-bse", "1g.24gb+me.al"), Some("1g.24gb+me.all"));
+        assert_eq!(guess("rtx-pro-6000-bse", "1g.24gb+gf"), Some("1g.24gb+gfx"));
+        assert_eq!(guess("h100-80gb", "1g.10gb+em"), Some("1g.10gb+me"));
+        assert_eq!(guess("rtx-pro-6000-bse", "2g.48gb-m"), Some("2g.48gb-me"));
+        // Never across the sign: `-gfx` (no graphics) is the plain profile, not `+gfx`.
+        assert_eq!(guess("rtx-pro-6000-bse", "1g.24gb-gfx"), Some("1g.24gb"));
+        // On every model: each variant profile with its last letter lost is named back.
+        for model in crate::catalog::simulated_models() {
+            for p in &model.mig_profiles {
+                let Some(at) = p.name.find(['+', '-']) else { continue };
+                let typed = &p.name[..p.name.len() - 1];
+                if at + 2 > typed.len() {
+                    continue;
+                }
+                assert_eq!(mig_profile(typed, model), Some(p.name.as_str()), "{}", model.key);
+            }
+        }
+    }
+
+    #[test]
+    fn no_slices_say_nothing_of_the_slices_meant() {
+        // `0g` is no profile on any GPU: memory decides (was 1g.36gb, the nearest count).
+        assert_eq!(guess("gh200-144gb", "0g.144gb"), Some("7g.144gb"));
+        assert_eq!(guess("h100-80gb", "0g.80gb"), Some("7g.80gb"));
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   `nvmlDeviceGetGpuInstanceId`/`…ComputeInstanceId` of a GPU INVALID_ARGUMENT;
 //! - the v1 entry points: `nvmlDeviceGetGpuInstancePossiblePlacements` fills a buffer
 //!   with MIG off but answers a null buffer (the count query of `_v2`) INVALID_ARGUMENT;
+//!   v1 and `_v2` fill a buffer whatever `*count` held (an output only; a probe beside the
+//!   recorder, 2026-12-06, same GPU and driver: `tests/data/h100-placements-probe-*.json`);
 //!   `nvmlComputeInstanceGetInfo` checks its arguments as `_v2`.
 //!
 //! Derived (no real answer recorded):

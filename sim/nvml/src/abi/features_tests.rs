@@ -13,6 +13,7 @@ use super::features::*;
 use super::mig::*;
 use super::tests::{Sim, create_ci, dev, driver_gi, mig_gpu, mig_models, set_mig};
 use super::types::*;
+use gpushare_catalog::naming;
 
 /// Calls exported functions (unsafe extern "C") from the tests.
 macro_rules! nv {
@@ -119,43 +120,8 @@ fn attributes_of_a_whole_gpu_and_bad_arguments() {
     assert_eq!(attributes_of(null_mut()), Err(ret::INVALID_ARGUMENT));
 }
 
-/// go-nvlib's `getMigMemorySizeGB` (`pkg/nvlib/device/mig_profile.go`): the MIG device's
-/// share of the GPU's memory rounded up to eighths, times the GPU's memory in whole GiB
-/// rounded up.
-fn go_nvlib_gb(total_bytes: u64, mig_mib: u64) -> u64 {
-    let fraction = (mig_mib as f64 * 1024.0 * 1024.0) / total_bytes as f64;
-    let fraction = (fraction * 8.0).ceil() / 8.0;
-    let total_gb = total_bytes.div_ceil(1 << 30) as f64;
-    (fraction * total_gb).round() as u64
-}
-
-/// go-nvlib's slice counts and suffix of `NVML_GPU_INSTANCE_PROFILE_*` enum `e`
-/// (`NewMigProfile`), for the enums the catalog uses.
-fn go_nvlib_gi(e: u32) -> (u32, &'static str) {
-    match e {
-        0 => (1, ""),
-        1 => (2, ""),
-        2 => (3, ""),
-        3 => (4, ""),
-        4 => (7, ""),
-        5 => (8, ""),
-        6 => (6, ""),
-        7 => (1, "+me"),
-        8 => (2, "+me"),
-        9 => (1, ""),
-        10 => (1, "+gfx"),
-        11 => (2, "+gfx"),
-        12 => (4, "+gfx"),
-        13 => (1, "-me"),
-        14 => (2, "-me"),
-        15 => (1, "+me.all"),
-        16 => (2, "+me.all"),
-        _ => panic!("GPU-instance profile enum {e} is unknown to go-nvlib"),
-    }
-}
-
 /// go-nvlib's slice count of `NVML_COMPUTE_INSTANCE_PROFILE_*` enum `e`.
-fn go_nvlib_ci(e: u32) -> u32 {
+fn go_nvlib_ci(e: u32) -> u8 {
     match e {
         0 | 7 => 1,
         1 => 2,
@@ -211,14 +177,11 @@ fn go_nvlib_name(m: nvmlDevice_t) -> String {
             if cp.id != ci_info.profileId {
                 continue;
             }
-            let (g, suffix) = go_nvlib_gi(i);
+            // go-nvlib's `NewMigProfile` and `String` (NVIDIA's rule, `catalog::naming`).
+            let gi_name = naming::gpu_instance_name(i, attributes.memorySizeMB, memory.total)
+                .unwrap_or_else(|| panic!("GPU-instance profile enum {i} is unknown to go-nvlib"));
             let c = go_nvlib_ci(j);
-            let gb = go_nvlib_gb(memory.total, attributes.memorySizeMB);
-            return if c == g {
-                format!("{g}g.{gb}gb{suffix}")
-            } else {
-                format!("{c}c.{g}g.{gb}gb{suffix}")
-            };
+            return naming::compute_instance_name(c, &gi_name);
         }
     }
     panic!("no matching profile IDs found");
@@ -379,8 +342,10 @@ fn v1_placements_need_a_buffer_and_v1_compute_instance_info_has_no_placement() {
     n = 2;
     assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
     assert_eq!((n, buf.map(|p| (p.start, p.size))), (2, [(0, 4), (4, 4)]));
+    // `*count` is an output only (the real H100 answered so).
     n = 1;
-    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::INSUFFICIENT_SIZE);
+    assert_eq!(v1(d, 9, buf.as_mut_ptr(), &mut n), ret::SUCCESS);
+    assert_eq!(n, 2);
     drop(sim);
     let (_sim, d) = mig_gpu(model);
     let mut buf = [nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 2];
@@ -410,6 +375,51 @@ fn v1_placements_need_a_buffer_and_v1_compute_instance_info_has_no_placement() {
     assert_eq!((p.info.id, p.info.profileId, p.after), (0, 0, [0xAAAA_AAAA; 2]));
     assert_eq!(nv!(nvmlComputeInstanceGetInfo(null_mut(), &mut p.info)), ret::INVALID_ARGUMENT);
     assert_eq!(nv!(nvmlComputeInstanceGetInfo(ci, null_mut())), ret::INVALID_ARGUMENT);
+}
+
+/// Recorded read-only on a real H100 80GB HBM3 (driver 580.159.04, MIG off), 2026-12-06
+/// (`tests/data/h100-placements-probe-2026-12-06.json`): given a buffer, v1 and `_v2`
+/// write every placement and their count whatever `*count` held (0, 1 or 8), as nvml.h
+/// has it ("If non-NULL must be large enough to accommodate the placements"); an unknown
+/// profile is INVALID_ARGUMENT with `*count` untouched.
+#[test]
+fn placements_fill_the_buffer_whatever_count_held_as_the_real_h100_does() {
+    let _sim = Sim::new("h100-80gb:1", &[]);
+    let d = dev(0);
+    type Placements = unsafe extern "C" fn(
+        nvmlDevice_t,
+        c_uint,
+        *mut nvmlGpuInstancePlacement_t,
+        *mut c_uint,
+    ) -> nvmlReturn_t;
+    let calls: [(&str, Placements); 2] = [
+        ("v1", nvmlDeviceGetGpuInstancePossiblePlacements),
+        ("_v2", nvmlDeviceGetGpuInstancePossiblePlacements_v2),
+    ];
+    let ones: Vec<(u32, u32)> = (0..7).map(|s| (s, 1)).collect();
+    for (which, call) in calls {
+        // Profile ids 0 (7g.80gb, one placement) and 19 (1g.10gb, seven).
+        for (id, want) in [(0, vec![(0, 8)]), (19, ones.clone())] {
+            for held in [0, 1, 8] {
+                let mut buf = [nvmlGpuInstancePlacement_t { start: 77, size: 77 }; 8];
+                let mut n = held;
+                let code = nv!(call(d, id, buf.as_mut_ptr(), &mut n));
+                let got: Vec<(u32, u32)> =
+                    buf.iter().filter(|p| p.start != 77).map(|p| (p.start, p.size)).collect();
+                assert_eq!(
+                    (code, n, got),
+                    (ret::SUCCESS, want.len() as u32, want.clone()),
+                    "{which} profile {id}, *count {held}"
+                );
+            }
+        }
+        for held in [0, 1, 8] {
+            let mut n = held;
+            let mut buf = [nvmlGpuInstancePlacement_t { start: 77, size: 77 }; 8];
+            let code = nv!(call(d, 99, buf.as_mut_ptr(), &mut n));
+            assert_eq!((code, n), (ret::INVALID_ARGUMENT, held), "{which} profile 99");
+        }
+    }
 }
 
 #[test]

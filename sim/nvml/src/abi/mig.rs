@@ -50,10 +50,11 @@ pub unsafe extern "C" fn nvmlDeviceCreateGpuInstance(
 }
 
 /// The placements of GPU-instance profile `profileId` (its id, as `ProfileInfo.id`) into
-/// a caller's buffer, with MIG on or off: a `*count` smaller than the placements is
-/// INSUFFICIENT_SIZE with the count. `_v2` takes a null buffer as asking for the count;
-/// the v1 entry point answers it INVALID_ARGUMENT after the other argument checks (the real
-/// H100 did, MIG off).
+/// a caller's buffer, with MIG on or off. `*count` is an output only: a buffer gets every
+/// placement whatever it held (nvml.h: the buffer "must be large enough to accommodate the
+/// placements supported by the profile"; the real H100 wrote all seven 1g placements with
+/// `*count` 0 or 1). `_v2` takes a null buffer as asking for the count; the v1 entry point
+/// answers it INVALID_ARGUMENT after the other argument checks (the real H100 did, MIG off).
 fn gi_placements(
     name: &'static str,
     device: nvmlDevice_t,
@@ -71,15 +72,11 @@ fn gi_placements(
             return Err(ret::INVALID_ARGUMENT);
         }
         let n = p.placements.len();
-        let capacity = *count as usize;
         *count = n as c_uint;
         if placements.is_null() {
             return Ok(());
         }
-        if capacity < n {
-            return Err(ret::INSUFFICIENT_SIZE);
-        }
-        // SAFETY: a non-null buffer holds `capacity` >= `n` placements (nvml.h).
+        // SAFETY: a non-null buffer holds every placement of the profile (nvml.h), `n`.
         let buf = unsafe { std::slice::from_raw_parts_mut(placements, n) };
         for (slot, &start) in buf.iter_mut().zip(&p.placements) {
             *slot = nvmlGpuInstancePlacement_t {
@@ -191,8 +188,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
 
 /// `nvmlGpuInstanceGetComputeInstancePossiblePlacements`: a null buffer asks for the
 /// count; a smaller `*count` than the placements is INSUFFICIENT_SIZE with the count.
-/// (nvml.h documents `count` as an output only; reading it as the buffer's size, as the
-/// GPU-instance call does, is deliberate: it keeps a short buffer from being overrun.)
+/// (nvml.h documents `count` as an output only; reading it as the buffer's size is
+/// deliberate, to keep a short buffer from being overrun, as no real answer was recorded;
+/// the GPU-instance call's real answer was, and ignores it: [`gi_placements`].)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
     gpuInstance: nvmlGpuInstance_t,
