@@ -308,12 +308,18 @@ impl<'a> Raw<'a> {
             return Ok(Vec::new());
         }
         // The driver's count sizes a buffer: bounded (no GPU has more than a dozen
-        // placements of a profile); a larger one answers INSUFFICIENT_SIZE below.
-        let count = count.min(MAX_LISTED);
+        // placements of a profile). A larger count is refused before the second call, not
+        // capped: given a buffer, the real driver writes every placement whatever `*count`
+        // says (an H100, sim/nvml/tests/data/h100-placements-probe-2026-12-06.json).
+        if count > MAX_LISTED {
+            return Err(GpuError::new(self.call, Some(self.gpu), ErrorCode::Unknown).with_detail(
+                format!("{F} reported {count} placements, more than the {MAX_LISTED} read"),
+            ));
+        }
         let mut placements = vec![nvmlGpuInstancePlacement_t { start: 0, size: 0 }; count as usize];
         let mut written = count;
         // SAFETY: as above; `placements` holds `count` elements, as many as NVML said the
-        // profile has, which nvml.h requires of the buffer.
+        // profile has (the driver writes that many, whatever `written` holds).
         let ret = unsafe { f(dev, profile_id, placements.as_mut_ptr(), &mut written) };
         self.check(F, ret)?;
         placements.truncate(written.min(count) as usize);
