@@ -153,3 +153,40 @@ fn eight_different_compute_instances_that_fit_no_order_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn compute_instances_of_mixed_sizes_share_memory_by_their_slices() {
+    // A 3g of 2c + 1c: MPS limits derived from `replicas` divide each compute instance's
+    // share of the 40 GB instance, two thirds and one third (was half each).
+    let sim = node("h100-80gb:1");
+    let p = profile(
+        "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"2c.3g\" = 1, \"1c.3g\" = 1 }\n\
+         instance_sharing.\"2c.3g\" = { mps = { replicas = 2 } }\n\
+         instance_sharing.\"1c.3g\" = { mps = { replicas = 2 } }\n",
+    );
+    let plan = plan_on(&sim, &p).unwrap();
+    let target = &plan.gpus[0].target;
+    assert_eq!(target.instances.len(), 1);
+    assert_eq!(target.instances[0].compute.sizes(), [2, 1]);
+    let mib = |bytes: u64| bytes & !((1 << 20) - 1);
+    let memory = 40448u64 << 20;
+    let limits: Vec<(u8, Option<u64>)> = target
+        .instance_mps
+        .iter()
+        .map(|(_, index, spec)| (*index, spec.limits.pinned_memory_limit_bytes))
+        .collect();
+    assert_eq!(limits, [(0, Some(mib(memory * 2 / 3 / 2))), (1, Some(mib(memory / 3 / 2)))]);
+    // Compute instances of one size still split it evenly.
+    let p = profile(
+        "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 2 }\n\
+         instance_sharing.\"1c.3g\" = { mps = { replicas = 2 } }\n",
+    );
+    let plan = plan_on(&sim, &p).unwrap();
+    let limits: Vec<Option<u64>> = plan.gpus[0]
+        .target
+        .instance_mps
+        .iter()
+        .map(|(_, _, spec)| spec.limits.pinned_memory_limit_bytes)
+        .collect();
+    assert_eq!(limits, [Some(mib(memory / 2 / 2)); 2]);
+}
