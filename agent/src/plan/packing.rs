@@ -201,7 +201,11 @@ pub fn pack(model: &GpuModel, gpu: &GpuState, entries: &[Entry]) -> Result<Vec<P
 /// Calls `leaf` on each distinct permutation of `order` in the order mig-parted's
 /// `iteratePermutationsUntilSuccess` tries them, until it returns `true` (then `true`).
 /// Equal entries are one (mig-parted swaps no two entries of one profile name).
-fn permutations(order: &mut [Entry], i: usize, leaf: &mut dyn FnMut(&[Entry]) -> bool) -> bool {
+pub(super) fn permutations(
+    order: &mut [Entry],
+    i: usize,
+    leaf: &mut dyn FnMut(&[Entry]) -> bool,
+) -> bool {
     if i >= order.len() {
         return leaf(order);
     }

@@ -190,3 +190,55 @@ fn compute_instances_of_mixed_sizes_share_memory_by_their_slices() {
         .collect();
     assert_eq!(limits, [Some(mib(memory / 2 / 2)); 2]);
 }
+
+#[test]
+fn orders_are_tried_as_mig_parted_iterates_them_and_counted() {
+    // mig-parted's iteratePermutationsUntilSuccess, traced by hand: swaps in place, equal
+    // entries (one profile name) never swapped.
+    let sim = node("h100-80gb:1");
+    let state = observed(&sim);
+    let h100 = state.gpus[0].model.unwrap();
+    let three = h100.profile_by_name("3g.40gb").unwrap();
+    let entry = |compute, request| crate::plan::packing::Entry { profile: three, compute, request };
+    let (a, b, c) = (entry(2, 0), entry(1, 1), entry(3, 2));
+    let name = |e: &crate::plan::packing::Entry| match e.request {
+        0 => 'a',
+        1 => 'b',
+        _ => 'c',
+    };
+    let tried = |order: &mut [crate::plan::packing::Entry]| {
+        let mut seen: Vec<String> = Vec::new();
+        let found = crate::plan::packing::permutations(order, 0, &mut |o| {
+            seen.push(o.iter().map(name).collect());
+            false
+        });
+        assert!(!found);
+        seen
+    };
+    assert_eq!(tried(&mut [a, b, c]), ["abc", "acb", "bac", "bca", "cba", "cab"]);
+    assert_eq!(tried(&mut [a, a, b]), ["aab", "aba", "baa"]);
+    // The first order that succeeds ends the search.
+    let mut calls = 0;
+    assert!(crate::plan::packing::permutations(&mut [a, b, c], 0, &mut |o| {
+        calls += 1;
+        name(&o[0]) == 'b'
+    }));
+    assert_eq!(calls, 3);
+    // The most a rule can ask: eight entries (profile::MAX_MIG_INSTANCES), all different,
+    // are 8! = 40,320 orders, each visited once; repeated entries make fewer.
+    assert_eq!(crate::profile::MAX_MIG_INSTANCES, 8);
+    let eight: Vec<crate::plan::packing::Entry> = (0..8).map(|r| entry(1, r)).collect();
+    let mut count = 0u32;
+    crate::plan::packing::permutations(&mut eight.clone(), 0, &mut |_| {
+        count += 1;
+        false
+    });
+    assert_eq!(count, 40_320);
+    let repeated: Vec<crate::plan::packing::Entry> = (0..8).map(|r| entry(1, r % 2)).collect();
+    let mut count = 0u32;
+    crate::plan::packing::permutations(&mut repeated.clone(), 0, &mut |_| {
+        count += 1;
+        false
+    });
+    assert_eq!(count, 70); // 8! / (4! 4!)
+}
