@@ -242,3 +242,21 @@ fn orders_are_tried_as_mig_parted_iterates_them_and_counted() {
     });
     assert_eq!(count, 70); // 8! / (4! 4!)
 }
+
+#[test]
+fn a_refusal_blames_compute_instances_only_where_no_order_packs_them_tighter() {
+    // mig-parted's first order (3c, 2c, 2c) needs a second 7g, but its second (2c, 3c,
+    // 2c) packs all three into one: what stands in the way is the 1g beside a 7g, not
+    // the compute instances.
+    let sim = node("a100-40gb:1");
+    let p = mig_parted("\"3c.7g.40gb\": 1, \"2c.7g.40gb\": 2, \"1g.5gb\": 1");
+    let e = plan_on(&sim, &p).unwrap_err().to_string();
+    assert!(!e.contains("compute instances"), "{e}");
+    assert!(!e.contains("7g.40gb ×2"), "{e}");
+    assert!(e.contains("7g.40gb ×1") && e.contains("1g.5gb ×1"), "{e}");
+    assert!(e.ends_with("(the rule at c.yaml:4:7)") && !e.contains('\n'), "{e}");
+    // Without the 1g the second order is made: one 7g of all three.
+    let sim = node("a100-40gb:1");
+    apply_and_assert(&sim, &mig_parted("\"3c.7g.40gb\": 1, \"2c.7g.40gb\": 2"));
+    assert_eq!(made(&sim), ["7g.40gb [3, 2, 2]"]);
+}
