@@ -110,3 +110,46 @@ fn mixed_compute_instance_sizes_apply_assert_and_export_as_in_mig_parted() {
         assert_eq!(instances(&agent), before, "{spec}");
     }
 }
+
+/// An operator upgrading: GPU instances whose compute instances an older gpushare (or
+/// `nvidia-smi`) packed otherwise — each size in its own 3g — are the ones asked for, so
+/// `plan` keeps them, `assert` holds, `apply` changes nothing and `status` shows no drift,
+/// for gpushare's own profile and the mig-parted file alike.
+#[test]
+fn compute_instances_an_older_gpushare_packed_are_kept() {
+    let (_dir, yaml) = temp_file("mixed.yaml", MIXED);
+    let yaml = yaml.to_str().unwrap();
+    let (_d2, whole) =
+        temp_file("two.toml", "name = \"two\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\n");
+    let (_d3, own) = temp_file(
+        "own.toml",
+        "name = \"own\"\n[[gpu]]\nselect = \"all\"\nmig = { \"2c.3g\" = 1, \"1c.3g\" = 1 }\n",
+    );
+    let agent = Agent::start(AgentOptions::simulate("h100-80gb:1"));
+    ok(&agent, &["apply", "-f", whole.to_str().unwrap()]);
+    // As the old rule made it: one 3g with the 2c, the other with the 1c.
+    let gis: Vec<String> =
+        agent.status().gpus[0].instances.iter().map(|i| i.gpu_instance_id.to_string()).collect();
+    assert_eq!(gis.len(), 2);
+    let smi = |args: &[&str]| {
+        let out = agent.nvidia_smi(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    };
+    smi(&["mig", "-i", "0", "-dci"]);
+    smi(&["mig", "-i", "0", "-gi", &gis[0], "-cci", "1"]); // 2c.3g.40gb
+    smi(&["mig", "-i", "0", "-gi", &gis[1], "-cci", "0"]); // 1c.3g.40gb
+    let before = instances(&agent);
+    assert_eq!(before, [("3g.40gb".into(), vec![2]), ("3g.40gb".into(), vec![1])]);
+    for args in
+        [vec!["plan", "-f", own.to_str().unwrap()], vec!["plan", "-f", yaml, "-c", "mixed-3g"]]
+    {
+        assert!(ok(&agent, &args).contains("nothing to do"), "{args:?}");
+        let assert = [&["assert"][..], &args[1..]].concat();
+        ok(&agent, &assert);
+    }
+    ok(&agent, &["apply", "-f", own.to_str().unwrap()]);
+    assert_eq!(instances(&agent), before);
+    let status = agent.status();
+    assert_eq!(status.drift, None, "{status:?}");
+    assert_eq!(listed(&agent, "2c.3g.40gb") + listed(&agent, "1c.3g.40gb"), 2);
+}

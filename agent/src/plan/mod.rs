@@ -398,10 +398,12 @@ fn plan_gpu(
                 continue;
             }
             // Compute instances share their GPU instance's memory: each MPS server's
-            // device is its compute instance's share of it.
+            // device is its compute instance's share of it, in proportion to its compute
+            // slices among the instance's (a 2c beside a 1c gets two thirds).
             let sizes = p.compute.sizes();
-            let share = memory / sizes.len() as u64;
+            let slices: u64 = sizes.iter().map(|&c| u64::from(c)).sum::<u64>().max(1);
             for (index, &compute) in sizes.iter().enumerate() {
+                let share = memory * u64::from(compute) / slices;
                 if let Sharing::Mps(s) = rule.sharing_for(p.profile, Some(compute)) {
                     let device = format!(
                         "the {compute}c.{} compute instance's share of memory,",

@@ -155,8 +155,9 @@ fn canonical(packing: &[(&'static MigProfile, ComputeLayout)]) -> Vec<(u32, Comp
 ///
 /// # Errors
 ///
-/// Why no order fits: the solver's answer for mig-parted's first order, after what the
-/// compute instances took where they needed more than one GPU instance of a profile.
+/// Why no order fits: the solver's answer for the order whose packing takes the fewest
+/// GPU instances (the first such in mig-parted's order), after what the compute instances
+/// took there where they needed more than one GPU instance of a profile.
 pub fn pack(model: &GpuModel, gpu: &GpuState, entries: &[Entry]) -> Result<Vec<Placed>, String> {
     let preferred = current_layout(gpu);
     if let Some(current) = current_packing(gpu, entries) {
@@ -167,9 +168,11 @@ pub fn pack(model: &GpuModel, gpu: &GpuState, entries: &[Entry]) -> Result<Vec<P
     }
     let mut order = entries.to_vec();
     order.sort_by_key(Entry::order);
-    let first = fill(model, &order);
     let mut tried: HashSet<Vec<(u32, ComputeLayout)>> = HashSet::new();
-    let mut refusal: Option<Infeasible> = None;
+    // The refused packing with the fewest GPU instances, the first such in mig-parted's
+    // order: compute instances that some order packs tighter are not what stands in the
+    // way.
+    let mut refusal: Option<(Vec<(&'static MigProfile, ComputeLayout)>, Infeasible)> = None;
     let mut found = None;
     permutations(&mut order, 0, &mut |order| {
         let packing = fill(model, order);
@@ -183,7 +186,9 @@ pub fn pack(model: &GpuModel, gpu: &GpuState, entries: &[Entry]) -> Result<Vec<P
                 true
             }
             Err(why) => {
-                refusal.get_or_insert(why);
+                if refusal.as_ref().is_none_or(|(fewest, _)| packing.len() < fewest.len()) {
+                    refusal = Some((packing, why));
+                }
                 false
             }
         }
@@ -191,17 +196,23 @@ pub fn pack(model: &GpuModel, gpu: &GpuState, entries: &[Entry]) -> Result<Vec<P
     if let Some((placed, packing)) = found {
         return Ok(assign(gpu, placed, packing));
     }
-    let why = refusal.map(|r| r.to_string()).unwrap_or_default();
-    Err(match compute_spread(&first) {
+    let Some((packing, why)) = refusal else {
+        return Err(String::new());
+    };
+    Err(match compute_spread(&packing) {
         Some(spread) => format!("{spread}, and {why}"),
-        None => why,
+        None => why.to_string(),
     })
 }
 
 /// Calls `leaf` on each distinct permutation of `order` in the order mig-parted's
 /// `iteratePermutationsUntilSuccess` tries them, until it returns `true` (then `true`).
 /// Equal entries are one (mig-parted swaps no two entries of one profile name).
-fn permutations(order: &mut [Entry], i: usize, leaf: &mut dyn FnMut(&[Entry]) -> bool) -> bool {
+pub(super) fn permutations(
+    order: &mut [Entry],
+    i: usize,
+    leaf: &mut dyn FnMut(&[Entry]) -> bool,
+) -> bool {
     if i >= order.len() {
         return leaf(order);
     }

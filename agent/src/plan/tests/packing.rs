@@ -153,3 +153,110 @@ fn eight_different_compute_instances_that_fit_no_order_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn compute_instances_of_mixed_sizes_share_memory_by_their_slices() {
+    // A 3g of 2c + 1c: MPS limits derived from `replicas` divide each compute instance's
+    // share of the 40 GB instance, two thirds and one third (was half each).
+    let sim = node("h100-80gb:1");
+    let p = profile(
+        "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"2c.3g\" = 1, \"1c.3g\" = 1 }\n\
+         instance_sharing.\"2c.3g\" = { mps = { replicas = 2 } }\n\
+         instance_sharing.\"1c.3g\" = { mps = { replicas = 2 } }\n",
+    );
+    let plan = plan_on(&sim, &p).unwrap();
+    let target = &plan.gpus[0].target;
+    assert_eq!(target.instances.len(), 1);
+    assert_eq!(target.instances[0].compute.sizes(), [2, 1]);
+    let mib = |bytes: u64| bytes & !((1 << 20) - 1);
+    let memory = 40448u64 << 20;
+    let limits: Vec<(u8, Option<u64>)> = target
+        .instance_mps
+        .iter()
+        .map(|(_, index, spec)| (*index, spec.limits.pinned_memory_limit_bytes))
+        .collect();
+    assert_eq!(limits, [(0, Some(mib(memory * 2 / 3 / 2))), (1, Some(mib(memory / 3 / 2)))]);
+    // Compute instances of one size still split it evenly.
+    let p = profile(
+        "name = \"c\"\n[[gpu]]\nselect = 0\nmig = { \"1c.3g\" = 2 }\n\
+         instance_sharing.\"1c.3g\" = { mps = { replicas = 2 } }\n",
+    );
+    let plan = plan_on(&sim, &p).unwrap();
+    let limits: Vec<Option<u64>> = plan.gpus[0]
+        .target
+        .instance_mps
+        .iter()
+        .map(|(_, _, spec)| spec.limits.pinned_memory_limit_bytes)
+        .collect();
+    assert_eq!(limits, [Some(mib(memory / 2 / 2)); 2]);
+}
+
+#[test]
+fn orders_are_tried_as_mig_parted_iterates_them_and_counted() {
+    // mig-parted's iteratePermutationsUntilSuccess, traced by hand: swaps in place, equal
+    // entries (one profile name) never swapped.
+    let sim = node("h100-80gb:1");
+    let state = observed(&sim);
+    let h100 = state.gpus[0].model.unwrap();
+    let three = h100.profile_by_name("3g.40gb").unwrap();
+    let entry = |compute, request| crate::plan::packing::Entry { profile: three, compute, request };
+    let (a, b, c) = (entry(2, 0), entry(1, 1), entry(3, 2));
+    let name = |e: &crate::plan::packing::Entry| match e.request {
+        0 => 'a',
+        1 => 'b',
+        _ => 'c',
+    };
+    let tried = |order: &mut [crate::plan::packing::Entry]| {
+        let mut seen: Vec<String> = Vec::new();
+        let found = crate::plan::packing::permutations(order, 0, &mut |o| {
+            seen.push(o.iter().map(name).collect());
+            false
+        });
+        assert!(!found);
+        seen
+    };
+    assert_eq!(tried(&mut [a, b, c]), ["abc", "acb", "bac", "bca", "cba", "cab"]);
+    assert_eq!(tried(&mut [a, a, b]), ["aab", "aba", "baa"]);
+    // The first order that succeeds ends the search.
+    let mut calls = 0;
+    assert!(crate::plan::packing::permutations(&mut [a, b, c], 0, &mut |o| {
+        calls += 1;
+        name(&o[0]) == 'b'
+    }));
+    assert_eq!(calls, 3);
+    // The most a rule can ask: eight entries (profile::MAX_MIG_INSTANCES), all different,
+    // are 8! = 40,320 orders, each visited once; repeated entries make fewer.
+    assert_eq!(crate::profile::MAX_MIG_INSTANCES, 8);
+    let eight: Vec<crate::plan::packing::Entry> = (0..8).map(|r| entry(1, r)).collect();
+    let mut count = 0u32;
+    crate::plan::packing::permutations(&mut eight.clone(), 0, &mut |_| {
+        count += 1;
+        false
+    });
+    assert_eq!(count, 40_320);
+    let repeated: Vec<crate::plan::packing::Entry> = (0..8).map(|r| entry(1, r % 2)).collect();
+    let mut count = 0u32;
+    crate::plan::packing::permutations(&mut repeated.clone(), 0, &mut |_| {
+        count += 1;
+        false
+    });
+    assert_eq!(count, 70); // 8! / (4! 4!)
+}
+
+#[test]
+fn a_refusal_blames_compute_instances_only_where_no_order_packs_them_tighter() {
+    // mig-parted's first order (3c, 2c, 2c) needs a second 7g, but its second (2c, 3c,
+    // 2c) packs all three into one: what stands in the way is the 1g beside a 7g, not
+    // the compute instances.
+    let sim = node("a100-40gb:1");
+    let p = mig_parted("\"3c.7g.40gb\": 1, \"2c.7g.40gb\": 2, \"1g.5gb\": 1");
+    let e = plan_on(&sim, &p).unwrap_err().to_string();
+    assert!(!e.contains("compute instances"), "{e}");
+    assert!(!e.contains("7g.40gb ×2"), "{e}");
+    assert!(e.contains("7g.40gb ×1") && e.contains("1g.5gb ×1"), "{e}");
+    assert!(e.ends_with("(the rule at c.yaml:4:7)") && !e.contains('\n'), "{e}");
+    // Without the 1g the second order is made: one 7g of all three.
+    let sim = node("a100-40gb:1");
+    apply_and_assert(&sim, &mig_parted("\"3c.7g.40gb\": 1, \"2c.7g.40gb\": 2"));
+    assert_eq!(made(&sim), ["7g.40gb [3, 2, 2]"]);
+}
