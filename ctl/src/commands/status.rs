@@ -96,15 +96,26 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
     cell
 }
 
+/// Whether a GPU instance is subdivided: more than one compute instance, or one smaller
+/// than the instance (a 3g holding only a 2c). Such an instance lists its compute
+/// instances, each a MIG device of its own.
+pub(crate) fn subdivided(inst: &gpushare_proto::types::InstanceStatus) -> bool {
+    let gi_slices = inst.profile.split_once('g').and_then(|(n, _)| n.parse::<u32>().ok());
+    match inst.compute_instances.as_slice() {
+        [] => false,
+        [only] => gi_slices.is_some_and(|g| only.compute_slices != g),
+        _ => true,
+    }
+}
+
 /// Every MPS server `status` shows (of whole GPUs, MIG instances and compute instances).
 fn mps_servers(status: &Status) -> impl Iterator<Item = &gpushare_proto::types::MpsServer> {
     status.gpus.iter().flat_map(|g| {
         let instances = g.instances.iter().flat_map(|i| {
             let cis = i.compute_instances.iter().filter_map(|c| c.sharing.mps.as_ref());
             // An instance used whole shows its one compute instance's server as its own.
-            let whole =
-                (i.compute_instances.len() <= 1).then_some(i.sharing.mps.as_ref()).flatten();
-            whole.into_iter().chain(cis.filter(move |_| i.compute_instances.len() > 1))
+            let whole = (!subdivided(i)).then_some(i.sharing.mps.as_ref()).flatten();
+            whole.into_iter().chain(cis.filter(move |_| subdivided(i)))
         });
         g.sharing.mps.as_ref().into_iter().chain(instances)
     })
@@ -229,7 +240,7 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
                 Cell::new(inst.uuid.as_deref().unwrap_or("-")),
             ]);
             // A subdivided instance: one row per compute instance, each its own MIG device.
-            if inst.compute_instances.len() > 1 {
+            if subdivided(inst) {
                 let trunk = if i == last { " " } else { glyphs.tree_trunk };
                 let ci_last = inst.compute_instances.len() - 1;
                 for (j, ci) in inst.compute_instances.iter().enumerate() {
@@ -416,9 +427,15 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         assert!(rows[0].contains("1/0") && rows[0].contains("MIG-33333330-"), "{text}");
         assert!(rows[2].contains("|  `- 1c.3g.20gb") && rows[2].contains("exclusive"), "{text}");
         assert!(rows[2].contains("1/2"), "{text}");
-        // One full-size compute instance adds no rows.
+        // One smaller compute instance is listed too: the instance is subdivided.
         status.gpus[0].instances[0].compute_instances.truncate(1);
-        assert!(!render_status(&status, Glyphs::ASCII).contains("1c.3g"));
+        let text = render_status(&status, Glyphs::ASCII);
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains("1c.3g.20gb")).collect();
+        assert_eq!(rows.len(), 1, "{text}");
+        assert!(rows[0].contains("`- 1c.3g.20gb") && rows[0].contains("MIG-33333330-"), "{text}");
+        // One full-size compute instance adds no rows.
+        status.gpus[0].instances[0].compute_instances[0].compute_slices = 3;
+        assert!(!render_status(&status, Glyphs::ASCII).contains("c.3g"));
     }
 
     #[test]

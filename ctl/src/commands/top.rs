@@ -195,7 +195,7 @@ fn render_gpu(
         let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
         let mine: Vec<&GpuClient> =
             on_gpu.iter().copied().filter(|c| in_instance(c, inst.gpu_instance_id)).collect();
-        if inst.compute_instances.len() > 1 {
+        if super::status::subdivided(inst) {
             // Subdivided: the GPU instance (no sharing or UUID of its own), then each
             // compute instance, a MIG device of its own, as `status` lists them.
             text.push_str(&format!(
@@ -462,9 +462,20 @@ mod tests {
     }
 
     #[test]
+    fn one_smaller_compute_instance_is_listed_as_a_subdivision() {
+        let (mut status, table) = subdivided();
+        status.gpus[0].instances[0].compute_instances.truncate(1);
+        let text = render(&status, &table, None, Glyphs::ASCII);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "  |- 3g.20gb (GI 1)  memory 19.5 GiB, processes hold 1 GiB");
+        assert!(lines[3].starts_with("  |  `- 1c.3g.20gb (CI 0)  mps 25%"), "{text}");
+    }
+
+    #[test]
     fn one_compute_instance_keeps_the_instance_on_one_line() {
         let (mut status, table) = subdivided();
         status.gpus[0].instances[0].compute_instances.truncate(1);
+        status.gpus[0].instances[0].compute_instances[0].compute_slices = 3;
         let text = render(&status, &table, None, Glyphs::ASCII);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -472,6 +483,6 @@ mod tests {
             "  |- 3g.20gb (GI 1, CI 0)  exclusive  memory 19.5 GiB, processes hold 1 GiB  MIG-11111111-1111-1111-1111-111111111111"
         );
         assert!(lines[3].starts_with("      PID ") && lines[4].starts_with("      4250 "));
-        assert!(!text.contains("1c.3g"), "{text}");
+        assert!(!text.contains("c.3g"), "{text}");
     }
 }
