@@ -73,6 +73,22 @@ if [ "${1:-}" = "--inner" ]; then
         env LD_LIBRARY_PATH="$WORK/lib" GPUSHARE_SIM_NODE="$NODE" GPUSHARE_SIM_STATE="$STATE/simulated-gpus.json" \
             ${TRACE_LIB:+LD_PRELOAD="$TRACE_LIB" NVML_TRACE="$t"} "$@"
     }
+    # go-nvml's two examples, each into DIR/nvml-<example>; LABEL says what the node holds
+    run_examples() { # run_examples DIR LABEL
+        local ex R rc
+        for ex in devices compute-processes; do
+            R=$1/nvml-$ex
+            mkdir -p "$R"
+            echo
+            echo "\$ nvml-$ex   # go-nvml examples/$ex; $2"
+            nvml_env "$R/nvml-trace.txt" timeout 120 "$GFD_BIN/nvml-$ex" > "$R/output.txt" 2>&1
+            rc=$?
+            echo "$rc" > "$R/exit-code"
+            sed 's/^/   /' "$R/output.txt"
+            echo "-> exit $rc"
+            [ "$rc" = 0 ] || FAILED=1
+        done
+    }
     # The script's own profiles, by the GPUs' compute slices (7, 4 or 2):
     #   all-1g         every 1g instance the GPU holds: one MIG device type, the layout
     #                  GFD's --mig-strategy=single labels (nvidia.com/gpu.* become the 1g's)
@@ -189,18 +205,7 @@ if [ "${1:-}" = "--inner" ]; then
                 echo "-> exit $rc"
                 [ "$rc" = 0 ] || FAILED=1
             done
-            for ex in devices compute-processes; do
-                R=$RES/$model/$PROFILE/nvml-$ex
-                mkdir -p "$R"
-                echo
-                echo "\$ nvml-$ex   # go-nvml examples/$ex; $NODE, $PROFILE"
-                nvml_env "$R/nvml-trace.txt" timeout 120 "$GFD_BIN/nvml-$ex" > "$R/output.txt" 2>&1
-                rc=$?
-                echo "$rc" > "$R/exit-code"
-                sed 's/^/   /' "$R/output.txt"
-                echo "-> exit $rc"
-                [ "$rc" = 0 ] || FAILED=1
-            done
+            run_examples "$RES/$model/$PROFILE" "$NODE, $PROFILE"
         done
         echo
         echo "---- $NODE: gpushare-ctl apply all-disabled (give the GPUs back), stop the agent"
@@ -219,18 +224,7 @@ if [ "${1:-}" = "--inner" ]; then
             --bus "$GPUSHARE_BUS_ADDRESS" --state-dir "$STATE" --config /dev/null --profiles-dir "$WORK/no-profiles" &
         agent=$!
         "$G/gpushare-ctl" status > /dev/null 2>&1 || true
-        for ex in devices compute-processes; do
-            R=$RES/$model/processes/nvml-$ex
-            mkdir -p "$R"
-            echo
-            echo "\$ nvml-$ex   # go-nvml examples/$ex; $NODE, all-disabled, a process on GPU 0"
-            nvml_env "$R/nvml-trace.txt" timeout 120 "$GFD_BIN/nvml-$ex" > "$R/output.txt" 2>&1
-            rc=$?
-            echo "$rc" > "$R/exit-code"
-            sed 's/^/   /' "$R/output.txt"
-            echo "-> exit $rc"
-            [ "$rc" = 0 ] || FAILED=1
-        done
+        run_examples "$RES/$model/processes" "$NODE, all-disabled, a process on GPU 0"
         kill "$agent"
         wait "$agent" 2>/dev/null
         kill "$proc"
