@@ -118,7 +118,7 @@ fn the_simulator_answers_as_the_recorded_driver() {
     for (path, recorded) in references() {
         let model = model_of(&path, &recorded);
         let Some(sim) = simulated(model) else {
-            eprintln!("skipped: python3 not found (it runs tests/device/nvml_answers.py)");
+            gpushare_test_skip::skip("python3 not found (it runs tests/device/nvml_answers.py)");
             return;
         };
         let diff = differences(&recorded, &sim);
