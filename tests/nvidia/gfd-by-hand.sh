@@ -131,7 +131,7 @@ if [ "${1:-}" = "--inner" ]; then
         # fake /sys/bus/pci/devices from what the simulated library says
         rm -rf /sys/bus/pci/devices /sys/bus/pci/drivers
         mkdir -p /sys/bus/pci/devices /sys/bus/pci/drivers/nvidia
-        nvml_env /dev/null python3 "$HERE/gfd_simpci.py" "$WORK/lib/libnvidia-ml.so.1" > "$WORK/pci-$model.txt" ||
+        nvml_env /dev/null python3 "$HERE/sim_pci.py" "$WORK/lib/libnvidia-ml.so.1" > "$WORK/pci-$model.txt" ||
             { echo "!! cannot list the simulated GPUs"; FAILED=1; }
         while read -r idx busid devid subid; do
             addr=$(echo "${busid#????}" | tr 'A-F' 'a-f') # NVML 00000000:1B:00.0 -> sysfs 0000:1b:00.0

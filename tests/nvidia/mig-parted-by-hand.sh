@@ -234,7 +234,7 @@ if [ "$INNER" = 1 ]; then
         # fake /sys/bus/pci/devices from what the simulated library says
         rm -rf /sys/bus/pci/devices /sys/bus/pci/drivers
         mkdir -p /sys/bus/pci/devices /sys/bus/pci/drivers/nvidia
-        if ! python3 "$WORKDIR/simpci.py" "$SIM_LIB" > "$WORKDIR/pci-$model.txt"; then
+        if ! python3 "$SIM_PCI" "$SIM_LIB" > "$WORKDIR/pci-$model.txt"; then
             echo "!! cannot list the simulated GPUs through $SIM_LIB"; FAILED=1; continue
         fi
         while read -r idx busid devid subid; do
@@ -282,7 +282,7 @@ if [ "$INNER" = 1 ]; then
             if ! run nvidia-smi -pm 0; then
                 FAILED=$prev # not mig-parted's; the nvidia-smi log keeps it
                 echo "   (nvidia-smi -pm 0 refused: persistence mode set off through NVML instead)"
-                python3 "$WORKDIR/simpci.py" "$SIM_LIB" persistence-off || FAILED=1
+                python3 "$SIM_PCI" "$SIM_LIB" persistence-off || FAILED=1
             fi
             # the pending change of step 1 needs a reset; mig-parted asks it this way
             echo; echo "---- a reset asked as mig-parted asks it (sysfs address; A100: the change step 1 left pending)"
@@ -382,37 +382,6 @@ EOF
 chmod +x "$WORKDIR/bin/nvidia-smi"
 : > "$WORKDIR/nvidia-smi.log"
 
-cat > "$WORKDIR/simpci.py" <<'EOF'
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-class PciInfo(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
-                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
-def ok(r, what):
-    if r != 0:
-        sys.exit("%s returned %d" % (what, r))
-ok(lib.nvmlInit_v2(), "nvmlInit_v2")
-if len(sys.argv) > 2 and sys.argv[2] == "persistence-off":
-    n = ctypes.c_uint()
-    ok(lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
-    for i in range(n.value):
-        h = ctypes.c_void_p()
-        ok(lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)), "nvmlDeviceGetHandleByIndex_v2")
-        ok(lib.nvmlDeviceSetPersistenceMode(h, 0), "nvmlDeviceSetPersistenceMode")
-    print("persistence mode off on %d GPU(s) through nvmlDeviceSetPersistenceMode" % n.value)
-    sys.exit(0)
-n = ctypes.c_uint()
-ok(lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
-for i in range(n.value):
-    h = ctypes.c_void_p()
-    ok(lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)), "nvmlDeviceGetHandleByIndex_v2")
-    p = PciInfo()
-    ok(lib.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(p)), "nvmlDeviceGetPciInfo_v3")
-    print(i, p.busId.decode(), p.pciDeviceId, p.pciSubSystemId)
-lib.nvmlShutdown()
-EOF
-
 PRELOAD=
 PROBE=${PROBE:-0}
 if [ "$PROBE" = 1 ] || [ "$PROBE" = 2 ]; then
@@ -504,7 +473,7 @@ echo "workdir:    $WORKDIR"
 
 if [ "$(id -u)" = 0 ]; then UNSHARE=(unshare -m --propagation private); else UNSHARE=(unshare -rm --propagation private); fi
 env WORKDIR="$WORKDIR" MIG_PARTED="$MIG_PARTED" CONFIG="$CONFIG" DEFAULT_CONFIG="$DEFAULT_CONFIG" NODES="$NODES" SIM_DIR="$SIM_DIR" SIM_LIB="$SIM_LIB" \
-    CATALOG="$(realpath "$CATALOG")" HELPER="$HELPER" MIXED_CONFIG="$MIXED_CONFIG" MATRIX="${MATRIX:-0}" \
+    CATALOG="$(realpath "$CATALOG")" HELPER="$HELPER" SIM_PCI="$HERE/sim_pci.py" MIXED_CONFIG="$MIXED_CONFIG" MATRIX="${MATRIX:-0}" \
     PATH="$WORKDIR/bin:$PATH" LD_LIBRARY_PATH="$WORKDIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     ${PRELOAD:+LD_PRELOAD="$PRELOAD" PROBE_LOG="$WORKDIR/probe.log"} \
     "${UNSHARE[@]}" bash "$(realpath "$0")" --inner
