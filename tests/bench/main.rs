@@ -10,6 +10,7 @@
 //! gpushare-bench --floods [KIND,...] [--against DIR] [--simulate a100-40gb:1]
 //! gpushare-bench --clients 8 [--simulate a100-40gb:8] [--runs 50]
 //! gpushare-bench --time RUNS -- COMMAND [ARGS...]
+//! gpushare-bench --bench-cpu ROUNDS --against DIR [--simulate a100-40gb:1]
 //!
 //! `--time` times any command (an agent already running, `nvidia-smi`) the way the rest
 //! times `gpushare-ctl`, and prints its row: the device scripts use it so that their
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use gpushare_tests::{Agent, AgentOptions, text};
 
+mod bench_cpu;
 mod floods;
 
 struct Args {
@@ -56,6 +58,8 @@ struct Args {
     clients: Option<usize>,
     /// `--time`: the command to time, `runs` times.
     time: Option<Vec<String>>,
+    /// `--bench-cpu ROUNDS`: the agent's CPU over bench windows, against `--against`.
+    bench_cpu: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -69,6 +73,7 @@ fn parse_args() -> Args {
         floods: None,
         clients: None,
         time: None,
+        bench_cpu: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -92,6 +97,10 @@ fn parse_args() -> Args {
                 let command: Vec<String> = it.by_ref().collect();
                 assert!(!command.is_empty(), "--time RUNS -- COMMAND");
                 args.time = Some(command);
+            }
+            "--bench-cpu" => {
+                args.bench_cpu = it.next().and_then(|n| n.parse().ok());
+                assert!(args.bench_cpu.is_some(), "--bench-cpu ROUNDS");
             }
             "--clients" => {
                 args.clients = it.next().and_then(|n| n.parse().ok());
@@ -290,6 +299,11 @@ fn main() {
         let shown: Vec<&str> =
             std::iter::once(program).chain(command[1..].iter().map(String::as_str)).collect();
         row(&format!("`{}`", shown.join(" ")), &mut samples);
+        return;
+    }
+    if let Some(rounds) = args.bench_cpu {
+        let other = args.against.as_deref().expect("--bench-cpu ROUNDS needs --against DIR");
+        bench_cpu::bench_cpu(other, args.simulate.as_deref().unwrap_or("a100-40gb:1"), rounds);
         return;
     }
     if let Some(n) = args.clients {
