@@ -54,7 +54,7 @@
 //!   not make them, which the agent repeats when a node is missing.
 //!
 //! [`Host::numa`]: crate::node::Host::numa
-//! [`NodeFile::write`]: crate::node::NodeFile::write
+//! [`NodeFile::write`]: crate::state_file::NodeFile::write
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -731,7 +731,7 @@ mod tests {
     #[test]
     fn writing_the_node_renders_its_host() {
         let dir = tempfile::tempdir().unwrap();
-        let file = crate::node::NodeFile::new(dir.path().join("node.json"));
+        let file = crate::state_file::NodeFile::new(dir.path().join("node.json"));
         let mut node = Node::new(&parse_node_spec("a100-40gb:1").unwrap());
         file.write(&file.lock().unwrap(), &node).unwrap();
         let root = root_of(file.path());
