@@ -389,6 +389,8 @@ pub(crate) fn last_error(buf: *mut c_char, len: c_uint) -> nvmlReturn_t {
 /// `dlopen`s it again with `RTLD_NODELETE` (`RTLD_NOLOAD`: only the mapping already
 /// there), which keeps it mapped after the last `dlclose`. In-process (the rlib in
 /// tests) this names the executable, which is never unloaded anyway.
+///
+/// Through `libc`: `nix` wraps neither `dladdr` nor `dlopen`.
 fn pin_library() {
     // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers), which dladdr fills.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
