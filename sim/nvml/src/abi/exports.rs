@@ -8,7 +8,7 @@
 //! Every exported function, in this file and the others: `#[unsafe(no_mangle)] pub unsafe
 //! extern "C"`, its body inside `read`/`mutate`/`guarded` (a panic answers
 //! NVML_ERROR_UNKNOWN), its out-pointers turned into references once
-//! ([`super::shared::out`]), null ones answering NVML_ERROR_INVALID_ARGUMENT.
+//! (`shared::out`), null ones answering NVML_ERROR_INVALID_ARGUMENT.
 //!
 //! # Safety (for every function here)
 //! The caller follows nvml.h: pointers are null or point to valid objects of the declared

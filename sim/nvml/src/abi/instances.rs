@@ -1,6 +1,6 @@
 //! GPU and compute instances as gpushare drives them: GPU-instance profile info (v1, v2,
 //! v3) and remaining capacity, creation with a placement, listing, lookup by id, info and
-//! destruction; the same for compute instances ([`GiFigures`] gives a GPU-instance
+//! destruction; the same for compute instances (`GiFigures` gives a GPU-instance
 //! profile's figures to [`super::mig`] too). The calls only NVIDIA's other clients make
 //! are in [`super::mig`].
 //!

@@ -1,6 +1,6 @@
 //! The C ABI: nvml.h's types ([`types`], the return codes re-exported from
 //! [`crate::codes`]), the handle scheme ([`handles`]), the helpers the entry points share
-//! ([`shared`]: pointer checks, string copies, handle lookups), the exported functions
+//! (`shared`: pointer checks, string copies, handle lookups), the exported functions
 //! ([`exports`]: library and devices, [`device_info`], [`instances`], [`mig`],
 //! [`processes`], [`features`], and `stubs` for the rest of nvml.h) and the library's
 //! process-wide state (here: init, shutdown, sessions, `read`/`mutate`). The entry-point
