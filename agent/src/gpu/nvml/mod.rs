@@ -48,6 +48,8 @@ mod session;
 
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::ErrorCode;
 use super::{BackendKind, GpuBackend, GpuError, MigModeActivation};
 use crate::catalog::MigProfile;
 use crate::node::{ComputeMode, GpuState, Operation};

@@ -17,6 +17,8 @@ use super::library::Driver;
 use super::raw::{Raw, device_handle};
 use super::reset::with_slot;
 use crate::gpu::GpuError;
+#[cfg(doc)]
+use crate::gpu::{ErrorCode, GpuBackend};
 
 /// The call name of errors from [`NvmlBackend::observe`](GpuBackend::observe).
 pub(super) const OBSERVE: &str = "observe";
