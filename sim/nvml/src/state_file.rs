@@ -34,7 +34,7 @@ pub struct NodeFile {
     path: PathBuf,
 }
 
-/// An exclusive `flock` of `<state>.lock`, released when dropped (closing the file).
+/// An exclusive `flock` of `<state>.lock`, released when dropped (unlocked, then closed).
 #[derive(Debug)]
 pub struct NodeLock {
     file: Flock<File>,
