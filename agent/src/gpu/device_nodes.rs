@@ -33,6 +33,9 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
+use nix::sys::stat;
+
 /// A device node a container gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceNode {
@@ -148,8 +151,8 @@ fn required(
     };
     check_char_device(&node, &meta)?;
     let rdev = meta.rdev();
-    let (got_major, got_minor) = (libc::major(rdev), libc::minor(rdev));
-    if major.is_some_and(|m| m != got_major) || got_minor != minor {
+    let (got_major, got_minor) = (stat::major(rdev), stat::minor(rdev));
+    if major.is_some_and(|m| u64::from(m) != got_major) || got_minor != u64::from(minor) {
         let wanted = major.map_or_else(|| format!("of minor {minor}"), |m| format!("{m}:{minor}"));
         return Err(format!(
             "{} is the character device {got_major}:{got_minor}, not {wanted}: refused",
@@ -205,7 +208,7 @@ fn read_capability(path: &Path) -> Result<String, String> {
     };
     let file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
         .open(path)
         .map_err(failed)?;
     let meta = file.metadata().map_err(failed)?;
@@ -223,23 +226,19 @@ fn read_capability(path: &Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
+    use nix::sys::stat::{Mode, SFlag, makedev};
 
     fn is_root() -> bool {
-        // SAFETY: geteuid has no preconditions and touches no memory.
-        unsafe { libc::geteuid() == 0 }
+        nix::unistd::geteuid().is_root()
     }
 
     /// Makes a character device; false where the process may not (not root, or a user
     /// namespace without CAP_MKNOD).
     fn mknod(path: &Path, major: u32, minor: u32) -> bool {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path that lives across the call; mknod reads only it.
-        let rc =
-            unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
-        rc == 0
+        let mode = Mode::from_bits_truncate(0o666);
+        let dev = makedev(u64::from(major), u64::from(minor));
+        stat::mknod(path, SFlag::S_IFCHR, mode, dev).is_ok()
     }
 
     fn write(root: &Path, relative: &str, text: &str) {

@@ -9,8 +9,8 @@ use crate::node::Gpu;
 /// v2's `reserved`, which v1 and nvidia-smi's `Used` count in).
 pub const RESERVED_BYTES: u64 = 480 << 20;
 
-/// GPU memory each simulated compute process uses.
-pub const PROCESS_MEMORY: u64 = 512 << 20;
+/// GPU memory each simulated compute process uses (the node's default, [`crate::node`]).
+pub use crate::node::PROCESS_MEMORY;
 
 /// An idle GPU's temperature: the real H100 answered 35 °C idle
 /// (tests/device/results/nvidia-tools-2026-11-27/nvidia-smi/q.txt).

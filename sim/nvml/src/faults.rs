@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use crate::abi::types::{nvmlReturn_t, ret};
+use crate::codes::{nvmlReturn_t, ret};
 use crate::node::{FabricManager, Host, Node, NvidiaDrm, Process, VirtualizationMode};
 
 /// `GPUSHARE_SIM_FAIL`.

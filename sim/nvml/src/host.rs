@@ -54,15 +54,17 @@
 //!   not make them, which the agent repeats when a node is missing.
 //!
 //! [`Host::numa`]: crate::node::Host::numa
-//! [`NodeFile::write`]: crate::node::NodeFile::write
+//! [`NodeFile::write`]: crate::state_file::NodeFile::write
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::CString;
 use std::fs;
 use std::io::{ErrorKind, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+use nix::unistd::geteuid;
 
 use crate::device::{self, PciAddress};
 use crate::node::{FabricManager, Node};
@@ -388,14 +390,13 @@ fn make_devices(
     root: &Path,
     devices: &BTreeMap<PathBuf, CharDevice>,
 ) -> Result<Result<(), String>, String> {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
+    if !geteuid().is_root() {
         return Ok(Err(NOT_ROOT.to_string()));
     }
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     for (relative, device) in devices {
         let path = root.join(relative);
-        let rdev = libc::makedev(device.major, device.minor);
+        let rdev = makedev(u64::from(device.major), u64::from(device.minor));
         match fs::symlink_metadata(&path) {
             Ok(m)
                 if m.file_type().is_char_device()
@@ -413,12 +414,12 @@ fn make_devices(
         fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
         let tmp = temporary(&path);
         let _ = fs::remove_file(&tmp);
-        let c_tmp = CString::new(tmp.as_os_str().as_bytes())
-            .map_err(|_| format!("{}: a NUL in the path", tmp.display()))?;
-        // SAFETY: a NUL-terminated path that outlives the call; mknod reads only it.
-        let rc = unsafe { libc::mknod(c_tmp.as_ptr(), libc::S_IFCHR | device.mode, rdev) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
+        if tmp.as_os_str().as_bytes().contains(&0) {
+            return Err(format!("{}: a NUL in the path", tmp.display()));
+        }
+        let mode = Mode::from_bits_truncate(device.mode);
+        if let Err(errno) = mknod(&tmp, SFlag::S_IFCHR, mode, rdev) {
+            let e = std::io::Error::from(errno);
             if e.kind() == ErrorKind::PermissionDenied {
                 // Root in a user namespace, or without CAP_MKNOD: as if not root.
                 return Ok(Err(format!("{NOT_ROOT} with CAP_MKNOD (mknod: {e})")));
@@ -477,6 +478,7 @@ mod tests {
     use super::*;
     use crate::node::NvidiaDrm;
     use gpushare_catalog::parse_node_spec;
+    use nix::sys::stat::{major, minor};
 
     fn read(root: &Path, relative: &str) -> Option<String> {
         fs::read_to_string(root.join(relative)).ok()
@@ -619,8 +621,7 @@ mod tests {
     }
 
     fn is_root() -> bool {
-        // SAFETY: geteuid has no preconditions and touches no memory.
-        unsafe { libc::geteuid() == 0 }
+        nix::unistd::geteuid().is_root()
     }
 
     #[test]
@@ -668,7 +669,8 @@ mod tests {
             let dev = |path: &str| {
                 let m = fs::symlink_metadata(root.join(path)).unwrap();
                 assert!(m.file_type().is_char_device(), "{path}");
-                (libc::major(m.rdev()), libc::minor(m.rdev()), m.mode() & 0o7777)
+                let id = |n: u64| u32::try_from(n).unwrap();
+                (id(major(m.rdev())), id(minor(m.rdev())), m.mode() & 0o7777)
             };
             // Root's alone (issue 36): major 195 is the real driver's GPUs where one runs.
             assert_eq!(dev("dev/nvidia0"), (195, 0, 0o600));
@@ -731,7 +733,7 @@ mod tests {
     #[test]
     fn writing_the_node_renders_its_host() {
         let dir = tempfile::tempdir().unwrap();
-        let file = crate::node::NodeFile::new(dir.path().join("node.json"));
+        let file = crate::state_file::NodeFile::new(dir.path().join("node.json"));
         let mut node = Node::new(&parse_node_spec("a100-40gb:1").unwrap());
         file.write(&file.lock().unwrap(), &node).unwrap();
         let root = root_of(file.path());

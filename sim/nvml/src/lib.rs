@@ -5,9 +5,13 @@
 //! agent it loaded the simulator, never the real driver; `gpushare_sim_last_error()`
 //! says in one line why the last `nvmlInit` failed.
 //!
-//! Modules: [`node`] (the simulated node and its JSON state file, shared with the
-//! simulated nvidia-smi in `sim/tools`), [`rules`] (the driver's MIG and compute rules,
-//! pure), [`faults`] (the knobs), [`host`] (the host's files beside the state file),
+//! Modules, dependencies pointing one way (each uses only those listed before it, and
+//! nvml.h's constants in the leaf [`abi::types`]):
+//! [`codes`] (NVML's return codes), [`node`] (the simulated node as its JSON state file
+//! holds it, shared with the simulated tools in `sim/tools`), [`rules`] (the driver's MIG
+//! and compute rules, pure), [`device`] (per-GPU facts the library and the tools both
+//! report), [`faults`] (the knobs), [`host`] (the host's files beside the state file),
+//! [`state_file`] (reading and writing the state file: lock, generation, atomic writes),
 //! [`abi`] (nvml.h layouts, handles, exports).
 //!
 //! # In a production agent: nothing
@@ -94,8 +98,10 @@
 //! is treated as root); `nvmlInitWithFlags` flags.
 
 pub mod abi;
+pub mod codes;
 pub mod device;
 pub mod faults;
 pub mod host;
 pub mod node;
 pub mod rules;
+pub mod state_file;

@@ -5,12 +5,10 @@ use gpushare_catalog::{Engines, GpuModel, MigProfile};
 
 use crate::abi::types::{
     NO_INSTANCE, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
-    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlReturn_t, ret,
+    NVML_GPU_INSTANCE_PROFILE_COUNT,
 };
+use crate::codes::{Code, ret};
 use crate::node::{ComputeInstance, ComputeMode, Gpu, GpuInstance, Node, uuid_like};
-
-/// An NVML return code other than success.
-pub type Code = nvmlReturn_t;
 
 /// The standard compute-instance profiles: (enum, compute slices).
 const CI_STANDARD: [(u32, u8); 5] = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 7)];

@@ -11,7 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpushare_catalog::parse_node_spec;
-use gpushare_sim_nvml::node::{Node, NodeFile};
+use gpushare_sim_nvml::node::Node;
+use gpushare_sim_nvml::state_file::NodeFile;
 
 const MPS_CONTROL: &str = env!("CARGO_BIN_EXE_gpushare-sim-nvidia-cuda-mps-control");
 const NOBODY: u32 = 65534;

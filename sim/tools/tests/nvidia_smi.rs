@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use gpushare_catalog::parse_node_spec;
-use gpushare_sim_nvml::node::{Node, NodeFile};
+use gpushare_sim_nvml::node::Node;
+use gpushare_sim_nvml::state_file::NodeFile;
 
 mod smi;
 use smi::text;

@@ -143,7 +143,8 @@ fn has_symbol(name: &OsStr, symbol: &CStr) -> Option<bool> {
     Some(library.symbol(symbol).is_some())
 }
 
-/// A `dlopen` handle, closed on drop.
+/// A `dlopen` handle, closed on drop. Through `libc`: `nix` wraps neither `dlopen`,
+/// `dlsym` nor `dlclose`.
 struct Library(*mut c_void);
 
 impl Library {

@@ -16,13 +16,14 @@ use std::os::raw::{c_char, c_int, c_uint};
 
 use gpushare_catalog::Architecture;
 
-use super::exports::{c_name, whole_gpu};
 use super::handles::{self, Device};
+use super::shared::{c_name, out, put_str, whole_gpu};
 use super::types::*;
-use super::{init, out, put_str, read};
+use super::{init, read};
+use crate::codes::Code;
 use crate::device;
 use crate::node::{Gpu, Node};
-use crate::rules::{self, Code};
+use crate::rules;
 
 /// `nvmlSystemGetNVMLVersion` of driver 580.159.04 (the real H100 answered so).
 const NVML_VERSION: &str = "13.580.159.04";

@@ -44,12 +44,13 @@
 
 use std::os::raw::c_uint;
 
-use super::exports::whole_gpu;
 use super::handles::{self, Device};
+use super::read;
+use super::shared::{out, whole_gpu};
 use super::types::*;
-use super::{out, read};
+use crate::codes::Code;
 use crate::node::{FabricManager, Gpu, Node};
-use crate::rules::{self, Code};
+use crate::rules;
 use gpushare_catalog::Architecture;
 
 /// What `nvmlDeviceGetAttributes(_v2)` answers for a whole GPU (a valid out-pointer), as

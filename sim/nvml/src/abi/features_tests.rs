@@ -10,6 +10,7 @@ use std::ptr::null_mut;
 use super::device_info::*;
 use super::exports::*;
 use super::features::*;
+use super::instances::*;
 use super::mig::*;
 use super::tests::{Sim, create_ci, dev, driver_gi, mig_gpu, mig_models, set_mig};
 use super::types::*;

@@ -15,9 +15,9 @@
 
 use std::ffi::c_void;
 
-use crate::abi::types::ret;
+use crate::codes::Code;
+use crate::codes::ret;
 use crate::node::{ComputeInstance, Gpu, GpuInstance, Node};
-use crate::rules::Code;
 
 const KIND_SHIFT: u32 = 56;
 const EPOCH_SHIFT: u32 = 40;

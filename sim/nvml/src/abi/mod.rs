@@ -1,6 +1,10 @@
-//! The C ABI: nvml.h's types ([`types`]), the handle scheme ([`handles`]), the exported
-//! functions ([`exports`], [`device_info`], [`mig`], [`features`]) and the library's
-//! process-wide state (here).
+//! The C ABI: nvml.h's types ([`types`], the return codes re-exported from
+//! [`crate::codes`]), the handle scheme ([`handles`]), the helpers the entry points share
+//! (`shared`: pointer checks, string copies, handle lookups), the exported functions
+//! ([`exports`]: library and devices, [`device_info`], [`instances`], [`mig`],
+//! [`processes`], [`features`], and `stubs` for the rest of nvml.h) and the library's
+//! process-wide state (here: init, shutdown, sessions, `read`/`mutate`). The entry-point
+//! files use `shared`, `handles` and `types`; none of those uses an entry-point file.
 //!
 //! Every export runs inside `guarded` (a panic answers `NVML_ERROR_UNKNOWN`, never
 //! unwinds into C) and through `read` or `mutate`: refused with
@@ -8,7 +12,7 @@
 //! for `GPUSHARE_SIM_FAIL`, then run on the node.
 //!
 //! Reads run on a cached node, reloaded when the node's generation (a counter every
-//! writer bumps, mapped from `<state>.lock`: see [`crate::node`]) moved since it was read:
+//! writer bumps, mapped from `<state>.lock`: see [`crate::state_file`]) moved since it was read:
 //! one memory load per call, and a reset made by the simulated nvidia-smi (another
 //! process) is seen at once. Changes run under the file's exclusive lock, on the cached
 //! node when the generation says it is current and on a fresh read otherwise, and are
@@ -18,7 +22,10 @@ pub mod device_info;
 pub mod exports;
 pub mod features;
 pub mod handles;
+pub mod instances;
 pub mod mig;
+pub mod processes;
+mod shared;
 mod stubs;
 pub mod types;
 
@@ -31,9 +38,11 @@ use std::time::Duration;
 
 use gpushare_catalog::parse_node_spec;
 
+use crate::codes::Code;
 use crate::faults::{self, Knobs};
-use crate::node::{Generation, NODE_ENV, Node, NodeFile};
-use crate::rules::Code;
+use crate::node::{NODE_ENV, Node};
+use crate::state_file::{Generation, NodeFile};
+use shared::put_str;
 use types::{nvmlReturn_t, ret};
 
 /// The library's process-wide state.
@@ -380,6 +389,8 @@ pub(crate) fn last_error(buf: *mut c_char, len: c_uint) -> nvmlReturn_t {
 /// `dlopen`s it again with `RTLD_NODELETE` (`RTLD_NOLOAD`: only the mapping already
 /// there), which keeps it mapped after the last `dlclose`. In-process (the rlib in
 /// tests) this names the executable, which is never unloaded anyway.
+///
+/// Through `libc`: `nix` wraps neither `dladdr` nor `dlopen`.
 fn pin_library() {
     // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers), which dladdr fills.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -402,36 +413,6 @@ fn pin_library() {
             "gpushare simulated NVML: dlopen(RTLD_NODELETE) failed; the library is not pinned"
         );
     }
-}
-
-/// Writes `s` NUL-terminated into `buf` of `len` bytes: null is INVALID_ARGUMENT, too
-/// short INSUFFICIENT_SIZE.
-///
-/// # Safety
-/// `buf` is null or valid for writes of `len` bytes.
-pub(crate) unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Code> {
-    if buf.is_null() {
-        return Err(ret::INVALID_ARGUMENT);
-    }
-    if (len as usize) < s.len() + 1 {
-        return Err(ret::INSUFFICIENT_SIZE);
-    }
-    // SAFETY: `buf` is valid for `len` bytes (the caller's contract) and `len` is at least
-    // `s.len() + 1`; `s` is a distinct Rust string, so the regions do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), buf, s.len());
-        *buf.add(s.len()) = 0;
-    }
-    Ok(())
-}
-
-/// The out-pointer as a reference: null is INVALID_ARGUMENT.
-///
-/// # Safety
-/// `p` is null or valid for reads and writes of a `T` for the call.
-pub(crate) unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T, Code> {
-    // SAFETY: the caller's contract.
-    unsafe { p.as_mut() }.ok_or(ret::INVALID_ARGUMENT)
 }
 
 /// Tests only: forgets the process's session, call counters and any open init, as a

@@ -9,9 +9,12 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::device_info::*;
 use super::exports::*;
+use super::instances::*;
 use super::mig::*;
+use super::processes::*;
 use super::types::*;
-use crate::node::{NodeFile, Process};
+use crate::node::Process;
+use crate::state_file::NodeFile;
 
 /// Calls exported functions (unsafe extern "C") from the tests.
 macro_rules! nv {

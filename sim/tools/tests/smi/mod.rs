@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gpushare_catalog::parse_node_spec;
-use gpushare_sim_nvml::node::{Node, NodeFile};
+use gpushare_sim_nvml::node::Node;
+use gpushare_sim_nvml::state_file::NodeFile;
 
 /// Where the real tool's answers were recorded.
 pub const RECORDED: &str = concat!(

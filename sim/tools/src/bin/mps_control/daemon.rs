@@ -414,8 +414,9 @@ mod tests {
         dir: &Path,
         spec: &str,
         change: impl FnOnce(&mut gpushare_sim_nvml::node::Node),
-    ) -> (std::path::PathBuf, gpushare_sim_nvml::node::NodeFile) {
-        use gpushare_sim_nvml::node::{Node, NodeFile};
+    ) -> (std::path::PathBuf, gpushare_sim_nvml::state_file::NodeFile) {
+        use gpushare_sim_nvml::node::Node;
+        use gpushare_sim_nvml::state_file::NodeFile;
         let state = dir.join("node.json");
         let file = NodeFile::new(&state);
         let mut node = Node::new(&gpushare_catalog::parse_node_spec(spec).unwrap());

@@ -20,7 +20,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpushare_sim_nvml::node::{Node, NodeFile, Process};
+use gpushare_sim_nvml::node::{Node, Process};
+use gpushare_sim_nvml::state_file::NodeFile;
 
 /// Where a client runs: GPU index and GPU instance.
 type Place = (u32, Option<u32>);

@@ -146,8 +146,9 @@ use std::process::ExitCode;
 
 use gpushare_sim_nvml::abi::types::{nvmlReturn_t, ret};
 use gpushare_sim_nvml::faults::{self, Failure};
-use gpushare_sim_nvml::node::{Gpu, Node, NodeFile, STATE_ENV};
+use gpushare_sim_nvml::node::{Gpu, Node, STATE_ENV};
 use gpushare_sim_nvml::rules;
+use gpushare_sim_nvml::state_file::NodeFile;
 
 /// The tool actions `GPUSHARE_SIM_FAIL` may name ([`faults::TOOL_ACTIONS`]).
 const GPU_RESET: &str = "gpu-reset";

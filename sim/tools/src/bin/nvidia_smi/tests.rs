@@ -3,7 +3,8 @@
 use std::fs;
 
 use gpushare_catalog::parse_node_spec;
-use gpushare_sim_nvml::node::{ComputeInstance, ComputeMode, Generation, GpuInstance, Process};
+use gpushare_sim_nvml::node::{ComputeInstance, ComputeMode, GpuInstance, Process};
+use gpushare_sim_nvml::state_file::Generation;
 
 use super::*;
 
