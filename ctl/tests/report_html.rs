@@ -408,6 +408,18 @@ fn the_report_page_opens_in_chromium_without_errors() {
     }
 }
 
+/// The sample report, as JSON and as the page, into `$GPUSHARE_REPORT_OUT`: what
+/// `scripts/report-screenshots` screenshots to compare the page before and after a change.
+#[test]
+#[ignore = "run by scripts/report-screenshots"]
+fn write_the_sample_report() {
+    let dir = PathBuf::from(std::env::var_os("GPUSHARE_REPORT_OUT").expect("GPUSHARE_REPORT_OUT"));
+    let report = sample();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap())
+        .unwrap();
+    std::fs::write(dir.join("report.html"), report_html::render(&report)).unwrap();
+}
+
 /// Width, height and RGB pixels of a PNG file.
 fn decode_rgb(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     let mut decoder = png::Decoder::new(BufReader::new(File::open(path).unwrap()));
