@@ -47,7 +47,8 @@
 //! - [`commands`]: one module per verb (`run` plus pure `render_*` functions);
 //! - [`job`]: following a job the agent runs (apply, probe, bench) to its end, with
 //!   progress;
-//! - [`report_html`]: a bench report as one self-contained HTML page with SVG charts.
+//! - [`report_html`]: a bench report as one self-contained HTML page with SVG charts, and
+//!   the report's words the text report shares (`report_html::text`).
 //!
 //! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
 //! applied), 2 on a usage error, 130 when interrupted while following a job.

@@ -11,7 +11,7 @@
 //! process group, when it outlives its time.
 
 #[allow(dead_code)]
-#[path = "../src/report_html.rs"]
+#[path = "../src/report_html/mod.rs"]
 mod report_html;
 
 use std::collections::HashSet;

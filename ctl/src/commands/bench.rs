@@ -58,7 +58,8 @@ use crate::cli::BenchArgs;
 use crate::error::{CtlError, Kind};
 use crate::job::{OnInterrupt, start_and_follow_with};
 use crate::output::{Glyphs, Output, parse_document, plain_table, plural, render_table};
-use crate::report_html::{self, command_line};
+use crate::report_html;
+use crate::report_html::text::{self as report_text, command_line};
 
 /// What the first Ctrl-C during a bench prints on stderr.
 pub const CANCEL_NOTICE: &str = "cancelling: stopping the replicas and restoring the sharing (Ctrl-C again to leave it to the agent)";
@@ -557,7 +558,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         measured.push_str(&format!("; SLO {slo}"));
     }
     if report.repeat > 1 {
-        measured.push_str(&format!("; {}", report_html::rounds_text(report.repeat)));
+        measured.push_str(&format!("; {}", report_text::rounds_text(report.repeat)));
     }
     text.push_str(&format!("{measured}\n"));
     if !report.partial.is_empty() {
@@ -572,10 +573,10 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     }
     text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit(), glyphs));
     if let Some(noise) = &report.noise {
-        let line = report_html::noise_text(noise, figure, glyphs.range, glyphs.dash);
+        let line = report_text::noise_text(noise, figure, glyphs.range, glyphs.dash);
         text.push_str(&format!("Host noise: {line}\n"));
     }
-    if let Some(note) = report_html::noisy_baseline(report) {
+    if let Some(note) = report_text::noisy_baseline(report) {
         text.push_str(&format!("Note: {note}\n"));
     }
 
@@ -604,7 +605,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     if !report.recommendations.is_empty() {
         text.push_str(&format!("\nRecommendation ({}):\n", report.objective));
         for r in &report.recommendations {
-            let reason = match report_html::tie_text(r) {
+            let reason = match report_text::tie_text(r) {
                 Some(tie) => format!("{tie}; {}", r.reason),
                 None => r.reason.clone(),
             };
@@ -652,7 +653,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         ));
     }
     text.push_str(&setups_line(report));
-    let mut took = report_html::took(report);
+    let mut took = report_text::took(report);
     took[..1].make_ascii_uppercase();
     text.push_str(&format!(
         "\n{took}\nRestored: {}\nResults kept in {}\n",
@@ -670,9 +671,9 @@ fn pinning_line(report: &BenchReport, glyphs: Glyphs) -> String {
     let more = if glyphs == Glyphs::ASCII { "..." } else { "…" };
     match &report.pinning {
         Some(pinning) => {
-            format!("Pinned: {}\n", report_html::pinning_text(pinning, PINNING_SHOWN, more))
+            format!("Pinned: {}\n", report_text::pinning_text(pinning, PINNING_SHOWN, more))
         }
-        None if report_html::knows_pinning(report) => "Not pinned (--no-pin)\n".into(),
+        None if report_text::knows_pinning(report) => "Not pinned (--no-pin)\n".into(),
         None => String::new(),
     }
 }
