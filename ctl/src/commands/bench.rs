@@ -52,12 +52,11 @@ use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
 
 use super::ExitStatus;
-use super::probe::thousands;
 use crate::bus::Client;
 use crate::cli::BenchArgs;
 use crate::error::{CtlError, Kind};
 use crate::job::{OnInterrupt, start_and_follow_with};
-use crate::output::{Glyphs, Output, parse_document, plain_table, plural, render_table};
+use crate::output::{Glyphs, Output, parse_document, plain_table, plural, render_table, thousands};
 use crate::report_html;
 use crate::report_html::text::{self as report_text, command_line};
 

@@ -111,8 +111,8 @@ pub fn serving_lines(status: &MpsStatus) -> String {
         if !(serves || server.multi_user && server.pid.is_some()) {
             continue;
         }
-        let device = format!("MPS server of {}", super::mps::device_words(server));
-        for line in super::mps::serving_notes(server, &device) {
+        let device = format!("MPS server of {}", super::mps_words::device_words(server));
+        for line in super::mps_words::serving_notes(server, &device) {
             text.push_str(&line);
             text.push('\n');
         }

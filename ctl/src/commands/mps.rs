@@ -27,6 +27,7 @@ use gpushare_proto::types::{MpsLimitResult, MpsLimitValues, MpsServer, MpsStatus
 
 use super::ExitStatus;
 use super::clients::local_time;
+use super::mps_words::{device_words, serving_notes, who};
 use crate::bus::Client;
 use crate::cli::{MpsCommand, MpsLimitArgs};
 use crate::error::CtlError;
@@ -84,11 +85,6 @@ fn clients_cell(server: &MpsServer) -> String {
         return "-".into();
     }
     server.clients.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// A user for people: `root`, `alice`, `uid 1005` (no name known).
-fn who(uid: u32, user: Option<&str>) -> String {
-    user.map_or_else(|| format!("uid {uid}"), str::to_owned)
 }
 
 /// The SERVER cell: the first server process and its user.
@@ -184,40 +180,6 @@ fn limit_notes(server: &MpsServer, device: &str) -> Vec<String> {
         }
     }
     lines
-}
-
-/// Whom `server` serves, in one line: every user at once (multi-user), or the one user
-/// its server process runs as (others' clients wait).
-pub fn serving_notes(server: &MpsServer, device: &str) -> Vec<String> {
-    if server.pid.is_none() {
-        return Vec::new();
-    }
-    if server.multi_user {
-        return vec![format!(
-            "{device}: multi-user: one server running as root serves every user's clients at once (less isolation: a fatal GPU fault of one client ends the others' too, whoever they are)"
-        )];
-    }
-    match server.server_processes.first() {
-        Some(p) => {
-            let user =
-                p.uid.map_or_else(|| "one user".to_owned(), |uid| who(uid, p.user.as_deref()));
-            vec![format!(
-                "{device}: server {} serves {user}'s clients only: another user's client waits until they are gone (multi_user = true in the profile serves every user at once)",
-                p.pid
-            )]
-        }
-        None => vec![format!(
-            "{device}: serves one user at a time: the first client's user gets a server, another user's client waits until its clients are gone"
-        )],
-    }
-}
-
-/// `GPU 0`, or `GPU 1 GI 9` for a MIG instance's server.
-pub fn device_words(server: &MpsServer) -> String {
-    match server.gpu_instance_id {
-        Some(gi) => format!("GPU {} GI {gi}", server.gpu),
-        None => format!("GPU {}", server.gpu),
-    }
 }
 
 /// The server table, in the order the agent sent (by GPU and placement), and the lines

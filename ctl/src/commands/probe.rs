@@ -40,7 +40,7 @@ use super::bench;
 use crate::cli::{BenchArgs, ProbeArgs, ProbeWorkload};
 use crate::error::{CtlError, Kind};
 use crate::job::start_and_follow;
-use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+use crate::output::{Glyphs, Output, parse_document, plain_table, render_table, thousands};
 
 /// Runs `probe`.
 pub async fn run(
@@ -158,23 +158,6 @@ pub fn report_of(outcome: &JobOutcome) -> Result<&ProbeReport, CtlError> {
             "the probe job finished without a report; are gpushare-ctl and gpushare-agent the same version?",
         )
     })
-}
-
-/// `23,810`: a count rounded to a whole number, with thousands separators.
-pub fn thousands(value: f64) -> String {
-    if !value.is_finite() {
-        return format!("{value}");
-    }
-    let rounded = value.round();
-    let digits = format!("{:.0}", rounded.abs());
-    let mut grouped = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    if rounded < 0.0 { format!("-{grouped}") } else { grouped }
 }
 
 /// `1.02–1.10x`: the least and the greatest slowdown of a run's clients (one value when
@@ -541,16 +524,6 @@ mps               -  1.02x      -         -
         assert_eq!(bench.strategies.len(), 3);
         assert!(bench.command.is_empty() && bench.histogram.is_none());
         assert!(!options(&args).contains_key("compare"));
-    }
-
-    #[test]
-    fn numbers_get_thousands_separators() {
-        assert_eq!(thousands(23_810.4), "23,810");
-        assert_eq!(thousands(999.6), "1,000");
-        assert_eq!(thousands(12.0), "12");
-        assert_eq!(thousands(1_234_567.0), "1,234,567");
-        assert_eq!(thousands(0.0), "0");
-        assert_eq!(thousands(-4321.0), "-4,321");
     }
 
     fn outcome(ok: bool) -> JobOutcome {

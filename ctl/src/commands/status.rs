@@ -266,7 +266,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     }
     out.push_str(&render_table(&table));
     let mps_lines: Vec<String> = mps_servers(status)
-        .flat_map(|server| super::mps::status_notes(server, &super::mps::device_words(server)))
+        .flat_map(|server| {
+            super::mps::status_notes(server, &super::mps_words::device_words(server))
+        })
         .collect();
     if !mps_lines.is_empty() {
         out.push_str("MPS (gpushare-ctl mps):\n");
