@@ -43,6 +43,7 @@
 //! - [`cli`]: the command-line syntax (clap derive);
 //! - [`bus`]: finding the agent on a bus and explaining call failures in one line;
 //! - [`output`]: stdout/stderr, `--json`, tables;
+//! - [`table`]: a table as a list of columns, each defined once (header, alignment, cell);
 //! - [`error`]: the error type, with stable names for `--json`;
 //! - [`commands`]: one module per verb (`run` plus pure `render_*` functions);
 //! - [`job`]: following a job the agent runs (apply, probe, bench) to its end, with
@@ -67,6 +68,7 @@ mod report_html;
 #[cfg(test)]
 mod report_html_tests;
 mod starting;
+mod table;
 
 use std::ffi::OsString;
 use std::io;

@@ -37,7 +37,7 @@ use gpushare_proto::types::{GpuStatus, Status};
 
 use super::ExitStatus;
 use super::clients::{client_rows, watch};
-use super::status::{gib, mig_cell, sharing_cell};
+use super::status::{gib, gpu_line, sharing_cell};
 use crate::bus::Client;
 use crate::error::CtlError;
 use crate::output::{Glyphs, Output, parse_document};
@@ -169,14 +169,8 @@ fn render_gpu(
         }
         None => format!("memory {}{}", gib(gpu.memory_total_bytes), held(on_gpu.iter().copied())),
     };
-    let mut text = format!(
-        "GPU {}  {}  MIG {}  {}  {memory}  {}\n",
-        gpu.index,
-        gpu.model,
-        mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
-        sharing_cell(&gpu.sharing),
-        gpu.uuid,
-    );
+    // The line has the GPU table's columns that `status` says `top` shows.
+    let mut text = format!("{}\n", gpu_line(gpu, &memory, glyphs));
     // Processes of no instance that status lists are the whole GPU's.
     let in_instance = |c: &GpuClient, gi: u32| c.gpu_instance_id == Some(gi);
     let whole: Vec<&GpuClient> = on_gpu
