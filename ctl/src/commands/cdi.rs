@@ -10,12 +10,13 @@
 //!
 //! `--json` prints the [`CdiReport`] document.
 
-use gpushare_proto::cdi::CdiReport;
+use gpushare_proto::cdi::{CdiDevice, CdiReport};
 
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, parse_document, plain_table, render_table};
+use crate::output::{Output, parse_document};
+use crate::table::{self, Column};
 
 /// Runs `cdi [DEVICE]`.
 pub async fn run(
@@ -77,17 +78,20 @@ pub fn render(report: &CdiReport) -> String {
         text.push_str("No devices.\n");
         return text;
     }
-    let mut table = plain_table(["DEVICE", "WHAT", "PODMAN"]);
-    for d in &report.devices {
-        table.add_row([d.device.as_str(), d.describe.as_str(), d.podman.as_str()]);
-    }
-    text.push_str(&render_table(&table));
+    text.push_str(&table::render(&DEVICE_COLUMNS, &report.devices));
     text.push_str(
         "Driver libraries come from NVIDIA's container toolkit: ask for its device too \
          (--device nvidia.com/gpu=…).\n",
     );
     text
 }
+
+/// The devices' columns.
+const DEVICE_COLUMNS: [Column<CdiDevice>; 3] = [
+    Column::left("DEVICE", |d| d.device.clone()),
+    Column::left("WHAT", |d| d.describe.clone()),
+    Column::left("PODMAN", |d| d.podman.clone()),
+];
 
 #[cfg(test)]
 mod tests {

@@ -32,7 +32,8 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::{ClientField, ClientsArgs, CsvFormat};
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, parse_document, plain_table, printable, render_table};
+use crate::output::{Output, parse_document, printable};
+use crate::table::{self, Column};
 
 /// The refresh interval of `--watch` when `--interval` is left out, in seconds.
 const DEFAULT_INTERVAL: f64 = 1.0;
@@ -364,27 +365,23 @@ pub fn client_rows_without_command<'a>(clients: impl Iterator<Item = &'a GpuClie
 }
 
 fn rows<'a>(clients: impl Iterator<Item = &'a GpuClient>, command: bool) -> String {
-    let mut header = vec!["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE"];
-    if command {
-        header.push("COMMAND");
-    }
-    let mut rows = plain_table(header);
-    for c in clients {
-        let mut row = vec![
-            c.pid.to_string(),
-            user(c),
-            placement(c),
-            place(c),
-            c.memory_bytes.map_or_else(|| "-".to_string(), readable_size),
-            share(c),
-        ];
-        if command {
-            row.push(c.command.clone().unwrap_or_else(|| "-".into()));
-        }
-        rows.add_row(row);
-    }
-    render_table(&rows)
+    let shown = CLIENT_COLUMNS.iter().chain(command.then_some(&COMMAND_COLUMN));
+    table::render(shown, clients)
 }
+
+/// The clients' columns, in order, but the command line ([`COMMAND_COLUMN`], last).
+const CLIENT_COLUMNS: [Column<GpuClient>; 6] = [
+    Column::left("PID", |c| c.pid.to_string()),
+    Column::left("USER", user),
+    Column::left("UNIT/CONTAINER", placement),
+    Column::left("WHERE", place),
+    Column::left("MEMORY", |c| c.memory_bytes.map_or_else(|| "-".to_string(), readable_size)),
+    Column::left("SHARE", share),
+];
+
+/// The command line's column, which `status` leaves out (it never has them).
+const COMMAND_COLUMN: Column<GpuClient> =
+    Column::left("COMMAND", |c| c.command.clone().unwrap_or_else(|| "-".into()));
 
 /// Its user's name, else its uid.
 fn user(c: &GpuClient) -> String {

@@ -22,7 +22,6 @@
 //! that server's new clients, not to those already connected, and a server the daemon
 //! starts later begins with the daemon's defaults again.
 
-use comfy_table::CellAlignment;
 use gpushare_proto::types::{MpsLimitResult, MpsLimitValues, MpsServer, MpsStatus};
 
 use super::ExitStatus;
@@ -31,7 +30,8 @@ use super::mps_words::{device_words, serving_notes, who};
 use crate::bus::Client;
 use crate::cli::{MpsCommand, MpsLimitArgs};
 use crate::error::CtlError;
-use crate::output::{Output, exact_size, parse_document, plain_table, render_table};
+use crate::output::{Output, exact_size, parse_document};
+use crate::table::{self, Column};
 
 /// Runs `mps` (`status` when no sub-verb is given).
 pub async fn run(
@@ -182,39 +182,30 @@ fn limit_notes(server: &MpsServer, device: &str) -> Vec<String> {
     lines
 }
 
+/// The server table's columns.
+const SERVER_COLUMNS: [Column<MpsServer>; 13] = [
+    Column::left("GPU", |s| s.gpu.to_string()),
+    Column::left("GI", gi_cell),
+    Column::left("UUID", |s| s.uuid.clone()),
+    Column::left("STATE", |s| s.state.clone()),
+    Column::left("PID", |s| or_dash(s.pid)),
+    Column::left("MODE", |s| mode_cell(s).to_owned()),
+    Column::left("SERVER", server_cell),
+    Column::right("THREADS", |s| format!("{}%", s.active_thread_percentage)),
+    Column::right("MEMORY", |s| or_dash(s.pinned_memory_limit_bytes.map(exact_size))),
+    Column::left("FROM", |s| source_word(s.limits_source.as_deref()).to_owned()),
+    Column::right("RESTARTS", |s| s.restarts.to_string()),
+    Column::left("CLIENTS", clients_cell),
+    Column::left("PIPE", |s| s.pipe_directory.clone()),
+];
+
 /// The server table, in the order the agent sent (by GPU and placement), and the lines
 /// under it.
 pub fn render_status(status: &MpsStatus) -> String {
     if status.servers.is_empty() {
         return "No MPS servers.\n".into();
     }
-    let mut table = plain_table([
-        "GPU", "GI", "UUID", "STATE", "PID", "MODE", "SERVER", "THREADS", "MEMORY", "FROM",
-        "RESTARTS", "CLIENTS", "PIPE",
-    ]);
-    for column in [7, 8, 10] {
-        if let Some(c) = table.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    for server in &status.servers {
-        table.add_row(vec![
-            server.gpu.to_string(),
-            gi_cell(server),
-            server.uuid.clone(),
-            server.state.clone(),
-            or_dash(server.pid),
-            mode_cell(server).to_owned(),
-            server_cell(server),
-            format!("{}%", server.active_thread_percentage),
-            or_dash(server.pinned_memory_limit_bytes.map(exact_size)),
-            source_word(server.limits_source.as_deref()).to_owned(),
-            server.restarts.to_string(),
-            clients_cell(server),
-            server.pipe_directory.clone(),
-        ]);
-    }
-    let mut text = render_table(&table);
+    let mut text = table::render(&SERVER_COLUMNS, &status.servers);
     for server in &status.servers {
         for line in notes(server, &device_words(server)) {
             text.push_str(&line);
