@@ -4,6 +4,8 @@
 //! is one more entry in a list. comfy-table renders them ([`crate::output::plain_table`]:
 //! borderless, two spaces between columns, control characters shown as `?`).
 
+use std::borrow::Cow;
+
 use comfy_table::CellAlignment;
 
 use crate::output::{plain_table, render_table};
@@ -15,38 +17,91 @@ pub enum Align {
     Right,
 }
 
-/// One column of a table of rows of type `R`.
-pub struct Column<R> {
+/// One column of a table of rows of type `R`; its cells may borrow for `'c` (what a
+/// table's columns share: the glyphs, a replica count).
+pub struct Column<'c, R> {
     /// Its header.
-    pub header: &'static str,
+    pub header: Cow<'static, str>,
     /// Where its cells sit.
     pub align: Align,
+    /// Blanks after it: 2, or 1 where the next column belongs to it (an interval after its
+    /// figure, `1,180 [1,120-1,230]`).
+    pub gap: u16,
     /// A row's cell (empty where the row has none).
-    pub cell: fn(&R) -> String,
+    pub cell: Box<dyn Fn(&R) -> String + 'c>,
 }
 
-impl<R> Column<R> {
+impl<'c, R> Column<'c, R> {
     /// A column of text, on the left.
-    pub const fn left(header: &'static str, cell: fn(&R) -> String) -> Self {
-        Column { header, align: Align::Left, cell }
+    pub fn left(header: impl Into<Cow<'static, str>>, cell: impl Fn(&R) -> String + 'c) -> Self {
+        Column { header: header.into(), align: Align::Left, gap: 2, cell: Box::new(cell) }
     }
 
     /// A column of figures, on the right.
-    pub const fn right(header: &'static str, cell: fn(&R) -> String) -> Self {
-        Column { header, align: Align::Right, cell }
+    pub fn right(header: impl Into<Cow<'static, str>>, cell: impl Fn(&R) -> String + 'c) -> Self {
+        Column { align: Align::Right, ..Column::left(header, cell) }
+    }
+}
+
+/// A table's columns, in order: `Columns::<Doc>::new().left("NAME", |d| d.name.clone())`.
+pub struct Columns<'c, R>(pub Vec<Column<'c, R>>);
+
+impl<'c, R> Columns<'c, R> {
+    /// No columns yet.
+    pub fn new() -> Self {
+        Columns(Vec::new())
+    }
+
+    /// Then a column of text, on the left.
+    pub fn left(
+        mut self,
+        header: impl Into<Cow<'static, str>>,
+        cell: impl Fn(&R) -> String + 'c,
+    ) -> Self {
+        self.0.push(Column::left(header, cell));
+        self
+    }
+
+    /// Then a column of figures, on the right.
+    pub fn right(
+        mut self,
+        header: impl Into<Cow<'static, str>>,
+        cell: impl Fn(&R) -> String + 'c,
+    ) -> Self {
+        self.0.push(Column::right(header, cell));
+        self
+    }
+
+    /// The table of `rows` in these columns.
+    pub fn render<'r>(&self, rows: impl IntoIterator<Item = &'r R>) -> String
+    where
+        R: 'r,
+    {
+        render(&self.0, rows)
+    }
+}
+
+impl<R> Default for Columns<'_, R> {
+    fn default() -> Self {
+        Columns::new()
     }
 }
 
 /// The table of `rows` in `columns`, with its header line, a line per row.
-pub fn render<'c, 'r, R: 'c + 'r>(
-    columns: impl IntoIterator<Item = &'c Column<R>>,
+pub fn render<'a, 'c: 'a, 'r, R: 'a + 'r>(
+    columns: impl IntoIterator<Item = &'a Column<'c, R>>,
     rows: impl IntoIterator<Item = &'r R>,
 ) -> String {
     let columns: Vec<&Column<R>> = columns.into_iter().collect();
-    let mut table = plain_table(columns.iter().map(|c| c.header));
+    let mut table = plain_table(columns.iter().map(|c| c.header.as_ref()));
     for (at, column) in columns.iter().enumerate() {
-        if let (Align::Right, Some(c)) = (column.align, table.column_mut(at)) {
-            c.set_cell_alignment(CellAlignment::Right);
+        if let Some(c) = table.column_mut(at) {
+            if column.align == Align::Right {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+            if column.gap != 2 {
+                c.set_padding((0, column.gap));
+            }
         }
     }
     for row in rows {
@@ -61,9 +116,14 @@ mod tests {
 
     #[test]
     fn a_table_is_its_columns_applied_to_each_row() {
-        const COLUMNS: [Column<(u32, &str)>; 2] =
-            [Column::left("NAME", |r| r.1.to_owned()), Column::right("COUNT", |r| r.0.to_string())];
-        let text = render(&COLUMNS, &[(7, "seven"), (12, "a dozen")]);
+        let columns = Columns::<(u32, &str)>::new()
+            .left("NAME", |r| r.1.to_owned())
+            .right("COUNT", |r| r.0.to_string());
+        let text = columns.render(&[(7, "seven"), (12, "a dozen")]);
         assert_eq!(text, "NAME     COUNT\nseven        7\na dozen     12\n");
+        // A figure and its interval, one blank apart.
+        let mut columns = columns;
+        columns.0[0].gap = 1;
+        assert_eq!(columns.render(&[(7, "seven")]), "NAME  COUNT\nseven     7\n");
     }
 }

@@ -16,7 +16,7 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::{CtlError, Kind};
 use crate::output::{Output, parse_document};
-use crate::table::{self, Column};
+use crate::table::Columns;
 
 /// Runs `cdi [DEVICE]`.
 pub async fn run(
@@ -78,7 +78,7 @@ pub fn render(report: &CdiReport) -> String {
         text.push_str("No devices.\n");
         return text;
     }
-    text.push_str(&table::render(&DEVICE_COLUMNS, &report.devices));
+    text.push_str(&device_columns().render(&report.devices));
     text.push_str(
         "Driver libraries come from NVIDIA's container toolkit: ask for its device too \
          (--device nvidia.com/gpu=…).\n",
@@ -87,11 +87,12 @@ pub fn render(report: &CdiReport) -> String {
 }
 
 /// The devices' columns.
-const DEVICE_COLUMNS: [Column<CdiDevice>; 3] = [
-    Column::left("DEVICE", |d| d.device.clone()),
-    Column::left("WHAT", |d| d.describe.clone()),
-    Column::left("PODMAN", |d| d.podman.clone()),
-];
+fn device_columns() -> Columns<'static, CdiDevice> {
+    Columns::<CdiDevice>::new()
+        .left("DEVICE", |d| d.device.clone())
+        .left("WHAT", |d| d.describe.clone())
+        .left("PODMAN", |d| d.podman.clone())
+}
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,7 @@ use crate::bus::Client;
 use crate::cli::{ClientField, ClientsArgs, CsvFormat};
 use crate::error::{CtlError, Kind};
 use crate::output::{Output, parse_document, printable};
-use crate::table::{self, Column};
+use crate::table::Columns;
 
 /// The refresh interval of `--watch` when `--interval` is left out, in seconds.
 const DEFAULT_INTERVAL: f64 = 1.0;
@@ -365,23 +365,24 @@ pub fn client_rows_without_command<'a>(clients: impl Iterator<Item = &'a GpuClie
 }
 
 fn rows<'a>(clients: impl Iterator<Item = &'a GpuClient>, command: bool) -> String {
-    let shown = CLIENT_COLUMNS.iter().chain(command.then_some(&COMMAND_COLUMN));
-    table::render(shown, clients)
+    client_columns(command).render(clients)
 }
 
-/// The clients' columns, in order, but the command line ([`COMMAND_COLUMN`], last).
-const CLIENT_COLUMNS: [Column<GpuClient>; 6] = [
-    Column::left("PID", |c| c.pid.to_string()),
-    Column::left("USER", user),
-    Column::left("UNIT/CONTAINER", placement),
-    Column::left("WHERE", place),
-    Column::left("MEMORY", |c| c.memory_bytes.map_or_else(|| "-".to_string(), readable_size)),
-    Column::left("SHARE", share),
-];
-
-/// The command line's column, which `status` leaves out (it never has them).
-const COMMAND_COLUMN: Column<GpuClient> =
-    Column::left("COMMAND", |c| c.command.clone().unwrap_or_else(|| "-".into()));
+/// The clients' columns, in order; the command line last, where asked (`status` never
+/// has them).
+fn client_columns(command: bool) -> Columns<'static, GpuClient> {
+    let columns = Columns::<GpuClient>::new()
+        .left("PID", |c| c.pid.to_string())
+        .left("USER", user)
+        .left("UNIT/CONTAINER", placement)
+        .left("WHERE", place)
+        .left("MEMORY", |c| c.memory_bytes.map_or_else(|| "-".to_string(), readable_size))
+        .left("SHARE", share);
+    if !command {
+        return columns;
+    }
+    columns.left("COMMAND", |c| c.command.clone().unwrap_or_else(|| "-".into()))
+}
 
 /// Its user's name, else its uid.
 fn user(c: &GpuClient) -> String {

@@ -26,7 +26,7 @@ use crate::bus::Client;
 use crate::cli::MigCommand;
 use crate::error::CtlError;
 use crate::output::{Output, parse_document, plural};
-use crate::table::{self, Column};
+use crate::table::Columns;
 
 /// Runs a `mig` sub-verb.
 pub async fn run(
@@ -70,7 +70,7 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
             out.push_str(&format!("  {difference}\n"));
         }
     }
-    out.push_str(&table::render(&PROFILE_COLUMNS, &gpu.profiles));
+    out.push_str(&profile_columns().render(&gpu.profiles));
     let read: Vec<&str> =
         gpu.profiles.iter().filter(|p| p.compute_from_driver).map(|p| p.name.as_str()).collect();
     if !read.is_empty() && read.len() < gpu.profiles.len() {
@@ -83,24 +83,25 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
 }
 
 /// The profile table's columns.
-const PROFILE_COLUMNS: [Column<MigProfileInfo>; 13] = [
-    Column::left("NAME", |p| p.name.clone()),
-    Column::right("ID", |p| p.id.to_string()),
-    Column::right("FREE/TOTAL", |p| {
-        let free = p.instances_free.map_or_else(|| "-".to_owned(), |n| n.to_string());
-        format!("{free}/{}", p.instances_total)
-    }),
-    Column::right("MEMORY GiB", |p| gib(p.memory_mib)),
-    Column::right("SM", |p| p.sms.to_string()),
-    Column::right("DEC", |p| p.engines.decoders.to_string()),
-    Column::right("ENC", |p| p.engines.encoders.to_string()),
-    Column::right("CE", |p| p.engines.copy.to_string()),
-    Column::right("JPEG", |p| p.engines.jpeg.to_string()),
-    Column::right("OFA", |p| p.engines.ofa.to_string()),
-    Column::left("PLACEMENTS", placements),
-    Column::left("COMPUTE INSTANCES", compute_instances),
-    Column::left("ACCEPTS", |p| p.accepts.join(", ")),
-];
+fn profile_columns() -> Columns<'static, MigProfileInfo> {
+    Columns::<MigProfileInfo>::new()
+        .left("NAME", |p| p.name.clone())
+        .right("ID", |p| p.id.to_string())
+        .right("FREE/TOTAL", |p| {
+            let free = p.instances_free.map_or_else(|| "-".to_owned(), |n| n.to_string());
+            format!("{free}/{}", p.instances_total)
+        })
+        .right("MEMORY GiB", |p| gib(p.memory_mib))
+        .right("SM", |p| p.sms.to_string())
+        .right("DEC", |p| p.engines.decoders.to_string())
+        .right("ENC", |p| p.engines.encoders.to_string())
+        .right("CE", |p| p.engines.copy.to_string())
+        .right("JPEG", |p| p.engines.jpeg.to_string())
+        .right("OFA", |p| p.engines.ofa.to_string())
+        .left("PLACEMENTS", placements)
+        .left("COMPUTE INSTANCES", compute_instances)
+        .left("ACCEPTS", |p| p.accepts.join(", "))
+}
 
 /// `3x1c 1x2c 1x3c`: the compute-instance sizes of one instance, with how many fit.
 fn compute_instances(p: &MigProfileInfo) -> String {

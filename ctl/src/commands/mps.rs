@@ -31,7 +31,7 @@ use crate::bus::Client;
 use crate::cli::{MpsCommand, MpsLimitArgs};
 use crate::error::CtlError;
 use crate::output::{Output, exact_size, parse_document};
-use crate::table::{self, Column};
+use crate::table::Columns;
 
 /// Runs `mps` (`status` when no sub-verb is given).
 pub async fn run(
@@ -183,21 +183,22 @@ fn limit_notes(server: &MpsServer, device: &str) -> Vec<String> {
 }
 
 /// The server table's columns.
-const SERVER_COLUMNS: [Column<MpsServer>; 13] = [
-    Column::left("GPU", |s| s.gpu.to_string()),
-    Column::left("GI", gi_cell),
-    Column::left("UUID", |s| s.uuid.clone()),
-    Column::left("STATE", |s| s.state.clone()),
-    Column::left("PID", |s| or_dash(s.pid)),
-    Column::left("MODE", |s| mode_cell(s).to_owned()),
-    Column::left("SERVER", server_cell),
-    Column::right("THREADS", |s| format!("{}%", s.active_thread_percentage)),
-    Column::right("MEMORY", |s| or_dash(s.pinned_memory_limit_bytes.map(exact_size))),
-    Column::left("FROM", |s| source_word(s.limits_source.as_deref()).to_owned()),
-    Column::right("RESTARTS", |s| s.restarts.to_string()),
-    Column::left("CLIENTS", clients_cell),
-    Column::left("PIPE", |s| s.pipe_directory.clone()),
-];
+fn server_columns() -> Columns<'static, MpsServer> {
+    Columns::<MpsServer>::new()
+        .left("GPU", |s| s.gpu.to_string())
+        .left("GI", gi_cell)
+        .left("UUID", |s| s.uuid.clone())
+        .left("STATE", |s| s.state.clone())
+        .left("PID", |s| or_dash(s.pid))
+        .left("MODE", |s| mode_cell(s).to_owned())
+        .left("SERVER", server_cell)
+        .right("THREADS", |s| format!("{}%", s.active_thread_percentage))
+        .right("MEMORY", |s| or_dash(s.pinned_memory_limit_bytes.map(exact_size)))
+        .left("FROM", |s| source_word(s.limits_source.as_deref()).to_owned())
+        .right("RESTARTS", |s| s.restarts.to_string())
+        .left("CLIENTS", clients_cell)
+        .left("PIPE", |s| s.pipe_directory.clone())
+}
 
 /// The server table, in the order the agent sent (by GPU and placement), and the lines
 /// under it.
@@ -205,7 +206,7 @@ pub fn render_status(status: &MpsStatus) -> String {
     if status.servers.is_empty() {
         return "No MPS servers.\n".into();
     }
-    let mut text = table::render(&SERVER_COLUMNS, &status.servers);
+    let mut text = server_columns().render(&status.servers);
     for server in &status.servers {
         for line in notes(server, &device_words(server)) {
             text.push_str(&line);

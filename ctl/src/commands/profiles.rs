@@ -17,7 +17,7 @@ use crate::bus::Client;
 use crate::cli::ProfilesCommand;
 use crate::error::CtlError;
 use crate::output::{Output, parse_document};
-use crate::table::{self, Column};
+use crate::table::Columns;
 
 /// Runs `profiles` (`list` when no sub-verb is given).
 pub async fn run(
@@ -62,16 +62,17 @@ pub fn render_list(list: &ProfileList) -> String {
     if list.profiles.is_empty() {
         return "No profiles.\n".into();
     }
-    table::render(&PROFILE_COLUMNS, &list.profiles)
+    profile_columns().render(&list.profiles)
 }
 
 /// The profile table's columns.
-const PROFILE_COLUMNS: [Column<ProfileSummary>; 4] = [
-    Column::left("", |p| if p.active { "*" } else { "" }.to_owned()),
-    Column::left("NAME", |p| p.name.clone()),
-    Column::left("SOURCE", |p| p.source.clone()),
-    Column::left("DESCRIPTION", |p| p.description.clone()),
-];
+fn profile_columns() -> Columns<'static, ProfileSummary> {
+    Columns::<ProfileSummary>::new()
+        .left("", |p| if p.active { "*" } else { "" }.to_owned())
+        .left("NAME", |p| p.name.clone())
+        .left("SOURCE", |p| p.source.clone())
+        .left("DESCRIPTION", |p| p.description.clone())
+}
 
 /// Comment lines about the profile, then its TOML text.
 pub fn render_detail(detail: &ProfileDetail) -> String {

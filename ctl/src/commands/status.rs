@@ -32,7 +32,7 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::CtlError;
 use crate::output::{Glyphs, Output, exact_size, parse_document};
-use crate::table::{self, Column};
+use crate::table::{self, Align, Column};
 
 /// Runs `status`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
@@ -197,79 +197,75 @@ pub enum OnTop {
 
 /// A column of the GPU table (`status`), and where `top`'s GPU line shows it.
 pub struct GpuColumn<'a> {
-    pub column: Column<GpuRow<'a>>,
+    pub column: Column<'static, GpuRow<'a>>,
     /// Shown only when some GPU has MIG instances.
     pub with_instances_only: bool,
     pub top: OnTop,
 }
 
+impl<'a> GpuColumn<'a> {
+    fn new(
+        header: &'static str,
+        align: Align,
+        top: OnTop,
+        cell: impl Fn(&GpuRow<'a>) -> String + 'static,
+    ) -> Self {
+        let column = Column { align, ..Column::left(header, cell) };
+        GpuColumn { column, with_instances_only: false, top }
+    }
+
+    /// The same, shown only when some GPU has MIG instances.
+    fn with_instances_only(self) -> Self {
+        GpuColumn { with_instances_only: true, ..self }
+    }
+}
+
 /// The GPU table's columns, in order: a new column of `status` (and of `top`'s GPU line)
 /// is one entry here.
 pub fn gpu_columns<'a>() -> Vec<GpuColumn<'a>> {
-    let column = |column, top| GpuColumn { column, with_instances_only: false, top };
-    let mig = |column| GpuColumn { column, with_instances_only: true, top: OnTop::No };
+    use Align::{Left, Right};
     vec![
-        column(
-            Column::left("GPU", |r| match r.line {
-                Line::Gpu(g) => g.index.to_string(),
-                _ => String::new(),
-            }),
-            OnTop::Cell("GPU "),
-        ),
-        column(
-            Column::left("MODEL", |r| match r.line {
-                Line::Gpu(g) => g.model.clone(),
-                Line::NoInstances => format!("{} (no instances)", r.tree),
-                Line::Instance(i) => format!("{} {}", r.tree, i.profile),
-                Line::ComputeInstance(i, ci) => {
-                    format!("{} {}c.{}", r.tree, ci.compute_slices, i.profile)
-                }
-            }),
-            OnTop::Cell(""),
-        ),
-        column(
-            Column::left("MIG", |r| match r.line {
-                Line::Gpu(g) => mig_cell(g.mig_enabled, g.mig_pending, r.glyphs),
-                _ => String::new(),
-            }),
-            OnTop::Cell("MIG "),
-        ),
-        column(
-            Column::left("COMPUTE MODE", |r| match r.line {
-                Line::Gpu(g) => g.compute_mode.clone(),
-                _ => String::new(),
-            }),
-            OnTop::No,
-        ),
-        column(
-            Column::left("SHARING", |r| match r.line {
-                Line::Gpu(g) => sharing_cell(&g.sharing),
-                Line::NoInstances => String::new(),
-                Line::Instance(i) => sharing_cell(&i.sharing),
-                Line::ComputeInstance(_, ci) => sharing_cell(&ci.sharing),
-            }),
-            OnTop::Cell(""),
-        ),
-        column(
-            Column::right("MEMORY", |r| match r.line {
-                Line::Gpu(g) => gib(g.memory_total_bytes),
-                Line::Instance(i) => gib(i.memory_bytes),
-                _ => String::new(),
-            }),
-            OnTop::Readings,
-        ),
-        column(
-            Column::right("PROCS", |r| match r.line {
-                Line::Gpu(g) => g.processes.len().to_string(),
-                _ => String::new(),
-            }),
-            OnTop::No,
-        ),
-        mig(Column::left("PLACEMENT", |r| match r.line {
+        GpuColumn::new("GPU", Left, OnTop::Cell("GPU "), |r| match r.line {
+            Line::Gpu(g) => g.index.to_string(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("MODEL", Left, OnTop::Cell(""), |r| match r.line {
+            Line::Gpu(g) => g.model.clone(),
+            Line::NoInstances => format!("{} (no instances)", r.tree),
+            Line::Instance(i) => format!("{} {}", r.tree, i.profile),
+            Line::ComputeInstance(i, ci) => {
+                format!("{} {}c.{}", r.tree, ci.compute_slices, i.profile)
+            }
+        }),
+        GpuColumn::new("MIG", Left, OnTop::Cell("MIG "), |r| match r.line {
+            Line::Gpu(g) => mig_cell(g.mig_enabled, g.mig_pending, r.glyphs),
+            _ => String::new(),
+        }),
+        GpuColumn::new("COMPUTE MODE", Left, OnTop::No, |r| match r.line {
+            Line::Gpu(g) => g.compute_mode.clone(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("SHARING", Left, OnTop::Cell(""), |r| match r.line {
+            Line::Gpu(g) => sharing_cell(&g.sharing),
+            Line::NoInstances => String::new(),
+            Line::Instance(i) => sharing_cell(&i.sharing),
+            Line::ComputeInstance(_, ci) => sharing_cell(&ci.sharing),
+        }),
+        GpuColumn::new("MEMORY", Right, OnTop::Readings, |r| match r.line {
+            Line::Gpu(g) => gib(g.memory_total_bytes),
+            Line::Instance(i) => gib(i.memory_bytes),
+            _ => String::new(),
+        }),
+        GpuColumn::new("PROCS", Right, OnTop::No, |r| match r.line {
+            Line::Gpu(g) => g.processes.len().to_string(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("PLACEMENT", Left, OnTop::No, |r| match r.line {
             Line::Instance(i) => format!("{}:{}", i.placement_start, i.placement_size),
             _ => String::new(),
-        })),
-        mig(Column::left("GI/CI", |r| match r.line {
+        })
+        .with_instances_only(),
+        GpuColumn::new("GI/CI", Left, OnTop::No, |r| match r.line {
             Line::Instance(i) => format!(
                 "{}/{}",
                 i.gpu_instance_id,
@@ -279,15 +275,14 @@ pub fn gpu_columns<'a>() -> Vec<GpuColumn<'a>> {
                 format!("{}/{}", i.gpu_instance_id, ci.compute_instance_id)
             }
             _ => String::new(),
-        })),
-        GpuColumn {
-            top: OnTop::Own(|g| g.uuid.clone()),
-            ..mig(Column::left("UUID", |r| match r.line {
-                Line::Instance(i) => i.uuid.as_deref().unwrap_or("-").to_owned(),
-                Line::ComputeInstance(_, ci) => ci.uuid.clone(),
-                _ => String::new(),
-            }))
-        },
+        })
+        .with_instances_only(),
+        GpuColumn::new("UUID", Left, OnTop::Own(|g| g.uuid.clone()), |r| match r.line {
+            Line::Instance(i) => i.uuid.as_deref().unwrap_or("-").to_owned(),
+            Line::ComputeInstance(_, ci) => ci.uuid.clone(),
+            _ => String::new(),
+        })
+        .with_instances_only(),
     ]
 }
 
