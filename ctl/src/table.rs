@@ -72,6 +72,15 @@ impl<'c, R> Columns<'c, R> {
         self
     }
 
+    /// Then an unnamed column of text one blank after the one before (an interval after
+    /// its figure: `1,180 [1,120-1,230]`).
+    pub fn beside(mut self, cell: impl Fn(&R) -> String + 'c) -> Self {
+        if let Some(before) = self.0.last_mut() {
+            before.gap = 1;
+        }
+        self.left("", cell)
+    }
+
     /// The table of `rows` in these columns.
     pub fn render<'r>(&self, rows: impl IntoIterator<Item = &'r R>) -> String
     where
@@ -122,8 +131,7 @@ mod tests {
         let text = columns.render(&[(7, "seven"), (12, "a dozen")]);
         assert_eq!(text, "NAME     COUNT\nseven        7\na dozen     12\n");
         // A figure and its interval, one blank apart.
-        let mut columns = columns;
-        columns.0[0].gap = 1;
-        assert_eq!(columns.render(&[(7, "seven")]), "NAME  COUNT\nseven     7\n");
+        let columns = columns.beside(|r| format!("[{}]", r.0 - 1));
+        assert_eq!(columns.render(&[(7, "seven")]), "NAME   COUNT\nseven      7 [6]\n");
     }
 }
