@@ -502,6 +502,15 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn tops_gpu_line_is_made_of_the_gpu_tables_columns() {
+        let status = sample_status();
+        assert_eq!(
+            gpu_line(&status.gpus[1], "READINGS", Glyphs::ASCII),
+            "GPU 1  A100-SXM4-40GB  MIG off -> on after reset  time-slicing (short)  READINGS  GPU-11111111-0000-0000-0000-000000000000"
+        );
+    }
+
+    #[test]
     fn status_with_mig_instances() {
         let text = render_status(&sample_status(), Glyphs::ASCII);
         let expected = "\
