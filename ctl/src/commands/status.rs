@@ -22,6 +22,9 @@
 //! time-slice interval under `time-slicing` when the agent reports one. Lines under the
 //! table say whom each MPS server serves (one user at a time, unless multi-user) and what
 //! the markers stand for (`gpushare-ctl mps` has them all).
+//!
+//! The GPU table is a list of columns ([`gpu_columns`]: header, alignment, the cell of each
+//! kind of row, and what `top`'s GPU line shows of it): a new column is one entry there.
 
 use gpushare_proto::Strategy;
 use gpushare_proto::types::{

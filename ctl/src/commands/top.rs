@@ -18,6 +18,10 @@
 //!   idle: GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
+//! The GPU line is made from `status`'s GPU table columns, each of which says whether and
+//! how the line shows it ([`super::status::gpu_columns`]): a column added there reaches
+//! both.
+//!
 //! A GPU instance split into several compute instances (`"1c.3g" = 3`) has a line of its
 //! own, then a line per compute instance (each a MIG device, with its sharing and UUID),
 //! then the instance's processes: the driver names the GPU instance of a process, never
