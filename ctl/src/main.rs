@@ -43,11 +43,13 @@
 //! - [`cli`]: the command-line syntax (clap derive);
 //! - [`bus`]: finding the agent on a bus and explaining call failures in one line;
 //! - [`output`]: stdout/stderr, `--json`, tables;
+//! - [`table`]: a table as a list of columns, each defined once (header, alignment, cell);
 //! - [`error`]: the error type, with stable names for `--json`;
 //! - [`commands`]: one module per verb (`run` plus pure `render_*` functions);
 //! - [`job`]: following a job the agent runs (apply, probe, bench) to its end, with
 //!   progress;
-//! - [`report_html`]: a bench report as one self-contained HTML page with SVG charts.
+//! - [`report_html`]: a bench report as one self-contained HTML page with SVG charts, and
+//!   the report's words the text report shares (`report_html::text`).
 //!
 //! Exit status: 0 on success, 1 on any failure (for `assert`, also when the profile is not
 //! applied), 2 on a usage error, 130 when interrupted while following a job.
@@ -66,6 +68,7 @@ mod report_html;
 #[cfg(test)]
 mod report_html_tests;
 mod starting;
+mod table;
 
 use std::ffi::OsString;
 use std::io;

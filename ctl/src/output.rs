@@ -180,9 +180,36 @@ pub fn plural(n: usize, word: &str) -> String {
 
 pub use gpushare_proto::exact_size;
 
+/// `23,810`: a count rounded to a whole number, with thousands separators.
+pub fn thousands(value: f64) -> String {
+    if !value.is_finite() {
+        return format!("{value}");
+    }
+    let rounded = value.round();
+    let digits = format!("{:.0}", rounded.abs());
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    if rounded < 0.0 { format!("-{grouped}") } else { grouped }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(23_810.4), "23,810");
+        assert_eq!(thousands(999.6), "1,000");
+        assert_eq!(thousands(12.0), "12");
+        assert_eq!(thousands(1_234_567.0), "1,234,567");
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(-4321.0), "-4,321");
+    }
 
     #[test]
     fn control_characters_never_reach_the_terminal() {

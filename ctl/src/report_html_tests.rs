@@ -4,7 +4,9 @@
 use gpushare_proto::bench::BenchReport;
 
 use crate::commands::bench::tests::{older_report, sample_report};
-use crate::report_html::{command_line, escape, render};
+use crate::report_html::markup::escape;
+use crate::report_html::render;
+use crate::report_html::text::command_line;
 
 /// The text between the `n`th `<svg` and its `</svg>`.
 fn svg(page: &str, n: usize) -> &str {
@@ -214,7 +216,7 @@ fn a_bench_without_figures_still_renders() {
 
 #[test]
 fn tick_steps_are_round() {
-    use crate::report_html::tick_step;
+    use crate::report_html::svg::tick_step;
     assert_eq!(tick_step(1000.0), 200.0);
     assert_eq!(tick_step(7.0), 2.0);
     assert_eq!(tick_step(12.0), 2.5);

@@ -11,7 +11,7 @@
 //! process group, when it outlives its time.
 
 #[allow(dead_code)]
-#[path = "../src/report_html.rs"]
+#[path = "../src/report_html/mod.rs"]
 mod report_html;
 
 use std::collections::HashSet;
@@ -406,6 +406,18 @@ fn the_report_page_opens_in_chromium_without_errors() {
     } else {
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The sample report, as JSON and as the page, into `$GPUSHARE_REPORT_OUT`: what
+/// `scripts/report-screenshots` screenshots to compare the page before and after a change.
+#[test]
+#[ignore = "run by scripts/report-screenshots"]
+fn write_the_sample_report() {
+    let dir = PathBuf::from(std::env::var_os("GPUSHARE_REPORT_OUT").expect("GPUSHARE_REPORT_OUT"));
+    let report = sample();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report).unwrap())
+        .unwrap();
+    std::fs::write(dir.join("report.html"), report_html::render(&report)).unwrap();
 }
 
 /// Width, height and RGB pixels of a PNG file.

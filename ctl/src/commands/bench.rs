@@ -41,24 +41,24 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use comfy_table::CellAlignment;
 use gpushare_proto::bench::{
     BENCH_BUILTIN, BENCH_CPUS, BENCH_CWD, BENCH_DURATION, BENCH_ENVIRONMENT, BENCH_FLEET,
     BENCH_HISTOGRAM, BENCH_LOGS, BENCH_OBJECTIVE, BENCH_PIN, BENCH_REPEAT, BENCH_REPLICAS,
-    BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchReport,
-    BenchRun, Method, find_command,
+    BENCH_SLO, BENCH_STRATEGIES, BENCH_TARGET, BENCH_TIME_LIMIT, BENCH_UNTIL_EXIT, BenchCapacity,
+    BenchReport, BenchRun, Method, find_command,
 };
 use gpushare_proto::types::JobOutcome;
 use zbus::zvariant::Value;
 
 use super::ExitStatus;
-use super::probe::thousands;
 use crate::bus::Client;
 use crate::cli::BenchArgs;
 use crate::error::{CtlError, Kind};
 use crate::job::{OnInterrupt, start_and_follow_with};
-use crate::output::{Glyphs, Output, parse_document, plain_table, plural, render_table};
-use crate::report_html::{self, command_line};
+use crate::output::{Glyphs, Output, parse_document, plural, thousands};
+use crate::report_html;
+use crate::report_html::text::{self as report_text, command_line};
+use crate::table::Columns;
 
 /// What the first Ctrl-C during a bench prints on stderr.
 pub const CANCEL_NOTICE: &str = "cancelling: stopping the replicas and restoring the sharing (Ctrl-C again to leave it to the agent)";
@@ -557,7 +557,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         measured.push_str(&format!("; SLO {slo}"));
     }
     if report.repeat > 1 {
-        measured.push_str(&format!("; {}", report_html::rounds_text(report.repeat)));
+        measured.push_str(&format!("; {}", report_text::rounds_text(report.repeat)));
     }
     text.push_str(&format!("{measured}\n"));
     if !report.partial.is_empty() {
@@ -572,10 +572,10 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     }
     text.push_str(&baseline_line(report.baseline.as_ref(), report.rate_unit(), glyphs));
     if let Some(noise) = &report.noise {
-        let line = report_html::noise_text(noise, figure, glyphs.range, glyphs.dash);
+        let line = report_text::noise_text(noise, figure, glyphs.range, glyphs.dash);
         text.push_str(&format!("Host noise: {line}\n"));
     }
-    if let Some(note) = report_html::noisy_baseline(report) {
+    if let Some(note) = report_text::noisy_baseline(report) {
         text.push_str(&format!("Note: {note}\n"));
     }
 
@@ -590,7 +590,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
             text.push_str("no runs\n");
             continue;
         }
-        text.push_str(&render_table(&runs_table(&strategy.runs, report.rate_unit(), glyphs)));
+        text.push_str(&runs_table(&strategy.runs, report.rate_unit(), glyphs));
         for run in strategy.runs.iter().filter(|r| r.error.is_none()) {
             if let Some(warning) = &run.scaling_warning {
                 text.push_str(&format!("! N={}: {warning}\n", run.replicas));
@@ -604,7 +604,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
     if !report.recommendations.is_empty() {
         text.push_str(&format!("\nRecommendation ({}):\n", report.objective));
         for r in &report.recommendations {
-            let reason = match report_html::tie_text(r) {
+            let reason = match report_text::tie_text(r) {
                 Some(tie) => format!("{tie}; {}", r.reason),
                 None => r.reason.clone(),
             };
@@ -616,26 +616,15 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         let slo = report.slo.as_deref().unwrap_or("the SLO");
         let fleet = plural(report.fleet as usize, "replica");
         text.push_str(&format!("\nCapacity at {slo} (a fleet of {fleet}):\n"));
-        let mut table = plain_table(["STRATEGY", "PER GPU", "GPUS", "SAVING", "WHY"]);
-        for column in 1..4 {
-            if let Some(c) = table.column_mut(column) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
-        }
-        for c in &report.capacity {
-            table.add_row(vec![
-                c.strategy.clone(),
-                if c.replicas_per_gpu == 0 {
-                    "none".into()
-                } else {
-                    c.replicas_per_gpu.to_string()
-                },
-                c.gpus_needed.to_string(),
-                format!("{:.0} %", c.saving * 100.0),
-                c.reason.clone(),
-            ]);
-        }
-        text.push_str(&render_table(&table));
+        let columns = Columns::<BenchCapacity>::new()
+            .left("STRATEGY", |c| c.strategy.clone())
+            .right("PER GPU", |c| {
+                if c.replicas_per_gpu == 0 { "none".into() } else { c.replicas_per_gpu.to_string() }
+            })
+            .right("GPUS", |c| c.gpus_needed.to_string())
+            .right("SAVING", |c| format!("{:.0} %", c.saving * 100.0))
+            .left("WHY", |c| c.reason.clone());
+        text.push_str(&columns.render(&report.capacity));
     }
 
     text.push_str(&failed_replicas(report));
@@ -652,7 +641,7 @@ pub fn render_report(report: &BenchReport, glyphs: Glyphs) -> String {
         ));
     }
     text.push_str(&setups_line(report));
-    let mut took = report_html::took(report);
+    let mut took = report_text::took(report);
     took[..1].make_ascii_uppercase();
     text.push_str(&format!(
         "\n{took}\nRestored: {}\nResults kept in {}\n",
@@ -670,9 +659,9 @@ fn pinning_line(report: &BenchReport, glyphs: Glyphs) -> String {
     let more = if glyphs == Glyphs::ASCII { "..." } else { "…" };
     match &report.pinning {
         Some(pinning) => {
-            format!("Pinned: {}\n", report_html::pinning_text(pinning, PINNING_SHOWN, more))
+            format!("Pinned: {}\n", report_text::pinning_text(pinning, PINNING_SHOWN, more))
         }
-        None if report_html::knows_pinning(report) => "Not pinned (--no-pin)\n".into(),
+        None if report_text::knows_pinning(report) => "Not pinned (--no-pin)\n".into(),
         None => String::new(),
     }
 }
@@ -770,93 +759,67 @@ fn repeat_range(run: &BenchRun) -> Option<String> {
 /// column (the measurements' largest throughput over the smallest) when runs were measured
 /// more than once and have no intervals (a report of an older agent): an interval says
 /// what the spread said, and more.
-fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> comfy_table::Table {
+fn runs_table(runs: &[BenchRun], rate: &str, glyphs: Glyphs) -> String {
     let measured = || runs.iter().filter(|r| r.error.is_none());
     let intervals = measured().any(|r| r.throughput_interval.is_some());
     let p99_intervals = measured().any(|r| r.p99_interval_ms.is_some());
     let repeated = !intervals && runs.iter().any(|r| r.repeat_throughputs_per_s.len() > 1);
     let flagged = measured().any(|r| r.scaling_warning.is_some());
-    // Each column's header and whether it is a figure (right-aligned).
-    let mut columns = vec![("N".to_owned(), true), (rate.to_uppercase(), true)];
-    if intervals {
-        columns.push((String::new(), false));
-    }
-    if repeated {
-        columns.push(("SPREAD".to_owned(), true));
-    }
-    columns.extend([
-        ("SCALING".to_owned(), true),
-        ("P50 MS".to_owned(), true),
-        ("P99 MS".to_owned(), true),
-    ]);
-    if p99_intervals {
-        columns.push((String::new(), false));
-    }
-    columns.extend([
-        (format!("P99 {}", glyphs.times), true),
-        ("FAIRNESS".to_owned(), true),
-        ("SLOWEST".to_owned(), true),
-        ("FAILED".to_owned(), true),
-        ("SETUP".to_owned(), false),
-    ]);
-    let mut table = plain_table(columns.iter().map(|(header, _)| header));
-    for (at, (header, figure)) in columns.iter().enumerate() {
-        if let (true, Some(c)) = (*figure, table.column_mut(at)) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-        // An interval one space after its figure, as `1,180 [1,120-1,230]` reads.
-        if let (true, Some(c)) = (header.is_empty(), table.column_mut(at.wrapping_sub(1))) {
-            c.set_padding((0, 1));
-        }
-    }
-    let bounds = |interval: Option<[f64; 2]>| {
+    // A figure of a run, `-` for one that ended in an error; an interval, nothing for it.
+    let figured = |cell: fn(&BenchRun) -> String| {
+        move |r: &BenchRun| if r.error.is_some() { "-".to_owned() } else { cell(r) }
+    };
+    let bounds = move |interval: Option<[f64; 2]>| {
         interval.map_or(String::new(), |[low, high]| {
             format!("[{}{}{}]", figure(low), glyphs.range, figure(high))
         })
     };
-    for run in runs {
-        let mut row = vec![run.replicas.to_string()];
-        if let Some(error) = &run.error {
-            row.extend(std::iter::repeat_n("-".to_owned(), columns.len() - 2));
-            row.push(format!("error: {error}"));
-            // No interval for a run without figures.
-            for (at, (header, _)) in columns.iter().enumerate() {
-                if header.is_empty() {
-                    row[at] = String::new();
-                }
-            }
-        } else {
-            row.push(figure(run.throughput_per_s));
-            if intervals {
-                row.push(bounds(run.throughput_interval));
-            }
-            if repeated {
-                row.push(
-                    run.repeat_spread().map_or("-".to_owned(), |s| format!("{:.0} %", s * 100.0)),
-                );
+    let interval = move |pick: fn(&BenchRun) -> Option<[f64; 2]>| {
+        move |r: &BenchRun| if r.error.is_some() { String::new() } else { bounds(pick(r)) }
+    };
+    let mut columns = Columns::<BenchRun>::new()
+        .right("N", |r| r.replicas.to_string())
+        .right(rate.to_uppercase(), figured(|r| figure(r.throughput_per_s)));
+    if intervals {
+        columns = columns.beside(interval(|r| r.throughput_interval));
+    }
+    if repeated {
+        columns = columns.right(
+            "SPREAD",
+            figured(|r| {
+                r.repeat_spread().map_or("-".to_owned(), |s| format!("{:.0} %", s * 100.0))
+            }),
+        );
+    }
+    columns = columns
+        .right("SCALING", move |r| {
+            if r.error.is_some() {
+                return "-".to_owned();
             }
             // The mark after the figure, a blank where others have one: the points align.
-            let mut scaling = times(run.scaling);
-            if run.scaling_warning.is_some() {
+            let mut scaling = times(r.scaling);
+            if r.scaling_warning.is_some() {
                 scaling.push('!');
             } else if flagged {
                 scaling.push(' ');
             }
-            row.extend([scaling, maybe_figure(run.p50_ms), maybe_figure(run.p99_ms)]);
-            if p99_intervals {
-                row.push(bounds(run.p99_interval_ms));
-            }
-            row.extend([
-                times(run.p99_inflation),
-                fairness(run.jain_fairness),
-                times(run.max_slowdown),
-                run.failed.to_string(),
-                run.setup.clone(),
-            ]);
-        }
-        table.add_row(row);
+            scaling
+        })
+        .right("P50 MS", figured(|r| maybe_figure(r.p50_ms)))
+        .right("P99 MS", figured(|r| maybe_figure(r.p99_ms)));
+    if p99_intervals {
+        columns = columns.beside(interval(|r| r.p99_interval_ms));
     }
-    table
+    columns
+        .right(format!("P99 {}", glyphs.times), figured(|r| times(r.p99_inflation)))
+        .right("FAIRNESS", figured(|r| fairness(r.jain_fairness)))
+        .right("SLOWEST", figured(|r| times(r.max_slowdown)))
+        .right("FAILED", figured(|r| r.failed.to_string()))
+        .left("SETUP", |r| match &r.error {
+            Some(error) => format!("error: {error}"),
+            None => r.setup.clone(),
+        })
+        .render(runs)
 }
 
 /// The failed replicas of every run, each with its outcome and the end of its stderr;

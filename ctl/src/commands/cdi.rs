@@ -10,12 +10,13 @@
 //!
 //! `--json` prints the [`CdiReport`] document.
 
-use gpushare_proto::cdi::CdiReport;
+use gpushare_proto::cdi::{CdiDevice, CdiReport};
 
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, parse_document, plain_table, render_table};
+use crate::output::{Output, parse_document};
+use crate::table::Columns;
 
 /// Runs `cdi [DEVICE]`.
 pub async fn run(
@@ -77,16 +78,20 @@ pub fn render(report: &CdiReport) -> String {
         text.push_str("No devices.\n");
         return text;
     }
-    let mut table = plain_table(["DEVICE", "WHAT", "PODMAN"]);
-    for d in &report.devices {
-        table.add_row([d.device.as_str(), d.describe.as_str(), d.podman.as_str()]);
-    }
-    text.push_str(&render_table(&table));
+    text.push_str(&device_columns().render(&report.devices));
     text.push_str(
         "Driver libraries come from NVIDIA's container toolkit: ask for its device too \
          (--device nvidia.com/gpu=…).\n",
     );
     text
+}
+
+/// The devices' columns.
+fn device_columns() -> Columns<'static, CdiDevice> {
+    Columns::<CdiDevice>::new()
+        .left("DEVICE", |d| d.device.clone())
+        .left("WHAT", |d| d.describe.clone())
+        .left("PODMAN", |d| d.podman.clone())
 }
 
 #[cfg(test)]

@@ -32,7 +32,8 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::{ClientField, ClientsArgs, CsvFormat};
 use crate::error::{CtlError, Kind};
-use crate::output::{Output, parse_document, plain_table, printable, render_table};
+use crate::output::{Output, parse_document, printable};
+use crate::table::Columns;
 
 /// The refresh interval of `--watch` when `--interval` is left out, in seconds.
 const DEFAULT_INTERVAL: f64 = 1.0;
@@ -111,8 +112,8 @@ pub fn serving_lines(status: &MpsStatus) -> String {
         if !(serves || server.multi_user && server.pid.is_some()) {
             continue;
         }
-        let device = format!("MPS server of {}", super::mps::device_words(server));
-        for line in super::mps::serving_notes(server, &device) {
+        let device = format!("MPS server of {}", super::mps_words::device_words(server));
+        for line in super::mps_words::serving_notes(server, &device) {
             text.push_str(&line);
             text.push('\n');
         }
@@ -364,26 +365,23 @@ pub fn client_rows_without_command<'a>(clients: impl Iterator<Item = &'a GpuClie
 }
 
 fn rows<'a>(clients: impl Iterator<Item = &'a GpuClient>, command: bool) -> String {
-    let mut header = vec!["PID", "USER", "UNIT/CONTAINER", "WHERE", "MEMORY", "SHARE"];
-    if command {
-        header.push("COMMAND");
+    client_columns(command).render(clients)
+}
+
+/// The clients' columns, in order; the command line last, where asked (`status` never
+/// has them).
+fn client_columns(command: bool) -> Columns<'static, GpuClient> {
+    let columns = Columns::<GpuClient>::new()
+        .left("PID", |c| c.pid.to_string())
+        .left("USER", user)
+        .left("UNIT/CONTAINER", placement)
+        .left("WHERE", place)
+        .left("MEMORY", |c| c.memory_bytes.map_or_else(|| "-".to_string(), readable_size))
+        .left("SHARE", share);
+    if !command {
+        return columns;
     }
-    let mut rows = plain_table(header);
-    for c in clients {
-        let mut row = vec![
-            c.pid.to_string(),
-            user(c),
-            placement(c),
-            place(c),
-            c.memory_bytes.map_or_else(|| "-".to_string(), readable_size),
-            share(c),
-        ];
-        if command {
-            row.push(c.command.clone().unwrap_or_else(|| "-".into()));
-        }
-        rows.add_row(row);
-    }
-    render_table(&rows)
+    columns.left("COMMAND", |c| c.command.clone().unwrap_or_else(|| "-".into()))
 }
 
 /// Its user's name, else its uid.

@@ -17,7 +17,6 @@
 //! differ and one indented line per difference follows it. `--json` prints the
 //! [`MigProfiles`] document. `mig` takes sub-verbs so that more MIG views can join it.
 
-use comfy_table::CellAlignment;
 #[cfg(test)]
 use gpushare_proto::types::ComputeInstanceSize;
 use gpushare_proto::types::{GpuMigProfiles, MigProfileInfo, MigProfiles};
@@ -26,7 +25,8 @@ use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::MigCommand;
 use crate::error::CtlError;
-use crate::output::{Output, parse_document, plain_table, plural, render_table};
+use crate::output::{Output, parse_document, plural};
+use crate::table::Columns;
 
 /// Runs a `mig` sub-verb.
 pub async fn run(
@@ -70,46 +70,7 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
             out.push_str(&format!("  {difference}\n"));
         }
     }
-    let mut table = plain_table([
-        "NAME",
-        "ID",
-        "FREE/TOTAL",
-        "MEMORY GiB",
-        "SM",
-        "DEC",
-        "ENC",
-        "CE",
-        "JPEG",
-        "OFA",
-        "PLACEMENTS",
-        "COMPUTE INSTANCES",
-        "ACCEPTS",
-    ]);
-    for column in 1..=9 {
-        if let Some(c) = table.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    for p in &gpu.profiles {
-        let free = p.instances_free.map_or_else(|| "-".to_owned(), |n| n.to_string());
-        let e = p.engines;
-        table.add_row(vec![
-            p.name.clone(),
-            p.id.to_string(),
-            format!("{free}/{}", p.instances_total),
-            gib(p.memory_mib),
-            p.sms.to_string(),
-            e.decoders.to_string(),
-            e.encoders.to_string(),
-            e.copy.to_string(),
-            e.jpeg.to_string(),
-            e.ofa.to_string(),
-            placements(p),
-            compute_instances(p),
-            p.accepts.join(", "),
-        ]);
-    }
-    out.push_str(&render_table(&table));
+    out.push_str(&profile_columns().render(&gpu.profiles));
     let read: Vec<&str> =
         gpu.profiles.iter().filter(|p| p.compute_from_driver).map(|p| p.name.as_str()).collect();
     if !read.is_empty() && read.len() < gpu.profiles.len() {
@@ -119,6 +80,27 @@ fn render_gpu(gpu: &GpuMigProfiles) -> String {
         ));
     }
     out
+}
+
+/// The profile table's columns.
+fn profile_columns() -> Columns<'static, MigProfileInfo> {
+    Columns::<MigProfileInfo>::new()
+        .left("NAME", |p| p.name.clone())
+        .right("ID", |p| p.id.to_string())
+        .right("FREE/TOTAL", |p| {
+            let free = p.instances_free.map_or_else(|| "-".to_owned(), |n| n.to_string());
+            format!("{free}/{}", p.instances_total)
+        })
+        .right("MEMORY GiB", |p| gib(p.memory_mib))
+        .right("SM", |p| p.sms.to_string())
+        .right("DEC", |p| p.engines.decoders.to_string())
+        .right("ENC", |p| p.engines.encoders.to_string())
+        .right("CE", |p| p.engines.copy.to_string())
+        .right("JPEG", |p| p.engines.jpeg.to_string())
+        .right("OFA", |p| p.engines.ofa.to_string())
+        .left("PLACEMENTS", placements)
+        .left("COMPUTE INSTANCES", compute_instances)
+        .left("ACCEPTS", |p| p.accepts.join(", "))
 }
 
 /// `3x1c 1x2c 1x3c`: the compute-instance sizes of one instance, with how many fit.

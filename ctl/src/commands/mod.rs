@@ -3,7 +3,8 @@
 //! documents to text, unit-tested with hand-built documents.
 //!
 //! Adding a verb: a variant in [`crate::cli::Command`], a module here, an arm in [`run`].
-//! [`source`] is shared rather than a verb: the profile given as `PROFILE` or `-f FILE`.
+//! [`source`] and [`mps_words`] are shared rather than verbs: the profile given as `PROFILE`
+//! or `-f FILE`; an MPS server in words (`mps`, `clients` and `status` say it alike).
 
 pub mod apply;
 pub mod assert;
@@ -15,6 +16,7 @@ pub mod env;
 pub mod export;
 pub mod mig;
 pub mod mps;
+pub mod mps_words;
 pub mod plan;
 pub mod probe;
 pub mod profiles;

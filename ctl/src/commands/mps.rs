@@ -22,15 +22,16 @@
 //! that server's new clients, not to those already connected, and a server the daemon
 //! starts later begins with the daemon's defaults again.
 
-use comfy_table::CellAlignment;
 use gpushare_proto::types::{MpsLimitResult, MpsLimitValues, MpsServer, MpsStatus};
 
 use super::ExitStatus;
 use super::clients::local_time;
+use super::mps_words::{device_words, serving_notes, who};
 use crate::bus::Client;
 use crate::cli::{MpsCommand, MpsLimitArgs};
 use crate::error::CtlError;
-use crate::output::{Output, exact_size, parse_document, plain_table, render_table};
+use crate::output::{Output, exact_size, parse_document};
+use crate::table::Columns;
 
 /// Runs `mps` (`status` when no sub-verb is given).
 pub async fn run(
@@ -84,11 +85,6 @@ fn clients_cell(server: &MpsServer) -> String {
         return "-".into();
     }
     server.clients.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// A user for people: `root`, `alice`, `uid 1005` (no name known).
-fn who(uid: u32, user: Option<&str>) -> String {
-    user.map_or_else(|| format!("uid {uid}"), str::to_owned)
 }
 
 /// The SERVER cell: the first server process and its user.
@@ -186,38 +182,22 @@ fn limit_notes(server: &MpsServer, device: &str) -> Vec<String> {
     lines
 }
 
-/// Whom `server` serves, in one line: every user at once (multi-user), or the one user
-/// its server process runs as (others' clients wait).
-pub fn serving_notes(server: &MpsServer, device: &str) -> Vec<String> {
-    if server.pid.is_none() {
-        return Vec::new();
-    }
-    if server.multi_user {
-        return vec![format!(
-            "{device}: multi-user: one server running as root serves every user's clients at once (less isolation: a fatal GPU fault of one client ends the others' too, whoever they are)"
-        )];
-    }
-    match server.server_processes.first() {
-        Some(p) => {
-            let user =
-                p.uid.map_or_else(|| "one user".to_owned(), |uid| who(uid, p.user.as_deref()));
-            vec![format!(
-                "{device}: server {} serves {user}'s clients only: another user's client waits until they are gone (multi_user = true in the profile serves every user at once)",
-                p.pid
-            )]
-        }
-        None => vec![format!(
-            "{device}: serves one user at a time: the first client's user gets a server, another user's client waits until its clients are gone"
-        )],
-    }
-}
-
-/// `GPU 0`, or `GPU 1 GI 9` for a MIG instance's server.
-pub fn device_words(server: &MpsServer) -> String {
-    match server.gpu_instance_id {
-        Some(gi) => format!("GPU {} GI {gi}", server.gpu),
-        None => format!("GPU {}", server.gpu),
-    }
+/// The server table's columns.
+fn server_columns() -> Columns<'static, MpsServer> {
+    Columns::<MpsServer>::new()
+        .left("GPU", |s| s.gpu.to_string())
+        .left("GI", gi_cell)
+        .left("UUID", |s| s.uuid.clone())
+        .left("STATE", |s| s.state.clone())
+        .left("PID", |s| or_dash(s.pid))
+        .left("MODE", |s| mode_cell(s).to_owned())
+        .left("SERVER", server_cell)
+        .right("THREADS", |s| format!("{}%", s.active_thread_percentage))
+        .right("MEMORY", |s| or_dash(s.pinned_memory_limit_bytes.map(exact_size)))
+        .left("FROM", |s| source_word(s.limits_source.as_deref()).to_owned())
+        .right("RESTARTS", |s| s.restarts.to_string())
+        .left("CLIENTS", clients_cell)
+        .left("PIPE", |s| s.pipe_directory.clone())
 }
 
 /// The server table, in the order the agent sent (by GPU and placement), and the lines
@@ -226,33 +206,7 @@ pub fn render_status(status: &MpsStatus) -> String {
     if status.servers.is_empty() {
         return "No MPS servers.\n".into();
     }
-    let mut table = plain_table([
-        "GPU", "GI", "UUID", "STATE", "PID", "MODE", "SERVER", "THREADS", "MEMORY", "FROM",
-        "RESTARTS", "CLIENTS", "PIPE",
-    ]);
-    for column in [7, 8, 10] {
-        if let Some(c) = table.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    for server in &status.servers {
-        table.add_row(vec![
-            server.gpu.to_string(),
-            gi_cell(server),
-            server.uuid.clone(),
-            server.state.clone(),
-            or_dash(server.pid),
-            mode_cell(server).to_owned(),
-            server_cell(server),
-            format!("{}%", server.active_thread_percentage),
-            or_dash(server.pinned_memory_limit_bytes.map(exact_size)),
-            source_word(server.limits_source.as_deref()).to_owned(),
-            server.restarts.to_string(),
-            clients_cell(server),
-            server.pipe_directory.clone(),
-        ]);
-    }
-    let mut text = render_table(&table);
+    let mut text = server_columns().render(&status.servers);
     for server in &status.servers {
         for line in notes(server, &device_words(server)) {
             text.push_str(&line);

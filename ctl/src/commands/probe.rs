@@ -23,7 +23,6 @@
 
 use std::collections::HashMap;
 
-use comfy_table::CellAlignment;
 use gpushare_proto::types::{JobOutcome, ProbeReport, ProbeRun, StrategyRuns};
 use gpushare_proto::{
     OPTION_CLIENTS, OPTION_SECONDS, OPTION_TARGET, OPTION_WORKLOADS, PROBE_DEFAULT_CLIENTS,
@@ -40,7 +39,8 @@ use super::bench;
 use crate::cli::{BenchArgs, ProbeArgs, ProbeWorkload};
 use crate::error::{CtlError, Kind};
 use crate::job::start_and_follow;
-use crate::output::{Glyphs, Output, parse_document, plain_table, render_table};
+use crate::output::{Glyphs, Output, parse_document, thousands};
+use crate::table::Columns;
 
 /// Runs `probe`.
 pub async fn run(
@@ -160,23 +160,6 @@ pub fn report_of(outcome: &JobOutcome) -> Result<&ProbeReport, CtlError> {
     })
 }
 
-/// `23,810`: a count rounded to a whole number, with thousands separators.
-pub fn thousands(value: f64) -> String {
-    if !value.is_finite() {
-        return format!("{value}");
-    }
-    let rounded = value.round();
-    let digits = format!("{:.0}", rounded.abs());
-    let mut grouped = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    if rounded < 0.0 { format!("-{grouped}") } else { grouped }
-}
-
 /// `1.02–1.10x`: the least and the greatest slowdown of a run's clients (one value when
 /// they agree, `-` with no clients).
 pub fn slowdown_cell(run: &ProbeRun, glyphs: Glyphs) -> String {
@@ -243,30 +226,14 @@ fn render_runs(report: &ProbeReport, glyphs: Glyphs, text: &mut String) {
         let runs: Vec<&ProbeRun> = report.runs.iter().filter(|r| r.workload == workload).collect();
         baseline_line(runs[0], text);
         let times = glyphs.times;
-        let mut table = plain_table([
-            "CLIENTS".to_owned(),
-            "SCALING".to_owned(),
-            "FAIRNESS".to_owned(),
-            format!("P50 {times}"),
-            format!("P99 {times}"),
-            "SLOWDOWN".to_owned(),
-        ]);
-        for column in 0..5 {
-            if let Some(c) = table.column_mut(column) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
-        }
-        for run in runs {
-            table.add_row(vec![
-                run.clients.to_string(),
-                format!("{:.2}x", run.scaling),
-                format!("{:.3}", run.jain_fairness),
-                format!("{:.2}x", run.p50_inflation),
-                format!("{:.2}x", run.p99_inflation),
-                slowdown_cell(run, glyphs),
-            ]);
-        }
-        text.push_str(&render_table(&table));
+        let columns = Columns::<&ProbeRun>::new()
+            .right("CLIENTS", |r| r.clients.to_string())
+            .right("SCALING", |r| format!("{:.2}x", r.scaling))
+            .right("FAIRNESS", |r| format!("{:.3}", r.jain_fairness))
+            .right(format!("P50 {times}"), |r| format!("{:.2}x", r.p50_inflation))
+            .right(format!("P99 {times}"), |r| format!("{:.2}x", r.p99_inflation))
+            .left("SLOWDOWN", move |r| slowdown_cell(r, glyphs));
+        text.push_str(&columns.render(&runs));
     }
 }
 
@@ -288,27 +255,18 @@ fn render_comparison(report: &ProbeReport, glyphs: Glyphs, text: &mut String) {
         if let Some(solo) = all_runs().find(|r| r.workload == workload) {
             baseline_line(solo, text);
         }
-        let mut header = vec!["STRATEGY".to_owned()];
-        header.extend(counts.iter().map(|n| format!("N={n}")));
-        header.push("FAIRNESS".to_owned());
-        let mut table = plain_table(header);
-        for column in 1..=counts.len() + 1 {
-            if let Some(c) = table.column_mut(column) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
+        // A column per client count, then the fairness at the largest.
+        let mut columns = Columns::<StrategyRuns>::new().left("STRATEGY", |s| s.strategy.clone());
+        for &n in &counts {
+            columns = columns.right(format!("N={n}"), move |s| {
+                run_at(s, workload, n).map_or("-".into(), |r| format!("{:.2}x", r.scaling))
+            });
         }
-        for strategy in &report.comparison {
-            let at = |n: u32| run_at(strategy, workload, n);
-            let mut row = vec![strategy.strategy.clone()];
-            row.extend(
-                counts.iter().map(|&n| at(n).map_or("-".into(), |r| format!("{:.2}x", r.scaling))),
-            );
-            row.push(
-                largest.and_then(at).map_or("-".into(), |r| format!("{:.3}", r.jain_fairness)),
-            );
-            table.add_row(row);
-        }
-        text.push_str(&render_table(&table));
+        let columns = columns.right("FAIRNESS", move |s| {
+            let at_largest = largest.and_then(|n| run_at(s, workload, n));
+            at_largest.map_or("-".into(), |r| format!("{:.3}", r.jain_fairness))
+        });
+        text.push_str(&columns.render(&report.comparison));
     }
     if !report.recommendations.is_empty() {
         text.push_str("\nRecommendation:\n");
@@ -541,16 +499,6 @@ mps               -  1.02x      -         -
         assert_eq!(bench.strategies.len(), 3);
         assert!(bench.command.is_empty() && bench.histogram.is_none());
         assert!(!options(&args).contains_key("compare"));
-    }
-
-    #[test]
-    fn numbers_get_thousands_separators() {
-        assert_eq!(thousands(23_810.4), "23,810");
-        assert_eq!(thousands(999.6), "1,000");
-        assert_eq!(thousands(12.0), "12");
-        assert_eq!(thousands(1_234_567.0), "1,234,567");
-        assert_eq!(thousands(0.0), "0");
-        assert_eq!(thousands(-4321.0), "-4,321");
     }
 
     fn outcome(ok: bool) -> JobOutcome {

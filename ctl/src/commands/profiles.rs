@@ -10,13 +10,14 @@
 //! `#` comment lines (name, source, description) and then the TOML text, so its output is
 //! itself a valid profile file.
 
-use gpushare_proto::types::{ProfileDetail, ProfileList};
+use gpushare_proto::types::{ProfileDetail, ProfileList, ProfileSummary};
 
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::ProfilesCommand;
 use crate::error::CtlError;
-use crate::output::{Output, parse_document, plain_table, render_table};
+use crate::output::{Output, parse_document};
+use crate::table::Columns;
 
 /// Runs `profiles` (`list` when no sub-verb is given).
 pub async fn run(
@@ -61,16 +62,16 @@ pub fn render_list(list: &ProfileList) -> String {
     if list.profiles.is_empty() {
         return "No profiles.\n".into();
     }
-    let mut table = plain_table(["", "NAME", "SOURCE", "DESCRIPTION"]);
-    for p in &list.profiles {
-        table.add_row(vec![
-            if p.active { "*" } else { "" },
-            p.name.as_str(),
-            p.source.as_str(),
-            p.description.as_str(),
-        ]);
-    }
-    render_table(&table)
+    profile_columns().render(&list.profiles)
+}
+
+/// The profile table's columns.
+fn profile_columns() -> Columns<'static, ProfileSummary> {
+    Columns::<ProfileSummary>::new()
+        .left("", |p| if p.active { "*" } else { "" }.to_owned())
+        .left("NAME", |p| p.name.clone())
+        .left("SOURCE", |p| p.source.clone())
+        .left("DESCRIPTION", |p| p.description.clone())
 }
 
 /// Comment lines about the profile, then its TOML text.

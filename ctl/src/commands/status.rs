@@ -22,15 +22,20 @@
 //! time-slice interval under `time-slicing` when the agent reports one. Lines under the
 //! table say whom each MPS server serves (one user at a time, unless multi-user) and what
 //! the markers stand for (`gpushare-ctl mps` has them all).
+//!
+//! The GPU table is a list of columns ([`gpu_columns`]: header, alignment, the cell of each
+//! kind of row, and what `top`'s GPU line shows of it): a new column is one entry there.
 
-use comfy_table::{Cell, CellAlignment};
 use gpushare_proto::Strategy;
-use gpushare_proto::types::{BenchStatus, Sharing, Status};
+use gpushare_proto::types::{
+    BenchStatus, ComputeInstanceStatus, GpuStatus, InstanceStatus, Sharing, Status,
+};
 
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Glyphs, Output, exact_size, parse_document, plain_table, render_table};
+use crate::output::{Glyphs, Output, exact_size, parse_document};
+use crate::table::{self, Align, Column};
 
 /// Runs `status`.
 pub async fn run(client: &mut Client, out: &Output) -> Result<ExitStatus, CtlError> {
@@ -156,6 +161,178 @@ fn elapsed(seconds: u64) -> String {
     }
 }
 
+/// A row of the GPU table: a GPU, a MIG instance, one of the compute instances of a
+/// subdivided instance, or the line saying a MIG GPU has no instances.
+pub enum Line<'a> {
+    Gpu(&'a GpuStatus),
+    NoInstances,
+    Instance(&'a InstanceStatus),
+    ComputeInstance(&'a InstanceStatus, &'a ComputeInstanceStatus),
+}
+
+/// A [`Line`] with the tree drawn before its name (`|-`, `|  `- `) and the glyphs.
+pub struct GpuRow<'a> {
+    pub line: Line<'a>,
+    pub tree: String,
+    pub glyphs: Glyphs,
+}
+
+impl<'a> GpuRow<'a> {
+    /// A GPU's row.
+    pub fn gpu(gpu: &'a GpuStatus, glyphs: Glyphs) -> Self {
+        GpuRow { line: Line::Gpu(gpu), tree: String::new(), glyphs }
+    }
+}
+
+/// Where `top`'s GPU line (`GPU 0  A100-SXM4-40GB  MIG on  exclusive  util …  GPU-…`)
+/// shows a column of the GPU table.
+pub enum OnTop {
+    /// Not on it.
+    No,
+    /// The GPU row's cell, after a label (`GPU `, `MIG `, or none).
+    Cell(&'static str),
+    /// What only the line shows of the GPU (its UUID: the table's is the MIG devices').
+    Own(fn(&GpuStatus) -> String),
+    /// Top's readings of the GPU (utilisation, memory, temperature, power, what its
+    /// processes hold), or its memory from an agent without them.
+    Readings,
+}
+
+/// A column of the GPU table (`status`), and where `top`'s GPU line shows it.
+pub struct GpuColumn<'a> {
+    pub column: Column<'static, GpuRow<'a>>,
+    /// Shown only when some GPU has MIG instances.
+    pub with_instances_only: bool,
+    pub top: OnTop,
+}
+
+impl<'a> GpuColumn<'a> {
+    fn new(
+        header: &'static str,
+        align: Align,
+        top: OnTop,
+        cell: impl Fn(&GpuRow<'a>) -> String + 'static,
+    ) -> Self {
+        let column = Column { align, ..Column::left(header, cell) };
+        GpuColumn { column, with_instances_only: false, top }
+    }
+
+    /// The same, shown only when some GPU has MIG instances.
+    fn with_instances_only(self) -> Self {
+        GpuColumn { with_instances_only: true, ..self }
+    }
+}
+
+/// The GPU table's columns, in order: a new column of `status` (and of `top`'s GPU line)
+/// is one entry here.
+pub fn gpu_columns<'a>() -> Vec<GpuColumn<'a>> {
+    use Align::{Left, Right};
+    vec![
+        GpuColumn::new("GPU", Left, OnTop::Cell("GPU "), |r| match r.line {
+            Line::Gpu(g) => g.index.to_string(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("MODEL", Left, OnTop::Cell(""), |r| match r.line {
+            Line::Gpu(g) => g.model.clone(),
+            Line::NoInstances => format!("{} (no instances)", r.tree),
+            Line::Instance(i) => format!("{} {}", r.tree, i.profile),
+            Line::ComputeInstance(i, ci) => {
+                format!("{} {}c.{}", r.tree, ci.compute_slices, i.profile)
+            }
+        }),
+        GpuColumn::new("MIG", Left, OnTop::Cell("MIG "), |r| match r.line {
+            Line::Gpu(g) => mig_cell(g.mig_enabled, g.mig_pending, r.glyphs),
+            _ => String::new(),
+        }),
+        GpuColumn::new("COMPUTE MODE", Left, OnTop::No, |r| match r.line {
+            Line::Gpu(g) => g.compute_mode.clone(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("SHARING", Left, OnTop::Cell(""), |r| match r.line {
+            Line::Gpu(g) => sharing_cell(&g.sharing),
+            Line::NoInstances => String::new(),
+            Line::Instance(i) => sharing_cell(&i.sharing),
+            Line::ComputeInstance(_, ci) => sharing_cell(&ci.sharing),
+        }),
+        GpuColumn::new("MEMORY", Right, OnTop::Readings, |r| match r.line {
+            Line::Gpu(g) => gib(g.memory_total_bytes),
+            Line::Instance(i) => gib(i.memory_bytes),
+            _ => String::new(),
+        }),
+        GpuColumn::new("PROCS", Right, OnTop::No, |r| match r.line {
+            Line::Gpu(g) => g.processes.len().to_string(),
+            _ => String::new(),
+        }),
+        GpuColumn::new("PLACEMENT", Left, OnTop::No, |r| match r.line {
+            Line::Instance(i) => format!("{}:{}", i.placement_start, i.placement_size),
+            _ => String::new(),
+        })
+        .with_instances_only(),
+        GpuColumn::new("GI/CI", Left, OnTop::No, |r| match r.line {
+            Line::Instance(i) => format!(
+                "{}/{}",
+                i.gpu_instance_id,
+                i.compute_instance_id.map_or_else(|| "-".to_owned(), |c| c.to_string())
+            ),
+            Line::ComputeInstance(i, ci) => {
+                format!("{}/{}", i.gpu_instance_id, ci.compute_instance_id)
+            }
+            _ => String::new(),
+        })
+        .with_instances_only(),
+        GpuColumn::new("UUID", Left, OnTop::Own(|g| g.uuid.clone()), |r| match r.line {
+            Line::Instance(i) => i.uuid.as_deref().unwrap_or("-").to_owned(),
+            Line::ComputeInstance(_, ci) => ci.uuid.clone(),
+            _ => String::new(),
+        })
+        .with_instances_only(),
+    ]
+}
+
+/// The GPU table's rows: each GPU, then its MIG instances as a tree, a subdivided
+/// instance's compute instances under it.
+fn gpu_rows(status: &Status, glyphs: Glyphs) -> Vec<GpuRow<'_>> {
+    let mut rows = Vec::new();
+    let row = |line, tree: String| GpuRow { line, tree, glyphs };
+    for gpu in &status.gpus {
+        rows.push(GpuRow::gpu(gpu, glyphs));
+        if gpu.mig_enabled && gpu.instances.is_empty() {
+            rows.push(row(Line::NoInstances, glyphs.tree_last.to_owned()));
+        }
+        let last = gpu.instances.len().saturating_sub(1);
+        for (i, inst) in gpu.instances.iter().enumerate() {
+            let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
+            rows.push(row(Line::Instance(inst), branch.to_owned()));
+            // A subdivided instance: one row per compute instance, each its own MIG device.
+            if subdivided(inst) {
+                let trunk = if i == last { " " } else { glyphs.tree_trunk };
+                let ci_last = inst.compute_instances.len() - 1;
+                for (j, ci) in inst.compute_instances.iter().enumerate() {
+                    let twig = if j == ci_last { glyphs.tree_last } else { glyphs.tree_mid };
+                    rows.push(row(Line::ComputeInstance(inst, ci), format!("{trunk}  {twig}")));
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// `top`'s line of `gpu`, from the GPU table's columns: `GPU 0  A100-SXM4-40GB  MIG on
+/// exclusive  {readings}  GPU-…`.
+pub fn gpu_line(gpu: &GpuStatus, readings: &str, glyphs: Glyphs) -> String {
+    let row = GpuRow::gpu(gpu, glyphs);
+    let parts: Vec<String> = gpu_columns()
+        .iter()
+        .filter_map(|c| match c.top {
+            OnTop::No => None,
+            OnTop::Cell(label) => Some(format!("{label}{}", (c.column.cell)(&row))),
+            OnTop::Own(part) => Some(part(gpu)),
+            OnTop::Readings => Some(readings.to_owned()),
+        })
+        .collect();
+    parts.join("  ")
+}
+
 /// Renders a status document for people.
 pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     // A profile applied from a file says so: it is not the known profile of that name.
@@ -195,78 +372,13 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
         return out;
     }
     let with_instances = status.gpus.iter().any(|g| g.mig_enabled || !g.instances.is_empty());
-    let mut header = vec!["GPU", "MODEL", "MIG", "COMPUTE MODE", "SHARING", "MEMORY", "PROCS"];
-    if with_instances {
-        header.extend(["PLACEMENT", "GI/CI", "UUID"]);
-    }
-    let mut table = plain_table(header);
-    for column in [5, 6] {
-        if let Some(c) = table.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-
-    for gpu in &status.gpus {
-        table.add_row(vec![
-            gpu.index.to_string(),
-            gpu.model.clone(),
-            mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
-            gpu.compute_mode.clone(),
-            sharing_cell(&gpu.sharing),
-            gib(gpu.memory_total_bytes),
-            gpu.processes.len().to_string(),
-        ]);
-        if gpu.mig_enabled && gpu.instances.is_empty() {
-            table.add_row(vec![String::new(), format!("{} (no instances)", glyphs.tree_last)]);
-        }
-        let last = gpu.instances.len().saturating_sub(1);
-        for (i, inst) in gpu.instances.iter().enumerate() {
-            let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
-            let ids = format!(
-                "{}/{}",
-                inst.gpu_instance_id,
-                inst.compute_instance_id.map_or_else(|| "-".to_owned(), |c| c.to_string())
-            );
-            table.add_row(vec![
-                Cell::new(""),
-                Cell::new(format!("{branch} {}", inst.profile)),
-                Cell::new(""),
-                Cell::new(""),
-                Cell::new(sharing_cell(&inst.sharing)),
-                Cell::new(gib(inst.memory_bytes)),
-                Cell::new(""),
-                Cell::new(format!("{}:{}", inst.placement_start, inst.placement_size)),
-                Cell::new(ids),
-                Cell::new(inst.uuid.as_deref().unwrap_or("-")),
-            ]);
-            // A subdivided instance: one row per compute instance, each its own MIG device.
-            if subdivided(inst) {
-                let trunk = if i == last { " " } else { glyphs.tree_trunk };
-                let ci_last = inst.compute_instances.len() - 1;
-                for (j, ci) in inst.compute_instances.iter().enumerate() {
-                    let twig = if j == ci_last { glyphs.tree_last } else { glyphs.tree_mid };
-                    table.add_row(vec![
-                        Cell::new(""),
-                        Cell::new(format!(
-                            "{trunk}  {twig} {}c.{}",
-                            ci.compute_slices, inst.profile
-                        )),
-                        Cell::new(""),
-                        Cell::new(""),
-                        Cell::new(sharing_cell(&ci.sharing)),
-                        Cell::new(""),
-                        Cell::new(""),
-                        Cell::new(""),
-                        Cell::new(format!("{}/{}", inst.gpu_instance_id, ci.compute_instance_id)),
-                        Cell::new(&ci.uuid),
-                    ]);
-                }
-            }
-        }
-    }
-    out.push_str(&render_table(&table));
+    let columns = gpu_columns();
+    let shown = columns.iter().filter(|c| with_instances || !c.with_instances_only);
+    out.push_str(&table::render(shown.map(|c| &c.column), &gpu_rows(status, glyphs)));
     let mps_lines: Vec<String> = mps_servers(status)
-        .flat_map(|server| super::mps::status_notes(server, &super::mps::device_words(server)))
+        .flat_map(|server| {
+            super::mps::status_notes(server, &super::mps_words::device_words(server))
+        })
         .collect();
     if !mps_lines.is_empty() {
         out.push_str("MPS (gpushare-ctl mps):\n");
@@ -390,6 +502,15 @@ pub(crate) mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn tops_gpu_line_is_made_of_the_gpu_tables_columns() {
+        let status = sample_status();
+        assert_eq!(
+            gpu_line(&status.gpus[1], "READINGS", Glyphs::ASCII),
+            "GPU 1  A100-SXM4-40GB  MIG off -> on after reset  time-slicing (short)  READINGS  GPU-11111111-0000-0000-0000-000000000000"
+        );
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //!   idle: GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
+//! The GPU line is made from `status`'s GPU table columns, each of which says whether and
+//! how the line shows it ([`super::status::gpu_columns`]): a column added there reaches
+//! both.
+//!
 //! A GPU instance split into several compute instances (`"1c.3g" = 3`) has a line of its
 //! own, then a line per compute instance (each a MIG device, with its sharing and UUID),
 //! then the instance's processes: the driver names the GPU instance of a process, never
@@ -37,7 +41,7 @@ use gpushare_proto::types::{GpuStatus, Status};
 
 use super::ExitStatus;
 use super::clients::{client_rows, watch};
-use super::status::{gib, mig_cell, sharing_cell};
+use super::status::{gib, gpu_line, sharing_cell};
 use crate::bus::Client;
 use crate::error::CtlError;
 use crate::output::{Glyphs, Output, parse_document};
@@ -169,14 +173,8 @@ fn render_gpu(
         }
         None => format!("memory {}{}", gib(gpu.memory_total_bytes), held(on_gpu.iter().copied())),
     };
-    let mut text = format!(
-        "GPU {}  {}  MIG {}  {}  {memory}  {}\n",
-        gpu.index,
-        gpu.model,
-        mig_cell(gpu.mig_enabled, gpu.mig_pending, glyphs),
-        sharing_cell(&gpu.sharing),
-        gpu.uuid,
-    );
+    // The line has the GPU table's columns that `status` says `top` shows.
+    let mut text = format!("{}\n", gpu_line(gpu, &memory, glyphs));
     // Processes of no instance that status lists are the whole GPU's.
     let in_instance = |c: &GpuClient, gi: u32| c.gpu_instance_id == Some(gi);
     let whole: Vec<&GpuClient> = on_gpu
