@@ -70,8 +70,15 @@ impl Stat {
     /// `pthread_exit` leaves a zombie whose other threads run on (and hold the GPU): that
     /// process has not ended.
     pub fn ended(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x') && self.threads <= 1
+        has_ended(self.state, self.threads)
     }
+}
+
+/// The rule itself, for a reader of another file that shows the same two facts
+/// (`/proc/PID/status`'s `State:` and `Threads:`): a zombie (`Z`) or dead (`X`/`x`)
+/// process of at most one thread has ended.
+pub fn has_ended(state: char, threads: u32) -> bool {
+    matches!(state, 'Z' | 'X' | 'x') && threads <= 1
 }
 
 /// Whether process `pid` still runs: gpushare's one rule. It runs unless its `stat` shows

@@ -681,15 +681,7 @@ impl fmt::Display for CommandLookup {
     }
 }
 
-/// A number of seconds as a message shows it: `0.5 s`, `1e300 s` (never three hundred
-/// digits).
-pub fn seconds_text(seconds: f64) -> String {
-    if seconds.is_finite() && seconds.abs() < 1e9 {
-        format!("{seconds} s")
-    } else {
-        format!("{seconds:e} s")
-    }
-}
+pub use gpushare_base::duration::seconds_text;
 
 /// Whether `name` is a Prometheus metric name (letters, digits, `_` and `:`, not empty,
 /// not starting with a digit): what `--histogram` takes.
