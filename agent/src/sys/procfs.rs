@@ -352,10 +352,9 @@ mod tests {
     #[test]
     fn sessions_and_users_come_from_proc() {
         let me = std::process::id();
-        // SAFETY: getsid and getuid have no preconditions.
-        let (session, uid) = unsafe { (libc::getsid(0), libc::getuid()) };
+        let session = nix::unistd::getsid(None).unwrap().as_raw();
         assert_eq!(super::session(me), u32::try_from(session).ok());
-        assert_eq!(real_user(me), Some(uid));
+        assert_eq!(real_user(me), Some(nix::unistd::getuid().as_raw()));
         assert_eq!((super::session(u32::MAX), real_user(u32::MAX)), (None, None));
     }
 
