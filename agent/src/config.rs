@@ -393,17 +393,20 @@ impl AgentConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let failed = |why: String| format!("{}: {why}", path.display());
-        let file =
-            match std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-                Err(e) => return Err(failed(e.to_string())),
-            };
+        let file = match std::fs::File::options()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(failed(e.to_string())),
+        };
         let meta = file.metadata().map_err(|e| failed(e.to_string()))?;
         // `--config /dev/null`: no configuration, the defaults, as in any tool.
         let dev_null = {
             use std::os::unix::fs::{FileTypeExt, MetadataExt};
-            meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3)
+            meta.file_type().is_char_device() && meta.rdev() == nix::sys::stat::makedev(1, 3)
         };
         if dev_null {
             return Ok(Self::default());
@@ -534,9 +537,7 @@ mod tests {
     fn only_a_regular_file_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("agent.toml");
-        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: mkfifo(3) with a NUL-terminated path that lives for the call.
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let e = AgentConfig::load(&fifo).unwrap_err();
         assert!(e.ends_with("agent.toml: not a regular file"), "{e}");
         let e = AgentConfig::load(Path::new("/dev/zero")).unwrap_err();

@@ -503,7 +503,7 @@ fn a_replica_whose_gate_was_killed_does_not_run_on() {
     let replica: u32 =
         std::fs::read_to_string(dir.path().join("pid")).unwrap().trim().parse().unwrap();
     // The user kills their own gate.
-    unix::signal(gate, libc::SIGKILL).unwrap();
+    unix::signal(gate, unix::Signal::SIGKILL).unwrap();
     let o = batch.finish(GRACE);
     assert!(o[0].problem.is_some(), "{o:?}");
     assert!(gone(replica), "the replica {replica} ran on after its gate was killed");

@@ -836,37 +836,26 @@ fn parse_replica_count(text: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-/// One past the highest CPU number `--cpus` takes (the agent's limit too).
-const CPUS_MAX: u32 = 4096;
-
 /// `--cpus`: a Linux CPU list, numbers and ranges joined by commas (`0-3,8,10-11`), at
-/// least one CPU, each below [`CPUS_MAX`]; the text as given (trimmed) is what is sent.
+/// least one CPU, each below [`CPUS_MAX`](gpushare_base::cpus::CPUS_MAX) (the agent's
+/// limit too), read by [`gpushare_base::cpus`]; the text as given (trimmed) is what is sent.
 pub fn parse_cpu_list(text: &str) -> Result<String, String> {
+    use gpushare_base::cpus::{CPUS_MAX, CpuListError};
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err("an empty CPU list (write it like 0-3,8,10-11)".into());
     }
-    for part in trimmed.split(',') {
-        let part = part.trim();
-        let bad = |why: &str| format!("`{part}` {why}");
-        let number = |s: &str| -> Result<u32, String> {
-            let s = s.trim();
-            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad("is not a CPU number or range (write them like 0-3,8,10-11)"));
-            }
-            match s.parse::<u32>() {
-                Ok(n) if n < CPUS_MAX => Ok(n),
-                _ => Err(format!("CPU {s}: CPU numbers go up to {}", CPUS_MAX - 1)),
-            }
-        };
-        let (first, last) = match part.split_once('-') {
-            Some((a, b)) => (number(a)?, number(b)?),
-            None => (number(part)?, 0),
-        };
-        if part.contains('-') && first > last {
-            return Err(bad("runs backwards (write the lower number first)"));
+    gpushare_base::cpus::parse_cpu_list(trimmed).map_err(|e| match e {
+        CpuListError::NotANumber { part } => {
+            format!("`{part}` is not a CPU number or range (write them like 0-3,8,10-11)")
         }
-    }
+        CpuListError::Beyond { number } => {
+            format!("CPU {number}: CPU numbers go up to {}", CPUS_MAX - 1)
+        }
+        CpuListError::Backwards { part } => {
+            format!("`{part}` runs backwards (write the lower number first)")
+        }
+    })?;
     Ok(trimmed.to_owned())
 }
 

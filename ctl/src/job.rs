@@ -31,7 +31,7 @@ use zbus::{Connection, MatchRule, Message, MessageStream};
 use crate::bus::{Agent, Client};
 use crate::error::{CtlError, Kind};
 use crate::output::Output;
-use crate::report_html::duration_text;
+use gpushare_base::duration::compact as duration_text;
 
 /// How many job signals may queue while the starting call is in flight.
 const SIGNAL_QUEUE: usize = 4096;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use gpushare_base::process::Stat;
+
 /// An agent older than this that has not taken its name is not starting: it is serving
 /// another bus, or stuck.
 pub const START_GRACE: Duration = Duration::from_secs(10);
@@ -37,11 +39,11 @@ pub fn starting_agents() -> Vec<StartingAgent> {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let Some(stat) = stat_of(&pid.to_string()) else { continue };
+        let Some(stat) = Stat::of(pid) else { continue };
         if stat.comm != "gpushare-agent" || stat.ended() {
             continue;
         }
-        let start = stat.start;
+        let start = stat.start_time;
         let age = Duration::from_secs_f64(now.saturating_sub(start) as f64 / ticks_per_second);
         let Some(left) = START_GRACE.checked_sub(age) else { continue };
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
@@ -82,38 +84,8 @@ fn bus_argument(args: &[String]) -> Option<String> {
     None
 }
 
-/// Whether process `pid` still runs (a zombie has ended).
-pub fn alive(pid: u32) -> bool {
-    stat_of(&pid.to_string()).is_some_and(|s| !s.ended())
-}
-
-/// What `/proc/<pid>/stat` says of a process.
-struct Stat {
-    /// The command name.
-    comm: String,
-    /// The state letter.
-    state: char,
-    /// The start time, clock ticks since boot.
-    start: u64,
-}
-
-impl Stat {
-    /// Whether the process has ended (a zombie, or dead).
-    fn ended(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
-
-fn stat_of(pid: &str) -> Option<Stat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
-    let comm = stat.get(open + 1..close)?.to_string();
-    // After the name: state is field 3, starttime field 22.
-    let mut fields = stat.get(close + 1..)?.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let start = fields.nth(22 - 4)?.parse().ok()?;
-    Some(Stat { comm, state, start })
-}
+/// Whether process `pid` still runs: gpushare's one rule ([`gpushare_base::process::alive`]).
+pub use gpushare_base::process::alive;
 
 /// Now, in clock ticks since boot (`/proc/uptime`), the unit of start times.
 fn uptime_ticks(ticks_per_second: f64) -> Option<u64> {
@@ -140,10 +112,10 @@ mod tests {
 
     #[test]
     fn this_process_has_a_name_a_start_and_a_clock() {
-        let stat = stat_of("self").expect("/proc/self/stat reads");
-        assert!(!stat.comm.is_empty() && stat.start > 0 && !stat.ended());
+        let stat = Stat::of_self().expect("/proc/self/stat reads");
+        assert!(!stat.comm.is_empty() && stat.start_time > 0 && !stat.ended());
         let now = uptime_ticks(100.0).unwrap();
-        assert!(now >= stat.start, "started {} ticks after boot, now {now}", stat.start);
+        assert!(now >= stat.start_time, "started {} ticks after boot, now {now}", stat.start_time);
         assert_eq!(clock_ticks_per_second(), 100.0);
         assert!(alive(std::process::id()));
         assert!(!alive(u32::MAX));

@@ -607,6 +607,18 @@ pub struct BenchCapacity {
 mod tests {
     use super::*;
 
+    /// Two enums, two meanings (DESIGN.md, "Rooms (issue 39): the design card's crates"):
+    /// the strategies both know are spelt alike on the wire.
+    #[test]
+    fn bench_strategies_are_spelt_as_sharing_strategies() {
+        for strategy in BenchStrategy::ALL {
+            match crate::Strategy::from_name(strategy.as_str()) {
+                Some(sharing) => assert_eq!(sharing.as_str(), strategy.as_str()),
+                None => assert_eq!(strategy, BenchStrategy::Mig, "{strategy}"),
+            }
+        }
+    }
+
     #[test]
     fn slos_parse_with_their_units() {
         assert_eq!("p99=50ms".parse(), Ok(Slo::P99Ms(50.0)));
@@ -681,15 +693,7 @@ impl fmt::Display for CommandLookup {
     }
 }
 
-/// A number of seconds as a message shows it: `0.5 s`, `1e300 s` (never three hundred
-/// digits).
-pub fn seconds_text(seconds: f64) -> String {
-    if seconds.is_finite() && seconds.abs() < 1e9 {
-        format!("{seconds} s")
-    } else {
-        format!("{seconds:e} s")
-    }
-}
+pub use gpushare_base::duration::seconds_text;
 
 /// Whether `name` is a Prometheus metric name (letters, digits, `_` and `:`, not empty,
 /// not starting with a digit): what `--histogram` takes.

@@ -68,28 +68,7 @@ pub fn unix_socket_paths(address: &str) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// A byte size exactly, in the largest binary unit that divides it: `2 GiB`, `512 MiB`,
-/// `1000 B`. What [`parse_size`] reads back; the one way agent and ctl write a size that
-/// is a setting (an MPS limit).
-pub fn exact_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] =
-        [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    UNITS.iter().find(|(factor, _)| bytes != 0 && bytes.is_multiple_of(*factor)).map_or_else(
-        || format!("{bytes} B"),
-        |&(factor, unit)| format!("{} {unit}", bytes / factor),
-    )
-}
-
-/// A byte size for people: exactly when it is a whole number of GiB (or less than one),
-/// else in GiB with one decimal (`79.6 GiB`, where the exact size is `81559 MiB`).
-pub fn readable_size(bytes: u64) -> String {
-    const GIB: u64 = 1 << 30;
-    if bytes < GIB || bytes.is_multiple_of(GIB) {
-        exact_size(bytes)
-    } else {
-        format!("{:.1} GiB", bytes as f64 / GIB as f64)
-    }
-}
+pub use gpushare_base::size::{exact_size, readable_size};
 
 /// `"1 replica"`, `"3 replicas"`: `n` and `word`, plural unless `n` is one.
 pub fn plural(n: impl Into<u64>, word: &str) -> String {
@@ -101,32 +80,20 @@ pub fn plural(n: impl Into<u64>, word: &str) -> String {
 
 /// Parses a byte size as profiles and `gpushare-ctl` take it: a number of bytes, or a number with a unit
 /// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`2GiB`, `512M`). Zero is refused.
+/// The rule is [`gpushare_base::size::parse_size`]'s; the messages are these.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    use gpushare_base::size::SizeError;
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    if digits.is_empty() {
-        return Err(format!(
+    gpushare_base::size::parse_size(text).map_err(|e| match e {
+        SizeError::NotASize => format!(
             "`{text}` is not a size: give bytes or a number with a unit (2GiB, 512MiB, 2G, 512M)"
-        ));
-    }
-    let factor: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        other => {
-            return Err(format!("unknown size unit `{other}`: use B, KiB, MiB, GiB or TiB"));
+        ),
+        SizeError::UnknownUnit(unit) => {
+            format!("unknown size unit `{unit}`: use B, KiB, MiB, GiB or TiB")
         }
-    };
-    let too_large = || format!("the size `{text}` is too large");
-    let n: u64 = digits.parse().map_err(|_| too_large())?;
-    match n.checked_mul(factor) {
-        Some(0) => Err("the size must be above zero".into()),
-        Some(bytes) => Ok(bytes),
-        None => Err(too_large()),
-    }
+        SizeError::Zero => "the size must be above zero".into(),
+        SizeError::TooLarge => format!("the size `{text}` is too large"),
+    })
 }
 
 /// Errors the agent returns, as D-Bus errors named `io.gpushare.Agent1.Error.<Variant>`.

@@ -34,7 +34,7 @@ use super::control::{self, FromGate, Logs, STDOUT_NUMBER_MAX, Spec, ToGate};
 use super::pinning;
 use super::replicas::REPORT_ENV;
 use crate::sys::procfs;
-use crate::sys::unix::{self, Identity};
+use crate::sys::unix::{self, Identity, Signal};
 
 /// Exit status of a gate whose agent went away or gave up before the start.
 pub const ABANDONED: u8 = 125;
@@ -613,15 +613,15 @@ impl Supervisor {
     fn terminate(&mut self, grace: Duration) {
         let at = Instant::now() + grace;
         self.kill_at = Some(self.kill_at.map_or(at, |t| t.min(at)));
-        self.signal_tree(libc::SIGTERM);
+        self.signal_tree(Signal::SIGTERM);
         if grace.is_zero() {
-            self.signal_tree(libc::SIGKILL);
+            self.signal_tree(Signal::SIGKILL);
         }
     }
 
     /// Sends `signal` to the command's process group (while its leader is unreaped, the
     /// group id is still its) and to every process below the gate.
-    fn signal_tree(&self, signal: i32) {
+    fn signal_tree(&self, signal: Signal) {
         if !self.child_reaped {
             let _ = unix::signal_group(self.child, signal);
         }
@@ -633,7 +633,7 @@ impl Supervisor {
     /// Whether the tree is gone and its output read; SIGKILLs it once its grace is over.
     fn finished(&mut self) -> bool {
         if self.kill_at.is_some_and(|t| Instant::now() >= t) {
-            self.signal_tree(libc::SIGKILL);
+            self.signal_tree(Signal::SIGKILL);
         }
         if !self.child_reaped {
             return false;

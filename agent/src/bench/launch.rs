@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::apply::journal::ReplicaHandle;
 use crate::sys::procfs;
 use crate::sys::systemd::{Systemd, TransientService};
-use crate::sys::unix::{self, Identity};
+use crate::sys::unix::{self, Identity, Signal};
 
 /// The units a bench starts: `gpushare-bench-<agent pid>-<job>-<n>.service` (the agent's
 /// pid keeps a new agent's names apart from units an earlier one left).
@@ -137,7 +137,7 @@ impl Launcher {
             }
             (Launcher::Systemd(launcher), Gate::Unit { name, .. }) => {
                 let killed =
-                    launcher.runtime.block_on(launcher.systemd.kill_all(name, libc::SIGKILL));
+                    launcher.runtime.block_on(launcher.systemd.kill_all(name, Signal::SIGKILL));
                 if let Err(e) = killed {
                     tracing::debug!(unit = %name, "SIGKILL to the replica's unit: {e}");
                 }
@@ -240,7 +240,7 @@ impl SystemdLauncher {
         };
         for unit in &units {
             tracing::warn!(unit = %unit, "stopping a replica left over from an earlier agent");
-            let _ = self.runtime.block_on(self.systemd.kill_all(unit, libc::SIGKILL));
+            let _ = self.runtime.block_on(self.systemd.kill_all(unit, Signal::SIGKILL));
             let _ = self.runtime.block_on(self.systemd.stop(unit));
         }
         units.len()
@@ -452,7 +452,7 @@ fn kill_if_of(pid: u32, uid: u32) {
     }
     let _ = match &pidfd {
         Some(fd) => unix::pidfd_kill(fd),
-        None => unix::signal(pid, libc::SIGKILL),
+        None => unix::signal(pid, Signal::SIGKILL),
     };
 }
 
@@ -487,6 +487,6 @@ mod tests {
         kill_tree(child.id(), own);
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert_eq!(status.signal(), Some(Signal::SIGKILL as i32));
     }
 }

@@ -434,14 +434,11 @@ fn scrape_all(
 
 /// This process's CPU time so far (all threads, user and system), seconds.
 fn process_cpu_seconds() -> Option<f64> {
-    // SAFETY: rusage is plain old data: all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a rusage for RUSAGE_SELF.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return None;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeValLike;
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.num_microseconds() as f64 / 1e6;
+    Some(secs(usage.user_time()) + secs(usage.system_time()))
 }
 
 /// CPU time since `since` over `seconds` of wall time, percent of one core.

@@ -11,6 +11,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nix::fcntl::OFlag;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -52,7 +53,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
     }
     File::options()
         .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
         .open(&dir)?
         .sync_all()
 }
@@ -66,7 +67,7 @@ fn create_temporary(dir: &Path, name: &str, mode: u32) -> io::Result<(std::path:
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
             .open(&tmp)
         {
             Ok(file) => return Ok((tmp, file)),
@@ -99,7 +100,7 @@ pub fn lock_state_dir(dir: &Path) -> io::Result<File> {
         .read(true)
         .write(true)
         .mode(PRIVATE)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
         .open(resolved.join("agent.lock"))?;
     if !super::unix::try_lock_exclusive(&file)? {
         // The holder wrote its process id there (a file root or the agent alone writes).

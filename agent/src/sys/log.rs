@@ -180,7 +180,7 @@ impl Journal {
     fn send(&self, priority: u8, message: &str, fields: &Fields, meta: &Metadata<'_>) {
         let sent = self.socket.send_to(&entry(priority, message, fields, meta), &self.path);
         let sent = match sent {
-            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EMSGSIZE as i32) => {
                 let start = gpushare_proto::byte_prefix(message, MESSAGE_CUT);
                 let cut = format!("{start}… (cut at {} bytes)", start.len());
                 self.socket.send_to(&entry(priority, &cut, fields, meta), &self.path)

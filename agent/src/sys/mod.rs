@@ -15,6 +15,14 @@ pub mod text;
 pub mod trusted;
 pub mod unix;
 
+/// This binary, which the agent runs for its own helpers: a bench's replica gates and
+/// built-in workloads (`--bench-gate`, `--bench-builtin`) and the probe's clients
+/// (`--probe-client`). The one copy of what `engine/bench.rs` and `engine/probe.rs` each
+/// wrote (issue 39).
+pub fn agent_binary() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
+}
+
 /// What a task on tokio's pools that did not finish says to a caller: never the panic's
 /// own text (an internal detail, perhaps quoting input), which the panic hook has already
 /// put in the agent's log.

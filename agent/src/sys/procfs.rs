@@ -7,41 +7,28 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use gpushare_base::process::Stat;
+
 use super::mounts::CgroupMounts;
 
-/// Whether a process exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Field `n` (numbered from 1 as proc(5) does: 4 the parent, 5 the process group, 6 the
-/// session, 22 the start time) of `/proc/PID/stat`, read after the command name in
-/// parentheses, which may itself hold spaces and parentheses.
-fn stat_field<T: std::str::FromStr>(pid: u32, n: usize) -> Option<T> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // The state, field 3, is the first after the name.
-    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
-}
+/// Whether a process still runs: gpushare's one rule, [`gpushare_base::process::alive`]
+/// (gone, or a zombie whose every thread has exited, has ended).
+pub use gpushare_base::process::alive;
 
 /// The parent of `pid`.
 pub fn parent(pid: u32) -> Option<u32> {
-    stat_field(pid, 4)
+    Stat::of(pid).map(|s| s.parent)
 }
 
 /// The session of `pid` (the pid of the process that called `setsid`).
 pub fn session(pid: u32) -> Option<u32> {
-    stat_field(pid, 6)
+    Stat::of(pid).map(|s| s.session)
 }
 
 /// When `pid` started, in clock ticks after boot: with the pid, what names one process
 /// for good (a reused pid has a later start).
 pub fn start_time(pid: u32) -> Option<u64> {
-    stat_field(pid, 22)
+    Stat::of(pid).map(|s| s.start_time)
 }
 
 /// Every process id `/proc` shows now.
@@ -203,14 +190,16 @@ impl Process {
             field("Uid:")?.split_whitespace().map(str::parse).collect::<Result<_, _>>().ok()?;
         let uid = *ids.first()?;
         let uids = [0, 1, 2, 3].map(|i| ids.get(i).copied().unwrap_or(uid));
-        let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
+        // `status` rather than `stat` (read by pid): through the directory held open, so
+        // that the state is this process's; the rule is the one of every reader.
+        let state = field("State:").and_then(|s| s.chars().next()).unwrap_or('R');
         let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
         Some(Owner {
             name: printable(field("Name:").unwrap_or_default()),
             uid,
             parent: field("PPid:").and_then(|p| p.parse().ok()),
             uids,
-            exited: zombie && threads <= 1,
+            exited: gpushare_base::process::has_ended(state, threads),
         })
     }
 
@@ -363,10 +352,9 @@ mod tests {
     #[test]
     fn sessions_and_users_come_from_proc() {
         let me = std::process::id();
-        // SAFETY: getsid and getuid have no preconditions.
-        let (session, uid) = unsafe { (libc::getsid(0), libc::getuid()) };
+        let session = nix::unistd::getsid(None).unwrap().as_raw();
         assert_eq!(super::session(me), u32::try_from(session).ok());
-        assert_eq!(real_user(me), Some(uid));
+        assert_eq!(real_user(me), Some(nix::unistd::getuid().as_raw()));
         assert_eq!((super::session(u32::MAX), real_user(u32::MAX)), (None, None));
     }
 
@@ -643,5 +631,37 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!((process.owner(), process.command_line(64)), (None, None));
+    }
+
+    /// Issue 39: one liveness rule. A process whose main thread ended with `pthread_exit`
+    /// is a zombie leader whose other threads run on (and may hold a GPU): `alive` said it
+    /// had ended, while the client table (`Owner::exited`) and the simulated driver said it
+    /// runs. Every reader now says it runs.
+    #[test]
+    fn a_zombie_leader_whose_thread_runs_on_is_alive_for_every_reader() {
+        let script = "import threading,time,ctypes\n\
+                      threading.Thread(target=lambda: time.sleep(30)).start()\n\
+                      ctypes.CDLL(None).pthread_exit(None)\n";
+        let Ok(mut child) = std::process::Command::new("python3").args(["-c", script]).spawn()
+        else {
+            gpushare_test_skip::skip("no python3 to end a main thread with pthread_exit");
+            return;
+        };
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let zombie_leader = loop {
+            match Stat::of(pid) {
+                Some(s) if s.state == 'Z' && s.threads > 1 => break true,
+                _ if std::time::Instant::now() > deadline => break false,
+                _ => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        };
+        let lives = alive(pid);
+        let exited =
+            Process::open(Path::new("/proc"), pid).and_then(|p| p.owner()).map(|o| o.exited);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(zombie_leader, "python3's main thread did not end as a zombie leader");
+        assert_eq!((lives, exited), (true, Some(false)));
     }
 }

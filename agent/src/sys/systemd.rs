@@ -107,8 +107,8 @@ impl Systemd {
     }
 
     /// Sends `signal` to every process of unit `name`.
-    pub async fn kill_all(&self, name: &str, signal: i32) -> zbus::Result<()> {
-        self.manager.kill_unit(name, "all", signal).await
+    pub async fn kill_all(&self, name: &str, signal: super::unix::Signal) -> zbus::Result<()> {
+        self.manager.kill_unit(name, "all", signal as i32).await
     }
 
     /// Asks systemd to stop unit `name` (its processes get SIGTERM, SIGKILL later).

@@ -25,6 +25,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use nix::fcntl::OFlag;
+
 use super::unix::effective_uid;
 
 /// How many symbolic links a path may go through (the kernel's own limit).
@@ -77,12 +79,14 @@ pub fn check_creatable(dir: &Path) -> Result<PathBuf, String> {
 /// file owned by root or the agent that no one else may write. `None` when it is missing.
 /// The directory it is in is the caller's to have checked.
 pub fn open_file(path: &Path) -> io::Result<Option<File>> {
-    let opened =
-        File::options().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path);
+    let opened = File::options()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+        .open(path);
     let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
             return Err(untrusted(format!("{} is a symbolic link", path.display())));
         }
         Err(e) => return Err(e),

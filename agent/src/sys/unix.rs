@@ -1,17 +1,25 @@
-//! The few calls into the C library that the standard library lacks, each behind a safe
-//! function. Every `unsafe` block of the agent outside the NVML and CUDA bindings is here.
+//! The system calls the standard library lacks, each behind a safe function: through
+//! `nix` where it wraps the call, and the few it does not wrap (glibc's allocator knobs,
+//! pidfds, capabilities, CPU masks beyond 1024 CPUs, and what a `pre_exec` hook must do
+//! without allocating) as raw C library calls, each `unsafe` with its `SAFETY` and a word
+//! on why not `nix`. Every `unsafe` block of the agent outside the NVML and CUDA bindings
+//! is here.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+/// Signals, as [`signal`], [`signal_group`] and systemd's `KillUnit` take them.
+pub use nix::sys::signal::Signal;
+use nix::unistd::{Gid, Pid, Uid};
+
 /// The effective user id of this process.
 pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { ::libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Makes the allocator give large buffers back to the system when they are freed: glibc
@@ -22,6 +30,7 @@ pub fn effective_uid() -> u32 {
 /// threshold of 128 KiB made every 256 KiB document an mmap and its page faults, which
 /// slowed everyone's calls during a flood of documents (issue 36).
 pub fn return_large_buffers() {
+    // glibc's own knob, which nix does not wrap.
     // SAFETY: mallopt(3) takes two integers; called before other threads allocate.
     unsafe {
         ::libc::mallopt(::libc::M_MMAP_THRESHOLD, 1 << 20);
@@ -31,6 +40,7 @@ pub fn return_large_buffers() {
 /// Gives the free memory of every heap arena back to the system (after a flood of calls:
 /// a flood of 256 KiB documents otherwise left 10 MiB in the heap for good).
 pub fn trim_heap() {
+    // glibc's own call, which nix does not wrap.
     // SAFETY: malloc_trim(3) takes a number and has no other precondition.
     unsafe {
         ::libc::malloc_trim(0);
@@ -47,21 +57,12 @@ static OPEN_FILES_AT_START: std::sync::atomic::AtomicU64 =
 /// whatever its clients hold. Returns the limit now in force. Children get the limit the
 /// agent started with back ([`with_open_files_at_start`]).
 pub fn raise_open_files_limit() -> io::Result<u64> {
-    // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
-    let mut limit: ::libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: getrlimit(2) writes into the live struct.
-    if unsafe { ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        OPEN_FILES_AT_START.store(soft, std::sync::atomic::Ordering::SeqCst);
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
     }
-    if limit.rlim_cur < limit.rlim_max {
-        OPEN_FILES_AT_START.store(limit.rlim_cur, std::sync::atomic::Ordering::SeqCst);
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: setrlimit(2) reads the live struct.
-        if unsafe { ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(limit.rlim_cur)
+    Ok(hard.max(soft))
 }
 
 /// Whether this process runs as root.
@@ -72,39 +73,33 @@ pub fn is_root() -> bool {
 /// Takes an exclusive `flock` on `file` without waiting: `Ok(false)` when another open file
 /// description holds it. The lock lasts as long as the file stays open.
 pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a file descriptor the caller owns and keeps open; no memory is
-    // shared with the kernel.
-    let taken = unsafe { ::libc::flock(file.as_raw_fd(), ::libc::LOCK_EX | ::libc::LOCK_NB) };
-    if taken == 0 {
-        return Ok(true);
+    // The standard library's lock is flock(2) with LOCK_EX | LOCK_NB on Linux.
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
-    let e = io::Error::last_os_error();
-    if e.kind() == io::ErrorKind::WouldBlock { Ok(false) } else { Err(e) }
 }
 
 /// Sends SIGKILL to process `pid`, or with `group` to its process group (whose id is the
 /// pid of the process that leads it). The caller makes sure the pid still names the
 /// process it means: a child not yet reaped, or a daemon's pid read from its own pid file.
 pub fn kill(pid: u32, group: bool) -> io::Result<()> {
-    if group { signal_group(pid, ::libc::SIGKILL) } else { signal(pid, ::libc::SIGKILL) }
+    if group { signal_group(pid, Signal::SIGKILL) } else { signal(pid, Signal::SIGKILL) }
 }
 
 /// kill(2): `signal` to `target` (a pid, or a process group's id negated).
-fn send_signal(target: i32, signal: i32) -> io::Result<()> {
+fn send_signal(target: i32, signal: Signal) -> io::Result<()> {
     // 0 is our own process group and -1 every process we may signal: never meant here.
     if target == 0 || target == -1 {
         return Err(io::Error::other(format!("no process {target} to signal")));
     }
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { ::libc::kill(target, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    Ok(nix::sys::signal::kill(Pid::from_raw(target), signal)?)
 }
 
 /// Sends SIGKILL to the process `pidfd` holds (never to another process that got its pid).
 pub fn pidfd_kill(pidfd: &OwnedFd) -> io::Result<()> {
+    // nix 0.30 has no pidfd calls.
     // SAFETY: pidfd_send_signal(2) with a pidfd we own, a signal number, no siginfo and no
     // flags; it touches no memory of ours.
     let rc = unsafe {
@@ -122,7 +117,8 @@ pub fn pidfd_kill(pidfd: &OwnedFd) -> io::Result<()> {
 /// A pidfd of process `pid`: readable once it has exited. `None` where the kernel has no
 /// pidfds (before Linux 5.3) or a sandbox refuses the call; callers then poll.
 pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    let pid = ::libc::pid_t::try_from(pid).ok()?;
+    // nix 0.30 has no pidfd calls.
+    let pid = i32::try_from(pid).ok()?;
     // SAFETY: pidfd_open(2) takes a pid and flags and returns a new file descriptor or -1;
     // it touches no memory of ours.
     let fd = unsafe { ::libc::syscall(::libc::SYS_pidfd_open, pid, 0) };
@@ -135,71 +131,37 @@ pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 /// exit) or `timeout` passes; returns which can, in order. An interrupted wait counts as
 /// a timeout.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut polled: Vec<::libc::pollfd> = fds
-        .iter()
-        .map(|fd| ::libc::pollfd { fd: fd.as_raw_fd(), events: ::libc::POLLIN, revents: 0 })
-        .collect();
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let mut polled: Vec<PollFd<'_>> =
+        fds.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)).collect();
     // Rounded up, so that a wait of a few microseconds does not spin.
     let millis = timeout.as_micros().div_ceil(1000);
-    let millis = ::libc::c_int::try_from(millis).unwrap_or(::libc::c_int::MAX);
-    let count = ::libc::nfds_t::try_from(polled.len()).map_err(io::Error::other)?;
-    // SAFETY: `polled` is a live, writable array of `count` pollfd structs for the call;
-    // the descriptors are borrowed from their owners for its duration.
-    let rc = unsafe { ::libc::poll(polled.as_mut_ptr(), count, millis) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
-        }
-        return Err(e);
+    let millis = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
+    match nix::poll::poll(&mut polled, millis) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Ok(vec![false; fds.len()]),
+        Err(e) => return Err(e.into()),
     }
-    let ready = ::libc::POLLIN | ::libc::POLLHUP | ::libc::POLLERR;
-    Ok(polled.iter().map(|p| p.revents & ready != 0).collect())
+    let ready = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+    Ok(polled.iter().map(|p| p.revents().is_some_and(|r| r.intersects(ready))).collect())
 }
 
 /// The gid of group `name`, from the system's group database (NSS included).
 pub fn group_id(name: &str) -> Option<u32> {
-    let name = CString::new(name).ok()?;
-    let mut buffer = vec![0u8; 16 * 1024];
-    // SAFETY: `libc::group` is plain old data; an all-zero value is valid and is only
-    // read after getgrnam_r has filled it.
-    let mut group: ::libc::group = unsafe { std::mem::zeroed() };
-    let mut found: *mut ::libc::group = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call: the name is NUL-terminated, the buffer
-    // and its length match, and `group`/`found` outlive it. getgrnam_r is thread-safe.
-    let rc = unsafe {
-        ::libc::getgrnam_r(
-            name.as_ptr(),
-            &mut group,
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            &mut found,
-        )
-    };
-    (rc == 0 && !found.is_null()).then_some(group.gr_gid)
+    nix::unistd::Group::from_name(name).ok().flatten().map(|group| group.gid.as_raw())
 }
 
 /// A pipe whose two ends close on exec: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into the live two-element array.
-    if unsafe { ::libc::pipe2(fds.as_mut_ptr(), ::libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created for us and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
 }
 
 /// Asks for a pipe buffer of `bytes` (Linux `F_SETPIPE_SZ`; unprivileged up to
 /// `/proc/sys/fs/pipe-max-size`, 1 MiB by default); the size granted, or why not.
 pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
-    let wanted = ::libc::c_int::try_from(bytes).map_err(io::Error::other)?;
-    // SAFETY: fcntl on a descriptor we own; F_SETPIPE_SZ takes an int and changes nothing
-    // but the pipe's capacity.
-    let granted = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETPIPE_SZ, wanted) };
-    if granted < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use nix::fcntl::{FcntlArg, fcntl};
+    let wanted = i32::try_from(bytes).map_err(io::Error::other)?;
+    let granted = fcntl(fd, FcntlArg::F_SETPIPE_SZ(wanted))?;
     Ok(usize::try_from(granted).unwrap_or(0))
 }
 
@@ -207,22 +169,7 @@ pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
 /// count), without starting a process; `None` when it has none, or a name no one could
 /// mistake for text of ours.
 pub fn user_name(uid: u32) -> Option<String> {
-    let mut buffer = vec![0u8; 16 * 1024];
-    // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
-    // read after getpwuid_r has filled it.
-    let mut entry: ::libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut ::libc::passwd = std::ptr::null_mut();
-    // SAFETY: the buffer and its length match, `entry` and `found` outlive the call;
-    // getpwuid_r is thread-safe.
-    let rc = unsafe {
-        ::libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr().cast(), buffer.len(), &mut found)
-    };
-    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: getpwuid_r succeeded: pw_name points at a NUL-terminated string inside
-    // `buffer`, which is still alive.
-    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }.to_str().ok()?.to_string();
+    let name = nix::unistd::User::from_uid(Uid::from_raw(uid)).ok()??.name;
     let plain = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
     (!name.is_empty() && name.len() <= 64 && name.chars().all(plain)).then_some(name)
 }
@@ -295,26 +242,15 @@ impl Identity {
         if uid == u32::MAX {
             return Err(io::Error::other("a caller whose user is not known"));
         }
-        let mut buffer = vec![0u8; 16 * 1024];
-        // SAFETY: `libc::passwd` is plain old data; an all-zero value is valid and is only
-        // read after getpwuid_r has filled it.
-        let mut entry: ::libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut ::libc::passwd = std::ptr::null_mut();
-        // SAFETY: the buffer and its length match, `entry` and `found` outlive the call;
-        // getpwuid_r is thread-safe.
-        let rc = unsafe {
-            ::libc::getpwuid_r(
-                uid,
-                &mut entry,
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                &mut found,
-            )
+        let entry = match nix::unistd::User::from_uid(Uid::from_raw(uid)) {
+            Ok(Some(entry)) => entry,
+            _ => {
+                return Err(io::Error::other(format!(
+                    "user {uid} is not in the password database"
+                )));
+            }
         };
-        if rc != 0 || found.is_null() {
-            return Err(io::Error::other(format!("user {uid} is not in the password database")));
-        }
-        let gid = entry.pw_gid;
+        let gid = entry.gid.as_raw();
         let groups = groups.map_or_else(|| vec![gid], <[u32]>::to_vec);
         Ok(Identity { uid, gid, groups })
     }
@@ -351,26 +287,19 @@ pub fn become_identity(identity: &Identity) -> io::Result<()> {
     if *uid == u32::MAX || *gid == u32::MAX || groups.contains(&u32::MAX) {
         return Err(io::Error::other("uid or gid -1 is no one's identity"));
     }
-    // SAFETY: `groups` is a live array of that many ids for the call.
-    if unsafe { ::libc::setgroups(groups.len(), groups.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: setresgid(2) and setresuid(2) take plain integers.
-    if unsafe { ::libc::setresgid(*gid, *gid, *gid) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { ::libc::setresuid(*uid, *uid, *uid) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let (mut r, mut e, mut s) = (0, 0, 0);
-    // SAFETY: getresuid(2) writes three ids into the live variables.
-    unsafe { ::libc::getresuid(&mut r, &mut e, &mut s) };
+    let group_ids: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
+    nix::unistd::setgroups(&group_ids)?;
+    let gid = Gid::from_raw(*gid);
+    nix::unistd::setresgid(gid, gid, gid)?;
+    let user = Uid::from_raw(*uid);
+    nix::unistd::setresuid(user, user, user)?;
+    let ids = nix::unistd::getresuid()?;
+    let (r, e, s) = (ids.real.as_raw(), ids.effective.as_raw(), ids.saved.as_raw());
     if [r, e, s] != [*uid; 3] {
         return Err(io::Error::other(format!("still uid {r}/{e}/{s}, not {uid}")));
     }
-    // SAFETY: setuid(2) takes a plain integer; it must fail for a user other than root.
-    if *uid != 0 && unsafe { ::libc::setuid(0) } == 0 {
+    // It must fail for a user other than root.
+    if *uid != 0 && nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
         return Err(io::Error::other("could become root again"));
     }
     if *uid != 0 {
@@ -399,6 +328,7 @@ fn clear_capabilities() -> io::Result<()> {
         inheritable: u32,
     }
     const VERSION_3: u32 = 0x2008_0522;
+    // nix 0.30 does not wrap capset(2).
     let header = Header { version: VERSION_3, pid: 0 };
     let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
     // SAFETY: capset(2) reads the header and two data structures, all live and laid out as
@@ -418,19 +348,10 @@ pub fn with_open_files_at_start(command: &mut std::process::Command) {
         return;
     }
     let hook = move || -> io::Result<()> {
-        // SAFETY: rlimit is plain old data; getrlimit(2) and setrlimit(2) are
-        // async-signal-safe and read or write the live struct only. Lowering a soft limit
-        // is always allowed.
-        unsafe {
-            let mut limit: ::libc::rlimit = std::mem::zeroed();
-            if ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            limit.rlim_cur = at_start.min(limit.rlim_max);
-            if ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        // getrlimit(2) and setrlimit(2) are async-signal-safe, and nix's wrappers
+        // allocate nothing. Lowering a soft limit is always allowed.
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+        setrlimit(Resource::RLIMIT_NOFILE, at_start.min(hard), hard)?;
         Ok(())
     };
     // SAFETY: the hook makes two async-signal-safe system calls and allocates nothing.
@@ -443,11 +364,9 @@ pub fn with_open_files_at_start(command: &mut std::process::Command) {
 /// controlling terminal, no process group or session of this process (`setsid`).
 pub fn in_new_session(command: &mut std::process::Command) {
     let hook = || -> io::Result<()> {
-        // SAFETY: setsid(2) is async-signal-safe and takes nothing; a fresh child of a
-        // fork is never a process group leader, so it cannot fail with EPERM.
-        if unsafe { ::libc::setsid() } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // setsid(2) is async-signal-safe, and nix's wrapper allocates nothing; a fresh
+        // child of a fork is never a process group leader, so it cannot fail with EPERM.
+        nix::unistd::setsid()?;
         Ok(())
     };
     // SAFETY: the hook makes one async-signal-safe system call and allocates nothing.
@@ -460,6 +379,8 @@ pub fn in_new_session(command: &mut std::process::Command) {
 /// here) as descriptor `to` across the exec.
 pub fn with_fd_as(command: &mut std::process::Command, fd: RawFd, to: RawFd) {
     let hook = move || -> io::Result<()> {
+        // Raw dup2: nix's takes the target as an `OwnedFd`, and `to` need not be open
+        // here (nor may the hook close it).
         // SAFETY: dup2(2) is async-signal-safe; `fd` is open in the child (inherited from
         // the parent, which keeps it open until the spawn returns) and `to` is meant to be
         // replaced. The duplicate does not close on exec.
@@ -476,11 +397,8 @@ pub fn with_fd_as(command: &mut std::process::Command, fd: RawFd, to: RawFd) {
 
 /// A duplicate of `fd` numbered `min` or above, closing on exec.
 pub fn duplicate_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: fcntl(2) F_DUPFD_CLOEXEC on a descriptor the caller borrows for the call.
-    let new = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_DUPFD_CLOEXEC, min) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use nix::fcntl::{FcntlArg, fcntl};
+    let new = fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(min))?;
     // SAFETY: `new` was just created for us and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
@@ -494,6 +412,8 @@ pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
         .filter(|&fd| fd >= first)
         .collect();
     for fd in fds {
+        // Raw fcntl: nix's takes a borrowed descriptor, and this is only a number read
+        // from `/proc/self/fd`, perhaps closed since (the listing's own was).
         // SAFETY: fcntl(2) F_SETFD on a descriptor number; one already closed (the
         // directory's own) fails with EBADF, which is fine.
         unsafe { ::libc::fcntl(fd, ::libc::F_SETFD, ::libc::FD_CLOEXEC) };
@@ -505,9 +425,11 @@ pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
 /// wants a child to inherit).
 pub fn null_at(fd: RawFd) -> io::Result<()> {
     let null = File::options().read(true).write(true).open("/dev/null")?;
-    // SAFETY: dup2(2) on descriptor numbers: `null` is open, `fd` is meant to be replaced.
-    if unsafe { ::libc::dup2(null.as_raw_fd(), fd) } < 0 {
-        return Err(io::Error::last_os_error());
+    match fd {
+        0 => nix::unistd::dup2_stdin(&null)?,
+        1 => nix::unistd::dup2_stdout(&null)?,
+        2 => nix::unistd::dup2_stderr(&null)?,
+        _ => return Err(io::Error::other(format!("descriptor {fd} is no standard one"))),
     }
     Ok(())
 }
@@ -515,57 +437,41 @@ pub fn null_at(fd: RawFd) -> io::Result<()> {
 /// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`):
 /// whatever they start and leave behind becomes its child, not init's.
 pub fn become_child_subreaper() -> io::Result<()> {
-    // SAFETY: prctl(2) PR_SET_CHILD_SUBREAPER takes plain integers.
-    if unsafe { ::libc::prctl(::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(nix::sys::prctl::set_child_subreaper(true)?)
 }
 
 /// Whether this process (as its real user) may create files in directory `dir`.
 pub fn may_write_dir(dir: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    // SAFETY: access(2) with a NUL-terminated path that lives for the call.
-    if unsafe { ::libc::access(path.as_ptr(), ::libc::W_OK | ::libc::X_OK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    use nix::unistd::AccessFlags;
+    Ok(nix::unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK)?)
 }
 
 /// Opens directory `path` itself, never through a symbolic link in its last component, to
 /// create files in it with [`create_new_in`] (no path walked again).
 pub fn open_directory(path: &std::path::Path) -> io::Result<File> {
+    use nix::fcntl::OFlag;
     use std::os::unix::fs::OpenOptionsExt;
-    File::options().read(true).custom_flags(::libc::O_DIRECTORY | ::libc::O_NOFOLLOW).open(path)
+    File::options()
+        .read(true)
+        .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
+        .open(path)
 }
 
 /// Creates file `name` (a plain name) anew in the open directory `dir`, mode `mode`:
 /// whatever had that name is unlinked first, and the new file is this process's own
 /// (`O_EXCL`, `O_NOFOLLOW`), never one somebody else prepared.
 pub fn create_new_in(dir: &File, name: &str, mode: u32) -> io::Result<File> {
-    let name = CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: unlinkat(2) with a directory descriptor the caller keeps open and a
-    // NUL-terminated name that lives for the call.
-    if unsafe { ::libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    use nix::unistd::UnlinkatFlags;
+    match nix::unistd::unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e.into()),
     }
-    let flags = ::libc::O_WRONLY
-        | ::libc::O_CREAT
-        | ::libc::O_EXCL
-        | ::libc::O_NOFOLLOW
-        | ::libc::O_CLOEXEC;
-    // SAFETY: openat(2) as above; the mode is passed as the variadic third argument.
-    let fd =
-        unsafe { ::libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as ::libc::c_uint) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created for us and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
+    Ok(File::from(fd))
 }
 
 /// How a process ended: its exit code, or the signal that killed it.
@@ -582,51 +488,41 @@ pub struct Ended {
 /// Reaps one child that has ended, without waiting: `None` when none has (or there are
 /// no children).
 pub fn reap_any() -> Option<Ended> {
-    let mut status = 0;
-    // SAFETY: waitpid(2) with WNOHANG writes the status into the live integer.
-    let pid = unsafe { ::libc::waitpid(-1, &mut status, ::libc::WNOHANG) };
-    let pid = u32::try_from(pid).ok().filter(|&p| p > 0)?;
-    let (code, signal) = if ::libc::WIFEXITED(status) {
-        (Some(::libc::WEXITSTATUS(status)), None)
-    } else if ::libc::WIFSIGNALED(status) {
-        (None, Some(::libc::WTERMSIG(status)))
-    } else {
-        (None, None)
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let status = waitpid(None, Some(WaitPidFlag::WNOHANG)).ok()?;
+    let pid = status.pid().and_then(|p| u32::try_from(p.as_raw()).ok()).filter(|&p| p > 0)?;
+    let (code, signal) = match status {
+        WaitStatus::Exited(_, code) => (Some(code), None),
+        WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+        _ => (None, None),
     };
     Some(Ended { pid, code, signal })
 }
 
 /// Sends `signal` to process `pid`; the caller makes sure the pid names the process it
 /// means (a child not yet reaped, or one whose start time it checked).
-pub fn signal(pid: u32, signal: i32) -> io::Result<()> {
+pub fn signal(pid: u32, signal: Signal) -> io::Result<()> {
     let pid = i32::try_from(pid).map_err(|_| io::Error::other(format!("no such pid {pid}")))?;
     send_signal(pid, signal)
 }
 
 /// Makes reads of `fd` return `WouldBlock` rather than wait (`O_NONBLOCK`).
 pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: fcntl(2) F_GETFL on a descriptor the caller borrows for the call; no memory
-    // shared.
-    let flags = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above, F_SETFL writing the flags back with O_NONBLOCK added.
-    let set = unsafe { ::libc::fcntl(fd.as_raw_fd(), ::libc::F_SETFL, flags | ::libc::O_NONBLOCK) };
-    if set < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     Ok(())
 }
 
 /// Sends `signal` to process group `group`.
-pub fn signal_group(group: u32, signal: i32) -> io::Result<()> {
+pub fn signal_group(group: u32, signal: Signal) -> io::Result<()> {
     let group = i32::try_from(group).map_err(|_| io::Error::other("no such process group"))?;
     send_signal(-group, signal)
 }
 
 /// The most CPU numbers the affinity calls handle (the kernel's mask may be smaller; a
-/// larger one is asked for when the kernel's is larger, up to this).
+/// larger one is asked for when the kernel's is larger, up to this). nix's `CpuSet` is
+/// glibc's fixed 1024 CPUs, so these calls stay raw.
 const AFFINITY_BITS_MAX: usize = 1 << 16;
 
 /// The CPUs this process may run on (`sched_getaffinity(0)`), in increasing order.
@@ -645,7 +541,7 @@ pub fn cpu_affinity() -> io::Result<Vec<u32>> {
         }
         let e = io::Error::last_os_error();
         // EINVAL: the kernel's mask is larger than the buffer.
-        if e.raw_os_error() == Some(::libc::EINVAL) && words * 64 < AFFINITY_BITS_MAX {
+        if e.raw_os_error() == Some(Errno::EINVAL as i32) && words * 64 < AFFINITY_BITS_MAX {
             words *= 2;
             continue;
         }
@@ -740,26 +636,18 @@ mod tests {
     fn our_own_group_and_every_process_are_never_signalled() {
         assert!(kill(0, false).is_err());
         assert!(kill(0, true).is_err());
-        assert!(signal_group(1, ::libc::SIGKILL).is_err(), "kill(-1) reaches every process");
+        assert!(signal_group(1, Signal::SIGKILL).is_err(), "kill(-1) reaches every process");
     }
 
     #[test]
     fn children_get_the_open_files_limit_the_agent_started_with() {
-        // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
-        let mut limit: ::libc::rlimit = unsafe { std::mem::zeroed() };
-        // SAFETY: getrlimit(2) writes into the live struct.
-        assert_eq!(unsafe { ::libc::getrlimit(::libc::RLIMIT_NOFILE, &mut limit) }, 0);
-        if limit.rlim_max <= 1024 {
-            gpushare_test_skip::skip(format_args!(
-                "the hard limit of open files is {}",
-                limit.rlim_max
-            ));
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        if hard <= 1024 {
+            gpushare_test_skip::skip(format_args!("the hard limit of open files is {hard}"));
             return;
         }
-        limit.rlim_cur = 1024;
-        // SAFETY: setrlimit(2) reads the live struct.
-        assert_eq!(unsafe { ::libc::setrlimit(::libc::RLIMIT_NOFILE, &limit) }, 0);
-        assert_eq!(raise_open_files_limit().unwrap(), limit.rlim_max);
+        setrlimit(Resource::RLIMIT_NOFILE, 1024, hard).unwrap();
+        assert_eq!(raise_open_files_limit().unwrap(), hard);
         let mut child = std::process::Command::new("/bin/sh");
         child.args(["-c", "ulimit -Sn"]);
         with_open_files_at_start(&mut child);

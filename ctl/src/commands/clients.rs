@@ -210,9 +210,8 @@ fn with_time(frame: &str, now: &str) -> String {
 /// The local time now, `2026-11-27 11:40:05 CET` (the C library's `localtime_r` and
 /// `strftime`, so `TZ` and `/etc/localtime` count); empty if it cannot be told.
 pub fn local_time_now() -> String {
-    // SAFETY: time(NULL) only returns the time.
-    let now = unsafe { libc::time(std::ptr::null_mut()) };
-    local_time_of(now)
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    local_time(now.map_or(0, |d| d.as_secs()))
 }
 
 /// [`local_time_now`] for `seconds` since the Unix epoch.
@@ -220,6 +219,7 @@ pub fn local_time(seconds: u64) -> String {
     local_time_of(libc::time_t::try_from(seconds).unwrap_or(libc::time_t::MAX))
 }
 
+/// Raw `localtime_r` and `strftime`: nix has no local time (and std none at all).
 fn local_time_of(now: libc::time_t) -> String {
     // SAFETY: `libc::tm` is plain old data: all zeros is a valid value, overwritten below.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
@@ -243,6 +243,7 @@ fn local_time_of(now: libc::time_t) -> String {
 
 /// The rows and columns of the terminal on stdout, 24 by 80 when it does not say.
 fn terminal_size() -> (usize, usize) {
+    // Raw ioctl: nix has no call that reads a terminal's size (only a macro to write one).
     let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which points to `size`,
     // alive and exclusively borrowed for the call.

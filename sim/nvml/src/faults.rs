@@ -224,28 +224,15 @@ pub fn check_processes(processes: &[Process], node: &Node) -> Result<(), String>
 /// with a binary unit `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`1536MiB`, `2GiB`,
 /// `2485125120`), as gpushare's profiles write sizes. Zero is refused.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    use gpushare_base::size::SizeError;
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let factor: u64 = match unit.trim() {
-        _ if digits.is_empty() => 0,
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        _ => 0,
-    };
-    if factor == 0 {
-        return Err(format!(
+    gpushare_base::size::parse_size(text).map_err(|e| match e {
+        SizeError::NotASize | SizeError::UnknownUnit(_) => format!(
             "{text:?} is not a size: write bytes or a number with B, KiB, MiB, GiB or TiB (1536MiB)"
-        ));
-    }
-    match digits.parse::<u64>().ok().and_then(|n| n.checked_mul(factor)) {
-        Some(0) => Err("a size must be above zero".into()),
-        Some(bytes) => Ok(bytes),
-        None => Err(format!("the size {text:?} is too large")),
-    }
+        ),
+        SizeError::Zero => "a size must be above zero".into(),
+        SizeError::TooLarge => format!("the size {text:?} is too large"),
+    })
 }
 
 /// One fact of `GPUSHARE_SIM_HOST`.
@@ -326,15 +313,11 @@ fn parse_host_fact(part: &str) -> Result<HostFact, String> {
 /// A CPU list written with `+` for its commas (`0-3+8`), as sysfs writes it (`0-3,8`);
 /// `None` unless every part is a CPU number below 4096 or a range of them.
 fn cpu_list(text: &str) -> Option<String> {
-    let number = |s: &str| s.trim().parse::<u32>().ok().filter(|&n| n < 4096);
     let parts: Option<Vec<String>> = text
         .split('+')
-        .map(|part| match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (number(a)?, number(b)?);
-                (a <= b).then(|| format!("{a}-{b}"))
-            }
-            None => number(part).map(|n| n.to_string()),
+        .map(|part| match gpushare_base::cpus::parse_part(part).ok()? {
+            (a, b) if part.contains('-') => Some(format!("{a}-{b}")),
+            (n, _) => Some(n.to_string()),
         })
         .collect();
     parts.filter(|p| !p.is_empty()).map(|p| p.join(","))

@@ -7,7 +7,6 @@
 //! `#[serde(default)]`, never rename one.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use gpushare_catalog::{self as catalog, GpuModel};
 use serde::{Deserialize, Serialize};
@@ -308,29 +307,14 @@ impl Process {
     }
 }
 
-/// Whether the process of this PID still runs, as the driver counts one: `/proc/<pid>`
-/// exists and the process is not a zombie whose every thread has exited (`State: Z` or
-/// `X` with one thread in `/proc/<pid>/status`). A process that ended only awaits its
-/// parent; its CUDA contexts went at its exit, and the driver's entries with them. A main
-/// thread gone with `pthread_exit` leaves a zombie leader whose other threads run on (and
-/// hold the GPU): that process runs. The simulated driver lists a registered process, and
-/// the simulated MPS control daemon a client, only while this holds.
+/// Whether the process of this PID still runs, as the driver counts one: gpushare's one
+/// rule, [`gpushare_base::process::alive`] (a zombie whose every thread has exited has
+/// ended; its CUDA contexts went at its exit, and the driver's entries with them; a zombie
+/// leader whose other threads run on still holds the GPU). The simulated driver lists a
+/// registered process, and the simulated MPS control daemon a client, only while this
+/// holds.
 pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    // `stat` rather than `status`: the same state and thread count, cheaper to make (the
-    // simulated driver asks on every call that lists processes).
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        // Gone, or hidden from this user (`hidepid`): then its directory tells.
-        return Path::new(&format!("/proc/{pid}")).exists();
-    };
-    // After the command name's closing parenthesis: state (field 3), ..., threads (20).
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-    let ended = fields.first().is_some_and(|s| s.starts_with(['Z', 'X']));
-    let threads: u32 = fields.get(17).and_then(|t| t.parse().ok()).unwrap_or(1);
-    !(ended && threads <= 1)
+    gpushare_base::process::alive(pid)
 }
 
 /// Why `nvidia-smi --gpu-reset` refused.
@@ -727,7 +711,10 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "a killed child still runs");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(Path::new(&format!("/proc/{pid}")).exists(), "the zombie awaits its parent");
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "the zombie awaits its parent"
+        );
         assert!(!registered.listed());
         assert!(!declared.listed());
         child.wait().unwrap();

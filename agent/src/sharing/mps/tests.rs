@@ -188,7 +188,7 @@ fn a_pid_file_alone_names_only_a_process_of_this_pipe_directory() {
         // meanwhile (ETXTBSY) for a moment.
         loop {
             match cmd.spawn() {
-                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32) => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 started => break started.unwrap(),

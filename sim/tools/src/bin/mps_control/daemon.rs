@@ -3,7 +3,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -181,12 +181,10 @@ fn not_callers_process(pid: u32, caller: u32) -> Option<String> {
 }
 
 /// Waits up to `timeout_ms` for `fd` to be readable.
-fn wait_readable(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: `pfd` is one valid, initialised pollfd that outlives the call, and the count
-    // passed is 1.
-    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    ready > 0
+fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: u16) -> bool {
+    use nix::poll::{PollFd, PollFlags, poll};
+    let mut pfd = [PollFd::new(fd, PollFlags::POLLIN)];
+    poll(&mut pfd, timeout_ms).is_ok_and(|ready| ready > 0)
 }
 
 /// Runs a control daemon until `quit`, `terminate` turning true, or the pipe directory
@@ -212,8 +210,7 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
     let dir_id = dir_identity(&cfg.pipe_dir);
     write_pid_file(&cfg.pipe_dir, cfg.pid)?;
 
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = nix::unistd::getuid().as_raw();
     let state = State::new(cfg.pid, uid, cfg.multiuser, &socket, cfg.visible_devices.as_deref());
     let pipe = cfg.pipe_dir.display().to_string();
     let record = cfg.record.clone();
@@ -254,7 +251,7 @@ pub fn serve(cfg: DaemonConfig, terminate: &AtomicBool) -> Result<ExitReason, Se
             }
             daemon.housekeeping();
         }
-        if !wait_readable(listener.as_raw_fd(), 50) {
+        if !wait_readable(listener.as_fd(), 50) {
             continue;
         }
         match listener.accept() {

@@ -34,6 +34,7 @@ pub fn timestamp() -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = libc::time_t::try_from(now.as_secs()).unwrap_or(0);
     let mut tm = MaybeUninit::<libc::tm>::zeroed();
+    // Raw localtime_r: nix has no local time (and std none at all).
     // SAFETY: `secs` and `tm` are valid for the call; localtime_r is the thread-safe variant
     // and writes only into `tm`.
     let converted = unsafe { !libc::localtime_r(&secs, tm.as_mut_ptr()).is_null() };

@@ -156,16 +156,16 @@ COMMAND:
 /// Set by SIGTERM / SIGINT.
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_terminate(_signal: libc::c_int) {
+extern "C" fn on_terminate(_signal: std::ffi::c_int) {
     TERMINATE.store(true, Ordering::SeqCst);
 }
 
 fn install_signal_handlers() {
-    let handler = on_terminate as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for signal in [libc::SIGTERM, libc::SIGINT] {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: `on_terminate` only stores to an atomic, which is async-signal-safe, and
         // it is a plain function that lives as long as the process.
-        unsafe { libc::signal(signal, handler) };
+        let _ = unsafe { signal(sig, SigHandler::Handler(on_terminate)) };
     }
 }
 
@@ -311,10 +311,11 @@ fn start_background(env: &Env, multiuser: bool) -> u8 {
         command.arg("-M");
     }
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-    // which is async-signal-safe; it takes no lock and allocates nothing.
+    // which is async-signal-safe (nix's wrapper takes no lock and allocates nothing).
     unsafe {
         command.pre_exec(|| {
-            if libc::setsid() == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+            nix::unistd::setsid()?;
+            Ok(())
         });
     }
     let mut child = match command.spawn() {

@@ -15,24 +15,9 @@ pub fn read_pid_file(pipe_dir: &Path) -> Option<u32> {
     fs::read_to_string(pipe_dir.join(PID_FILE)).ok()?.trim().parse().ok()
 }
 
-/// Whether process `pid` exists and is not a zombie (a daemon that exited but that no one
-/// has reaped yet is not running).
-pub fn alive(pid: u32) -> bool {
-    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat"))
-        && let Some((_, after_name)) = stat.rsplit_once(')')
-        && after_name.trim_start().starts_with(['Z', 'X'])
-    {
-        return false;
-    }
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 sends nothing; it only checks that `pid` (> 0, so one
-    // process, never a group) exists.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
+/// Whether process `pid` runs: gpushare's one rule, [`gpushare_base::process::alive`] (a
+/// daemon that exited but that no one has reaped yet is not running).
+pub use gpushare_base::process::alive;
 
 /// The PID of a live daemon owning `pipe_dir`, going by its PID file.
 pub fn running_pid(pipe_dir: &Path) -> Option<u32> {
