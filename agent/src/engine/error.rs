@@ -84,6 +84,15 @@ pub enum EngineError {
     /// A task of the agent itself failed (a panic on the blocking pool).
     #[error("{0}")]
     Internal(String),
+    /// An apply refused after it rolled back an unfinished one (see
+    /// `Engine::settle_unfinished`): the refusal, and what the rollback did to the GPUs.
+    #[error("{error}; before this refusal: {repaired}")]
+    AfterRollback {
+        /// What the rollback did, in one line.
+        repaired: String,
+        /// Why the apply was refused.
+        error: Box<EngineError>,
+    },
 }
 
 /// `a probe is running (/io/gpushare/Agent1/jobs/9, probe of GPU-1); try again when it has

@@ -225,7 +225,12 @@ impl SerialTransactions {
 
     /// [`Transactions::recover`] in turn.
     pub async fn recover(&self) -> Result<Option<Recovered>, String> {
-        let _turn = self.turn().await;
+        let turn = self.turn().await;
+        self.recover_in(turn).await
+    }
+
+    /// [`Transactions::recover`] in `turn`, taken already.
+    async fn recover_in(&self, _turn: Turn<'_>) -> Result<Option<Recovered>, String> {
         let recovered = self.inner.recover().await;
         if matches!(recovered, Ok(Some(_))) {
             self.cdi.refresh().await;
@@ -878,6 +883,31 @@ impl Engine {
         let kind = JobKind::Apply { profile: profile.name.clone() };
         let mut guard = self.lock_for(job, kind).await?;
         let repaired = self.settle_unfinished(deadline).await?;
+        let planned = self.plan_apply(source, profile, force).await;
+        let (plan, before, document) = match (planned, &repaired) {
+            (Ok(planned), _) => planned,
+            // The GPUs changed all the same: the refusal says how.
+            (Err(error), Some(r)) => {
+                let repaired = r.message.clone();
+                return Err(EngineError::AfterRollback { repaired, error: Box::new(error) });
+            }
+            (Err(error), None) => return Err(error),
+        };
+        guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
+        let boot = job == BOOT_JOB;
+        Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
+    }
+
+    /// The plan of an apply of `profile` (from `source`) against a fresh observation,
+    /// with the GPUs it was made against and the document to journal; refused where the
+    /// profile selects a benched GPU, the host cannot carry the plan out, or a view's place
+    /// cannot be written.
+    async fn plan_apply(
+        &self,
+        source: ProfileRef<'_>,
+        profile: Profile,
+        force: bool,
+    ) -> Result<(Plan, NodeState, Option<ProfileDocument>), EngineError> {
         let before = self.observe().await?;
         // A benched GPU is the bench's until it ends; refused before any plan is made (a
         // plan would describe the bench's setup, and the bench's restore would undo it).
@@ -895,9 +925,7 @@ impl Engine {
                 config: config.to_string(),
             }),
         };
-        guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
-        let boot = job == BOOT_JOB;
-        Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
+        Ok((plan, before, document))
     }
 
     /// An apply whose rollback failed (or whose end could not be written) leaves its GPUs
@@ -921,8 +949,7 @@ impl Engine {
         if let Some(claim) = pending.checkpoint.iter().find_map(|c| self.claims.of_gpu(c.gpu)) {
             return Err(EngineError::Busy(Some(claim.holder())));
         }
-        let recovered = self.transactions.inner.recover().await;
-        drop(turn);
+        let recovered = self.transactions.recover_in(turn).await;
         recovered.map_err(|e| {
             EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
         })
@@ -1628,6 +1655,57 @@ mod tests {
             assert_eq!(state.active_profile.as_deref(), Some("gpu1"));
             let node = engine.observe().await.unwrap();
             assert!(!node.gpus[0].mig_enabled && node.gpus[1].mig_enabled);
+        });
+    }
+
+    /// Issue 39: an apply refused after it rolled back an unfinished one (its profile
+    /// cannot be planned) leaves the CDI spec naming the GPUs as the rollback left them,
+    /// not the layout it undid, and its refusal says what the rollback did.
+    #[test]
+    fn an_apply_refused_after_rolling_back_an_unfinished_one_leaves_the_spec_true() {
+        use crate::apply::journal::Transaction;
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let whole = engine.observe().await.unwrap();
+            assert!(!whole.gpus[0].mig_enabled);
+            let job = engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j1").await;
+            let job = job.unwrap();
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            assert!(engine.run_apply(&job, tx).await.result.is_ok());
+            drop(job);
+            let seen = |r: gpushare_proto::cdi::CdiReport| {
+                let mut lines: Vec<String> = r.devices.into_iter().map(|d| d.describe).collect();
+                lines.extend(r.left_out);
+                lines.join("\n")
+            };
+            let mig = seen(engine.cdi_devices());
+            assert!(mig.contains("GPU 0") && mig.contains("MIG device 0:0"), "{mig}");
+            // An apply back to whole GPUs that the agent's end cut short.
+            engine
+                .journal
+                .begin(Transaction {
+                    profile: "all-disabled".into(),
+                    document: None,
+                    previous_profile: engine.journal.active_profile(),
+                    previous_document: engine.journal.active_document(),
+                    checkpoint: GpuCheckpoint::of(&whole, [0, 1]),
+                    steps: vec!["GPU 0: disable MIG mode".into()],
+                    completed: vec![],
+                    rollback_error: None,
+                })
+                .unwrap();
+            // Planned only after the rollback, and refused: GPU 0 has 7 slices.
+            let text = "name = \"too-big\"\n[[gpu]]\nselect = 0\nmig = { \"7g\" = 2 }\n";
+            let document = ProfileRef::Document { text, origin: "too-big.toml", config: "" };
+            let refused = engine.begin_apply(document, false, "j2").await;
+            let e = refused.err().expect("a profile of 14 slices is refused").to_string();
+            let node = engine.observe().await.unwrap();
+            assert!(!node.gpus[0].mig_enabled, "the rollback ran");
+            let now = seen(engine.cdi_devices());
+            assert!(now.contains("GPU 0") && !now.contains("MIG device"), "{now}");
+            assert!(e.contains("rolled back the unfinished apply of all-disabled"), "{e}");
         });
     }
 
