@@ -20,7 +20,6 @@ mod bench_options;
 mod bench_restore;
 mod bench_rounds;
 mod bench_setups;
-pub mod cdi;
 pub mod clients;
 pub mod error;
 pub mod events;
@@ -30,6 +29,8 @@ mod mps;
 pub mod probe;
 pub mod report;
 pub mod telemetry;
+pub mod transactions;
+pub mod views;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -44,8 +45,8 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 
 use crate::apply::hooks::Hooks;
 use crate::apply::journal::{BenchRecord, GpuCheckpoint, Journal, ProfileDocument};
-use crate::apply::transaction::{Applied, Recovered, TransactionError, Transactions};
-use crate::apply::{Executor, NodeAccess, Progress, Purpose, Reads};
+use crate::apply::transaction::{Recovered, Transactions};
+use crate::apply::{Executor, NodeAccess, Progress, Reads};
 use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::config::AgentConfig;
@@ -63,6 +64,8 @@ pub use events::EngineEvent;
 use events::Events;
 pub use jobs::{BenchClaim, Claims, JobGuard, JobKind, JobReport, JobResult, RunningJob};
 pub use probe::{ProbeJob, ProbeOptions};
+pub use transactions::SerialTransactions;
+use views::Views;
 
 /// The error of a profile the store does not have: unknown, or its file does not load
 /// (then the file's own error, which is what the user must fix).
@@ -148,97 +151,6 @@ struct ActiveProfile {
     document: Option<ProfileDocument>,
 }
 
-/// The engine's transactions, one at a time: an apply's, a bench's setups and its restore,
-/// the rollback of an unfinished apply. The journal records one transaction in flight, and a
-/// transaction is planned against GPUs no other one changes meanwhile; the turn is held only
-/// while one executes (seconds), never for a bench's length, so an apply of another GPU
-/// waits at most for one setup of a bench. A setup of a bench that changes nothing is no
-/// apply of a profile and is not recorded (see [`SerialTransactions::apply`]).
-pub struct SerialTransactions {
-    inner: Transactions,
-    /// The CDI spec, rebuilt after each transaction, in its turn.
-    cdi: cdi::CdiKeeper,
-    turn: Arc<AsyncMutex<()>>,
-    claims: Arc<Claims>,
-    /// Moved on when a transaction begins and ends (see `Engine::job_epoch`).
-    epoch: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// The turn to run a transaction; the job epoch moves on when it is taken and when it goes.
-struct Turn<'a> {
-    _held: tokio::sync::MutexGuard<'a, ()>,
-    epoch: &'a std::sync::atomic::AtomicU64,
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl SerialTransactions {
-    /// Waits for the turn.
-    async fn turn(&self) -> Turn<'_> {
-        let held = self.turn.lock().await;
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Turn { _held: held, epoch: &self.epoch }
-    }
-
-    /// The turn if no transaction runs now.
-    fn try_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        self.turn.try_lock().ok()
-    }
-
-    /// [`Transactions::apply`] in turn. A plan of benched GPUs alone is a bench's own setup
-    /// (no apply that selects a benched GPU gets this far): when it changes nothing, there
-    /// is nothing to record, and its profile (`bench-mps`) never becomes the active one.
-    pub async fn apply(
-        &self,
-        plan: &Plan,
-        document: Option<ProfileDocument>,
-        before: &NodeState,
-        progress: &UnboundedSender<Progress>,
-    ) -> Result<Applied, TransactionError> {
-        let setup = !plan.gpus.is_empty() && plan.gpus.iter().all(|g| self.claims.holds(g.gpu));
-        if setup && plan.is_empty() {
-            return Ok(Applied { steps_done: 0, warnings: Vec::new() });
-        }
-        let _turn = self.turn().await;
-        let applied = self.inner.apply(plan, document, before, progress).await;
-        // Committed or rolled back, the spec names what is there now.
-        self.cdi.refresh().await;
-        applied
-    }
-
-    /// [`Transactions::restore`] in turn.
-    pub async fn restore(
-        &self,
-        checkpoint: &[GpuCheckpoint],
-        purpose: Purpose,
-        progress: &UnboundedSender<Progress>,
-    ) -> Result<u32, String> {
-        let _turn = self.turn().await;
-        let restored = self.inner.restore(checkpoint, purpose, progress).await;
-        self.cdi.refresh().await;
-        restored
-    }
-
-    /// [`Transactions::recover`] in turn.
-    pub async fn recover(&self) -> Result<Option<Recovered>, String> {
-        let turn = self.turn().await;
-        self.recover_in(turn).await
-    }
-
-    /// [`Transactions::recover`] in `turn`, taken already.
-    async fn recover_in(&self, _turn: Turn<'_>) -> Result<Option<Recovered>, String> {
-        let recovered = self.inner.recover().await;
-        if matches!(recovered, Ok(Some(_))) {
-            self.cdi.refresh().await;
-        }
-        recovered
-    }
-}
-
 /// An apply that holds the apply lock and has its plan. The lock is released when the
 /// job is dropped: keep it until the outcome has been reported.
 pub struct ApplyJob {
@@ -283,12 +195,14 @@ impl<'a> ProfileRef<'a> {
 }
 
 impl Engine {
-    /// An engine over `backend` with `profiles`, keeping its journal in `state_dir`.
+    /// An engine over `backend` with `profiles`, keeping its journal in `state_dir` and
+    /// `views` true to the GPUs.
     pub fn new(
         backend: Arc<dyn GpuBackend>,
         profiles: ProfileStore,
         state_dir: &Path,
         config: &AgentConfig,
+        views: Views,
     ) -> Result<Self, EngineError> {
         let journal = Arc::new(Journal::open(state_dir).map_err(|e| {
             EngineError::StateDirectory { dir: state_dir.to_path_buf(), message: e.to_string() }
@@ -330,15 +244,12 @@ impl Engine {
             },
             policy,
         };
-        let writer =
-            crate::cdi::writer::Writer { dir: config.cdi.dir.clone(), enabled: config.cdi.enabled };
-        let transactions = SerialTransactions {
-            cdi: cdi::CdiKeeper::new(writer, node.clone()),
-            inner: transactions,
-            turn: Arc::new(AsyncMutex::new(())),
-            claims: Arc::clone(&claims),
-            epoch: Arc::clone(&job_epoch),
-        };
+        let transactions = SerialTransactions::new(
+            transactions,
+            views,
+            Arc::clone(&claims),
+            Arc::clone(&job_epoch),
+        );
         Ok(Engine {
             node,
             probe_dir: state_dir.join("probe"),
@@ -915,8 +826,8 @@ impl Engine {
         let options = PlanOptions { force, ..self.policy };
         let (plan, before, _) = self.plan_request(before, profile, options).await?;
         self.check_host(&plan, &before).await?;
-        // The spec is rewritten at commit: a place it cannot go is refused now.
-        self.transactions.cdi.check().map_err(EngineError::NotPossible)?;
+        // The views are rewritten at commit: a place one cannot go is refused now.
+        self.transactions.views().check().map_err(EngineError::NotPossible)?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -1252,13 +1163,13 @@ impl Engine {
 
     /// The devices of the CDI spec as last built.
     pub fn cdi_devices(&self) -> gpushare_proto::cdi::CdiReport {
-        self.transactions.cdi.report()
+        self.transactions.views().cdi().report()
     }
 
-    /// Rebuilds the CDI spec from the node as it is (at start-up, when no transaction
-    /// did: a node without an active profile, or one the re-apply left as it was).
-    pub async fn refresh_cdi(&self) {
-        self.transactions.cdi.refresh().await;
+    /// Renders the views from the node as it is (at start-up, when no transaction did: a
+    /// node without an active profile, or one the re-apply left as it was).
+    pub async fn refresh_views(&self) {
+        self.transactions.refresh_views().await;
     }
 
     /// Every known profile.
@@ -1373,7 +1284,8 @@ mod tests {
         config.mps.root = dir.join("mps");
         config.cdi.dir = dir.join("cdi");
         config.timeslice.nvidia_smi = "/nonexistent/nvidia-smi".into();
-        Engine::new(backend, ProfileStore::built_in(), dir, &config).unwrap()
+        Engine::new(backend, ProfileStore::built_in(), dir, &config, Views::from_config(&config))
+            .unwrap()
     }
 
     #[test]
@@ -1595,8 +1507,14 @@ mod tests {
         config.mps.root = dir.path().join("mps");
         config.cdi.dir = dir.path().join("cdi");
         let start = || {
-            Engine::new(Arc::clone(&backend), ProfileStore::built_in(), dir.path(), &config)
-                .unwrap()
+            Engine::new(
+                Arc::clone(&backend),
+                ProfileStore::built_in(),
+                dir.path(),
+                &config,
+                Views::from_config(&config),
+            )
+            .unwrap()
         };
         let engine = start();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -1721,7 +1639,14 @@ mod tests {
         let mut config = AgentConfig::default();
         config.mps.root = dir.path().join("mps");
         config.cdi.dir = dir.path().join("cdi");
-        let engine = Engine::new(backend, ProfileStore::built_in(), &state, &config).unwrap();
+        let engine = Engine::new(
+            backend,
+            ProfileStore::built_in(),
+            &state,
+            &config,
+            Views::from_config(&config),
+        )
+        .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let job = engine.begin_apply(ProfileRef::Named("all-balanced"), false, "j1").await;

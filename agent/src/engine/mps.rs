@@ -148,7 +148,7 @@ impl Engine {
             .and_then(|s| s.uid);
         let daemon_pid = node.mps.iter().find(|s| s.uuid == record.uuid).and_then(|s| s.pid);
         // The shares' limits follow the server's; listeners refresh.
-        self.refresh_cdi().await;
+        self.refresh_views().await;
         self.events.emit(EngineEvent::MpsChanged);
         Ok(MpsLimitResult {
             pid,
@@ -196,7 +196,7 @@ impl Engine {
         drop(named);
         // A share's limits are those its server gives: the spec follows a restore.
         if !report.restores.is_empty() {
-            self.refresh_cdi().await;
+            self.refresh_views().await;
         }
         self.events.emit(EngineEvent::HealthChecked);
         report.lines()
