@@ -23,6 +23,7 @@ mod bench_setups;
 pub mod clients;
 pub mod error;
 pub mod events;
+pub mod job_kind;
 pub mod jobs;
 pub mod mig_profiles;
 mod mps;
