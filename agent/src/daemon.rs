@@ -363,7 +363,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     // with its instances still missing, and `systemctl restart gpushare-agent && gpushare-ctl
     // apply …` never finds the re-apply running. Clients that do not wait for systemd (a
     // D-Bus activation, an agent started by hand) are served meanwhile: their applies wait
-    // for the re-apply (Engine::lock) instead of being refused.
+    // for the re-apply (Gate::lock) instead of being refused.
     match boot_job {
         Some(job) => {
             let engine = Arc::clone(&engine);
