@@ -286,8 +286,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     }
     let backend = backend(driver, &config)?;
     let profiles = load_profiles(&profiles_dir);
+    // The files kept true to the GPUs, built once from the configuration.
+    let views = crate::engine::views::Views::from_config(&config);
     let mut engine =
-        Engine::new(backend, profiles, &state_dir, &config).map_err(|e| e.to_string())?;
+        Engine::new(backend, profiles, &state_dir, &config, views).map_err(|e| e.to_string())?;
     if let Some(why) = hands_off {
         engine = engine.hands_off(why);
     }
@@ -336,9 +338,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
             None
         }
     };
-    // The CDI spec names what is there from the start (a re-apply rewrites it itself).
+    // The views (the CDI spec) name what is there from the start (a re-apply rewrites
+    // them itself).
     if boot_job.is_none() && !settings.read_only {
-        engine.refresh_cdi().await;
+        engine.refresh_views().await;
     }
 
     let bus = settings.bus();
@@ -360,7 +363,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     // with its instances still missing, and `systemctl restart gpushare-agent && gpushare-ctl
     // apply …` never finds the re-apply running. Clients that do not wait for systemd (a
     // D-Bus activation, an agent started by hand) are served meanwhile: their applies wait
-    // for the re-apply (Engine::lock) instead of being refused.
+    // for the re-apply (Gate::lock) instead of being refused.
     match boot_job {
         Some(job) => {
             let engine = Arc::clone(&engine);

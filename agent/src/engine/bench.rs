@@ -147,7 +147,9 @@ impl Engine {
                 "the built-in workloads measure real GPUs with CUDA; this agent simulates its GPUs (bench a command instead)".into(),
             ));
         }
-        if let Some(record) = self.journal.snapshot().bench.filter(|b| b.restore_error.is_some()) {
+        if let Some(record) =
+            self.core.journal.snapshot().bench.filter(|b| b.restore_error.is_some())
+        {
             return Err(EngineError::NotPossible(format!(
                 "restoring the GPU after the bench {} failed ({}); apply a profile first",
                 record.job,
@@ -157,7 +159,7 @@ impl Engine {
         let asked = tokio::time::Instant::now();
         // A bench that runs (one measurement at a time on a node), or a job holding the
         // lock that no one waits for, says so first, before the caller's check.
-        if let Some(claim) = self.claims.all().first() {
+        if let Some(claim) = self.gate.claims.all().first() {
             return Err(EngineError::Busy(Some(claim.holder())));
         }
         if let Some(running) = self.running_job().filter(|j| j.id != super::BOOT_JOB) {
@@ -175,7 +177,7 @@ impl Engine {
             options.cwd_text(),
             options.logs_text(),
         );
-        let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+        let stopping = self.gate.stopping.load(std::sync::atomic::Ordering::SeqCst);
         let who = bench_limits::caller_words(caller.uid).await;
         self.bench_limits
             .check_as_caller(
@@ -190,8 +192,9 @@ impl Engine {
         // Then the apply lock, briefly (named, for a caller whose wait for it runs out),
         // within what is left of the wait every job has.
         let lock = self.lock_by(None, asked + super::LOCK_WAIT).await?;
-        let _named = self.moments.hold(format!("a bench being checked ({job}, started by {who})"));
-        let node = self.node.observe(Reads::FOR_PLANNING).await?;
+        let _named =
+            self.gate.moments.hold(format!("a bench being checked ({job}, started by {who})"));
+        let node = self.core.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
         let (uuid, gpu) = (g.uuid.clone(), g.index);
@@ -208,7 +211,7 @@ impl Engine {
                         format!("{} is not MIG-capable", g.model_name()),
                     );
                 }
-                Some(_) if !self.policy.manage_mig => {
+                Some(_) if !self.core.policy.manage_mig => {
                     skipped.insert(
                         BenchStrategy::Mig,
                         "not measured: agent.toml [gpu] manage_mig = false (a host whose MIG mode the agent may not change)".into(),
@@ -239,7 +242,7 @@ impl Engine {
                 s.mig.clone(),
                 s.sharing.clone(),
             );
-            let plan = plan::plan(&node, &profile, &self.policy)
+            let plan = plan::plan(&node, &profile, &self.core.policy)
                 .map_err(|e| EngineError::NotPossible(format!("{}: {e}", s.strategy)))?;
             self.check_host(&plan, &node).await?;
         }
@@ -264,7 +267,7 @@ impl Engine {
             return Err(bench_limits::too_long(least, measurements, window, bound));
         }
 
-        let before = self.journal.snapshot();
+        let before = self.core.journal.snapshot();
         let record = BenchRecord {
             job: job.to_string(),
             checkpoint: GpuCheckpoint::of(&node, [gpu]),
@@ -275,7 +278,8 @@ impl Engine {
             restore_error: None,
             keeps_active: true,
         };
-        self.journal
+        self.core
+            .journal
             .begin_bench(record.clone())
             .map_err(|e| EngineError::Internal(format!("writing the journal: {e}")))?;
         let running =
@@ -301,7 +305,7 @@ impl Engine {
         // it was being checked.
         *self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some(job.cancel.clone());
-        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.gate.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             job.cancel.cancel();
         }
         let steps = job.steps();
@@ -313,7 +317,7 @@ impl Engine {
     /// stops its replicas and restores the GPU, then ends; a bench that begins from now on
     /// is cancelled at once.
     pub fn cancel_bench(&self) {
-        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.gate.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         self.bench_limits.cancel_checks();
         let running = self.running_bench.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cancel) = running.as_ref() {
@@ -394,7 +398,7 @@ impl Engine {
             total: outcome.steps_total,
             step: "restoring the GPU's sharing".into(),
         });
-        let restored = match self.journal.snapshot().bench {
+        let restored = match self.core.journal.snapshot().bench {
             Some(record) => self.restore_bench(&record, &quiet(&progress)).await,
             None => Err("the journal lost the bench record".into()),
         };
@@ -689,8 +693,8 @@ impl Engine {
         reads: Reads,
         progress: &UnboundedSender<Progress>,
     ) -> Result<(), String> {
-        let before = self.node.observe(reads).await.map_err(|e| e.to_string())?;
-        let plan = plan::plan(&before, &profile, &self.policy).map_err(|e| e.to_string())?;
+        let before = self.core.node.observe(reads).await.map_err(|e| e.to_string())?;
+        let plan = plan::plan(&before, &profile, &self.core.policy).map_err(|e| e.to_string())?;
         self.transactions
             .apply(&plan, None, &before, progress)
             .await
@@ -710,7 +714,8 @@ impl Engine {
         run: String,
         opened: Box<dyn FnMut() + Send>,
     ) -> Result<(BenchRun, Option<HostNoise>), String> {
-        let node = self.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
+        let node =
+            self.core.node.observe(Reads::GPUS_AND_SERVERS).await.map_err(|e| e.to_string())?;
         let devices = match self.replica_devices(&node, job, setup, n) {
             Ok(d) => d,
             Err(e) => return Ok((error_run(n, setup.describe.clone(), e), None)),
@@ -735,9 +740,9 @@ impl Engine {
         let launcher = std::sync::Arc::clone(&self.launcher);
         let identity = job.identity.clone();
         let label = job.label.clone();
-        let journal = std::sync::Arc::clone(&self.journal);
+        let journal = std::sync::Arc::clone(&self.core.journal);
         let cancel = job.cancel.clone();
-        let node_access = self.node.clone();
+        let node_access = self.core.node.clone();
         let gpu = job.gpu;
         let handle = tokio::runtime::Handle::current();
         let outcome = tokio::task::spawn_blocking(move || {

@@ -204,8 +204,8 @@ impl super::Engine {
         }
         let (cpus, from) = match &options.cpus {
             None => {
-                let bus_id = self.node.pci_bus_id(gpu).await;
-                let root = self.node.host_root.clone();
+                let bus_id = self.core.node.pci_bus_id(gpu).await;
+                let root = self.core.node.host_root.clone();
                 tokio::task::spawn_blocking(move || pinning::available(&root, bus_id.as_deref()))
                     .await
                     .map_err(|e| {

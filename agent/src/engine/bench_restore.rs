@@ -23,6 +23,7 @@ impl Engine {
         let restore = self.transactions.restore(&record.checkpoint, Purpose::Restore, progress);
         let restored = match restore.await {
             Ok(steps) => self
+                .core
                 .journal
                 .end_bench()
                 .map(|()| steps)
@@ -33,7 +34,7 @@ impl Engine {
             Ok(steps) => {
                 // The profile committed last: the one before the bench, or one applied to
                 // another GPU during it (a bench's setups are never active).
-                let profile = self.journal.active_profile().unwrap_or_else(|| "none".into());
+                let profile = self.core.journal.active_profile().unwrap_or_else(|| "none".into());
                 let gpus: Vec<String> =
                     record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
                 Ok(format!(
@@ -42,7 +43,7 @@ impl Engine {
                 ))
             }
             Err(e) => {
-                if let Err(w) = self.journal.bench_restore_failed(&e) {
+                if let Err(w) = self.core.journal.bench_restore_failed(&e) {
                     tracing::error!("recording the bench's failed restore in the journal: {w}");
                 }
                 Err(e)
@@ -71,7 +72,7 @@ impl Engine {
     /// serves. A bench whose restore failed earlier is not tried again (an apply may have
     /// come since; the next one settles it). Returns what was done, for the log.
     pub async fn recover_bench(&self) -> Result<Option<String>, EngineError> {
-        let Some(record) = self.journal.snapshot().bench else {
+        let Some(record) = self.core.journal.snapshot().bench else {
             // Under systemd: units of a bench the journal no longer knows of.
             self.stop_left_over(Vec::new(), 0).await;
             return Ok(None);

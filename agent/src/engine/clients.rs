@@ -453,7 +453,7 @@ impl super::Engine {
     ) -> Result<ClientTable, super::EngineError> {
         let viewer = viewer.into();
         let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
-        let node = self.node.observe_shared(reads, self.epoch()).await?.with_live_limits();
+        let node = self.core.node.observe_shared(reads, self.epoch()).await?.with_live_limits();
         tokio::task::spawn_blocking(move || {
             let mounts = Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;
@@ -472,8 +472,8 @@ impl super::Engine {
     /// refresh starts no process.
     pub async fn clients_and_servers(&self) -> Result<ClientsRefresh, super::EngineError> {
         let driver_only = crate::apply::Reads { timeslices: false, mps_clients: false };
-        let mut node = self.node.observe_shared(driver_only, self.epoch()).await?;
-        let sharing = std::sync::Arc::clone(&self.node.sharing);
+        let mut node = self.core.node.observe_shared(driver_only, self.epoch()).await?;
+        let sharing = std::sync::Arc::clone(&self.core.node.sharing);
         tokio::task::spawn_blocking(move || {
             let unnamed: Vec<String> = (node.mps.iter())
                 .filter(|s| !driver_names_clients(&node, s))

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::jobs::RunningJob;
+use super::job_kind::{JobKind, RunningJob};
 use crate::apply::transaction::TransactionError;
 use crate::gpu::GpuError;
 use crate::plan::PlanError;
@@ -26,7 +26,7 @@ pub enum EngineError {
     #[error("{0}")]
     Plan(#[from] PlanError),
     /// Another job holds the apply lock, or work of the agent's own does for a moment
-    /// ([`super::JobKind::Moment`]); `None`: a job starting or ending (the lock is taken
+    /// ([`JobKind::Moment`]); `None`: a job starting or ending (the lock is taken
     /// before the job is named, and let go after its name went).
     #[error("{}", busy_text(.0))]
     Busy(Option<RunningJob>),
@@ -84,6 +84,15 @@ pub enum EngineError {
     /// A task of the agent itself failed (a panic on the blocking pool).
     #[error("{0}")]
     Internal(String),
+    /// An apply refused after it rolled back an unfinished one (see
+    /// `Engine::settle_unfinished`): the refusal, and what the rollback did to the GPUs.
+    #[error("{error}; before this refusal: {repaired}")]
+    AfterRollback {
+        /// What the rollback did, in one line.
+        repaired: String,
+        /// Why the apply was refused.
+        error: Box<EngineError>,
+    },
 }
 
 /// `a probe is running (/io/gpushare/Agent1/jobs/9, probe of GPU-1); try again when it has
@@ -94,12 +103,12 @@ fn busy_text(running: &Option<RunningJob>) -> String {
         return "another job is starting or ending; try again in a moment".into();
     };
     let what = match &job.kind {
-        super::JobKind::Moment { what } => {
+        JobKind::Moment { what } => {
             return format!("{what} holds the apply lock; try again in a moment");
         }
-        super::JobKind::Probe { .. } => "a probe",
-        super::JobKind::Bench { .. } => "a bench",
-        super::JobKind::Apply { .. } => "another apply",
+        JobKind::Probe { .. } => "a probe",
+        JobKind::Bench { .. } => "a bench",
+        JobKind::Apply { .. } => "another apply",
     };
     format!("{what} is running ({job}); try again when it has finished")
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gpushare_proto::types::ProbeReport;
 use tokio::sync::broadcast;
 
-use super::jobs::{JobKind, JobResult};
+use super::job_kind::{JobKind, JobResult};
 
 /// Events a slow listener may fall behind by before it misses some (it is then told how
 /// many it missed and can refresh from the engine).

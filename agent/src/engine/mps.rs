@@ -16,7 +16,7 @@ impl Engine {
     /// The MPS servers with their clients and live limits (one control run per daemon).
     pub async fn mps_status(&self) -> Result<MpsStatus, EngineError> {
         let reads = Reads { timeslices: false, mps_clients: true };
-        let node = self.node.observe(reads).await?;
+        let node = self.core.node.observe(reads).await?;
         let restores = self.supervisor.restores();
         let cx = self.mps_context(&restores);
         Ok(MpsStatus {
@@ -30,7 +30,7 @@ impl Engine {
         restores: &'a std::collections::HashMap<String, u32>,
     ) -> MpsContext<'a> {
         MpsContext {
-            mps: &self.node.sharing.mps,
+            mps: &self.core.node.sharing.mps,
             restores,
             user_name: &crate::sys::unix::cached_user_name,
         }
@@ -49,7 +49,7 @@ impl Engine {
             .filter(|g| with_clients && !g.mps_clients_named)
             .map(|g| g.index)
             .collect();
-        Ok(self.node.read_live_limits(node, move |s| unnamed.contains(&s.gpu)).await?)
+        Ok(self.core.node.read_live_limits(node, move |s| unnamed.contains(&s.gpu)).await?)
     }
 
     /// Sets the limits of the MPS server serving client `pid` (for its new clients), for
@@ -85,18 +85,18 @@ impl Engine {
                 "threads must be from {low} to {high}, not {t}"
             )));
         }
-        let sharing = Arc::clone(&self.node.sharing);
+        let sharing = Arc::clone(&self.core.node.sharing);
         let (record, server) =
             tokio::task::spawn_blocking(move || sharing.mps.server_of_client(pid))
                 .await
                 .map_err(|e| EngineError::Internal(crate::sys::task_failed(&e)))??;
         // A bench's server serves its replicas: its limits are the bench's setup.
-        if let Some(claim) = self.claims.of_gpu(record.gpu) {
+        if let Some(claim) = self.gate.claims.of_gpu(record.gpu) {
             return Err(EngineError::Busy(Some(claim.holder())));
         }
         // A limit above the served device's memory would be taken and limit nothing.
         if let Some(bytes) = memory_bytes {
-            let node = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
+            let node = self.core.node.observe(Reads::GPUS_AND_SERVERS).await?;
             if let Some((memory, device)) = node.device_memory(record.gpu, record.placement_start)
                 && bytes > memory
             {
@@ -107,7 +107,7 @@ impl Engine {
                 )));
             }
         }
-        let sharing = Arc::clone(&self.node.sharing);
+        let sharing = Arc::clone(&self.core.node.sharing);
         let uuid = record.uuid.clone();
         let detail = MpsServerDetail::configured(record.spec(), record.overrides.clone());
         let (before, after) = tokio::task::spawn_blocking(move || {
@@ -139,8 +139,8 @@ impl Engine {
             crate::node::limits_text(after)
         );
         // Whom it serves, as views show it (a fresh read: the setting dropped the last one).
-        let observed = self.node.observe(Reads::GPUS_AND_SERVERS).await?;
-        let node = self.node.read_live_limits(observed, |_| false).await?;
+        let observed = self.core.node.observe(Reads::GPUS_AND_SERVERS).await?;
+        let node = self.core.node.read_live_limits(observed, |_| false).await?;
         let live = node.mps_detail(&record.uuid).and_then(|d| d.live.clone());
         let served_by = live
             .as_ref()
@@ -148,7 +148,7 @@ impl Engine {
             .and_then(|s| s.uid);
         let daemon_pid = node.mps.iter().find(|s| s.uuid == record.uuid).and_then(|s| s.pid);
         // The shares' limits follow the server's; listeners refresh.
-        self.refresh_cdi().await;
+        self.refresh_views().await;
         self.events.emit(EngineEvent::MpsChanged);
         Ok(MpsLimitResult {
             pid,
@@ -174,17 +174,13 @@ impl Engine {
     /// and a restart would change what it measures). Listeners hear of it either way.
     /// Returns what it did, one line per server.
     pub async fn supervise_mps(&self) -> Vec<String> {
-        let lock = match self.hands_off {
-            None => Arc::clone(&self.apply_lock).try_lock_owned().ok(),
-            Some(_) => None,
-        };
-        let named = lock.as_ref().map(|_| self.moments.hold("the MPS health check".into()));
-        let turn = lock.as_ref().and_then(|_| self.transactions.try_turn());
-        let report = match (lock, turn) {
-            (Some(_lock), Some(_turn)) => {
+        let moment = self.gate.try_moment("the MPS health check");
+        let turn = moment.as_ref().and_then(|_| self.transactions.try_turn());
+        let report = match (moment, turn) {
+            (Some(_moment), Some(_turn)) => {
                 let supervisor = Arc::clone(&self.supervisor);
-                let sharing = Arc::clone(&self.node.sharing);
-                let benched: Vec<u32> = self.claims.all().iter().map(|c| c.gpu).collect();
+                let sharing = Arc::clone(&self.core.node.sharing);
+                let benched: Vec<u32> = self.gate.claims.all().iter().map(|c| c.gpu).collect();
                 tokio::task::spawn_blocking(move || {
                     supervisor.check_sparing(&sharing.mps, &benched)
                 })
@@ -193,10 +189,9 @@ impl Engine {
             }
             _ => Default::default(),
         };
-        drop(named);
         // A share's limits are those its server gives: the spec follows a restore.
         if !report.restores.is_empty() {
-            self.refresh_cdi().await;
+            self.refresh_views().await;
         }
         self.events.emit(EngineEvent::HealthChecked);
         report.lines()

@@ -86,13 +86,13 @@ impl Engine {
         }
         // The lock first, so that the sharing observed stays as it is; the job is named
         // (for status and Busy) once its target is known.
-        let lock = self.lock(None).await?;
-        let node = self.node.observe(Reads::FOR_PLANNING).await?;
+        let lock = self.gate.lock(None).await?;
+        let node = self.core.node.observe(Reads::FOR_PLANNING).await?;
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let (env, gpu) = self.env_for(&node, &target)?;
         let running =
             RunningJob { id: job.to_string(), kind: JobKind::Probe { target: env.uuid.clone() } };
-        let mut guard = self.job_guard(lock, running);
+        let mut guard = self.gate.job_guard(lock, running);
         guard.start(options.steps());
         Ok(ProbeJob { options, env, gpu, _guard: guard })
     }

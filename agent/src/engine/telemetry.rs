@@ -13,10 +13,10 @@ impl Engine {
     /// with every value `null`.
     pub async fn telemetry(&self) -> Result<Telemetry, EngineError> {
         let reads = Reads { timeslices: false, mps_clients: false };
-        let node = self.node.observe_shared(reads, self.epoch()).await?;
+        let node = self.core.node.observe_shared(reads, self.epoch()).await?;
         let mut gpus = Vec::with_capacity(node.gpus.len());
         for g in &node.gpus {
-            let t = self.node.telemetry(g.index).await.unwrap_or_default();
+            let t = self.core.node.telemetry(g.index).await.unwrap_or_default();
             gpus.push(doc(g.index, &g.uuid, t));
         }
         Ok(Telemetry { gpus })

@@ -13,33 +13,38 @@ use crate::plan::PlanError;
 impl From<EngineError> for AgentError {
     fn from(e: EngineError) -> Self {
         let message = e.to_string();
-        match e {
-            EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
-            EngineError::InvalidProfile(_) | EngineError::BrokenProfile(_) => {
-                AgentError::InvalidProfile(message)
-            }
-            EngineError::Plan(PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
-            EngineError::Plan(_) | EngineError::HandsOff(_) => AgentError::Infeasible(message),
-            EngineError::Busy(_) => AgentError::Busy(message),
-            EngineError::Backend(_) => AgentError::Backend(message),
-            EngineError::Apply { error, .. } => match *error {
-                // A step or its verification failed: the driver's (or a tool's) answer.
-                TransactionError::RolledBack { .. } | TransactionError::RollbackFailed { .. } => {
-                    AgentError::Backend(message)
-                }
-                TransactionError::Hook(_) | TransactionError::Journal(_) => {
-                    AgentError::Failed(message)
-                }
-            },
-            EngineError::Sharing(_)
-            | EngineError::InvalidArgument(_)
-            | EngineError::NotPossible(_)
-            | EngineError::Probe { .. }
-            | EngineError::Bench { .. }
-            | EngineError::Recovery(_)
-            | EngineError::StateDirectory { .. }
-            | EngineError::Internal(_) => AgentError::Failed(message),
+        of_kind(e, message)
+    }
+}
+
+/// The D-Bus error of `e`'s kind, saying `message`.
+fn of_kind(e: EngineError, message: String) -> AgentError {
+    match e {
+        EngineError::UnknownProfile(_) => AgentError::UnknownProfile(message),
+        EngineError::InvalidProfile(_) | EngineError::BrokenProfile(_) => {
+            AgentError::InvalidProfile(message)
         }
+        EngineError::Plan(PlanError::GpuBusy(_)) => AgentError::GpuBusy(message),
+        EngineError::Plan(_) | EngineError::HandsOff(_) => AgentError::Infeasible(message),
+        EngineError::Busy(_) => AgentError::Busy(message),
+        EngineError::Backend(_) => AgentError::Backend(message),
+        EngineError::Apply { error, .. } => match *error {
+            // A step or its verification failed: the driver's (or a tool's) answer.
+            TransactionError::RolledBack { .. } | TransactionError::RollbackFailed { .. } => {
+                AgentError::Backend(message)
+            }
+            TransactionError::Hook(_) | TransactionError::Journal(_) => AgentError::Failed(message),
+        },
+        EngineError::Sharing(_)
+        | EngineError::InvalidArgument(_)
+        | EngineError::NotPossible(_)
+        | EngineError::Probe { .. }
+        | EngineError::Bench { .. }
+        | EngineError::Recovery(_)
+        | EngineError::StateDirectory { .. }
+        | EngineError::Internal(_) => AgentError::Failed(message),
+        // Refused after repairing what an earlier apply left: the refusal's kind.
+        EngineError::AfterRollback { error, .. } => of_kind(*error, message),
     }
 }
 
@@ -158,6 +163,13 @@ mod tests {
             (apply(TransactionError::Journal("x".into())), "Failed"),
             (EngineError::InvalidArgument("x".into()), "Failed"),
             (EngineError::NotPossible("x".into()), "Failed"),
+            (
+                EngineError::AfterRollback {
+                    repaired: "x".into(),
+                    error: Box::new(EngineError::Plan(PlanError::Forbidden("x".into()))),
+                },
+                "Infeasible",
+            ),
         ];
         for (e, name) in cases {
             assert_eq!(error_name(&e), format!("io.gpushare.Agent1.Error.{name}"), "{e:?}");

@@ -1,6 +1,7 @@
-//! The CDI spec kept true: rebuilt from a fresh observation after every transaction (a
-//! commit, a rollback, a bench's setup or restore, the recovery at start-up) and at
-//! start-up, and written when it changed; the last build answers `gpushare-ctl cdi`.
+//! The CDI spec as a view ([`super::View`]): rendered from each observation the views
+//! share (after every transaction and at start-up), written when it changed; owns the
+//! last build, which answers `gpushare-ctl cdi`, and the reasons for leaving devices out
+//! already logged.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,15 +9,15 @@ use std::sync::Mutex;
 
 use gpushare_proto::cdi::{CdiDevice, CdiReport};
 
-use crate::apply::{NodeAccess, Reads};
+use super::{Observation, View};
+use crate::apply::NodeAccess;
 use crate::cdi::writer::Writer;
 use crate::cdi::{self, Described, Host, KIND};
 use crate::gpu::device_nodes::{self, DeviceNode};
 
-/// The spec's writer, what it is built from, and the last build.
-pub struct CdiKeeper {
+/// The spec's writer and the last build.
+pub struct CdiView {
     writer: Writer,
-    node: NodeAccess,
     last: Mutex<Option<Built>>,
     /// The reasons for leaving devices out last logged: each is said once, and again
     /// only after it went away (issue 37: 20 lines after every apply, as a user).
@@ -35,7 +36,7 @@ struct Built {
 /// GPUs' minor numbers; MPS directories where the sharing layer keeps them.
 struct AccessHost<'a> {
     node: &'a NodeAccess,
-    minors: HashMap<u32, Option<u32>>,
+    minors: &'a HashMap<u32, Option<u32>>,
 }
 
 impl Host for AccessHost<'_> {
@@ -59,64 +60,35 @@ impl Host for AccessHost<'_> {
     }
 }
 
-impl CdiKeeper {
-    /// A keeper writing through `writer` what `node` observes.
-    pub fn new(writer: Writer, node: NodeAccess) -> Self {
-        CdiKeeper { writer, node, last: Mutex::new(None), logged: Mutex::default() }
+impl CdiView {
+    /// The view writing through `writer`.
+    pub fn new(writer: Writer) -> Self {
+        CdiView { writer, last: Mutex::new(None), logged: Mutex::default() }
     }
 
-    /// Whether the spec can be written (checked before an apply's first step).
-    pub fn check(&self) -> Result<(), String> {
-        self.writer.check()
-    }
-
-    /// Builds the spec from a fresh observation and writes it when it changed; a failure
-    /// is logged and kept for `gpushare-ctl cdi` (the GPUs are as the transaction left
-    /// them either way: the spec follows them, never the other way round).
-    pub async fn refresh(&self) {
-        if !self.writer.enabled {
-            return;
-        }
-        // The shares' limits are those the servers give their clients now.
-        let observed = match self.node.observe(Reads::GPUS_AND_SERVERS).await {
-            Ok(node) => self.node.read_live_limits(node, |_| false).await,
-            Err(e) => Err(e),
-        };
-        let built = match observed {
-            Ok(node) => {
-                let mut minors = HashMap::new();
-                for g in &node.gpus {
-                    minors.insert(g.index, self.node.minor_number(g.index).await);
-                }
-                let host = AccessHost { node: &self.node, minors };
-                let (spec, described, left_out) = cdi::build(&node, &host);
-                let bytes = (!spec.devices.is_empty()).then(|| cdi::to_bytes(&spec));
-                let error = match self.writer.write(bytes.as_deref()) {
-                    Ok(true) => {
-                        tracing::info!(
-                            devices = spec.devices.len(),
-                            "CDI spec {} written",
-                            self.writer.path().display()
-                        );
-                        None
-                    }
-                    Ok(false) => None,
-                    Err(e) => {
-                        let why = format!("writing {}: {e}", self.writer.path().display());
-                        tracing::error!("CDI spec: {why}");
-                        Some(why)
-                    }
-                };
-                self.log_left_out(&left_out);
-                Built { described, left_out, error }
+    /// Builds the spec from `seen` and writes it when it changed.
+    fn build(&self, seen: &Observation<'_>) -> Built {
+        let host = AccessHost { node: seen.access, minors: seen.minors };
+        let (spec, described, left_out) = cdi::build(seen.node, &host);
+        let bytes = (!spec.devices.is_empty()).then(|| cdi::to_bytes(&spec));
+        let error = match self.writer.write(bytes.as_deref()) {
+            Ok(true) => {
+                tracing::info!(
+                    devices = spec.devices.len(),
+                    "CDI spec {} written",
+                    self.writer.path().display()
+                );
+                None
             }
+            Ok(false) => None,
             Err(e) => {
-                let why = format!("observing the node: {e}");
-                tracing::error!("CDI spec not rebuilt: {why}");
-                Built { error: Some(why), ..Built::default() }
+                let why = format!("writing {}: {e}", self.writer.path().display());
+                tracing::error!("CDI spec: {why}");
+                Some(why)
             }
         };
-        *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(built);
+        self.log_left_out(&left_out);
+        Built { described, left_out, error }
     }
 
     /// Warns of each reason for leaving devices out that was not already said, naming its
@@ -169,6 +141,29 @@ impl CdiKeeper {
             left_out: built.left_out,
             error: built.error,
         }
+    }
+}
+
+impl View for CdiView {
+    fn name(&self) -> &'static str {
+        "CDI spec"
+    }
+
+    fn enabled(&self) -> bool {
+        self.writer.enabled
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.writer.check()
+    }
+
+    /// A failure is logged and kept for `gpushare-ctl cdi`.
+    fn render(&self, seen: Result<&Observation<'_>, &str>) {
+        let built = match seen {
+            Ok(seen) => self.build(seen),
+            Err(why) => Built { error: Some(why.to_string()), ..Built::default() },
+        };
+        *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(built);
     }
 }
 

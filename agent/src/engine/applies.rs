@@ -1,0 +1,258 @@
+//! Apply jobs: an apply from its request to its report. Owns the apply job ([`ApplyJob`]:
+//! its plan, the GPUs it was planned against, what an earlier unfinished apply's rollback
+//! repaired) and why the re-apply at start-up failed, until an apply succeeds. Asks the
+//! gate whether it may run, the core for the plan, and runs it as a transaction
+//! (`super::transactions`); the recovery at start-up is here too.
+
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Engine;
+use super::core::ProfileRef;
+use super::error::EngineError;
+use super::events::EngineEvent;
+use super::gate::{BOOT_JOB, LOCK_WAIT};
+use super::jobs::{BenchClaim, JobGuard, JobKind, JobReport, JobResult};
+use crate::apply::Progress;
+use crate::apply::journal::ProfileDocument;
+use crate::apply::transaction::Recovered;
+use crate::node::NodeState;
+use crate::plan::{Plan, PlanOptions};
+use crate::profile::{self, Profile};
+
+/// An apply that holds the apply lock and has its plan. The lock is released when the
+/// job is dropped: keep it until the outcome has been reported.
+pub struct ApplyJob {
+    plan: Plan,
+    document: Option<ProfileDocument>,
+    before: NodeState,
+    /// What the rollback of an earlier unfinished apply repaired before this one.
+    repaired: Option<Recovered>,
+    /// Whether this is the re-apply at start-up.
+    boot: bool,
+    _guard: JobGuard,
+}
+
+impl ApplyJob {
+    /// The plan the job carries out.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+impl Engine {
+    /// Rolls back an apply that the journal shows interrupted (run before serving).
+    /// Returns what was done, for the log.
+    pub async fn recover(&self) -> Result<Option<String>, EngineError> {
+        let _moment = self.gate.wait_for_moment("the recovery at start-up".into()).await;
+        if let Some(why) = self.gate.hands_off_reason() {
+            let pending = self.core.journal.snapshot().transaction;
+            return Ok(pending.map(|t| {
+                format!("the unfinished apply of {} is left as it is: {why}", t.profile)
+            }));
+        }
+        let recovered = self.transactions.recover().await.map_err(EngineError::Recovery)?;
+        Ok(recovered.map(|r| r.message))
+    }
+
+    /// Takes the apply lock and plans the profile; fails at once when another job runs
+    /// or the profile cannot be planned. `job` names the job in Busy messages and status.
+    pub async fn begin_apply(
+        &self,
+        source: ProfileRef<'_>,
+        force: bool,
+        job: &str,
+    ) -> Result<ApplyJob, EngineError> {
+        self.may_change()?;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let profile = self.core.resolve_request(source).await?;
+        let kind = JobKind::Apply { profile: profile.name.clone() };
+        let mut guard = self.gate.lock_for(job, kind).await?;
+        let repaired = self.settle_unfinished(deadline).await?;
+        let planned = self.plan_apply(source, profile, force).await;
+        let (plan, before, document) = match (planned, &repaired) {
+            (Ok(planned), _) => planned,
+            // The GPUs changed all the same: the refusal says how.
+            (Err(error), Some(r)) => {
+                let repaired = r.message.clone();
+                return Err(EngineError::AfterRollback { repaired, error: Box::new(error) });
+            }
+            (Err(error), None) => return Err(error),
+        };
+        guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
+        let boot = job == BOOT_JOB;
+        Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
+    }
+
+    /// The plan of an apply of `profile` (from `source`) against a fresh observation,
+    /// with the GPUs it was made against and the document to journal; refused where the
+    /// profile selects a benched GPU, the host cannot carry the plan out, or a view's place
+    /// cannot be written.
+    async fn plan_apply(
+        &self,
+        source: ProfileRef<'_>,
+        profile: Profile,
+        force: bool,
+    ) -> Result<(Plan, NodeState, Option<ProfileDocument>), EngineError> {
+        let before = self.observe().await?;
+        // A benched GPU is the bench's until it ends; refused before any plan is made (a
+        // plan would describe the bench's setup, and the bench's restore would undo it).
+        self.refuse_benched(&profile, &before)?;
+        let options = PlanOptions { force, ..self.core.policy };
+        let (plan, before, _) = self.core.plan_request(before, profile, options).await?;
+        self.core.check_host(&plan, &before).await?;
+        // The views are rewritten at commit: a place one cannot go is refused now.
+        self.transactions.views().check().map_err(EngineError::NotPossible)?;
+        let document = match source {
+            ProfileRef::Named(_) => None,
+            ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
+                text: text.to_string(),
+                origin: origin.to_string(),
+                config: config.to_string(),
+            }),
+        };
+        Ok((plan, before, document))
+    }
+
+    /// An apply whose rollback failed (or whose end could not be written) leaves its GPUs
+    /// between layouts: it is rolled back first (again), or the new apply is refused,
+    /// rather than its record overwritten. What that repairs is part of the new apply's
+    /// report. A transaction the journal holds may also be running now (a bench's setup or
+    /// its restore): it is waited for, up to `deadline`; an unsettled setup of a running
+    /// bench is the bench's to settle (its restore does).
+    async fn settle_unfinished(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Recovered>, EngineError> {
+        if self.core.journal.snapshot().transaction.is_none() {
+            return Ok(None);
+        }
+        let busy = || EngineError::Busy(self.gate.claims.all().first().map(BenchClaim::holder));
+        let turn = tokio::time::timeout_at(deadline, self.transactions.turn())
+            .await
+            .map_err(|_| busy())?;
+        let Some(pending) = self.core.journal.snapshot().transaction else { return Ok(None) };
+        if let Some(claim) = pending.checkpoint.iter().find_map(|c| self.gate.claims.of_gpu(c.gpu))
+        {
+            return Err(EngineError::Busy(Some(claim.holder())));
+        }
+        let recovered = self.transactions.recover_in(turn).await;
+        recovered.map_err(|e| {
+            EngineError::Recovery(format!("{e}; no new apply until that rollback succeeds"))
+        })
+    }
+
+    /// Refuses a profile that selects a GPU a bench holds, naming the bench.
+    fn refuse_benched(&self, profile: &Profile, node: &NodeState) -> Result<(), EngineError> {
+        let count = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+        for claim in self.gate.claims.all() {
+            let Some(g) = node.gpu(claim.gpu) else { continue };
+            let gpu = profile::GpuRef {
+                index: g.index,
+                count,
+                uuid: &g.uuid,
+                pci_device_id: g.pci_device_id,
+                model: g.model,
+            };
+            if profile.rules.iter().any(|r| r.selects(&gpu)) {
+                let mut holder = claim.holder();
+                holder.kind = JobKind::Bench {
+                    target: format!(
+                        "GPU {} (this profile selects it), started by {}",
+                        claim.gpu,
+                        claim.who()
+                    ),
+                };
+                return Err(EngineError::Busy(Some(holder)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out an apply job as a transaction, sending progress.
+    pub async fn run_apply(
+        &self,
+        job: &ApplyJob,
+        progress: UnboundedSender<Progress>,
+    ) -> JobReport {
+        let started = Instant::now();
+        let plan = &job.plan;
+        let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
+        let outcome =
+            self.transactions.apply(plan, job.document.clone(), &job.before, &progress).await;
+        drop(progress);
+        let repaired = job.repaired.as_ref().filter(|r| r.steps > 0);
+        let changed = total > 0 || repaired.is_some();
+        let mut report = JobReport {
+            kind: JobKind::Apply { profile: plan.profile.clone() },
+            result: if changed { JobResult::Success } else { JobResult::Unchanged },
+            changed,
+            steps_done: 0,
+            steps_total: total,
+            duration: Duration::ZERO,
+            error: None,
+            warnings: Vec::new(),
+            probe: None,
+            bench: None,
+        };
+        if let Some(repaired) = &job.repaired {
+            report.warnings.push(format!("before this apply: {}", repaired.message));
+        }
+        match outcome {
+            Ok(applied) => {
+                report.steps_done = applied.steps_done;
+                report.warnings.extend(applied.warnings);
+            }
+            Err(error) => {
+                report.result = error.settled().into();
+                report.changed = error.left_changed() || repaired.is_some();
+                report.steps_done = error.steps_done();
+                let profile = plan.profile.clone();
+                report.error = Some(EngineError::Apply { profile, error: Box::new(error) });
+            }
+        }
+        report.duration = started.elapsed();
+        self.settle_start_up_error(job.boot, report.error.as_ref());
+        self.events.emit(EngineEvent::ApplyFinished {
+            profile: plan.profile.clone(),
+            result: report.result,
+            duration: report.duration,
+        });
+        job._guard.finish();
+        report
+    }
+
+    /// At start-up, the apply that brings the GPUs back to `boot_profile`, or else to the
+    /// active profile (from its document when it was applied from one); `None` when
+    /// there is nothing to re-apply.
+    pub async fn begin_boot_apply(
+        &self,
+        boot_profile: Option<&str>,
+    ) -> Option<Result<ApplyJob, EngineError>> {
+        let begun = if let Some(name) = boot_profile {
+            self.begin_apply(ProfileRef::Named(name), false, BOOT_JOB).await
+        } else {
+            let active = self.core.journal.active_profile()?;
+            match self.core.journal.active_document() {
+                Some(d) => self.begin_apply(ProfileRef::of_document(&d), false, BOOT_JOB).await,
+                None => self.begin_apply(ProfileRef::Named(&active), false, BOOT_JOB).await,
+            }
+        };
+        if let Err(e) = &begun {
+            self.settle_start_up_error(true, Some(e));
+        }
+        Some(begun)
+    }
+
+    /// Keeps why the start-up re-apply failed for `status`, until an apply succeeds.
+    fn settle_start_up_error(&self, boot: bool, error: Option<&EngineError>) {
+        let mut kept = self.start_up_error.lock().unwrap_or_else(PoisonError::into_inner);
+        match error {
+            Some(e) if boot => *kept = Some(e.to_string()),
+            Some(_) => {}
+            None => *kept = None,
+        }
+    }
+}
