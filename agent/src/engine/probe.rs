@@ -158,7 +158,7 @@ impl Engine {
         progress: &UnboundedSender<Progress>,
         outcome: &mut JobReport,
     ) -> Result<ProbeReport, String> {
-        let exe = agent_binary()?;
+        let exe = crate::sys::agent_binary()?;
         let env = job.env.variables.clone();
         let total = outcome.steps_total;
         let mut runs = Vec::new();
@@ -199,10 +199,6 @@ impl Engine {
 }
 
 /// This binary, which probe clients run as (`--probe-client`).
-fn agent_binary() -> Result<std::path::PathBuf, String> {
-    std::env::current_exe().map_err(|e| format!("cannot find the agent binary: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
