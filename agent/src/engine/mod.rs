@@ -15,11 +15,6 @@
 //! systemd) follow the engine through [`EngineEvent`]s.
 
 pub mod bench;
-pub mod bench_limits;
-mod bench_options;
-mod bench_restore;
-mod bench_rounds;
-mod bench_setups;
 pub mod cdi;
 pub mod clients;
 pub mod error;
@@ -58,6 +53,7 @@ use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
 use crate::sharing::supervisor::MpsSupervisor;
 use crate::sharing::timeslice::TimesliceControl;
 pub use bench::{BenchJob, BenchOptions, Caller};
+use bench::limits as bench_limits;
 pub use error::EngineError;
 pub use events::EngineEvent;
 use events::Events;
