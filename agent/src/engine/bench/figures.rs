@@ -72,18 +72,12 @@ pub(super) fn figures(
         }
         report.strategies.push(runs);
     }
-    report.intervals =
-        intervals_text(job.options.repeat, baseline.repeat_throughputs_per_s.len());
+    report.intervals = intervals_text(job.options.repeat, baseline.repeat_throughputs_per_s.len());
     report.recommendations =
         stats::recommend(&report.strategies, job.options.objective, report.rate_unit(), floor);
     if let Some(slo) = job.options.slo {
-        report.capacity = stats::capacity(
-            &report.strategies,
-            slo,
-            job.options.fleet,
-            floor,
-            &report.sequence,
-        );
+        report.capacity =
+            stats::capacity(&report.strategies, slo, job.options.fleet, floor, &report.sequence);
     }
 }
 

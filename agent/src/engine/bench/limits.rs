@@ -8,12 +8,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::engine::EngineError;
 use crate::bench::control::Logs;
 use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::bench::replicas::{self, Launch, ReplicaSpec};
 use crate::config::BenchSettings;
+use crate::engine::EngineError;
 use crate::sys::unix::Identity;
 
 /// The most bench checks that run at once on the agent, all users together (each is one

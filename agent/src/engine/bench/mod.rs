@@ -37,10 +37,6 @@ use std::path::PathBuf;
 
 use gpushare_proto::bench::BenchStrategy;
 
-pub use options::{BenchOptions, Caller};
-use rounds::{Cell, measurements, plan_lines, round_order};
-pub(super) use setups::whole_gpu;
-use setups::{GpuFacts, time_slicing};
 use crate::apply::Reads;
 use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::bench::measure::Cancel;
@@ -51,6 +47,10 @@ use crate::gpu::BackendKind;
 use crate::node::{GpuState, NodeState};
 use crate::plan;
 use crate::sys::unix::{self, Identity};
+pub use options::{BenchOptions, Caller};
+use rounds::{Cell, measurements, plan_lines, round_order};
+pub(super) use setups::whole_gpu;
+use setups::{GpuFacts, time_slicing};
 
 /// A bench that holds the apply lock, with everything checked.
 pub struct BenchJob {
@@ -210,7 +210,8 @@ impl Engine {
             self.bench_check_host(&plan, &node).await?;
         }
         // Its least length against the bound, before any setup.
-        let measurements = measurements(options.repeat, &rounds::cells(&options, &skipped, &gpu_facts));
+        let measurements =
+            measurements(options.repeat, &rounds::cells(&options, &skipped, &gpu_facts));
         let bound = parts.limits.max_total;
         if let (Some(least), Some(window)) =
             (limits::least_seconds(measurements, options.duration), options.duration)

@@ -14,9 +14,9 @@ use gpushare_proto::bench::{
 
 use gpushare_proto::plural;
 
-use crate::engine::{Engine, EngineError};
 use crate::bench::measure::Method;
 use crate::bench::pinning::{self, CpuList, Pinning};
+use crate::engine::{Engine, EngineError};
 use crate::probe::Workload;
 use crate::sys::unix;
 

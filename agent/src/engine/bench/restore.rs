@@ -5,9 +5,9 @@
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::engine::{Engine, EngineError};
 use crate::apply::journal::BenchRecord;
 use crate::apply::{Progress, Purpose};
+use crate::engine::{Engine, EngineError};
 
 impl Engine {
     /// Puts back what a bench found: stops replicas left behind and returns the GPU to its
