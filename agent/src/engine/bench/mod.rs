@@ -22,7 +22,7 @@
 //! into the report), [`restore`] (the GPU put back, also after an interrupted bench) and
 //! [`reach`] (the one place the bench reaches into the engine's own state).
 
-pub(super) mod figures;
+mod figures;
 pub mod limits;
 mod options;
 mod reach;
