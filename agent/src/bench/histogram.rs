@@ -264,7 +264,8 @@ pub fn parse(page: &str, name: &str, source: &str) -> Result<Histogram, String> 
     if series.is_empty() {
         if let Some(kind) = declared_type.filter(|kind| kind != "histogram") {
             return Err(format!(
-                "`{name}` in the metrics of {source} is a {kind}, not a histogram"
+                "`{name}` in the metrics of {source} is a {}, not a histogram",
+                shorten(&kind)
             ));
         }
         return Err(format!(
@@ -276,7 +277,10 @@ pub fn parse(page: &str, name: &str, source: &str) -> Result<Histogram, String> 
     let mut total: Option<(LabelSet, Histogram)> = None;
     for (labels, s) in series {
         let h = s.finish().map_err(|why| {
-            format!("the histogram `{name}{labels}` in the metrics of {source} {why}")
+            format!(
+                "the histogram `{name}{}` in the metrics of {source} {why}",
+                shorten_labels(&labels)
+            )
         })?;
         match &mut total {
             None => total = Some((labels, h)),
@@ -285,8 +289,10 @@ pub fn parse(page: &str, name: &str, source: &str) -> Result<Histogram, String> 
                     |h: &Histogram| h.buckets.iter().map(|&(le, _)| le).collect::<Vec<_>>();
                 if bounds(sum) != bounds(&h) {
                     return Err(format!(
-                        "the histogram `{name}{labels}` in the metrics of {source} has other \
-                         bucket bounds than `{name}{first}` ({} vs {}), so they cannot be summed",
+                        "the histogram `{name}{}` in the metrics of {source} has other \
+                         bucket bounds than `{name}{}` ({} vs {}), so they cannot be summed",
+                        shorten_labels(&labels),
+                        shorten_labels(first),
                         show_bounds(&bounds(&h)),
                         show_bounds(&bounds(sum))
                     ));
@@ -514,7 +520,7 @@ fn list_some(names: &BTreeSet<String>) -> String {
     let mut out = String::new();
     for (i, n) in names.iter().take(10).enumerate() {
         let sep = if i == 0 { "" } else { ", " };
-        let _ = write!(out, "{sep}{n}");
+        let _ = write!(out, "{sep}{}", shorten(n));
     }
     if names.len() > 10 {
         let _ = write!(out, " and {} more", names.len() - 10);
@@ -522,15 +528,19 @@ fn list_some(names: &BTreeSet<String>) -> String {
     out
 }
 
-/// A line or list cut to 120 characters for an error message.
+/// Text of the page (a line, a name, a list) as an error message quotes it: cut to 120
+/// characters, and every character that could change how a terminal or the journal shows
+/// what follows as `?` ([`crate::sys::text::printable`]): the page is the caller's
+/// program's, the message the agent's.
 fn shorten(s: &str) -> String {
     const MAX: usize = 120;
-    if s.chars().count() <= MAX {
-        s.to_string()
-    } else {
-        let cut: String = s.chars().take(MAX).collect();
-        format!("{cut}…")
-    }
+    let cut = crate::sys::text::printable(s, MAX);
+    if s.chars().nth(MAX).is_none() { cut } else { format!("{cut}…") }
+}
+
+/// A label set as an error message quotes it ([`shorten`]).
+fn shorten_labels(labels: &LabelSet) -> String {
+    shorten(&labels.to_string())
 }
 
 #[cfg(test)]
@@ -545,50 +555,131 @@ mod tests {
 
     /// The classic text format as `prometheus_client` for Python (0.16) writes it: counts
     /// as floats, a `_created` gauge, the default collectors' metrics around it.
-    const PYTHON_CLASSIC: &str = r#"# HELP python_gc_objects_collected_total Objects collected during gc
-# TYPE python_gc_objects_collected_total counter
-python_gc_objects_collected_total{generation="0"} 232.0
-python_gc_objects_collected_total{generation="1"} 12.0
-# HELP process_virtual_memory_bytes Virtual memory size in bytes.
-# TYPE process_virtual_memory_bytes gauge
-process_virtual_memory_bytes 1.89427712e+08
-# HELP request_latency_seconds Time spent serving a request
-# TYPE request_latency_seconds histogram
-request_latency_seconds_bucket{le="0.005"} 2.0
-request_latency_seconds_bucket{le="0.01"} 3.0
-request_latency_seconds_bucket{le="0.05"} 4.0
-request_latency_seconds_bucket{le="0.1"} 4.0
-request_latency_seconds_bucket{le="+Inf"} 5.0
-request_latency_seconds_count 5.0
-request_latency_seconds_sum 0.232
-# HELP request_latency_seconds_created Time spent serving a request
-# TYPE request_latency_seconds_created gauge
-request_latency_seconds_created 1.7005012345678e+09
-"#;
+    const PYTHON_CLASSIC: &str =
+        include_str!("../../../fuzz/seeds/prometheus_text/python_classic.txt");
 
     /// The classic text format as Go's client_golang writes it: integer counts, labels,
     /// `_sum` before `_count`, two label sets.
-    const GO_CLASSIC: &str = r#"# HELP go_goroutines Number of goroutines that currently exist.
-# TYPE go_goroutines gauge
-go_goroutines 8
-# HELP http_request_duration_seconds A histogram of the request duration.
-# TYPE http_request_duration_seconds histogram
-http_request_duration_seconds_bucket{code="200",handler="/api",le="0.005"} 10
-http_request_duration_seconds_bucket{code="200",handler="/api",le="0.025"} 25
-http_request_duration_seconds_bucket{code="200",handler="/api",le="0.1"} 30
-http_request_duration_seconds_bucket{code="200",handler="/api",le="+Inf"} 31
-http_request_duration_seconds_sum{code="200",handler="/api"} 0.8125
-http_request_duration_seconds_count{code="200",handler="/api"} 31
-http_request_duration_seconds_bucket{code="500",handler="/api",le="0.005"} 0
-http_request_duration_seconds_bucket{code="500",handler="/api",le="0.025"} 1
-http_request_duration_seconds_bucket{code="500",handler="/api",le="0.1"} 1
-http_request_duration_seconds_bucket{code="500",handler="/api",le="+Inf"} 2
-http_request_duration_seconds_sum{code="500",handler="/api"} 1.5
-http_request_duration_seconds_count{code="500",handler="/api"} 2
-# HELP http_request_duration_seconds_total_bytes Not ours, begins like ours.
-# TYPE http_request_duration_seconds_total_bytes counter
-http_request_duration_seconds_total_bytes 1.2345678e+07
-"#;
+    const GO_CLASSIC: &str = include_str!("../../../fuzz/seeds/prometheus_text/go_classic.txt");
+
+    /// The pages the fuzz target `prometheus_text` starts from (`fuzz/seeds/`).
+    const SEEDS: [&str; 3] = [PYTHON_CLASSIC, GO_CLASSIC, OPENMETRICS];
+
+    /// What the fuzz target `prometheus_text` (`fuzz/fuzz_targets/prometheus_text.rs`)
+    /// holds of any page a replica serves: it never panics; a histogram read from it is
+    /// one [`delta`] takes against itself, with latencies and a rate; and a page refused
+    /// is said in one line of at most [`MOST_ERROR_CHARS`] characters with nothing of the
+    /// page in it that could change how a terminal or the journal shows it.
+    fn holds_for(page: &str) {
+        for name in ["x", "request_latency_seconds", "rpc_duration_seconds", "lat_ms"] {
+            match parse(page, name, "127.0.0.1:9101") {
+                Ok(h) => {
+                    let none = delta(&h, &h).unwrap();
+                    assert_eq!(none.count, 0);
+                    let _ = h.latencies_ms(name).percentile(99.0);
+                    let _ = h.rate(1.5);
+                }
+                Err(e) => {
+                    assert!(!e.contains('\n'), "{e:?}");
+                    assert!(e.chars().count() <= MOST_ERROR_CHARS, "{} chars", e.len());
+                    assert!(crate::sys::text::is_printable(&e), "{e:?}");
+                }
+            }
+        }
+    }
+
+    /// The longest a refusal of a page may be (with a short histogram name and source).
+    const MOST_ERROR_CHARS: usize = 2000;
+
+    #[test]
+    fn the_seed_pages_and_odd_ones_hold() {
+        for seed in SEEDS {
+            holds_for(seed);
+        }
+        let long = "y".repeat(100_000);
+        for page in [
+            // Escape sequences and bidirectional overrides where the page is quoted.
+            "# TYPE \x1b]0;owned\x07 histogram\n".to_string(),
+            "# TYPE x \x1b[2J\u{202E}gauge\n".to_string(),
+            "x_bucket{le=\"0.1\"} \x1b[31m3\n".to_string(),
+            "x_bucket{a=\"\x1b[31m\u{202E}\",le=\"0.1\"} 1\n".to_string(),
+            // Page text long enough to make a message of megabytes.
+            format!("# TYPE {long} histogram\n"),
+            format!("# TYPE x {long}\n"),
+            format!("x_bucket{{le=\"0.1\"}} {long}\n"),
+            format!("x_bucket{{a=\"{long}\",le=\"0.1\"}} 1\n"),
+            format!("x_bucket{{a=\"{long}\",le=\"+Inf\"}} 1\nx_bucket{{le=\"1\"}} 1\n"),
+            format!(
+                "x_bucket{{le=\"1\"}} 1\nx_bucket{{le=\"+Inf\"}} 1\nx_bucket{{a=\"{long}\",le=\"2\"}} 1\nx_bucket{{a=\"{long}\",le=\"+Inf\"}} 1\n"
+            ),
+        ] {
+            holds_for(&page);
+        }
+    }
+
+    /// One line of a page made of the parts of a histogram `x`: its buckets, count and sum
+    /// with odd bounds, counts and labels, a `# TYPE` line or another metric.
+    fn histogram_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let number = prop_oneof![
+            Just("+Inf".to_string()),
+            Just("-Inf".to_string()),
+            Just("NaN".to_string()),
+            Just("-0".to_string()),
+            Just("1e308".to_string()),
+            Just("18446744073709551615".to_string()),
+            Just("9007199254740993".to_string()),
+            (0u64..20).prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|f| f.to_string()),
+        ];
+        let labels = proptest::option::of(prop_oneof![
+            Just("a=\"1\",".to_string()),
+            Just("a=\"2\",".to_string()),
+            Just("\"x_bucket\",".to_string()),
+            Just("b=\"\\\"}\",".to_string()),
+        ]);
+        let part = prop_oneof![
+            Just("x_bucket"),
+            Just("x_count"),
+            Just("x_sum"),
+            Just("x"),
+            Just("x_bucket_total"),
+            Just(""),
+            Just("# TYPE x"),
+        ];
+        (part, labels, number.clone(), number).prop_map(|(part, labels, le, value)| {
+            match (part, labels) {
+                ("# TYPE x", _) => format!("# TYPE x {value}"),
+                (part, Some(labels)) => format!("{part}{{{labels}le=\"{le}\"}} {value}"),
+                (part, None) => format!("{part} {value}"),
+            }
+        })
+    }
+
+    proptest::proptest! {
+        /// Pages of a histogram's parts in any order and with any figures.
+        #[test]
+        fn any_histogram_page_holds(lines in proptest::collection::vec(histogram_line(), 0..24)) {
+            holds_for(&lines.join("\n"));
+        }
+
+        /// Arbitrary pages, and the seed pages with bytes inserted at any place.
+        #[test]
+        fn any_page_holds(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            cut in 0usize..5_000,
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16),
+        ) {
+            holds_for(&String::from_utf8_lossy(&bytes));
+            for seed in SEEDS {
+                let at = cut % (seed.len() + 1);
+                let mut mutated = seed.as_bytes()[..at].to_vec();
+                mutated.extend_from_slice(&junk);
+                mutated.extend_from_slice(&seed.as_bytes()[at..]);
+                holds_for(&String::from_utf8_lossy(&mutated));
+            }
+        }
+    }
 
     #[test]
     fn python_classic_format() {
@@ -606,21 +697,13 @@ http_request_duration_seconds_total_bytes 1.2345678e+07
         assert_eq!(buckets(&h), vec![(0.005, 10), (0.025, 26), (0.1, 31), (INF, 33)]);
     }
 
+    /// OpenMetrics with a unit, exemplars, timestamps, `_created` and `# EOF`, after which
+    /// nothing counts.
+    const OPENMETRICS: &str = include_str!("../../../fuzz/seeds/prometheus_text/openmetrics.txt");
+
     #[test]
     fn openmetrics_with_exemplars_timestamps_and_eof() {
-        let page = r#"# TYPE rpc_duration_seconds histogram
-# UNIT rpc_duration_seconds seconds
-# HELP rpc_duration_seconds RPC latency.
-rpc_duration_seconds_bucket{le="0.01"} 3 # {trace_id="KOO5S4vxi0o"} 0.0067 1520879607.789
-rpc_duration_seconds_bucket{le="0.1"} 8 # {trace_id="oHg5SJYRHA0",span="a b"} 0.093
-rpc_duration_seconds_bucket{le="1.0"} 9 1520879607.789
-rpc_duration_seconds_bucket{le="+Inf"} 9
-rpc_duration_seconds_count 9 1520879607.789
-rpc_duration_seconds_sum 1.25e-01
-rpc_duration_seconds_created 1520430000.123
-# EOF
-rpc_duration_seconds_bucket{le="+Inf"} 999
-"#;
+        let page = OPENMETRICS;
         let h = parse(page, "rpc_duration_seconds", "om").unwrap();
         assert_eq!(h.count, 9);
         assert_eq!(h.sum, 0.125);

@@ -19,11 +19,6 @@
 
 pub mod applies;
 pub mod bench;
-pub mod bench_limits;
-mod bench_options;
-mod bench_restore;
-mod bench_rounds;
-mod bench_setups;
 pub mod clients;
 pub mod core;
 pub mod error;
@@ -62,6 +57,7 @@ use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
 use crate::sharing::supervisor::MpsSupervisor;
 use crate::sharing::timeslice::TimesliceControl;
 pub use applies::ApplyJob;
+use bench::limits as bench_limits;
 pub use bench::{BenchJob, BenchOptions, Caller};
 use core::Core;
 pub use core::ProfileRef;

@@ -2,7 +2,7 @@
 //! ([`Caller`]): checked here for everything that needs no node (counts, strategies,
 //! durations, paths), each refusal one line naming the option; and what the replicas get
 //! of it (their command, environment, directories, the CPUs each is pinned to). The
-//! bench itself is [`super::bench`].
+//! bench itself is [`super`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,9 +14,9 @@ use gpushare_proto::bench::{
 
 use gpushare_proto::plural;
 
-use super::EngineError;
 use crate::bench::measure::Method;
 use crate::bench::pinning::{self, CpuList, Pinning};
+use crate::engine::{Engine, EngineError};
 use crate::probe::Workload;
 use crate::sys::unix;
 
@@ -190,7 +190,7 @@ impl BenchOptions {
     }
 }
 
-impl super::Engine {
+impl Engine {
     /// The CPUs each replica is pinned to (`None` with `pin = false`), and the default
     /// replica counts left out for want of CPUs: a count above the CPUs there are is
     /// refused when given, left out (and said so) when it is a default.
@@ -204,8 +204,9 @@ impl super::Engine {
         }
         let (cpus, from) = match &options.cpus {
             None => {
-                let bus_id = self.core.node.pci_bus_id(gpu).await;
-                let root = self.core.node.host_root.clone();
+                let node = self.bench_parts().node;
+                let bus_id = node.pci_bus_id(gpu).await;
+                let root = node.host_root.clone();
                 tokio::task::spawn_blocking(move || pinning::available(&root, bus_id.as_deref()))
                     .await
                     .map_err(|e| {

@@ -1,8 +1,7 @@
 //! How a bench sets each strategy up on its whole GPU ([`Setup`]): time-slicing, MPS,
 //! MPS with limits, MIG instances of the size of which N fit, each as a profile of that
-//! GPU alone ([`whole_gpu`]) applied by an ordinary transaction.
-
-use std::collections::HashMap;
+//! GPU alone ([`whole_gpu`]) applied by an ordinary transaction. Which strategy uses which
+//! setup is the table in [`super::strategies`].
 
 use gpushare_proto::bench::BenchStrategy;
 use gpushare_proto::readable_size;
@@ -29,52 +28,56 @@ pub(super) fn time_slicing() -> Setup {
     }
 }
 
-/// How `strategy` is set up for `n` replicas on a GPU with `memory` bytes.
-pub(super) fn setup(
-    strategy: BenchStrategy,
-    n: u32,
-    memory: u64,
-    mig_sizes: &HashMap<u32, Result<(u8, String), String>>,
-) -> Result<Setup, String> {
-    Ok(match strategy {
-        BenchStrategy::TimeSlicing => time_slicing(),
-        BenchStrategy::Mps => Setup {
-            strategy,
-            mig: MigLayout::Disabled,
-            sharing: ProfileSharing::Mps(profile::MpsSettings {
-                active_thread_percentage: Some(100),
-                ..Default::default()
-            }),
-            describe: "MPS, no limits".into(),
-        },
-        BenchStrategy::MpsLimited => {
-            let threads = (100 / n).max(1);
-            // Whole MiB, as MPS takes its memory limits.
-            let each = (memory / u64::from(n)) & !((1 << 20) - 1);
-            Setup {
-                strategy,
-                mig: MigLayout::Disabled,
-                sharing: ProfileSharing::Mps(profile::MpsSettings {
-                    active_thread_percentage: Some(threads),
-                    pinned_memory_limit_bytes: Some(each),
-                    ..Default::default()
-                }),
-                describe: format!("MPS, {threads} % threads, {} each", readable_size(each)),
-            }
-        }
-        BenchStrategy::Mig => {
-            let (slices, name) = match mig_sizes.get(&n) {
-                Some(Ok(size)) => size.clone(),
-                Some(Err(why)) => return Err(why.clone()),
-                None => return Err("no MIG size worked out".into()),
-            };
-            Setup {
-                strategy,
-                mig: MigLayout::Enabled(vec![(MigKey::Slices(slices), n)]),
-                sharing: ProfileSharing::Exclusive,
-                describe: format!("{n} × {name}"),
-            }
-        }
+/// What a setup depends on of the benched GPU.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GpuFacts {
+    /// Its memory, bytes.
+    pub(super) memory_total: u64,
+    /// Its model, where the catalog has it (MIG sizes).
+    pub(super) model: Option<&'static gpushare_catalog::GpuModel>,
+}
+
+/// MPS without limits: one server, every replica at 100 % threads.
+pub(super) fn mps(_n: u32, _gpu: &GpuFacts) -> Result<Setup, String> {
+    Ok(Setup {
+        strategy: BenchStrategy::Mps,
+        mig: MigLayout::Disabled,
+        sharing: ProfileSharing::Mps(profile::MpsSettings {
+            active_thread_percentage: Some(100),
+            ..Default::default()
+        }),
+        describe: "MPS, no limits".into(),
+    })
+}
+
+/// MPS with limits: `100/n` % threads (at least 1) and `memory/n` (whole MiB) each.
+pub(super) fn mps_limited(n: u32, gpu: &GpuFacts) -> Result<Setup, String> {
+    let threads = (100 / n).max(1);
+    // Whole MiB, as MPS takes its memory limits.
+    let each = (gpu.memory_total / u64::from(n)) & !((1 << 20) - 1);
+    Ok(Setup {
+        strategy: BenchStrategy::MpsLimited,
+        mig: MigLayout::Disabled,
+        sharing: ProfileSharing::Mps(profile::MpsSettings {
+            active_thread_percentage: Some(threads),
+            pinned_memory_limit_bytes: Some(each),
+            ..Default::default()
+        }),
+        describe: format!("MPS, {threads} % threads, {} each", readable_size(each)),
+    })
+}
+
+/// `n` MIG instances of the largest size of which `n` fit ([`mig_size`]).
+pub(super) fn mig(n: u32, gpu: &GpuFacts) -> Result<Setup, String> {
+    let (slices, name) = match gpu.model {
+        Some(model) => mig_size(model, n)?,
+        None => return Err("no MIG size worked out".into()),
+    };
+    Ok(Setup {
+        strategy: BenchStrategy::Mig,
+        mig: MigLayout::Enabled(vec![(MigKey::Slices(slices), n)]),
+        sharing: ProfileSharing::Exclusive,
+        describe: format!("{n} × {name}"),
     })
 }
 
@@ -96,7 +99,7 @@ pub(super) fn mig_size(model: &gpushare_catalog::GpuModel, n: u32) -> Result<(u8
 
 /// A profile that sets one whole GPU's MIG layout and sharing and leaves every other GPU
 /// alone.
-pub(super) fn whole_gpu(
+pub(in crate::engine) fn whole_gpu(
     name: &str,
     uuid: &str,
     mig: MigLayout,
@@ -134,12 +137,13 @@ mod tests {
 
     #[test]
     fn mps_limited_splits_threads_and_memory() {
-        let s = setup(BenchStrategy::MpsLimited, 3, 80 << 30, &HashMap::new()).unwrap();
+        let setup = |n| mps_limited(n, &GpuFacts { memory_total: 80 << 30, model: None });
+        let s = setup(3).unwrap();
         let ProfileSharing::Mps(m) = &s.sharing else { panic!("{s:?}") };
         assert_eq!(m.active_thread_percentage, Some(33));
         assert_eq!(m.pinned_memory_limit_bytes, Some(27306 << 20));
         assert_eq!(s.describe, "MPS, 33 % threads, 26.7 GiB each");
-        let s = setup(BenchStrategy::MpsLimited, 2, 80 << 30, &HashMap::new()).unwrap();
+        let s = setup(2).unwrap();
         assert_eq!(s.describe, "MPS, 50 % threads, 40 GiB each");
     }
 }

@@ -5,9 +5,9 @@
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Engine, EngineError};
 use crate::apply::journal::BenchRecord;
 use crate::apply::{Progress, Purpose};
+use crate::engine::{Engine, EngineError};
 
 impl Engine {
     /// Puts back what a bench found: stops replicas left behind and returns the GPU to its
@@ -19,11 +19,11 @@ impl Engine {
         record: &BenchRecord,
         progress: &UnboundedSender<Progress>,
     ) -> Result<String, String> {
+        let parts = self.bench_parts();
         self.stop_left_over(record.replicas.clone(), record.uid).await;
-        let restore = self.transactions.restore(&record.checkpoint, Purpose::Restore, progress);
+        let restore = parts.transactions.restore(&record.checkpoint, Purpose::Restore, progress);
         let restored = match restore.await {
-            Ok(steps) => self
-                .core
+            Ok(steps) => parts
                 .journal
                 .end_bench()
                 .map(|()| steps)
@@ -34,7 +34,7 @@ impl Engine {
             Ok(steps) => {
                 // The profile committed last: the one before the bench, or one applied to
                 // another GPU during it (a bench's setups are never active).
-                let profile = self.core.journal.active_profile().unwrap_or_else(|| "none".into());
+                let profile = parts.journal.active_profile().unwrap_or_else(|| "none".into());
                 let gpus: Vec<String> =
                     record.checkpoint.iter().map(|c| c.gpu.to_string()).collect();
                 Ok(format!(
@@ -43,7 +43,7 @@ impl Engine {
                 ))
             }
             Err(e) => {
-                if let Err(w) = self.core.journal.bench_restore_failed(&e) {
+                if let Err(w) = parts.journal.bench_restore_failed(&e) {
                     tracing::error!("recording the bench's failed restore in the journal: {w}");
                 }
                 Err(e)
@@ -57,7 +57,7 @@ impl Engine {
         handles: Vec<crate::apply::journal::ReplicaHandle>,
         uid: u32,
     ) {
-        let launcher = std::sync::Arc::clone(&self.launcher);
+        let launcher = std::sync::Arc::clone(self.bench_parts().launcher);
         let stopped =
             tokio::task::spawn_blocking(move || launcher.stop_left_over(&handles, uid)).await;
         if let Ok(n) = stopped
@@ -72,7 +72,7 @@ impl Engine {
     /// serves. A bench whose restore failed earlier is not tried again (an apply may have
     /// come since; the next one settles it). Returns what was done, for the log.
     pub async fn recover_bench(&self) -> Result<Option<String>, EngineError> {
-        let Some(record) = self.core.journal.snapshot().bench else {
+        let Some(record) = self.bench_parts().journal.snapshot().bench else {
             // Under systemd: units of a bench the journal no longer knows of.
             self.stop_left_over(Vec::new(), 0).await;
             return Ok(None);
@@ -84,7 +84,7 @@ impl Engine {
                 record.job
             )));
         }
-        self.may_change()?;
+        self.bench_may_change()?;
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Some(match self.restore_bench(&record, &tx).await {
             Ok(restored) => format!("the bench {} was interrupted: {restored}", record.job),

@@ -3,17 +3,17 @@
 //! [`replicas::CHECK_WITHIN`], and is cancelled when the agent stops or the caller's
 //! request is dropped; and a bench may take at most `[bench] max_total_seconds` of
 //! agent.toml: one whose least length is longer is refused before any setup, one that
-//! reaches it is stopped (its GPU restored). The bench itself is [`super::bench`].
+//! reaches it is stopped (its GPU restored). The bench itself is [`super`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::EngineError;
 use crate::bench::control::Logs;
 use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
 use crate::bench::replicas::{self, Launch, ReplicaSpec};
 use crate::config::BenchSettings;
+use crate::engine::EngineError;
 use crate::sys::unix::Identity;
 
 /// The most bench checks that run at once on the agent, all users together (each is one
@@ -175,9 +175,9 @@ pub fn least_seconds(measurements: usize, window: Option<f64>) -> Option<f64> {
 pub fn too_long(least: f64, measurements: usize, window: f64, bound: Duration) -> EngineError {
     EngineError::InvalidArgument(format!(
         "this bench takes at least {} ({measurements} measurements of {} windows), more than the {} a bench may take here ([bench] max_total_seconds in agent.toml); give fewer --replicas, --strategies or --repeat, or a shorter --duration",
-        super::bench_rounds::duration_text(least),
+        super::rounds::duration_text(least),
         gpushare_proto::bench::seconds_text(window),
-        super::bench_rounds::duration_text(bound.as_secs_f64()),
+        super::rounds::duration_text(bound.as_secs_f64()),
     ))
 }
 
@@ -185,17 +185,7 @@ pub fn too_long(least: f64, measurements: usize, window: f64, bound: Duration) -
 pub fn reached(bound: Duration) -> String {
     format!(
         "stopped at {}, the most a bench may take here ([bench] max_total_seconds in agent.toml)",
-        super::bench_rounds::duration_text(bound.as_secs_f64())
-    )
-}
-
-/// Why a running bench is stopped once its estimate (made as its first window opened) is
-/// over the bound.
-pub fn estimated_over(estimate: f64, bound: Duration) -> String {
-    format!(
-        "stopped: it would take about {}, more than the {} a bench may take here ([bench] max_total_seconds in agent.toml)",
-        super::bench_rounds::duration_text(estimate),
-        super::bench_rounds::duration_text(bound.as_secs_f64())
+        super::rounds::duration_text(bound.as_secs_f64())
     )
 }
 

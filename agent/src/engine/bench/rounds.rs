@@ -1,19 +1,21 @@
-//! The order of a bench's measurements (rounds of cells, [`round_order`]), how long it
-//! takes ([`Timing`]: the estimate as the first window opens, what is left at each step)
-//! and the words for both (the plan said before measuring, [`plan_lines`]; a partial
-//! report's note, [`partial_text`]); the host's noise over the windows ([`HostTotals`]).
+//! The schedule of a bench: its cells (each strategy at each replica count, [`cells`]),
+//! the order of its measurements (rounds of cells, [`round_order`]), how long it takes
+//! ([`Timing`]: the estimate as the first window opens, what is left at each step, the
+//! bench stopped when the estimate is over its bound) and the words for both (the plan
+//! said before measuring, [`plan_lines`]; a partial report's note, [`partial_text`];
+//! lengths, [`duration_text`]).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use gpushare_proto::bench::{BENCH_BASELINE_RUNS, BenchRun, BenchStrategy};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::bench_limits;
-use super::bench_setups::{Setup, time_slicing};
+use super::options::BenchOptions;
+use super::setups::{GpuFacts, Setup, time_slicing};
+use super::strategies;
 use crate::apply::Progress;
-use crate::bench::host_noise::HostNoise;
 use crate::bench::measure::Cancel;
-use crate::bench::stats;
 
 /// One cell of a bench: a strategy at a replica count, measured once a round.
 pub(super) struct Cell {
@@ -34,8 +36,53 @@ pub(super) struct Cell {
 pub(super) enum Item {
     /// One replica alone on the whole GPU without MPS.
     Baseline,
-    /// The cell of this index ([`BenchJob::cells`]).
+    /// The cell of this index ([`cells`]).
     Cell(usize),
+}
+
+/// Every cell of a bench (a strategy at a replica count), in the order of a round
+/// ([`round_order`]): replica counts ascending as given, the strategies in turn at each;
+/// a strategy left out (`skipped`) has none, and neither has the baseline's own run
+/// (time-slicing at 1). A cell whose setup cannot be made has its reason as its setup.
+pub(super) fn cells(
+    options: &BenchOptions,
+    skipped: &HashMap<BenchStrategy, String>,
+    gpu: &GpuFacts,
+) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for &n in &options.replicas {
+        for &strategy in &options.strategies {
+            let entry = strategies::of(strategy);
+            if skipped.contains_key(&strategy) || !entry.is_cell(n) {
+                continue;
+            }
+            cells.push(Cell {
+                strategy,
+                n,
+                setup: entry.set_up(n, gpu),
+                runs: Vec::new(),
+                setup_ms: None,
+                done: false,
+            });
+        }
+    }
+    cells
+}
+
+/// How many measurements a bench of `cells` takes over `repeat` rounds (a cell that
+/// cannot be set up is never measured).
+pub(super) fn measurements(repeat: u32, cells: &[Cell]) -> usize {
+    (1..=repeat)
+        .map(|round| {
+            round_order(round, repeat, cells.len())
+                .iter()
+                .filter(|item| match item {
+                    Item::Baseline => true,
+                    Item::Cell(i) => cells[*i].setup.is_ok(),
+                })
+                .count()
+        })
+        .sum()
 }
 
 /// The measurements of round `round` (1-based) of `repeat`, of a bench of `cells` cells:
@@ -188,7 +235,7 @@ impl Timing {
                     + setups * setup;
                 *shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(estimate);
                 if estimate > bound.0.as_secs_f64() {
-                    bound.1.cancel_because(bench_limits::estimated_over(estimate, bound.0));
+                    bound.1.cancel_because(estimated_over(estimate, bound.0));
                 }
                 tracing::debug!(
                     "bench estimate {estimate:.1} s: {:.1} s so far, start-up {start_up:.2} s, {after} measurements and {setups} setups of {setup:.2} s to come",
@@ -204,6 +251,16 @@ impl Timing {
     }
 }
 
+/// Why a running bench is stopped once its estimate (made as its first window opened) is
+/// over the bound.
+pub(super) fn estimated_over(estimate: f64, bound: Duration) -> String {
+    format!(
+        "stopped: it would take about {}, more than the {} a bench may take here ([bench] max_total_seconds in agent.toml)",
+        duration_text(estimate),
+        duration_text(bound.as_secs_f64())
+    )
+}
+
 /// `45 s`, `6m 05s`, `1h 02m`.
 pub(super) fn duration_text(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
@@ -211,61 +268,6 @@ pub(super) fn duration_text(seconds: f64) -> String {
         0..60 => format!("{s} s"),
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),
         _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
-    }
-}
-
-/// The replicas' CPUs over every window: steal and clock.
-#[derive(Default)]
-pub(super) struct HostTotals {
-    steal: Vec<f64>,
-    pub(super) frequency_mhz: Vec<f64>,
-}
-
-impl HostTotals {
-    pub(super) fn add(&mut self, noise: Option<HostNoise>) {
-        if let Some(noise) = noise {
-            self.steal.extend(noise.steal_percent);
-            self.frequency_mhz.extend(noise.frequency_mhz);
-        }
-    }
-
-    /// The mean steal over the windows (of equal length).
-    pub(super) fn steal(&self) -> Option<f64> {
-        Timing::mean(&self.steal)
-    }
-}
-
-/// The worst replica's p99 of a run, ms.
-pub(super) fn worst_p99(run: &BenchRun) -> Option<f64> {
-    run.per_replica.iter().filter(|r| !r.failed).filter_map(|r| r.p99_ms).reduce(f64::max)
-}
-
-/// How the runs' intervals were found, for the report.
-/// How sure the range of `n` measurements is to hold their median (distribution-free:
-/// it misses only when all fall on one side), percent: 75 for 3, 88 for 4, 94 for 5.
-pub(super) fn range_coverage(n: u32) -> f64 {
-    100.0 * (1.0 - 0.5f64.powi(i32::try_from(n).unwrap_or(i32::MAX).saturating_sub(1)))
-}
-
-pub(super) fn intervals_text(repeat: u32, baseline_measurements: usize) -> String {
-    let base_n = u32::try_from(baseline_measurements).unwrap_or(u32::MAX);
-    let baseline = format!(
-        "the baseline's is the range of its {baseline_measurements} measurements, which holds its median with {:.0} % confidence",
-        range_coverage(base_n)
-    );
-    match repeat {
-        1 => format!(
-            "runs measured once have no interval ({baseline}); verdicts compare them through the host's noise alone. --repeat 6 or more gives each run a 95 % interval of its median"
-        ),
-        k @ 2..=5 => format!(
-            "percentile bootstrap of the median over each run's {k} measurements, one per round ({} resamples): with {k} it is their range, which holds the median with {:.0} % confidence ({baseline}); verdicts test the ratio of two runs' medians against the host's noise; --repeat 6 or more gives 95 %",
-            stats::BOOTSTRAP_RESAMPLES,
-            range_coverage(k)
-        ),
-        k => format!(
-            "95 % percentile-bootstrap interval of the median over each run's {k} measurements, one per round ({} resamples); verdicts bootstrap the ratio of two runs' medians the same way, at least the host's noise",
-            stats::BOOTSTRAP_RESAMPLES
-        ),
     }
 }
 
@@ -308,17 +310,7 @@ pub(super) fn plan_lines(
         }
     }
     let runnable = cells.iter().filter(|c| c.setup.is_ok()).count();
-    let measurements: usize = (1..=repeat)
-        .map(|round| {
-            round_order(round, repeat, cells.len())
-                .iter()
-                .filter(|item| match item {
-                    Item::Baseline => true,
-                    Item::Cell(i) => cells[*i].setup.is_ok(),
-                })
-                .count()
-        })
-        .sum();
+    let measurements = measurements(repeat, cells);
     let baselines = measurements - runnable * repeat as usize;
     let strategies: Vec<String> =
         by_strategy.iter().map(|(s, counts)| format!("{s} at {}", counts.join(", "))).collect();
@@ -364,19 +356,6 @@ mod tests {
         assert_eq!(round_order(2, 3, 2), [B, C(1), C(0)]);
         assert_eq!(round_order(3, 3, 2), [B, C(0), C(1)]);
         assert_eq!(round_order(4, 10, 0), [B]);
-    }
-
-    #[test]
-    fn intervals_say_how_sure_they_are() {
-        assert_eq!(range_coverage(3).round(), 75.0);
-        assert_eq!(range_coverage(5).round(), 94.0);
-        let three = intervals_text(3, 3);
-        assert!(
-            three.contains("with 3 it is their range, which holds the median with 75 % confidence"),
-            "{three}"
-        );
-        assert!(intervals_text(8, 8).starts_with("95 % percentile-bootstrap"));
-        assert!(intervals_text(1, 3).starts_with("runs measured once have no interval"));
     }
 
     #[test]
