@@ -106,24 +106,9 @@ pub fn noisy_baseline(report: &BenchReport) -> Option<String> {
     ))
 }
 
-/// A length of time as people read it, to the second: `0s`, `42s`, `1m05s`, `6m30s`,
-/// `1h02m` (minutes from an hour on); `?` for what is no time. Progress lines, the text
-/// report and the page write times so.
-pub fn duration_text(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "?".into();
-    }
-    // Whole seconds, rounded; beyond a thousand years it is all the same.
-    let total = seconds.min(3.2e10).round() as u64;
-    let (hours, minutes, secs) = (total / 3600, total / 60 % 60, total % 60);
-    if hours > 0 {
-        format!("{hours}h{minutes:02}m")
-    } else if minutes > 0 {
-        format!("{minutes}m{secs:02}s")
-    } else {
-        format!("{secs}s")
-    }
-}
+/// A length of time to the second, as ctl's lines, the text report and the page say it
+/// (`42s`, `6m30s`, `?` for no time).
+pub use gpushare_base::duration::compact as duration_text;
 
 /// `took 6m12s (estimated 6m30s)`: the bench's wall time, and its estimate when the agent
 /// made one.

@@ -261,15 +261,8 @@ pub(super) fn estimated_over(estimate: f64, bound: Duration) -> String {
     )
 }
 
-/// `45 s`, `6m 05s`, `1h 02m`.
-pub(super) fn duration_text(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
-        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
-    }
-}
+/// How long something takes, as the agent's progress and plan say it (`42 s`, `6m 05s`).
+pub(super) use gpushare_base::duration::spaced as duration_text;
 
 /// What a report that ended early says (issue 37): why, how far it got, and that its
 /// figures are those of the measurements finished before.
