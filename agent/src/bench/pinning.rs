@@ -17,12 +17,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use gpushare_base::cpus::{self, CpuListError};
 use gpushare_proto::bench::BenchPinning;
 
 use crate::sys::unix;
 
 /// The most CPUs a list may name: every CPU number is below it.
-pub const CPUS_MAX: u32 = 4096;
+pub use gpushare_base::cpus::CPUS_MAX;
 /// The longest CPU list read (every CPU below [`CPUS_MAX`] named singly takes 19 KiB).
 pub const LIST_MAX: usize = 32 << 10;
 /// Where the CPUs come from when nothing narrows the agent's own.
@@ -62,38 +63,19 @@ impl CpuList {
             whole if whole.len() == trimmed.len() => whole.to_string(),
             start => format!("{start}…"),
         };
-        let mut set = BTreeSet::new();
-        for part in trimmed.split(',') {
-            let part = part.trim();
-            let number = |s: &str| -> Result<u32, String> {
-                let s = s.trim();
-                if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                    let part = gpushare_proto::byte_prefix(part, 40);
-                    return Err(format!(
-                        "cpus `{shown}`: `{part}` is not a CPU number or range \
-                         (write them like 0-3,8,10-11)"
-                    ));
-                }
-                match s.parse::<u32>() {
-                    Ok(n) if n < CPUS_MAX => Ok(n),
-                    _ => Err(format!("cpus `{shown}`: {}", beyond(s))),
-                }
-            };
-            let (first, last) = match part.split_once('-') {
-                Some((a, b)) => (number(a)?, number(b)?),
-                None => {
-                    let n = number(part)?;
-                    (n, n)
-                }
-            };
-            if first > last {
-                return Err(format!(
-                    "cpus `{shown}`: `{part}` runs backwards (write the lower number first)"
-                ));
+        match cpus::parse_cpu_list(trimmed) {
+            Ok(list) => Ok(CpuList(list)),
+            Err(CpuListError::NotANumber { part }) => Err(format!(
+                "cpus `{shown}`: `{}` is not a CPU number or range (write them like 0-3,8,10-11)",
+                gpushare_proto::byte_prefix(&part, 40)
+            )),
+            Err(CpuListError::Beyond { number }) => {
+                Err(format!("cpus `{shown}`: {}", beyond(&number)))
             }
-            set.extend(first..=last);
+            Err(CpuListError::Backwards { part }) => Err(format!(
+                "cpus `{shown}`: `{part}` runs backwards (write the lower number first)"
+            )),
         }
-        Ok(CpuList(set.into_iter().collect()))
     }
 
     /// The CPUs, in increasing order.
@@ -130,31 +112,13 @@ impl FromStr for CpuList {
 /// writes them; the empty set is empty text.
 impl fmt::Display for CpuList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let cpus = &self.0;
-        let mut i = 0;
-        while i < cpus.len() {
-            let mut j = i;
-            while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-                j += 1;
-            }
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            if i == j {
-                write!(f, "{}", cpus[i])?;
-            } else {
-                write!(f, "{}-{}", cpus[i], cpus[j])?;
-            }
-            i = j + 1;
-        }
-        Ok(())
+        f.write_str(&cpus::write_cpu_list(&self.0))
     }
 }
 
 /// `cpus` (in any order, repeats once) as a canonical CPU list.
 pub fn format_cpus(cpus: &[u32]) -> String {
-    let set: BTreeSet<u32> = cpus.iter().copied().collect();
-    CpuList(set.into_iter().collect()).to_string()
+    cpus::write_cpu_list(cpus)
 }
 
 /// How the replicas are pinned: replica `i` runs on `replicas[i]`.
