@@ -12,6 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpushare_proto::types::{MpsServer, MpsStatus, Status};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -438,8 +440,8 @@ impl Agent {
     /// Stops the agent with SIGTERM and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            // SAFETY: kill() with a PID we spawned and still own (not yet waited for).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            // A PID we spawned and still own (not yet waited for).
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
             let _ = child.wait();
         }
     }
@@ -693,8 +695,8 @@ fn stop_daemons_of(dir: &Path) {
         .filter(|&pid| mine(pid))
         .collect();
     for &pid in &daemons {
-        // SAFETY: kill(2) on a simulated daemon of this test's agent, found just above.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // A simulated daemon of this test's agent, found just above.
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     for &pid in &daemons {
@@ -702,8 +704,8 @@ fn stop_daemons_of(dir: &Path) {
             std::thread::sleep(Duration::from_millis(20));
         }
         if mine(pid) {
-            // SAFETY: as above; it did not end on SIGTERM.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // It did not end on SIGTERM.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
@@ -801,35 +803,32 @@ impl Drop for Sleeper {
 
 /// Whether the tests run as root (creating users, owning names on a system-type bus).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// A fresh pseudo-terminal: its master side, and its slave side to hand out.
 fn pseudo_terminal() -> (std::fs::File, std::os::fd::OwnedFd) {
-    use std::os::fd::FromRawFd;
-    // SAFETY: posix_openpt returns a new descriptor or -1; grantpt, unlockpt and ptsname_r
-    // work on it and write at most the buffer's length.
-    unsafe {
-        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::grantpt(master), 0);
-        assert_eq!(libc::unlockpt(master), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
-        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(slave >= 0, "opening the terminal: {}", std::io::Error::last_os_error());
-        (std::fs::File::from_raw_fd(master), std::os::fd::OwnedFd::from_raw_fd(slave))
-    }
+    use nix::fcntl::{OFlag, open};
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    let flags = OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let master = posix_openpt(flags).expect("posix_openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname_r(&master).expect("ptsname_r");
+    let slave = open(name.as_str(), flags, nix::sys::stat::Mode::empty())
+        .unwrap_or_else(|e| panic!("opening the terminal {name}: {e}"));
+    (std::fs::File::from(std::os::fd::OwnedFd::from(master)), slave)
 }
 
 /// Starts `command` in a new session whose controlling terminal is its stdin.
 fn in_session_with_terminal(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the hook makes two async-signal-safe system calls and allocates nothing.
+    // SAFETY: the hook makes two async-signal-safe system calls and allocates nothing;
+    // TIOCSCTTY through libc, for nix wraps no ioctl.
     unsafe {
         command.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            nix::unistd::setsid()?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

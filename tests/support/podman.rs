@@ -226,13 +226,11 @@ pub fn assert_unresolvable(out: &Output, device: &str) {
 
 /// `--ulimit` values no higher than this process's hard limits (1024 or less).
 fn ulimits() -> Vec<String> {
-    [(libc::RLIMIT_NOFILE, "nofile"), (libc::RLIMIT_NPROC, "nproc")]
+    use nix::sys::resource::{Resource, getrlimit};
+    [(Resource::RLIMIT_NOFILE, "nofile"), (Resource::RLIMIT_NPROC, "nproc")]
         .into_iter()
         .map(|(resource, name)| {
-            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            // SAFETY: getrlimit writes into the rlimit it is given, which lives on this stack.
-            let read = unsafe { libc::getrlimit(resource, &mut limit) } == 0;
-            let n = if read { limit.rlim_max.min(1024) } else { 1024 };
+            let n = getrlimit(resource).map_or(1024, |(_, hard)| hard.min(1024));
             format!("{name}={n}:{n}")
         })
         .collect()

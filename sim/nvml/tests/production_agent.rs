@@ -82,7 +82,7 @@ fn a_production_agent_gets_a_refusal_before_any_knob_or_file() {
     // As root it made device nodes: root's alone, none another user may open.
     let dev = dir.path().join("node.json.host/dev");
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 && dev.exists() {
+    if nix::unistd::geteuid().is_root() && dev.exists() {
         let nodes: Vec<String> = everything(&dev);
         assert!(nodes.iter().any(|n| n.ends_with("/nvidia0")), "{nodes:?}");
         for node in nodes {
