@@ -146,6 +146,24 @@ fn failures_are_reported_per_replica() {
     assert!(!o[2].succeeded());
 }
 
+/// A real-time signal (nix's `Signal` names none of them) ends a replica like any other:
+/// the gate reaps it and reports the signal's number, instead of losing the child.
+#[test]
+fn a_replica_ended_by_a_real_time_signal_is_reported_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Signal 40 is a real-time signal on Linux (32 to 64); its default action ends the process.
+    let specs = vec![script(dir.path(), "kill -40 $$")];
+    let program = gate();
+    let mut batch = Batch::spawn(launch(&program, None), specs).unwrap();
+    batch.release().unwrap();
+    assert!(
+        batch.wait_until(Instant::now() + Duration::from_secs(20)),
+        "the gate never told the end"
+    );
+    let o = batch.finish(GRACE);
+    assert_eq!((o[0].code, o[0].signal), (None, Some(40)), "{:?}", o[0]);
+}
+
 #[test]
 fn a_command_or_directory_the_caller_cannot_use_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();

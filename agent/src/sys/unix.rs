@@ -487,14 +487,21 @@ pub struct Ended {
 
 /// Reaps one child that has ended, without waiting: `None` when none has (or there are
 /// no children).
+///
+/// Through libc, not nix: nix's `waitpid` turns the status into its `Signal`, which names
+/// no real-time signal, so a child ended by one would be reaped by the kernel and then
+/// lost as an error (its end never told, its pid signalled on after it could be reused).
 pub fn reap_any() -> Option<Ended> {
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    let status = waitpid(None, Some(WaitPidFlag::WNOHANG)).ok()?;
-    let pid = status.pid().and_then(|p| u32::try_from(p.as_raw()).ok()).filter(|&p| p > 0)?;
-    let (code, signal) = match status {
-        WaitStatus::Exited(_, code) => (Some(code), None),
-        WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
-        _ => (None, None),
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into the int it is given, which lives on this stack.
+    let pid = unsafe { ::libc::waitpid(-1, &raw mut status, ::libc::WNOHANG) };
+    let pid = u32::try_from(pid).ok().filter(|&p| p > 0)?;
+    let (code, signal) = if ::libc::WIFEXITED(status) {
+        (Some(::libc::WEXITSTATUS(status)), None)
+    } else if ::libc::WIFSIGNALED(status) {
+        (None, Some(::libc::WTERMSIG(status)))
+    } else {
+        (None, None)
     };
     Some(Ended { pid, code, signal })
 }
