@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 
 use crate::node::{Node, STATE_ENV};
@@ -34,10 +32,12 @@ pub struct NodeFile {
     path: PathBuf,
 }
 
-/// An exclusive `flock` of `<state>.lock`, released when dropped (unlocked, then closed).
+/// An exclusive `flock` of `<state>.lock` (std's `File::lock`), released when the file is
+/// closed on drop. Not nix's `Flock`: it unlocks on drop and panics if that fails, inside a
+/// library other programs load.
 #[derive(Debug)]
 pub struct NodeLock {
-    file: Flock<File>,
+    file: File,
 }
 
 /// Bytes of `<state>.lock` holding the generation (native-endian `u64` at offset 0).
@@ -148,15 +148,11 @@ impl NodeFile {
             .write(true)
             .open(&lock_path)
             .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-        let mut file = file;
         loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(file) => return Ok(NodeLock { file }),
-                Err((back, Errno::EINTR)) => file = back,
-                Err((_, errno)) => {
-                    let err = std::io::Error::from(errno);
-                    return Err(format!("{}: flock: {err}", lock_path.display()));
-                }
+            match file.lock() {
+                Ok(()) => return Ok(NodeLock { file }),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("{}: flock: {e}", lock_path.display())),
             }
         }
     }
