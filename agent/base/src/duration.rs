@@ -1,7 +1,8 @@
-//! Lengths of time as people read them. gpushare writes them three ways, each kept as its
+//! Lengths of time as people read them. gpushare writes them four ways, each kept as its
 //! readers know it: [`seconds_text`] for a setting in a message (`0.5 s`), [`spaced`] for
 //! the agent's bench progress and plan (`6m 05s`), [`compact`] for `gpushare-ctl`'s
-//! progress lines, the text report and the HTML page (`6m05s`).
+//! progress lines, the text report and the HTML page (`6m05s`), and [`worded`] for how
+//! long something has been running in `gpushare-ctl status` (`2 min 5 s`).
 
 /// A number of seconds as a message shows it: `0.5 s`, `1e300 s` (never three hundred
 /// digits).
@@ -38,6 +39,15 @@ pub fn compact(seconds: f64) -> String {
         format!("{minutes}m{secs:02}s")
     } else {
         format!("{secs}s")
+    }
+}
+
+/// How long something has run, in words: `45 s`, `2 min 5 s`, `1 h 3 min`.
+pub fn worded(seconds: u64) -> String {
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
     }
 }
 
@@ -78,5 +88,12 @@ mod tests {
         for nonsense in [-1.0, f64::NAN, f64::INFINITY] {
             assert_eq!(compact(nonsense), "?");
         }
+    }
+
+    #[test]
+    fn running_times_are_worded() {
+        assert_eq!(worded(45), "45 s");
+        assert_eq!(worded(125), "2 min 5 s");
+        assert_eq!(worded(3780), "1 h 3 min");
     }
 }

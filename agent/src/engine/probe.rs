@@ -198,7 +198,6 @@ impl Engine {
     }
 }
 
-/// This binary, which probe clients run as (`--probe-client`).
 #[cfg(test)]
 mod tests {
     use super::*;

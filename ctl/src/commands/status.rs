@@ -135,7 +135,7 @@ fn bench_lines(bench: &BenchStatus) -> String {
     };
     format!(
         "Bench running on GPU {gpu} for {}, started by {who}: {}\n  At its end GPU {gpu} goes back to: {} (profile active when it began: {})\n  To stop it now (its user or root): gpushare-ctl cancel {}\n",
-        elapsed(bench.running_seconds),
+        gpushare_base::duration::worded(bench.running_seconds),
         bench.job,
         bench.restores,
         bench.profile_before.as_deref().unwrap_or("(none)"),
@@ -150,15 +150,6 @@ fn job_number(job: &str) -> &str {
         .map(|(_, n)| n)
         .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         .unwrap_or(job)
-}
-
-/// `45 s`, `2 min 5 s`, `1 h 3 min`.
-fn elapsed(seconds: u64) -> String {
-    match seconds {
-        0..60 => format!("{seconds} s"),
-        60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
-        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
-    }
 }
 
 /// A row of the GPU table: a GPU, a MIG instance, one of the compute instances of a
