@@ -10,6 +10,8 @@ use gpushare_tests::{
     Agent, AgentOptions, SIM_NVIDIA_SMI, SIM_NVIDIA_SMI_ENV, binary, ctl_error, stdout, temp_file,
     text,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// A second agent on the same bus (its own state directory) is refused the name and
 /// exits; the first keeps it and answers.
@@ -192,8 +194,7 @@ fn sighup_reloads_the_profile_directory() {
     let file = agent.dir.path().join("profiles.d/added-later.toml");
     std::fs::write(&file, "[[gpu]]\nselect = \"all\"\n").unwrap();
     let pid = agent.pid().expect("agent running");
-    // SAFETY: kill() with the PID of the agent this test spawned and still owns.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGHUP) }, 0);
+    assert_eq!(kill(Pid::from_raw(pid as i32), Signal::SIGHUP), Ok(()));
     gpushare_tests::wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
         let list: ProfileList = agent.ctl_doc(&["profiles"]);
         match list.profiles.iter().any(|p| p.name == "added-later") {

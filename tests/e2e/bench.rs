@@ -11,6 +11,8 @@ use std::time::Duration;
 use gpushare_proto::bench::BenchReport;
 use gpushare_proto::types::Status;
 use gpushare_tests::{Agent, AgentOptions, layout, stderr, text, wait_for};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tempfile::TempDir;
 
 /// A replica: writes what it sees to `$BENCH_OUT/<strategy>-<N>-<index>`, reports one
@@ -355,8 +357,7 @@ fn ctrl_c_restores_the_sharing() {
         .spawn()
         .unwrap();
     let sessions = replicas_running(&agent);
-    // SAFETY: kill() with the PID of a child we spawned and have not waited for.
-    unsafe { libc::kill(ctl.id() as i32, libc::SIGINT) };
+    let _ = kill(Pid::from_raw(ctl.id() as i32), Signal::SIGINT);
     let status = wait_for(Duration::from_secs(30), Duration::from_millis(50), || {
         ctl.try_wait()
             .ok()

@@ -15,6 +15,8 @@ use gpushare_tests::{
     Agent, AgentOptions, MEMBER, OTHER, SECRET_GROUP, directory_of, id_of, is_root, stderr, text,
     wait_for,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// A replica script in a directory of `owner`'s (root's when `None`), readable by all.
 struct Script {
@@ -460,8 +462,7 @@ fn sigterm_cancels_a_bench_and_restores_within_seconds() {
         (!none_running(&marker)).then_some(()).ok_or("no replica yet".to_string())
     });
     let pid = agent.pid().unwrap();
-    // SAFETY: kill() with the pid of the agent this test started and still holds.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
     let stopped = Instant::now();
     let exited = agent.wait_exit(Duration::from_secs(10));
     assert!(exited.is_some(), "the agent still ran 10 s after SIGTERM");

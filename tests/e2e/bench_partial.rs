@@ -9,6 +9,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use gpushare_tests::{Agent, AgentOptions, stderr, text};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tempfile::TempDir;
 
 /// A replica: one unit at once (so the window may open), then a unit of 10 ms every
@@ -103,8 +105,7 @@ fn ctrl_c_keeps_what_was_measured() {
             }
         }
     }
-    // SAFETY: kill() with the PID of a child we spawned and have not waited for.
-    unsafe { libc::kill(ctl.id() as i32, libc::SIGINT) };
+    let _ = kill(Pid::from_raw(ctl.id() as i32), Signal::SIGINT);
     let out = ctl.wait_with_output().unwrap();
     let err = reader.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use gpushare_tests::podman::{UNRESOLVABLE, assert_unresolvable, has_jsonschema};
 use gpushare_tests::{Podman, stdout, text, validate_cdi};
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -56,11 +57,10 @@ fn write_spec(dir: &Path, spec: &Value) -> std::path::PathBuf {
 /// A character device 195:0 (as /dev/nvidia0) made with mknod under `dir`.
 fn char_device(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("gpu0");
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: c_path is a NUL-terminated path that outlives the call.
-    let made =
-        unsafe { libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, 0)) };
-    assert_eq!(made, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    let made = mknod(&path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(195, 0));
+    if let Err(e) = made {
+        panic!("mknod {}: {}", path.display(), std::io::Error::from(e));
+    }
     path
 }
 

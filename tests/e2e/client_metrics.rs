@@ -15,6 +15,8 @@ use gpushare_tests::{
     Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, is_root,
     text, wait_for,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// GPU 0 in MIG, GPU 1 under MPS (2 replicas: 50 % threads each), GPU 2 left alone.
 const MIXED: &str = "name = \"mixed\"\n\
@@ -174,8 +176,7 @@ fn a_client_lost_to_an_mps_server_fault_is_logged() {
         }
         Err(format!("the client's series never appeared:\n{body}"))
     });
-    // SAFETY: kill(2) on the simulated daemon this test's agent started.
-    unsafe { libc::kill(server.pid.expect("the server's pid") as i32, libc::SIGKILL) };
+    let _ = kill(Pid::from_raw(server.pid.expect("the server's pid") as i32), Signal::SIGKILL);
     let said = wait_for(Duration::from_secs(20), Duration::from_millis(250), || {
         let said = std::fs::read_to_string(log.path()).unwrap_or_default();
         if said.contains("ended as its MPS server (") {

@@ -9,7 +9,8 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use gpushare_tests::{Agent, AgentOptions, text};
+use gpushare_tests::{Agent, AgentOptions, is_root, text};
+use nix::sys::stat::{major, minor};
 
 /// The simulated host beside the node's state file.
 fn host_of(agent: &Agent) -> PathBuf {
@@ -23,7 +24,8 @@ fn char_device(path: &Path) -> (u32, u32) {
     let meta =
         std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(meta.file_type().is_char_device(), "{} is not a character device", path.display());
-    (libc::major(meta.rdev()), libc::minor(meta.rdev()))
+    // Linux's major and minor numbers are 32 bits wide each: the casts lose nothing.
+    (major(meta.rdev()) as u32, minor(meta.rdev()) as u32)
 }
 
 /// The driver's capability minor of GPU instance `gi` on the GPU of minor `gpu`
@@ -34,8 +36,7 @@ fn gi_minor(gpu: u32, gi: u32) -> u32 {
 
 #[test]
 fn mig_instances_bring_their_capability_nodes_and_take_them_away() {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         gpushare_tests::skip("the simulator makes device nodes only as root");
         return;
     }

@@ -11,6 +11,8 @@ use gpushare_tests::{
     Agent, AgentOptions, MEMBER, SIM_MPS_CONTROL, SIM_NVIDIA_SMI, agent_check, as_user,
     copy_executable, directory_of, ensure_users, is_root, repo_root, simulated_library, text,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// The ```` ```lang ```` blocks of the README section under heading `section`, in order.
 fn readme_blocks(section: &str, lang: &str) -> Vec<String> {
@@ -70,9 +72,8 @@ impl Drop for KillLeft {
     fn drop(&mut self) {
         for found in processes_with_in_environment(&self.0) {
             let Some(Ok(pid)) = found.split(':').next().map(str::parse::<i32>) else { continue };
-            // SAFETY: kill(2) on a process the test's script started (it carries the
-            // script's HOME in its environment).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A process the test's script started (it carries the script's HOME).
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }

@@ -14,6 +14,8 @@ use gpushare_tests::{
     Agent, AgentOptions, MEMBER, OTHER, directory_of, id_of, is_root, layout, reason_lines, stderr,
     stdout, text, wait_for,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{AccessFlags, Pid, access};
 
 /// How long the agent gives a bench's check as the caller (`CHECK_WITHIN`).
 const CHECK_BOUND: Duration = Duration::from_secs(5);
@@ -119,8 +121,7 @@ fn stop_first_gate_of(agent_pid: u32, uid: u32, within: Duration) -> Option<u32>
             }
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             if String::from_utf8_lossy(&cmdline).contains("--bench-gate") {
-                // SAFETY: kill(2) with a pid and a signal number.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
                 return Some(pid);
             }
         }
@@ -467,9 +468,7 @@ fn a_replica_without_systemd_has_a_services_limits_and_a_cgroup_of_its_own() {
     });
     let writable = mount.as_ref().is_some_and(|m| {
         let dir = Path::new(m).join(own.trim_start_matches('/'));
-        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: access(2) with a NUL-terminated path that lives for the call.
-        let may_write = unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+        let may_write = access(&dir, AccessFlags::W_OK | AccessFlags::X_OK).is_ok();
         dir.join("cgroup.procs").is_file() && may_write
     });
     if !writable {

@@ -6,6 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpushare_tests::{Agent, AgentOptions, MEMBER, OTHER, is_root, text};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::stat::Mode;
+use nix::unistd::mkfifo;
 
 /// An agent that serves [`OTHER`] too (a system-type bus with the package's policy);
 /// `None` (the test skipped) without root, which creating users needs.
@@ -113,19 +116,11 @@ fn strings_as_long_as_the_bus_carries_are_refused_by_their_size() {
 #[test]
 fn idle_metrics_connections_never_take_the_agents_descriptors() {
     // This test holds more than a thousand sockets itself.
-    // SAFETY: rlimit is plain old data, filled by getrlimit before it is read.
-    let mut own: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: getrlimit/setrlimit with a live struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut own);
-        own.rlim_cur = own.rlim_max.min(8192);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &own);
-    }
-    if own.rlim_cur < 2048 {
-        gpushare_tests::skip(format_args!(
-            "this test cannot hold enough sockets ({})",
-            own.rlim_cur
-        ));
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((0, 0));
+    let soft = hard.min(8192);
+    let _ = setrlimit(Resource::RLIMIT_NOFILE, soft, hard);
+    if soft < 2048 {
+        gpushare_tests::skip(format_args!("this test cannot hold enough sockets ({soft})"));
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -284,9 +279,7 @@ fn agent_toml_that_does_not_read_never_blinds_blocks_or_panics_the_agent() {
     assert_eq!(status.gpus[0].sharing.strategy, "mps", "the running server went unseen");
 
     std::fs::remove_file(&config).unwrap();
-    let path = std::ffi::CString::new(config.to_str().unwrap()).unwrap();
-    // SAFETY: mkfifo(3) with a NUL-terminated path that lives for the call.
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    assert_eq!(mkfifo(&config, Mode::S_IRUSR | Mode::S_IWUSR), Ok(()));
     agent.restart();
     let hands_off = agent.status().hands_off.unwrap_or_default();
     assert!(hands_off.contains("not a regular file"), "{hands_off}");

@@ -9,18 +9,16 @@ use std::time::{Duration, Instant};
 use gpushare_tests::{
     Agent, AgentOptions, ctl_error, reason_lines, stderr, stdout, temp_file, text,
 };
+use nix::sys::resource::{Resource, setrlimit};
 
 /// Runs `cmd` with `input` on stdin, within `limit` and 2 GiB of address space (a ctl
 /// that reads without bound fails here instead of taking the machine's memory).
 fn run_bounded(mut cmd: Command, input: &[u8], limit: Duration) -> Output {
     // SAFETY: between fork and exec the closure only calls setrlimit, which is
-    // async-signal-safe, on a value on its own stack.
+    // async-signal-safe (nix's wrapper is the bare system call on a value on the stack).
     unsafe {
         cmd.pre_exec(|| {
-            let bound = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
-            if libc::setrlimit(libc::RLIMIT_AS, &bound) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            setrlimit(Resource::RLIMIT_AS, 2 << 30, 2 << 30)?;
             Ok(())
         });
     }

@@ -11,6 +11,8 @@ use gpushare_tests::{
     Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, stderr, stdout,
     text, wait_for,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// Every GPU back to plain: no server, no server directory, default compute mode and
 /// time-slice interval.
@@ -148,8 +150,7 @@ fn a_killed_server_is_restarted_with_its_limits() {
     assert!(agent.ctl(&["apply", "all-mps"]).status.success());
     let before = agent.mps_servers()[0].clone();
     let pid = before.pid.expect("the server's pid") as i32;
-    // SAFETY: kill(2) on the simulated daemon this test's agent started.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     // Restarted: a new daemon runs, and its pipe directory is open to clients again, which
     // the agent does only once the limits are set and read back.
     let after = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {

@@ -117,6 +117,7 @@ pub fn ensure(accounts: &Accounts) {
     std::fs::write(dir.join("holders").join(std::process::id().to_string()), "").unwrap();
     let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
     if held.is_empty() {
+        // atexit through libc, for nix does not wrap it.
         // SAFETY: atexit only stores the pointer to a function that takes no arguments and
         // lives as long as the program; it does not unwind (failures are printed).
         let registered = unsafe { libc::atexit(release_at_exit) } == 0;

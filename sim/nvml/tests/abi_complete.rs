@@ -22,6 +22,7 @@ fn header_functions() -> Vec<String> {
 #[test]
 fn every_function_of_nvml_h_resolves() {
     let path = CString::new(library().to_str().unwrap()).unwrap();
+    // dlopen and dlsym through libc, for nix does not wrap the dynamic loader.
     // SAFETY: dlopen with a NUL-terminated path; the handle stays open for the test.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen {}", library().display());

@@ -19,6 +19,7 @@ use nvml_wrapper::error::NvmlError;
 /// The simulated library's `gpushare_sim_last_error`, through its own handle.
 fn last_error(library: &Path) -> String {
     let name = CString::new(library.as_os_str().as_bytes()).unwrap();
+    // dlopen, dlsym and dlclose through libc, for nix does not wrap the dynamic loader.
     // SAFETY: a NUL-terminated path; the library's initializers have no preconditions.
     let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen {}", library.display());

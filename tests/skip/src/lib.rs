@@ -55,6 +55,7 @@ pub fn skip(reason: impl std::fmt::Display) {
     }
     let mut skips = SKIPS.lock().unwrap_or_else(|e| e.into_inner());
     if skips.is_empty() {
+        // atexit through libc, for nix does not wrap it.
         // SAFETY: atexit only stores the pointer to a function that takes no arguments,
         // lives as long as the program and never unwinds (it catches nothing: it only
         // formats and writes to stderr, ignoring errors).
