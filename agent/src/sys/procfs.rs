@@ -55,12 +55,21 @@ pub fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
-/// The live processes of session `sid` whose real user is `uid`.
+/// The live processes of session `sid` whose real user is `uid` (each `stat` read once).
 pub fn session_members(sid: u32, uid: u32) -> Vec<u32> {
     pids()
         .into_iter()
-        .filter(|&pid| session(pid) == Some(sid) && real_user(pid) == Some(uid) && alive(pid))
+        .filter(|&pid| {
+            Stat::of(pid).is_some_and(|s| s.session == sid && !s.ended())
+                && real_user(pid) == Some(uid)
+        })
         .collect()
+}
+
+/// Whether `pid` still runs and is the process that started at `start_time` (its `stat`
+/// read once): a pid reused by another process does not count.
+pub fn runs_since(pid: u32, start_time: u64) -> bool {
+    Stat::of(pid).is_some_and(|s| !s.ended() && s.start_time == start_time)
 }
 
 /// The real user of `pid` (the first `Uid:` of `/proc/PID/status`).

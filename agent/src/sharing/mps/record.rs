@@ -67,7 +67,7 @@ impl DaemonIdentity {
 
     /// Whether this process still runs (the pid names the same process).
     pub(super) fn runs(&self) -> bool {
-        alive(self.pid) && procfs::start_time(self.pid) == Some(self.start_time)
+        procfs::runs_since(self.pid, self.start_time)
     }
 }
 
