@@ -293,7 +293,7 @@ pub fn parse_run_args(args: &[String]) -> Result<(Vec<Workload>, Vec<usize>, f64
 pub fn main(args: &[String]) -> ExitCode {
     let result = (|| -> Result<SweepReport, String> {
         let (workloads, counts, seconds) = parse_run_args(args)?;
-        let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+        let exe = crate::sys::agent_binary()?;
         let t = Instant::now();
         let mut runs = Vec::new();
         for w in workloads {
