@@ -66,8 +66,11 @@ impl SerialTransactions {
     }
 
     /// Renders the views from the node as it is, outside any transaction (at start-up,
-    /// when no transaction did; after a change of MPS limits).
+    /// when no transaction did; after a change of MPS limits), in the turn: a render that
+    /// observed before a transaction's could otherwise write after it. The epoch does not
+    /// move (nothing on the GPUs changes).
     pub async fn refresh_views(&self) {
+        let _held = self.turn.lock().await;
         self.views.refresh(&self.inner.executor.node).await;
     }
 
