@@ -65,7 +65,7 @@ impl Engine {
         force: bool,
         job: &str,
     ) -> Result<ApplyJob, EngineError> {
-        self.may_change()?;
+        self.gate.may_change()?;
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         let profile = self.core.resolve_request(source).await?;
         let kind = JobKind::Apply { profile: profile.name.clone() };

@@ -42,7 +42,7 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::apply::hooks::Hooks;
-use crate::apply::journal::{BenchRecord, GpuCheckpoint, Journal};
+use crate::apply::journal::Journal;
 use crate::apply::transaction::Transactions;
 use crate::apply::{Executor, NodeAccess};
 use crate::bench::launch::Launcher;
@@ -50,7 +50,7 @@ use crate::bench::measure::Cancel;
 use crate::config::AgentConfig;
 use crate::gpu::{BackendKind, GpuBackend};
 use crate::node::NodeState;
-use crate::plan::{Plan, PlanOptions};
+use crate::plan::PlanOptions;
 use crate::profile::ProfileStore;
 use crate::sharing::SharingTools;
 use crate::sharing::mps::{MpsConfig, MpsController, MpsLaunch};
@@ -181,11 +181,6 @@ impl Engine {
         self
     }
 
-    /// Refuses a change when the agent is hands-off ([`Gate::may_change`]).
-    fn may_change(&self) -> Result<(), EngineError> {
-        self.gate.may_change()
-    }
-
     /// Replaces the known profiles (a reload of the profile directory). Jobs already
     /// planned keep the profile they planned.
     pub fn reload_profiles(&self, profiles: ProfileStore) {
@@ -223,20 +218,6 @@ impl Engine {
         self.core.observe().await
     }
 
-    /// Refuses a plan this host cannot carry out ([`Core::check_host`]).
-    async fn check_host(&self, plan: &Plan, node: &NodeState) -> Result<(), EngineError> {
-        self.core.check_host(plan, node).await
-    }
-
-    /// The apply lock by `deadline` ([`Gate::lock_by`]).
-    async fn lock_by(
-        &self,
-        job: Option<&RunningJob>,
-        deadline: tokio::time::Instant,
-    ) -> Result<OwnedMutexGuard<()>, EngineError> {
-        self.gate.lock_by(job, deadline).await
-    }
-
     /// Waits for a running job (and every bench: cancel them first) to end and keeps any
     /// new one from starting: for shutdown.
     pub async fn quiesce(&self) -> OwnedMutexGuard<()> {
@@ -259,88 +240,12 @@ impl Engine {
     pub async fn refresh_views(&self) {
         self.transactions.refresh_views().await;
     }
-
-    /// Claims the GPU of a bench's `record` for the bench `job` and lets `lock` (the apply
-    /// lock, held while the bench was checked and its record written) go: from now on an
-    /// apply whose profile leaves the GPU out runs beside the bench. The claim goes when the
-    /// bench finishes (the guard).
-    pub(super) async fn claim_for_bench(
-        &self,
-        lock: OwnedMutexGuard<()>,
-        job: RunningJob,
-        record: &BenchRecord,
-        node: &NodeState,
-    ) -> JobGuard {
-        let uid = record.uid;
-        let user = tokio::task::spawn_blocking(move || crate::sys::unix::user_name(uid))
-            .await
-            .ok()
-            .flatten();
-        let (gpu, uuid, restores) = match record.checkpoint.first() {
-            Some(cp) => (cp.gpu, cp.uuid.clone(), layout_words(cp, node)),
-            None => (u32::MAX, String::new(), String::new()),
-        };
-        let claim = BenchClaim {
-            job: job.id.clone(),
-            gpu,
-            uuid,
-            uid,
-            user,
-            since: std::time::SystemTime::now(),
-            profile_before: record.previous_profile.clone(),
-            restores,
-        };
-        self.gate.claim(lock, claim, job.kind)
-    }
-}
-
-/// A GPU's layout at a checkpoint, in words: `MIG off, compute mode default, MPS at 100 %
-/// threads`; `MIG on: 3g.20gb, 2g.10gb, 1g.5gb ×2, compute mode default, no MPS`.
-fn layout_words(cp: &GpuCheckpoint, node: &NodeState) -> String {
-    let mut words = Vec::new();
-    if cp.mig_enabled {
-        let model = node.gpu(cp.gpu).and_then(|g| g.model);
-        let mut names: Vec<(String, u32)> = Vec::new();
-        for &(id, _) in &cp.instances {
-            let name = model
-                .and_then(|m| m.profile_by_id(id))
-                .map_or_else(|| format!("profile {id}"), |p| p.name.to_string());
-            match names.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, count)) => *count += 1,
-                None => names.push((name, 1)),
-            }
-        }
-        let listed: Vec<String> =
-            names.into_iter().map(|(n, c)| if c > 1 { format!("{n} ×{c}") } else { n }).collect();
-        words.push(match listed.as_slice() {
-            [] => "MIG on, no instances".to_string(),
-            _ => format!("MIG on: {}", listed.join(", ")),
-        });
-    } else {
-        words.push("MIG off".to_string());
-    }
-    words.push(format!("compute mode {}", cp.compute_mode.as_str()));
-    let whole = cp.mps.iter().find(|(start, _)| start.is_none()).map(|(_, l)| l);
-    let served = cp.mps.iter().filter(|(start, _)| start.is_some()).count();
-    match (whole, served) {
-        (Some(l), _) => {
-            let memory = l.pinned_memory_limit_bytes.map_or_else(String::new, |b| {
-                format!(", {} pinned memory", gpushare_proto::exact_size(b))
-            });
-            words.push(format!("MPS at {} % threads{memory}", l.active_thread_percentage));
-        }
-        (None, 0) => words.push("no MPS".to_string()),
-        (None, n) => words.push(format!("MPS on {}", gpushare_proto::plural(n as u64, "instance"))),
-    }
-    if let Some(interval) = cp.timeslice {
-        words.push(format!("time-slice {}", interval.as_str()));
-    }
-    words.join(", ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apply::journal::{BenchRecord, GpuCheckpoint};
     use crate::catalog::parse_node_spec as parse_spec;
     use crate::gpu::sim::{SimBackend, SimOptions};
     use crate::{plan, profile};
@@ -521,7 +426,7 @@ mod tests {
                 id: record.job.clone(),
                 kind: JobKind::Bench { target: node.gpus[0].uuid.clone() },
             };
-            let guard = engine.claim_for_bench(lock, running, &record, &node).await;
+            let guard = engine.bench_claim(lock, running, &record, &node).await;
             assert_eq!(engine.running_job(), None, "a bench holds no apply lock");
 
             let status = engine.status().await.unwrap();

@@ -76,7 +76,7 @@ impl Engine {
         threads: Option<u32>,
         memory_bytes: Option<u64>,
     ) -> Result<MpsLimitResult, EngineError> {
-        self.may_change()?;
+        self.gate.may_change()?;
         if let Some(t) = threads
             && !MPS_THREAD_PERCENTAGE.contains(&t)
         {

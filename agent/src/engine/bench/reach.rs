@@ -16,7 +16,7 @@ use crate::apply::NodeAccess;
 use crate::apply::journal::{BenchRecord, Journal};
 use crate::bench::launch::Launcher;
 use crate::bench::measure::Cancel;
-use crate::engine::jobs::{Claims, JobGuard, Moments, RunningJob};
+use crate::engine::jobs::{BenchClaim, Claims, JobGuard, Moments, RunningJob};
 /// How long a job waits for the apply lock at most; the re-apply at start-up's job.
 pub(super) use crate::engine::{BOOT_JOB, LOCK_WAIT};
 use crate::engine::{Engine, EngineError, SerialTransactions};
@@ -82,9 +82,9 @@ impl Engine {
         self.running_bench.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Refused while the agent may change nothing (hands off, stopping…).
+    /// Refused while the agent may change nothing (hands off).
     pub(super) fn bench_may_change(&self) -> Result<(), EngineError> {
-        self.may_change()
+        self.gate.may_change()
     }
 
     /// The apply lock, waiting until `deadline` at most; `None`: no job is named yet.
@@ -92,7 +92,7 @@ impl Engine {
         &self,
         deadline: tokio::time::Instant,
     ) -> Result<ApplyLock, EngineError> {
-        self.lock_by(None, deadline).await
+        self.gate.lock_by(None, deadline).await
     }
 
     /// Whether the host can carry `plan` out (its tools, its permissions).
@@ -101,18 +101,40 @@ impl Engine {
         plan: &Plan,
         node: &NodeState,
     ) -> Result<(), EngineError> {
-        self.check_host(plan, node).await
+        self.core.check_host(plan, node).await
     }
 
-    /// Claims the bench's GPU for `running` and lets the apply lock go.
-    pub(super) async fn bench_claim(
+    /// Claims the GPU of the bench's `record` for `running` and lets `lock` (the apply
+    /// lock, held while the bench was checked and its record written) go: from now on an
+    /// apply whose profile leaves the GPU out runs beside the bench. The claim goes when the
+    /// bench finishes (the guard).
+    pub(in crate::engine) async fn bench_claim(
         &self,
         lock: ApplyLock,
         running: RunningJob,
         record: &BenchRecord,
         node: &NodeState,
     ) -> JobGuard {
-        self.claim_for_bench(lock, running, record, node).await
+        let uid = record.uid;
+        let user = tokio::task::spawn_blocking(move || crate::sys::unix::user_name(uid))
+            .await
+            .ok()
+            .flatten();
+        let (gpu, uuid, restores) = match record.checkpoint.first() {
+            Some(cp) => (cp.gpu, cp.uuid.clone(), super::restore::layout_words(cp, node)),
+            None => (u32::MAX, String::new(), String::new()),
+        };
+        let claim = BenchClaim {
+            job: running.id.clone(),
+            gpu,
+            uuid,
+            uid,
+            user,
+            since: std::time::SystemTime::now(),
+            profile_before: record.previous_profile.clone(),
+            restores,
+        };
+        self.gate.claim(lock, claim, running.kind)
     }
 
     /// The variables a client of the GPU `uuid` gets, as it is shared now.

@@ -5,9 +5,10 @@
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::apply::journal::BenchRecord;
+use crate::apply::journal::{BenchRecord, GpuCheckpoint};
 use crate::apply::{Progress, Purpose};
 use crate::engine::{Engine, EngineError};
+use crate::node::NodeState;
 
 impl Engine {
     /// Puts back what a bench found: stops replicas left behind and returns the GPU to its
@@ -94,4 +95,48 @@ impl Engine {
             ),
         }))
     }
+}
+
+/// A GPU's layout at a checkpoint, in words: `MIG off, compute mode default, MPS at 100 %
+/// threads`; `MIG on: 3g.20gb, 2g.10gb, 1g.5gb ×2, compute mode default, no MPS`.
+pub(super) fn layout_words(cp: &GpuCheckpoint, node: &NodeState) -> String {
+    let mut words = Vec::new();
+    if cp.mig_enabled {
+        let model = node.gpu(cp.gpu).and_then(|g| g.model);
+        let mut names: Vec<(String, u32)> = Vec::new();
+        for &(id, _) in &cp.instances {
+            let name = model
+                .and_then(|m| m.profile_by_id(id))
+                .map_or_else(|| format!("profile {id}"), |p| p.name.to_string());
+            match names.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, count)) => *count += 1,
+                None => names.push((name, 1)),
+            }
+        }
+        let listed: Vec<String> =
+            names.into_iter().map(|(n, c)| if c > 1 { format!("{n} ×{c}") } else { n }).collect();
+        words.push(match listed.as_slice() {
+            [] => "MIG on, no instances".to_string(),
+            _ => format!("MIG on: {}", listed.join(", ")),
+        });
+    } else {
+        words.push("MIG off".to_string());
+    }
+    words.push(format!("compute mode {}", cp.compute_mode.as_str()));
+    let whole = cp.mps.iter().find(|(start, _)| start.is_none()).map(|(_, l)| l);
+    let served = cp.mps.iter().filter(|(start, _)| start.is_some()).count();
+    match (whole, served) {
+        (Some(l), _) => {
+            let memory = l.pinned_memory_limit_bytes.map_or_else(String::new, |b| {
+                format!(", {} pinned memory", gpushare_proto::exact_size(b))
+            });
+            words.push(format!("MPS at {} % threads{memory}", l.active_thread_percentage));
+        }
+        (None, 0) => words.push("no MPS".to_string()),
+        (None, n) => words.push(format!("MPS on {}", gpushare_proto::plural(n as u64, "instance"))),
+    }
+    if let Some(interval) = cp.timeslice {
+        words.push(format!("time-slice {}", interval.as_str()));
+    }
+    words.join(", ")
 }
