@@ -40,20 +40,6 @@ fn declared() -> BTreeSet<String> {
         .collect()
 }
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files
-}
-
 /// A file's code without its inline test modules (by the crate's convention, `mod tests`
 /// at the end of a file, or a `tests.rs` of its own) and without comments.
 fn code(path: &Path) -> String {
@@ -113,7 +99,7 @@ fn no_module_uses_a_module_listed_after_it() {
     let rank: BTreeMap<&str, usize> =
         order.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
     let mut wrong = Vec::new();
-    for file in rust_files(&src()) {
+    for file in source::rust_files(&src()) {
         let relative = file.strip_prefix(src()).unwrap();
         let first = relative.components().next().unwrap().as_os_str().to_string_lossy();
         let module = first.trim_end_matches(".rs");

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod source;
 
-use source::{code, without_tests};
+use source::{code, rust_files, without_tests};
 
 /// The most logic lines one file may hold.
 const MAX_LOGIC_LINES: usize = 800;
@@ -27,22 +27,6 @@ const SOURCES: &[&str] =
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let Ok(entries) = fs::read_dir(dir) else { return files };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
 }
 
 /// Whether a file holds tests only: `tests.rs`, `*_tests.rs`, or anything under a `tests`

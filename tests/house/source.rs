@@ -1,6 +1,9 @@
 //! Reading Rust source as the house and layer tests do (`tests/house/main.rs`,
 //! `agent/tests/layers.rs`, which include this file by path): a file's code without its
-//! inline test modules and without comments.
+//! inline test modules and without comments, and the files to read.
+
+use std::fs;
+use std::path::{Path, PathBuf};
 
 /// A file's text without its inline test modules (`#[cfg(test)] mod tests { … }`, wherever
 /// they sit, matched brace for brace). A `mod tests;` declaration only names a test file,
@@ -79,4 +82,20 @@ pub fn code(text: &str) -> String {
         .map(|l| l.split_once("//").map_or(l, |(code, _)| code))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Every `.rs` file under `dir`, sorted.
+pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else { return files };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
 }
