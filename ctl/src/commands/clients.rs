@@ -216,29 +216,7 @@ pub fn local_time_now() -> String {
 
 /// [`local_time_now`] for `seconds` since the Unix epoch.
 pub fn local_time(seconds: u64) -> String {
-    local_time_of(libc::time_t::try_from(seconds).unwrap_or(libc::time_t::MAX))
-}
-
-/// Raw `localtime_r` and `strftime`: nix has no local time (and std none at all).
-fn local_time_of(now: libc::time_t) -> String {
-    // SAFETY: `libc::tm` is plain old data: all zeros is a valid value, overwritten below.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers point to live values of the right types for the call.
-    if unsafe { libc::localtime_r(&raw const now, &raw mut tm) }.is_null() {
-        return String::new();
-    }
-    let mut buffer = [0u8; 64];
-    // SAFETY: strftime writes at most `buffer.len()` bytes into `buffer`, reads the
-    // NUL-terminated format and `tm`, all alive for the call; it returns the bytes written.
-    let written = unsafe {
-        libc::strftime(
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            c"%Y-%m-%d %H:%M:%S %Z".as_ptr(),
-            &raw const tm,
-        )
-    };
-    String::from_utf8_lossy(&buffer[..written.min(buffer.len())]).into_owned()
+    gpushare_base::local_time::format(seconds, "%Y-%m-%d %H:%M:%S %Z").unwrap_or_default()
 }
 
 /// The rows and columns of the terminal on stdout, 24 by 80 when it does not say.

@@ -1,6 +1,5 @@
 //! The lines of `control.log` and `server.log`, in the real daemon's format.
 
-use std::mem::MaybeUninit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Which log file a line goes to.
@@ -32,28 +31,10 @@ impl LogLine {
 /// Local time as the real logs show it: `2026-11-22 07:35:47.100`.
 pub fn timestamp() -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = libc::time_t::try_from(now.as_secs()).unwrap_or(0);
-    let mut tm = MaybeUninit::<libc::tm>::zeroed();
-    // Raw localtime_r: nix has no local time (and std none at all).
-    // SAFETY: `secs` and `tm` are valid for the call; localtime_r is the thread-safe variant
-    // and writes only into `tm`.
-    let converted = unsafe { !libc::localtime_r(&secs, tm.as_mut_ptr()).is_null() };
-    // SAFETY: `tm` was zero-initialised, a valid `libc::tm` (integers and a nullable pointer),
-    // and localtime_r only stores valid values into it.
-    let tm = unsafe { tm.assume_init() };
-    if !converted {
-        return format!("{}.{:03}", now.as_secs(), now.subsec_millis());
+    match gpushare_base::local_time::format(now.as_secs(), "%Y-%m-%d %H:%M:%S") {
+        Some(local) => format!("{local}.{:03}", now.subsec_millis()),
+        None => format!("{}.{:03}", now.as_secs(), now.subsec_millis()),
     }
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        now.subsec_millis()
-    )
 }
 
 #[cfg(test)]

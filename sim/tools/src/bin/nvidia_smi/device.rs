@@ -163,16 +163,6 @@ pub fn mig_modes(g: &Gpu) -> Option<(&'static str, &'static str)> {
 pub fn local_time(format: &str) -> (String, u32) {
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = libc::time_t::try_from(now.as_secs()).unwrap_or(0);
-    // Raw localtime_r and strftime: nix has no local time (and std none at all).
-    // SAFETY: a zeroed tm is a valid value; localtime_r writes into it, and strftime
-    // writes at most `buf.len()` bytes into `buf` from a NUL-terminated format.
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&secs, &mut tm);
-        let format = std::ffi::CString::new(format).unwrap_or_default();
-        let mut buf = [0u8; 64];
-        let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), format.as_ptr(), &tm);
-        (String::from_utf8_lossy(&buf[..n]).into_owned(), now.subsec_millis())
-    }
+    let local = gpushare_base::local_time::format(now.as_secs(), format).unwrap_or_default();
+    (local, now.subsec_millis())
 }
