@@ -220,6 +220,13 @@ pub struct GpuInstance {
     pub compute_instances: Vec<ComputeInstance>,
 }
 
+impl GpuInstance {
+    /// The compute instance with this id.
+    pub fn compute_instance(&self, id: u32) -> Option<&ComputeInstance> {
+        self.compute_instances.iter().find(|c| c.id == id)
+    }
+}
+
 /// One compute instance inside a GPU instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComputeInstance {

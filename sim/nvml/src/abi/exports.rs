@@ -127,7 +127,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
             Device::Gpu(i) => gpu_at(node, i)?.uuid.clone(),
             Device::Mig(i, gi, ci) => {
                 let gi = gi_of(gpu_at(node, i)?, gi)?;
-                let ci = gi.compute_instances.iter().find(|c| c.id == ci);
+                let ci = gi.compute_instance(ci);
                 ci.ok_or(ret::INVALID_ARGUMENT)?.uuid.clone()
             }
         };
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
                 let g = gpu_at(node, i)?;
                 let gi = gi_of(g, gi)?;
                 let profile = rules::profile_of(g, gi);
-                let ci = gi.compute_instances.iter().find(|c| c.id == ci);
+                let ci = gi.compute_instance(ci);
                 let ci = ci.ok_or(ret::INVALID_ARGUMENT)?;
                 if ci.size == profile.compute_slices {
                     format!("{} MIG {}", g.name(), profile.name)

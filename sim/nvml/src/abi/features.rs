@@ -70,7 +70,7 @@ pub fn attributes(
     };
     let g = rules::gpu(node, index)?;
     let gi = g.instance(gi_id).ok_or(ret::INVALID_ARGUMENT)?;
-    let ci = gi.compute_instances.iter().find(|c| c.id == ci_id).ok_or(ret::INVALID_ARGUMENT)?;
+    let ci = gi.compute_instance(ci_id).ok_or(ret::INVALID_ARGUMENT)?;
     let profile = rules::profile_of(g, gi);
     let ci_profile = rules::ci_profile(g, gi, ci.profile_id)?;
     let e = profile.engines;

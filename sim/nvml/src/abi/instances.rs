@@ -417,7 +417,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstance(
         let (index, gi_id) = handles::resolve_gpu_instance(node, epoch, gpuInstance)?;
         let id = rules::create_compute_instance(node, index, gi_id, profileId)?;
         let gi = gi_of(gpu_at(node, index)?, gi_id)?;
-        let ci = gi.compute_instances.iter().find(|c| c.id == id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instance(id).ok_or(ret::UNKNOWN)?;
         *handle = handles::compute_instance(epoch, index, ci);
         Ok(())
     })
@@ -458,7 +458,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceById(
         let handle = unsafe { out(computeInstance) }?;
         let (index, gi_id) = handles::resolve_gpu_instance(node, epoch, gpuInstance)?;
         let gi = gi_of(gpu_at(node, index)?, gi_id)?;
-        let ci = gi.compute_instances.iter().find(|c| c.id == id).ok_or(ret::NOT_FOUND)?;
+        let ci = gi.compute_instance(id).ok_or(ret::NOT_FOUND)?;
         *handle = handles::compute_instance(epoch, index, ci);
         Ok(())
     })
@@ -477,7 +477,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
         let (index, gi_id, ci_id) =
             handles::resolve_compute_instance(node, epoch, computeInstance)?;
         let gi = gi_of(gpu_at(node, index)?, gi_id)?;
-        let ci = gi.compute_instances.iter().find(|c| c.id == ci_id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instance(ci_id).ok_or(ret::UNKNOWN)?;
         *info = nvmlComputeInstanceInfo_t {
             device: handles::gpu(epoch, index),
             gpuInstance: handles::gpu_instance(epoch, index, gi),

@@ -128,7 +128,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo(
         let (index, gi_id, ci_id) =
             handles::resolve_compute_instance(node, epoch, computeInstance)?;
         let gi = rules::gpu(node, index)?.instance(gi_id).ok_or(ret::UNKNOWN)?;
-        let ci = gi.compute_instances.iter().find(|c| c.id == ci_id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instance(ci_id).ok_or(ret::UNKNOWN)?;
         *info = nvmlComputeInstanceInfo_v1_t {
             device: handles::gpu(epoch, index),
             gpuInstance: handles::gpu_instance(epoch, index, gi),
@@ -249,7 +249,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
             Some((placement.start, placement.size)),
         )?;
         let gi = rules::gpu(node, index)?.instance(gi_id).ok_or(ret::UNKNOWN)?;
-        let ci = gi.compute_instances.iter().find(|c| c.id == id).ok_or(ret::UNKNOWN)?;
+        let ci = gi.compute_instance(id).ok_or(ret::UNKNOWN)?;
         *handle = handles::compute_instance(epoch, index, ci);
         Ok(())
     })
