@@ -846,15 +846,10 @@ pub fn parse_cpu_list(text: &str) -> Result<String, String> {
         return Err("an empty CPU list (write it like 0-3,8,10-11)".into());
     }
     gpushare_base::cpus::parse_cpu_list(trimmed).map_err(|e| match e {
-        CpuListError::NotANumber { part } => {
-            format!("`{part}` is not a CPU number or range (write them like 0-3,8,10-11)")
-        }
         CpuListError::Beyond { number } => {
             format!("CPU {number}: CPU numbers go up to {}", CPUS_MAX - 1)
         }
-        CpuListError::Backwards { part } => {
-            format!("`{part}` runs backwards (write the lower number first)")
-        }
+        other => other.to_string(),
     })?;
     Ok(trimmed.to_owned())
 }

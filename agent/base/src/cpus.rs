@@ -32,9 +32,13 @@ pub enum CpuListError {
 impl fmt::Display for CpuListError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotANumber { part } => write!(f, "`{part}` is not a CPU number or range"),
+            Self::NotANumber { part } => {
+                write!(f, "`{part}` is not a CPU number or range (write them like 0-3,8,10-11)")
+            }
             Self::Beyond { number } => write!(f, "CPU {number} is beyond CPU {}", CPUS_MAX - 1),
-            Self::Backwards { part } => write!(f, "`{part}` runs backwards"),
+            Self::Backwards { part } => {
+                write!(f, "`{part}` runs backwards (write the lower number first)")
+            }
         }
     }
 }

@@ -65,16 +65,14 @@ impl CpuList {
         };
         match cpus::parse_cpu_list(trimmed) {
             Ok(list) => Ok(CpuList(list)),
-            Err(CpuListError::NotANumber { part }) => Err(format!(
-                "cpus `{shown}`: `{}` is not a CPU number or range (write them like 0-3,8,10-11)",
-                gpushare_proto::byte_prefix(&part, 40)
-            )),
+            Err(CpuListError::NotANumber { part }) => {
+                let part = gpushare_proto::byte_prefix(&part, 40).to_string();
+                Err(format!("cpus `{shown}`: {}", CpuListError::NotANumber { part }))
+            }
             Err(CpuListError::Beyond { number }) => {
                 Err(format!("cpus `{shown}`: {}", beyond(&number)))
             }
-            Err(CpuListError::Backwards { part }) => Err(format!(
-                "cpus `{shown}`: `{part}` runs backwards (write the lower number first)"
-            )),
+            Err(backwards) => Err(format!("cpus `{shown}`: {backwards}")),
         }
     }
 
