@@ -112,6 +112,11 @@ if [ "${1:-}" = "--inner" ]; then
             *) return 1 ;;
         esac
     }
+    # Interrupted, the node's agent, its bus and the declared process go too (the mount
+    # namespace keeps no process of its own).
+    agent='' proc='' bus=''
+    stop_node() { kill $agent $proc ${bus:+"$(tail -n1 <<<"$bus")"} 2>/dev/null || true; }
+    trap stop_node EXIT
     for NODE in $NODES; do
         model=${NODE%%:*}
         STATE=$WORK/$model # short: an MPS pipe directory under it must fit a socket path
@@ -230,6 +235,7 @@ if [ "${1:-}" = "--inner" ]; then
         kill "$proc"
         wait "$proc" 2>/dev/null
         kill "$(tail -n1 <<<"$bus")"
+        agent='' proc='' bus=''
     done
     exit $FAILED
 fi
