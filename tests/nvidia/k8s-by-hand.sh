@@ -37,7 +37,9 @@
 # Host facts the tools read besides NVML are faked in private mount namespaces (unshare
 # -m, as root), nowhere else: /sys/bus/pci/devices (as gfd-by-hand.sh), and, around each
 # device-plugin run, a tmpfs on /var/lib holding kubelet/device-plugins/ (the plugin's
-# socket directory is fixed: pluginapi.DevicePluginPath) and gpushare's MPS root bound at
+# socket directory is fixed: pluginapi.DevicePluginPath), the simulated host's
+# proc/driver (the driver's MIG capability files, which the plugin reads for each MIG
+# device: internal/mig/mig-dp.go) bound at /proc/driver, and gpushare's MPS root bound at
 # /mps (the plugin health-checks /mps/<resource>/pipe: mps.ContainerRoot, where the chart
 # mounts the MPS root). /mps must exist to be a mount point: the script makes the empty
 # directory if the host has none and removes it at the end. nvidia-cuda-mps-control on
@@ -59,6 +61,9 @@ if [ "${1:-}" = "--plugin" ]; then
     if [ -n "$MPSROOT" ]; then
         mount --bind "$MPSROOT" /mps || die "cannot bind $MPSROOT at /mps"
     fi
+    # the simulated driver's /proc/driver/nvidia{,-caps} (MIG capabilities: the plugin
+    # reads mig-minors and the access files of each MIG device)
+    mount --bind "$STATE/simulated-gpus.json.host/proc/driver" /proc/driver || die "cannot bind the simulated /proc/driver"
     "$K8S_BIN/kubelet-standin" -dir "$DP" -wait 60s -settle 3s > "$R/standin.json" 2> "$R/standin.stderr" &
     s=$!
     for _ in $(seq 100); do [ -S "$DP/kubelet.sock" ] && break; sleep 0.1; done
