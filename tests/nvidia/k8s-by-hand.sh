@@ -14,7 +14,8 @@
 #   NODES        default "h100-80gb:2 h100-80gb:1"
 #   PROFILES     default "half-balanced all-balanced all-mps all-time-sliced all-disabled"
 #   RESULTS_DIR  default a fresh mktemp -d; gets log.txt, one directory per node/profile
-#                (see below), compare.txt (tests/nvidia/compare-k8s.py) and summary.txt
+#                (see below), compare.txt (tests/nvidia/compare-k8s.py: every field) and
+#                summary.txt (the tools' versions, each run's verdict, nfd-worker's)
 #
 # Per node: a private dbus-daemon and `gpushare-agent --simulate NODE` with an agent.toml
 # that enables [device_plugin] and [labels], their files in the node's scratch state
@@ -306,6 +307,11 @@ export PROFILES=${PROFILES:-"half-balanced all-balanced all-mps all-time-sliced 
     grep -v '^  ok ' "$RES/compare.txt"
     echo "(every compared field, agreeing ones too: compare.txt)"
     [ "$crc" = 0 ] || rc=1
+    {   # the short story: versions, each run's verdict, nfd-worker
+        sed -n '1,/^profiles:/p' "$RES/log.txt"
+        grep -E '^(run |summary:)' "$RES/compare.txt"
+        echo "overall: $([ "$rc" = 0 ] && echo PASS || echo FAIL)"
+    } > "$RES/summary.txt"
     echo
     echo "results: $RES   overall: $([ "$rc" = 0 ] && echo PASS || echo FAIL)"
     exit $rc
