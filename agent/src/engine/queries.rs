@@ -15,7 +15,7 @@ use super::core::{self, ProfileRef};
 use super::error::EngineError;
 use super::gate::BOOT_JOB;
 use super::jobs::BenchClaim;
-use super::{Engine, clients, mig_profiles, report};
+use super::{Engine, clients, mig_profiles, report, views};
 use crate::apply::Reads;
 use crate::apply::journal::ProfileDocument;
 use crate::node::NodeState;
@@ -140,6 +140,10 @@ impl Engine {
             starting_up: running.as_ref().is_some_and(|job| job.id == BOOT_JOB),
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
+            apply_error: match self.transactions.views().intent().state {
+                views::ApplyState::Failed(why) => Some(why),
+                _ => None,
+            },
             hands_off: self.gate.hands_off_reason().map(str::to_string),
             drift,
             start_up_error: self
@@ -427,11 +431,22 @@ impl Engine {
             }
             Err(e) => exported.notes.push(format!("applying this here fails: {e}")),
         }
+        // What NVIDIA's device plugin and NFD are given, as the GPUs are now (the views
+        // write the same whether kept or not).
+        let views = self.transactions.views();
+        let (device_plugin, labels) = views.texts(&node);
+        let (device_plugin, device_plugin_refused) = match device_plugin {
+            Ok(text) => (text, None),
+            Err(why) => (String::new(), Some(why)),
+        };
         Ok(Export {
             text: exported.text(),
             mig_parted: exported.mig_parted,
             notes: exported.notes,
             mig_parted_left_out: exported.left_out,
+            device_plugin,
+            device_plugin_refused,
+            labels,
         })
     }
 

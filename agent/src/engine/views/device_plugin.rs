@@ -1,0 +1,312 @@
+//! NVIDIA's device plugin config as a view ([`super::View`]): the `--config-file` of
+//! k8s-device-plugin (`version: v1`), rendered from the GPUs as they are: the MIG strategy
+//! from the layout, time-slicing or MPS replicas of the whole GPUs. Owns the plugin's rules
+//! as gpushare reads them (api/config/v1 and internal/plugin of v0.20.0; DESIGN.md
+//! "Kubernetes (issue 40)"): one sharing for every device of a resource, no MPS beside
+//! MIG, only MIG devices whose compute instance is the whole GPU instance, and, since the
+//! plugin serves `nvidia.com/gpu` through one MPS control daemon and gpushare runs one per
+//! GPU, MPS on a node of one GPU. A node the plugin cannot express is refused before an
+//! apply's first step ([`View::check`]) and never written: a render that meets one (a
+//! bench's setup, a change by hand) keeps the last file and says why.
+//!
+//! Under MPS it also keeps the plugin's MPS layout in gpushare's MPS root (the plugin's
+//! `mpsRoot`): `nvidia.com/gpu` a link to the server's directory (so
+//! `<root>/nvidia.com/gpu/pipe` is gpushare's pipe directory) and `shm` a link to
+//! `/dev/shm`, where gpushare's servers meet their clients.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::shape::{self, GpuShape, Shared};
+use super::{Ahead, Observation, View};
+use crate::sys::place::Place;
+
+/// The resource name of whole GPUs (and of MIG devices under the `single` strategy).
+const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// What the config says: the MIG strategy and the whole GPUs' sharing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expressed {
+    /// `none`, `single` or `mixed`.
+    pub mig_strategy: &'static str,
+    /// How every whole GPU is shared, with its replicas.
+    pub sharing: Option<(Sharing, u32)>,
+    /// Under MPS, the one GPU's `GPU-…` (its server's directory is named so).
+    pub mps_uuid: Option<String>,
+}
+
+/// The plugin's two sharings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// `sharing.timeSlicing`.
+    TimeSlicing,
+    /// `sharing.mps`.
+    Mps,
+}
+
+impl Sharing {
+    fn key(self) -> &'static str {
+        match self {
+            Sharing::TimeSlicing => "timeSlicing",
+            Sharing::Mps => "mps",
+        }
+    }
+}
+
+/// How the plugin sees one whole GPU's sharing: none, or a sharing with its replicas; or
+/// why it cannot.
+fn whole_sharing(gpu: &GpuShape) -> Result<Option<(Sharing, u32)>, String> {
+    let i = gpu.index;
+    match &gpu.whole {
+        Shared::Exclusive => Ok(None),
+        Shared::TimeSliced { replicas: Some(r), .. } if *r >= 2 => {
+            Ok(Some((Sharing::TimeSlicing, *r)))
+        }
+        Shared::TimeSliced { .. } => Err(format!(
+            "GPU {i} is time-sliced without replicas of 2 or more for the plugin to advertise \
+             (give the profile's sharing.time-slicing replicas)"
+        )),
+        Shared::Mps(m) if m.replicas >= 2 => Ok(Some((Sharing::Mps, m.replicas))),
+        Shared::Mps(_) => Err(format!(
+            "GPU {i}'s MPS server gives one share (100 % threads), and the plugin shares a GPU \
+             only with replicas of 2 or more"
+        )),
+    }
+}
+
+fn describe(sharing: Option<(Sharing, u32)>) -> String {
+    match sharing {
+        None => "not shared".into(),
+        Some((Sharing::TimeSlicing, r)) => format!("time-sliced, {r} replicas"),
+        Some((Sharing::Mps, r)) => format!("MPS, {r} replicas"),
+    }
+}
+
+/// What the plugin's config says of `gpus`, or the plugin's rule they break, in one line.
+pub fn express(gpus: &[GpuShape]) -> Result<Expressed, String> {
+    let mut kinds: Vec<&str> = Vec::new();
+    for gpu in gpus {
+        for d in gpu.mig.iter().flatten() {
+            if d.subdivided {
+                return Err(format!(
+                    "GPU {}: the {} MIG device is a compute instance smaller than its GPU \
+                     instance, and NVIDIA's device plugin hands out only MIG devices whose \
+                     compute instance is the whole GPU instance",
+                    gpu.index, d.kind
+                ));
+            }
+            if d.mps.is_some() {
+                return Err(format!(
+                    "GPU {}: MPS on a {} MIG device, and NVIDIA's device plugin does not share \
+                     MIG devices through MPS",
+                    gpu.index, d.kind
+                ));
+            }
+            if !kinds.contains(&d.kind.as_str()) {
+                kinds.push(&d.kind);
+            }
+        }
+    }
+    let whole: Vec<&GpuShape> = gpus.iter().filter(|g| g.mig.is_none()).collect();
+    let mut sharing = None;
+    for (n, gpu) in whole.iter().enumerate() {
+        let this = whole_sharing(gpu)?;
+        if n == 0 {
+            sharing = this;
+        } else if this != sharing {
+            return Err(format!(
+                "GPU {} ({}) and GPU {} ({}) are shared differently, and NVIDIA's device \
+                 plugin applies one sharing to every GPU of {GPU_RESOURCE}",
+                whole[0].index,
+                describe(sharing),
+                gpu.index,
+                describe(this)
+            ));
+        }
+    }
+    let mig_gpus = gpus.len() - whole.len();
+    let mig_strategy = match (mig_gpus, whole.len(), kinds.len()) {
+        (0, _, _) => "none",
+        (_, 0, 1) => "single",
+        _ => "mixed",
+    };
+    let mut mps_uuid = None;
+    if let Some((Sharing::Mps, _)) = sharing {
+        if mig_gpus > 0 {
+            return Err(
+                "MPS beside MIG GPUs, and NVIDIA's device plugin refuses MPS when any device \
+                 is a MIG device"
+                    .into(),
+            );
+        }
+        if whole.len() > 1 {
+            let indices: Vec<String> = whole.iter().map(|g| g.index.to_string()).collect();
+            return Err(format!(
+                "MPS on GPUs {}: NVIDIA's device plugin hands every container of \
+                 {GPU_RESOURCE} one MPS control daemon for all of them, and gpushare runs one \
+                 per GPU, so under the plugin MPS is for a node of one GPU",
+                indices.join(", ")
+            ));
+        }
+        mps_uuid = whole.first().map(|g| g.uuid.clone());
+    }
+    Ok(Expressed { mig_strategy, sharing, mps_uuid })
+}
+
+/// The config file's text for `expressed`, with `mps_root` as the plugin's `mpsRoot`.
+pub fn text(expressed: &Expressed, mps_root: &Path) -> String {
+    let mut out = String::from(
+        "# NVIDIA device plugin config (k8s-device-plugin, --config-file), written by\n\
+         # gpushare-agent from the GPUs as they are after every change; do not edit.\n\
+         version: v1\nflags:\n",
+    );
+    out.push_str(&format!("  migStrategy: {}\n  failOnInitError: true\n", expressed.mig_strategy));
+    if let Some((Sharing::Mps, _)) = expressed.sharing {
+        let root = serde_json::to_string(&mps_root.display().to_string()).unwrap_or_default();
+        out.push_str(&format!("  mpsRoot: {root}\n"));
+    }
+    if let Some((sharing, replicas)) = expressed.sharing {
+        out.push_str(&format!(
+            "sharing:\n  {}:\n    failRequestsGreaterThanOne: true\n    resources:\n    - name: \
+             {GPU_RESOURCE}\n      replicas: {replicas}\n",
+            sharing.key()
+        ));
+    }
+    out
+}
+
+/// The view: the config's place, gpushare's MPS root, and the last render's error.
+pub struct DevicePluginView {
+    place: Place,
+    mps_root: PathBuf,
+    error: Mutex<Option<String>>,
+}
+
+impl DevicePluginView {
+    /// The view writing at `path` (kept when `enabled`), with the MPS layout in `mps_root`.
+    pub fn new(path: PathBuf, enabled: bool, mps_root: PathBuf) -> Self {
+        let place = Place {
+            words: format!("device plugin config {}", path.display()),
+            path,
+            enabled,
+            setting: "[device_plugin] path",
+            noun: "the config",
+        };
+        DevicePluginView { place, mps_root, error: Mutex::default() }
+    }
+
+    /// The config as the GPUs of `gpus` give it, or the rule they break.
+    pub fn render_text(&self, gpus: &[GpuShape]) -> Result<String, String> {
+        express(gpus).map(|e| text(&e, &self.mps_root))
+    }
+
+    /// Why the last render wrote nothing, if it did not.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Where the config goes.
+    pub fn path(&self) -> &Path {
+        &self.place.path
+    }
+
+    /// Keeps the plugin's MPS layout: the links to the server of `uuid`, or none.
+    fn keep_mps_layout(&self, uuid: Option<&str>) -> io::Result<()> {
+        let dir = self.mps_root.join("nvidia.com");
+        let gpu = dir.join("gpu");
+        let shm = self.mps_root.join("shm");
+        let Some(uuid) = uuid else {
+            remove_link(&gpu)?;
+            remove_link(&shm)?;
+            // Only when empty: anything else there is not the agent's.
+            let _ = fs::remove_dir(&dir);
+            return Ok(());
+        };
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::other(format!("{} is not a directory", dir.display())));
+            }
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                fs::DirBuilder::new().mode(0o755).create(&dir)?;
+            }
+        }
+        // Relative, so that it resolves wherever the root is mounted (`/mps` in the
+        // plugin's container).
+        put_link(&gpu, &Path::new("..").join(uuid))?;
+        put_link(&shm, Path::new("/dev/shm"))
+    }
+}
+
+/// Removes `path` when it is a link (never anything else).
+fn remove_link(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => fs::remove_file(path),
+        _ => Ok(()),
+    }
+}
+
+/// Makes `path` a link to `target`, replacing a link there (a new link renamed over it).
+fn put_link(path: &Path, target: &Path) -> io::Result<()> {
+    if fs::read_link(path).is_ok_and(|t| t == target) {
+        return Ok(());
+    }
+    if let Ok(m) = fs::symlink_metadata(path)
+        && !m.file_type().is_symlink()
+    {
+        return Err(io::Error::other(format!("{} is there and is not a link", path.display())));
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
+impl View for DevicePluginView {
+    fn name(&self) -> &'static str {
+        "device plugin config"
+    }
+
+    fn enabled(&self) -> bool {
+        self.place.enabled
+    }
+
+    fn check(&self, ahead: &Ahead<'_>) -> Result<(), String> {
+        self.place.check()?;
+        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
+            format!(
+                "NVIDIA's device plugin could not hand out what this profile makes: {why} \
+                 ([device_plugin] enabled = true in agent.toml)"
+            )
+        })
+    }
+
+    fn render(&self, seen: Result<&Observation<'_>, &str>) {
+        let outcome = seen.map_err(str::to_string).and_then(|seen| {
+            let expressed = express(&shape::observed(seen))
+                .map_err(|why| format!("not rewritten (the plugin could not express it): {why}"))?;
+            self.keep_mps_layout(expressed.mps_uuid.as_deref())
+                .map_err(|e| format!("the MPS layout in {}: {e}", self.mps_root.display()))?;
+            let bytes = text(&expressed, &self.mps_root).into_bytes();
+            match self.place.write(Some(&bytes)) {
+                Ok(true) => {
+                    tracing::info!("device plugin config {} written", self.place.path.display());
+                    Ok(())
+                }
+                Ok(false) => Ok(()),
+                Err(e) => Err(format!("writing {}: {e}", self.place.path.display())),
+            }
+        });
+        let error = outcome.err();
+        if let Some(why) = &error {
+            tracing::error!("device plugin config: {why}");
+        }
+        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
+    }
+}
