@@ -176,6 +176,11 @@ if [ "${1:-}" = "--inner" ]; then
                 {
                     cmp -s "$R/before-device-plugin.yaml" "$R/device-plugin.yaml" && echo "device-plugin.yaml: unchanged" || echo "device-plugin.yaml: CHANGED"
                     cmp -s "$R/before-labels.txt" "$R/labels.txt" && echo "labels: unchanged" || echo "labels: CHANGED"
+                    python3 -c 'import json, sys
+def gpus(f):
+    return [(g["uuid"], g.get("mig_enabled"), g.get("compute_mode"), g.get("sharing", {}).get("strategy"),
+             [i["uuid"] for i in g.get("instances", [])]) for g in json.load(open(f))["gpus"]]
+print("GPUs (MIG, instances, compute mode, sharing in status): " + ("unchanged" if gpus(sys.argv[1]) == gpus(sys.argv[2]) else "CHANGED"))' "$R/before-status.json" "$R/status.json"
                 } > "$R/unchanged.txt"
                 sed 's/^/   /' "$R/unchanged.txt"
                 rm -f "$R/before-status.json"
@@ -186,8 +191,10 @@ if [ "${1:-}" = "--inner" ]; then
             # a. GFD with gpushare's config
             GR=$R/gfd
             mkdir -p "$GR"
-            cp "$R/status.json" "$R/mig-profiles.json" "$GR/"
-            cp "$R/device-plugin.yaml" "$GR/plugin-config.yaml"
+            # what compare-gfd.py reads, as links to the run's own files
+            ln -s ../status.json "$GR/status.json"
+            ln -s ../mig-profiles.json "$GR/mig-profiles.json"
+            ln -s ../device-plugin.yaml "$GR/plugin-config.yaml"
             sed -n 's/^ *migStrategy: *\([a-z]*\).*/\1/p' "$R/device-plugin.yaml" | head -1 > "$GR/strategy"
             [ -s "$GR/strategy" ] || echo none > "$GR/strategy"
             echo "\$ gpu-feature-discovery --oneshot --use-node-feature-api=false --no-timestamp --config-file device-plugin.yaml   # migStrategy $(cat "$GR/strategy")"
@@ -233,7 +240,9 @@ for r in d["resources"]:
                 { echo "!! no stand-in output:"; tail -n 3 "$PR/standin.stderr" "$PR/plugin.log" | sed 's/^/   /'; FAILED=1; }
             echo "-> stand-in exit $(cat "$PR/standin-exit-code" 2>/dev/null), plugin $(cat "$PR/plugin-exit" 2>/dev/null)"
 
-            # c. nfd-worker over the labels file
+            # c. nfd-worker over the labels file (not run so far: it did not build offline
+            # here, see build-k8s.sh; its features.d path is fixed, and /etc/kubernetes
+            # must exist to be a mount point)
             if [ -x "$K8S_BIN/nfd-worker" ]; then
                 NR=$R/nfd
                 mkdir -p "$NR"
