@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build what tests/nvidia/k8s-by-hand.sh runs: from k8s-device-plugin (unmodified)
-# cmd/gpu-feature-discovery and cmd/nvidia-device-plugin; tests/nvidia/kubelet-standin
+# cmd/gpu-feature-discovery, cmd/nvidia-device-plugin and cmd/mps-control-daemon (what
+# the chart's MPS DaemonSet runs); tests/nvidia/kubelet-standin
 # (ours), built inside the plugin's module tree with its vendored gRPC and kubelet API;
 # and, if it builds offline, NFD's cmd/nfd-worker (unmodified).
 #
@@ -68,7 +69,7 @@ quiet_cgo() { grep -v -E "deprecated|note: declared here|^ *[0-9]+ \| |^ +\| +\^
 INFO=github.com/NVIDIA/k8s-device-plugin/internal/info
 EXTLD="-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files"
 start=$(date +%s)
-for cmd in gpu-feature-discovery nvidia-device-plugin; do # ldflags as the plugin's Makefile
+for cmd in gpu-feature-discovery nvidia-device-plugin mps-control-daemon; do # ldflags as the plugin's Makefile
     (cd "$PLUGIN_SRC" && GOFLAGS=-mod=vendor "$GO" build \
         -ldflags "-s -w '-extldflags=$EXTLD' -X $INFO.gitCommit=$PLUGIN_REV -X $INFO.version=$PLUGIN_REF" \
         -o "$OUT/bin/$cmd" "./cmd/$cmd") 2> >(quiet_cgo)
@@ -121,8 +122,8 @@ PY
     fi
 fi
 cat "$NFD_TXT"
-for b in gpu-feature-discovery nvidia-device-plugin kubelet-standin nfd-worker; do
+for b in gpu-feature-discovery nvidia-device-plugin mps-control-daemon kubelet-standin nfd-worker; do
     [ -f "$OUT/bin/$b" ] && printf '%-24s%s (%s bytes)\n' "$b:" "$OUT/bin/$b" "$(stat -c %s "$OUT/bin/$b")"
 done
 "$OUT/bin/nvidia-device-plugin" --version 2>&1 | sed 's/^/version:           /' || true
-(cd "$OUT/bin" && sha256sum $(ls gpu-feature-discovery nvidia-device-plugin kubelet-standin nfd-worker 2>/dev/null) > SHA256SUMS)
+(cd "$OUT/bin" && sha256sum $(ls gpu-feature-discovery nvidia-device-plugin mps-control-daemon kubelet-standin nfd-worker 2>/dev/null) > SHA256SUMS)

@@ -33,6 +33,12 @@
 #                   kubelet-standin: standin.json (what it registered, listed, allocated),
 #                   plugin.log, exit codes; under MPS mps-pipe.txt (the Allocate mount's
 #                   host path, resolved, beside status' pipe directory)
+#   mps-daemonset/  under MPS (MPS_DAEMONSET=0: not), NVIDIA's `mps-control-daemon
+#                   --config-file device-plugin.yaml`, as the chart's MPS DaemonSet runs it
+#                   on a node labelled nvidia.com/mps.capable=true (GFD writes it from
+#                   this config), for 6 s with gpushare's MPS root at /mps, then SIGTERM:
+#                   its log, gpushare's status before, while and after, then the profile
+#                   applied again (not compared: what it does is the finding)
 #   nfd/            `nfd-worker -oneshot -no-publish` over the labels file, if built
 #
 # Host facts the tools read besides NVML are faked in private mount namespaces (unshare
@@ -83,6 +89,32 @@ if [ "${1:-}" = "--plugin" ]; then
         echo "exited $? before the stand-in was done" > "$R/plugin-exit"
     fi
     ls -la "$DP" > "$R/device-plugins-dir.txt"
+    exit 0
+fi
+
+# ---------------------------------------------------------------- NVIDIA's MPS daemon
+# (in a mount namespace of its own): DIR CONFIG MPS_ROOT PROFILE. What the chart's
+# mps-control-daemon DaemonSet would run on a node GFD labels nvidia.com/mps.capable=true,
+# with the chart's mps.root (the plugin's too) = gpushare's MPS root at /mps: started
+# with gpushare's config, left 6 s (its first start and its 30 s retry timer), then
+# stopped as a pod is (SIGTERM); gpushare's status before, while and after it ran.
+if [ "${1:-}" = "--mps-daemon" ]; then
+    R=$2 CFG=$3 MPSROOT=$4 PROFILE=$5
+    mount --bind "$MPSROOT" /mps || die "cannot bind $MPSROOT at /mps"
+    mount --bind "$STATE/simulated-gpus.json.host/proc/driver" /proc/driver || die "cannot bind the simulated /proc/driver"
+    "$WORK/gpushare/gpushare-ctl" status > "$R/status-before.txt" 2>&1
+    env PATH="$WORK/mpsbin:$PATH" LD_LIBRARY_PATH="$WORK/lib" GPUSHARE_SIM_NODE="$NODE" \
+        GPUSHARE_SIM_STATE="$STATE/simulated-gpus.json" \
+        "$K8S_BIN/mps-control-daemon" --config-file "$CFG" > "$R/mps-control-daemon.log" 2>&1 &
+    d=$!
+    sleep 6
+    "$WORK/gpushare/gpushare-ctl" status > "$R/status-while.txt" 2>&1
+    kill "$d" 2> /dev/null
+    wait "$d"
+    echo "mps-control-daemon: exit $? after SIGTERM" >> "$R/mps-control-daemon.log"
+    sleep 1
+    "$WORK/gpushare/gpushare-ctl" status > "$R/status-after.txt" 2>&1
+    "$WORK/gpushare/gpushare-ctl" plan "$PROFILE" > "$R/plan-after.txt" 2>&1
     exit 0
 fi
 
@@ -240,6 +272,19 @@ for r in d["resources"]:
                 { echo "!! no stand-in output:"; tail -n 3 "$PR/standin.stderr" "$PR/plugin.log" | sed 's/^/   /'; FAILED=1; }
             echo "-> stand-in exit $(cat "$PR/standin-exit-code" 2>/dev/null), plugin $(cat "$PR/plugin-exit" 2>/dev/null)"
 
+            # d. under MPS, NVIDIA's MPS daemon as its DaemonSet would run beside gpushare's
+            # (MPS_DAEMONSET=0: not); then the profile applied again, whatever it did
+            if [ -n "$mps" ] && [ "${MPS_DAEMONSET:-1}" != 0 ] && [ -x "$K8S_BIN/mps-control-daemon" ]; then
+                DR=$R/mps-daemonset
+                mkdir -p "$DR"
+                echo "\$ mps-control-daemon --config-file device-plugin.yaml   # the chart's MPS DaemonSet, $MPSROOT at /mps, 6 s, then SIGTERM"
+                timeout 60 unshare -m --propagation private bash "$HERE/k8s-by-hand.sh" --mps-daemon "$DR" "$R/device-plugin.yaml" "$MPSROOT" "$PROFILE"
+                grep -E '^[EWF][0-9]{4} |^panic:|exit .* after SIGTERM|Stopped MPS control daemon' "$DR/mps-control-daemon.log" | sed 's/^/   /'
+                grep -E '^Drift' "$DR/status-after.txt" | sed 's/^/   gpushare after: /'
+                "$G/gpushare-ctl" apply "$PROFILE" > "$DR/apply-again.txt" 2>&1
+                echo "   gpushare-ctl apply $PROFILE again: exit $? ($(tail -n1 "$DR/apply-again.txt"))"
+            fi
+
             # c. nfd-worker over the labels file (not run so far: it did not build offline
             # here, see build-k8s.sh; its features.d path is fixed, and /etc/kubernetes
             # must exist to be a mount point)
@@ -291,6 +336,7 @@ for f in gpushare-agent gpushare-ctl libgpushare_sim_nvml.so gpushare-sim-nvidia
 done
 cp "$WORK/gpushare/libgpushare_sim_nvml.so" "$WORK/lib/libnvidia-ml.so.1"
 cp "$WORK/gpushare/gpushare-sim-nvidia-cuda-mps-control" "$WORK/mpsbin/nvidia-cuda-mps-control"
+cp "$WORK/gpushare/gpushare-sim-nvidia-smi" "$WORK/mpsbin/nvidia-smi" # for NVIDIA's MPS daemon
 MADE_MPS=
 if ! [ -e /mps ]; then mkdir /mps && MADE_MPS=1; fi
 export RES WORK K8S_BIN HERE
@@ -300,7 +346,7 @@ export PROFILES=${PROFILES:-"half-balanced all-balanced all-mps all-time-sliced 
     echo "k8s-by-hand: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "plugin:     $("$K8S_BIN/nvidia-device-plugin" --version 2>&1 | tr '\n' ' ')"
     echo "gfd:        $("$K8S_BIN/gpu-feature-discovery" --version 2>&1 | tr '\n' ' ')"
-    (cd "$K8S_BIN" && sha256sum $(ls gpu-feature-discovery nvidia-device-plugin kubelet-standin nfd-worker 2>/dev/null)) | sed 's/^/sha256:     /'
+    (cd "$K8S_BIN" && sha256sum $(ls gpu-feature-discovery nvidia-device-plugin mps-control-daemon kubelet-standin nfd-worker 2>/dev/null)) | sed 's/^/sha256:     /'
     if [ -x "$K8S_BIN/nfd-worker" ]; then echo "nfd-worker: built"; else
         echo "nfd-worker: not built ($K8S_BIN/nfd-build.txt):"; grep -E '^(node-feature|vendor|not built|modules missing|  [a-z].* v)' "$K8S_BIN/nfd-build.txt" 2>/dev/null | grep -v 'GOPROXY=off$' | sed 's/^/  /'
     fi
