@@ -115,6 +115,8 @@ if [ "${1:-}" = "--mps-daemon" ]; then
     sleep 1
     "$WORK/gpushare/gpushare-ctl" status > "$R/status-after.txt" 2>&1
     "$WORK/gpushare/gpushare-ctl" plan "$PROFILE" > "$R/plan-after.txt" 2>&1
+    # what gpushare's control daemon was asked, and by whom (its log, as the real one's)
+    for f in "$MPSROOT"/GPU-*/log/control.log; do [ -f "$f" ] && cp "$f" "$R/gpushare-control.log"; done
     exit 0
 fi
 
@@ -350,7 +352,7 @@ export PROFILES=${PROFILES:-"half-balanced all-balanced all-mps all-time-sliced 
     if [ -x "$K8S_BIN/nfd-worker" ]; then echo "nfd-worker: built"; else
         echo "nfd-worker: not built ($K8S_BIN/nfd-build.txt):"; grep -E '^(node-feature|vendor|not built|modules missing|  [a-z].* v)' "$K8S_BIN/nfd-build.txt" 2>/dev/null | grep -v 'GOPROXY=off$' | sed 's/^/  /'
     fi
-    echo "gpushare:   $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet 2>/dev/null || echo ' (uncommitted changes)'), binaries from $GPUSHARE_BIN ($(stat -c '%y' "$GPUSHARE_BIN/gpushare-agent" | cut -d. -f1))"
+    echo "gpushare:   $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet -- . ':!tests/nvidia/results' 2>/dev/null || echo ' (uncommitted changes)'), binaries from $GPUSHARE_BIN ($(stat -c '%y' "$GPUSHARE_BIN/gpushare-agent" | cut -d. -f1))"
     echo "nodes:      $NODES"
     echo "profiles:   $PROFILES"
     unshare -m --propagation private bash "$HERE/k8s-by-hand.sh" --inner
