@@ -15,7 +15,7 @@ From status.json this derives what each must say (the contract of issue 40):
     else mixed
   - the whole GPUs' sharing (status' gpus[].sharing.strategy): mps -> replicas = 100 /
     active_thread_percentage; time-slicing -> status' replicas, or, where status has none,
-    the active built-in profile's (agent/src/profile/builtin/NAME.toml), said so
+    the profile's (the run's profile.toml, else agent/src/profile/builtin/NAME.toml), said so
   - gpushare's config: version v1, flags.migStrategy, flags.mpsRoot (= the MPS root, two
     levels above status' pipe_directory) only under MPS, sharing.{mps,timeSlicing} with
     one resource nvidia.com/gpu and the replicas; export --format device-plugin parses to
@@ -123,8 +123,11 @@ def mig_kinds(gpu):
     return kinds, hidden
 
 
-def profile_replicas(name):
-    path = BUILTIN / (str(name) + ".toml")
+def profile_replicas(name, run):
+    """The time-slicing replicas of the run's profile.toml (the script's), or the built-in."""
+    path = run / "profile.toml"
+    if not path.exists():
+        path = BUILTIN / (str(name) + ".toml")
     if not path.exists():
         return None
     for rule in tomllib.loads(path.read_text()).get("gpu", []):
@@ -135,7 +138,7 @@ def profile_replicas(name):
     return None
 
 
-def expected(status, out, tag):
+def expected(status, out, tag, run):
     """What status says, as the plugin and the labels should see it."""
     gpus = status["gpus"]
     whole = [g for g in gpus if not g.get("mig_enabled")]
@@ -165,8 +168,8 @@ def expected(status, out, tag):
         reps = {g["sharing"].get("replicas") for g in whole}
         r = reps.pop() if len(reps) == 1 else None
         if r is None:
-            r = profile_replicas(status.get("active_profile"))
-            out.note(tag, "status has no time-slicing replica count; the built-in profile %s says %s" % (status.get("active_profile"), r))
+            r = profile_replicas(status.get("active_profile"), run)
+            out.note(tag, "status has no time-slicing replica count; the profile %s says %s" % (status.get("active_profile"), r))
         share = ("time-slicing", r)
     return {"whole": whole, "migs": migs, "kinds": kinds, "strategy": strategy, "share": share}
 
@@ -376,7 +379,7 @@ def main():
                 out.eq(tag, "after the refusal: " + line.split(":")[0], line.split(": ", 1)[1], "unchanged", "files", "expected")
             summary.append("%s: refused%s (%s)" % (tag, "" if expected_refusal else " UNEXPECTEDLY", why))
             continue
-        exp = expected(status, out, tag)
+        exp = expected(status, out, tag, run)
         cfg = check_config(run, tag, status, exp, out)
         labels = check_labels(run, tag, status, exp, out)
         check_gfd(run, tag, status, exp, labels, out)

@@ -12,7 +12,8 @@
 #   GPUSHARE_BIN a directory with gpushare-agent, gpushare-ctl and the simulator; default
 #                the repository's target/debug (copied out first)
 #   NODES        default "h100-80gb:2 h100-80gb:1"
-#   PROFILES     default "half-balanced all-balanced all-mps all-time-sliced all-disabled"
+#   PROFILES     default "half-balanced all-balanced all-mps all-time-sliced all-disabled
+#                all-1g mig-and-time-sliced" (the last two the script's, see script_profile)
 #   RESULTS_DIR  default a fresh mktemp -d; gets log.txt, one directory per node/profile
 #                (see below), compare.txt (tests/nvidia/compare-k8s.py: every field) and
 #                summary.txt (the tools' versions, each run's verdict, nfd-worker's)
@@ -130,6 +131,21 @@ if [ "${1:-}" = "--inner" ]; then
     nvml_env() {
         env LD_LIBRARY_PATH="$WORK/lib" GPUSHARE_SIM_NODE="$NODE" GPUSHARE_SIM_STATE="$STATE/simulated-gpus.json" "$@"
     }
+    # The script's own profiles (on GPUs of 7 compute slices; written into the run's
+    # directory as profile.toml and applied with -f):
+    #   all-1g               every GPU in seven 1g instances: one MIG device kind, the
+    #                        layout migStrategy single is for
+    #   mig-and-time-sliced  the first half of the GPUs in NVIDIA's balanced layout, the
+    #                        second half whole and time-sliced for 4: mixed with shared
+    #                        whole GPUs
+    script_profile() { # script_profile NAME: the profile's TOML on stdout
+        local head="name = \"$1\"\ndescription = \"tests/nvidia/k8s-by-hand.sh: $1\"\n"
+        case "$1" in
+            all-1g) printf "$head"'\n[[gpu]]\nselect = "all"\nmig = { "1g" = 7 }\n' ;;
+            mig-and-time-sliced) printf "$head"'\n[[gpu]]\nselect = "first-half"\nmig = "balanced"\n\n[[gpu]]\nselect = "second-half"\nmig = "disabled"\nsharing.time-slicing = { interval = "medium", replicas = 4 }\n' ;;
+            *) return 1 ;;
+        esac
+    }
     agent='' bus=''
     stop_node() { kill $agent ${bus:+"$(tail -n1 <<<"$bus")"} 2>/dev/null || true; }
     trap stop_node EXIT
@@ -192,7 +208,9 @@ if [ "${1:-}" = "--inner" ]; then
             cp "$DPFILE" "$R/before-device-plugin.yaml" 2>/dev/null || : > "$R/before-device-plugin.yaml"
             cp "$LBFILE" "$R/before-labels.txt" 2>/dev/null || : > "$R/before-labels.txt"
             "$G/gpushare-ctl" status --json > "$R/before-status.json" 2>/dev/null
-            "$G/gpushare-ctl" apply "$PROFILE" > "$R/apply.txt" 2>&1
+            set -- "$PROFILE"
+            if script_profile "$PROFILE" > "$R/profile.toml"; then set -- -f "$R/profile.toml"; else rm -f "$R/profile.toml"; fi
+            "$G/gpushare-ctl" apply "$@" > "$R/apply.txt" 2>&1
             rc=$?
             echo "$rc" > "$R/apply-exit-code"
             tail -n 2 "$R/apply.txt" | sed 's/^/   /'
@@ -283,7 +301,7 @@ for r in d["resources"]:
                 timeout 60 unshare -m --propagation private bash "$HERE/k8s-by-hand.sh" --mps-daemon "$DR" "$R/device-plugin.yaml" "$MPSROOT" "$PROFILE"
                 grep -E '^[EWF][0-9]{4} |^panic:|exit .* after SIGTERM|Stopped MPS control daemon' "$DR/mps-control-daemon.log" | sed 's/^/   /'
                 grep -E '^Drift' "$DR/status-after.txt" | sed 's/^/   gpushare after: /'
-                "$G/gpushare-ctl" apply "$PROFILE" > "$DR/apply-again.txt" 2>&1
+                "$G/gpushare-ctl" apply "$@" > "$DR/apply-again.txt" 2>&1
                 echo "   gpushare-ctl apply $PROFILE again: exit $? ($(tail -n1 "$DR/apply-again.txt"))"
             fi
 
@@ -343,7 +361,7 @@ MADE_MPS=
 if ! [ -e /mps ]; then mkdir /mps && MADE_MPS=1; fi
 export RES WORK K8S_BIN HERE
 export NODES=${NODES:-"h100-80gb:2 h100-80gb:1"}
-export PROFILES=${PROFILES:-"half-balanced all-balanced all-mps all-time-sliced all-disabled"}
+export PROFILES=${PROFILES:-"half-balanced all-balanced all-mps all-time-sliced all-disabled all-1g mig-and-time-sliced"}
 {
     echo "k8s-by-hand: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "plugin:     $("$K8S_BIN/nvidia-device-plugin" --version 2>&1 | tr '\n' ' ')"
