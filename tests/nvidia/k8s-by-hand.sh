@@ -219,9 +219,6 @@ if [ "${1:-}" = "--inner" ]; then
             cp "$LBFILE" "$R/labels.txt" 2>/dev/null || echo "!! no $LBFILE"
             "$G/gpushare-ctl" status --json > "$R/status.json"
             "$G/gpushare-ctl" mig profiles --json > "$R/mig-profiles.json" 2>/dev/null
-            # kept once per node where it is the same (a link to the node's copy)
-            [ -f "$RES/$tag/mig-profiles.json" ] || cp "$R/mig-profiles.json" "$RES/$tag/mig-profiles.json"
-            if cmp -s "$R/mig-profiles.json" "$RES/$tag/mig-profiles.json"; then ln -sf ../mig-profiles.json "$R/mig-profiles.json"; fi
             "$G/gpushare-ctl" export --format device-plugin > "$R/export-device-plugin.yaml" 2> "$R/export-device-plugin.stderr"
             echo $? > "$R/export-device-plugin-exit-code"
             "$G/gpushare-ctl" export --format labels > "$R/export-labels.txt" 2> "$R/export-labels.stderr"
