@@ -494,7 +494,8 @@ impl Engine {
         let profile =
             self.core.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
-        let (plan, _, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        let (plan, node, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 
@@ -504,6 +505,7 @@ impl Engine {
         let node = self.core.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         let (plan, node, _) = self.core.plan_request(node, profile, self.core.policy).await?;
         self.core.check_host(&plan, &node).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(plan)
     }
 }

@@ -144,9 +144,9 @@ pub fn express(gpus: &[GpuShape]) -> Result<Expressed, String> {
         if whole.len() > 1 {
             let indices: Vec<String> = whole.iter().map(|g| g.index.to_string()).collect();
             return Err(format!(
-                "MPS on GPUs {}: NVIDIA's device plugin hands every container of \
-                 {GPU_RESOURCE} one MPS control daemon for all of them, and gpushare runs one \
-                 per GPU, so under the plugin MPS is for a node of one GPU",
+                "MPS on GPUs {}, and NVIDIA's device plugin hands every container of \
+                 {GPU_RESOURCE} one MPS control daemon for all GPUs where gpushare runs one \
+                 per GPU (under the plugin, MPS is for a node of one GPU)",
                 indices.join(", ")
             ));
         }
@@ -205,6 +205,16 @@ impl DevicePluginView {
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
+    pub fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
+        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
+            format!(
+                "{why}: refused, as agent.toml keeps the plugin's config ([device_plugin] \
+                 enabled = true)"
+            )
+        })
     }
 
     /// Where the config goes.
@@ -279,12 +289,7 @@ impl View for DevicePluginView {
 
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String> {
         self.place.check()?;
-        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
-            format!(
-                "NVIDIA's device plugin could not hand out what this profile makes: {why} \
-                 ([device_plugin] enabled = true in agent.toml)"
-            )
-        })
+        self.check_expressed(ahead)
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {

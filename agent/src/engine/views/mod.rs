@@ -160,6 +160,18 @@ impl Views {
         self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check(&ahead))
     }
 
+    /// Whether the views kept can say what `plan` (made against `before`) makes, without
+    /// touching their places (`plan`, `validate`, `apply --dry-run`): what an apply of it
+    /// would be refused for by [`Views::check`] besides a place.
+    pub fn expressible(&self, plan: &Plan, before: &NodeState) -> Result<(), String> {
+        if !self.device_plugin.enabled() {
+            return Ok(());
+        }
+        let replicas = self.intent().replicas;
+        let ahead = Ahead { before, plan, replicas: &replicas };
+        self.device_plugin.check_expressed(&ahead)
+    }
+
     /// An apply of a profile begins: the labels say so (`pending`) before its first step.
     pub async fn begin(&self, access: &NodeAccess) {
         self.intent.lock().unwrap_or_else(PoisonError::into_inner).state = ApplyState::Pending;
