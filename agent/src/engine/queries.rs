@@ -15,7 +15,7 @@ use super::core::{self, ProfileRef};
 use super::error::EngineError;
 use super::gate::BOOT_JOB;
 use super::jobs::BenchClaim;
-use super::{Engine, clients, mig_profiles, report, views};
+use super::{Engine, clients, mig_profiles, report};
 use crate::apply::Reads;
 use crate::apply::journal::ProfileDocument;
 use crate::node::NodeState;
@@ -140,10 +140,7 @@ impl Engine {
             starting_up: running.as_ref().is_some_and(|job| job.id == BOOT_JOB),
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
-            apply_error: match self.transactions.views().intent().state {
-                views::ApplyState::Failed(why) => Some(why),
-                _ => None,
-            },
+            apply_error: self.transactions.views().intent().error,
             hands_off: self.gate.hands_off_reason().map(str::to_string),
             drift,
             start_up_error: self
@@ -494,7 +491,8 @@ impl Engine {
         let profile =
             self.core.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
-        let (plan, _, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        let (plan, node, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 
@@ -504,6 +502,7 @@ impl Engine {
         let node = self.core.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         let (plan, node, _) = self.core.plan_request(node, profile, self.core.policy).await?;
         self.core.check_host(&plan, &node).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(plan)
     }
 }

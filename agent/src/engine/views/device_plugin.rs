@@ -144,9 +144,9 @@ pub fn express(gpus: &[GpuShape]) -> Result<Expressed, String> {
         if whole.len() > 1 {
             let indices: Vec<String> = whole.iter().map(|g| g.index.to_string()).collect();
             return Err(format!(
-                "MPS on GPUs {}: NVIDIA's device plugin hands every container of \
-                 {GPU_RESOURCE} one MPS control daemon for all of them, and gpushare runs one \
-                 per GPU, so under the plugin MPS is for a node of one GPU",
+                "MPS on GPUs {}, and NVIDIA's device plugin hands every container of \
+                 {GPU_RESOURCE} one MPS control daemon for all GPUs where gpushare runs one \
+                 per GPU (under the plugin, MPS is for a node of one GPU)",
                 indices.join(", ")
             ));
         }
@@ -205,6 +205,16 @@ impl DevicePluginView {
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
+    pub fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
+        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
+            format!(
+                "{why}: refused, as agent.toml keeps the plugin's config ([device_plugin] \
+                 enabled = true)"
+            )
+        })
     }
 
     /// Where the config goes.
@@ -279,12 +289,7 @@ impl View for DevicePluginView {
 
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String> {
         self.place.check()?;
-        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
-            format!(
-                "NVIDIA's device plugin could not hand out what this profile makes: {why} \
-                 ([device_plugin] enabled = true in agent.toml)"
-            )
-        })
+        self.check_expressed(ahead)
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
@@ -308,5 +313,133 @@ impl View for DevicePluginView {
             tracing::error!("device plugin config: {why}");
         }
         *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::views::shape::{MigDevice, Mps};
+
+    fn whole(index: u32, whole: Shared) -> GpuShape {
+        GpuShape { index, uuid: format!("GPU-{index}"), mig: None, whole }
+    }
+
+    fn mig(index: u32, kinds: &[&str]) -> GpuShape {
+        let devices = kinds
+            .iter()
+            .map(|k| MigDevice { kind: (*k).into(), subdivided: k.contains("c."), mps: None })
+            .collect();
+        GpuShape {
+            index,
+            uuid: format!("GPU-{index}"),
+            mig: Some(devices),
+            whole: Shared::Exclusive,
+        }
+    }
+
+    fn mps(replicas: u32) -> Shared {
+        Shared::Mps(Mps {
+            replicas,
+            thread_percentage: 100 / replicas,
+            memory_limit_bytes: Some(20 << 30),
+        })
+    }
+
+    fn sliced(replicas: Option<u32>) -> Shared {
+        Shared::TimeSliced { interval: "medium", replicas }
+    }
+
+    #[test]
+    fn the_mig_strategy_follows_the_layout() {
+        let none = express(&[whole(0, Shared::Exclusive), whole(1, Shared::Exclusive)]).unwrap();
+        assert_eq!((none.mig_strategy, none.sharing), ("none", None));
+        let single = express(&[mig(0, &["1g.10gb"; 7]), mig(1, &["1g.10gb"; 7])]).unwrap();
+        assert_eq!(single.mig_strategy, "single");
+        let kinds = express(&[mig(0, &["1g.10gb", "3g.40gb"]), mig(1, &["1g.10gb"])]).unwrap();
+        assert_eq!(kinds.mig_strategy, "mixed");
+        let half = express(&[mig(0, &["1g.10gb"]), whole(1, Shared::Exclusive)]).unwrap();
+        assert_eq!(half.mig_strategy, "mixed");
+        // Whole GPUs time-sliced beside MIG ones: the sharing is nvidia.com/gpu's alone.
+        let beside = express(&[mig(0, &["1g.10gb"]), whole(1, sliced(Some(4)))]).unwrap();
+        assert_eq!(beside.sharing, Some((Sharing::TimeSlicing, 4)));
+    }
+
+    #[test]
+    fn one_sharing_for_every_whole_gpu() {
+        let ts = express(&[whole(0, sliced(Some(4))), whole(1, sliced(Some(4)))]).unwrap();
+        assert_eq!(ts.sharing, Some((Sharing::TimeSlicing, 4)));
+        for other in [Shared::Exclusive, sliced(Some(2)), mps(4)] {
+            let e = express(&[whole(0, sliced(Some(4))), whole(1, other)]).unwrap_err();
+            assert!(e.contains("GPU 0 (time-sliced, 4 replicas) and GPU 1"), "{e}");
+            assert!(e.contains("one sharing to every GPU of nvidia.com/gpu"), "{e}");
+        }
+        let e = express(&[whole(0, sliced(None))]).unwrap_err();
+        assert!(e.contains("without replicas of 2 or more"), "{e}");
+        let e = express(&[whole(0, sliced(Some(1)))]).unwrap_err();
+        assert!(e.contains("without replicas of 2 or more"), "{e}");
+        let e = express(&[whole(0, mps(1))]).unwrap_err();
+        assert!(e.contains("one share"), "{e}");
+    }
+
+    #[test]
+    fn mps_is_for_one_whole_gpu_without_mig() {
+        let one = express(&[whole(0, mps(4))]).unwrap();
+        assert_eq!(one.sharing, Some((Sharing::Mps, 4)));
+        assert_eq!(one.mps_uuid.as_deref(), Some("GPU-0"));
+        let e = express(&[whole(0, mps(4)), whole(1, mps(4))]).unwrap_err();
+        assert!(e.contains("MPS on GPUs 0, 1") && e.contains("one per GPU"), "{e}");
+        let e = express(&[whole(0, mps(4)), mig(1, &["1g.10gb"])]).unwrap_err();
+        assert!(e.contains("MPS beside MIG GPUs"), "{e}");
+        let mut served = mig(0, &["1g.10gb"]);
+        served.mig.as_mut().unwrap()[0].mps =
+            Some(Mps { replicas: 2, thread_percentage: 50, memory_limit_bytes: None });
+        let e = express(&[served]).unwrap_err();
+        assert!(e.contains("MPS on a 1g.10gb MIG device"), "{e}");
+        let e = express(&[mig(0, &["1c.3g.40gb", "1c.3g.40gb"])]).unwrap_err();
+        assert!(e.contains("the 1c.3g.40gb MIG device is a compute instance smaller"), "{e}");
+    }
+
+    #[test]
+    fn the_text_is_the_plugins_v1_config() {
+        let root = Path::new("/run/gpushare/mps");
+        let ts = express(&[whole(0, sliced(Some(4)))]).unwrap();
+        let text = text(&ts, root);
+        assert!(
+            text.contains("version: v1\nflags:\n  migStrategy: none\n  failOnInitError: true\n")
+        );
+        assert!(text.ends_with(
+            "sharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n    - \
+             name: nvidia.com/gpu\n      replicas: 4\n"
+        ));
+        assert!(!text.contains("mpsRoot"), "{text}");
+        let m = text_of_mps(root);
+        assert!(m.contains("  mpsRoot: \"/run/gpushare/mps\"\nsharing:\n  mps:\n"), "{m}");
+        let plain = super::text(&express(&[mig(0, &["1g.10gb"])]).unwrap(), root);
+        assert!(!plain.contains("sharing"), "{plain}");
+    }
+
+    fn text_of_mps(root: &Path) -> String {
+        text(&express(&[whole(0, mps(4))]).unwrap(), root)
+    }
+
+    #[test]
+    fn the_mps_layout_links_to_the_server_and_goes_with_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("mps");
+        fs::create_dir(&root).unwrap();
+        let view = DevicePluginView::new(tmp.path().join("dp.yaml"), true, root.clone());
+        view.keep_mps_layout(Some("GPU-1")).unwrap();
+        assert_eq!(fs::read_link(root.join("nvidia.com/gpu")).unwrap(), Path::new("../GPU-1"));
+        assert_eq!(fs::read_link(root.join("shm")).unwrap(), Path::new("/dev/shm"));
+        view.keep_mps_layout(Some("GPU-2")).unwrap();
+        assert_eq!(fs::read_link(root.join("nvidia.com/gpu")).unwrap(), Path::new("../GPU-2"));
+        view.keep_mps_layout(None).unwrap();
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0, "links and their directory go");
+        // Something there that is no link is never replaced.
+        fs::create_dir_all(root.join("nvidia.com/gpu")).unwrap();
+        assert!(view.keep_mps_layout(Some("GPU-1")).is_err());
+        view.keep_mps_layout(None).unwrap();
+        assert!(root.join("nvidia.com/gpu").is_dir());
     }
 }

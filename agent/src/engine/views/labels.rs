@@ -189,3 +189,82 @@ impl View for LabelsView {
         *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::views::shape::MigDevice;
+
+    fn device(kind: &str, mps: Option<Mps>) -> MigDevice {
+        MigDevice { kind: kind.into(), subdivided: kind.contains("c."), mps }
+    }
+
+    #[test]
+    fn every_label_is_one_nfd_takes() {
+        let m = Mps { replicas: 4, thread_percentage: 25, memory_limit_bytes: Some(20389 << 20) };
+        let gpus = [
+            GpuShape {
+                index: 0,
+                uuid: "GPU-0".into(),
+                mig: Some(vec![
+                    device("1g.24gb+gfx", None),
+                    device("1c.3g.40gb", Some(m)),
+                    device("1c.3g.40gb", Some(m)),
+                ]),
+                whole: Shared::Exclusive,
+            },
+            GpuShape { index: 1, uuid: "GPU-1".into(), mig: None, whole: Shared::Mps(m) },
+            GpuShape {
+                index: 2,
+                uuid: "GPU-2".into(),
+                mig: None,
+                whole: Shared::TimeSliced { interval: "long", replicas: Some(3) },
+            },
+        ];
+        let intent = Intent {
+            profile: Some("My profile: v2 (test)".into()),
+            state: ApplyState::Failed("why".into()),
+            ..Intent::default()
+        };
+        let lines = lines(&gpus, &intent);
+        let got: Vec<String> = lines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            got,
+            [
+                "gpushare.io/profile=My-profile--v2--test",
+                "gpushare.io/state=failed",
+                "gpushare.io/gpu-0.sharing=mig",
+                "gpushare.io/gpu-0.mig.1c.3g.40gb=2",
+                "gpushare.io/gpu-0.mig.1c.3g.40gb.mps.servers=2",
+                "gpushare.io/gpu-0.mig.1c.3g.40gb.mps.replicas=4",
+                "gpushare.io/gpu-0.mig.1c.3g.40gb.mps.thread-percentage=25",
+                "gpushare.io/gpu-0.mig.1c.3g.40gb.mps.memory-limit-mib=20389",
+                "gpushare.io/gpu-0.mig.1g.24gb.gfx=1",
+                "gpushare.io/gpu-1.sharing=mps",
+                "gpushare.io/gpu-1.mps.replicas=4",
+                "gpushare.io/gpu-1.mps.thread-percentage=25",
+                "gpushare.io/gpu-1.mps.memory-limit-mib=20389",
+                "gpushare.io/gpu-2.sharing=time-slicing",
+                "gpushare.io/gpu-2.time-slicing.interval=long",
+                "gpushare.io/gpu-2.time-slicing.replicas=3",
+            ]
+        );
+        for (key, value) in &lines {
+            let name = key.strip_prefix(PREFIX).unwrap();
+            assert!(valid(name) && valid(value), "{key}={value}");
+        }
+    }
+
+    #[test]
+    fn a_name_nfd_would_refuse_is_never_written() {
+        assert!(valid("gpu-0.sharing") && valid("a") && valid("1g.10gb"));
+        for bad in ["", "-a", "a-", "a b", "a/b", "é", &"a".repeat(64)] {
+            assert!(!valid(bad), "{bad}");
+        }
+        assert_eq!(value_of("---"), None);
+        assert_eq!(value_of(&"x".repeat(80)).unwrap().len(), 63);
+        // No profile, no state: no label for them.
+        let lines = lines(&[], &Intent::default());
+        assert!(lines.is_empty(), "{lines:?}");
+    }
+}

@@ -35,9 +35,10 @@ pub enum ApplyState {
     None,
     /// One is changing the GPUs now.
     Pending,
-    /// The last one committed.
+    /// The GPUs are as the active profile says: the last apply committed (or failed and
+    /// was rolled back: the labels are then as before it, byte for byte).
     Success,
-    /// The last one failed (rolled back, or not): why.
+    /// The last apply failed and left the GPUs changed (its rollback failed too): why.
     Failed(String),
 }
 
@@ -48,6 +49,11 @@ pub struct Intent {
     pub profile: Option<String>,
     /// How the last apply went.
     pub state: ApplyState,
+    /// The state before the apply now pending, which a rollback puts back.
+    before: ApplyState,
+    /// Why the last apply failed (rolled back or not), until one succeeds: `status`'s
+    /// `apply_error`.
+    pub error: Option<String>,
     /// The time-slicing replicas the applies meant for each GPU (see
     /// [`crate::plan::GpuTarget::replicas`]).
     pub replicas: shape::Replicas,
@@ -160,26 +166,47 @@ impl Views {
         self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check(&ahead))
     }
 
+    /// Whether the views kept can say what `plan` (made against `before`) makes, without
+    /// touching their places (`plan`, `validate`, `apply --dry-run`): what an apply of it
+    /// would be refused for by [`Views::check`] besides a place.
+    pub fn expressible(&self, plan: &Plan, before: &NodeState) -> Result<(), String> {
+        if !self.device_plugin.enabled() {
+            return Ok(());
+        }
+        let replicas = self.intent().replicas;
+        let ahead = Ahead { before, plan, replicas: &replicas };
+        self.device_plugin.check_expressed(&ahead)
+    }
+
     /// An apply of a profile begins: the labels say so (`pending`) before its first step.
     pub async fn begin(&self, access: &NodeAccess) {
-        self.intent.lock().unwrap_or_else(PoisonError::into_inner).state = ApplyState::Pending;
+        {
+            let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
+            intent.before = std::mem::replace(&mut intent.state, ApplyState::Pending);
+        }
         if self.labels.enabled() {
             self.render(access, &[self.labels.clone() as Arc<dyn View>]).await;
         }
     }
 
     /// An apply of a profile ended: committed (`Ok` with its plan: its profile is the
-    /// active one, its time-slicing replicas those the views advertise), or failed, why.
-    /// The views are rendered after it by the transaction path.
-    pub fn end(&self, outcome: Result<&Plan, String>) {
+    /// active one, its time-slicing replicas those the views advertise), or failed, why,
+    /// and whether it left the GPUs changed (else the state before it is back). The views
+    /// are rendered after it by the transaction path.
+    pub fn end(&self, outcome: Result<&Plan, (String, bool)>) {
         let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = std::mem::take(&mut intent.before);
         match outcome {
             Ok(plan) => {
                 intent.profile = Some(plan.profile.clone());
                 intent.replicas = shape::replicas_after(&intent.replicas, &plan.gpus);
                 intent.state = ApplyState::Success;
+                intent.error = None;
             }
-            Err(why) => intent.state = ApplyState::Failed(why),
+            Err((why, left_changed)) => {
+                intent.state = if left_changed { ApplyState::Failed(why.clone()) } else { before };
+                intent.error = Some(why);
+            }
         }
     }
 
