@@ -156,12 +156,22 @@ pub struct Sharing {
     /// The MPS server, under MPS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<MpsServer>,
+    /// Under time-slicing, the clients the applied profile meant the GPU for (its
+    /// `replicas`, which nothing on the GPU records: what NVIDIA's device plugin config and
+    /// the node labels advertise); absent when the profile gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 impl Sharing {
     /// No sharing set up by gpushare.
     pub fn exclusive() -> Self {
-        Self { strategy: crate::Strategy::Exclusive.as_str().into(), interval: None, mps: None }
+        Self {
+            strategy: crate::Strategy::Exclusive.as_str().into(),
+            interval: None,
+            mps: None,
+            replicas: None,
+        }
     }
 }
 

@@ -127,6 +127,11 @@ impl Engine {
         let cx = self.mps_context(&restores);
         let mut gpus: Vec<_> =
             node.gpus.iter().map(|g| report::gpu_status(g, &node, &cx)).collect();
+        // A time-sliced GPU's replicas, as the views advertise them.
+        let intent = self.transactions.views().intent();
+        for g in gpus.iter_mut().filter(|g| g.sharing.interval.is_some()) {
+            g.sharing.replicas = intent.replicas.get(&g.index).copied().flatten();
+        }
         let clients = if with_clients { self.status_clients(&node).await } else { Vec::new() };
         for client in clients {
             if let Some(gpu) = gpus.iter_mut().find(|g| g.index == client.gpu) {
@@ -140,7 +145,7 @@ impl Engine {
             starting_up: running.as_ref().is_some_and(|job| job.id == BOOT_JOB),
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
-            apply_error: self.transactions.views().intent().error,
+            apply_error: intent.error,
             hands_off: self.gate.hands_off_reason().map(str::to_string),
             drift,
             start_up_error: self

@@ -174,6 +174,7 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, cx: &MpsContext<'_>) -> GpuS
             strategy: Strategy::Mps.as_str().into(),
             interval: None,
             mps: Some(mps_server(s, node, cx)),
+            replicas: None,
         })
     };
     let whole = mps_on(&gpu.uuid).unwrap_or_else(|| match node.time_sliced(gpu.index) {
@@ -181,6 +182,8 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, cx: &MpsContext<'_>) -> GpuS
             strategy: Strategy::TimeSlicing.as_str().into(),
             interval: Some(interval.as_str().into()),
             mps: None,
+            // The applies' replicas: the status query adds them (the views keep them).
+            replicas: None,
         },
         None => Sharing::exclusive(),
     });

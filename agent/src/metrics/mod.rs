@@ -593,7 +593,12 @@ mod tests {
     }
 
     fn time_slicing() -> Sharing {
-        Sharing { strategy: "time-slicing".into(), interval: Some("short".into()), mps: None }
+        Sharing {
+            strategy: "time-slicing".into(),
+            interval: Some("short".into()),
+            mps: None,
+            replicas: None,
+        }
     }
 
     /// GPU 0: A100 in MIG mode with a 3g.20gb (exclusive) and a 2g.10gb (time-sliced);
@@ -641,6 +646,7 @@ mod tests {
                         strategy: "mps".into(),
                         interval: None,
                         mps: Some(mps_server.clone()),
+                        replicas: None,
                     },
                     instances: Vec::new(),
                     processes: vec![100, 101, 102],
@@ -940,7 +946,7 @@ mod tests {
     fn metrics_mps_server_on_mig_instance() {
         let (mut status, _) = status_and_mps();
         status.gpus[0].instances[1].sharing =
-            Sharing { strategy: "mps".into(), interval: None, mps: None };
+            Sharing { strategy: "mps".into(), interval: None, mps: None, replicas: None };
         // Matched by UUID, whatever the placement says.
         let by_uuid = server(MIG_B, 0, Some(99));
         // No UUID match: matched by placement on its GPU.

@@ -71,7 +71,8 @@ pub fn mig_cell(enabled: bool, pending: Option<bool>, glyphs: Glyphs) -> String 
 /// The SHARING cell: `exclusive`, `mps 25% 2 GiB` (threads and pinned memory limit a client
 /// of the MPS server gets now, when known, with where they come from unless the profile:
 /// `(mps limit)`, `(drift)`; `multi-user` for a daemon serving every user at once),
-/// `time-slicing (short)` (with the interval, when known).
+/// `time-slicing (short, 4 replicas)` (with the interval, when known, and the replicas the
+/// profile meant it for, when it gave them).
 pub fn sharing_cell(sharing: &Sharing) -> String {
     let mut cell = sharing.strategy.clone();
     match Strategy::from_name(&sharing.strategy) {
@@ -91,11 +92,12 @@ pub fn sharing_cell(sharing: &Sharing) -> String {
                 }
             }
         }
-        Some(Strategy::TimeSlicing) => {
-            if let Some(interval) = &sharing.interval {
-                cell.push_str(&format!(" ({interval})"));
-            }
-        }
+        Some(Strategy::TimeSlicing) => match (&sharing.interval, sharing.replicas) {
+            (Some(interval), Some(r)) => cell.push_str(&format!(" ({interval}, {r} replicas)")),
+            (Some(interval), None) => cell.push_str(&format!(" ({interval})")),
+            (None, Some(r)) => cell.push_str(&format!(" ({r} replicas)")),
+            (None, None) => {}
+        },
         _ => {}
     }
     cell
@@ -426,6 +428,7 @@ pub(crate) mod tests {
                 multi_user: false,
                 limit_restores: 0,
             }),
+            replicas: None,
         }
     }
 
@@ -493,6 +496,7 @@ pub(crate) mod tests {
                         strategy: "time-slicing".into(),
                         interval: Some("short".into()),
                         mps: None,
+                        replicas: None,
                     },
                     instances: vec![],
                     processes: vec![4242, 4243],
@@ -721,8 +725,12 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         assert_eq!(sharing_cell(&marked), "mps 50% 2 GiB (mps limit) multi-user");
         marked.mps.as_mut().unwrap().limits_source = Some("unknown".into());
         assert_eq!(sharing_cell(&marked), "mps 50% 2 GiB (drift) multi-user");
-        let bare =
-            |strategy: &str| Sharing { strategy: strategy.into(), interval: None, mps: None };
+        let bare = |strategy: &str| Sharing {
+            strategy: strategy.into(),
+            interval: None,
+            mps: None,
+            replicas: None,
+        };
         assert_eq!(sharing_cell(&bare("mps")), "mps");
         assert_eq!(sharing_cell(&bare("time-slicing")), "time-slicing");
         let timed = Sharing { interval: Some("default".into()), ..bare("time-slicing") };
@@ -733,7 +741,10 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
     fn sharing_details_are_optional_in_the_document() {
         let raw = r#"{"strategy":"mps"}"#;
         let sharing: Sharing = serde_json::from_str(raw).unwrap();
-        assert_eq!(sharing, Sharing { strategy: "mps".into(), interval: None, mps: None });
+        assert_eq!(
+            sharing,
+            Sharing { strategy: "mps".into(), interval: None, mps: None, replicas: None }
+        );
         assert_eq!(
             serde_json::to_string(&Sharing::exclusive()).unwrap(),
             r#"{"strategy":"exclusive"}"#
