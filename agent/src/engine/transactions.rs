@@ -97,6 +97,9 @@ impl SerialTransactions {
         touched: fn(&T) -> bool,
     ) -> T {
         let outcome = work.await;
+        // The profile the views name is the journal's, whatever the transaction did to it
+        // (a commit, a rollback, a rollback that failed and left none active).
+        self.views.set_profile(self.inner.journal.active_profile());
         if touched(&outcome) {
             self.views.refresh(&self.inner.executor.node).await;
         }

@@ -153,7 +153,7 @@ impl Views {
         self.intent.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Sets the active profile (at start-up, from the journal).
+    /// Sets the active profile, the journal's (at start-up, and after every transaction).
     pub fn set_profile(&self, profile: Option<String>) {
         self.intent.lock().unwrap_or_else(PoisonError::into_inner).profile = profile;
     }
@@ -189,8 +189,8 @@ impl Views {
         }
     }
 
-    /// An apply of a profile ended: committed (`Ok` with its plan: its profile is the
-    /// active one, its time-slicing replicas those the views advertise), or failed, why,
+    /// An apply of a profile ended: committed (`Ok` with its plan: its time-slicing
+    /// replicas are those the views advertise), or failed, why,
     /// and whether it left the GPUs changed (else the state before it is back). The views
     /// are rendered after it by the transaction path.
     pub fn end(&self, outcome: Result<&Plan, (String, bool)>) {
@@ -198,7 +198,6 @@ impl Views {
         let before = std::mem::take(&mut intent.before);
         match outcome {
             Ok(plan) => {
-                intent.profile = Some(plan.profile.clone());
                 intent.replicas = shape::replicas_after(&intent.replicas, &plan.gpus);
                 intent.state = ApplyState::Success;
                 intent.error = None;
