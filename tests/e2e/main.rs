@@ -30,6 +30,7 @@ mod hostile_mps;
 mod hostile_paths;
 mod hostile_views;
 mod journal;
+mod kubernetes;
 mod kubernetes_harness;
 mod metrics;
 mod mig_models;

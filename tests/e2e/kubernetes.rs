@@ -1,0 +1,421 @@
+//! Issue 40's acceptance on simulated GPUs: with `[device_plugin]` and `[labels]` on, the
+//! device plugin's config passes the schema written from NVIDIA's k8s-device-plugin
+//! v0.20.0 (tests/support/device_plugin.rs), the labels pass NFD v0.19.0's rules
+//! (tests/support/nfd.rs), both say what `gpushare-ctl status --json` says field for
+//! field after every built-in profile, `gpushare-ctl export` prints the same bytes, a
+//! rolled-back apply leaves them as they were, and what the plugin cannot express or a path
+//! the agent cannot use is refused with the GPUs unchanged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use gpushare_tests::device_plugin::validate_device_plugin_config;
+use gpushare_tests::nfd::check_feature_file;
+use gpushare_tests::{Agent, AgentOptions, is_root, stderr, stdout, text};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// The replicas of the built-in `all-time-sliced` (agent/src/profile/builtin): status shows
+/// no time-slicing replicas, so the test knows them from the profile.
+const TIME_SLICED_REPLICAS: u64 = 4;
+
+/// Where a test's agent writes the two views: a directory of the test's own.
+struct Views {
+    dir: TempDir,
+}
+
+impl Views {
+    fn new() -> Views {
+        let dir = TempDir::new().unwrap();
+        std::fs::create_dir(dir.path().join("features.d")).unwrap();
+        Views { dir }
+    }
+
+    fn plugin(&self) -> PathBuf {
+        self.dir.path().join("device-plugin.yaml")
+    }
+
+    fn labels(&self) -> PathBuf {
+        self.dir.path().join("features.d/gpushare")
+    }
+
+    /// agent.toml's two sections, for these paths.
+    fn config(&self) -> String {
+        view_config(&self.plugin(), &self.labels())
+    }
+
+    /// Both files' bytes (`None`: no file).
+    fn bytes(&self) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        (std::fs::read(self.plugin()).ok(), std::fs::read(self.labels()).ok())
+    }
+}
+
+fn view_config(plugin: &Path, labels: &Path) -> String {
+    format!(
+        "[device_plugin]\nenabled = true\npath = {:?}\n\n[labels]\nenabled = true\npath = {:?}\n",
+        plugin.display().to_string(),
+        labels.display().to_string()
+    )
+}
+
+fn start(spec: &str, views: &Views, profiles: &[(&str, &str)]) -> Agent {
+    let mut options = AgentOptions::simulate(spec).config(&views.config());
+    for (file, text) in profiles {
+        options = options.profile(file, text);
+    }
+    Agent::start(options)
+}
+
+/// `status --json` as a document (every field, the new ones too).
+fn status(agent: &Agent) -> Value {
+    let out = agent.ctl(&["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+}
+
+/// The GPUs part of a status, to compare before and after a refused apply.
+fn gpus(agent: &Agent) -> Value {
+    status(agent)["gpus"].clone()
+}
+
+fn apply(agent: &Agent, profile: &str) {
+    let out = agent.ctl(&["apply", profile]);
+    assert!(out.status.success(), "apply {profile}: {}", text(&out));
+}
+
+/// A MIG device kind as the plugin and the labels spell it (`+` becomes `.`).
+fn kind(profile: &str) -> String {
+    profile.replace('+', ".")
+}
+
+/// The MPS server's (replicas, thread percentage, memory limit in MiB) as status shows it:
+/// the limits the profile set (`configured`), replicas 100 / the thread percentage (as the
+/// CDI spec counts shares).
+fn mps_shares(sharing: &Value) -> (u64, u64, Option<u64>) {
+    let server = &sharing["mps"];
+    let limits = if server["configured"].is_object() { &server["configured"] } else { server };
+    let threads = limits["active_thread_percentage"].as_u64().expect("a thread percentage");
+    let memory = limits["pinned_memory_limit_bytes"].as_u64().map(|b| b / (1 << 20));
+    (100 / threads, threads, memory)
+}
+
+/// The labels the node must carry, from `status`: its profile and `state`, and each GPU's
+/// sharing, MIG devices per kind, MPS shares and limits, time-slicing.
+fn expected_labels(status: &Value, state: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut put = |key: String, value: String| {
+        assert!(labels.insert(format!("gpushare.io/{key}"), value).is_none(), "{key} twice");
+    };
+    put("profile".into(), status["active_profile"].as_str().expect("a profile").into());
+    put("state".into(), state.into());
+    for gpu in status["gpus"].as_array().unwrap() {
+        let at = format!("gpu-{}", gpu["index"]);
+        if gpu["mig_enabled"] == true {
+            put(format!("{at}.sharing"), "mig".into());
+            let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+            for instance in gpu["instances"].as_array().unwrap() {
+                *kinds.entry(kind(instance["profile"].as_str().unwrap())).or_default() += 1;
+            }
+            for (kind, count) in kinds {
+                put(format!("{at}.mig.{kind}"), count.to_string());
+            }
+            continue;
+        }
+        let sharing = &gpu["sharing"];
+        let strategy = sharing["strategy"].as_str().unwrap();
+        put(format!("{at}.sharing"), strategy.into());
+        match strategy {
+            "mps" => {
+                let (replicas, threads, memory) = mps_shares(sharing);
+                put(format!("{at}.mps.replicas"), replicas.to_string());
+                put(format!("{at}.mps.thread-percentage"), threads.to_string());
+                if let Some(mib) = memory {
+                    put(format!("{at}.mps.memory-limit-mib"), mib.to_string());
+                }
+            }
+            "time-slicing" => {
+                put(format!("{at}.time-slicing.replicas"), TIME_SLICED_REPLICAS.to_string());
+                let interval = sharing["interval"].as_str().expect("an interval");
+                put(format!("{at}.time-slicing.interval"), interval.into());
+            }
+            _ => {}
+        }
+    }
+    labels
+}
+
+/// The device plugin's config the node must have, from `status` (as JSON): the MIG
+/// strategy from the layout, and the whole GPUs' one sharing with its replicas.
+fn expected_config(status: &Value, mps_root: &Path) -> Value {
+    let gpus = status["gpus"].as_array().unwrap();
+    let mig: Vec<&Value> = gpus.iter().filter(|g| g["mig_enabled"] == true).collect();
+    let kinds: std::collections::BTreeSet<&str> = mig
+        .iter()
+        .flat_map(|g| g["instances"].as_array().unwrap())
+        .map(|i| i["profile"].as_str().unwrap())
+        .collect();
+    let strategy = match (mig.len(), kinds.len()) {
+        (0, _) => "none",
+        (n, 1) if n == gpus.len() => "single",
+        _ => "mixed",
+    };
+    let mut flags = json!({ "migStrategy": strategy, "failOnInitError": true });
+    let whole: Vec<&Value> = gpus.iter().filter(|g| g["mig_enabled"] != true).collect();
+    let shared: Vec<&str> = whole
+        .iter()
+        .map(|g| g["sharing"]["strategy"].as_str().unwrap())
+        .filter(|s| *s != "exclusive")
+        .collect();
+    let mut config = json!({ "version": "v1", "flags": flags.clone() });
+    let Some(&strategy) = shared.first() else { return config };
+    assert_eq!(shared.len(), whole.len(), "one sharing for every whole GPU: {status}");
+    let (block, replicas) = match strategy {
+        "mps" => {
+            assert_eq!(whole.len(), 1, "MPS on one GPU only");
+            flags["mpsRoot"] = json!(mps_root.display().to_string());
+            ("mps", mps_shares(&whole[0]["sharing"]).0)
+        }
+        "time-slicing" => ("timeSlicing", TIME_SLICED_REPLICAS),
+        other => panic!("no plugin sharing for {other}"),
+    };
+    config["flags"] = flags;
+    config["sharing"] = json!({ block: {
+        "failRequestsGreaterThanOne": true,
+        "resources": [{ "name": "nvidia.com/gpu", "replicas": replicas }]
+    } });
+    config
+}
+
+/// Both files pass their checkers, say what status says (labels with `state`), and
+/// `gpushare-ctl export` prints them byte for byte.
+fn assert_views(agent: &Agent, views: &Views, state: &str) {
+    let status = status(agent);
+    let config = validate_device_plugin_config(&views.plugin())
+        .unwrap_or_else(|e| panic!("the device plugin's config breaks the schema: {e}"));
+    if !config.is_null() {
+        assert_eq!(config, expected_config(&status, &agent.mps_root()), "config vs {status:#}");
+    }
+    let labels = check_feature_file(&views.labels())
+        .unwrap_or_else(|e| panic!("the labels break NFD's rules: {e}"));
+    assert_eq!(labels, expected_labels(&status, state), "labels vs status {status:#}");
+    for (format, path) in [("device-plugin", views.plugin()), ("labels", views.labels())] {
+        let out = agent.ctl(&["export", "--format", format]);
+        assert!(out.status.success(), "export --format {format}: {}", text(&out));
+        assert_eq!(
+            stdout(&out),
+            std::fs::read_to_string(&path).unwrap(),
+            "export --format {format} vs {}",
+            path.display()
+        );
+    }
+}
+
+/// Under MPS, the plugin's layout: `<mps root>/nvidia.com/gpu/pipe` is the server's pipe
+/// directory and `<mps root>/shm` is /dev/shm.
+fn assert_mps_layout(agent: &Agent, status: &Value) {
+    let root = agent.mps_root();
+    let server = &status["gpus"][0]["sharing"]["mps"];
+    let pipe = Path::new(server["pipe_directory"].as_str().unwrap());
+    let seen = root.join("nvidia.com/gpu/pipe");
+    assert_eq!(
+        std::fs::canonicalize(&seen).unwrap_or_else(|e| panic!("{}: {e}", seen.display())),
+        std::fs::canonicalize(pipe).unwrap(),
+        "the plugin's pipe directory is the server's"
+    );
+    let shm = std::fs::canonicalize(root.join("shm")).expect("<mps root>/shm");
+    assert_eq!(shm, Path::new("/dev/shm"));
+}
+
+#[test]
+fn every_profile_on_one_gpu_writes_both_views_as_status_says() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let agent = start("h100-80gb:1", &views, &[]);
+    for profile in ["half-balanced", "all-balanced", "all-mps", "all-time-sliced", "all-disabled"] {
+        apply(&agent, profile);
+        assert_views(&agent, &views, "success");
+        if profile == "all-mps" {
+            assert_mps_layout(&agent, &status(&agent));
+        }
+    }
+}
+
+#[test]
+fn every_expressible_profile_on_two_gpus_writes_both_views_as_status_says() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let agent = start("a100-40gb:2", &views, &[]);
+    for profile in ["half-balanced", "all-balanced", "all-time-sliced", "all-disabled"] {
+        apply(&agent, profile);
+        assert_views(&agent, &views, "success");
+    }
+}
+
+/// Profiles the plugin cannot express on a 2-GPU node.
+const MPS_AND_EXCLUSIVE: &str = "name = \"mps-and-exclusive\"\n\
+    [[gpu]]\nselect = 0\nmig = \"disabled\"\nsharing.mps = { replicas = 4 }\n\
+    [[gpu]]\nselect = 1\nmig = \"disabled\"\nsharing = \"exclusive\"\n";
+const MPS_AND_MIG: &str = "name = \"mps-and-mig\"\n\
+    [[gpu]]\nselect = 0\nmig = \"balanced\"\n\
+    [[gpu]]\nselect = 1\nmig = \"disabled\"\nsharing.mps = { replicas = 4 }\n";
+const SLICED_AND_EXCLUSIVE: &str = "name = \"sliced-and-exclusive\"\n\
+    [[gpu]]\nselect = 0\nmig = \"disabled\"\n\
+    sharing.time-slicing = { interval = \"medium\", replicas = 4 }\n\
+    [[gpu]]\nselect = 1\nmig = \"disabled\"\nsharing = \"exclusive\"\n";
+/// GPU 0 in one 3g instance of three 1c compute instances (`1c.3g.40gb` on an H100).
+const SUBDIVIDED: &str = "name = \"subdivided\"\n[[gpu]]\nselect = 0\n\
+    mig = { \"1c.3g\" = 3, \"3g\" = 1 }\n";
+
+/// `profile` is refused in one line, before any step: the GPUs and both files as before.
+fn assert_refused(agent: &Agent, views: &Views, profile: &str) {
+    let before = (gpus(agent), views.bytes());
+    let out = agent.ctl(&["apply", profile]);
+    assert!(!out.status.success(), "{profile} applied: {}", text(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{profile}: {err}");
+    assert_eq!(gpus(agent), before.0, "{profile}: the GPUs changed");
+    assert!(views.bytes() == before.1, "{profile}: the views changed");
+}
+
+#[test]
+fn what_the_plugin_cannot_express_is_refused_with_the_gpus_unchanged() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let profiles = [
+        ("mps-and-exclusive.toml", MPS_AND_EXCLUSIVE),
+        ("mps-and-mig.toml", MPS_AND_MIG),
+        ("sliced-and-exclusive.toml", SLICED_AND_EXCLUSIVE),
+    ];
+    let agent = start("a100-40gb:2", &views, &profiles);
+    apply(&agent, "half-balanced");
+    for profile in ["all-mps", "mps-and-exclusive", "mps-and-mig", "sliced-and-exclusive"] {
+        assert_refused(&agent, &views, profile);
+    }
+    assert_views(&agent, &views, "success");
+
+    let views = Views::new();
+    let agent = start("h100-80gb:1", &views, &[("subdivided.toml", SUBDIVIDED)]);
+    apply(&agent, "all-time-sliced");
+    assert_refused(&agent, &views, "subdivided");
+    assert_views(&agent, &views, "success");
+}
+
+#[test]
+fn a_rolled_back_apply_leaves_the_config_byte_for_byte_and_the_labels_say_failed() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let mut agent = start("a100-40gb:1", &views, &[]);
+    apply(&agent, "all-mps");
+    let before = views.bytes();
+    // Restarted with a fault to come, the agent writes the same bytes again.
+    agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:2")]);
+    assert!(views.bytes() == before, "a restart rewrote the views differently");
+    let gpus_before = gpus(&agent);
+
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(gpus(&agent), gpus_before, "rolled back");
+    let after = views.bytes();
+    assert_eq!(after.0, before.0, "rolled back, the device plugin's config as before");
+    let lines = |bytes: &Option<Vec<u8>>| -> Vec<String> {
+        let text = String::from_utf8(bytes.clone().expect("a labels file")).unwrap();
+        text.lines().filter(|l| !l.starts_with("gpushare.io/state=")).map(String::from).collect()
+    };
+    assert_eq!(lines(&after.1), lines(&before.1), "rolled back, the labels as before");
+    let doc = status(&agent);
+    assert!(doc["apply_error"].is_string(), "apply_error in {doc:#}");
+    assert_views(&agent, &views, "failed");
+
+    // The next apply that succeeds says success again.
+    agent.restart_with_env(&[]);
+    apply(&agent, "all-time-sliced");
+    assert_views(&agent, &views, "success");
+    assert!(status(&agent)["apply_error"].is_null());
+}
+
+#[test]
+fn a_view_path_the_agent_cannot_use_refuses_the_apply_with_the_gpus_unchanged() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let place = TempDir::new().unwrap();
+    std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = place.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let open = place.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let good = place.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    for (plugin, labels, named) in [
+        (file.join("device-plugin.yaml"), good.join("labels"), "[device_plugin] path"),
+        (good.join("device-plugin.yaml"), open.join("gpushare"), "[labels] path"),
+    ] {
+        let config = view_config(&plugin, &labels);
+        let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+        let before = (gpus(&agent), std::fs::read(&plugin).ok(), std::fs::read(&labels).ok());
+        let out = agent.ctl(&["apply", "all-time-sliced"]);
+        assert!(!out.status.success(), "{named}: applied: {}", text(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(named), "{named} not named: {err}");
+        let after = (gpus(&agent), std::fs::read(&plugin).ok(), std::fs::read(&labels).ok());
+        assert_eq!(after.0, before.0, "{named}: the GPUs changed");
+        assert!(after.1 == before.1 && after.2 == before.2, "{named}: a view changed");
+    }
+    assert!(
+        std::fs::read_dir(&open).unwrap().next().is_none(),
+        "nothing written where others may write"
+    );
+}
+
+#[test]
+fn the_labels_say_pending_while_an_apply_runs() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let options = AgentOptions::simulate("a100-40gb:1")
+        .config(&views.config())
+        .env("GPUSHARE_SIM_DELAY_MS", "300");
+    let agent = Agent::start(options);
+    let sim_before = std::fs::read(agent.sim_state()).unwrap();
+    let mut apply =
+        agent.ctl_command(&["apply", "all-balanced"]).stdout(Stdio::null()).spawn().unwrap();
+    // Once the simulated node has changed (a step ran, so the apply has begun) and while
+    // the apply still runs after the labels were read, they must say pending.
+    let mut seen = None;
+    while apply.try_wait().unwrap().is_none() {
+        if std::fs::read(agent.sim_state()).unwrap_or_default() != sim_before {
+            let labels = std::fs::read_to_string(views.labels()).unwrap_or_default();
+            if apply.try_wait().unwrap().is_none() {
+                seen = Some(labels);
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(apply.wait().unwrap().success(), "the apply failed");
+    let Some(labels) = seen else {
+        gpushare_tests::skip("the apply ended before its labels could be read while it ran");
+        return;
+    };
+    assert!(labels.lines().any(|l| l == "gpushare.io/state=pending"), "{labels}");
+    assert_views(&agent, &views, "success");
+}
