@@ -50,6 +50,10 @@ pub struct AgentConfig {
     pub metrics: MetricsSettings,
     /// The CDI spec for container runtimes.
     pub cdi: CdiSettings,
+    /// NVIDIA's device plugin config (Kubernetes).
+    pub device_plugin: DevicePluginSettings,
+    /// The node labels for NFD's local source (Kubernetes).
+    pub labels: LabelsSettings,
     /// Benches of users' programs.
     pub bench: BenchSettings,
     /// Which of the places a real agent shares with others the file writes (not a key of
@@ -70,6 +74,10 @@ pub struct Written {
     pub mps_root: bool,
     /// `[cdi] dir`.
     pub cdi_dir: bool,
+    /// `[device_plugin] path`.
+    pub device_plugin_path: bool,
+    /// `[labels] path`.
+    pub labels_path: bool,
     /// `[metrics] listen`.
     pub metrics_listen: bool,
 }
@@ -85,6 +93,8 @@ impl Written {
             state_dir: doc.contains_key("state_dir"),
             mps_root: has("mps", "root"),
             cdi_dir: has("cdi", "dir"),
+            device_plugin_path: has("device_plugin", "path"),
+            labels_path: has("labels", "path"),
             metrics_listen: has("metrics", "listen"),
         }
     }
@@ -125,6 +135,49 @@ pub struct CdiSettings {
 impl Default for CdiSettings {
     fn default() -> Self {
         Self { enabled: true, dir: PathBuf::from("/var/run/cdi") }
+    }
+}
+
+/// NVIDIA's device plugin config (its `--config-file`), kept true to the GPUs (DESIGN.md,
+/// "Kubernetes (issue 40)").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DevicePluginSettings {
+    /// Whether to write it (off by default: a Kubernetes node's setting). On, an apply the
+    /// plugin could not express is refused before its first step.
+    pub enabled: bool,
+    /// The file (`/run/gpushare/device-plugin.yaml`; under `--simulate` unless the file
+    /// writes it, or without root, `<state_dir>/device-plugin.yaml`).
+    pub path: PathBuf,
+}
+
+/// Where [`DevicePluginSettings::path`] is by default.
+pub const DEVICE_PLUGIN_PATH: &str = "/run/gpushare/device-plugin.yaml";
+
+impl Default for DevicePluginSettings {
+    fn default() -> Self {
+        Self { enabled: false, path: PathBuf::from(DEVICE_PLUGIN_PATH) }
+    }
+}
+
+/// The node labels gpushare gives NFD's local feature source (a features.d file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LabelsSettings {
+    /// Whether to write them (off by default: a Kubernetes node's setting).
+    pub enabled: bool,
+    /// The file (`/etc/kubernetes/node-feature-discovery/features.d/gpushare`; under
+    /// `--simulate` unless the file writes it, or without root,
+    /// `<state_dir>/features.d/gpushare`).
+    pub path: PathBuf,
+}
+
+/// Where [`LabelsSettings::path`] is by default.
+pub const LABELS_PATH: &str = "/etc/kubernetes/node-feature-discovery/features.d/gpushare";
+
+impl Default for LabelsSettings {
+    fn default() -> Self {
+        Self { enabled: false, path: PathBuf::from(LABELS_PATH) }
     }
 }
 
@@ -260,6 +313,8 @@ impl Default for AgentConfig {
             mps: MpsSettings::default(),
             timeslice: TimesliceSettings::default(),
             cdi: CdiSettings::default(),
+            device_plugin: DevicePluginSettings::default(),
+            labels: LabelsSettings::default(),
             metrics: MetricsSettings::default(),
             bench: BenchSettings::default(),
             written: Written::default(),
@@ -565,8 +620,13 @@ mod tests {
         let text = include_str!("../../etc/gpushare/agent.toml");
         let shipped = AgentConfig::parse(text, "etc/gpushare/agent.toml").unwrap();
         // It writes the packaged places: a simulated agent pointed at it takes them.
-        let places =
-            Written { state_dir: true, mps_root: true, cdi_dir: false, metrics_listen: true };
+        let places = Written {
+            state_dir: true,
+            mps_root: true,
+            cdi_dir: false,
+            metrics_listen: true,
+            ..Written::default()
+        };
         assert_eq!(shipped.written, places);
         assert_eq!(AgentConfig { written: Written::default(), ..shipped }, AgentConfig::default());
     }
@@ -580,7 +640,13 @@ mod tests {
             "a.toml",
         )
         .unwrap();
-        let all = Written { state_dir: true, mps_root: true, cdi_dir: true, metrics_listen: true };
+        let all = Written {
+            state_dir: true,
+            mps_root: true,
+            cdi_dir: true,
+            metrics_listen: true,
+            ..Written::default()
+        };
         assert_eq!(c.written, all);
         // Other keys of those tables are not the places.
         let c = AgentConfig::parse(

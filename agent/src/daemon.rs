@@ -218,6 +218,12 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if !config.written.cdi_dir {
                 config.cdi.dir = state_dir.join("cdi");
             }
+            if !config.written.device_plugin_path {
+                config.device_plugin.path = state_dir.join("device-plugin.yaml");
+            }
+            if !config.written.labels_path {
+                config.labels.path = state_dir.join("features.d").join("gpushare");
+            }
             if !config.written.metrics_listen {
                 if config.metrics.enabled {
                     tracing::info!(
@@ -240,6 +246,14 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     // An agent without root cannot write /var/run/cdi: its spec lives with its state.
     if config.cdi.dir == AgentConfig::default().cdi.dir && !unix::is_root() {
         config.cdi.dir = state_dir.join("cdi");
+    }
+    // Nor the device plugin's config or the labels in their places.
+    let defaults = AgentConfig::default();
+    if config.device_plugin.path == defaults.device_plugin.path && !unix::is_root() {
+        config.device_plugin.path = state_dir.join("device-plugin.yaml");
+    }
+    if config.labels.path == defaults.labels.path && !unix::is_root() {
+        config.labels.path = state_dir.join("features.d").join("gpushare");
     }
     if hands_off.is_none()
         && !settings.read_only

@@ -149,6 +149,30 @@ fn keys() -> Vec<Key> {
             "Directory container runtimes read CDI specs from; the spec is gpushare.json there. Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/cdi.",
         ),
         key(
+            "device_plugin",
+            "enabled",
+            d.device_plugin.enabled.to_string(),
+            "Whether to write NVIDIA's device plugin config from the GPUs; an apply the plugin cannot express is then refused.",
+        ),
+        key(
+            "device_plugin",
+            "path",
+            path(&d.device_plugin.path),
+            "The device plugin config (its --config-file). Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/device-plugin.yaml.",
+        ),
+        key(
+            "labels",
+            "enabled",
+            d.labels.enabled.to_string(),
+            "Whether to write the node labels for NFD's local feature source.",
+        ),
+        key(
+            "labels",
+            "path",
+            path(&d.labels.path),
+            "The labels file (NFD's features.d). Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/features.d/gpushare.",
+        ),
+        key(
             "bench",
             "max_total_seconds",
             d.bench.max_total_seconds.to_string(),

@@ -241,8 +241,9 @@ compute modes) is listed at its top and on stderr, and applying it with gpushare
 /// Arguments of `export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// `toml` (a gpushare profile, sharing included) or `mig-parted` (NVIDIA mig-parted's
-    /// config.yaml, one config named `exported`; the MIG layout only).
+    /// `toml` (a gpushare profile, sharing included), `mig-parted` (NVIDIA mig-parted's
+    /// config.yaml, one config named `exported`; the MIG layout only), `device-plugin`
+    /// (NVIDIA's device plugin config) or `labels` (node labels for NFD's local source).
     #[arg(long, value_enum, default_value_t = ExportFormat::Toml)]
     pub format: ExportFormat,
 }
@@ -254,6 +255,10 @@ pub enum ExportFormat {
     Toml,
     /// NVIDIA mig-parted's config file.
     MigParted,
+    /// NVIDIA's device plugin config (k8s-device-plugin `--config-file`).
+    DevicePlugin,
+    /// Node labels for NFD's local feature source (a features.d file).
+    Labels,
 }
 
 /// Arguments of `apply`.

@@ -58,6 +58,9 @@ pub enum Kind {
     NotApplied,
     /// A job failed without naming an error.
     Failed,
+    /// `export --format device-plugin`: NVIDIA's device plugin cannot express the GPUs as
+    /// they are.
+    Inexpressible,
 }
 
 impl Kind {
@@ -78,6 +81,7 @@ impl Kind {
             Kind::Usage => "Usage",
             Kind::NotApplied => "NotApplied",
             Kind::Failed => "Failed",
+            Kind::Inexpressible => "Inexpressible",
         }
     }
 

@@ -289,15 +289,20 @@ fn assert_quiet(said: &str, nodes: bool) {
 /// mode and a hash of its contents.
 fn real_agents_places() -> Vec<(PathBuf, u32, u64)> {
     use std::hash::{Hash, Hasher};
-    ["/var/lib/gpushare", "/run/gpushare", "/var/run/cdi/gpushare.json"]
-        .into_iter()
-        .flat_map(|p| tree(Path::new(p)).unwrap_or_default())
-        .map(|(path, mode, bytes)| {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            bytes.hash(&mut hasher);
-            (path, mode, hasher.finish())
-        })
-        .collect()
+    [
+        "/var/lib/gpushare",
+        "/run/gpushare",
+        "/var/run/cdi/gpushare.json",
+        "/etc/kubernetes/node-feature-discovery/features.d/gpushare",
+    ]
+    .into_iter()
+    .flat_map(|p| tree(Path::new(p)).unwrap_or_default())
+    .map(|(path, mode, bytes)| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        (path, mode, hasher.finish())
+    })
+    .collect()
 }
 
 /// Held by the tests that look at `/run/gpushare-sim` (a root simulated agent's default

@@ -28,6 +28,10 @@ pub struct Status {
     /// to the journal: the GPUs may be between layouts until the next apply rolls it back.
     #[serde(default)]
     pub rollback_error: Option<String>,
+    /// Why the last apply failed (it was rolled back, or could not be), until an apply
+    /// succeeds; the node labels say `gpushare.io/state=failed` meanwhile.
+    #[serde(default)]
+    pub apply_error: Option<String>,
     /// Why the agent changes nothing on the GPUs (its configuration did not read), if so.
     #[serde(default)]
     pub hands_off: Option<String>,
@@ -543,6 +547,18 @@ pub struct Export {
     /// leading comment lines).
     #[serde(default)]
     pub mig_parted_left_out: Vec<String>,
+    /// NVIDIA's device plugin config (k8s-device-plugin `version: v1`) the GPUs give now,
+    /// as `[device_plugin]` writes it; empty when the plugin could not express them (then
+    /// `device_plugin_refused`) or from an agent older than this field.
+    #[serde(default)]
+    pub device_plugin: String,
+    /// The plugin's rule the GPUs break, in one line, when it could not express them.
+    #[serde(default)]
+    pub device_plugin_refused: Option<String>,
+    /// The node labels (NFD's local source, `key=value` lines) the GPUs give now, as
+    /// `[labels]` writes them; empty from an agent older than this field.
+    #[serde(default)]
+    pub labels: String,
 }
 
 /// What `MigProfiles` returns: the MIG profiles of GPUs as their driver reports them, the

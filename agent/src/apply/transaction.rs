@@ -297,6 +297,8 @@ impl Transactions {
                         })
                         .collect(),
                     timeslice: cp.timeslice.filter(|_| self.policy.manage_timeslice),
+                    // A rollback is no apply of a profile: the views keep the active one's.
+                    replicas: None,
                 },
             ));
         }

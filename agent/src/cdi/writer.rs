@@ -3,13 +3,10 @@
 //! ([`crate::sys::trusted`]: a link another user planted is not followed), and only when
 //! its bytes change. [`Writer::check`] is what an apply checks before its first step.
 
-use std::fs;
-use std::io::{self, Read};
 use std::path::PathBuf;
 
 use super::FILE_NAME;
-use crate::sys::files::{PUBLIC, write_atomically};
-use crate::sys::trusted;
+use crate::sys::place::Place;
 
 /// The spec's place, or none (`[cdi] enabled = false`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,75 +23,39 @@ impl Writer {
         self.dir.join(FILE_NAME)
     }
 
-    /// Whether the spec can be written: the directory is one the agent may trust (made,
-    /// 0755, if missing; see [`trusted::check_dir`]), the agent may write it, and an
-    /// existing spec is a plain file. One line naming the place and what to do when not.
+    /// The spec as a kept file.
+    fn place(&self) -> Place {
+        Place {
+            path: self.path(),
+            enabled: self.enabled,
+            words: format!("CDI spec directory {}", self.dir.display()),
+            setting: "[cdi] dir",
+            noun: "the spec",
+        }
+    }
+
+    /// Whether the spec can be written (see [`Place::check`]): one line naming the
+    /// directory and what to do when not.
     pub fn check(&self) -> Result<(), String> {
-        if !self.enabled {
-            return Ok(());
-        }
-        let dir = &self.dir;
-        let place = |why: String| {
-            format!(
-                "CDI spec directory {}: {why}; fix it, or set [cdi] dir (or enabled = false) in agent.toml",
-                dir.display()
-            )
-        };
-        let resolved = trusted::make_dir(dir, 0o755)
-            .map_err(|why| place(format!("{why}: another user could change the spec")))?;
-        let own = crate::sys::unix::effective_uid();
-        if let Err(e) = crate::sys::unix::may_write_dir(&resolved) {
-            return Err(place(format!("not writable by the agent (uid {own}): {e}")));
-        }
-        let spec = resolved.join(FILE_NAME);
-        match fs::symlink_metadata(&spec) {
-            Ok(m) if !m.file_type().is_file() => {
-                Err(place(format!("{} is not a plain file", spec.display())))
-            }
-            _ => Ok(()),
-        }
+        self.place().check()
     }
 
     /// The spec as it is on disk, if there is one the agent may trust.
     pub fn read(&self) -> Option<Vec<u8>> {
-        let mut file = trusted::open_file(&self.path()).ok().flatten()?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).ok()?;
-        Some(bytes)
+        self.place().read()
     }
 
     /// Writes `bytes` as the spec (mode 0644: container runtimes read it) when they differ
     /// from what is there; `None` removes the spec (a node with no device to name: CDI
     /// wants at least one). Whether it changed.
-    pub fn write(&self, bytes: Option<&[u8]>) -> io::Result<bool> {
-        if !self.enabled {
-            return Ok(false);
-        }
-        let path = self.path();
-        match bytes {
-            None => {
-                if fs::symlink_metadata(&path).is_err() {
-                    return Ok(false);
-                }
-                self.check().map_err(io::Error::other)?;
-                match fs::remove_file(&path) {
-                    Ok(()) => Ok(true),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                    Err(e) => Err(e),
-                }
-            }
-            Some(bytes) if self.read().as_deref() == Some(bytes) => Ok(false),
-            Some(bytes) => {
-                self.check().map_err(io::Error::other)?;
-                write_atomically(&path, bytes, PUBLIC)?;
-                Ok(true)
-            }
-        }
+    pub fn write(&self, bytes: Option<&[u8]>) -> std::io::Result<bool> {
+        self.place().write(bytes)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 

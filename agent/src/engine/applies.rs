@@ -103,8 +103,9 @@ impl Engine {
         let options = PlanOptions { force, ..self.core.policy };
         let (plan, before, _) = self.core.plan_request(before, profile, options).await?;
         self.core.check_host(&plan, &before).await?;
-        // The views are rewritten at commit: a place one cannot go is refused now.
-        self.transactions.views().check().map_err(EngineError::NotPossible)?;
+        // The views are rewritten at commit: a place one cannot go, or GPUs one cannot
+        // say, is refused now.
+        self.transactions.views().check(&plan, &before).map_err(EngineError::NotPossible)?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {

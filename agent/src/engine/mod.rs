@@ -145,6 +145,8 @@ impl Engine {
             },
             policy,
         };
+        // The labels name the active profile from the start.
+        views.set_profile(journal.active_profile());
         let transactions = SerialTransactions::new(
             transactions,
             views,

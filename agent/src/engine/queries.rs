@@ -140,6 +140,7 @@ impl Engine {
             starting_up: running.as_ref().is_some_and(|job| job.id == BOOT_JOB),
             apply_in_progress: running.map(|job| job.to_string()),
             rollback_error,
+            apply_error: self.transactions.views().intent().error,
             hands_off: self.gate.hands_off_reason().map(str::to_string),
             drift,
             start_up_error: self
@@ -427,11 +428,22 @@ impl Engine {
             }
             Err(e) => exported.notes.push(format!("applying this here fails: {e}")),
         }
+        // What NVIDIA's device plugin and NFD are given, as the GPUs are now (the views
+        // write the same whether kept or not).
+        let views = self.transactions.views();
+        let (device_plugin, labels) = views.texts(&node);
+        let (device_plugin, device_plugin_refused) = match device_plugin {
+            Ok(text) => (text, None),
+            Err(why) => (String::new(), Some(why)),
+        };
         Ok(Export {
             text: exported.text(),
             mig_parted: exported.mig_parted,
             notes: exported.notes,
             mig_parted_left_out: exported.left_out,
+            device_plugin,
+            device_plugin_refused,
+            labels,
         })
     }
 
@@ -479,7 +491,8 @@ impl Engine {
         let profile =
             self.core.resolve_request(ProfileRef::Document { text, origin, config: "" }).await?;
         let node = self.observe().await?;
-        let (plan, _, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        let (plan, node, profile) = self.core.plan_request(node, profile, self.core.policy).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 
@@ -489,6 +502,7 @@ impl Engine {
         let node = self.core.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
         let (plan, node, _) = self.core.plan_request(node, profile, self.core.policy).await?;
         self.core.check_host(&plan, &node).await?;
+        self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(plan)
     }
 }

@@ -119,8 +119,23 @@ impl SerialTransactions {
             return Ok(Applied { steps_done: 0, warnings: Vec::new() });
         }
         let turn = self.turn().await;
+        // An apply of a profile (not a bench's setup) is what the labels' state tells of:
+        // pending from before its first step, then success, or failed where it left the
+        // GPUs changed (a rolled-back one leaves the labels as they were).
+        let of_profile = !setup;
+        if of_profile {
+            self.views.begin(&self.inner.executor.node).await;
+        }
         // Committed or rolled back, the views name what is there now.
-        let work = self.inner.apply(plan, document, before, progress);
+        let work = async {
+            let outcome = self.inner.apply(plan, document, before, progress).await;
+            if of_profile {
+                self.views.end(
+                    outcome.as_ref().map(|_| plan).map_err(|e| (e.to_string(), e.left_changed())),
+                );
+            }
+            outcome
+        };
         self.run(turn, work, |_| true).await
     }
 

@@ -607,6 +607,7 @@ mod tests {
             apply_in_progress: None,
             starting_up: false,
             rollback_error: None,
+            apply_error: None,
             hands_off: None,
             drift: None,
             start_up_error: None,

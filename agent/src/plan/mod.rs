@@ -133,6 +133,10 @@ pub struct GpuTarget {
     pub instance_mps: Vec<(u8, u8, MpsSpec)>,
     /// Time-slice interval of the whole GPU; `None` leaves it alone.
     pub timeslice: Option<TimeSliceInterval>,
+    /// The clients a time-sliced whole GPU is meant for (the rule's `replicas`): nothing on
+    /// the GPU records them, so they come from here to the views that advertise them
+    /// (NVIDIA's device plugin config, the node labels). `None` for any other target.
+    pub replicas: Option<u32>,
 }
 
 /// Why a profile cannot be carried out here. Each message is one line naming the GPU (or
@@ -368,9 +372,9 @@ fn plan_gpu(
     };
     // Only a time-sliced whole GPU keeps an interval; every other target (MPS, exclusive,
     // MIG) runs at the default, so an interval a previous profile set does not linger.
-    let timeslice = match (&rule.sharing, mig_enabled) {
-        (Sharing::TimeSlicing { interval, .. }, false) => *interval,
-        _ => TimeSliceInterval::Default,
+    let (timeslice, replicas) = match (&rule.sharing, mig_enabled) {
+        (Sharing::TimeSlicing { interval, replicas }, false) => (*interval, *replicas),
+        _ => (TimeSliceInterval::Default, None),
     };
     // Hands off: the interval stays as it is; a profile that needs one set is refused.
     let timeslice = match (options.manage_timeslice, timeslice) {
@@ -427,6 +431,7 @@ fn plan_gpu(
         mps,
         instance_mps,
         timeslice,
+        replicas,
     };
     plan_gpu_to(gpu, node, target, options)
 }

@@ -9,6 +9,7 @@ pub mod command;
 pub mod files;
 pub mod log;
 pub mod mounts;
+pub mod place;
 pub mod procfs;
 pub mod systemd;
 pub mod text;

@@ -5,7 +5,11 @@
 //! as comment lines and is said on stderr. `--format mig-parted` prints the MIG layout
 //! alone as NVIDIA mig-parted's config file, one config named `exported` (`apply -f
 //! now.yaml -c exported`, or mig-parted's own `apply -f now.yaml -c exported`), and says
-//! on stderr what it leaves out. `--json` prints the [`Export`] document, both texts.
+//! on stderr what it leaves out. `--format device-plugin` and `--format labels` print what
+//! NVIDIA's device plugin and NFD's local source are given for the GPUs as they are (the
+//! agent's `[device_plugin]` and `[labels]` files, whether it keeps them or not); a node
+//! the plugin cannot express is an error naming the plugin's rule. `--json` prints the
+//! [`Export`] document, every text.
 
 use gpushare_proto::types::Export;
 
@@ -43,7 +47,22 @@ fn text_of(export: &Export, format: ExportFormat) -> Result<&str, CtlError> {
             "the agent does not export mig-parted files: upgrade gpushare-agent",
         )),
         ExportFormat::MigParted => Ok(&export.mig_parted),
+        ExportFormat::DevicePlugin => match &export.device_plugin_refused {
+            Some(why) => Err(CtlError::ctl(Kind::Inexpressible, why.clone())),
+            None if export.device_plugin.is_empty() => Err(outdated("device plugin configs")),
+            None => Ok(&export.device_plugin),
+        },
+        ExportFormat::Labels if export.labels.is_empty() => Err(outdated("node labels")),
+        ExportFormat::Labels => Ok(&export.labels),
     }
+}
+
+/// The error of an agent that does not export `what`.
+fn outdated(what: &str) -> CtlError {
+    CtlError::ctl(
+        Kind::AgentOutdated,
+        format!("the agent does not export {what}: upgrade gpushare-agent"),
+    )
 }
 
 /// What stderr says besides the text, a line each: what the profile cannot say, or what
@@ -53,6 +72,7 @@ fn warnings(export: &Export, format: ExportFormat) -> Vec<String> {
         ExportFormat::Toml => {
             export.notes.iter().map(|n| format!("the export differs from the node: {n}")).collect()
         }
+        ExportFormat::DevicePlugin | ExportFormat::Labels => Vec::new(),
         ExportFormat::MigParted => export
             .mig_parted_left_out
             .iter()

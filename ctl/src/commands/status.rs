@@ -346,6 +346,12 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     if let Some(error) = &status.start_up_error {
         out.push_str(&format!("Start-up re-apply failed: {error}\n"));
     }
+    // The start-up re-apply's failure is said once, above.
+    if let Some(error) =
+        status.apply_error.as_ref().filter(|e| status.start_up_error.as_ref() != Some(*e))
+    {
+        out.push_str(&format!("Last apply failed: {error}\n"));
+    }
     if let Some(drift) = &status.drift {
         out.push_str(&format!("Drift: {drift}\n"));
     }
@@ -433,6 +439,7 @@ pub(crate) mod tests {
             apply_in_progress: None,
             starting_up: false,
             rollback_error: None,
+            apply_error: None,
             hands_off: None,
             drift: None,
             start_up_error: None,

@@ -153,7 +153,8 @@ impl View for CdiView {
         self.writer.enabled
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Its place only: the spec names whatever the GPUs become.
+    fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.writer.check()
     }
 

@@ -1,23 +1,73 @@
 //! Consumer views: the files the agent keeps true to the GPUs, for the programs that
-//! hand them out (the CDI spec, [`cdi`], today; a Slurm GRES file or a device plugin's
-//! config would be the next). Owns the set of views and the one observation they render
-//! from. Each view is a [`View`]: it checks its place before an apply ([`Views::check`]),
-//! renders from one [`Observation`] of the node, and is written after every transaction
-//! by the one transaction path (`engine::transactions`: commit, rollback, a bench's setup
-//! and restore, recovery) and at start-up ([`Views::refresh`]). The set is built once from
-//! the configuration ([`Views::from_config`], by the daemon) and handed to the engine.
+//! hand them out: the CDI spec ([`cdi`]), NVIDIA's device plugin config
+//! ([`device_plugin`]) and the node labels for NFD ([`labels`]). Owns the set of views,
+//! the one observation they render from, and what they know besides the GPUs
+//! ([`Intent`]: the active profile, how the last apply went, the time-slicing replicas it
+//! meant). Each view is a [`View`]: it checks its place, and what an apply will make,
+//! before the apply's first step ([`Views::check`]), renders from one [`Observation`] of
+//! the node, and is written after every transaction by the one transaction path
+//! (`engine::transactions`: commit, rollback, a bench's setup and restore, recovery), when
+//! an apply begins ([`Views::begin`]) and at start-up ([`Views::refresh`]). The set is
+//! built once from the configuration ([`Views::from_config`], by the daemon) and handed to
+//! the engine.
 //!
 //! Adding a view: a module here implementing [`View`], its section in `agent.toml`
 //! (`config.rs`), and its line in [`Views::from_config`].
 
 pub mod cdi;
+pub mod device_plugin;
+pub mod labels;
+pub mod shape;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::apply::{NodeAccess, Reads};
 use crate::config::AgentConfig;
 use crate::node::NodeState;
+use crate::plan::Plan;
+
+/// How the last apply of a profile went, as the labels say it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ApplyState {
+    /// No apply since the agent started.
+    #[default]
+    None,
+    /// One is changing the GPUs now.
+    Pending,
+    /// The GPUs are as the active profile says: the last apply committed (or failed and
+    /// was rolled back: the labels are then as before it, byte for byte).
+    Success,
+    /// The last apply failed and left the GPUs changed (its rollback failed too): why.
+    Failed(String),
+}
+
+/// What the views know besides the GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Intent {
+    /// The active profile (the one last applied successfully).
+    pub profile: Option<String>,
+    /// How the last apply went.
+    pub state: ApplyState,
+    /// The state before the apply now pending, which a rollback puts back.
+    before: ApplyState,
+    /// Why the last apply failed (rolled back or not), until one succeeds: `status`'s
+    /// `apply_error`.
+    pub error: Option<String>,
+    /// The time-slicing replicas the applies meant for each GPU (see
+    /// [`crate::plan::GpuTarget::replicas`]).
+    pub replicas: shape::Replicas,
+}
+
+/// What an apply will make, for the views to judge before its first step.
+pub struct Ahead<'a> {
+    /// The GPUs as the plan was made against them.
+    pub before: &'a NodeState,
+    /// The plan.
+    pub plan: &'a Plan,
+    /// The time-slicing replicas of GPUs the plan leaves alone.
+    pub replicas: &'a shape::Replicas,
+}
 
 /// The node as every view renders it, observed once per refresh.
 pub struct Observation<'a> {
@@ -28,6 +78,10 @@ pub struct Observation<'a> {
     /// Where the host keeps what the views name: device nodes under its root, MPS
     /// directories.
     pub access: &'a NodeAccess,
+    /// What the views know besides the GPUs.
+    pub intent: &'a Intent,
+    /// The time-slicing replicas of `intent`, by GPU.
+    pub replicas: &'a shape::Replicas,
 }
 
 /// A file the agent keeps true to the GPUs.
@@ -36,10 +90,11 @@ pub trait View: Send + Sync {
     fn name(&self) -> &'static str;
     /// Whether it is kept at all (its configuration section may turn it off).
     fn enabled(&self) -> bool;
-    /// Whether its place can be written: checked before an apply's first step, so that a
-    /// place it cannot go refuses the apply rather than leaving the view stale after it.
-    /// One line naming the place and the setting that moves it.
-    fn check(&self) -> Result<(), String>;
+    /// Whether its place can be written, and what `ahead` makes expressed in it: checked
+    /// before an apply's first step, so that a place it cannot go, or a node it cannot
+    /// say, refuses the apply rather than leaving the view stale after it. One line naming
+    /// the place or the rule, and the setting that moves it.
+    fn check(&self, ahead: &Ahead<'_>) -> Result<(), String>;
     /// Renders from `seen` and writes the file when it changed; `Err` says why the node
     /// could not be observed. A failure is the view's to log and keep for its report: the
     /// GPUs are as the transaction left them either way (the view follows them).
@@ -50,8 +105,14 @@ pub trait View: Send + Sync {
 pub struct Views {
     /// The CDI spec, also answering `gpushare-ctl cdi`.
     cdi: Arc<cdi::CdiView>,
+    /// NVIDIA's device plugin config, also answering `export --format device-plugin`.
+    device_plugin: Arc<device_plugin::DevicePluginView>,
+    /// The node labels, also answering `export --format labels`.
+    labels: Arc<labels::LabelsView>,
     /// Every view, the CDI spec first.
     all: Vec<Arc<dyn View>>,
+    /// What they know besides the GPUs.
+    intent: Mutex<Intent>,
 }
 
 impl Views {
@@ -61,8 +122,15 @@ impl Views {
             dir: config.cdi.dir.clone(),
             enabled: config.cdi.enabled,
         }));
-        let all: Vec<Arc<dyn View>> = vec![cdi.clone()];
-        Views { cdi, all }
+        let device_plugin = Arc::new(device_plugin::DevicePluginView::new(
+            config.device_plugin.path.clone(),
+            config.device_plugin.enabled,
+            config.mps.root.clone(),
+        ));
+        let labels =
+            Arc::new(labels::LabelsView::new(config.labels.path.clone(), config.labels.enabled));
+        let all: Vec<Arc<dyn View>> = vec![cdi.clone(), device_plugin.clone(), labels.clone()];
+        Views { cdi, device_plugin, labels, all, intent: Mutex::default() }
     }
 
     /// The CDI spec's view.
@@ -70,20 +138,104 @@ impl Views {
         &self.cdi
     }
 
-    /// Whether every view kept can be written (before an apply's first step); the first
-    /// that cannot, in one line.
-    pub fn check(&self) -> Result<(), String> {
-        self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check())
+    /// The device plugin config's view.
+    pub fn device_plugin(&self) -> &device_plugin::DevicePluginView {
+        &self.device_plugin
+    }
+
+    /// The labels' view.
+    pub fn labels(&self) -> &labels::LabelsView {
+        &self.labels
+    }
+
+    /// What the views know besides the GPUs, now.
+    pub fn intent(&self) -> Intent {
+        self.intent.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Sets the active profile (at start-up, from the journal).
+    pub fn set_profile(&self, profile: Option<String>) {
+        self.intent.lock().unwrap_or_else(PoisonError::into_inner).profile = profile;
+    }
+
+    /// Whether every view kept can be written and can say what `plan` (made against
+    /// `before`) makes (before an apply's first step); the first that cannot, in one line.
+    pub fn check(&self, plan: &Plan, before: &NodeState) -> Result<(), String> {
+        let replicas = self.intent().replicas;
+        let ahead = Ahead { before, plan, replicas: &replicas };
+        self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check(&ahead))
+    }
+
+    /// Whether the views kept can say what `plan` (made against `before`) makes, without
+    /// touching their places (`plan`, `validate`, `apply --dry-run`): what an apply of it
+    /// would be refused for by [`Views::check`] besides a place.
+    pub fn expressible(&self, plan: &Plan, before: &NodeState) -> Result<(), String> {
+        if !self.device_plugin.enabled() {
+            return Ok(());
+        }
+        let replicas = self.intent().replicas;
+        let ahead = Ahead { before, plan, replicas: &replicas };
+        self.device_plugin.check_expressed(&ahead)
+    }
+
+    /// An apply of a profile begins: the labels say so (`pending`) before its first step.
+    pub async fn begin(&self, access: &NodeAccess) {
+        {
+            let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
+            intent.before = std::mem::replace(&mut intent.state, ApplyState::Pending);
+        }
+        if self.labels.enabled() {
+            self.render(access, &[self.labels.clone() as Arc<dyn View>]).await;
+        }
+    }
+
+    /// An apply of a profile ended: committed (`Ok` with its plan: its profile is the
+    /// active one, its time-slicing replicas those the views advertise), or failed, why,
+    /// and whether it left the GPUs changed (else the state before it is back). The views
+    /// are rendered after it by the transaction path.
+    pub fn end(&self, outcome: Result<&Plan, (String, bool)>) {
+        let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = std::mem::take(&mut intent.before);
+        match outcome {
+            Ok(plan) => {
+                intent.profile = Some(plan.profile.clone());
+                intent.replicas = shape::replicas_after(&intent.replicas, &plan.gpus);
+                intent.state = ApplyState::Success;
+                intent.error = None;
+            }
+            Err((why, left_changed)) => {
+                intent.state = if left_changed { ApplyState::Failed(why.clone()) } else { before };
+                intent.error = Some(why);
+            }
+        }
+    }
+
+    /// The device plugin config and the labels `node` gives now (whether the views are
+    /// kept or not): `gpushare-ctl export --format device-plugin|labels`.
+    pub fn texts(&self, node: &NodeState) -> (Result<String, String>, String) {
+        let intent = self.intent();
+        let gpus: Vec<shape::GpuShape> =
+            node.gpus.iter().map(|g| shape::of_gpu(g, node, &intent.replicas)).collect();
+        (self.device_plugin.render_text(&gpus), labels::text(&gpus, &intent))
     }
 
     /// Renders every view kept from one fresh observation of `access`'s node.
     pub async fn refresh(&self, access: &NodeAccess) {
-        let kept: Vec<&Arc<dyn View>> = self.all.iter().filter(|v| v.enabled()).collect();
+        let kept: Vec<Arc<dyn View>> = self.all.iter().filter(|v| v.enabled()).cloned().collect();
+        self.render(access, &kept).await;
+    }
+
+    /// Renders `kept` from one fresh observation of `access`'s node.
+    async fn render(&self, access: &NodeAccess, kept: &[Arc<dyn View>]) {
         if kept.is_empty() {
             return;
         }
+        let intent = self.intent();
+        // Intervals cost an nvidia-smi run: read where an apply time-sliced a GPU (as
+        // `status` reads them where the active profile time-slices).
+        let reads = Reads { timeslices: !intent.replicas.is_empty(), ..Reads::GPUS_AND_SERVERS };
         // The shares' limits are those the servers give their clients now.
-        let observed = match access.observe(Reads::GPUS_AND_SERVERS).await {
+        let observed = match access.observe(reads).await {
             Ok(node) => access.read_live_limits(node, |_| false).await,
             Err(e) => Err(e),
         };
@@ -93,7 +245,13 @@ impl Views {
                 for g in &node.gpus {
                     minors.insert(g.index, access.minor_number(g.index).await);
                 }
-                let seen = Observation { node: &node, minors: &minors, access };
+                let seen = Observation {
+                    node: &node,
+                    minors: &minors,
+                    access,
+                    intent: &intent,
+                    replicas: &intent.replicas,
+                };
                 kept.iter().for_each(|v| v.render(Ok(&seen)));
             }
             Err(e) => {

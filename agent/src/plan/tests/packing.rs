@@ -122,6 +122,7 @@ fn compute_instances_packed_otherwise_are_kept_when_they_are_the_ones_asked_for(
         mps: None,
         instance_mps: vec![],
         timeslice: Some(TimeSliceInterval::Default),
+        replicas: None,
     };
     apply(&sim, &plan_to(&state, "by-hand", vec![(0, target)], &PlanOptions::default()).unwrap());
     assert_eq!(made(&sim), ["3g.40gb [2]", "3g.40gb [1]"]);

@@ -475,6 +475,10 @@ impl MpsController {
         let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
         let mut servers: Vec<MpsDaemon> = entries
             .filter_map(Result::ok)
+            // A server's directory is a directory of the root's own; the links the device
+            // plugin's layout keeps beside them (`shm`, DESIGN.md "Kubernetes (issue 40)")
+            // are not followed.
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|entry| {
                 let dir = entry.path();
                 let record = trusted_record(&dir).ok().flatten()?;
