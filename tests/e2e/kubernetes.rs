@@ -79,6 +79,17 @@ fn gpus(agent: &Agent) -> Value {
     status(agent)["gpus"].clone()
 }
 
+/// [`gpus`] without the MPS servers' process ids: a rollback starts the servers again.
+fn layout(agent: &Agent) -> Value {
+    let mut gpus = gpus(agent);
+    for gpu in gpus.as_array_mut().unwrap() {
+        if let Some(server) = gpu["sharing"]["mps"].as_object_mut() {
+            server.remove("pid");
+        }
+    }
+    gpus
+}
+
 fn apply(agent: &Agent, profile: &str) {
     let out = agent.ctl(&["apply", profile]);
     assert!(out.status.success(), "apply {profile}: {}", text(&out));
@@ -89,15 +100,33 @@ fn kind(profile: &str) -> String {
     profile.replace('+', ".")
 }
 
+/// The MIG devices of a GPU in `status`, by kind: each compute instance is one (a GPU
+/// instance without one is none), named by its GPU instance's profile, or `<c>c.<profile>`
+/// when it has fewer compute slices than its GPU instance (`1c.3g.40gb`).
+fn mig_devices(gpu: &Value) -> BTreeMap<String, u64> {
+    let mut kinds = BTreeMap::new();
+    for instance in gpu["instances"].as_array().unwrap() {
+        let profile = instance["profile"].as_str().unwrap();
+        let slices: u64 = profile.split_once('g').and_then(|(g, _)| g.parse().ok()).unwrap();
+        for ci in instance["compute_instances"].as_array().unwrap() {
+            let c = ci["compute_slices"].as_u64().unwrap();
+            let name = if c < slices { format!("{c}c.{profile}") } else { profile.to_string() };
+            *kinds.entry(kind(&name)).or_default() += 1;
+        }
+    }
+    kinds
+}
+
 /// The MPS server's (replicas, thread percentage, memory limit in MiB) as status shows it:
-/// the limits the profile set (`configured`), replicas 100 / the thread percentage (as the
-/// CDI spec counts shares).
+/// replicas are 100 / the thread percentage the profile set (`configured`), as the CDI
+/// spec counts shares; the limits are those a client connecting now gets.
 fn mps_shares(sharing: &Value) -> (u64, u64, Option<u64>) {
     let server = &sharing["mps"];
-    let limits = if server["configured"].is_object() { &server["configured"] } else { server };
-    let threads = limits["active_thread_percentage"].as_u64().expect("a thread percentage");
-    let memory = limits["pinned_memory_limit_bytes"].as_u64().map(|b| b / (1 << 20));
-    (100 / threads, threads, memory)
+    let configured = if server["configured"].is_object() { &server["configured"] } else { server };
+    let set = configured["active_thread_percentage"].as_u64().expect("a thread percentage");
+    let threads = server["active_thread_percentage"].as_u64().expect("a thread percentage");
+    let memory = server["pinned_memory_limit_bytes"].as_u64().map(|b| b >> 20);
+    (100 / set, threads, memory)
 }
 
 /// The labels the node must carry, from `status`: its profile and `state`, and each GPU's
@@ -107,17 +136,16 @@ fn expected_labels(status: &Value, state: &str) -> BTreeMap<String, String> {
     let mut put = |key: String, value: String| {
         assert!(labels.insert(format!("gpushare.io/{key}"), value).is_none(), "{key} twice");
     };
-    put("profile".into(), status["active_profile"].as_str().expect("a profile").into());
+    // No profile label while status has no active profile (the GPUs between layouts).
+    if let Some(profile) = status["active_profile"].as_str() {
+        put("profile".into(), profile.into());
+    }
     put("state".into(), state.into());
     for gpu in status["gpus"].as_array().unwrap() {
         let at = format!("gpu-{}", gpu["index"]);
         if gpu["mig_enabled"] == true {
             put(format!("{at}.sharing"), "mig".into());
-            let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-            for instance in gpu["instances"].as_array().unwrap() {
-                *kinds.entry(kind(instance["profile"].as_str().unwrap())).or_default() += 1;
-            }
-            for (kind, count) in kinds {
+            for (kind, count) in mig_devices(gpu) {
                 put(format!("{at}.mig.{kind}"), count.to_string());
             }
             continue;
@@ -150,11 +178,8 @@ fn expected_labels(status: &Value, state: &str) -> BTreeMap<String, String> {
 fn expected_config(status: &Value, mps_root: &Path) -> Value {
     let gpus = status["gpus"].as_array().unwrap();
     let mig: Vec<&Value> = gpus.iter().filter(|g| g["mig_enabled"] == true).collect();
-    let kinds: std::collections::BTreeSet<&str> = mig
-        .iter()
-        .flat_map(|g| g["instances"].as_array().unwrap())
-        .map(|i| i["profile"].as_str().unwrap())
-        .collect();
+    let kinds: std::collections::BTreeSet<String> =
+        mig.iter().flat_map(|g| mig_devices(g).into_keys()).collect();
     let strategy = match (mig.len(), kinds.len()) {
         (0, _) => "none",
         (n, 1) if n == gpus.len() => "single",
@@ -190,15 +215,26 @@ fn expected_config(status: &Value, mps_root: &Path) -> Value {
 /// Both files pass their checkers, say what status says (labels with `state`), and
 /// `gpushare-ctl export` prints them byte for byte.
 fn assert_views(agent: &Agent, views: &Views, state: &str) {
+    assert_views_but(agent, views, state, None);
+}
+
+/// [`assert_views`] with the label `skip` left out of the comparison with status (a known
+/// disagreement, which a test of its own shows).
+fn assert_views_but(agent: &Agent, views: &Views, state: &str, skip: Option<&str>) {
     let status = status(agent);
     let config = validate_device_plugin_config(&views.plugin())
         .unwrap_or_else(|e| panic!("the device plugin's config breaks the schema: {e}"));
     if !config.is_null() {
         assert_eq!(config, expected_config(&status, &agent.mps_root()), "config vs {status:#}");
     }
-    let labels = check_feature_file(&views.labels())
+    let mut labels = check_feature_file(&views.labels())
         .unwrap_or_else(|e| panic!("the labels break NFD's rules: {e}"));
-    assert_eq!(labels, expected_labels(&status, state), "labels vs status {status:#}");
+    let mut expected = expected_labels(&status, state);
+    if let Some(key) = skip {
+        labels.remove(key);
+        expected.remove(key);
+    }
+    assert_eq!(labels, expected, "labels vs status {status:#}");
     for (format, path) in [("device-plugin", views.plugin()), ("labels", views.labels())] {
         let out = agent.ctl(&["export", "--format", format]);
         assert!(out.status.success(), "export --format {format}: {}", text(&out));
@@ -311,7 +347,7 @@ fn what_the_plugin_cannot_express_is_refused_with_the_gpus_unchanged() {
 }
 
 #[test]
-fn a_rolled_back_apply_leaves_the_config_byte_for_byte_and_the_labels_say_failed() {
+fn a_rolled_back_apply_leaves_both_views_byte_for_byte() {
     if !is_root() {
         gpushare_tests::skip("the simulator makes device nodes only as root");
         return;
@@ -323,27 +359,72 @@ fn a_rolled_back_apply_leaves_the_config_byte_for_byte_and_the_labels_say_failed
     // Restarted with a fault to come, the agent writes the same bytes again.
     agent.restart_with_env(&[("GPUSHARE_SIM_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:2")]);
     assert!(views.bytes() == before, "a restart rewrote the views differently");
-    let gpus_before = gpus(&agent);
+    let gpus_before = layout(&agent);
 
     let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(!out.status.success(), "{}", text(&out));
-    assert_eq!(gpus(&agent), gpus_before, "rolled back");
+    assert_eq!(layout(&agent), gpus_before, "rolled back");
     let after = views.bytes();
     assert_eq!(after.0, before.0, "rolled back, the device plugin's config as before");
-    let lines = |bytes: &Option<Vec<u8>>| -> Vec<String> {
-        let text = String::from_utf8(bytes.clone().expect("a labels file")).unwrap();
-        text.lines().filter(|l| !l.starts_with("gpushare.io/state=")).map(String::from).collect()
-    };
-    assert_eq!(lines(&after.1), lines(&before.1), "rolled back, the labels as before");
+    assert_eq!(after.1, before.1, "rolled back, the labels as before (their state too)");
     let doc = status(&agent);
     assert!(doc["apply_error"].is_string(), "apply_error in {doc:#}");
-    assert_views(&agent, &views, "failed");
+    assert_views(&agent, &views, "success");
 
-    // The next apply that succeeds says success again.
+    // The next apply that succeeds clears the reason.
     agent.restart_with_env(&[]);
     apply(&agent, "all-time-sliced");
     assert_views(&agent, &views, "success");
     assert!(status(&agent)["apply_error"].is_null());
+}
+
+/// All-balanced on two GPUs, then an apply of all-disabled whose rollback fails too
+/// (issue 38's recipe, tests/e2e/agent_state.rs): the GPUs are left between layouts.
+fn rollback_failed(views: &Views) -> Agent {
+    let mut agent = start("a100-40gb:2", views, &[]);
+    apply(&agent, "all-balanced");
+    agent.restart_with_env(&[(
+        "GPUSHARE_SIM_FAIL",
+        "nvmlGpuInstanceDestroy:3,nvmlDeviceCreateGpuInstanceWithPlacement:1",
+    )]);
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let doc = status(&agent);
+    assert!(doc["rollback_error"].is_string() && doc["apply_error"].is_string(), "{doc:#}");
+    agent
+}
+
+/// An apply whose rollback failed too leaves the GPUs between layouts: the labels say
+/// `failed` (status has `rollback_error`) and both views follow the GPUs as they are
+/// (MIG devices are compute instances: a GPU instance whose one was destroyed is none).
+#[test]
+fn an_apply_whose_rollback_failed_says_failed() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let mut agent = rollback_failed(&views);
+    // The profile label: see the test below.
+    assert_views_but(&agent, &views, "failed", Some("gpushare.io/profile"));
+
+    agent.restart_with_env(&[]);
+    apply(&agent, "all-balanced");
+    assert_views(&agent, &views, "success");
+}
+
+/// Finding (issue 40): after a failed rollback, status has no active profile (the journal
+/// drops it, agent/src/apply/journal.rs) but the labels keep `gpushare.io/profile` of the
+/// profile before (views' `Intent` keeps it, agent/src/engine/views/mod.rs `end`). (A
+/// restart rolls the apply back and both say that profile again.)
+#[test]
+#[ignore = "finding: after a failed rollback the profile label disagrees with status"]
+fn after_a_failed_rollback_the_profile_label_agrees_with_status() {
+    let views = Views::new();
+    let agent = rollback_failed(&views);
+    let labels = check_feature_file(&views.labels()).unwrap();
+    let active = status(&agent)["active_profile"].as_str().map(String::from);
+    assert_eq!(labels.get("gpushare.io/profile"), active.as_ref(), "profile label vs status");
 }
 
 #[test]
