@@ -129,9 +129,10 @@ fn mps_shares(sharing: &Value) -> (u64, u64, Option<u64>) {
     (100 / set, threads, memory)
 }
 
-/// The labels the node must carry, from `status`: its profile and `state`, and each GPU's
+/// The labels the node must carry, from `status`: its profile and `state` (none before the
+/// first apply), and each GPU's
 /// sharing, MIG devices per kind, MPS shares and limits, time-slicing.
-fn expected_labels(status: &Value, state: &str) -> BTreeMap<String, String> {
+fn expected_labels(status: &Value, state: Option<&str>) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     let mut put = |key: String, value: String| {
         assert!(labels.insert(format!("gpushare.io/{key}"), value).is_none(), "{key} twice");
@@ -140,7 +141,9 @@ fn expected_labels(status: &Value, state: &str) -> BTreeMap<String, String> {
     if let Some(profile) = status["active_profile"].as_str() {
         put("profile".into(), profile.into());
     }
-    put("state".into(), state.into());
+    if let Some(state) = state {
+        put("state".into(), state.into());
+    }
     for gpu in status["gpus"].as_array().unwrap() {
         let at = format!("gpu-{}", gpu["index"]);
         if gpu["mig_enabled"] == true {
@@ -214,13 +217,13 @@ fn expected_config(status: &Value, mps_root: &Path) -> Value {
 
 /// Both files pass their checkers, say what status says (labels with `state`), and
 /// `gpushare-ctl export` prints them byte for byte.
-fn assert_views(agent: &Agent, views: &Views, state: &str) {
+fn assert_views(agent: &Agent, views: &Views, state: Option<&str>) {
     assert_views_but(agent, views, state, None);
 }
 
 /// [`assert_views`] with the label `skip` left out of the comparison with status (a known
 /// disagreement, which a test of its own shows).
-fn assert_views_but(agent: &Agent, views: &Views, state: &str, skip: Option<&str>) {
+fn assert_views_but(agent: &Agent, views: &Views, state: Option<&str>, skip: Option<&str>) {
     let status = status(agent);
     let config = validate_device_plugin_config(&views.plugin())
         .unwrap_or_else(|e| panic!("the device plugin's config breaks the schema: {e}"));
@@ -271,9 +274,11 @@ fn every_profile_on_one_gpu_writes_both_views_as_status_says() {
     }
     let views = Views::new();
     let agent = start("h100-80gb:1", &views, &[]);
+    // At start-up: the GPUs whole, no profile and no state yet.
+    assert_views(&agent, &views, None);
     for profile in ["half-balanced", "all-balanced", "all-mps", "all-time-sliced", "all-disabled"] {
         apply(&agent, profile);
-        assert_views(&agent, &views, "success");
+        assert_views(&agent, &views, Some("success"));
         if profile == "all-mps" {
             assert_mps_layout(&agent, &status(&agent));
         }
@@ -287,12 +292,19 @@ fn every_expressible_profile_on_two_gpus_writes_both_views_as_status_says() {
         return;
     }
     let views = Views::new();
-    let agent = start("a100-40gb:2", &views, &[]);
-    for profile in ["half-balanced", "all-balanced", "all-time-sliced", "all-disabled"] {
+    let agent = start("a100-40gb:2", &views, &[("all-3g.toml", ALL_3G)]);
+    // all-3g: every GPU in MIG mode with one kind of MIG device, the plugin's `single`.
+    for profile in ["half-balanced", "all-balanced", "all-3g", "all-time-sliced", "all-disabled"] {
         apply(&agent, profile);
-        assert_views(&agent, &views, "success");
+        assert_views(&agent, &views, Some("success"));
+        let config = validate_device_plugin_config(&views.plugin()).unwrap();
+        let single = config["flags"]["migStrategy"] == "single";
+        assert!(config.is_null() || single == (profile == "all-3g"), "{profile}: {config}");
     }
 }
+
+/// Every GPU in two 3g instances: one kind of MIG device on the node.
+const ALL_3G: &str = "name = \"all-3g\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\n";
 
 /// Profiles the plugin cannot express on a 2-GPU node.
 const MPS_AND_EXCLUSIVE: &str = "name = \"mps-and-exclusive\"\n\
@@ -316,6 +328,7 @@ fn assert_refused(agent: &Agent, views: &Views, profile: &str) {
     assert!(!out.status.success(), "{profile} applied: {}", text(&out));
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{profile}: {err}");
+    assert!(err.contains("[device_plugin]"), "{profile}: the setting is not named: {err}");
     assert_eq!(gpus(agent), before.0, "{profile}: the GPUs changed");
     assert!(views.bytes() == before.1, "{profile}: the views changed");
 }
@@ -334,16 +347,31 @@ fn what_the_plugin_cannot_express_is_refused_with_the_gpus_unchanged() {
     ];
     let agent = start("a100-40gb:2", &views, &profiles);
     apply(&agent, "half-balanced");
-    for profile in ["all-mps", "mps-and-exclusive", "mps-and-mig", "sliced-and-exclusive"] {
+    let refused = ["all-mps", "mps-and-exclusive", "mps-and-mig", "sliced-and-exclusive"];
+    for profile in refused {
         assert_refused(&agent, &views, profile);
     }
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
+    // The plugin's rules refused them: with the views off, each applies.
+    let mut options = AgentOptions::simulate("a100-40gb:2");
+    for (file, text) in profiles {
+        options = options.profile(file, text);
+    }
+    let plain = Agent::start(options);
+    for profile in refused {
+        apply(&plain, profile);
+    }
 
     let views = Views::new();
-    let agent = start("h100-80gb:1", &views, &[("subdivided.toml", SUBDIVIDED)]);
+    let subdivided = [("subdivided.toml", SUBDIVIDED)];
+    let agent = start("h100-80gb:1", &views, &subdivided);
     apply(&agent, "all-time-sliced");
     assert_refused(&agent, &views, "subdivided");
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
+    apply(
+        &Agent::start(AgentOptions::simulate("h100-80gb:1").profile(subdivided[0].0, SUBDIVIDED)),
+        "subdivided",
+    );
 }
 
 #[test]
@@ -369,12 +397,12 @@ fn a_rolled_back_apply_leaves_both_views_byte_for_byte() {
     assert_eq!(after.1, before.1, "rolled back, the labels as before (their state too)");
     let doc = status(&agent);
     assert!(doc["apply_error"].is_string(), "apply_error in {doc:#}");
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
 
     // The next apply that succeeds clears the reason.
     agent.restart_with_env(&[]);
     apply(&agent, "all-time-sliced");
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
     assert!(status(&agent)["apply_error"].is_null());
 }
 
@@ -406,11 +434,11 @@ fn an_apply_whose_rollback_failed_says_failed() {
     let views = Views::new();
     let mut agent = rollback_failed(&views);
     // The profile label: see the test below.
-    assert_views_but(&agent, &views, "failed", Some("gpushare.io/profile"));
+    assert_views_but(&agent, &views, Some("failed"), Some("gpushare.io/profile"));
 
     agent.restart_with_env(&[]);
     apply(&agent, "all-balanced");
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
 }
 
 /// Finding (issue 40): after a failed rollback, status has no active profile (the journal
@@ -477,8 +505,12 @@ fn the_labels_say_pending_while_an_apply_runs() {
         .env("GPUSHARE_SIM_DELAY_MS", "300");
     let agent = Agent::start(options);
     let sim_before = std::fs::read(agent.sim_state()).unwrap();
-    let mut apply =
-        agent.ctl_command(&["apply", "all-balanced"]).stdout(Stdio::null()).spawn().unwrap();
+    let mut apply = agent
+        .ctl_command(&["apply", "all-balanced"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Once the simulated node has changed (a step ran, so the apply has begun) and while
     // the apply still runs after the labels were read, they must say pending.
     let mut seen = None;
@@ -498,5 +530,5 @@ fn the_labels_say_pending_while_an_apply_runs() {
         return;
     };
     assert!(labels.lines().any(|l| l == "gpushare.io/state=pending"), "{labels}");
-    assert_views(&agent, &views, "success");
+    assert_views(&agent, &views, Some("success"));
 }
