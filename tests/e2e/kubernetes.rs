@@ -532,3 +532,54 @@ fn the_labels_say_pending_while_an_apply_runs() {
     assert!(labels.lines().any(|l| l == "gpushare.io/state=pending"), "{labels}");
     assert_views(&agent, &views, Some("success"));
 }
+
+/// The harness itself: views that disagree with status, or break NVIDIA's or NFD's rules,
+/// fail [`assert_views`] (each change alone, on files the agent wrote for `all-mps`).
+#[test]
+fn the_checks_refuse_views_that_disagree_with_status() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let agent = start("a100-40gb:1", &views, &[]);
+    apply(&agent, "all-mps");
+    assert_views(&agent, &views, Some("success"));
+    let (config, labels) = views.bytes();
+    let (config, labels) = (String::from_utf8(config.unwrap()).unwrap(), labels.unwrap());
+    let labels = String::from_utf8(labels).unwrap();
+    let plugin_changes = [
+        ("replicas: 4", "replicas: 5"),
+        ("migStrategy: none", "migStrategy: mixed"),
+        ("failOnInitError: true", "failOnInitError: false"),
+        ("version: v1", "version: v2"),
+        ("  mps:\n", "  timeSlicing:\n"),
+    ];
+    let label_changes = [
+        ("mps.replicas=4", "mps.replicas=5"),
+        ("state=success", "state=pending"),
+        ("profile=all-mps", "profile=all-balanced"),
+        (
+            "gpushare.io/gpu-0.sharing=mps\n",
+            "gpushare.io/gpu-0.sharing=mps\nnvidia.com/mps.capable=true\n",
+        ),
+        ("gpushare.io/gpu-0.sharing=mps\n", ""),
+    ];
+    let mut cases: Vec<(PathBuf, String)> = Vec::new();
+    for (from, to) in plugin_changes {
+        assert!(config.contains(from), "{from:?} not in {config}");
+        cases.push((views.plugin(), config.replacen(from, to, 1)));
+    }
+    for (from, to) in label_changes {
+        assert!(labels.contains(from), "{from:?} not in {labels}");
+        cases.push((views.labels(), labels.replacen(from, to, 1)));
+    }
+    for (path, changed) in cases {
+        let original = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &changed).unwrap();
+        let caught = std::panic::catch_unwind(|| assert_views(&agent, &views, Some("success")));
+        std::fs::write(&path, original).unwrap();
+        assert!(caught.is_err(), "passed: {}:\n{changed}", path.display());
+    }
+    assert_views(&agent, &views, Some("success"));
+}
