@@ -100,18 +100,23 @@ fn kind(profile: &str) -> String {
     profile.replace('+', ".")
 }
 
-/// The MIG devices of a GPU in `status`, by kind: each compute instance is one (a GPU
-/// instance without one is none), named by its GPU instance's profile, or `<c>c.<profile>`
-/// when it has fewer compute slices than its GPU instance (`1c.3g.40gb`).
-fn mig_devices(gpu: &Value) -> BTreeMap<String, u64> {
-    let mut kinds = BTreeMap::new();
+/// An MPS server's shares: (replicas, thread percentage, memory limit in MiB).
+type Shares = (u64, u64, Option<u64>);
+
+/// The MIG devices of a GPU in `status`, by kind, each with its MPS server's shares if one
+/// serves it: each compute instance is one (a GPU instance without one is none), named by
+/// its GPU instance's profile, or `<c>c.<profile>` when it has fewer compute slices than
+/// its GPU instance (`1c.3g.40gb`).
+fn mig_devices(gpu: &Value) -> BTreeMap<String, Vec<Option<Shares>>> {
+    let mut kinds: BTreeMap<String, Vec<Option<Shares>>> = BTreeMap::new();
     for instance in gpu["instances"].as_array().unwrap() {
         let profile = instance["profile"].as_str().unwrap();
         let slices: u64 = profile.split_once('g').and_then(|(g, _)| g.parse().ok()).unwrap();
         for ci in instance["compute_instances"].as_array().unwrap() {
             let c = ci["compute_slices"].as_u64().unwrap();
             let name = if c < slices { format!("{c}c.{profile}") } else { profile.to_string() };
-            *kinds.entry(kind(&name)).or_default() += 1;
+            let served = (ci["sharing"]["strategy"] == "mps").then(|| mps_shares(&ci["sharing"]));
+            kinds.entry(kind(&name)).or_default().push(served);
         }
     }
     kinds
@@ -120,7 +125,7 @@ fn mig_devices(gpu: &Value) -> BTreeMap<String, u64> {
 /// The MPS server's (replicas, thread percentage, memory limit in MiB) as status shows it:
 /// replicas are 100 / the thread percentage the profile set (`configured`), as the CDI
 /// spec counts shares; the limits are those a client connecting now gets.
-fn mps_shares(sharing: &Value) -> (u64, u64, Option<u64>) {
+fn mps_shares(sharing: &Value) -> Shares {
     let server = &sharing["mps"];
     let configured = if server["configured"].is_object() { &server["configured"] } else { server };
     let set = configured["active_thread_percentage"].as_u64().expect("a thread percentage");
@@ -148,8 +153,18 @@ fn expected_labels(status: &Value, state: Option<&str>) -> BTreeMap<String, Stri
         let at = format!("gpu-{}", gpu["index"]);
         if gpu["mig_enabled"] == true {
             put(format!("{at}.sharing"), "mig".into());
-            for (kind, count) in mig_devices(gpu) {
-                put(format!("{at}.mig.{kind}"), count.to_string());
+            for (kind, devices) in mig_devices(gpu) {
+                let k = format!("{at}.mig.{kind}");
+                put(k.clone(), devices.len().to_string());
+                let servers: Vec<Shares> = devices.into_iter().flatten().collect();
+                if servers.is_empty() {
+                    continue;
+                }
+                put(format!("{k}.mps.servers"), servers.len().to_string());
+                // The shares only when every server of the kind gives the same.
+                if servers.iter().all(|s| *s == servers[0]) {
+                    mps_labels(&mut put, &k, servers[0]);
+                }
             }
             continue;
         }
@@ -157,14 +172,7 @@ fn expected_labels(status: &Value, state: Option<&str>) -> BTreeMap<String, Stri
         let strategy = sharing["strategy"].as_str().unwrap();
         put(format!("{at}.sharing"), strategy.into());
         match strategy {
-            "mps" => {
-                let (replicas, threads, memory) = mps_shares(sharing);
-                put(format!("{at}.mps.replicas"), replicas.to_string());
-                put(format!("{at}.mps.thread-percentage"), threads.to_string());
-                if let Some(mib) = memory {
-                    put(format!("{at}.mps.memory-limit-mib"), mib.to_string());
-                }
-            }
+            "mps" => mps_labels(&mut put, &at, mps_shares(sharing)),
             "time-slicing" => {
                 put(format!("{at}.time-slicing.replicas"), TIME_SLICED_REPLICAS.to_string());
                 let interval = sharing["interval"].as_str().expect("an interval");
@@ -174,6 +182,16 @@ fn expected_labels(status: &Value, state: Option<&str>) -> BTreeMap<String, Stri
         }
     }
     labels
+}
+
+/// The labels of an MPS server's shares under `at` (`gpu-1`, `gpu-0.mig.1c.3g.40gb`).
+fn mps_labels(put: &mut impl FnMut(String, String), at: &str, shares: Shares) {
+    let (replicas, threads, memory) = shares;
+    put(format!("{at}.mps.replicas"), replicas.to_string());
+    put(format!("{at}.mps.thread-percentage"), threads.to_string());
+    if let Some(mib) = memory {
+        put(format!("{at}.mps.memory-limit-mib"), mib.to_string());
+    }
 }
 
 /// The device plugin's config the node must have, from `status` (as JSON): the MIG
@@ -230,24 +248,36 @@ fn assert_views_but(agent: &Agent, views: &Views, state: Option<&str>, skip: Opt
     if !config.is_null() {
         assert_eq!(config, expected_config(&status, &agent.mps_root()), "config vs {status:#}");
     }
-    let mut labels = check_feature_file(&views.labels())
-        .unwrap_or_else(|e| panic!("the labels break NFD's rules: {e}"));
-    let mut expected = expected_labels(&status, state);
+    assert_exported(agent, "device-plugin", &views.plugin());
+    assert_labels(agent, &views.labels(), &status, state, skip);
+}
+
+/// The labels file passes NFD's rules and says what `status` says (but the label `skip`),
+/// and `export --format labels` prints it byte for byte.
+fn assert_labels(
+    agent: &Agent,
+    path: &Path,
+    status: &Value,
+    state: Option<&str>,
+    skip: Option<&str>,
+) {
+    let mut labels =
+        check_feature_file(path).unwrap_or_else(|e| panic!("the labels break NFD's rules: {e}"));
+    let mut expected = expected_labels(status, state);
     if let Some(key) = skip {
         labels.remove(key);
         expected.remove(key);
     }
     assert_eq!(labels, expected, "labels vs status {status:#}");
-    for (format, path) in [("device-plugin", views.plugin()), ("labels", views.labels())] {
-        let out = agent.ctl(&["export", "--format", format]);
-        assert!(out.status.success(), "export --format {format}: {}", text(&out));
-        assert_eq!(
-            stdout(&out),
-            std::fs::read_to_string(&path).unwrap(),
-            "export --format {format} vs {}",
-            path.display()
-        );
-    }
+    assert_exported(agent, "labels", path);
+}
+
+/// `gpushare-ctl export --format FORMAT` prints the file at `path` byte for byte.
+fn assert_exported(agent: &Agent, format: &str, path: &Path) {
+    let out = agent.ctl(&["export", "--format", format]);
+    assert!(out.status.success(), "export --format {format}: {}", text(&out));
+    let kept = std::fs::read_to_string(path).unwrap();
+    assert_eq!(stdout(&out), kept, "export --format {format} vs {}", path.display());
 }
 
 /// Under MPS, the plugin's layout: `<mps root>/nvidia.com/gpu/pipe` is the server's pipe
@@ -283,6 +313,18 @@ fn every_profile_on_one_gpu_writes_both_views_as_status_says() {
             assert_mps_layout(&agent, &status(&agent));
         }
     }
+    // Both files 0644, and nothing else in features.d for NFD to read (no temporary file
+    // left: the agent writes a dot-file and renames it).
+    use std::os::unix::fs::PermissionsExt;
+    for path in [views.plugin(), views.labels()] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o644, "{}", path.display());
+    }
+    let names: Vec<String> = std::fs::read_dir(views.labels().parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["gpushare"]);
 }
 
 #[test]
@@ -582,4 +624,48 @@ fn the_checks_refuse_views_that_disagree_with_status() {
         assert!(caught.is_err(), "passed: {}:\n{changed}", path.display());
     }
     assert_views(&agent, &views, Some("success"));
+}
+
+/// With `[labels]` on and `[device_plugin]` off, what the plugin cannot express applies,
+/// and the labels say it as status does (MPS on MIG devices too); `export --format
+/// device-plugin` refuses such a node in one line.
+#[test]
+fn the_labels_alone_follow_what_the_plugin_cannot_express() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let dir = TempDir::new().unwrap();
+    let labels = dir.path().join("gpushare");
+    let config = format!("[labels]\nenabled = true\npath = {:?}\n", labels.display().to_string());
+    let mut options = AgentOptions::simulate("a100-40gb:2").config(&config);
+    for (file, text) in [
+        ("mps-and-exclusive.toml", MPS_AND_EXCLUSIVE),
+        ("mps-and-mig.toml", MPS_AND_MIG),
+        ("sliced-and-exclusive.toml", SLICED_AND_EXCLUSIVE),
+    ] {
+        options = options.profile(file, text);
+    }
+    let agent = Agent::start(options);
+    for profile in ["mps-and-exclusive", "mps-and-mig", "sliced-and-exclusive", "all-mps"] {
+        apply(&agent, profile);
+        assert_labels(&agent, &labels, &status(&agent), Some("success"), None);
+        let out = agent.ctl(&["export", "--format", "device-plugin"]);
+        assert!(!out.status.success(), "{profile}: exported {}", text(&out));
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{profile}: {}", text(&out));
+    }
+
+    drop(agent);
+
+    // MPS on MIG devices: three 1c compute instances, each its own server for 2 clients.
+    let subdivided_mps =
+        format!("{SUBDIVIDED}instance_sharing.\"1c.3g\" = {{ mps = {{ replicas = 2 }} }}\n");
+    let options = AgentOptions::simulate("h100-80gb:1")
+        .config(&config)
+        .profile("subdivided.toml", &subdivided_mps);
+    let agent = Agent::start(options);
+    apply(&agent, "subdivided");
+    assert_labels(&agent, &labels, &status(&agent), Some("success"), None);
+    let kept = std::fs::read_to_string(&labels).unwrap();
+    assert!(kept.contains("gpushare.io/gpu-0.mig.1c.3g.40gb.mps.servers=3\n"), "{kept}");
 }
