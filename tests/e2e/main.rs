@@ -30,6 +30,8 @@ mod hostile_mps;
 mod hostile_paths;
 mod hostile_views;
 mod journal;
+mod kubernetes;
+mod kubernetes_harness;
 mod metrics;
 mod mig_models;
 mod mig_profiles;

@@ -20,7 +20,9 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 pub mod cgroup;
+pub mod device_plugin;
 pub mod mps_control;
+pub mod nfd;
 pub mod podman;
 pub mod users;
 pub use cgroup::Cgroup;
