@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use gpushare_tests::device_plugin::validate_device_plugin_config;
 use gpushare_tests::nfd::check_feature_file;
@@ -236,12 +235,6 @@ fn expected_config(status: &Value, mps_root: &Path) -> Value {
 /// Both files pass their checkers, say what status says (labels with `state`), and
 /// `gpushare-ctl export` prints them byte for byte.
 fn assert_views(agent: &Agent, views: &Views, state: Option<&str>) {
-    assert_views_but(agent, views, state, None);
-}
-
-/// [`assert_views`] with the label `skip` left out of the comparison with status (a known
-/// disagreement, which a test of its own shows).
-fn assert_views_but(agent: &Agent, views: &Views, state: Option<&str>, skip: Option<&str>) {
     let status = status(agent);
     let config = validate_device_plugin_config(&views.plugin())
         .unwrap_or_else(|e| panic!("the device plugin's config breaks the schema: {e}"));
@@ -249,26 +242,15 @@ fn assert_views_but(agent: &Agent, views: &Views, state: Option<&str>, skip: Opt
         assert_eq!(config, expected_config(&status, &agent.mps_root()), "config vs {status:#}");
     }
     assert_exported(agent, "device-plugin", &views.plugin());
-    assert_labels(agent, &views.labels(), &status, state, skip);
+    assert_labels(agent, &views.labels(), &status, state);
 }
 
-/// The labels file passes NFD's rules and says what `status` says (but the label `skip`),
-/// and `export --format labels` prints it byte for byte.
-fn assert_labels(
-    agent: &Agent,
-    path: &Path,
-    status: &Value,
-    state: Option<&str>,
-    skip: Option<&str>,
-) {
-    let mut labels =
+/// The labels file passes NFD's rules and says what `status` says, and `export --format
+/// labels` prints it byte for byte.
+fn assert_labels(agent: &Agent, path: &Path, status: &Value, state: Option<&str>) {
+    let labels =
         check_feature_file(path).unwrap_or_else(|e| panic!("the labels break NFD's rules: {e}"));
-    let mut expected = expected_labels(status, state);
-    if let Some(key) = skip {
-        labels.remove(key);
-        expected.remove(key);
-    }
-    assert_eq!(labels, expected, "labels vs status {status:#}");
+    assert_eq!(labels, expected_labels(status, state), "labels vs status {status:#}");
     assert_exported(agent, "labels", path);
 }
 
@@ -475,20 +457,18 @@ fn an_apply_whose_rollback_failed_says_failed() {
     }
     let views = Views::new();
     let mut agent = rollback_failed(&views);
-    // The profile label: see the test below.
-    assert_views_but(&agent, &views, Some("failed"), Some("gpushare.io/profile"));
+    assert_views(&agent, &views, Some("failed"));
 
     agent.restart_with_env(&[]);
     apply(&agent, "all-balanced");
     assert_views(&agent, &views, Some("success"));
 }
 
-/// Finding (issue 40): after a failed rollback, status has no active profile (the journal
-/// drops it, agent/src/apply/journal.rs) but the labels keep `gpushare.io/profile` of the
-/// profile before (views' `Intent` keeps it, agent/src/engine/views/mod.rs `end`). (A
-/// restart rolls the apply back and both say that profile again.)
+/// After a failed rollback status has no active profile (the journal drops it), and nor
+/// do the labels: they name the journal's after every transaction (issue 40's finding:
+/// they kept the profile before). A restart rolls the apply back and both say that
+/// profile again.
 #[test]
-#[ignore = "finding: after a failed rollback the profile label disagrees with status"]
 fn after_a_failed_rollback_the_profile_label_agrees_with_status() {
     let views = Views::new();
     let agent = rollback_failed(&views);
@@ -542,36 +522,27 @@ fn the_labels_say_pending_while_an_apply_runs() {
         return;
     }
     let views = Views::new();
-    let options = AgentOptions::simulate("a100-40gb:1")
-        .config(&views.config())
-        .env("GPUSHARE_SIM_DELAY_MS", "300");
-    let agent = Agent::start(options);
-    let sim_before = std::fs::read(agent.sim_state()).unwrap();
-    let mut apply = agent
-        .ctl_command(&["apply", "all-balanced"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Once the simulated node has changed (a step ran, so the apply has begun) and while
-    // the apply still runs after the labels were read, they must say pending.
-    let mut seen = None;
-    while apply.try_wait().unwrap().is_none() {
-        if std::fs::read(agent.sim_state()).unwrap_or_default() != sim_before {
-            let labels = std::fs::read_to_string(views.labels()).unwrap_or_default();
-            if apply.try_wait().unwrap().is_none() {
-                seen = Some(labels);
-                break;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    assert!(apply.wait().unwrap().success(), "the apply failed");
-    let Some(labels) = seen else {
-        gpushare_tests::skip("the apply ended before its labels could be read while it ran");
-        return;
-    };
+    // The apply's pre_apply hook runs after the labels say pending and before its first
+    // step: a copy it makes is the labels while the apply runs, with no timing involved.
+    let during = views.dir.path().join("labels-during-the-apply");
+    let hook = format!("cp {} {}", views.labels().display(), during.display());
+    let config = format!(
+        "{}
+[hooks]
+pre_apply = [{hook:?}]
+",
+        views.config()
+    );
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+    let before = std::fs::read_to_string(views.labels()).unwrap();
+    apply(&agent, "all-balanced");
+    let labels = std::fs::read_to_string(&during).expect("the hook's copy of the labels");
     assert!(labels.lines().any(|l| l == "gpushare.io/state=pending"), "{labels}");
+    // Pending changes the state alone: the rest is the node as it was before the apply.
+    let others = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| !l.starts_with("gpushare.io/state=")).map(String::from).collect()
+    };
+    assert_eq!(others(&labels), others(&before));
     assert_views(&agent, &views, Some("success"));
 }
 
@@ -649,7 +620,7 @@ fn the_labels_alone_follow_what_the_plugin_cannot_express() {
     let agent = Agent::start(options);
     for profile in ["mps-and-exclusive", "mps-and-mig", "sliced-and-exclusive", "all-mps"] {
         apply(&agent, profile);
-        assert_labels(&agent, &labels, &status(&agent), Some("success"), None);
+        assert_labels(&agent, &labels, &status(&agent), Some("success"));
         let out = agent.ctl(&["export", "--format", "device-plugin"]);
         assert!(!out.status.success(), "{profile}: exported {}", text(&out));
         assert_eq!(stderr(&out).trim().lines().count(), 1, "{profile}: {}", text(&out));
@@ -665,7 +636,7 @@ fn the_labels_alone_follow_what_the_plugin_cannot_express() {
         .profile("subdivided.toml", &subdivided_mps);
     let agent = Agent::start(options);
     apply(&agent, "subdivided");
-    assert_labels(&agent, &labels, &status(&agent), Some("success"), None);
+    assert_labels(&agent, &labels, &status(&agent), Some("success"));
     let kept = std::fs::read_to_string(&labels).unwrap();
     assert!(kept.contains("gpushare.io/gpu-0.mig.1c.3g.40gb.mps.servers=3\n"), "{kept}");
 }
