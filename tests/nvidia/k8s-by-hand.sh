@@ -34,6 +34,9 @@
 #                   kubelet-standin: standin.json (what it registered, listed, allocated),
 #                   plugin.log, exit codes; under MPS mps-pipe.txt (the Allocate mount's
 #                   host path, resolved, beside status' pipe directory)
+#   NODE/sighup/    after the profiles (SIGHUP=0: not): the plugin on all-disabled's
+#                   config, then all-time-sliced applied and SIGHUP sent (README's
+#                   post_apply hook): standin.json lists what it registered after
 #   mps-daemonset/  under MPS (MPS_DAEMONSET=0: not), NVIDIA's `mps-control-daemon
 #                   --config-file device-plugin.yaml`, as the chart's MPS DaemonSet runs it
 #                   on a node labelled nvidia.com/mps.capable=true (GFD writes it from
@@ -90,6 +93,39 @@ if [ "${1:-}" = "--plugin" ]; then
         echo "exited $? before the stand-in was done" > "$R/plugin-exit"
     fi
     ls -la "$DP" > "$R/device-plugins-dir.txt"
+    exit 0
+fi
+
+# ---------------------------------------------------------------- the plugin on SIGHUP
+# (in a mount namespace of its own): DIR CONFIG PROFILE. README's post_apply hook: the
+# plugin started on the config as it is, registered with a stand-in that keeps accepting
+# registrations for 12 s; meanwhile `gpushare-ctl apply PROFILE` rewrites the config and
+# the plugin gets SIGHUP; the stand-in then lists what each registration's endpoint
+# offers: a second registration, and the new profile's devices, mean that SIGHUP made the
+# plugin read the config again.
+if [ "${1:-}" = "--sighup" ]; then
+    R=$2 CFG=$3 PROFILE=$4
+    mount -t tmpfs k8s-by-hand-kubelet /var/lib || die "cannot mount tmpfs on /var/lib"
+    DP=/var/lib/kubelet/device-plugins
+    mkdir -p "$DP"
+    mount --bind "$STATE/simulated-gpus.json.host/proc/driver" /proc/driver || die "cannot bind the simulated /proc/driver"
+    cp "$CFG" "$R/config-before.yaml"
+    "$K8S_BIN/kubelet-standin" -dir "$DP" -wait 60s -settle 12s > "$R/standin.json" 2> "$R/standin.stderr" &
+    s=$!
+    for _ in $(seq 100); do [ -S "$DP/kubelet.sock" ] && break; sleep 0.1; done
+    env LD_LIBRARY_PATH="$WORK/lib" GPUSHARE_SIM_NODE="$NODE" GPUSHARE_SIM_STATE="$STATE/simulated-gpus.json" \
+        "$K8S_BIN/nvidia-device-plugin" --config-file "$CFG" > "$R/plugin.log" 2>&1 &
+    p=$!
+    for _ in $(seq 100); do [ -S "$DP/nvidia-gpu.sock" ] && break; sleep 0.1; done
+    sleep 1
+    "$WORK/gpushare/gpushare-ctl" apply "$PROFILE" > "$R/apply.txt" 2>&1
+    cp "$CFG" "$R/config-after.yaml"
+    kill -HUP "$p"
+    echo "SIGHUP sent after: gpushare-ctl apply $PROFILE (exit $?)" >> "$R/apply.txt"
+    wait "$s"
+    echo $? > "$R/standin-exit-code"
+    kill "$p" 2> /dev/null
+    wait "$p" 2> /dev/null
     exit 0
 fi
 
@@ -325,6 +361,21 @@ for r in d["resources"]:
         echo
         echo "---- $NODE: gpushare-ctl apply all-disabled, stop the agent"
         "$G/gpushare-ctl" apply all-disabled > /dev/null 2>&1 || { echo "!! all-disabled failed"; FAILED=1; }
+        # e. SIGHUP (SIGHUP=0: not): the plugin on all-disabled's config, then
+        # all-time-sliced applied and the plugin sent SIGHUP, as README's post_apply hook does
+        if [ "${SIGHUP:-1}" != 0 ]; then
+            HR=$RES/$tag/sighup
+            rm -rf "$HR"
+            mkdir -p "$HR"
+            echo "\$ nvidia-device-plugin on all-disabled's config; apply all-time-sliced; SIGHUP"
+            timeout 150 unshare -m --propagation private bash "$HERE/k8s-by-hand.sh" --sighup "$HR" "$DPFILE" all-time-sliced
+            python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+regs = d["resources"]
+print("   %d registrations; devices listed after SIGHUP: %s" % (len(regs), ", ".join("%s %d" % (r["registration"]["resource_name"], r["count"]) for r in regs)))' "$HR/standin.json" 2>/dev/null | tee "$HR/summary.txt" ||
+                { echo "!! no stand-in output"; FAILED=1; }
+            "$G/gpushare-ctl" apply all-disabled > /dev/null 2>&1 || { echo "!! all-disabled failed"; FAILED=1; }
+        fi
         kill "$agent"
         wait "$agent" 2>/dev/null
         kill "$(tail -n1 <<<"$bus")"
