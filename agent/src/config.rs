@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub device_plugin: DevicePluginSettings,
     /// The node labels for NFD's local source (Kubernetes).
     pub labels: LabelsSettings,
+    /// Slurm's gres.conf of this node.
+    pub slurm: SlurmSettings,
     /// Benches of users' programs.
     pub bench: BenchSettings,
     /// Which of the places a real agent shares with others the file writes (not a key of
@@ -78,6 +80,8 @@ pub struct Written {
     pub device_plugin_path: bool,
     /// `[labels] path`.
     pub labels_path: bool,
+    /// `[slurm] gres_conf`.
+    pub slurm_gres_conf: bool,
     /// `[metrics] listen`.
     pub metrics_listen: bool,
 }
@@ -95,6 +99,7 @@ impl Written {
             cdi_dir: has("cdi", "dir"),
             device_plugin_path: has("device_plugin", "path"),
             labels_path: has("labels", "path"),
+            slurm_gres_conf: has("slurm", "gres_conf"),
             metrics_listen: has("metrics", "listen"),
         }
     }
@@ -178,6 +183,26 @@ pub const LABELS_PATH: &str = "/etc/kubernetes/node-feature-discovery/features.d
 impl Default for LabelsSettings {
     fn default() -> Self {
         Self { enabled: false, path: PathBuf::from(LABELS_PATH) }
+    }
+}
+
+/// Slurm's gres.conf of this node, kept true to the GPUs (DESIGN.md "Slurm (issue 41)").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlurmSettings {
+    /// Whether to write it (off by default: a Slurm node's setting).
+    pub enabled: bool,
+    /// The node-local gres.conf slurmd reads (`/etc/slurm/gres.conf`; under `--simulate`
+    /// unless the file writes it, or without root, `<state_dir>/slurm/gres.conf`).
+    pub gres_conf: PathBuf,
+}
+
+/// Where [`SlurmSettings::gres_conf`] is by default.
+pub const SLURM_GRES_CONF: &str = "/etc/slurm/gres.conf";
+
+impl Default for SlurmSettings {
+    fn default() -> Self {
+        Self { enabled: false, gres_conf: PathBuf::from(SLURM_GRES_CONF) }
     }
 }
 
@@ -315,6 +340,7 @@ impl Default for AgentConfig {
             cdi: CdiSettings::default(),
             device_plugin: DevicePluginSettings::default(),
             labels: LabelsSettings::default(),
+            slurm: SlurmSettings::default(),
             metrics: MetricsSettings::default(),
             bench: BenchSettings::default(),
             written: Written::default(),

@@ -224,6 +224,9 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if !config.written.labels_path {
                 config.labels.path = state_dir.join("features.d").join("gpushare");
             }
+            if !config.written.slurm_gres_conf {
+                config.slurm.gres_conf = state_dir.join("slurm").join("gres.conf");
+            }
             if !config.written.metrics_listen {
                 if config.metrics.enabled {
                     tracing::info!(
@@ -254,6 +257,9 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
     }
     if config.labels.path == defaults.labels.path && !unix::is_root() {
         config.labels.path = state_dir.join("features.d").join("gpushare");
+    }
+    if config.slurm.gres_conf == defaults.slurm.gres_conf && !unix::is_root() {
+        config.slurm.gres_conf = state_dir.join("slurm").join("gres.conf");
     }
     if hands_off.is_none()
         && !settings.read_only

@@ -173,6 +173,18 @@ fn keys() -> Vec<Key> {
             "The labels file (NFD's features.d). Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/features.d/gpushare.",
         ),
         key(
+            "slurm",
+            "enabled",
+            d.slurm.enabled.to_string(),
+            "Whether to write this node's Slurm gres.conf from the GPUs.",
+        ),
+        key(
+            "slurm",
+            "gres_conf",
+            path(&d.slurm.gres_conf),
+            "The node-local gres.conf slurmd reads. Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/slurm/gres.conf.",
+        ),
+        key(
             "bench",
             "max_total_seconds",
             d.bench.max_total_seconds.to_string(),

@@ -243,7 +243,8 @@ compute modes) is listed at its top and on stderr, and applying it with gpushare
 pub struct ExportArgs {
     /// `toml` (a gpushare profile, sharing included), `mig-parted` (NVIDIA mig-parted's
     /// config.yaml, one config named `exported`; the MIG layout only), `device-plugin`
-    /// (NVIDIA's device plugin config) or `labels` (node labels for NFD's local source).
+    /// (NVIDIA's device plugin config), `labels` (node labels for NFD's local source) or
+    /// `slurm` (this node's gres.conf, with slurm.conf's GresTypes= and Gres=).
     #[arg(long, value_enum, default_value_t = ExportFormat::Toml)]
     pub format: ExportFormat,
 }
@@ -259,6 +260,8 @@ pub enum ExportFormat {
     DevicePlugin,
     /// Node labels for NFD's local feature source (a features.d file).
     Labels,
+    /// Slurm's gres.conf of this node (with slurm.conf's `GresTypes=` and `Gres=`).
+    Slurm,
 }
 
 /// Arguments of `apply`.

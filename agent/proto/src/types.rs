@@ -569,6 +569,14 @@ pub struct Export {
     /// `[labels]` writes them; empty from an agent older than this field.
     #[serde(default)]
     pub labels: String,
+    /// Slurm's gres.conf of this node as the GPUs give it now, as `[slurm]` writes it (the
+    /// slurm.conf `GresTypes=` and node `Gres=` in its comments); empty when it could not
+    /// be made (then `slurm_refused`) or from an agent older than this field.
+    #[serde(default)]
+    pub slurm: String,
+    /// Why the gres.conf could not be made (a device file missing), in one line.
+    #[serde(default)]
+    pub slurm_refused: Option<String>,
 }
 
 /// What `MigProfiles` returns: the MIG profiles of GPUs as their driver reports them, the

@@ -441,6 +441,10 @@ impl Engine {
             Ok(text) => (text, None),
             Err(why) => (String::new(), Some(why)),
         };
+        let (slurm, slurm_refused) = match views.slurm_text(&self.core.node, &node).await {
+            Ok(text) => (text, None),
+            Err(why) => (String::new(), Some(why)),
+        };
         Ok(Export {
             text: exported.text(),
             mig_parted: exported.mig_parted,
@@ -449,6 +453,8 @@ impl Engine {
             device_plugin,
             device_plugin_refused,
             labels,
+            slurm,
+            slurm_refused,
         })
     }
 

@@ -8,8 +8,9 @@
 //! on stderr what it leaves out. `--format device-plugin` and `--format labels` print what
 //! NVIDIA's device plugin and NFD's local source are given for the GPUs as they are (the
 //! agent's `[device_plugin]` and `[labels]` files, whether it keeps them or not); a node
-//! the plugin cannot express is an error naming the plugin's rule. `--json` prints the
-//! [`Export`] document, every text.
+//! the plugin cannot express is an error naming the plugin's rule. `--format slurm`
+//! prints this node's gres.conf as `[slurm]` keeps it. `--json` prints the [`Export`]
+//! document, every text.
 
 use gpushare_proto::types::Export;
 
@@ -54,6 +55,11 @@ fn text_of(export: &Export, format: ExportFormat) -> Result<&str, CtlError> {
         },
         ExportFormat::Labels if export.labels.is_empty() => Err(outdated("node labels")),
         ExportFormat::Labels => Ok(&export.labels),
+        ExportFormat::Slurm => match &export.slurm_refused {
+            Some(why) => Err(CtlError::ctl(Kind::Failed, why.clone())),
+            None if export.slurm.is_empty() => Err(outdated("Slurm's gres.conf")),
+            None => Ok(&export.slurm),
+        },
     }
 }
 
@@ -72,7 +78,7 @@ fn warnings(export: &Export, format: ExportFormat) -> Vec<String> {
         ExportFormat::Toml => {
             export.notes.iter().map(|n| format!("the export differs from the node: {n}")).collect()
         }
-        ExportFormat::DevicePlugin | ExportFormat::Labels => Vec::new(),
+        ExportFormat::DevicePlugin | ExportFormat::Labels | ExportFormat::Slurm => Vec::new(),
         ExportFormat::MigParted => export
             .mig_parted_left_out
             .iter()

@@ -1,6 +1,7 @@
 //! Consumer views: the files the agent keeps true to the GPUs, for the programs that
 //! hand them out: the CDI spec ([`cdi`]), NVIDIA's device plugin config
-//! ([`device_plugin`]) and the node labels for NFD ([`labels`]). Owns the set of views,
+//! ([`device_plugin`]), the node labels for NFD ([`labels`]) and Slurm's gres.conf
+//! ([`gres`]). Owns the set of views,
 //! the one observation they render from, and what they know besides the GPUs
 //! ([`Intent`]: the active profile, how the last apply went, the time-slicing replicas it
 //! meant). Each view is a [`View`]: it checks its place, and what an apply will make,
@@ -16,6 +17,7 @@
 
 pub mod cdi;
 pub mod device_plugin;
+pub mod gres;
 pub mod labels;
 pub mod shape;
 
@@ -109,6 +111,8 @@ pub struct Views {
     device_plugin: Arc<device_plugin::DevicePluginView>,
     /// The node labels, also answering `export --format labels`.
     labels: Arc<labels::LabelsView>,
+    /// Slurm's gres.conf.
+    gres: Arc<gres::GresView>,
     /// Every view, the CDI spec first.
     all: Vec<Arc<dyn View>>,
     /// What they know besides the GPUs.
@@ -129,8 +133,11 @@ impl Views {
         ));
         let labels =
             Arc::new(labels::LabelsView::new(config.labels.path.clone(), config.labels.enabled));
-        let all: Vec<Arc<dyn View>> = vec![cdi.clone(), device_plugin.clone(), labels.clone()];
-        Views { cdi, device_plugin, labels, all, intent: Mutex::default() }
+        let gres =
+            Arc::new(gres::GresView::new(config.slurm.gres_conf.clone(), config.slurm.enabled));
+        let all: Vec<Arc<dyn View>> =
+            vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres.clone()];
+        Views { cdi, device_plugin, labels, gres, all, intent: Mutex::default() }
     }
 
     /// The CDI spec's view.
@@ -146,6 +153,11 @@ impl Views {
     /// The labels' view.
     pub fn labels(&self) -> &labels::LabelsView {
         &self.labels
+    }
+
+    /// Slurm's gres.conf's view.
+    pub fn gres(&self) -> &gres::GresView {
+        &self.gres
     }
 
     /// What the views know besides the GPUs, now.
@@ -216,6 +228,28 @@ impl Views {
         let gpus: Vec<shape::GpuShape> =
             node.gpus.iter().map(|g| shape::of_gpu(g, node, &intent.replicas)).collect();
         (self.device_plugin.render_text(&gpus), labels::text(&gpus, &intent))
+    }
+
+    /// Slurm's gres.conf `node` gives now (kept or not): `export --format slurm`; the
+    /// device files are found through `access`.
+    pub async fn slurm_text(
+        &self,
+        access: &NodeAccess,
+        node: &NodeState,
+    ) -> Result<String, String> {
+        let intent = self.intent();
+        let mut minors = HashMap::new();
+        for g in &node.gpus {
+            minors.insert(g.index, access.minor_number(g.index).await);
+        }
+        let seen = Observation {
+            node,
+            minors: &minors,
+            access,
+            intent: &intent,
+            replicas: &intent.replicas,
+        };
+        gres::GresView::render_text(&seen)
     }
 
     /// Renders every view kept from one fresh observation of `access`'s node.
