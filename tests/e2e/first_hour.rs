@@ -294,6 +294,7 @@ fn real_agents_places() -> Vec<(PathBuf, u32, u64)> {
         "/run/gpushare",
         "/var/run/cdi/gpushare.json",
         "/etc/kubernetes/node-feature-discovery/features.d/gpushare",
+        "/etc/slurm/gres.conf",
     ]
     .into_iter()
     .flat_map(|p| tree(Path::new(p)).unwrap_or_default())
