@@ -17,8 +17,8 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
+use super::kept::Kept;
 use super::shape::{self, GpuShape, Shared};
 use super::{Ahead, Observation, View};
 use crate::sys::place::Place;
@@ -177,24 +177,23 @@ pub fn text(expressed: &Expressed, mps_root: &Path) -> String {
     out
 }
 
-/// The view: the config's place, gpushare's MPS root, and the last render's error.
+/// The view: its file and gpushare's MPS root.
 pub struct DevicePluginView {
-    place: Place,
+    file: Kept,
     mps_root: PathBuf,
-    error: Mutex<Option<String>>,
 }
 
 impl DevicePluginView {
     /// The view writing at `path` (kept when `enabled`), with the MPS layout in `mps_root`.
     pub fn new(path: PathBuf, enabled: bool, mps_root: PathBuf) -> Self {
-        let place = Place {
+        let file = Kept::new(Place {
             words: format!("device plugin config {}", path.display()),
             path,
             enabled,
             setting: "[device_plugin] path",
             noun: "the config",
-        };
-        DevicePluginView { place, mps_root, error: Mutex::default() }
+        });
+        DevicePluginView { file, mps_root }
     }
 
     /// The config as the GPUs of `gpus` give it, or the rule they break.
@@ -204,7 +203,7 @@ impl DevicePluginView {
 
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.file.error()
     }
 
     /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
@@ -219,7 +218,7 @@ impl DevicePluginView {
 
     /// Where the config goes.
     pub fn path(&self) -> &Path {
-        &self.place.path
+        self.file.path()
     }
 
     /// Keeps the plugin's MPS layout: the links to the server of `uuid`, or none.
@@ -284,35 +283,23 @@ impl View for DevicePluginView {
     }
 
     fn enabled(&self) -> bool {
-        self.place.enabled
+        self.file.enabled()
     }
 
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String> {
-        self.place.check()?;
+        self.file.check()?;
         self.check_expressed(ahead)
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
-        let outcome = seen.map_err(str::to_string).and_then(|seen| {
+        let made = seen.map_err(str::to_string).and_then(|seen| {
             let expressed = express(&shape::observed(seen))
                 .map_err(|why| format!("not rewritten (the plugin could not express it): {why}"))?;
             self.keep_mps_layout(expressed.mps_uuid.as_deref())
                 .map_err(|e| format!("the MPS layout in {}: {e}", self.mps_root.display()))?;
-            let bytes = text(&expressed, &self.mps_root).into_bytes();
-            match self.place.write(Some(&bytes)) {
-                Ok(true) => {
-                    tracing::info!("device plugin config {} written", self.place.path.display());
-                    Ok(())
-                }
-                Ok(false) => Ok(()),
-                Err(e) => Err(format!("writing {}: {e}", self.place.path.display())),
-            }
+            Ok(text(&expressed, &self.mps_root).into_bytes())
         });
-        let error = outcome.err();
-        if let Some(why) = &error {
-            tracing::error!("device plugin config: {why}");
-        }
-        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
+        self.file.keep(self.name(), made);
     }
 }
 

@@ -9,8 +9,8 @@
 //! them (slurm.conf is the controller's, not the node's).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
+use super::kept::Kept;
 use super::{Observation, View};
 use crate::gpu::device_nodes;
 use crate::node::{GpuState, NodeState};
@@ -102,15 +102,8 @@ fn lines_of(
     let mut left_out = Vec::new();
     if gpu.mig_enabled {
         for gi in &gpu.instances {
-            let profile = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id));
-            let name =
-                profile.map_or_else(|| format!("profile-{}", gi.profile_id), |p| p.name.clone());
-            let whole = profile.map(|p| p.compute_slices);
             for ci in &gi.compute_instances {
-                let kind = match whole {
-                    Some(s) if ci.slices < s => format!("{}c.{name}", ci.slices),
-                    _ => name.clone(),
-                };
+                let (kind, _) = super::shape::mig_kind(gpu, gi, ci);
                 let files = files.files(gpu.index, Some((gi.id, ci.id))).map_err(at)?;
                 lines.push(Line { name: "gpu", kind: Some(type_name(&kind)), count: 1, files });
                 if served(&ci.uuid) {
@@ -196,33 +189,32 @@ pub fn text(
     Ok(out)
 }
 
-/// The view: the file's place and the last render's error.
+/// The view: its file.
 pub struct GresView {
-    place: Place,
-    error: Mutex<Option<String>>,
+    file: Kept,
 }
 
 impl GresView {
     /// The view writing at `path` (kept when `enabled`).
     pub fn new(path: PathBuf, enabled: bool) -> Self {
-        let place = Place {
+        let file = Kept::new(Place {
             words: format!("Slurm gres.conf {}", path.display()),
             path,
             enabled,
             setting: "[slurm] gres_conf",
             noun: "the GRES",
-        };
-        GresView { place, error: Mutex::default() }
+        });
+        GresView { file }
     }
 
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.file.error()
     }
 
     /// Where the file goes.
     pub fn path(&self) -> &Path {
-        &self.place.path
+        self.file.path()
     }
 
     /// The gres.conf text as `seen` gives it.
@@ -237,32 +229,20 @@ impl View for GresView {
     }
 
     fn enabled(&self) -> bool {
-        self.place.enabled
+        self.file.enabled()
     }
 
     fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
-        self.place.check()
+        self.file.check()
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
-        let outcome = seen.map_err(str::to_string).and_then(|seen| {
-            let bytes = GresView::render_text(seen)
-                .map_err(|why| format!("not rewritten: {why}"))?
-                .into_bytes();
-            match self.place.write(Some(&bytes)) {
-                Ok(true) => {
-                    tracing::info!("Slurm gres.conf {} written", self.place.path.display());
-                    Ok(())
-                }
-                Ok(false) => Ok(()),
-                Err(e) => Err(format!("writing {}: {e}", self.place.path.display())),
-            }
+        let made = seen.map_err(str::to_string).and_then(|seen| {
+            GresView::render_text(seen)
+                .map(String::into_bytes)
+                .map_err(|why| format!("not rewritten: {why}"))
         });
-        let error = outcome.err();
-        if let Some(why) = &error {
-            tracing::error!("Slurm gres.conf: {why}");
-        }
-        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
+        self.file.keep(self.name(), made);
     }
 }
 

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
+use super::kept::Kept;
 use super::shape::{self, GpuShape, Mps, Shared};
 use super::{ApplyState, Intent, Observation, View};
 use crate::sys::place::Place;
@@ -127,33 +127,32 @@ pub fn text(gpus: &[GpuShape], intent: &Intent) -> String {
     out
 }
 
-/// The view: the file's place and the last render's error.
+/// The view: its file.
 pub struct LabelsView {
-    place: Place,
-    error: Mutex<Option<String>>,
+    file: Kept,
 }
 
 impl LabelsView {
     /// The view writing at `path` (kept when `enabled`).
     pub fn new(path: PathBuf, enabled: bool) -> Self {
-        let place = Place {
+        let file = Kept::new(Place {
             words: format!("labels file {}", path.display()),
             path,
             enabled,
             setting: "[labels] path",
             noun: "the labels",
-        };
-        LabelsView { place, error: Mutex::default() }
+        });
+        LabelsView { file }
     }
 
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.file.error()
     }
 
     /// Where the labels go.
     pub fn path(&self) -> &std::path::Path {
-        &self.place.path
+        self.file.path()
     }
 }
 
@@ -163,30 +162,18 @@ impl View for LabelsView {
     }
 
     fn enabled(&self) -> bool {
-        self.place.enabled
+        self.file.enabled()
     }
 
     fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
-        self.place.check()
+        self.file.check()
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
-        let outcome = seen.map_err(str::to_string).and_then(|seen| {
-            let bytes = text(&shape::observed(seen), seen.intent).into_bytes();
-            match self.place.write(Some(&bytes)) {
-                Ok(true) => {
-                    tracing::info!("labels {} written", self.place.path.display());
-                    Ok(())
-                }
-                Ok(false) => Ok(()),
-                Err(e) => Err(format!("writing {}: {e}", self.place.path.display())),
-            }
-        });
-        let error = outcome.err();
-        if let Some(why) = &error {
-            tracing::error!("labels: {why}");
-        }
-        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = error;
+        let made = seen
+            .map(|seen| text(&shape::observed(seen), seen.intent).into_bytes())
+            .map_err(str::to_string);
+        self.file.keep(self.name(), made);
     }
 }
 

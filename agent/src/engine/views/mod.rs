@@ -18,6 +18,7 @@
 pub mod cdi;
 pub mod device_plugin;
 pub mod gres;
+pub mod kept;
 pub mod labels;
 pub mod shape;
 

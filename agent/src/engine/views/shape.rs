@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::{Ahead, Observation};
 use crate::node::TimeSliceInterval;
-use crate::node::{GpuState, MpsServerState, NodeState};
+use crate::node::{ComputeInstance, GpuInstance, GpuState, MpsServerState, NodeState};
 use crate::plan::GpuPlan;
 
 /// One GPU.
@@ -110,6 +110,18 @@ fn mps_of(server: &MpsServerState, node: &NodeState) -> Mps {
     }
 }
 
+/// The kind of MIG device compute instance `ci` of `gi` is on `gpu`: its GPU instance's
+/// profile (`1g.10gb`), or `<c>c.<profile>` when it is smaller than its GPU instance
+/// (then `true`).
+pub fn mig_kind(gpu: &GpuState, gi: &GpuInstance, ci: &ComputeInstance) -> (String, bool) {
+    let profile = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id));
+    let name = profile.map_or_else(|| format!("profile-{}", gi.profile_id), |p| p.name.clone());
+    match profile {
+        Some(p) if ci.slices < p.compute_slices => (format!("{}c.{name}", ci.slices), true),
+        _ => (name, false),
+    }
+}
+
 /// `gpu` of `node` as it is, time-sliced with the replicas of `replicas`.
 pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape {
     let served = |uuid: &str| {
@@ -118,13 +130,8 @@ pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape
     if gpu.mig_enabled {
         let mut devices = Vec::new();
         for gi in &gpu.instances {
-            let profile = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id));
-            let name =
-                profile.map_or_else(|| format!("profile-{}", gi.profile_id), |p| p.name.clone());
-            let whole_slices = profile.map(|p| p.compute_slices);
             for ci in &gi.compute_instances {
-                let subdivided = whole_slices.is_some_and(|s| ci.slices < s);
-                let kind = if subdivided { format!("{}c.{name}", ci.slices) } else { name.clone() };
+                let (kind, subdivided) = mig_kind(gpu, gi, ci);
                 devices.push(MigDevice { kind, subdivided, mps: served(&ci.uuid) });
             }
         }
