@@ -3,17 +3,15 @@
 //! last build, which answers `gpushare-ctl cdi`, and the reasons for leaving devices out
 //! already logged.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
 use gpushare_proto::cdi::{CdiDevice, CdiReport};
 
 use super::{Observation, View};
-use crate::apply::NodeAccess;
 use crate::cdi::writer::Writer;
 use crate::cdi::{self, Described, Host, KIND};
-use crate::gpu::device_nodes::{self, DeviceNode};
+use crate::gpu::device_nodes::DeviceNode;
 
 /// The spec's writer and the last build.
 pub struct CdiView {
@@ -32,31 +30,18 @@ struct Built {
     error: Option<String>,
 }
 
-/// The host as the spec needs it: device nodes under `host_root`, found through the
-/// GPUs' minor numbers; MPS directories where the sharing layer keeps them.
-struct AccessHost<'a> {
-    node: &'a NodeAccess,
-    minors: &'a HashMap<u32, Option<u32>>,
-}
+/// The host as the spec needs it: device nodes as the observation finds them, MPS
+/// directories where the sharing layer keeps them.
+struct AccessHost<'a>(&'a Observation<'a>);
 
 impl Host for AccessHost<'_> {
     fn nodes(&self, gpu: u32, mig: Option<(u32, u32)>) -> Result<Vec<DeviceNode>, String> {
-        let minor = self
-            .minors
-            .get(&gpu)
-            .copied()
-            .flatten()
-            .ok_or("the driver did not say its device minor number")?;
-        let root = &self.node.host_root;
-        let mut nodes = device_nodes::gpu_nodes(root, minor)?;
-        if let Some((gi, ci)) = mig {
-            nodes.extend(device_nodes::mig_nodes(root, minor, gi, ci)?);
-        }
-        Ok(nodes)
+        self.0.device_nodes(gpu, mig)
     }
 
     fn mps_dirs(&self, uuid: &str) -> (PathBuf, PathBuf) {
-        (self.node.sharing.mps.pipe_dir(uuid), self.node.sharing.mps.log_dir(uuid))
+        let mps = &self.0.access.sharing.mps;
+        (mps.pipe_dir(uuid), mps.log_dir(uuid))
     }
 }
 
@@ -68,7 +53,7 @@ impl CdiView {
 
     /// Builds the spec from `seen` and writes it when it changed.
     fn build(&self, seen: &Observation<'_>) -> Built {
-        let host = AccessHost { node: seen.access, minors: seen.minors };
+        let host = AccessHost(seen);
         let (spec, described, left_out) = cdi::build(seen.node, &host);
         let bytes = (!spec.devices.is_empty()).then(|| cdi::to_bytes(&spec));
         let error = match self.writer.write(bytes.as_deref()) {

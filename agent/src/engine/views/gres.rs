@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 
 use super::kept::Kept;
 use super::{Observation, View};
-use crate::gpu::device_nodes;
 use crate::node::{GpuState, NodeState};
 use crate::sys::place::Place;
 
@@ -71,21 +70,14 @@ struct Seen<'a>(&'a Observation<'a>);
 
 impl Files for Seen<'_> {
     fn files(&self, gpu: u32, mig: Option<(u32, u32)>) -> Result<Vec<String>, String> {
-        let minor = self
-            .0
-            .minors
-            .get(&gpu)
-            .copied()
-            .flatten()
-            .ok_or("the driver did not say its device minor number")?;
-        let root = &self.0.access.host_root;
-        // The GPU's own node only (nvidiactl and uvm are every GPU's, not a GRES's).
-        let mut nodes: Vec<device_nodes::DeviceNode> =
-            device_nodes::gpu_nodes(root, minor)?.into_iter().take(1).collect();
-        if let Some((gi, ci)) = mig {
-            nodes.extend(device_nodes::mig_nodes(root, minor, gi, ci)?);
-        }
-        Ok(nodes.iter().map(|n| n.host_path.display().to_string()).collect())
+        let nodes = self.0.device_nodes(gpu, mig)?;
+        // The GPU's own node and the MIG device's capability nodes: nvidiactl and uvm
+        // (after the GPU's node) are every GPU's, not a GRES's.
+        let own = nodes
+            .iter()
+            .take(1)
+            .chain(nodes.iter().skip(1).filter(|n| n.path.starts_with("/dev/nvidia-caps/")));
+        Ok(own.map(|n| n.host_path.display().to_string()).collect())
     }
 }
 

@@ -87,6 +87,31 @@ pub struct Observation<'a> {
     pub replicas: &'a shape::Replicas,
 }
 
+impl Observation<'_> {
+    /// The device nodes of GPU `gpu` as NVIDIA's toolkit finds them (found through its
+    /// minor number, under the host's root), with `mig`'s (GPU instance, compute
+    /// instance) capability nodes after them.
+    pub fn device_nodes(
+        &self,
+        gpu: u32,
+        mig: Option<(u32, u32)>,
+    ) -> Result<Vec<crate::gpu::device_nodes::DeviceNode>, String> {
+        use crate::gpu::device_nodes;
+        let minor = self
+            .minors
+            .get(&gpu)
+            .copied()
+            .flatten()
+            .ok_or("the driver did not say its device minor number")?;
+        let root = &self.access.host_root;
+        let mut nodes = device_nodes::gpu_nodes(root, minor)?;
+        if let Some((gi, ci)) = mig {
+            nodes.extend(device_nodes::mig_nodes(root, minor, gi, ci)?);
+        }
+        Ok(nodes)
+    }
+}
+
 /// A file the agent keeps true to the GPUs.
 pub trait View: Send + Sync {
     /// Its name in logs (`CDI spec`).
