@@ -127,9 +127,14 @@ pub fn express(gpus: &[GpuShape]) -> Result<Expressed, String> {
         }
     }
     let mig_gpus = gpus.len() - whole.len();
-    let mig_strategy = match (mig_gpus, whole.len(), kinds.len()) {
-        (0, _, _) => "none",
-        (_, 0, 1) => "single",
+    // `single` wants every GPU in MIG with devices of one kind, all alike (the plugin's
+    // `assertAllMigDevicesAreValid(uniform)` compares the devices' attributes, so one
+    // model too); anything else is `mixed`, which the plugin takes as it comes.
+    let uniform = gpus.iter().all(|g| g.mig.as_ref().is_some_and(|d| !d.is_empty()))
+        && gpus.windows(2).all(|w| w[0].model == w[1].model);
+    let mig_strategy = match (mig_gpus, kinds.len()) {
+        (0, _) => "none",
+        (_, 1) if uniform => "single",
         _ => "mixed",
     };
     let mut mps_uuid = None;
@@ -309,7 +314,7 @@ mod tests {
     use crate::engine::views::shape::{MigDevice, Mps};
 
     fn whole(index: u32, whole: Shared) -> GpuShape {
-        GpuShape { index, uuid: format!("GPU-{index}"), mig: None, whole }
+        GpuShape { index, uuid: format!("GPU-{index}"), model: "H100".into(), mig: None, whole }
     }
 
     fn mig(index: u32, kinds: &[&str]) -> GpuShape {
@@ -320,6 +325,7 @@ mod tests {
         GpuShape {
             index,
             uuid: format!("GPU-{index}"),
+            model: "H100".into(),
             mig: Some(devices),
             whole: Shared::Exclusive,
         }
@@ -347,6 +353,13 @@ mod tests {
         assert_eq!(kinds.mig_strategy, "mixed");
         let half = express(&[mig(0, &["1g.10gb"]), whole(1, Shared::Exclusive)]).unwrap();
         assert_eq!(half.mig_strategy, "mixed");
+        // A MIG GPU without devices, or two models, fail the plugin's `single`: mixed.
+        let empty = express(&[mig(0, &["1g.10gb"; 7]), mig(1, &[])]).unwrap();
+        assert_eq!(empty.mig_strategy, "mixed");
+        let mut a100 = mig(1, &["1g.10gb"; 7]);
+        a100.model = "A100".into();
+        let models = express(&[mig(0, &["1g.10gb"; 7]), a100]).unwrap();
+        assert_eq!(models.mig_strategy, "mixed");
         // Whole GPUs time-sliced beside MIG ones: the sharing is nvidia.com/gpu's alone.
         let beside = express(&[mig(0, &["1g.10gb"]), whole(1, sliced(Some(4)))]).unwrap();
         assert_eq!(beside.sharing, Some((Sharing::TimeSlicing, 4)));

@@ -193,6 +193,7 @@ mod tests {
             GpuShape {
                 index: 0,
                 uuid: "GPU-0".into(),
+                model: "H100".into(),
                 mig: Some(vec![
                     device("1g.24gb+gfx", None),
                     device("1c.3g.40gb", Some(m)),
@@ -200,10 +201,17 @@ mod tests {
                 ]),
                 whole: Shared::Exclusive,
             },
-            GpuShape { index: 1, uuid: "GPU-1".into(), mig: None, whole: Shared::Mps(m) },
+            GpuShape {
+                index: 1,
+                uuid: "GPU-1".into(),
+                model: "H100".into(),
+                mig: None,
+                whole: Shared::Mps(m),
+            },
             GpuShape {
                 index: 2,
                 uuid: "GPU-2".into(),
+                model: "H100".into(),
                 mig: None,
                 whole: Shared::TimeSliced { interval: "long", replicas: Some(3) },
             },

@@ -19,6 +19,8 @@ pub struct GpuShape {
     pub index: u32,
     /// `GPU-…`.
     pub uuid: String,
+    /// Its model, as `status` names it.
+    pub model: String,
     /// `None`: MIG off; else its MIG devices (an empty list: MIG on, nothing made).
     pub mig: Option<Vec<MigDevice>>,
     /// How the whole GPU is shared (MIG off).
@@ -138,6 +140,7 @@ pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape
         return GpuShape {
             index: gpu.index,
             uuid: gpu.uuid.clone(),
+            model: gpu.model_name().to_string(),
             mig: Some(devices),
             whole: Shared::Exclusive,
         };
@@ -150,7 +153,13 @@ pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape
         },
         (None, None) => Shared::Exclusive,
     };
-    GpuShape { index: gpu.index, uuid: gpu.uuid.clone(), mig: None, whole }
+    GpuShape {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        model: gpu.model_name().to_string(),
+        mig: None,
+        whole,
+    }
 }
 
 fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
@@ -181,6 +190,7 @@ fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
         return GpuShape {
             index: gpu.index,
             uuid: gpu.uuid.clone(),
+            model: gpu.model_name().to_string(),
             mig: Some(devices),
             whole: Shared::Exclusive,
         };
@@ -199,7 +209,13 @@ fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
         },
         (None, Some(_)) => Shared::Exclusive,
     };
-    GpuShape { index: gpu.index, uuid: gpu.uuid.clone(), mig: None, whole }
+    GpuShape {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        model: gpu.model_name().to_string(),
+        mig: None,
+        whole,
+    }
 }
 
 /// The time-sliced GPUs as `plan` leaves them: a GPU it time-slices with its target's
