@@ -228,9 +228,20 @@ impl DevicePluginView {
 
     /// Keeps the plugin's MPS layout: the links to the server of `uuid`, or none.
     fn keep_mps_layout(&self, uuid: Option<&str>) -> io::Result<()> {
-        let dir = self.mps_root.join("nvidia.com");
+        // Only in a root the agent may trust, as the MPS layer's: a root another user
+        // can change is no place to make or remove links in. One that is not there yet
+        // has no links to remove.
+        let root = match crate::sys::trusted::check_dir(&self.mps_root) {
+            Ok(root) => root,
+            Err(_) if uuid.is_none() && !self.mps_root.exists() => return Ok(()),
+            Err(why) => return Err(io::Error::new(io::ErrorKind::PermissionDenied, why)),
+        };
+        let dir = root.join("nvidia.com");
         let gpu = dir.join("gpu");
-        let shm = self.mps_root.join("shm");
+        let shm = root.join("shm");
+        if fs::symlink_metadata(&dir).is_ok_and(|m| !m.file_type().is_dir()) {
+            return Err(io::Error::other(format!("{} is not a directory", dir.display())));
+        }
         let Some(uuid) = uuid else {
             remove_link(&gpu)?;
             remove_link(&shm)?;
@@ -238,15 +249,9 @@ impl DevicePluginView {
             let _ = fs::remove_dir(&dir);
             return Ok(());
         };
-        match fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_dir() => {}
-            Ok(_) => {
-                return Err(io::Error::other(format!("{} is not a directory", dir.display())));
-            }
-            Err(_) => {
-                use std::os::unix::fs::DirBuilderExt;
-                fs::DirBuilder::new().mode(0o755).create(&dir)?;
-            }
+        if fs::symlink_metadata(&dir).is_err() {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new().mode(0o755).create(&dir)?;
         }
         // Relative, so that it resolves wherever the root is mounted (`/mps` in the
         // plugin's container).
@@ -436,6 +441,13 @@ mod tests {
         assert_eq!(fs::read_link(root.join("nvidia.com/gpu")).unwrap(), Path::new("../GPU-2"));
         view.keep_mps_layout(None).unwrap();
         assert_eq!(fs::read_dir(&root).unwrap().count(), 0, "links and their directory go");
+        // A root another user may write is no place for links: nothing is made or removed.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(view.keep_mps_layout(Some("GPU-1")).is_err());
+        assert!(view.keep_mps_layout(None).is_err());
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
         // Something there that is no link is never replaced.
         fs::create_dir_all(root.join("nvidia.com/gpu")).unwrap();
         assert!(view.keep_mps_layout(Some("GPU-1")).is_err());
