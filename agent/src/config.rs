@@ -466,7 +466,40 @@ impl AgentConfig {
             format!("{origin}:{line}:{column}: {}", e.message().trim().replace('\n', " "))
         })?;
         config.written = Written::found_in(text);
+        config.check_views().map_err(|why| format!("{origin}: {why}"))?;
         Ok(config)
+    }
+
+    /// The views' places are absolute (a relative one would be the agent's working
+    /// directory's), and each file is its own: two views writing one file would each
+    /// overwrite the other, and a YAML file in the CDI directory would be read as a spec.
+    fn check_views(&self) -> Result<(), String> {
+        let files = [
+            ("[device_plugin] path", &self.device_plugin.path),
+            ("[labels] path", &self.labels.path),
+            ("[slurm] gres_conf", &self.slurm.gres_conf),
+        ];
+        for (key, path) in files.iter().copied().chain([("[cdi] dir", &self.cdi.dir)]) {
+            if !path.is_absolute() {
+                return Err(format!("{key}: {} is not an absolute path", path.display()));
+            }
+        }
+        for (i, (key, path)) in files.iter().enumerate() {
+            if let Some((other, _)) = files[..i].iter().find(|(_, p)| p == path) {
+                return Err(format!(
+                    "{other} and {key} name the same file ({}): each view needs its own",
+                    path.display()
+                ));
+            }
+            if path.parent() == Some(self.cdi.dir.as_path()) {
+                return Err(format!(
+                    "{key}: {} is in the CDI directory ([cdi] dir), whose files container \
+                     runtimes read as CDI specs",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Reads `path`, a regular file of at most 1 MiB (a FIFO or a device would block or
@@ -594,6 +627,22 @@ mod tests {
             .unwrap_err();
         assert!(e.starts_with("a.toml:2:26: client_refresh_seconds: "), "{e}");
         assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn the_views_places_are_absolute_and_their_own() {
+        let parse = |text: &str| AgentConfig::parse(text, "a.toml");
+        let e = parse("[labels]\npath = \"features.d/gpushare\"\n").unwrap_err();
+        assert_eq!(e, "a.toml: [labels] path: features.d/gpushare is not an absolute path");
+        let e = parse("[device_plugin]\npath = \"/x/f\"\n[labels]\npath = \"/x/f\"\n").unwrap_err();
+        assert_eq!(
+            e,
+            "a.toml: [device_plugin] path and [labels] path name the same file (/x/f): each view \
+             needs its own"
+        );
+        let e = parse("[slurm]\ngres_conf = \"/var/run/cdi/gres.conf\"\n").unwrap_err();
+        assert!(e.starts_with("a.toml: [slurm] gres_conf: /var/run/cdi/gres.conf is in the CDI"));
+        assert!(parse("[labels]\npath = \"/srv/nfd/gpushare\"\n").is_ok());
     }
 
     #[test]
