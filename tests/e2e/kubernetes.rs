@@ -640,3 +640,33 @@ fn the_labels_alone_follow_what_the_plugin_cannot_express() {
     let kept = std::fs::read_to_string(&labels).unwrap();
     assert!(kept.contains("gpushare.io/gpu-0.mig.1c.3g.40gb.mps.servers=3\n"), "{kept}");
 }
+
+/// A view that cannot follow never keeps the GPUs from their profile at start-up (MIG
+/// instances and MPS servers do not survive a reboot): the re-apply runs, and the view
+/// says why it wrote nothing. Here all-mps on two GPUs, applied before [device_plugin] was
+/// turned on (review of issue 40: the re-apply was refused, the GPUs left as the reboot
+/// left them).
+#[test]
+fn a_view_that_cannot_follow_does_not_stop_the_start_up_re_apply() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let mut agent = Agent::start(AgentOptions::simulate("a100-40gb:2"));
+    apply(&agent, "all-mps");
+    let config = agent.dir.path().join("agent.toml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{}\n{before}", views.config())).unwrap();
+    agent.restart();
+    let status = status(&agent);
+    assert_eq!(status["start_up_error"], Value::Null, "{status:#}");
+    assert_eq!(status["active_profile"], "all-mps");
+    for gpu in status["gpus"].as_array().unwrap() {
+        assert_eq!(gpu["sharing"]["strategy"], "mps", "{status:#}");
+    }
+    assert!(!views.plugin().exists(), "the plugin's config was written half true");
+    let out = agent.ctl(&["export", "--format", "device-plugin"]);
+    assert!(!out.status.success() && stderr(&out).contains("MPS on GPUs 0, 1"), "{}", text(&out));
+    assert_labels(&agent, &views.labels(), &status, Some("success"));
+}

@@ -71,7 +71,7 @@ impl Engine {
         let kind = JobKind::Apply { profile: profile.name.clone() };
         let mut guard = self.gate.lock_for(job, kind).await?;
         let repaired = self.settle_unfinished(deadline).await?;
-        let planned = self.plan_apply(source, profile, force).await;
+        let planned = self.plan_apply(source, profile, force, job == BOOT_JOB).await;
         let (plan, before, document) = match (planned, &repaired) {
             (Ok(planned), _) => planned,
             // The GPUs changed all the same: the refusal says how.
@@ -95,6 +95,7 @@ impl Engine {
         source: ProfileRef<'_>,
         profile: Profile,
         force: bool,
+        boot: bool,
     ) -> Result<(Plan, NodeState, Option<ProfileDocument>), EngineError> {
         let before = self.observe().await?;
         // A benched GPU is the bench's until it ends; refused before any plan is made (a
@@ -104,8 +105,13 @@ impl Engine {
         let (plan, before, _) = self.core.plan_request(before, profile, options).await?;
         self.core.check_host(&plan, &before).await?;
         // The views are rewritten at commit: a place one cannot go, or GPUs one cannot
-        // say, is refused now.
-        self.transactions.views().check(&plan, &before).map_err(EngineError::NotPossible)?;
+        // say, is refused now. Not at start-up: the GPUs come first there (MIG instances
+        // and MPS servers do not survive a reboot), and a view that cannot follow says so
+        // in its render's error and the log.
+        match self.transactions.views().check(&plan, &before) {
+            Err(why) if boot => tracing::warn!("re-applying at start-up all the same: {why}"),
+            checked => checked.map_err(EngineError::NotPossible)?,
+        }
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
