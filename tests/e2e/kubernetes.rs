@@ -670,3 +670,26 @@ fn a_view_that_cannot_follow_does_not_stop_the_start_up_re_apply() {
     assert!(!out.status.success() && stderr(&out).contains("MPS on GPUs 0, 1"), "{}", text(&out));
     assert_labels(&agent, &views.labels(), &status, Some("success"));
 }
+
+/// post_apply runs after the views are written: a hook that restarts NVIDIA's device
+/// plugin (README's `pkill -HUP`) finds the new config, and the labels say success (review
+/// of issue 40: the hook ran before, and saw the old config and `pending`).
+#[test]
+fn post_apply_finds_the_views_written() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let seen = views.dir.path().join("seen-by-post-apply");
+    std::fs::create_dir(&seen).unwrap();
+    let hook =
+        format!("cp {} {} {}", views.plugin().display(), views.labels().display(), seen.display());
+    let config = format!("{}\n[hooks]\npost_apply = [{hook:?}]\n", views.config());
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:2").config(&config));
+    apply(&agent, "all-time-sliced");
+    let (plugin, labels) = views.bytes();
+    assert_eq!(std::fs::read(seen.join("device-plugin.yaml")).ok(), plugin);
+    assert_eq!(std::fs::read(seen.join("gpushare")).ok(), labels);
+    assert_views(&agent, &views, Some("success"));
+}

@@ -113,13 +113,16 @@ pub struct Transactions {
 
 impl Transactions {
     /// Applies `plan`, made against `before`, of the profile in `document` if it came as
-    /// one. A plan without steps only records the profile as active.
+    /// one. A plan without steps only records the profile as active. `settled` runs once
+    /// the outcome is settled (committed, rolled back, or refused by `pre_apply`) and
+    /// before `post_apply`: what it writes (the views) is there for the hook to read.
     pub async fn apply(
         &self,
         plan: &Plan,
         document: Option<ProfileDocument>,
         before: &NodeState,
         progress: &UnboundedSender<Progress>,
+        settled: impl AsyncFnOnce(Result<(), &TransactionError>),
     ) -> Result<Applied, TransactionError> {
         if plan.is_empty() {
             self.journal
@@ -149,6 +152,8 @@ impl Transactions {
             if let Err(e) = self.journal.rolled_back() {
                 warnings.push(format!("writing the journal failed: {e}"));
             }
+            let error = TransactionError::Hook(e.to_string());
+            settled(Err(&error)).await;
             // post_apply undoes what pre_apply did (starts what it stopped).
             self.post_hook(Settled::Failed, &plan.profile, &gpus, &mut warnings).await;
             return Err(TransactionError::Hook(format!("{e}{}", warning_suffix(&warnings))));
@@ -172,6 +177,7 @@ impl Transactions {
                 Err(self.roll_back(error, &checkpoint, steps_done, progress).await)
             }
         };
+        settled(outcome.as_ref().map(|_| ())).await;
         let mut warnings = Vec::new();
         let result = outcome.as_ref().map_or_else(TransactionError::settled, |_| Settled::Success);
         self.post_hook(result, &plan.profile, &gpus, &mut warnings).await;
@@ -407,7 +413,8 @@ mod tests {
         // Packed as mig-parted packs it: 2c + 1c in one 3g, the other two 1c in the next.
         let before = profile("\"2c.3g\" = 1, \"1c.3g\" = 3");
         let plan = plan::plan(&observe(&sim), &before, &PlanOptions::default()).unwrap();
-        rt.block_on(transactions(&sim).apply(&plan, None, &observe(&sim), &tx)).unwrap();
+        rt.block_on(transactions(&sim).apply(&plan, None, &observe(&sim), &tx, async |_| {}))
+            .unwrap();
         let was = layouts(&sim);
         assert_eq!(was, [(0, vec![2, 1]), (4, vec![1, 1])]);
         let checkpoint = GpuCheckpoint::of(&observe(&sim), [0]);
@@ -417,14 +424,16 @@ mod tests {
         // sixth creation of this double) fails: back to the subdivision before.
         let other = profile("\"1c.3g\" = 3, \"3g\" = 1");
         let change = plan::plan(&observe(&sim), &other, &PlanOptions::default()).unwrap();
-        let e = rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx));
+        let e =
+            rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx, async |_| {}));
         let e = e.unwrap_err();
         assert!(matches!(e, TransactionError::RolledBack { .. }), "{e}");
         assert!(e.to_string().contains("create a 1c compute instance"), "{e}");
         assert_eq!(layouts(&sim), was);
 
         // Restoring a checkpoint after the layout changed also brings the subdivision back.
-        rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx)).unwrap();
+        rt.block_on(transactions(&sim).apply(&change, None, &observe(&sim), &tx, async |_| {}))
+            .unwrap();
         assert_eq!(layouts(&sim), [(0, vec![1, 1, 1]), (4, vec![3])]);
         let t = transactions(&sim);
         rt.block_on(t.restore(&checkpoint, Purpose::Rollback, &tx)).unwrap();

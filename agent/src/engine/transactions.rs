@@ -12,7 +12,7 @@
 //! and is not recorded (see [`SerialTransactions::apply`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::sync::mpsc::UnboundedSender;
@@ -129,17 +129,33 @@ impl SerialTransactions {
         if of_profile {
             self.views.begin(&self.inner.executor.node).await;
         }
-        // Committed or rolled back, the views name what is there now.
+        // Committed or rolled back, the views name what is there now, before post_apply
+        // runs (a hook that restarts NVIDIA's device plugin finds its new config).
+        let ran = AtomicBool::new(false);
+        let settle = async |outcome: Result<(), &TransactionError>| {
+            ran.store(true, Ordering::SeqCst);
+            self.settled(of_profile, plan, outcome).await;
+        };
         let work = async {
-            let outcome = self.inner.apply(plan, document, before, progress).await;
-            if of_profile {
-                self.views.end(
-                    outcome.as_ref().map(|_| plan).map_err(|e| (e.to_string(), e.left_changed())),
-                );
+            let outcome = self.inner.apply(plan, document, before, progress, settle).await;
+            // Ended before it settled anything (nothing to change, the journal refused
+            // to begin): the views follow all the same.
+            if !ran.load(Ordering::SeqCst) {
+                self.settled(of_profile, plan, outcome.as_ref().map(|_| ())).await;
             }
             outcome
         };
-        self.run(turn, work, |_| true).await
+        self.run(turn, work, |_| false).await
+    }
+
+    /// An apply's outcome, for the views: its state (an apply of a profile), the profile
+    /// the journal now names, and the views rendered from the GPUs as it left them.
+    async fn settled(&self, of_profile: bool, plan: &Plan, outcome: Result<(), &TransactionError>) {
+        if of_profile {
+            self.views.end(outcome.map(|_| plan).map_err(|e| (e.to_string(), e.left_changed())));
+        }
+        self.views.set_profile(self.inner.journal.active_profile());
+        self.views.refresh(&self.inner.executor.node).await;
     }
 
     /// [`Transactions::restore`] in turn.
