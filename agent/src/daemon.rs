@@ -347,6 +347,9 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         Ok(None) => {}
         Err(e) => return Err(format!("{e}; not starting (fix the cause and start again)")),
     }
+    // What the active profile meant that the GPUs do not record (time-slicing replicas),
+    // for the views, whatever the re-apply below does.
+    engine.prime_views().await;
     // MIG instances do not survive a reboot: the GPUs go back to the active profile (or
     // boot_profile). The job takes the apply lock before the agent serves, so status
     // shows it from the first call and no apply slips in before it.

@@ -693,3 +693,30 @@ fn post_apply_finds_the_views_written() {
     assert_eq!(std::fs::read(seen.join("gpushare")).ok(), labels);
     assert_views(&agent, &views, Some("success"));
 }
+
+/// A start-up whose re-apply does not commit still advertises the active profile's
+/// time-slicing replicas (nothing on the GPU records them): the agent learns them from the
+/// profile planned at start-up (review of issue 40: the plugin's config was rewritten as
+/// "not shared"). Here the re-apply is refused: agent.toml now forbids setting intervals.
+#[test]
+fn time_slicing_replicas_survive_a_start_up_that_does_not_re_apply() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let mut agent = start("a100-40gb:2", &views, &[]);
+    apply(&agent, "all-time-sliced");
+    let before = views.bytes();
+    assert!(String::from_utf8_lossy(before.0.as_deref().unwrap()).contains("replicas: 4"));
+    let config = agent.dir.path().join("agent.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("[gpu]\nmanage_timeslice = false\n{text}")).unwrap();
+    agent.restart();
+    let status = status(&agent);
+    assert!(status["start_up_error"].is_string(), "the re-apply was not refused: {status:#}");
+    assert_eq!(views.bytes().0, before.0, "the plugin's config changed");
+    for gpu in status["gpus"].as_array().unwrap() {
+        assert_eq!(gpu["sharing"]["replicas"], 4, "{status:#}");
+    }
+}

@@ -253,6 +253,31 @@ impl Engine {
         Some(begun)
     }
 
+    /// Tells the views, at start-up, what the active profile meant for the GPUs that
+    /// nothing on them records (time-slicing replicas), from the profile planned against
+    /// the node: so a start-up whose re-apply does not commit (refused, failed, or none
+    /// asked) still advertises what the profile set, rather than the GPUs as exclusive.
+    pub async fn prime_views(&self) {
+        let Some(active) = self.core.journal.active_profile() else { return };
+        let document = self.core.journal.active_document();
+        let source = match &document {
+            Some(d) => ProfileRef::of_document(d),
+            None => ProfileRef::Named(&active),
+        };
+        let planned = async {
+            let profile = self.core.resolve_request(source).await?;
+            let node = self.observe().await?;
+            // Only its targets are read: planned as if the agent could change everything
+            // (a policy that forbids the profile's interval refuses the re-apply, not this).
+            let options = PlanOptions { force: true, ..PlanOptions::default() };
+            self.core.plan_request(node, profile, options).await
+        };
+        match planned.await {
+            Ok((plan, _, _)) => self.transactions.views().prime(&plan),
+            Err(e) => tracing::warn!("the views know no time-slicing replicas of {active}: {e}"),
+        }
+    }
+
     /// Keeps why the start-up re-apply failed for `status`, until an apply succeeds.
     fn settle_start_up_error(&self, boot: bool, error: Option<&EngineError>) {
         let mut kept = self.start_up_error.lock().unwrap_or_else(PoisonError::into_inner);

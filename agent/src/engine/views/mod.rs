@@ -216,6 +216,13 @@ impl Views {
         self.device_plugin.check_expressed(&ahead)
     }
 
+    /// Learns the time-slicing replicas of the active profile from `plan` (the active
+    /// profile planned against the node at start-up).
+    pub fn prime(&self, plan: &Plan) {
+        let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
+        intent.replicas = shape::replicas_after(&shape::Replicas::new(), &plan.gpus);
+    }
+
     /// An apply of a profile begins: the labels say so (`pending`) before its first step.
     pub async fn begin(&self, access: &NodeAccess) {
         {
