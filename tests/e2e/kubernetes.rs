@@ -720,3 +720,51 @@ fn time_slicing_replicas_survive_a_start_up_that_does_not_re_apply() {
         assert_eq!(gpu["sharing"]["replicas"], 4, "{status:#}");
     }
 }
+
+/// A bench's setups are no profile of the node: the files schedulers read stay as they
+/// were while it holds its GPU (its replicas copy them mid-bench), and after it (review of
+/// issue 40: a user's bench relabelled the node and rewrote the plugin's config).
+#[test]
+fn a_bench_leaves_the_views_schedulers_read_as_they_were() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let agent = start("a100-40gb:1", &views, &[]);
+    apply(&agent, "all-disabled");
+    let before = views.bytes();
+    let seen = views.dir.path().join("seen-during-the-bench");
+    std::fs::create_dir(&seen).unwrap();
+    let replica = format!(
+        "cp {} {}/labels-$$ && cp {} {}/plugin-$$",
+        views.labels().display(),
+        seen.display(),
+        views.plugin().display(),
+        seen.display()
+    );
+    let out = agent.ctl(&[
+        "bench",
+        "--replicas",
+        "2",
+        "--strategies",
+        "mps-limited",
+        "--until-exit",
+        "--",
+        "/bin/sh",
+        "-c",
+        &replica,
+    ]);
+    assert!(out.status.success(), "bench: {}", text(&out));
+    let mut copies = 0;
+    for entry in std::fs::read_dir(&seen).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let want = if name.starts_with("labels-") { &before.1 } else { &before.0 };
+        assert_eq!(std::fs::read(&path).ok(), *want, "{name} during the bench");
+        copies += 1;
+    }
+    assert!(copies >= 2, "the replicas copied nothing");
+    assert_eq!(views.bytes(), before, "the views after the bench");
+    assert_views(&agent, &views, Some("success"));
+}

@@ -71,7 +71,13 @@ impl SerialTransactions {
     /// move (nothing on the GPUs changes).
     pub async fn refresh_views(&self) {
         let _held = self.turn.lock().await;
-        self.views.refresh(&self.inner.executor.node).await;
+        self.views.refresh(&self.inner.executor.node, self.during_bench()).await;
+    }
+
+    /// Whether a bench holds a GPU now: the views schedulers read wait for its end (see
+    /// `View::follows_benches`); its restore renders them all.
+    fn during_bench(&self) -> bool {
+        !self.claims.is_empty()
     }
 
     /// Waits for the turn.
@@ -88,20 +94,20 @@ impl SerialTransactions {
 
     /// The one path every transaction ends through: runs `work` in `turn`, then the
     /// after-steps (the views rendered from the GPUs as it left them, where `touched` says
-    /// it may have changed them; the epoch moves on as the turn goes), committed, rolled
-    /// back or failed alike.
+    /// it may have changed them: `Some(during_bench)`, see [`Views::refresh`]; the epoch
+    /// moves on as the turn goes), committed, rolled back or failed alike.
     async fn run<T>(
         &self,
         turn: Turn<'_>,
         work: impl Future<Output = T>,
-        touched: fn(&T) -> bool,
+        touched: impl FnOnce(&T) -> Option<bool>,
     ) -> T {
         let outcome = work.await;
         // The profile the views name is the journal's, whatever the transaction did to it
         // (a commit, a rollback, a rollback that failed and left none active).
         self.views.set_profile(self.inner.journal.active_profile());
-        if touched(&outcome) {
-            self.views.refresh(&self.inner.executor.node).await;
+        if let Some(during_bench) = touched(&outcome) {
+            self.views.refresh(&self.inner.executor.node, during_bench).await;
         }
         drop(turn);
         outcome
@@ -127,7 +133,7 @@ impl SerialTransactions {
         // GPUs changed (a rolled-back one leaves the labels as they were).
         let of_profile = !setup;
         if of_profile {
-            self.views.begin(&self.inner.executor.node).await;
+            self.views.begin(&self.inner.executor.node, self.during_bench()).await;
         }
         // Committed or rolled back, the views name what is there now, before post_apply
         // runs (a hook that restarts NVIDIA's device plugin finds its new config).
@@ -145,7 +151,7 @@ impl SerialTransactions {
             }
             outcome
         };
-        self.run(turn, work, |_| false).await
+        self.run(turn, work, |_| None).await
     }
 
     /// An apply's outcome, for the views: its state (an apply of a profile), the profile
@@ -155,7 +161,7 @@ impl SerialTransactions {
             self.views.end(outcome.map(|_| plan).map_err(|e| (e.to_string(), e.left_changed())));
         }
         self.views.set_profile(self.inner.journal.active_profile());
-        self.views.refresh(&self.inner.executor.node).await;
+        self.views.refresh(&self.inner.executor.node, self.during_bench()).await;
     }
 
     /// [`Transactions::restore`] in turn.
@@ -166,7 +172,10 @@ impl SerialTransactions {
         progress: &UnboundedSender<Progress>,
     ) -> Result<u32, String> {
         let turn = self.turn().await;
-        self.run(turn, self.inner.restore(checkpoint, purpose, progress), |_| true).await
+        // A bench's restore is its end: every view follows again.
+        let during_bench = purpose != Purpose::Restore && self.during_bench();
+        let work = self.inner.restore(checkpoint, purpose, progress);
+        self.run(turn, work, |_| Some(during_bench)).await
     }
 
     /// [`Transactions::recover`] in turn.
@@ -180,6 +189,8 @@ impl SerialTransactions {
     pub async fn recover_in(&self, turn: Turn<'_>) -> Result<Option<Recovered>, String> {
         // A recovery that found nothing to roll back changed nothing; one that failed
         // may have changed some of the GPUs.
-        self.run(turn, self.inner.recover(), |r| !matches!(r, Ok(None))).await
+        let during_bench = self.during_bench();
+        self.run(turn, self.inner.recover(), |r| (!matches!(r, Ok(None))).then_some(during_bench))
+            .await
     }
 }

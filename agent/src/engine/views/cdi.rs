@@ -138,6 +138,10 @@ impl View for CdiView {
         self.writer.enabled
     }
 
+    fn follows_benches(&self) -> bool {
+        true
+    }
+
     /// Its place only: the spec names whatever the GPUs become.
     fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.writer.check()

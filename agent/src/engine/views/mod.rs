@@ -123,6 +123,13 @@ pub trait View: Send + Sync {
     /// say, refuses the apply rather than leaving the view stale after it. One line naming
     /// the place or the rule, and the setting that moves it.
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String>;
+    /// Whether it follows a bench's setups (the CDI spec: a bench's replicas may be
+    /// containers), or waits for the bench's end: the files schedulers read (the device
+    /// plugin's config, the labels, gres.conf) do not show a GPU a bench holds for a while
+    /// (review of issue 40: a user's bench relabelled the node).
+    fn follows_benches(&self) -> bool {
+        false
+    }
     /// Renders from `seen` and writes the file when it changed; `Err` says why the node
     /// could not be observed. A failure is the view's to log and keep for its report: the
     /// GPUs are as the transaction left them either way (the view follows them).
@@ -223,13 +230,14 @@ impl Views {
         intent.replicas = shape::replicas_after(&shape::Replicas::new(), &plan.gpus);
     }
 
-    /// An apply of a profile begins: the labels say so (`pending`) before its first step.
-    pub async fn begin(&self, access: &NodeAccess) {
+    /// An apply of a profile begins: the labels say so (`pending`) before its first step
+    /// (unless a bench runs: see [`View::follows_benches`]).
+    pub async fn begin(&self, access: &NodeAccess, during_bench: bool) {
         {
             let mut intent = self.intent.lock().unwrap_or_else(PoisonError::into_inner);
             intent.before = std::mem::replace(&mut intent.state, ApplyState::Pending);
         }
-        if self.labels.enabled() {
+        if self.labels.enabled() && !during_bench {
             self.render(access, &[self.labels.clone() as Arc<dyn View>]).await;
         }
     }
@@ -285,9 +293,15 @@ impl Views {
         gres::GresView::render_text(&seen)
     }
 
-    /// Renders every view kept from one fresh observation of `access`'s node.
-    pub async fn refresh(&self, access: &NodeAccess) {
-        let kept: Vec<Arc<dyn View>> = self.all.iter().filter(|v| v.enabled()).cloned().collect();
+    /// Renders every view kept from one fresh observation of `access`'s node; during a
+    /// bench, those that follow benches only.
+    pub async fn refresh(&self, access: &NodeAccess, during_bench: bool) {
+        let kept: Vec<Arc<dyn View>> = self
+            .all
+            .iter()
+            .filter(|v| v.enabled() && (!during_bench || v.follows_benches()))
+            .cloned()
+            .collect();
         self.render(access, &kept).await;
     }
 
