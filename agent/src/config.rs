@@ -154,6 +154,10 @@ pub struct DevicePluginSettings {
     /// The file (`/run/gpushare/device-plugin.yaml`; under `--simulate` unless the file
     /// writes it, or without root, `<state_dir>/device-plugin.yaml`).
     pub path: PathBuf,
+    /// Whether MPS may be handed out through the plugin: it mounts the MPS root's `shm`,
+    /// where gpushare's servers meet their clients (the host's `/dev/shm`), into every pod
+    /// it gives a share. Off (the default), an MPS profile is refused while the view is on.
+    pub mps_host_shm: bool,
 }
 
 /// Where [`DevicePluginSettings::path`] is by default.
@@ -161,7 +165,7 @@ pub const DEVICE_PLUGIN_PATH: &str = "/run/gpushare/device-plugin.yaml";
 
 impl Default for DevicePluginSettings {
     fn default() -> Self {
-        Self { enabled: false, path: PathBuf::from(DEVICE_PLUGIN_PATH) }
+        Self { enabled: false, path: PathBuf::from(DEVICE_PLUGIN_PATH), mps_host_shm: false }
     }
 }
 

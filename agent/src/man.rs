@@ -161,6 +161,12 @@ fn keys() -> Vec<Key> {
             "The device plugin config (its --config-file). Left at its default without root, or under --simulate unless the file named by --config sets it, it is <state_dir>/device-plugin.yaml.",
         ),
         key(
+            "device_plugin",
+            "mps_host_shm",
+            d.device_plugin.mps_host_shm.to_string(),
+            "Whether MPS may be handed out through the plugin, whose pods then get the host's /dev/shm (where the MPS servers meet their clients); off, an MPS profile is refused while the view is on.",
+        ),
+        key(
             "labels",
             "enabled",
             d.labels.enabled.to_string(),

@@ -52,7 +52,8 @@ impl Views {
 
 fn view_config(plugin: &Path, labels: &Path) -> String {
     format!(
-        "[device_plugin]\nenabled = true\npath = {:?}\n\n[labels]\nenabled = true\npath = {:?}\n",
+        "[device_plugin]\nenabled = true\npath = {:?}\nmps_host_shm = true\n\n[labels]\nenabled = \
+         true\npath = {:?}\n",
         plugin.display().to_string(),
         labels.display().to_string()
     )
@@ -767,4 +768,24 @@ fn a_bench_leaves_the_views_schedulers_read_as_they_were() {
     assert!(copies >= 2, "the replicas copied nothing");
     assert_eq!(views.bytes(), before, "the views after the bench");
     assert_views(&agent, &views, Some("success"));
+}
+
+/// MPS through the plugin only where agent.toml accepts that its pods get the host's
+/// /dev/shm (review of issue 40): without `mps_host_shm`, all-mps on one GPU is refused
+/// with the GPUs unchanged, naming the setting.
+#[test]
+fn mps_through_the_plugin_needs_the_host_shm_accepted() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes device nodes only as root");
+        return;
+    }
+    let views = Views::new();
+    let config = views.config().replace("mps_host_shm = true\n", "");
+    let agent = Agent::start(AgentOptions::simulate("a100-40gb:1").config(&config));
+    let before = (gpus(&agent), views.bytes());
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(!out.status.success(), "applied: {}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("mps_host_shm") && err.trim().lines().count() == 1, "{err}");
+    assert_eq!((gpus(&agent), views.bytes()), before);
 }

@@ -195,7 +195,7 @@ if [ "${1:-}" = "--inner" ]; then
         TOML=$WORK/agent-$tag.toml
         DPFILE=$STATE/k8s/device-plugin.yaml
         LBFILE=$STATE/k8s/features.d/gpushare
-        printf '[device_plugin]\nenabled = true\npath = "%s"\n\n[labels]\nenabled = true\npath = "%s"\n' "$DPFILE" "$LBFILE" > "$TOML"
+        printf '[device_plugin]\nenabled = true\npath = "%s"\nmps_host_shm = true\n\n[labels]\nenabled = true\npath = "%s"\n' "$DPFILE" "$LBFILE" > "$TOML"
         mkdir -p "$RES/$tag"
         cp "$TOML" "$RES/$tag/agent.toml"
         echo

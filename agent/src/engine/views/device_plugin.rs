@@ -182,15 +182,18 @@ pub fn text(expressed: &Expressed, mps_root: &Path) -> String {
     out
 }
 
-/// The view: its file and gpushare's MPS root.
+/// The view: its file, gpushare's MPS root, and whether MPS may be handed out.
 pub struct DevicePluginView {
     file: Kept,
     mps_root: PathBuf,
+    /// `[device_plugin] mps_host_shm`: pods given MPS shares get the host's `/dev/shm`.
+    mps_host_shm: bool,
 }
 
 impl DevicePluginView {
-    /// The view writing at `path` (kept when `enabled`), with the MPS layout in `mps_root`.
-    pub fn new(path: PathBuf, enabled: bool, mps_root: PathBuf) -> Self {
+    /// The view writing at `path` (kept when `enabled`), with the MPS layout in `mps_root`,
+    /// handing out MPS only where `mps_host_shm` accepts what that costs.
+    pub fn new(path: PathBuf, enabled: bool, mps_root: PathBuf, mps_host_shm: bool) -> Self {
         let file = Kept::new(Place {
             words: format!("device plugin config {}", path.display()),
             path,
@@ -198,12 +201,28 @@ impl DevicePluginView {
             setting: "[device_plugin] path",
             noun: "the config",
         });
-        DevicePluginView { file, mps_root }
+        DevicePluginView { file, mps_root, mps_host_shm }
     }
 
     /// The config as the GPUs of `gpus` give it, or the rule they break.
     pub fn render_text(&self, gpus: &[GpuShape]) -> Result<String, String> {
-        express(gpus).map(|e| text(&e, &self.mps_root))
+        self.expressed(gpus).map(|e| text(&e, &self.mps_root))
+    }
+
+    /// What the config says of `gpus` ([`express`]), where this agent hands it out: MPS
+    /// only with `mps_host_shm`, since the plugin mounts `<mpsRoot>/shm`, where gpushare's
+    /// servers meet their clients (the host's `/dev/shm`), into every pod it gives a share.
+    fn expressed(&self, gpus: &[GpuShape]) -> Result<Expressed, String> {
+        let expressed = express(gpus)?;
+        match (&expressed.sharing, &expressed.mps_uuid) {
+            (Some((Sharing::Mps, _)), Some(_)) if !self.mps_host_shm => Err(format!(
+                "MPS on GPU {}: NVIDIA's device plugin would give every pod it hands a share \
+                 the host's /dev/shm, where gpushare's MPS servers meet their clients; set \
+                 [device_plugin] mps_host_shm = true to accept that",
+                gpus.iter().find(|g| g.mig.is_none()).map_or(0, |g| g.index)
+            )),
+            _ => Ok(expressed),
+        }
     }
 
     /// Why the last render wrote nothing, if it did not.
@@ -213,7 +232,7 @@ impl DevicePluginView {
 
     /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
     pub fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
-        express(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
+        self.expressed(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
             format!(
                 "{why}: refused, as agent.toml keeps the plugin's config ([device_plugin] \
                  enabled = true)"
@@ -303,7 +322,8 @@ impl View for DevicePluginView {
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
         let made = seen.map_err(str::to_string).and_then(|seen| {
-            let expressed = express(&shape::observed(seen))
+            let expressed = self
+                .expressed(&shape::observed(seen))
                 .map_err(|why| format!("not rewritten (the plugin could not express it): {why}"))?;
             self.keep_mps_layout(expressed.mps_uuid.as_deref())
                 .map_err(|e| format!("the MPS layout in {}: {e}", self.mps_root.display()))?;
@@ -424,6 +444,17 @@ mod tests {
         assert!(!plain.contains("sharing"), "{plain}");
     }
 
+    #[test]
+    fn mps_is_handed_out_only_where_the_host_shm_is_accepted() {
+        let root = PathBuf::from("/run/gpushare/mps");
+        let off = DevicePluginView::new("/x/dp.yaml".into(), true, root.clone(), false);
+        let e = off.render_text(&[whole(0, mps(4))]).unwrap_err();
+        assert!(e.contains("/dev/shm") && e.contains("mps_host_shm = true"), "{e}");
+        assert!(off.render_text(&[whole(0, sliced(Some(4)))]).is_ok());
+        let on = DevicePluginView::new("/x/dp.yaml".into(), true, root, true);
+        assert!(on.render_text(&[whole(0, mps(4))]).unwrap().contains("  mps:\n"));
+    }
+
     fn text_of_mps(root: &Path) -> String {
         text(&express(&[whole(0, mps(4))]).unwrap(), root)
     }
@@ -433,7 +464,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("mps");
         fs::create_dir(&root).unwrap();
-        let view = DevicePluginView::new(tmp.path().join("dp.yaml"), true, root.clone());
+        let view = DevicePluginView::new(tmp.path().join("dp.yaml"), true, root.clone(), true);
         view.keep_mps_layout(Some("GPU-1")).unwrap();
         assert_eq!(fs::read_link(root.join("nvidia.com/gpu")).unwrap(), Path::new("../GPU-1"));
         assert_eq!(fs::read_link(root.join("shm")).unwrap(), Path::new("/dev/shm"));

@@ -163,6 +163,7 @@ impl Views {
             config.device_plugin.path.clone(),
             config.device_plugin.enabled,
             config.mps.root.clone(),
+            config.device_plugin.mps_host_shm,
         ));
         let labels =
             Arc::new(labels::LabelsView::new(config.labels.path.clone(), config.labels.enabled));
