@@ -26,6 +26,9 @@ struct Line {
     count: u32,
     /// The device files (`File=` for one, `MultipleFiles=` for several).
     files: Vec<String>,
+    /// For a `gpu` line, the device a job gets (`GPU-…` or `MIG-…`) and the pipe directory
+    /// of its MPS server, if one serves it: what the TaskProlog hands the job.
+    device: Option<(String, Option<String>)>,
 }
 
 impl Line {
@@ -58,11 +61,13 @@ fn type_name(text: &str) -> String {
         .collect()
 }
 
-/// The device files of a GPU and of its MIG devices, under the host's root.
+/// The host as gres.conf names it: device files, MPS pipe directories.
 pub trait Files {
     /// `/dev/nvidia<minor>` of GPU `gpu`; with `mig` its GPU and compute instance's
     /// capability nodes after it.
     fn files(&self, gpu: u32, mig: Option<(u32, u32)>) -> Result<Vec<String>, String>;
+    /// The pipe directory of the MPS server of `uuid`.
+    fn pipe_dir(&self, uuid: &str) -> String;
 }
 
 /// The files as the observation finds them (the GPUs' minor numbers, the host's root).
@@ -78,6 +83,10 @@ impl Files for Seen<'_> {
             .take(1)
             .chain(nodes.iter().skip(1).filter(|n| n.path.starts_with("/dev/nvidia-caps/")));
         Ok(own.map(|n| n.host_path.display().to_string()).collect())
+    }
+
+    fn pipe_dir(&self, uuid: &str) -> String {
+        self.0.access.sharing.mps.pipe_dir(uuid).display().to_string()
     }
 }
 
@@ -96,8 +105,10 @@ fn lines_of(
         for gi in &gpu.instances {
             for ci in &gi.compute_instances {
                 let (kind, _) = super::shape::mig_kind(gpu, gi, ci);
-                let files = files.files(gpu.index, Some((gi.id, ci.id))).map_err(at)?;
-                lines.push(Line { name: "gpu", kind: Some(type_name(&kind)), count: 1, files });
+                let device = Some((ci.uuid.clone(), None));
+                let f = files.files(gpu.index, Some((gi.id, ci.id))).map_err(at)?;
+                let typed = Some(type_name(&kind));
+                lines.push(Line { name: "gpu", kind: typed, count: 1, files: f, device });
                 if served(&ci.uuid) {
                     left_out.push(format!(
                         "GPU {}: the MPS server of MIG device {} ({kind}): Slurm's mps GRES \
@@ -111,12 +122,16 @@ fn lines_of(
     }
     let file = files.files(gpu.index, None).map_err(at)?;
     let model = type_name(gpu.model_name());
-    lines.push(Line { name: "gpu", kind: Some(model), count: 1, files: file.clone() });
-    if served(&gpu.uuid) {
-        lines.push(Line { name: "mps", kind: None, count: 100, files: file.clone() });
+    let pipe = served(&gpu.uuid).then(|| files.pipe_dir(&gpu.uuid));
+    let device = Some((gpu.uuid.clone(), pipe.clone()));
+    lines.push(Line { name: "gpu", kind: Some(model), count: 1, files: file.clone(), device });
+    if pipe.is_some() {
+        lines.push(Line { name: "mps", kind: None, count: 100, files: file, device: None });
     } else if node.time_sliced(gpu.index).is_some() {
         match replicas.get(&gpu.index).copied().flatten() {
-            Some(r) => lines.push(Line { name: "shard", kind: None, count: r, files: file }),
+            Some(r) => {
+                lines.push(Line { name: "shard", kind: None, count: r, files: file, device: None })
+            }
             None => left_out.push(format!(
                 "GPU {}: time-sliced without replicas, so no shards (give the profile's \
                  sharing.time-slicing replicas)",
@@ -125,6 +140,43 @@ fn lines_of(
         }
     }
     Ok((lines, left_out))
+}
+
+/// The number ending `path`'s name (`/dev/nvidia12` → 12), as Slurm numbers a GPU by
+/// its first file; none sorts first.
+fn trailing_number(path: &str) -> Option<u64> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    name[name.len() - digits..].parse().ok()
+}
+
+/// What Slurm 22.05 (Debian 12's) can hand out of one node's GPUs, or why not: MIG devices
+/// beside MPS or shards, and MPS beside shards, break its GRES (DESIGN.md "Slurm (issue
+/// 41): what Slurm 22.05 takes").
+pub fn expressible(gpus: &[super::shape::GpuShape]) -> Result<(), String> {
+    use super::shape::Shared;
+    let mig = gpus.iter().find(|g| g.mig.as_ref().is_some_and(|d| !d.is_empty()));
+    let mps = gpus.iter().find(|g| g.mig.is_none() && matches!(g.whole, Shared::Mps(_)));
+    let shard = gpus.iter().find(|g| {
+        g.mig.is_none() && matches!(g.whole, Shared::TimeSliced { replicas: Some(_), .. })
+    });
+    let clash = match (mig, mps, shard) {
+        (Some(m), Some(o), _) | (Some(m), None, Some(o)) => Some((m, "MIG devices", o)),
+        (None, Some(m), Some(o)) => Some((m, "MPS", o)),
+        _ => None,
+    };
+    match clash {
+        Some((a, what, b)) => Err(format!(
+            "GPU {} ({what}) and GPU {} ({}) on one node: Slurm 22.05 hands out a node's GPU \
+             GRES wrong beside {} (its gres/mps and gres/shard split MultipleFiles= and lose \
+             devices)",
+            a.index,
+            b.index,
+            b.sharing(),
+            if what == "MPS" { "shards" } else { "MPS or shards" }
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The node's `Gres=` for `lines`: `gpu:<type>:<n>` per type in order, then
@@ -172,6 +224,17 @@ pub fn text(
     out.push_str(&format!("# slurm.conf, this node's NodeName line: Gres={}\n", node_gres(&lines)));
     for why in &left_out {
         out.push_str(&format!("# left out: {why}\n"));
+    }
+    // Slurm hands a job its GPUs' indices in its own order (by the number ending each
+    // gpu line's first file, then this file's order), never a UUID: the TaskProlog
+    // (packaging/slurm/gpushare-task-prolog) turns them into these devices.
+    let mut gpus: Vec<&Line> = lines.iter().filter(|l| l.device.is_some()).collect();
+    gpus.sort_by_key(|l| trailing_number(l.files.first().map_or("", String::as_str)));
+    for (index, l) in gpus.iter().enumerate() {
+        if let Some((uuid, pipe)) = &l.device {
+            let pipe = pipe.as_deref().unwrap_or("-");
+            out.push_str(&format!("# gpushare index {index} {uuid} {pipe}\n"));
+        }
     }
     out.push_str("AutoDetect=off\n");
     for l in &lines {
@@ -224,12 +287,19 @@ impl View for GresView {
         self.file.enabled()
     }
 
-    fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
-        self.file.check()
+    fn check(&self, ahead: &super::Ahead<'_>) -> Result<(), String> {
+        self.file.check()?;
+        expressible(&super::shape::planned(ahead)).map_err(|why| {
+            format!(
+                "{why}: refused, as agent.toml keeps this node's gres.conf ([slurm] enabled = true)"
+            )
+        })
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
         let made = seen.map_err(str::to_string).and_then(|seen| {
+            expressible(&super::shape::observed(seen))
+                .map_err(|why| format!("not rewritten (Slurm could not hand it out): {why}"))?;
             GresView::render_text(seen)
                 .map(String::into_bytes)
                 .map_err(|why| format!("not rewritten: {why}"))
@@ -259,6 +329,10 @@ mod tests {
                 files.push(format!("/d/gi{gi}ci{ci}"));
             }
             Ok(files)
+        }
+
+        fn pipe_dir(&self, uuid: &str) -> String {
+            format!("/mps/{uuid}/pipe")
         }
     }
 
@@ -327,6 +401,65 @@ mod tests {
         for kind in ["1g.10gb:2", "2g.20gb:1", "3g.40gb:1"] {
             assert!(text.contains(&format!("gpu:{kind}")), "{kind}: {text}");
         }
+    }
+
+    #[test]
+    fn the_index_map_follows_slurms_order_of_gpus() {
+        let (_, mut state) = node("h100-80gb:2");
+        let uuid = state.gpus[1].uuid.clone();
+        state.mps.push(MpsServerState {
+            uuid: uuid.clone(),
+            gpu: 1,
+            placement_start: None,
+            compute_instance: 0,
+            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+            pid: Some(1),
+            restarts: 0,
+            clients: vec![],
+            clients_read: false,
+        });
+        let text = text(&state, &BTreeMap::new(), &Named).unwrap();
+        let map: Vec<&str> = text.lines().filter(|l| l.starts_with("# gpushare index")).collect();
+        assert_eq!(
+            map,
+            [
+                format!("# gpushare index 0 {} -", state.gpus[0].uuid),
+                format!("# gpushare index 1 {uuid} /mps/{uuid}/pipe"),
+            ]
+        );
+        assert_eq!(trailing_number("/x/dev/nvidia12"), Some(12));
+        assert_eq!(trailing_number("/x/dev/nvidiactl"), None);
+    }
+
+    #[test]
+    fn slurm_22_05_takes_mig_mps_and_shards_only_apart() {
+        use crate::engine::views::shape::{GpuShape, MigDevice, Mps, Shared};
+        let gpu = |index: u32, mig: bool, whole: Shared| GpuShape {
+            index,
+            uuid: format!("GPU-{index}"),
+            model: "H100".into(),
+            mig: mig
+                .then(|| vec![MigDevice { kind: "1g.10gb".into(), subdivided: false, mps: None }]),
+            whole,
+        };
+        let mps = Shared::Mps(Mps { replicas: 4, thread_percentage: 25, memory_limit_bytes: None });
+        let sliced = Shared::TimeSliced { interval: "short", replicas: Some(4) };
+        assert!(
+            expressible(&[gpu(0, true, Shared::Exclusive), gpu(1, false, Shared::Exclusive)])
+                .is_ok()
+        );
+        assert!(expressible(&[gpu(0, false, mps.clone()), gpu(1, false, mps.clone())]).is_ok());
+        assert!(
+            expressible(&[gpu(0, false, sliced.clone()), gpu(1, false, Shared::Exclusive)]).is_ok()
+        );
+        let e = expressible(&[gpu(0, true, Shared::Exclusive), gpu(1, false, mps.clone())])
+            .unwrap_err();
+        assert!(e.starts_with("GPU 0 (MIG devices) and GPU 1 (mps) on one node"), "{e}");
+        let e = expressible(&[gpu(0, true, Shared::Exclusive), gpu(1, false, sliced.clone())])
+            .unwrap_err();
+        assert!(e.starts_with("GPU 0 (MIG devices) and GPU 1 (time-slicing)"), "{e}");
+        let e = expressible(&[gpu(0, false, mps), gpu(1, false, sliced)]).unwrap_err();
+        assert!(e.starts_with("GPU 0 (MPS) and GPU 1 (time-slicing)"), "{e}");
     }
 
     #[test]
