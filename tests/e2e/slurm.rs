@@ -249,12 +249,7 @@ fn gres_changes_that_a_reconfigure_takes() {
     // Both: taken.
     slurm.set_node_gres("gpu:h100:2,mps:200");
     slurm.reconfigure();
-    let start = Instant::now();
-    let mut node = slurm.node_info();
-    while node["Gres"] != "gpu:h100:2,mps:h100:200" && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-        node = slurm.node_info();
-    }
+    let node = slurm.node_info();
     assert_eq!(
         (node["State"].as_str(), node["Gres"].as_str()),
         ("IDLE", "gpu:h100:2,mps:h100:200")
@@ -459,4 +454,59 @@ fn draining_under_running_gpu_jobs() {
     for id in [&by_gres, &by_gpus, &by_mps, &cpu_only] {
         wait_job(&slurm, id, "RUNNING");
     }
+}
+
+/// (b) A dynamic node (`slurmd -Z --conf "… Gres=…"`, 22.05): the node's GRES come from
+/// the node itself, no slurm.conf line and no slurmctld restart. A slurmd restarted with
+/// other GRES is kept with the old ones; `scontrol delete NodeName=` (refused while a job
+/// runs there) and a slurmd start register the new ones, and the node comes back idle,
+/// its drain forgotten.
+#[test]
+fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
+    if !Slurm::available() {
+        return;
+    }
+    let dev = devices();
+    let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
+    let whole = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole).dynamic()) else {
+        return;
+    };
+    let node = slurm.node_info();
+    assert_eq!(node["Gres"], "gpu:h100:2", "{node:?}");
+    assert!(node["State"].starts_with("IDLE") && node["State"].contains("DYNAMIC"), "{node:?}");
+    let name = slurm.node().to_string();
+
+    let job = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
+    wait_job(&slurm, &job, "RUNNING");
+    let drain = ["update", &format!("NodeName={name}"), "State=DRAIN", "Reason=gpushare: test"];
+    assert!(slurm.scontrol(&drain).status.success());
+    let out = slurm.scontrol(&["delete", &format!("NodeName={name}")]);
+    assert!(!out.status.success(), "deleted a node with a running job: {}", text(&out));
+    wait_job(&slurm, &job, "RUNNING");
+    assert!(slurm.run("scancel", &[&job]).status.success());
+    let start = Instant::now();
+    while slurm.node_info().get("State").is_some_and(|s| !s.starts_with("IDLE")) {
+        assert!(start.elapsed() < Duration::from_secs(60), "{:?}", slurm.node_info());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mig = format!(
+        "Name=gpu Type=1g.10gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
+         Name=gpu Type=h100 File={g1}",
+        dev.mig[0], dev.mig[1]
+    );
+    slurm.set_gres_conf(&mig);
+    slurm.set_dynamic_gres("gpu:1g.10gb:2,gpu:h100:1");
+    let node = slurm.restart_slurmd();
+    assert_eq!(node["Gres"], "gpu:h100:2", "a restart alone changed it: {node:?}");
+
+    slurm.stop_slurmd();
+    let out = slurm.scontrol(&["delete", &format!("NodeName={name}")]);
+    assert!(out.status.success(), "scontrol delete: {}", text(&out));
+    slurm.start_slurmd();
+    let node = slurm.wait_node("registered again", |s| s.starts_with("IDLE"));
+    assert_eq!(node["Gres"], "gpu:1g.10gb:2,gpu:h100:1", "{node:?}");
+    assert!(!node["State"].contains("DRAIN"), "{node:?}");
+    assert_eq!(job_env(&slurm, "gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
 }

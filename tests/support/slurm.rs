@@ -36,7 +36,7 @@ pub const NODE_CONF: &str = "node.conf";
 /// How long a daemon may take to answer before the harness gives up (a hang, not a timing).
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The programs the harness runs, and the Debian package of each.
-const TOOLS: [(&str, &str); 8] = [
+const TOOLS: [(&str, &str); 9] = [
     ("munged", "munge"),
     ("munge", "munge"),
     ("slurmctld", "slurmctld"),
@@ -45,6 +45,7 @@ const TOOLS: [(&str, &str); 8] = [
     ("srun", "slurm-client"),
     ("sbatch", "slurm-client"),
     ("squeue", "slurm-client"),
+    ("sdiag", "slurm-client"),
 ];
 
 fn required() -> bool {
@@ -78,6 +79,9 @@ pub struct Setup {
     pub gres_conf: String,
     /// More slurm.conf lines (`TaskProlog=…`).
     pub lines: Vec<String>,
+    /// A dynamic node (`slurmd -Z --conf "… Gres=<node_gres>"`, Slurm 22.05+): no
+    /// `NodeName=` line in slurm.conf, the node brings its own when slurmd registers.
+    pub dynamic: bool,
 }
 
 impl Setup {
@@ -88,7 +92,14 @@ impl Setup {
             node_gres: node_gres.into(),
             gres_conf: gres_conf.into(),
             lines: Vec::new(),
+            dynamic: false,
         }
+    }
+
+    /// The same setup as a dynamic node.
+    pub fn dynamic(mut self) -> Setup {
+        self.dynamic = true;
+        self
     }
 
     /// The same setup with one more slurm.conf line.
@@ -102,6 +113,11 @@ impl Setup {
 pub struct Slurm {
     dir: TempDir,
     node: String,
+    /// A dynamic node's `Gres=` for its next slurmd start (`None`: a node of slurm.conf).
+    dynamic_gres: Option<String>,
+    /// slurmctld's count of node registrations before slurmd last started (a registration
+    /// the harness waits for must come after it).
+    registered_before: Option<u64>,
     munged: Option<Child>,
     slurmctld: Option<Child>,
     slurmd: Option<Child>,
@@ -152,7 +168,18 @@ impl Slurm {
         std::fs::write(&key, &bytes).expect("munge key");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).expect("chmod");
         let node = short_hostname();
-        let mut slurm = Slurm { dir, node, munged: None, slurmctld: None, slurmd: None };
+        let mut slurm = Slurm {
+            dir,
+            node,
+            dynamic_gres: None,
+            registered_before: None,
+            munged: None,
+            slurmctld: None,
+            slurmd: None,
+        };
+        if setup.dynamic {
+            slurm.dynamic_gres = Some(setup.node_gres.clone());
+        }
         slurm.write_conf(setup);
         slurm.munged = Some(slurm.spawn_munged());
         slurm.start_slurmctld();
@@ -221,12 +248,19 @@ impl Slurm {
             conf.push_str(line);
             conf.push('\n');
         }
+        if setup.dynamic {
+            conf.push_str("MaxNodeCount=4\n");
+        }
         conf.push_str(&format!(
             "Include {}\nPartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
             self.node_conf().display()
         ));
         std::fs::write(self.slurm_conf(), conf).expect("slurm.conf");
-        self.set_node_gres(&setup.node_gres);
+        if setup.dynamic {
+            std::fs::write(self.node_conf(), "").expect("node.conf");
+        } else {
+            self.set_node_gres(&setup.node_gres);
+        }
         self.set_gres_conf(&setup.gres_conf);
     }
 
@@ -306,20 +340,47 @@ impl Slurm {
     /// Waits until the node has registered since its slurmd (re)started: idle, allocated,
     /// or drained/invalid when its configuration disagrees.
     pub fn wait_registered(&self) -> BTreeMap<String, String> {
-        self.wait_node("registered", |s| {
-            !s.contains("NOT_RESPONDING") && (!s.starts_with("UNKNOWN") || s.contains("INVALID"))
-        })
+        let before = self.registered_before;
+        let start = Instant::now();
+        loop {
+            let info = self.node_info();
+            let state = info.get("State").map_or("", String::as_str);
+            let registered = !state.is_empty()
+                && !state.contains("NOT_RESPONDING")
+                && (!state.starts_with("UNKNOWN") || state.contains("INVALID"))
+                && before.is_none_or(|n| self.registrations().is_some_and(|now| now > n));
+            if registered {
+                return info;
+            }
+            if start.elapsed() > PATIENCE {
+                panic!("the node has not registered: {info:?}\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `scontrol reconfigure` (slurmctld re-reads slurm.conf and tells slurmd, which
-    /// re-reads gres.conf); panics when it fails.
-    pub fn reconfigure(&self) {
+    /// re-reads gres.conf and registers again); panics when it fails.
+    /// Waits for slurmd's registration that follows (its answer to the reconfigure).
+    pub fn reconfigure(&mut self) {
+        self.registered_before = self.registrations();
         let out = self.scontrol(&["reconfigure"]);
-        assert!(
-            out.status.success(),
-            "scontrol reconfigure: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "scontrol reconfigure: {said}");
+        self.wait_registered();
+    }
+
+    /// How many node registrations slurmctld has handled since it started (`sdiag`'s count
+    /// of `MESSAGE_NODE_REGISTRATION_STATUS`); `None` when it does not answer.
+    pub fn registrations(&self) -> Option<u64> {
+        let out = self.run("sdiag", &[]);
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.contains("MESSAGE_NODE_REGISTRATION_STATUS"));
+        let count = line.and_then(|l| l.split_once("count:")).map(|(_, rest)| rest);
+        Some(count.and_then(|c| c.split_whitespace().next()?.parse().ok()).unwrap_or(0))
     }
 
     /// Stops slurmctld (SIGTERM, waits) and starts it again on the same state.
@@ -367,8 +428,27 @@ impl Slurm {
 
     /// Starts slurmd on the current files; returns at once (see [`Slurm::wait_registered`]).
     pub fn start_slurmd(&mut self) {
+        self.registered_before = self.registrations();
         let node = self.node.clone();
-        self.slurmd = Some(self.spawn("slurmd", &["-D", "-N", &node], "slurmd.out"));
+        let child = match &self.dynamic_gres {
+            None => self.spawn("slurmd", &["-D", "-N", &node], "slurmd.out"),
+            Some(gres) => {
+                let line = self.node_line(gres);
+                let conf = line
+                    .trim()
+                    .split(' ')
+                    .filter(|w| !w.starts_with("NodeName=") && !w.starts_with("State="));
+                let conf = conf.collect::<Vec<_>>().join(" ");
+                self.spawn("slurmd", &["-D", "-N", &node, "-Z", "--conf", &conf], "slurmd.out")
+            }
+        };
+        self.slurmd = Some(child);
+    }
+
+    /// A dynamic node's `Gres=` for its next slurmd start ([`Setup::dynamic`]).
+    pub fn set_dynamic_gres(&mut self, gres: &str) {
+        assert!(self.dynamic_gres.is_some(), "not a dynamic node");
+        self.dynamic_gres = Some(gres.into());
     }
 
     /// Waits for slurmd to exit (a configuration it refused), its status.
