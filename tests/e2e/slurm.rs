@@ -12,6 +12,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use gpushare_tests::slurm::{Setup, Slurm, make_device, write_script};
+use gpushare_tests::{MEMBER, ensure_users};
 use tempfile::TempDir;
 
 /// Stand-in device nodes: two GPUs (`nvidia0`, `nvidia1`, major 195) and the capability
@@ -372,6 +373,7 @@ fn a_task_prolog_adds_the_mps_pipe_directory() {
         "#!/bin/sh\n\
          if [ -n \"$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\" ]; then\n\
          \x20 echo \"export CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps/gpu-$CUDA_VISIBLE_DEVICES/pipe\"\n\
+         \x20 echo \"export GPUSHARE_PROLOG_USER=$(id -un)\"\n\
          elif [ -n \"$CUDA_VISIBLE_DEVICES\" ]; then\n\
          \x20 echo \"export CUDA_VISIBLE_DEVICES=MIG-of-slurm-index-$CUDA_VISIBLE_DEVICES\"\n\
          fi\n",
@@ -392,6 +394,17 @@ fn a_task_prolog_adds_the_mps_pipe_directory() {
     assert_eq!(mps["CUDA_MPS_PIPE_DIRECTORY"], "/run/gpushare/mps/gpu-1/pipe", "{mps:?}");
     let gpu = job_env(&slurm, "gpu:h100:1");
     assert!(gpu["CUDA_VISIBLE_DEVICES"].starts_with("MIG-of-slurm-index-"), "{gpu:?}");
+    // A user's job: the prolog runs as that user, with the job's variables.
+    ensure_users();
+    let out = slurm
+        .command_as(MEMBER, "srun")
+        .args(["--chdir=/", "--gres=mps:50", "sh", "-c"])
+        .arg("echo $(id -un) $GPUSHARE_PROLOG_USER $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $CUDA_MPS_PIPE_DIRECTORY")
+        .output()
+        .expect("srun as a user");
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(said.trim(), format!("{MEMBER} {MEMBER} 50 /run/gpushare/mps/gpu-1/pipe"));
 }
 
 /// (d) Draining a node under running jobs: `State=DRAIN` kills none of them (the node is

@@ -284,6 +284,15 @@ impl Slurm {
         cmd
     }
 
+    /// A Slurm command run as `user` (setpriv, as [`crate::as_user`]), with this cluster's
+    /// `SLURM_CONF`; its jobs are that user's.
+    pub fn command_as(&self, user: &str, program: &str) -> Command {
+        let mut cmd = crate::as_user(user);
+        cmd.arg(find(program).unwrap_or_else(|| program.into()));
+        cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
+        cmd
+    }
+
     /// Runs `program args` with this cluster's `SLURM_CONF` and waits for it.
     pub fn run(&self, program: &str, args: &[&str]) -> Output {
         self.command(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"))
