@@ -219,8 +219,9 @@ fn slurm_22_05_cannot_mix_mig_devices_with_shared_gres() {
 
 /// (b) Changing the node's GRES on 22.05. `scontrol reconfigure` makes slurmd re-read
 /// gres.conf and slurmctld slurm.conf, but the node line's `Gres=` wins: a gres.conf
-/// change alone is ignored (extra GRES dropped, the node stays idle with the old GRES).
-/// Both changed, other GRES on the same GPUs (shards to MPS) take with a reconfigure.
+/// change alone is ignored (extra GRES dropped, the node keeps the old GRES, not drained).
+/// Both changed, other GRES on the same GPUs (shards to MPS) take with a reconfigure, and
+/// a running GPU job runs on.
 /// A node line asking for more MPS than gres.conf gives stops slurmd.
 #[test]
 fn gres_changes_that_a_reconfigure_takes() {
@@ -235,6 +236,8 @@ fn gres_changes_that_a_reconfigure_takes() {
     let setup = Setup::gres("gpu,mps,shard", "gpu:h100:2,shard:8", &shards);
     let Some(mut slurm) = Slurm::start(&setup) else { return };
     assert_eq!(slurm.node_info()["Gres"], "gpu:h100:2,shard:h100:8");
+    let running = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
+    wait_job(&slurm, &running, "RUNNING");
 
     // gres.conf alone: ignored.
     slurm.set_gres_conf(&mps);
@@ -242,7 +245,7 @@ fn gres_changes_that_a_reconfigure_takes() {
     let node = slurm.wait_registered();
     assert_eq!(
         (node["State"].as_str(), node["Gres"].as_str()),
-        ("IDLE", "gpu:h100:2,shard:h100:8")
+        ("MIXED", "gpu:h100:2,shard:h100:8")
     );
     assert!(slurm.srun(&["--gres=shard:1", "true"]).status.success());
     assert!(!slurm.srun(&["--gres=mps:25", "true"]).status.success());
@@ -253,9 +256,21 @@ fn gres_changes_that_a_reconfigure_takes() {
     let node = slurm.node_info();
     assert_eq!(
         (node["State"].as_str(), node["Gres"].as_str()),
-        ("IDLE", "gpu:h100:2,mps:h100:200")
+        ("MIXED", "gpu:h100:2,mps:h100:200")
     );
     assert_eq!(job_env(&slurm, "mps:25")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    // A GPU job through both reconfigures runs on.
+    let info = slurm.job_info(&running);
+    assert_eq!((info["JobState"].as_str(), info["Restarts"].as_str()), ("RUNNING", "0"));
+    assert!(slurm.run("scancel", &[&running]).status.success());
+    let start = Instant::now();
+    while !String::from_utf8_lossy(&slurm.run("squeue", &["-h", "-o", "%i"]).stdout)
+        .trim()
+        .is_empty()
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "job {running} is not gone");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // The node line asks for more MPS than gres.conf gives: slurmd refuses to start
     // (it makes up a record without `File=` for the rest, beside records with one).
@@ -522,4 +537,63 @@ fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
     assert_eq!(node["Gres"], "gpu:1g.10gb:2,gpu:h100:1", "{node:?}");
     assert!(!node["State"].contains("DRAIN"), "{node:?}");
     assert_eq!(job_env(&slurm, "gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
+}
+
+/// (b, d) A GPU count change under running jobs, the node drained first: the drain and
+/// its reason survive the reconfigure and the slurmctld restart (slurmctld saves node
+/// state); the jobs survive the reconfigure, but the restart that takes the new GRES
+/// ends every job holding GPUs on the node (requeued, `Reason=NodeDown`), the one whose
+/// GPU stayed as well; a job without GPUs runs on. So on 22.05 such a change waits for
+/// the node's GPU jobs to end, drain or no drain.
+#[test]
+fn a_gpu_count_change_ends_the_node_s_gpu_jobs() {
+    if !Slurm::available() {
+        return;
+    }
+    let dev = devices();
+    let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
+    let whole = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole)) else { return };
+    let name = slurm.node().to_string();
+    let on_gpu0 = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
+    assert_eq!(wait_job(&slurm, &on_gpu0, "RUNNING")["GRES"], "gpu:h100:1(IDX:0)");
+    let on_gpu1 = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
+    assert_eq!(wait_job(&slurm, &on_gpu1, "RUNNING")["GRES"], "gpu:h100:1(IDX:1)");
+    let cpu_only = slurm.sbatch(&["--wrap", "sleep 600"]);
+    wait_job(&slurm, &cpu_only, "RUNNING");
+    let reason = "gpushare: applying half-balanced";
+    let drain = ["update", &format!("NodeName={name}"), "State=DRAIN", &format!("Reason={reason}")];
+    assert!(slurm.scontrol(&drain).status.success());
+
+    // GPU 0 becomes two MIG devices; GPU 1 stays.
+    let mig = format!(
+        "Name=gpu Type=1g.10gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
+         Name=gpu Type=h100 File={g1}",
+        dev.mig[0], dev.mig[1]
+    );
+    slurm.set_gres_conf(&mig);
+    slurm.set_node_gres("gpu:1g.10gb:2,gpu:h100:1");
+    slurm.reconfigure();
+    for job in [&on_gpu0, &on_gpu1, &cpu_only] {
+        assert_eq!(slurm.job_info(job)["JobState"], "RUNNING", "job {job} after the reconfigure");
+    }
+    slurm.restart_slurmctld();
+    let start = Instant::now();
+    let mut info = slurm.node_info();
+    while info.get("Gres").is_none_or(|g| g != "gpu:1g.10gb:2,gpu:h100:1")
+        || info.get("State").is_none_or(|s| s.starts_with("UNKNOWN"))
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "{info:?}\n{}", slurm.logs());
+        std::thread::sleep(Duration::from_millis(50));
+        info = slurm.node_info();
+    }
+    assert!(info["State"].contains("DRAIN"), "{info:?}");
+    assert!(info["Reason"].starts_with(reason), "{info:?}");
+    for job in [&on_gpu0, &on_gpu1] {
+        let info = slurm.job_info(job);
+        assert_ne!(info["JobState"], "RUNNING", "job {job}: {info:?}");
+        assert_eq!(info["Restarts"], "1", "job {job}: {info:?}");
+    }
+    let info = slurm.job_info(&cpu_only);
+    assert_eq!((info["JobState"].as_str(), info["Restarts"].as_str()), ("RUNNING", "0"));
 }
