@@ -597,3 +597,46 @@ fn a_gpu_count_change_ends_the_node_s_gpu_jobs() {
     let info = slurm.job_info(&cpu_only);
     assert_eq!((info["JobState"].as_str(), info["Restarts"].as_str()), ("RUNNING", "0"));
 }
+
+/// (b) Other GPU types at the same GPU count (one MIG layout for another of as many
+/// devices): a reconfigure keeps the old types too; a slurmctld restart takes the new.
+#[test]
+fn a_gpu_type_change_at_the_same_count_takes_a_slurmctld_restart() {
+    if !Slurm::available() {
+        return;
+    }
+    let dev = devices();
+    let g1 = file(&dev.gpu[1]);
+    let before = format!(
+        "Name=gpu Type=1g.10gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
+         Name=gpu Type=h100 File={g1}",
+        dev.mig[0], dev.mig[1]
+    );
+    let setup = Setup::gres("gpu", "gpu:1g.10gb:2,gpu:h100:1", &before);
+    let Some(mut slurm) = Slurm::start(&setup) else { return };
+    let after = format!(
+        "Name=gpu Type=2g.20gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
+         Name=gpu Type=h100 File={g1}",
+        dev.mig[0], dev.mig[1]
+    );
+    let new = "gpu:2g.20gb:1,gpu:1g.10gb:1,gpu:h100:1";
+    slurm.set_gres_conf(&after);
+    slurm.set_node_gres(new);
+    slurm.reconfigure();
+    let node = slurm.node_info();
+    assert_eq!(
+        (node["State"].as_str(), node["Gres"].as_str()),
+        ("IDLE", "gpu:1g.10gb:2,gpu:h100:1")
+    );
+    assert!(!slurm.srun(&["--gres=gpu:2g.20gb:1", "true"]).status.success());
+    slurm.restart_slurmctld();
+    let start = Instant::now();
+    let mut info = slurm.node_info();
+    while info.get("Gres").is_none_or(|g| g != new) || info.get("State").is_none_or(|s| s != "IDLE")
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "{info:?}\n{}", slurm.logs());
+        std::thread::sleep(Duration::from_millis(50));
+        info = slurm.node_info();
+    }
+    assert_eq!(job_env(&slurm, "gpu:2g.20gb:1")["CUDA_VISIBLE_DEVICES"], "0");
+}
