@@ -225,7 +225,10 @@ impl Slurm {
 
     fn write_conf(&self, setup: &Setup) {
         let d = self.dir().display();
-        let (ctld, slurmd) = (free_port(), free_port());
+        // Both listeners held until both ports are known, so that they differ.
+        let listeners = [free_port(), free_port()];
+        let [ctld, slurmd] = listeners.each_ref().map(|l| l.local_addr().expect("address").port());
+        drop(listeners);
         let mut conf = format!(
             "ClusterName=gpushare\nSlurmctldHost=localhost\nSlurmctldPort={ctld}\n\
              SlurmdPort={slurmd}\nSlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\n\
@@ -626,10 +629,10 @@ pub fn fields(line: &str) -> BTreeMap<String, String> {
     map
 }
 
-/// A TCP port free now on 127.0.0.1 (the kernel's pick; released for the daemon to take).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-    listener.local_addr().expect("address").port()
+/// A listener on a TCP port free now on 127.0.0.1 (the kernel's pick), to be dropped for
+/// the daemon to take the port.
+fn free_port() -> TcpListener {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind")
 }
 
 fn short_hostname() -> String {
