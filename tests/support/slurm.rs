@@ -395,7 +395,9 @@ impl Slurm {
         Some(count.and_then(|c| c.split_whitespace().next()?.parse().ok()).unwrap_or(0))
     }
 
-    /// Stops slurmctld (SIGTERM, waits) and starts it again on the same state.
+    /// Stops slurmctld (SIGTERM, waits) and starts it again on the same state (saved node
+    /// states and jobs); returns once it listens. The node registers again on its own,
+    /// and `sdiag`'s counts start from zero: poll [`Slurm::node_info`] for what you expect.
     pub fn restart_slurmctld(&mut self) {
         stop(self.slurmctld.take());
         self.start_slurmctld();
@@ -414,7 +416,8 @@ impl Slurm {
     }
 
     /// Starts slurmctld on the current files and state (`-i`: a missing state is no
-    /// error); returns at once. [`Slurm::slurmctld_status`] says whether it exited.
+    /// error); returns once it listens, or once it has exited (a configuration it
+    /// refused: [`Slurm::slurmctld_status`], [`Slurm::wait_slurmctld_exit`]).
     pub fn start_slurmctld(&mut self) {
         let child = self.spawn("slurmctld", &["-D", "-i"], "slurmctld.out");
         self.slurmctld = Some(child);
