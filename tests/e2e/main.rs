@@ -43,6 +43,7 @@ mod profile_input;
 mod reset_blockers;
 mod sandbox;
 mod sharing;
+mod slurm;
 mod start_up;
 mod suite_accounts;
 mod telemetry;

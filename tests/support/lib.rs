@@ -24,10 +24,12 @@ pub mod device_plugin;
 pub mod mps_control;
 pub mod nfd;
 pub mod podman;
+pub mod slurm;
 pub mod users;
 pub use cgroup::Cgroup;
 pub use gpushare_test_skip::skip;
 pub use podman::{Podman, validate_cdi};
+pub use slurm::Slurm;
 pub use users::{MEMBER, OTHER, SECRET_GROUP, directory_of, ensure_users, exists, id_of, members};
 
 /// Instance profiles of `half-balanced`/`all-balanced` on an A100-40GB, sorted.
