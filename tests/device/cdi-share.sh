@@ -16,13 +16,7 @@ begin_run "$1" "$2"
 printf '[cdi]\ndir = "%s/cdi"\n' "$work" >>"$work/agent.toml"
 exec > >(tee "$out/cdi-share.txt") 2>&1
 start_agent "$out/agent.log"
-cleanup() {
-  ctl apply all-disabled >/dev/null 2>&1
-  stop_agent
-  sleep 1
-  ps -eo stat=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"
-}
-trap cleanup EXIT
+trap stop_all_disabled EXIT
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode,memory.total --format=csv,noheader
 
 # One MPS server on GPU 0: replicas = 4 gives each share 25 % threads; 8 GiB pinned memory.

@@ -88,3 +88,12 @@ as() {
   shift
   if [ "$who" = root ]; then "$@"; else HOME=/tmp setpriv --reuid="$who" --regid="$(id -g "$who")" --clear-groups "$@"; fi
 }
+
+# At a measuring script's exit: the GPUs back to all-disabled, the agent and bus stopped,
+# and whether an MPS daemon was left ("no MPS daemon left" / "MPS DAEMON LEFT").
+stop_all_disabled() {
+  ctl apply all-disabled >/dev/null 2>&1
+  stop_agent
+  sleep 1
+  ps -eo stat=,pid=,args= | grep -v '^Z' | grep '[n]vidia-cuda-mps' && echo "MPS DAEMON LEFT" || echo "no MPS daemon left"
+}

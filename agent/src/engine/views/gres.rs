@@ -336,6 +336,21 @@ mod tests {
         }
     }
 
+    /// A running MPS server of whole GPU `gpu` (`uuid`) at 25 % threads.
+    fn server_on(uuid: &str, gpu: u32) -> MpsServerState {
+        MpsServerState {
+            uuid: uuid.to_string(),
+            gpu,
+            placement_start: None,
+            compute_instance: 0,
+            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
+            pid: Some(1),
+            restarts: 0,
+            clients: vec![],
+            clients_read: false,
+        }
+    }
+
     fn node(spec: &str) -> (Arc<SimBackend>, NodeState) {
         let sim = Arc::new(SimBackend::new(&parse_node_spec(spec).unwrap(), SimOptions::default()));
         let state = NodeState::of_gpus(sim.observe().unwrap());
@@ -346,17 +361,7 @@ mod tests {
     fn whole_gpus_mps_and_shards_read_as_slurms_gres() {
         let (_, mut state) = node("h100-80gb:3");
         let uuid = state.gpus[1].uuid.clone();
-        state.mps.push(MpsServerState {
-            uuid,
-            gpu: 1,
-            placement_start: None,
-            compute_instance: 0,
-            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
-            pid: Some(1),
-            restarts: 0,
-            clients: vec![],
-            clients_read: false,
-        });
+        state.mps.push(server_on(&uuid, 1));
         state.timeslices.insert(2, TimeSliceInterval::Short);
         let replicas = BTreeMap::from([(2, Some(3))]);
         let text = text(&state, &replicas, &Named).unwrap();
@@ -407,17 +412,7 @@ mod tests {
     fn the_index_map_follows_slurms_order_of_gpus() {
         let (_, mut state) = node("h100-80gb:2");
         let uuid = state.gpus[1].uuid.clone();
-        state.mps.push(MpsServerState {
-            uuid: uuid.clone(),
-            gpu: 1,
-            placement_start: None,
-            compute_instance: 0,
-            limits: MpsLimits { active_thread_percentage: 25, pinned_memory_limit_bytes: None },
-            pid: Some(1),
-            restarts: 0,
-            clients: vec![],
-            clients_read: false,
-        });
+        state.mps.push(server_on(&uuid, 1));
         let text = text(&state, &BTreeMap::new(), &Named).unwrap();
         let map: Vec<&str> = text.lines().filter(|l| l.starts_with("# gpushare index")).collect();
         assert_eq!(
