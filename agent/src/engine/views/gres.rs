@@ -179,6 +179,10 @@ pub fn expressible(gpus: &[super::shape::GpuShape]) -> Result<(), String> {
     }
 }
 
+/// How the file gpushare writes begins: a gres.conf that does not is the site's, and is
+/// never written over.
+const HEADER: &str = "# Slurm gres.conf of this node, written by gpushare-agent";
+
 /// The node's `Gres=` for `lines`: `gpu:<type>:<n>` per type in order, then
 /// `mps:<n>` and `shard:<n>` (their counts summed).
 fn node_gres(lines: &[Line]) -> String {
@@ -216,10 +220,8 @@ pub fn text(
             types.push(l.name);
         }
     }
-    let mut out = String::from(
-        "# Slurm gres.conf of this node, written by gpushare-agent from the GPUs as they are\n\
-         # after every change; do not edit.\n",
-    );
+    let mut out =
+        format!("{HEADER} from the GPUs as they are\n# after every change; do not edit.\n");
     out.push_str(&format!("# slurm.conf: GresTypes={}\n", types.join(",")));
     out.push_str(&format!("# slurm.conf, this node's NodeName line: Gres={}\n", node_gres(&lines)));
     for why in &left_out {
@@ -272,6 +274,21 @@ impl GresView {
         self.file.path()
     }
 
+    /// Whether the file there, if any, is one gpushare wrote: a site's hand-written
+    /// gres.conf is never written over (turning `[slurm]` on with the default path would
+    /// otherwise lose it).
+    fn ours(&self) -> Result<(), String> {
+        match self.file.read() {
+            Some(bytes) if !bytes.starts_with(HEADER.as_bytes()) => Err(format!(
+                "Slurm gres.conf {}: there already, and not written by gpushare-agent; move it \
+                 away (gpushare writes the node's GPU lines) or set [slurm] gres_conf in \
+                 agent.toml",
+                self.file.path().display()
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The gres.conf text as `seen` gives it.
     pub fn render_text(seen: &Observation<'_>) -> Result<String, String> {
         text(seen.node, seen.replicas, &Seen(seen))
@@ -289,6 +306,7 @@ impl View for GresView {
 
     fn check(&self, ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.file.check()?;
+        self.ours()?;
         expressible(&super::shape::planned(ahead)).map_err(|why| {
             format!(
                 "{why}: refused, as agent.toml keeps this node's gres.conf ([slurm] enabled = true)"
@@ -298,6 +316,7 @@ impl View for GresView {
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {
         let made = seen.map_err(str::to_string).and_then(|seen| {
+            self.ours()?;
             expressible(&super::shape::observed(seen))
                 .map_err(|why| format!("not rewritten (Slurm could not hand it out): {why}"))?;
             GresView::render_text(seen)
@@ -455,6 +474,23 @@ mod tests {
         assert!(e.starts_with("GPU 0 (MIG devices) and GPU 1 (time-slicing)"), "{e}");
         let e = expressible(&[gpu(0, false, mps), gpu(1, false, sliced)]).unwrap_err();
         assert!(e.starts_with("GPU 0 (MPS) and GPU 1 (time-slicing)"), "{e}");
+    }
+
+    #[test]
+    fn a_sites_own_gres_conf_is_never_written_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gres.conf");
+        std::fs::write(&path, "Name=gpu File=/dev/nvidia0\n").unwrap();
+        let view = GresView::new(path.clone(), true);
+        let e = view.ours().unwrap_err();
+        assert!(
+            e.contains("not written by gpushare-agent") && e.contains("[slurm] gres_conf"),
+            "{e}"
+        );
+        std::fs::write(&path, format!("{HEADER} from the GPUs\nAutoDetect=off\n")).unwrap();
+        assert!(view.ours().is_ok());
+        std::fs::remove_file(&path).unwrap();
+        assert!(view.ours().is_ok(), "no file: gpushare's to write");
     }
 
     #[test]

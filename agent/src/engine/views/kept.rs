@@ -35,6 +35,11 @@ impl Kept {
         &self.place.path
     }
 
+    /// The file as it is on disk, if there is one the agent may trust.
+    pub fn read(&self) -> Option<Vec<u8>> {
+        self.place.read()
+    }
+
     /// Why the last render wrote nothing, if it did not.
     pub fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(PoisonError::into_inner).clone()
