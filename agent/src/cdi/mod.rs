@@ -235,7 +235,7 @@ fn mps_words(server: Option<&MpsServerState>) -> &'static str {
 /// How many shares a server has: as many as its configured thread limit gives
 /// (100 % / threads; an observation's `limits` are the configured ones).
 pub fn share_count(server: &MpsServerState) -> u32 {
-    (100 / server.limits.active_thread_percentage.clamp(1, 100)).max(1)
+    server.limits.shares()
 }
 
 /// The device `uuid` with its `nodes`, and the MPS server's directories where one serves it.

@@ -250,6 +250,15 @@ pub struct MpsLimits {
     pub pinned_memory_limit_bytes: Option<u64>,
 }
 
+impl MpsLimits {
+    /// How many clients these limits share a device among: as many as the thread limit
+    /// gives (100 % / threads: 4 at 25 %), at least one. A profile's MPS `replicas` sets
+    /// 100/replicas %, so this is its replicas again.
+    pub fn shares(&self) -> u32 {
+        (100 / self.active_thread_percentage.clamp(1, 100)).max(1)
+    }
+}
+
 /// A pinned memory limit as MPS takes it: `2G` when whole GiB, else `<n>M`.
 pub fn mps_memory_value(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;

@@ -225,11 +225,6 @@ impl DevicePluginView {
         }
     }
 
-    /// Why the last render wrote nothing, if it did not.
-    pub fn error(&self) -> Option<String> {
-        self.file.error()
-    }
-
     /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
     pub fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
         self.expressed(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
@@ -238,11 +233,6 @@ impl DevicePluginView {
                  enabled = true)"
             )
         })
-    }
-
-    /// Where the config goes.
-    pub fn path(&self) -> &Path {
-        self.file.path()
     }
 
     /// Keeps the plugin's MPS layout: the links to the server of `uuid`, or none.

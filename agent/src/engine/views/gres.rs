@@ -8,7 +8,7 @@
 //! also says, as comments, the `GresTypes=` and the node's `Gres=` slurm.conf needs for
 //! them (slurm.conf is the controller's, not the node's).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::kept::Kept;
 use super::{Observation, View};
@@ -264,16 +264,6 @@ impl GresView {
         GresView { file }
     }
 
-    /// Why the last render wrote nothing, if it did not.
-    pub fn error(&self) -> Option<String> {
-        self.file.error()
-    }
-
-    /// Where the file goes.
-    pub fn path(&self) -> &Path {
-        self.file.path()
-    }
-
     /// Whether the file there, if any, is one gpushare wrote: a site's hand-written
     /// gres.conf is never written over (turning `[slurm]` on with the default path would
     /// otherwise lose it).
@@ -291,7 +281,7 @@ impl GresView {
 
     /// The gres.conf text as `seen` gives it.
     pub fn render_text(seen: &Observation<'_>) -> Result<String, String> {
-        text(seen.node, seen.replicas, &Seen(seen))
+        text(seen.node, &seen.intent.replicas, &Seen(seen))
     }
 }
 

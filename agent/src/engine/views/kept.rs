@@ -1,23 +1,20 @@
 //! The file of one view, kept: its place ([`Place`]: checked, written atomically and only
-//! when its bytes change) and the last render's error, which the view's report and
-//! `export` show. Every view but the CDI spec (whose report is richer) keeps its file
+//! when its bytes change), and a render's failure logged as the view's. Every view but
+//! the CDI spec (whose report, `gpushare-ctl cdi`, keeps its last error) keeps its file
 //! through this.
 
-use std::path::Path;
-use std::sync::{Mutex, PoisonError};
-
 use crate::sys::place::Place;
+use std::path::Path;
 
-/// A view's file and the last render's error.
+/// A view's file.
 pub struct Kept {
     place: Place,
-    error: Mutex<Option<String>>,
 }
 
 impl Kept {
     /// The file at `place`.
     pub fn new(place: Place) -> Self {
-        Kept { place, error: Mutex::default() }
+        Kept { place }
     }
 
     /// Whether the view is kept at all.
@@ -40,13 +37,8 @@ impl Kept {
         self.place.read()
     }
 
-    /// Why the last render wrote nothing, if it did not.
-    pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
     /// Writes `made` (the file's bytes, or why they could not be made: the file then
-    /// stays as it was) when it changed; a failure is logged as `name`'s and kept.
+    /// stays as it was) when it changed; a failure is logged as `name`'s.
     pub fn keep(&self, name: &str, made: Result<Vec<u8>, String>) {
         let outcome = made.and_then(|bytes| match self.place.write(Some(&bytes)) {
             Ok(true) => {
@@ -56,10 +48,8 @@ impl Kept {
             Ok(false) => Ok(()),
             Err(e) => Err(format!("writing {}: {e}", self.place.path.display())),
         });
-        let error = outcome.err();
-        if let Some(why) = &error {
+        if let Err(why) = outcome {
             tracing::error!("{name}: {why}");
         }
-        *self.error.lock().unwrap_or_else(PoisonError::into_inner) = error;
     }
 }

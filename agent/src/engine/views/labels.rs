@@ -144,16 +144,6 @@ impl LabelsView {
         });
         LabelsView { file }
     }
-
-    /// Why the last render wrote nothing, if it did not.
-    pub fn error(&self) -> Option<String> {
-        self.file.error()
-    }
-
-    /// Where the labels go.
-    pub fn path(&self) -> &std::path::Path {
-        self.file.path()
-    }
 }
 
 impl View for LabelsView {

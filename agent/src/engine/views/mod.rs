@@ -83,8 +83,6 @@ pub struct Observation<'a> {
     pub access: &'a NodeAccess,
     /// What the views know besides the GPUs.
     pub intent: &'a Intent,
-    /// The time-slicing replicas of `intent`, by GPU.
-    pub replicas: &'a shape::Replicas,
 }
 
 impl Observation<'_> {
@@ -142,10 +140,8 @@ pub struct Views {
     cdi: Arc<cdi::CdiView>,
     /// NVIDIA's device plugin config, also answering `export --format device-plugin`.
     device_plugin: Arc<device_plugin::DevicePluginView>,
-    /// The node labels, also answering `export --format labels`.
+    /// The node labels, also written when an apply begins.
     labels: Arc<labels::LabelsView>,
-    /// Slurm's gres.conf.
-    gres: Arc<gres::GresView>,
     /// Every view, the CDI spec first.
     all: Vec<Arc<dyn View>>,
     /// What they know besides the GPUs.
@@ -170,28 +166,13 @@ impl Views {
         let gres =
             Arc::new(gres::GresView::new(config.slurm.gres_conf.clone(), config.slurm.enabled));
         let all: Vec<Arc<dyn View>> =
-            vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres.clone()];
-        Views { cdi, device_plugin, labels, gres, all, intent: Mutex::default() }
+            vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres];
+        Views { cdi, device_plugin, labels, all, intent: Mutex::default() }
     }
 
     /// The CDI spec's view.
     pub fn cdi(&self) -> &cdi::CdiView {
         &self.cdi
-    }
-
-    /// The device plugin config's view.
-    pub fn device_plugin(&self) -> &device_plugin::DevicePluginView {
-        &self.device_plugin
-    }
-
-    /// The labels' view.
-    pub fn labels(&self) -> &labels::LabelsView {
-        &self.labels
-    }
-
-    /// Slurm's gres.conf's view.
-    pub fn gres(&self) -> &gres::GresView {
-        &self.gres
     }
 
     /// What the views know besides the GPUs, now.
@@ -280,17 +261,8 @@ impl Views {
         node: &NodeState,
     ) -> Result<String, String> {
         let intent = self.intent();
-        let mut minors = HashMap::new();
-        for g in &node.gpus {
-            minors.insert(g.index, access.minor_number(g.index).await);
-        }
-        let seen = Observation {
-            node,
-            minors: &minors,
-            access,
-            intent: &intent,
-            replicas: &intent.replicas,
-        };
+        let minors = minors(access, node).await;
+        let seen = Observation { node, minors: &minors, access, intent: &intent };
         gres::GresView::render_text(&seen)
     }
 
@@ -322,17 +294,8 @@ impl Views {
         };
         match observed {
             Ok(node) => {
-                let mut minors = HashMap::new();
-                for g in &node.gpus {
-                    minors.insert(g.index, access.minor_number(g.index).await);
-                }
-                let seen = Observation {
-                    node: &node,
-                    minors: &minors,
-                    access,
-                    intent: &intent,
-                    replicas: &intent.replicas,
-                };
+                let minors = minors(access, &node).await;
+                let seen = Observation { node: &node, minors: &minors, access, intent: &intent };
                 kept.iter().for_each(|v| v.render(Ok(&seen)));
             }
             Err(e) => {
@@ -344,4 +307,13 @@ impl Views {
             }
         }
     }
+}
+
+/// Each GPU's device minor number (`/dev/nvidia<minor>`), where the driver says it.
+async fn minors(access: &NodeAccess, node: &NodeState) -> HashMap<u32, Option<u32>> {
+    let mut minors = HashMap::new();
+    for g in &node.gpus {
+        minors.insert(g.index, access.minor_number(g.index).await);
+    }
+    minors
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::{Ahead, Observation};
 use crate::node::TimeSliceInterval;
-use crate::node::{ComputeInstance, GpuInstance, GpuState, MpsServerState, NodeState};
+use crate::node::{ComputeInstance, GpuInstance, GpuState, MpsLimits, MpsServerState, NodeState};
 use crate::plan::GpuPlan;
 
 /// One GPU.
@@ -85,7 +85,7 @@ pub type Replicas = BTreeMap<u32, Option<u32>>;
 
 /// The GPUs of `seen`, as they are.
 pub fn observed(seen: &Observation<'_>) -> Vec<GpuShape> {
-    seen.node.gpus.iter().map(|g| of_gpu(g, seen.node, seen.replicas)).collect()
+    seen.node.gpus.iter().map(|g| of_gpu(g, seen.node, &seen.intent.replicas)).collect()
 }
 
 /// The GPUs as `ahead`'s plan leaves them: a GPU it selects as its target, the others as
@@ -102,14 +102,34 @@ pub fn planned(ahead: &Ahead<'_>) -> Vec<GpuShape> {
         .collect()
 }
 
+impl Mps {
+    /// A server configured with `configured` (its shares) whose clients get `now`.
+    fn of(configured: &MpsLimits, now: &MpsLimits) -> Mps {
+        Mps {
+            replicas: configured.shares(),
+            thread_percentage: now.active_thread_percentage,
+            memory_limit_bytes: now.pinned_memory_limit_bytes,
+        }
+    }
+}
+
+impl GpuShape {
+    /// `gpu` with its MIG devices (`None`: MIG off) and its whole sharing.
+    fn new(gpu: &GpuState, mig: Option<Vec<MigDevice>>, whole: Shared) -> GpuShape {
+        let model = gpu.model_name().to_string();
+        GpuShape { index: gpu.index, uuid: gpu.uuid.clone(), model, mig, whole }
+    }
+}
+
 /// The MPS shape of `server` on `node`.
 fn mps_of(server: &MpsServerState, node: &NodeState) -> Mps {
-    let configured = node.mps_spec(server).limits.active_thread_percentage;
-    Mps {
-        replicas: (100 / configured.clamp(1, 100)).max(1),
-        thread_percentage: server.limits.active_thread_percentage,
-        memory_limit_bytes: server.limits.pinned_memory_limit_bytes,
-    }
+    Mps::of(&node.mps_spec(server).limits, &server.limits)
+}
+
+/// A MIG device's kind: its GPU instance's profile `name`, or `<c>c.<name>` for a compute
+/// instance of `slices` in a subdivided one.
+fn kind_of(name: &str, slices: u8, subdivided: bool) -> String {
+    if subdivided { format!("{slices}c.{name}") } else { name.to_string() }
 }
 
 /// The kind of MIG device compute instance `ci` of `gi` is on `gpu`: its GPU instance's
@@ -118,10 +138,8 @@ fn mps_of(server: &MpsServerState, node: &NodeState) -> Mps {
 pub fn mig_kind(gpu: &GpuState, gi: &GpuInstance, ci: &ComputeInstance) -> (String, bool) {
     let profile = gpu.model.and_then(|m| m.profile_by_id(gi.profile_id));
     let name = profile.map_or_else(|| format!("profile-{}", gi.profile_id), |p| p.name.clone());
-    match profile {
-        Some(p) if ci.slices < p.compute_slices => (format!("{}c.{name}", ci.slices), true),
-        _ => (name, false),
-    }
+    let subdivided = profile.is_some_and(|p| ci.slices < p.compute_slices);
+    (kind_of(&name, ci.slices, subdivided), subdivided)
 }
 
 /// `gpu` of `node` as it is, time-sliced with the replicas of `replicas`.
@@ -137,13 +155,7 @@ pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape
                 devices.push(MigDevice { kind, subdivided, mps: served(&ci.uuid) });
             }
         }
-        return GpuShape {
-            index: gpu.index,
-            uuid: gpu.uuid.clone(),
-            model: gpu.model_name().to_string(),
-            mig: Some(devices),
-            whole: Shared::Exclusive,
-        };
+        return GpuShape::new(gpu, Some(devices), Shared::Exclusive);
     }
     let whole = match (served(&gpu.uuid), node.time_sliced(gpu.index)) {
         (Some(mps), _) => Shared::Mps(mps),
@@ -153,32 +165,18 @@ pub fn of_gpu(gpu: &GpuState, node: &NodeState, replicas: &Replicas) -> GpuShape
         },
         (None, None) => Shared::Exclusive,
     };
-    GpuShape {
-        index: gpu.index,
-        uuid: gpu.uuid.clone(),
-        model: gpu.model_name().to_string(),
-        mig: None,
-        whole,
-    }
+    GpuShape::new(gpu, None, whole)
 }
 
 fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
     let target = &plan.target;
-    let mps = |spec: &crate::node::MpsSpec| Mps {
-        replicas: (100 / spec.limits.active_thread_percentage.clamp(1, 100)).max(1),
-        thread_percentage: spec.limits.active_thread_percentage,
-        memory_limit_bytes: spec.limits.pinned_memory_limit_bytes,
-    };
+    let mps = |spec: &crate::node::MpsSpec| Mps::of(&spec.limits, &spec.limits);
     if target.mig_enabled {
         let mut devices = Vec::new();
         for placed in &target.instances {
             let subdivided = placed.is_subdivided();
             for (index, &slices) in placed.compute.sizes().iter().enumerate() {
-                let kind = if subdivided {
-                    format!("{slices}c.{}", placed.profile.name)
-                } else {
-                    placed.profile.name.clone()
-                };
+                let kind = kind_of(&placed.profile.name, slices, subdivided);
                 let served = target
                     .instance_mps
                     .iter()
@@ -187,13 +185,7 @@ fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
                 devices.push(MigDevice { kind, subdivided, mps: served });
             }
         }
-        return GpuShape {
-            index: gpu.index,
-            uuid: gpu.uuid.clone(),
-            model: gpu.model_name().to_string(),
-            mig: Some(devices),
-            whole: Shared::Exclusive,
-        };
+        return GpuShape::new(gpu, Some(devices), Shared::Exclusive);
     }
     let whole = match (&target.mps, target.timeslice) {
         (Some(spec), _) => Shared::Mps(mps(spec)),
@@ -209,13 +201,7 @@ fn of_target(gpu: &GpuState, plan: &GpuPlan, before: &NodeState) -> GpuShape {
         },
         (None, Some(_)) => Shared::Exclusive,
     };
-    GpuShape {
-        index: gpu.index,
-        uuid: gpu.uuid.clone(),
-        model: gpu.model_name().to_string(),
-        mig: None,
-        whole,
-    }
+    GpuShape::new(gpu, None, whole)
 }
 
 /// The time-sliced GPUs as `plan` leaves them: a GPU it time-slices with its target's
