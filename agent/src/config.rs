@@ -105,6 +105,15 @@ impl Written {
     }
 }
 
+/// A view's place, as [`AgentConfig::views_in_state_dir`] asks whether to move it.
+#[derive(Debug, Clone, Copy)]
+pub struct ViewPlace {
+    /// Whether the file writes it.
+    pub written: bool,
+    /// Whether it is the default.
+    pub at_default: bool,
+}
+
 /// Benches (`gpushare-ctl bench`): how long one may hold its GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -472,6 +481,41 @@ impl AgentConfig {
         config.written = Written::found_in(text);
         config.check_views().map_err(|why| format!("{origin}: {why}"))?;
         Ok(config)
+    }
+
+    /// Moves the views' places that `moved` picks into `state_dir` (`cdi`,
+    /// `device-plugin.yaml`, `features.d/gpushare`, `slurm/gres.conf`): a simulated
+    /// agent's unless the file writes them, an agent without root's where they are the
+    /// defaults.
+    pub fn views_in_state_dir(&mut self, state_dir: &Path, moved: impl Fn(&ViewPlace) -> bool) {
+        let defaults = AgentConfig::default();
+        let written = self.written;
+        let places = [
+            (written.cdi_dir, &mut self.cdi.dir, defaults.cdi.dir, "cdi"),
+            (
+                written.device_plugin_path,
+                &mut self.device_plugin.path,
+                defaults.device_plugin.path,
+                "device-plugin.yaml",
+            ),
+            (
+                written.labels_path,
+                &mut self.labels.path,
+                defaults.labels.path,
+                "features.d/gpushare",
+            ),
+            (
+                written.slurm_gres_conf,
+                &mut self.slurm.gres_conf,
+                defaults.slurm.gres_conf,
+                "slurm/gres.conf",
+            ),
+        ];
+        for (written, path, default, in_state_dir) in places {
+            if moved(&ViewPlace { written, at_default: *path == default }) {
+                *path = state_dir.join(in_state_dir);
+            }
+        }
     }
 
     /// The views' places are absolute (a relative one would be the agent's working

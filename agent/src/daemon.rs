@@ -215,18 +215,7 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
             if config.host_root == defaults.host_root {
                 config.host_root = node.host_root();
             }
-            if !config.written.cdi_dir {
-                config.cdi.dir = state_dir.join("cdi");
-            }
-            if !config.written.device_plugin_path {
-                config.device_plugin.path = state_dir.join("device-plugin.yaml");
-            }
-            if !config.written.labels_path {
-                config.labels.path = state_dir.join("features.d").join("gpushare");
-            }
-            if !config.written.slurm_gres_conf {
-                config.slurm.gres_conf = state_dir.join("slurm").join("gres.conf");
-            }
+            config.views_in_state_dir(&state_dir, |place| !place.written);
             if !config.written.metrics_listen {
                 if config.metrics.enabled {
                     tracing::info!(
@@ -246,20 +235,10 @@ pub unsafe fn prepare(settings: &Settings) -> Result<Prepared, String> {
         }
     };
     config.mps.root = mps_root(&config, simulated, &state_dir).0;
-    // An agent without root cannot write /var/run/cdi: its spec lives with its state.
-    if config.cdi.dir == AgentConfig::default().cdi.dir && !unix::is_root() {
-        config.cdi.dir = state_dir.join("cdi");
-    }
-    // Nor the device plugin's config or the labels in their places.
-    let defaults = AgentConfig::default();
-    if config.device_plugin.path == defaults.device_plugin.path && !unix::is_root() {
-        config.device_plugin.path = state_dir.join("device-plugin.yaml");
-    }
-    if config.labels.path == defaults.labels.path && !unix::is_root() {
-        config.labels.path = state_dir.join("features.d").join("gpushare");
-    }
-    if config.slurm.gres_conf == defaults.slurm.gres_conf && !unix::is_root() {
-        config.slurm.gres_conf = state_dir.join("slurm").join("gres.conf");
+    // An agent without root cannot write /var/run/cdi, nor the other views' default
+    // places: its views live with its state.
+    if !unix::is_root() {
+        config.views_in_state_dir(&state_dir, |place| place.at_default);
     }
     if hands_off.is_none()
         && !settings.read_only
