@@ -341,15 +341,10 @@ fn a_gpu_count_change_takes_a_slurmctld_restart() {
     }
 
     slurm.restart_slurmctld();
-    let start = Instant::now();
-    let mut info = slurm.node_info();
-    while !(info.get("Gres").is_some_and(|g| g == "gpu:1g.10gb:2,gpu:h100:1")
-        && info.get("State").is_some_and(|s| s == "IDLE"))
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "{info:?}\n{}", slurm.logs());
-        std::thread::sleep(Duration::from_millis(50));
-        info = slurm.node_info();
-    }
+    slurm.wait_node_where("idle with the new GRES", |info| {
+        info.get("Gres").is_some_and(|g| g == "gpu:1g.10gb:2,gpu:h100:1")
+            && info.get("State").is_some_and(|s| s == "IDLE")
+    });
     assert_eq!(job_env(&slurm, "gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
 }
 
@@ -520,11 +515,7 @@ fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
     assert!(!out.status.success(), "deleted a node with a running job: {}", text(&out));
     wait_job(&slurm, &job, "RUNNING");
     assert!(slurm.run("scancel", &[&job]).status.success());
-    let start = Instant::now();
-    while slurm.node_info().get("State").is_some_and(|s| !s.starts_with("IDLE")) {
-        assert!(start.elapsed() < Duration::from_secs(60), "{:?}", slurm.node_info());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    slurm.wait_node_where("idle", |info| info.get("State").is_none_or(|s| s.starts_with("IDLE")));
 
     let mig = format!(
         "Name=gpu Type=1g.10gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
@@ -585,15 +576,10 @@ fn a_gpu_count_change_ends_the_node_s_gpu_jobs() {
         assert_eq!(slurm.job_info(job)["JobState"], "RUNNING", "job {job} after the reconfigure");
     }
     slurm.restart_slurmctld();
-    let start = Instant::now();
-    let mut info = slurm.node_info();
-    while info.get("Gres").is_none_or(|g| g != "gpu:1g.10gb:2,gpu:h100:1")
-        || info.get("State").is_none_or(|s| s.starts_with("UNKNOWN"))
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "{info:?}\n{}", slurm.logs());
-        std::thread::sleep(Duration::from_millis(50));
-        info = slurm.node_info();
-    }
+    let info = slurm.wait_node_where("registered with the new GRES", |info| {
+        info.get("Gres").is_some_and(|g| g == "gpu:1g.10gb:2,gpu:h100:1")
+            && info.get("State").is_some_and(|s| !s.starts_with("UNKNOWN"))
+    });
     assert!(info["State"].contains("DRAIN"), "{info:?}");
     assert!(info["Reason"].starts_with(reason), "{info:?}");
     for job in [&on_gpu0, &on_gpu1] {
@@ -637,13 +623,8 @@ fn a_gpu_type_change_at_the_same_count_takes_a_slurmctld_restart() {
     );
     assert!(!slurm.srun(&["--gres=gpu:2g.20gb:1", "true"]).status.success());
     slurm.restart_slurmctld();
-    let start = Instant::now();
-    let mut info = slurm.node_info();
-    while info.get("Gres").is_none_or(|g| g != new) || info.get("State").is_none_or(|s| s != "IDLE")
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "{info:?}\n{}", slurm.logs());
-        std::thread::sleep(Duration::from_millis(50));
-        info = slurm.node_info();
-    }
+    slurm.wait_node_where("idle with the new types", |info| {
+        info.get("Gres").is_some_and(|g| g == new) && info.get("State").is_some_and(|s| s == "IDLE")
+    });
     assert_eq!(job_env(&slurm, "gpu:2g.20gb:1")["CUDA_VISIBLE_DEVICES"], "0");
 }

@@ -336,10 +336,20 @@ impl Slurm {
 
     /// Waits until the node's `State` satisfies `ready`, and returns its fields.
     pub fn wait_node(&self, what: &str, ready: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
+        self.wait_node_where(what, |info| info.get("State").is_some_and(|s| ready(s)))
+    }
+
+    /// Waits until the node's fields satisfy `ready` (its state and GRES after a
+    /// restart), and returns them.
+    pub fn wait_node_where(
+        &self,
+        what: &str,
+        ready: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeMap<String, String> {
         let start = Instant::now();
         loop {
             let info = self.node_info();
-            if info.get("State").is_some_and(|s| ready(s)) {
+            if ready(&info) {
                 return info;
             }
             if start.elapsed() > PATIENCE {
