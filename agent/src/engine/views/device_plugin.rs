@@ -225,16 +225,6 @@ impl DevicePluginView {
         }
     }
 
-    /// Whether the plugin can say what `ahead` makes: the rule it breaks, in one line.
-    pub fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
-        self.expressed(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
-            format!(
-                "{why}: refused, as agent.toml keeps the plugin's config ([device_plugin] \
-                 enabled = true)"
-            )
-        })
-    }
-
     /// Keeps the plugin's MPS layout: the links to the server of `uuid`, or none.
     fn keep_mps_layout(&self, uuid: Option<&str>) -> io::Result<()> {
         // Only in a root the agent may trust, as the MPS layer's: a root another user
@@ -308,6 +298,15 @@ impl View for DevicePluginView {
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String> {
         self.file.check()?;
         self.check_expressed(ahead)
+    }
+
+    fn check_expressed(&self, ahead: &Ahead<'_>) -> Result<(), String> {
+        self.expressed(&shape::planned(ahead)).map(|_| ()).map_err(|why| {
+            format!(
+                "{why}: refused, as agent.toml keeps the plugin's config ([device_plugin] \
+                 enabled = true)"
+            )
+        })
     }
 
     fn render(&self, seen: Result<&Observation<'_>, &str>) {

@@ -297,6 +297,10 @@ impl View for GresView {
     fn check(&self, ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.file.check()?;
         self.ours()?;
+        self.check_expressed(ahead)
+    }
+
+    fn check_expressed(&self, ahead: &super::Ahead<'_>) -> Result<(), String> {
         expressible(&super::shape::planned(ahead)).map_err(|why| {
             format!(
                 "{why}: refused, as agent.toml keeps this node's gres.conf ([slurm] enabled = true)"

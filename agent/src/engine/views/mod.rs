@@ -121,6 +121,12 @@ pub trait View: Send + Sync {
     /// say, refuses the apply rather than leaving the view stale after it. One line naming
     /// the place or the rule, and the setting that moves it.
     fn check(&self, ahead: &Ahead<'_>) -> Result<(), String>;
+    /// Whether it can say what `ahead` makes, its place aside (part of [`View::check`],
+    /// and all `plan`, `validate` and `apply --dry-run` ask, touching no place): the
+    /// consumer's rule it breaks, in one line. Anything, by default.
+    fn check_expressed(&self, _ahead: &Ahead<'_>) -> Result<(), String> {
+        Ok(())
+    }
     /// Whether it follows a bench's setups (the CDI spec: a bench's replicas may be
     /// containers), or waits for the bench's end: the files schedulers read (the device
     /// plugin's config, the labels, gres.conf) do not show a GPU a bench holds for a while
@@ -197,12 +203,9 @@ impl Views {
     /// touching their places (`plan`, `validate`, `apply --dry-run`): what an apply of it
     /// would be refused for by [`Views::check`] besides a place.
     pub fn expressible(&self, plan: &Plan, before: &NodeState) -> Result<(), String> {
-        if !self.device_plugin.enabled() {
-            return Ok(());
-        }
         let replicas = self.intent().replicas;
         let ahead = Ahead { before, plan, replicas: &replicas };
-        self.device_plugin.check_expressed(&ahead)
+        self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check_expressed(&ahead))
     }
 
     /// Learns the time-slicing replicas of the active profile from `plan` (the active
