@@ -142,6 +142,11 @@ impl View for CdiView {
         true
     }
 
+    /// The spec names devices, not how a whole GPU is time-sliced.
+    fn reads_intervals(&self) -> bool {
+        false
+    }
+
     /// Its place only: the spec names whatever the GPUs become.
     fn check(&self, _ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.writer.check()

@@ -127,6 +127,11 @@ pub trait View: Send + Sync {
     fn check_expressed(&self, _ahead: &Ahead<'_>) -> Result<(), String> {
         Ok(())
     }
+    /// Whether it says a GPU is time-sliced (the interval is an nvidia-smi run, read for
+    /// the views only where one of them says it).
+    fn reads_intervals(&self) -> bool {
+        true
+    }
     /// Whether it follows a bench's setups (the CDI spec: a bench's replicas may be
     /// containers), or waits for the bench's end: the files schedulers read (the device
     /// plugin's config, the labels, gres.conf) do not show a GPU a bench holds for a while
@@ -288,8 +293,9 @@ impl Views {
         }
         let intent = self.intent();
         // Intervals cost an nvidia-smi run: read where an apply time-sliced a GPU (as
-        // `status` reads them where the active profile time-slices).
-        let reads = Reads { timeslices: !intent.replicas.is_empty(), ..Reads::GPUS_AND_SERVERS };
+        // `status` reads them where the active profile time-slices) and a view says so.
+        let timeslices = !intent.replicas.is_empty() && kept.iter().any(|v| v.reads_intervals());
+        let reads = Reads { timeslices, ..Reads::GPUS_AND_SERVERS };
         // The shares' limits are those the servers give their clients now.
         let observed = match access.observe(reads).await {
             Ok(node) => access.read_live_limits(node, |_| false).await,
