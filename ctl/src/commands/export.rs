@@ -43,10 +43,9 @@ pub async fn run(
 fn text_of(export: &Export, format: ExportFormat) -> Result<&str, CtlError> {
     match format {
         ExportFormat::Toml => Ok(&export.text),
-        ExportFormat::MigParted if export.mig_parted.is_empty() => Err(CtlError::ctl(
-            Kind::AgentOutdated,
-            "the agent does not export mig-parted files: upgrade gpushare-agent",
-        )),
+        ExportFormat::MigParted if export.mig_parted.is_empty() => {
+            Err(outdated("mig-parted files"))
+        }
         ExportFormat::MigParted => Ok(&export.mig_parted),
         ExportFormat::DevicePlugin => match &export.device_plugin_refused {
             Some(why) => Err(CtlError::ctl(Kind::Inexpressible, why.clone())),
