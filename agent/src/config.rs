@@ -82,6 +82,8 @@ pub struct Written {
     pub labels_path: bool,
     /// `[slurm] gres_conf`.
     pub slurm_gres_conf: bool,
+    /// `[slurm] slurmd_env`.
+    pub slurm_slurmd_env: bool,
     /// `[metrics] listen`.
     pub metrics_listen: bool,
 }
@@ -100,6 +102,7 @@ impl Written {
             device_plugin_path: has("device_plugin", "path"),
             labels_path: has("labels", "path"),
             slurm_gres_conf: has("slurm", "gres_conf"),
+            slurm_slurmd_env: has("slurm", "slurmd_env"),
             metrics_listen: has("metrics", "listen"),
         }
     }
@@ -199,7 +202,8 @@ impl Default for LabelsSettings {
     }
 }
 
-/// Slurm's gres.conf of this node, kept true to the GPUs (DESIGN.md "Slurm (issue 41)").
+/// Slurm's gres.conf of this node, kept true to the GPUs, and the node taken through a
+/// change of its GRES (DESIGN.md "Slurm (issue 41)").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlurmSettings {
@@ -208,15 +212,81 @@ pub struct SlurmSettings {
     /// The node-local gres.conf slurmd reads (`/etc/slurm/gres.conf`; under `--simulate`
     /// unless the file writes it, or without root, `<state_dir>/slurm/gres.conf`).
     pub gres_conf: PathBuf,
+    /// Whether an apply that changes the node's GRES takes the node through it (drain,
+    /// slurmd registered again with the new GRES, resume); false: gres.conf only.
+    pub manage_node: bool,
+    /// Slurm's name of this node; empty: the host's short name (slurmd's own default).
+    pub node: String,
+    /// Where `scontrol` and `squeue` are.
+    pub bin_dir: PathBuf,
+    /// `SLURM_CONF` for them and the slurmd commands; empty: Slurm's own default.
+    pub slurm_conf: PathBuf,
+    /// The file a dynamic node's slurmd reads its `Gres=` from
+    /// (`GPUSHARE_SLURMD_GRES=…`, packaging/slurm/slurmd-gpushare.conf).
+    pub slurmd_env: PathBuf,
+    /// Stops slurmd (through `/bin/sh -c`), returning once it has stopped.
+    pub stop_slurmd: String,
+    /// Starts slurmd (through `/bin/sh -c`).
+    pub start_slurmd: String,
+    /// How long slurmd may take to register again with the new GRES, 1 to 3600 seconds.
+    #[serde(deserialize_with = "register_timeout")]
+    pub register_timeout_seconds: u64,
 }
 
 /// Where [`SlurmSettings::gres_conf`] is by default.
 pub const SLURM_GRES_CONF: &str = "/etc/slurm/gres.conf";
+/// Where [`SlurmSettings::slurmd_env`] is by default.
+pub const SLURMD_ENV: &str = "/run/gpushare/slurmd.env";
 
 impl Default for SlurmSettings {
     fn default() -> Self {
-        Self { enabled: false, gres_conf: PathBuf::from(SLURM_GRES_CONF) }
+        Self {
+            enabled: false,
+            gres_conf: PathBuf::from(SLURM_GRES_CONF),
+            manage_node: true,
+            node: String::new(),
+            bin_dir: PathBuf::from("/usr/bin"),
+            slurm_conf: PathBuf::new(),
+            slurmd_env: PathBuf::from(SLURMD_ENV),
+            stop_slurmd: "systemctl stop slurmd.service".into(),
+            start_slurmd: "systemctl start slurmd.service".into(),
+            register_timeout_seconds: 120,
+        }
     }
+}
+
+impl SlurmSettings {
+    /// Slurm's name of this node: [`SlurmSettings::node`], else the host's short name.
+    pub fn node_name(&self) -> String {
+        if !self.node.is_empty() {
+            return self.node.clone();
+        }
+        let host = nix::unistd::gethostname().unwrap_or_default();
+        let host = host.to_string_lossy();
+        host.split('.').next().unwrap_or_default().to_string()
+    }
+
+    /// A node name Slurm could have, and that is one argument of scontrol's: letters,
+    /// digits, `-`, `_` and `.`, at most 64.
+    fn check_node(&self) -> Result<(), String> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if self.node.len() > 64 || !self.node.chars().all(ok) {
+            return Err(format!(
+                "[slurm] node: {:?} is no Slurm node name (letters, digits, '-', '_', '.'; at \
+                 most 64)",
+                self.node.chars().take(80).collect::<String>()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn register_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if !(1..=3600).contains(&n) {
+        return Err(serde::de::Error::custom(format!("{n} is not between 1 and 3600")));
+    }
+    Ok(n)
 }
 
 /// Prometheus metrics.
@@ -510,6 +580,12 @@ impl AgentConfig {
                 defaults.slurm.gres_conf,
                 "slurm/gres.conf",
             ),
+            (
+                written.slurm_slurmd_env,
+                &mut self.slurm.slurmd_env,
+                defaults.slurm.slurmd_env,
+                "slurm/slurmd.env",
+            ),
         ];
         for (written, path, default, in_state_dir) in places {
             if moved(&ViewPlace { written, at_default: *path == default }) {
@@ -526,8 +602,11 @@ impl AgentConfig {
             ("[device_plugin] path", &self.device_plugin.path),
             ("[labels] path", &self.labels.path),
             ("[slurm] gres_conf", &self.slurm.gres_conf),
+            ("[slurm] slurmd_env", &self.slurm.slurmd_env),
         ];
-        for (key, path) in files.iter().copied().chain([("[cdi] dir", &self.cdi.dir)]) {
+        self.slurm.check_node()?;
+        let dirs = [("[cdi] dir", &self.cdi.dir), ("[slurm] bin_dir", &self.slurm.bin_dir)];
+        for (key, path) in files.iter().copied().chain(dirs) {
             if !path.is_absolute() {
                 return Err(format!("{key}: {} is not an absolute path", path.display()));
             }

@@ -24,16 +24,18 @@
 //! 12. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
 //!     its statistics are bench's.
 //! 13. [`access`] — who may change the GPUs.
-//! 14. [`engine`] — the agent's operations for any transport: typed jobs, results,
+//! 14. [`slurm`] — Slurm as this node sees it: its GRES, drains, its jobs, slurmd's
+//!     restart (scontrol, squeue and the site's commands).
+//! 15. [`engine`] — the agent's operations for any transport: typed jobs, results,
 //!     errors and events.
-//! 15. [`metrics`] — Prometheus series, following the engine's events.
-//! 16. [`service`] — the D-Bus interface: transport only, and the one place errors become
+//! 16. [`metrics`] — Prometheus series, following the engine's events.
+//! 17. [`service`] — the D-Bus interface: transport only, and the one place errors become
 //!     D-Bus errors.
-//! 17. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
+//! 18. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
 //!     environment that hands them the node (`--simulate`).
-//! 18. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//! 19. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
-//! 19. [`man`] — the man page gpushare-agent(8): options, files and `agent.toml`'s keys,
+//! 20. [`man`] — the man page gpushare-agent(8): options, files and `agent.toml`'s keys,
 //!     signals, environment.
 
 pub mod access;
@@ -54,4 +56,5 @@ pub mod profile;
 pub mod service;
 pub mod sharing;
 pub mod simulator;
+pub mod slurm;
 pub mod sys;

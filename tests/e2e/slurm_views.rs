@@ -80,7 +80,11 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
     }
     let dir = tempfile::tempdir().unwrap();
     let gres = dir.path().join("gres.conf");
-    let config = format!("[slurm]\nenabled = true\ngres_conf = {:?}\n", gres.display().to_string());
+    let config = format!(
+        "[slurm]\nenabled = true\nmanage_node = false\ngres_conf = {:?}\nslurmd_env = {:?}\n",
+        gres.display().to_string(),
+        dir.path().join("slurmd.env").display().to_string()
+    );
     let agent = Agent::start(AgentOptions::simulate("h100-80gb:2").config(&config));
 
     // half-balanced: GPU 0's MIG devices and GPU 1 whole.

@@ -82,6 +82,9 @@ pub struct Setup {
     /// A dynamic node (`slurmd -Z --conf "… Gres=<node_gres>"`, Slurm 22.05+): no
     /// `NodeName=` line in slurm.conf, the node brings its own when slurmd registers.
     pub dynamic: bool,
+    /// A dynamic node whose gres.conf and `Gres=` are gpushare-agent's, in this directory
+    /// ([`Setup::agent_driven`]).
+    pub agent_dir: Option<PathBuf>,
 }
 
 impl Setup {
@@ -93,7 +96,20 @@ impl Setup {
             gres_conf: gres_conf.into(),
             lines: Vec::new(),
             dynamic: false,
+            agent_dir: None,
         }
+    }
+
+    /// A dynamic node driven by gpushare-agent as on a real host: gres.conf is the agent's
+    /// `<dir>/gres.conf` (linked beside slurm.conf), slurmd reads its `Gres=` from the
+    /// agent's `<dir>/slurmd.env` each time it starts, and the agent stops and starts it
+    /// through [`agent_commands`] (a supervisor, standing in for systemd, keeps slurmd
+    /// running unless `<dir>/slurmd.stopped` exists). `<dir>/slurm.conf` is linked to
+    /// the cluster's, for the agent's `[slurm] slurm_conf`.
+    pub fn agent_driven(mut self, dir: &Path) -> Setup {
+        self.dynamic = true;
+        self.agent_dir = Some(dir.to_path_buf());
+        self
     }
 
     /// The same setup as a dynamic node.
@@ -115,6 +131,8 @@ pub struct Slurm {
     node: String,
     /// A dynamic node's `Gres=` for its next slurmd start (`None`: a node of slurm.conf).
     dynamic_gres: Option<String>,
+    /// Where gpushare-agent keeps gres.conf and slurmd.env ([`Setup::agent_driven`]).
+    agent_dir: Option<PathBuf>,
     /// slurmctld's count of node registrations before slurmd last started (a registration
     /// the harness waits for must come after it).
     registered_before: Option<u64>,
@@ -172,6 +190,7 @@ impl Slurm {
             dir,
             node,
             dynamic_gres: None,
+            agent_dir: setup.agent_dir.clone(),
             registered_before: None,
             munged: None,
             slurmctld: None,
@@ -264,7 +283,16 @@ impl Slurm {
         } else {
             self.set_node_gres(&setup.node_gres);
         }
-        self.set_gres_conf(&setup.gres_conf);
+        match &setup.agent_dir {
+            Some(agent) => {
+                std::os::unix::fs::symlink(agent.join("gres.conf"), self.gres_conf())
+                    .expect("gres.conf link");
+                let link = agent.join("slurm.conf");
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(self.slurm_conf(), link).expect("slurm.conf link");
+            }
+            None => self.set_gres_conf(&setup.gres_conf),
+        }
     }
 
     /// Rewrites the node's line ([`NODE_CONF`]) with this `Gres=`; Slurm reads it when told.
@@ -456,6 +484,7 @@ impl Slurm {
         self.registered_before = self.registrations();
         let node = self.node.clone();
         let child = match &self.dynamic_gres {
+            _ if self.agent_dir.is_some() => self.spawn_supervisor(),
             None => self.spawn("slurmd", &["-D", "-N", &node], "slurmd.out"),
             Some(gres) => {
                 let line = self.node_line(gres);
@@ -472,6 +501,7 @@ impl Slurm {
 
     /// A dynamic node's `Gres=` for its next slurmd start ([`Setup::dynamic`]).
     pub fn set_dynamic_gres(&mut self, gres: &str) {
+        assert!(self.agent_dir.is_none(), "the agent's slurmd.env says it");
         assert!(self.dynamic_gres.is_some(), "not a dynamic node");
         self.dynamic_gres = Some(gres.into());
     }
@@ -509,6 +539,46 @@ impl Slurm {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    /// The supervisor of an agent-driven slurmd ([`Setup::agent_driven`]).
+    fn spawn_supervisor(&self) -> Child {
+        let agent = self.agent_dir.clone().expect("agent-driven");
+        let slurmd = find("slurmd").expect("slurmd");
+        let line = self.node_line("");
+        let conf = line
+            .trim()
+            .split(' ')
+            .filter(|w| !w.starts_with("NodeName=") && !w.starts_with("State="))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let script = self.dir().join("slurmd-supervisor");
+        write_script(
+            &script,
+            &format!(
+                "#!/bin/sh\n\
+                 A={a}\n\
+                 pid=\n\
+                 trap '[ -n \"$pid\" ] && kill $pid && wait $pid; rm -f $A/slurmd.pid; exit 0' TERM\n\
+                 while :; do\n\
+                 \tif [ ! -e $A/slurmd.stopped ]; then\n\
+                 \t\t. $A/slurmd.env\n\
+                 \t\t{slurmd} -D -N {node} -Z --conf \"{conf} Gres=$GPUSHARE_SLURMD_GRES\" &\n\
+                 \t\tpid=$!\n\
+                 \t\techo $pid > $A/slurmd.pid\n\
+                 \t\twait $pid\n\
+                 \t\tpid=\n\
+                 \t\trm -f $A/slurmd.pid\n\
+                 \tfi\n\
+                 \tsleep 0.1\n\
+                 done\n",
+                a = agent.display(),
+                slurmd = slurmd.display(),
+                node = self.node,
+            ),
+        );
+        let script = script.display().to_string();
+        self.spawn("/bin/sh", &[&script], "slurmd.out")
     }
 
     fn spawn_munged(&self) -> Child {
@@ -593,6 +663,26 @@ impl Drop for Slurm {
         stop(self.slurmctld.take());
         stop(self.munged.take());
     }
+}
+
+/// The `[slurm]` lines of agent.toml for a node [`Setup::agent_driven`] by `dir`: its
+/// gres.conf, slurmd.env and slurm.conf there, and the commands that stop slurmd (and
+/// wait until it has) and start it.
+pub fn agent_commands(dir: &Path) -> String {
+    let d = dir.display();
+    let stop = format!(
+        "touch {d}/slurmd.stopped; p=$(cat {d}/slurmd.pid 2>/dev/null) && kill $p; \
+         while [ -e {d}/slurmd.pid ]; do sleep 0.05; done"
+    );
+    format!(
+        "[slurm]\nenabled = true\ngres_conf = \"{d}/gres.conf\"\nslurmd_env = \"{d}/slurmd.env\"\n\
+         slurm_conf = \"{d}/slurm.conf\"\nbin_dir = \"{bin}\"\nstop_slurmd = {stop:?}\n\
+         start_slurmd = \"rm -f {d}/slurmd.stopped\"\nregister_timeout_seconds = 120\n",
+        bin = find("scontrol")
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default()
+            .display(),
+    )
 }
 
 /// SIGTERM, then SIGKILL after a while, and reap.

@@ -15,6 +15,7 @@ use super::error::EngineError;
 use super::events::EngineEvent;
 use super::gate::{BOOT_JOB, LOCK_WAIT};
 use super::jobs::{BenchClaim, JobGuard, JobKind, JobReport, JobResult};
+use super::slurm::SlurmPass;
 use crate::apply::Progress;
 use crate::apply::journal::ProfileDocument;
 use crate::apply::transaction::Recovered;
@@ -32,6 +33,9 @@ pub struct ApplyJob {
     repaired: Option<Recovered>,
     /// Whether this is the re-apply at start-up.
     boot: bool,
+    /// What it must do in Slurm (`[slurm]`): nothing at start-up, where the agent runs
+    /// before slurmd.
+    slurm: Option<SlurmPass>,
     _guard: JobGuard,
 }
 
@@ -72,7 +76,7 @@ impl Engine {
         let mut guard = self.gate.lock_for(job, kind).await?;
         let repaired = self.settle_unfinished(deadline).await?;
         let planned = self.plan_apply(source, profile, force, job == BOOT_JOB).await;
-        let (plan, before, document) = match (planned, &repaired) {
+        let (plan, before, document, slurm) = match (planned, &repaired) {
             (Ok(planned), _) => planned,
             // The GPUs changed all the same: the refusal says how.
             (Err(error), Some(r)) => {
@@ -83,7 +87,7 @@ impl Engine {
         };
         guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
         let boot = job == BOOT_JOB;
-        Ok(ApplyJob { plan, document, before, repaired, boot, _guard: guard })
+        Ok(ApplyJob { plan, document, before, repaired, boot, slurm, _guard: guard })
     }
 
     /// The plan of an apply of `profile` (from `source`) against a fresh observation,
@@ -96,7 +100,7 @@ impl Engine {
         profile: Profile,
         force: bool,
         boot: bool,
-    ) -> Result<(Plan, NodeState, Option<ProfileDocument>), EngineError> {
+    ) -> Result<(Plan, NodeState, Option<ProfileDocument>, Option<SlurmPass>), EngineError> {
         let before = self.observe().await?;
         // A benched GPU is the bench's until it ends; refused before any plan is made (a
         // plan would describe the bench's setup, and the bench's restore would undo it).
@@ -112,6 +116,8 @@ impl Engine {
             Err(why) if boot => tracing::warn!("re-applying at start-up all the same: {why}"),
             checked => checked.map_err(EngineError::NotPossible)?,
         }
+        // Slurm last: it is asked (slurmctld, squeue) only for a plan nothing else refuses.
+        let slurm = if boot { None } else { self.slurm_prepare(&plan, &before).await? };
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {
@@ -120,7 +126,7 @@ impl Engine {
                 config: config.to_string(),
             }),
         };
-        Ok((plan, before, document))
+        Ok((plan, before, document, slurm))
     }
 
     /// An apply whose rollback failed (or whose end could not be written) leaves its GPUs
@@ -187,9 +193,21 @@ impl Engine {
         let started = Instant::now();
         let plan = &job.plan;
         let total = u32::try_from(plan.step_count()).unwrap_or(u32::MAX);
+        if let Some(pass) = &job.slurm
+            && let Err(refused) = self.slurm_drain(pass, &plan.profile).await
+        {
+            return self.apply_refused(job, refused, started);
+        }
         let outcome =
             self.transactions.apply(plan, job.document.clone(), &job.before, &progress).await;
         drop(progress);
+        let slurm = match &job.slurm {
+            Some(pass) => {
+                let settled = outcome.as_ref().map(drop).map_err(ToString::to_string);
+                self.slurm_finish(pass, &plan.profile, settled).await.err()
+            }
+            None => None,
+        };
         let repaired = job.repaired.as_ref().filter(|r| r.steps > 0);
         let changed = total > 0 || repaired.is_some();
         let mut report = JobReport {
@@ -211,6 +229,11 @@ impl Engine {
             Ok(applied) => {
                 report.steps_done = applied.steps_done;
                 report.warnings.extend(applied.warnings);
+                // The GPUs are as asked, Slurm is not: the node is left drained.
+                if let Some(why) = slurm {
+                    report.result = JobResult::Failed;
+                    report.error = Some(EngineError::Slurm(why));
+                }
             }
             Err(error) => {
                 report.result = error.settled().into();
@@ -218,12 +241,38 @@ impl Engine {
                 report.steps_done = error.steps_done();
                 let profile = plan.profile.clone();
                 report.error = Some(EngineError::Apply { profile, error: Box::new(error) });
+                report.warnings.extend(slurm);
             }
         }
+        self.apply_finished(job, report, started)
+    }
+
+    /// An apply refused after its job began (by Slurm: a job took GRES on the node
+    /// meanwhile): nothing changed.
+    fn apply_refused(&self, job: &ApplyJob, error: EngineError, started: Instant) -> JobReport {
+        let plan = &job.plan;
+        let report = JobReport {
+            kind: JobKind::Apply { profile: plan.profile.clone() },
+            result: JobResult::Failed,
+            changed: false,
+            steps_done: 0,
+            steps_total: u32::try_from(plan.step_count()).unwrap_or(u32::MAX),
+            duration: Duration::ZERO,
+            error: Some(error),
+            warnings: Vec::new(),
+            probe: None,
+            bench: None,
+        };
+        self.apply_finished(job, report, started)
+    }
+
+    /// An apply's report, completed: its duration, the start-up error kept or cleared, the
+    /// event sent, the job finished.
+    fn apply_finished(&self, job: &ApplyJob, mut report: JobReport, started: Instant) -> JobReport {
         report.duration = started.elapsed();
         self.settle_start_up_error(job.boot, report.error.as_ref());
         self.events.emit(EngineEvent::ApplyFinished {
-            profile: plan.profile.clone(),
+            profile: job.plan.profile.clone(),
             result: report.result,
             duration: report.duration,
         });

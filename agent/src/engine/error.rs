@@ -43,6 +43,9 @@ pub enum EngineError {
     /// comparison on a GPU in use).
     #[error("{0}")]
     NotPossible(String),
+    /// Slurm refused or failed an apply's passage through it (`[slurm]`).
+    #[error("{0}")]
+    Slurm(String),
     /// An apply ran and failed.
     #[error("applying {profile}: {error}")]
     Apply {

@@ -31,6 +31,7 @@ mod mps;
 pub mod probe;
 pub mod queries;
 pub mod report;
+pub mod slurm;
 pub mod telemetry;
 pub mod transactions;
 pub mod views;
@@ -93,6 +94,8 @@ pub struct Engine {
     running_bench: Mutex<Option<Cancel>>,
     /// How long a bench may take, and the benches being checked as their callers.
     bench_limits: bench_limits::BenchLimits,
+    /// This node in Slurm, where `[slurm]` takes it through GRES changes.
+    slurm: Option<Arc<crate::slurm::SlurmNode>>,
 }
 
 impl Engine {
@@ -165,6 +168,8 @@ impl Engine {
             launcher: Arc::new(Launcher::Direct),
             running_bench: Mutex::new(None),
             bench_limits: bench_limits::BenchLimits::new(&config.bench),
+            slurm: (config.slurm.enabled && config.slurm.manage_node)
+                .then(|| Arc::new(crate::slurm::SlurmNode::new(&config.slurm))),
         })
     }
 

@@ -38,6 +38,7 @@ fn of_kind(e: EngineError, message: String) -> AgentError {
         EngineError::Sharing(_)
         | EngineError::InvalidArgument(_)
         | EngineError::NotPossible(_)
+        | EngineError::Slurm(_)
         | EngineError::Probe { .. }
         | EngineError::Bench { .. }
         | EngineError::Recovery(_)

@@ -6,7 +6,9 @@
 //! spec finds them); an MPS server on a whole GPU `Name=mps Count=100` on that GPU's file
 //! (Slurm shares out the percentage); a time-sliced GPU's replicas `Name=shard`. The file
 //! also says, as comments, the `GresTypes=` and the node's `Gres=` slurm.conf needs for
-//! them (slurm.conf is the controller's, not the node's).
+//! them (slurm.conf is the controller's, not the node's), and a second file, slurmd's
+//! environment (`GPUSHARE_SLURMD_GRES=`), gives a dynamic node's slurmd the same `Gres=`
+//! (packaging/slurm/slurmd-gpushare.conf).
 
 use std::path::PathBuf;
 
@@ -200,6 +202,47 @@ fn node_gres(lines: &[Line]) -> String {
     parts.iter().map(|(k, n)| format!("{k}:{n}")).collect::<Vec<_>>().join(",")
 }
 
+/// The node's `Gres=` a layout gives, as [`text`] would count its lines (without the
+/// device files, which only an observation finds): what Slurm should list after an apply.
+pub fn node_gres_of(gpus: &[super::shape::GpuShape]) -> String {
+    use super::shape::Shared;
+    let mut lines = Vec::new();
+    let line = |name: &'static str, kind: Option<String>, count: u32| Line {
+        name,
+        kind,
+        count,
+        files: Vec::new(),
+        device: None,
+    };
+    for g in gpus {
+        if let Some(devices) = &g.mig {
+            lines.extend(devices.iter().map(|d| line("gpu", Some(type_name(&d.kind)), 1)));
+            continue;
+        }
+        lines.push(line("gpu", Some(type_name(&g.model)), 1));
+        match g.whole {
+            Shared::Mps(_) => lines.push(line("mps", None, 100)),
+            Shared::TimeSliced { replicas: Some(r), .. } => lines.push(line("shard", None, r)),
+            _ => {}
+        }
+    }
+    node_gres(&lines)
+}
+
+/// How slurmd's environment file begins.
+const ENV_HEADER: &str = "# slurmd's Gres= on this dynamic node, written by gpushare-agent";
+
+/// slurmd's environment file for a `gres.conf` `text` (its `Gres=` comment).
+fn env_text(gres_conf: &str) -> String {
+    let gres = gres_conf
+        .lines()
+        .find_map(|l| l.strip_prefix("# slurm.conf, this node's NodeName line: Gres="))
+        .unwrap_or_default();
+    format!(
+        "{ENV_HEADER}\n# (packaging/slurm/slurmd-gpushare.conf); do not edit.\nGPUSHARE_SLURMD_GRES={gres}\n"
+    )
+}
+
 /// The gres.conf text for `node` (time-sliced GPUs' `replicas`), the device files from
 /// `files`; or why it cannot be made.
 pub fn text(
@@ -246,14 +289,17 @@ pub fn text(
     Ok(out)
 }
 
-/// The view: its file.
+/// The view: its files.
 pub struct GresView {
     file: Kept,
+    /// slurmd's environment, its `Gres=` (see [`env_text`]).
+    env: Kept,
 }
 
 impl GresView {
-    /// The view writing at `path` (kept when `enabled`).
-    pub fn new(path: PathBuf, enabled: bool) -> Self {
+    /// The view writing gres.conf at `path` and slurmd's environment at `env` (kept when
+    /// `enabled`).
+    pub fn new(path: PathBuf, env: PathBuf, enabled: bool) -> Self {
         let file = Kept::new(Place {
             words: format!("Slurm gres.conf {}", path.display()),
             path,
@@ -261,7 +307,14 @@ impl GresView {
             setting: "[slurm] gres_conf",
             noun: "the GRES",
         });
-        GresView { file }
+        let env = Kept::new(Place {
+            words: format!("slurmd's environment {}", env.display()),
+            path: env,
+            enabled,
+            setting: "[slurm] slurmd_env",
+            noun: "slurmd's GRES",
+        });
+        GresView { file, env }
     }
 
     /// Whether the file there, if any, is one gpushare wrote: a site's hand-written
@@ -296,6 +349,7 @@ impl View for GresView {
 
     fn check(&self, ahead: &super::Ahead<'_>) -> Result<(), String> {
         self.file.check()?;
+        self.env.check()?;
         self.ours()?;
         self.check_expressed(ahead)
     }
@@ -317,6 +371,10 @@ impl View for GresView {
                 .map(String::into_bytes)
                 .map_err(|why| format!("not rewritten: {why}"))
         });
+        if let Ok(text) = &made {
+            let env = env_text(&String::from_utf8_lossy(text)).into_bytes();
+            self.env.keep("slurmd's environment", Ok(env));
+        }
         self.file.keep(self.name(), made);
     }
 }
@@ -475,7 +533,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gres.conf");
         std::fs::write(&path, "Name=gpu File=/dev/nvidia0\n").unwrap();
-        let view = GresView::new(path.clone(), true);
+        let view = GresView::new(path.clone(), path.with_extension("env"), true);
         let e = view.ours().unwrap_err();
         assert!(
             e.contains("not written by gpushare-agent") && e.contains("[slurm] gres_conf"),

@@ -153,6 +153,8 @@ pub struct Views {
     device_plugin: Arc<device_plugin::DevicePluginView>,
     /// The node labels, also written when an apply begins.
     labels: Arc<labels::LabelsView>,
+    /// Slurm's gres.conf, also telling what an apply makes of the node's GRES.
+    gres: Arc<gres::GresView>,
     /// Every view, the CDI spec first.
     all: Vec<Arc<dyn View>>,
     /// What they know besides the GPUs.
@@ -174,11 +176,14 @@ impl Views {
         ));
         let labels =
             Arc::new(labels::LabelsView::new(config.labels.path.clone(), config.labels.enabled));
-        let gres =
-            Arc::new(gres::GresView::new(config.slurm.gres_conf.clone(), config.slurm.enabled));
+        let gres = Arc::new(gres::GresView::new(
+            config.slurm.gres_conf.clone(),
+            config.slurm.slurmd_env.clone(),
+            config.slurm.enabled,
+        ));
         let all: Vec<Arc<dyn View>> =
-            vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres];
-        Views { cdi, device_plugin, labels, all, intent: Mutex::default() }
+            vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres.clone()];
+        Views { cdi, device_plugin, labels, gres, all, intent: Mutex::default() }
     }
 
     /// The CDI spec's view.
@@ -211,6 +216,13 @@ impl Views {
         let replicas = self.intent().replicas;
         let ahead = Ahead { before, plan, replicas: &replicas };
         self.all.iter().filter(|v| v.enabled()).try_for_each(|v| v.check_expressed(&ahead))
+    }
+
+    /// The node's `Gres=` after `plan` (made against `before`), where gres.conf is kept.
+    pub fn slurm_gres(&self, plan: &Plan, before: &NodeState) -> Option<String> {
+        let replicas = self.intent().replicas;
+        let ahead = Ahead { before, plan, replicas: &replicas };
+        self.gres.enabled().then(|| gres::node_gres_of(&shape::planned(&ahead)))
     }
 
     /// Learns the time-slicing replicas of the active profile from `plan` (the active
