@@ -44,6 +44,7 @@ mod reset_blockers;
 mod sandbox;
 mod sharing;
 mod slurm;
+mod slurm_clients;
 mod slurm_views;
 mod start_up;
 mod suite_accounts;
