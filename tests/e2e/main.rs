@@ -45,6 +45,7 @@ mod sandbox;
 mod sharing;
 mod slurm;
 mod slurm_apply;
+mod slurm_clients;
 mod slurm_views;
 mod start_up;
 mod suite_accounts;

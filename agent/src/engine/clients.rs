@@ -260,7 +260,7 @@ pub fn table(
             true => (
                 Some(owner.uid),
                 names.entry(owner.uid).or_insert_with(|| user_name(owner.uid)).clone(),
-                process.placement(&mounts.cgroups),
+                process.placement(proc_root, &mounts.cgroups),
             ),
             false => (None, None, (None, None)),
         };

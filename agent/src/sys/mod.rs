@@ -1,9 +1,10 @@
 //! What the agent needs from the operating system, written once: running external
 //! programs ([`command`]), files written atomically ([`files`]), which directories and
 //! files it may trust ([`trusted`]), what `/proc` says about processes ([`procfs`]), what the
-//! agent's mounts say of `/proc`'s `hidepid` and of who named a cgroup ([`mounts`]), the
-//! few raw C library calls ([`unix`]), and where log lines go: stderr or the systemd
-//! journal ([`log`]), and transient units of systemd ([`systemd`]).
+//! agent's mounts say of `/proc`'s `hidepid` and of who named a cgroup ([`mounts`]), what
+//! names a Slurm job among processes ([`slurmstepd`]), the few raw C library calls
+//! ([`unix`]), and where log lines go: stderr or the systemd journal ([`log`]), and
+//! transient units of systemd ([`systemd`]).
 
 pub mod command;
 pub mod files;
@@ -11,6 +12,7 @@ pub mod log;
 pub mod mounts;
 pub mod place;
 pub mod procfs;
+pub mod slurmstepd;
 pub mod systemd;
 pub mod text;
 pub mod trusted;

@@ -2,7 +2,9 @@
 //! session, start time and user, the descendants of a process, and which hold a file open;
 //! a process's owner, whether a user may read it as the kernel decides (`hidepid`,
 //! `environ`), its command line, cgroup placement (unit, container: only from the cgroups
-//! root named, see [`super::mounts`]) and environment.
+//! root named, see [`super::mounts`]; a Slurm job's processes: from root's cgroup names or
+//! a root-owned step daemon among their ancestors, see [`super::slurmstepd`]) and
+//! environment.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,7 @@ use std::path::{Path, PathBuf};
 use gpushare_base::process::Stat;
 
 use super::mounts::CgroupMounts;
+use super::slurmstepd;
 
 /// Whether a process still runs: gpushare's one rule, [`gpushare_base::process::alive`]
 /// (gone, or a zombie whose every thread has exited, has ended).
@@ -266,16 +269,62 @@ impl Process {
         (!line.is_empty()).then_some(line)
     }
 
-    /// The systemd unit and the container (the first 12 hex digits of its id) it runs in,
-    /// from its cgroup path, believing only the cgroups root named in `cgroups`
-    /// ([`placement_of_cgroup`]).
-    pub fn placement(&self, cgroups: &CgroupMounts) -> (Option<String>, Option<String>) {
-        match read_bounded(&self.file("cgroup"), 16 * 1024) {
-            Some(bytes) => placement_of_cgroup(&String::from_utf8_lossy(&bytes), &|c, p| {
-                cgroups.named_by_root(c, p)
-            }),
-            None => (None, None),
+    /// The unit and the container (the first 12 hex digits of its id) it runs in, from its
+    /// cgroup path, believing only the cgroups root named in `cgroups`
+    /// ([`placement_of_cgroup`]). The unit of a Slurm job's process is the job's
+    /// ([`slurmstepd::unit`]): from a job's cgroup that root named ([`slurm_job_of_cgroup`]),
+    /// else from its ancestors under `proc_root` ([`Process::slurm_job`]); else the systemd
+    /// unit.
+    pub fn placement(
+        &self,
+        proc_root: &Path,
+        cgroups: &CgroupMounts,
+    ) -> (Option<String>, Option<String>) {
+        let text = read_bounded(&self.file("cgroup"), 16 * 1024)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default();
+        let named_by_root = |c: &str, p: &str| cgroups.named_by_root(c, p);
+        let (unit, container) = placement_of_cgroup(&text, &named_by_root);
+        let job = slurm_job_of_cgroup(&text, &named_by_root).or_else(|| self.slurm_job(proc_root));
+        (job.map(slurmstepd::unit).or(unit), container)
+    }
+
+    /// When it started, in clock ticks after boot (its `stat`, through the directory held).
+    fn start_time(&self) -> Option<u64> {
+        let stat = read_bounded(&self.file("stat"), 4096)?;
+        Stat::parse(&String::from_utf8_lossy(&stat)).map(|s| s.start_time)
+    }
+
+    /// Its first argument (up to the first NUL, at most 256 bytes); `None` when unreadable.
+    fn first_argument(&self) -> Option<String> {
+        let bytes = read_bounded(&self.file("cmdline"), 256)?;
+        let first = bytes.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(first).into_owned())
+    }
+
+    /// The Slurm job it runs in, as its ancestors under `proc_root` say (the nearest
+    /// [`ANCESTORS_MAX`], read-only): the nearest that runs as root (real and effective
+    /// user 0) under the name `slurmstepd` decides, by its command line
+    /// ([`slurmstepd::job_of_command_line`]). Only root makes such a process, and only
+    /// root may rename it; a user's own processes (this one, its parents of theirs) may
+    /// take any name and any environment (`SLURM_JOB_ID`), so neither is asked. An
+    /// ancestor that started after the process below it is a newcomer on a PID reused:
+    /// nothing is believed past it.
+    pub fn slurm_job(&self, proc_root: &Path) -> Option<u32> {
+        let mut parent = self.owner()?.parent;
+        let mut started = self.start_time()?;
+        for _ in 0..ANCESTORS_MAX {
+            let ancestor = Process::open(proc_root, parent.filter(|&p| p != 0)?)?;
+            let (owner, since) = (ancestor.owner()?, ancestor.start_time()?);
+            if since > started {
+                return None;
+            }
+            if owner.uids[0] == 0 && owner.uids[1] == 0 && owner.name == slurmstepd::COMM {
+                return slurmstepd::job_of_command_line(&ancestor.first_argument()?);
+            }
+            (parent, started) = (owner.parent, since);
         }
+        None
     }
 
     /// The value of variable `name` in the environment it started with (its first 64 KiB;
@@ -287,6 +336,44 @@ impl Process {
             Some(String::from_utf8_lossy(value).into_owned())
         })
     }
+}
+
+/// The most ancestors of a process looked at for a Slurm step daemon
+/// ([`Process::slurm_job`]).
+const ANCESTORS_MAX: usize = 64;
+
+/// The lines of a `/proc/PID/cgroup` text, one a hierarchy: `(controllers, path)`.
+fn hierarchies(text: &str) -> Vec<(&str, &str)> {
+    // ID:CONTROLLERS:PATH; the unified hierarchy's has no controllers.
+    text.lines()
+        .filter_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            fields.next()?;
+            Some((fields.next()?, fields.next()?))
+        })
+        .collect()
+}
+
+/// The leading components of the cgroup `path` of hierarchy `controllers` that root named
+/// (see [`placement_of_cgroup`]).
+fn believed(
+    (controllers, path): (&str, &str),
+    named_by_root: &dyn Fn(&str, &str) -> usize,
+) -> Vec<String> {
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    // Nothing to ask of a cgroup at the root.
+    let named = if components.is_empty() { 0 } else { named_by_root(controllers, path) };
+    components[..named.min(components.len())].iter().map(|c| c.to_string()).collect()
+}
+
+/// The Slurm job of a `/proc/PID/cgroup` text (`proctrack/cgroup`): a job's cgroup
+/// ([`slurmstepd::job_of_cgroup`]) in any hierarchy, among the names root gave alone. A
+/// user may name cgroups below a delegation (v1 Slurm hands a job's user its `uid_<uid>`
+/// directory), and a `job_99` there is theirs: not believed.
+pub fn slurm_job_of_cgroup(text: &str, named_by_root: &dyn Fn(&str, &str) -> usize) -> Option<u32> {
+    hierarchies(text)
+        .into_iter()
+        .find_map(|line| slurmstepd::job_of_cgroup(&believed(line, named_by_root)))
 }
 
 /// [`Process::placement`] of a `/proc/PID/cgroup` text, where `named_by_root(controllers,
@@ -306,26 +393,13 @@ pub fn placement_of_cgroup(
     text: &str,
     named_by_root: &dyn Fn(&str, &str) -> usize,
 ) -> (Option<String>, Option<String>) {
-    // ID:CONTROLLERS:PATH; the unified hierarchy's has no controllers.
-    let lines: Vec<(&str, &str)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut fields = l.splitn(3, ':');
-            fields.next()?;
-            Some((fields.next()?, fields.next()?))
-        })
-        .collect();
+    let lines = hierarchies(text);
     let unified = lines.iter().find(|(c, _)| c.is_empty());
     let systemd = lines.iter().find(|(c, p)| *c == "name=systemd" && *p != "/");
-    let believed = |&&(controllers, path): &&(&str, &str)| {
-        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        // Nothing to ask of a cgroup at the root.
-        let named = if components.is_empty() { 0 } else { named_by_root(controllers, path) };
-        components[..named.min(components.len())].iter().map(|c| c.to_string()).collect()
-    };
-    let main: Vec<String> = systemd.or(unified).map(|l| believed(&l)).unwrap_or_default();
+    let main: Vec<String> =
+        systemd.or(unified).map(|&l| believed(l, named_by_root)).unwrap_or_default();
     let container = std::iter::once(main.clone())
-        .chain(lines.iter().map(|l| believed(&l)))
+        .chain(lines.iter().map(|&l| believed(l, named_by_root)))
         .find_map(|components: Vec<String>| components.iter().rev().find_map(|c| container_id(c)));
     let unit = main
         .iter()
@@ -558,6 +632,122 @@ mod tests {
         let theirs = CgroupMounts::for_tests(tmp.path(), me.wrapping_add(1));
         let (u, _) = placement_of_cgroup(text, &|c, p| theirs.named_by_root(c, p));
         assert_eq!(u, None, "the mount's root named by another: nothing believed");
+    }
+
+    /// A fake `/proc/PID` for the Slurm tests: its status (name, parent, the four users),
+    /// its stat (start time), its command line and its cgroup.
+    fn fake_slurm_process(
+        proc_root: &Path,
+        pid: u32,
+        (name, parent, uids): (&str, u32, [u32; 4]),
+        start: u64,
+        cmdline: &[u8],
+        cgroup: &str,
+    ) {
+        let dir = proc_root.join(pid.to_string());
+        fs::create_dir_all(&dir).unwrap();
+        let [r, e, s, f] = uids;
+        let status =
+            format!("Name:\t{name}\nState:\tS\nPPid:\t{parent}\nUid:\t{r}\t{e}\t{s}\t{f}\n");
+        fs::write(dir.join("status"), status).unwrap();
+        let stat = format!(
+            "{pid} ({name}) S {parent} {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start}"
+        );
+        fs::write(dir.join("stat"), stat).unwrap();
+        fs::write(dir.join("cmdline"), cmdline).unwrap();
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+    }
+
+    /// Issue 41: a client below a root-owned `slurmstepd: [JOB.STEP]` runs in that job; a
+    /// process that only takes the name (a user's own, or a setuid program's, whose real
+    /// user is the caller) makes no job, nor does a PID reused by a later process, nor a
+    /// chain of parents past the bound.
+    #[test]
+    fn a_slurm_job_is_a_root_step_daemon_among_the_ancestors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let user = [1000; 4];
+        let job_of = |stepd: (&str, [u32; 4]), stepd_start: u64, cmdline: &[u8]| {
+            let _ = fs::remove_dir_all(root);
+            fake_slurm_process(root, 1, ("systemd", 0, [0; 4]), 1, b"/sbin/init\0", "0::/\n");
+            fake_slurm_process(root, 20, (stepd.0, 1, stepd.1), stepd_start, cmdline, "0::/\n");
+            // The task: a shell, then the client (user-named to look like anything).
+            fake_slurm_process(root, 21, ("sh", 20, user), 60, b"sh\0", "0::/\n");
+            let fake = b"slurmstepd: [99.0]\0";
+            fake_slurm_process(root, 22, ("slurmstepd", 21, user), 61, fake, "0::/\n");
+            Process::open(root, 22).unwrap().slurm_job(root)
+        };
+        let real = ("slurmstepd", [0; 4]);
+        assert_eq!(job_of(real, 50, b"slurmstepd: [12.0]\0\0\0"), Some(12));
+        assert_eq!(job_of(real, 50, b"slurmstepd: [12.batch]\0"), Some(12));
+        assert_eq!(job_of(real, 50, b"slurmstepd: [12.extern]\0-x\0"), Some(12));
+        // A step daemon not yet renamed, or another title: no job (and no looking further).
+        assert_eq!(job_of(real, 50, b"/usr/sbin/slurmstepd\0"), None);
+        assert_eq!(job_of(real, 50, b"slurmstepd: [12.0] x\0"), None);
+        // Only a user's: the name and command line are theirs to choose.
+        assert_eq!(job_of(("slurmstepd", user), 50, b"slurmstepd: [12.0]\0"), None);
+        // A setuid program's: effective root, real user the caller's.
+        assert_eq!(job_of(("slurmstepd", [1000, 0, 0, 0]), 50, b"slurmstepd: [12.0]\0"), None);
+        // Root's, by another name.
+        assert_eq!(job_of(("sshd", [0; 4]), 50, b"slurmstepd: [12.0]\0"), None);
+        // The parent's PID taken by a later step daemon: not the task's parent.
+        assert_eq!(job_of(real, 70, b"slurmstepd: [12.0]\0"), None);
+
+        // A chain of parents: found within the bound, not past it, nor round a loop.
+        let _ = fs::remove_dir_all(root);
+        let stepd = ("slurmstepd", 0, [0; 4]);
+        fake_slurm_process(root, 1000, stepd, 1, b"slurmstepd: [7.0]\0", "0::/\n");
+        for pid in 1001..1100 {
+            fake_slurm_process(root, pid, ("sh", pid - 1, user), 2, b"sh\0", "0::/\n");
+        }
+        let job = |pid: u32| Process::open(root, pid).unwrap().slurm_job(root);
+        assert_eq!(job(1001 + ANCESTORS_MAX as u32 - 1), Some(7));
+        assert_eq!(job(1001 + ANCESTORS_MAX as u32), None);
+        fake_slurm_process(root, 5, ("sh", 5, user), 2, b"sh\0", "0::/\n");
+        assert_eq!(job(5), None);
+    }
+
+    /// Issue 41: the unit of a job's process is the job's: from a cgroup of Slurm's that
+    /// root named first (`proctrack/cgroup`), else from the ancestors; a `job_99` a user
+    /// named below a delegation is not believed.
+    #[test]
+    fn a_slurm_jobs_unit_comes_from_roots_cgroup_then_the_ancestors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (proc_root, cgroups) = (tmp.path().join("proc"), tmp.path().join("cgroup"));
+        let step = "system.slice/slurmstepd.scope/job_12/step_0/user/task_0";
+        fs::create_dir_all(cgroups.join(step)).unwrap();
+        fs::create_dir_all(cgroups.join("system.slice/slurmd.service")).unwrap();
+        let me = super::super::unix::effective_uid();
+        let mounts = CgroupMounts::for_tests(&cgroups, me);
+        let stepd = ("slurmstepd", 1, [0; 4]);
+        fake_slurm_process(&proc_root, 1, ("systemd", 0, [0; 4]), 1, b"init\0", "0::/\n");
+        fake_slurm_process(&proc_root, 20, stepd, 5, b"slurmstepd: [7.0]\0", "0::/\n");
+        let client = |parent: u32, cgroup: &str| {
+            let name = ("python3", parent, [1000; 4]);
+            fake_slurm_process(&proc_root, 30, name, 9, b"python3\0", &format!("0::/{cgroup}\n"));
+            Process::open(&proc_root, 30).unwrap().placement(&proc_root, &mounts).0
+        };
+        let unit = |u: &str| Some(u.to_string());
+        // proctrack/cgroup: the cgroup says so, whoever the parents are.
+        assert_eq!(client(1, step), unit("slurm-job-12"));
+        assert_eq!(client(20, step), unit("slurm-job-12"));
+        // proctrack/linuxproc: slurmd's cgroup, and the step daemon among the parents.
+        assert_eq!(client(20, "system.slice/slurmd.service"), unit("slurm-job-7"));
+        assert_eq!(client(1, "system.slice/slurmd.service"), unit("slurmd.service"));
+        // A user's own cgroups named like a job's (below a delegation): not believed.
+        let delegated = CgroupMounts::for_tests(&cgroups, me.wrapping_add(1));
+        let by_user = |c: &str, p: &str| match p.starts_with("/user.slice/user@1000.service") {
+            true => 2,
+            false => mounts.named_by_root(c, p),
+        };
+        let text = "0::/user.slice/user@1000.service/slurmstepd.scope/job_99\n";
+        assert_eq!(slurm_job_of_cgroup(text, &by_user), None);
+        assert_eq!(slurm_job_of_cgroup(&format!("0::/{step}\n"), &by_user), Some(12));
+        assert_eq!(slurm_job_of_cgroup(&format!("0::/{step}\n"), &|_, _| 0), None);
+        let name = ("python3", 20, [1000; 4]);
+        fake_slurm_process(&proc_root, 31, name, 9, b"x\0", &format!("0::/{step}\n"));
+        let placed = Process::open(&proc_root, 31).unwrap().placement(&proc_root, &delegated);
+        assert_eq!(placed.0, unit("slurm-job-7"), "the cgroup root's not root's: the parents");
     }
 
     #[test]
