@@ -238,3 +238,53 @@ fn bad_slurm_settings_are_refused_before_the_first_step() {
     slurm.stop_slurmctld();
     refused(&agent, "[slurm] enabled");
 }
+
+#[test]
+fn time_slicing_replicas_become_shards_and_go_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), "");
+    let Some(slurm) = cluster(dir.path(), "gpu,shard") else { return };
+
+    let out = agent.ctl(&["apply", "all-time-sliced"]);
+    assert!(out.status.success(), "apply all-time-sliced: {}", text(&out));
+    // Four replicas on each of the two GPUs.
+    assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2"), &format!("shard:{H100}:8")]));
+    let job = job_env(&slurm, "shard:2");
+    let gpus = status_gpus(&agent);
+    let uuids: Vec<&str> =
+        gpus.as_array().unwrap().iter().filter_map(|g| g["uuid"].as_str()).collect();
+    assert!(uuids.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {uuids:?}");
+
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(out.status.success(), "apply all-disabled: {}", text(&out));
+    assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2")]));
+    let node = slurm.node_info();
+    assert!(node["State"].starts_with("IDLE") && !node["State"].contains("DRAIN"), "{node:?}");
+}
+
+#[test]
+fn a_node_of_slurm_conf_is_refused_a_gres_change_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), "");
+    // The node line and gres.conf of slurm.conf's own (static) node, as the agent's file
+    // says them now.
+    let gres = std::fs::read_to_string(dir.path().join("gres.conf")).unwrap();
+    let lines: Vec<&str> =
+        gres.lines().filter(|l| !l.starts_with('#') && !l.starts_with("AutoDetect=")).collect();
+    let setup = Setup::gres("gpu", &format!("gpu:{H100}:2"), &lines.join("\n"));
+    let Some(slurm) = Slurm::start(&setup) else { return };
+    std::os::unix::fs::symlink(slurm.slurm_conf(), dir.path().join("slurm.conf")).unwrap();
+    assert!(!slurm.node_info()["State"].contains("DYNAMIC"));
+
+    let before = layout(&agent);
+    let out = agent.ctl(&["apply", "half-balanced"]);
+    assert!(!out.status.success(), "a static node's GRES changed: {}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(said.contains("manage_node"), "{said}");
+    assert_eq!(layout(&agent), before);
+    let node = slurm.node_info();
+    assert!(node["State"].starts_with("IDLE") && !node["State"].contains("DRAIN"), "{node:?}");
+    // An apply that leaves the GRES as they are goes through, Slurm left alone.
+    let out = agent.ctl(&["apply", "all-disabled"]);
+    assert!(out.status.success(), "apply all-disabled: {}", text(&out));
+}
