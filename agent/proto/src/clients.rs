@@ -49,7 +49,9 @@ pub struct GpuClient {
     /// Its command line (arguments joined by spaces, at most 256 bytes); `null` when the
     /// caller may not see it: shown to root and to the process's own user only.
     pub command: Option<String>,
-    /// The systemd unit it runs in (`foo.service`, `session-3.scope`), from its cgroup.
+    /// The systemd unit it runs in (`foo.service`, `session-3.scope`), from its cgroup, or
+    /// the Slurm job (`slurm-job-12`), from Slurm's cgroup or the root-owned `slurmstepd` it
+    /// runs under.
     pub unit: Option<String>,
     /// The container it runs in (12 hex digits of its id), from its cgroup.
     pub container: Option<String>,

@@ -65,7 +65,8 @@ pub struct ClientKey {
     pub via: String,
     /// `user`: the user's name, else the uid, else empty.
     pub user: String,
-    /// `unit`: the systemd unit, else the container id, else empty.
+    /// `unit`: the systemd unit or Slurm job (`slurm-job-<id>`), else the container id, else
+    /// empty.
     pub unit: String,
 }
 
