@@ -56,11 +56,27 @@ impl Engine {
             return Ok(None);
         };
         let want = Gres::parse(&want);
+        let name = node.name();
         let info = blocking(node, SlurmNode::node).await.map_err(EngineError::Slurm)?;
+        let Some(info) = info else {
+            // Not yet registered (a node bootstrap applies before slurmd's first start): no
+            // slurmd here, nothing in Slurm to take through; slurmd reads the GRES when it
+            // starts. A slurmd that runs registered under another name.
+            if crate::sys::procfs::root_runs("slurmd") {
+                return Err(EngineError::Slurm(format!(
+                    "[slurm] node: Slurm does not know node {name:?}, though slurmd runs here \
+                     (set [slurm] node to the name it registered as: `scontrol show node`)"
+                )));
+            }
+            tracing::info!(
+                "Slurm does not know node {name} and no slurmd runs here: its GRES are \
+                 slurmd's when it starts"
+            );
+            return Ok(None);
+        };
         if info.gres == want {
             return Ok(None);
         }
-        let name = node.name();
         let change = format!("Gres={} to Gres={want}", info.gres);
         if !info.dynamic() {
             return Err(EngineError::Slurm(format!(

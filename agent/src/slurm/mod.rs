@@ -130,34 +130,37 @@ impl SlurmNode {
         Ok(done.stdout_text())
     }
 
-    /// The node as slurmctld has it; refused when slurmctld does not answer or does not
-    /// know the node.
-    pub fn node(&self) -> Result<NodeInfo, String> {
+    /// The node as slurmctld has it (`None`: slurmctld does not know it); refused when
+    /// slurmctld does not answer.
+    pub fn node(&self) -> Result<Option<NodeInfo>, String> {
         self.call("scontrol", &["ping"]).map_err(|why| {
-            format!("[slurm] enabled: slurmctld does not answer ({why}); start it, or set [slurm] manage_node = false")
+            format!(
+                "[slurm] enabled: slurmctld does not answer ({why}); start it, or set [slurm] \
+                 manage_node = false"
+            )
         })?;
         let arg = self.name.as_str();
-        let text = self.call("scontrol", &["-o", "show", "node", arg]).map_err(|why| {
-            format!("[slurm] node: Slurm does not know node {:?} ({why})", self.name)
-        })?;
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("NodeName="))
-            .ok_or_else(|| format!("[slurm] node: Slurm does not know node {:?}", self.name))?;
+        // scontrol fails for a node slurmctld does not know (`Node x not found`).
+        let Ok(text) = self.call("scontrol", &["-o", "show", "node", arg]) else {
+            return Ok(None);
+        };
+        let Some(line) = text.lines().find(|l| l.starts_with("NodeName=")) else {
+            return Ok(None);
+        };
         let fields = fields(line);
         let field = |k: &str| fields.iter().find(|(key, _)| *key == k).map(|(_, v)| v.clone());
         if field("NodeName").as_deref() != Some(arg) {
-            return Err(format!("[slurm] node: Slurm does not know node {:?}", self.name));
+            return Ok(None);
         }
         let reason = field("Reason").map(|r| match r.rfind(" [") {
             Some(at) if r.ends_with(']') => r[..at].to_string(),
             _ => r,
         });
-        Ok(NodeInfo {
+        Ok(Some(NodeInfo {
             gres: Gres::parse(&field("Gres").unwrap_or_default()),
             state: field("State").unwrap_or_default(),
             reason: reason.filter(|r| !r.is_empty() && r != "(null)"),
-        })
+        }))
     }
 
     /// The jobs holding GRES on the node now (running, suspended, being set up or ending),
@@ -194,14 +197,18 @@ impl SlurmNode {
         let start = Instant::now();
         loop {
             let seen = self.node();
-            if let Ok(info) = &seen
+            if let Ok(Some(info)) = &seen
                 && info.gres == *want
                 && !info.state.split('+').any(|f| f == "NOT_RESPONDING" || f == "UNKNOWN")
             {
-                return seen;
+                return Ok(info.clone());
             }
             if start.elapsed() >= self.register_timeout {
-                let now = seen.map_or_else(|e| e, |i| format!("Gres={} State={}", i.gres, i.state));
+                let now = match seen {
+                    Ok(Some(i)) => format!("Gres={} State={}", i.gres, i.state),
+                    Ok(None) => "no such node".into(),
+                    Err(e) => e,
+                };
                 return Err(format!(
                     "slurmd did not register with Gres={want} within {} s ([slurm] \
                      register_timeout_seconds); slurmctld has {now}",

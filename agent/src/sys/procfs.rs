@@ -40,6 +40,20 @@ pub fn pids() -> Vec<u32> {
     entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
+/// Whether root runs the program `name` now (a daemon, `slurmd`): a live process whose
+/// real and effective user are root and whose name is `name` (the name it was started by:
+/// Debian's `slurmd` is a link to `slurmd-wlm`), running a file root owns and no one else
+/// may write. No other user can make such a process.
+pub fn root_runs(name: &str) -> bool {
+    let proc_root = Path::new("/proc");
+    pids().into_iter().any(|pid| {
+        let Some(process) = Process::open(proc_root, pid) else { return false };
+        let runs =
+            process.owner().is_some_and(|o| o.uids[..2] == [0, 0] && o.name == name && !o.exited);
+        runs && process.program().is_some_and(|p| p.uid == 0 && !p.writable_by_others)
+    })
+}
+
 /// The processes below `root` (its children, theirs, ...), as `/proc` shows them now;
 /// `root` itself is not among them.
 pub fn descendants(root: u32) -> Vec<u32> {
@@ -439,6 +453,28 @@ mod tests {
         assert_eq!(super::session(me), u32::try_from(session).ok());
         assert_eq!(real_user(me), Some(nix::unistd::getuid().as_raw()));
         assert_eq!((super::session(u32::MAX), real_user(u32::MAX)), (None, None));
+    }
+
+    #[test]
+    fn a_daemon_runs_where_root_runs_its_own_file() {
+        assert!(!root_runs("no-such-daemon"));
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: a root-owned process needs root");
+            return;
+        }
+        // A copy of sleep under another name, root's: found while it runs, not after.
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("gpushare-d");
+        fs::copy("/bin/sleep", &copy).unwrap();
+        let mut child = std::process::Command::new(&copy).arg("30").spawn().unwrap();
+        let seen = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            root_runs("gpushare-d")
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(seen);
+        assert!(!root_runs("gpushare-d"));
     }
 
     #[test]
