@@ -49,32 +49,9 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// The variables a job printed with `env`; panics when srun failed.
-fn job_env(slurm: &Slurm, gres: &str) -> BTreeMap<String, String> {
-    let out = slurm.srun(&[&format!("--gres={gres}"), "env"]);
-    assert!(out.status.success(), "srun --gres={gres} env: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
-}
-
 fn is_22_05() -> bool {
     let out = std::process::Command::new("slurmd").arg("-V").output().expect("slurmd -V");
     String::from_utf8_lossy(&out.stdout).contains(" 22.05.")
-}
-
-/// Waits until job `id` is in `state` (`RUNNING`).
-fn wait_job(slurm: &Slurm, id: &str, state: &str) -> BTreeMap<String, String> {
-    let start = Instant::now();
-    loop {
-        let info = slurm.job_info(id);
-        if info.get("JobState").is_some_and(|s| s == state) {
-            return info;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "job {id} not {state}: {info:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// (a) With `GresTypes=gpu`, MIG devices as `MultipleFiles=` (the GPU's node and the
@@ -101,10 +78,10 @@ fn mig_devices_as_multiple_files_beside_a_whole_gpu() {
     assert_eq!(node["Gres"], "gpu:1g.10gb:2,gpu:h100:1");
     // Slurm numbers the GPUs in the order of their first file: GPU 0's MIG devices are 0
     // and 1, GPU 1 is 2; a job sees Slurm's index, never a UUID.
-    let mig = job_env(&slurm, "gpu:1g.10gb:2");
+    let mig = slurm.job_env("gpu:1g.10gb:2");
     assert_eq!(mig["CUDA_VISIBLE_DEVICES"], "0,1", "{mig:?}");
     assert_eq!(mig["SLURM_STEP_GPUS"], "0,1");
-    let whole = job_env(&slurm, "gpu:h100:1");
+    let whole = slurm.job_env("gpu:h100:1");
     assert_eq!(whole["CUDA_VISIBLE_DEVICES"], "2", "{whole:?}");
 }
 
@@ -129,7 +106,7 @@ fn mps_on_a_whole_gpu() {
         (node["State"].as_str(), node["Gres"].as_str()),
         ("IDLE", "gpu:h100:2,mps:h100:100")
     );
-    let mps = job_env(&slurm, "mps:25");
+    let mps = slurm.job_env("mps:25");
     assert_eq!(mps.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("0"), "{mps:?}");
     assert_eq!(mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
     assert!(!mps.contains_key("CUDA_MPS_PIPE_DIRECTORY"), "{mps:?}");
@@ -156,7 +133,7 @@ fn shards_of_a_whole_gpu() {
         (node["State"].as_str(), node["Gres"].as_str()),
         ("IDLE", "gpu:h100:2,shard:h100:4")
     );
-    let shard = job_env(&slurm, "shard:2");
+    let shard = slurm.job_env("shard:2");
     assert_eq!(shard["CUDA_VISIBLE_DEVICES"], "1", "{shard:?}");
     assert_eq!(shard["SLURM_SHARDS_ON_NODE"], "2", "{shard:?}");
 }
@@ -190,7 +167,7 @@ fn slurm_22_05_cannot_mix_mig_devices_with_shared_gres() {
             "GresTypes={types}: a whole GPU beside MIG ran: {}",
             text(&out)
         );
-        let mig = job_env(&slurm, "gpu:1g.10gb:1");
+        let mig = slurm.job_env("gpu:1g.10gb:1");
         assert_eq!(mig["CUDA_VISIBLE_DEVICES"], "0");
     }
     // MPS on one GPU, shards on another: the MPS job loses CUDA_VISIBLE_DEVICES.
@@ -200,7 +177,7 @@ fn slurm_22_05_cannot_mix_mig_devices_with_shared_gres() {
     );
     let setup = Setup::gres("gpu,mps,shard", "gpu:h100:2,mps:100,shard:4", &gres);
     let Some(slurm) = Slurm::start(&setup) else { return };
-    let mps = job_env(&slurm, "mps:25");
+    let mps = slurm.job_env("mps:25");
     assert_eq!(mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{mps:?}");
     assert!(!mps.contains_key("CUDA_VISIBLE_DEVICES"), "{mps:?}");
     drop(slurm);
@@ -213,7 +190,7 @@ fn slurm_22_05_cannot_mix_mig_devices_with_shared_gres() {
     else {
         return;
     };
-    let mps = job_env(&slurm, "mps:25");
+    let mps = slurm.job_env("mps:25");
     assert_eq!(mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "625", "{mps:?}");
 }
 
@@ -237,7 +214,7 @@ fn gres_changes_that_a_reconfigure_takes() {
     let Some(mut slurm) = Slurm::start(&setup) else { return };
     assert_eq!(slurm.node_info()["Gres"], "gpu:h100:2,shard:h100:8");
     let running = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
-    wait_job(&slurm, &running, "RUNNING");
+    slurm.wait_job(&running, "RUNNING");
 
     // gres.conf alone: ignored.
     slurm.set_gres_conf(&mps);
@@ -258,7 +235,7 @@ fn gres_changes_that_a_reconfigure_takes() {
         (node["State"].as_str(), node["Gres"].as_str()),
         ("MIXED", "gpu:h100:2,mps:h100:200")
     );
-    assert_eq!(job_env(&slurm, "mps:25")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    assert_eq!(slurm.job_env("mps:25")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
     // A GPU job through both reconfigures runs on.
     let info = slurm.job_info(&running);
     assert_eq!((info["JobState"].as_str(), info["Restarts"].as_str()), ("RUNNING", "0"));
@@ -305,7 +282,7 @@ fn a_node_line_and_gres_conf_that_disagree() {
         (node["State"].as_str(), node["Gres"].as_str()),
         ("IDLE", "gpu:h100:1,mps:h100:100")
     );
-    assert_eq!(job_env(&slurm, "mps:50")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+    assert_eq!(slurm.job_env("mps:50")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
 }
 
 /// (b) A change of the node's GPU count (MIG on: one GPU becomes two MIG devices):
@@ -345,7 +322,7 @@ fn a_gpu_count_change_takes_a_slurmctld_restart() {
         info.get("Gres").is_some_and(|g| g == "gpu:1g.10gb:2,gpu:h100:1")
             && info.get("State").is_some_and(|s| s == "IDLE")
     });
-    assert_eq!(job_env(&slurm, "gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
+    assert_eq!(slurm.job_env("gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
 }
 
 /// (b) A second `NodeName=` line for the node (an `Include`d file holding only `Gres=`)
@@ -406,10 +383,10 @@ fn a_task_prolog_adds_the_mps_pipe_directory() {
     let setup = Setup::gres("gpu,mps", "gpu:h100:2,mps:100", &gres)
         .line(&format!("TaskProlog={}", prolog.display()));
     let Some(slurm) = Slurm::start(&setup) else { return };
-    let mps = job_env(&slurm, "mps:25");
+    let mps = slurm.job_env("mps:25");
     assert_eq!(mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{mps:?}");
     assert_eq!(mps["CUDA_MPS_PIPE_DIRECTORY"], "/run/gpushare/mps/gpu-1/pipe", "{mps:?}");
-    let gpu = job_env(&slurm, "gpu:h100:1");
+    let gpu = slurm.job_env("gpu:h100:1");
     assert!(gpu["CUDA_VISIBLE_DEVICES"].starts_with("MIG-of-slurm-index-"), "{gpu:?}");
     // A user's job: the prolog runs as that user, with the job's variables.
     ensure_users();
@@ -447,7 +424,7 @@ fn draining_under_running_gpu_jobs() {
     let by_mps = slurm.sbatch(&["--gres=mps:25", "--wrap", "sleep 600"]);
     let cpu_only = slurm.sbatch(&["--wrap", "sleep 600"]);
     for id in [&by_gres, &by_gpus, &by_mps, &cpu_only] {
-        wait_job(&slurm, id, "RUNNING");
+        slurm.wait_job(id, "RUNNING");
     }
     let node = slurm.node();
     let reason = "gpushare: applying all-mps";
@@ -465,7 +442,7 @@ fn draining_under_running_gpu_jobs() {
     // Each job's GRES on the node, as `scontrol -o -d show job` gives it.
     let mut held = BTreeMap::new();
     for id in [&by_gres, &by_gpus, &by_mps, &cpu_only] {
-        let job = wait_job(&slurm, id, "RUNNING");
+        let job = slurm.wait_job(id, "RUNNING");
         assert_eq!(job["Nodes"], node);
         held.insert(id.clone(), job.get("GRES").cloned().unwrap_or_default());
     }
@@ -482,7 +459,7 @@ fn draining_under_running_gpu_jobs() {
     let info = slurm.node_info();
     assert!(!info["State"].contains("DRAIN"), "{info:?}");
     for id in [&by_gres, &by_gpus, &by_mps, &cpu_only] {
-        wait_job(&slurm, id, "RUNNING");
+        slurm.wait_job(id, "RUNNING");
     }
 }
 
@@ -508,12 +485,12 @@ fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
     let name = slurm.node().to_string();
 
     let job = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
-    wait_job(&slurm, &job, "RUNNING");
+    slurm.wait_job(&job, "RUNNING");
     let drain = ["update", &format!("NodeName={name}"), "State=DRAIN", "Reason=gpushare: test"];
     assert!(slurm.scontrol(&drain).status.success());
     let out = slurm.scontrol(&["delete", &format!("NodeName={name}")]);
     assert!(!out.status.success(), "deleted a node with a running job: {}", text(&out));
-    wait_job(&slurm, &job, "RUNNING");
+    slurm.wait_job(&job, "RUNNING");
     assert!(slurm.run("scancel", &[&job]).status.success());
     slurm.wait_node_where("idle", |info| info.get("State").is_none_or(|s| s.starts_with("IDLE")));
 
@@ -534,7 +511,7 @@ fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
     let node = slurm.wait_node("registered again", |s| s.starts_with("IDLE"));
     assert_eq!(node["Gres"], "gpu:1g.10gb:2,gpu:h100:1", "{node:?}");
     assert!(!node["State"].contains("DRAIN"), "{node:?}");
-    assert_eq!(job_env(&slurm, "gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
+    assert_eq!(slurm.job_env("gpu:1g.10gb:2")["CUDA_VISIBLE_DEVICES"], "0,1");
 }
 
 /// (b, d) A GPU count change under running jobs, the node drained first: the drain and
@@ -554,11 +531,11 @@ fn a_gpu_count_change_ends_the_node_s_gpu_jobs() {
     let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole)) else { return };
     let name = slurm.node().to_string();
     let on_gpu0 = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
-    assert_eq!(wait_job(&slurm, &on_gpu0, "RUNNING")["GRES"], "gpu:h100:1(IDX:0)");
+    assert_eq!(slurm.wait_job(&on_gpu0, "RUNNING")["GRES"], "gpu:h100:1(IDX:0)");
     let on_gpu1 = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
-    assert_eq!(wait_job(&slurm, &on_gpu1, "RUNNING")["GRES"], "gpu:h100:1(IDX:1)");
+    assert_eq!(slurm.wait_job(&on_gpu1, "RUNNING")["GRES"], "gpu:h100:1(IDX:1)");
     let cpu_only = slurm.sbatch(&["--wrap", "sleep 600"]);
-    wait_job(&slurm, &cpu_only, "RUNNING");
+    slurm.wait_job(&cpu_only, "RUNNING");
     let reason = "gpushare: applying half-balanced";
     let drain = ["update", &format!("NodeName={name}"), "State=DRAIN", &format!("Reason={reason}")];
     assert!(slurm.scontrol(&drain).status.success());
@@ -626,5 +603,5 @@ fn a_gpu_type_change_at_the_same_count_takes_a_slurmctld_restart() {
     slurm.wait_node_where("idle with the new types", |info| {
         info.get("Gres").is_some_and(|g| g == new) && info.get("State").is_some_and(|s| s == "IDLE")
     });
-    assert_eq!(job_env(&slurm, "gpu:2g.20gb:1")["CUDA_VISIBLE_DEVICES"], "0");
+    assert_eq!(slurm.job_env("gpu:2g.20gb:1")["CUDA_VISIBLE_DEVICES"], "0");
 }

@@ -73,26 +73,6 @@ fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-/// What a job given `gres` saw: its variables (the TaskProlog's included).
-fn job_env(slurm: &Slurm, gres: &str) -> BTreeMap<String, String> {
-    let out = slurm.srun(&[&format!("--gres={gres}"), "env"]);
-    assert!(out.status.success(), "srun --gres={gres} env: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
-}
-
-fn wait_job(slurm: &Slurm, id: &str, state: &str) -> BTreeMap<String, String> {
-    wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
-        let info = slurm.job_info(id);
-        match info.get("JobState").map(String::as_str) == Some(state) {
-            true => Ok(info),
-            false => Err(format!("job {id} not {state}: {info:?}")),
-        }
-    })
-}
-
 const H100: &str = "h100-80gb-hbm3";
 
 #[test]
@@ -107,7 +87,7 @@ fn apply_all_mps_changes_the_node_s_gres_and_a_failed_apply_leaves_it_drained() 
     assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2"), &format!("mps:{H100}:200")]));
     let state = &slurm.node_info()["State"];
     assert!(state.starts_with("IDLE") && !state.contains("DRAIN"), "{state}");
-    let job = job_env(&slurm, "mps:25");
+    let job = slurm.job_env("mps:25");
     assert_eq!(job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{job:?}");
     let gpus = status_gpus(&agent);
     let gpu = gpus
@@ -162,19 +142,19 @@ fn a_gres_change_while_a_job_holds_a_mig_device_is_refused_naming_the_job() {
         .filter(|i| i["profile"] == "1g.10gb")
         .map(|i| i["uuid"].as_str().unwrap())
         .collect();
-    let job = job_env(&slurm, "gpu:1g.10gb:1");
+    let job = slurm.job_env("gpu:1g.10gb:1");
     assert!(one_g.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {one_g:?}");
 
     // A job holds a MIG device: an apply that would change the GRES is refused, naming
     // it; the job runs on, the GPUs and the node are as they were.
     let held = slurm.sbatch(&["--gres=gpu:1g.10gb:1", "--wrap", "sleep 600"]);
-    wait_job(&slurm, &held, "RUNNING");
+    slurm.wait_job(&held, "RUNNING");
     let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(!out.status.success(), "an apply over a running MIG job succeeded");
     let said = text(&out);
     assert!(said.contains(&format!("job {held} ")), "{said}");
     assert!(said.contains("[slurm]"), "{said}");
-    let info = wait_job(&slurm, &held, "RUNNING");
+    let info = slurm.wait_job(&held, "RUNNING");
     assert_eq!(info["Restarts"], "0", "{info:?}");
     assert_eq!(status_gpus(&agent), gpus, "the refused apply changed the GPUs");
     assert_eq!(node_gres(&slurm), want);
@@ -249,7 +229,7 @@ fn time_slicing_replicas_become_shards_and_go_again() {
     assert!(out.status.success(), "apply all-time-sliced: {}", text(&out));
     // Four replicas on each of the two GPUs.
     assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2"), &format!("shard:{H100}:8")]));
-    let job = job_env(&slurm, "shard:2");
+    let job = slurm.job_env("shard:2");
     let gpus = status_gpus(&agent);
     let uuids: Vec<&str> =
         gpus.as_array().unwrap().iter().filter_map(|g| g["uuid"].as_str()).collect();

@@ -51,21 +51,6 @@ fn cluster(gres: &Path, prolog_dir: &Path) -> Option<Slurm> {
     Slurm::start(&setup)
 }
 
-/// What a job given `gres` saw: its variables (the TaskProlog's included).
-fn job_env(slurm: &Slurm, gres: &str) -> BTreeMap<String, String> {
-    let out = slurm.srun(&[&format!("--gres={gres}"), "env"]);
-    assert!(
-        out.status.success(),
-        "srun --gres={gres} env: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
-}
-
 /// The node's GRES as Slurm lists them, as a set of `name:type:count` (`mps:h100:200`:
 /// Slurm adds the GPU's type to a shared GRES).
 fn node_gres(slurm: &Slurm) -> BTreeSet<String> {
@@ -98,7 +83,7 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
     *want.entry("gpu:h100-80gb-hbm3".into()).or_default() += 1;
     let want: BTreeSet<String> = want.iter().map(|(k, n)| format!("{k}:{n}")).collect();
     assert_eq!(node_gres(&slurm), want, "scontrol show node vs status {status:#}");
-    let job = job_env(&slurm, "gpu:1g.10gb:1");
+    let job = slurm.job_env("gpu:1g.10gb:1");
     let one_g: Vec<&str> = status["gpus"][0]["instances"]
         .as_array()
         .unwrap()
@@ -107,7 +92,7 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
         .map(|i| i["uuid"].as_str().unwrap())
         .collect();
     assert!(one_g.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {one_g:?}");
-    let whole = job_env(&slurm, "gpu:h100-80gb-hbm3:1");
+    let whole = slurm.job_env("gpu:h100-80gb-hbm3:1");
     assert_eq!(whole["CUDA_VISIBLE_DEVICES"], status["gpus"][1]["uuid"].as_str().unwrap());
     drop(slurm);
 
@@ -118,7 +103,7 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
     let gres_now = node_gres(&slurm);
     assert!(gres_now.contains("gpu:h100-80gb-hbm3:2"), "{gres_now:?}");
     assert!(gres_now.iter().any(|g| g.starts_with("mps:") && g.ends_with(":200")), "{gres_now:?}");
-    let job = job_env(&slurm, "mps:25");
+    let job = slurm.job_env("mps:25");
     assert_eq!(job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{job:?}");
     let gpu = status["gpus"]
         .as_array()

@@ -324,6 +324,35 @@ impl Slurm {
         cmd
     }
 
+    /// The variables a job given `gres` printed with `env` (a TaskProlog's included);
+    /// panics when srun failed.
+    pub fn job_env(&self, gres: &str) -> BTreeMap<String, String> {
+        let out = self.srun(&[&format!("--gres={gres}"), "env"]);
+        assert!(
+            out.status.success(),
+            "srun --gres={gres} env: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect()
+    }
+
+    /// Waits until job `id` is in `state`; its fields then.
+    pub fn wait_job(&self, id: &str, state: &str) -> BTreeMap<String, String> {
+        let start = Instant::now();
+        loop {
+            let info = self.job_info(id);
+            if info.get("JobState").is_some_and(|s| s == state) {
+                return info;
+            }
+            assert!(start.elapsed() < PATIENCE, "job {id} not {state}: {info:?}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs `program args` with this cluster's `SLURM_CONF` and waits for it.
     pub fn run(&self, program: &str, args: &[&str]) -> Output {
         self.command(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"))
