@@ -4,7 +4,7 @@
 //! `Gres=` are the agent's files, and the agent stops and starts slurmd through its
 //! `[slurm]` commands. No hand restart anywhere: each test only applies and looks.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -128,22 +128,8 @@ fn a_gres_change_while_a_job_holds_a_mig_device_is_refused_naming_the_job() {
     let out = agent.ctl(&["apply", "half-balanced"]);
     assert!(out.status.success(), "apply half-balanced: {}", text(&out));
     let gpus = status_gpus(&agent);
-    let mut want: BTreeMap<String, u32> = BTreeMap::new();
-    for i in gpus[0]["instances"].as_array().unwrap() {
-        *want.entry(format!("gpu:{}", i["profile"].as_str().unwrap())).or_default() += 1;
-    }
-    *want.entry(format!("gpu:{H100}")).or_default() += 1;
-    let want: BTreeSet<String> = want.iter().map(|(k, n)| format!("{k}:{n}")).collect();
-    assert_eq!(node_gres(&slurm), want, "scontrol show node vs status {gpus:#}");
-    let one_g: Vec<&str> = gpus[0]["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["profile"] == "1g.10gb")
-        .map(|i| i["uuid"].as_str().unwrap())
-        .collect();
-    let job = slurm.job_env("gpu:1g.10gb:1");
-    assert!(one_g.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {one_g:?}");
+    super::slurm_views::half_balanced_in_slurm(&slurm, &gpus);
+    let want = node_gres(&slurm);
 
     // A job holds a MIG device: an apply that would change the GRES is refused, naming
     // it; the job runs on, the GPUs and the node are as they were.

@@ -76,22 +76,7 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
     apply(&agent, "half-balanced");
     let status = status_of(&agent);
     let Some(slurm) = cluster(&gres, dir.path()) else { return };
-    let mut want: BTreeMap<String, u32> = BTreeMap::new();
-    for i in status["gpus"][0]["instances"].as_array().unwrap() {
-        *want.entry(format!("gpu:{}", i["profile"].as_str().unwrap())).or_default() += 1;
-    }
-    *want.entry("gpu:h100-80gb-hbm3".into()).or_default() += 1;
-    let want: BTreeSet<String> = want.iter().map(|(k, n)| format!("{k}:{n}")).collect();
-    assert_eq!(node_gres(&slurm), want, "scontrol show node vs status {status:#}");
-    let job = slurm.job_env("gpu:1g.10gb:1");
-    let one_g: Vec<&str> = status["gpus"][0]["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["profile"] == "1g.10gb")
-        .map(|i| i["uuid"].as_str().unwrap())
-        .collect();
-    assert!(one_g.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {one_g:?}");
+    half_balanced_in_slurm(&slurm, &status["gpus"]);
     let whole = slurm.job_env("gpu:h100-80gb-hbm3:1");
     assert_eq!(whole["CUDA_VISIBLE_DEVICES"], status["gpus"][1]["uuid"].as_str().unwrap());
     drop(slurm);
@@ -116,4 +101,26 @@ fn slurm_jobs_reach_the_mig_devices_and_mps_shares_gpushare_made() {
         gpu["sharing"]["mps"]["pipe_directory"].as_str().unwrap(),
         "{job:?}"
     );
+}
+
+/// half-balanced as Slurm must list it and a job must see it: `scontrol show node` lists
+/// GPU 0's MIG devices by profile and GPU 1 whole, as status's `gpus` say, and a job given
+/// a `1g.10gb` device gets the UUID of one of GPU 0's.
+pub(crate) fn half_balanced_in_slurm(slurm: &Slurm, gpus: &Value) {
+    let mut want: BTreeMap<String, u32> = BTreeMap::new();
+    for i in gpus[0]["instances"].as_array().unwrap() {
+        *want.entry(format!("gpu:{}", i["profile"].as_str().unwrap())).or_default() += 1;
+    }
+    *want.entry("gpu:h100-80gb-hbm3".into()).or_default() += 1;
+    let want: BTreeSet<String> = want.iter().map(|(k, n)| format!("{k}:{n}")).collect();
+    assert_eq!(node_gres(slurm), want, "scontrol show node vs status {gpus:#}");
+    let job = slurm.job_env("gpu:1g.10gb:1");
+    let one_g: Vec<&str> = gpus[0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["profile"] == "1g.10gb")
+        .map(|i| i["uuid"].as_str().unwrap())
+        .collect();
+    assert!(one_g.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {one_g:?}");
 }
