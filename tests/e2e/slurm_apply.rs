@@ -4,7 +4,7 @@
 //! `Gres=` are the agent's files, and the agent stops and starts slurmd through its
 //! `[slurm]` commands. No hand restart anywhere: each test only applies and looks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,8 +38,13 @@ fn status_gpus(agent: &Agent) -> Value {
 /// An agent on two simulated H100s keeping a Slurm node's GRES in `dir`, with `more`
 /// agent.toml lines after the `[slurm]` table's.
 fn start_agent(dir: &Path, more: &str) -> Agent {
+    start_agent_with(dir, more, AgentOptions::simulate("h100-80gb:2"))
+}
+
+/// [`start_agent`] with these options.
+fn start_agent_with(dir: &Path, more: &str, options: AgentOptions) -> Agent {
     let config = format!("{}{more}", agent_commands(dir));
-    let agent = Agent::start(AgentOptions::simulate("h100-80gb:2").config(&config));
+    let agent = Agent::start(options.config(&config));
     let env = dir.join("slurmd.env");
     wait_for(Duration::from_secs(30), Duration::from_millis(50), || match env.exists() {
         true => Ok(()),
@@ -74,6 +79,11 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 const H100: &str = "h100-80gb-hbm3";
+
+/// Whether a node's fields say no job is on it, not even one ending.
+fn idle(node: &BTreeMap<String, String>) -> bool {
+    node.get("State").is_some_and(|s| s.starts_with("IDLE") && !s.contains("COMPLETING"))
+}
 
 #[test]
 fn apply_all_mps_changes_the_node_s_gres_and_a_failed_apply_leaves_it_drained() {
@@ -110,8 +120,14 @@ fn apply_all_mps_changes_the_node_s_gres_and_a_failed_apply_leaves_it_drained() 
     assert!(node["Reason"].starts_with("gpushare: apply half-balanced failed"), "{node:?}");
     assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2"), &format!("mps:{H100}:200")]));
 
-    // The next apply that changes the GRES takes the node through it and gives it back.
+    // An apply that changes nothing gives back the node gpushare's failure drained.
     agent.restart_with_env(&[]);
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "apply all-mps again: {}", text(&out));
+    let node = slurm.node_info();
+    assert!(!node["State"].contains("DRAIN"), "{node:?}");
+
+    // The next apply that changes the GRES takes the node through it and gives it back.
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "apply all-disabled: {}", text(&out));
     assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2")]));
@@ -147,9 +163,26 @@ fn a_gres_change_while_a_job_holds_a_mig_device_is_refused_naming_the_job() {
     let node = slurm.node_info();
     assert!(!node["State"].contains("DRAIN"), "{node:?}");
 
-    // Once it is done, the same apply goes through.
+    // Stopped by its user (SIGSTOP through Slurm), it still holds its device.
+    assert!(slurm.run("scancel", &["--signal=STOP", &held]).status.success());
+    slurm.wait_job(&held, "STOPPED");
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(text(&out).contains(&format!("job {held} ")), "{}", text(&out));
+    assert_eq!(status_gpus(&agent), gpus, "the refused apply changed the GPUs");
     assert!(slurm.run("scancel", &[&held]).status.success());
-    slurm.wait_node_where("no job left", |i| i.get("State").is_some_and(|s| s.starts_with("IDLE")));
+    slurm.wait_node_where("no job left", idle);
+
+    // A job without GPUs is on the node too: slurmctld deletes no busy node, so that is
+    // refused as well (rather than found out after the GPUs changed).
+    let cpu = slurm.sbatch(&["--wrap", "sleep 600"]);
+    slurm.wait_job(&cpu, "RUNNING");
+    let out = agent.ctl(&["apply", "all-balanced"]);
+    assert!(text(&out).contains(&format!("job {cpu} ")), "{}", text(&out));
+    assert_eq!(status_gpus(&agent), gpus, "the refused apply changed the GPUs");
+
+    // Once they are done, the same apply goes through.
+    assert!(slurm.run("scancel", &[&cpu]).status.success());
+    slurm.wait_node_where("no job left", idle);
     let out = agent.ctl(&["apply", "all-balanced"]);
     assert!(out.status.success(), "apply all-balanced: {}", text(&out));
     assert!(node_gres(&slurm).iter().all(|g| !g.starts_with(&format!("gpu:{H100}"))));
@@ -221,11 +254,16 @@ fn time_slicing_replicas_become_shards_and_go_again() {
         gpus.as_array().unwrap().iter().filter_map(|g| g["uuid"].as_str()).collect();
     assert!(uuids.contains(&job["CUDA_VISIBLE_DEVICES"].as_str()), "{job:?} vs {uuids:?}");
 
+    // A drain of the site's (its own reason) is kept across the change.
+    let name = slurm.node().to_string();
+    let drain = ["update", &format!("NodeName={name}"), "State=DRAIN", "Reason=fan check"];
+    assert!(slurm.scontrol(&drain).status.success());
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "apply all-disabled: {}", text(&out));
     assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2")]));
     let node = slurm.node_info();
-    assert!(node["State"].starts_with("IDLE") && !node["State"].contains("DRAIN"), "{node:?}");
+    assert!(node["State"].contains("DRAIN"), "{node:?}");
+    assert!(node["Reason"].starts_with("fan check"), "{node:?}");
 }
 
 #[test]
@@ -253,4 +291,35 @@ fn a_node_of_slurm_conf_is_refused_a_gres_change_and_left_alone() {
     // An apply that leaves the GRES as they are goes through, Slurm left alone.
     let out = agent.ctl(&["apply", "all-disabled"]);
     assert!(out.status.success(), "apply all-disabled: {}", text(&out));
+}
+
+/// MPS on one GPU, the other whole: `mps-on-<n>`.
+fn mps_on(n: u32) -> String {
+    let other = 1 - n;
+    format!(
+        "name = \"mps-on-{n}\"\n[[gpu]]\nselect = {n}\nmig = \"disabled\"\n\
+         sharing.mps = {{ replicas = 4 }}\n[[gpu]]\nselect = {other}\nmig = \"disabled\"\n"
+    )
+}
+
+#[test]
+fn an_mps_server_that_moves_to_another_gpu_moves_in_slurm_too() {
+    // The node's GRES count the same before and after (gpu:2, mps:100): only gres.conf's
+    // files say which GPU serves MPS, and slurmd reads them again.
+    let dir = tempfile::tempdir().unwrap();
+    let options = AgentOptions::simulate("h100-80gb:2")
+        .profile("mps-on-0.toml", &mps_on(0))
+        .profile("mps-on-1.toml", &mps_on(1));
+    let agent = start_agent_with(dir.path(), "", options);
+    let Some(slurm) = cluster(dir.path(), "gpu,mps") else { return };
+    let gpus = status_gpus(&agent);
+    let uuid = |i: usize| gpus[i]["uuid"].as_str().unwrap().to_string();
+    for n in [0, 1] {
+        let out = agent.ctl(&["apply", &format!("mps-on-{n}")]);
+        assert!(out.status.success(), "apply mps-on-{n}: {}", text(&out));
+        assert_eq!(node_gres(&slurm), set(&[&format!("gpu:{H100}:2"), &format!("mps:{H100}:100")]));
+        let job = slurm.job_env("mps:25");
+        assert_eq!(job["CUDA_VISIBLE_DEVICES"], uuid(n as usize), "{job:?}");
+        assert_eq!(job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{job:?}");
+    }
 }

@@ -1,11 +1,10 @@
 //! Slurm as this node sees it: the one place the agent asks Slurm anything or tells it
 //! anything (DESIGN.md "Slurm (issue 41): a GRES change, node by node"). It reads the
 //! node (`scontrol -o show node`: its GRES, state, drain reason, whether it is dynamic)
-//! and the jobs holding GRES on it (`squeue --json`: JSON escapes what users name their
-//! jobs, which `scontrol -o` does not), drains and resumes the node, deletes a dynamic
-//! node from slurmctld, and stops and starts slurmd through the site's commands
-//! (`[slurm] stop_slurmd`, `start_slurmd`). Calls block: async callers run them on
-//! tokio's blocking pool.
+//! and the jobs on it (`squeue -w`, ids and states only: nothing a user names), drains
+//! and resumes the node, deletes a dynamic node from slurmctld, and stops and starts
+//! slurmd through the site's commands (`[slurm] stop_slurmd`, `start_slurmd`). Calls
+//! block: async callers run them on tokio's blocking pool.
 
 mod gres;
 
@@ -51,6 +50,16 @@ impl NodeInfo {
         self.flags().any(|f| f == "DRAIN")
     }
 
+    /// Whether gpushare drained it (its reason begins with [`REASON_PREFIX`]).
+    pub fn drained_by_gpushare(&self) -> bool {
+        self.drained() && self.reason.as_deref().is_some_and(|r| r.starts_with(REASON_PREFIX))
+    }
+
+    /// Whether slurmctld says something is allocated there (a job, or one ending).
+    pub fn busy(&self) -> bool {
+        self.flags().any(|f| matches!(f, "ALLOCATED" | "MIXED" | "COMPLETING"))
+    }
+
     /// A drain a site set (not gpushare): its reason, to be kept.
     pub fn site_drain(&self) -> Option<String> {
         let reason = self.reason.clone().unwrap_or_default();
@@ -68,6 +77,7 @@ pub struct SlurmNode {
     name: String,
     bin_dir: PathBuf,
     slurm_conf: PathBuf,
+    slurmd_env: PathBuf,
     stop_slurmd: String,
     start_slurmd: String,
     register_timeout: Duration,
@@ -80,6 +90,7 @@ impl SlurmNode {
             name: settings.node_name(),
             bin_dir: settings.bin_dir.clone(),
             slurm_conf: settings.slurm_conf.clone(),
+            slurmd_env: settings.slurmd_env.clone(),
             stop_slurmd: settings.stop_slurmd.clone(),
             start_slurmd: settings.start_slurmd.clone(),
             register_timeout: Duration::from_secs(settings.register_timeout_seconds),
@@ -152,9 +163,14 @@ impl SlurmNode {
         if field("NodeName").as_deref() != Some(arg) {
             return Ok(None);
         }
-        let reason = field("Reason").map(|r| match r.rfind(" [") {
-            Some(at) if r.ends_with(']') => r[..at].to_string(),
-            _ => r,
+        // The reason is the line's last field and may hold anything (`a=b`, `[ops]`):
+        // all after ` Reason=`, less Slurm's ` [user@time]`.
+        let reason = line.split_once(" Reason=").map(|(_, r)| {
+            let r = r.trim_end();
+            match r.rfind(" [") {
+                Some(at) if r.ends_with(']') => r[..at].to_string(),
+                _ => r.to_string(),
+            }
         });
         Ok(Some(NodeInfo {
             gres: Gres::parse(&field("Gres").unwrap_or_default()),
@@ -163,11 +179,13 @@ impl SlurmNode {
         }))
     }
 
-    /// The jobs holding GRES on the node now (running, suspended, being set up or ending),
-    /// by id.
-    pub fn jobs_holding_gres(&self) -> Result<Vec<u64>, String> {
-        let text = self.call("squeue", &["--json"])?;
-        gres::jobs_holding_gres(&text, &self.name).map_err(|why| format!("squeue --json: {why}"))
+    /// The jobs allocated on the node now, in any state but pending or ended (running,
+    /// suspended, stopped, being set up or ending: `scontrol delete` refuses a node that
+    /// has any), by id; from `squeue`, whose ids and states no user names.
+    pub fn jobs_on_node(&self) -> Result<Vec<String>, String> {
+        let node = self.name.as_str();
+        let text = self.call("squeue", &["-h", "-w", node, "-t", "all", "-o", "%i %T"])?;
+        Ok(jobs_holding(&text))
     }
 
     /// Drains the node with `reason` (as one field: see [`flat`]; gpushare's own reasons
@@ -186,8 +204,19 @@ impl SlurmNode {
 
     /// Registers the node again with the GRES its slurmd now reads: slurmd stopped, the
     /// node deleted from slurmctld (a dynamic node keeps its old GRES there otherwise),
-    /// slurmd started; waits for it to register with `want`.
-    pub fn register_again(&self, want: &Gres) -> Result<NodeInfo, String> {
+    /// slurmd started; drained with `hold` as soon as it is back (it comes back idle);
+    /// waits for it to register with `want`.
+    pub fn register_again(&self, want: &Gres, hold: &str) -> Result<NodeInfo, String> {
+        // slurmd must start with `want`: the view wrote its environment (or logged why not).
+        let env = std::fs::read_to_string(&self.slurmd_env).unwrap_or_default();
+        let says = env.lines().find_map(|l| l.strip_prefix("GPUSHARE_SLURMD_GRES="));
+        if says.map(Gres::parse).as_ref() != Some(want) {
+            return Err(format!(
+                "[slurm] slurmd_env: {} does not say Gres={want} (the log says why it was not \
+                 written); slurmd not restarted",
+                self.slurmd_env.display()
+            ));
+        }
         self.site_command("stop_slurmd", &self.stop_slurmd)?;
         let node = format!("NodeName={}", self.name);
         let deleted = self.call("scontrol", &["delete", &node]);
@@ -195,9 +224,16 @@ impl SlurmNode {
         self.site_command("start_slurmd", &self.start_slurmd)?;
         deleted.map_err(|why| format!("slurmctld kept the node's old GRES: {why}"))?;
         let start = Instant::now();
+        let mut held = false;
         loop {
             let seen = self.node();
             if let Ok(Some(info)) = &seen
+                && !held
+            {
+                held = info.drained() || self.drain(hold).is_ok();
+            }
+            if let Ok(Some(info)) = &seen
+                && held
                 && info.gres == *want
                 && !info.state.split('+').any(|f| f == "NOT_RESPONDING" || f == "UNKNOWN")
             {
@@ -235,13 +271,45 @@ impl SlurmNode {
     }
 }
 
-/// Whether `done` succeeded, or why not in one line naming `line`.
+/// Whether `done` succeeded, or why not in one line naming `line` (all its error lines:
+/// scontrol says the cause after `error: failed to …`).
 fn finished(line: &str, done: &Finished, limit: Duration) -> Result<(), String> {
     match done.status {
         None => Err(format!("{line}: did not finish within {} s", limit.as_secs())),
-        Some(s) if !s.success() => Err(format!("{line}: {s}: {}", done.first_line())),
+        Some(s) if !s.success() => {
+            let said = done.stderr_text();
+            let said: Vec<&str> = said.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let said = if said.is_empty() { done.first_line() } else { said.join("; ") };
+            Err(format!("{line}: {s}: {}", said.chars().take(1000).collect::<String>()))
+        }
         Some(_) => Ok(()),
     }
+}
+
+/// The states in which a job holds nothing on a node: waiting, or ended.
+const NOT_HOLDING: [&str; 10] = [
+    "PENDING",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+];
+
+/// The jobs of `squeue -h -o '%i %T'` lines that hold what they were given.
+fn jobs_holding(text: &str) -> Vec<String> {
+    let jobs = text.lines().filter_map(|l| {
+        let (id, state) = l.trim().split_once(' ')?;
+        (!NOT_HOLDING.contains(&state.trim())).then(|| id.to_string())
+    });
+    let mut jobs: Vec<String> = jobs.collect();
+    jobs.sort();
+    jobs.dedup();
+    jobs
 }
 
 /// gpushare's drain reason `reason`: its prefix, then `reason` as one field ([`flat`]).
@@ -306,6 +374,13 @@ mod tests {
         assert_eq!(site.site_drain().as_deref(), Some("bad fan"));
         let idle = NodeInfo { state: "IDLE".into(), ..site };
         assert!(!idle.dynamic() && idle.site_drain().is_none());
+    }
+
+    #[test]
+    fn jobs_hold_their_node_unless_pending_or_ended() {
+        let text = "12 RUNNING\n13 PENDING\n14 STOPPED\n15 COMPLETED\n16_3 SUSPENDED\n\
+                    17 COMPLETING\n18 CANCELLED\n19 RESIZING\n20+0 CONFIGURING\n\n";
+        assert_eq!(jobs_holding(text), ["12", "14", "16_3", "17", "19", "20+0"]);
     }
 
     #[test]

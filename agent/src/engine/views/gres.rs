@@ -332,6 +332,14 @@ impl GresView {
         }
     }
 
+    /// The GRES records of the gres.conf kept now (its lines but comments): what slurmd
+    /// reads of it.
+    pub fn records(&self) -> Option<String> {
+        let text = self.file.read()?;
+        let text = String::from_utf8_lossy(&text);
+        Some(text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n"))
+    }
+
     /// The gres.conf text as `seen` gives it.
     pub fn render_text(seen: &Observation<'_>) -> Result<String, String> {
         text(seen.node, &seen.intent.replicas, &Seen(seen))

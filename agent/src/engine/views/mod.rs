@@ -225,6 +225,12 @@ impl Views {
         self.gres.enabled().then(|| gres::node_gres_of(&shape::planned(&ahead)))
     }
 
+    /// The GRES records of the gres.conf kept now, where it is kept (see
+    /// [`gres::GresView::records`]).
+    pub fn slurm_records(&self) -> Option<String> {
+        self.gres.enabled().then(|| self.gres.records()).flatten()
+    }
+
     /// Learns the time-slicing replicas of the active profile from `plan` (the active
     /// profile planned against the node at start-up).
     pub fn prime(&self, plan: &Plan) {
