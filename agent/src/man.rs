@@ -194,7 +194,7 @@ fn keys() -> Vec<Key> {
             "slurm",
             "manage_node",
             d.slurm.manage_node.to_string(),
-            "Whether an apply that changes the node's GRES takes the node through it: checked first (slurmctld answers, knows the node, the node is dynamic, no job holds GRES there), drained, slurmd registered again with the new GRES, resumed; a failure leaves it drained with the error as the reason. False: gres.conf only.",
+            "Whether an apply that changes the node's GRES takes the node through it: checked first (slurmctld answers, knows the node, no job is on it, a change of its GRES only on a dynamic node), drained, slurmd registered again with the new GRES, resumed; a failure leaves it drained with the error as the reason. False: gres.conf only.",
         ),
         key(
             "slurm",
