@@ -323,3 +323,29 @@ fn an_mps_server_that_moves_to_another_gpu_moves_in_slurm_too() {
         assert_eq!(job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25", "{job:?}");
     }
 }
+
+#[test]
+fn an_agent_restarted_on_a_busy_node_changes_no_gpu_under_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = start_agent(dir.path(), "");
+    let Some(slurm) = cluster(dir.path(), "gpu,mps") else { return };
+    let out = agent.ctl(&["apply", "all-mps"]);
+    assert!(out.status.success(), "apply all-mps: {}", text(&out));
+    let job = slurm.sbatch(&["--wrap", "sleep 600"]);
+    slurm.wait_job(&job, "RUNNING");
+
+    // Restarted (say, by a package upgrade) with another profile to re-apply at start-up,
+    // while slurmd runs and a job is on the node: the start-up re-apply is refused as an
+    // apply would be, naming the job.
+    let before = layout(&agent);
+    let config = agent.dir.path().join("agent.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("boot_profile = \"all-disabled\"\n{text}")).unwrap();
+    agent.restart();
+    assert_eq!(layout(&agent), before, "the start-up re-apply changed the GPUs under a job");
+    let out = agent.ctl(&["status", "--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let why = status["start_up_error"].as_str().unwrap_or_default();
+    assert!(why.contains(&format!("job {job} ")), "{status:#}");
+    assert_eq!(slurm.wait_job(&job, "RUNNING")["Restarts"], "0");
+}

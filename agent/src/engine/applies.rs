@@ -33,8 +33,7 @@ pub struct ApplyJob {
     repaired: Option<Recovered>,
     /// Whether this is the re-apply at start-up.
     boot: bool,
-    /// What it must do in Slurm (`[slurm]`): nothing at start-up, where the agent runs
-    /// before slurmd.
+    /// What it must do in Slurm (`[slurm]`; at start-up only where slurmd runs already).
     slurm: Option<SlurmPass>,
     _guard: JobGuard,
 }
@@ -117,7 +116,7 @@ impl Engine {
             checked => checked.map_err(EngineError::NotPossible)?,
         }
         // Slurm last: it is asked (slurmctld, squeue) only for a plan nothing else refuses.
-        let slurm = if boot { None } else { self.slurm_prepare(&plan, &before).await? };
+        let slurm = self.slurm_prepare(&plan, &before, boot).await?;
         let document = match source {
             ProfileRef::Named(_) => None,
             ProfileRef::Document { text, origin, config } => Some(ProfileDocument {

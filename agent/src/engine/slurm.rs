@@ -48,13 +48,20 @@ fn site_part(reason: &str) -> &str {
 impl Engine {
     /// Before an apply's first step: what it must do in Slurm (`None`: nothing, Slurm not
     /// managed, the node not registered yet, or nothing changes), or why it is refused, in
-    /// one line naming the setting or the jobs.
+    /// one line naming the setting or the jobs. The re-apply at start-up (`boot`) asks
+    /// Slurm only where slurmd runs already: at boot the agent starts before slurmd, but an
+    /// agent restarted on a running node (a crash, an upgrade) must not change GPUs under
+    /// its jobs.
     pub(super) async fn slurm_prepare(
         &self,
         plan: &Plan,
         before: &NodeState,
+        boot: bool,
     ) -> Result<Option<SlurmPass>, EngineError> {
         let Some(node) = &self.slurm else { return Ok(None) };
+        if boot && !crate::sys::procfs::root_runs("slurmd") {
+            return Ok(None);
+        }
         let views = self.transactions.views();
         let Some(want) = views.slurm_gres(plan, before) else { return Ok(None) };
         let want = Gres::parse(&want);
