@@ -185,6 +185,16 @@ impl Engine {
                     pass.node.name()
                 ));
             }
+            // slurmd must start with the new GRES: the view wrote its environment (or
+            // logged why not).
+            let says = self.transactions.views().slurmd_gres()?;
+            if Gres::parse(&says) != pass.want {
+                return Err(format!(
+                    "[slurm] slurmd_env says Gres={says}, not Gres={} (the log says why it was \
+                     not written); slurmd not restarted",
+                    pass.want
+                ));
+            }
             let want = pass.want.clone();
             let hold = site.clone().unwrap_or_else(|| reason_text(&format!("applying {profile}")));
             blocking(&pass.node, move |n| n.register_again(&want, &hold)).await?;

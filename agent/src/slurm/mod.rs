@@ -15,6 +15,7 @@ pub use gres::Gres;
 
 use crate::config::SlurmSettings;
 use crate::sys::command::{Command, Finished};
+use crate::sys::trusted;
 
 /// How long one scontrol or squeue call may take.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
@@ -77,7 +78,6 @@ pub struct SlurmNode {
     name: String,
     bin_dir: PathBuf,
     slurm_conf: PathBuf,
-    slurmd_env: PathBuf,
     stop_slurmd: String,
     start_slurmd: String,
     register_timeout: Duration,
@@ -90,7 +90,6 @@ impl SlurmNode {
             name: settings.node_name(),
             bin_dir: settings.bin_dir.clone(),
             slurm_conf: settings.slurm_conf.clone(),
-            slurmd_env: settings.slurmd_env.clone(),
             stop_slurmd: settings.stop_slurmd.clone(),
             start_slurmd: settings.start_slurmd.clone(),
             register_timeout: Duration::from_secs(settings.register_timeout_seconds),
@@ -102,20 +101,20 @@ impl SlurmNode {
         &self.name
     }
 
-    /// `tool` under `[slurm] bin_dir`, if the agent may run it: a plain executable file
-    /// owned by root, that no one else may write, in a directory it trusts.
+    /// `tool` under `[slurm] bin_dir`, if the agent may run it: in a directory it trusts,
+    /// a file it trusts as its own records ([`trusted::open_file`]: no link, a plain file
+    /// of root's that no one else may write), executable.
     fn tool(&self, tool: &str) -> Result<PathBuf, String> {
-        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::PermissionsExt;
         let path = self.bin_dir.join(tool);
         let at = |why: String| format!("[slurm] bin_dir: {}: {why}", path.display());
-        crate::sys::trusted::check_dir(&self.bin_dir)
-            .map_err(|why| format!("[slurm] bin_dir: {why}"))?;
-        let meta = std::fs::metadata(&path).map_err(|e| at(e.to_string()))?;
-        if !meta.is_file() || meta.mode() & 0o111 == 0 {
-            return Err(at("not an executable file".into()));
-        }
-        if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
-            return Err(at("not root's, or writable by others: not run as root".into()));
+        trusted::check_dir(&self.bin_dir).map_err(|why| format!("[slurm] bin_dir: {why}"))?;
+        let file = trusted::open_file(&path)
+            .map_err(|e| at(e.to_string()))?
+            .ok_or_else(|| at("no such file".into()))?;
+        let mode = file.metadata().map_err(|e| at(e.to_string()))?.permissions().mode();
+        if mode & 0o111 == 0 {
+            return Err(at("not executable".into()));
         }
         Ok(path)
     }
@@ -206,17 +205,7 @@ impl SlurmNode {
     /// node deleted from slurmctld (a dynamic node keeps its old GRES there otherwise),
     /// slurmd started; drained with `hold` as soon as it is back (it comes back idle);
     /// waits for it to register with `want`.
-    pub fn register_again(&self, want: &Gres, hold: &str) -> Result<NodeInfo, String> {
-        // slurmd must start with `want`: the view wrote its environment (or logged why not).
-        let env = std::fs::read_to_string(&self.slurmd_env).unwrap_or_default();
-        let says = env.lines().find_map(|l| l.strip_prefix("GPUSHARE_SLURMD_GRES="));
-        if says.map(Gres::parse).as_ref() != Some(want) {
-            return Err(format!(
-                "[slurm] slurmd_env: {} does not say Gres={want} (the log says why it was not \
-                 written); slurmd not restarted",
-                self.slurmd_env.display()
-            ));
-        }
+    pub fn register_again(&self, want: &Gres, hold: &str) -> Result<(), String> {
         self.site_command("stop_slurmd", &self.stop_slurmd)?;
         let node = format!("NodeName={}", self.name);
         let deleted = self.call("scontrol", &["delete", &node]);
@@ -237,7 +226,7 @@ impl SlurmNode {
                 && info.gres == *want
                 && !info.state.split('+').any(|f| f == "NOT_RESPONDING" || f == "UNKNOWN")
             {
-                return Ok(info.clone());
+                return Ok(());
             }
             if start.elapsed() >= self.register_timeout {
                 let now = match seen {

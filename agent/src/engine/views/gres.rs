@@ -232,14 +232,13 @@ pub fn node_gres_of(gpus: &[super::shape::GpuShape]) -> String {
 /// How slurmd's environment file begins.
 const ENV_HEADER: &str = "# slurmd's Gres= on this dynamic node, written by gpushare-agent";
 
-/// slurmd's environment file for a `gres.conf` `text` (its `Gres=` comment).
-fn env_text(gres_conf: &str) -> String {
-    let gres = gres_conf
-        .lines()
-        .find_map(|l| l.strip_prefix("# slurm.conf, this node's NodeName line: Gres="))
-        .unwrap_or_default();
+/// The variable of slurmd's environment file that holds its `Gres=`.
+const ENV_VARIABLE: &str = "GPUSHARE_SLURMD_GRES=";
+
+/// slurmd's environment file giving it the node's `Gres=` `gres`.
+fn env_text(gres: &str) -> String {
     format!(
-        "{ENV_HEADER}\n# (packaging/slurm/slurmd-gpushare.conf); do not edit.\nGPUSHARE_SLURMD_GRES={gres}\n"
+        "{ENV_HEADER}\n# (packaging/slurm/slurmd-gpushare.conf); do not edit.\n{ENV_VARIABLE}{gres}\n"
     )
 }
 
@@ -250,6 +249,15 @@ pub fn text(
     replicas: &super::shape::Replicas,
     files: &dyn Files,
 ) -> Result<String, String> {
+    document(node, replicas, files).map(|(text, _)| text)
+}
+
+/// [`text`], with the node's `Gres=` it says (for slurmd's environment).
+fn document(
+    node: &NodeState,
+    replicas: &super::shape::Replicas,
+    files: &dyn Files,
+) -> Result<(String, String), String> {
     let mut lines = Vec::new();
     let mut left_out = Vec::new();
     for gpu in &node.gpus {
@@ -263,10 +271,11 @@ pub fn text(
             types.push(l.name);
         }
     }
+    let gres = node_gres(&lines);
     let mut out =
         format!("{HEADER} from the GPUs as they are\n# after every change; do not edit.\n");
     out.push_str(&format!("# slurm.conf: GresTypes={}\n", types.join(",")));
-    out.push_str(&format!("# slurm.conf, this node's NodeName line: Gres={}\n", node_gres(&lines)));
+    out.push_str(&format!("# slurm.conf, this node's NodeName line: Gres={gres}\n"));
     for why in &left_out {
         out.push_str(&format!("# left out: {why}\n"));
     }
@@ -286,7 +295,7 @@ pub fn text(
         out.push_str(&l.text());
         out.push('\n');
     }
-    Ok(out)
+    Ok((out, gres))
 }
 
 /// The view: its files.
@@ -340,6 +349,16 @@ impl GresView {
         Some(text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n"))
     }
 
+    /// The `Gres=` slurmd's environment file gives it now, read as the agent reads its own
+    /// records; or why it gives none.
+    pub fn slurmd_gres(&self) -> Result<String, String> {
+        let at = format!("[slurm] slurmd_env: {}", self.env.path().display());
+        let text = self.env.read().ok_or_else(|| format!("{at}: not there"))?;
+        let text = String::from_utf8_lossy(&text);
+        let gres = text.lines().find_map(|l| l.strip_prefix(ENV_VARIABLE));
+        gres.map(str::to_string).ok_or_else(|| format!("{at}: no {ENV_VARIABLE}"))
+    }
+
     /// The gres.conf text as `seen` gives it.
     pub fn render_text(seen: &Observation<'_>) -> Result<String, String> {
         text(seen.node, &seen.intent.replicas, &Seen(seen))
@@ -375,13 +394,15 @@ impl View for GresView {
             self.ours()?;
             expressible(&super::shape::observed(seen))
                 .map_err(|why| format!("not rewritten (Slurm could not hand it out): {why}"))?;
-            GresView::render_text(seen)
-                .map(String::into_bytes)
+            document(seen.node, &seen.intent.replicas, &Seen(seen))
                 .map_err(|why| format!("not rewritten: {why}"))
         });
-        if let Ok(text) = &made {
-            let env = env_text(&String::from_utf8_lossy(text)).into_bytes();
-            self.env.keep("slurmd's environment", Ok(env));
+        let (made, gres) = match made {
+            Ok((text, gres)) => (Ok(text.into_bytes()), Some(gres)),
+            Err(why) => (Err(why), None),
+        };
+        if let Some(gres) = gres {
+            self.env.keep("slurmd's environment", Ok(env_text(&gres).into_bytes()));
         }
         self.file.keep(self.name(), made);
     }

@@ -231,6 +231,12 @@ impl Views {
         self.gres.enabled().then(|| self.gres.records()).flatten()
     }
 
+    /// The `Gres=` slurmd's environment file gives it now, where gres.conf is kept (see
+    /// [`gres::GresView::slurmd_gres`]).
+    pub fn slurmd_gres(&self) -> Result<String, String> {
+        self.gres.slurmd_gres()
+    }
+
     /// Learns the time-slicing replicas of the active profile from `plan` (the active
     /// profile planned against the node at start-up).
     pub fn prime(&self, plan: &Plan) {
