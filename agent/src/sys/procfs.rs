@@ -48,8 +48,7 @@ pub fn root_runs(name: &str) -> bool {
     let proc_root = Path::new("/proc");
     pids().into_iter().any(|pid| {
         let Some(process) = Process::open(proc_root, pid) else { return false };
-        let runs =
-            process.owner().is_some_and(|o| o.uids[..2] == [0, 0] && o.name == name && !o.exited);
+        let runs = process.owner().is_some_and(|o| o.roots_named(name) && !o.exited);
         runs && process.program().is_some_and(|p| p.uid == 0 && !p.writable_by_others)
     })
 }
@@ -194,6 +193,14 @@ pub struct Owner {
     pub exited: bool,
 }
 
+impl Owner {
+    /// Whether it runs as root (real and effective user) under the name `name`: what no
+    /// other user can make (a user names their own processes as they like).
+    pub fn roots_named(&self, name: &str) -> bool {
+        self.uids[..2] == [0, 0] && self.name == name
+    }
+}
+
 /// The program a process runs, as `/proc/PID/exe` shows it: only the kernel sets that
 /// link, but the file's name is whatever its owner named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,7 +340,7 @@ impl Process {
             if since > started {
                 return None;
             }
-            if owner.uids[0] == 0 && owner.uids[1] == 0 && owner.name == slurmstepd::COMM {
+            if owner.roots_named(slurmstepd::COMM) {
                 return slurmstepd::job_of_command_line(&ancestor.first_argument()?);
             }
             (parent, started) = (owner.parent, since);
