@@ -74,7 +74,8 @@ impl Engine {
         let kind = JobKind::Apply { profile: profile.name.clone() };
         let mut guard = self.gate.lock_for(job, kind).await?;
         let repaired = self.settle_unfinished(deadline).await?;
-        let planned = self.plan_apply(source, profile, force, job == BOOT_JOB).await;
+        let boot = job == BOOT_JOB;
+        let planned = self.plan_apply(source, profile, force, boot).await;
         let (plan, before, document, slurm) = match (planned, &repaired) {
             (Ok(planned), _) => planned,
             // The GPUs changed all the same: the refusal says how.
@@ -85,7 +86,6 @@ impl Engine {
             (Err(error), None) => return Err(error),
         };
         guard.start(u32::try_from(plan.step_count()).unwrap_or(u32::MAX));
-        let boot = job == BOOT_JOB;
         Ok(ApplyJob { plan, document, before, repaired, boot, slurm, _guard: guard })
     }
 
@@ -209,18 +209,8 @@ impl Engine {
         };
         let repaired = job.repaired.as_ref().filter(|r| r.steps > 0);
         let changed = total > 0 || repaired.is_some();
-        let mut report = JobReport {
-            kind: JobKind::Apply { profile: plan.profile.clone() },
-            result: if changed { JobResult::Success } else { JobResult::Unchanged },
-            changed,
-            steps_done: 0,
-            steps_total: total,
-            duration: Duration::ZERO,
-            error: None,
-            warnings: Vec::new(),
-            probe: None,
-            bench: None,
-        };
+        let result = if changed { JobResult::Success } else { JobResult::Unchanged };
+        let mut report = apply_report(plan, result, changed);
         if let Some(repaired) = &job.repaired {
             report.warnings.push(format!("before this apply: {}", repaired.message));
         }
@@ -246,22 +236,11 @@ impl Engine {
         self.apply_finished(job, report, started)
     }
 
-    /// An apply refused after its job began (by Slurm: a job took GRES on the node
-    /// meanwhile): nothing changed.
+    /// An apply refused after its job began (by Slurm: a job came on the node since the
+    /// check before the first step): nothing changed.
     fn apply_refused(&self, job: &ApplyJob, error: EngineError, started: Instant) -> JobReport {
-        let plan = &job.plan;
-        let report = JobReport {
-            kind: JobKind::Apply { profile: plan.profile.clone() },
-            result: JobResult::Failed,
-            changed: false,
-            steps_done: 0,
-            steps_total: u32::try_from(plan.step_count()).unwrap_or(u32::MAX),
-            duration: Duration::ZERO,
-            error: Some(error),
-            warnings: Vec::new(),
-            probe: None,
-            bench: None,
-        };
+        let mut report = apply_report(&job.plan, JobResult::Failed, false);
+        report.error = Some(error);
         self.apply_finished(job, report, started)
     }
 
@@ -334,5 +313,21 @@ impl Engine {
             Some(_) => {}
             None => *kept = None,
         }
+    }
+}
+
+/// The report of an apply of `plan` before it ran: no step done, no error or warning.
+fn apply_report(plan: &Plan, result: JobResult, changed: bool) -> JobReport {
+    JobReport {
+        kind: JobKind::Apply { profile: plan.profile.clone() },
+        result,
+        changed,
+        steps_done: 0,
+        steps_total: u32::try_from(plan.step_count()).unwrap_or(u32::MAX),
+        duration: Duration::ZERO,
+        error: None,
+        warnings: Vec::new(),
+        probe: None,
+        bench: None,
     }
 }
