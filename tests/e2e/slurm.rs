@@ -41,6 +41,14 @@ fn devices() -> Devices {
     Devices { _dir: dir, gpu, mig }
 }
 
+impl Devices {
+    /// gres.conf's lines of `nvidia0` and `nvidia1` whole (`Type=h100`).
+    fn whole(&self) -> String {
+        let [g0, g1, _] = &self.gpu;
+        format!("Name=gpu Type=h100 File={}\nName=gpu Type=h100 File={}", file(g0), file(g1))
+    }
+}
+
 fn file(path: &Path) -> String {
     path.display().to_string()
 }
@@ -207,7 +215,7 @@ fn gres_changes_that_a_reconfigure_takes() {
     }
     let dev = devices();
     let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
-    let gpus = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let gpus = dev.whole();
     let shards = format!("{gpus}\nName=shard Count=4 File={g0}\nName=shard Count=4 File={g1}");
     let mps = format!("{gpus}\nName=mps Count=100 File={g0}\nName=mps Count=100 File={g1}");
     let setup = Setup::gres("gpu,mps,shard", "gpu:h100:2,shard:8", &shards);
@@ -295,8 +303,8 @@ fn a_gpu_count_change_takes_a_slurmctld_restart() {
         return;
     }
     let dev = devices();
-    let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
-    let whole = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let g1 = file(&dev.gpu[1]);
+    let whole = dev.whole();
     let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole)) else { return };
     let mig = format!(
         "Name=gpu Type=1g.10gb MultipleFiles={}\nName=gpu Type=1g.10gb MultipleFiles={}\n\
@@ -474,8 +482,8 @@ fn a_dynamic_node_changes_its_gres_by_delete_and_restart() {
         return;
     }
     let dev = devices();
-    let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
-    let whole = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let g1 = file(&dev.gpu[1]);
+    let whole = dev.whole();
     let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole).dynamic()) else {
         return;
     };
@@ -526,8 +534,8 @@ fn a_gpu_count_change_ends_the_node_s_gpu_jobs() {
         return;
     }
     let dev = devices();
-    let (g0, g1) = (file(&dev.gpu[0]), file(&dev.gpu[1]));
-    let whole = format!("Name=gpu Type=h100 File={g0}\nName=gpu Type=h100 File={g1}");
+    let g1 = file(&dev.gpu[1]);
+    let whole = dev.whole();
     let Some(mut slurm) = Slurm::start(&Setup::gres("gpu", "gpu:h100:2", &whole)) else { return };
     let name = slurm.node().to_string();
     let on_gpu0 = slurm.sbatch(&["--gres=gpu:h100:1", "--wrap", "sleep 600"]);
