@@ -58,6 +58,8 @@ pub struct AgentConfig {
     pub slurm: SlurmSettings,
     /// Benches of users' programs.
     pub bench: BenchSettings,
+    /// The GPUs' health from the driver's events (issue 42).
+    pub health: HealthSettings,
     /// Which of the places a real agent shares with others the file writes (not a key of
     /// the file: what [`AgentConfig::parse`] found in it).
     #[serde(skip)]
@@ -345,6 +347,29 @@ impl Default for MpsSettings {
     }
 }
 
+/// The GPUs' health: the driver's events watched, what they do not carry polled.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSettings {
+    /// Whether the agent watches the GPUs' health at all.
+    pub enabled: bool,
+    /// Seconds between polls of what no event carries (a GPU lost, pending row remaps and
+    /// page retirements, the recovery action) and the clean checks, 1 to 60.
+    #[serde(deserialize_with = "poll_seconds")]
+    pub poll_seconds: u64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self { enabled: true, poll_seconds: 1 }
+    }
+}
+
+fn poll_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    whole_number(d, 1, 60, "seconds from 1 to 60")
+        .map_err(|e| serde::de::Error::custom(format!("poll_seconds: {e}")))
+}
+
 /// Time-slice intervals.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -426,6 +451,7 @@ impl Default for AgentConfig {
             slurm: SlurmSettings::default(),
             metrics: MetricsSettings::default(),
             bench: BenchSettings::default(),
+            health: HealthSettings::default(),
             written: Written::default(),
         }
     }

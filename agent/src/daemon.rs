@@ -287,6 +287,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     let profiles = load_profiles(&profiles_dir);
     // The files kept true to the GPUs, built once from the configuration.
     let views = crate::engine::views::Views::from_config(&config);
+    let health_backend = Arc::clone(&backend);
     let mut engine =
         Engine::new(backend, profiles, &state_dir, &config, views).map_err(|e| e.to_string())?;
     if let Some(why) = hands_off {
@@ -358,6 +359,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     );
 
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
+    // Held until the agent stops: dropping it stops the watcher's thread.
+    let _watcher = watch_health(&engine, health_backend, &config).await;
     notify_systemd(&engine, systemd_events, boot_job.is_some());
 
     // Started, for systemd, once the GPUs are in their profile: units ordered after the
@@ -522,6 +525,45 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
             engine.log_drift().await;
         }
     });
+}
+
+/// Starts the health watcher over every GPU (issue 42) and the engine's following of the
+/// faults; `None` when `[health] enabled` is false or the thread cannot start.
+async fn watch_health(
+    engine: &Arc<Engine>,
+    backend: Arc<dyn crate::gpu::GpuBackend>,
+    config: &AgentConfig,
+) -> Option<crate::health::watcher::Watcher> {
+    if !config.health.enabled {
+        engine.health().set_events_note(Some(
+            "[health] enabled = false: the GPUs' health is not watched".into(),
+        ));
+        return None;
+    }
+    let gpus = match engine.observe().await {
+        Ok(node) => node.gpus.iter().map(|g| g.index).collect(),
+        Err(e) => {
+            tracing::warn!("the GPUs' health is watched without a first observation: {e}");
+            Vec::new()
+        }
+    };
+    let settings = crate::health::watcher::WatchSettings {
+        gpus,
+        poll: Duration::from_secs(config.health.poll_seconds),
+    };
+    let watcher =
+        match crate::health::watcher::spawn(backend, Arc::clone(engine.health()), settings) {
+            Ok(watcher) => watcher,
+            Err(e) => {
+                tracing::error!("the GPUs' health is not watched: cannot start its thread: {e}");
+                engine
+                    .health()
+                    .set_events_note(Some(format!("not watched: cannot start its thread: {e}")));
+                return None;
+            }
+        };
+    tokio::spawn(Arc::clone(engine).follow_health());
+    Some(watcher)
 }
 
 /// systemd: `STATUS=` around jobs (from `events`; the first apply is the re-apply at

@@ -14,28 +14,30 @@
 //! 6. [`plan`] — pure planning: node + profile → steps; placements; verification.
 //! 7. [`gpu`] — the hardware seam: [`gpu::GpuBackend`] and NVML, on NVIDIA's driver or the
 //!    simulated one.
-//! 8. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
-//! 9. [`cdi`] — the CDI spec of what the node shares (whole GPUs, MIG devices, MPS
-//!    shares) for container runtimes, and where it is written.
-//! 10. [`apply`] — carrying out plans: observation, parallel execution, journal,
+//! 8. [`health`] — the GPUs' faults from the driver's events and readings (Xids, ECC,
+//!    a GPU lost, row remaps, the recovery action), one registry every view reads.
+//! 9. [`sharing`] — MPS control daemons, time-slice intervals, supervision.
+//! 10. [`cdi`] — the CDI spec of what the node shares (whole GPUs, MIG devices, MPS
+//!     shares) for container runtimes, and where it is written.
+//! 11. [`apply`] — carrying out plans: observation, parallel execution, journal,
 //!     transactions with rollback, hooks.
-//! 11. [`bench`] — replicas of the user's program started together and measured (the
+//! 12. [`bench`] — replicas of the user's program started together and measured (the
 //!     runner so far; issue 12), and the one statistics module of bench and probe.
-//! 12. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
+//! 13. [`probe`] — the CUDA side of the interference probe (client processes, kernels);
 //!     its statistics are bench's.
-//! 13. [`access`] — who may change the GPUs.
-//! 14. [`slurm`] — Slurm as this node sees it: its GRES, drains, its jobs, slurmd's
+//! 14. [`access`] — who may change the GPUs.
+//! 15. [`slurm`] — Slurm as this node sees it: its GRES, drains, its jobs, slurmd's
 //!     restart (scontrol, squeue and the site's commands).
-//! 15. [`engine`] — the agent's operations for any transport: typed jobs, results,
+//! 16. [`engine`] — the agent's operations for any transport: typed jobs, results,
 //!     errors and events.
-//! 16. [`metrics`] — Prometheus series, following the engine's events.
-//! 17. [`service`] — the D-Bus interface: transport only, and the one place errors become
+//! 17. [`metrics`] — Prometheus series, following the engine's events.
+//! 18. [`service`] — the D-Bus interface: transport only, and the one place errors become
 //!     D-Bus errors.
-//! 18. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
+//! 19. [`simulator`] — where gpushare's simulated driver and tools are installed, and the
 //!     environment that hands them the node (`--simulate`).
-//! 19. [`daemon`] — the composition root: configuration → backend → engine → metrics →
+//! 20. [`daemon`] — the composition root: configuration → backend → engine → metrics →
 //!     bus → background tasks.
-//! 20. [`man`] — the man page gpushare-agent(8): options, files and `agent.toml`'s keys,
+//! 21. [`man`] — the man page gpushare-agent(8): options, files and `agent.toml`'s keys,
 //!     signals, environment.
 
 pub mod access;
@@ -47,6 +49,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod gpu;
+pub mod health;
 pub mod man;
 pub mod metrics;
 pub mod node;

@@ -244,6 +244,18 @@ fn keys() -> Vec<Key> {
             d.bench.max_total_seconds.to_string(),
             "The longest one bench may hold its GPU, 1 to 604800 seconds.",
         ),
+        key(
+            "health",
+            "enabled",
+            d.health.enabled.to_string(),
+            "Whether the agent watches the GPUs' health: the driver's events (Xids, ECC errors, a GPU gone, recovery actions) and, polled, pending row remaps and page retirements, the recovery-action field and a GPU lost. A fault marks the GPU or MIG instance unhealthy everywhere (status, clients, metrics, the journal, the CDI spec and the other views) and refuses applies that would build there.",
+        ),
+        key(
+            "health",
+            "poll_seconds",
+            d.health.poll_seconds.to_string(),
+            "Seconds between polls of what no event carries, and of the clean check that clears a fault asking only for an application restart once its processes have ended, 1 to 60.",
+        ),
     ]
 }
 

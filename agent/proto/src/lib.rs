@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod cdi;
 pub mod clients;
+pub mod health;
 pub mod telemetry;
 pub mod types;
 mod vocab;

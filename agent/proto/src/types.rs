@@ -46,6 +46,10 @@ pub struct Status {
     /// time on a node for now). Empty when none runs.
     #[serde(default)]
     pub benches: Vec<BenchStatus>,
+    /// Whether the agent watches the driver's events (issue 42): `null` when it does,
+    /// else why not (the events are polled then, as far as the driver answers).
+    #[serde(default)]
+    pub health_events: Option<String>,
     /// Every GPU, by index.
     pub gpus: Vec<GpuStatus>,
 }
@@ -105,6 +109,10 @@ pub struct GpuStatus {
     /// see it). Empty from an agent older than this field.
     #[serde(default)]
     pub clients: Vec<crate::clients::GpuClient>,
+    /// Its faults (issue 42), on the whole GPU or on one of its MIG instances: empty when
+    /// healthy. New shares are not handed out where a fault lies until it clears.
+    #[serde(default)]
+    pub health: Vec<crate::health::HealthFault>,
 }
 
 /// One MIG instance (a GPU instance with its compute instance) in [`GpuStatus`].

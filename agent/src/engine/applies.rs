@@ -107,6 +107,8 @@ impl Engine {
         let options = PlanOptions { force, ..self.core.policy };
         let (plan, before, _) = self.core.plan_request(before, profile, options).await?;
         self.core.check_host(&plan, &before).await?;
+        // Nothing is built where a fault lies (issue 42).
+        self.refuse_unhealthy(&plan, &before)?;
         // The views are rewritten at commit: a place one cannot go, or GPUs one cannot
         // say, is refused now. Not at start-up: the GPUs come first there (MIG instances
         // and MPS servers do not survive a reboot), and a view that cannot follow says so

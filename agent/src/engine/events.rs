@@ -51,6 +51,8 @@ pub enum EngineEvent {
     HealthChecked,
     /// An MPS server's limits were changed on request (`mps limit`).
     MpsChanged,
+    /// The GPUs' faults changed (issue 42): one was raised or cleared.
+    HealthChanged,
 }
 
 /// A function called with every event as it is sent.

@@ -181,14 +181,35 @@ impl Engine {
                 let supervisor = Arc::clone(&self.supervisor);
                 let sharing = Arc::clone(&self.core.node.sharing);
                 let benched: Vec<u32> = self.gate.claims.all().iter().map(|c| c.gpu).collect();
+                // A server is not started again where a fault lies, other than its own
+                // death (issue 42).
+                let faults = self.health().faults();
+                let backend = Arc::clone(&self.core.node.backend);
                 tokio::task::spawn_blocking(move || {
-                    supervisor.check_sparing(&sharing.mps, &benched)
+                    // Observed only when a MIG instance's server is down and a fault lies.
+                    let placed = std::sync::OnceLock::new();
+                    let held = |record: &crate::sharing::mps::ServerRecord| {
+                        if !faults.iter().any(|f| f.gpu == record.gpu) {
+                            return false;
+                        }
+                        let gi = record.placement_start.and_then(|start| {
+                            let gpus = placed.get_or_init(|| backend.observe().ok());
+                            let gpu = gpus.as_ref()?.iter().find(|g| g.index == record.gpu)?;
+                            gpu.instances.iter().find(|i| i.placement_start == start).map(|i| i.id)
+                        });
+                        faults.iter().any(|f| {
+                            f.cause != crate::health::Cause::MpsServerDied
+                                && f.covers(record.gpu, gi)
+                        })
+                    };
+                    supervisor.check_holding(&sharing.mps, &benched, &held)
                 })
                 .await
                 .unwrap_or_default()
             }
             _ => Default::default(),
         };
+        self.servers_died(&report.down).await;
         // A share's limits are those its server gives: the spec follows a restore.
         if !report.restores.is_empty() {
             self.refresh_views().await;

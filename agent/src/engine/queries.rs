@@ -132,6 +132,9 @@ impl Engine {
         for g in gpus.iter_mut().filter(|g| g.sharing.interval.is_some()) {
             g.sharing.replicas = intent.replicas.get(&g.index).copied().flatten();
         }
+        for g in &mut gpus {
+            g.health = self.health_documents(g.index);
+        }
         let clients = if with_clients { self.status_clients(&node).await } else { Vec::new() };
         for client in clients {
             if let Some(gpu) = gpus.iter_mut().find(|g| g.index == client.gpu) {
@@ -154,6 +157,7 @@ impl Engine {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
             benches: benches.iter().map(bench_status).collect(),
+            health_events: self.health().events_note(),
             gpus,
         })
     }
@@ -165,7 +169,7 @@ impl Engine {
     /// among its processes, so no MPS control daemon is asked. Read in `/proc` off the
     /// async threads; nothing to read when no process uses a GPU.
     /// Best-effort: a failure is logged and shows no client, never fails `status`.
-    async fn status_clients(
+    pub(super) async fn status_clients(
         &self,
         node: &crate::node::NodeState,
     ) -> Vec<gpushare_proto::clients::GpuClient> {

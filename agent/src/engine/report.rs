@@ -195,6 +195,7 @@ pub fn gpu_status(gpu: &GpuState, node: &NodeState, cx: &MpsContext<'_>) -> GpuS
         mig_enabled: gpu.mig_enabled,
         mig_pending: gpu.mig_pending,
         compute_mode: gpu.compute_mode.as_str().to_string(),
+        health: Vec::new(),
         sharing: whole,
         instances: gpu
             .instances

@@ -206,6 +206,81 @@ pub trait GpuBackend: Send + Sync {
     fn telemetry(&self, _gpu: u32) -> Option<GpuTelemetry> {
         None
     }
+
+    /// Waits up to `timeout` for the next event the driver raises on any GPU (an Xid, an
+    /// ECC error, a GPU gone, a recovery action: [`GpuEvent`]); `Ok(None)` when none came.
+    /// The first call registers for them on every GPU that supports them. NotSupported
+    /// when the driver delivers no events at all; the caller then polls only.
+    fn wait_event(&self, _timeout: std::time::Duration) -> Result<Option<GpuEvent>, GpuError> {
+        Err(GpuError::new("wait_event", None, ErrorCode::NotSupported))
+    }
+
+    /// What the driver says of the GPU's health that no event carries, each read on its
+    /// own ([`HealthReading`]).
+    fn health_reading(&self, _gpu: u32) -> HealthReading {
+        HealthReading::default()
+    }
+
+    /// The GPUs the event registration left out, with why (a GPU that supports no
+    /// critical event, one lost at registration); empty while every GPU is watched.
+    fn unwatched_gpus(&self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
+}
+
+/// An event the driver delivered (`nvmlEventSetWait_v2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuEvent {
+    /// The GPU, by NVML index.
+    pub gpu: u32,
+    /// What happened.
+    pub kind: GpuEventKind,
+    /// The GPU instance the event names (on a GPU in MIG mode); `None`: the whole GPU
+    /// (the driver's 0xFFFFFFFF).
+    pub gpu_instance: Option<u32>,
+    /// The compute instance the event names, likewise.
+    pub compute_instance: Option<u32>,
+}
+
+/// The kinds of [`GpuEvent`] the agent registers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuEventKind {
+    /// `nvmlEventTypeXidCriticalError`, with the Xid.
+    Xid(u64),
+    /// `nvmlEventTypeDoubleBitEccError`.
+    DoubleBitEcc,
+    /// `nvmlEventTypeSingleBitEccError`.
+    SingleBitEcc,
+    /// `nvmlEventTypeGpuUnavailableError`: the GPU is gone.
+    GpuUnavailable,
+    /// `nvmlEventTypeGpuRecoveryAction`, with the action's value (as field
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` gives it).
+    RecoveryAction(u64),
+    /// Any other type bit, with its data.
+    Other {
+        /// The event type bit.
+        event_type: u64,
+        /// Its data.
+        data: u64,
+    },
+}
+
+/// The health readings of one GPU ([`GpuBackend::health_reading`]); `None` where the
+/// driver does not answer that read (not supported, no permission, any failure of it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthReading {
+    /// The driver answered NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus.
+    pub lost: bool,
+    /// A row remap waits for the next GPU reset (`nvmlDeviceGetRemappedRows`).
+    pub row_remap_pending: Option<bool>,
+    /// A row remap failed: the memory cannot be repaired by a reset.
+    pub row_remap_failure: Option<bool>,
+    /// Pages wait for retirement at the next reset (`nvmlDeviceGetRetiredPagesPendingStatus`,
+    /// GPUs before row remapping).
+    pub retired_pages_pending: Option<bool>,
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 GPU reset, 2 node reboot, 3 drain
+    /// P2P, 4 drain and reset.
+    pub recovery_action: Option<u64>,
 }
 
 /// A GPU's live readings ([`GpuBackend::telemetry`]); `None` where the driver answers

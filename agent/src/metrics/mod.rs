@@ -606,6 +606,7 @@ mod tests {
     fn status_and_mps() -> (Status, MpsStatus) {
         let mps_server = server(GPU1, 1, None);
         let status = Status {
+            health_events: None,
             active_profile: Some("half-balanced".into()),
             active_source: Some("built-in".into()),
             backend: "simulated".into(),
@@ -619,6 +620,7 @@ mod tests {
             benches: vec![],
             gpus: vec![
                 GpuStatus {
+                    health: Vec::new(),
                     index: 0,
                     uuid: GPU0.into(),
                     model: "A100-SXM4-40GB".into(),
@@ -635,6 +637,7 @@ mod tests {
                     clients: Vec::new(),
                 },
                 GpuStatus {
+                    health: Vec::new(),
                     index: 1,
                     uuid: GPU1.into(),
                     model: "L40S".into(),

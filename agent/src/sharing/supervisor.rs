@@ -49,6 +49,11 @@ pub struct CheckReport {
     pub restarts: Vec<String>,
     /// One line per server whose drifted limits were put back, or could not be.
     pub restores: Vec<String>,
+    /// The servers found down at this check (restarted or not), by the device they serve
+    /// and their GPU: their clients died with them (issue 42).
+    pub down: Vec<(String, u32)>,
+    /// Those left down: their GPU or instance is unhealthy (`held`), one line each.
+    pub held: Vec<String>,
 }
 
 impl CheckReport {
@@ -68,6 +73,8 @@ pub struct MpsSupervisor {
     drift: Mutex<HashMap<String, Seen>>,
     /// Drifts put back, by device, since the agent started.
     restores: Mutex<HashMap<String, u32>>,
+    /// Devices whose server is down and held down (their GPU is unhealthy).
+    held: Mutex<std::collections::HashSet<String>>,
 }
 
 impl MpsSupervisor {
@@ -84,7 +91,18 @@ impl MpsSupervisor {
     /// [`Self::check`], leaving the servers of GPUs `spared` alone (a bench's: neither asked
     /// nor restarted while it measures).
     pub fn check_sparing(&self, mps: &MpsController, spared: &[u32]) -> CheckReport {
-        self.check_with(mps, spared, Instant::now)
+        self.check_with(mps, spared, &|_| false, Instant::now)
+    }
+
+    /// [`Self::check_sparing`], restarting a server that is down only when `held` says its
+    /// GPU or instance is healthy (a server is not started again where a fault lies).
+    pub fn check_holding(
+        &self,
+        mps: &MpsController,
+        spared: &[u32],
+        held: &dyn Fn(&ServerRecord) -> bool,
+    ) -> CheckReport {
+        self.check_with(mps, spared, held, Instant::now)
     }
 
     /// [`Self::check_sparing`] with the clock `now`, read once per server (a restart takes
@@ -93,6 +111,7 @@ impl MpsSupervisor {
         &self,
         mps: &MpsController,
         spared: &[u32],
+        held: &dyn Fn(&ServerRecord) -> bool,
         now: impl Fn() -> Instant,
     ) -> CheckReport {
         let mut report = CheckReport::default();
@@ -124,11 +143,45 @@ impl MpsSupervisor {
             }
         }
         for daemon in down {
+            let (uuid, gpu) = (daemon.record.uuid.clone(), daemon.record.gpu);
+            if !report.down.iter().any(|(u, _)| *u == uuid) && !self.is_held(&uuid) {
+                report.down.push((uuid.clone(), gpu));
+            }
+            if held(&daemon.record) {
+                if self.hold(&uuid) {
+                    let line = format!(
+                        "MPS server for {uuid} is down and stays down: its GPU is unhealthy (it restarts once the GPU is healthy)"
+                    );
+                    tracing::warn!("{line}");
+                    report.held.push(line);
+                }
+                continue;
+            }
+            self.release(&uuid);
             if let Some(line) = self.restart(mps, daemon, now()) {
                 report.restarts.push(line);
             }
         }
         report
+    }
+
+    fn held_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `uuid`'s server is held down.
+    fn is_held(&self, uuid: &str) -> bool {
+        self.held_set().contains(uuid)
+    }
+
+    /// Holds `uuid`'s server down; true the first time.
+    fn hold(&self, uuid: &str) -> bool {
+        self.held_set().insert(uuid.to_string())
+    }
+
+    /// Lets `uuid`'s server be restarted again.
+    fn release(&self, uuid: &str) {
+        self.held_set().remove(uuid);
     }
 
     /// Restarts `daemon` (down) unless its backoff runs; the line for the log, if it tried.
@@ -306,10 +359,10 @@ mod tests {
         let supervisor = MpsSupervisor::new();
         let t0 = Instant::now();
         // A benched GPU's server is left alone.
-        assert!(supervisor.check_with(&mps, &[0], Instant::now).lines().is_empty());
+        assert!(supervisor.check_with(&mps, &[0], &|_| false, Instant::now).lines().is_empty());
         let tries = |at: Instant| {
             write_record();
-            supervisor.check_with(&mps, &[], || at).lines()
+            supervisor.check_with(&mps, &[], &|_| false, || at).lines()
         };
         let first = tries(t0);
         assert_eq!(first.len(), 1, "{first:?}");

@@ -436,6 +436,7 @@ pub(crate) mod tests {
     /// time-slicing, two processes and MIG pending on.
     pub(crate) fn sample_status() -> Status {
         Status {
+            health_events: None,
             active_profile: Some("half-balanced".into()),
             active_source: Some("built-in".into()),
             backend: "simulated".into(),
@@ -449,6 +450,7 @@ pub(crate) mod tests {
             benches: vec![],
             gpus: vec![
                 GpuStatus {
+                    health: Vec::new(),
                     index: 0,
                     uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
                     model: "A100-SXM4-40GB".into(),
@@ -485,6 +487,7 @@ pub(crate) mod tests {
                     clients: Vec::new(),
                 },
                 GpuStatus {
+                    health: Vec::new(),
                     index: 1,
                     uuid: "GPU-11111111-0000-0000-0000-000000000000".into(),
                     model: "A100-SXM4-40GB".into(),

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::apply::{NodeAccess, Reads};
 use crate::config::AgentConfig;
+use crate::health::Health;
 use crate::node::NodeState;
 use crate::plan::Plan;
 
@@ -159,6 +160,9 @@ pub struct Views {
     all: Vec<Arc<dyn View>>,
     /// What they know besides the GPUs.
     intent: Mutex<Intent>,
+    /// The GPUs' faults: what lies on a faulted GPU or MIG instance is left out of every
+    /// view until it clears (issue 42).
+    health: Arc<Health>,
 }
 
 impl Views {
@@ -183,7 +187,20 @@ impl Views {
         ));
         let all: Vec<Arc<dyn View>> =
             vec![cdi.clone(), device_plugin.clone(), labels.clone(), gres.clone()];
-        Views { cdi, device_plugin, labels, gres, all, intent: Mutex::default() }
+        Views {
+            cdi,
+            device_plugin,
+            labels,
+            gres,
+            all,
+            intent: Mutex::default(),
+            health: Arc::default(),
+        }
+    }
+
+    /// The GPUs' faults the views leave out (the engine's registry).
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// The CDI spec's view.
@@ -327,6 +344,7 @@ impl Views {
         };
         match observed {
             Ok(node) => {
+                let node = healthy_part(node, &self.health);
                 let minors = minors(access, &node).await;
                 let seen = Observation { node: &node, minors: &minors, access, intent: &intent };
                 kept.iter().for_each(|v| v.render(Ok(&seen)));
@@ -349,4 +367,31 @@ async fn minors(access: &NodeAccess, node: &NodeState) -> HashMap<u32, Option<u3
         minors.insert(g.index, access.minor_number(g.index).await);
     }
     minors
+}
+
+/// `node` without what lies on a faulted GPU or MIG instance: a GPU with a fault of its
+/// own goes whole (its MPS server with it), a faulted instance with the MPS servers that
+/// serve it. What the views render: a device that cannot be used is handed to no one.
+fn healthy_part(mut node: NodeState, health: &Health) -> NodeState {
+    let faults = health.faults();
+    if faults.is_empty() {
+        return node;
+    }
+    let whole = |gpu: u32| faults.iter().any(|f| f.gpu == gpu && f.gpu_instance.is_none());
+    node.gpus.retain(|g| !whole(g.index));
+    // The placement starts of the faulted instances, by GPU.
+    let mut starts: Vec<(u32, u8)> = Vec::new();
+    for g in &mut node.gpus {
+        g.instances.retain(|i| {
+            let faulted = faults.iter().any(|f| f.gpu == g.index && f.gpu_instance == Some(i.id));
+            if faulted {
+                starts.push((g.index, i.placement_start));
+            }
+            !faulted
+        });
+    }
+    node.mps.retain(|s| {
+        !whole(s.gpu) && !s.placement_start.is_some_and(|p| starts.contains(&(s.gpu, p)))
+    });
+    node
 }

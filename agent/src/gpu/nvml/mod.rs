@@ -38,6 +38,7 @@ pub mod catalog_check;
 mod changes;
 mod driver_table;
 mod errors;
+mod events;
 mod library;
 mod observe;
 mod processes;
@@ -148,6 +149,18 @@ impl GpuBackend for NvmlBackend {
             .ok()
     }
 
+    fn wait_event(&self, timeout: Duration) -> Result<Option<super::GpuEvent>, GpuError> {
+        self.wait_for_event(timeout)
+    }
+
+    fn health_reading(&self, gpu: u32) -> super::HealthReading {
+        self.read_health(gpu)
+    }
+
+    fn unwatched_gpus(&self) -> Vec<(u32, String)> {
+        self.unwatched()
+    }
+
     fn minor_number(&self, gpu: u32) -> Option<u32> {
         let call = "nvmlDeviceGetMinorNumber";
         self.with_session(call, Some(gpu), |s| {
@@ -179,11 +192,15 @@ impl GpuBackend for NvmlBackend {
             tracing::info!(gpu, "persistence mode off for the reset");
         }
         let reopen = || self.driver.open(call, Some(gpu));
+        // The health watcher's event set dies with the session: freed first, made again
+        // once NVML is open.
+        self.suspend_events();
         let (reset, reopened) = around_reset(&self.session, reopen, || {
             // The holders are looked for before NVML is opened again, so the agent is none.
             run_nvidia_smi_reset(&self.nvidia_smi, gpu, RESET_TIMEOUT)
                 .map_err(|error| with_holders(error, &device_node))
         });
+        self.resume_events();
         if reset.is_ok() {
             tracing::info!(gpu, "GPU reset");
         }

@@ -17,8 +17,26 @@ use super::errors::wrapper_error;
 use super::raw::device_handle;
 use super::session::{OBSERVE, PROFILE_TABLE, Session};
 use crate::catalog::{self, GpuModel};
-use crate::gpu::{GpuError, GpuTelemetry, MigTelemetry};
+use crate::gpu::{ErrorCode, GpuError, GpuTelemetry, MigTelemetry};
 use crate::node::{ComputeInstance, ComputeMode, GpuInstance, GpuState};
+
+/// A GPU lost before it was ever observed: its index and nothing else known.
+fn lost_placeholder(index: u32) -> GpuState {
+    GpuState {
+        index,
+        uuid: String::new(),
+        name: "lost GPU".to_string(),
+        pci_device_id: 0,
+        model: None,
+        memory_total_bytes: 0,
+        mig_enabled: false,
+        mig_pending: None,
+        compute_mode: ComputeMode::Default,
+        instances: Vec::new(),
+        processes: Vec::new(),
+        mps_clients_named: true,
+    }
+}
 
 impl<'a> Session<'a> {
     pub(super) fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
@@ -28,8 +46,21 @@ impl<'a> Session<'a> {
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
         // The driver's version keys the MIG tables: one query per observation, not per GPU.
         let driver_version = self.nvml.sys_driver_version().unwrap_or_default();
+        let mut seen = self.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let gpus = (0..count)
-            .map(|index| self.observe_gpu(index, &driver_version))
+            .map(|index| match self.observe_gpu(index, &driver_version) {
+                Ok(gpu) => {
+                    seen.insert(index, gpu.clone());
+                    Ok(gpu)
+                }
+                // A GPU off the bus answers nothing (issue 42): it stays as last seen (or
+                // a bare placeholder), so that the other GPUs are observed and the health
+                // watcher, which reads the loss, tells status why.
+                Err(e) if e.code == ErrorCode::GpuLost => {
+                    Ok(seen.get(&index).cloned().unwrap_or_else(|| lost_placeholder(index)))
+                }
+                Err(e) => Err(e),
+            })
             .collect::<Result<_, _>>()?;
         Ok(gpus)
     }

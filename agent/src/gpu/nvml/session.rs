@@ -53,6 +53,10 @@ pub struct NvmlBackend {
     pub(super) nvidia_smi: PathBuf,
     /// Each GPU's MIG table as its driver reported it.
     pub(super) tables: DriverTables,
+    /// The health watcher's event set.
+    pub(super) events: super::events::Events,
+    /// Each GPU as last observed: what a lost GPU is shown as.
+    pub(super) last_seen: std::sync::Mutex<std::collections::BTreeMap<u32, crate::node::GpuState>>,
 }
 
 impl NvmlBackend {
@@ -75,6 +79,8 @@ impl NvmlBackend {
             driver,
             nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
             tables: DriverTables::default(),
+            events: Default::default(),
+            last_seen: Default::default(),
         })
     }
 
@@ -141,7 +147,7 @@ impl NvmlBackend {
                 tracing::info!("initializing NVML again (it was closed for a GPU reset)");
                 self.driver.open(call, gpu)
             },
-            |nvml| f(Session { nvml, tables: &self.tables }),
+            |nvml| f(Session { nvml, tables: &self.tables, last_seen: &self.last_seen }),
         )
     }
 }
@@ -152,6 +158,8 @@ impl NvmlBackend {
 pub(super) struct Session<'a> {
     pub(super) nvml: &'a Nvml,
     pub(super) tables: &'a DriverTables,
+    pub(super) last_seen:
+        &'a std::sync::Mutex<std::collections::BTreeMap<u32, crate::node::GpuState>>,
 }
 
 impl<'a> Session<'a> {

@@ -1,0 +1,348 @@
+//! The driver's health for the agent's watcher (issue 42): one NVML event set registered
+//! for the critical events on every GPU that supports them, waited on in slices, and the
+//! readings no event carries (pending row remaps, retired pages, the recovery-action
+//! field, a GPU lost). The event set is NVML's, valid only while the session that made it
+//! is initialized: a GPU reset frees it first and suspends the watch until NVML is open
+//! again ([`NvmlBackend::suspend_events`]).
+
+use std::os::raw::c_uint;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::error::{NvmlError, nvml_sym};
+use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper_sys::bindings as sys;
+use nvml_wrapper_sys::bindings::{nvmlEventData_t, nvmlEventSet_t};
+
+use super::errors::{raw_error, wrapper_error};
+use super::raw::device_handle;
+use super::session::{NvmlBackend, Session};
+use crate::gpu::{ErrorCode, GpuError, GpuEvent, GpuEventKind, HealthReading};
+
+/// The call name of the watcher's errors.
+const WATCH: &str = "watch_events";
+/// The call name of the health readings' errors.
+const HEALTH: &str = "health_reading";
+
+/// The event types the agent registers for, where the GPU supports them: those NVIDIA's
+/// device plugin and DRA driver register (Xid, double- and single-bit ECC), and the newer
+/// drivers' GPU-unavailable and recovery-action events.
+const WANTED: u64 = (sys::nvmlEventTypeXidCriticalError
+    | sys::nvmlEventTypeDoubleBitEccError
+    | sys::nvmlEventTypeSingleBitEccError
+    | sys::nvmlEventTypeGpuUnavailableError
+    | sys::nvmlEventTypeGpuRecoveryAction) as u64;
+
+/// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`.
+const RECOVERY_ACTION_FIELD: u32 = sys::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+
+/// An event's instance id that means "the whole GPU".
+const WHOLE_GPU: c_uint = 0xFFFF_FFFF;
+
+/// The event set, when one is registered.
+struct SetHandle(nvmlEventSet_t);
+
+// SAFETY: an `nvmlEventSet_t` is an opaque handle that NVML lets any thread use (NVML is
+// thread-safe); it is only ever used under the [`Events`] mutex, and freed there.
+unsafe impl Send for SetHandle {}
+
+/// The watcher's event set and what its registration left out.
+#[derive(Default)]
+pub(super) struct Events {
+    inner: Mutex<EventState>,
+}
+
+#[derive(Default)]
+struct EventState {
+    /// The set, registered on every GPU it could be.
+    set: Option<SetHandle>,
+    /// A GPU reset runs: no set may be made until NVML is open again.
+    suspended: bool,
+    /// GPUs the registration left out, with why.
+    unwatched: Vec<(u32, String)>,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
+}
+
+impl Events {
+    fn lock(&self) -> MutexGuard<'_, EventState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What one wait came back with.
+enum Waited {
+    Event(GpuEvent),
+    Nothing,
+    Suspended,
+}
+
+impl NvmlBackend {
+    /// [`crate::gpu::GpuBackend::wait_event`]: waits on the event set (made and registered
+    /// first, if none is), up to `timeout`.
+    pub(super) fn wait_for_event(&self, timeout: Duration) -> Result<Option<GpuEvent>, GpuError> {
+        let waited = self.with_session(WATCH, None, |s| {
+            let mut state = self.events.lock();
+            if state.suspended {
+                return Ok(Waited::Suspended);
+            }
+            if state.set.is_none() {
+                let (set, unwatched) = s.register_events()?;
+                state.set = Some(set);
+                state.unwatched = unwatched;
+            }
+            let set = state.set.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
+            s.wait(set, timeout)
+        })?;
+        match waited {
+            Waited::Event(event) => Ok(Some(event)),
+            Waited::Nothing => Ok(None),
+            Waited::Suspended => {
+                // Never a busy loop while the reset runs.
+                std::thread::sleep(timeout);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The GPUs the registration left out.
+    pub(super) fn unwatched(&self) -> Vec<(u32, String)> {
+        self.events.lock().unwatched.clone()
+    }
+
+    /// Frees the event set and keeps the watch from making another until
+    /// [`NvmlBackend::resume_events`]: called before a GPU reset closes the session.
+    pub(super) fn suspend_events(&self) {
+        let freed = self.with_session(WATCH, None, |s| {
+            let mut state = self.events.lock();
+            state.suspended = true;
+            if let Some(set) = state.set.take() {
+                s.free_event_set(set);
+            }
+            Ok(())
+        });
+        if freed.is_err() {
+            // No session: nothing of NVML's is left to free; the set died with it.
+            let mut state = self.events.lock();
+            state.suspended = true;
+            state.set = None;
+        }
+    }
+
+    /// Lets the watch register again, after a reset.
+    pub(super) fn resume_events(&self) {
+        self.events.lock().suspended = false;
+    }
+
+    /// [`crate::gpu::GpuBackend::health_reading`].
+    pub(super) fn read_health(&self, gpu: u32) -> HealthReading {
+        match self.with_session(HEALTH, Some(gpu), |s| s.health_reading(gpu)) {
+            Ok(reading) => reading,
+            Err(e) => HealthReading { lost: e.code == ErrorCode::GpuLost, ..Default::default() },
+        }
+    }
+}
+
+impl Session<'_> {
+    /// A new event set, registered on every GPU for what it supports of [`WANTED`]; the
+    /// GPUs left out, with why. NotSupported when no GPU could be registered.
+    fn register_events(&self) -> Result<(SetHandle, Vec<(u32, String)>), GpuError> {
+        let lib = self.nvml.lib();
+        let err = |function: &str, ret| raw_error(WATCH, None, function, ret);
+        let create = nvml_sym(lib.nvmlEventSetCreate.as_ref())
+            .map_err(|e| wrapper_error(WATCH, None, "nvmlEventSetCreate", e))?;
+        let mut set: nvmlEventSet_t = std::ptr::null_mut();
+        // SAFETY: `create` is NVML's nvmlEventSetCreate from the initialized library this
+        // session borrows; it writes one handle through the valid pointer given.
+        let ret = unsafe { create(&mut set) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(err("nvmlEventSetCreate", ret));
+        }
+        let set = SetHandle(set);
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| wrapper_error(WATCH, None, "nvmlDeviceGetCount_v2", e))?;
+        let mut unwatched = Vec::new();
+        let mut watched = 0;
+        for gpu in 0..count {
+            match self.register_gpu(&set, gpu) {
+                Ok(()) => watched += 1,
+                Err(why) => unwatched.push((gpu, why)),
+            }
+        }
+        if watched == 0 && count > 0 {
+            let why = unwatched.first().map(|(_, why)| why.clone()).unwrap_or_default();
+            self.free_event_set(set);
+            return Err(GpuError::new(WATCH, None, ErrorCode::NotSupported)
+                .with_detail(format!("no GPU delivers events: {why}")));
+        }
+        Ok((set, unwatched))
+    }
+
+    /// Registers `set` on `gpu` for what it supports of [`WANTED`]; why not, in words.
+    fn register_gpu(&self, set: &SetHandle, gpu: u32) -> Result<(), String> {
+        let device = self.device(WATCH, gpu).map_err(|e| e.to_string())?;
+        let lib = self.nvml.lib();
+        let supported = nvml_sym(lib.nvmlDeviceGetSupportedEventTypes.as_ref()).map_err(|e| {
+            wrapper_error(WATCH, Some(gpu), "nvmlDeviceGetSupportedEventTypes", e).to_string()
+        })?;
+        let mut bits: std::os::raw::c_ulonglong = 0;
+        // SAFETY: `supported` is NVML's nvmlDeviceGetSupportedEventTypes on a handle of this
+        // session; it writes one integer through the valid pointer given.
+        let ret = unsafe { supported(device_handle(&device), &mut bits) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(
+                raw_error(WATCH, Some(gpu), "nvmlDeviceGetSupportedEventTypes", ret).to_string()
+            );
+        }
+        let types = bits & WANTED;
+        if types == 0 {
+            return Err(format!("GPU {gpu} supports none of the critical events"));
+        }
+        let register = nvml_sym(lib.nvmlDeviceRegisterEvents.as_ref()).map_err(|e| {
+            wrapper_error(WATCH, Some(gpu), "nvmlDeviceRegisterEvents", e).to_string()
+        })?;
+        // SAFETY: `register` is NVML's nvmlDeviceRegisterEvents; the device handle and the
+        // set both come from this initialized session (the set is not freed while the
+        // events mutex is held, which the caller holds).
+        let ret = unsafe { register(device_handle(&device), types, set.0) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(raw_error(WATCH, Some(gpu), "nvmlDeviceRegisterEvents", ret).to_string());
+        }
+        Ok(())
+    }
+
+    /// One wait on `set`, up to `timeout`.
+    fn wait(&self, set: nvmlEventSet_t, timeout: Duration) -> Result<Waited, GpuError> {
+        let lib = self.nvml.lib();
+        let wait = nvml_sym(lib.nvmlEventSetWait_v2.as_ref())
+            .map_err(|e| wrapper_error(WATCH, None, "nvmlEventSetWait_v2", e))?;
+        let millis = c_uint::try_from(timeout.as_millis()).unwrap_or(c_uint::MAX);
+        // SAFETY: nvmlEventData_t is a C struct of a pointer and integers: all-zero bytes
+        // are a valid value.
+        let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `wait` is NVML's nvmlEventSetWait_v2; `set` is a live set of this session
+        // (the caller holds the events mutex, under which alone it is freed), `data` a
+        // valid struct NVML fills in.
+        let ret = unsafe { wait(set, &mut data, millis) };
+        match ret {
+            sys::nvmlReturn_enum_NVML_SUCCESS => Ok(Waited::Event(self.event_of(&data)?)),
+            sys::nvmlReturn_enum_NVML_ERROR_TIMEOUT => Ok(Waited::Nothing),
+            ret => Err(raw_error(WATCH, None, "nvmlEventSetWait_v2", ret)),
+        }
+    }
+
+    /// The event `data` describes, its GPU by NVML index.
+    fn event_of(&self, data: &nvmlEventData_t) -> Result<GpuEvent, GpuError> {
+        let lib = self.nvml.lib();
+        let index = nvml_sym(lib.nvmlDeviceGetIndex.as_ref())
+            .map_err(|e| wrapper_error(WATCH, None, "nvmlDeviceGetIndex", e))?;
+        let mut gpu: c_uint = 0;
+        // SAFETY: `index` is NVML's nvmlDeviceGetIndex; the device handle is the one NVML
+        // put in the event it just delivered on this session.
+        let ret = unsafe { index(data.device, &mut gpu) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(raw_error(WATCH, None, "nvmlDeviceGetIndex", ret));
+        }
+        let kind = match u32::try_from(data.eventType).unwrap_or(0) {
+            sys::nvmlEventTypeXidCriticalError => GpuEventKind::Xid(data.eventData),
+            sys::nvmlEventTypeDoubleBitEccError => GpuEventKind::DoubleBitEcc,
+            sys::nvmlEventTypeSingleBitEccError => GpuEventKind::SingleBitEcc,
+            sys::nvmlEventTypeGpuUnavailableError => GpuEventKind::GpuUnavailable,
+            sys::nvmlEventTypeGpuRecoveryAction => GpuEventKind::RecoveryAction(data.eventData),
+            _ => GpuEventKind::Other { event_type: data.eventType, data: data.eventData },
+        };
+        let id = |v: c_uint| (v != WHOLE_GPU).then_some(v);
+        Ok(GpuEvent {
+            gpu,
+            kind,
+            gpu_instance: id(data.gpuInstanceId),
+            compute_instance: id(data.computeInstanceId),
+        })
+    }
+
+    /// Frees a set made by this session.
+    fn free_event_set(&self, set: SetHandle) {
+        let lib = self.nvml.lib();
+        if let Ok(free) = nvml_sym(lib.nvmlEventSetFree.as_ref()) {
+            // SAFETY: `free` is NVML's nvmlEventSetFree; the set was made by this session
+            // and is used no more (it is moved in here).
+            let _ = unsafe { free(set.0) };
+        }
+    }
+
+    /// The GPU's health readings, each on its own; the GPU lost when a read says so.
+    fn health_reading(&self, gpu: u32) -> Result<HealthReading, GpuError> {
+        let device = self.device(HEALTH, gpu)?;
+        let mut reading = HealthReading::default();
+        let lost = reading_lost;
+        let mut any_lost = false;
+        match self.remapped_rows(&device, gpu) {
+            Ok((pending, failure)) => {
+                reading.row_remap_pending = Some(pending);
+                reading.row_remap_failure = Some(failure);
+            }
+            Err(e) => any_lost |= e.code == ErrorCode::GpuLost,
+        }
+        match device.are_pages_pending_retired() {
+            Ok(pending) => reading.retired_pages_pending = Some(pending),
+            Err(e) => any_lost |= lost(&e),
+        }
+        match device.field_values_for(&[FieldId(RECOVERY_ACTION_FIELD)]) {
+            Ok(samples) => {
+                reading.recovery_action = samples.into_iter().next().and_then(field_u64);
+            }
+            Err(e) => any_lost |= lost(&e),
+        }
+        // A GPU off the bus answers every read so; one read is asked for sure.
+        if let Err(e) = device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
+            any_lost |= lost(&e);
+        }
+        reading.lost = any_lost;
+        Ok(reading)
+    }
+
+    /// `nvmlDeviceGetRemappedRows`: (pending, failure occurred).
+    fn remapped_rows(
+        &self,
+        device: &nvml_wrapper::Device<'_>,
+        gpu: u32,
+    ) -> Result<(bool, bool), GpuError> {
+        let lib = self.nvml.lib();
+        let rows = nvml_sym(lib.nvmlDeviceGetRemappedRows.as_ref())
+            .map_err(|e| wrapper_error(HEALTH, Some(gpu), "nvmlDeviceGetRemappedRows", e))?;
+        let (mut corr, mut unc, mut pending, mut failure): (c_uint, c_uint, c_uint, c_uint) =
+            (0, 0, 0, 0);
+        // SAFETY: `rows` is NVML's nvmlDeviceGetRemappedRows on a handle of this session;
+        // it writes four unsigned ints through the valid pointers given.
+        let ret =
+            unsafe { rows(device_handle(device), &mut corr, &mut unc, &mut pending, &mut failure) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(raw_error(HEALTH, Some(gpu), "nvmlDeviceGetRemappedRows", ret));
+        }
+        Ok((pending != 0, failure != 0))
+    }
+}
+
+/// Whether an error of a read says the GPU is lost.
+fn reading_lost(e: &NvmlError) -> bool {
+    matches!(e, NvmlError::GpuLost)
+}
+
+/// A field sample's value as an integer, when it has one.
+fn field_u64(sample: Result<FieldValueSample, NvmlError>) -> Option<u64> {
+    use nvml_wrapper::enums::device::SampleValue;
+    match sample.ok()?.value.ok()? {
+        SampleValue::U32(v) => Some(u64::from(v)),
+        SampleValue::U64(v) => Some(v),
+        SampleValue::I64(v) => u64::try_from(v).ok(),
+        SampleValue::F64(_) => None,
+    }
+}

@@ -1,0 +1,378 @@
+//! The GPUs' health (issue 42): the faults the driver reports, kept in one registry that
+//! every view reads (`status`, the clients, the metrics, the CDI spec and the other views,
+//! the planner's refusals). [`watcher`] fills it from the driver's events and readings,
+//! [`xid`] is the one table that says what each Xid asks for. A fault lies on a whole GPU
+//! or on one MIG instance; every share there is unhealthy until it clears:
+//!
+//! - a *level* fault (a GPU lost, a pending row remap or page retirement, a remap failure,
+//!   the driver's recovery action) lasts while the driver's reading says so;
+//! - an *event* fault (an Xid, a double-bit ECC error, an MPS server that died) lasts until
+//!   a GPU reset ([`Health::clear_after_reset`]) or, when it asks for nothing but an
+//!   application restart, until the clean check: every process that was on the GPU or
+//!   instance when it happened has ended ([`Health::clean_check`]);
+//! - an Xid the table does not know, and a single-bit ECC error, are informational: logged
+//!   and counted, never a fault.
+
+pub mod watcher;
+pub mod xid;
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
+pub use xid::Action;
+
+/// What the driver reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// An Xid the table classifies.
+    Xid(u64),
+    /// A double-bit (uncorrectable) ECC error event.
+    DoubleBitEcc,
+    /// The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST, or a GPU-unavailable event).
+    Lost,
+    /// A row remap waits for a GPU reset.
+    RowRemapPending,
+    /// A row remap failed.
+    RowRemapFailure,
+    /// Pages wait for retirement at a GPU reset.
+    RetiredPagesPending,
+    /// The driver's recovery-action field asks for something (its value).
+    RecoveryAction(u64),
+    /// An MPS server died, and its clients with it.
+    MpsServerDied,
+}
+
+/// Every class, as the metrics label them (bounded: the label set is this list and the
+/// GPU index).
+pub const CLASSES: &[&str] = &[
+    "xid",
+    "double-bit-ecc",
+    "gpu-lost",
+    "row-remap-pending",
+    "row-remap-failure",
+    "retired-pages-pending",
+    "recovery-action",
+    "mps-server-died",
+];
+
+impl Cause {
+    /// Its class, a stable label ([`CLASSES`]).
+    pub fn class(self) -> &'static str {
+        match self {
+            Cause::Xid(_) => "xid",
+            Cause::DoubleBitEcc => "double-bit-ecc",
+            Cause::Lost => "gpu-lost",
+            Cause::RowRemapPending => "row-remap-pending",
+            Cause::RowRemapFailure => "row-remap-failure",
+            Cause::RetiredPagesPending => "retired-pages-pending",
+            Cause::RecoveryAction(_) => "recovery-action",
+            Cause::MpsServerDied => "mps-server-died",
+        }
+    }
+
+    /// Whether it lasts while a reading says so (rather than until a reset or the clean
+    /// check).
+    pub fn is_level(self) -> bool {
+        matches!(
+            self,
+            Cause::Lost
+                | Cause::RowRemapPending
+                | Cause::RowRemapFailure
+                | Cause::RetiredPagesPending
+                | Cause::RecoveryAction(_)
+        )
+    }
+
+    /// The same kind of cause (two Xids of different numbers are different faults; two
+    /// recovery actions are one).
+    fn same(self, other: Cause) -> bool {
+        match (self, other) {
+            (Cause::RecoveryAction(_), Cause::RecoveryAction(_)) => true,
+            (a, b) => a == b,
+        }
+    }
+}
+
+/// One fault on a GPU or MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    /// Its number, unique in this agent's run.
+    pub id: u64,
+    /// The GPU.
+    pub gpu: u32,
+    /// The GPU instance it is confined to; `None`: the whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// The compute instance, with `gpu_instance`.
+    pub compute_instance: Option<u32>,
+    /// What the driver reported.
+    pub cause: Cause,
+    /// What it asks for.
+    pub action: Action,
+    /// In words, without the GPU: `Xid 79 (GPU has fallen off the bus)`.
+    pub what: String,
+    /// When the agent saw it.
+    pub since: SystemTime,
+    /// The processes that were on the GPU or instance, once the engine named them (the
+    /// clean check waits for them); `None` until then.
+    pub clients: Option<Vec<u32>>,
+}
+
+impl Fault {
+    /// Where it lies, for messages: `GPU 1`, `GPU 1 instance 3/0`.
+    pub fn place(&self) -> String {
+        match (self.gpu_instance, self.compute_instance) {
+            (Some(gi), Some(ci)) => format!("GPU {} MIG instance {gi}/{ci}", self.gpu),
+            (Some(gi), None) => format!("GPU {} MIG instance {gi}", self.gpu),
+            _ => format!("GPU {}", self.gpu),
+        }
+    }
+
+    /// One line for people: `GPU 1: Xid 79 (GPU has fallen off the bus): reboot the node`.
+    pub fn describe(&self) -> String {
+        format!("{}: {}: {}", self.place(), self.what, self.action.describe())
+    }
+
+    /// What happened and what it asks for, without the place: `Xid 79 (…): reboot the node`.
+    pub fn describe_cause(&self) -> String {
+        format!("{}: {}", self.what, self.action.describe())
+    }
+
+    /// Whether it makes a share on `gpu` (in `gpu_instance`, for a MIG device) unhealthy:
+    /// a fault on the whole GPU makes every share on it so, one on an instance that
+    /// instance's.
+    pub fn covers(&self, gpu: u32, gpu_instance: Option<u32>) -> bool {
+        self.gpu == gpu
+            && match self.gpu_instance {
+                None => true,
+                Some(gi) => gpu_instance == Some(gi),
+            }
+    }
+
+    /// The document `status` shows.
+    pub fn document(&self) -> HealthFault {
+        HealthFault {
+            class: self.cause.class().to_string(),
+            xid: match self.cause {
+                Cause::Xid(xid) => Some(xid),
+                _ => None,
+            },
+            action: self.action.as_str().to_string(),
+            gpu_instance_id: self.gpu_instance,
+            compute_instance_id: self.compute_instance,
+            since_unix_seconds: self.since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            detail: format!("{}: {}", self.what, self.action.describe()),
+            clients: self.clients.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// What raising a fault did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raised {
+    /// A new fault (its id).
+    New(u64),
+    /// The same fault was already there.
+    Known,
+    /// The GPU has [`FAULTS_PER_GPU_MAX`] faults: counted, not kept.
+    Full,
+}
+
+/// The registry of faults, and the counts per class since the agent started.
+#[derive(Debug)]
+pub struct Health {
+    inner: Mutex<Inner>,
+    /// The generation after every change, for whoever follows the faults (the engine's
+    /// views and journal lines); a watch channel keeps only the latest value, so it never
+    /// grows.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self { inner: Mutex::default(), changed: tokio::sync::watch::Sender::new(0) }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    faults: Vec<Fault>,
+    next_id: u64,
+    /// Faults raised, by class (every occurrence of an event; a level fault once per
+    /// onset).
+    totals: BTreeMap<&'static str, u64>,
+    /// Events kept as informational (unknown Xids, single-bit ECC errors).
+    informational: u64,
+    /// Bumped at every change of `faults`: the views compare it.
+    generation: u64,
+    /// Why the driver's events are not watched, if they are not.
+    events_note: Option<String>,
+}
+
+impl Health {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Follows the changes of the faults.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Tells the followers (after the lock is released).
+    fn announce(&self, generation: u64) {
+        self.changed.send_replace(generation);
+    }
+
+    /// Raises a fault (or counts the same one again).
+    pub fn raise(
+        &self,
+        gpu: u32,
+        instance: Option<(u32, Option<u32>)>,
+        cause: Cause,
+        action: Action,
+        what: String,
+    ) -> Raised {
+        let mut inner = self.lock();
+        let (gpu_instance, compute_instance) = match instance {
+            Some((gi, ci)) => (Some(gi), ci),
+            None => (None, None),
+        };
+        let known = inner.faults.iter_mut().find(|f| {
+            f.gpu == gpu
+                && f.gpu_instance == gpu_instance
+                && f.compute_instance == compute_instance
+                && f.cause.same(cause)
+        });
+        if let Some(fault) = known {
+            if fault.cause == cause {
+                if !cause.is_level() {
+                    *inner.totals.entry(cause.class()).or_default() += 1;
+                }
+                return Raised::Known;
+            }
+            // A recovery action that changed: the new one replaces it.
+            fault.cause = cause;
+            fault.action = action;
+            fault.what = what;
+            *inner.totals.entry(cause.class()).or_default() += 1;
+            inner.generation += 1;
+            let generation = inner.generation;
+            drop(inner);
+            self.announce(generation);
+            return Raised::Known;
+        }
+        *inner.totals.entry(cause.class()).or_default() += 1;
+        if inner.faults.iter().filter(|f| f.gpu == gpu).count() >= FAULTS_PER_GPU_MAX {
+            return Raised::Full;
+        }
+        inner.next_id += 1;
+        let id = inner.next_id;
+        inner.faults.push(Fault {
+            id,
+            gpu,
+            gpu_instance,
+            compute_instance,
+            cause,
+            action,
+            what,
+            since: SystemTime::now(),
+            clients: None,
+        });
+        inner.generation += 1;
+        let generation = inner.generation;
+        drop(inner);
+        self.announce(generation);
+        Raised::New(id)
+    }
+
+    /// Counts an informational event.
+    pub fn informational(&self) {
+        self.lock().informational += 1;
+    }
+
+    /// Ends the level fault of `cause`'s kind on `gpu`, if any (its reading cleared).
+    pub fn clear_level(&self, gpu: u32, cause: Cause) -> Vec<Fault> {
+        self.remove(|f| f.gpu == gpu && f.cause.is_level() && f.cause.same(cause))
+    }
+
+    /// Ends what a reset of `gpu` repairs: every event fault on it, and its level faults
+    /// but a lost GPU (the next reading raises again what is still there).
+    pub fn clear_after_reset(&self, gpu: u32) -> Vec<Fault> {
+        self.remove(|f| f.gpu == gpu && f.cause != Cause::Lost)
+    }
+
+    /// The clean check: ends the faults that ask only for an application restart once
+    /// every process named on them has ended (`alive` says which still run).
+    pub fn clean_check(&self, alive: impl Fn(u32) -> bool) -> Vec<Fault> {
+        self.remove(|f| {
+            f.action == Action::RestartApplication
+                && f.clients.as_ref().is_some_and(|pids| !pids.iter().any(|&p| alive(p)))
+        })
+    }
+
+    fn remove(&self, which: impl Fn(&Fault) -> bool) -> Vec<Fault> {
+        let mut inner = self.lock();
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut inner.faults).into_iter().partition(which);
+        inner.faults = kept;
+        if !gone.is_empty() {
+            inner.generation += 1;
+            let generation = inner.generation;
+            drop(inner);
+            self.announce(generation);
+        }
+        gone
+    }
+
+    /// Names the processes that were on a fault's GPU or instance (what the clean check
+    /// waits for).
+    pub fn name_clients(&self, id: u64, pids: Vec<u32>) {
+        let mut inner = self.lock();
+        if let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id) {
+            fault.clients = Some(pids);
+        }
+    }
+
+    /// Every fault, oldest first.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.lock().faults.clone()
+    }
+
+    /// The faults on `gpu` (the whole GPU's and its instances').
+    pub fn faults_on(&self, gpu: u32) -> Vec<Fault> {
+        self.lock().faults.iter().filter(|f| f.gpu == gpu).cloned().collect()
+    }
+
+    /// The first fault that makes a share on `gpu` (in `gpu_instance`) unhealthy.
+    pub fn blocking(&self, gpu: u32, gpu_instance: Option<u32>) -> Option<Fault> {
+        self.lock().faults.iter().find(|f| f.covers(gpu, gpu_instance)).cloned()
+    }
+
+    /// Whether `gpu` has a fault on the whole GPU.
+    pub fn gpu_faulted(&self, gpu: u32) -> Option<Fault> {
+        self.lock().faults.iter().find(|f| f.gpu == gpu && f.gpu_instance.is_none()).cloned()
+    }
+
+    /// Faults raised per class since the agent started, and the informational events.
+    pub fn totals(&self) -> (BTreeMap<&'static str, u64>, u64) {
+        let inner = self.lock();
+        (inner.totals.clone(), inner.informational)
+    }
+
+    /// Bumped at every change of the faults.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// Says why the driver's events are not watched (`None`: they are).
+    pub fn set_events_note(&self, note: Option<String>) {
+        self.lock().events_note = note;
+    }
+
+    /// Why the driver's events are not watched, if so.
+    pub fn events_note(&self) -> Option<String> {
+        self.lock().events_note.clone()
+    }
+}

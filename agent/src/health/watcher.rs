@@ -1,0 +1,303 @@
+//! The health watcher (issue 42): one thread of its own that waits on the driver's events
+//! in slices and, every poll interval, reads what no event carries (a GPU lost, pending
+//! row remaps and page retirements, the recovery-action field) and runs the clean check.
+//! Whatever the driver does, it never spins: a failing wait is logged once per distinct
+//! error and retried after a backoff of 1 s doubling to 30 s; a driver that delivers no
+//! events at all leaves the watcher polling only.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::xid::{self, Reach};
+use super::{Action, Cause, Health, Raised};
+use crate::gpu::{ErrorCode, GpuBackend, GpuEvent, GpuEventKind, HealthReading};
+
+/// The longest one wait on the driver's events lasts: how long a GPU reset (which frees
+/// the event set) or the agent's stop waits for the watcher at most.
+pub const WAIT_SLICE: Duration = Duration::from_millis(500);
+/// The first wait after a failing event wait.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait after failing event waits.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The watcher's settings.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// The GPUs to poll, by NVML index.
+    pub gpus: Vec<u32>,
+    /// How often the readings are polled and the clean check runs.
+    pub poll: Duration,
+}
+
+/// A running watcher; stops (and joins its thread) when dropped.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the watcher over `backend`, raising faults in `health`.
+pub fn spawn(
+    backend: Arc<dyn GpuBackend>,
+    health: Arc<Health>,
+    settings: WatchSettings,
+) -> std::io::Result<Watcher> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new().name("gpushare-health".into()).spawn(move || {
+        Watch { backend, health, settings, stop: flag, backoff: None, last_error: None }.run()
+    })?;
+    Ok(Watcher { stop, thread: Some(thread) })
+}
+
+struct Watch {
+    backend: Arc<dyn GpuBackend>,
+    health: Arc<Health>,
+    settings: WatchSettings,
+    stop: Arc<AtomicBool>,
+    /// The wait after the last failing event wait, while they fail.
+    backoff: Option<Duration>,
+    /// The last failing wait's error, logged once.
+    last_error: Option<String>,
+}
+
+impl Watch {
+    fn run(mut self) {
+        let mut events = true;
+        let mut last_poll: Option<Instant> = None;
+        while !self.stop.load(Ordering::Relaxed) {
+            if events {
+                events = self.wait_once();
+            } else {
+                self.sleep(WAIT_SLICE);
+            }
+            if last_poll.is_none_or(|t| t.elapsed() >= self.settings.poll) {
+                self.poll();
+                last_poll = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Sleeps `d`, in slices, so that a stop is seen soon.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(WAIT_SLICE));
+        }
+    }
+
+    /// One wait on the events; false when the driver delivers none at all.
+    fn wait_once(&mut self) -> bool {
+        match self.backend.wait_event(WAIT_SLICE) {
+            Ok(event) => {
+                if self.backoff.take().is_some() {
+                    tracing::info!("the driver's events are watched again");
+                    self.last_error = None;
+                }
+                self.health.set_events_note(self.unwatched_note());
+                if let Some(event) = event {
+                    self.on_event(&event);
+                }
+                true
+            }
+            Err(e) if e.code == ErrorCode::NotSupported => {
+                let note = format!(
+                    "the driver delivers no events ({e}): polled every {} s",
+                    self.settings.poll.as_secs_f64()
+                );
+                tracing::warn!("{note}");
+                self.health.set_events_note(Some(note));
+                false
+            }
+            Err(e) => {
+                let delay = self.backoff.map_or(FIRST_BACKOFF, |d| (d * 2).min(MAX_BACKOFF));
+                self.backoff = Some(delay);
+                let text = e.to_string();
+                if self.last_error.as_deref() != Some(&text) {
+                    tracing::warn!(
+                        "waiting on the driver's events failed: {text}; trying again (every {} s at most)",
+                        MAX_BACKOFF.as_secs()
+                    );
+                    self.last_error = Some(text.clone());
+                }
+                self.health
+                    .set_events_note(Some(format!("waiting on the driver's events fails: {text}")));
+                self.sleep(delay);
+                true
+            }
+        }
+    }
+
+    /// What `status` says when some GPUs are not watched.
+    fn unwatched_note(&self) -> Option<String> {
+        let unwatched = self.backend.unwatched_gpus();
+        (!unwatched.is_empty()).then(|| {
+            let list: Vec<_> =
+                unwatched.iter().map(|(gpu, why)| format!("GPU {gpu}: {why}")).collect();
+            format!("events not watched on {}", list.join("; "))
+        })
+    }
+
+    fn on_event(&self, event: &GpuEvent) {
+        let gpu = event.gpu;
+        let instance = event.gpu_instance.map(|gi| (gi, event.compute_instance));
+        let (cause, action, what, instance) = match event.kind {
+            GpuEventKind::Xid(number) => {
+                let class = xid::classify(number);
+                let name = class.entry.map(|e| e.name);
+                if class.entry.is_none() || class.action == Action::None {
+                    self.health.informational();
+                    tracing::info!(
+                        gpu,
+                        xid = number,
+                        "Xid {number} on GPU {gpu}{}: kept as informational",
+                        match name {
+                            Some(name) => format!(" ({name}) asks for nothing"),
+                            None => " is not in the Xid table".into(),
+                        }
+                    );
+                    return;
+                }
+                let what = format!("Xid {number} ({})", name.unwrap_or("unknown"));
+                let instance = if class.reach == Reach::Instance { instance } else { None };
+                (Cause::Xid(number), class.action, what, instance)
+            }
+            GpuEventKind::DoubleBitEcc => (
+                Cause::DoubleBitEcc,
+                xid::ecc_action(true),
+                "a double-bit ECC error".to_string(),
+                None,
+            ),
+            GpuEventKind::SingleBitEcc => {
+                self.health.informational();
+                tracing::debug!(gpu, "a single-bit ECC error on GPU {gpu} (corrected)");
+                return;
+            }
+            GpuEventKind::GpuUnavailable => {
+                (Cause::Lost, Action::RebootNode, "the GPU is unavailable".to_string(), None)
+            }
+            GpuEventKind::RecoveryAction(value) => {
+                self.recovery_action(gpu, value);
+                return;
+            }
+            GpuEventKind::Other { event_type, data } => {
+                self.health.informational();
+                tracing::info!(
+                    gpu,
+                    "event {event_type:#x} (data {data}) on GPU {gpu}: kept as informational"
+                );
+                return;
+            }
+        };
+        self.raise(gpu, instance, cause, action, what);
+    }
+
+    fn raise(
+        &self,
+        gpu: u32,
+        instance: Option<(u32, Option<u32>)>,
+        cause: Cause,
+        action: Action,
+        what: String,
+    ) {
+        if self.health.raise(gpu, instance, cause, action, what.clone()) == Raised::Full {
+            tracing::warn!(
+                gpu,
+                "{what} on GPU {gpu}: counted, not kept (the GPU has too many faults listed)"
+            );
+        }
+    }
+
+    /// The recovery-action field's value, from an event or a reading.
+    fn recovery_action(&self, gpu: u32, value: u64) {
+        match Action::from_recovery_field(value) {
+            Some(Action::None) => {
+                self.health.clear_level(gpu, Cause::RecoveryAction(0));
+            }
+            Some(action) => self.raise(
+                gpu,
+                None,
+                Cause::RecoveryAction(value),
+                action,
+                format!("the driver's recovery action {value}"),
+            ),
+            None => {
+                self.health.informational();
+                tracing::info!(
+                    gpu,
+                    "recovery action {value} on GPU {gpu} is not one nvml.h defines: kept as informational"
+                );
+            }
+        }
+    }
+
+    fn poll(&self) {
+        for &gpu in &self.settings.gpus {
+            let reading = self.backend.health_reading(gpu);
+            self.reading(gpu, &reading);
+        }
+        for fault in self.health.clean_check(gpushare_base::process::alive) {
+            tracing::info!(
+                gpu = fault.gpu,
+                "{}: cleared, every process that was on it has ended",
+                fault.describe()
+            );
+        }
+    }
+
+    fn reading(&self, gpu: u32, r: &HealthReading) {
+        let level = |on: Option<bool>, cause: Cause, action: Action, what: &str| match on {
+            Some(true) => self.raise(gpu, None, cause, action, what.to_string()),
+            Some(false) => {
+                self.health.clear_level(gpu, cause);
+            }
+            None => {}
+        };
+        if r.lost {
+            self.raise(
+                gpu,
+                None,
+                Cause::Lost,
+                Action::RebootNode,
+                "the GPU is lost (fallen off the bus)".into(),
+            );
+            return;
+        }
+        self.health.clear_level(gpu, Cause::Lost);
+        level(
+            r.row_remap_pending,
+            Cause::RowRemapPending,
+            Action::ResetGpu,
+            "a row remap is pending",
+        );
+        level(
+            r.row_remap_failure,
+            Cause::RowRemapFailure,
+            Action::DrainAndReset,
+            "a row remap failed",
+        );
+        level(
+            r.retired_pages_pending,
+            Cause::RetiredPagesPending,
+            Action::ResetGpu,
+            "pages are pending retirement",
+        );
+        if let Some(value) = r.recovery_action {
+            self.recovery_action(gpu, value);
+        }
+    }
+}
