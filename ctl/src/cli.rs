@@ -65,6 +65,9 @@ pub enum Command {
     Mps(MpsArgs),
     /// Show the GPUs' MIG profiles as their driver reports them (`mig profiles [GPU]`).
     Mig(MigArgs),
+    /// Act on one GPU: `gpu reset N` resets an unhealthy GPU and applies the active
+    /// profile to it again.
+    Gpu(GpuArgs),
     /// Print the variables a client needs to use a GPU or MIG instance as it is shared.
     #[command(after_help = ENV_HELP)]
     Env(EnvArgs),
@@ -366,6 +369,42 @@ pub struct MpsLimitArgs {
     #[arg(long, value_name = "SIZE", value_parser = gpushare_proto::parse_size)]
     pub memory: Option<u64>,
 }
+
+/// Arguments of `gpu`.
+#[derive(Debug, Args)]
+pub struct GpuArgs {
+    /// `reset`.
+    #[command(subcommand)]
+    pub command: GpuCommand,
+}
+
+/// Sub-verbs of `gpu`.
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// Reset a GPU whose fault asks for it (an Xid, an ECC error, a pending row remap), then
+    /// apply the active profile to it again.
+    #[command(after_help = GPU_RESET_HELP)]
+    Reset(GpuResetArgs),
+}
+
+/// Arguments of `gpu reset`.
+#[derive(Debug, Args)]
+pub struct GpuResetArgs {
+    /// The GPU, by index (as `status` numbers them).
+    #[arg(value_name = "N")]
+    pub gpu: u32,
+}
+
+/// Shown under the help of `gpu reset`.
+const GPU_RESET_HELP: &str = "\
+`gpushare-ctl status` shows each fault with what it asks for. A reset is refused, with
+nothing changed, when the GPU is healthy, when a process still uses it (end it first),
+when its fault asks for a node reboot (a GPU fallen off the bus), or when the host keeps
+the GPU from being reset. Otherwise the agent stops the GPU's MPS servers, resets it with
+nvidia-smi, clears its faults and applies the active profile again, which builds the GPU's
+MIG instances and MPS servers anew. A fault that asks only for the application to be
+restarted needs no reset: it clears by itself once every process that was on the GPU or
+instance has ended.";
 
 /// Arguments of `mig`.
 #[derive(Debug, Args)]

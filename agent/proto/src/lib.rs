@@ -193,6 +193,12 @@ mod proxies {
             options: HashMap<&str, Value<'_>>,
         ) -> Result<OwnedObjectPath, AgentError>;
 
+        /// Starts the reset of GPU `gpu` (by index), which must have a fault a reset repairs
+        /// and no client (issue 42): its MPS servers stopped, the GPU reset through
+        /// nvidia-smi, its faults cleared and the active profile applied again. Returns the
+        /// job object; checks that fail are errors of this call, nothing changed.
+        fn reset_gpu(&self, gpu: u32) -> Result<OwnedObjectPath, AgentError>;
+
         /// The MPS servers the agent runs, with their limits and clients: a
         /// [`types::MpsStatus`].
         fn mps_status(&self) -> Result<String, AgentError>;

@@ -112,6 +112,7 @@ pub static AGENT1_INTERFACE: Interface = Interface {
             // up to 8 bytes: 4096 of each at most.
             OPTIONS + BENCH_MAX_COMMAND_BYTES + BENCH_MAX_ENVIRONMENT_BYTES + (64 << 10),
         ),
+        method("ResetGpu", &[("gpu", "u")], "o", SMALL),
         method("MpsStatus", &[], "s", SMALL),
         method("MpsLimit", &[("pid", "u"), ("threads", "u"), ("memory_bytes", "t")], "s", SMALL),
         method("Env", &[("target", "s")], "s", SMALL + NAME_MAX_BYTES),
@@ -165,6 +166,8 @@ pub enum Call {
     Probe { options: ProbeOptions },
     /// `Agent1.Bench`.
     Bench { options: Box<BenchOptions> },
+    /// `Agent1.ResetGpu`.
+    ResetGpu { gpu: u32 },
     /// `Agent1.MpsStatus`.
     MpsStatus,
     /// `Agent1.MpsLimit`.
@@ -212,6 +215,7 @@ impl Call {
                 | Call::Probe { .. }
                 | Call::Bench { .. }
                 | Call::MpsLimit { .. }
+                | Call::ResetGpu { .. }
         )
     }
 
@@ -232,6 +236,7 @@ impl Call {
             Call::Export => "Export",
             Call::Probe { .. } => "Probe",
             Call::Bench { .. } => "Bench",
+            Call::ResetGpu { .. } => "ResetGpu",
             Call::MpsStatus => "MpsStatus",
             Call::MpsLimit { .. } => "MpsLimit",
             Call::Env { .. } => "Env",
@@ -461,6 +466,10 @@ fn agent(msg: &Message, member: &str) -> Result<Call, Failure> {
             let (command, options): (Vec<String>, HashMap<String, OwnedValue>) =
                 deserialized(&body)?;
             Call::Bench { options: Box::new(options::bench_options(command, &options)?) }
+        }
+        "ResetGpu" => {
+            let (gpu,): (u32,) = deserialized(&body)?;
+            Call::ResetGpu { gpu }
         }
         "MpsLimit" => {
             let (pid, threads, memory_bytes): (u32, u32, u64) = deserialized(&body)?;

@@ -163,6 +163,7 @@ impl Service {
             Call::Export => Answer::Json(json(&engine.export().await?)),
             Call::Probe { options } => self.probe(options).await?,
             Call::Bench { options } => self.bench(*options, caller, sender).await?,
+            Call::ResetGpu { gpu } => self.reset_gpu(gpu).await?,
             Call::MpsStatus => Answer::Json(json(&engine.mps_status().await?)),
             Call::MpsLimit { pid, threads, memory_bytes } => {
                 let threads = (threads != 0).then_some(threads);
@@ -270,6 +271,20 @@ impl Service {
         Ok(self.spawn(number, span, Ownership::default(), async move |tx| {
             let report = engine.run_apply(&job, tx).await;
             (report, Box::new(job) as Box<dyn std::any::Any + Send>)
+        }))
+    }
+
+    /// Starts the reset of an unhealthy GPU (issue 42), checked before the job begins.
+    async fn reset_gpu(&self, gpu: u32) -> Result<Answer, Failure> {
+        let number = self.jobs.next_number();
+        let path = job::path_of(number);
+        let job = self.engine.begin_gpu_reset(gpu, path.as_str()).await?;
+        tracing::info!(job = %path.as_str(), gpu, "GPU reset started");
+        let span = log::job_span(path.as_str());
+        let engine = Arc::clone(&self.engine);
+        Ok(self.spawn(number, span, Ownership::default(), async move |tx| {
+            let report = engine.run_gpu_reset(job, tx).await;
+            (report, Box::new(()) as Box<dyn std::any::Any + Send>)
         }))
     }
 

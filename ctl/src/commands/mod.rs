@@ -14,6 +14,7 @@ pub mod cdi;
 pub mod clients;
 pub mod env;
 pub mod export;
+pub mod gpu;
 pub mod mig;
 pub mod mps;
 pub mod mps_words;
@@ -53,6 +54,7 @@ pub async fn run(
         Command::Validate(args) => validate::run(client, out, &args.file).await,
         Command::Mps(args) => mps::run(client, out, args.command).await,
         Command::Mig(args) => mig::run(client, out, args.command).await,
+        Command::Gpu(args) => gpu::run(client, out, args.command).await,
         Command::Env(args) => env::run(client, out, &args.target).await,
         Command::Cdi(args) => cdi::run(client, out, args.device.as_deref()).await,
         Command::Clients(args) => clients::run(client, out, &args).await,

@@ -175,6 +175,14 @@ impl Engine {
         let target = options.target.clone().unwrap_or_else(|| "0".into());
         let g = whole_gpu_target(&node, &target)?;
         let (uuid, gpu) = (g.uuid.clone(), g.index);
+        // A faulted GPU measures nothing worth having, and a bench would hand it out.
+        if let Some(fault) = self.health().faults_on(gpu).first() {
+            return Err(EngineError::NotPossible(format!(
+                "{} is unhealthy ({}): no bench runs there until it clears",
+                fault.place(),
+                fault.describe_cause()
+            )));
+        }
         // The CPUs: N above them is refused here, before any setup.
         let (pinning, capped) = self.bench_pinning(&mut options, gpu).await?;
 
