@@ -22,6 +22,7 @@ mod device_nodes;
 mod export;
 mod first_errors;
 mod first_hour;
+mod health;
 mod hostile_bench;
 mod hostile_flood;
 mod hostile_host;

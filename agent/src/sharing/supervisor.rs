@@ -127,6 +127,7 @@ impl MpsSupervisor {
                 .and_then(|_| mps.read_live(&uuid, &detail, false).ok());
             match read {
                 Some(read) => {
+                    self.release(&uuid);
                     let servers: Vec<LiveServer> = read
                         .servers
                         .iter()

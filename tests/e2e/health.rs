@@ -1,0 +1,471 @@
+//! Issue 42: a GPU that fails under sharing. Faults raised in the simulated driver the way
+//! the real one reports them (`gpushare-sim-fault`: an Xid delivered to every waiting event
+//! set, a GPU off the bus, a pending row remap) and an MPS server killed; each must show in
+//! `status` with its action, name its clients in the journal line, move the metrics, refuse
+//! a profile that would build there with nothing changed, and leave the CDI spec (and a
+//! podman container asking for it) without its devices, while the other GPU's shares go
+//! on; `gpushare-ctl gpu reset` (or the clean check) brings it back.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use gpushare_proto::health::HealthFault;
+use gpushare_proto::types::{MpsServer, Status};
+use gpushare_tests::{
+    Agent, AgentOptions, SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV, Sleeper, binary, is_root, text,
+    wait_for,
+};
+use serde_json::Value;
+
+use crate::metrics::{free_port, scrape};
+use crate::nvidia_clients::pynvml_python;
+
+/// How long a fault may take to show: far above the watcher's poll (1 s) and slice
+/// (0.5 s), so that a loaded machine does not fail the test.
+const SHOWS: Duration = Duration::from_secs(30);
+const EVERY: Duration = Duration::from_millis(100);
+
+/// The simulated driver's fault tool.
+const SIM_FAULT: &str = "gpushare-sim-fault";
+const SIM_FAULT_ENV: &str = "GPUSHARE_SIM_FAULT_BIN";
+
+/// An agent on `spec` with the MPS check every second and metrics on a free port; its
+/// log goes to `<dir>/agent.log`.
+struct Node {
+    agent: Agent,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(spec: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("agent.log");
+        let port = free_port();
+        let config = format!(
+            "[mps]\nhealth_interval_seconds = 1\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        );
+        let options = AgentOptions { config: Some(config), ..AgentOptions::simulate(spec) };
+        let agent = Agent::start(options.stderr_to(&log));
+        Node { agent, port, log, _dir: dir }
+    }
+
+    /// Runs the fault tool on this node.
+    fn fault(&self, args: &[&str]) {
+        let out = fault_tool(&self.agent.sim_state(), args);
+        assert!(out.status.success(), "{SIM_FAULT} {args:?}: {}", text(&out));
+    }
+
+    fn apply(&self, profile: &str) {
+        let out = self.agent.ctl(&["apply", profile]);
+        assert!(out.status.success(), "apply {profile}: {}", text(&out));
+    }
+
+    /// Waits for a fault of `class` on `gpu`.
+    fn wait_fault(&self, gpu: usize, class: &str) -> HealthFault {
+        wait_for(SHOWS, EVERY, || {
+            let status = self.agent.status();
+            status.gpus[gpu]
+                .health
+                .iter()
+                .find(|f| f.class == class)
+                .cloned()
+                .ok_or_else(|| format!("no {class} fault on GPU {gpu}: {:?}", status.gpus[gpu].health))
+        })
+    }
+
+    /// Waits until `gpu` has no fault.
+    fn wait_healthy(&self, gpu: usize) -> Status {
+        wait_for(SHOWS, EVERY, || {
+            let status = self.agent.status();
+            if status.gpus[gpu].health.is_empty() {
+                Ok(status)
+            } else {
+                Err(format!("GPU {gpu} still unhealthy: {:?}", status.gpus[gpu].health))
+            }
+        })
+    }
+
+    /// Waits for a line of the agent's log holding every one of `words`.
+    fn wait_log(&self, words: &[&str]) -> String {
+        wait_for(SHOWS, EVERY, || {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            log.lines()
+                .find(|l| words.iter().all(|w| l.contains(w)))
+                .map(str::to_string)
+                .ok_or_else(|| format!("no log line with {words:?}:\n{log}"))
+        })
+    }
+
+    /// Waits for the sample of `name` with (at least) `labels` to be `value`.
+    fn wait_metric(&self, name: &str, labels: &[(&str, &str)], value: &str) {
+        wait_for(SHOWS, EVERY, || {
+            let body = scrape(self.port);
+            let line = body.lines().find(|l| {
+                l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{'))
+                    && labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            });
+            match line {
+                Some(l) if l.rsplit(' ').next() == Some(value) => Ok(()),
+                _ => Err(format!("{name}{labels:?} is not {value}:\n{body}")),
+            }
+        })
+    }
+
+    /// The names of the CDI spec's devices.
+    fn cdi_names(&self) -> Vec<String> {
+        let path = self.agent.sim_state().parent().unwrap().join("cdi/gpushare.json");
+        let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Waits until the CDI spec's names satisfy `ok`.
+    fn wait_cdi(&self, what: &str, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
+        wait_for(SHOWS, EVERY, || {
+            let names = self.cdi_names();
+            if ok(&names) { Ok(names) } else { Err(format!("CDI spec not {what}: {names:?}")) }
+        })
+    }
+
+    fn server_on(&self, gpu: u32) -> MpsServer {
+        self.agent.mps_servers().into_iter().find(|s| s.gpu == gpu).expect("a server on the GPU")
+    }
+}
+
+fn fault_tool(state: &Path, args: &[&str]) -> Output {
+    Command::new(binary(SIM_FAULT, SIM_FAULT_ENV))
+        .args(args)
+        .env("GPUSHARE_SIM_STATE", state)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the fault tool runs")
+}
+
+/// Tells the simulated control daemon of `pipe` that `pid` is its client.
+fn announce(pipe: &str, pid: u32) {
+    let out = Command::new(binary(SIM_MPS_CONTROL, SIM_MPS_CONTROL_ENV))
+        .args(["--fake-client", &pid.to_string()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "--fake-client: {}", text(&out));
+}
+
+/// A pynvml script waiting on the critical events of every GPU of `agent`'s node, started
+/// and registered; [`PynvmlWaiter::first_event`] gives what it saw.
+struct PynvmlWaiter(Child);
+
+impl PynvmlWaiter {
+    fn start(spec: &str, agent: &Agent) -> PynvmlWaiter {
+        let script = "import json, pynvml as nv\n\
+            nv.nvmlInit()\n\
+            es = nv.nvmlEventSetCreate()\n\
+            types = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError\n\
+            for i in range(nv.nvmlDeviceGetCount()):\n    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(i), types, es)\n\
+            print('ready', flush=True)\n\
+            d = nv.nvmlEventSetWait(es, 60000)\n\
+            print(json.dumps({'gpu': nv.nvmlDeviceGetIndex(d.device), 'type': d.eventType, 'data': d.eventData, 'gi': d.gpuInstanceId, 'ci': d.computeInstanceId}), flush=True)\n\
+            nv.nvmlEventSetFree(es)\n\
+            nv.nvmlShutdown()\n";
+        let mut child = pynvml_python(spec, &agent.sim_state())
+            .args(["-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the pynvml waiter did not register");
+        PynvmlWaiter(child)
+    }
+
+    fn first_event(self) -> Value {
+        let out = self.0.wait_with_output().unwrap();
+        assert!(out.status.success(), "pynvml waiter: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one event as JSON")
+    }
+}
+
+/// The error line of a failed ctl call.
+fn refusal(out: &Output) -> String {
+    assert!(!out.status.success(), "should have been refused: {}", text(out));
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn a_fatal_xid_takes_a_whole_gpu_out_until_it_is_reset() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes the CDI spec's device nodes only as root");
+        return;
+    }
+    let spec = "h100-80gb:2";
+    let node = Node::start(spec);
+    node.apply("all-mps");
+    let (gpu0, gpu1) = (node.server_on(0), node.server_on(1));
+    let status = node.agent.status();
+    let uuid1 = status.gpus[1].uuid.clone();
+    let client = Sleeper::start(None, &[]);
+    announce(&gpu1.pipe_directory, client.pid());
+    node.wait_metric("gpushare_gpu_healthy", &[("gpu", "1")], "1");
+    let waiter = PynvmlWaiter::start(spec, &node.agent);
+
+    // Xid 48, a double-bit ECC error: the catalogue asks for a GPU reset.
+    node.fault(&["xid", "1", "48"]);
+    let fault = node.wait_fault(1, "xid");
+    assert_eq!((fault.xid, fault.action.as_str()), (Some(48), "reset-gpu"));
+    assert_eq!((fault.gpu_instance_id, fault.compute_instance_id), (None, None));
+    // NVIDIA's own client on the same node saw the same Xid.
+    let seen = waiter.first_event();
+    assert_eq!((seen["gpu"].as_u64(), seen["data"].as_u64()), (Some(1), Some(48)), "{seen}");
+    assert_eq!(seen["gi"].as_u64(), Some(0xFFFF_FFFF), "{seen}");
+    // The journal line names the client and its user.
+    let pid = client.pid().to_string();
+    let line = node.wait_log(&["Xid 48", "reset the GPU", &format!("pid {pid}")]);
+    assert!(line.contains("root"), "{line}");
+    node.wait_metric("gpushare_gpu_healthy", &[("gpu", "1")], "0");
+    node.wait_metric("gpushare_gpu_faults", &[("class", "xid"), ("gpu", "1")], "1");
+    // The CDI spec no longer names GPU 1, and podman cannot hand it out.
+    let names = node.wait_cdi("without GPU 1", |n| !n.iter().any(|d| d == "1" || *d == uuid1));
+    assert!(names.iter().any(|d| d == "0"), "{names:?}");
+    if let Some(podman) = gpushare_tests::Podman::available() {
+        let dir = node.agent.sim_state().parent().unwrap().join("cdi");
+        let podman = podman.with_cdi_dir(&dir);
+        gpushare_tests::podman::assert_unresolvable(&podman.run(&["gpushare.io/gpu=1"], "true"), "gpushare.io/gpu=1");
+        let out = podman.run(&["gpushare.io/gpu=0"], "echo $CUDA_VISIBLE_DEVICES");
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    // A profile that would build on GPU 1 is refused, in one line, nothing changed.
+    let before = node.agent.status();
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    assert!(why.contains("GPU 1") && why.contains("Xid 48"), "{why}");
+    assert_eq!(why.trim().lines().count(), 1, "{why}");
+    let after = node.agent.status();
+    assert_eq!(after.active_profile, before.active_profile);
+    assert_eq!(gpushare_tests::layout(&after), gpushare_tests::layout(&before));
+    // GPU 0's share goes on: the same MPS server.
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+
+    // A reset is refused while the client is there, for a healthy GPU, and for no GPU.
+    let why = refusal(&node.agent.ctl(&["gpu", "reset", "1"]));
+    assert!(why.contains(&pid), "{why}");
+    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "0"])).contains("healthy"));
+    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "7"])).contains("no GPU 7"));
+    assert!(!node.agent.status().gpus[1].health.is_empty());
+
+    client.end();
+    let out = node.agent.ctl(&["gpu", "reset", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = node.wait_healthy(1);
+    assert_eq!(status.active_profile.as_deref(), Some("all-mps"));
+    // Back in the profile: a new MPS server on GPU 1, the same one on GPU 0.
+    let again = node.server_on(1);
+    assert!(again.pid.is_some() && again.pid != gpu1.pid, "{again:?}");
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    node.wait_cdi("with GPU 1 again", |n| n.iter().any(|d| d == "1"));
+    node.wait_metric("gpushare_gpu_healthy", &[("gpu", "1")], "1");
+    assert!(node.agent.nvidia_smi(&["-q", "-i", "1"]).status.success());
+}
+
+#[test]
+fn an_xid_on_one_mig_instance_takes_out_that_instance_alone_until_its_clients_end() {
+    if !is_root() {
+        gpushare_tests::skip("the simulator makes the CDI spec's device nodes only as root");
+        return;
+    }
+    let mut node = Node::start("h100-80gb:1");
+    let layout = "name = \"two-3g\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\n";
+    let shared = "name = \"two-3g-mps\"\n[[gpu]]\nselect = \"all\"\nmig = { \"3g\" = 2 }\nsharing.mps = { replicas = 2 }\n";
+    let (_d, plain) = gpushare_tests::temp_file("two-3g.toml", layout);
+    let (_e, with_mps) = gpushare_tests::temp_file("two-3g-mps.toml", shared);
+    let applied = node.agent.ctl(&["apply", "-f", plain.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
+    let status = node.agent.status();
+    let (hit, other) = (&status.gpus[0].instances[0], &status.gpus[0].instances[1]);
+    let (gi, ci) = (hit.gpu_instance_id, hit.compute_instance_id.unwrap());
+    let (hit_uuid, other_uuid) = (hit.uuid.clone().unwrap(), other.uuid.clone().unwrap());
+    let client = Sleeper::start(None, &[]);
+    node.agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &format!("0/{gi}:{}", client.pid()))]);
+
+    // Xid 43 (the application's): contained to the instance the event names.
+    node.fault(&["xid", &format!("0/{gi}/{ci}"), "43"]);
+    let fault = node.wait_fault(0, "xid");
+    assert_eq!((fault.gpu_instance_id, fault.compute_instance_id), (Some(gi), Some(ci)));
+    assert_eq!(fault.action, "restart-application");
+    node.wait_log(&["Xid 43", &format!("pid {}", client.pid())]);
+    node.wait_metric("gpushare_gpu_healthy", &[("gpu", "0")], "0");
+    let names = node.wait_cdi("without the instance", |n| !n.contains(&hit_uuid));
+    assert!(names.contains(&other_uuid), "the other instance stays: {names:?}");
+    // MPS on every instance would start a server in the faulted one: refused.
+    let before = node.agent.status();
+    let why = refusal(&node.agent.ctl(&["apply", "-f", with_mps.to_str().unwrap()]));
+    assert!(why.contains(&format!("MIG instance {gi}")) && why.contains("MPS"), "{why}");
+    assert_eq!(gpushare_tests::layout(&node.agent.status()), gpushare_tests::layout(&before));
+    // A reset does not clear what asks only for the application's restart while it runs.
+    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "0"])).contains(&client.pid().to_string()));
+
+    // The clean check: the client ends, the fault clears, the instance is back.
+    client.end();
+    node.wait_healthy(0);
+    node.wait_cdi("with the instance again", |n| n.contains(&hit_uuid));
+    let applied = node.agent.ctl(&["apply", "-f", with_mps.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
+}
+
+#[test]
+fn an_application_xid_on_a_whole_gpu_clears_when_its_clients_end() {
+    let node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let gpu0 = node.server_on(0);
+    let client = Sleeper::start(None, &[]);
+    announce(&node.server_on(1).pipe_directory, client.pid());
+    node.fault(&["xid", "1", "13"]);
+    let fault = node.wait_fault(1, "xid");
+    assert_eq!((fault.xid, fault.action.as_str()), (Some(13), "restart-application"));
+    assert_eq!(fault.clients, [client.pid()]);
+    node.wait_log(&["Xid 13", &format!("pid {}", client.pid())]);
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    assert!(why.contains("GPU 1"), "{why}");
+    client.end();
+    node.wait_healthy(1);
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    node.wait_metric("gpushare_health_faults_total", &[("class", "xid")], "1");
+}
+
+#[test]
+fn a_gpu_off_the_bus_asks_for_a_reboot_and_the_other_gpu_goes_on() {
+    let mut node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let gpu0 = node.server_on(0);
+    node.fault(&["lost", "1"]);
+    let fault = node.wait_fault(1, "gpu-lost");
+    assert_eq!(fault.action, "reboot-node");
+    node.wait_log(&["GPU 1", "reboot the node"]);
+    // A reset does not bring back a GPU off the bus.
+    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "1"])).contains("reboot"));
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    assert!(why.contains("GPU 1"), "{why}");
+    // Status, and GPU 0's share, go on.
+    assert_eq!(node.agent.status().gpus.len(), 2);
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    node.wait_metric("gpushare_gpu_faults", &[("class", "gpu-lost"), ("gpu", "1")], "1");
+    // The node reboots: the GPU is back, and so is the profile.
+    let out = fault_tool(&node.agent.sim_state(), &["clear", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    node.agent.restart_with_env(&[("GPUSHARE_SIM_REBOOT", "1")]);
+    let status = node.wait_healthy(1);
+    assert_eq!(status.active_profile.as_deref(), Some("all-mps"));
+    assert_eq!(node.agent.mps_servers().len(), 2);
+}
+
+#[test]
+fn a_pending_row_remap_clears_with_the_reset_it_asks_for() {
+    let node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let gpu0 = node.server_on(0);
+    node.fault(&["remap", "1", "pending"]);
+    let fault = node.wait_fault(1, "row-remap-pending");
+    assert_eq!(fault.action, "reset-gpu");
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    assert!(why.contains("GPU 1") && why.contains("row remap"), "{why}");
+    let out = node.agent.ctl(&["gpu", "reset", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    node.wait_healthy(1);
+    // The reset did it: still healthy at the next polls.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(node.agent.status().gpus[1].health.is_empty());
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    assert_eq!(node.agent.mps_servers().len(), 2);
+}
+
+#[test]
+fn a_killed_mps_server_names_its_clients_and_restarts_on_a_healthy_gpu() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let (gpu0, gpu1) = (node.server_on(0), node.server_on(1));
+    let client = Sleeper::start(None, &[]);
+    announce(&gpu1.pipe_directory, client.pid());
+    let _ = kill(Pid::from_raw(gpu1.pid.unwrap() as i32), Signal::SIGKILL);
+    let fault = node.wait_fault(1, "mps-server-died");
+    assert_eq!(fault.action, "restart-application");
+    node.wait_log(&["MPS server", "died", &format!("pid {}", client.pid())]);
+    // Its GPU is otherwise healthy: the server is started again.
+    wait_for(SHOWS, EVERY, || {
+        let now = node.server_on(1);
+        if now.pid.is_some() && now.pid != gpu1.pid { Ok(()) } else { Err(format!("{now:?}")) }
+    });
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    client.end();
+    node.wait_healthy(1);
+}
+
+#[test]
+fn a_server_on_an_unhealthy_gpu_stays_down_until_the_gpu_is_healthy() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let gpu1 = node.server_on(1);
+    node.fault(&["remap", "1", "pending"]);
+    node.wait_fault(1, "row-remap-pending");
+    let _ = kill(Pid::from_raw(gpu1.pid.unwrap() as i32), Signal::SIGKILL);
+    node.wait_log(&["stays down", "unhealthy"]);
+    assert!(node.server_on(1).pid.is_none() || node.server_on(1).pid == gpu1.pid);
+    let out = node.agent.ctl(&["gpu", "reset", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    node.wait_healthy(1);
+    wait_for(SHOWS, EVERY, || {
+        let now = node.server_on(1);
+        if now.pid.is_some() && now.pid != gpu1.pid { Ok(()) } else { Err(format!("{now:?}")) }
+    });
+}
+
+#[test]
+fn an_unknown_xid_is_kept_as_informational_and_a_failing_wait_is_retried() {
+    // The first three waits fail: logged once, retried after a backoff, then watched.
+    let fail = "nvmlEventSetWait_v2:1,nvmlEventSetWait_v2:2,nvmlEventSetWait_v2:3";
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let options = AgentOptions::simulate("h100-80gb:1").env("GPUSHARE_SIM_FAIL", fail);
+    let node = Node { agent: Agent::start(options.stderr_to(&log)), port: 0, log, _dir: dir };
+    node.wait_log(&["waiting on the driver's events failed"]);
+    // An Xid the table does not know: logged, no fault, the agent goes on.
+    wait_for(SHOWS, EVERY, || {
+        let _ = fault_tool(&node.agent.sim_state(), &["xid", "0", "9999"]);
+        let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+        if log.contains("Xid 9999") { Ok(()) } else { Err(log) }
+    });
+    let line = node.wait_log(&["Xid 9999"]);
+    assert!(line.contains("informational"), "{line}");
+    assert!(node.agent.status().gpus[0].health.is_empty());
+    // Then a known one is seen: the watcher survived.
+    node.fault(&["xid", "0", "79"]);
+    let fault = node.wait_fault(0, "xid");
+    assert_eq!(fault.action, "reboot-node");
+    let log = std::fs::read_to_string(&node.log).unwrap();
+    assert_eq!(log.matches("waiting on the driver's events failed").count(), 1, "{log}");
+}
+
+#[test]
+fn the_fault_tool_refuses_bad_input_and_changes_nothing() {
+    let node = Node::start("h100-80gb:1");
+    let state = node.agent.sim_state();
+    let before = std::fs::read(&state).unwrap();
+    for args in [&["xid", "5", "48"][..], &["xid", "0", "x"], &["lost"], &["remap", "0", "maybe"], &["nonsense"]] {
+        let out = fault_tool(&state, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "{args:?}");
+    }
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+}
