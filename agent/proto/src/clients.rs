@@ -75,6 +75,11 @@ pub struct GpuClient {
     pub memory_bytes: Option<u64>,
     /// The share an MPS client runs under.
     pub share: Option<ClientShare>,
+    /// `null` while its GPU and MIG instance are healthy; else the fault that makes them
+    /// unhealthy, in words (its `detail` in `status`: `Xid 79 (GPU has fallen off the
+    /// bus): reboot the node`), issue 42.
+    #[serde(default)]
+    pub unhealthy: Option<String>,
 }
 
 /// The share of an MPS client.

@@ -17,6 +17,7 @@ use gpushare_proto::clients::{
     CLIENTS_MAX, ClientShare, ClientTable, GpuClient, IdleDevice, UnseenProcess,
 };
 
+use crate::health::Health;
 use crate::node::{GpuState, MpsServerState, NodeState};
 use crate::sys::mounts::{Mounts, ProcMount};
 use crate::sys::procfs;
@@ -292,6 +293,7 @@ pub fn table(
             mps_server: f.server.map(|s| s.uuid.clone()),
             memory_bytes: f.memory,
             share,
+            unhealthy: None,
         });
     }
 
@@ -431,6 +433,16 @@ pub struct ServerHealth {
     pub running: bool,
 }
 
+/// Marks each client whose GPU or MIG instance has a fault with that fault's detail (the
+/// first that covers it, as [`Health::blocking`] finds it), issue 42.
+pub(super) fn mark_unhealthy(table: &mut ClientTable, health: &Health) {
+    for client in &mut table.clients {
+        client.unhealthy = health
+            .blocking(client.gpu, client.gpu_instance_id)
+            .map(|fault| fault.document().detail);
+    }
+}
+
 /// One refresh of the clients for the metrics ([`super::Engine::clients_and_servers`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientsRefresh {
@@ -454,13 +466,15 @@ impl super::Engine {
         let viewer = viewer.into();
         let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
         let node = self.core.node.observe_shared(reads, self.epoch()).await?.with_live_limits();
-        tokio::task::spawn_blocking(move || {
+        let mut clients = tokio::task::spawn_blocking(move || {
             let mounts = Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;
             table(&node, Path::new("/proc"), &viewer, &mounts, user_name)
         })
         .await
-        .map_err(|e| super::EngineError::Internal(crate::sys::task_failed(&e)))
+        .map_err(|e| super::EngineError::Internal(crate::sys::task_failed(&e)))?;
+        mark_unhealthy(&mut clients, self.health());
+        Ok(clients)
     }
 
     /// The client table for the journal ([`Viewer::Agent`]: no command line or environment
@@ -962,5 +976,56 @@ mod tests {
         let node = NodeState { gpus: vec![gpu(0, Vec::new(), processes)], ..NodeState::default() };
         let table = table(&node, Path::new("/proc"), &Viewer::Root, &Mounts::read(), &|_| None);
         assert_eq!((table.clients.len(), table.left_out), (CLIENTS_MAX, 5));
+    }
+
+    /// Issue 42: a client on a GPU or MIG instance with a fault carries the fault's detail;
+    /// a client beside it (another GPU, another instance) stays healthy (`null`).
+    #[test]
+    fn clients_on_a_faulted_gpu_or_instance_are_marked() {
+        let me = std::process::id();
+        let node = NodeState {
+            gpus: vec![
+                gpu(0, Vec::new(), vec![process(me, None, None)]),
+                gpu(
+                    1,
+                    vec![instance(2, "MIG-a"), instance(3, "MIG-b")],
+                    vec![process(me, Some(2), None), process(me, Some(3), None)],
+                ),
+            ],
+            ..NodeState::default()
+        };
+        let mut table = table(&node, Path::new("/proc"), &Viewer::Root, &Mounts::read(), &|_| None);
+        let health = Health::default();
+        let marks = |table: &ClientTable| -> Vec<(u32, Option<u32>, Option<String>)> {
+            table.clients.iter().map(|c| (c.gpu, c.gpu_instance_id, c.unhealthy.clone())).collect()
+        };
+        mark_unhealthy(&mut table, &health);
+        assert_eq!(marks(&table), [(0, None, None), (1, Some(2), None), (1, Some(3), None)]);
+        let instance_fault = "Xid 94 (Contained ECC error): restart the application".to_string();
+        health.raise(
+            1,
+            Some((3, Some(0))),
+            crate::health::Cause::Xid(94),
+            crate::health::Action::RestartApplication,
+            "Xid 94 (Contained ECC error)".into(),
+        );
+        mark_unhealthy(&mut table, &health);
+        assert_eq!(
+            marks(&table),
+            [(0, None, None), (1, Some(2), None), (1, Some(3), Some(instance_fault.clone()))]
+        );
+        // A fault on the whole GPU covers every instance of it; serialised, healthy is null.
+        health.raise(
+            0,
+            None,
+            crate::health::Cause::Lost,
+            crate::health::Action::RebootNode,
+            "GPU lost".into(),
+        );
+        mark_unhealthy(&mut table, &health);
+        assert_eq!(table.clients[0].unhealthy.as_deref(), Some("GPU lost: reboot the node"));
+        let json = serde_json::to_value(&table).unwrap();
+        assert_eq!(json["clients"][1]["unhealthy"], serde_json::Value::Null);
+        assert_eq!(json["clients"][2]["unhealthy"], instance_fault.as_str());
     }
 }

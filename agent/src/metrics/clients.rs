@@ -419,6 +419,7 @@ pub(crate) mod tests {
             mps_server: None,
             memory_bytes: Some(100),
             share: None,
+            unhealthy: None,
         }
     }
 

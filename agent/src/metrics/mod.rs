@@ -2,8 +2,10 @@
 //! are now (sharing, MIG instances, MPS servers).
 //!
 //! The engine knows nothing of metrics: [`follow`] listens to its events, counts finished
-//! jobs from them, and after every job and every health check reads the same documents the
-//! D-Bus interface returns ([`Status`], [`MpsStatus`]) and turns them into series.
+//! jobs from them, and after every job, every health check and every change of the GPUs'
+//! faults reads the same documents the D-Bus interface returns ([`Status`],
+//! [`MpsStatus`]) and turns them into series; the fault counters come from the registry's
+//! totals ([`crate::health::Health::totals`]).
 //! [`install`] serves them over HTTP ([`endpoint`]: `/metrics`, by default on
 //! `127.0.0.1:9847`, connections capped and timed out).
 //!
@@ -43,6 +45,10 @@
 //! | `gpushare_probe_scaling_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the last probe's work done by N clients together over one alone |
 //! | `gpushare_probe_fairness_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | Jain's fairness index of the clients' throughputs (1 = all equal) |
 //! | `gpushare_probe_p50_latency_inflation_ratio` | gauge | `gpu`, `UUID`, `workload`, `clients`, `strategy` | the clients' median step latency over the solo one |
+//! | `gpushare_gpu_healthy` | gauge | `gpu` | 1 while no fault covers the GPU or one of its MIG instances, 0 otherwise (issue 42) |
+//! | `gpushare_gpu_faults` | gauge | `gpu`, `class` | the GPU's active faults (its instances' included) per class (`xid`, `double-bit-ecc`, `gpu-lost`, `row-remap-pending`, `row-remap-failure`, `retired-pages-pending`, `recovery-action`, `mps-server-died`); every class at 0 from the GPU's first refresh |
+//! | `gpushare_health_faults_total` | counter | `class` | faults raised since the agent started, per class (every event of an Xid, ECC or dead MPS server; a reading's fault once per onset) |
+//! | `gpushare_health_informational_total` | counter | | driver events kept as informational since the agent started (an Xid the table does not know, a single-bit ECC error) |
 //! | `gpushare_client_gpu_memory_bytes` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | GPU memory of the clients with these labels, summed ([`clients`]) |
 //! | `gpushare_client_mps_active_thread_ratio` | gauge | `gpu`, `UUID`, `GPU_I_ID`, `via`, `user`, `unit` | the highest active thread share (0-1) of those MPS clients |
 //! | `gpushare_client_series_dropped_total` | counter | | client label sets left out by the cap (`[metrics] client_series_max`, 256), counted at each refresh |
@@ -84,6 +90,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::engine::{Engine, EngineEvent, JobKind, JobResult};
+use crate::health::CLASSES;
 
 const BUILD_INFO: &str = "gpushare_build_info";
 const APPLIES: &str = "gpushare_applies_total";
@@ -112,6 +119,10 @@ const MPS_MULTI_USER: &str = "gpushare_mps_multi_user";
 const PROBE_SCALING: &str = "gpushare_probe_scaling_ratio";
 const PROBE_FAIRNESS: &str = "gpushare_probe_fairness_ratio";
 const PROBE_P50_INFLATION: &str = "gpushare_probe_p50_latency_inflation_ratio";
+const GPU_HEALTHY: &str = "gpushare_gpu_healthy";
+const GPU_FAULTS: &str = "gpushare_gpu_faults";
+const HEALTH_FAULTS: &str = "gpushare_health_faults_total";
+const HEALTH_INFORMATIONAL: &str = "gpushare_health_informational_total";
 
 /// Upper bounds of the apply duration buckets: an unchanged apply takes milliseconds, a
 /// MIG layout change on several GPUs minutes.
@@ -247,6 +258,25 @@ fn register() {
         PROBE_P50_INFLATION,
         "Last probe: the clients' median step latency over the solo client's."
     );
+    describe_gauge!(
+        GPU_HEALTHY,
+        "1 while no fault covers the GPU or one of its MIG instances, 0 otherwise (see gpushare-ctl status)."
+    );
+    describe_gauge!(
+        GPU_FAULTS,
+        Unit::Count,
+        "Active faults on the GPU and its MIG instances, by class."
+    );
+    describe_counter!(
+        HEALTH_FAULTS,
+        Unit::Count,
+        "Faults the driver raised since the agent started, by class."
+    );
+    describe_counter!(
+        HEALTH_INFORMATIONAL,
+        Unit::Count,
+        "Driver events kept as informational since the agent started (an unknown Xid, a single-bit ECC error)."
+    );
 
     clients::register();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
@@ -255,6 +285,7 @@ fn register() {
     gauge!(APPLY_IN_PROGRESS).set(0.0);
     gauge!(ROLLBACK_FAILED).set(0.0);
     gauge!(PROFILE_DRIFT).set(0.0);
+    record_health_totals(&BTreeMap::new(), 0);
 }
 
 /// Follows the engine's events: counts finished applies and probes and marks an apply in
@@ -271,6 +302,7 @@ pub fn follow(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
                 Ok(
                     EngineEvent::JobEnded { .. }
                     | EngineEvent::HealthChecked
+                    | EngineEvent::HealthChanged
                     | EngineEvent::MpsChanged,
                 )
                 | Err(RecvError::Lagged(_)) => refresh(&engine).await,
@@ -301,11 +333,24 @@ fn record_event(event: &EngineEvent) {
 /// Brings the state series up to date with a fresh status. The MPS servers first: their
 /// read of each control daemon (limits and clients) answers the status's right after it.
 async fn refresh(engine: &Engine) {
+    let (totals, informational) = engine.health().totals();
+    record_health_totals(&totals, informational);
     let mps = engine.mps_status().await;
     match (engine.status_without_clients().await, mps) {
         (Ok(status), Ok(mps)) => update_state(&status, &mps),
         (Err(e), _) | (_, Err(e)) => tracing::debug!("metrics not refreshed: {e}"),
     }
+}
+
+/// Sets the fault counters to the registry's totals since the agent started
+/// ([`crate::health::Health::totals`]): every class of [`CLASSES`] has its series, 0
+/// before its first fault. The totals only grow, so the counters are set to them.
+fn record_health_totals(totals: &BTreeMap<&'static str, u64>, informational: u64) {
+    for class in CLASSES {
+        let total = totals.get(class).copied().unwrap_or(0);
+        counter!(HEALTH_FAULTS, "class" => *class).absolute(total);
+    }
+    counter!(HEALTH_INFORMATIONAL).absolute(informational);
 }
 
 /// Records a probe's results: per workload, client count and sharing strategy, the
@@ -484,6 +529,7 @@ fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
             let strategy = Some(instance.sharing.strategy.as_str());
             one_of(&mut out, INSTANCE_SHARING, &labels, "strategy", &strategies, strategy);
         }
+        health_gauges(&mut out, gpu);
     }
 
     for server in &mps.servers {
@@ -499,6 +545,20 @@ fn state_gauges(status: &Status, mps: &MpsStatus) -> Vec<(Series, f64)> {
         }
     }
     out
+}
+
+/// The GPU's health: `gpushare_gpu_healthy` and its active faults per class, every class
+/// of [`CLASSES`] present (at 0) so that the series exist before any fault. The labels are
+/// the GPU index and the class only: never an Xid number or a UUID, so the series stay as
+/// many as the GPUs times the classes.
+fn health_gauges(out: &mut Vec<(Series, f64)>, gpu: &GpuStatus) {
+    let index = gpu.index.to_string();
+    out.push(((GPU_HEALTHY, vec![("gpu", index.clone())]), flag(gpu.health.is_empty())));
+    for class in CLASSES {
+        let active = gpu.health.iter().filter(|f| f.class == *class).count();
+        let labels = vec![("gpu", index.clone()), ("class", (*class).to_string())];
+        out.push(((GPU_FAULTS, labels), active as f64));
+    }
 }
 
 /// Whether `server`'s control daemon applies other limits than the agent set: its defaults
@@ -536,6 +596,7 @@ fn server_labels(status: &Status, server: &MpsServer) -> Labels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpushare_proto::health::HealthFault;
     use gpushare_proto::types::Sharing;
     use metrics_exporter_prometheus::PrometheusRecorder;
     use std::io::Write;
@@ -922,6 +983,14 @@ mod tests {
         assert_value(&text, MPS_PINNED, &s1, 8.0 * 1024.0 * 1024.0 * 1024.0);
         assert_eq!(series_count(&text, MPS_UP), 1);
 
+        // Healthy GPUs: 1, and every class of fault at 0.
+        assert_value(&text, GPU_HEALTHY, &[("gpu", "0")], 1.0);
+        assert_value(&text, GPU_HEALTHY, &[("gpu", "1")], 1.0);
+        assert_value(&text, GPU_FAULTS, &[("gpu", "1"), ("class", "gpu-lost")], 0.0);
+        assert_eq!(series_count(&text, GPU_FAULTS), 2 * CLASSES.len());
+        assert_value(&text, HEALTH_FAULTS, &[("class", "xid")], 0.0);
+        assert_value(&text, HEALTH_INFORMATIONAL, &[], 0.0);
+
         // Bounded labels: no pids, no pipe paths.
         for (_, labels, _) in samples(&text) {
             for key in labels.keys() {
@@ -938,11 +1007,111 @@ mod tests {
             MPS_UP,
             MPS_RESTARTS,
             MPS_PINNED,
+            GPU_HEALTHY,
+            GPU_FAULTS,
+            HEALTH_FAULTS,
+            HEALTH_INFORMATIONAL,
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "no help for {name}\n{text}");
         }
         assert!(text.contains(&format!("# TYPE {MPS_RESTARTS} counter")), "{text}");
         assert!(text.contains(&format!("# TYPE {MPS_UP} gauge")), "{text}");
+    }
+
+    fn fault(class: &str, xid: Option<u64>, gpu_instance: Option<u32>) -> HealthFault {
+        HealthFault {
+            class: class.into(),
+            xid,
+            action: "reset-gpu".into(),
+            gpu_instance_id: gpu_instance,
+            compute_instance_id: gpu_instance.map(|_| 0),
+            since_unix_seconds: 1_700_000_000,
+            detail: format!("{class}: reset the GPU"),
+            clients: vec![4242],
+        }
+    }
+
+    /// Issue 42: a GPU is unhealthy while any fault covers it or one of its MIG instances,
+    /// its faults are counted per class, and it is healthy again once they clear; labels
+    /// are the GPU index and the class, never an Xid number, a UUID or a pid.
+    #[test]
+    fn metrics_follow_the_gpus_health() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let (mut status, mps) = status_and_mps();
+        let mut tracker = Tracker::new();
+        let g0 = [("gpu", "0")];
+        let g1 = [("gpu", "1")];
+        let faults = |gpu: &'static str, class: &'static str| [("gpu", gpu), ("class", class)];
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+        assert_value(&handle.render(), GPU_HEALTHY, &g0, 1.0);
+
+        // An Xid on one MIG instance of GPU 0; GPU 1 lost and an Xid on it.
+        status.gpus[0].health = vec![fault("xid", Some(94), Some(2))];
+        status.gpus[1].health = vec![fault("gpu-lost", None, None), fault("xid", Some(79), None)];
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+        let text = handle.render();
+        assert_value(&text, GPU_HEALTHY, &g0, 0.0);
+        assert_value(&text, GPU_HEALTHY, &g1, 0.0);
+        assert_value(&text, GPU_FAULTS, &faults("0", "xid"), 1.0);
+        assert_value(&text, GPU_FAULTS, &faults("0", "gpu-lost"), 0.0);
+        assert_value(&text, GPU_FAULTS, &faults("1", "xid"), 1.0);
+        assert_value(&text, GPU_FAULTS, &faults("1", "gpu-lost"), 1.0);
+        assert_eq!(series_count(&text, GPU_FAULTS), 2 * CLASSES.len());
+        for (name, labels, _) in samples(&text) {
+            if name == GPU_HEALTHY || name == GPU_FAULTS {
+                let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+                assert!(keys == ["gpu"] || keys == ["class", "gpu"], "{name} {labels:?}");
+                assert!(
+                    labels.values().all(|v| v.parse::<u32>().map_or(true, |n| n < 2)),
+                    "{name} {labels:?}"
+                );
+            }
+        }
+
+        // Cleared (a reset): healthy again, every class back at 0.
+        status.gpus[0].health.clear();
+        status.gpus[1].health.clear();
+        metrics::with_local_recorder(&recorder, || tracker.update(&status, &mps));
+        let text = handle.render();
+        assert_value(&text, GPU_HEALTHY, &g0, 1.0);
+        assert_value(&text, GPU_HEALTHY, &g1, 1.0);
+        for (name, labels, v) in samples(&text).into_iter().filter(|(n, _, _)| n == GPU_FAULTS) {
+            assert_eq!(v, 0.0, "{name} {labels:?}");
+        }
+    }
+
+    /// The fault counters are the registry's totals: every class present from the start,
+    /// set to what the registry counted (which only grows), never counted twice.
+    #[test]
+    fn metrics_count_faults_per_class_from_the_registrys_totals() {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, register);
+        let text = handle.render();
+        for class in CLASSES {
+            assert_value(&text, HEALTH_FAULTS, &[("class", class)], 0.0);
+        }
+        assert!(text.contains(&format!("# TYPE {HEALTH_FAULTS} counter")), "{text}");
+        assert!(text.contains(&format!("# TYPE {HEALTH_INFORMATIONAL} counter")), "{text}");
+
+        let totals = BTreeMap::from([("xid", 3), ("gpu-lost", 1)]);
+        let at = |totals: &BTreeMap<&'static str, u64>, informational: u64| {
+            metrics::with_local_recorder(&recorder, || record_health_totals(totals, informational));
+            handle.render()
+        };
+        let text = at(&totals, 2);
+        assert_value(&text, HEALTH_FAULTS, &[("class", "xid")], 3.0);
+        assert_value(&text, HEALTH_FAULTS, &[("class", "gpu-lost")], 1.0);
+        assert_value(&text, HEALTH_FAULTS, &[("class", "double-bit-ecc")], 0.0);
+        assert_value(&text, HEALTH_INFORMATIONAL, &[], 2.0);
+        // The same totals again (a refresh with nothing new) change nothing.
+        let text = at(&totals, 2);
+        assert_value(&text, HEALTH_FAULTS, &[("class", "xid")], 3.0);
+        assert_value(&text, HEALTH_INFORMATIONAL, &[], 2.0);
+        assert_eq!(series_count(&text, HEALTH_FAULTS), CLASSES.len());
+        let text = at(&BTreeMap::from([("xid", 5), ("gpu-lost", 1)]), 2);
+        assert_value(&text, HEALTH_FAULTS, &[("class", "xid")], 5.0);
     }
 
     #[test]
@@ -1050,6 +1219,7 @@ mod tests {
         let (status, mps) = status_and_mps();
         let mut gone = status.clone();
         gone.gpus[0].instances.pop();
+        gone.gpus[1].health = vec![fault("gpu-lost", None, None)];
         metrics::with_local_recorder(&recorder, || {
             register();
             let mut tracker = Tracker::new();

@@ -9,6 +9,10 @@
 //!   MIG-…  GPU 1 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
+//! A client on a GPU or MIG instance with a fault (issue 42) has `(unhealthy)` after its
+//! place (`GPU 1/GI 3 MPS (unhealthy)`), and a line under the table names each such fault
+//! once: `Unhealthy: GPU 1/GI 3: Xid 94 (Contained ECC error): restart the application`.
+//!
 //! Under the table, for each MPS server that serves someone, whom it serves: one user at a
 //! time (a client of another user waits, unlisted, until the server's clients are gone:
 //! NVIDIA's default) or every user at once (multi-user), from `MpsStatus`, asked only when
@@ -312,6 +316,7 @@ pub fn render(table: &ClientTable) -> String {
         text.push_str("No process uses the GPUs.\n");
     } else if !table.clients.is_empty() {
         text.push_str(&client_rows(table.clients.iter()));
+        text.push_str(&unhealthy_lines(&table.clients));
     }
     if !table.unseen.is_empty() {
         text.push_str("Listed by the driver, not in the agent's /proc (another PID namespace, or just ended):\n");
@@ -389,13 +394,38 @@ fn placement(c: &GpuClient) -> String {
 /// would push the other columns off the screen); `--json` and `--query` give it whole.
 const UNIT_COLUMN_MAX: usize = 40;
 
-/// `GPU 0`, `GPU 1/GI 3`, `GPU 0 MPS`, `GPU 1/GI 3 MPS`.
+/// `GPU 0`, `GPU 1/GI 3`, `GPU 0 MPS`, `GPU 1/GI 3 MPS`, with ` (unhealthy)` after it
+/// while a fault covers the GPU or instance.
 fn place(c: &GpuClient) -> String {
-    let device = match c.gpu_instance_id {
+    let device = device(c);
+    let mps = if c.via == "mps" { " MPS" } else { "" };
+    let unhealthy = if c.unhealthy.is_some() { " (unhealthy)" } else { "" };
+    format!("{device}{mps}{unhealthy}")
+}
+
+/// `GPU 0`, `GPU 1/GI 3`.
+fn device(c: &GpuClient) -> String {
+    match c.gpu_instance_id {
         Some(gi) => format!("GPU {}/GI {gi}", c.gpu),
         None => format!("GPU {}", c.gpu),
-    };
-    if c.via == "mps" { format!("{device} MPS") } else { device }
+    }
+}
+
+/// A line for each fault the clients are under, once each, in their order:
+/// `Unhealthy: GPU 1/GI 3: Xid 94 (…): restart the application`; nothing when none is.
+pub fn unhealthy_lines(clients: &[GpuClient]) -> String {
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for c in clients {
+        if let Some(detail) = &c.unhealthy {
+            let key = (device(c), detail.as_str());
+            if !seen.contains(&key) {
+                seen.push(key);
+            }
+        }
+    }
+    seen.iter()
+        .map(|(device, detail)| format!("Unhealthy: {device}: {}\n", printable(detail)))
+        .collect()
 }
 
 /// `25 % threads, 8 GiB pinned` (`own` when the client lowered its percentage), or `-`.
@@ -431,7 +461,51 @@ mod tests {
             mps_server: None,
             memory_bytes: None,
             share: None,
+            unhealthy: None,
         }
+    }
+
+    /// Issue 42: a client on a faulted GPU or instance is marked after its place, and a
+    /// line under the table names each fault once; a healthy table has neither.
+    #[test]
+    fn clients_on_an_unhealthy_gpu_or_instance_are_marked_with_the_fault() {
+        let lost = "GPU lost: reboot the node";
+        let xid = "Xid 94 (Contained ECC error): restart the application";
+        let on = |pid: u32, gpu: u32, gi: Option<u32>, fault: Option<&str>| GpuClient {
+            gpu,
+            gpu_instance_id: gi,
+            unhealthy: fault.map(Into::into),
+            ..client(pid, if gi.is_some() { "mps" } else { "gpu" })
+        };
+        let healthy = ClientTable {
+            clients: vec![on(10, 0, None, None), on(11, 1, Some(3), None)],
+            ..ClientTable::default()
+        };
+        let text = render(&healthy);
+        assert!(!text.contains("unhealthy") && !text.contains("Unhealthy"), "{text}");
+        let table = ClientTable {
+            clients: vec![
+                on(10, 0, None, Some(lost)),
+                on(12, 0, None, Some(lost)),
+                on(11, 1, Some(3), Some(xid)),
+                on(13, 1, Some(4), None),
+            ],
+            ..ClientTable::default()
+        };
+        let text = render(&table);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7, "{text}");
+        assert!(lines[1].contains("GPU 0 (unhealthy)"), "{text}");
+        assert!(lines[2].contains("GPU 0 (unhealthy)"), "{text}");
+        assert!(lines[3].contains("GPU 1/GI 3 MPS (unhealthy)"), "{text}");
+        assert!(lines[4].contains("GPU 1/GI 4 MPS") && !lines[4].contains("unhealthy"), "{text}");
+        assert_eq!(lines[5], format!("Unhealthy: GPU 0: {lost}"));
+        assert_eq!(lines[6], format!("Unhealthy: GPU 1/GI 3: {xid}"));
+        // A document of an agent before the field reads as healthy.
+        let mut raw = serde_json::to_value(&healthy).unwrap();
+        raw["clients"][0].as_object_mut().unwrap().remove("unhealthy");
+        let parsed: ClientTable = parse_document(&raw.to_string(), "ClientTable").unwrap();
+        assert_eq!(parsed.clients[0].unhealthy, None);
     }
 
     #[test]

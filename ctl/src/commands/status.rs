@@ -23,10 +23,17 @@
 //! table say whom each MPS server serves (one user at a time, unless multi-user) and what
 //! the markers stand for (`gpushare-ctl mps` has them all).
 //!
+//! A GPU or MIG instance with a fault (issue 42) has a line under its row for each fault,
+//! saying it is unhealthy, what the driver reported and what it asks for (`! unhealthy:
+//! Xid 79 (GPU has fallen off the bus): reboot the node`); a fault of an instance the table
+//! does not list goes under its GPU, naming the instance. When the driver's events are not
+//! watched, a `Health:` line above the table says why. A healthy node shows none of these.
+//!
 //! The GPU table is a list of columns ([`gpu_columns`]: header, alignment, the cell of each
 //! kind of row, and what `top`'s GPU line shows of it): a new column is one entry there.
 
 use gpushare_proto::Strategy;
+use gpushare_proto::health::HealthFault;
 use gpushare_proto::types::{
     BenchStatus, ComputeInstanceStatus, GpuStatus, InstanceStatus, Sharing, Status,
 };
@@ -34,7 +41,7 @@ use gpushare_proto::types::{
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Glyphs, Output, exact_size, parse_document};
+use crate::output::{Glyphs, Output, exact_size, parse_document, printable};
 use crate::table::{self, Align, Column};
 
 /// Runs `status`.
@@ -156,6 +163,7 @@ fn job_number(job: &str) -> &str {
 
 /// A row of the GPU table: a GPU, a MIG instance, one of the compute instances of a
 /// subdivided instance, or the line saying a MIG GPU has no instances.
+#[derive(Clone, Copy)]
 pub enum Line<'a> {
     Gpu(&'a GpuStatus),
     NoInstances,
@@ -310,6 +318,66 @@ fn gpu_rows(status: &Status, glyphs: Glyphs) -> Vec<GpuRow<'_>> {
     rows
 }
 
+/// What says a fault in a line of its own: `! unhealthy: Xid 79 (…): reboot the node`.
+const UNHEALTHY: &str = "! unhealthy: ";
+
+/// The fault lines of `gpu`'s own row (without indent): its faults on the whole GPU, and
+/// those of MIG instances it does not list, each naming its instance.
+pub fn gpu_fault_lines(gpu: &GpuStatus) -> Vec<String> {
+    let listed = |gi: u32| gpu.instances.iter().any(|i| i.gpu_instance_id == gi);
+    gpu.health
+        .iter()
+        .filter(|f| f.gpu_instance_id.is_none_or(|gi| !listed(gi)))
+        .map(fault_line)
+        .collect()
+}
+
+/// The fault lines of the MIG instance `gi` of `gpu` (without indent).
+pub fn instance_fault_lines(gpu: &GpuStatus, gi: u32) -> Vec<String> {
+    gpu.health.iter().filter(|f| f.gpu_instance_id == Some(gi)).map(fault_line).collect()
+}
+
+/// One fault's line: `! unhealthy: DETAIL`, naming its instance where it has one
+/// (`MIG instance 3/0: `); what the agent says is shown without control characters.
+fn fault_line(fault: &HealthFault) -> String {
+    let place = match (fault.gpu_instance_id, fault.compute_instance_id) {
+        (Some(gi), Some(ci)) => format!("MIG instance {gi}/{ci}: "),
+        (Some(gi), None) => format!("MIG instance {gi}: "),
+        _ => String::new(),
+    };
+    format!("{UNHEALTHY}{place}{}", printable(&fault.detail))
+}
+
+/// The rendered GPU table with each row's fault lines under it, in the MODEL column's
+/// place, a MIG instance's after the tree's trunk.
+fn with_fault_lines(table: &str, rows: &[GpuRow<'_>], glyphs: Glyphs) -> String {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    let indent = " ".repeat(header.find("MODEL").unwrap_or(0));
+    let mut out = format!("{header}\n");
+    // The GPU the rows are under.
+    let mut gpu = None;
+    for (row, line) in rows.iter().zip(lines) {
+        out.push_str(line);
+        out.push('\n');
+        let (faults, trunk) = match (row.line, gpu) {
+            (Line::Gpu(g), _) => {
+                gpu = Some(g);
+                (gpu_fault_lines(g), String::new())
+            }
+            (Line::Instance(i), Some(g)) => {
+                let trunk = if row.tree == glyphs.tree_mid { glyphs.tree_trunk } else { " " };
+                (instance_fault_lines(g, i.gpu_instance_id), format!("{trunk}  "))
+            }
+            _ => (Vec::new(), String::new()),
+        };
+        for fault in faults {
+            out.push_str(&format!("{indent}{trunk}{fault}\n"));
+        }
+    }
+    out
+}
+
 /// `top`'s line of `gpu`, from the GPU table's columns: `GPU 0  A100-SXM4-40GB  MIG on
 /// exclusive  {readings}  GPU-…`.
 pub fn gpu_line(gpu: &GpuStatus, readings: &str, glyphs: Glyphs) -> String {
@@ -357,6 +425,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     if let Some(drift) = &status.drift {
         out.push_str(&format!("Drift: {drift}\n"));
     }
+    if let Some(note) = &status.health_events {
+        out.push_str(&format!("Health: {}\n", printable(note)));
+    }
     if let Some(apply) = &status.apply_in_progress {
         out.push_str(&format!("Apply in progress: {apply}\n"));
     }
@@ -373,7 +444,9 @@ pub fn render_status(status: &Status, glyphs: Glyphs) -> String {
     let with_instances = status.gpus.iter().any(|g| g.mig_enabled || !g.instances.is_empty());
     let columns = gpu_columns();
     let shown = columns.iter().filter(|c| with_instances || !c.with_instances_only);
-    out.push_str(&table::render(shown.map(|c| &c.column), &gpu_rows(status, glyphs)));
+    let rows = gpu_rows(status, glyphs);
+    let rendered = table::render(shown.map(|c| &c.column), &rows);
+    out.push_str(&with_fault_lines(&rendered, &rows, glyphs));
     let mps_lines: Vec<String> = mps_servers(status)
         .flat_map(|server| {
             super::mps::status_notes(server, &super::mps_words::device_words(server))
@@ -596,6 +669,7 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
                 pinned_memory_bytes: None,
                 from: "server".into(),
             }),
+            unhealthy: None,
         });
         let text = render_status(&status, Glyphs::ASCII);
         let section = text.split_once("\nClients (command lines: gpushare-ctl clients):\n");
@@ -606,6 +680,73 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
         for part in ["4242", "alice", "train.service", "GPU 1 MPS", "2.3 GiB", "50 % threads"] {
             assert!(rows[1].contains(part), "{part}: {text}");
         }
+    }
+
+    fn fault(gi: Option<u32>, detail: &str) -> HealthFault {
+        HealthFault {
+            class: "xid".into(),
+            xid: Some(94),
+            action: "restart-application".into(),
+            gpu_instance_id: gi,
+            compute_instance_id: gi.map(|_| 0),
+            since_unix_seconds: 1_700_000_000,
+            detail: detail.into(),
+            clients: vec![4242],
+        }
+    }
+
+    /// Issue 42: a faulted GPU and a faulted MIG instance each have a line under their row
+    /// saying they are unhealthy, what happened and what it asks for; a fault of an
+    /// instance the table does not list goes under its GPU, naming it; the note on the
+    /// driver's events is a line of its own. The table itself is unchanged.
+    #[test]
+    fn a_faulted_gpu_and_instance_say_so_under_their_rows() {
+        let mut status = sample_status();
+        status.gpus[0].health = vec![
+            fault(Some(1), "Xid 94 (Contained ECC error): restart the application"),
+            fault(Some(7), "Xid 95 (Uncontained ECC error): reset the GPU"),
+        ];
+        status.gpus[1].health = vec![HealthFault {
+            class: "gpu-lost".into(),
+            xid: None,
+            action: "reboot-node".into(),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+            detail: "GPU lost: reboot the node".into(),
+            ..fault(None, "")
+        }];
+        status.health_events = Some("events not watched on GPU 1: not supported".into());
+        let text = render_status(&status, Glyphs::ASCII);
+        let expected = "\
+Active profile: half-balanced  (backend: nvml (simulated driver))
+Health: events not watched on GPU 1: not supported
+GPU  MODEL           MIG                    COMPUTE MODE       SHARING                 MEMORY  PROCS  PLACEMENT  GI/CI  UUID
+0    A100-SXM4-40GB  on                     default            exclusive             40.0 GiB      0
+     ! unhealthy: MIG instance 7/0: Xid 95 (Uncontained ECC error): reset the GPU
+     |- 3g.20gb                                                exclusive             19.5 GiB         4:4        1/0    MIG-11111111-1111-1111-1111-111111111111
+     |  ! unhealthy: MIG instance 1/0: Xid 94 (Contained ECC error): restart the application
+     `- 1g.5gb                                                 mps 25% 2 GiB          4.8 GiB         0:1        9/-    -
+1    A100-SXM4-40GB  off -> on after reset  exclusive_process  time-slicing (short)  40.0 GiB      2
+     ! unhealthy: GPU lost: reboot the node
+";
+        assert_eq!(text, expected, "\n{text}");
+        // Under the last instance the trunk ends; the detail is shown without control
+        // characters.
+        status.gpus[0].health = vec![fault(Some(9), "Xid 94\x1b[2J: restart the application")];
+        let text = render_status(&status, Glyphs::UNICODE);
+        assert!(
+            text.contains("\n     └─ 1g.5gb")
+                && text.contains(
+                    "\n        ! unhealthy: MIG instance 9/0: Xid 94?[2J: restart the application\n"
+                ),
+            "{text}"
+        );
+        // The document of an agent before health was shown reads as healthy.
+        let mut raw: serde_json::Value = serde_json::to_value(sample_status()).unwrap();
+        raw["gpus"][0].as_object_mut().unwrap().remove("health");
+        raw.as_object_mut().unwrap().remove("health_events");
+        let parsed: Status = parse_document(&raw.to_string(), "Status").unwrap();
+        assert!(parsed.gpus[0].health.is_empty() && parsed.health_events.is_none());
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //!   idle: GPU 0 (A100-SXM4-40GB) MIG 1g.5gb (GI 9, CI 0): no process
 //! ```
 //!
+//! A GPU or MIG instance with a fault (issue 42) has a line under its own for each fault,
+//! as `status` shows it (`  ! unhealthy: Xid 79 (GPU has fallen off the bus): reboot the
+//! node`), and its processes say `(unhealthy)` after their place; the note on the
+//! driver's events, when there is one, is a `Health:` line at the top.
+//!
 //! The GPU line is made from `status`'s GPU table columns, each of which says whether and
 //! how the line shows it ([`super::status::gpu_columns`]): a column added there reaches
 //! both.
@@ -41,10 +46,10 @@ use gpushare_proto::types::{GpuStatus, Status};
 
 use super::ExitStatus;
 use super::clients::{client_rows, watch};
-use super::status::{gib, gpu_line, sharing_cell};
+use super::status::{gib, gpu_fault_lines, gpu_line, instance_fault_lines, sharing_cell};
 use crate::bus::Client;
 use crate::error::CtlError;
-use crate::output::{Glyphs, Output, parse_document};
+use crate::output::{Glyphs, Output, parse_document, printable};
 
 /// Runs `top`.
 pub async fn run(client: &mut Client, out: &Output, interval: f64) -> Result<ExitStatus, CtlError> {
@@ -134,6 +139,9 @@ pub fn render(
     if let Some(apply) = &status.apply_in_progress {
         text.push_str(&format!("Apply in progress: {apply}\n"));
     }
+    if let Some(note) = &status.health_events {
+        text.push_str(&format!("Health: {}\n", printable(note)));
+    }
     if status.gpus.is_empty() {
         text.push_str("No GPUs found.\n");
     }
@@ -175,6 +183,9 @@ fn render_gpu(
     };
     // The line has the GPU table's columns that `status` says `top` shows.
     let mut text = format!("{}\n", gpu_line(gpu, &memory, glyphs));
+    for fault in gpu_fault_lines(gpu) {
+        text.push_str(&format!("  {fault}\n"));
+    }
     // Processes of no instance that status lists are the whole GPU's.
     let in_instance = |c: &GpuClient, gi: u32| c.gpu_instance_id == Some(gi);
     let whole: Vec<&GpuClient> = on_gpu
@@ -193,6 +204,11 @@ fn render_gpu(
         let branch = if i == last { glyphs.tree_last } else { glyphs.tree_mid };
         let mine: Vec<&GpuClient> =
             on_gpu.iter().copied().filter(|c| in_instance(c, inst.gpu_instance_id)).collect();
+        let trunk = if i == last { " " } else { glyphs.tree_trunk };
+        let faults: String = instance_fault_lines(gpu, inst.gpu_instance_id)
+            .iter()
+            .map(|fault| format!("  {trunk}  {fault}\n"))
+            .collect();
         if super::status::subdivided(inst) {
             // Subdivided: the GPU instance (no sharing or UUID of its own), then each
             // compute instance, a MIG device of its own, as `status` lists them.
@@ -203,7 +219,7 @@ fn render_gpu(
                 gib(inst.memory_bytes),
                 held(mine.iter().copied()),
             ));
-            let trunk = if i == last { " " } else { glyphs.tree_trunk };
+            text.push_str(&faults);
             let ci_last = inst.compute_instances.len() - 1;
             for (j, ci) in inst.compute_instances.iter().enumerate() {
                 let twig = if j == ci_last { glyphs.tree_last } else { glyphs.tree_mid };
@@ -227,6 +243,7 @@ fn render_gpu(
                 held(mine.iter().copied()),
                 inst.uuid.as_deref().unwrap_or("-"),
             ));
+            text.push_str(&faults);
         }
         // The driver names a process's GPU instance, not its compute instance: the
         // processes are the instance's, after its compute instances.
@@ -272,7 +289,57 @@ mod tests {
             mps_server: None,
             memory_bytes: memory,
             share: None,
+            unhealthy: None,
         }
+    }
+
+    /// Issue 42: the faulted GPU and instance lines are followed by their faults, their
+    /// processes marked; a healthy GPU's lines are as before.
+    #[test]
+    fn a_faulted_gpu_and_instance_show_their_faults() {
+        use gpushare_proto::health::HealthFault;
+        let fault = |gi: Option<u32>, detail: &str| HealthFault {
+            class: "xid".into(),
+            xid: Some(79),
+            action: "reboot-node".into(),
+            gpu_instance_id: gi,
+            compute_instance_id: None,
+            since_unix_seconds: 1_700_000_000,
+            detail: detail.into(),
+            clients: Vec::new(),
+        };
+        let mut status = sample_status();
+        let healthy = ClientTable {
+            clients: vec![client(4242, 0, Some(1), None), client(4243, 1, None, None)],
+            ..ClientTable::default()
+        };
+        let before = render(&status, &healthy, None, Glyphs::ASCII);
+        assert!(!before.contains("unhealthy") && !before.contains("Health:"), "{before}");
+
+        status.gpus[0].health = vec![fault(Some(1), "Xid 94 (Contained ECC error): restart")];
+        status.gpus[1].health = vec![fault(None, "Xid 79 (fallen off the bus): reboot the node")];
+        status.health_events = Some("events not watched on GPU 1: not supported".into());
+        let mut table = healthy.clone();
+        table.clients[0].unhealthy = Some("Xid 94 (Contained ECC error): restart".into());
+        table.clients[1].unhealthy = Some("Xid 79 (fallen off the bus): reboot the node".into());
+        let text = render(&status, &table, None, Glyphs::ASCII);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "Health: events not watched on GPU 1: not supported", "{text}");
+        let at = |start: &str| {
+            lines.iter().position(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{text}"))
+        };
+        let instance = at("  |- 3g.20gb (GI 1, CI 0)");
+        assert_eq!(
+            lines[instance + 1],
+            "  |  ! unhealthy: MIG instance 1: Xid 94 (Contained ECC error): restart"
+        );
+        assert!(lines[instance + 3].contains("GPU 0/GI 1 (unhealthy)"), "{text}");
+        let gpu1 = at("GPU 1 ");
+        assert_eq!(lines[gpu1 + 1], "  ! unhealthy: Xid 79 (fallen off the bus): reboot the node");
+        assert!(lines[gpu1 + 3].contains("GPU 1 (unhealthy)"), "{text}");
+        // The healthy instance has no fault line.
+        let other = at("  `- 1g.5gb");
+        assert!(!lines[other + 1].contains("unhealthy"), "{text}");
     }
 
     #[test]
