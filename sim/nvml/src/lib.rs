@@ -101,6 +101,7 @@ pub mod abi;
 pub mod codes;
 pub mod device;
 pub mod faults;
+pub mod health;
 pub mod host;
 pub mod node;
 pub mod rules;
