@@ -188,8 +188,8 @@ impl GpuHealth {
     /// bank at `Max` on a healthy GPU; each remapped row moves one bank from `Max` to
     /// `High` (a simple model: the real distribution is the memory's).
     pub fn remap_histogram(&self) -> [u32; 5] {
-        let used = (self.remap.correctable.saturating_add(self.remap.uncorrectable))
-            .min(REMAP_BANKS);
+        let used =
+            (self.remap.correctable.saturating_add(self.remap.uncorrectable)).min(REMAP_BANKS);
         [REMAP_BANKS - used, used, 0, 0, 0]
     }
 }

@@ -80,7 +80,8 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetRemappedRows", |node, epoch| {
         // SAFETY: null or writable unsigned ints (nvml.h).
-        let outs = unsafe { (out(corrRows)?, out(uncRows)?, out(isPending)?, out(failureOccurred)?) };
+        let outs =
+            unsafe { (out(corrRows)?, out(uncRows)?, out(isPending)?, out(failureOccurred)?) };
         let r = remapper(node, epoch, device)?.remap;
         *outs.0 = r.correctable;
         *outs.1 = r.uncorrectable;

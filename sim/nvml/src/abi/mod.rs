@@ -440,6 +440,8 @@ pub(crate) fn reset_process_for_tests() {
 }
 
 #[cfg(test)]
+mod events_tests;
+#[cfg(test)]
 mod features_tests;
 #[cfg(test)]
 mod tests;
