@@ -15,7 +15,7 @@
 //!
 //! A wait looks at the log when the node's generation moved, else sleeps [`POLL`] at a
 //! time without the library's lock (other threads' calls go on): an idle one-second wait
-//! costs about 40 wake-ups that each read one mapped counter.
+//! costs 20 wake-ups that each read one mapped counter.
 //!
 //! Registration takes a whole GPU's handle: a MIG device's answers NOT_SUPPORTED, as
 //! nvml.h says the API does not support per-instance registration; types outside
@@ -38,7 +38,7 @@ use crate::codes::Code;
 use crate::health::{Event, SUPPORTED_EVENTS};
 
 /// How long a wait sleeps between looks at the node's generation.
-pub const POLL: Duration = Duration::from_millis(25);
+pub const POLL: Duration = Duration::from_millis(50);
 
 const SET_KIND: u64 = 5;
 const KIND_SHIFT: u32 = 56;
