@@ -401,6 +401,12 @@ impl Gpu {
         self.mig_pending.unwrap_or(self.mig_enabled)
     }
 
+    /// Whether the driver answers its row remaps: not on a MIG-enabled GPU with GPU
+    /// instances (nvml.h, `nvmlDeviceGetRemappedRows`).
+    pub fn remaps_answered(&self) -> bool {
+        !self.mig_enabled || self.instances.is_empty()
+    }
+
     /// The GPU instance with this id.
     pub fn instance(&self, id: u32) -> Option<&GpuInstance> {
         self.instances.iter().find(|gi| gi.id == id)

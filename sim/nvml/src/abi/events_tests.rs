@@ -208,8 +208,8 @@ fn a_lost_gpu_answers_gpu_is_lost_and_the_others_answer() {
 fn fields(d: nvmlDevice_t, ids: &[c_uint]) -> Vec<(nvmlReturn_t, c_uint, u64)> {
     let mut values: Vec<nvmlFieldValue_t> = ids
         .iter()
-        .map(|&fieldId| nvmlFieldValue_t {
-            fieldId,
+        .map(|&id| nvmlFieldValue_t {
+            fieldId: id,
             scopeId: 0,
             timestamp: 0,
             latencyUsec: 0,

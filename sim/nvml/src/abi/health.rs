@@ -42,15 +42,15 @@ const LOCATION_SRAM: c_uint = 7;
 const LOCATION_DRAM: c_uint = 8;
 
 /// The whole GPU a handle names.
-fn gpu<'n>(node: &'n Node, epoch: u32, device: nvmlDevice_t) -> Result<&'n Gpu, Code> {
+fn gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<&Gpu, Code> {
     gpu_at(node, whole_gpu(node, epoch, device)?)
 }
 
 /// The GPU's health where row remapping can be asked: not on a MIG-enabled GPU with
 /// GPU instances.
-fn remapper<'n>(node: &'n Node, epoch: u32, device: nvmlDevice_t) -> Result<&'n GpuHealth, Code> {
+fn remapper(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<&GpuHealth, Code> {
     let g = gpu(node, epoch, device)?;
-    if g.mig_enabled && !g.instances.is_empty() {
+    if !g.remaps_answered() {
         return Err(ret::NOT_SUPPORTED);
     }
     Ok(&g.health)
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         let values = unsafe { std::slice::from_raw_parts_mut(values, count) };
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         let timestamp = now.map(|d| d.as_micros() as i64).unwrap_or(0);
-        let remaps = !(g.mig_enabled && !g.instances.is_empty());
+        let remaps = g.remaps_answered();
         for v in values {
             v.timestamp = timestamp;
             v.latencyUsec = 0;

@@ -199,7 +199,7 @@ fn ecc(log: &mut Log, g: &Gpu) {
 /// `Remapped Rows`: N/A on a MIG-enabled GPU with GPU instances, where NVML does not
 /// answer them (nvml.h); the histogram as [`gpushare_sim_nvml::health::GpuHealth::remap_histogram`].
 fn remapped_rows(log: &mut Log, g: &Gpu) {
-    let known = !(g.mig_enabled && !g.instances.is_empty());
+    let known = g.remaps_answered();
     let shown = |v: String| if known { v } else { "N/A".to_string() };
     let yes_no = |b: bool| shown(if b { "Yes" } else { "No" }.to_string());
     let r = g.health.remap;
