@@ -756,6 +756,22 @@ mod tests {
     }
 
     #[test]
+    fn a_healthy_node_is_written_as_before_and_old_files_load_healthy() {
+        let mut node = a100(2);
+        let text = serde_json::to_string(&node).unwrap();
+        assert!(!text.contains("\"health\"") && !text.contains("\"events\""), "{text}");
+        assert_eq!(serde_json::from_str::<Node>(&text).unwrap(), node);
+        node.gpus[1].health.lost = true;
+        node.events.raise(1, crate::health::EVENT_GPU_UNAVAILABLE, 0, None);
+        let text = serde_json::to_string(&node).unwrap();
+        assert_eq!(serde_json::from_str::<Node>(&text).unwrap(), node, "faults round-trip");
+        let mut old: serde_json::Value = serde_json::to_value(a100(1)).unwrap();
+        old.as_object_mut().unwrap().remove("events");
+        let old: Node = serde_json::from_value(old).unwrap();
+        assert!(old.gpus[0].health.is_healthy() && old.events.is_empty());
+    }
+
+    #[test]
     fn compute_modes_map_to_nvml_values() {
         for m in [ComputeMode::Default, ComputeMode::Prohibited, ComputeMode::ExclusiveProcess] {
             assert_eq!(ComputeMode::from_nvml(m.nvml_value()), Some(m));
