@@ -101,6 +101,9 @@ fn a_lost_gpu_cannot_be_queried_or_reset_until_cleared() {
     assert_eq!(lines.len(), 1, "one line for the lost GPU:\n{out}");
     assert!(lines[0].contains("GPU is lost"), "{}", lines[0]);
     assert_eq!(value(&out, "Product Name"), "NVIDIA A100-SXM4-40GB", "GPU 0 still answers");
+    let (summary, status) = sim.run(&[]);
+    assert_eq!((summary.lines().count(), status), (1, 15), "the lost GPU's line alone");
+    assert!(sim.run(&["-i", "0"]).0.contains("NVIDIA A100"), "GPU 0's table");
     let before = sim.node();
     let (out, status) = sim.run(&["-r", "-i", "1"]);
     assert_eq!(status, 15, "{out}");

@@ -88,7 +88,8 @@
 //!   PAGE_RETIREMENT, ROW_REMAPPER and PIDS print theirs. A GPU off the bus prints
 //!   "Unable to determine the device handle for GPU…: GPU is lost.  Reboot the system to
 //!   recover this GPU" in place of its entry (operators' transcripts' wording, not
-//!   recorded) and the command exits 15.
+//!   recorded) and the command exits 15; the summary table prints that line alone (exit 15).
+//!   `-L`, `--query-gpu` and the `mig` listings still show a lost GPU (not modelled).
 //! - Serial numbers, board ids, PCI subsystem ids, the 480 MiB the driver reserves and the
 //!   memory each compute process uses (its own, 512 MiB unless the knob or the simulated
 //!   MPS control daemon says otherwise) are derived as the simulated driver derives them
@@ -517,6 +518,17 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     };
     let Some(chosen) = ids::select(&node, ids) else { return no_devices(out) };
     let indexes: Vec<usize> = chosen.into_iter().map(|(i, _)| i).collect();
+    let lost: Vec<&Gpu> =
+        indexes.iter().map(|&i| &node.gpus[i]).filter(|g| g.health.lost).collect();
+    let summary = !a.list && !a.query && csv.is_none() && apps.is_none();
+    if summary && !lost.is_empty() {
+        // The table is not printed: the lost GPU's line alone, as operators' transcripts
+        // show it.
+        for g in lost {
+            let _ = writeln!(out.out, "{}", q::lost_line(g));
+        }
+        return exit_status(ret::GPU_IS_LOST);
+    }
     let text = match (csv, display) {
         (Some((fields, Some(format))), _) => query::render(&node, &indexes, &fields, format),
         _ if apps.is_some() => match apps {
