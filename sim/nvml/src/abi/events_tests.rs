@@ -173,6 +173,13 @@ fn a_lost_gpu_answers_gpu_is_lost_and_the_others_answer() {
     let mut h = null_mut();
     assert_eq!(nv!(nvmlDeviceGetHandleByIndex_v2(1, &mut h)), ret::GPU_IS_LOST);
     assert_eq!(nv!(nvmlDeviceGetHandleByIndex(1, &mut h)), ret::GPU_IS_LOST);
+    let node = sim.file().read().unwrap();
+    let uuid = std::ffi::CString::new(node.gpus[1].uuid.clone()).unwrap();
+    let bus = std::ffi::CString::new(node.gpus[1].pci_bus_id.clone()).unwrap();
+    assert_eq!(nv!(nvmlDeviceGetHandleByUUID(uuid.as_ptr(), &mut h)), ret::GPU_IS_LOST);
+    assert_eq!(nv!(nvmlDeviceGetHandleByPciBusId_v2(bus.as_ptr(), &mut h)), ret::GPU_IS_LOST);
+    let bus0 = std::ffi::CString::new(node.gpus[0].pci_bus_id.clone()).unwrap();
+    assert_eq!(nv!(nvmlDeviceGetHandleByPciBusId_v2(bus0.as_ptr(), &mut h)), ret::SUCCESS);
     let mut count = 0;
     assert_eq!(nv!(nvmlDeviceGetCount_v2(&mut count)), ret::SUCCESS);
     assert_eq!(count, 2, "a lost GPU is still counted");
