@@ -11,6 +11,7 @@
 //! holds it, shared with the simulated tools in `sim/tools`), [`rules`] (the driver's MIG
 //! and compute rules, pure), [`device`] (per-GPU facts the library and the tools both
 //! report), [`faults`] (the knobs), [`host`] (the host's files beside the state file),
+//! [`health`] (the GPUs' faults and raised events, a leaf [`node`] holds),
 //! [`state_file`] (reading and writing the state file: lock, generation, atomic writes),
 //! [`abi`] (nvml.h layouts, handles, exports).
 //!
@@ -89,9 +90,18 @@
 //! ([`abi::features`], which also lists the answers recorded on a real driver and those
 //! derived).
 //!
+//! # Faults (issue 42)
+//! [`health`] keeps each GPU's faults and the node's raised events, which the simulated
+//! tool `gpushare-sim-fault` (sim/tools) raises: Xids on a GPU or a MIG instance, a GPU off
+//! the bus (every call on it answers NVML_ERROR_GPU_IS_LOST), ECC errors, row remaps, the
+//! recovery-action field. The library delivers the events to every client's event sets
+//! ([`abi::events`]) and answers the polled calls from them ([`abi::health`]); the
+//! simulated nvidia-smi shows them in `-q` and clears what a reset clears.
+//!
 //! # Not modelled
 //! `isP2pSupported` (0: the catalog has none), capability bits (0), PCI subsystem id (0),
-//! reserved/used memory (0), utilization, clocks, ECC, events, vGPU; compute-instance profile ids equal their enum values;
+//! reserved/used memory (0), utilization, clocks, retired pages (NOT_SUPPORTED, as on
+//! every GPU since Ampere), vGPU; compute-instance profile ids equal their enum values;
 //! compute-instance ids are the lowest free one (GPU-instance ids are the driver's
 //! per-placement ones: DESIGN.md, "Ids and placements as the driver gives them"); the
 //! compute mode of a MIG-enabled GPU may still be changed; privilege checks (every caller
@@ -101,6 +111,7 @@ pub mod abi;
 pub mod codes;
 pub mod device;
 pub mod faults;
+pub mod health;
 pub mod host;
 pub mod node;
 pub mod rules;

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use gpushare_catalog::{self as catalog, GpuModel};
 use serde::{Deserialize, Serialize};
 
+use crate::health::{EventLog, GpuHealth};
+
 /// The environment variable naming the node's JSON state file.
 pub const STATE_ENV: &str = "GPUSHARE_SIM_STATE";
 /// GPU memory each simulated compute process uses unless said otherwise (the simulated
@@ -82,6 +84,9 @@ pub struct Node {
     /// directory beside the state file ([`crate::host`]).
     #[serde(default)]
     pub host: Host,
+    /// The driver events raised on the GPUs (issue 42), for every client's event sets.
+    #[serde(default, skip_serializing_if = "EventLog::is_empty")]
+    pub events: EventLog,
 }
 
 /// The host around the simulated GPUs, as far as GPU resets care (issue 26, point 5).
@@ -192,6 +197,9 @@ pub struct Gpu {
     /// hides it cannot reset the GPU.
     #[serde(default = "default_flr")]
     pub flr: bool,
+    /// Its faults (issue 42); healthy by default and then not written.
+    #[serde(default, skip_serializing_if = "GpuHealth::is_healthy")]
+    pub health: GpuHealth,
 }
 
 fn default_persistence_mode() -> bool {
@@ -329,6 +337,8 @@ pub fn pid_alive(pid: u32) -> bool {
 pub enum ResetRefused {
     /// No GPU at that index.
     NoSuchGpu,
+    /// The GPU fell off the bus ([`GpuHealth::lost`]): only a reboot brings it back.
+    Lost,
     /// Compute processes hold the GPU.
     InUse {
         /// Their pids.
@@ -372,6 +382,7 @@ impl Gpu {
             instances: Vec::new(),
             virtualization_mode: VirtualizationMode::None,
             flr: default_flr(),
+            health: GpuHealth::default(),
         }
     }
 
@@ -390,6 +401,12 @@ impl Gpu {
         self.mig_pending.unwrap_or(self.mig_enabled)
     }
 
+    /// Whether the driver answers its row remaps: not on a MIG-enabled GPU with GPU
+    /// instances (nvml.h, `nvmlDeviceGetRemappedRows`).
+    pub fn remaps_answered(&self) -> bool {
+        !self.mig_enabled || self.instances.is_empty()
+    }
+
     /// The GPU instance with this id.
     pub fn instance(&self, id: u32) -> Option<&GpuInstance> {
         self.instances.iter().find(|gi| gi.id == id)
@@ -406,6 +423,7 @@ impl Node {
             session_pid: None,
             last_serial: 0,
             host: Host::default(),
+            events: EventLog::default(),
         }
     }
 
@@ -464,6 +482,7 @@ impl Node {
 
     /// Why GPU `index` cannot be reset in a command that resets the GPUs `together`, if
     /// it cannot; changes nothing. In the order the checks are made:
+    /// - a GPU off the bus: [`ResetRefused::Lost`];
     /// - a vGPU guest, or a GPU passed through to a VM without function-level reset:
     ///   [`ResetRefused::NotSupported`] (the MIG user guide's passthrough example: the
     ///   hypervisor does not allow the reset);
@@ -475,6 +494,9 @@ impl Node {
     ///   connections to a GPU being reset must also be reset in the same command").
     pub fn reset_refusal(&self, index: usize, together: &[usize]) -> Option<ResetRefused> {
         let Some(gpu) = self.gpus.get(index) else { return Some(ResetRefused::NoSuchGpu) };
+        if gpu.health.lost {
+            return Some(ResetRefused::Lost);
+        }
         let not_exposed = gpu.virtualization_mode == VirtualizationMode::Passthrough && !gpu.flr;
         if gpu.virtualization_mode == VirtualizationMode::Vgpu || not_exposed {
             return Some(ResetRefused::NotSupported);
@@ -507,7 +529,9 @@ impl Node {
     /// `nvmlDeviceCreateGpuInstanceWithPlacement`: "If the parent device is unbound, reset
     /// or the GPU instance is destroyed explicitly, the GPU instance handle would become
     /// invalid. The GPU instance must be recreated to acquire a valid handle."); the
-    /// compute mode and the time-slice go back to their defaults; `reset_count` counts it.
+    /// compute mode and the time-slice go back to their defaults; `reset_count` counts it;
+    /// a pending row remap takes effect, the volatile ECC counts and the recovery action
+    /// are cleared ([`GpuHealth::after_reset`]).
     pub fn reset_gpu_among(
         &mut self,
         index: usize,
@@ -524,12 +548,14 @@ impl Node {
         gpu.compute_mode = ComputeMode::Default;
         gpu.timeslice = 0;
         gpu.reset_count += 1;
+        gpu.health.after_reset();
         Ok(())
     }
 
     /// What a reboot does: instances never survive it; the MIG mode does and a pending one
     /// takes effect; compute modes, time-slices and persistence modes return to their
-    /// defaults; no process survives.
+    /// defaults; no process survives; every GPU is healthy again but for its aggregate
+    /// ECC counts and remapped rows ([`GpuHealth::after_reboot`]).
     pub fn reboot(&mut self) {
         for gpu in &mut self.gpus {
             if let Some(mode) = gpu.mig_pending.take() {
@@ -539,6 +565,7 @@ impl Node {
             gpu.compute_mode = ComputeMode::Default;
             gpu.persistence_mode = default_persistence_mode();
             gpu.timeslice = 0;
+            gpu.health.after_reboot();
         }
         self.processes.clear();
     }
@@ -726,6 +753,22 @@ mod tests {
         assert!(!declared.listed());
         child.wait().unwrap();
         assert!(!pid_alive(pid));
+    }
+
+    #[test]
+    fn a_healthy_node_is_written_as_before_and_old_files_load_healthy() {
+        let mut node = a100(2);
+        let text = serde_json::to_string(&node).unwrap();
+        assert!(!text.contains("\"health\"") && !text.contains("\"events\""), "{text}");
+        assert_eq!(serde_json::from_str::<Node>(&text).unwrap(), node);
+        node.gpus[1].health.lost = true;
+        node.events.raise(1, crate::health::EVENT_GPU_UNAVAILABLE, 0, None);
+        let text = serde_json::to_string(&node).unwrap();
+        assert_eq!(serde_json::from_str::<Node>(&text).unwrap(), node, "faults round-trip");
+        let mut old: serde_json::Value = serde_json::to_value(a100(1)).unwrap();
+        old.as_object_mut().unwrap().remove("events");
+        let old: Node = serde_json::from_value(old).unwrap();
+        assert!(old.gpus[0].health.is_healthy() && old.events.is_empty());
     }
 
     #[test]

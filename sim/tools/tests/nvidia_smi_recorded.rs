@@ -151,6 +151,15 @@ fn prints_the_query_log_as_recorded() {
         "FB Memory Usage/Used",
         "FB Memory Usage/Free",
         "Compute Mode",
+        "GPU Recovery Action",
+        "ECC Mode/Current",
+        "ECC Errors/Volatile/DRAM Correctable",
+        "ECC Errors/Aggregate/DRAM Uncorrectable",
+        "Retired Pages/Single Bit ECC",
+        "Remapped Rows/Uncorrectable Error",
+        "Remapped Rows/Pending",
+        "Remapped Rows/Remapping Failure Occurred",
+        "Remapped Rows/Bank Remap Availability Histogram/Max",
         "Processes",
     ] {
         let under_gpu = format!("{gpu}/{key}");

@@ -73,7 +73,7 @@ fn handle_of(
     read(name, |node, epoch| {
         // SAFETY: null or a writable handle (nvml.h).
         let device = unsafe { out(device) }?;
-        *device = handles::gpu(epoch, find(node)?);
+        *device = handles::live_gpu(node, epoch, find(node)?)?;
         Ok(())
     })
 }
@@ -170,11 +170,12 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
         let uuid = uuid.trim();
         for (index, g) in node.gpus.iter().enumerate() {
             if g.uuid.eq_ignore_ascii_case(uuid) {
-                *device = handles::gpu(epoch, index as u32);
+                *device = handles::live_gpu(node, epoch, index as u32)?;
                 return Ok(());
             }
             let mut cis = g.instances.iter().flat_map(|gi| gi.compute_instances.iter());
             if let Some(ci) = cis.find(|ci| ci.uuid.eq_ignore_ascii_case(uuid)) {
+                handles::live_gpu(node, epoch, index as u32)?;
                 *device = handles::mig(epoch, index as u32, ci.serial);
                 return Ok(());
             }

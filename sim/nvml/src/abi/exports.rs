@@ -110,7 +110,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
         // SAFETY: null or a writable handle (nvml.h).
         let device = unsafe { out(device) }?;
         gpu_at(node, index)?;
-        *device = handles::gpu(epoch, index);
+        *device = handles::live_gpu(node, epoch, index)?;
         Ok(())
     })
 }

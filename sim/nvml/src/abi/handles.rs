@@ -11,7 +11,8 @@
 //! A handle from before the last `nvmlShutdown` (another epoch), of the wrong kind, or of
 //! an instance that no longer exists (serials are never reused) answers
 //! `NVML_ERROR_INVALID_ARGUMENT`, as nvml.h documents for an invalid handle ("If \a
-//! gpuInstance is invalid").
+//! gpuInstance is invalid"). A handle of a GPU that fell off the bus (and of its instances
+//! and MIG devices) answers `NVML_ERROR_GPU_IS_LOST`.
 
 use std::ffi::c_void;
 
@@ -94,8 +95,17 @@ impl Device {
     }
 }
 
+/// The GPU a handle names: INVALID_ARGUMENT when the node has none at that index,
+/// GPU_IS_LOST when it fell off the bus (every call on its handles answers so).
 fn gpu_of(node: &Node, index: u32) -> Result<&Gpu, Code> {
-    node.gpus.get(index as usize).ok_or(ret::INVALID_ARGUMENT)
+    let gpu = node.gpus.get(index as usize).ok_or(ret::INVALID_ARGUMENT)?;
+    if gpu.health.lost { Err(ret::GPU_IS_LOST) } else { Ok(gpu) }
+}
+
+/// The handle of GPU `index` for a look-up (by index, UUID, PCI bus id, serial):
+/// GPU_IS_LOST when it fell off the bus (nvml.h's answer for those look-ups).
+pub fn live_gpu(node: &Node, epoch: u32, index: u32) -> Result<*mut c_void, Code> {
+    gpu_of(node, index).map(|_| gpu(epoch, index))
 }
 
 fn find_ci(g: &Gpu, serial: u64) -> Option<(&GpuInstance, &ComputeInstance)> {

@@ -2,7 +2,8 @@
 //! [`crate::codes`]), the handle scheme ([`handles`]), the helpers the entry points share
 //! (`shared`: pointer checks, string copies, handle lookups), the exported functions
 //! ([`exports`]: library and devices, [`device_info`], [`instances`], [`mig`],
-//! [`processes`], [`features`], and `stubs` for the rest of nvml.h) and the library's
+//! [`processes`], [`features`], [`events`] and [`health`] (issue 42's faults), and `stubs`
+//! for the rest of nvml.h) and the library's
 //! process-wide state (here: init, shutdown, sessions, `read`/`mutate`). The entry-point
 //! files use `shared`, `handles` and `types`; none of those uses an entry-point file.
 //!
@@ -19,9 +20,11 @@
 //! written atomically before the call returns.
 
 pub mod device_info;
+pub mod events;
 pub mod exports;
 pub mod features;
 pub mod handles;
+pub mod health;
 pub mod instances;
 pub mod mig;
 pub mod processes;
@@ -65,6 +68,10 @@ struct Lib {
     cache: Option<(u64, Node)>,
     /// Why the last `nvmlInit` failed (empty after a success).
     last_error: String,
+    /// This process's event sets, by id ([`events`]); gone at the last `nvmlShutdown`.
+    event_sets: BTreeMap<u32, events::EventSet>,
+    /// The last event-set id handed out.
+    last_event_set: u32,
 }
 
 static LIB: Mutex<Lib> = Mutex::new(Lib {
@@ -83,6 +90,8 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
     file: None,
     cache: None,
     last_error: String::new(),
+    event_sets: BTreeMap::new(),
+    last_event_set: 0,
 });
 
 fn lib() -> MutexGuard<'static, Lib> {
@@ -365,6 +374,7 @@ pub(crate) fn shutdown() -> nvmlReturn_t {
         lib.refcount -= 1;
         if lib.refcount == 0 {
             lib.cache = None;
+            lib.event_sets.clear();
         }
         ret::SUCCESS
     })
@@ -426,8 +436,11 @@ pub(crate) fn reset_process_for_tests() {
     lib.file = None;
     lib.cache = None;
     lib.last_error.clear();
+    lib.event_sets.clear();
 }
 
+#[cfg(test)]
+mod events_tests;
 #[cfg(test)]
 mod features_tests;
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl Sim {
         sim
     }
 
-    fn file(&self) -> NodeFile {
+    pub(super) fn file(&self) -> NodeFile {
         NodeFile::new(self.dir.path().join("node.json"))
     }
 }

@@ -488,3 +488,81 @@ pub const NVML_DEVICE_ADDRESSING_MODE_NONE: c_uint = 0;
 /// `NVML_DEVICE_ADDRESSING_MODE_ATS`: Address Translation Services (the Grace Hopper and
 /// Grace Blackwell superchips' coherent CPU memory).
 pub const NVML_DEVICE_ADDRESSING_MODE_ATS: c_uint = 2;
+
+/// `nvmlEventSet_t`: an opaque pointer (see `events`).
+pub type nvmlEventSet_t = *mut std::ffi::c_void;
+
+/// `nvmlEventData_t` (since NVML 11: with the instance ids).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlEventData_t {
+    /// The GPU the event concerns (its whole-GPU handle).
+    pub device: nvmlDevice_t,
+    /// One `nvmlEventType*` bit.
+    pub eventType: c_ulonglong,
+    /// The Xid for an Xid event, else type-specific (0).
+    pub eventData: c_ulonglong,
+    /// The GPU instance, 0xFFFFFFFF for the whole GPU.
+    pub gpuInstanceId: c_uint,
+    /// The compute instance, 0xFFFFFFFF for the whole GPU.
+    pub computeInstanceId: c_uint,
+}
+const _: () = assert!(size_of::<nvmlEventData_t>() == 32);
+
+/// The `nvmlEventData_t` of NVML 10 and before, which `nvmlEventSetWait` (v1) fills: the
+/// first three fields of today's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlEventData_v1_t {
+    /// As [`nvmlEventData_t::device`].
+    pub device: nvmlDevice_t,
+    /// As [`nvmlEventData_t::eventType`].
+    pub eventType: c_ulonglong,
+    /// As [`nvmlEventData_t::eventData`].
+    pub eventData: c_ulonglong,
+}
+const _: () = assert!(size_of::<nvmlEventData_v1_t>() == 24);
+
+/// `nvmlFieldValue_t`; `value` is the union `nvmlValue_t` (8 bytes), written here as the
+/// unsigned long long it holds for every field the simulator answers.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlFieldValue_t {
+    /// `NVML_FI_*`.
+    pub fieldId: c_uint,
+    /// The scope (an NVLink, a GPM instance); ignored by the fields answered here.
+    pub scopeId: c_uint,
+    /// Microseconds since 1970 when the value was read.
+    pub timestamp: i64,
+    /// How long the read took, in microseconds.
+    pub latencyUsec: i64,
+    /// `nvmlValueType_t`.
+    pub valueType: c_uint,
+    /// This field's own answer.
+    pub nvmlReturn: nvmlReturn_t,
+    /// `nvmlValue_t`.
+    pub value: c_ulonglong,
+}
+const _: () = assert!(size_of::<nvmlFieldValue_t>() == 40);
+
+/// `NVML_VALUE_TYPE_UNSIGNED_INT`.
+pub const NVML_VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+/// `NVML_VALUE_TYPE_UNSIGNED_LONG_LONG`.
+pub const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
+
+/// `nvmlRowRemapperHistogramValues_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlRowRemapperHistogramValues_t {
+    /// Banks with all their spare rows.
+    pub max: c_uint,
+    /// Banks with most of them.
+    pub high: c_uint,
+    /// Banks with some.
+    pub partial: c_uint,
+    /// Banks with few.
+    pub low: c_uint,
+    /// Banks with none.
+    pub none: c_uint,
+}
+const _: () = assert!(size_of::<nvmlRowRemapperHistogramValues_t>() == 20);

@@ -79,10 +79,17 @@
 //! - `-q` prints the header (Timestamp, Driver Version, CUDA Version, Attached GPUs) and
 //!   per GPU: Product Name/Brand/Architecture, Persistence Mode, MIG Mode, MIG Devices (MIG
 //!   on), Serial Number, GPU UUID, Minor Number, Board ID, PCI (Bus, Device, Domain, Device
-//!   Id, Bus Id, Sub System Id), FB Memory Usage, Compute Mode, Processes. The rest of the
-//!   real log (display, clocks, power, ECC, BAR1, temperatures, utilization, …) is left
-//!   out, as are a process's name and a MIG device's ECC and BAR1 lines. `-d` takes the
-//!   real tool's types; only MEMORY (FB Memory Usage), COMPUTE and PIDS print anything.
+//!   Id, Bus Id, Sub System Id), GPU Recovery Action, FB Memory Usage, Compute Mode, ECC
+//!   Mode, ECC Errors, Retired Pages (N/A, as on the H100), Remapped Rows, Processes: the
+//!   health lines (issue 42) follow the GPU's faults (`gpushare-sim-fault`), laid out as
+//!   the real H100's. The rest of the real log (display, clocks, power, BAR1,
+//!   temperatures, utilization, …) is left out, as are a process's name and a MIG
+//!   device's ECC and BAR1 lines. `-d` takes the real tool's types; MEMORY, COMPUTE, ECC,
+//!   PAGE_RETIREMENT, ROW_REMAPPER and PIDS print theirs. A GPU off the bus prints
+//!   "Unable to determine the device handle for GPU…: GPU is lost.  Reboot the system to
+//!   recover this GPU" in place of its entry (operators' transcripts' wording, not
+//!   recorded) and the command exits 15; the summary table prints that line alone (exit 15).
+//!   `-L`, `--query-gpu` and the `mig` listings still show a lost GPU (not modelled).
 //! - Serial numbers, board ids, PCI subsystem ids, the 480 MiB the driver reserves and the
 //!   memory each compute process uses (its own, 512 MiB unless the knob or the simulated
 //!   MPS control daemon says otherwise) are derived as the simulated driver derives them
@@ -100,7 +107,9 @@
 //!   refused here with their NVML code. `-lgip`'s free counts are
 //!   `rules::remaining_capacity`; `-lcip`'s are counted by creating on a copy of the node.
 //! - `-r` is [`Node::reset_gpu_among`] of the chosen GPUs together: a pending MIG mode
-//!   takes effect, instances are gone, compute mode and time-slice return to default.
+//!   takes effect, instances are gone, compute mode and time-slice return to default, a
+//!   pending row remap takes effect, the volatile ECC counts and the recovery action are
+//!   cleared. A GPU off the bus is not reset: "Unable to reset GPU …: GPU is lost", exit 15.
 //!   Refused while compute processes hold the GPU, while persistence mode is on (the real
 //!   tool then finds nvidia-persistenced holding it) or while `nvidia_drm` is loaded with
 //!   modesetting: "The following GPUs could not be reset: … In use by another client",
@@ -509,6 +518,17 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
     };
     let Some(chosen) = ids::select(&node, ids) else { return no_devices(out) };
     let indexes: Vec<usize> = chosen.into_iter().map(|(i, _)| i).collect();
+    let lost: Vec<&Gpu> =
+        indexes.iter().map(|&i| &node.gpus[i]).filter(|g| g.health.lost).collect();
+    let summary = !a.list && !a.query && csv.is_none() && apps.is_none();
+    if summary && !lost.is_empty() {
+        // The table is not printed: the lost GPU's line alone, as operators' transcripts
+        // show it.
+        for g in lost {
+            let _ = writeln!(out.out, "{}", q::lost_line(g));
+        }
+        return exit_status(ret::GPU_IS_LOST);
+    }
     let text = match (csv, display) {
         (Some((fields, Some(format))), _) => query::render(&node, &indexes, &fields, format),
         _ if apps.is_some() => match apps {
@@ -521,6 +541,10 @@ fn top_level(args: &[String], env: &Env, out: &mut Out<'_>) -> u8 {
         _ => summary::render(&node, &indexes),
     };
     let _ = write!(out.out, "{text}");
+    // `-q` of a GPU off the bus printed why in its place (`q::lost_line`).
+    if a.query && indexes.iter().any(|&i| node.gpus[i].health.lost) {
+        return exit_status(ret::GPU_IS_LOST);
+    }
     0
 }
 

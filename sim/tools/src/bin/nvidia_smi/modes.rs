@@ -102,6 +102,8 @@ pub fn mig_mode(node: &mut Node, ids: Option<&str>, on: bool, out: &mut Out<'_>)
 /// `--gpu-reset` on the node (under its lock): [`Node::reset_gpu_among`] of every chosen
 /// GPU together, or none of them when any is refused ([`Node::reset_refusal`]), answered
 /// as the real tool answers:
+/// - a GPU off the bus: "Unable to reset GPU …: GPU is lost", exit 15 (nvidia-smi's
+///   status for a lost GPU; the wording is the tool's other "Unable to reset" lines');
 /// - a GPU that cannot be reset here (a vGPU guest, a VM without function-level reset):
 ///   "Resetting GPU … is not supported.", exit 3 (NVIDIA's MIG user guide, "GPU Reset on
 ///   NVIDIA Ampere Architecture GPUs", on an A100 passed through to a VM; 3 is nvidia-smi's
@@ -161,6 +163,15 @@ pub fn gpu_reset(
         .collect();
     if refusals.iter().any(|(_, r)| *r == ResetRefused::NoSuchGpu) {
         return no_devices(out);
+    }
+    let lost: Vec<&String> =
+        refusals.iter().filter(|(_, r)| *r == ResetRefused::Lost).map(|(pci, _)| pci).collect();
+    if !lost.is_empty() {
+        for pci in lost {
+            let _ =
+                writeln!(out.out, "Unable to reset GPU {pci}: {}", smi_message(ret::GPU_IS_LOST));
+        }
+        return exit_status(ret::GPU_IS_LOST);
     }
     let not_supported: Vec<&String> = refusals
         .iter()

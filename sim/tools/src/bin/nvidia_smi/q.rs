@@ -1,10 +1,13 @@
 //! `-q [-d TYPES]`: the sections of nvidia-smi's query log a MIG operator reads, in the
-//! real tool's order and layout (keys padded to column 54, then ` : value`).
+//! real tool's order and layout (keys padded to column 54, then ` : value`), with the
+//! health sections of issue 42 (`GPU Recovery Action`, `ECC Mode`, `ECC Errors`,
+//! `Retired Pages`, `Remapped Rows`) from each GPU's [`gpushare_sim_nvml::health`]. A GPU
+//! off the bus prints one line instead of its entry (see [`lost_line`]).
 
 use std::fmt::Write;
 
 use gpushare_sim_nvml::abi::types::NO_INSTANCE;
-use gpushare_sim_nvml::node::Node;
+use gpushare_sim_nvml::node::{Gpu, Node};
 use gpushare_sim_nvml::rules;
 
 use crate::device;
@@ -92,10 +95,24 @@ pub fn render(node: &Node, indexes: &[usize], display: &Display) -> String {
     log.0.push('\n');
     log.value(0, "Attached GPUs", node.gpus.len());
     for &index in indexes {
+        if node.gpus[index].health.lost {
+            let _ = writeln!(log.0, "{}", lost_line(&node.gpus[index]));
+            continue;
+        }
         gpu(&mut log, node, index, display);
         log.0.push('\n');
     }
     log.0
+}
+
+/// What nvidia-smi prints for a GPU that fell off the bus, in place of its entry (as
+/// operators' transcripts show it, the bus id with a 4-digit domain; not recorded here);
+/// the command then exits 15.
+pub fn lost_line(g: &Gpu) -> String {
+    let bus = g.pci_bus_id.get(4..).unwrap_or(&g.pci_bus_id);
+    format!(
+        "Unable to determine the device handle for GPU{bus}: GPU is lost.  Reboot the system to recover this GPU"
+    )
 }
 
 fn gpu(log: &mut Log, node: &Node, index: usize, display: &Display) {
@@ -117,6 +134,7 @@ fn gpu(log: &mut Log, node: &Node, index: usize, display: &Display) {
         log.value(1, "GPU UUID", &g.uuid);
         log.value(1, "Minor Number", g.minor_number);
         log.value(1, "Board ID", format_args!("{:#x}", device::board_id(g)));
+        log.value(1, "GPU Recovery Action", g.health.recovery_action.smi_text());
         let pci = device::pci(g);
         log.section(1, "PCI");
         log.value(2, "Bus", format_args!("0x{:02X}", pci.bus));
@@ -132,8 +150,70 @@ fn gpu(log: &mut Log, node: &Node, index: usize, display: &Display) {
     if display.shows("COMPUTE") {
         log.value(1, "Compute Mode", device::compute_mode(g.compute_mode));
     }
+    if display.shows("ECC") {
+        ecc(log, g);
+    }
+    if display.shows("PAGE_RETIREMENT") {
+        log.section(1, "Retired Pages");
+        log.value(2, "Single Bit ECC", "N/A");
+        log.value(2, "Double Bit ECC", "N/A");
+        log.value(2, "Pending Page Blacklist", "N/A");
+    }
+    if display.shows("ROW_REMAPPER") {
+        remapped_rows(log, g);
+    }
     if display.shows("PIDS") {
         processes(log, node, index);
+    }
+}
+
+/// `ECC Mode` and `ECC Errors`, as the real H100 lays them out: the simulated counts are
+/// device memory's (DRAM), SRAM's are 0.
+fn ecc(log: &mut Log, g: &Gpu) {
+    log.section(1, "ECC Mode");
+    log.value(2, "Current", "Enabled");
+    log.value(2, "Pending", "Enabled");
+    log.section(1, "ECC Errors");
+    let e = g.health.ecc;
+    for (title, corrected, uncorrected) in [
+        ("Volatile", e.corrected_volatile, e.uncorrected_volatile),
+        ("Aggregate", e.corrected_aggregate, e.uncorrected_aggregate),
+    ] {
+        log.section(2, title);
+        log.value(3, "SRAM Correctable", 0);
+        log.value(3, "SRAM Uncorrectable Parity", 0);
+        log.value(3, "SRAM Uncorrectable SEC-DED", 0);
+        log.value(3, "DRAM Correctable", corrected);
+        log.value(3, "DRAM Uncorrectable", uncorrected);
+    }
+    log.value(3, "SRAM Threshold Exceeded", "No");
+    log.section(2, "Aggregate Uncorrectable SRAM Sources");
+    for source in ["SRAM L2", "SRAM SM", "SRAM Microcontroller", "SRAM PCIE", "SRAM Other"] {
+        log.value(3, source, 0);
+    }
+    log.value(2, "Channel Repair Pending", "No");
+    log.value(2, "TPC Repair Pending", "No");
+    log.value(2, "Unrepairable Memory", "No");
+}
+
+/// `Remapped Rows`: N/A on a MIG-enabled GPU with GPU instances, where NVML does not
+/// answer them (nvml.h); the histogram as [`gpushare_sim_nvml::health::GpuHealth::remap_histogram`].
+fn remapped_rows(log: &mut Log, g: &Gpu) {
+    let known = g.remaps_answered();
+    let shown = |v: String| if known { v } else { "N/A".to_string() };
+    let yes_no = |b: bool| shown(if b { "Yes" } else { "No" }.to_string());
+    let r = g.health.remap;
+    log.section(1, "Remapped Rows");
+    log.value(2, "Correctable Error", shown(r.correctable.to_string()));
+    log.value(2, "Inactive Correctable Error", shown("0".into()));
+    log.value(2, "Uncorrectable Error", shown(r.uncorrectable.to_string()));
+    log.value(2, "Inactive Uncorrectable Error", shown("0".into()));
+    log.value(2, "Pending", yes_no(r.pending));
+    log.value(2, "Remapping Failure Occurred", yes_no(r.failure));
+    log.section(2, "Bank Remap Availability Histogram");
+    let banks = g.health.remap_histogram();
+    for (name, n) in ["Max", "High", "Partial", "Low", "None"].into_iter().zip(banks) {
+        log.value(3, name, shown(format!("{n} bank(s)")));
     }
 }
 
