@@ -68,12 +68,9 @@ impl Node {
     fn wait_fault(&self, gpu: usize, class: &str) -> HealthFault {
         wait_for(SHOWS, EVERY, || {
             let status = self.agent.status();
-            status.gpus[gpu]
-                .health
-                .iter()
-                .find(|f| f.class == class)
-                .cloned()
-                .ok_or_else(|| format!("no {class} fault on GPU {gpu}: {:?}", status.gpus[gpu].health))
+            status.gpus[gpu].health.iter().find(|f| f.class == class).cloned().ok_or_else(|| {
+                format!("no {class} fault on GPU {gpu}: {:?}", status.gpus[gpu].health)
+            })
         })
     }
 
@@ -166,7 +163,8 @@ struct PynvmlWaiter(Child);
 
 impl PynvmlWaiter {
     fn start(spec: &str, agent: &Agent) -> PynvmlWaiter {
-        let script = "import json, pynvml as nv\n\
+        let script = "import ctypes, json, os, pynvml as nv\n\
+            nv.nvmlLib = ctypes.CDLL(os.environ['PYNVML_LIB'])\n\
             nv.nvmlInit()\n\
             es = nv.nvmlEventSetCreate()\n\
             types = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError\n\
@@ -184,7 +182,10 @@ impl PynvmlWaiter {
             .unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the pynvml waiter did not register");
+        if line.trim() != "ready" {
+            let out = child.wait_with_output().unwrap();
+            panic!("the pynvml waiter did not register: {}", text(&out));
+        }
         PynvmlWaiter(child)
     }
 
@@ -240,13 +241,17 @@ fn a_fatal_xid_takes_a_whole_gpu_out_until_it_is_reset() {
     if let Some(podman) = gpushare_tests::Podman::available() {
         let dir = node.agent.sim_state().parent().unwrap().join("cdi");
         let podman = podman.with_cdi_dir(&dir);
-        gpushare_tests::podman::assert_unresolvable(&podman.run(&["gpushare.io/gpu=1"], "true"), "gpushare.io/gpu=1");
+        gpushare_tests::podman::assert_unresolvable(
+            &podman.run(&["gpushare.io/gpu=1"], "true"),
+            "gpushare.io/gpu=1",
+        );
         let out = podman.run(&["gpushare.io/gpu=0"], "echo $CUDA_VISIBLE_DEVICES");
         assert!(out.status.success(), "{}", text(&out));
     }
-    // A profile that would build on GPU 1 is refused, in one line, nothing changed.
+    // A profile that would build on GPU 1 is refused, in one line, nothing changed; even
+    // forced (which only lets it stop the MPS server under its client).
     let before = node.agent.status();
-    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced", "--force"]));
     assert!(why.contains("GPU 1") && why.contains("Xid 48"), "{why}");
     assert_eq!(why.trim().lines().count(), 1, "{why}");
     let after = node.agent.status();
@@ -296,12 +301,12 @@ fn an_xid_on_one_mig_instance_takes_out_that_instance_alone_until_its_clients_en
     let client = Sleeper::start(None, &[]);
     node.agent.restart_with_env(&[("GPUSHARE_SIM_PROCESSES", &format!("0/{gi}:{}", client.pid()))]);
 
-    // Xid 43 (the application's): contained to the instance the event names.
-    node.fault(&["xid", &format!("0/{gi}/{ci}"), "43"]);
+    // Xid 31 (a memory page fault, the application's): contained to the instance the event names.
+    node.fault(&["xid", &format!("0/{gi}/{ci}"), "31"]);
     let fault = node.wait_fault(0, "xid");
     assert_eq!((fault.gpu_instance_id, fault.compute_instance_id), (Some(gi), Some(ci)));
     assert_eq!(fault.action, "restart-application");
-    node.wait_log(&["Xid 43", &format!("pid {}", client.pid())]);
+    node.wait_log(&["Xid 31", &format!("pid {}", client.pid())]);
     node.wait_metric("gpushare_gpu_healthy", &[("gpu", "0")], "0");
     let names = node.wait_cdi("without the instance", |n| !n.contains(&hit_uuid));
     assert!(names.contains(&other_uuid), "the other instance stays: {names:?}");
@@ -396,6 +401,13 @@ fn a_killed_mps_server_names_its_clients_and_restarts_on_a_healthy_gpu() {
     let (gpu0, gpu1) = (node.server_on(0), node.server_on(1));
     let client = Sleeper::start(None, &[]);
     announce(&gpu1.pipe_directory, client.pid());
+    // The health check (every second here) learns whom each server serves; the driver
+    // lists a dead server's clients no more.
+    wait_for(SHOWS, EVERY, || {
+        let clients = node.server_on(1).clients;
+        if clients.contains(&client.pid()) { Ok(()) } else { Err(format!("{clients:?}")) }
+    });
+    std::thread::sleep(Duration::from_millis(2500));
     let _ = kill(Pid::from_raw(gpu1.pid.unwrap() as i32), Signal::SIGKILL);
     let fault = node.wait_fault(1, "mps-server-died");
     assert_eq!(fault.action, "restart-application");
@@ -462,7 +474,13 @@ fn the_fault_tool_refuses_bad_input_and_changes_nothing() {
     let node = Node::start("h100-80gb:1");
     let state = node.agent.sim_state();
     let before = std::fs::read(&state).unwrap();
-    for args in [&["xid", "5", "48"][..], &["xid", "0", "x"], &["lost"], &["remap", "0", "maybe"], &["nonsense"]] {
+    for args in [
+        &["xid", "5", "48"][..],
+        &["xid", "0", "x"],
+        &["lost"],
+        &["remap", "0", "maybe"],
+        &["nonsense"],
+    ] {
         let out = fault_tool(&state, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "{args:?}");

@@ -72,16 +72,26 @@ impl Engine {
             if !new.is_empty() {
                 let clients = self.clients_now().await;
                 for fault in &new {
-                    let on: Vec<&GpuClient> = clients
-                        .iter()
-                        .filter(|c| {
-                            c.gpu == fault.gpu
-                                && (fault.gpu_instance.is_none()
-                                    || c.gpu_instance_id == fault.gpu_instance)
-                        })
-                        .collect();
+                    let on: Vec<GpuClient> = match &fault.clients {
+                        // Named when raised (a dead MPS server's): as far as they still run.
+                        Some(pids) => pids
+                            .iter()
+                            .map(|&pid| known_or_bare(&clients, pid, fault.gpu))
+                            .collect(),
+                        None => clients
+                            .iter()
+                            .filter(|c| {
+                                c.gpu == fault.gpu
+                                    && (fault.gpu_instance.is_none()
+                                        || c.gpu_instance_id == fault.gpu_instance)
+                            })
+                            .cloned()
+                            .collect(),
+                    };
                     journal_line(fault, &on);
-                    self.health().name_clients(fault.id, on.iter().map(|c| c.pid).collect());
+                    if fault.clients.is_none() {
+                        self.health().name_clients(fault.id, on.iter().map(|c| c.pid).collect());
+                    }
                     journaled.push(fault.id);
                 }
             }
@@ -128,27 +138,31 @@ impl Engine {
         }
     }
 
-    /// MPS servers the health check found down (`(device, GPU)`): each a fault on its GPU
-    /// or MIG instance, asking for its clients to be restarted; the journal line names them.
-    pub(super) async fn servers_died(&self, down: &[(String, u32)]) {
+    /// MPS servers the health check found down (`(device, GPU, the clients the check before
+    /// saw)`): each a fault on its GPU or MIG instance, asking for its clients to be
+    /// restarted; the journal line names them.
+    pub(super) async fn servers_died(&self, down: &[(String, u32, Vec<u32>)]) {
         if down.is_empty() {
             return;
         }
         let node = self.observe().await.ok();
-        for (uuid, gpu) in down {
+        for (uuid, gpu, clients) in down {
             let instance = node.as_ref().and_then(|n| {
                 n.gpu(*gpu)?.instances.iter().find_map(|i| {
                     let ci = i.compute_instances.iter().find(|c| &c.uuid == uuid)?;
                     Some((i.id, Some(ci.id)))
                 })
             });
-            self.health().raise(
+            let raised = self.health().raise(
                 *gpu,
                 instance,
                 Cause::MpsServerDied,
                 Action::RestartApplication,
                 format!("the MPS server of {uuid} died"),
             );
+            if let crate::health::Raised::New(id) = raised {
+                self.health().name_clients(id, clients.clone());
+            }
         }
     }
 
@@ -308,6 +322,31 @@ impl Engine {
     }
 }
 
+/// The client of `pid` as the table has it, else what `/proc` says of it (its user).
+fn known_or_bare(clients: &[GpuClient], pid: u32, gpu: u32) -> GpuClient {
+    if let Some(known) = clients.iter().find(|c| c.pid == pid) {
+        return known.clone();
+    }
+    let uid = crate::sys::procfs::real_user(pid);
+    GpuClient {
+        pid,
+        uid,
+        user: uid.and_then(crate::sys::unix::cached_user_name),
+        command: None,
+        unit: None,
+        container: None,
+        gpu,
+        gpu_uuid: String::new(),
+        instance: None,
+        gpu_instance_id: None,
+        via: "mps".to_string(),
+        mps_server: None,
+        memory_bytes: None,
+        share: None,
+        unhealthy: None,
+    }
+}
+
 /// A reset of one GPU, checked and holding the apply lock.
 pub struct GpuResetJob {
     gpu: u32,
@@ -365,13 +404,13 @@ fn step_words(step: &Step) -> String {
         Step::StartMps { .. } => "start an MPS server".into(),
         Step::CreateGpuInstance { profile, .. } => format!("create a {} instance", profile.name),
         Step::CreateComputeInstance { .. } => "create a compute instance".into(),
-        _ => format!("{}", step.operation().as_str().replace('_', " ")),
+        _ => step.operation().as_str().replace('_', " "),
     }
 }
 
 /// The fault's journal line: structured fields (GPU, instance, Xid, class, action, the
 /// clients with their users and units) and one message.
-fn journal_line(fault: &Fault, clients: &[&GpuClient]) {
+fn journal_line(fault: &Fault, clients: &[GpuClient]) {
     let named: Vec<String> = clients
         .iter()
         .map(|c| {

@@ -161,15 +161,19 @@ impl Watch {
                 let name = class.entry.map(|e| e.name);
                 if class.entry.is_none() || class.action == Action::None {
                     self.health.informational();
-                    tracing::info!(
-                        gpu,
-                        xid = number,
-                        "Xid {number} on GPU {gpu}{}: kept as informational",
-                        match name {
-                            Some(name) => format!(" ({name}) asks for nothing"),
-                            None => " is not in the Xid table".into(),
-                        }
-                    );
+                    match name {
+                        Some(name) => tracing::info!(
+                            gpu,
+                            xid = number,
+                            "Xid {number} on GPU {gpu} ({name}) asks for nothing: kept as informational"
+                        ),
+                        // The table lacks it (a newer driver's): the operator hears of it.
+                        None => tracing::warn!(
+                            gpu,
+                            xid = number,
+                            "Xid {number} on GPU {gpu} is not in the Xid table: kept as informational"
+                        ),
+                    }
                     return;
                 }
                 let what = format!("Xid {number} ({})", name.unwrap_or("unknown"));

@@ -49,9 +49,10 @@ pub struct CheckReport {
     pub restarts: Vec<String>,
     /// One line per server whose drifted limits were put back, or could not be.
     pub restores: Vec<String>,
-    /// The servers found down at this check (restarted or not), by the device they serve
-    /// and their GPU: their clients died with them (issue 42).
-    pub down: Vec<(String, u32)>,
+    /// The servers found down at this check (restarted or not), by the device they serve,
+    /// their GPU and the clients the check before saw on them: those died with them
+    /// (issue 42).
+    pub down: Vec<(String, u32, Vec<u32>)>,
     /// Those left down: their GPU or instance is unhealthy (`held`), one line each.
     pub held: Vec<String>,
 }
@@ -75,6 +76,8 @@ pub struct MpsSupervisor {
     restores: Mutex<HashMap<String, u32>>,
     /// Devices whose server is down and held down (their GPU is unhealthy).
     held: Mutex<std::collections::HashSet<String>>,
+    /// The clients each server had at the last check that reached it.
+    clients: Mutex<HashMap<String, Vec<u32>>>,
 }
 
 impl MpsSupervisor {
@@ -124,10 +127,15 @@ impl MpsSupervisor {
             let read = daemon
                 .pid
                 .filter(|&pid| alive(pid))
-                .and_then(|_| mps.read_live(&uuid, &detail, false).ok());
+                .and_then(|_| mps.read_live(&uuid, &detail, true).ok());
             match read {
                 Some(read) => {
                     self.release(&uuid);
+                    // Who a server serves, kept for the day it dies: the driver lists its
+                    // clients no more then.
+                    if let Some(clients) = &read.clients {
+                        self.clients_seen().insert(uuid.clone(), clients.clone());
+                    }
                     let servers: Vec<LiveServer> = read
                         .servers
                         .iter()
@@ -145,8 +153,9 @@ impl MpsSupervisor {
         }
         for daemon in down {
             let (uuid, gpu) = (daemon.record.uuid.clone(), daemon.record.gpu);
-            if !report.down.iter().any(|(u, _)| *u == uuid) && !self.is_held(&uuid) {
-                report.down.push((uuid.clone(), gpu));
+            if !report.down.iter().any(|(u, _, _)| *u == uuid) && !self.is_held(&uuid) {
+                let clients = self.clients_seen().remove(&uuid).unwrap_or_default();
+                report.down.push((uuid.clone(), gpu, clients));
             }
             if held(&daemon.record) {
                 if self.hold(&uuid) {
@@ -164,6 +173,10 @@ impl MpsSupervisor {
             }
         }
         report
+    }
+
+    fn clients_seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u32>>> {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn held_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {

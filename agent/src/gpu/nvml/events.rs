@@ -6,7 +6,6 @@
 //! again ([`NvmlBackend::suspend_events`]).
 
 use std::os::raw::c_uint;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
@@ -17,6 +16,7 @@ use nvml_wrapper_sys::bindings as sys;
 use nvml_wrapper_sys::bindings::{nvmlEventData_t, nvmlEventSet_t};
 
 use super::errors::{raw_error, wrapper_error};
+use super::event_set::SetHandle;
 use super::raw::device_handle;
 use super::session::{NvmlBackend, Session};
 use crate::gpu::{ErrorCode, GpuError, GpuEvent, GpuEventKind, HealthReading};
@@ -41,41 +41,6 @@ const RECOVERY_ACTION_FIELD: u32 = sys::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_A
 /// An event's instance id that means "the whole GPU".
 const WHOLE_GPU: c_uint = 0xFFFF_FFFF;
 
-/// The event set, when one is registered.
-struct SetHandle(nvmlEventSet_t);
-
-// SAFETY: an `nvmlEventSet_t` is an opaque handle that NVML lets any thread use (NVML is
-// thread-safe); it is only ever used under the [`Events`] mutex, and freed there.
-unsafe impl Send for SetHandle {}
-
-/// The watcher's event set and what its registration left out.
-#[derive(Default)]
-pub(super) struct Events {
-    inner: Mutex<EventState>,
-}
-
-#[derive(Default)]
-struct EventState {
-    /// The set, registered on every GPU it could be.
-    set: Option<SetHandle>,
-    /// A GPU reset runs: no set may be made until NVML is open again.
-    suspended: bool,
-    /// GPUs the registration left out, with why.
-    unwatched: Vec<(u32, String)>,
-}
-
-impl std::fmt::Debug for Events {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Events").finish_non_exhaustive()
-    }
-}
-
-impl Events {
-    fn lock(&self) -> MutexGuard<'_, EventState> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// What one wait came back with.
 enum Waited {
     Event(GpuEvent),
@@ -93,12 +58,13 @@ impl NvmlBackend {
                 return Ok(Waited::Suspended);
             }
             if state.set.is_none() {
-                let (set, unwatched) = s.register_events()?;
+                let (set, unwatched, indexes) = s.register_events()?;
                 state.set = Some(set);
                 state.unwatched = unwatched;
+                state.indexes = indexes;
             }
             let set = state.set.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
-            s.wait(set, timeout)
+            s.wait(set, timeout, &state.indexes)
         })?;
         match waited {
             Waited::Event(event) => Ok(Some(event)),
@@ -152,7 +118,10 @@ impl NvmlBackend {
 impl Session<'_> {
     /// A new event set, registered on every GPU for what it supports of [`WANTED`]; the
     /// GPUs left out, with why. NotSupported when no GPU could be registered.
-    fn register_events(&self) -> Result<(SetHandle, Vec<(u32, String)>), GpuError> {
+    #[allow(clippy::type_complexity)] // three plain lists, each said below
+    fn register_events(
+        &self,
+    ) -> Result<(SetHandle, Vec<(u32, String)>, Vec<(usize, u32)>), GpuError> {
         let lib = self.nvml.lib();
         let err = |function: &str, ret| raw_error(WATCH, None, function, ret);
         let create = nvml_sym(lib.nvmlEventSetCreate.as_ref())
@@ -170,24 +139,25 @@ impl Session<'_> {
             .device_count()
             .map_err(|e| wrapper_error(WATCH, None, "nvmlDeviceGetCount_v2", e))?;
         let mut unwatched = Vec::new();
-        let mut watched = 0;
+        let mut indexes = Vec::new();
         for gpu in 0..count {
             match self.register_gpu(&set, gpu) {
-                Ok(()) => watched += 1,
+                Ok(handle) => indexes.push((handle, gpu)),
                 Err(why) => unwatched.push((gpu, why)),
             }
         }
-        if watched == 0 && count > 0 {
+        if indexes.is_empty() && count > 0 {
             let why = unwatched.first().map(|(_, why)| why.clone()).unwrap_or_default();
             self.free_event_set(set);
             return Err(GpuError::new(WATCH, None, ErrorCode::NotSupported)
                 .with_detail(format!("no GPU delivers events: {why}")));
         }
-        Ok((set, unwatched))
+        Ok((set, unwatched, indexes))
     }
 
-    /// Registers `set` on `gpu` for what it supports of [`WANTED`]; why not, in words.
-    fn register_gpu(&self, set: &SetHandle, gpu: u32) -> Result<(), String> {
+    /// Registers `set` on `gpu` for what it supports of [`WANTED`], returning the device
+    /// handle's address (what an event's `device` is); why not, in words.
+    fn register_gpu(&self, set: &SetHandle, gpu: u32) -> Result<usize, String> {
         let device = self.device(WATCH, gpu).map_err(|e| e.to_string())?;
         let lib = self.nvml.lib();
         let supported = nvml_sym(lib.nvmlDeviceGetSupportedEventTypes.as_ref()).map_err(|e| {
@@ -209,18 +179,24 @@ impl Session<'_> {
         let register = nvml_sym(lib.nvmlDeviceRegisterEvents.as_ref()).map_err(|e| {
             wrapper_error(WATCH, Some(gpu), "nvmlDeviceRegisterEvents", e).to_string()
         })?;
+        let handle = device_handle(&device);
         // SAFETY: `register` is NVML's nvmlDeviceRegisterEvents; the device handle and the
         // set both come from this initialized session (the set is not freed while the
         // events mutex is held, which the caller holds).
-        let ret = unsafe { register(device_handle(&device), types, set.0) };
+        let ret = unsafe { register(handle, types, set.0) };
         if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
             return Err(raw_error(WATCH, Some(gpu), "nvmlDeviceRegisterEvents", ret).to_string());
         }
-        Ok(())
+        Ok(handle as usize)
     }
 
     /// One wait on `set`, up to `timeout`.
-    fn wait(&self, set: nvmlEventSet_t, timeout: Duration) -> Result<Waited, GpuError> {
+    fn wait(
+        &self,
+        set: nvmlEventSet_t,
+        timeout: Duration,
+        indexes: &[(usize, u32)],
+    ) -> Result<Waited, GpuError> {
         let lib = self.nvml.lib();
         let wait = nvml_sym(lib.nvmlEventSetWait_v2.as_ref())
             .map_err(|e| wrapper_error(WATCH, None, "nvmlEventSetWait_v2", e))?;
@@ -233,32 +209,26 @@ impl Session<'_> {
         // valid struct NVML fills in.
         let ret = unsafe { wait(set, &mut data, millis) };
         match ret {
-            sys::nvmlReturn_enum_NVML_SUCCESS => Ok(Waited::Event(self.event_of(&data)?)),
+            sys::nvmlReturn_enum_NVML_SUCCESS => Ok(Waited::Event(self.event_of(&data, indexes)?)),
             sys::nvmlReturn_enum_NVML_ERROR_TIMEOUT => Ok(Waited::Nothing),
             ret => Err(raw_error(WATCH, None, "nvmlEventSetWait_v2", ret)),
         }
     }
 
-    /// The event `data` describes, its GPU by NVML index.
-    fn event_of(&self, data: &nvmlEventData_t) -> Result<GpuEvent, GpuError> {
-        let lib = self.nvml.lib();
-        let index = nvml_sym(lib.nvmlDeviceGetIndex.as_ref())
-            .map_err(|e| wrapper_error(WATCH, None, "nvmlDeviceGetIndex", e))?;
-        let mut gpu: c_uint = 0;
-        // SAFETY: `index` is NVML's nvmlDeviceGetIndex; the device handle is the one NVML
-        // put in the event it just delivered on this session.
-        let ret = unsafe { index(data.device, &mut gpu) };
-        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
-            return Err(raw_error(WATCH, None, "nvmlDeviceGetIndex", ret));
-        }
-        let kind = match u32::try_from(data.eventType).unwrap_or(0) {
-            sys::nvmlEventTypeXidCriticalError => GpuEventKind::Xid(data.eventData),
-            sys::nvmlEventTypeDoubleBitEccError => GpuEventKind::DoubleBitEcc,
-            sys::nvmlEventTypeSingleBitEccError => GpuEventKind::SingleBitEcc,
-            sys::nvmlEventTypeGpuUnavailableError => GpuEventKind::GpuUnavailable,
-            sys::nvmlEventTypeGpuRecoveryAction => GpuEventKind::RecoveryAction(data.eventData),
-            _ => GpuEventKind::Other { event_type: data.eventType, data: data.eventData },
+    /// The event `data` describes, its GPU by NVML index: the index its handle was
+    /// registered with (a lost GPU's handle answers no `nvmlDeviceGetIndex`), else the
+    /// driver's answer.
+    fn event_of(
+        &self,
+        data: &nvmlEventData_t,
+        indexes: &[(usize, u32)],
+    ) -> Result<GpuEvent, GpuError> {
+        let registered = indexes.iter().find(|(h, _)| *h == data.device as usize).map(|(_, i)| *i);
+        let gpu = match registered {
+            Some(gpu) => gpu,
+            None => self.index_of(data.device)?,
         };
+        let kind = event_kind(data);
         let id = |v: c_uint| (v != WHOLE_GPU).then_some(v);
         Ok(GpuEvent {
             gpu,
@@ -266,6 +236,21 @@ impl Session<'_> {
             gpu_instance: id(data.gpuInstanceId),
             compute_instance: id(data.computeInstanceId),
         })
+    }
+
+    /// `nvmlDeviceGetIndex` of a device handle NVML delivered.
+    fn index_of(&self, device: sys::nvmlDevice_t) -> Result<u32, GpuError> {
+        let lib = self.nvml.lib();
+        let index = nvml_sym(lib.nvmlDeviceGetIndex.as_ref())
+            .map_err(|e| wrapper_error(WATCH, None, "nvmlDeviceGetIndex", e))?;
+        let mut gpu: c_uint = 0;
+        // SAFETY: `index` is NVML's nvmlDeviceGetIndex; the device handle is the one NVML
+        // put in the event it just delivered on this session.
+        let ret = unsafe { index(device, &mut gpu) };
+        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
+            return Err(raw_error(WATCH, None, "nvmlDeviceGetIndex", ret));
+        }
+        Ok(gpu)
     }
 
     /// Frees a set made by this session.
@@ -344,5 +329,17 @@ fn field_u64(sample: Result<FieldValueSample, NvmlError>) -> Option<u64> {
         SampleValue::U64(v) => Some(v),
         SampleValue::I64(v) => u64::try_from(v).ok(),
         SampleValue::F64(_) => None,
+    }
+}
+
+/// What kind of event `data` is.
+fn event_kind(data: &nvmlEventData_t) -> GpuEventKind {
+    match u32::try_from(data.eventType).unwrap_or(0) {
+        sys::nvmlEventTypeXidCriticalError => GpuEventKind::Xid(data.eventData),
+        sys::nvmlEventTypeDoubleBitEccError => GpuEventKind::DoubleBitEcc,
+        sys::nvmlEventTypeSingleBitEccError => GpuEventKind::SingleBitEcc,
+        sys::nvmlEventTypeGpuUnavailableError => GpuEventKind::GpuUnavailable,
+        sys::nvmlEventTypeGpuRecoveryAction => GpuEventKind::RecoveryAction(data.eventData),
+        _ => GpuEventKind::Other { event_type: data.eventType, data: data.eventData },
     }
 }

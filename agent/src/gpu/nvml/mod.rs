@@ -38,6 +38,7 @@ pub mod catalog_check;
 mod changes;
 mod driver_table;
 mod errors;
+mod event_set;
 mod events;
 mod library;
 mod observe;

@@ -54,7 +54,7 @@ pub struct NvmlBackend {
     /// Each GPU's MIG table as its driver reported it.
     pub(super) tables: DriverTables,
     /// The health watcher's event set.
-    pub(super) events: super::events::Events,
+    pub(super) events: super::event_set::Events,
     /// Each GPU as last observed: what a lost GPU is shown as.
     pub(super) last_seen: std::sync::Mutex<std::collections::BTreeMap<u32, crate::node::GpuState>>,
 }
