@@ -315,6 +315,12 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
         }
     }
 
+    // The GPUs' health before anything is planned (issue 42): the first readings taken and
+    // the events registered for, so that a recovery or the start-up re-apply leaves a
+    // faulted GPU alone, and no Xid raised once the agent serves goes unseen. Held until
+    // the agent stops: dropping it stops the watcher's thread.
+    let _watcher = watch_health(&engine, health_backend, &config, !settings.read_only).await;
+
     // Never serve with a GPU between two layouts: an interrupted apply is rolled back first.
     match engine.recover().await {
         Ok(Some(report)) => tracing::warn!("{report}"),
@@ -359,8 +365,6 @@ pub async fn run(settings: Settings, prepared: Prepared) -> Result<(), String> {
     );
 
     supervise(&engine, Duration::from_secs(config.mps.health_interval_seconds.max(1)));
-    // Held until the agent stops: dropping it stops the watcher's thread.
-    let _watcher = watch_health(&engine, health_backend, &config).await;
     notify_systemd(&engine, systemd_events, boot_job.is_some());
 
     // Started, for systemd, once the GPUs are in their profile: units ordered after the
@@ -528,11 +532,13 @@ fn supervise(engine: &Arc<Engine>, interval: Duration) {
 }
 
 /// Starts the health watcher over every GPU (issue 42) and the engine's following of the
-/// faults; `None` when `[health] enabled` is false or the thread cannot start.
+/// faults (rendering the views at each change unless `views` is false); `None` when
+/// `[health] enabled` is false or the thread cannot start.
 async fn watch_health(
     engine: &Arc<Engine>,
     backend: Arc<dyn crate::gpu::GpuBackend>,
     config: &AgentConfig,
+    views: bool,
 ) -> Option<crate::health::watcher::Watcher> {
     if !config.health.enabled {
         engine.health().set_events_note(Some(
@@ -551,18 +557,23 @@ async fn watch_health(
         gpus,
         poll: Duration::from_secs(config.health.poll_seconds),
     };
-    let watcher =
-        match crate::health::watcher::spawn(backend, Arc::clone(engine.health()), settings) {
-            Ok(watcher) => watcher,
-            Err(e) => {
-                tracing::error!("the GPUs' health is not watched: cannot start its thread: {e}");
-                engine
-                    .health()
-                    .set_events_note(Some(format!("not watched: cannot start its thread: {e}")));
-                return None;
-            }
-        };
-    tokio::spawn(Arc::clone(engine).follow_health());
+    let health = Arc::clone(engine.health());
+    let started = tokio::task::spawn_blocking(move || {
+        crate::health::watcher::spawn(backend, health, settings)
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(crate::sys::task_failed(&e))));
+    let watcher = match started {
+        Ok(watcher) => watcher,
+        Err(e) => {
+            tracing::error!("the GPUs' health is not watched: cannot start its thread: {e}");
+            engine
+                .health()
+                .set_events_note(Some(format!("not watched: cannot start its thread: {e}")));
+            return None;
+        }
+    };
+    tokio::spawn(Arc::clone(engine).follow_health(views));
     Some(watcher)
 }
 

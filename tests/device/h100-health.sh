@@ -9,11 +9,13 @@
 #  3. `gpushare-ctl status --json` timed with the watcher on and off, side by side: the two
 #     agents alternate, four rounds of 30 calls each, medians per side.
 # Stops every daemon it started.   tests/device/h100-health.sh BIN_DIR OUT_DIR [SECONDS]
+#   (carry .carry/bin and .carry/dbus: dbus-daemon from .carry/dbus/wrap when the host has none)
 set -uo pipefail
 seconds=${3:-60}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=tests/device/lib.sh
 . "$root/tests/device/lib.sh"
+command -v dbus-daemon >/dev/null || export PATH="$root/.carry/dbus/wrap:$PATH"
 begin_run "$1" "$2"
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 

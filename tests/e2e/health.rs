@@ -264,7 +264,7 @@ fn a_fatal_xid_takes_a_whole_gpu_out_until_it_is_reset() {
     let why = refusal(&node.agent.ctl(&["gpu", "reset", "1"]));
     assert!(why.contains(&pid), "{why}");
     assert!(refusal(&node.agent.ctl(&["gpu", "reset", "0"])).contains("healthy"));
-    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "7"])).contains("no GPU 7"));
+    assert!(refusal(&node.agent.ctl(&["gpu", "reset", "7"])).contains("no such GPU"));
     assert!(!node.agent.status().gpus[1].health.is_empty());
 
     client.end();
@@ -370,6 +370,41 @@ fn a_gpu_off_the_bus_asks_for_a_reboot_and_the_other_gpu_goes_on() {
     let status = node.wait_healthy(1);
     assert_eq!(status.active_profile.as_deref(), Some("all-mps"));
     assert_eq!(node.agent.mps_servers().len(), 2);
+}
+
+#[test]
+fn an_agent_restarted_while_a_gpu_is_lost_leaves_it_alone_and_serves_the_others() {
+    let mut node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    let gpu0 = node.server_on(0);
+    node.fault(&["lost", "1"]);
+    node.wait_fault(1, "gpu-lost");
+    // No reboot: the start-up re-apply must not plan on the lost GPU.
+    node.agent.restart();
+    let status = node.agent.status();
+    assert_eq!(status.active_profile.as_deref(), Some("all-mps"));
+    assert!(status.start_up_error.is_none() && status.rollback_error.is_none(), "{status:?}");
+    assert!(status.gpus[1].health.iter().any(|f| f.class == "gpu-lost"), "{status:?}");
+    assert_eq!(node.server_on(0).pid, gpu0.pid);
+    let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
+    assert!(why.contains("GPU 1") && why.contains("reboot"), "{why}");
+}
+
+#[test]
+fn a_reset_applies_its_gpus_part_again_whatever_another_gpus_fault() {
+    let node = Node::start("h100-80gb:2");
+    node.apply("all-mps");
+    node.fault(&["remap", "0", "pending"]);
+    node.fault(&["remap", "1", "pending"]);
+    node.wait_fault(0, "row-remap-pending");
+    node.wait_fault(1, "row-remap-pending");
+    let gpu1 = node.server_on(1);
+    let out = node.agent.ctl(&["gpu", "reset", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    node.wait_healthy(1);
+    let again = node.server_on(1);
+    assert!(again.pid.is_some() && again.pid != gpu1.pid, "{again:?}");
+    assert!(!node.agent.status().gpus[0].health.is_empty());
 }
 
 #[test]

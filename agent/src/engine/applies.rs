@@ -14,6 +14,7 @@ use super::core::ProfileRef;
 use super::error::EngineError;
 use super::events::EngineEvent;
 use super::gate::{BOOT_JOB, LOCK_WAIT};
+use super::health::Scope;
 use super::jobs::{BenchClaim, JobGuard, JobKind, JobReport, JobResult};
 use super::slurm::SlurmPass;
 use crate::apply::Progress;
@@ -72,10 +73,25 @@ impl Engine {
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         let profile = self.core.resolve_request(source).await?;
         let kind = JobKind::Apply { profile: profile.name.clone() };
-        let mut guard = self.gate.lock_for(job, kind).await?;
+        let guard = self.gate.lock_for(job, kind).await?;
+        let scope = if job == BOOT_JOB { Scope::StartUp } else { Scope::Whole };
+        self.begin_apply_holding(source, profile, force, guard, deadline, scope).await
+    }
+
+    /// [`Engine::begin_apply`] with the apply lock already held by `guard` (a GPU reset's
+    /// re-apply keeps the reset's), planned for `scope`.
+    pub(super) async fn begin_apply_holding(
+        &self,
+        source: ProfileRef<'_>,
+        profile: Profile,
+        force: bool,
+        mut guard: JobGuard,
+        deadline: tokio::time::Instant,
+        scope: Scope,
+    ) -> Result<ApplyJob, EngineError> {
         let repaired = self.settle_unfinished(deadline).await?;
-        let boot = job == BOOT_JOB;
-        let planned = self.plan_apply(source, profile, force, boot).await;
+        let boot = scope == Scope::StartUp;
+        let planned = self.plan_apply(source, profile, force, scope).await;
         let (plan, before, document, slurm) = match (planned, &repaired) {
             (Ok(planned), _) => planned,
             // The GPUs changed all the same: the refusal says how.
@@ -98,17 +114,24 @@ impl Engine {
         source: ProfileRef<'_>,
         profile: Profile,
         force: bool,
-        boot: bool,
+        scope: Scope,
     ) -> Result<(Plan, NodeState, Option<ProfileDocument>, Option<SlurmPass>), EngineError> {
+        let boot = scope == Scope::StartUp;
         let before = self.observe().await?;
         // A benched GPU is the bench's until it ends; refused before any plan is made (a
         // plan would describe the bench's setup, and the bench's restore would undo it).
         self.refuse_benched(&profile, &before)?;
         let options = PlanOptions { force, ..self.core.policy };
-        let (plan, before, _) = self.core.plan_request(before, profile, options).await?;
+        let (plan, before, _) = match self.core.plan_request(before, profile, options).await {
+            Ok(planned) => planned,
+            // A GPU off the bus is planned as last seen (or as nothing): the fault is the
+            // reason to give.
+            Err(e) => return Err(self.lost_first(e)),
+        };
+        // Nothing is built where a fault lies (issue 42): refused, or at start-up and after
+        // a GPU reset left out of the plan.
+        let plan = self.unhealthy_scope(plan, &before, scope)?;
         self.core.check_host(&plan, &before).await?;
-        // Nothing is built where a fault lies (issue 42).
-        self.refuse_unhealthy(&plan, &before)?;
         // The views are rewritten at commit: a place one cannot go, or GPUs one cannot
         // say, is refused now. Not at start-up: the GPUs come first there (MIG instances
         // and MPS servers do not survive a reboot), and a view that cannot follow says so

@@ -20,6 +20,9 @@ use crate::health::{Action, Cause, Fault, Health};
 use crate::node::NodeState;
 use crate::plan::{MpsDevice, Plan, Step};
 
+/// The most clients a fault's journal line names.
+const JOURNAL_CLIENTS_MAX: usize = 32;
+
 /// How long the journal line of a fault waits for the clients' read in `/proc`.
 const CLIENTS_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -36,42 +39,93 @@ impl Engine {
         faults.iter().skip(skip).map(Fault::document).collect()
     }
 
-    /// Refuses a plan that would build on a faulted GPU or MIG instance (create an
-    /// instance, start an MPS server, set a mode or an interval there), naming the fault.
-    /// Steps that only take things down are let through.
-    pub(super) fn refuse_unhealthy(
+    /// What a fault does to a plan (issue 42): a step that builds (creates an instance,
+    /// starts an MPS server, sets a mode or an interval, puts limits back) on a faulted GPU
+    /// or in a faulted MIG instance refuses an apply, naming the fault; steps that only take
+    /// things down pass. At start-up the faulted GPUs' parts are left out instead (the
+    /// other GPUs get their profile back), and a GPU reset's re-apply keeps the reset GPU's
+    /// part alone.
+    pub(super) fn unhealthy_scope(
         &self,
-        plan: &Plan,
+        mut plan: Plan,
         before: &NodeState,
-    ) -> Result<(), EngineError> {
-        let health = self.health();
-        for step in plan.steps() {
-            let Some((gpu, instance)) = builds_on(step, before) else { continue };
-            if let Some(fault) = health.blocking(gpu, instance) {
-                return Err(EngineError::NotPossible(format!(
-                    "{} is unhealthy ({}); the apply would {} there; nothing was changed",
-                    fault.place(),
-                    fault.describe_cause(),
-                    step_words(step),
-                )));
-            }
+        scope: Scope,
+    ) -> Result<Plan, EngineError> {
+        if let Scope::Gpu(gpu) = scope {
+            plan.gpus.retain(|g| g.gpu == gpu);
         }
-        Ok(())
+        let health = self.health();
+        let mut left_out = Vec::new();
+        for gpu_plan in &plan.gpus {
+            let blocked = gpu_plan.steps.iter().find_map(|step| {
+                let (gpu, instance) = builds_on(step, before)?;
+                health.blocking(gpu, instance).map(|fault| (step, fault))
+            });
+            let Some((step, fault)) = blocked else { continue };
+            if scope == Scope::StartUp {
+                tracing::warn!(
+                    gpu = gpu_plan.gpu,
+                    "re-applying at start-up without GPU {}: {}",
+                    gpu_plan.gpu,
+                    fault.describe()
+                );
+                left_out.push(gpu_plan.gpu);
+                continue;
+            }
+            return Err(EngineError::NotPossible(format!(
+                "{} is unhealthy ({}); the apply would {} there; nothing was changed",
+                fault.place(),
+                fault.describe_cause(),
+                step_words(step),
+            )));
+        }
+        plan.gpus.retain(|g| !left_out.contains(&g.gpu));
+        Ok(plan)
+    }
+
+    /// A planning error, with the lost GPUs' faults put first: a lost GPU is planned as
+    /// last seen (or, after a restart, as a placeholder without a model), so its fault,
+    /// not what the planner made of the placeholder, is what the operator needs.
+    pub(super) fn lost_first(&self, error: EngineError) -> EngineError {
+        let lost: Vec<String> = self
+            .health()
+            .faults()
+            .iter()
+            .filter(|f| f.cause == Cause::Lost)
+            .map(Fault::describe)
+            .collect();
+        if lost.is_empty() {
+            return error;
+        }
+        EngineError::NotPossible(format!("{}; and so: {error}", lost.join("; ")))
     }
 
     /// Follows the faults for as long as the agent runs: a journal line for each new one,
     /// the views rendered again at every change, the metrics told.
-    pub async fn follow_health(self: Arc<Self>) {
+    /// `views` false keeps the views as they are (an agent that only reads); the views as
+    /// the agent starts are the start-up's to render, so only later changes render them here.
+    pub async fn follow_health(self: Arc<Self>, views: bool) {
         let mut changes = self.health().subscribe();
         let mut journaled: Vec<u64> = Vec::new();
+        let mut rendered = self.health().generation();
         loop {
             let faults = self.health().faults();
             journaled.retain(|id| faults.iter().any(|f| f.id == *id));
             let new: Vec<Fault> =
                 faults.into_iter().filter(|f| !journaled.contains(&f.id)).collect();
+            let mut unnamed = false;
             if !new.is_empty() {
-                let clients = self.clients_now().await;
-                for fault in &new {
+                let clients = match self.clients_now().await {
+                    Ok(clients) => clients,
+                    Err(why) => {
+                        // Named at a later round: a fault named with no client would pass
+                        // the clean check at once.
+                        tracing::warn!("the clients of a faulted GPU are not named yet: {why}");
+                        unnamed = true;
+                        Vec::new()
+                    }
+                };
+                for fault in new.iter().filter(|f| !unnamed || f.clients.is_some()) {
                     let on: Vec<GpuClient> = match &fault.clients {
                         // Named when raised (a dead MPS server's): as far as they still run.
                         Some(pids) => pids
@@ -95,9 +149,16 @@ impl Engine {
                     journaled.push(fault.id);
                 }
             }
-            self.refresh_views().await;
+            let generation = self.health().generation();
+            if views && generation != rendered {
+                self.refresh_views().await;
+                rendered = generation;
+            }
             self.events.emit(EngineEvent::HealthChanged);
-            if changes.changed().await.is_err() {
+            if unnamed {
+                // Tried again in a second, or at the next change.
+                let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+            } else if changes.changed().await.is_err() {
                 return;
             }
             // Several changes at once (a burst of Xids) make one round.
@@ -106,35 +167,21 @@ impl Engine {
         }
     }
 
-    /// Every client of the node's GPUs as root sees them (users, units), for the journal;
-    /// none when the node cannot be observed or `/proc` does not answer in time.
-    async fn clients_now(&self) -> Vec<GpuClient> {
-        let node = match self.observe().await {
-            Ok(node) => node,
-            Err(e) => {
-                tracing::warn!("the clients of a faulted GPU are not named: {e}");
-                return Vec::new();
-            }
-        };
+    /// Every client of the node's GPUs as root sees them (users, units), for the journal
+    /// and the reset's check; why not, when the node cannot be observed or `/proc` does not
+    /// answer in time (never taken for "no client").
+    async fn clients_now(&self) -> Result<Vec<GpuClient>, String> {
+        let node = self.observe().await.map_err(|e| e.to_string())?;
         let read = tokio::task::spawn_blocking(move || {
             let mounts = crate::sys::mounts::Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;
-            super::clients::table(
-                &node,
-                std::path::Path::new("/proc"),
-                &Viewer::Root,
-                &mounts,
-                user_name,
-            )
+            let proc_root = std::path::Path::new("/proc");
+            super::clients::table(&node, proc_root, &Viewer::Root, &mounts, user_name)
         });
         match tokio::time::timeout(CLIENTS_DEADLINE, read).await {
-            Ok(Ok(table)) => table.clients,
-            _ => {
-                tracing::warn!(
-                    "the clients of a faulted GPU are not named: /proc did not answer in time"
-                );
-                Vec::new()
-            }
+            Ok(Ok(table)) => Ok(table.clients),
+            Ok(Err(e)) => Err(crate::sys::task_failed(&e)),
+            Err(_) => Err("/proc did not answer in time".to_string()),
         }
     }
 
@@ -153,16 +200,14 @@ impl Engine {
                     Some((i.id, Some(ci.id)))
                 })
             });
-            let raised = self.health().raise(
+            self.health().raise_with_clients(
                 *gpu,
                 instance,
                 Cause::MpsServerDied,
                 Action::RestartApplication,
                 format!("the MPS server of {uuid} died"),
+                clients.clone(),
             );
-            if let crate::health::Raised::New(id) = raised {
-                self.health().name_clients(id, clients.clone());
-            }
         }
     }
 
@@ -176,10 +221,15 @@ impl Engine {
         let guard = self.gate.lock_for(job, kind).await?;
         let node = self.observe().await?;
         if node.gpu(gpu).is_none() {
-            return Err(EngineError::NotPossible(format!(
-                "no GPU {gpu} on this node (it has {}); nothing was reset",
-                node.gpus.len()
-            )));
+            let named = gpu.to_string();
+            let why = crate::plan::no_such_gpu(&node, &named, false);
+            return Err(EngineError::NotPossible(format!("{why}; nothing was reset")));
+        }
+        if let Some(claim) = self.gate.claims.all().into_iter().find(|c| c.gpu == gpu) {
+            let mut holder = claim.holder();
+            holder.kind =
+                JobKind::Bench { target: format!("GPU {gpu}, started by {}", claim.who()) };
+            return Err(EngineError::Busy(Some(holder)));
         }
         let faults = self.health().faults_on(gpu);
         if faults.is_empty() {
@@ -193,9 +243,12 @@ impl Engine {
                 f.describe()
             )));
         }
-        let users: Vec<String> = self
-            .clients_now()
-            .await
+        let clients = self.clients_now().await.map_err(|why| {
+            EngineError::NotPossible(format!(
+                "cannot tell who uses GPU {gpu} ({why}); nothing was reset"
+            ))
+        })?;
+        let users: Vec<String> = clients
             .iter()
             .filter(|c| c.gpu == gpu)
             .map(|c| {
@@ -284,37 +337,33 @@ impl Engine {
                 )));
             }
         }
-        // The lock goes before the re-apply takes it again.
-        drop(job.guard.take());
         if report.error.is_none() {
             report.result = JobResult::Success;
-            if let Some(profile) = job.profile.clone() {
-                let _ = progress.send(Progress::note(format!("applying {profile} again")));
-                match self
-                    .begin_apply(ProfileRef::Named(&profile), false, &format!("reset of GPU {gpu}"))
-                    .await
-                {
-                    Ok(apply) => {
-                        let applied = self.run_apply(&apply, progress.clone()).await;
-                        report.steps_total += applied.steps_total;
-                        report.steps_done += applied.steps_done;
-                        report.warnings.extend(applied.warnings);
-                        if let Some(e) = applied.error {
+            match (job.profile.clone(), job.guard.take()) {
+                (Some(profile), Some(guard)) => {
+                    let _ = progress
+                        .send(Progress::note(format!("applying {profile} to GPU {gpu} again")));
+                    match self.reapply_to(gpu, guard, progress).await {
+                        Ok(applied) => {
+                            report.steps_total += applied.steps_total;
+                            report.steps_done += applied.steps_done;
+                            report.warnings.extend(applied.warnings);
+                            if let Some(e) = applied.error {
+                                report.result = JobResult::Failed;
+                                report.error = Some(EngineError::NotPossible(format!(
+                                    "GPU {gpu} was reset, but applying {profile} to it again failed: {e}"
+                                )));
+                            }
+                        }
+                        Err(e) => {
                             report.result = JobResult::Failed;
                             report.error = Some(EngineError::NotPossible(format!(
-                                "GPU {gpu} was reset, but applying {profile} again failed: {e}"
+                                "GPU {gpu} was reset, but applying {profile} to it again was refused: {e}"
                             )));
                         }
                     }
-                    Err(e) => {
-                        report.result = JobResult::Failed;
-                        report.error = Some(EngineError::NotPossible(format!(
-                            "GPU {gpu} was reset, but applying {profile} again was refused: {e}"
-                        )));
-                    }
                 }
-            } else {
-                self.refresh_views().await;
+                _ => self.refresh_views().await,
             }
         }
         report.duration = started.elapsed();
@@ -344,6 +393,40 @@ fn known_or_bare(clients: &[GpuClient], pid: u32, gpu: u32) -> GpuClient {
         memory_bytes: None,
         share: None,
         unhealthy: None,
+    }
+}
+
+/// Which GPUs an apply's plan covers, as faults allow (see [`Engine::unhealthy_scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every GPU the profile selects; a fault refuses the apply.
+    Whole,
+    /// The start-up re-apply: a faulted GPU's part is left out.
+    StartUp,
+    /// The re-apply after a reset of this GPU: its part alone.
+    Gpu(u32),
+}
+
+impl Engine {
+    /// The active profile applied again to `gpu` alone, under the reset's `guard`.
+    async fn reapply_to(
+        &self,
+        gpu: u32,
+        guard: super::JobGuard,
+        progress: UnboundedSender<Progress>,
+    ) -> Result<JobReport, EngineError> {
+        let deadline = tokio::time::Instant::now() + super::LOCK_WAIT;
+        let document = self.core.journal.active_document();
+        let active = self.core.journal.active_profile().unwrap_or_default();
+        let source = match &document {
+            Some(d) => ProfileRef::of_document(d),
+            None => ProfileRef::Named(&active),
+        };
+        let profile = self.core.resolve_request(source).await?;
+        let job = self
+            .begin_apply_holding(source, profile, false, guard, deadline, Scope::Gpu(gpu))
+            .await?;
+        Ok(self.run_apply(&job, progress).await)
     }
 }
 
@@ -422,7 +505,14 @@ fn journal_line(fault: &Fault, clients: &[GpuClient]) {
             words.join(" ")
         })
         .collect();
-    let clients_text = if named.is_empty() { "none".to_string() } else { named.join(", ") };
+    // One line, bounded: a busy GPU's clients beyond the first are counted (status lists
+    // them all).
+    let more = named.len().saturating_sub(JOURNAL_CLIENTS_MAX);
+    let mut clients_text =
+        if named.is_empty() { "none".to_string() } else { named[..named.len() - more].join(", ") };
+    if more > 0 {
+        clients_text.push_str(&format!(" and {more} more"));
+    }
     let xid = match fault.cause {
         Cause::Xid(x) => Some(x),
         _ => None,

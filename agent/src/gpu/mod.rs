@@ -226,6 +226,10 @@ pub trait GpuBackend: Send + Sync {
     fn unwatched_gpus(&self) -> Vec<(u32, String)> {
         Vec::new()
     }
+
+    /// Registers for the events anew at the next [`GpuBackend::wait_event`] (a GPU the
+    /// registration left out is back).
+    fn watch_again(&self) {}
 }
 
 /// An event the driver delivered (`nvmlEventSetWait_v2`).

@@ -23,6 +23,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
 pub use xid::Action;
 
+/// How many kinds of level fault there are (a GPU has at most one of each).
+const LEVEL_KINDS: usize = 5;
+
 /// What the driver reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
@@ -117,6 +120,9 @@ pub struct Fault {
     /// The processes that were on the GPU or instance, once the engine named them (the
     /// clean check waits for them); `None` until then.
     pub clients: Option<Vec<u32>>,
+    /// Each named client's start time (`/proc/PID/stat`), when it was named: a process
+    /// that takes a PID later is not the client.
+    starts: Vec<(u32, Option<u64>)>,
 }
 
 impl Fault {
@@ -235,6 +241,26 @@ impl Health {
         what: String,
     ) -> Raised {
         let mut inner = self.lock();
+        let before = inner.generation;
+        let raised = self.raise_locked(&mut inner, gpu, instance, cause, action, what);
+        let generation = inner.generation;
+        drop(inner);
+        if generation != before {
+            self.announce(generation);
+        }
+        raised
+    }
+
+    /// [`Health::raise`] under the lock; the caller announces.
+    fn raise_locked(
+        &self,
+        inner: &mut Inner,
+        gpu: u32,
+        instance: Option<(u32, Option<u32>)>,
+        cause: Cause,
+        action: Action,
+        what: String,
+    ) -> Raised {
         let (gpu_instance, compute_instance) = match instance {
             Some((gi, ci)) => (Some(gi), ci),
             None => (None, None),
@@ -258,13 +284,13 @@ impl Health {
             fault.what = what;
             *inner.totals.entry(cause.class()).or_default() += 1;
             inner.generation += 1;
-            let generation = inner.generation;
-            drop(inner);
-            self.announce(generation);
             return Raised::Known;
         }
         *inner.totals.entry(cause.class()).or_default() += 1;
-        if inner.faults.iter().filter(|f| f.gpu == gpu).count() >= FAULTS_PER_GPU_MAX {
+        // Level faults are a handful per GPU at most (one per kind) and always kept; events
+        // beyond the bound are counted.
+        let events = inner.faults.iter().filter(|f| f.gpu == gpu && !f.cause.is_level()).count();
+        if !cause.is_level() && events >= FAULTS_PER_GPU_MAX - LEVEL_KINDS {
             return Raised::Full;
         }
         inner.next_id += 1;
@@ -279,12 +305,36 @@ impl Health {
             what,
             since: SystemTime::now(),
             clients: None,
+            starts: Vec::new(),
         });
         inner.generation += 1;
+        Raised::New(id)
+    }
+
+    /// [`Health::raise`] with the processes it hit already known (a dead MPS server's
+    /// clients, as the check before saw them): named before anyone reads the fault.
+    pub fn raise_with_clients(
+        &self,
+        gpu: u32,
+        instance: Option<(u32, Option<u32>)>,
+        cause: Cause,
+        action: Action,
+        what: String,
+        pids: Vec<u32>,
+    ) -> Raised {
+        let starts: Vec<_> = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
+        let mut inner = self.lock();
+        let raised = self.raise_locked(&mut inner, gpu, instance, cause, action, what);
+        if let Raised::New(id) = raised
+            && let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id)
+        {
+            fault.clients = Some(pids);
+            fault.starts = starts;
+        }
         let generation = inner.generation;
         drop(inner);
         self.announce(generation);
-        Raised::New(id)
+        raised
     }
 
     /// Counts an informational event.
@@ -304,11 +354,13 @@ impl Health {
     }
 
     /// The clean check: ends the faults that ask only for an application restart once
-    /// every process named on them has ended (`alive` says which still run).
-    pub fn clean_check(&self, alive: impl Fn(u32) -> bool) -> Vec<Fault> {
+    /// every process named on them has ended (`runs(pid, start)` says whether the process
+    /// of that PID and start time still runs).
+    pub fn clean_check(&self, runs: impl Fn(u32, Option<u64>) -> bool) -> Vec<Fault> {
         self.remove(|f| {
             f.action == Action::RestartApplication
-                && f.clients.as_ref().is_some_and(|pids| !pids.iter().any(|&p| alive(p)))
+                && f.clients.is_some()
+                && !f.starts.iter().any(|&(pid, start)| runs(pid, start))
         })
     }
 
@@ -329,9 +381,11 @@ impl Health {
     /// Names the processes that were on a fault's GPU or instance (what the clean check
     /// waits for).
     pub fn name_clients(&self, id: u64, pids: Vec<u32>) {
+        let starts = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
         let mut inner = self.lock();
         if let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id) {
             fault.clients = Some(pids);
+            fault.starts = starts;
         }
     }
 

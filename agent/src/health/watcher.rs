@@ -46,7 +46,9 @@ impl Drop for Watcher {
     }
 }
 
-/// Starts the watcher over `backend`, raising faults in `health`.
+/// Starts the watcher over `backend`, raising faults in `health`. Blocks for the first
+/// round (the readings taken, the events registered for and what waits taken in), so that
+/// what the driver says at start is known before the caller plans anything.
 pub fn spawn(
     backend: Arc<dyn GpuBackend>,
     health: Arc<Health>,
@@ -54,9 +56,13 @@ pub fn spawn(
 ) -> std::io::Result<Watcher> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let thread = std::thread::Builder::new().name("gpushare-health".into()).spawn(move || {
-        Watch { backend, health, settings, stop: flag, backoff: None, last_error: None }.run()
-    })?;
+    let mut watch =
+        Watch { backend, health, settings, stop: flag, backoff: None, last_error: None };
+    watch.poll();
+    let events = watch.wait_once(Duration::ZERO);
+    let thread = std::thread::Builder::new()
+        .name("gpushare-health".into())
+        .spawn(move || watch.run(events))?;
     Ok(Watcher { stop, thread: Some(thread) })
 }
 
@@ -72,12 +78,11 @@ struct Watch {
 }
 
 impl Watch {
-    fn run(mut self) {
-        let mut events = true;
-        let mut last_poll: Option<Instant> = None;
+    fn run(mut self, mut events: bool) {
+        let mut last_poll = Some(Instant::now());
         while !self.stop.load(Ordering::Relaxed) {
             if events {
-                events = self.wait_once();
+                events = self.wait_once(WAIT_SLICE);
             } else {
                 self.sleep(WAIT_SLICE);
             }
@@ -100,9 +105,9 @@ impl Watch {
         }
     }
 
-    /// One wait on the events; false when the driver delivers none at all.
-    fn wait_once(&mut self) -> bool {
-        match self.backend.wait_event(WAIT_SLICE) {
+    /// One wait on the events, up to `slice`; false when the driver delivers none at all.
+    fn wait_once(&mut self, slice: Duration) -> bool {
+        match self.backend.wait_event(slice) {
             Ok(event) => {
                 if self.backoff.take().is_some() {
                     tracing::info!("the driver's events are watched again");
@@ -254,7 +259,11 @@ impl Watch {
             let reading = self.backend.health_reading(gpu);
             self.reading(gpu, &reading);
         }
-        for fault in self.health.clean_check(gpushare_base::process::alive) {
+        let runs = |pid: u32, start: Option<u64>| match start {
+            Some(start) => crate::sys::procfs::runs_since(pid, start),
+            None => gpushare_base::process::alive(pid),
+        };
+        for fault in self.health.clean_check(runs) {
             tracing::info!(
                 gpu = fault.gpu,
                 "{}: cleared, every process that was on it has ended",
@@ -281,7 +290,12 @@ impl Watch {
             );
             return;
         }
-        self.health.clear_level(gpu, Cause::Lost);
+        if !self.health.clear_level(gpu, Cause::Lost).is_empty()
+            && self.backend.unwatched_gpus().iter().any(|(g, _)| *g == gpu)
+        {
+            // Back on the bus: its events are registered for again.
+            self.backend.watch_again();
+        }
         level(
             r.row_remap_pending,
             Cause::RowRemapPending,

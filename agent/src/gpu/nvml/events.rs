@@ -64,7 +64,18 @@ impl NvmlBackend {
                 state.indexes = indexes;
             }
             let set = state.set.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
-            s.wait(set, timeout, &state.indexes)
+            match s.wait(set, timeout, &state.indexes) {
+                // A registered GPU fell off the bus (nvml.h lets the wait say so): the set
+                // is made again without it at the next call, after a slice's pause.
+                Err(e) if e.code == ErrorCode::GpuLost => {
+                    tracing::warn!("waiting on the driver's events: {e}: registering again");
+                    if let Some(set) = state.set.take() {
+                        s.free_event_set(set);
+                    }
+                    Ok(Waited::Suspended)
+                }
+                waited => waited,
+            }
         })?;
         match waited {
             Waited::Event(event) => Ok(Some(event)),
@@ -99,6 +110,17 @@ impl NvmlBackend {
             state.suspended = true;
             state.set = None;
         }
+    }
+
+    /// Frees the event set so that the next wait registers anew (a GPU back on the bus is
+    /// watched again).
+    pub(super) fn register_again(&self) {
+        let _ = self.with_session(WATCH, None, |s| {
+            if let Some(set) = self.events.lock().set.take() {
+                s.free_event_set(set);
+            }
+            Ok(())
+        });
     }
 
     /// Lets the watch register again, after a reset.

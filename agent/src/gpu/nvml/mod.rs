@@ -162,6 +162,10 @@ impl GpuBackend for NvmlBackend {
         self.unwatched()
     }
 
+    fn watch_again(&self) {
+        self.register_again();
+    }
+
     fn minor_number(&self, gpu: u32) -> Option<u32> {
         let call = "nvmlDeviceGetMinorNumber";
         self.with_session(call, Some(gpu), |s| {
