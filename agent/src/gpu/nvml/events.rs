@@ -123,9 +123,25 @@ impl NvmlBackend {
         });
     }
 
-    /// Lets the watch register again, after a reset.
+    /// Lets the watch register again, after a reset, and registers at once: an event
+    /// raised between the reset and the watcher's next wait is not lost.
     pub(super) fn resume_events(&self) {
-        self.events.lock().suspended = false;
+        let registered = self.with_session(WATCH, None, |s| {
+            let mut state = self.events.lock();
+            state.suspended = false;
+            if state.set.is_none() {
+                let (set, unwatched, indexes) = s.register_events()?;
+                state.set = Some(set);
+                state.unwatched = unwatched;
+                state.indexes = indexes;
+            }
+            Ok(())
+        });
+        if let Err(e) = registered {
+            // The watcher's next wait registers, or says why not.
+            self.events.lock().suspended = false;
+            tracing::debug!("registering for the events after the reset: {e}");
+        }
     }
 
     /// [`crate::gpu::GpuBackend::health_reading`].
