@@ -12,12 +12,12 @@ fn spec_path(agent: &Agent) -> PathBuf {
     agent.sim_state().parent().unwrap().join("cdi/gpushare.json")
 }
 
-fn spec(agent: &Agent) -> Value {
+pub(crate) fn spec(agent: &Agent) -> Value {
     let text = std::fs::read_to_string(spec_path(agent)).expect("the CDI spec is written");
     serde_json::from_str(&text).expect("the CDI spec is JSON")
 }
 
-fn names(spec: &Value) -> Vec<String> {
+pub(crate) fn names(spec: &Value) -> Vec<String> {
     spec["devices"]
         .as_array()
         .unwrap()

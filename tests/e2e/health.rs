@@ -114,14 +114,7 @@ impl Node {
 
     /// The names of the CDI spec's devices.
     fn cdi_names(&self) -> Vec<String> {
-        let path = self.agent.sim_state().parent().unwrap().join("cdi/gpushare.json");
-        let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        spec["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["name"].as_str().unwrap().to_string())
-            .collect()
+        crate::cdi::names(&crate::cdi::spec(&self.agent))
     }
 
     /// Waits until the CDI spec's names satisfy `ok`.

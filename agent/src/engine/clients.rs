@@ -1002,26 +1002,21 @@ mod tests {
         mark_unhealthy(&mut table, &health);
         assert_eq!(marks(&table), [(0, None, None), (1, Some(2), None), (1, Some(3), None)]);
         let instance_fault = "Xid 94 (Contained ECC error): restart the application".to_string();
-        health.raise(
+        use crate::health::{Action, Cause, Report};
+        let xid = Report::on_gpu(
             1,
-            Some((3, Some(0))),
-            crate::health::Cause::Xid(94),
-            crate::health::Action::RestartApplication,
-            "Xid 94 (Contained ECC error)".into(),
+            Cause::Xid(94),
+            Action::RestartApplication,
+            "Xid 94 (Contained ECC error)",
         );
+        health.raise(xid.within(Some((3, Some(0)))));
         mark_unhealthy(&mut table, &health);
         assert_eq!(
             marks(&table),
             [(0, None, None), (1, Some(2), None), (1, Some(3), Some(instance_fault.clone()))]
         );
         // A fault on the whole GPU covers every instance of it; serialised, healthy is null.
-        health.raise(
-            0,
-            None,
-            crate::health::Cause::Lost,
-            crate::health::Action::RebootNode,
-            "GPU lost".into(),
-        );
+        health.raise(Report::on_gpu(0, Cause::Lost, Action::RebootNode, "GPU lost"));
         mark_unhealthy(&mut table, &health);
         assert_eq!(table.clients[0].unhealthy.as_deref(), Some("GPU lost: reboot the node"));
         let json = serde_json::to_value(&table).unwrap();

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::clients::Viewer;
 use super::{Engine, EngineError, EngineEvent, JobKind, JobReport, JobResult, ProfileRef};
 use crate::apply::Progress;
-use crate::health::{Action, Cause, Fault, Health};
+use crate::health::{Action, Cause, Fault, Health, Report};
 use crate::node::NodeState;
 use crate::plan::{MpsDevice, Plan, Step};
 
@@ -200,14 +200,10 @@ impl Engine {
                     Some((i.id, Some(ci.id)))
                 })
             });
-            self.health().raise_with_clients(
-                *gpu,
-                instance,
-                Cause::MpsServerDied,
-                Action::RestartApplication,
-                format!("the MPS server of {uuid} died"),
-                clients.clone(),
-            );
+            let what = format!("the MPS server of {uuid} died");
+            let report =
+                Report::on_gpu(*gpu, Cause::MpsServerDied, Action::RestartApplication, what);
+            self.health().raise_with_clients(report.within(instance), clients.clone());
         }
     }
 

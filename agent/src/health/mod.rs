@@ -174,6 +174,33 @@ impl Fault {
     }
 }
 
+/// A fault as the watcher (or the engine) reports it, before the registry keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The GPU.
+    pub gpu: u32,
+    /// The GPU instance and compute instance it is confined to; `None`: the whole GPU.
+    pub instance: Option<(u32, Option<u32>)>,
+    /// What the driver reported.
+    pub cause: Cause,
+    /// What it asks for.
+    pub action: Action,
+    /// In words, without the GPU.
+    pub what: String,
+}
+
+impl Report {
+    /// A fault on the whole of `gpu`.
+    pub fn on_gpu(gpu: u32, cause: Cause, action: Action, what: impl Into<String>) -> Self {
+        Report { gpu, instance: None, cause, action, what: what.into() }
+    }
+
+    /// The same fault, confined to a MIG instance (`None`: the whole GPU).
+    pub fn within(self, instance: Option<(u32, Option<u32>)>) -> Self {
+        Report { instance, ..self }
+    }
+}
+
 /// What raising a fault did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Raised {
@@ -232,17 +259,10 @@ impl Health {
     }
 
     /// Raises a fault (or counts the same one again).
-    pub fn raise(
-        &self,
-        gpu: u32,
-        instance: Option<(u32, Option<u32>)>,
-        cause: Cause,
-        action: Action,
-        what: String,
-    ) -> Raised {
+    pub fn raise(&self, report: Report) -> Raised {
         let mut inner = self.lock();
         let before = inner.generation;
-        let raised = self.raise_locked(&mut inner, gpu, instance, cause, action, what);
+        let raised = Self::raise_locked(&mut inner, report);
         let generation = inner.generation;
         drop(inner);
         if generation != before {
@@ -252,15 +272,8 @@ impl Health {
     }
 
     /// [`Health::raise`] under the lock; the caller announces.
-    fn raise_locked(
-        &self,
-        inner: &mut Inner,
-        gpu: u32,
-        instance: Option<(u32, Option<u32>)>,
-        cause: Cause,
-        action: Action,
-        what: String,
-    ) -> Raised {
+    fn raise_locked(inner: &mut Inner, report: Report) -> Raised {
+        let Report { gpu, instance, cause, action, what } = report;
         let (gpu_instance, compute_instance) = match instance {
             Some((gi, ci)) => (Some(gi), ci),
             None => (None, None),
@@ -313,18 +326,10 @@ impl Health {
 
     /// [`Health::raise`] with the processes it hit already known (a dead MPS server's
     /// clients, as the check before saw them): named before anyone reads the fault.
-    pub fn raise_with_clients(
-        &self,
-        gpu: u32,
-        instance: Option<(u32, Option<u32>)>,
-        cause: Cause,
-        action: Action,
-        what: String,
-        pids: Vec<u32>,
-    ) -> Raised {
+    pub fn raise_with_clients(&self, report: Report, pids: Vec<u32>) -> Raised {
         let starts: Vec<_> = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
         let mut inner = self.lock();
-        let raised = self.raise_locked(&mut inner, gpu, instance, cause, action, what);
+        let raised = Self::raise_locked(&mut inner, report);
         if let Raised::New(id) = raised
             && let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id)
         {

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::xid::{self, Reach};
-use super::{Action, Cause, Health, Raised};
+use super::{Action, Cause, Health, Raised, Report};
 use crate::gpu::{ErrorCode, GpuBackend, GpuEvent, GpuEventKind, HealthReading};
 
 /// The longest one wait on the driver's events lasts: how long a GPU reset (which frees
@@ -212,18 +212,12 @@ impl Watch {
                 return;
             }
         };
-        self.raise(gpu, instance, cause, action, what);
+        self.raise(Report::on_gpu(gpu, cause, action, what).within(instance));
     }
 
-    fn raise(
-        &self,
-        gpu: u32,
-        instance: Option<(u32, Option<u32>)>,
-        cause: Cause,
-        action: Action,
-        what: String,
-    ) {
-        if self.health.raise(gpu, instance, cause, action, what.clone()) == Raised::Full {
+    fn raise(&self, report: Report) {
+        let (gpu, what) = (report.gpu, report.what.clone());
+        if self.health.raise(report) == Raised::Full {
             tracing::warn!(
                 gpu,
                 "{what} on GPU {gpu}: counted, not kept (the GPU has too many faults listed)"
@@ -237,13 +231,12 @@ impl Watch {
             Some(Action::None) => {
                 self.health.clear_level(gpu, Cause::RecoveryAction(0));
             }
-            Some(action) => self.raise(
+            Some(action) => self.raise(Report::on_gpu(
                 gpu,
-                None,
                 Cause::RecoveryAction(value),
                 action,
                 format!("the driver's recovery action {value}"),
-            ),
+            )),
             None => {
                 self.health.informational();
                 tracing::info!(
@@ -274,20 +267,15 @@ impl Watch {
 
     fn reading(&self, gpu: u32, r: &HealthReading) {
         let level = |on: Option<bool>, cause: Cause, action: Action, what: &str| match on {
-            Some(true) => self.raise(gpu, None, cause, action, what.to_string()),
+            Some(true) => self.raise(Report::on_gpu(gpu, cause, action, what)),
             Some(false) => {
                 self.health.clear_level(gpu, cause);
             }
             None => {}
         };
         if r.lost {
-            self.raise(
-                gpu,
-                None,
-                Cause::Lost,
-                Action::RebootNode,
-                "the GPU is lost (fallen off the bus)".into(),
-            );
+            let what = "the GPU is lost (fallen off the bus)";
+            self.raise(Report::on_gpu(gpu, Cause::Lost, Action::RebootNode, what));
             return;
         }
         if !self.health.clear_level(gpu, Cause::Lost).is_empty()

@@ -75,12 +75,7 @@ async fn run_job(
 /// The result line of a finished job, or its failure.
 pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
     if !outcome.ok {
-        let message =
-            outcome.error.clone().unwrap_or_else(|| format!("applying {} failed", outcome.profile));
-        return Err(match &outcome.error_name {
-            Some(name) => CtlError::new(name.clone(), message),
-            None => CtlError::ctl(Kind::Failed, message),
-        });
+        return Err(outcome_error(outcome, || format!("applying {} failed", outcome.profile)));
     }
     if !outcome.changed {
         return Ok(format!("{} is already applied: nothing changed", outcome.profile));
@@ -98,6 +93,15 @@ pub fn render_outcome(outcome: &JobOutcome) -> Result<String, CtlError> {
         plural(outcome.steps_done as usize, "step"),
         outcome.duration_seconds
     ))
+}
+
+/// The error of a job that failed: its own name and message, or `fallback` without one.
+pub fn outcome_error(outcome: &JobOutcome, fallback: impl FnOnce() -> String) -> CtlError {
+    let message = outcome.error.clone().unwrap_or_else(fallback);
+    match &outcome.error_name {
+        Some(name) => CtlError::new(name.clone(), message),
+        None => CtlError::ctl(Kind::Failed, message),
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use gpushare_proto::types::JobOutcome;
 use super::ExitStatus;
 use crate::bus::Client;
 use crate::cli::GpuCommand;
-use crate::error::{CtlError, Kind};
+use crate::error::CtlError;
 use crate::job::start_and_follow;
 use crate::output::{Output, parse_document, plural};
 
@@ -48,12 +48,7 @@ pub async fn run(
 /// The result line of a finished reset, or its failure.
 fn render(gpu: u32, outcome: &JobOutcome) -> Result<String, CtlError> {
     if !outcome.ok {
-        let message =
-            outcome.error.clone().unwrap_or_else(|| format!("resetting GPU {gpu} failed"));
-        return Err(match &outcome.error_name {
-            Some(name) => CtlError::new(name.clone(), message),
-            None => CtlError::ctl(Kind::Failed, message),
-        });
+        return Err(super::apply::outcome_error(outcome, || format!("resetting GPU {gpu} failed")));
     }
     // The reset is one step; the re-apply's steps follow it.
     let applied = outcome.steps_done.saturating_sub(1) as usize;

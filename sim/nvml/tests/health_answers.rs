@@ -8,13 +8,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    common::workspace()
 }
 
 /// The recordings, if any.
@@ -43,31 +42,7 @@ fn recordings() -> Vec<(PathBuf, Value)> {
 
 /// What the recorder answers on the simulated library; None when python3 is missing.
 fn simulated(spec: &str) -> Option<Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let script = workspace().join("tests/device/health_answers.py");
-    let mut cmd = Command::new("python3");
-    cmd.arg(&script);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("GPUSHARE_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("NVML_LIB", common::library())
-        .env("GPUSHARE_SIM_NODE", spec)
-        .env("GPUSHARE_SIM_STATE", dir.path().join("node.json"));
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => panic!("python3 {}: {e}", script.display()),
-    };
-    assert!(
-        out.status.success(),
-        "{}: {}\n{}",
-        script.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).expect("the recorder prints JSON"))
+    common::run_recorder("health_answers.py", spec)
 }
 
 /// Timings, which differ from run to run.

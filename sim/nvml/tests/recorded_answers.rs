@@ -12,7 +12,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -62,32 +61,8 @@ fn model_of(path: &Path, recorded: &BTreeMap<String, Value>) -> &'static str {
 
 /// What the recorder answers on the simulated library (None: python3 is missing).
 fn simulated(model: &str) -> Option<BTreeMap<String, Value>> {
-    let dir = tempfile::tempdir().unwrap();
-    let script = workspace().join("tests/device/nvml_answers.py");
-    let mut cmd = Command::new("python3");
-    cmd.arg(&script);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        if k.starts_with("GPUSHARE_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("NVML_LIB", common::library())
-        .env("GPUSHARE_SIM_NODE", format!("{model}:1"))
-        .env("GPUSHARE_SIM_STATE", dir.path().join("node.json"));
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => panic!("python3 {}: {e}", script.display()),
-    };
-    assert!(
-        out.status.success(),
-        "{} on the simulator: {}\n{}",
-        script.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).expect("the recorder prints JSON"))
+    let answers = common::run_recorder("nvml_answers.py", &format!("{model}:1"))?;
+    Some(serde_json::from_value(answers).expect("the recorder prints an object"))
 }
 
 /// Where the simulator's answers differ from the recording's, one line each

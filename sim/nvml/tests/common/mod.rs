@@ -1,6 +1,7 @@
 //! What the integration tests share.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// `libgpushare_sim_nvml.so` as cargo built it for these tests: the newer of target/debug's
 /// copy and deps/'s (`cargo test` alone updates only the one in deps/).
@@ -14,4 +15,41 @@ pub fn library() -> PathBuf {
         .max()
         .map(|(_, p)| p)
         .expect("cargo builds the cdylib before the integration tests")
+}
+
+/// The repository's root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// What a recorder script of `tests/device` (which prints one JSON document) answers on the
+/// simulated library with the node `spec`, none of the caller's own knobs set; `None` when
+/// python3 is missing.
+#[allow(dead_code)] // each test file uses what it needs
+pub fn run_recorder(script: &str, spec: &str) -> Option<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let script = workspace().join("tests/device").join(script);
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("GPUSHARE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("NVML_LIB", library())
+        .env("GPUSHARE_SIM_NODE", spec)
+        .env("GPUSHARE_SIM_STATE", dir.path().join("node.json"));
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("python3 {}: {e}", script.display()),
+    };
+    assert!(
+        out.status.success(),
+        "{} on the simulator: {}\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("the recorder prints JSON"))
 }
