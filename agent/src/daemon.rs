@@ -546,9 +546,17 @@ async fn watch_health(
         ));
         return None;
     }
-    let gpus = match engine.observe().await {
-        Ok(node) => node.gpus.iter().map(|g| g.index).collect(),
+    // The GPUs alone, from the driver (no MPS control daemon or nvidia-smi asked).
+    let observer = Arc::clone(&backend);
+    let observed = tokio::task::spawn_blocking(move || observer.observe()).await;
+    let gpus = match observed {
+        Ok(Ok(gpus)) => gpus.iter().map(|g| g.index).collect(),
+        Ok(Err(e)) => {
+            tracing::warn!("the GPUs' health is watched without a first observation: {e}");
+            Vec::new()
+        }
         Err(e) => {
+            let e = crate::sys::task_failed(&e);
             tracing::warn!("the GPUs' health is watched without a first observation: {e}");
             Vec::new()
         }

@@ -354,7 +354,7 @@ mod tests {
             usage_line_of(&["--json", "stauts"]),
             "unrecognized subcommand 'stauts'; a similar subcommand exists: 'status'; see 'gpushare-ctl --help'"
         );
-        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, env, cdi, clients, top, probe, bench, cancel";
+        let verbs = "apply, plan, assert, status, export, profiles, validate, mps, mig, gpu, env, cdi, clients, top, probe, bench, cancel";
         for args in [&[][..], &["--json"], &["--address", "session"]] {
             assert_eq!(
                 usage_line_of(args),

@@ -573,6 +573,7 @@ mod tests {
                 b.build(&(vec!["true"], bench)).unwrap()
             }
             "uut" => b.build(&(1u32, 2u32, 3u64)).unwrap(),
+            "u" => b.build(&(1u32,)).unwrap(),
             other => panic!("no sample of {other}"),
         }
     }
