@@ -576,11 +576,13 @@ pub enum ClientField {
     ShareMemoryBytes,
     /// Command line.
     Command,
+    /// The fault of its GPU or MIG instance, if any (issue 42).
+    Unhealthy,
 }
 
 impl ClientField {
     /// Every field, in the order the help lists them.
-    pub const ALL: [ClientField; 14] = [
+    pub const ALL: [ClientField; 15] = [
         ClientField::Pid,
         ClientField::User,
         ClientField::Uid,
@@ -595,6 +597,7 @@ impl ClientField {
         ClientField::ShareThreads,
         ClientField::ShareMemoryBytes,
         ClientField::Command,
+        ClientField::Unhealthy,
     ];
 
     /// Its name on the command line and in the CSV header.
@@ -614,6 +617,7 @@ impl ClientField {
             ClientField::ShareThreads => "share_threads",
             ClientField::ShareMemoryBytes => "share_memory_bytes",
             ClientField::Command => "command",
+            ClientField::Unhealthy => "unhealthy",
         }
     }
 }
@@ -1302,7 +1306,7 @@ mod tests {
         let e = parse(&["clients", "--query", "pid,gpu_util"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ValueValidation);
         assert!(
-            e.to_string().contains("unknown field `gpu_util`; the fields are pid, user, uid, unit, container, gpu, gpu_uuid, instance, via, mps_server, memory_bytes, share_threads, share_memory_bytes, command"),
+            e.to_string().contains("unknown field `gpu_util`; the fields are pid, user, uid, unit, container, gpu, gpu_uuid, instance, via, mps_server, memory_bytes, share_threads, share_memory_bytes, command, unhealthy"),
             "{e}"
         );
         for bad in [

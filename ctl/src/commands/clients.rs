@@ -306,6 +306,7 @@ pub fn field(c: &GpuClient, f: ClientField) -> String {
         ClientField::ShareThreads => opt(c.share.as_ref().map(|s| s.active_thread_percentage)),
         ClientField::ShareMemoryBytes => opt(c.share.as_ref().and_then(|s| s.pinned_memory_bytes)),
         ClientField::Command => opt(c.command.as_deref()),
+        ClientField::Unhealthy => opt(c.unhealthy.as_deref()),
     }
 }
 
@@ -650,6 +651,7 @@ mod tests {
             }),
             command: Some("sleep 600".into()),
             memory_bytes: Some(1),
+            unhealthy: Some("Xid 94 (Contained memory error): restart the application".into()),
             ..client(9, "mps")
         };
         let values: Vec<String> = ClientField::ALL.iter().map(|f| field(&c, *f)).collect();
@@ -669,7 +671,8 @@ mod tests {
                 "1",
                 "10",
                 "1073741824",
-                "sleep 600"
+                "sleep 600",
+                "Xid 94 (Contained memory error): restart the application"
             ]
         );
     }
