@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --forma
 # $work/agent.toml, hands off, with the watcher on (true) or off (false).
 health_config() {
   write_hands_off_config
-  printf '[health]\nenabled = %s\npoll_seconds = 1\n' "$1" >>"$work/agent.toml"
+  printf '[health]\nenabled = %s\npoll_seconds = 1\n[cdi]\nenabled = false\n' "$1" >>"$work/agent.toml"
 }
 
 # CPU seconds of the agent's thread named $1 ("" for the whole process).

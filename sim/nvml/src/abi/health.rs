@@ -214,8 +214,9 @@ fn field(h: &GpuHealth, remaps: bool, id: c_uint) -> Result<(c_uint, u64), Code>
         FI_ECC_SBE_AGG => ull(h.ecc.corrected_aggregate),
         FI_ECC_DBE_AGG => ull(h.ecc.uncorrected_aggregate),
         FI_REMAPPED_COR..=FI_REMAPPED_FAILURE if !remaps => Err(ret::NOT_SUPPORTED),
-        FI_REMAPPED_COR => uint(r.correctable),
-        FI_REMAPPED_UNC => uint(r.uncorrectable),
+        // As an H100 answered them (tests/device/results/health-h100-2026-12-07).
+        FI_REMAPPED_COR => ull(u64::from(r.correctable)),
+        FI_REMAPPED_UNC => ull(u64::from(r.uncorrectable)),
         FI_REMAPPED_PENDING => uint(u32::from(r.pending)),
         FI_REMAPPED_FAILURE => uint(u32::from(r.failure)),
         _ => Err(ret::NOT_SUPPORTED),
