@@ -172,6 +172,11 @@ impl Engine {
     /// answer in time (never taken for "no client").
     async fn clients_now(&self) -> Result<Vec<GpuClient>, String> {
         let node = self.observe().await.map_err(|e| e.to_string())?;
+        self.clients_in(node).await
+    }
+
+    /// The clients of an observation of the node, as [`Engine::clients_now`] reads them.
+    async fn clients_in(&self, node: NodeState) -> Result<Vec<GpuClient>, String> {
         let read = tokio::task::spawn_blocking(move || {
             let mounts = crate::sys::mounts::Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;
@@ -239,7 +244,7 @@ impl Engine {
                 f.describe()
             )));
         }
-        let clients = self.clients_now().await.map_err(|why| {
+        let clients = self.clients_in(node.clone()).await.map_err(|why| {
             EngineError::NotPossible(format!(
                 "cannot tell who uses GPU {gpu} ({why}); nothing was reset"
             ))
@@ -434,13 +439,6 @@ pub struct GpuResetJob {
     /// The MPS servers on the GPU, stopped first.
     servers: Vec<String>,
     guard: Option<super::JobGuard>,
-}
-
-impl GpuResetJob {
-    /// The GPU.
-    pub fn gpu(&self) -> u32 {
-        self.gpu
-    }
 }
 
 /// The GPU and GPU instance a step builds on (`None` for a new instance or the whole

@@ -409,11 +409,6 @@ impl Health {
         self.lock().faults.iter().find(|f| f.covers(gpu, gpu_instance)).cloned()
     }
 
-    /// Whether `gpu` has a fault on the whole GPU.
-    pub fn gpu_faulted(&self, gpu: u32) -> Option<Fault> {
-        self.lock().faults.iter().find(|f| f.gpu == gpu && f.gpu_instance.is_none()).cloned()
-    }
-
     /// Faults raised per class since the agent started, and the informational events.
     pub fn totals(&self) -> (BTreeMap<&'static str, u64>, u64) {
         let inner = self.lock();

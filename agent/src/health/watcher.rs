@@ -79,16 +79,17 @@ struct Watch {
 
 impl Watch {
     fn run(mut self, mut events: bool) {
-        let mut last_poll = Some(Instant::now());
+        // The first poll ran in `spawn`.
+        let mut last_poll = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             if events {
                 events = self.wait_once(WAIT_SLICE);
             } else {
                 self.sleep(WAIT_SLICE);
             }
-            if last_poll.is_none_or(|t| t.elapsed() >= self.settings.poll) {
+            if last_poll.elapsed() >= self.settings.poll {
                 self.poll();
-                last_poll = Some(Instant::now());
+                last_poll = Instant::now();
             }
         }
     }

@@ -16,7 +16,7 @@ use nvml_wrapper_sys::bindings as sys;
 use nvml_wrapper_sys::bindings::{nvmlEventData_t, nvmlEventSet_t};
 
 use super::errors::{raw_error, wrapper_error};
-use super::event_set::SetHandle;
+use super::event_set::{EventState, SetHandle};
 use super::raw::device_handle;
 use super::session::{NvmlBackend, Session};
 use crate::gpu::{ErrorCode, GpuError, GpuEvent, GpuEventKind, HealthReading};
@@ -57,21 +57,14 @@ impl NvmlBackend {
             if state.suspended {
                 return Ok(Waited::Suspended);
             }
-            if state.set.is_none() {
-                let (set, unwatched, indexes) = s.register_events()?;
-                state.set = Some(set);
-                state.unwatched = unwatched;
-                state.indexes = indexes;
-            }
+            s.register_into(&mut state)?;
             let set = state.set.as_ref().map_or(std::ptr::null_mut(), |s| s.0);
             match s.wait(set, timeout, &state.indexes) {
                 // A registered GPU fell off the bus (nvml.h lets the wait say so): the set
                 // is made again without it at the next call, after a slice's pause.
                 Err(e) if e.code == ErrorCode::GpuLost => {
                     tracing::warn!("waiting on the driver's events: {e}: registering again");
-                    if let Some(set) = state.set.take() {
-                        s.free_event_set(set);
-                    }
+                    s.drop_set(&mut state);
                     Ok(Waited::Suspended)
                 }
                 waited => waited,
@@ -99,9 +92,7 @@ impl NvmlBackend {
         let freed = self.with_session(WATCH, None, |s| {
             let mut state = self.events.lock();
             state.suspended = true;
-            if let Some(set) = state.set.take() {
-                s.free_event_set(set);
-            }
+            s.drop_set(&mut state);
             Ok(())
         });
         if freed.is_err() {
@@ -116,9 +107,7 @@ impl NvmlBackend {
     /// watched again).
     pub(super) fn register_again(&self) {
         let _ = self.with_session(WATCH, None, |s| {
-            if let Some(set) = self.events.lock().set.take() {
-                s.free_event_set(set);
-            }
+            s.drop_set(&mut self.events.lock());
             Ok(())
         });
     }
@@ -129,13 +118,7 @@ impl NvmlBackend {
         let registered = self.with_session(WATCH, None, |s| {
             let mut state = self.events.lock();
             state.suspended = false;
-            if state.set.is_none() {
-                let (set, unwatched, indexes) = s.register_events()?;
-                state.set = Some(set);
-                state.unwatched = unwatched;
-                state.indexes = indexes;
-            }
-            Ok(())
+            s.register_into(&mut state)
         });
         if let Err(e) = registered {
             // The watcher's next wait registers, or says why not.
@@ -154,12 +137,13 @@ impl NvmlBackend {
 }
 
 impl Session<'_> {
-    /// A new event set, registered on every GPU for what it supports of [`WANTED`]; the
-    /// GPUs left out, with why. NotSupported when no GPU could be registered.
-    #[allow(clippy::type_complexity)] // three plain lists, each said below
-    fn register_events(
-        &self,
-    ) -> Result<(SetHandle, Vec<(u32, String)>, Vec<(usize, u32)>), GpuError> {
+    /// Makes `state`'s event set when it has none: registered on every GPU for what it
+    /// supports of [`WANTED`], with the GPUs left out (and why) and the registered handles'
+    /// indexes. NotSupported when no GPU could be registered.
+    fn register_into(&self, state: &mut EventState) -> Result<(), GpuError> {
+        if state.set.is_some() {
+            return Ok(());
+        }
         let lib = self.nvml.lib();
         let err = |function: &str, ret| raw_error(WATCH, None, function, ret);
         let create = nvml_sym(lib.nvmlEventSetCreate.as_ref())
@@ -190,7 +174,17 @@ impl Session<'_> {
             return Err(GpuError::new(WATCH, None, ErrorCode::NotSupported)
                 .with_detail(format!("no GPU delivers events: {why}")));
         }
-        Ok((set, unwatched, indexes))
+        state.set = Some(set);
+        state.unwatched = unwatched;
+        state.indexes = indexes;
+        Ok(())
+    }
+
+    /// Frees `state`'s event set, if any.
+    fn drop_set(&self, state: &mut EventState) {
+        if let Some(set) = state.set.take() {
+            self.free_event_set(set);
+        }
     }
 
     /// Registers `set` on `gpu` for what it supports of [`WANTED`], returning the device

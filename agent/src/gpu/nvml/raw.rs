@@ -1,6 +1,7 @@
 //! The NVML calls nvml-wrapper lacks (GPU and compute instances, possible placements,
 //! the MIG mode setter), called through the symbols nvml-wrapper loaded. Every `unsafe`
-//! call into NVML is here, each with its `SAFETY` reasoning.
+//! call into NVML is here, each with its `SAFETY` reasoning, but the health watcher's event
+//! set and remapped rows, which [`super::events`] calls the same way.
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CStr;
