@@ -429,13 +429,18 @@ fn a_killed_mps_server_names_its_clients_and_restarts_on_a_healthy_gpu() {
     let (gpu0, gpu1) = (node.server_on(0), node.server_on(1));
     let client = Sleeper::start(None, &[]);
     announce(&gpu1.pipe_directory, client.pid());
-    // The health check (every second here) learns whom each server serves; the driver
-    // lists a dead server's clients no more.
+    // The health check (every second here) learns whom each server serves, asking its
+    // control daemon (`ps`); the driver lists a dead server's clients no more. Two asks
+    // after the client came: the first one's answer is kept by the time of the second.
+    let asks = |node: &Node| {
+        let line = format!("pipe={} cmd=ps", gpu1.pipe_directory);
+        node.agent.sim_record().lines().filter(|l| l.ends_with(&line)).count()
+    };
+    let before = asks(&node);
     wait_for(SHOWS, EVERY, || {
-        let clients = node.server_on(1).clients;
-        if clients.contains(&client.pid()) { Ok(()) } else { Err(format!("{clients:?}")) }
+        let now = asks(&node);
+        if now >= before + 2 { Ok(()) } else { Err(format!("{now} asks of ps, {before} before")) }
     });
-    std::thread::sleep(Duration::from_millis(2500));
     let _ = kill(Pid::from_raw(gpu1.pid.unwrap() as i32), Signal::SIGKILL);
     let fault = node.wait_fault(1, "mps-server-died");
     assert_eq!(fault.action, "restart-application");
