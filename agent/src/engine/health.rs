@@ -191,14 +191,19 @@ impl Engine {
     }
 
     /// MPS servers the health check found down (`(device, GPU, the clients the check before
-    /// saw)`): each a fault on its GPU or MIG instance, asking for its clients to be
-    /// restarted; the journal line names them.
+    /// saw)`): each one that had clients is a fault on its GPU or MIG instance, asking for
+    /// them to be restarted; the journal line names them.
     pub(super) async fn servers_died(&self, down: &[(String, u32, Vec<u32>)]) {
         if down.is_empty() {
             return;
         }
         let node = self.observe().await.ok();
         for (uuid, gpu, clients) in down {
+            // No client died with it: the health check restarts it (or holds it down) and
+            // says so; the GPU is no less healthy for it.
+            if clients.is_empty() {
+                continue;
+            }
             let instance = node.as_ref().and_then(|n| {
                 n.gpu(*gpu)?.instances.iter().find_map(|i| {
                     let ci = i.compute_instances.iter().find(|c| &c.uuid == uuid)?;
