@@ -74,6 +74,17 @@ impl Node {
         })
     }
 
+    /// Waits for a fault of `class` on `gpu` whose clients the agent has read.
+    fn wait_named(&self, gpu: usize, class: &str) -> HealthFault {
+        wait_for(SHOWS, EVERY, || {
+            let fault = self.wait_fault(gpu, class);
+            match fault.clients {
+                Some(_) => Ok(fault),
+                None => Err(format!("the clients of {fault:?} are not read yet")),
+            }
+        })
+    }
+
     /// Waits until `gpu` has no fault.
     fn wait_healthy(&self, gpu: usize) -> Status {
         wait_for(SHOWS, EVERY, || {
@@ -329,7 +340,9 @@ fn an_application_xid_on_a_whole_gpu_clears_when_its_clients_end() {
     node.fault(&["xid", "1", "13"]);
     let fault = node.wait_fault(1, "xid");
     assert_eq!((fault.xid, fault.action.as_str()), (Some(13), "restart-application"));
-    assert_eq!(fault.clients, [client.pid()]);
+    // Named once read (null until then, never "none").
+    let fault = node.wait_named(1, "xid");
+    assert_eq!(fault.clients, Some(vec![client.pid()]));
     node.wait_log(&["Xid 13", &format!("pid {}", client.pid())]);
     let why = refusal(&node.agent.ctl(&["apply", "all-balanced"]));
     assert!(why.contains("GPU 1"), "{why}");

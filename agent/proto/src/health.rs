@@ -29,6 +29,8 @@ pub struct HealthFault {
     /// In words: `Xid 79 (GPU has fallen off the bus): reboot the node`.
     pub detail: String,
     /// The compute processes that were on the GPU or instance when it happened (what the
-    /// clean check of an application fault waits for).
-    pub clients: Vec<u32>,
+    /// clean check of an application fault waits for); `null` while the agent has not read
+    /// them yet (for a moment after the fault shows, or while `/proc` or an MPS control
+    /// daemon does not answer), never `[]` for "not known".
+    pub clients: Option<Vec<u32>>,
 }

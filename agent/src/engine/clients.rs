@@ -421,6 +421,20 @@ fn driver_names_clients(node: &NodeState, server: &MpsServerState) -> bool {
     server.placement_start.is_none() && node.gpu(server.gpu).is_some_and(|g| g.mps_clients_named)
 }
 
+/// The first running MPS server of `node` whose clients neither its control daemon listed
+/// (it did not answer) nor the driver names, as a line: a table made from `node` could miss
+/// its clients, which must never pass for "no client" (a fault's clean check, a reset).
+pub(super) fn unread_clients(node: &NodeState) -> Option<String> {
+    let server = node
+        .mps
+        .iter()
+        .find(|s| s.pid.is_some() && !s.clients_read && !driver_names_clients(node, s))?;
+    Some(format!(
+        "the MPS control daemon of {} (GPU {}) did not list its clients",
+        server.uuid, server.gpu
+    ))
+}
+
 /// An MPS server as a client refresh sees it: what tells that its clients went with a
 /// fault (the supervisor restarted it, or its control daemon is down).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -536,6 +550,34 @@ mod tests {
 
     fn carol() -> u32 {
         alice().wrapping_add(2)
+    }
+
+    /// Issue 42: a running server whose daemon did not list its clients, on a MIG instance
+    /// or on a GPU whose driver does not name MPS clients, makes the clients unknown; the
+    /// driver's list of a whole GPU, a stopped server, or a daemon that answered do not.
+    #[test]
+    fn clients_a_daemon_did_not_list_are_unknown_unless_the_driver_names_them() {
+        let unread =
+            |uuid, gpu| MpsServerState { clients_read: false, ..server(uuid, gpu, 50, Vec::new()) };
+        let mut node = NodeState {
+            gpus: vec![gpu(0, Vec::new(), Vec::new()), gpu(1, vec![instance(1, "MIG-a")], vec![])],
+            mps: vec![server("GPU-0", 0, 50, vec![40]), server("MIG-a", 1, 50, vec![])],
+            ..NodeState::default()
+        };
+        assert_eq!(unread_clients(&node), None);
+        node.mps[1] = unread("MIG-a", 1);
+        let why = unread_clients(&node).expect("unknown");
+        assert!(why.contains("MIG-a") && why.contains("GPU 1"), "{why}");
+        node.mps[1].pid = None;
+        assert_eq!(unread_clients(&node), None, "a stopped server serves no one");
+        node.mps[0] = unread("GPU-0", 0);
+        assert!(unread_clients(&node).is_some_and(|w| w.contains("GPU-0")));
+        node.gpus[0].mps_clients_named = true;
+        assert_eq!(unread_clients(&node), None, "the driver names a whole GPU's clients");
+        // The driver's list does not cover a MIG instance's server.
+        node.gpus[1].mps_clients_named = true;
+        node.mps[1].pid = Some(901);
+        assert!(unread_clients(&node).is_some_and(|w| w.contains("MIG-a")));
     }
 
     fn as_alice() -> Viewer {

@@ -175,8 +175,12 @@ impl Engine {
         self.clients_in(node).await
     }
 
-    /// The clients of an observation of the node, as [`Engine::clients_now`] reads them.
+    /// The clients of an observation of the node, as [`Engine::clients_now`] reads them;
+    /// why not where an MPS server's clients are not known (its daemon did not answer).
     async fn clients_in(&self, node: NodeState) -> Result<Vec<GpuClient>, String> {
+        if let Some(why) = super::clients::unread_clients(&node) {
+            return Err(why);
+        }
         let read = tokio::task::spawn_blocking(move || {
             let mounts = crate::sys::mounts::Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;

@@ -169,7 +169,7 @@ impl Fault {
             compute_instance_id: self.compute_instance,
             since_unix_seconds: self.since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             detail: format!("{}: {}", self.what, self.action.describe()),
-            clients: self.clients.clone().unwrap_or_default(),
+            clients: self.clients.clone(),
         }
     }
 }

@@ -1027,7 +1027,7 @@ mod tests {
             compute_instance_id: gpu_instance.map(|_| 0),
             since_unix_seconds: 1_700_000_000,
             detail: format!("{class}: reset the GPU"),
-            clients: vec![4242],
+            clients: Some(vec![4242]),
         }
     }
 

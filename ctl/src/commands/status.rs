@@ -691,7 +691,7 @@ GPU  MODEL           MIG                    COMPUTE MODE       SHARING          
             compute_instance_id: gi.map(|_| 0),
             since_unix_seconds: 1_700_000_000,
             detail: detail.into(),
-            clients: vec![4242],
+            clients: Some(vec![4242]),
         }
     }
 

@@ -306,7 +306,7 @@ mod tests {
             compute_instance_id: None,
             since_unix_seconds: 1_700_000_000,
             detail: detail.into(),
-            clients: Vec::new(),
+            clients: Some(Vec::new()),
         };
         let mut status = sample_status();
         let healthy = ClientTable {
