@@ -272,6 +272,9 @@ fn a_fatal_xid_takes_a_whole_gpu_out_until_it_is_reset() {
     assert!(!node.agent.status().gpus[1].health.is_empty());
 
     client.end();
+    // `plan` (and `apply --dry-run`) says what an apply would: refused for the fault.
+    let planned = refusal(&node.agent.ctl(&["plan", "all-balanced"]));
+    assert!(planned.contains("GPU 1") && planned.contains("Xid 48"), "{planned}");
     let out = node.agent.ctl(&["gpu", "reset", "1"]);
     assert!(out.status.success(), "{}", text(&out));
     let status = node.wait_healthy(1);

@@ -14,6 +14,7 @@ use gpushare_proto::types::{
 use super::core::{self, ProfileRef};
 use super::error::EngineError;
 use super::gate::BOOT_JOB;
+use super::health::Scope;
 use super::jobs::BenchClaim;
 use super::{Engine, clients, mig_profiles, report};
 use crate::apply::Reads;
@@ -511,11 +512,14 @@ impl Engine {
         Ok(Validation { name: profile.name, plan: plan.report() })
     }
 
-    /// Plans a profile against a fresh observation.
+    /// Plans a profile against a fresh observation; refused where an apply of it would be
+    /// refused before its first step (a fault on a GPU it would build on, the host).
     pub async fn plan(&self, profile: ProfileRef<'_>) -> Result<Plan, EngineError> {
         let profile = self.core.resolve_request(profile).await?;
         let node = self.core.node.observe_shared(Reads::FOR_PLANNING, self.epoch()).await?;
-        let (plan, node, _) = self.core.plan_request(node, profile, self.core.policy).await?;
+        let (plan, node, _) = (self.core.plan_request(node, profile, self.core.policy).await)
+            .map_err(|e| self.lost_first(e))?;
+        let plan = self.unhealthy_scope(plan, &node, Scope::Whole)?;
         self.core.check_host(&plan, &node).await?;
         self.transactions.views().expressible(&plan, &node).map_err(EngineError::NotPossible)?;
         Ok(plan)
