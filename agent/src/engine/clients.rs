@@ -421,18 +421,34 @@ fn driver_names_clients(node: &NodeState, server: &MpsServerState) -> bool {
     server.placement_start.is_none() && node.gpu(server.gpu).is_some_and(|g| g.mps_clients_named)
 }
 
-/// The first running MPS server of `node` whose clients neither its control daemon listed
-/// (it did not answer) nor the driver names, as a line: a table made from `node` could miss
-/// its clients, which must never pass for "no client" (a fault's clean check, a reset).
-pub(super) fn unread_clients(node: &NodeState) -> Option<String> {
-    let server = node
-        .mps
+/// A running MPS server whose clients are not known: neither its control daemon listed
+/// them (it did not answer) nor does the driver name them (see [`unread_clients`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unread {
+    pub gpu: u32,
+    /// The GPU instance it serves; `None`: the whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// In words, naming the server.
+    pub why: String,
+}
+
+/// The running MPS servers of `node` whose clients are not known: a table made from
+/// `node` could miss their clients, which must never pass for "no client" (a fault's
+/// clean check, a reset).
+pub(super) fn unread_clients(node: &NodeState) -> Vec<Unread> {
+    let placed = |s: &MpsServerState| {
+        let start = s.placement_start?;
+        node.gpu(s.gpu)?.instances.iter().find(|i| i.placement_start == start).map(|i| i.id)
+    };
+    node.mps
         .iter()
-        .find(|s| s.pid.is_some() && !s.clients_read && !driver_names_clients(node, s))?;
-    Some(format!(
-        "the MPS control daemon of {} (GPU {}) did not list its clients",
-        server.uuid, server.gpu
-    ))
+        .filter(|s| s.pid.is_some() && !s.clients_read && !driver_names_clients(node, s))
+        .map(|s| Unread {
+            gpu: s.gpu,
+            gpu_instance: placed(s),
+            why: format!("the MPS control daemon of {} did not list its clients", s.uuid),
+        })
+        .collect()
 }
 
 /// An MPS server as a client refresh sees it: what tells that its clients went with a
@@ -553,31 +569,35 @@ mod tests {
     }
 
     /// Issue 42: a running server whose daemon did not list its clients, on a MIG instance
-    /// or on a GPU whose driver does not name MPS clients, makes the clients unknown; the
-    /// driver's list of a whole GPU, a stopped server, or a daemon that answered do not.
+    /// or on a GPU whose driver does not name MPS clients, makes its clients unknown (with
+    /// the instance it serves); the driver's list of a whole GPU, a stopped server, or a
+    /// daemon that answered do not.
     #[test]
     fn clients_a_daemon_did_not_list_are_unknown_unless_the_driver_names_them() {
         let unread =
             |uuid, gpu| MpsServerState { clients_read: false, ..server(uuid, gpu, 50, Vec::new()) };
         let mut node = NodeState {
-            gpus: vec![gpu(0, Vec::new(), Vec::new()), gpu(1, vec![instance(1, "MIG-a")], vec![])],
+            gpus: vec![gpu(0, Vec::new(), Vec::new()), gpu(1, vec![instance(3, "MIG-a")], vec![])],
             mps: vec![server("GPU-0", 0, 50, vec![40]), server("MIG-a", 1, 50, vec![])],
             ..NodeState::default()
         };
-        assert_eq!(unread_clients(&node), None);
-        node.mps[1] = unread("MIG-a", 1);
-        let why = unread_clients(&node).expect("unknown");
-        assert!(why.contains("MIG-a") && why.contains("GPU 1"), "{why}");
+        node.mps[1].placement_start = Some(3);
+        assert_eq!(unread_clients(&node), []);
+        node.mps[1] = MpsServerState { placement_start: Some(3), ..unread("MIG-a", 1) };
+        let [one] = unread_clients(&node).try_into().expect("one unknown");
+        assert_eq!((one.gpu, one.gpu_instance), (1, Some(3)));
+        assert!(one.why.contains("MIG-a"), "{one:?}");
         node.mps[1].pid = None;
-        assert_eq!(unread_clients(&node), None, "a stopped server serves no one");
+        assert_eq!(unread_clients(&node), [], "a stopped server serves no one");
         node.mps[0] = unread("GPU-0", 0);
-        assert!(unread_clients(&node).is_some_and(|w| w.contains("GPU-0")));
+        let [one] = unread_clients(&node).try_into().expect("one unknown");
+        assert_eq!((one.gpu, one.gpu_instance), (0, None));
         node.gpus[0].mps_clients_named = true;
-        assert_eq!(unread_clients(&node), None, "the driver names a whole GPU's clients");
+        assert_eq!(unread_clients(&node), [], "the driver names a whole GPU's clients");
         // The driver's list does not cover a MIG instance's server.
         node.gpus[1].mps_clients_named = true;
         node.mps[1].pid = Some(901);
-        assert!(unread_clients(&node).is_some_and(|w| w.contains("MIG-a")));
+        assert_eq!(unread_clients(&node).len(), 1);
     }
 
     fn as_alice() -> Viewer {

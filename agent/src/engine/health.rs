@@ -13,7 +13,7 @@ use gpushare_proto::clients::GpuClient;
 use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::clients::Viewer;
+use super::clients::{Unread, Viewer};
 use super::{Engine, EngineError, EngineEvent, JobKind, JobReport, JobResult, ProfileRef};
 use crate::apply::Progress;
 use crate::health::{Action, Cause, Fault, Health, Report};
@@ -107,46 +107,41 @@ impl Engine {
     pub async fn follow_health(self: Arc<Self>, views: bool) {
         let mut changes = self.health().subscribe();
         let mut journaled: Vec<u64> = Vec::new();
+        // Faults whose naming waits, warned of once.
+        let mut waiting: Vec<u64> = Vec::new();
         let mut rendered = self.health().generation();
         loop {
             let faults = self.health().faults();
             journaled.retain(|id| faults.iter().any(|f| f.id == *id));
+            waiting.retain(|id| faults.iter().any(|f| f.id == *id));
             let new: Vec<Fault> =
                 faults.into_iter().filter(|f| !journaled.contains(&f.id)).collect();
             let mut unnamed = false;
             if !new.is_empty() {
-                let clients = match self.clients_now().await {
-                    Ok(clients) => clients,
-                    Err(why) => {
-                        // Named at a later round: a fault named with no client would pass
-                        // the clean check at once.
-                        tracing::warn!("the clients of a faulted GPU are not named yet: {why}");
-                        unnamed = true;
-                        Vec::new()
+                let read = self.clients_now().await;
+                for fault in &new {
+                    match naming(fault, &read) {
+                        Naming::Later(why) => {
+                            // A fault named with no client would pass the clean check at
+                            // once: named at a later round.
+                            if !waiting.contains(&fault.id) {
+                                tracing::warn!(
+                                    "the clients of {} are not named yet: {why}",
+                                    fault.place()
+                                );
+                                waiting.push(fault.id);
+                            }
+                            unnamed = true;
+                        }
+                        Naming::Now { on, unknown } => {
+                            journal_line(fault, &on, unknown.as_deref());
+                            if fault.clients.is_none() && unknown.is_none() {
+                                let pids = on.iter().map(|c| c.pid).collect();
+                                self.health().name_clients(fault.id, pids);
+                            }
+                            journaled.push(fault.id);
+                        }
                     }
-                };
-                for fault in new.iter().filter(|f| !unnamed || f.clients.is_some()) {
-                    let on: Vec<GpuClient> = match &fault.clients {
-                        // Named when raised (a dead MPS server's): as far as they still run.
-                        Some(pids) => pids
-                            .iter()
-                            .map(|&pid| known_or_bare(&clients, pid, fault.gpu))
-                            .collect(),
-                        None => clients
-                            .iter()
-                            .filter(|c| {
-                                c.gpu == fault.gpu
-                                    && (fault.gpu_instance.is_none()
-                                        || c.gpu_instance_id == fault.gpu_instance)
-                            })
-                            .cloned()
-                            .collect(),
-                    };
-                    journal_line(fault, &on);
-                    if fault.clients.is_none() {
-                        self.health().name_clients(fault.id, on.iter().map(|c| c.pid).collect());
-                    }
-                    journaled.push(fault.id);
                 }
             }
             let generation = self.health().generation();
@@ -168,19 +163,17 @@ impl Engine {
     }
 
     /// Every client of the node's GPUs as root sees them (users, units), for the journal
-    /// and the reset's check; why not, when the node cannot be observed or `/proc` does not
-    /// answer in time (never taken for "no client").
-    async fn clients_now(&self) -> Result<Vec<GpuClient>, String> {
+    /// and the reset's check, with the MPS servers whose clients are not known; why not,
+    /// when the node cannot be observed or `/proc` does not answer in time (never taken
+    /// for "no client").
+    async fn clients_now(&self) -> ClientRead {
         let node = self.observe().await.map_err(|e| e.to_string())?;
         self.clients_in(node).await
     }
 
-    /// The clients of an observation of the node, as [`Engine::clients_now`] reads them;
-    /// why not where an MPS server's clients are not known (its daemon did not answer).
-    async fn clients_in(&self, node: NodeState) -> Result<Vec<GpuClient>, String> {
-        if let Some(why) = super::clients::unread_clients(&node) {
-            return Err(why);
-        }
+    /// The clients of an observation of the node, as [`Engine::clients_now`] reads them.
+    async fn clients_in(&self, node: NodeState) -> ClientRead {
+        let unread = super::clients::unread_clients(&node);
         let read = tokio::task::spawn_blocking(move || {
             let mounts = crate::sys::mounts::Mounts::read();
             let user_name = &crate::sys::unix::cached_user_name;
@@ -188,7 +181,7 @@ impl Engine {
             super::clients::table(&node, proc_root, &Viewer::Root, &mounts, user_name)
         });
         match tokio::time::timeout(CLIENTS_DEADLINE, read).await {
-            Ok(Ok(table)) => Ok(table.clients),
+            Ok(Ok(table)) => Ok((table.clients, unread)),
             Ok(Err(e)) => Err(crate::sys::task_failed(&e)),
             Err(_) => Err("/proc did not answer in time".to_string()),
         }
@@ -253,11 +246,15 @@ impl Engine {
                 f.describe()
             )));
         }
-        let clients = self.clients_in(node.clone()).await.map_err(|why| {
+        let unknown = |why: String| {
             EngineError::NotPossible(format!(
                 "cannot tell who uses GPU {gpu} ({why}); nothing was reset"
             ))
-        })?;
+        };
+        let (clients, unread) = self.clients_in(node.clone()).await.map_err(unknown)?;
+        if let Some(server) = unread.into_iter().find(|u| u.gpu == gpu) {
+            return Err(unknown(server.why));
+        }
         let users: Vec<String> = clients
             .iter()
             .filter(|c| c.gpu == gpu)
@@ -381,6 +378,54 @@ impl Engine {
     }
 }
 
+/// The clients of an observation (with the MPS servers whose clients are not known), or
+/// why they could not be read at all.
+type ClientRead = Result<(Vec<GpuClient>, Vec<Unread>), String>;
+
+/// What a new fault's journal line can say of its clients.
+#[derive(Debug, PartialEq)]
+enum Naming {
+    /// Not yet (why): a fault the clean check ends, whose clients are not all known.
+    Later(String),
+    /// The clients on it, and why others may be missing (`unknown`): its line is written
+    /// now. It is named (for the clean check, in `status`) only where none is unknown.
+    Now { on: Vec<GpuClient>, unknown: Option<String> },
+}
+
+/// What `fault`'s line can say of its clients from `read`: the clients named when it was
+/// raised (a dead MPS server's, as far as they still run), else those on its GPU or
+/// instance. Where some are not known, a fault that asks only for the application's
+/// restart waits (its clean check needs them all); any other fault is told now, saying so.
+fn naming(fault: &Fault, read: &ClientRead) -> Naming {
+    let (clients, unknown) = match read {
+        Ok((clients, unread)) => {
+            let unknown = unread.iter().find(|u| fault.covers(u.gpu, u.gpu_instance));
+            (clients.as_slice(), unknown.map(|u| u.why.clone()))
+        }
+        Err(why) => (&[][..], Some(why.clone())),
+    };
+    let on: Vec<GpuClient> = match &fault.clients {
+        Some(pids) => {
+            return Naming::Now {
+                on: pids.iter().map(|&pid| known_or_bare(clients, pid, fault.gpu)).collect(),
+                unknown: None,
+            };
+        }
+        None => clients
+            .iter()
+            .filter(|c| {
+                c.gpu == fault.gpu
+                    && (fault.gpu_instance.is_none() || c.gpu_instance_id == fault.gpu_instance)
+            })
+            .cloned()
+            .collect(),
+    };
+    match unknown {
+        Some(why) if fault.action == Action::RestartApplication => Naming::Later(why),
+        unknown => Naming::Now { on, unknown },
+    }
+}
+
 /// The client of `pid` as the table has it, else what `/proc` says of it (its user).
 fn known_or_bare(clients: &[GpuClient], pid: u32, gpu: u32) -> GpuClient {
     if let Some(known) = clients.iter().find(|c| c.pid == pid) {
@@ -496,7 +541,7 @@ fn step_words(step: &Step) -> String {
 
 /// The fault's journal line: structured fields (GPU, instance, Xid, class, action, the
 /// clients with their users and units) and one message.
-fn journal_line(fault: &Fault, clients: &[GpuClient]) {
+fn journal_line(fault: &Fault, clients: &[GpuClient], unknown: Option<&str>) {
     let named: Vec<String> = clients
         .iter()
         .map(|c| {
@@ -516,6 +561,13 @@ fn journal_line(fault: &Fault, clients: &[GpuClient]) {
     if more > 0 {
         clients_text.push_str(&format!(" and {more} more"));
     }
+    if let Some(why) = unknown {
+        clients_text = if named.is_empty() {
+            format!("not known ({why})")
+        } else {
+            format!("{clients_text}, and others not known ({why})")
+        };
+    }
     let xid = match fault.cause {
         Cause::Xid(x) => Some(x),
         _ => None,
@@ -531,4 +583,68 @@ fn journal_line(fault: &Fault, clients: &[GpuClient]) {
         "{}; clients on it: {clients_text}",
         fault.describe()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fault raised in a fresh registry: `action` on GPU 1, or on its instance `gi`.
+    fn fault(action: Action, gi: Option<u32>) -> Fault {
+        let health = Health::default();
+        let report =
+            Report::on_gpu(1, Cause::Xid(31), action, "Xid 31").within(gi.map(|g| (g, Some(0))));
+        health.raise(report);
+        health.faults().remove(0)
+    }
+
+    fn client(pid: u32, gpu: u32, gi: Option<u32>) -> GpuClient {
+        GpuClient { gpu_instance_id: gi, ..known_or_bare(&[], pid, gpu) }
+    }
+
+    fn unread(gpu: u32, gi: Option<u32>) -> Unread {
+        Unread { gpu, gpu_instance: gi, why: format!("daemon of GPU {gpu} {gi:?} silent") }
+    }
+
+    fn pids(naming: &Naming) -> Vec<u32> {
+        match naming {
+            Naming::Now { on, .. } => on.iter().map(|c| c.pid).collect(),
+            Naming::Later(why) => panic!("waits: {why}"),
+        }
+    }
+
+    /// Issue 42 (CI): a fault's clients are its GPU's or instance's; where an MPS server
+    /// there did not list its clients, an application fault waits (its clean check would
+    /// pass on "nobody") and any other is told now, saying so; a server elsewhere, or
+    /// clients named when raised, do not hold it up; a table not read at all holds up
+    /// only application faults.
+    #[test]
+    fn a_fault_is_named_only_from_clients_that_are_all_known() {
+        let clients = vec![client(10, 1, Some(3)), client(11, 1, Some(4)), client(12, 0, None)];
+        let read: ClientRead = Ok((clients.clone(), vec![unread(0, None)]));
+        let app = fault(Action::RestartApplication, Some(3));
+        assert_eq!(pids(&naming(&app, &read)), [10]);
+        let whole = fault(Action::ResetGpu, None);
+        assert_eq!(pids(&naming(&whole, &read)), [10, 11]);
+        assert!(matches!(naming(&whole, &read), Naming::Now { unknown: None, .. }));
+
+        // A silent daemon on the instance: the application fault waits, the other is told.
+        let read: ClientRead = Ok((clients.clone(), vec![unread(1, Some(3))]));
+        assert!(matches!(naming(&app, &read), Naming::Later(why) if why.contains("silent")));
+        let Naming::Now { on, unknown } = naming(&whole, &read) else { panic!() };
+        assert_eq!((on.len(), unknown.is_some()), (2, true));
+        // On the other instance, it does not hold the application fault up.
+        let other = fault(Action::RestartApplication, Some(4));
+        assert!(matches!(naming(&other, &read), Naming::Now { unknown: None, .. }));
+
+        // Clients named when raised (a dead server's) are told whatever the read.
+        let mut named = app.clone();
+        named.clients = Some(vec![10, 99]);
+        let failed: ClientRead = Err("/proc did not answer in time".into());
+        assert_eq!(pids(&naming(&named, &failed)), [10, 99]);
+        assert!(matches!(naming(&app, &failed), Naming::Later(_)));
+        assert!(
+            matches!(naming(&whole, &failed), Naming::Now { ref on, unknown: Some(_) } if on.is_empty())
+        );
+    }
 }
