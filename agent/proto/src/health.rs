@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The most faults one GPU's status lists (the newest kept); a flood of Xids on a broken
-/// GPU never grows an answer without bound.
+/// The most faults one GPU's status lists (the agent keeps the first; later ones are
+/// counted in the metrics, not kept); a flood of Xids on a broken GPU never grows an
+/// answer without bound.
 pub const FAULTS_PER_GPU_MAX: usize = 32;
 
 /// One fault on a GPU or on one of its MIG instances.

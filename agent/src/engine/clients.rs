@@ -421,6 +421,72 @@ fn driver_names_clients(node: &NodeState, server: &MpsServerState) -> bool {
     server.placement_start.is_none() && node.gpu(server.gpu).is_some_and(|g| g.mps_clients_named)
 }
 
+/// Why [`table_within`] gave no table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Unanswered {
+    /// An earlier read, past its deadline, has not ended: none is started behind it.
+    Stalled,
+    /// The read failed, or took longer than its deadline (said in words).
+    Failed(String),
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unanswered::Stalled => f.write_str("an earlier read in /proc has not ended"),
+            Unanswered::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The client table of `node` as `viewer` may see it ([`table`]), read in `/proc` off
+/// the async threads within `deadline`. A read of another process's memory waits on that
+/// process's memory lock, and whatever else in /proc might wait: one stalled past its
+/// deadline goes on in the background, and until every stalled one has ended no caller
+/// (`status`, the health journal, a reset's check) starts another, so they never pile up.
+pub(super) async fn table_within(
+    node: NodeState,
+    viewer: Viewer,
+    deadline: std::time::Duration,
+) -> Result<ClientTable, Unanswered> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
+    static STALLED: AtomicUsize = AtomicUsize::new(0);
+    const RUNNING: u8 = 0;
+    const DONE: u8 = 1;
+    const LATE: u8 = 2;
+    if STALLED.load(SeqCst) > 0 {
+        return Err(Unanswered::Stalled);
+    }
+    // RUNNING, then DONE if the read ends first, LATE if the deadline passes first; a LATE
+    // read counts in STALLED until it ends.
+    let state = Arc::new(AtomicU8::new(RUNNING));
+    let read_state = Arc::clone(&state);
+    let read = tokio::task::spawn_blocking(move || {
+        let mounts = Mounts::read();
+        let user_name = &crate::sys::unix::cached_user_name;
+        let table = table(&node, Path::new("/proc"), &viewer, &mounts, user_name);
+        if read_state.swap(DONE, SeqCst) == LATE {
+            STALLED.fetch_sub(1, SeqCst);
+        }
+        table
+    });
+    match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(table)) => Ok(table),
+        Ok(Err(e)) => Err(Unanswered::Failed(crate::sys::task_failed(&e))),
+        Err(_) => {
+            // Counted only if it has not ended in between (else nothing is stalled); the
+            // increment comes first so that its end's decrement never underflows.
+            STALLED.fetch_add(1, SeqCst);
+            if state.compare_exchange(RUNNING, LATE, SeqCst, SeqCst).is_err() {
+                STALLED.fetch_sub(1, SeqCst);
+            }
+            let after = deadline.as_millis();
+            Err(Unanswered::Failed(format!("reading them in /proc took over {after} ms")))
+        }
+    }
+}
+
 /// A running MPS server whose clients are not known: neither its control daemon listed
 /// them (it did not answer) nor does the driver name them (see [`unread_clients`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -436,16 +502,15 @@ pub(super) struct Unread {
 /// `node` could miss their clients, which must never pass for "no client" (a fault's
 /// clean check, a reset).
 pub(super) fn unread_clients(node: &NodeState) -> Vec<Unread> {
-    let placed = |s: &MpsServerState| {
-        let start = s.placement_start?;
-        node.gpu(s.gpu)?.instances.iter().find(|i| i.placement_start == start).map(|i| i.id)
-    };
     node.mps
         .iter()
         .filter(|s| s.pid.is_some() && !s.clients_read && !driver_names_clients(node, s))
         .map(|s| Unread {
             gpu: s.gpu,
-            gpu_instance: placed(s),
+            gpu_instance: s
+                .placement_start
+                .and_then(|start| node.gpu(s.gpu)?.instance_at(start))
+                .map(|i| i.id),
             why: format!("the MPS control daemon of {} did not list its clients", s.uuid),
         })
         .collect()
@@ -466,10 +531,10 @@ pub struct ServerHealth {
 /// Marks each client whose GPU or MIG instance has a fault with that fault's detail (the
 /// first that covers it, as [`Health::blocking`] finds it), issue 42.
 pub(super) fn mark_unhealthy(table: &mut ClientTable, health: &Health) {
+    let faults = health.faults();
     for client in &mut table.clients {
-        client.unhealthy = health
-            .blocking(client.gpu, client.gpu_instance_id)
-            .map(|fault| fault.document().detail);
+        let fault = faults.iter().find(|f| f.covers(client.gpu, client.gpu_instance_id));
+        client.unhealthy = fault.map(crate::health::Fault::describe_cause);
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpushare_proto::clients::GpuClient;
-use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
+use gpushare_proto::health::HealthFault;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::clients::{Unread, Viewer};
@@ -32,11 +32,10 @@ impl Engine {
         self.transactions.views().health()
     }
 
-    /// The faults `status` shows for `gpu`, the newest [`FAULTS_PER_GPU_MAX`].
+    /// The faults `status` shows for `gpu` (the registry keeps at most
+    /// [`gpushare_proto::health::FAULTS_PER_GPU_MAX`] a GPU).
     pub(super) fn health_documents(&self, gpu: u32) -> Vec<HealthFault> {
-        let faults = self.health().faults_on(gpu);
-        let skip = faults.len().saturating_sub(FAULTS_PER_GPU_MAX);
-        faults.iter().skip(skip).map(Fault::document).collect()
+        self.health().faults_on(gpu).iter().map(Fault::document).collect()
     }
 
     /// What a fault does to a plan (issue 42): a step that builds (creates an instance,
@@ -110,6 +109,7 @@ impl Engine {
         // Faults whose naming waits, warned of once.
         let mut waiting: Vec<u64> = Vec::new();
         let mut rendered = self.health().generation();
+        let mut announced = None;
         loop {
             let faults = self.health().faults();
             journaled.retain(|id| faults.iter().any(|f| f.id == *id));
@@ -149,7 +149,12 @@ impl Engine {
                 self.refresh_views().await;
                 rendered = generation;
             }
-            self.events.emit(EngineEvent::HealthChanged);
+            // Told once per change (the metrics refresh on it), not at every round a
+            // fault's naming waits.
+            if announced != Some(generation) {
+                self.events.emit(EngineEvent::HealthChanged);
+                announced = Some(generation);
+            }
             if unnamed {
                 // Tried again in a second, or at the next change.
                 let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
@@ -167,23 +172,18 @@ impl Engine {
     /// when the node cannot be observed or `/proc` does not answer in time (never taken
     /// for "no client").
     async fn clients_now(&self) -> ClientRead {
-        let node = self.observe().await.map_err(|e| e.to_string())?;
-        self.clients_in(node).await
+        // The clients read from every control daemon, no intervals (as `clients` reads).
+        let reads = crate::apply::Reads { timeslices: false, mps_clients: true };
+        let observed = self.core.node.observe_shared(reads, self.epoch()).await;
+        self.clients_in(observed.map_err(|e| e.to_string())?).await
     }
 
     /// The clients of an observation of the node, as [`Engine::clients_now`] reads them.
     async fn clients_in(&self, node: NodeState) -> ClientRead {
         let unread = super::clients::unread_clients(&node);
-        let read = tokio::task::spawn_blocking(move || {
-            let mounts = crate::sys::mounts::Mounts::read();
-            let user_name = &crate::sys::unix::cached_user_name;
-            let proc_root = std::path::Path::new("/proc");
-            super::clients::table(&node, proc_root, &Viewer::Root, &mounts, user_name)
-        });
-        match tokio::time::timeout(CLIENTS_DEADLINE, read).await {
-            Ok(Ok(table)) => Ok((table.clients, unread)),
-            Ok(Err(e)) => Err(crate::sys::task_failed(&e)),
-            Err(_) => Err("/proc did not answer in time".to_string()),
+        match super::clients::table_within(node, Viewer::Root, CLIENTS_DEADLINE).await {
+            Ok(table) => Ok((table.clients, unread)),
+            Err(why) => Err(why.to_string()),
         }
     }
 
@@ -194,7 +194,8 @@ impl Engine {
         if down.is_empty() {
             return;
         }
-        let node = self.observe().await.ok();
+        // The instance a server's device is: the GPUs and the records are enough.
+        let node = self.core.node.observe(crate::apply::Reads::GPUS_AND_SERVERS).await.ok();
         for (uuid, gpu, clients) in down {
             // No client died with it: the health check restarts it (or holds it down) and
             // says so; the GPU is no less healthy for it.
@@ -220,8 +221,7 @@ impl Engine {
     pub async fn begin_gpu_reset(&self, gpu: u32, job: &str) -> Result<GpuResetJob, EngineError> {
         self.gate.may_change()?;
         let profile = self.core.journal.snapshot().active_profile;
-        let kind = JobKind::Apply { profile: format!("reset of GPU {gpu}") };
-        let guard = self.gate.lock_for(job, kind).await?;
+        let guard = self.gate.lock_for(job, reset_kind(gpu)).await?;
         let node = self.observe().await?;
         if node.gpu(gpu).is_none() {
             let named = gpu.to_string();
@@ -286,20 +286,20 @@ impl Engine {
             )));
         }
         let servers = node.mps.iter().filter(|s| s.gpu == gpu).map(|s| s.uuid.clone()).collect();
-        Ok(GpuResetJob { gpu, profile, servers, guard: Some(guard) })
+        Ok(GpuResetJob { gpu, profile, servers, guard })
     }
 
     /// Carries out a reset job: the GPU's MPS servers stopped, the GPU reset, its faults
     /// cleared, and the active profile applied again (which builds that GPU's part anew).
     pub async fn run_gpu_reset(
         &self,
-        mut job: GpuResetJob,
+        job: GpuResetJob,
         progress: UnboundedSender<Progress>,
     ) -> JobReport {
         let started = Instant::now();
-        let gpu = job.gpu;
+        let GpuResetJob { gpu, profile, servers, guard } = job;
         let mut report = JobReport {
-            kind: JobKind::Apply { profile: format!("reset of GPU {gpu}") },
+            kind: reset_kind(gpu),
             result: JobResult::Failed,
             changed: false,
             steps_done: 0,
@@ -310,23 +310,33 @@ impl Engine {
             probe: None,
             bench: None,
         };
-        let mps = &self.core.node.sharing.mps;
-        for uuid in &job.servers {
-            let _ = progress.send(Progress::note(format!("stopping the MPS server of {uuid}")));
-            if let Err(e) = mps.stop(uuid) {
-                report.error = Some(EngineError::NotPossible(format!(
-                    "stopping the MPS server of {uuid} before the reset of GPU {gpu}: {e}"
-                )));
-                report.duration = started.elapsed();
-                return report;
+        // The servers stopped and the GPU reset off the async threads (a control run may
+        // take its whole timeout): whether a server was stopped, and how it ended.
+        let (sharing, backend) =
+            (Arc::clone(&self.core.node.sharing), Arc::clone(&self.core.node.backend));
+        let notes = progress.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut stopped = false;
+            for uuid in &servers {
+                let _ = notes.send(Progress::note(format!("stopping the MPS server of {uuid}")));
+                if let Err(e) = sharing.mps.stop(uuid) {
+                    let why = format!(
+                        "stopping the MPS server of {uuid} before the reset of GPU {gpu}: {e}"
+                    );
+                    return (stopped, Err(why));
+                }
+                stopped = true;
             }
-            report.changed = true;
-        }
-        let _ = progress.send(Progress::step(1, 1, format!("reset GPU {gpu}")));
-        let backend = Arc::clone(&self.core.node.backend);
-        let reset = tokio::task::spawn_blocking(move || backend.reset_gpu(gpu)).await;
+            let _ = notes.send(Progress::step(1, 1, format!("reset GPU {gpu}")));
+            (stopped, backend.reset_gpu(gpu).map_err(|e| format!("resetting GPU {gpu}: {e}")))
+        })
+        .await;
+        let (stopped, reset) = done.unwrap_or_else(|e| {
+            (false, Err(format!("resetting GPU {gpu}: {}", crate::sys::task_failed(&e))))
+        });
+        report.changed = stopped;
         match reset {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 report.changed = true;
                 report.steps_done = 1;
                 for fault in self.health().clear_after_reset(gpu) {
@@ -334,20 +344,12 @@ impl Engine {
                 }
                 tracing::info!(gpu, "GPU {gpu} reset");
             }
-            Ok(Err(e)) => {
-                report.error = Some(EngineError::NotPossible(format!("resetting GPU {gpu}: {e}")));
-            }
-            Err(e) => {
-                report.error = Some(EngineError::NotPossible(format!(
-                    "resetting GPU {gpu}: {}",
-                    crate::sys::task_failed(&e)
-                )));
-            }
+            Err(why) => report.error = Some(EngineError::NotPossible(why)),
         }
         if report.error.is_none() {
             report.result = JobResult::Success;
-            match (job.profile.clone(), job.guard.take()) {
-                (Some(profile), Some(guard)) => {
+            match profile {
+                Some(profile) => {
                     let _ = progress
                         .send(Progress::note(format!("applying {profile} to GPU {gpu} again")));
                     match self.reapply_to(gpu, guard, progress).await {
@@ -370,7 +372,7 @@ impl Engine {
                         }
                     }
                 }
-                _ => self.refresh_views().await,
+                None => self.refresh_views().await,
             }
         }
         report.duration = started.elapsed();
@@ -411,14 +413,9 @@ fn naming(fault: &Fault, read: &ClientRead) -> Naming {
                 unknown: None,
             };
         }
-        None => clients
-            .iter()
-            .filter(|c| {
-                c.gpu == fault.gpu
-                    && (fault.gpu_instance.is_none() || c.gpu_instance_id == fault.gpu_instance)
-            })
-            .cloned()
-            .collect(),
+        None => {
+            clients.iter().filter(|c| fault.covers(c.gpu, c.gpu_instance_id)).cloned().collect()
+        }
     };
     match unknown {
         Some(why) if fault.action == Action::RestartApplication => Naming::Later(why),
@@ -492,15 +489,18 @@ pub struct GpuResetJob {
     profile: Option<String>,
     /// The MPS servers on the GPU, stopped first.
     servers: Vec<String>,
-    guard: Option<super::JobGuard>,
+    guard: super::JobGuard,
+}
+
+/// A GPU reset's job, as status and Busy messages name it.
+fn reset_kind(gpu: u32) -> JobKind {
+    JobKind::Apply { profile: format!("reset of GPU {gpu}") }
 }
 
 /// The GPU and GPU instance a step builds on (`None` for a new instance or the whole
 /// GPU); `None` for a step that only takes something down.
 fn builds_on(step: &Step, before: &NodeState) -> Option<(u32, Option<u32>)> {
-    let instance_at = |gpu: u32, start: u8| {
-        before.gpu(gpu)?.instances.iter().find(|i| i.placement_start == start).map(|i| i.id)
-    };
+    let instance_at = |gpu: u32, start: u8| before.gpu(gpu)?.instance_at(start).map(|i| i.id);
     match step {
         Step::DestroyComputeInstance { .. }
         | Step::DestroyGpuInstance { .. }

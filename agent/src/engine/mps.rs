@@ -183,26 +183,25 @@ impl Engine {
                 let benched: Vec<u32> = self.gate.claims.all().iter().map(|c| c.gpu).collect();
                 // A server is not started again where a fault lies, other than its own
                 // death (issue 42).
-                let faults = self.health().faults();
+                let faults: Vec<_> = (self.health().faults().into_iter())
+                    .filter(|f| f.cause != crate::health::Cause::MpsServerDied)
+                    .collect();
                 let backend = Arc::clone(&self.core.node.backend);
                 tokio::task::spawn_blocking(move || {
                     // Observed only when a MIG instance's server is down and a fault lies.
                     let placed = std::sync::OnceLock::new();
-                    let held = |record: &crate::sharing::mps::ServerRecord| {
+                    let unhealthy = |record: &crate::sharing::mps::ServerRecord| {
                         if !faults.iter().any(|f| f.gpu == record.gpu) {
                             return false;
                         }
                         let gi = record.placement_start.and_then(|start| {
                             let gpus = placed.get_or_init(|| backend.observe().ok());
                             let gpu = gpus.as_ref()?.iter().find(|g| g.index == record.gpu)?;
-                            gpu.instances.iter().find(|i| i.placement_start == start).map(|i| i.id)
+                            gpu.instance_at(start).map(|i| i.id)
                         });
-                        faults.iter().any(|f| {
-                            f.cause != crate::health::Cause::MpsServerDied
-                                && f.covers(record.gpu, gi)
-                        })
+                        faults.iter().any(|f| f.covers(record.gpu, gi))
                     };
-                    supervisor.check_holding(&sharing.mps, &benched, &held)
+                    supervisor.check(&sharing.mps, &benched, &unhealthy)
                 })
                 .await
                 .unwrap_or_default()

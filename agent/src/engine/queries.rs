@@ -170,7 +170,7 @@ impl Engine {
     /// among its processes, so no MPS control daemon is asked. Read in `/proc` off the
     /// async threads; nothing to read when no process uses a GPU.
     /// Best-effort: a failure is logged and shows no client, never fails `status`.
-    pub(super) async fn status_clients(
+    async fn status_clients(
         &self,
         node: &crate::node::NodeState,
     ) -> Vec<gpushare_proto::clients::GpuClient> {
@@ -179,59 +179,24 @@ impl Engine {
         if !anyone {
             return Vec::new();
         }
-        // A read of another process's memory (`environ`, `cmdline`) waits on that
-        // process's memory lock. `status` reads neither since issue 36, but the deadline
-        // stays for whatever else in /proc might wait: one stalled past it leaves status
-        // without clients, and later calls do not pile up more reads behind it until every
-        // stalled one has ended.
-        use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
-        static STALLED: AtomicUsize = AtomicUsize::new(0);
-        const RUNNING: u8 = 0;
-        const DONE: u8 = 1;
-        const LATE: u8 = 2;
-        if STALLED.load(SeqCst) > 0 {
-            tracing::debug!("status without clients: an earlier read in /proc has not ended");
-            return Vec::new();
-        }
-        // The shares shown are those the servers give their clients now.
+        // The shares shown are those the servers give their clients now. Every caller
+        // shares one Status: each client as anyone may see it. A stalled read in /proc
+        // leaves status without clients (`status` reads no process's memory since issue
+        // 36, but the deadline stays for whatever else in /proc might wait).
         let node = node.with_live_limits();
-        // RUNNING, then DONE if the read ends first, LATE if the deadline passes first;
-        // a LATE read counts in STALLED until it ends.
-        let state = Arc::new(AtomicU8::new(RUNNING));
-        let read_state = Arc::clone(&state);
-        let read = tokio::task::spawn_blocking(move || {
-            let proc_root = std::path::Path::new("/proc");
-            // Every caller shares one Status: each client as anyone may see it.
-            let (anyone, mounts) = (clients::Viewer::Anyone, crate::sys::mounts::Mounts::read());
-            let user_name = &crate::sys::unix::cached_user_name;
-            let table = clients::table(&node, proc_root, &anyone, &mounts, user_name);
-            if read_state.swap(DONE, SeqCst) == LATE {
-                STALLED.fetch_sub(1, SeqCst);
-            }
-            table
-        });
-        match tokio::time::timeout(STATUS_CLIENTS_DEADLINE, read).await {
-            Ok(Ok(table)) => {
+        match clients::table_within(node, clients::Viewer::Anyone, STATUS_CLIENTS_DEADLINE).await {
+            Ok(table) => {
                 if table.left_out > 0 {
                     tracing::debug!(left_out = table.left_out, "status lists the first clients");
                 }
                 table.clients
             }
-            Ok(Err(e)) => {
-                tracing::warn!("status without clients: {}", crate::sys::task_failed(&e));
+            Err(why @ clients::Unanswered::Stalled) => {
+                tracing::debug!("status without clients: {why}");
                 Vec::new()
             }
-            Err(_) => {
-                // Counted only if it has not ended in between (else nothing is stalled);
-                // the increment comes first so that its end's decrement never underflows.
-                STALLED.fetch_add(1, SeqCst);
-                if state.compare_exchange(RUNNING, LATE, SeqCst, SeqCst).is_err() {
-                    STALLED.fetch_sub(1, SeqCst);
-                }
-                let after = STATUS_CLIENTS_DEADLINE.as_millis();
-                tracing::warn!(
-                    "status without clients: reading them in /proc took over {after} ms"
-                );
+            Err(why) => {
+                tracing::warn!("status without clients: {why}");
                 Vec::new()
             }
         }
@@ -438,8 +403,9 @@ impl Engine {
             }
             Err(e) => exported.notes.push(format!("applying this here fails: {e}")),
         }
-        // What NVIDIA's device plugin and NFD are given, as the GPUs are now (the views
-        // write the same whether kept or not).
+        // What NVIDIA's device plugin and NFD are given, as the GPUs are now: what the kept
+        // views write, but for faults (issue 42): a kept view leaves a faulted GPU or
+        // instance out until it clears, an export describes the layout whole.
         let views = self.transactions.views();
         let (device_plugin, labels) = views.texts(&node);
         let (device_plugin, device_plugin_refused) = match device_plugin {

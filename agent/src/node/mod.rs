@@ -107,7 +107,7 @@ impl NodeState {
         let Some(start) = start else {
             return Some((g.memory_total_bytes, g.label()));
         };
-        let gi = g.instances.iter().find(|gi| gi.placement_start == start)?;
+        let gi = g.instance_at(start)?;
         let profile = g.model?.profile_by_id(gi.profile_id)?;
         let name = format!("{} instance {} at slot {start}", g.label(), profile.name);
         Some((profile.memory_mib << 20, name))
@@ -186,6 +186,11 @@ impl GpuState {
     /// `GPU 2 (A100-SXM4-40GB)`, the way messages name a GPU.
     pub fn label(&self) -> String {
         format!("GPU {} ({})", self.index, self.model_name())
+    }
+
+    /// The GPU instance at placement slot `start`.
+    pub fn instance_at(&self, start: u8) -> Option<&GpuInstance> {
+        self.instances.iter().find(|gi| gi.placement_start == start)
     }
 }
 

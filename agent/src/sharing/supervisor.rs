@@ -49,9 +49,9 @@ pub struct CheckReport {
     pub restarts: Vec<String>,
     /// One line per server whose drifted limits were put back, or could not be.
     pub restores: Vec<String>,
-    /// The servers found down at this check (restarted or not), by the device they serve,
-    /// their GPU and the clients the check before saw on them: those died with them
-    /// (issue 42).
+    /// The servers found down at this check (restarted or not) that had clients when the
+    /// check before reached them, by the device they serve, their GPU and those clients:
+    /// they died with it (issue 42). Listed once, at the check that finds it down.
     pub down: Vec<(String, u32, Vec<u32>)>,
     /// Those left down: their GPU or instance is unhealthy (`held`), one line each.
     pub held: Vec<String>,
@@ -86,40 +86,37 @@ impl MpsSupervisor {
         Self::default()
     }
 
-    /// One health check of every server under `mps` (blocking: it runs the control tool).
-    pub fn check(&self, mps: &MpsController) -> CheckReport {
-        self.check_sparing(mps, &[])
-    }
-
-    /// [`Self::check`], leaving the servers of GPUs `spared` alone (a bench's: neither asked
-    /// nor restarted while it measures).
-    pub fn check_sparing(&self, mps: &MpsController, spared: &[u32]) -> CheckReport {
-        self.check_with(mps, spared, &|_| false, Instant::now)
-    }
-
-    /// [`Self::check_sparing`], restarting a server that is down only when `held` says its
-    /// GPU or instance is healthy (a server is not started again where a fault lies).
-    pub fn check_holding(
+    /// One health check of every server under `mps` (blocking: it runs the control tool),
+    /// leaving the servers of GPUs `spared` alone (a bench's: neither asked nor restarted
+    /// while it measures), and restarting a server that is down only where `unhealthy`
+    /// says its GPU or instance has no fault (a server is not started again there).
+    pub fn check(
         &self,
         mps: &MpsController,
         spared: &[u32],
-        held: &dyn Fn(&ServerRecord) -> bool,
+        unhealthy: &dyn Fn(&ServerRecord) -> bool,
     ) -> CheckReport {
-        self.check_with(mps, spared, held, Instant::now)
+        self.check_with(mps, spared, unhealthy, Instant::now)
     }
 
-    /// [`Self::check_sparing`] with the clock `now`, read once per server (a restart takes
-    /// time).
+    /// [`Self::check`] with the clock `now`, read once per server (a restart takes time).
     fn check_with(
         &self,
         mps: &MpsController,
         spared: &[u32],
-        held: &dyn Fn(&ServerRecord) -> bool,
+        unhealthy: &dyn Fn(&ServerRecord) -> bool,
         now: impl Fn() -> Instant,
     ) -> CheckReport {
         let mut report = CheckReport::default();
         let mut down = Vec::new();
-        for daemon in mps.daemons().into_iter().filter(|d| !spared.contains(&d.record.gpu)) {
+        let daemons = mps.daemons();
+        // What is kept per server goes with the server (an apply removes it, a MIG layout
+        // changes the devices).
+        let known: std::collections::HashSet<String> =
+            daemons.iter().map(|d| d.record.uuid.clone()).collect();
+        self.clients_seen().retain(|uuid, _| known.contains(uuid));
+        self.held_set().retain(|uuid| known.contains(uuid));
+        for daemon in daemons.into_iter().filter(|d| !spared.contains(&d.record.gpu)) {
             let uuid = daemon.record.uuid.clone();
             let detail =
                 MpsServerDetail::configured(daemon.record.spec(), daemon.record.overrides.clone());
@@ -153,11 +150,12 @@ impl MpsSupervisor {
         }
         for daemon in down {
             let (uuid, gpu) = (daemon.record.uuid.clone(), daemon.record.gpu);
-            if !report.down.iter().any(|(u, _, _)| *u == uuid) && !self.is_held(&uuid) {
-                let clients = self.clients_seen().remove(&uuid).unwrap_or_default();
+            // Its clients are taken once: a server that stays down is not reported again.
+            let clients = self.clients_seen().remove(&uuid).filter(|c| !c.is_empty());
+            if let Some(clients) = clients.filter(|_| !self.is_held(&uuid)) {
                 report.down.push((uuid.clone(), gpu, clients));
             }
-            if held(&daemon.record) {
+            if unhealthy(&daemon.record) {
                 if self.hold(&uuid) {
                     let line = format!(
                         "MPS server for {uuid} is down and stays down: its GPU is unhealthy (it restarts once the GPU is healthy)"

@@ -37,26 +37,30 @@ pub async fn run(
     let options = || HashMap::from([(OPTION_FORCE, Value::from(force))]);
     match &source {
         Source::Named(profile) => {
-            run_job(client, out, "Apply", async |a| a.proxy.apply(profile, options()).await).await
+            let start = async |a: &Agent| a.proxy.apply(profile, options()).await;
+            run_job(client, out, "Apply", "apply", start, render_outcome).await
         }
         Source::Document { text, origin, config } => {
-            run_job(client, out, "ApplyDocument", async |a| {
-                a.proxy.apply_document(text, origin, config, options()).await
-            })
-            .await
+            let start =
+                async |a: &Agent| a.proxy.apply_document(text, origin, config, options()).await;
+            run_job(client, out, "ApplyDocument", "apply", start, render_outcome).await
         }
     }
 }
 
-/// Starts an apply job with `start` (the call `method`, `Apply` or `ApplyDocument`),
-/// follows it to the end and prints the outcome.
-async fn run_job(
+/// Starts a job that changes the GPUs with `start` (the call `method`: `Apply`,
+/// `ApplyDocument`, `ResetGpu`; `what` in progress and errors), follows it to the end and
+/// prints the outcome: with `--json` the [`JobOutcome`] (exit 1 when it failed), else its
+/// warnings and the line `render` makes of it.
+pub(super) async fn run_job(
     client: &mut Client,
     out: &Output,
     method: &str,
+    what: &str,
     start: impl AsyncFn(&Agent) -> Result<OwnedObjectPath, AgentError>,
+    render: impl Fn(&JobOutcome) -> Result<String, CtlError>,
 ) -> Result<ExitStatus, CtlError> {
-    let raw = start_and_follow(client, out, method, "apply", start).await?;
+    let raw = start_and_follow(client, out, method, what, start).await?;
 
     if out.json {
         out.print_document(&raw, "JobOutcome")?;
@@ -68,7 +72,7 @@ async fn run_job(
     for warning in &outcome.warnings {
         out.warn(warning);
     }
-    out.print(&render_outcome(&outcome)?);
+    out.print(&render(&outcome)?);
     Ok(0)
 }
 

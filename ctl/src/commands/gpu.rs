@@ -4,19 +4,18 @@
 //! result is one line on stdout:
 //!
 //! ```text
-//! GPU 1 reset; half-balanced applied again: 6 steps in 1.20 s
-//! GPU 1 reset (no active profile to apply again) in 0.31 s
+//! GPU 1 reset; the active profile applied again: 6 steps in 1.20 s
+//! GPU 1 reset in 0.31 s
 //! ```
 //! `--json` prints the job's [`JobOutcome`].
 
 use gpushare_proto::types::JobOutcome;
 
 use super::ExitStatus;
-use crate::bus::Client;
+use crate::bus::{Agent, Client};
 use crate::cli::GpuCommand;
 use crate::error::CtlError;
-use crate::job::start_and_follow;
-use crate::output::{Output, parse_document, plural};
+use crate::output::{Output, plural};
 
 /// Runs a `gpu` sub-verb.
 pub async fn run(
@@ -27,20 +26,9 @@ pub async fn run(
     match command {
         GpuCommand::Reset(args) => {
             let gpu = args.gpu;
-            let raw = start_and_follow(client, out, "ResetGpu", "GPU reset", async |a| {
-                a.proxy.reset_gpu(gpu).await
-            })
-            .await?;
-            let outcome: JobOutcome = parse_document(&raw, "JobOutcome")?;
-            if out.json {
-                out.print_document(&raw, "JobOutcome")?;
-                return Ok(if outcome.ok { 0 } else { 1 });
-            }
-            for warning in &outcome.warnings {
-                out.warn(warning);
-            }
-            out.print(&render(gpu, &outcome)?);
-            Ok(0)
+            let start = async |a: &Agent| a.proxy.reset_gpu(gpu).await;
+            let render = |outcome: &JobOutcome| render(gpu, outcome);
+            super::apply::run_job(client, out, "ResetGpu", "GPU reset", start, render).await
         }
     }
 }
@@ -52,7 +40,7 @@ fn render(gpu: u32, outcome: &JobOutcome) -> Result<String, CtlError> {
     }
     // The reset is one step; the re-apply's steps follow it.
     let applied = outcome.steps_done.saturating_sub(1) as usize;
-    Ok(if outcome.steps_total > 1 || applied > 0 {
+    Ok(if outcome.steps_total > 1 {
         format!(
             "GPU {gpu} reset; the active profile applied again: {} in {:.2} s",
             plural(applied, "step"),
