@@ -17,12 +17,8 @@ use serde::{Deserialize, Serialize};
 pub const EVENT_SBE: u64 = 0x1;
 /// `nvmlEventTypeDoubleBitEccError`.
 pub const EVENT_DBE: u64 = 0x2;
-/// `nvmlEventTypePState`.
-pub const EVENT_PSTATE: u64 = 0x4;
 /// `nvmlEventTypeXidCriticalError`.
 pub const EVENT_XID: u64 = 0x8;
-/// `nvmlEventTypeClock`.
-pub const EVENT_CLOCK: u64 = 0x10;
 /// `nvmlEventTypeGpuUnavailableError`.
 pub const EVENT_GPU_UNAVAILABLE: u64 = 0x4000;
 /// `nvmlEventTypeGpuRecoveryAction`.

@@ -17,7 +17,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::num::NonZeroUsize;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,8 +192,8 @@ impl NodeFile {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(format!(".tmp.{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
+        let mut f = create_temporary(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let result = (|| {
-            let mut f = File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.write_all(b"\n")?;
             std::fs::rename(&tmp, &self.path)?;
@@ -223,6 +223,27 @@ impl NodeFile {
             self.write(&lock, &node)?;
         }
         Ok(out)
+    }
+}
+
+/// Creates the temporary file `tmp` anew (`O_EXCL`: a link planted there is not followed).
+/// One in the way is removed first only when it is a regular file of this user's (left by a
+/// writer of the same pid that died); anything else is an error, left where it is.
+fn create_temporary(tmp: &Path) -> std::io::Result<File> {
+    let create = || OpenOptions::new().write(true).create_new(true).open(tmp);
+    match create() {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(tmp)?;
+            if !meta.file_type().is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
+                return Err(std::io::Error::new(
+                    ErrorKind::AlreadyExists,
+                    "in the way and not a regular file of this user's: remove it",
+                ));
+            }
+            std::fs::remove_file(tmp)?;
+            create()
+        }
+        created => created,
     }
 }
 
@@ -267,5 +288,35 @@ mod tests {
         node.gpus[0].model = "v100".into();
         file.write(&file.lock().unwrap(), &node).unwrap();
         assert!(file.read().unwrap_err().contains("unknown model \"v100\""));
+    }
+
+    /// `<state>.tmp.<pid>`, this process's temporary file.
+    fn temp_of(file: &NodeFile) -> PathBuf {
+        PathBuf::from(format!("{}.tmp.{}", file.path().display(), std::process::id()))
+    }
+
+    #[test]
+    fn a_link_planted_at_the_temporary_path_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = NodeFile::new(dir.path().join("node.json"));
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&target, temp_of(&file)).unwrap();
+        let written = file.write(&file.lock().unwrap(), &a100(1));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
+        let err = written.unwrap_err();
+        assert!(err.starts_with(&temp_of(&file).display().to_string()), "{err}");
+        assert!(file.read_optional().unwrap().is_none(), "nothing written");
+        assert!(temp_of(&file).is_symlink(), "a link not ours is left where it is");
+    }
+
+    #[test]
+    fn a_stale_temporary_file_of_ours_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = NodeFile::new(dir.path().join("node.json"));
+        std::fs::write(temp_of(&file), "left by a crash").unwrap();
+        file.write(&file.lock().unwrap(), &a100(1)).unwrap();
+        assert_eq!(file.read().unwrap(), a100(1));
+        assert!(!temp_of(&file).exists());
     }
 }

@@ -15,35 +15,19 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .and_then(Path::parent)
-        .expect("sim/nvml is two levels down")
-        .to_path_buf()
-}
-
 /// The references: every recording.
 fn references() -> Vec<(PathBuf, BTreeMap<String, Value>)> {
-    let results = workspace().join("tests/device/results");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&results)
-        .unwrap_or_else(|e| panic!("{}: {e}", results.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("nvml-answers-"))
-        })
-        .map(|p| p.join("nvml-answers.json"))
-        .filter(|p| p.is_file())
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no recording under {}/nvml-answers-*/", results.display());
-    paths
+    let references = common::recordings("nvml-answers-", "nvml-answers.json");
+    assert!(
+        !references.is_empty(),
+        "no recording under {}/nvml-answers-*/",
+        common::workspace().join("tests/device/results").display()
+    );
+    references
         .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let answers = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+        .map(|(path, value)| {
+            let answers = serde_json::from_value(value)
+                .unwrap_or_else(|e| panic!("{}: not a JSON object: {e}", path.display()));
             (path, answers)
         })
         .collect()

@@ -5,6 +5,9 @@
 //! order raised; a type neither registered (a recovery action) reaches neither. Skipped
 //! (said on stderr) without python3 and nvidia-ml-py.
 
+// Shared with sim/nvml's integration tests: where cargo built the simulated library.
+#[path = "../../nvml/tests/common/mod.rs"]
+mod common;
 mod smi;
 
 use std::io::{BufRead, BufReader, Lines};
@@ -14,25 +17,10 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use serde_json::Value;
 use smi::Sim;
 
-const FAULT: &str = env!("CARGO_BIN_EXE_gpushare-sim-fault");
 const SPEC: &str = "h100-80gb:2";
 
-/// `libgpushare_sim_nvml.so` as cargo built it for these tests: the newer of the target
-/// directory's copy and deps/'s.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps.parent().unwrap(), deps]
-        .iter()
-        .map(|d| d.join("libgpushare_sim_nvml.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("cargo builds the simulated driver with this package's tests")
-}
-
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/nvidia/pynvml_events.py")
+    common::workspace().join("tests/nvidia/pynvml_events.py")
 }
 
 fn have_pynvml() -> bool {
@@ -56,7 +44,7 @@ impl Waiter {
             }
         }
         let mut child = python
-            .env("PYNVML_LIB", library())
+            .env("PYNVML_LIB", common::library())
             .env("GPUSHARE_SIM_NODE", SPEC)
             .env("GPUSHARE_SIM_STATE", sim.state())
             .stdin(Stdio::null())
@@ -84,9 +72,8 @@ impl Drop for Waiter {
 }
 
 fn fault(sim: &Sim, args: &[&str]) {
-    let out = Command::new(FAULT).args(args).env("GPUSHARE_SIM_STATE", sim.state()).output();
-    let out = out.unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let (status, stderr) = sim.fault(args);
+    assert_eq!(status, 0, "{args:?}: {stderr}");
 }
 
 #[test]

@@ -10,43 +10,15 @@ use smi::Sim;
 
 const FAULT: &str = env!("CARGO_BIN_EXE_gpushare-sim-fault");
 
-/// Runs the fault tool on `sim`'s node: (exit status, stderr).
-fn fault(sim: &Sim, args: &[&str]) -> (i32, String) {
-    let out =
-        Command::new(FAULT).args(args).env("GPUSHARE_SIM_STATE", sim.state()).output().unwrap();
-    assert!(out.stdout.is_empty(), "{args:?} prints nothing on stdout");
-    (out.status.code().unwrap(), String::from_utf8(out.stderr).unwrap())
-}
-
 fn ok(sim: &Sim, args: &[&str]) {
-    assert_eq!(fault(sim, args), (0, String::new()), "{args:?}");
+    assert_eq!(sim.fault(args), (0, String::new()), "{args:?}");
 }
 
-/// The `-q` log as (path of keys joined by `/`, value) for GPU 0's entry.
-fn entries(log: &str) -> Vec<(String, String)> {
-    let mut stack: Vec<(usize, String)> = Vec::new();
-    let mut out = Vec::new();
-    for line in log.lines().filter(|l| !l.trim().is_empty()) {
-        let depth = (line.len() - line.trim_start().len()) / 4;
-        let (key, value) = match line.split_once(" : ") {
-            Some((k, v)) => (k.trim().to_string(), Some(v.trim().to_string())),
-            None => (line.trim().to_string(), None),
-        };
-        stack.retain(|(d, _)| *d < depth);
-        let mut path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
-        path.push(&key);
-        let path = path.join("/");
-        match value {
-            Some(v) => out.push((path, v)),
-            None => stack.push((depth, key)),
-        }
-    }
-    out
-}
-
+/// The value at the end of `path` (keys joined by `/`) in a `-q` log.
 fn value(log: &str, path: &str) -> String {
-    let found = entries(log).into_iter().find(|(p, _)| p.ends_with(path));
-    found.unwrap_or_else(|| panic!("no {path} in\n{log}")).1
+    let found =
+        smi::log_entries(log).into_iter().find_map(|(p, v)| v.filter(|_| p.ends_with(path)));
+    found.unwrap_or_else(|| panic!("no {path} in\n{log}")).trim().to_string()
 }
 
 #[test]
@@ -128,7 +100,7 @@ fn bad_input_is_one_line_exit_2_and_nothing_changed() {
         &["unplug", "0"],
         &[],
     ] {
-        let (status, stderr) = fault(&sim, args);
+        let (status, stderr) = sim.fault(args);
         assert_eq!(status, 2, "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("gpushare-sim-fault: "), "{stderr}");

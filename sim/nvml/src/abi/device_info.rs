@@ -17,7 +17,7 @@ use std::os::raw::{c_char, c_int, c_uint};
 use gpushare_catalog::Architecture;
 
 use super::handles::{self, Device};
-use super::shared::{c_name, out, put_str, whole_gpu};
+use super::shared::{c_name, out, put_str, whole_gpu, whole_gpu_ref};
 use super::types::*;
 use super::{init, read};
 use crate::codes::Code;
@@ -43,11 +43,6 @@ pub struct nvmlMemory_t {
     pub free: u64,
     /// Used bytes (the reserved ones included).
     pub used: u64,
-}
-
-fn gpu_of(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<(u32, &Gpu), Code> {
-    let index = whole_gpu(node, epoch, device)?;
-    Ok((index, rules::gpu(node, index)?))
 }
 
 /// The PCI fields of a GPU.
@@ -239,7 +234,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     read("nvmlDeviceGetIndex", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let index = unsafe { out(index) }?;
-        *index = gpu_of(node, epoch, device)?.0;
+        *index = whole_gpu(node, epoch, device)?;
         Ok(())
     })
 }
@@ -345,7 +340,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(
     length: c_uint,
 ) -> nvmlReturn_t {
     read("nvmlDeviceGetSerial", |node, epoch| {
-        let text = device::serial(gpu_of(node, epoch, device)?.1);
+        let text = device::serial(whole_gpu_ref(node, epoch, device)?);
         // SAFETY: null or `length` writable bytes (nvml.h).
         unsafe { put_str(serial, length, &text) }
     })
@@ -361,7 +356,7 @@ pub unsafe extern "C" fn nvmlDeviceGetBoardId(
     read("nvmlDeviceGetBoardId", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let board = unsafe { out(boardId) }?;
-        *board = device::board_id(gpu_of(node, epoch, device)?.1);
+        *board = device::board_id(whole_gpu_ref(node, epoch, device)?);
         Ok(())
     })
 }
@@ -375,7 +370,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMultiGpuBoard(
     read("nvmlDeviceGetMultiGpuBoard", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let multi = unsafe { out(multiGpuBool) }?;
-        gpu_of(node, epoch, device)?;
+        whole_gpu_ref(node, epoch, device)?;
         *multi = 0;
         Ok(())
     })
@@ -391,7 +386,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(
     read("nvmlDeviceGetNumGpuCores", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let cores = unsafe { out(numCores) }?;
-        let model = gpu_of(node, epoch, device)?.1.model();
+        let model = whole_gpu_ref(node, epoch, device)?.model();
         let per_sm = if model.architecture == Architecture::Ampere { 64 } else { 128 };
         *cores = model.sms * per_sm;
         Ok(())

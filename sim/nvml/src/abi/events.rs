@@ -30,8 +30,8 @@
 use std::os::raw::{c_uint, c_ulonglong};
 use std::time::{Duration, Instant};
 
-use super::handles::{self, Device};
-use super::shared::out;
+use super::handles;
+use super::shared::{out, whole_gpu};
 use super::types::*;
 use super::{Lib, code, guarded, lib, read};
 use crate::codes::Code;
@@ -45,7 +45,7 @@ const KIND_SHIFT: u32 = 56;
 const EPOCH_SHIFT: u32 = 40;
 
 /// One event set of this process.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct EventSet {
     /// What was registered on it, in order.
     registrations: Vec<Registration>,
@@ -129,10 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
         let id = set_id(lib, set)?;
         let epoch = lib.epoch;
         let node = lib.refresh()?;
-        let gpu = match handles::device(node, epoch, device)? {
-            Device::Gpu(i) => i,
-            Device::Mig(..) => return Err(ret::NOT_SUPPORTED),
-        };
+        let gpu = whole_gpu(node, epoch, device)?;
         if eventTypes & !SUPPORTED_EVENTS != 0 {
             return Err(ret::NOT_SUPPORTED);
         }
@@ -155,12 +152,44 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     read("nvmlDeviceGetSupportedEventTypes", |node, epoch| {
         // SAFETY: null or a writable unsigned long long (nvml.h).
         let types = unsafe { out(eventTypes) }?;
-        match handles::device(node, epoch, device)? {
-            Device::Gpu(_) => *types = SUPPORTED_EVENTS,
-            Device::Mig(..) => return Err(ret::NOT_SUPPORTED),
-        }
+        whole_gpu(node, epoch, device)?;
+        *types = SUPPORTED_EVENTS;
         Ok(())
     })
+}
+
+/// One look at the log, under the library's lock: the next event of `set` and its GPU's
+/// handle, or None when there is none yet or the node's generation has not moved since
+/// `looked_at`. The first look of a call makes the checks every call makes; a later one
+/// answers UNINITIALIZED once the library was shut down meanwhile.
+fn next_event(
+    name: &'static str,
+    set: nvmlEventSet_t,
+    first: bool,
+    looked_at: &mut Option<u64>,
+) -> Result<Option<(Event, nvmlDevice_t)>, Code> {
+    let mut lib = lib();
+    if first {
+        lib.enter(name)?;
+    } else if lib.refcount == 0 {
+        return Err(ret::UNINITIALIZED);
+    }
+    let id = set_id(&lib, set)?;
+    let generation = lib.file()?.1.current();
+    if *looked_at == Some(generation) {
+        return Ok(None);
+    }
+    *looked_at = Some(generation);
+    let epoch = lib.epoch;
+    // The set's registrations (a few), so that the node can be read from the same lock.
+    let es = lib.event_sets.get(&id).ok_or(ret::INVALID_ARGUMENT)?.clone();
+    let log = &lib.node_at(generation)?.events;
+    let next = log.after(es.seen).find(|e| es.wants(e)).copied();
+    // None of the events passed over will ever be wanted: later registrations see only
+    // later events.
+    let seen = next.map_or(es.seen.max(log.last_seq), |e| e.seq);
+    lib.event_sets.get_mut(&id).ok_or(ret::INVALID_ARGUMENT)?.seen = seen;
+    Ok(next.map(|e| (e, handles::gpu(epoch, e.gpu))))
 }
 
 /// Waits up to `timeoutms` for the next event of `set`, handing it to `deliver` with the
@@ -173,47 +202,13 @@ fn wait(
 ) -> nvmlReturn_t {
     guarded(|| {
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeoutms));
-        let mut first = true;
         let mut looked_at: Option<u64> = None;
+        let mut first = true;
         loop {
-            {
-                let mut lib = lib();
-                if first {
-                    if let Err(c) = lib.enter(name) {
-                        return c;
-                    }
-                    first = false;
-                } else if lib.refcount == 0 {
-                    return ret::UNINITIALIZED;
-                }
-                let id = match set_id(&lib, set) {
-                    Ok(id) => id,
-                    Err(c) => return c,
-                };
-                let generation = match lib.file() {
-                    Ok((_, g)) => g.current(),
-                    Err(c) => return c,
-                };
-                if looked_at != Some(generation) {
-                    looked_at = Some(generation);
-                    let log = match lib.node_at(generation) {
-                        Ok(node) => node.events.clone(),
-                        Err(c) => return c,
-                    };
-                    let epoch = lib.epoch;
-                    let Some(es) = lib.event_sets.get_mut(&id) else {
-                        return ret::INVALID_ARGUMENT;
-                    };
-                    match log.after(es.seen).find(|e| es.wants(e)) {
-                        Some(e) => {
-                            es.seen = e.seq;
-                            return code(deliver(e, handles::gpu(epoch, e.gpu)));
-                        }
-                        // None of them will ever be wanted: later registrations see only
-                        // later events.
-                        None => es.seen = es.seen.max(log.last_seq),
-                    }
-                }
+            match next_event(name, set, first, &mut looked_at) {
+                Ok(Some((e, device))) => return code(deliver(&e, device)),
+                Ok(None) => first = false,
+                Err(c) => return c,
             }
             let now = Instant::now();
             if now >= deadline {
@@ -224,6 +219,32 @@ fn wait(
     })
 }
 
+/// Waits as [`wait`] does and writes the event into `data` as `fill` makes it; a null
+/// `data` answers INVALID_ARGUMENT after the checks every call makes.
+///
+/// # Safety
+/// `data` is null or valid for writes of a `T` for the call.
+unsafe fn wait_into<T>(
+    name: &'static str,
+    set: nvmlEventSet_t,
+    data: *mut T,
+    timeoutms: c_uint,
+    fill: impl FnOnce(&Event, nvmlDevice_t) -> T,
+) -> nvmlReturn_t {
+    if data.is_null() {
+        return guarded(|| {
+            let mut lib = lib();
+            code(lib.enter(name).and(Err(ret::INVALID_ARGUMENT)))
+        });
+    }
+    wait(name, set, timeoutms, |e, device| {
+        // SAFETY: null or writable (the caller's contract), and not null (checked above).
+        let data = unsafe { out(data) }?;
+        *data = fill(e, device);
+        Ok(())
+    })
+}
+
 /// `nvmlEventSetWait_v2`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetWait_v2(
@@ -231,24 +252,16 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     data: *mut nvmlEventData_t,
     timeoutms: c_uint,
 ) -> nvmlReturn_t {
-    if data.is_null() {
-        return guarded(|| {
-            let mut lib = lib();
-            code(lib.enter("nvmlEventSetWait_v2").and(Err(ret::INVALID_ARGUMENT)))
-        });
-    }
-    wait("nvmlEventSetWait_v2", set, timeoutms, |e, device| {
-        // SAFETY: a writable nvmlEventData_t (nvml.h), not null (checked above).
-        let data = unsafe { out(data) }?;
-        *data = nvmlEventData_t {
+    // SAFETY: null or a writable nvmlEventData_t (nvml.h).
+    unsafe {
+        wait_into("nvmlEventSetWait_v2", set, data, timeoutms, |e, device| nvmlEventData_t {
             device,
             eventType: e.event_type,
             eventData: e.event_data,
             gpuInstanceId: e.gpu_instance,
             computeInstanceId: e.compute_instance,
-        };
-        Ok(())
-    })
+        })
+    }
 }
 
 /// `nvmlEventSetWait` (v1): the event without its instance ids, in NVML 10's layout.
@@ -258,16 +271,12 @@ pub unsafe extern "C" fn nvmlEventSetWait(
     data: *mut nvmlEventData_v1_t,
     timeoutms: c_uint,
 ) -> nvmlReturn_t {
-    if data.is_null() {
-        return guarded(|| {
-            let mut lib = lib();
-            code(lib.enter("nvmlEventSetWait").and(Err(ret::INVALID_ARGUMENT)))
-        });
+    // SAFETY: null or a writable NVML 10 nvmlEventData_t (nvml.h).
+    unsafe {
+        wait_into("nvmlEventSetWait", set, data, timeoutms, |e, device| nvmlEventData_v1_t {
+            device,
+            eventType: e.event_type,
+            eventData: e.event_data,
+        })
     }
-    wait("nvmlEventSetWait", set, timeoutms, |e, device| {
-        // SAFETY: a writable NVML 10 nvmlEventData_t (nvml.h), not null (checked above).
-        let data = unsafe { out(data) }?;
-        *data = nvmlEventData_v1_t { device, eventType: e.event_type, eventData: e.event_data };
-        Ok(())
-    })
 }

@@ -22,7 +22,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_uint};
 
 use super::handles::{self, Device};
-use super::shared::{gi_of, gpu_at, out, put_str, whole_gpu};
+use super::shared::{gi_of, gpu_at, out, put_str, whole_gpu, whole_gpu_ref};
 use super::types::*;
 use super::{init, mutate, read};
 use crate::rules;
@@ -109,7 +109,6 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     read("nvmlDeviceGetHandleByIndex_v2", |node, epoch| {
         // SAFETY: null or a writable handle (nvml.h).
         let device = unsafe { out(device) }?;
-        gpu_at(node, index)?;
         *device = handles::live_gpu(node, epoch, index)?;
         Ok(())
     })
@@ -199,7 +198,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     read("nvmlDeviceGetMinorNumber", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let minor = unsafe { out(minorNumber) }?;
-        *minor = gpu_at(node, whole_gpu(node, epoch, device)?)?.minor_number;
+        *minor = whole_gpu_ref(node, epoch, device)?.minor_number;
         Ok(())
     })
 }
@@ -213,7 +212,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
     read("nvmlDeviceGetPersistenceMode", |node, epoch| {
         // SAFETY: null or a writable nvmlEnableState_t (nvml.h).
         let mode = unsafe { out(mode) }?;
-        let on = gpu_at(node, whole_gpu(node, epoch, device)?)?.persistence_mode;
+        let on = whole_gpu_ref(node, epoch, device)?.persistence_mode;
         *mode = if on { NVML_FEATURE_ENABLED } else { NVML_FEATURE_DISABLED };
         Ok(())
     })
@@ -247,7 +246,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     read("nvmlDeviceGetMigMode", |node, epoch| {
         // SAFETY: null or writable c_uints (nvml.h).
         let (current, pending) = unsafe { (out(currentMode)?, out(pendingMode)?) };
-        let g = gpu_at(node, whole_gpu(node, epoch, device)?)?;
+        let g = whole_gpu_ref(node, epoch, device)?;
         if !g.model().supports_mig() {
             return Err(ret::NOT_SUPPORTED);
         }
@@ -287,7 +286,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeMode(
     read("nvmlDeviceGetComputeMode", |node, epoch| {
         // SAFETY: null or a writable nvmlComputeMode_t (nvml.h).
         let mode = unsafe { out(mode) }?;
-        *mode = gpu_at(node, whole_gpu(node, epoch, device)?)?.compute_mode.nvml_value();
+        *mode = whole_gpu_ref(node, epoch, device)?.compute_mode.nvml_value();
         Ok(())
     })
 }

@@ -46,7 +46,7 @@ use std::os::raw::c_uint;
 
 use super::handles::{self, Device};
 use super::read;
-use super::shared::{out, whole_gpu};
+use super::shared::{out, whole_gpu_ref};
 use super::types::*;
 use crate::codes::Code;
 use crate::node::{FabricManager, Gpu, Node};
@@ -164,7 +164,7 @@ fn fabric_of(
     epoch: u32,
     device: nvmlDevice_t,
 ) -> Result<nvmlGpuFabricInfo_v3_t, Code> {
-    let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
+    let g = whole_gpu_ref(node, epoch, device)?;
     fabric(node, g)
 }
 

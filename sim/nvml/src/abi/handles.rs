@@ -19,6 +19,7 @@ use std::ffi::c_void;
 use crate::codes::Code;
 use crate::codes::ret;
 use crate::node::{ComputeInstance, Gpu, GpuInstance, Node};
+use crate::rules;
 
 const KIND_SHIFT: u32 = 56;
 const EPOCH_SHIFT: u32 = 40;
@@ -98,7 +99,7 @@ impl Device {
 /// The GPU a handle names: INVALID_ARGUMENT when the node has none at that index,
 /// GPU_IS_LOST when it fell off the bus (every call on its handles answers so).
 fn gpu_of(node: &Node, index: u32) -> Result<&Gpu, Code> {
-    let gpu = node.gpus.get(index as usize).ok_or(ret::INVALID_ARGUMENT)?;
+    let gpu = rules::gpu(node, index)?;
     if gpu.health.lost { Err(ret::GPU_IS_LOST) } else { Ok(gpu) }
 }
 

@@ -17,11 +17,11 @@ use std::os::raw::{c_int, c_uint, c_ulonglong};
 
 use super::handles;
 use super::read;
-use super::shared::{gpu_at, out, whole_gpu};
+use super::shared::{gpu_at, out, whole_gpu_ref};
 use super::types::*;
 use crate::codes::Code;
 use crate::health::GpuHealth;
-use crate::node::{Gpu, Node};
+use crate::node::Node;
 
 /// `NVML_FI_DEV_ECC_SBE_VOL_TOTAL` .. `NVML_FI_DEV_ECC_DBE_AGG_TOTAL`.
 const FI_ECC_SBE_VOL: c_uint = 3;
@@ -41,15 +41,10 @@ const LOCATION_DEVICE_MEMORY: c_uint = 2;
 const LOCATION_SRAM: c_uint = 7;
 const LOCATION_DRAM: c_uint = 8;
 
-/// The whole GPU a handle names.
-fn gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<&Gpu, Code> {
-    gpu_at(node, whole_gpu(node, epoch, device)?)
-}
-
 /// The GPU's health where row remapping can be asked: not on a MIG-enabled GPU with
 /// GPU instances.
 fn remapper(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<&GpuHealth, Code> {
-    let g = gpu(node, epoch, device)?;
+    let g = whole_gpu_ref(node, epoch, device)?;
     if !g.remaps_answered() {
         return Err(ret::NOT_SUPPORTED);
     }
@@ -116,7 +111,7 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     read("nvmlDeviceGetEccMode", |node, epoch| {
         // SAFETY: null or writable nvmlEnableState_t (nvml.h).
         let (current, pending) = unsafe { (out(current)?, out(pending)?) };
-        gpu(node, epoch, device)?;
+        whole_gpu_ref(node, epoch, device)?;
         (*current, *pending) = (NVML_FEATURE_ENABLED, NVML_FEATURE_ENABLED);
         Ok(())
     })
@@ -133,7 +128,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     read("nvmlDeviceGetTotalEccErrors", |node, epoch| {
         // SAFETY: null or a writable unsigned long long (nvml.h).
         let count = unsafe { out(eccCounts) }?;
-        *count = ecc_count(&gpu(node, epoch, device)?.health, errorType, counterType)?;
+        *count = ecc_count(&whole_gpu_ref(node, epoch, device)?.health, errorType, counterType)?;
         Ok(())
     })
 }
@@ -151,7 +146,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryErrorCounter(
     read("nvmlDeviceGetMemoryErrorCounter", |node, epoch| {
         // SAFETY: null or a writable unsigned long long (nvml.h).
         let count = unsafe { out(count) }?;
-        let n = ecc_count(&gpu(node, epoch, device)?.health, errorType, counterType)?;
+        let n = ecc_count(&whole_gpu_ref(node, epoch, device)?.health, errorType, counterType)?;
         *count = match locationType {
             LOCATION_DEVICE_MEMORY | LOCATION_DRAM => n,
             LOCATION_SRAM => 0,
@@ -165,7 +160,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryErrorCounter(
 /// The retired-pages calls: NOT_SUPPORTED on a GPU that is there (see the module).
 fn retired_pages(name: &'static str, device: nvmlDevice_t) -> nvmlReturn_t {
     read(name, |node, epoch| {
-        gpu(node, epoch, device)?;
+        whole_gpu_ref(node, epoch, device)?;
         Err(ret::NOT_SUPPORTED)
     })
 }

@@ -12,7 +12,7 @@
 use std::os::raw::{c_char, c_uint};
 
 use super::handles;
-use super::shared::{c_name, gi_of, gpu_at, out, whole_gpu};
+use super::shared::{c_name, gi_of, gpu_at, out, whole_gpu, whole_gpu_ref};
 use super::types::*;
 use super::{mutate, read};
 use crate::codes::Code;
@@ -103,7 +103,7 @@ impl GiFigures {
 }
 
 fn gi_figures(node: &Node, epoch: u32, device: nvmlDevice_t, e: u32) -> Result<GiFigures, Code> {
-    let g = gpu_at(node, whole_gpu(node, epoch, device)?)?;
+    let g = whole_gpu_ref(node, epoch, device)?;
     Ok(GiFigures::of(rules::gi_profile_by_enum(g, e)?))
 }
 
@@ -176,8 +176,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     read("nvmlDeviceGetGpuInstanceRemainingCapacity", |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let count = unsafe { out(count) }?;
-        *count =
-            rules::remaining_capacity(gpu_at(node, whole_gpu(node, epoch, device)?)?, profileId)?;
+        *count = rules::remaining_capacity(whole_gpu_ref(node, epoch, device)?, profileId)?;
         Ok(())
     })
 }

@@ -13,7 +13,7 @@ use std::os::raw::c_uint;
 
 use super::handles;
 use super::instances::GiFigures;
-use super::shared::{out, whole_gpu};
+use super::shared::{out, whole_gpu, whole_gpu_ref};
 use super::types::*;
 use super::{mutate, read};
 use crate::rules;
@@ -67,7 +67,7 @@ fn gi_placements(
     read(name, |node, epoch| {
         // SAFETY: null or a writable c_uint (nvml.h).
         let count = unsafe { out(count) }?;
-        let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
+        let g = whole_gpu_ref(node, epoch, device)?;
         let p = rules::gi_profile_by_id(g, profileId)?;
         if !counts_on_null && placements.is_null() {
             return Err(ret::INVALID_ARGUMENT);
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
         if version != nvmlGpuInstanceProfileInfo_v2 && version != nvmlGpuInstanceProfileInfo_v3 {
             return Err(ret::ARGUMENT_VERSION_MISMATCH);
         }
-        let g = rules::gpu(node, whole_gpu(node, epoch, device)?)?;
+        let g = whole_gpu_ref(node, epoch, device)?;
         let figures = GiFigures::of(rules::gi_profile_by_id(g, profileId)?);
         if version == nvmlGpuInstanceProfileInfo_v2 {
             *v2 = figures.v2(0);

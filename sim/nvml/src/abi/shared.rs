@@ -1,6 +1,6 @@
 //! The helpers every entry-point file of the C ABI shares: out-pointer checks ([`out`]),
 //! string copies into callers' buffers ([`put_str`], [`c_name`]) and handle lookups that
-//! answer NVML codes ([`whole_gpu`], [`gpu_at`], [`gi_of`]). A leaf of `abi`: it uses
+//! answer NVML codes ([`whole_gpu`], [`whole_gpu_ref`], [`gpu_at`], [`gi_of`]). A leaf of `abi`: it uses
 //! nvml.h's types, the handle scheme and the node, and no entry-point file.
 
 use std::os::raw::{c_char, c_uint};
@@ -22,6 +22,11 @@ pub(super) fn whole_gpu(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result
         Device::Gpu(i) => Ok(i),
         Device::Mig(..) => Err(ret::NOT_SUPPORTED),
     }
+}
+
+/// The whole GPU a handle names: [`whole_gpu`]'s answers, then [`gpu_at`]'s.
+pub(super) fn whole_gpu_ref(node: &Node, epoch: u32, device: nvmlDevice_t) -> Result<&Gpu, Code> {
+    gpu_at(node, whole_gpu(node, epoch, device)?)
 }
 
 /// GPU instance `id` of `g`, or INVALID_ARGUMENT.

@@ -22,6 +22,31 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The recordings `tests/device/results/<prefix>*/<file>`, in order of their directory's
+/// name, each as (path, JSON); none when nothing is recorded yet.
+#[allow(dead_code)] // each test file uses what it needs
+pub fn recordings(prefix: &str, file: &str) -> Vec<(PathBuf, serde_json::Value)> {
+    let results = workspace().join("tests/device/results");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&results)
+        .unwrap_or_else(|e| panic!("{}: {e}", results.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
+        .map(|p| p.join(file))
+        .filter(|p| p.is_file())
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+            (path, value)
+        })
+        .collect()
+}
+
 /// What a recorder script of `tests/device` (which prints one JSON document) answers on the
 /// simulated library with the node `spec`, none of the caller's own knobs set; `None` when
 /// python3 is missing.

@@ -76,6 +76,18 @@ impl Sim {
         (String::from_utf8(out.stdout).unwrap(), out.status.code().unwrap())
     }
 
+    /// Runs `gpushare-sim-fault` on this node, which prints nothing on stdout: (exit status,
+    /// stderr).
+    pub fn fault(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpushare-sim-fault"))
+            .args(args)
+            .env("GPUSHARE_SIM_STATE", self.state())
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty(), "{args:?} prints nothing on stdout");
+        (out.status.code().unwrap(), String::from_utf8(out.stderr).unwrap())
+    }
+
     /// Runs the tool, which must succeed: its stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let (out, status) = self.run(args);

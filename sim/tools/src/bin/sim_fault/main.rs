@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use gpushare_sim_nvml::health::{
     EVENT_DBE, EVENT_GPU_UNAVAILABLE, EVENT_RECOVERY_ACTION, EVENT_SBE, EVENT_XID, RecoveryAction,
 };
-use gpushare_sim_nvml::node::{Node, STATE_ENV};
+use gpushare_sim_nvml::node::Node;
 use gpushare_sim_nvml::state_file::NodeFile;
 
 const USAGE: &str = "usage: gpushare-sim-fault xid <gpu>[/<gi>/<ci>] <xid> | lost <gpu> | ecc <gpu> [--sbe N] [--dbe N] | remap <gpu> pending|failure | recovery <gpu> none|gpu-reset|node-reboot|drain-p2p|drain-and-reset | clear <gpu>";
@@ -181,9 +181,9 @@ fn apply(node: &mut Node, fault: &Fault) -> Result<(), String> {
                 if !g.mig_enabled {
                     return Err(format!("{place:?}: GPU {gpu} is not in MIG mode"));
                 }
-                let instance = g.instance(gi);
-                let gi_ids: Vec<String> = g.instances.iter().map(|i| i.id.to_string()).collect();
-                let instance = instance.ok_or_else(|| {
+                let instance = g.instance(gi).ok_or_else(|| {
+                    let gi_ids: Vec<String> =
+                        g.instances.iter().map(|i| i.id.to_string()).collect();
                     format!(
                         "{place:?}: GPU {gpu} has no GPU instance {gi} (its GPU instances: {})",
                         if gi_ids.is_empty() { "none".to_string() } else { gi_ids.join(", ") }
@@ -232,23 +232,15 @@ fn apply(node: &mut Node, fault: &Fault) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs one invocation: the exit status, and the line to print on stderr if any.
-fn run(args: &[String], state: Option<std::path::PathBuf>) -> (u8, Option<String>) {
+/// Runs one invocation on the node in `file` (or the error finding it): the exit status, and
+/// the line to print on stderr if any.
+fn run(args: &[String], file: Result<NodeFile, String>) -> (u8, Option<String>) {
     let fault = match parse(args) {
         Ok(fault) => fault,
         Err(e) => return (EXIT_BAD_INPUT, Some(format!("gpushare-sim-fault: {e}; {USAGE}"))),
     };
-    let Some(state) = state else {
-        let why = format!("{STATE_ENV} is not set: it names the simulated node's file");
-        return (EXIT_NO_NODE, Some(format!("gpushare-sim-fault: {why}")));
-    };
-    let file = NodeFile::new(state);
-    let applied = file.update(|node| {
-        let mut changed = node.clone();
-        apply(&mut changed, &fault)?;
-        *node = changed;
-        Ok::<(), String>(())
-    });
+    // `apply` errs before it changes anything, and `update` writes only a changed node.
+    let applied = file.and_then(|file| file.update(|node| apply(node, &fault)));
     match applied {
         Ok(Ok(())) => (0, None),
         Ok(Err(e)) => (EXIT_BAD_INPUT, Some(format!("gpushare-sim-fault: {e}"))),
@@ -258,8 +250,7 @@ fn run(args: &[String], state: Option<std::path::PathBuf>) -> (u8, Option<String
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let state = NodeFile::from_env().ok().map(|f| f.path().to_path_buf());
-    let (status, line) = run(&args, state);
+    let (status, line) = run(&args, NodeFile::from_env());
     if let Some(line) = line {
         eprintln!("{line}");
     }
