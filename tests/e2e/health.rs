@@ -64,20 +64,26 @@ impl Node {
         assert!(out.status.success(), "apply {profile}: {}", text(&out));
     }
 
+    /// The fault of `class` on `gpu` now, or what the GPU has instead.
+    fn fault_now(&self, gpu: usize, class: &str) -> Result<HealthFault, String> {
+        let status = self.agent.status();
+        status.gpus[gpu]
+            .health
+            .iter()
+            .find(|f| f.class == class)
+            .cloned()
+            .ok_or_else(|| format!("no {class} fault on GPU {gpu}: {:?}", status.gpus[gpu].health))
+    }
+
     /// Waits for a fault of `class` on `gpu`.
     fn wait_fault(&self, gpu: usize, class: &str) -> HealthFault {
-        wait_for(SHOWS, EVERY, || {
-            let status = self.agent.status();
-            status.gpus[gpu].health.iter().find(|f| f.class == class).cloned().ok_or_else(|| {
-                format!("no {class} fault on GPU {gpu}: {:?}", status.gpus[gpu].health)
-            })
-        })
+        wait_for(SHOWS, EVERY, || self.fault_now(gpu, class))
     }
 
     /// Waits for a fault of `class` on `gpu` whose clients the agent has read.
     fn wait_named(&self, gpu: usize, class: &str) -> HealthFault {
         wait_for(SHOWS, EVERY, || {
-            let fault = self.wait_fault(gpu, class);
+            let fault = self.fault_now(gpu, class)?;
             match fault.clients {
                 Some(_) => Ok(fault),
                 None => Err(format!("the clients of {fault:?} are not read yet")),
@@ -161,43 +167,44 @@ fn announce(pipe: &str, pid: u32) {
     assert!(out.status.success(), "--fake-client: {}", text(&out));
 }
 
-/// A pynvml script waiting on the critical events of every GPU of `agent`'s node, started
-/// and registered; [`PynvmlWaiter::first_event`] gives what it saw.
-struct PynvmlWaiter(Child);
+/// NVIDIA's nvidia-ml-py waiting on the critical events of every GPU of `agent`'s node
+/// (`tests/nvidia/pynvml_events.py`), started and registered; [`PynvmlWaiter::first_event`]
+/// gives what it saw. Killed if the test ends first.
+struct PynvmlWaiter(Option<Child>);
 
 impl PynvmlWaiter {
     fn start(spec: &str, agent: &Agent) -> PynvmlWaiter {
-        let script = "import ctypes, json, os, pynvml as nv\n\
-            nv.nvmlLib = ctypes.CDLL(os.environ['PYNVML_LIB'])\n\
-            nv.nvmlInit()\n\
-            es = nv.nvmlEventSetCreate()\n\
-            types = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError\n\
-            for i in range(nv.nvmlDeviceGetCount()):\n    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(i), types, es)\n\
-            print('ready', flush=True)\n\
-            d = nv.nvmlEventSetWait(es, 60000)\n\
-            print(json.dumps({'gpu': nv.nvmlDeviceGetIndex(d.device), 'type': d.eventType, 'data': d.eventData, 'gi': d.gpuInstanceId, 'ci': d.computeInstanceId}), flush=True)\n\
-            nv.nvmlEventSetFree(es)\n\
-            nv.nvmlShutdown()\n";
         let mut child = pynvml_python(spec, &agent.sim_state())
-            .args(["-c", script])
+            .arg(gpushare_tests::repo_root().join("tests/nvidia/pynvml_events.py"))
+            .args(["--count", "1", "--timeout-s", "60"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        if line.trim() != "ready" {
+        let ready: Option<Value> = serde_json::from_str(&line).ok();
+        if ready.as_ref().and_then(|r| r["ready"].as_u64()).is_none_or(|n| n == 0) {
             let out = child.wait_with_output().unwrap();
-            panic!("the pynvml waiter did not register: {}", text(&out));
+            panic!("the pynvml waiter did not register ({line}): {}", text(&out));
         }
-        PynvmlWaiter(child)
+        PynvmlWaiter(Some(child))
     }
 
-    fn first_event(self) -> Value {
-        let out = self.0.wait_with_output().unwrap();
+    fn first_event(mut self) -> Value {
+        let out = self.0.take().expect("waiting").wait_with_output().unwrap();
         assert!(out.status.success(), "pynvml waiter: {}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one event as JSON")
+    }
+}
+
+impl Drop for PynvmlWaiter {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -231,8 +238,8 @@ fn a_fatal_xid_takes_a_whole_gpu_out_until_it_is_reset() {
     assert_eq!((fault.gpu_instance_id, fault.compute_instance_id), (None, None));
     // NVIDIA's own client on the same node saw the same Xid.
     let seen = waiter.first_event();
-    assert_eq!((seen["gpu"].as_u64(), seen["data"].as_u64()), (Some(1), Some(48)), "{seen}");
-    assert_eq!(seen["gi"].as_u64(), Some(0xFFFF_FFFF), "{seen}");
+    assert_eq!((seen["gpu"].as_u64(), seen["eventData"].as_u64()), (Some(1), Some(48)), "{seen}");
+    assert_eq!(seen["gpuInstanceId"].as_u64(), Some(0xFFFF_FFFF), "{seen}");
     // The journal line names the client and its user.
     let pid = client.pid().to_string();
     let line = node.wait_log(&["Xid 48", "reset the GPU", &format!("pid {pid}")]);
@@ -482,7 +489,8 @@ fn a_server_on_an_unhealthy_gpu_stays_down_until_the_gpu_is_healthy() {
     node.wait_fault(1, "row-remap-pending");
     let _ = kill(Pid::from_raw(gpu1.pid.unwrap() as i32), Signal::SIGKILL);
     node.wait_log(&["stays down", "unhealthy"]);
-    assert!(node.server_on(1).pid.is_none() || node.server_on(1).pid == gpu1.pid);
+    let held = node.server_on(1).pid;
+    assert!(held.is_none() || held == gpu1.pid);
     let out = node.agent.ctl(&["gpu", "reset", "1"]);
     assert!(out.status.success(), "{}", text(&out));
     node.wait_healthy(1);
