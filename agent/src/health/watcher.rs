@@ -2,8 +2,8 @@
 //! in slices and, every poll interval, reads what no event carries (a GPU lost, pending
 //! row remaps and page retirements, the recovery-action field) and runs the clean check.
 //! Whatever the driver does, it never spins: a failing wait is logged once per distinct
-//! error and retried after a backoff of 1 s doubling to 30 s; a driver that delivers no
-//! events at all leaves the watcher polling only.
+//! error and retried after a backoff of 1 s doubling to 30 s, the polls going on meanwhile;
+//! a driver that delivers no events at all leaves the watcher polling only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,8 +56,15 @@ pub fn spawn(
 ) -> std::io::Result<Watcher> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let mut watch =
-        Watch { backend, health, settings, stop: flag, backoff: None, last_error: None };
+    let mut watch = Watch {
+        backend,
+        health,
+        settings,
+        stop: flag,
+        backoff: None,
+        retry_at: None,
+        last_error: None,
+    };
     watch.poll();
     let events = watch.wait_once(Duration::ZERO);
     let thread = std::thread::Builder::new()
@@ -73,6 +80,8 @@ struct Watch {
     stop: Arc<AtomicBool>,
     /// The wait after the last failing event wait, while they fail.
     backoff: Option<Duration>,
+    /// When the next event wait may run, while they fail (the polls go on meanwhile).
+    retry_at: Option<Instant>,
     /// The last failing wait's error, logged once.
     last_error: Option<String>,
 }
@@ -82,7 +91,8 @@ impl Watch {
         // The first poll ran in `spawn`.
         let mut last_poll = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
-            if events {
+            let due = self.retry_at.is_none_or(|at| Instant::now() >= at);
+            if events && due {
                 events = self.wait_once(WAIT_SLICE);
             } else {
                 self.sleep(WAIT_SLICE);
@@ -107,9 +117,11 @@ impl Watch {
     }
 
     /// One wait on the events, up to `slice`; false when the driver delivers none at all.
+    /// A failing wait sets when the next may run ([`Watch::retry_at`]); it never sleeps.
     fn wait_once(&mut self, slice: Duration) -> bool {
         match self.backend.wait_event(slice) {
             Ok(event) => {
+                self.retry_at = None;
                 if self.backoff.take().is_some() {
                     tracing::info!("the driver's events are watched again");
                     self.last_error = None;
@@ -132,6 +144,7 @@ impl Watch {
             Err(e) => {
                 let delay = self.backoff.map_or(FIRST_BACKOFF, |d| (d * 2).min(MAX_BACKOFF));
                 self.backoff = Some(delay);
+                self.retry_at = Some(Instant::now() + delay);
                 let text = e.to_string();
                 if self.last_error.as_deref() != Some(&text) {
                     tracing::warn!(
@@ -142,7 +155,6 @@ impl Watch {
                 }
                 self.health
                     .set_events_note(Some(format!("waiting on the driver's events fails: {text}")));
-                self.sleep(delay);
                 true
             }
         }
@@ -306,5 +318,85 @@ impl Watch {
         if let Some(value) = r.recovery_action {
             self.recovery_action(gpu, value);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::catalog::MigProfile;
+    use crate::gpu::{BackendKind, GpuError, MigModeActivation};
+    use crate::node::{ComputeMode, GpuState};
+
+    /// A driver whose every event wait fails; it logs its waits and readings in order.
+    #[derive(Default)]
+    struct FailingWaits {
+        log: Mutex<Vec<&'static str>>,
+    }
+
+    impl FailingWaits {
+        fn log(&self) -> Vec<&'static str> {
+            self.log.lock().unwrap().clone()
+        }
+    }
+
+    fn unused<T>() -> Result<T, GpuError> {
+        Err(GpuError::new("unused", None, ErrorCode::NotSupported))
+    }
+
+    impl GpuBackend for FailingWaits {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Simulated
+        }
+        fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
+            unused()
+        }
+        fn set_mig_mode(&self, _: u32, _: bool) -> Result<MigModeActivation, GpuError> {
+            unused()
+        }
+        fn create_gpu_instance(&self, _: u32, _: &MigProfile, _: u8) -> Result<u32, GpuError> {
+            unused()
+        }
+        fn create_compute_instance(&self, _: u32, _: u32, _: u8) -> Result<u32, GpuError> {
+            unused()
+        }
+        fn destroy_compute_instance(&self, _: u32, _: u32, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn destroy_gpu_instance(&self, _: u32, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn set_compute_mode(&self, _: u32, _: ComputeMode) -> Result<(), GpuError> {
+            unused()
+        }
+        fn reset_gpu(&self, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn wait_event(&self, _: Duration) -> Result<Option<GpuEvent>, GpuError> {
+            self.log.lock().unwrap().push("wait");
+            Err(GpuError::new("wait_event", None, ErrorCode::Unknown))
+        }
+        fn health_reading(&self, _: u32) -> HealthReading {
+            self.log.lock().unwrap().push("poll");
+            HealthReading::default()
+        }
+    }
+
+    #[test]
+    fn a_failing_wait_does_not_stop_the_polls() {
+        let backend = Arc::new(FailingWaits::default());
+        let settings = WatchSettings { gpus: vec![0], poll: Duration::from_millis(1) };
+        let watcher = spawn(backend.clone(), Arc::new(Health::default()), settings).unwrap();
+        // The first wait (in `spawn`) failed; the second comes after its backoff.
+        while backend.log().iter().filter(|&&l| l == "wait").count() < 2 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watcher);
+        let log = backend.log();
+        let waits: Vec<usize> = (0..log.len()).filter(|&i| log[i] == "wait").collect();
+        let between = &log[waits[0] + 1..waits[1]];
+        assert!(between.contains(&"poll"), "no poll while the wait backed off: {log:?}");
     }
 }
