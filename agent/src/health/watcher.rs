@@ -61,15 +61,15 @@ pub fn spawn(
         health,
         settings,
         stop: flag,
+        events: true,
         backoff: None,
         retry_at: None,
         last_error: None,
     };
     watch.poll();
-    let events = watch.wait_once(Duration::ZERO);
-    let thread = std::thread::Builder::new()
-        .name("gpushare-health".into())
-        .spawn(move || watch.run(events))?;
+    watch.wait_once(Duration::ZERO);
+    let thread =
+        std::thread::Builder::new().name("gpushare-health".into()).spawn(move || watch.run())?;
     Ok(Watcher { stop, thread: Some(thread) })
 }
 
@@ -78,6 +78,9 @@ struct Watch {
     health: Arc<Health>,
     settings: WatchSettings,
     stop: Arc<AtomicBool>,
+    /// Whether the driver delivers events: false once it says it delivers none (polled
+    /// only), true again when a GPU left out of the registration is back.
+    events: bool,
     /// The wait after the last failing event wait, while they fail.
     backoff: Option<Duration>,
     /// When the next event wait may run, while they fail (the polls go on meanwhile).
@@ -87,13 +90,13 @@ struct Watch {
 }
 
 impl Watch {
-    fn run(mut self, mut events: bool) {
+    fn run(mut self) {
         // The first poll ran in `spawn`.
         let mut last_poll = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             let due = self.retry_at.is_none_or(|at| Instant::now() >= at);
-            if events && due {
-                events = self.wait_once(WAIT_SLICE);
+            if self.events && due {
+                self.wait_once(WAIT_SLICE);
             } else {
                 self.sleep(WAIT_SLICE);
             }
@@ -116,9 +119,10 @@ impl Watch {
         }
     }
 
-    /// One wait on the events, up to `slice`; false when the driver delivers none at all.
-    /// A failing wait sets when the next may run ([`Watch::retry_at`]); it never sleeps.
-    fn wait_once(&mut self, slice: Duration) -> bool {
+    /// One wait on the events, up to `slice`; [`Watch::events`] false when the driver
+    /// delivers none. A failing wait sets when the next may run ([`Watch::retry_at`]); it
+    /// never sleeps.
+    fn wait_once(&mut self, slice: Duration) {
         match self.backend.wait_event(slice) {
             Ok(event) => {
                 self.retry_at = None;
@@ -130,7 +134,6 @@ impl Watch {
                 if let Some(event) = event {
                     self.on_event(&event);
                 }
-                true
             }
             Err(e) if e.code == ErrorCode::NotSupported => {
                 let note = format!(
@@ -139,7 +142,7 @@ impl Watch {
                 );
                 tracing::warn!("{note}");
                 self.health.set_events_note(Some(note));
-                false
+                self.events = false;
             }
             Err(e) => {
                 let delay = self.backoff.map_or(FIRST_BACKOFF, |d| (d * 2).min(MAX_BACKOFF));
@@ -155,7 +158,6 @@ impl Watch {
                 }
                 self.health
                     .set_events_note(Some(format!("waiting on the driver's events fails: {text}")));
-                true
             }
         }
     }
@@ -260,10 +262,16 @@ impl Watch {
         }
     }
 
-    fn poll(&self) {
+    fn poll(&mut self) {
+        let mut back = false;
         for &gpu in &self.settings.gpus {
             let reading = self.backend.health_reading(gpu);
-            self.reading(gpu, &reading);
+            back |= self.reading(gpu, &reading);
+        }
+        if back {
+            // Waited on even where no GPU could be registered before (the next wait says
+            // if there is still none).
+            self.events = true;
         }
         let runs = |pid: u32, start: Option<u64>| match start {
             Some(start) => crate::sys::procfs::runs_since(pid, start),
@@ -278,7 +286,9 @@ impl Watch {
         }
     }
 
-    fn reading(&self, gpu: u32, r: &HealthReading) {
+    /// Raises or clears `gpu`'s level faults by its reading; true when the GPU is back on
+    /// the bus and its events are registered for again.
+    fn reading(&self, gpu: u32, r: &HealthReading) -> bool {
         let level = |on: Option<bool>, cause: Cause, action: Action, what: &str| match on {
             Some(true) => self.raise(Report::on_gpu(gpu, cause, action, what)),
             Some(false) => {
@@ -289,11 +299,11 @@ impl Watch {
         if r.lost {
             let what = "the GPU is lost (fallen off the bus)";
             self.raise(Report::on_gpu(gpu, Cause::Lost, Action::RebootNode, what));
-            return;
+            return false;
         }
-        if !self.health.clear_level(gpu, Cause::Lost).is_empty()
-            && self.backend.unwatched_gpus().iter().any(|(g, _)| *g == gpu)
-        {
+        let back = !self.health.clear_level(gpu, Cause::Lost).is_empty()
+            && self.backend.unwatched_gpus().iter().any(|(g, _)| *g == gpu);
+        if back {
             // Back on the bus: its events are registered for again.
             self.backend.watch_again();
         }
@@ -318,6 +328,7 @@ impl Watch {
         if let Some(value) = r.recovery_action {
             self.recovery_action(gpu, value);
         }
+        back
     }
 }
 

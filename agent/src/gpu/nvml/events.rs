@@ -139,7 +139,7 @@ impl NvmlBackend {
 impl Session<'_> {
     /// Makes `state`'s event set when it has none: registered on every GPU for what it
     /// supports of [`WANTED`], with the GPUs left out (and why) and the registered handles'
-    /// indexes. NotSupported when no GPU could be registered.
+    /// indexes. NotSupported when no GPU could be registered (the GPUs left out are kept).
     fn register_into(&self, state: &mut EventState) -> Result<(), GpuError> {
         if state.set.is_some() {
             return Ok(());
@@ -171,6 +171,9 @@ impl Session<'_> {
         if indexes.is_empty() && count > 0 {
             let why = unwatched.first().map(|(_, why)| why.clone()).unwrap_or_default();
             self.free_event_set(set);
+            // Known as unwatched all the same: a GPU lost now is registered for again once
+            // it is back ([`crate::gpu::GpuBackend::watch_again`]).
+            state.unwatched = unwatched;
             return Err(GpuError::new(WATCH, None, ErrorCode::NotSupported)
                 .with_detail(format!("no GPU delivers events: {why}")));
         }
