@@ -360,20 +360,30 @@ impl Health {
 
     /// The clean check: ends the faults that ask only for an application restart once
     /// every process named on them has ended (`runs(pid, start)` says whether the process
-    /// of that PID and start time still runs).
+    /// of that PID and start time still runs). `runs` reads `/proc`: it is asked outside
+    /// the registry's lock.
     pub fn clean_check(&self, runs: impl Fn(u32, Option<u64>) -> bool) -> Vec<Fault> {
-        self.remove(|f| {
-            f.action == Action::RestartApplication
-                && f.clients.is_some()
-                && !f.starts.iter().any(|&(pid, start)| runs(pid, start))
-        })
+        let named: Vec<(u64, Vec<(u32, Option<u64>)>)> = self
+            .lock()
+            .faults
+            .iter()
+            .filter(|f| f.action == Action::RestartApplication && f.clients.is_some())
+            .map(|f| (f.id, f.starts.clone()))
+            .collect();
+        let ended: Vec<_> = named
+            .into_iter()
+            .filter(|(_, starts)| !starts.iter().any(|&(pid, start)| runs(pid, start)))
+            .collect();
+        if ended.is_empty() {
+            return Vec::new();
+        }
+        // Those named again meanwhile are checked at the next round.
+        self.remove(|f| ended.iter().any(|(id, starts)| f.id == *id && f.starts == *starts))
     }
 
     fn remove(&self, which: impl Fn(&Fault) -> bool) -> Vec<Fault> {
         let mut inner = self.lock();
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut inner.faults).into_iter().partition(which);
-        inner.faults = kept;
+        let gone: Vec<_> = inner.faults.extract_if(.., |f| which(f)).collect();
         if !gone.is_empty() {
             inner.generation += 1;
             let generation = inner.generation;
@@ -428,5 +438,46 @@ impl Health {
     /// Why the driver's events are not watched, if so.
     pub fn events_note(&self) -> Option<String> {
         self.lock().events_note.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn application_fault(health: &Health, gpu: u32) -> u64 {
+        let report = Report::on_gpu(gpu, Cause::Xid(13), Action::RestartApplication, "Xid 13");
+        let Raised::New(id) = health.raise(report) else { panic!("not raised") };
+        id
+    }
+
+    #[test]
+    fn the_clean_check_reads_the_processes_outside_the_lock() {
+        let health = Health::default();
+        let id = application_fault(&health, 0);
+        health.name_clients(id, vec![std::process::id()]);
+        let before = health.generation();
+        let runs = |_: u32, _: Option<u64>| {
+            assert!(health.inner.try_lock().is_ok(), "asked under the registry's lock");
+            true
+        };
+        assert!(health.clean_check(runs).is_empty(), "its client runs");
+        let gone = health.clean_check(|_, _| false);
+        assert_eq!(gone.iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
+        assert!(health.faults().is_empty());
+        assert_eq!(health.generation(), before + 1);
+    }
+
+    #[test]
+    fn nothing_removed_leaves_the_faults_and_the_generation_as_they_were() {
+        let health = Health::default();
+        let id = application_fault(&health, 0);
+        let before = (health.faults(), health.generation());
+        assert!(health.clear_level(0, Cause::Lost).is_empty());
+        assert!(health.clear_after_reset(1).is_empty());
+        // Not named yet: the clean check waits.
+        assert!(health.clean_check(|_, _| false).is_empty());
+        assert_eq!((health.faults(), health.generation()), before);
+        assert_eq!(health.clear_after_reset(0).iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
     }
 }
