@@ -21,6 +21,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
+
+use crate::sys::procfs::ProcessIdentity;
 pub use xid::Action;
 
 /// How many kinds of level fault there are (a GPU has at most one of each).
@@ -120,9 +122,9 @@ pub struct Fault {
     /// The processes that were on the GPU or instance, once the engine named them (the
     /// clean check waits for them); `None` until then.
     pub clients: Option<Vec<u32>>,
-    /// Each named client's start time (`/proc/PID/stat`), when it was named: a process
-    /// that takes a PID later is not the client.
-    starts: Vec<(u32, Option<u64>)>,
+    /// Each named client as it ran when named: a process that takes a PID later is not the
+    /// client. A client with no start time to read had ended already and is left out.
+    starts: Vec<ProcessIdentity>,
 }
 
 impl Fault {
@@ -327,7 +329,7 @@ impl Health {
     /// [`Health::raise`] with the processes it hit already known (a dead MPS server's
     /// clients, as the check before saw them): named before anyone reads the fault.
     pub fn raise_with_clients(&self, report: Report, pids: Vec<u32>) -> Raised {
-        let starts: Vec<_> = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
+        let starts: Vec<_> = pids.iter().copied().filter_map(ProcessIdentity::of).collect();
         let mut inner = self.lock();
         let raised = Self::raise_locked(&mut inner, report);
         if let Raised::New(id) = raised
@@ -359,21 +361,18 @@ impl Health {
     }
 
     /// The clean check: ends the faults that ask only for an application restart once
-    /// every process named on them has ended (`runs(pid, start)` says whether the process
-    /// of that PID and start time still runs). `runs` reads `/proc`: it is asked outside
-    /// the registry's lock.
-    pub fn clean_check(&self, runs: impl Fn(u32, Option<u64>) -> bool) -> Vec<Fault> {
-        let named: Vec<(u64, Vec<(u32, Option<u64>)>)> = self
+    /// every process named on them has ended (`runs` says whether one still runs). `runs`
+    /// reads `/proc`: it is asked outside the registry's lock.
+    pub fn clean_check(&self, runs: impl Fn(&ProcessIdentity) -> bool) -> Vec<Fault> {
+        let named: Vec<(u64, Vec<ProcessIdentity>)> = self
             .lock()
             .faults
             .iter()
             .filter(|f| f.action == Action::RestartApplication && f.clients.is_some())
             .map(|f| (f.id, f.starts.clone()))
             .collect();
-        let ended: Vec<_> = named
-            .into_iter()
-            .filter(|(_, starts)| !starts.iter().any(|&(pid, start)| runs(pid, start)))
-            .collect();
+        let ended: Vec<_> =
+            named.into_iter().filter(|(_, starts)| !starts.iter().any(&runs)).collect();
         if ended.is_empty() {
             return Vec::new();
         }
@@ -396,7 +395,7 @@ impl Health {
     /// Names the processes that were on a fault's GPU or instance (what the clean check
     /// waits for).
     pub fn name_clients(&self, id: u64, pids: Vec<u32>) {
-        let starts = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
+        let starts = pids.iter().copied().filter_map(ProcessIdentity::of).collect();
         let mut inner = self.lock();
         if let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id) {
             fault.clients = Some(pids);
@@ -457,12 +456,12 @@ mod tests {
         let id = application_fault(&health, 0);
         health.name_clients(id, vec![std::process::id()]);
         let before = health.generation();
-        let runs = |_: u32, _: Option<u64>| {
+        let runs = |_: &ProcessIdentity| {
             assert!(health.inner.try_lock().is_ok(), "asked under the registry's lock");
             true
         };
         assert!(health.clean_check(runs).is_empty(), "its client runs");
-        let gone = health.clean_check(|_, _| false);
+        let gone = health.clean_check(|_| false);
         assert_eq!(gone.iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
         assert!(health.faults().is_empty());
         assert_eq!(health.generation(), before + 1);
@@ -476,7 +475,7 @@ mod tests {
         assert!(health.clear_level(0, Cause::Lost).is_empty());
         assert!(health.clear_after_reset(1).is_empty());
         // Not named yet: the clean check waits.
-        assert!(health.clean_check(|_, _| false).is_empty());
+        assert!(health.clean_check(|_| false).is_empty());
         assert_eq!((health.faults(), health.generation()), before);
         assert_eq!(health.clear_after_reset(0).iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::xid::{self, Reach};
 use super::{Action, Cause, Health, Raised, Report};
 use crate::gpu::{ErrorCode, GpuBackend, GpuEvent, GpuEventKind, HealthReading};
+use crate::sys::procfs::ProcessIdentity;
 
 /// The longest one wait on the driver's events lasts: how long a GPU reset (which frees
 /// the event set) or the agent's stop waits for the watcher at most.
@@ -273,11 +274,7 @@ impl Watch {
             // if there is still none).
             self.events = true;
         }
-        let runs = |pid: u32, start: Option<u64>| match start {
-            Some(start) => crate::sys::procfs::runs_since(pid, start),
-            None => gpushare_base::process::alive(pid),
-        };
-        for fault in self.health.clean_check(runs) {
+        for fault in self.health.clean_check(ProcessIdentity::runs) {
             tracing::info!(
                 gpu = fault.gpu,
                 "{}: cleared, every process that was on it has ended",
