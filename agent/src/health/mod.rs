@@ -139,7 +139,7 @@ impl Fault {
 
     /// One line for people: `GPU 1: Xid 79 (GPU has fallen off the bus): reboot the node`.
     pub fn describe(&self) -> String {
-        format!("{}: {}: {}", self.place(), self.what, self.action.describe())
+        format!("{}: {}", self.place(), self.describe_cause())
     }
 
     /// What happened and what it asks for, without the place: `Xid 79 (…): reboot the node`.
@@ -170,7 +170,7 @@ impl Fault {
             gpu_instance_id: self.gpu_instance,
             compute_instance_id: self.compute_instance,
             since_unix_seconds: self.since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-            detail: format!("{}: {}", self.what, self.action.describe()),
+            detail: self.describe_cause(),
             clients: self.clients.clone(),
         }
     }
@@ -331,6 +331,7 @@ impl Health {
     pub fn raise_with_clients(&self, report: Report, pids: Vec<u32>) -> Raised {
         let starts: Vec<_> = pids.iter().copied().filter_map(ProcessIdentity::of).collect();
         let mut inner = self.lock();
+        let before = inner.generation;
         let raised = Self::raise_locked(&mut inner, report);
         if let Raised::New(id) = raised
             && let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id)
@@ -340,7 +341,9 @@ impl Health {
         }
         let generation = inner.generation;
         drop(inner);
-        self.announce(generation);
+        if generation != before {
+            self.announce(generation);
+        }
         raised
     }
 
@@ -465,6 +468,34 @@ mod tests {
         assert_eq!(gone.iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
         assert!(health.faults().is_empty());
         assert_eq!(health.generation(), before + 1);
+    }
+
+    #[test]
+    fn a_fault_raised_again_with_its_clients_tells_no_follower() {
+        let health = Health::default();
+        let report = Report::on_gpu(0, Cause::MpsServerDied, Action::RestartApplication, "died");
+        let pids = vec![std::process::id()];
+        assert!(matches!(health.raise_with_clients(report.clone(), pids.clone()), Raised::New(_)));
+        let mut follower = health.subscribe();
+        follower.mark_unchanged();
+        assert_eq!(health.raise_with_clients(report, pids), Raised::Known);
+        assert!(!follower.has_changed().unwrap(), "told of a change that did not happen");
+    }
+
+    #[test]
+    fn a_fault_reads_the_same_in_a_line_and_in_status() {
+        let health = Health::default();
+        let report = Report::on_gpu(1, Cause::Xid(79), Action::RebootNode, "Xid 79 (lost)");
+        health.raise(report.within(Some((3, Some(0)))));
+        let fault = &health.faults()[0];
+        assert_eq!(
+            fault.describe(),
+            format!("GPU 1 MIG instance 3/0: {}", fault.document().detail)
+        );
+        assert_eq!(
+            fault.document().detail,
+            format!("Xid 79 (lost): {}", Action::RebootNode.describe())
+        );
     }
 
     #[test]

@@ -179,25 +179,27 @@ impl Watch {
         let (cause, action, what, instance) = match event.kind {
             GpuEventKind::Xid(number) => {
                 let class = xid::classify(number);
-                let name = class.entry.map(|e| e.name);
-                if class.entry.is_none() || class.action == Action::None {
+                let Some(entry) = class.entry else {
+                    // The table lacks it (a newer driver's): the operator hears of it.
                     self.health.informational();
-                    match name {
-                        Some(name) => tracing::info!(
-                            gpu,
-                            xid = number,
-                            "Xid {number} on GPU {gpu} ({name}) asks for nothing: kept as informational"
-                        ),
-                        // The table lacks it (a newer driver's): the operator hears of it.
-                        None => tracing::warn!(
-                            gpu,
-                            xid = number,
-                            "Xid {number} on GPU {gpu} is not in the Xid table: kept as informational"
-                        ),
-                    }
+                    tracing::warn!(
+                        gpu,
+                        xid = number,
+                        "Xid {number} on GPU {gpu} is not in the Xid table: kept as informational"
+                    );
+                    return;
+                };
+                let name = entry.name;
+                if class.action == Action::None {
+                    self.health.informational();
+                    tracing::info!(
+                        gpu,
+                        xid = number,
+                        "Xid {number} on GPU {gpu} ({name}) asks for nothing: kept as informational"
+                    );
                     return;
                 }
-                let what = format!("Xid {number} ({})", name.unwrap_or("unknown"));
+                let what = format!("Xid {number} ({name})");
                 let instance = if class.reach == Reach::Instance { instance } else { None };
                 (Cause::Xid(number), class.action, what, instance)
             }
