@@ -407,6 +407,26 @@ fn an_agent_restarted_while_a_gpu_is_lost_leaves_it_alone_and_serves_the_others(
 }
 
 #[test]
+fn a_gpu_lost_when_the_agent_starts_is_watched_again_once_back_on_the_bus() {
+    // The node's one GPU is lost when the agent starts: no GPU registers for the events.
+    let mut node = Node::start("h100-80gb:1");
+    node.fault(&["lost", "0"]);
+    node.wait_fault(0, "gpu-lost");
+    node.agent.restart();
+    assert!(node.agent.status().health_events.is_some(), "{:?}", node.agent.status());
+    node.fault(&["clear", "0"]);
+    node.wait_healthy(0);
+    // Its events are waited on again: an Xid is seen (raised until the new registration
+    // delivers one).
+    let fault = wait_for(SHOWS, EVERY, || {
+        let _ = fault_tool(&node.agent.sim_state(), &["xid", "0", "79"]);
+        let health = node.agent.status().gpus[0].health.clone();
+        health.into_iter().find(|f| f.class == "xid").ok_or_else(|| "no Xid fault yet".to_string())
+    });
+    assert_eq!(fault.action, "reboot-node");
+}
+
+#[test]
 fn a_reset_applies_its_gpus_part_again_whatever_another_gpus_fault() {
     let node = Node::start("h100-80gb:2");
     node.apply("all-mps");

@@ -21,6 +21,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpushare_proto::health::{FAULTS_PER_GPU_MAX, HealthFault};
+
+use crate::sys::procfs::ProcessIdentity;
 pub use xid::Action;
 
 /// How many kinds of level fault there are (a GPU has at most one of each).
@@ -120,9 +122,9 @@ pub struct Fault {
     /// The processes that were on the GPU or instance, once the engine named them (the
     /// clean check waits for them); `None` until then.
     pub clients: Option<Vec<u32>>,
-    /// Each named client's start time (`/proc/PID/stat`), when it was named: a process
-    /// that takes a PID later is not the client.
-    starts: Vec<(u32, Option<u64>)>,
+    /// Each named client as it ran when named: a process that takes a PID later is not the
+    /// client. A client with no start time to read had ended already and is left out.
+    starts: Vec<ProcessIdentity>,
 }
 
 impl Fault {
@@ -137,7 +139,7 @@ impl Fault {
 
     /// One line for people: `GPU 1: Xid 79 (GPU has fallen off the bus): reboot the node`.
     pub fn describe(&self) -> String {
-        format!("{}: {}: {}", self.place(), self.what, self.action.describe())
+        format!("{}: {}", self.place(), self.describe_cause())
     }
 
     /// What happened and what it asks for, without the place: `Xid 79 (…): reboot the node`.
@@ -168,7 +170,7 @@ impl Fault {
             gpu_instance_id: self.gpu_instance,
             compute_instance_id: self.compute_instance,
             since_unix_seconds: self.since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-            detail: format!("{}: {}", self.what, self.action.describe()),
+            detail: self.describe_cause(),
             clients: self.clients.clone(),
         }
     }
@@ -327,8 +329,9 @@ impl Health {
     /// [`Health::raise`] with the processes it hit already known (a dead MPS server's
     /// clients, as the check before saw them): named before anyone reads the fault.
     pub fn raise_with_clients(&self, report: Report, pids: Vec<u32>) -> Raised {
-        let starts: Vec<_> = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
+        let starts: Vec<_> = pids.iter().copied().filter_map(ProcessIdentity::of).collect();
         let mut inner = self.lock();
+        let before = inner.generation;
         let raised = Self::raise_locked(&mut inner, report);
         if let Raised::New(id) = raised
             && let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id)
@@ -338,7 +341,9 @@ impl Health {
         }
         let generation = inner.generation;
         drop(inner);
-        self.announce(generation);
+        if generation != before {
+            self.announce(generation);
+        }
         raised
     }
 
@@ -359,21 +364,28 @@ impl Health {
     }
 
     /// The clean check: ends the faults that ask only for an application restart once
-    /// every process named on them has ended (`runs(pid, start)` says whether the process
-    /// of that PID and start time still runs).
-    pub fn clean_check(&self, runs: impl Fn(u32, Option<u64>) -> bool) -> Vec<Fault> {
-        self.remove(|f| {
-            f.action == Action::RestartApplication
-                && f.clients.is_some()
-                && !f.starts.iter().any(|&(pid, start)| runs(pid, start))
-        })
+    /// every process named on them has ended (`runs` says whether one still runs). `runs`
+    /// reads `/proc`: it is asked outside the registry's lock.
+    pub fn clean_check(&self, runs: impl Fn(&ProcessIdentity) -> bool) -> Vec<Fault> {
+        let named: Vec<(u64, Vec<ProcessIdentity>)> = self
+            .lock()
+            .faults
+            .iter()
+            .filter(|f| f.action == Action::RestartApplication && f.clients.is_some())
+            .map(|f| (f.id, f.starts.clone()))
+            .collect();
+        let ended: Vec<_> =
+            named.into_iter().filter(|(_, starts)| !starts.iter().any(&runs)).collect();
+        if ended.is_empty() {
+            return Vec::new();
+        }
+        // Those named again meanwhile are checked at the next round.
+        self.remove(|f| ended.iter().any(|(id, starts)| f.id == *id && f.starts == *starts))
     }
 
     fn remove(&self, which: impl Fn(&Fault) -> bool) -> Vec<Fault> {
         let mut inner = self.lock();
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut inner.faults).into_iter().partition(which);
-        inner.faults = kept;
+        let gone: Vec<_> = inner.faults.extract_if(.., |f| which(f)).collect();
         if !gone.is_empty() {
             inner.generation += 1;
             let generation = inner.generation;
@@ -386,7 +398,7 @@ impl Health {
     /// Names the processes that were on a fault's GPU or instance (what the clean check
     /// waits for).
     pub fn name_clients(&self, id: u64, pids: Vec<u32>) {
-        let starts = pids.iter().map(|&p| (p, crate::sys::procfs::start_time(p))).collect();
+        let starts = pids.iter().copied().filter_map(ProcessIdentity::of).collect();
         let mut inner = self.lock();
         if let Some(fault) = inner.faults.iter_mut().find(|f| f.id == id) {
             fault.clients = Some(pids);
@@ -428,5 +440,74 @@ impl Health {
     /// Why the driver's events are not watched, if so.
     pub fn events_note(&self) -> Option<String> {
         self.lock().events_note.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn application_fault(health: &Health, gpu: u32) -> u64 {
+        let report = Report::on_gpu(gpu, Cause::Xid(13), Action::RestartApplication, "Xid 13");
+        let Raised::New(id) = health.raise(report) else { panic!("not raised") };
+        id
+    }
+
+    #[test]
+    fn the_clean_check_reads_the_processes_outside_the_lock() {
+        let health = Health::default();
+        let id = application_fault(&health, 0);
+        health.name_clients(id, vec![std::process::id()]);
+        let before = health.generation();
+        let runs = |_: &ProcessIdentity| {
+            assert!(health.inner.try_lock().is_ok(), "asked under the registry's lock");
+            true
+        };
+        assert!(health.clean_check(runs).is_empty(), "its client runs");
+        let gone = health.clean_check(|_| false);
+        assert_eq!(gone.iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
+        assert!(health.faults().is_empty());
+        assert_eq!(health.generation(), before + 1);
+    }
+
+    #[test]
+    fn a_fault_raised_again_with_its_clients_tells_no_follower() {
+        let health = Health::default();
+        let report = Report::on_gpu(0, Cause::MpsServerDied, Action::RestartApplication, "died");
+        let pids = vec![std::process::id()];
+        assert!(matches!(health.raise_with_clients(report.clone(), pids.clone()), Raised::New(_)));
+        let mut follower = health.subscribe();
+        follower.mark_unchanged();
+        assert_eq!(health.raise_with_clients(report, pids), Raised::Known);
+        assert!(!follower.has_changed().unwrap(), "told of a change that did not happen");
+    }
+
+    #[test]
+    fn a_fault_reads_the_same_in_a_line_and_in_status() {
+        let health = Health::default();
+        let report = Report::on_gpu(1, Cause::Xid(79), Action::RebootNode, "Xid 79 (lost)");
+        health.raise(report.within(Some((3, Some(0)))));
+        let fault = &health.faults()[0];
+        assert_eq!(
+            fault.describe(),
+            format!("GPU 1 MIG instance 3/0: {}", fault.document().detail)
+        );
+        assert_eq!(
+            fault.document().detail,
+            format!("Xid 79 (lost): {}", Action::RebootNode.describe())
+        );
+    }
+
+    #[test]
+    fn nothing_removed_leaves_the_faults_and_the_generation_as_they_were() {
+        let health = Health::default();
+        let id = application_fault(&health, 0);
+        let before = (health.faults(), health.generation());
+        assert!(health.clear_level(0, Cause::Lost).is_empty());
+        assert!(health.clear_after_reset(1).is_empty());
+        // Not named yet: the clean check waits.
+        assert!(health.clean_check(|_| false).is_empty());
+        assert_eq!((health.faults(), health.generation()), before);
+        assert_eq!(health.clear_after_reset(0).iter().map(|f| f.id).collect::<Vec<_>>(), vec![id]);
     }
 }

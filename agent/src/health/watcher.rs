@@ -2,8 +2,8 @@
 //! in slices and, every poll interval, reads what no event carries (a GPU lost, pending
 //! row remaps and page retirements, the recovery-action field) and runs the clean check.
 //! Whatever the driver does, it never spins: a failing wait is logged once per distinct
-//! error and retried after a backoff of 1 s doubling to 30 s; a driver that delivers no
-//! events at all leaves the watcher polling only.
+//! error and retried after a backoff of 1 s doubling to 30 s, the polls going on meanwhile;
+//! a driver that delivers no events at all leaves the watcher polling only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::xid::{self, Reach};
 use super::{Action, Cause, Health, Raised, Report};
 use crate::gpu::{ErrorCode, GpuBackend, GpuEvent, GpuEventKind, HealthReading};
+use crate::sys::procfs::ProcessIdentity;
 
 /// The longest one wait on the driver's events lasts: how long a GPU reset (which frees
 /// the event set) or the agent's stop waits for the watcher at most.
@@ -56,13 +57,20 @@ pub fn spawn(
 ) -> std::io::Result<Watcher> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let mut watch =
-        Watch { backend, health, settings, stop: flag, backoff: None, last_error: None };
+    let mut watch = Watch {
+        backend,
+        health,
+        settings,
+        stop: flag,
+        events: true,
+        backoff: None,
+        retry_at: None,
+        last_error: None,
+    };
     watch.poll();
-    let events = watch.wait_once(Duration::ZERO);
-    let thread = std::thread::Builder::new()
-        .name("gpushare-health".into())
-        .spawn(move || watch.run(events))?;
+    watch.wait_once(Duration::ZERO);
+    let thread =
+        std::thread::Builder::new().name("gpushare-health".into()).spawn(move || watch.run())?;
     Ok(Watcher { stop, thread: Some(thread) })
 }
 
@@ -71,19 +79,25 @@ struct Watch {
     health: Arc<Health>,
     settings: WatchSettings,
     stop: Arc<AtomicBool>,
+    /// Whether the driver delivers events: false once it says it delivers none (polled
+    /// only), true again when a GPU left out of the registration is back.
+    events: bool,
     /// The wait after the last failing event wait, while they fail.
     backoff: Option<Duration>,
+    /// When the next event wait may run, while they fail (the polls go on meanwhile).
+    retry_at: Option<Instant>,
     /// The last failing wait's error, logged once.
     last_error: Option<String>,
 }
 
 impl Watch {
-    fn run(mut self, mut events: bool) {
+    fn run(mut self) {
         // The first poll ran in `spawn`.
         let mut last_poll = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
-            if events {
-                events = self.wait_once(WAIT_SLICE);
+            let due = self.retry_at.is_none_or(|at| Instant::now() >= at);
+            if self.events && due {
+                self.wait_once(WAIT_SLICE);
             } else {
                 self.sleep(WAIT_SLICE);
             }
@@ -106,10 +120,13 @@ impl Watch {
         }
     }
 
-    /// One wait on the events, up to `slice`; false when the driver delivers none at all.
-    fn wait_once(&mut self, slice: Duration) -> bool {
+    /// One wait on the events, up to `slice`; [`Watch::events`] false when the driver
+    /// delivers none. A failing wait sets when the next may run ([`Watch::retry_at`]); it
+    /// never sleeps.
+    fn wait_once(&mut self, slice: Duration) {
         match self.backend.wait_event(slice) {
             Ok(event) => {
+                self.retry_at = None;
                 if self.backoff.take().is_some() {
                     tracing::info!("the driver's events are watched again");
                     self.last_error = None;
@@ -118,7 +135,6 @@ impl Watch {
                 if let Some(event) = event {
                     self.on_event(&event);
                 }
-                true
             }
             Err(e) if e.code == ErrorCode::NotSupported => {
                 let note = format!(
@@ -127,11 +143,12 @@ impl Watch {
                 );
                 tracing::warn!("{note}");
                 self.health.set_events_note(Some(note));
-                false
+                self.events = false;
             }
             Err(e) => {
                 let delay = self.backoff.map_or(FIRST_BACKOFF, |d| (d * 2).min(MAX_BACKOFF));
                 self.backoff = Some(delay);
+                self.retry_at = Some(Instant::now() + delay);
                 let text = e.to_string();
                 if self.last_error.as_deref() != Some(&text) {
                     tracing::warn!(
@@ -142,8 +159,6 @@ impl Watch {
                 }
                 self.health
                     .set_events_note(Some(format!("waiting on the driver's events fails: {text}")));
-                self.sleep(delay);
-                true
             }
         }
     }
@@ -164,25 +179,27 @@ impl Watch {
         let (cause, action, what, instance) = match event.kind {
             GpuEventKind::Xid(number) => {
                 let class = xid::classify(number);
-                let name = class.entry.map(|e| e.name);
-                if class.entry.is_none() || class.action == Action::None {
+                let Some(entry) = class.entry else {
+                    // The table lacks it (a newer driver's): the operator hears of it.
                     self.health.informational();
-                    match name {
-                        Some(name) => tracing::info!(
-                            gpu,
-                            xid = number,
-                            "Xid {number} on GPU {gpu} ({name}) asks for nothing: kept as informational"
-                        ),
-                        // The table lacks it (a newer driver's): the operator hears of it.
-                        None => tracing::warn!(
-                            gpu,
-                            xid = number,
-                            "Xid {number} on GPU {gpu} is not in the Xid table: kept as informational"
-                        ),
-                    }
+                    tracing::warn!(
+                        gpu,
+                        xid = number,
+                        "Xid {number} on GPU {gpu} is not in the Xid table: kept as informational"
+                    );
+                    return;
+                };
+                let name = entry.name;
+                if class.action == Action::None {
+                    self.health.informational();
+                    tracing::info!(
+                        gpu,
+                        xid = number,
+                        "Xid {number} on GPU {gpu} ({name}) asks for nothing: kept as informational"
+                    );
                     return;
                 }
-                let what = format!("Xid {number} ({})", name.unwrap_or("unknown"));
+                let what = format!("Xid {number} ({name})");
                 let instance = if class.reach == Reach::Instance { instance } else { None };
                 (Cause::Xid(number), class.action, what, instance)
             }
@@ -248,16 +265,18 @@ impl Watch {
         }
     }
 
-    fn poll(&self) {
+    fn poll(&mut self) {
+        let mut back = false;
         for &gpu in &self.settings.gpus {
             let reading = self.backend.health_reading(gpu);
-            self.reading(gpu, &reading);
+            back |= self.reading(gpu, &reading);
         }
-        let runs = |pid: u32, start: Option<u64>| match start {
-            Some(start) => crate::sys::procfs::runs_since(pid, start),
-            None => gpushare_base::process::alive(pid),
-        };
-        for fault in self.health.clean_check(runs) {
+        if back {
+            // Waited on even where no GPU could be registered before (the next wait says
+            // if there is still none).
+            self.events = true;
+        }
+        for fault in self.health.clean_check(ProcessIdentity::runs) {
             tracing::info!(
                 gpu = fault.gpu,
                 "{}: cleared, every process that was on it has ended",
@@ -266,7 +285,9 @@ impl Watch {
         }
     }
 
-    fn reading(&self, gpu: u32, r: &HealthReading) {
+    /// Raises or clears `gpu`'s level faults by its reading; true when the GPU is back on
+    /// the bus and its events are registered for again.
+    fn reading(&self, gpu: u32, r: &HealthReading) -> bool {
         let level = |on: Option<bool>, cause: Cause, action: Action, what: &str| match on {
             Some(true) => self.raise(Report::on_gpu(gpu, cause, action, what)),
             Some(false) => {
@@ -277,11 +298,11 @@ impl Watch {
         if r.lost {
             let what = "the GPU is lost (fallen off the bus)";
             self.raise(Report::on_gpu(gpu, Cause::Lost, Action::RebootNode, what));
-            return;
+            return false;
         }
-        if !self.health.clear_level(gpu, Cause::Lost).is_empty()
-            && self.backend.unwatched_gpus().iter().any(|(g, _)| *g == gpu)
-        {
+        let back = !self.health.clear_level(gpu, Cause::Lost).is_empty()
+            && self.backend.unwatched_gpus().iter().any(|(g, _)| *g == gpu);
+        if back {
             // Back on the bus: its events are registered for again.
             self.backend.watch_again();
         }
@@ -306,5 +327,86 @@ impl Watch {
         if let Some(value) = r.recovery_action {
             self.recovery_action(gpu, value);
         }
+        back
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::catalog::MigProfile;
+    use crate::gpu::{BackendKind, GpuError, MigModeActivation};
+    use crate::node::{ComputeMode, GpuState};
+
+    /// A driver whose every event wait fails; it logs its waits and readings in order.
+    #[derive(Default)]
+    struct FailingWaits {
+        log: Mutex<Vec<&'static str>>,
+    }
+
+    impl FailingWaits {
+        fn log(&self) -> Vec<&'static str> {
+            self.log.lock().unwrap().clone()
+        }
+    }
+
+    fn unused<T>() -> Result<T, GpuError> {
+        Err(GpuError::new("unused", None, ErrorCode::NotSupported))
+    }
+
+    impl GpuBackend for FailingWaits {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Simulated
+        }
+        fn observe(&self) -> Result<Vec<GpuState>, GpuError> {
+            unused()
+        }
+        fn set_mig_mode(&self, _: u32, _: bool) -> Result<MigModeActivation, GpuError> {
+            unused()
+        }
+        fn create_gpu_instance(&self, _: u32, _: &MigProfile, _: u8) -> Result<u32, GpuError> {
+            unused()
+        }
+        fn create_compute_instance(&self, _: u32, _: u32, _: u8) -> Result<u32, GpuError> {
+            unused()
+        }
+        fn destroy_compute_instance(&self, _: u32, _: u32, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn destroy_gpu_instance(&self, _: u32, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn set_compute_mode(&self, _: u32, _: ComputeMode) -> Result<(), GpuError> {
+            unused()
+        }
+        fn reset_gpu(&self, _: u32) -> Result<(), GpuError> {
+            unused()
+        }
+        fn wait_event(&self, _: Duration) -> Result<Option<GpuEvent>, GpuError> {
+            self.log.lock().unwrap().push("wait");
+            Err(GpuError::new("wait_event", None, ErrorCode::Unknown))
+        }
+        fn health_reading(&self, _: u32) -> HealthReading {
+            self.log.lock().unwrap().push("poll");
+            HealthReading::default()
+        }
+    }
+
+    #[test]
+    fn a_failing_wait_does_not_stop_the_polls() {
+        let backend = Arc::new(FailingWaits::default());
+        let settings = WatchSettings { gpus: vec![0], poll: Duration::from_millis(1) };
+        let watcher = spawn(backend.clone(), Arc::new(Health::default()), settings).unwrap();
+        // The first wait (in `spawn`) failed; the second comes after its backoff.
+        while backend.log().iter().filter(|&&l| l == "wait").count() < 2 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watcher);
+        let log = backend.log();
+        let waits: Vec<usize> = (0..log.len()).filter(|&i| log[i] == "wait").collect();
+        let between = &log[waits[0] + 1..waits[1]];
+        assert!(between.contains(&"poll"), "no poll while the wait backed off: {log:?}");
     }
 }

@@ -88,6 +88,28 @@ pub fn runs_since(pid: u32, start_time: u64) -> bool {
     Stat::of(pid).is_some_and(|s| !s.ended() && s.start_time == start_time)
 }
 
+/// One process for good: its pid and when it started (a process that takes the pid later
+/// is another). Kept in records as `{"pid": …, "start_time": …}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcessIdentity {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (clock ticks after boot, `/proc/PID/stat`).
+    pub start_time: u64,
+}
+
+impl ProcessIdentity {
+    /// `pid` as it runs now; `None` when it has no start time to read (it has ended).
+    pub fn of(pid: u32) -> Option<ProcessIdentity> {
+        start_time(pid).map(|start_time| ProcessIdentity { pid, start_time })
+    }
+
+    /// Whether this process still runs (the pid names the same process).
+    pub fn runs(&self) -> bool {
+        runs_since(self.pid, self.start_time)
+    }
+}
+
 /// The real user of `pid` (the first `Uid:` of `/proc/PID/status`).
 pub fn real_user(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -452,6 +474,16 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
+
+    #[test]
+    fn a_process_identity_is_this_process_until_it_ends_and_reads_as_records_keep_it() {
+        let me = ProcessIdentity::of(std::process::id()).expect("this process's start time");
+        assert!(me.runs());
+        assert!(!ProcessIdentity { start_time: me.start_time + 1, ..me }.runs(), "another");
+        let json = serde_json::to_value(me).unwrap();
+        assert_eq!(json, serde_json::json!({"pid": me.pid, "start_time": me.start_time}));
+        assert_eq!(serde_json::from_value::<ProcessIdentity>(json).unwrap(), me);
+    }
 
     #[test]
     fn sessions_and_users_come_from_proc() {

@@ -9,7 +9,7 @@ use std::os::raw::c_uint;
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
-use nvml_wrapper::error::{NvmlError, nvml_sym};
+use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper_sys::bindings as sys;
@@ -51,7 +51,7 @@ enum Waited {
 impl NvmlBackend {
     /// [`crate::gpu::GpuBackend::wait_event`]: waits on the event set (made and registered
     /// first, if none is), up to `timeout`.
-    pub(super) fn wait_for_event(&self, timeout: Duration) -> Result<Option<GpuEvent>, GpuError> {
+    pub(super) fn wait_event(&self, timeout: Duration) -> Result<Option<GpuEvent>, GpuError> {
         let waited = self.with_session(WATCH, None, |s| {
             let mut state = self.events.lock();
             if state.suspended {
@@ -81,8 +81,8 @@ impl NvmlBackend {
         }
     }
 
-    /// The GPUs the registration left out.
-    pub(super) fn unwatched(&self) -> Vec<(u32, String)> {
+    /// [`crate::gpu::GpuBackend::unwatched_gpus`]: the GPUs the registration left out.
+    pub(super) fn unwatched_gpus(&self) -> Vec<(u32, String)> {
         self.events.lock().unwatched.clone()
     }
 
@@ -103,9 +103,9 @@ impl NvmlBackend {
         }
     }
 
-    /// Frees the event set so that the next wait registers anew (a GPU back on the bus is
-    /// watched again).
-    pub(super) fn register_again(&self) {
+    /// [`crate::gpu::GpuBackend::watch_again`]: frees the event set so that the next wait
+    /// registers anew (a GPU back on the bus is watched again).
+    pub(super) fn watch_again(&self) {
         let _ = self.with_session(WATCH, None, |s| {
             s.drop_set(&mut self.events.lock());
             Ok(())
@@ -128,7 +128,7 @@ impl NvmlBackend {
     }
 
     /// [`crate::gpu::GpuBackend::health_reading`].
-    pub(super) fn read_health(&self, gpu: u32) -> HealthReading {
+    pub(super) fn health_reading(&self, gpu: u32) -> HealthReading {
         match self.with_session(HEALTH, Some(gpu), |s| s.health_reading(gpu)) {
             Ok(reading) => reading,
             Err(e) => HealthReading { lost: e.code == ErrorCode::GpuLost, ..Default::default() },
@@ -139,7 +139,7 @@ impl NvmlBackend {
 impl Session<'_> {
     /// Makes `state`'s event set when it has none: registered on every GPU for what it
     /// supports of [`WANTED`], with the GPUs left out (and why) and the registered handles'
-    /// indexes. NotSupported when no GPU could be registered.
+    /// indexes. NotSupported when no GPU could be registered (the GPUs left out are kept).
     fn register_into(&self, state: &mut EventState) -> Result<(), GpuError> {
         if state.set.is_some() {
             return Ok(());
@@ -171,6 +171,9 @@ impl Session<'_> {
         if indexes.is_empty() && count > 0 {
             let why = unwatched.first().map(|(_, why)| why.clone()).unwrap_or_default();
             self.free_event_set(set);
+            // Known as unwatched all the same: a GPU lost now is registered for again once
+            // it is back ([`crate::gpu::GpuBackend::watch_again`]).
+            state.unwatched = unwatched;
             return Err(GpuError::new(WATCH, None, ErrorCode::NotSupported)
                 .with_detail(format!("no GPU delivers events: {why}")));
         }
@@ -299,51 +302,42 @@ impl Session<'_> {
     fn health_reading(&self, gpu: u32) -> Result<HealthReading, GpuError> {
         let device = self.device(HEALTH, gpu)?;
         let mut reading = HealthReading::default();
-        let lost = reading_lost;
         let mut any_lost = false;
-        match self.remapped_rows(&device, gpu) {
+        match self.remapped_rows(&device) {
             Ok((pending, failure)) => {
                 reading.row_remap_pending = Some(pending);
                 reading.row_remap_failure = Some(failure);
             }
-            Err(e) => any_lost |= e.code == ErrorCode::GpuLost,
+            Err(e) => any_lost |= reading_lost(&e),
         }
         match device.are_pages_pending_retired() {
             Ok(pending) => reading.retired_pages_pending = Some(pending),
-            Err(e) => any_lost |= lost(&e),
+            Err(e) => any_lost |= reading_lost(&e),
         }
         match device.field_values_for(&[FieldId(RECOVERY_ACTION_FIELD)]) {
             Ok(samples) => {
                 reading.recovery_action = samples.into_iter().next().and_then(field_u64);
             }
-            Err(e) => any_lost |= lost(&e),
+            Err(e) => any_lost |= reading_lost(&e),
         }
         // A GPU off the bus answers every read so; one read is asked for sure.
         if let Err(e) = device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
-            any_lost |= lost(&e);
+            any_lost |= reading_lost(&e);
         }
         reading.lost = any_lost;
         Ok(reading)
     }
 
     /// `nvmlDeviceGetRemappedRows`: (pending, failure occurred).
-    fn remapped_rows(
-        &self,
-        device: &nvml_wrapper::Device<'_>,
-        gpu: u32,
-    ) -> Result<(bool, bool), GpuError> {
-        let lib = self.nvml.lib();
-        let rows = nvml_sym(lib.nvmlDeviceGetRemappedRows.as_ref())
-            .map_err(|e| wrapper_error(HEALTH, Some(gpu), "nvmlDeviceGetRemappedRows", e))?;
+    fn remapped_rows(&self, device: &nvml_wrapper::Device<'_>) -> Result<(bool, bool), NvmlError> {
+        let rows = nvml_sym(self.nvml.lib().nvmlDeviceGetRemappedRows.as_ref())?;
         let (mut corr, mut unc, mut pending, mut failure): (c_uint, c_uint, c_uint, c_uint) =
             (0, 0, 0, 0);
         // SAFETY: `rows` is NVML's nvmlDeviceGetRemappedRows on a handle of this session;
         // it writes four unsigned ints through the valid pointers given.
         let ret =
             unsafe { rows(device_handle(device), &mut corr, &mut unc, &mut pending, &mut failure) };
-        if ret != sys::nvmlReturn_enum_NVML_SUCCESS {
-            return Err(raw_error(HEALTH, Some(gpu), "nvmlDeviceGetRemappedRows", ret));
-        }
+        nvml_try(ret)?;
         Ok((pending != 0, failure != 0))
     }
 }

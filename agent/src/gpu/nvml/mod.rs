@@ -151,19 +151,19 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn wait_event(&self, timeout: Duration) -> Result<Option<super::GpuEvent>, GpuError> {
-        self.wait_for_event(timeout)
+        NvmlBackend::wait_event(self, timeout)
     }
 
     fn health_reading(&self, gpu: u32) -> super::HealthReading {
-        self.read_health(gpu)
+        NvmlBackend::health_reading(self, gpu)
     }
 
     fn unwatched_gpus(&self) -> Vec<(u32, String)> {
-        self.unwatched()
+        NvmlBackend::unwatched_gpus(self)
     }
 
     fn watch_again(&self) {
-        self.register_again();
+        NvmlBackend::watch_again(self);
     }
 
     fn minor_number(&self, gpu: u32) -> Option<u32> {

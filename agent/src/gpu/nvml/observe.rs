@@ -46,18 +46,19 @@ impl<'a> Session<'a> {
             .map_err(|e| wrapper_error(OBSERVE, None, "nvmlDeviceGetCount_v2", e))?;
         // The driver's version keys the MIG tables: one query per observation, not per GPU.
         let driver_version = self.nvml.sys_driver_version().unwrap_or_default();
-        let mut seen = self.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Taken per GPU, never across its NVML calls: observations run in parallel.
+        let seen = || self.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let gpus = (0..count)
             .map(|index| match self.observe_gpu(index, &driver_version) {
                 Ok(gpu) => {
-                    seen.insert(index, gpu.clone());
+                    seen().insert(index, gpu.clone());
                     Ok(gpu)
                 }
                 // A GPU off the bus answers nothing (issue 42): it stays as last seen (or
                 // a bare placeholder), so that the other GPUs are observed and the health
                 // watcher, which reads the loss, tells status why.
                 Err(e) if e.code == ErrorCode::GpuLost => {
-                    Ok(seen.get(&index).cloned().unwrap_or_else(|| lost_placeholder(index)))
+                    Ok(seen().get(&index).cloned().unwrap_or_else(|| lost_placeholder(index)))
                 }
                 Err(e) => Err(e),
             })

@@ -50,26 +50,8 @@ impl ServerRecord {
     }
 }
 
-/// One process for good: its pid and when it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonIdentity {
-    /// Its pid.
-    pub pid: u32,
-    /// Its start time (clock ticks after boot, `/proc/PID/stat`).
-    pub start_time: u64,
-}
-
-impl DaemonIdentity {
-    /// `pid` as it runs now.
-    pub(super) fn of(pid: u32) -> Option<DaemonIdentity> {
-        procfs::start_time(pid).map(|start_time| DaemonIdentity { pid, start_time })
-    }
-
-    /// Whether this process still runs (the pid names the same process).
-    pub(super) fn runs(&self) -> bool {
-        procfs::runs_since(self.pid, self.start_time)
-    }
-}
+/// The daemon started for a server: one process for good, as `server.json` keeps it.
+pub use crate::sys::procfs::ProcessIdentity as DaemonIdentity;
 
 /// Why the MPS root is not used, with the consequence and the setting.
 pub(super) fn untrusted_root(why: String) -> String {
