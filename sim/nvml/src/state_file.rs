@@ -74,13 +74,7 @@ impl Generation {
     pub fn open(file: &NodeFile) -> Result<Generation, String> {
         let lock_path = file.lock_path();
         let failed = |e: std::io::Error| format!("{}: {e}", lock_path.display());
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(failed)?;
+        let lock = open_lock(&lock_path).map_err(failed)?;
         // Extending is harmless when another process does it at once: it never shortens.
         if lock.metadata().map_err(failed)?.len() < GENERATION_BYTES as u64 {
             lock.set_len(GENERATION_BYTES as u64).map_err(failed)?;
@@ -141,13 +135,7 @@ impl NodeFile {
     /// Takes the exclusive lock, waiting for it.
     pub fn lock(&self) -> Result<NodeLock, String> {
         let lock_path = self.lock_path();
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        let file = open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
         loop {
             match file.lock() {
                 Ok(()) => return Ok(NodeLock { file }),
@@ -247,6 +235,20 @@ fn create_temporary(tmp: &Path) -> std::io::Result<File> {
     }
 }
 
+/// Opens (creating it if needed) the lock file `path`, never through a symbolic link: a
+/// link planted there (in a shared directory such as /tmp) would have the generation's
+/// bytes written into its target.
+fn open_lock(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +310,19 @@ mod tests {
         assert!(err.starts_with(&temp_of(&file).display().to_string()), "{err}");
         assert!(file.read_optional().unwrap().is_none(), "nothing written");
         assert!(temp_of(&file).is_symlink(), "a link not ours is left where it is");
+    }
+
+    #[test]
+    fn a_link_planted_at_the_lock_path_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = NodeFile::new(dir.path().join("node.json"));
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "pre").unwrap();
+        std::os::unix::fs::symlink(&target, file.lock_path()).unwrap();
+        let lock = file.lock().map(|_| ()).unwrap_err();
+        assert!(lock.starts_with(&file.lock_path().display().to_string()), "{lock}");
+        assert!(Generation::open(&file).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "pre", "the target is untouched");
     }
 
     #[test]
