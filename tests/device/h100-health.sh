@@ -17,6 +17,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tests/device/lib.sh"
 command -v dbus-daemon >/dev/null || export PATH="$root/.carry/dbus/wrap:$PATH"
 begin_run "$1" "$2"
+# On any exit (a failed step, a killed run): the status loop, the CUDA client and an agent
+# still running go, the agent's MPS servers with it.
+cleanup() {
+  touch "$work/stop-watch" 2>/dev/null
+  [ -n "${client:-}" ] && kill "$client" 2>/dev/null
+  if [ -n "${agent_pid:-}" ] && kill -0 "$agent_pid" 2>/dev/null; then stop_all_disabled; fi
+}
+trap cleanup EXIT
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv,noheader
 
 # $work/agent.toml, hands off, with the watcher on (true) or off (false).
